@@ -1,0 +1,301 @@
+"""Scenario: the validated, immutable description of one simulation.
+
+Every field has a default, units are in the names, and unknown keys are errors. The
+scenario is resolved once (file, then ``--set`` overrides, then validation); derived
+values (number of KV blocks, perf-model coefficients) come from pure functions of it and
+are never written back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from servesim.errors import ConfigError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------- model / hardware
+
+
+class ModelConfig(_Strict):
+    name: str = Field("meta-llama/Llama-3.1-8B", description=(
+        "A built-in preset (see `servesim catalog`) or a path to a Hugging Face config.json "
+        "(or a directory holding one)."))
+    dtype: Literal["auto", "bfloat16", "float16", "fp8", "float32"] = Field(
+        "auto", description="Weight/activation dtype; 'auto' takes torch_dtype from the config.")
+    kv_cache_dtype: Literal["auto", "bfloat16", "float16", "fp8"] = Field(
+        "auto", description="KV cache dtype; 'auto' follows the model dtype (as vLLM's --kv-cache-dtype auto).")
+
+
+class GpuConfig(_Strict):
+    """A user-defined accelerator (all fields required except where defaulted)."""
+
+    name: str
+    bf16_tflops: float = Field(gt=0, description="Peak dense BF16/FP16 TFLOP/s.")
+    fp8_tflops: float | None = Field(None, gt=0, description="Peak dense FP8 TFLOP/s (None: no FP8).")
+    mem_gb: float = Field(gt=0, description="Device memory in GB (1e9 bytes).")
+    mem_bw_tbps: float = Field(gt=0, description="Memory bandwidth, TB/s.")
+    interconnect_gbps: float = Field(450.0, gt=0, description="Unidirectional GPU-GPU bandwidth, GB/s.")
+    interconnect_latency_us: float = Field(5.0, ge=0)
+    idle_power_w: float = Field(100.0, ge=0)
+    max_power_w: float = Field(700.0, gt=0)
+    usd_per_hour: float = Field(2.5, ge=0)
+
+
+class HardwareConfig(_Strict):
+    gpu: str | GpuConfig = Field("H100-SXM", description="Catalog name (see `servesim catalog`) or a custom GPU.")
+    profile: str | None = Field(None, description="Path of a calibrated hardware profile (JSON) to apply.")
+
+
+class ParallelConfig(_Strict):
+    tensor_parallel_size: int = Field(1, ge=1, le=64)
+    pipeline_parallel_size: int = Field(1, ge=1, le=64)
+
+
+# --------------------------------------------------------------------------- engine
+
+
+class EngineConfig(_Strict):
+    """Knobs of the serving engine, named as vLLM names them.
+
+    Defaults follow vLLM V1 (0.32, the version bundled with the CPU ground-truth tool)
+    for the OpenAI-compatible server on an 80 GB-class GPU, except where noted.
+    """
+
+    policy: Literal["vllm_v1"] = Field("vllm_v1", description="Scheduler family.")
+    block_size: int = Field(16, ge=1, description="Tokens per KV block (16 on GPUs, 128 on vLLM's CPU build).")
+    max_num_seqs: int = Field(256, ge=1, description="Most requests in one batch.")
+    max_num_batched_tokens: int = Field(8192, ge=1, description="Token budget of one iteration.")
+    enable_chunked_prefill: bool = Field(True, description="Split prompts across iterations under the budget.")
+    long_prefill_token_threshold: int = Field(
+        0, ge=0, description="Cap on one request's prefill chunk per step (0 = no cap).")
+    enable_prefix_caching: bool = Field(True, description="Reuse KV blocks of identical prompt prefixes.")
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1.0)
+    num_gpu_blocks_override: int | None = Field(None, ge=1, description="Force the number of KV blocks.")
+    max_model_len: int | None = Field(None, ge=1, description="Longest sequence; default the model's own.")
+    cpu_overhead_s: float = Field(
+        0.003, ge=0, description="Fixed CPU time per iteration (scheduling, input prep, sampling glue).")
+    preemption_mode: Literal["recompute"] = Field("recompute")
+    scheduler_reserve_full_isl: bool = Field(
+        True, description="Admit a waiting request only if its whole prompt fits the free KV blocks "
+        "(vLLM's default admission gate), not just its first chunk.")
+
+    @model_validator(mode="after")
+    def _check(self) -> EngineConfig:
+        if not self.enable_chunked_prefill and self.max_model_len is not None and (
+            self.max_num_batched_tokens < self.max_model_len
+        ):
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_model_len "
+                f"({self.max_model_len}) when chunked prefill is off, as vLLM requires")
+        return self
+
+
+# --------------------------------------------------------------------------- workload
+
+
+class LengthDist(_Strict):
+    """A token-length distribution. Values are rounded and clipped to [min, max]."""
+
+    kind: Literal["constant", "uniform", "normal", "lognormal", "pareto", "trace"] = "constant"
+    value: int = Field(512, ge=1, description="constant: the length.")
+    low: int = Field(1, ge=1, description="uniform: inclusive lower bound.")
+    high: int = Field(1024, ge=1, description="uniform: inclusive upper bound.")
+    mean: float = Field(512.0, gt=0, description="normal/lognormal: mean length.")
+    std: float = Field(128.0, ge=0, description="normal: standard deviation; lognormal: std of the length.")
+    alpha: float = Field(2.0, gt=0, description="pareto: shape.")
+    scale: float = Field(64.0, gt=0, description="pareto: minimum (x_m).")
+    trace: str | None = Field(None, description="trace: file to sample lengths from (any supported format).")
+    column: Literal["prompt", "output"] = Field("prompt", description="trace: which column to sample.")
+    min: int = Field(1, ge=1)
+    max: int = Field(1_000_000, ge=1)
+
+
+class ArrivalConfig(_Strict):
+    process: Literal["poisson", "gamma", "constant", "burst"] = Field(
+        "poisson", description="poisson; gamma (with cv); constant spacing; burst = all at t=0.")
+    rate: float = Field(1.0, gt=0, description="Mean arrivals per second.")
+    cv: float = Field(1.0, gt=0, description="gamma: coefficient of variation of inter-arrival times.")
+
+
+class SyntheticWorkload(_Strict):
+    type: Literal["synthetic"] = "synthetic"
+    arrival: ArrivalConfig = ArrivalConfig()
+    prompt_len: LengthDist = LengthDist(kind="constant", value=512)
+    output_len: LengthDist = LengthDist(kind="constant", value=128)
+    num_requests: int | None = Field(1000, ge=1, description="How many requests (or use duration_s).")
+    duration_s: float | None = Field(None, gt=0, description="Generate arrivals until this time.")
+    prefix_groups: int = Field(0, ge=0, description="Requests share one of N prompt prefixes (0 = none).")
+    prefix_len: int = Field(0, ge=0, description="Shared prefix length in tokens.")
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _check(self) -> SyntheticWorkload:
+        if self.num_requests is None and self.duration_s is None:
+            raise ValueError("give num_requests or duration_s")
+        return self
+
+
+class TraceWorkload(_Strict):
+    type: Literal["trace"] = "trace"
+    path: str = Field(description="Trace file; 'builtin:azure_conv' names the bundled Azure trace.")
+    format: Literal["auto", "azure", "mooncake", "generic"] = Field("auto")
+    rate_scale: float = Field(1.0, gt=0, description="Multiply the arrival rate (divide timestamps).")
+    limit: int | None = Field(None, ge=1, description="Take the first N requests.")
+    start_s: float | None = Field(None, ge=0, description="Keep requests arriving at or after this time.")
+    end_s: float | None = Field(None, gt=0, description="Keep requests arriving before this time.")
+    hash_block_tokens: int = Field(512, ge=1, description="Tokens per hash id (Mooncake: 512).")
+
+
+WorkloadConfig = Annotated[SyntheticWorkload | TraceWorkload, Field(discriminator="type")]
+
+
+# --------------------------------------------------------------------------- SLOs / run
+
+
+class SloConfig(_Strict):
+    ttft_s: float | None = Field(None, gt=0, description="Time-to-first-token limit.")
+    tpot_s: float | None = Field(None, gt=0, description="Mean time-per-output-token limit.")
+    e2e_s: float | None = Field(None, gt=0, description="End-to-end latency limit.")
+
+
+class RunConfig(_Strict):
+    seed: int = 0
+    reference: bool = Field(False, description="Use the step-by-step reference engine (slow oracle).")
+    check_invariants: bool = Field(False, description="Assert engine invariants every step (debug).")
+
+
+class Scenario(_Strict):
+    """One simulation: model on hardware with an engine config, serving a workload."""
+
+    name: str = "scenario"
+    model: ModelConfig = ModelConfig()
+    hardware: HardwareConfig = HardwareConfig()
+    parallel: ParallelConfig = ParallelConfig()
+    engine: EngineConfig = EngineConfig()
+    workload: WorkloadConfig = TraceWorkload(path="builtin:azure_conv")
+    slo: SloConfig = SloConfig(ttft_s=2.0, tpot_s=0.1)
+    run: RunConfig = RunConfig()
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _set_path(d: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    cur = d
+    for k in keys[:-1]:
+        nxt = cur.get(k)
+        if not isinstance(nxt, dict):
+            nxt = {}
+            cur[k] = nxt
+        cur = nxt
+    cur[keys[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``engine.max_num_seqs=64`` -> ("engine.max_num_seqs", 64); values parse as YAML scalars."""
+    import yaml
+
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, for example engine.max_num_seqs=64")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ConfigError(f"--set {text!r}: empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def _format_validation_error(err: Any, source: str) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"] if not (isinstance(p, str) and p in ("synthetic", "trace")))
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        got = e.get("input")
+        got_s = "" if isinstance(got, dict) or e["type"] in ("extra_forbidden", "missing") else f" (got {got!r})"
+        lines.append(f"{source}: {loc or '<root>'}: {msg}{got_s}")
+    return "\n".join(lines)
+
+
+def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>",
+                       overrides: list[str] | None = None) -> Scenario:
+    from pydantic import ValidationError
+
+    data = dict(data or {})
+    for text in overrides or []:
+        key, value = parse_override(text)
+        _set_path(data, key, value)
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_validation_error(err, source)) from None
+
+
+def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None) -> Scenario:
+    """Read a YAML or TOML scenario file (or the built-in default when ``path`` is None)."""
+    if path is None:
+        return scenario_from_dict({}, "<default scenario>", overrides)
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"{p}: no such scenario file")
+    text = p.read_text()
+    try:
+        if p.suffix == ".toml":
+            import tomllib
+
+            data = tomllib.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except Exception as err:  # noqa: BLE001 - parser errors differ by library
+        raise ConfigError(f"{p}: cannot parse: {err}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping at the top level, found {type(data).__name__}")
+    scenario = scenario_from_dict(data, str(p), overrides)
+    return _resolve_relative_paths(scenario, p.parent)
+
+
+def _resolve_relative_paths(s: Scenario, base: Path) -> Scenario:
+    """Trace and model paths in a scenario file are relative to the file."""
+
+    def fix(path: str | None) -> str | None:
+        if path is None or path.startswith("builtin:"):
+            return path
+        q = Path(path).expanduser()
+        if not q.is_absolute() and (base / q).exists():
+            return str(base / q)
+        return path
+
+    updates: dict[str, Any] = {}
+    wl = s.workload
+    if isinstance(wl, TraceWorkload):
+        updates["workload"] = wl.model_copy(update={"path": fix(wl.path)})
+    elif isinstance(wl, SyntheticWorkload):
+        upd = {}
+        for fld in ("prompt_len", "output_len"):
+            dist = getattr(wl, fld)
+            if dist.trace:
+                upd[fld] = dist.model_copy(update={"trace": fix(dist.trace)})
+        if upd:
+            updates["workload"] = wl.model_copy(update=upd)
+    name = s.model.name
+    if "/" in name or name.endswith(".json"):
+        fixed = fix(name)
+        if fixed != name:
+            updates["model"] = s.model.model_copy(update={"name": fixed})
+    return s.model_copy(update=updates) if updates else s

@@ -1,0 +1,126 @@
+"""One engine instance: schedule, time the batch, advance, post-process.
+
+A step reads as a sentence::
+
+    out = scheduler.schedule()
+    dt = perf.batch_time(out.stats) + cpu_overhead_s
+    loop.at(now + dt, self.on_batch_done, out)
+
+The replica is busy from the start of a step to its end; arrivals during a step wait
+for the next schedule, as in vLLM's engine-core loop (inputs are drained between steps).
+Token times are the end of the step that produced them.
+"""
+
+from __future__ import annotations
+
+from servesim.engine.events import ARRIVAL, BATCH_DONE, EventLoop
+from servesim.engine.kv_cache import KVCacheManager
+from servesim.engine.request import ReqStatus, Request
+from servesim.engine.scheduler import Scheduler, SchedulerOutput
+from servesim.metrics.records import ItlSamples, ReplicaTotals, StepSeries
+from servesim.perf.base import PerfModel
+
+
+class Replica:
+    def __init__(self, replica_id: int, loop: EventLoop, scheduler: Scheduler, perf: PerfModel,
+                 cpu_overhead_s: float, steps: StepSeries, itl: ItlSamples, totals: ReplicaTotals,
+                 check_invariants: bool = False) -> None:
+        self.id = replica_id
+        self.loop = loop
+        self.scheduler = scheduler
+        self.kv: KVCacheManager = scheduler.kv
+        self.perf = perf
+        self.cpu_overhead_s = cpu_overhead_s
+        self.steps = steps
+        self.itl = itl
+        self.totals = totals
+        self.check_invariants = check_invariants
+        self.busy = False
+        self.last_step_end_s = -1.0
+        self.num_finished = 0
+
+    # ----------------------------------------------------------------- events
+
+    def submit(self, req: Request) -> None:
+        """Schedule ``req``'s arrival at its arrival time."""
+        self.loop.at(req.arrival_s, self.on_arrival, req, ARRIVAL)
+
+    def on_arrival(self, req: Request) -> None:
+        req.replica = self.id
+        self.scheduler.add_request(req)
+        if not self.busy:
+            self.step()
+
+    def step(self) -> None:
+        now = self.loop.now
+        sched = self.scheduler
+        out = sched.schedule()
+        if not out.reqs:
+            self.busy = False
+            return
+        self.busy = True
+        for req in out.reqs:
+            if req.first_scheduled_s < 0:
+                req.first_scheduled_s = now
+        gpu_s = self.perf.batch_time(out.stats)
+        dt = gpu_s + self.cpu_overhead_s
+        self._account(out, now, dt, gpu_s)
+        self.loop.at(now + dt, self.on_batch_done, out, BATCH_DONE)
+
+    def on_batch_done(self, out: SchedulerOutput) -> None:
+        now = self.loop.now
+        produced, finished = self.scheduler.update_from_output(out, now)
+        last = self.last_step_end_s
+        n_same = 0
+        itl = self.itl
+        for req in produced:
+            if req.first_token_s < 0:
+                req.first_token_s = now
+            elif req.last_token_s == last:
+                n_same += 1
+            else:
+                itl.add(now - req.last_token_s, 1)
+            req.last_token_s = now
+        itl.add(now - last, n_same)
+        self.last_step_end_s = now
+        self.num_finished += len(finished)
+        if self.check_invariants:
+            self._check()
+        self.step()
+
+    # ----------------------------------------------------------------- accounting
+
+    def _account(self, out: SchedulerOutput, now: float, dt: float, gpu_s: float) -> None:
+        st = out.stats
+        t = self.totals
+        used = self.kv.num_used_blocks
+        t.busy_s += dt
+        t.gpu_s += gpu_s
+        t.flops += self.perf.batch_flops(st)
+        t.bytes += self.perf.batch_bytes(st)
+        t.num_steps += 1
+        t.num_preemptions += len(out.preempted)
+        t.kv_block_s += used * dt
+        if used > t.peak_kv_blocks:
+            t.peak_kv_blocks = used
+        s = self.steps
+        s.replica.append(self.id)
+        s.start_s.append(now)
+        s.duration_s.append(dt)
+        s.num_prefill_tokens.append(st.num_prefill_tokens)
+        s.num_decode_reqs.append(st.num_decode_reqs)
+        s.num_running.append(len(self.scheduler.running))
+        s.num_waiting.append(len(self.scheduler.waiting))
+        s.kv_blocks_used.append(used)
+        s.num_preempted.append(len(out.preempted))
+
+    def _check(self) -> None:
+        sched = self.scheduler
+        cfg = sched.cfg
+        assert len(sched.running) <= cfg.max_num_seqs
+        self.kv.check_invariants()
+        for r in sched.running:
+            assert r.status == ReqStatus.RUNNING
+            assert r.num_computed_tokens <= r.num_prompt_tokens + r.num_output_tokens
+        for r in sched.waiting:
+            assert r.status in (ReqStatus.WAITING, ReqStatus.PREEMPTED)

@@ -1,0 +1,157 @@
+"""What a simulation returns: per-request records and per-step series, as columns.
+
+Records are filled by the engine during the run; every metric is computed afterwards
+from them (``servesim.metrics.summary``). Columns are numpy arrays so they convert to
+pandas/polars/Arrow without copies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+
+
+class RequestStatus(IntEnum):
+    FINISHED = 0
+    UNFINISHED = 1  # still queued or running when the run ended
+    REJECTED = 2  # can never be served (for example longer than max_model_len)
+
+
+@dataclass(slots=True)
+class RequestRecords:
+    """One row per request, in workload (arrival) order. Times are seconds; NaN = never."""
+
+    arrival_s: np.ndarray
+    first_scheduled_s: np.ndarray
+    first_token_s: np.ndarray
+    finished_s: np.ndarray
+    num_prompt_tokens: np.ndarray
+    num_output_tokens: np.ndarray
+    num_cached_tokens: np.ndarray  # prompt tokens served from the prefix cache at first schedule
+    num_preemptions: np.ndarray
+    replica: np.ndarray
+    status: np.ndarray  # RequestStatus values (int8)
+    reasons: dict[int, str] = field(default_factory=dict)  # row -> why rejected/unfinished
+
+    @classmethod
+    def empty(cls, n: int) -> RequestRecords:
+        nan = np.full(n, np.nan)
+        return cls(
+            arrival_s=nan.copy(), first_scheduled_s=nan.copy(), first_token_s=nan.copy(),
+            finished_s=nan.copy(), num_prompt_tokens=np.zeros(n, np.int64),
+            num_output_tokens=np.zeros(n, np.int64), num_cached_tokens=np.zeros(n, np.int64),
+            num_preemptions=np.zeros(n, np.int64), replica=np.zeros(n, np.int64),
+            status=np.full(n, RequestStatus.UNFINISHED, np.int8))
+
+    def __len__(self) -> int:
+        return int(self.arrival_s.shape[0])
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Plain name -> column mapping (for Arrow/pandas/CSV)."""
+        return {
+            "arrival_s": self.arrival_s, "first_scheduled_s": self.first_scheduled_s,
+            "first_token_s": self.first_token_s, "finished_s": self.finished_s,
+            "num_prompt_tokens": self.num_prompt_tokens, "num_output_tokens": self.num_output_tokens,
+            "num_cached_tokens": self.num_cached_tokens, "num_preemptions": self.num_preemptions,
+            "replica": self.replica, "status": self.status,
+        }
+
+    # Derived per-request latencies (NaN where undefined).
+    @property
+    def ttft_s(self) -> np.ndarray:
+        return self.first_token_s - self.arrival_s
+
+    @property
+    def e2e_s(self) -> np.ndarray:
+        return self.finished_s - self.arrival_s
+
+    @property
+    def queue_s(self) -> np.ndarray:
+        return self.first_scheduled_s - self.arrival_s
+
+    @property
+    def tpot_s(self) -> np.ndarray:
+        """Mean time per output token after the first: (finish - first token) / (n - 1)."""
+        n = self.num_output_tokens.astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(n > 1, (self.finished_s - self.first_token_s) / (n - 1), np.nan)
+
+
+@dataclass(slots=True)
+class StepSeries:
+    """One row per engine iteration (per replica), appended during the run."""
+
+    replica: list[int] = field(default_factory=list)
+    start_s: list[float] = field(default_factory=list)
+    duration_s: list[float] = field(default_factory=list)  # GPU time + CPU overhead
+    num_prefill_tokens: list[int] = field(default_factory=list)
+    num_decode_reqs: list[int] = field(default_factory=list)
+    num_running: list[int] = field(default_factory=list)
+    num_waiting: list[int] = field(default_factory=list)
+    kv_blocks_used: list[int] = field(default_factory=list)
+    num_preempted: list[int] = field(default_factory=list)
+
+    def columns(self) -> dict[str, np.ndarray]:
+        return {
+            "replica": np.asarray(self.replica, np.int64), "start_s": np.asarray(self.start_s),
+            "duration_s": np.asarray(self.duration_s),
+            "num_prefill_tokens": np.asarray(self.num_prefill_tokens, np.int64),
+            "num_decode_reqs": np.asarray(self.num_decode_reqs, np.int64),
+            "num_running": np.asarray(self.num_running, np.int64),
+            "num_waiting": np.asarray(self.num_waiting, np.int64),
+            "kv_blocks_used": np.asarray(self.kv_blocks_used, np.int64),
+            "num_preempted": np.asarray(self.num_preempted, np.int64),
+        }
+
+    def __len__(self) -> int:
+        return len(self.start_s)
+
+
+@dataclass(slots=True)
+class ReplicaTotals:
+    """Aggregates one replica accumulates over the run (for utilization, MFU/MBU, energy)."""
+
+    num_gpus: int = 1
+    num_gpu_blocks: int = 0
+    busy_s: float = 0.0  # time with a batch in flight (GPU + CPU overhead)
+    gpu_s: float = 0.0  # GPU time only
+    flops: float = 0.0  # per GPU
+    bytes: float = 0.0  # HBM bytes per GPU
+    num_steps: int = 0
+    num_preemptions: int = 0
+    kv_block_s: float = 0.0  # integral of used KV blocks over time (block-seconds)
+    peak_kv_blocks: int = 0
+    num_prefix_query_tokens: int = 0  # prompt tokens looked up in the prefix cache
+    num_prefix_hit_tokens: int = 0  # of which found cached
+
+
+@dataclass(slots=True)
+class ItlSamples:
+    """Inter-token latencies as (gap seconds, count) pairs: one pair per step covers every
+    request that produced a token in that step and also in the step before."""
+
+    gap_s: list[float] = field(default_factory=list)
+    count: list[int] = field(default_factory=list)
+
+    def add(self, gap_s: float, count: int) -> None:
+        if count > 0:
+            self.gap_s.append(gap_s)
+            self.count.append(count)
+
+
+@dataclass(slots=True)
+class Result:
+    """Everything one simulation produced. ``summary`` is filled by ``metrics.summarize``."""
+
+    scenario: Any
+    records: RequestRecords
+    steps: StepSeries
+    itl: ItlSamples
+    replicas: list[ReplicaTotals]
+    end_s: float  # simulated time when the last event happened
+    gpu: Any = None  # GpuSpec used (power, price)
+    wall_s: float = 0.0
+    summary: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,79 @@
+"""The interface between the engine and every performance model.
+
+``PerfModel.batch_time(stats)`` takes only aggregate statistics of one iteration's batch
+and is O(1): nothing per request crosses this interface, which keeps the hot path fast
+and lets the decode fast path sum many iterations in closed form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(slots=True)
+class BatchStats:
+    """Aggregate statistics of one engine iteration.
+
+    A request is a *prefill* in a step if it computes prompt tokens in it (a chunk of
+    ``c`` tokens on top of ``p`` already computed), and a *decode* otherwise (one token
+    on top of its context).
+
+    prefill_attn_work = sum over prefill chunks of c * (p + c / 2): the number of
+        (query, key) pairs the chunk's causal attention touches, in token units.
+    sum_decode_context = sum over decodes of the context each one attends to (tokens
+        already in its KV cache plus the new one).
+    """
+
+    num_prefill_tokens: int = 0
+    prefill_attn_work: float = 0.0
+    num_prefill_reqs: int = 0
+    num_decode_reqs: int = 0
+    sum_decode_context: int = 0
+    # KV tokens the prefill chunks read from earlier steps / the prefix cache (sum of p).
+    sum_prefill_context: int = 0
+
+    @property
+    def num_reqs(self) -> int:
+        return self.num_prefill_reqs + self.num_decode_reqs
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prefill_tokens + self.num_decode_reqs
+
+
+class PerfModel(Protocol):
+    """Time and work of one iteration from aggregate batch statistics."""
+
+    def batch_time(self, stats: BatchStats) -> float:
+        """Seconds the GPU(s) spend on this batch (forward pass, sampling, communication)."""
+        ...
+
+    def batch_flops(self, stats: BatchStats) -> float:
+        """FLOPs of the batch on one GPU (for MFU)."""
+        ...
+
+    def batch_bytes(self, stats: BatchStats) -> float:
+        """HBM bytes moved by the batch on one GPU (for MBU)."""
+        ...
+
+
+@dataclass(slots=True)
+class ConstantPerfModel:
+    """Every iteration takes ``step_s`` seconds: the constant service time of queueing theory.
+
+    With ``max_num_seqs=1`` and a workload whose requests need exactly one iteration, a
+    replica is an M/D/1 queue; tests use that to check the engine against theory.
+    """
+
+    step_s: float = 0.01
+    per_token_s: float = 0.0
+
+    def batch_time(self, stats: BatchStats) -> float:
+        return self.step_s + self.per_token_s * (stats.num_prefill_tokens + stats.num_decode_reqs)
+
+    def batch_flops(self, stats: BatchStats) -> float:
+        return 0.0
+
+    def batch_bytes(self, stats: BatchStats) -> float:
+        return 0.0

@@ -1,0 +1,178 @@
+"""``simulate(scenario) -> Result``: one simulation as a pure function.
+
+Resolution order: scenario -> model spec and GPU spec (catalog) -> memory plan (number of
+KV blocks) -> perf model -> workload -> engine run -> records -> summary. Nothing here
+touches files except reading the scenario's inputs; outputs are written by the caller.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from servesim.config import EngineConfig, Scenario, load_scenario, scenario_from_dict
+from servesim.engine.events import EventLoop
+from servesim.engine.kv_cache import KVCacheManager
+from servesim.engine.replica import Replica
+from servesim.engine.request import ReqStatus, Request
+from servesim.engine.scheduler import Scheduler, SchedulerConfig
+from servesim.metrics.records import (
+    ItlSamples,
+    ReplicaTotals,
+    RequestRecords,
+    RequestStatus,
+    Result,
+    StepSeries,
+)
+from servesim.perf.base import PerfModel
+from servesim.workload.base import Workload
+
+
+@dataclass(slots=True)
+class EngineRun:
+    """The raw outcome of running one replica over a workload."""
+
+    records: RequestRecords
+    steps: StepSeries
+    itl: ItlSamples
+    totals: ReplicaTotals
+    end_s: float
+
+
+def make_requests(wl: Workload) -> list[Request]:
+    arrival = wl.arrival_s.tolist()
+    prompt = wl.num_prompt_tokens.tolist()
+    output = wl.num_output_tokens.tolist()
+    prio = wl.priority.tolist() if wl.priority is not None else None
+    group = wl.prefix_group.tolist() if wl.prefix_group is not None else None
+    hash_ids = wl.hash_ids
+    reqs = []
+    for i in range(len(arrival)):
+        r = Request(i, arrival[i], prompt[i], output[i])
+        if prio is not None:
+            r.priority = prio[i]
+        if hash_ids is not None:
+            r.hash_ids = hash_ids[i]
+            r.hash_block_tokens = wl.hash_block_tokens
+        if group is not None and group[i] >= 0:
+            r.prefix_group = group[i]
+            r.prefix_len = wl.prefix_len
+        reqs.append(r)
+    return reqs
+
+
+def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_blocks: int,
+               max_model_len: int, *, num_gpus: int = 1, check_invariants: bool = False,
+               until_s: float = float("inf")) -> EngineRun:
+    """Run one replica of the V1 engine over ``wl`` (no catalog needed: tests use this)."""
+    loop = EventLoop()
+    kv = KVCacheManager(num_gpu_blocks, engine.block_size, engine.enable_prefix_caching, max_model_len)
+    cfg = SchedulerConfig(
+        max_num_seqs=engine.max_num_seqs,
+        max_num_batched_tokens=engine.max_num_batched_tokens,
+        enable_chunked_prefill=engine.enable_chunked_prefill,
+        long_prefill_token_threshold=engine.long_prefill_token_threshold,
+        max_model_len=max_model_len,
+        scheduler_reserve_full_isl=engine.scheduler_reserve_full_isl)
+    steps, itl = StepSeries(), ItlSamples()
+    totals = ReplicaTotals(num_gpus=num_gpus, num_gpu_blocks=num_gpu_blocks)
+    replica = Replica(0, loop, Scheduler(cfg, kv), perf, engine.cpu_overhead_s, steps, itl, totals,
+                      check_invariants=check_invariants)
+    reqs = make_requests(wl)
+    reasons: dict[int, str] = {}
+    usable_tokens = (num_gpu_blocks - 1) * engine.block_size
+    for r in reqs:
+        why = _rejection(r, max_model_len, usable_tokens)
+        if why:
+            r.status = ReqStatus.REJECTED
+            reasons[r.idx] = why
+        else:
+            replica.submit(r)
+    end = loop.run(until_s)
+    totals.num_prefix_query_tokens = kv.num_query_tokens
+    totals.num_prefix_hit_tokens = kv.num_hit_tokens
+    records = _records(reqs, reasons)
+    return EngineRun(records, steps, itl, totals, end)
+
+
+def _rejection(r: Request, max_model_len: int, usable_tokens: int) -> str:
+    if r.num_prompt_tokens >= max_model_len:
+        return f"prompt of {r.num_prompt_tokens} tokens does not fit max_model_len {max_model_len}"
+    need = min(r.num_prompt_tokens + r.max_tokens, max_model_len)
+    if need > usable_tokens:
+        return f"needs {need} tokens of KV cache, the replica holds {usable_tokens}"
+    return ""
+
+
+def _records(reqs: list[Request], reasons: dict[int, str]) -> RequestRecords:
+    n = len(reqs)
+    rec = RequestRecords.empty(n)
+
+    def col(values: list[float]) -> np.ndarray:
+        a = np.asarray(values, dtype=np.float64)
+        a[a < 0] = np.nan
+        return a
+
+    rec.arrival_s = np.asarray([r.arrival_s for r in reqs], dtype=np.float64)
+    rec.first_scheduled_s = col([r.first_scheduled_s for r in reqs])
+    rec.first_token_s = col([r.first_token_s for r in reqs])
+    rec.finished_s = col([r.finished_s for r in reqs])
+    rec.num_prompt_tokens = np.asarray([r.num_prompt_tokens for r in reqs], dtype=np.int64)
+    rec.num_output_tokens = np.asarray([r.num_output_tokens for r in reqs], dtype=np.int64)
+    rec.num_cached_tokens = np.asarray([max(r.num_cached_tokens, 0) for r in reqs], dtype=np.int64)
+    rec.num_preemptions = np.asarray([r.num_preemptions for r in reqs], dtype=np.int64)
+    rec.replica = np.asarray([r.replica for r in reqs], dtype=np.int64)
+    status = np.full(n, RequestStatus.UNFINISHED, np.int8)
+    for i, r in enumerate(reqs):
+        if r.status == ReqStatus.FINISHED:
+            status[i] = RequestStatus.FINISHED
+        elif r.status == ReqStatus.REJECTED:
+            status[i] = RequestStatus.REJECTED
+        else:
+            reasons.setdefault(i, "still " + ("running" if r.status == ReqStatus.RUNNING else "waiting")
+                               + " when the run ended")
+    rec.status = status
+    rec.reasons = reasons
+    return rec
+
+
+# --------------------------------------------------------------------------- scenario level
+
+
+def _resolve(scenario: Scenario | dict | str | Path | None) -> Scenario:
+    if isinstance(scenario, Scenario):
+        return scenario
+    if scenario is None or isinstance(scenario, (str, Path)):
+        return load_scenario(scenario)
+    return scenario_from_dict(scenario)
+
+
+def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
+             progress: bool = False) -> Result:
+    """Run the scenario and return its Result with ``summary`` filled."""
+    from servesim.catalog.gpus import get_gpu
+    from servesim.catalog.models import load_model
+    from servesim.metrics.summary import summarize
+    from servesim.perf.memory import plan_memory
+    from servesim.perf.roofline import build_perf_model
+    from servesim.workload import load_workload
+
+    t0 = time.perf_counter()
+    sc = _resolve(scenario)
+    model = load_model(sc.model.name, sc.model.dtype)
+    gpu = get_gpu(sc.hardware.gpu)
+    plan = plan_memory(model, gpu, sc.engine, sc.parallel)
+    perf = build_perf_model(model, gpu, sc.parallel, sc.model)
+    wl = load_workload(sc.workload, sc.run.seed)
+    num_gpus = sc.parallel.tensor_parallel_size * sc.parallel.pipeline_parallel_size
+    run = run_engine(wl, sc.engine, perf, plan.num_gpu_blocks, plan.max_model_len,
+                     num_gpus=num_gpus, check_invariants=sc.run.check_invariants)
+    result = Result(scenario=sc, records=run.records, steps=run.steps, itl=run.itl,
+                    replicas=[run.totals], end_s=run.end_s, gpu=gpu)
+    result.wall_s = time.perf_counter() - t0
+    result.summary = summarize(result)
+    return result

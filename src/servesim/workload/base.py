@@ -1,0 +1,65 @@
+"""The workload as columns: what every trace reader and generator returns.
+
+A ``Workload`` is plain numpy columns sorted by arrival time (seconds from the start of
+the run). Prompt identity for prefix caching is optional and comes in one of two forms:
+
+* ``hash_ids`` (Mooncake style): per request, one id per ``hash_block_tokens`` prompt
+  tokens; equal ids at equal positions mean equal token content (a shared prefix).
+* ``prefix_group`` + ``prefix_len``: requests with the same non-negative group share their
+  first ``prefix_len`` prompt tokens (the convention of the vLLM CPU recorder).
+
+The engine turns either into chained per-block hashes at its own ``block_size``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(slots=True)
+class Workload:
+    arrival_s: np.ndarray  # float64, sorted ascending
+    num_prompt_tokens: np.ndarray  # int64, >= 1
+    num_output_tokens: np.ndarray  # int64, >= 1
+    hash_ids: list[tuple[int, ...]] | None = None
+    hash_block_tokens: int = 512
+    prefix_group: np.ndarray | None = None  # int64, -1 = no shared prefix
+    prefix_len: int = 0
+    priority: np.ndarray | None = None  # int64, lower = more urgent (vLLM convention)
+    source: str = ""  # where it came from, for reports
+    meta: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.arrival_s.shape[0])
+
+    def validate(self) -> None:
+        n = len(self)
+        for name in ("num_prompt_tokens", "num_output_tokens"):
+            col = getattr(self, name)
+            if col.shape != (n,):
+                raise ValueError(f"{name} has shape {col.shape}, expected ({n},)")
+            if n and col.min() < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if n and np.any(np.diff(self.arrival_s) < 0):
+            raise ValueError("arrival_s must be sorted")
+        if self.hash_ids is not None and len(self.hash_ids) != n:
+            raise ValueError("hash_ids must have one entry per request")
+
+    def subset(self, idx: np.ndarray | slice) -> Workload:
+        """Rows ``idx`` (a slice or an index array in arrival order)."""
+        if self.hash_ids is None:
+            hash_ids = None
+        elif isinstance(idx, slice):
+            hash_ids = self.hash_ids[idx]
+        else:
+            hash_ids = [self.hash_ids[i] for i in idx]
+        return Workload(
+            arrival_s=self.arrival_s[idx], num_prompt_tokens=self.num_prompt_tokens[idx],
+            num_output_tokens=self.num_output_tokens[idx], hash_ids=hash_ids,
+            hash_block_tokens=self.hash_block_tokens,
+            prefix_group=None if self.prefix_group is None else self.prefix_group[idx],
+            prefix_len=self.prefix_len,
+            priority=None if self.priority is None else self.priority[idx],
+            source=self.source, meta=dict(self.meta))
