@@ -104,7 +104,9 @@ class KVCacheManager:
         self.cached: dict[int, dict[int, KVBlock]] = {}  # hash -> {block_id: block}
         self.req_blocks: dict[int, list[KVBlock]] = {}
         self.num_cached_blocks: dict[int, int] = {}
-        # Prefix-cache statistics (tokens), as vLLM's PrefixCacheStats.
+        # Prefix-cache statistics in tokens, counted by the scheduler once per request at
+        # its first admission (retries of a blocked request and resumptions after
+        # preemption are not counted, unlike vLLM's per-lookup PrefixCacheStats).
         self.num_query_tokens = 0
         self.num_hit_tokens = 0
 
@@ -138,8 +140,6 @@ class KVCacheManager:
             if not entry:
                 break
             hit.append(next(iter(entry.values())))
-        self.num_query_tokens += num_tokens
-        self.num_hit_tokens += len(hit) * bs
         return hit, len(hit) * bs
 
     def num_blocks_to_allocate(self, req: Request, num_tokens: int,

@@ -48,6 +48,11 @@ class Request:
     prefix_group: int = -1
     prefix_len: int = 0
     block_hashes: list[int] = field(default_factory=list)  # chained hashes of full blocks
+    # Lazy decode accounting (LazyScheduler): while ``lazy_it >= 0`` the request is in the
+    # decode pool and its true counts at step ``it`` are the stored ones + (it - lazy_it).
+    lazy_it: int = -1
+    epoch: int = 0  # bumped when the request leaves the pool: stale bucket entries are ignored
+    seq: int = 0  # admission order into running (running is sorted by it)
 
     @property
     def num_tokens(self) -> int:

@@ -167,6 +167,8 @@ class Scheduler:
             req.num_computed_tokens = num_computed
             if req.num_cached_tokens < 0:
                 req.num_cached_tokens = num_computed
+                kv.num_query_tokens += req.num_prompt_tokens
+                kv.num_hit_tokens += num_hit
             out.reqs.append(req)
             out.num_tokens.append(n)
             budget -= n

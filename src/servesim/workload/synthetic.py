@@ -1,0 +1,136 @@
+"""Synthetic workloads: an arrival process and two length distributions.
+
+Arrival times are the partial sums of i.i.d. inter-arrival gaps, so the first request
+arrives one gap after t=0 (as the vLLM CPU recorder does); ``burst`` puts every request at
+t=0. Arrivals, prompt lengths, output lengths and prefix groups each draw from their own
+child of one ``SeedSequence``: changing the length distribution leaves the arrival times
+unchanged (common random numbers across compared scenarios).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from servesim.config import ArrivalConfig, LengthDist, SyntheticWorkload
+from servesim.errors import WorkloadError
+from servesim.workload.base import Workload
+
+
+def generate_synthetic(cfg: SyntheticWorkload, seed: int = 0) -> Workload:
+    """Requests of ``cfg``; ``seed`` is added to ``cfg.seed``. Deterministic given the seed."""
+    total_seed = cfg.seed + seed
+    if total_seed < 0:
+        raise WorkloadError(f"workload.seed: expected seed + run seed >= 0, found {total_seed}")
+    arrival_rng, prompt_rng, output_rng, group_rng = (
+        np.random.default_rng(s) for s in np.random.SeedSequence(total_seed).spawn(4))
+    arrival = arrival_times(cfg.arrival, cfg.num_requests, cfg.duration_s, arrival_rng)
+    n = len(arrival)
+    if n == 0:
+        raise WorkloadError(f"workload: no arrival before duration_s={cfg.duration_s} at rate "
+                            f"{cfg.arrival.rate}/s; raise duration_s or arrival.rate")
+    prompt = sample_lengths(cfg.prompt_len, n, prompt_rng, "workload.prompt_len")
+    output = sample_lengths(cfg.output_len, n, output_rng, "workload.output_len")
+    group, prefix_len = None, 0
+    if cfg.prefix_groups > 0 and cfg.prefix_len > 0:
+        # Shared prefixes are the first min(prefix_len, prompt) tokens of the prompt, whose
+        # length is the sampled total (the convention of the vLLM CPU recorder).
+        group = group_rng.integers(0, cfg.prefix_groups, size=n, dtype=np.int64)
+        prefix_len = cfg.prefix_len
+    a = cfg.arrival
+    return Workload(
+        arrival_s=arrival, num_prompt_tokens=prompt, num_output_tokens=output,
+        prefix_group=group, prefix_len=prefix_len,
+        source=f"synthetic({a.process}, rate={a.rate:g}/s, seed={total_seed})",
+        meta={"seed": total_seed, "process": a.process, "rate": a.rate, "cv": a.cv})
+
+
+# --------------------------------------------------------------------------- arrivals
+
+
+def inter_arrival_gaps(arrival: ArrivalConfig, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` gaps in seconds, mean ``1/rate``.
+
+    gamma: shape k = 1/cv^2 and scale = 1/(rate k), so mean = k * scale = 1/rate and
+    CV = 1/sqrt(k) = cv; cv = 1 is the exponential (Poisson) case.
+    """
+    if arrival.process == "poisson":
+        return rng.exponential(1.0 / arrival.rate, size=n)
+    if arrival.process == "gamma":
+        shape = 1.0 / arrival.cv**2
+        return rng.gamma(shape, 1.0 / (arrival.rate * shape), size=n)
+    if arrival.process == "constant":
+        return np.full(n, 1.0 / arrival.rate)
+    return np.zeros(n)  # burst
+
+
+def arrival_times(arrival: ArrivalConfig, num_requests: int | None, duration_s: float | None,
+                  rng: np.random.Generator) -> np.ndarray:
+    """Sorted arrival times: ``num_requests`` of them, or all before ``duration_s``, or,
+    with both, whichever limit comes first."""
+    if num_requests is None and duration_s is None:
+        raise WorkloadError("workload: give num_requests or duration_s")
+    if arrival.process == "burst":
+        if num_requests is None:
+            raise WorkloadError(
+                "workload.arrival.process=burst puts every request at t=0: give num_requests, "
+                "duration_s alone would be unbounded")
+        return np.zeros(num_requests)
+    limit_s = math.inf if duration_s is None else duration_s
+    if arrival.process == "constant":
+        # i/rate rather than a running sum, so no rounding drift on long runs.
+        n = num_requests if num_requests is not None else math.ceil(limit_s * arrival.rate) + 1
+        t = np.arange(1, n + 1) / arrival.rate
+    elif num_requests is not None:
+        t = np.cumsum(inter_arrival_gaps(arrival, num_requests, rng))
+    else:
+        t = _until(arrival, limit_s, rng)
+    return t[t < limit_s]
+
+
+def _until(arrival: ArrivalConfig, duration_s: float, rng: np.random.Generator) -> np.ndarray:
+    """Arrivals before ``duration_s``: draw gaps in chunks until the clock passes it."""
+    expected = duration_s * arrival.rate
+    chunk = int(expected + 6.0 * math.sqrt(expected) * max(arrival.cv, 1.0)) + 16
+    parts, last = [], 0.0
+    while last < duration_s:
+        t = last + np.cumsum(inter_arrival_gaps(arrival, chunk, rng))
+        parts.append(t)
+        last = float(t[-1])
+    t = np.concatenate(parts)
+    return t[t < duration_s]
+
+
+# --------------------------------------------------------------------------- lengths
+
+
+def sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator, name: str = "length") -> np.ndarray:
+    """``n`` token lengths (int64), rounded to the nearest integer and clipped to [min, max].
+
+    lognormal takes the mean and std of the length itself: sigma^2 = ln(1 + std^2/mean^2),
+    mu = ln(mean) - sigma^2/2. pareto is the classic Pareto with minimum ``scale`` (x_m) and
+    shape ``alpha`` (numpy's ``pareto`` is the Lomax form, hence the +1).
+    """
+    if dist.min > dist.max:
+        raise WorkloadError(f"{name}: expected min <= max, found min={dist.min} > max={dist.max}")
+    if dist.kind == "constant":
+        x = np.full(n, float(dist.value))
+    elif dist.kind == "uniform":
+        if dist.low > dist.high:
+            raise WorkloadError(f"{name}: expected low <= high, found low={dist.low} > high={dist.high}")
+        x = rng.integers(dist.low, dist.high, size=n, endpoint=True).astype(np.float64)
+    elif dist.kind == "normal":
+        x = rng.normal(dist.mean, dist.std, size=n)
+    elif dist.kind == "lognormal":
+        sigma2 = math.log1p((dist.std / dist.mean) ** 2)
+        x = rng.lognormal(math.log(dist.mean) - sigma2 / 2.0, math.sqrt(sigma2), size=n)
+    elif dist.kind == "pareto":
+        x = dist.scale * (1.0 + rng.pareto(dist.alpha, size=n))
+    else:  # trace
+        if not dist.trace:
+            raise WorkloadError(f"{name}: kind=trace needs 'trace', the file to sample lengths from")
+        from servesim.workload.traces import read_lengths
+
+        x = rng.choice(read_lengths(dist.trace, dist.column), size=n, replace=True).astype(np.float64)
+    return np.clip(np.rint(x), dist.min, dist.max).astype(np.int64)

@@ -1,0 +1,501 @@
+"""Trace readers: Azure 2023 CSV, Mooncake JSONL, and a generic CSV / JSONL / Parquet format.
+
+Every reader returns a :class:`Workload` sorted by arrival. A file is read in two layers:
+
+* a *container* (CSV, JSONL or Parquet) yields ``(where, record)`` pairs, ``where`` being
+  ``file:line`` (CSV counts the header as line 1) or ``file: row N`` for Parquet;
+* a *format* (azure, mooncake, generic) turns records into columns, checking each value.
+
+Every bad value raises :class:`WorkloadError` naming the file, the line, the column, what
+was expected and what was found. Lengths of 0 are raised to 1 and counted in
+``meta["clamped"]`` (rows touched); negative lengths are errors.
+
+Files that carry lengths but no arrival times (``num_prefill_tokens,num_decode_tokens``,
+as the arxiv-summarization lengths file) are *lengths-only*: :func:`read_lengths` accepts
+them as a source for a synthetic ``kind: trace`` length distribution, :func:`read_trace`
+refuses them.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import math
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import date
+from importlib import resources
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from servesim.config import TraceWorkload
+from servesim.errors import WorkloadError
+from servesim.workload.base import Workload
+
+BUILTIN_TRACES = {"azure_conv": "azure_conv_2023.csv.gz", "azure_code": "azure_code_2023.csv.gz"}
+DEFAULT_PREFIX_LEN = 256  # shared tokens per prefix_group: record.py --prefix-len default (tools/vllm-cpu)
+
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
+GENERIC_ARRIVAL = "arrived_at_s"
+GENERIC_PROMPT = ("num_prompt_tokens", "num_prefill_tokens")  # the second: Vidur / arxiv lengths files
+GENERIC_OUTPUT = ("num_output_tokens", "num_decode_tokens")
+
+Records = Iterator[tuple[str, dict[str, Any]]]
+
+
+@dataclass(slots=True)
+class _Rows:
+    """Columns parsed so far, as Python lists (appending beats growing numpy arrays)."""
+
+    name: str
+    format: str = ""
+    arrival: list[Any] = field(default_factory=list)  # seconds (float) or, for azure, ns (int)
+    prompt: list[int] = field(default_factory=list)
+    output: list[int] = field(default_factory=list)
+    hash_ids: list[tuple[int, ...]] | None = None
+    group: list[int] | None = None
+    group_ids: dict[str, int] = field(default_factory=dict)
+    prefix_len: int | None = None
+    priority: list[int] | None = None
+    clamped: int = 0
+    lengths_only: bool = False
+    columns: tuple[str, ...] = ()
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def read_trace(path: str | Path, format: str = "auto", hash_block_tokens: int = 512) -> Workload:
+    """Read a whole trace file (or ``builtin:azure_conv`` / ``builtin:azure_code``).
+
+    ``format`` is ``auto`` (by extension, then header or keys), ``azure``, ``mooncake`` or
+    ``generic``. Arrivals: Azure in seconds since its earliest row, Mooncake ``timestamp``
+    ms / 1000, generic ``arrived_at_s`` as written.
+    """
+    rows = _read(str(path), format)
+    if rows.lengths_only:
+        name = rows.name
+        raise WorkloadError(
+            f"{name}: has no '{GENERIC_ARRIVAL}' column (found {', '.join(rows.columns)}): it is a "
+            f"lengths-only file and cannot be a trace workload; use it as a length source of a "
+            f"synthetic workload: prompt_len: {{kind: trace, trace: {name}, column: prompt}} "
+            f"(and output_len with column: output)")
+    return _to_workload(rows, hash_block_tokens)
+
+
+def read_lengths(path: str | Path, column: str = "prompt", format: str = "auto") -> np.ndarray:
+    """The prompt or output lengths (int64, >= 1) of any file :func:`read_trace` reads, in
+    file order, plus lengths-only files (no arrival column)."""
+    if column not in ("prompt", "output"):
+        raise WorkloadError(f"{path}: column: expected 'prompt' or 'output', found {column!r}")
+    rows = _read(str(path), format)
+    return np.asarray(rows.prompt if column == "prompt" else rows.output, dtype=np.int64)
+
+
+def select(wl: Workload, rate_scale: float = 1.0, start_s: float | None = None,
+           end_s: float | None = None, limit: int | None = None) -> Workload:
+    """Window, limit and speed up a trace.
+
+    The window ``[start_s, end_s)`` applies to the original timeline; kept arrivals are then
+    shifted by ``-start_s`` (the first kept request keeps its offset from ``start_s``) and
+    divided by ``rate_scale``. ``limit`` takes the first N requests after windowing.
+    """
+    t = wl.arrival_s
+    lo = 0 if start_s is None else int(np.searchsorted(t, start_s, side="left"))
+    hi = len(wl) if end_s is None else int(np.searchsorted(t, end_s, side="left"))
+    if limit is not None:
+        hi = min(hi, lo + limit)
+    if hi <= lo:
+        span = f"{t[0]:.3f}-{t[-1]:.3f} s" if len(wl) else "nothing"
+        raise WorkloadError(
+            f"{wl.source}: no requests left after selection (start_s={start_s}, end_s={end_s}, "
+            f"limit={limit}); the trace spans {span}")
+    out = wl.subset(slice(lo, hi))
+    out.arrival_s = (out.arrival_s - (start_s or 0.0)) / rate_scale
+    out.meta["selection"] = {"rate_scale": rate_scale, "start_s": start_s, "end_s": end_s,
+                             "limit": limit, "first_row": lo, "num_rows": hi - lo}
+    return out
+
+
+def load_trace(cfg: TraceWorkload) -> Workload:
+    """Read ``cfg.path`` and apply the selection options of ``cfg``."""
+    wl = read_trace(cfg.path, cfg.format, cfg.hash_block_tokens)
+    if cfg.rate_scale == 1.0 and cfg.start_s is None and cfg.end_s is None and cfg.limit is None:
+        return wl
+    return select(wl, cfg.rate_scale, cfg.start_s, cfg.end_s, cfg.limit)
+
+
+# --------------------------------------------------------------------------- containers
+
+
+def _container(name: str) -> str:
+    """'csv', 'jsonl' or 'parquet' from the file name, else sniffed from the first character."""
+    if name.startswith("builtin:"):
+        return "csv"
+    low = name.lower().removesuffix(".gz")
+    for ext, kind in ((".parquet", "parquet"), (".pq", "parquet"), (".jsonl", "jsonl"),
+                      (".ndjson", "jsonl"), (".json", "jsonl"), (".csv", "csv")):
+        if low.endswith(ext):
+            return kind
+    with _open_text(name) as f:
+        for line in f:
+            if line.strip():
+                return "jsonl" if line.lstrip().startswith("{") else "csv"
+    return "csv"
+
+
+@contextmanager
+def _open_text(name: str) -> Iterator[TextIO]:
+    if name.startswith("builtin:"):
+        key = name.removeprefix("builtin:")
+        if key not in BUILTIN_TRACES:
+            known = ", ".join(f"builtin:{k}" for k in BUILTIN_TRACES)
+            raise WorkloadError(f"{name}: unknown built-in trace (known: {known})")
+        file_name = BUILTIN_TRACES[key]
+        raw = resources.files("servesim").joinpath("data", file_name).open("rb")
+    else:
+        p = Path(name).expanduser()
+        if not p.is_file():
+            raise WorkloadError(f"{name}: no such file")
+        file_name = p.name
+        raw = p.open("rb")
+    with raw:
+        binary = gzip.GzipFile(fileobj=raw) if file_name.endswith(".gz") else raw
+        text = io.TextIOWrapper(binary, encoding="utf-8-sig", newline="")
+        try:
+            yield text
+        except (UnicodeDecodeError, OSError, EOFError) as err:
+            raise WorkloadError(f"{name}: cannot read: {err}") from None
+
+
+def _csv_records(f: TextIO, name: str) -> tuple[tuple[str, ...] | None, Records]:
+    reader = csv.reader(f)
+    header = next(reader, None)
+    if header is None:
+        return None, iter(())
+    columns = tuple(h.strip() for h in header)
+
+    def records() -> Records:
+        for row in reader:
+            if not row:
+                continue
+            where = f"{name}:{reader.line_num}"
+            if len(row) != len(columns):
+                raise WorkloadError(
+                    f"{where}: expected {len(columns)} comma-separated fields "
+                    f"({', '.join(columns)}), found {len(row)}")
+            yield where, dict(zip(columns, row, strict=True))
+
+    return columns, records()
+
+
+def _jsonl_records(f: TextIO, name: str) -> Records:
+    for i, line in enumerate(f, start=1):
+        if not line.strip():
+            continue
+        where = f"{name}:{i}"
+        try:
+            rec = json.loads(line.rstrip("\r\n"))
+        except json.JSONDecodeError as err:
+            raise WorkloadError(f"{where}: expected one JSON object per line, found bad JSON "
+                                f"({err.msg} at column {err.colno})") from None
+        if not isinstance(rec, dict):
+            raise WorkloadError(f"{where}: expected a JSON object, found {type(rec).__name__}")
+        yield where, rec
+
+
+def _parquet_records(name: str) -> tuple[tuple[str, ...], Records]:
+    import pyarrow.parquet as pq
+
+    if not Path(name).expanduser().is_file():
+        raise WorkloadError(f"{name}: no such file")
+    try:
+        table = pq.read_table(Path(name).expanduser())
+    except Exception as err:  # noqa: BLE001 - pyarrow raises several types for a bad file
+        raise WorkloadError(f"{name}: cannot read Parquet: {err}") from None
+    columns = tuple(table.column_names)
+    data = [table.column(c).to_pylist() for c in columns]
+
+    def records() -> Records:
+        for i, values in enumerate(zip(*data, strict=True), start=1):
+            yield f"{name}: row {i}", dict(zip(columns, values, strict=True))
+
+    return columns, records()
+
+
+def _read(name: str, format: str) -> _Rows:
+    if format not in ("auto", "azure", "mooncake", "generic"):
+        raise WorkloadError(f"{name}: format: expected auto, azure, mooncake or generic, found {format!r}")
+    kind = _container(name)
+    rows = _Rows(name)
+    if kind == "parquet":
+        columns, records = _parquet_records(name)
+        _parse(rows, format, columns, name, records)
+        return rows
+    with _open_text(name) as f:
+        if kind == "csv":
+            header, lines = _csv_records(f, name)
+            if header is None:
+                raise WorkloadError(f"{name}: empty file, expected a header line")
+            _parse(rows, format, header, f"{name}:1", lines)
+        else:
+            _parse(rows, format, None, "", _jsonl_records(f, name))
+    return rows
+
+
+# --------------------------------------------------------------------------- formats
+
+
+def _parse(rows: _Rows, format: str, columns: tuple[str, ...] | None, head: str, records: Records) -> None:
+    """Detect the format from the header (JSONL: the first record's keys), parse every record.
+
+    ``head`` is where a missing column is reported: the CSV header line, the Parquet file,
+    or (JSONL) the first record's line.
+    """
+    if columns is None:
+        first = next(records, None)
+        if first is None:
+            raise WorkloadError(f"{rows.name}: no requests (the file is empty)")
+        head, columns = first[0], tuple(first[1])
+        records = _chain(first, records)
+    if format == "auto":
+        if all(c in columns for c in AZURE_COLUMNS):
+            format = "azure"
+        elif all(c in columns for c in MOONCAKE_KEYS):
+            format = "mooncake"
+        else:
+            format = "generic"
+    rows.format, rows.columns = format, columns
+    parser = {"azure": _parse_azure, "mooncake": _parse_mooncake, "generic": _parse_generic}[format]
+    parser(rows, columns, head, records)
+    if not rows.prompt:
+        raise WorkloadError(f"{rows.name}: no requests (the file has a header but no rows)")
+
+
+def _chain(first: tuple[str, dict[str, Any]], rest: Records) -> Records:
+    yield first
+    yield from rest
+
+
+def _require(columns: tuple[str, ...], wanted: tuple[str, ...], where: str, need: str) -> None:
+    for c in wanted:
+        if c not in columns:
+            raise WorkloadError(
+                f"{where}: missing column '{c}' ({need}; found {', '.join(columns) or 'none'})")
+
+
+def _need(rec: dict[str, Any], key: str, where: str) -> Any:
+    try:
+        return rec[key]
+    except KeyError:
+        raise WorkloadError(f"{where}: missing key '{key}'") from None
+
+
+def _parse_azure(rows: _Rows, columns: tuple[str, ...], head: str, records: Records) -> None:
+    _require(columns, AZURE_COLUMNS, head, f"Azure traces need {', '.join(AZURE_COLUMNS)}")
+    days: dict[str, int] = {}
+    for where, rec in records:
+        rows.arrival.append(_azure_ns(_need(rec, "TIMESTAMP", where), where, days))
+        _add_lengths(rows, where, _need(rec, "ContextTokens", where), "ContextTokens",
+                     _need(rec, "GeneratedTokens", where), "GeneratedTokens")
+
+
+def _parse_mooncake(rows: _Rows, columns: tuple[str, ...], head: str, records: Records) -> None:
+    _require(columns, MOONCAKE_KEYS, head, f"Mooncake traces need {', '.join(MOONCAKE_KEYS)}")
+    rows.hash_ids = []
+    for where, rec in records:
+        rows.arrival.append(_number(_need(rec, "timestamp", where), where, "timestamp",
+                                    "a non-negative number of milliseconds") / 1000.0)
+        _add_lengths(rows, where, _need(rec, "input_length", where), "input_length",
+                     _need(rec, "output_length", where), "output_length")
+        rows.hash_ids.append(_hash_ids(rec.get("hash_ids"), where, "hash_ids"))
+
+
+def _parse_generic(rows: _Rows, columns: tuple[str, ...], head: str, records: Records) -> None:
+    prompt_col = next((c for c in GENERIC_PROMPT if c in columns), GENERIC_PROMPT[0])
+    output_col = next((c for c in GENERIC_OUTPUT if c in columns), GENERIC_OUTPUT[0])
+    _require(columns, (prompt_col, output_col), head,
+             f"generic traces need {GENERIC_ARRIVAL}, {GENERIC_PROMPT[0]}, {GENERIC_OUTPUT[0]}")
+    rows.lengths_only = GENERIC_ARRIVAL not in columns
+    has_hash, has_group = "hash_ids" in columns, "prefix_group" in columns
+    has_plen, has_prio = "prefix_len" in columns, "priority" in columns
+    rows.hash_ids = [] if has_hash else None
+    rows.group = [] if has_group else None
+    rows.priority = [] if has_prio else None
+    for where, rec in records:
+        if not rows.lengths_only:
+            rows.arrival.append(_number(_need(rec, GENERIC_ARRIVAL, where), where, GENERIC_ARRIVAL,
+                                        "a non-negative number of seconds"))
+        _add_lengths(rows, where, _need(rec, prompt_col, where), prompt_col,
+                     _need(rec, output_col, where), output_col)
+        if has_hash:
+            rows.hash_ids.append(_hash_ids(rec.get("hash_ids"), where, "hash_ids"))  # type: ignore[union-attr]
+        if has_group:
+            rows.group.append(_group(rows, rec.get("prefix_group")))  # type: ignore[union-attr]
+        if has_plen:
+            _prefix_len(rows, rec.get("prefix_len"), where)
+        if has_prio:
+            rows.priority.append(_priority(rec.get("priority"), where))  # type: ignore[union-attr]
+
+
+# --------------------------------------------------------------------------- values
+
+
+def _bad(where: str, column: str, expected: str, found: Any) -> WorkloadError:
+    return WorkloadError(f"{where}: {column}: expected {expected}, found {found!r}")
+
+
+def _int(value: Any) -> int | None:
+    """An integer from an int, an integral float or a numeric string; None if it is not one."""
+    if type(value) is int:
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            try:
+                value = float(value)
+            except ValueError:
+                return None
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _add_lengths(rows: _Rows, where: str, p_raw: Any, p_col: str, o_raw: Any, o_col: str) -> None:
+    p, o = _int(p_raw), _int(o_raw)
+    if p is None or p < 0:
+        raise _bad(where, p_col, "a positive integer", p_raw)
+    if o is None or o < 0:
+        raise _bad(where, o_col, "a positive integer", o_raw)
+    if p == 0 or o == 0:
+        rows.clamped += 1
+        p, o = max(p, 1), max(o, 1)
+    rows.prompt.append(p)
+    rows.output.append(o)
+
+
+def _number(raw: Any, where: str, column: str, expected: str) -> float:
+    if isinstance(raw, bool):
+        raise _bad(where, column, expected, raw)
+    try:
+        x = float(raw)
+    except (TypeError, ValueError):
+        raise _bad(where, column, expected, raw) from None
+    if not math.isfinite(x) or x < 0:
+        raise _bad(where, column, expected, raw)
+    return x
+
+
+def _hash_ids(raw: Any, where: str, column: str) -> tuple[int, ...]:
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return ()
+    value = raw
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            raise _bad(where, column, "a JSON list of integers", raw) from None
+    if isinstance(value, list | tuple) and all(type(h) is int for h in value):
+        return tuple(value)
+    raise _bad(where, column, "a list of integers", raw)
+
+
+def _group(rows: _Rows, raw: Any) -> int:
+    """Distinct non-empty group values become 0, 1, 2, ... in order of first appearance."""
+    if raw is None:
+        return -1
+    key = str(raw).strip()
+    if key in ("", "-1"):
+        return -1
+    gid = rows.group_ids.get(key)
+    if gid is None:
+        gid = rows.group_ids[key] = len(rows.group_ids)
+    return gid
+
+
+def _prefix_len(rows: _Rows, raw: Any, where: str) -> None:
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return
+    x = _int(raw)
+    if x is None or x < 0:
+        raise _bad(where, "prefix_len", "a non-negative integer", raw)
+    if rows.prefix_len is None:
+        rows.prefix_len = x
+    elif x != rows.prefix_len:
+        raise _bad(where, "prefix_len", f"the same value on every row ({rows.prefix_len})", raw)
+
+
+def _priority(raw: Any, where: str) -> int:
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return 0
+    x = _int(raw)
+    if x is None:
+        raise _bad(where, "priority", "an integer", raw)
+    return x
+
+
+_TIMESTAMP = re.compile(
+    r"(\d{4}-\d\d-\d\d)[ T](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)?")
+_TIMESTAMP_EXPECTED = "a timestamp like '2023-11-16 18:15:46.6805900'"
+
+
+def _azure_ns(raw: Any, where: str, days: dict[str, int]) -> int:
+    """Nanoseconds since 0001-01-01, parsed by hand: Azure has 7 fractional digits, more than
+    ``datetime`` keeps, and ordering must survive."""
+    m = _TIMESTAMP.fullmatch(raw.strip()) if isinstance(raw, str) else None
+    if m is None:
+        raise _bad(where, "TIMESTAMP", _TIMESTAMP_EXPECTED, raw)
+    day_text, hh, mm, ss, frac, tz = m.groups()
+    day = days.get(day_text)
+    if day is None:
+        try:
+            day = days[day_text] = date.fromisoformat(day_text).toordinal()
+        except ValueError:
+            raise _bad(where, "TIMESTAMP", _TIMESTAMP_EXPECTED, raw) from None
+    h, mi, s = int(hh), int(mm), int(ss)
+    if h > 23 or mi > 59 or s > 60:
+        raise _bad(where, "TIMESTAMP", _TIMESTAMP_EXPECTED, raw)
+    secs = day * 86400 + h * 3600 + mi * 60 + s
+    if tz and tz != "Z":
+        sign = -1 if tz[0] == "-" else 1
+        secs -= sign * (int(tz[1:3]) * 3600 + int(tz[-2:]) * 60)
+    return secs * 1_000_000_000 + (int(frac.ljust(9, "0")) if frac else 0)
+
+
+# --------------------------------------------------------------------------- to a Workload
+
+
+def _to_workload(rows: _Rows, hash_block_tokens: int) -> Workload:
+    if rows.format == "azure":
+        t0 = min(rows.arrival)
+        arrival = np.array([t - t0 for t in rows.arrival], dtype=np.int64) / 1e9
+    else:
+        arrival = np.asarray(rows.arrival, dtype=np.float64)
+    meta: dict[str, Any] = {"format": rows.format, "num_rows": len(rows.prompt),
+                            "clamped": rows.clamped, "reordered": False}
+    group = None if rows.group is None else np.asarray(rows.group, dtype=np.int64)
+    prefix_len = 0 if group is None else (DEFAULT_PREFIX_LEN if rows.prefix_len is None else rows.prefix_len)
+    if group is not None:
+        meta["prefix_groups"] = {k: v for k, v in rows.group_ids.items()}
+    wl = Workload(
+        arrival_s=arrival,
+        num_prompt_tokens=np.asarray(rows.prompt, dtype=np.int64),
+        num_output_tokens=np.asarray(rows.output, dtype=np.int64),
+        hash_ids=rows.hash_ids,
+        hash_block_tokens=hash_block_tokens,
+        prefix_group=group,
+        prefix_len=prefix_len,
+        priority=None if rows.priority is None else np.asarray(rows.priority, dtype=np.int64),
+        source=rows.name, meta=meta)
+    if len(arrival) > 1 and np.any(np.diff(arrival) < 0):
+        wl = wl.subset(np.argsort(arrival, kind="stable"))
+        wl.meta["reordered"] = True
+    return wl
