@@ -1,0 +1,132 @@
+"""Accelerators: peak compute, memory, links, power and price of one GPU.
+
+Facts come from the spec sheets collected in the project's ``gpu_specs.csv`` (copied here;
+the package never reads that file). Conventions:
+
+- ``peak_flops`` are dense (no 2:4 sparsity) tensor-core FLOP/s per dtype; ``float32`` is
+  the plain (non-tensor-core) FP32 rate, which is what PyTorch uses by default.
+- ``mem_bytes`` is the memory the driver reports (what ``torch.cuda.mem_get_info`` returns
+  and vLLM multiplies by ``gpu_memory_utilization``): the spec sheet's "80 GB" is 80 GiB of
+  HBM of which the driver keeps a little (an H100 80GB reports 79.19 GiB). Values are
+  approximate for parts without such a reading.
+- ``interconnect_bw`` is unidirectional bytes/s per GPU: half the bidirectional figure of
+  the spec sheet (NVLink 4: 900 GB/s bidirectional -> 450 GB/s).
+- ``idle_power_w`` is a GPU powered up with a model loaded but no kernel running: about
+  20-25% of TDP for datacenter parts (nvidia-smi on an idle H100 SXM reads ~100-150 W).
+  It is a typical value, not a measurement of any particular board.
+- ``usd_per_hour`` is one typical on-demand price per GPU (early-2026 third-party quotes
+  from the CSV notes); prices move often and vary by provider, so treat them as a default.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from servesim.errors import CatalogError
+
+if TYPE_CHECKING:
+    from servesim.config import GpuConfig
+
+_GIB = 2**30
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """One accelerator. Units: FLOP/s, bytes, bytes/s, seconds, watts, USD per hour."""
+
+    name: str
+    peak_flops: dict[str, float] = field(hash=False)
+    mem_bytes: float
+    mem_bw: float
+    interconnect_bw: float
+    interconnect_latency_s: float
+    idle_power_w: float
+    max_power_w: float
+    usd_per_hour: float
+
+    def flops_for(self, dtype: str) -> float:
+        """Peak dense FLOP/s for a dtype; fp8 falls back to bf16 on GPUs without fp8 units."""
+        if dtype in self.peak_flops:
+            return self.peak_flops[dtype]
+        if dtype in ("fp8", "float16", "bfloat16"):
+            return self.peak_flops["bfloat16"]
+        raise CatalogError(f"GPU {self.name}: no peak FLOP/s for dtype {dtype!r}")
+
+
+def _flops(bf16_tflops: float, fp8_tflops: float | None, fp32_tflops: float) -> dict[str, float]:
+    out = {"bfloat16": bf16_tflops * 1e12, "float16": bf16_tflops * 1e12, "float32": fp32_tflops * 1e12}
+    if fp8_tflops is not None:
+        out["fp8"] = fp8_tflops * 1e12
+    return out
+
+
+# name, (bf16, fp8, fp32) TFLOP/s, driver-visible bytes, HBM bytes/s, unidirectional link bytes/s,
+# link latency s, idle W, TDP W, $/GPU-hour.
+_GPUS: tuple[GpuSpec, ...] = (
+    # A100 SXM4 80GB: NVLink 3 600 GB/s bidir; $1.49-2.49 typical range -> midpoint.
+    GpuSpec("A100-80GB", _flops(312, None, 19.5), 79.15 * _GIB, 2.039e12, 300e9, 5e-6, 90, 400, 1.99),
+    # H100 SXM5: NVLink 4 900 GB/s bidir; $2.49 (Lambda, bottom of the 2.49-3.99 range).
+    GpuSpec("H100-SXM", _flops(989, 1979, 67), 79.19 * _GIB, 3.35e12, 450e9, 5e-6, 150, 700, 2.49),
+    # H200 SXM: H100 compute, 141 GB HBM3e at 4.8 TB/s; $2.25 is a vendor's on-demand claim
+    # (hyperscalers quote $8-14), so it is optimistic.
+    GpuSpec("H200", _flops(989, 1979, 67), 139.8 * _GIB, 4.8e12, 450e9, 5e-6, 150, 700, 2.25),
+    # B200 (HGX, 1000 W): 180 GB visible; NVLink 5 1.8 TB/s bidir; $3.75 vendor claim.
+    GpuSpec("B200", _flops(2250, 4500, 75), 179.0 * _GIB, 8.0e12, 900e9, 5e-6, 200, 1000, 3.75),
+    # MI300X: figures approximate (sources conflict); XGMI 896 GB/s; $1.71-1.85 -> 1.78.
+    GpuSpec("MI300X", _flops(1300, 2610, 163.4), 191.5 * _GIB, 5.3e12, 448e9, 8e-6, 170, 750, 1.78),
+    # L40S PCIe: no NVLink, PCIe Gen4 x16 64 GB/s bidir. Price not in the CSV: a typical
+    # on-demand quote (~$1/h), to be checked.
+    GpuSpec("L40S", _flops(362, 733, 91.6), 44.4 * _GIB, 0.864e12, 32e9, 10e-6, 80, 350, 0.99),
+    # L4 PCIe: dense = half the sparse datasheet figures; PCIe Gen4 x16 assumed like L40S.
+    # Price not in the CSV: a typical cloud quote (~$0.70/h), to be checked.
+    GpuSpec("L4", _flops(121, 242.5, 30.3), 22.0 * _GIB, 0.300e12, 32e9, 10e-6, 16, 72, 0.70),
+)
+
+_BY_NAME = {g.name: g for g in _GPUS}
+_ALIASES = {
+    "a100": "A100-80GB", "a10080gb": "A100-80GB", "a100sxm": "A100-80GB", "a100sxm480gb": "A100-80GB",
+    "h100": "H100-SXM", "h100sxm": "H100-SXM", "h10080gb": "H100-SXM", "h100sxm5": "H100-SXM",
+    "h100sxm80gb": "H100-SXM", "h200": "H200", "h200sxm": "H200", "h200141gb": "H200",
+    "b200": "B200", "mi300x": "MI300X", "l40s": "L40S", "l4": "L4",
+}
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def list_gpus() -> list[str]:
+    return [g.name for g in _GPUS]
+
+
+def gpu_from_config(cfg: GpuConfig) -> GpuSpec:
+    """A user-defined GPU. FP32 is not given there; it is taken as 1/16 of BF16 (H100: 67/989)."""
+    bf16 = cfg.bf16_tflops
+    return GpuSpec(
+        name=cfg.name, peak_flops=_flops(bf16, cfg.fp8_tflops, bf16 / 16),
+        mem_bytes=cfg.mem_gb * 1e9, mem_bw=cfg.mem_bw_tbps * 1e12,
+        interconnect_bw=cfg.interconnect_gbps * 1e9,
+        interconnect_latency_s=cfg.interconnect_latency_us * 1e-6,
+        idle_power_w=cfg.idle_power_w, max_power_w=cfg.max_power_w, usd_per_hour=cfg.usd_per_hour,
+    )
+
+
+def get_gpu(name_or_config: str | GpuConfig) -> GpuSpec:
+    """A catalog GPU by name (case-insensitive, aliases like 'h100', 'a100') or a custom GpuConfig."""
+    if not isinstance(name_or_config, str):
+        return gpu_from_config(name_or_config)
+    key = _key(name_or_config)
+    for g in _GPUS:
+        if _key(g.name) == key:
+            return g
+    if key in _ALIASES:
+        return _BY_NAME[_ALIASES[key]]
+    by_upper = {n.upper(): n for n in list_gpus()}
+    close = [by_upper[c] for c in difflib.get_close_matches(name_or_config.upper(), list(by_upper), n=3,
+                                                           cutoff=0.4)]
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise CatalogError(f"unknown GPU {name_or_config!r}{hint} Known: {', '.join(list_gpus())} "
+                       "(or define one under hardware.gpu with bf16_tflops, mem_gb, mem_bw_tbps)")

@@ -1,0 +1,166 @@
+"""Memory plan: how many KV-cache blocks one GPU holds, computed the way vLLM sizes them.
+
+vLLM loads the weights, runs one profiling forward pass of ``max_num_batched_tokens``
+dummy tokens (plus a dummy sampler pass over ``max_num_seqs`` rows of logits), records
+the peak, and gives the KV cache what is left of ``gpu_memory_utilization`` x memory::
+
+    usable    = gpu_memory_utilization * mem_bytes
+    available = usable - weights - activation peak - non-torch reserve
+    blocks    = floor(available / (block_size * kv_bytes_per_token))
+
+All numbers are for one GPU: the largest pipeline stage, this tensor-parallel rank's shard.
+The CUDA context (~0.5 GiB) and CUDA graphs live in the ``1 - gpu_memory_utilization``
+headroom in vLLM's accounting and are not subtracted here either.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from servesim.catalog.gpus import GpuSpec
+from servesim.catalog.models import ModelSpec
+from servesim.config import EngineConfig, ParallelConfig
+from servesim.errors import ConfigError, DoesNotFitError
+
+#: Memory outside PyTorch's allocator that grows during vLLM's profiling run (cuBLAS
+#: workspaces, NCCL / custom all-reduce buffers). vLLM logs it as "non_torch_memory",
+#: typically 0.1-0.6 GiB; 0.5 GiB is a round, slightly conservative figure.
+NON_TORCH_RESERVE_BYTES = 0.5 * 2**30
+
+_GB = 1e9
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPlan:
+    """Where one GPU's memory goes. Bytes per GPU; ``num_gpu_blocks`` KV blocks of ``block_size``."""
+
+    weights_bytes: float
+    activation_bytes: float
+    reserve_bytes: float
+    kv_bytes_per_token: float
+    kv_bytes_per_block: float
+    block_size: int
+    num_gpu_blocks: int
+    max_model_len: int
+    usable_bytes: float
+
+    @property
+    def kv_cache_bytes(self) -> float:
+        return self.num_gpu_blocks * self.kv_bytes_per_block
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.num_gpu_blocks * self.block_size
+
+    def describe(self) -> str:
+        return (
+            f"usable {self.usable_bytes / _GB:.2f} GB = weights {self.weights_bytes / _GB:.2f} GB"
+            f" + activations {self.activation_bytes / _GB:.2f} GB + reserve {self.reserve_bytes / _GB:.2f} GB"
+            f" + KV cache {self.kv_cache_bytes / _GB:.2f} GB"
+            f" ({self.num_gpu_blocks} blocks x {self.block_size} tokens x"
+            f" {self.kv_bytes_per_token / 1024:.0f} KiB/token = {self.kv_capacity_tokens} tokens);"
+            f" max_model_len {self.max_model_len}"
+        )
+
+
+def weights_bytes_per_gpu(model: ModelSpec, tp: int = 1, pp: int = 1) -> float:
+    """Weights on the GPU of the largest pipeline stage.
+
+    Linear layers are sharded by TP (KV projections replicated when there are fewer KV
+    heads than ranks); the embedding and LM head are vocab-parallel. With PP > 1 the first
+    stage holds the embedding and the last the LM head (a copy of it when tied), so the
+    largest stage holds one vocab x hidden matrix. Embeddings and norms stay 16-bit when the
+    linear layers are fp8, as in vLLM's fp8 checkpoints.
+    """
+    layers = model.layers_per_stage(pp)
+    linear = layers * (model.attn_params_per_layer(tp) + model.mlp_params_per_layer(tp))
+    vocab = model.embedding_params(tp) + (model.lm_head_params(tp) if pp == 1 else 0)
+    norms = (2 * layers + 1) * model.hidden_size
+    return linear * model.dtype_bytes + (vocab + norms) * model.activation_dtype_bytes
+
+
+def activation_peak_bytes(model: ModelSpec, engine: EngineConfig, tp: int = 1) -> float:
+    """Peak of vLLM's profiling run: the larger of the forward pass and the sampler pass.
+
+    Forward, T = max_num_batched_tokens tokens, b = activation bytes, per token:
+      4 hidden-sized buffers (residual, normed input, attention output, layer output)
+      + this rank's QKV output + the MLP's intermediates (gate/up output and activation
+      output; for MoE one set per routed expert, plus the expert outputs before the sum).
+    Sampler, R = min(max_num_seqs, T) rows: the final hidden states (T x hidden) plus logits
+      in the model dtype and in fp32, fp32 probabilities and an fp32 sort workspace
+      (R x vocab x (b + 12) bytes); the LM head output is gathered to the full vocab.
+    """
+    t = engine.max_num_batched_tokens
+    b = model.activation_dtype_bytes
+    h = model.hidden_size
+    qkv = (model.num_attention_heads // tp + 2 * model.kv_heads_per_rank(tp)) * model.head_dim
+    width = (model.moe_intermediate_size if model.is_moe else model.intermediate_size) // tp
+    mlp = ((2 if model.mlp_gated else 1) + 1) * width
+    if model.is_moe:
+        mlp = model.num_experts_per_tok * (mlp + h)
+    forward = t * b * (4 * h + qkv + mlp)
+    rows = min(engine.max_num_seqs, t)
+    sampler = t * h * b + rows * model.vocab_size * (b + 12)
+    return float(max(forward, sampler))
+
+
+def _suggest_tp(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, pp: int) -> int | None:
+    usable = engine.gpu_memory_utilization * gpu.mem_bytes
+    for tp in (2, 4, 8, 16, 32, 64):
+        if model.num_attention_heads % tp:
+            continue
+        need = (weights_bytes_per_gpu(model, tp, pp) + activation_peak_bytes(model, engine, tp)
+                + NON_TORCH_RESERVE_BYTES + model.kv_bytes_per_token(tp, pp=pp) * 16 * 1024)
+        if need < usable:
+            return tp
+    return None
+
+
+def plan_memory(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: ParallelConfig,
+                kv_dtype_bytes: float | None = None) -> MemoryPlan:
+    """KV blocks per GPU for ``model`` on ``gpu`` with this engine and parallelism.
+
+    Raises DoesNotFitError when the weights do not fit, when nothing is left for the KV
+    cache, or when the cache cannot hold one ``max_model_len`` sequence (vLLM refuses to
+    start in all three cases). ``engine.num_gpu_blocks_override`` replaces the block count
+    without the KV fit check, as in vLLM.
+    """
+    tp, pp = parallel.tensor_parallel_size, parallel.pipeline_parallel_size
+    max_model_len = engine.max_model_len or model.max_position_embeddings
+    if max_model_len > model.max_position_embeddings:
+        raise ConfigError(f"engine.max_model_len ({max_model_len}) exceeds {model.name}'s "
+                          f"max_position_embeddings ({model.max_position_embeddings}); vLLM rejects it too")
+    usable = engine.gpu_memory_utilization * gpu.mem_bytes
+    weights = weights_bytes_per_gpu(model, tp, pp)
+    activation = activation_peak_bytes(model, engine, tp)
+    reserve = NON_TORCH_RESERVE_BYTES
+    kv_per_token = model.kv_bytes_per_token(tp, kv_dtype_bytes, pp)
+    kv_per_block = kv_per_token * engine.block_size
+    where = (f"{model.name} on {gpu.name} (TP={tp}, PP={pp}, gpu_memory_utilization="
+             f"{engine.gpu_memory_utilization})")
+
+    if weights > usable:
+        tp_hint = _suggest_tp(model, gpu, engine, pp)
+        hint = (f"try tensor_parallel_size={tp_hint}" if tp_hint
+                else "use pipeline parallelism or a GPU with more memory")
+        raise DoesNotFitError(
+            f"{where}: weights need {weights / _GB:.1f} GB per GPU but only {usable / _GB:.1f} GB are "
+            f"usable, {(weights - usable) / _GB:.1f} GB short; {hint}")
+    available = usable - weights - activation - reserve
+    if engine.num_gpu_blocks_override is not None:
+        num_blocks = engine.num_gpu_blocks_override
+    else:
+        num_blocks = max(0, math.floor(available / kv_per_block))
+        if num_blocks * engine.block_size < max_model_len:
+            raise DoesNotFitError(
+                f"{where}: after weights {weights / _GB:.1f} GB, activations {activation / _GB:.1f} GB and "
+                f"reserve {reserve / _GB:.1f} GB the KV cache holds {num_blocks * engine.block_size} tokens, "
+                f"fewer than one max_model_len={max_model_len} sequence (vLLM refuses to start); set "
+                f"engine.max_model_len <= {num_blocks * engine.block_size}, raise gpu_memory_utilization "
+                f"or use more GPUs (tensor parallelism)")
+    return MemoryPlan(
+        weights_bytes=weights, activation_bytes=activation, reserve_bytes=reserve,
+        kv_bytes_per_token=kv_per_token, kv_bytes_per_block=kv_per_block, block_size=engine.block_size,
+        num_gpu_blocks=num_blocks, max_model_len=max_model_len, usable_bytes=usable,
+    )

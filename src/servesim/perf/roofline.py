@@ -1,0 +1,260 @@
+"""Roofline performance model: one iteration's time from FLOPs and HBM bytes per operator class.
+
+For each operator class of the forward pass (QKV/output projections, MLP or experts,
+prefill attention, decode attention, norms/elementwise, LM head, sampling)::
+
+    time = max(FLOPs / (peak FLOP/s x compute efficiency), bytes / (HBM bandwidth x memory efficiency))
+
+plus tensor-parallel all-reduces (ring: 2 (tp-1)/tp x message / link bandwidth + latency,
+two per layer as in Megatron-style TP), the logits gather, pipeline send/receive, and a
+fixed GPU-side launch overhead. Everything is for one TP rank; pipeline stages run one
+micro-batch one after another, so the iteration time is the sum of the stage times
+(a simplification: vLLM overlaps micro-batches of different steps across stages).
+
+Every count is linear in a handful of aggregate batch statistics (except the MoE
+expected-distinct-experts term), so ``__init__`` precomputes seconds-per-unit coefficients
+and ``batch_time`` is a few multiplies and ``max`` calls. See docs/perf_model.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servesim.catalog.gpus import GpuSpec
+from servesim.catalog.models import ModelSpec, resolve_kv_dtype_bytes
+from servesim.config import ModelConfig, ParallelConfig
+from servesim.perf.base import BatchStats
+
+#: Kernels per transformer layer in a vLLM forward pass (2 fused add+norm, QKV, rotary,
+#: KV-cache write, attention, output projection, gate/up, activation, down).
+KERNELS_PER_LAYER = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Efficiencies:
+    """Fractions of peak that real kernels reach, with physics-grounded defaults (not fitted).
+
+    linear_*: cuBLAS/CUTLASS GEMMs on H100 reach ~65-75% of dense peak at large shapes, and
+        skinny decode GEMMs stream weights at ~75-85% of HBM bandwidth.
+    attn_prefill_*: FlashAttention-2/3 forward reaches ~50-70% of peak on long sequences.
+    attn_decode_*: paged decode attention gathers 16-token blocks; ~65-75% of bandwidth.
+    elementwise_memory: small fused kernels (norms, rotary, activation) ~60-75% of bandwidth.
+    comm: NCCL ring all-reduce bus bandwidth is ~80% of NVLink's (Vidur's H100 DGX
+        measurement: ~365 of 450 GB/s at 64 MiB).
+    allreduce_latency_s: small-message all-reduce latency (vLLM's custom all-reduce ~5-10 us;
+        NCCL 20-40 us in Vidur's measurements); 15 us in between.
+    launch_overhead_s: per iteration (CUDA-graph launch, embedding, final norm).
+    kernel_overhead_s: per kernel: the fixed ramp-up/tail a kernel costs even when tiny
+        (Vidur's H100 GEMMs on 1 token run ~2 us longer than their weight streaming).
+    """
+
+    linear_compute: float = 0.70
+    linear_memory: float = 0.80
+    attn_prefill_compute: float = 0.55
+    attn_prefill_memory: float = 0.70
+    attn_decode_compute: float = 0.50
+    attn_decode_memory: float = 0.70
+    elementwise_memory: float = 0.70
+    comm: float = 0.80
+    allreduce_latency_s: float = 15e-6
+    launch_overhead_s: float = 20e-6
+    kernel_overhead_s: float = 2e-6
+
+
+class RooflinePerfModel:
+    """Roofline time of one iteration of ``model`` on ``tp`` x ``pp`` GPUs (implements PerfModel)."""
+
+    __slots__ = (
+        "model", "gpu", "tp", "pp", "eff", "dtype_bytes", "kv_dtype_bytes",
+        "_work", "_proj_f", "_proj_w", "_proj_a", "_mlp_f", "_mlp_w", "_mlp_a", "_router_f", "_router_w",
+        "_num_experts", "_top_k", "_miss", "_pf_f", "_pf_kv", "_pf_tok", "_dec_f", "_dec_kv", "_dec_req",
+        "_el_tok", "_lm_f", "_lm_w", "_lm_req", "_samp_req", "_comm_tok", "_comm_const", "_comm_req",
+        "_fixed", "_coef",
+    )
+
+    def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1, pp: int = 1,
+                 dtype_bytes: float | None = None, kv_dtype_bytes: float | None = None,
+                 eff: Efficiencies | None = None) -> None:
+        self.model, self.gpu, self.tp, self.pp = model, gpu, tp, pp
+        self.eff = e = eff or Efficiencies()
+        self.dtype_bytes = bw_ = model.dtype_bytes if dtype_bytes is None else dtype_bytes
+        ba = model.activation_dtype_bytes
+        self.kv_dtype_bytes = bkv = ba if kv_dtype_bytes is None else kv_dtype_bytes
+        m, L, H = model, model.num_layers, model.hidden_size
+        q = m.num_attention_heads // tp * m.head_dim            # query width on this rank
+        kv = m.kv_heads_per_rank(tp) * m.head_dim               # K (or V) width on this rank
+        width = (m.moe_intermediate_size if m.is_moe else m.intermediate_size) // tp
+        up = (2 if m.mlp_gated else 1) * width                  # gate+up (or up) output width
+        vt = m.vocab_size / tp
+        act_dtype = "float32" if ba >= 4 else ("bfloat16" if m.dtype == "fp8" else m.dtype)
+        peak_lin, peak_act = gpu.flops_for("fp8" if bw_ < 2 else act_dtype), gpu.flops_for(act_dtype)
+
+        # Raw work coefficients (FLOPs and bytes, summed over all layers, one TP rank).
+        w = {
+            "proj_f": 2.0 * m.attn_params_per_layer(tp) * L,               # per token
+            "proj_w": m.attn_params_per_layer(tp) * L * bw_,               # weight bytes
+            "proj_a": L * ba * (H + (q + 2 * kv) + q + H),                 # per token in/out
+            "mlp_f": 2.0 * m.expert_params(tp) * L,                        # per token-expert pair
+            "mlp_w": m.expert_params(tp) * L * bw_,                        # per expert touched
+            "mlp_a": L * ba * (H + up + width + H),                        # per pair in/out
+            "router_f": 2.0 * m.router_params() * L,
+            "router_w": m.router_params() * L * bw_,
+            "pf_f": 4.0 * q * L,                                           # per unit of attn work
+            "kv_tok": 2.0 * kv * bkv * L,                                  # KV bytes per token
+            "qo_tok": 2.0 * q * ba * L,                                    # Q read + O write
+            "dec_f": 4.0 * q * L,                                          # per context token
+            "el_tok": L * ba * (8 * H + 2 * (q + kv) + max(1, m.num_experts_per_tok) * (up + width))
+                      + 6 * H * ba,                                        # + embedding, final norm
+            "lm_f": 2.0 * H * vt,                                          # per request
+            "lm_w": H * vt * ba,
+            "lm_req": (H + vt) * ba,
+            "samp_req": 4 * 4.0 * m.vocab_size,                            # 4 fp32 passes over logits
+        }
+        self._work = w
+        lin_f, lin_m = 1.0 / (peak_lin * e.linear_compute), 1.0 / (gpu.mem_bw * e.linear_memory)
+        act_f = 1.0 / (peak_act * e.linear_compute)
+        pf_f, pf_m = 1.0 / (peak_act * e.attn_prefill_compute), 1.0 / (gpu.mem_bw * e.attn_prefill_memory)
+        dec_f, dec_m = 1.0 / (peak_act * e.attn_decode_compute), 1.0 / (gpu.mem_bw * e.attn_decode_memory)
+        el_m = 1.0 / (gpu.mem_bw * e.elementwise_memory)
+        link = 1.0 / (gpu.interconnect_bw * e.comm)
+
+        # Seconds per unit of each statistic.
+        self._proj_f, self._proj_w = w["proj_f"] * lin_f, w["proj_w"] * lin_m
+        self._proj_a = w["proj_a"] * lin_m
+        self._mlp_f, self._mlp_w, self._mlp_a = w["mlp_f"] * lin_f, w["mlp_w"] * lin_m, w["mlp_a"] * lin_m
+        self._router_f, self._router_w = w["router_f"] * lin_f, w["router_w"] * lin_m
+        self._num_experts, self._top_k = m.num_experts, m.num_experts_per_tok
+        self._miss = 1.0 - m.num_experts_per_tok / m.num_experts if m.is_moe else 0.0
+        self._pf_f = w["pf_f"] * pf_f
+        self._pf_kv = w["kv_tok"] * pf_m                       # per context token read
+        self._pf_tok = (2 * w["kv_tok"] + w["qo_tok"]) * pf_m  # per new token: KV read+write, Q, O
+        self._dec_f = w["dec_f"] * dec_f
+        self._dec_kv = w["kv_tok"] * dec_m
+        self._dec_req = (w["kv_tok"] + w["qo_tok"]) * dec_m    # KV write, Q, O of the new token
+        self._el_tok = w["el_tok"] * el_m
+        self._lm_f, self._lm_w, self._lm_req = w["lm_f"] * act_f, w["lm_w"] * lin_m, w["lm_req"] * lin_m
+        self._samp_req = w["samp_req"] * el_m
+        ring = 2.0 * (tp - 1) / tp
+        self._comm_tok = 2 * L * ring * H * ba * link if tp > 1 else 0.0
+        self._comm_const = (2 * L + 1) * e.allreduce_latency_s if tp > 1 else 0.0
+        self._comm_req = (tp - 1) / tp * m.vocab_size * ba * link     # logits gather
+        # Pipeline: hidden states and residual cross pp - 1 stage boundaries.
+        self._comm_tok += (pp - 1) * 2 * H * ba * link
+        self._comm_const += (pp - 1) * gpu.interconnect_latency_s
+        self._fixed = e.launch_overhead_s + KERNELS_PER_LAYER * L * e.kernel_overhead_s
+        self._coef = (
+            self._proj_f, self._proj_w, self._proj_a, self._mlp_f, self._mlp_w, self._mlp_a,
+            self._router_f, self._router_w, self._num_experts, self._top_k, self._miss,
+            self._pf_f, self._pf_kv, self._pf_tok, self._dec_f, self._dec_kv, self._dec_req,
+            self._lm_f, self._lm_w, self._lm_req,
+            self._el_tok + self._comm_tok, self._samp_req + self._comm_req, self._fixed + self._comm_const)
+
+    # ------------------------------------------------------------------ hot path
+
+    def batch_time(self, stats: BatchStats) -> float:
+        """Seconds of one iteration: sum over operator classes of max(compute, memory) time.
+
+        Written for speed (one tuple unpack, conditional expressions instead of ``max``);
+        ``breakdown`` computes the same terms readably and a test checks they agree.
+        """
+        d = stats.num_decode_reqs
+        pt = stats.num_prefill_tokens
+        t = pt + d
+        r = stats.num_prefill_reqs + d
+        if t == 0:
+            return 0.0
+        (proj_f, proj_w, proj_a, mlp_f, mlp_w, mlp_a, router_f, router_w, num_experts, top_k, miss,
+         pf_f, pf_kv, pf_tok, dec_f, dec_kv, dec_req, lm_f, lm_w, lm_req, per_tok, per_req,
+         const) = self._coef
+        x, y = proj_f * t, proj_w + proj_a * t
+        total = (x if x > y else y) + per_tok * t + per_req * r + const
+        if num_experts:
+            pairs = t * top_k
+            x = mlp_f * pairs + router_f * t
+            y = mlp_w * num_experts * (1.0 - miss ** t) + router_w + mlp_a * pairs
+        else:
+            x, y = mlp_f * t, mlp_w + mlp_a * t
+        total += x if x > y else y
+        if pt:
+            x = pf_f * stats.prefill_attn_work
+            y = pf_kv * stats.sum_prefill_context + pf_tok * pt
+            total += x if x > y else y
+        if d:
+            s = stats.sum_decode_context
+            x, y = dec_f * s, dec_kv * s + dec_req * d
+            total += x if x > y else y
+        x, y = lm_f * r, lm_w + lm_req * r
+        return total + (x if x > y else y)
+
+    # ------------------------------------------------------------------ reporting (not hot)
+
+    def _classes(self, stats: BatchStats) -> dict[str, tuple[float, float]]:
+        """(FLOPs, bytes) per operator class, one TP rank, all layers of all stages."""
+        w, d = self._work, stats.num_decode_reqs
+        t = stats.num_prefill_tokens + d
+        r = stats.num_prefill_reqs + d
+        if self._num_experts:
+            pairs = t * self._top_k
+            touched = self._num_experts * (1.0 - self._miss ** t)
+            mlp = (w["mlp_f"] * pairs + w["router_f"] * t,
+                   (w["mlp_w"] * touched + w["router_w"] if t else 0.0) + w["mlp_a"] * pairs)
+        else:
+            mlp = (w["mlp_f"] * t, (w["mlp_w"] if t else 0.0) + w["mlp_a"] * t)
+        pt, s = stats.num_prefill_tokens, stats.sum_decode_context
+        return {
+            "proj": (w["proj_f"] * t, (w["proj_w"] if t else 0.0) + w["proj_a"] * t),
+            "mlp": mlp,
+            "attn_prefill": (w["pf_f"] * stats.prefill_attn_work,
+                             w["kv_tok"] * (stats.sum_prefill_context + 2 * pt) + w["qo_tok"] * pt)
+                            if pt else (0.0, 0.0),
+            "attn_decode": (w["dec_f"] * s, w["kv_tok"] * (s + d) + w["qo_tok"] * d) if d else (0.0, 0.0),
+            "elementwise": (0.0, w["el_tok"] * t),
+            "lm_head": (w["lm_f"] * r, (w["lm_w"] if r else 0.0) + w["lm_req"] * r),
+            "sampling": (0.0, w["samp_req"] * r),
+        }
+
+    def breakdown(self, stats: BatchStats) -> dict[str, float]:
+        """Seconds per operator class (the terms of ``batch_time``), for reports and tests."""
+        d = stats.num_decode_reqs
+        t = stats.num_prefill_tokens + d
+        r = stats.num_prefill_reqs + d
+        if t == 0:
+            return {}
+        pt, s = stats.num_prefill_tokens, stats.sum_decode_context
+        if self._num_experts:
+            pairs = t * self._top_k
+            touched = self._num_experts * (1.0 - self._miss ** t)
+            mlp = max(self._mlp_f * pairs + self._router_f * t,
+                      self._mlp_w * touched + self._router_w + self._mlp_a * pairs)
+        else:
+            mlp = max(self._mlp_f * t, self._mlp_w + self._mlp_a * t)
+        comm = self._comm_tok * t + self._comm_const + self._comm_req * r
+        return {
+            "proj": max(self._proj_f * t, self._proj_w + self._proj_a * t),
+            "mlp": mlp,
+            "attn_prefill": max(self._pf_f * stats.prefill_attn_work,
+                                self._pf_kv * stats.sum_prefill_context + self._pf_tok * pt) if pt else 0.0,
+            "attn_decode": max(self._dec_f * s, self._dec_kv * s + self._dec_req * d) if d else 0.0,
+            "elementwise": self._el_tok * t,
+            "lm_head": max(self._lm_f * r, self._lm_w + self._lm_req * r),
+            "sampling": self._samp_req * r,
+            "comm": comm,
+            "overhead": self._fixed,
+        }
+
+    def batch_flops(self, stats: BatchStats) -> float:
+        """FLOPs on one GPU: one TP rank's share, averaged over pipeline stages."""
+        return sum(f for f, _ in self._classes(stats).values()) / self.pp
+
+    def batch_bytes(self, stats: BatchStats) -> float:
+        """HBM bytes on one GPU: one TP rank's share, averaged over pipeline stages."""
+        return sum(b for _, b in self._classes(stats).values()) / self.pp
+
+
+def build_perf_model(model: ModelSpec, gpu: GpuSpec, parallel: ParallelConfig,
+                     model_cfg: ModelConfig | None = None,
+                     eff: Efficiencies | None = None) -> RooflinePerfModel:
+    """The default perf model of a scenario (``model`` already loaded with ``model_cfg.dtype``)."""
+    kv_b = resolve_kv_dtype_bytes(model_cfg.kv_cache_dtype if model_cfg else "auto", model)
+    return RooflinePerfModel(model, gpu, tp=parallel.tensor_parallel_size,
+                             pp=parallel.pipeline_parallel_size, kv_dtype_bytes=kv_b, eff=eff)

@@ -1,0 +1,86 @@
+"""Memory plan: hand-computed KV block counts and the does-not-fit errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from servesim.catalog import get_gpu, load_model
+from servesim.config import EngineConfig, ParallelConfig
+from servesim.errors import ConfigError, DoesNotFitError
+from servesim.perf.memory import NON_TORCH_RESERVE_BYTES, plan_memory
+
+GIB = 2**30
+
+
+def test_llama31_8b_on_h100_by_hand() -> None:
+    plan = plan_memory(load_model("Llama-3.1-8B"), get_gpu("H100-SXM"), EngineConfig(), ParallelConfig())
+    # Parameters: 32 layers x (QKV+O 4096*(4096+2*1024) + 4096*4096, MLP 3*4096*14336)
+    # + embedding and LM head 2 * 128256*4096 + norms (2*32+1)*4096 = 8,030,261,248; bf16.
+    weights = (32 * (4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336) + 2 * 128256 * 4096 + 65 * 4096) * 2
+    assert weights == 16_060_522_496
+    assert plan.weights_bytes == weights
+    # Profile run, 8192 tokens x 2 bytes x (4*4096 hidden + 6144 QKV + 2*14336 gate/up + 14336 act) = 1 GiB;
+    # the sampler pass (8192*4096*2 + 256 rows * 128256 * 14 bytes = 0.53 GB) is smaller.
+    assert plan.activation_bytes == 8192 * 2 * (4 * 4096 + 6144 + 3 * 14336) == GIB
+    assert plan.kv_bytes_per_token == 131072 and plan.kv_bytes_per_block == 2 * 2**20
+    usable = 0.9 * 79.19 * GIB
+    blocks = math.floor((usable - weights - GIB - NON_TORCH_RESERVE_BYTES) / (2 * 2**20))
+    assert plan.num_gpu_blocks == blocks
+    assert 27_000 < blocks < 29_500  # ~450k tokens, as vLLM reports for this model on an H100
+    assert plan.max_model_len == 131072 and plan.block_size == 16
+    assert "blocks" in plan.describe()
+
+
+def test_tensor_parallel_shards_weights_and_kv() -> None:
+    m, g = load_model("Llama-3.1-70B"), get_gpu("H100")
+    eng = EngineConfig(max_model_len=8192)  # 128k tokens do not fit on TP=2 (vLLM refuses too)
+    p2 = plan_memory(m, g, eng, ParallelConfig(tensor_parallel_size=2))
+    p4 = plan_memory(m, g, eng, ParallelConfig(tensor_parallel_size=4))
+    assert p2.weights_bytes == pytest.approx(2 * p4.weights_bytes, rel=1e-3)
+    assert p2.kv_bytes_per_token == 2 * p4.kv_bytes_per_token
+    assert p4.num_gpu_blocks > 2 * p2.num_gpu_blocks
+
+
+def test_pipeline_parallel_halves_layers() -> None:
+    m, g = load_model("Llama-3.1-70B"), get_gpu("H100")
+    p = plan_memory(m, g, EngineConfig(max_model_len=8192),
+                    ParallelConfig(tensor_parallel_size=2, pipeline_parallel_size=2))
+    assert p.kv_bytes_per_token == m.kv_bytes_per_token(2) / 2
+    assert p.weights_bytes < 0.55 * m.num_params() * 2 / 2
+
+
+def test_llama2_70b_does_not_fit_on_one_l4() -> None:
+    with pytest.raises(DoesNotFitError, match=r"weights need 138\.0 GB.*GB short; try tensor_parallel_size="):
+        plan_memory(load_model("Llama-2-70B"), get_gpu("L4"), EngineConfig(), ParallelConfig())
+
+
+def test_kv_cache_too_small_for_max_model_len() -> None:
+    m, l4 = load_model("Llama-3.1-8B"), get_gpu("L4")
+    with pytest.raises(DoesNotFitError, match=r"fewer than one max_model_len=131072 .*max_model_len <="):
+        plan_memory(m, l4, EngineConfig(), ParallelConfig())
+    plan = plan_memory(m, l4, EngineConfig(max_model_len=8192), ParallelConfig())
+    assert plan.num_gpu_blocks * 16 >= 8192
+    forced = plan_memory(m, l4, EngineConfig(num_gpu_blocks_override=100), ParallelConfig())
+    assert forced.num_gpu_blocks == 100
+
+
+def test_max_model_len_above_model_limit_is_rejected() -> None:
+    with pytest.raises(ConfigError, match="max_position_embeddings"):
+        plan_memory(load_model("Llama-2-7B"), get_gpu("H100"), EngineConfig(max_model_len=8192),
+                    ParallelConfig())
+
+
+def test_fp8_kv_cache_doubles_blocks() -> None:
+    m, g = load_model("Llama-3.1-8B"), get_gpu("H100")
+    bf16 = plan_memory(m, g, EngineConfig(), ParallelConfig())
+    fp8 = plan_memory(m, g, EngineConfig(), ParallelConfig(), kv_dtype_bytes=1)
+    assert fp8.num_gpu_blocks in (2 * bf16.num_gpu_blocks, 2 * bf16.num_gpu_blocks + 1)
+
+
+def test_fp8_weights_keep_embeddings_16_bit() -> None:
+    m = load_model("Llama-3.1-8B", dtype="fp8")
+    plan = plan_memory(m, get_gpu("H100"), EngineConfig(), ParallelConfig())
+    assert plan.weights_bytes == 32 * (4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336) + (
+        2 * 128256 * 4096 + 65 * 4096) * 2

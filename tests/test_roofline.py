@@ -1,0 +1,214 @@
+"""Roofline perf model: hand-computed rooflines, properties, and real H100 operator timings."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servesim.catalog import get_gpu, load_model
+from servesim.config import ModelConfig, ParallelConfig
+from servesim.perf.base import BatchStats
+from servesim.perf.roofline import Efficiencies, RooflinePerfModel, build_perf_model
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+
+# H100 SXM facts and the default efficiencies, written out so the tests do not call the code under test.
+PEAK, BW = 989e12, 3.35e12
+LIN_C, LIN_M, PF_C, PF_M, DEC_C, DEC_M, EL_M = 0.70, 0.80, 0.55, 0.70, 0.50, 0.70, 0.70
+FIXED_S = 20e-6 + 10 * 32 * 2e-6  # launch + 10 kernels x 32 layers x 2 us
+
+
+def roof(flops: float, nbytes: float, comp: float, mem: float) -> float:
+    return max(flops / (PEAK * comp), nbytes / (BW * mem))
+
+
+# Llama-3.1-8B: L=32, H=4096, 32 heads, 8 KV heads, head_dim 128, FFN=14336, V=128256, bf16.
+L, H, Q, KV, FFN, V = 32, 4096, 32 * 128, 8 * 128, 14336, 128256
+P_PROJ = H * (Q + 2 * KV) + Q * H          # 41,943,040 per layer
+P_MLP = 3 * H * FFN                          # 176,160,768 per layer
+KV_TOK = 2 * KV * 2 * L                    # 131,072 bytes per token, all layers
+QO_TOK = 2 * Q * 2 * L                     # Q read + O write per token
+EL_TOK = L * 2 * (8 * H + 2 * (Q + KV) + 2 * FFN + FFN) + 6 * H * 2
+
+
+def llama8b_by_hand(t: int, r: int, attn: tuple[float, float], attn_c: float, attn_m: float) -> dict:
+    flops = {
+        "proj": 2 * P_PROJ * L * t, "mlp": 2 * P_MLP * L * t, "attn": attn[0],
+        "lm_head": 2 * H * V * r, "elementwise": 0.0, "sampling": 0.0,
+    }
+    nbytes = {
+        "proj": P_PROJ * L * 2 + t * L * 2 * (H + Q + 2 * KV + Q + H),
+        "mlp": P_MLP * L * 2 + t * L * 2 * (H + 2 * FFN + FFN + H),
+        "attn": attn[1],
+        "lm_head": H * V * 2 + r * (H + V) * 2,
+        "elementwise": EL_TOK * t,
+        "sampling": r * V * 4 * 4,
+    }
+    times = {
+        "proj": roof(flops["proj"], nbytes["proj"], LIN_C, LIN_M),
+        "mlp": roof(flops["mlp"], nbytes["mlp"], LIN_C, LIN_M),
+        "attn": roof(flops["attn"], nbytes["attn"], attn_c, attn_m),
+        "lm_head": roof(flops["lm_head"], nbytes["lm_head"], LIN_C, LIN_M),
+        "elementwise": nbytes["elementwise"] / (BW * EL_M),
+        "sampling": nbytes["sampling"] / (BW * EL_M),
+    }
+    return {"flops": sum(flops.values()), "bytes": sum(nbytes.values()), "times": times,
+            "total": sum(times.values()) + FIXED_S}
+
+
+@pytest.fixture(scope="module")
+def llama8b() -> RooflinePerfModel:
+    return RooflinePerfModel(load_model("Llama-3.1-8B"), get_gpu("H100-SXM"))
+
+
+def test_llama8b_decode_batch_by_hand(llama8b: RooflinePerfModel) -> None:
+    d, ctx = 32, 32 * 1024
+    stats = BatchStats(num_decode_reqs=d, sum_decode_context=ctx)
+    attn = (4 * Q * L * ctx, KV_TOK * (ctx + d) + QO_TOK * d)
+    want = llama8b_by_hand(d, d, attn, DEC_C, DEC_M)
+    got = llama8b.breakdown(stats)
+    assert got["attn_decode"] == pytest.approx(want["times"]["attn"], rel=1e-12)
+    for k in ("proj", "mlp", "lm_head", "elementwise", "sampling"):
+        assert got[k] == pytest.approx(want["times"][k], rel=1e-12), k
+    assert llama8b.batch_time(stats) == pytest.approx(want["total"], rel=1e-12)
+    assert llama8b.batch_flops(stats) == pytest.approx(want["flops"], rel=1e-12)
+    assert llama8b.batch_bytes(stats) == pytest.approx(want["bytes"], rel=1e-12)
+    # Decode is memory-bound: 16 GB of weights at 80% of 3.35 TB/s is ~6 ms, plus 4 GB of KV.
+    assert 0.007 < llama8b.batch_time(stats) < 0.012
+
+
+def test_llama8b_prefill_batch_by_hand(llama8b: RooflinePerfModel) -> None:
+    n = 2048
+    work = n * (0 + n / 2)  # one chunk of 2048 tokens with no earlier context
+    stats = BatchStats(num_prefill_tokens=n, prefill_attn_work=work, num_prefill_reqs=1)
+    attn = (4 * Q * L * work, KV_TOK * (0 + 2 * n) + QO_TOK * n)
+    want = llama8b_by_hand(n, 1, attn, PF_C, PF_M)
+    got = llama8b.breakdown(stats)
+    assert got["attn_prefill"] == pytest.approx(want["times"]["attn"], rel=1e-12)
+    assert got["proj"] == pytest.approx(2 * P_PROJ * L * n / (PEAK * LIN_C), rel=1e-12)  # compute-bound
+    assert llama8b.batch_time(stats) == pytest.approx(want["total"], rel=1e-12)
+    assert llama8b.batch_flops(stats) == pytest.approx(want["flops"], rel=1e-12)
+    mfu = llama8b.batch_flops(stats) / llama8b.batch_time(stats) / PEAK
+    assert 0.5 < mfu < 0.7
+
+
+def test_mixtral_experts_touched_by_hand() -> None:
+    pm = RooflinePerfModel(load_model("Mixtral-8x7B"), get_gpu("H100"))
+    p_exp, router = 3 * 4096 * 14336, 4096 * 8
+    for t in (1, 4, 4096):
+        touched = 8 * (1 - (1 - 2 / 8) ** t)  # expected distinct experts among 8, top-2 routing
+        pairs = 2 * t
+        flops = 2 * p_exp * 32 * pairs + 2 * router * 32 * t
+        act = pairs * 32 * 2 * (4096 + 2 * 14336 + 14336 + 4096)
+        nbytes = touched * p_exp * 32 * 2 + router * 32 * 2 + act
+        got = pm.breakdown(BatchStats(num_decode_reqs=t, sum_decode_context=t * 100))["mlp"]
+        assert got == pytest.approx(roof(flops, nbytes, LIN_C, LIN_M), rel=1e-12), t
+    assert 8 * (1 - 0.75 ** 4096) == pytest.approx(8)
+    # One token reads 2 experts, not 8: a decode step of 1 is far cheaper than 8 dense-equivalents.
+    one = pm.breakdown(BatchStats(num_decode_reqs=1, sum_decode_context=100))["mlp"]
+    assert one == pytest.approx((2 * p_exp * 32 * 2 + router * 32 * 2 + 2 * 32 * 2 * 51200) / (BW * LIN_M))
+
+
+def test_breakdown_sums_to_batch_time_and_empty_batch_is_free(llama8b: RooflinePerfModel) -> None:
+    assert llama8b.batch_time(BatchStats()) == 0.0
+    s = BatchStats(num_prefill_tokens=300, prefill_attn_work=300 * 700, num_prefill_reqs=2,
+                   num_decode_reqs=17, sum_decode_context=9000, sum_prefill_context=550)
+    assert sum(llama8b.breakdown(s).values()) == pytest.approx(llama8b.batch_time(s), rel=1e-12)
+
+
+def test_tensor_parallel_speeds_up_70b_prefill() -> None:
+    m, g = load_model("Llama-3.1-70B"), get_gpu("H100")
+    s = BatchStats(num_prefill_tokens=4096, prefill_attn_work=4096 * 2048, num_prefill_reqs=1)
+    t1, t2, t4 = (RooflinePerfModel(m, g, tp=tp).batch_time(s) for tp in (1, 2, 4))
+    assert t4 < t2 < t1
+    assert t2 > t1 / 2  # all-reduces are not free
+    d = BatchStats(num_decode_reqs=64, sum_decode_context=64 * 2000)
+    assert RooflinePerfModel(m, g, tp=2).batch_time(d) < RooflinePerfModel(m, g, tp=1).batch_time(d)
+
+
+def test_pipeline_parallel_is_sum_of_stages_plus_transfers() -> None:
+    m, g = load_model("Llama-3.1-70B"), get_gpu("H100")
+    s = BatchStats(num_prefill_tokens=1024, prefill_attn_work=1024 * 512, num_prefill_reqs=1)
+    one, two = RooflinePerfModel(m, g, tp=2), RooflinePerfModel(m, g, tp=2, pp=2)
+    send = 2 * 1024 * 8192 * 2 / (450e9 * 0.80) + 5e-6  # hidden + residual over one stage boundary
+    assert two.batch_time(s) == pytest.approx(one.batch_time(s) + send, rel=1e-12)
+    assert two.batch_flops(s) == pytest.approx(one.batch_flops(s) / 2)
+
+
+def test_h200_decodes_faster_than_h100_and_fp8_kv_reads_half() -> None:
+    m = load_model("Llama-3.1-8B")
+    s = BatchStats(num_decode_reqs=128, sum_decode_context=128 * 4000)
+    h100 = RooflinePerfModel(m, get_gpu("H100"))
+    assert RooflinePerfModel(m, get_gpu("H200")).batch_time(s) < h100.batch_time(s)
+    fp8 = build_perf_model(m, get_gpu("H100"), ParallelConfig(), ModelConfig(kv_cache_dtype="fp8"))
+    ctx, d = 128 * 4000, 128
+    assert fp8.breakdown(s)["attn_decode"] == pytest.approx(
+        (KV_TOK / 2 * (ctx + d) + QO_TOK * d) / (BW * DEC_M), rel=1e-12)
+    assert fp8.kv_dtype_bytes == 1
+
+
+# ---------------------------------------------------------------------- properties
+
+_STAT_FIELDS = [f.name for f in dataclasses.fields(BatchStats)]
+
+_stats = st.builds(
+    BatchStats,
+    num_prefill_tokens=st.integers(0, 20_000),
+    prefill_attn_work=st.floats(0, 1e9),
+    num_prefill_reqs=st.integers(0, 64),
+    num_decode_reqs=st.integers(0, 512),
+    sum_decode_context=st.integers(0, 2_000_000),
+    sum_prefill_context=st.integers(0, 200_000),
+)
+
+_MODELS = {
+    "dense": RooflinePerfModel(load_model("Llama-3.1-8B"), get_gpu("H100")),
+    "dense_tp2": RooflinePerfModel(load_model("Llama-3.1-70B"), get_gpu("A100"), tp=2, pp=2),
+    "moe_tp2": RooflinePerfModel(load_model("Mixtral-8x7B"), get_gpu("H100"), tp=2),
+    "opt": RooflinePerfModel(load_model("OPT-13B"), get_gpu("A100"), eff=Efficiencies(comm=0.5)),
+}
+
+
+@settings(max_examples=150, deadline=None)
+@given(stats=_stats, field=st.sampled_from(_STAT_FIELDS), bump=st.integers(1, 5000),
+       which=st.sampled_from(sorted(_MODELS)))
+def test_batch_time_non_decreasing_in_every_stat(stats: BatchStats, field: str, bump: int,
+                                                  which: str) -> None:
+    pm = _MODELS[which]
+    bigger = dataclasses.replace(stats, **{field: getattr(stats, field) + bump})
+    assert pm.batch_time(bigger) >= pm.batch_time(stats)
+    assert sum(pm.breakdown(stats).values()) == pytest.approx(pm.batch_time(stats), rel=1e-9)
+
+
+# ---------------------------------------------------------------------- against measurements
+
+
+def _vidur_rows() -> list[dict[str, str]]:
+    path = SHARED / "data/measurements/vidur_profiling/compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv"
+    if not path.exists():
+        pytest.skip("shared measurements not present")
+    return list(csv.DictReader(path.open()))
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_projection_and_mlp_times_within_2x_of_vidur_h100(tp: int) -> None:
+    """Vidur measured each operator of Llama-2-7B on an H100 (ms, median); defaults are not fitted."""
+    rows = _vidur_rows()
+    pm = RooflinePerfModel(load_model("Llama-2-7B"), get_gpu("H100"), tp=tp)
+    for n in (1, 16, 128, 512, 1024, 2048, 4096):
+        row = next(r for r in rows
+                   if int(r["num_tokens"]) == n and int(r["num_tensor_parallel_workers"]) == tp)
+
+        def ms(op: str, row: dict[str, str] = row) -> float:
+            return float(row[f"time_stats.{op}.median"]) * 1e-3
+
+        b = pm.breakdown(BatchStats(num_prefill_tokens=n, prefill_attn_work=n * n / 2, num_prefill_reqs=1))
+        proj_ratio = b["proj"] / 32 / (ms("attn_pre_proj") + ms("attn_post_proj"))
+        mlp_ratio = b["mlp"] / 32 / (ms("mlp_up_proj") + ms("mlp_down_proj"))
+        assert 0.5 <= proj_ratio <= 2.0, (n, proj_ratio)
+        assert 0.5 <= mlp_ratio <= 2.0, (n, mlp_ratio)
