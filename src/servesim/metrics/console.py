@@ -1,0 +1,156 @@
+"""The console report of one run: a header, a latency table and one line per metric group.
+
+Plain ASCII apart from rich's table rules, fits 80 columns, and reads the same in a
+terminal and in a CI log (rich drops colour when the output is not a terminal).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from servesim.metrics.records import Result
+
+_LATENCY_ROWS = (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("ITL", "itl_s"), ("E2E", "e2e_s"),
+                 ("Queue", "queue_s"))
+_LATENCY_COLS = ("mean", "p50", "p90", "p99")
+
+
+def _num(x: float | None) -> str:
+    """A short number: 3 significant digits below 100, no decimals above."""
+    if x is None:
+        return "-"
+    ax = abs(x)
+    if ax >= 100:
+        return f"{x:,.0f}"
+    if ax >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2f}" if ax >= 0.01 or ax == 0 else f"{x:.2g}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else _num(1000 * x)
+
+
+def _si(x: float | None, unit: str) -> str:
+    if x is None:
+        return "-"
+    for scale, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {prefix}{unit}"
+    return f"{_num(x)} {unit}"
+
+
+def _duration(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s >= 3600:
+        return f"{s / 3600:.2f} h"
+    if s >= 60:
+        return f"{s / 60:.1f} min"
+    return f"{_num(s)} s"
+
+
+def _workload_source(scenario: Any) -> str:
+    wl = getattr(scenario, "workload", None)
+    if wl is None:
+        return "?"
+    if getattr(wl, "type", None) == "trace":
+        text = f"trace {wl.path}"
+        if wl.rate_scale != 1.0:
+            text += f" x{wl.rate_scale:g} rate"
+        return text
+    arr = wl.arrival
+    return f"synthetic {arr.process} {arr.rate:g} req/s"
+
+
+def _gpu_name(result: Result) -> str:
+    name = getattr(result.gpu, "name", None)
+    if name:
+        return str(name)
+    gpu = getattr(getattr(result.scenario, "hardware", None), "gpu", "?")
+    return str(getattr(gpu, "name", gpu))
+
+
+def _header(result: Result, s: dict[str, Any]) -> Text:
+    sc = result.scenario
+    c = s["counts"]
+    util = s["utilization"]["overall"]
+    model = getattr(getattr(sc, "model", None), "name", "?")
+    policy = getattr(getattr(sc, "engine", None), "policy", "?")
+    replicas = f", {util['num_replicas']} replicas" if util["num_replicas"] > 1 else ""
+    head = Text()
+    head.append(f"{model}", style="bold")
+    head.append(f" | {_gpu_name(result)} x{util['num_gpus']}{replicas} | {policy}\n")
+    head.append(f"workload: {_workload_source(sc)}\n")
+    head.append(f"{c['num_requests']:,} requests: {c['num_finished']:,} finished")
+    if c["num_unfinished"]:
+        head.append(f", {c['num_unfinished']:,} unfinished", style="yellow")
+    if c["num_rejected"]:
+        head.append(f", {c['num_rejected']:,} rejected", style="red")
+    head.append(f"\nsimulated {_duration(c['end_s'])}")
+    wall = s.get("wall_s") or result.wall_s
+    if wall:
+        head.append(f" in {_duration(wall)} of wall time ({c['end_s'] / wall:,.0f}x real time)")
+    return head
+
+
+def _latency_table(s: dict[str, Any]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, title_justify="left")
+    table.add_column("latency (ms)")
+    for col in _LATENCY_COLS:
+        table.add_column(col, justify="right")
+    for label, key in _LATENCY_ROWS:
+        d = s["latency"][key]
+        table.add_row(label, *(_ms(d[col]) for col in _LATENCY_COLS))
+    return table
+
+
+def _lines(s: dict[str, Any]) -> Table:
+    t, slo, u = s["throughput"], s["slo"], s["utilization"]["overall"]
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    grid.add_row("Throughput", f"{_num(t['requests_per_s'])} req/s, "
+                               f"{_num(t['input_tokens_per_s'])} in + {_num(t['output_tokens_per_s'])} out "
+                               f"= {_num(t['total_tokens_per_s'])} tok/s")
+    limits = {k: v for k, v in slo["limits"].items() if v is not None}
+    if limits:
+        parts = [f"{k[:-2].upper()}<={_num(1000 * v)}ms {_pct(slo['attainment'][k])}"
+                 for k, v in limits.items()]
+        per_gpu = slo["goodput_rps_per_gpu"]
+        grid.add_row("SLO", f"{', '.join(parts)}; all {_pct(slo['attainment']['all'])}")
+        grid.add_row("Goodput", f"{_num(slo['goodput_rps'])} req/s ({_num(per_gpu)} per GPU)")
+    else:
+        grid.add_row("SLO", "none set")
+    kv = f"KV mean {_pct(u['kv_mean'])} peak {_pct(u['kv_peak'])}"
+    grid.add_row("Utilization", f"busy {_pct(u['busy_fraction'])}, MFU {_pct(u['mfu'])}, "
+                                f"MBU {_pct(u['mbu'])}, {kv}")
+    grid.add_row("Scheduler", f"preemptions {u['num_preemptions']:,}, prefix-cache hit rate "
+                              f"{_pct(u['prefix_hit_rate'])}")
+    e, cost = s["energy"], s["cost"]
+    if e["energy_j"] is not None:
+        grid.add_row("Energy", f"{_si(e['energy_j'], 'J')} ({_num(e['avg_power_w'])} W avg), "
+                               f"{_num(e['j_per_output_token'])} J/out tok, {_num(e['j_per_token'])} J/tok")
+        grid.add_row("Cost", f"${cost['usd']:.4g}, ${_num(cost['usd_per_million_output_tokens'])}/M out tok, "
+                             f"${_num(cost['usd_per_million_tokens'])}/M tok")
+    return grid
+
+
+def print_summary(result: Result, console: Console) -> None:
+    """Print the report of ``result`` (its ``summary``, computed here if still empty)."""
+    from servesim.metrics.summary import summarize
+
+    s = result.summary or summarize(result)
+    console.print(_header(result, s))
+    console.print()
+    console.print(_latency_table(s))
+    console.print(_lines(s))

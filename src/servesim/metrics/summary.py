@@ -1,0 +1,274 @@
+"""Metrics computed after the run from a ``Result``: latency, throughput, SLOs, utilization,
+energy and cost (definitions and units in ``docs/metrics.md``).
+
+``summarize`` is pure and returns a JSON-serialisable nested dict of floats, ints and
+None (None where a metric is undefined, NaN never appears).
+
+Two time windows are used, and they coincide when every request finishes:
+
+    span_s    first arrival -> last finish   rates: throughput, goodput
+    window_s  first arrival -> result.end_s  time-averages: busy, MFU/MBU, KV, energy, cost
+
+Rates use ``span_s`` so that the idle tail of a run does not dilute them; averages of
+engine activity use ``window_s`` because ``busy_s``, ``flops`` and the rest are accumulated
+until the last event, which may come after the last finish when requests are left over.
+
+Percentiles use one definition for every metric, the inverted CDF (numpy's
+``method="inverted_cdf"``): the p-th percentile is the smallest sample x such that at
+least p% of the samples (by weight) are <= x. It always returns an observed value and
+extends exactly to weighted samples such as the ITL (gap, count) pairs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from servesim.metrics.records import RequestStatus, Result
+
+PERCENTILES = (50, 90, 95, 99)
+LATENCY_METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s")
+SLO_METRICS = ("ttft_s", "tpot_s", "e2e_s")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def weighted_percentile(values: np.ndarray, weights: np.ndarray, p: float) -> float:
+    """Inverted-CDF percentile: the smallest value whose cumulative weight is >= p% of the total.
+
+    ``p`` is in percent (0..100). With unit weights this equals
+    ``np.percentile(values, p, method="inverted_cdf")``. Comparing ``100 * cum >= p * total``
+    keeps integer weights and integer ``p`` exact (no rounding at p99 of 100 samples).
+    """
+    order = np.argsort(values, kind="stable")
+    v = np.asarray(values, np.float64)[order]
+    cum = np.cumsum(np.asarray(weights)[order])
+    if v.size == 0 or cum[-1] <= 0:
+        return math.nan
+    idx = int(np.argmax(100 * cum >= p * cum[-1]))
+    return float(v[idx])
+
+
+def distribution(values: np.ndarray, weights: np.ndarray | None = None) -> dict[str, Any]:
+    """count, mean, p50, p90, p95, p99, max of the non-NaN values (optionally weighted)."""
+    values = np.asarray(values, np.float64)
+    w = np.ones(values.shape, np.int64) if weights is None else np.asarray(weights)
+    keep = ~np.isnan(values) & (w > 0)
+    values, w = values[keep], w[keep]
+    total = int(w.sum()) if w.size else 0
+    out: dict[str, Any] = {"count": total}
+    if total == 0:
+        out.update({"mean": None, **{f"p{p}": None for p in PERCENTILES}, "max": None})
+        return out
+    out["mean"] = float(np.dot(values, w) / total)
+    for p in PERCENTILES:
+        out[f"p{p}"] = weighted_percentile(values, w, p)
+    out["max"] = float(values.max())
+    return out
+
+
+def _ratio(num: float, den: float | None) -> float | None:
+    """num / den, or None when the denominator is missing, zero or not finite."""
+    if den is None or not math.isfinite(den) or den <= 0 or not math.isfinite(num):
+        return None
+    return num / den
+
+
+def _clean(x: Any) -> Any:
+    """Numpy scalars -> Python; NaN/inf -> None, recursively."""
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_clean(v) for v in x]
+    if isinstance(x, np.integer | np.bool_):
+        return x.item()
+    if isinstance(x, float | np.floating):
+        x = float(x)
+        return x if math.isfinite(x) else None
+    return x
+
+
+def _model_dtype(scenario: Any) -> str:
+    dtype = getattr(getattr(scenario, "model", None), "dtype", "auto")
+    return "bfloat16" if dtype in (None, "auto") else str(dtype)
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def _counts(result: Result) -> dict[str, Any]:
+    rec = result.records
+    n = len(rec)
+    finished = rec.status == RequestStatus.FINISHED
+    first_arrival = float(np.nanmin(rec.arrival_s)) if n and not np.isnan(rec.arrival_s).all() else None
+    last_finish = float(rec.finished_s[finished].max()) if finished.any() else None
+    span = last_finish - first_arrival if first_arrival is not None and last_finish is not None else None
+    window = result.end_s - first_arrival if first_arrival is not None else None
+    return {
+        "num_requests": n,
+        "num_finished": int(finished.sum()),
+        "num_unfinished": int((rec.status == RequestStatus.UNFINISHED).sum()),
+        "num_rejected": int((rec.status == RequestStatus.REJECTED).sum()),
+        "first_arrival_s": first_arrival,
+        "last_finish_s": last_finish,
+        "end_s": float(result.end_s),
+        "span_s": span,
+        "window_s": window,
+    }
+
+
+def _latency(result: Result) -> dict[str, Any]:
+    rec = result.records
+    finished = rec.status == RequestStatus.FINISHED
+    out = {
+        name: distribution(getattr(rec, name)[finished])
+        for name in ("ttft_s", "tpot_s", "e2e_s", "queue_s")
+    }
+    out["itl_s"] = distribution(np.asarray(result.itl.gap_s, np.float64),
+                                np.asarray(result.itl.count, np.int64))
+    return {name: out[name] for name in LATENCY_METRICS}
+
+
+def _throughput(result: Result, span_s: float | None) -> dict[str, Any]:
+    rec = result.records
+    finished = rec.status == RequestStatus.FINISHED
+    num_in = int(rec.num_prompt_tokens[finished].sum())
+    num_out = int(rec.num_output_tokens[finished].sum())
+    return {
+        "num_input_tokens": num_in,
+        "num_output_tokens": num_out,
+        "requests_per_s": _ratio(int(finished.sum()), span_s),
+        "input_tokens_per_s": _ratio(num_in, span_s),
+        "output_tokens_per_s": _ratio(num_out, span_s),
+        "total_tokens_per_s": _ratio(num_in + num_out, span_s),
+    }
+
+
+def _slo(result: Result, span_s: float | None, num_gpus: int) -> dict[str, Any]:
+    """Attainment is over ALL requests: unfinished and rejected ones miss every SLO.
+
+    A finished request with one output token has no TPOT and meets a TPOT limit.
+    """
+    rec = result.records
+    n = len(rec)
+    finished = rec.status == RequestStatus.FINISHED
+    slo = getattr(result.scenario, "slo", None)
+    limits = {m: getattr(slo, m, None) for m in SLO_METRICS}
+    meets_all = finished.copy()
+    attainment: dict[str, float | None] = {}
+    for metric, limit in limits.items():
+        if limit is None:
+            attainment[metric] = None
+            continue
+        value = getattr(rec, metric)
+        ok = finished & (value <= limit)  # NaN compares False: a miss
+        if metric == "tpot_s":
+            ok |= finished & np.isnan(value)
+        attainment[metric] = _ratio(int(ok.sum()), n)
+        meets_all &= ok
+    num_good = int(meets_all.sum())
+    attainment["all"] = _ratio(num_good, n)
+    goodput = _ratio(num_good, span_s)
+    return {
+        "limits": limits,
+        "attainment": attainment,
+        "num_good": num_good,
+        "goodput_rps": goodput,
+        "goodput_rps_per_gpu": None if goodput is None else _ratio(goodput, num_gpus),
+    }
+
+
+def _utilization(result: Result, window_s: float | None) -> dict[str, Any]:
+    gpu = result.gpu
+    peak_flops = gpu.flops_for(_model_dtype(result.scenario)) if gpu is not None else None
+    mem_bw = getattr(gpu, "mem_bw", None) if gpu is not None else None
+
+    def one(r: Any) -> dict[str, Any]:
+        return {
+            "num_gpus": r.num_gpus,
+            "num_steps": r.num_steps,
+            "busy_fraction": _ratio(r.busy_s, window_s),
+            "gpu_fraction": _ratio(r.gpu_s, window_s),
+            "mfu": None if peak_flops is None or window_s is None else _ratio(r.flops, window_s * peak_flops),
+            "mbu": None if mem_bw is None or window_s is None else _ratio(r.bytes, window_s * mem_bw),
+            "kv_mean": None if window_s is None else _ratio(r.kv_block_s, window_s * r.num_gpu_blocks),
+            "kv_peak": _ratio(r.peak_kv_blocks, r.num_gpu_blocks),
+            "num_preemptions": r.num_preemptions,
+            "prefix_hit_rate": _ratio(r.num_prefix_hit_tokens, r.num_prefix_query_tokens),
+        }
+
+    reps = result.replicas
+    gpus = sum(r.num_gpus for r in reps)
+    tot = {
+        "num_replicas": len(reps),
+        "num_gpus": gpus,
+        "num_steps": sum(r.num_steps for r in reps),
+        # Busy and KV: the mean over replicas (engines); MFU/MBU: the mean over GPUs.
+        "busy_fraction": None if window_s is None else _ratio(
+            sum(r.busy_s for r in reps), window_s * len(reps)),
+        "gpu_fraction": None if window_s is None else _ratio(
+            sum(r.gpu_s * r.num_gpus for r in reps), window_s * gpus),
+        "mfu": None if peak_flops is None or window_s is None else _ratio(
+            sum(r.flops * r.num_gpus for r in reps), window_s * peak_flops * gpus),
+        "mbu": None if mem_bw is None or window_s is None else _ratio(
+            sum(r.bytes * r.num_gpus for r in reps), window_s * mem_bw * gpus),
+        "kv_mean": None if window_s is None else _ratio(
+            sum(r.kv_block_s for r in reps), window_s * sum(r.num_gpu_blocks for r in reps)),
+        "kv_peak": max((x for r in reps if (x := _ratio(r.peak_kv_blocks, r.num_gpu_blocks)) is not None),
+                       default=None),
+        "num_preemptions": sum(r.num_preemptions for r in reps),
+        "prefix_hit_rate": _ratio(sum(r.num_prefix_hit_tokens for r in reps),
+                                  sum(r.num_prefix_query_tokens for r in reps)),
+    }
+    return {"overall": tot, "replicas": [one(r) for r in reps]}
+
+
+def _energy_cost(result: Result, window_s: float | None, num_out: int, num_in: int) -> dict[str, Any]:
+    """Linear power model per GPU, P = idle + (max - idle) * gpu_s / window, over the window."""
+    gpu = result.gpu
+    none_e = {"energy_j": None, "avg_power_w": None, "j_per_output_token": None, "j_per_token": None}
+    none_c = {"usd": None, "usd_per_million_output_tokens": None, "usd_per_million_tokens": None}
+    if gpu is None or window_s is None or window_s <= 0:
+        return {"energy": none_e, "cost": none_c}
+    idle_w, max_w = gpu.idle_power_w, gpu.max_power_w
+    gpus = sum(r.num_gpus for r in result.replicas)
+    # Energy (J) = sum over GPUs of idle_w * window + (max_w - idle_w) * gpu_s.
+    energy_j = sum(r.num_gpus * (idle_w * window_s + (max_w - idle_w) * min(r.gpu_s, window_s))
+                   for r in result.replicas)
+    usd = gpu.usd_per_hour * gpus * window_s / 3600.0
+    energy = {
+        "energy_j": energy_j,
+        "avg_power_w": energy_j / window_s,
+        "j_per_output_token": _ratio(energy_j, num_out),
+        "j_per_token": _ratio(energy_j, num_out + num_in),
+    }
+    cost = {
+        "usd": usd,
+        "usd_per_million_output_tokens": _ratio(usd * 1e6, num_out),
+        "usd_per_million_tokens": _ratio(usd * 1e6, num_out + num_in),
+    }
+    return {"energy": energy, "cost": cost}
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def summarize(result: Result) -> dict[str, Any]:
+    """Every metric of one run as a nested, JSON-serialisable dict (see docs/metrics.md)."""
+    counts = _counts(result)
+    span_s, window_s = counts["span_s"], counts["window_s"]
+    throughput = _throughput(result, span_s)
+    num_gpus = sum(r.num_gpus for r in result.replicas)
+    summary = {
+        "counts": counts,
+        "latency": _latency(result),
+        "throughput": throughput,
+        "slo": _slo(result, span_s, num_gpus),
+        "utilization": _utilization(result, window_s),
+        **_energy_cost(result, window_s, throughput["num_output_tokens"], throughput["num_input_tokens"]),
+        "wall_s": float(result.wall_s),
+    }
+    return _clean(summary)
