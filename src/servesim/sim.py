@@ -17,6 +17,7 @@ import numpy as np
 from servesim.config import EngineConfig, Scenario, load_scenario, scenario_from_dict
 from servesim.engine.events import EventLoop
 from servesim.engine.kv_cache import KVCacheManager
+from servesim.engine.lazy import LazyScheduler
 from servesim.engine.replica import Replica
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import Scheduler, SchedulerConfig
@@ -67,8 +68,12 @@ def make_requests(wl: Workload) -> list[Request]:
 
 def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_blocks: int,
                max_model_len: int, *, num_gpus: int = 1, check_invariants: bool = False,
-               until_s: float = float("inf")) -> EngineRun:
-    """Run one replica of the V1 engine over ``wl`` (no catalog needed: tests use this)."""
+               reference: bool = False, until_s: float = float("inf")) -> EngineRun:
+    """Run one replica of the V1 engine over ``wl`` (no catalog needed: tests use this).
+
+    ``reference`` selects the step-by-step reference scheduler instead of the lazy one;
+    both make the same decisions (tests/test_differential.py holds them to it).
+    """
     loop = EventLoop()
     kv = KVCacheManager(num_gpu_blocks, engine.block_size, engine.enable_prefix_caching, max_model_len)
     cfg = SchedulerConfig(
@@ -80,7 +85,8 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
         scheduler_reserve_full_isl=engine.scheduler_reserve_full_isl)
     steps, itl = StepSeries(), ItlSamples()
     totals = ReplicaTotals(num_gpus=num_gpus, num_gpu_blocks=num_gpu_blocks)
-    replica = Replica(0, loop, Scheduler(cfg, kv), perf, engine.cpu_overhead_s, steps, itl, totals,
+    scheduler = Scheduler(cfg, kv) if reference else LazyScheduler(cfg, kv)
+    replica = Replica(0, loop, scheduler, perf, engine.cpu_overhead_s, steps, itl, totals,
                       check_invariants=check_invariants)
     reqs = make_requests(wl)
     reasons: dict[int, str] = {}
@@ -155,7 +161,7 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
              progress: bool = False) -> Result:
     """Run the scenario and return its Result with ``summary`` filled."""
     from servesim.catalog.gpus import get_gpu
-    from servesim.catalog.models import load_model
+    from servesim.catalog.models import load_model, resolve_kv_dtype_bytes
     from servesim.metrics.summary import summarize
     from servesim.perf.memory import plan_memory
     from servesim.perf.roofline import build_perf_model
@@ -165,12 +171,14 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
     sc = _resolve(scenario)
     model = load_model(sc.model.name, sc.model.dtype)
     gpu = get_gpu(sc.hardware.gpu)
-    plan = plan_memory(model, gpu, sc.engine, sc.parallel)
+    plan = plan_memory(model, gpu, sc.engine, sc.parallel,
+                       kv_dtype_bytes=resolve_kv_dtype_bytes(sc.model.kv_cache_dtype, model))
     perf = build_perf_model(model, gpu, sc.parallel, sc.model)
     wl = load_workload(sc.workload, sc.run.seed)
     num_gpus = sc.parallel.tensor_parallel_size * sc.parallel.pipeline_parallel_size
     run = run_engine(wl, sc.engine, perf, plan.num_gpu_blocks, plan.max_model_len,
-                     num_gpus=num_gpus, check_invariants=sc.run.check_invariants)
+                     num_gpus=num_gpus, check_invariants=sc.run.check_invariants,
+                     reference=sc.run.reference)
     result = Result(scenario=sc, records=run.records, steps=run.steps, itl=run.itl,
                     replicas=[run.totals], end_s=run.end_s, gpu=gpu)
     result.wall_s = time.perf_counter() - t0

@@ -204,6 +204,12 @@ class KVCacheManager:
             if b.ref_cnt == 0 and not b.is_null:
                 append(b)
 
+    def cache_full_blocks(self, req: Request) -> None:
+        """Hash every full computed block of ``req`` (the lazy engine defers this for decodes)."""
+        held = self.req_blocks.get(req.idx)
+        if self.enable_caching and held:
+            self._cache_full_blocks(req, held, req.num_computed_tokens // self.block_size)
+
     def reset_prefix_cache(self) -> None:
         for entry in self.cached.values():
             for b in entry.values():

@@ -55,7 +55,7 @@ class Replica:
         now = self.loop.now
         sched = self.scheduler
         out = sched.schedule()
-        if not out.reqs:
+        if not out.reqs and not out.num_pool:
             self.busy = False
             return
         self.busy = True
@@ -81,7 +81,7 @@ class Replica:
             else:
                 itl.add(now - req.last_token_s, 1)
             req.last_token_s = now
-        itl.add(now - last, n_same)
+        itl.add(now - last, n_same + out.num_pool)
         self.last_step_end_s = now
         self.num_finished += len(finished)
         if self.check_invariants:

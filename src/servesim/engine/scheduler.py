@@ -62,6 +62,7 @@ class SchedulerOutput:
     stats: BatchStats = field(default_factory=BatchStats)
     preempted: list[Request] = field(default_factory=list)
     total_tokens: int = 0
+    num_pool: int = 0  # decodes scheduled implicitly (lazy engine), not listed in ``reqs``
 
     def __len__(self) -> int:
         return len(self.reqs)

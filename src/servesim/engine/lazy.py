@@ -1,0 +1,289 @@
+"""The fast engine: vLLM V1 decisions with lazy decode accounting and skip-ahead.
+
+``LazyScheduler`` makes exactly the scheduling decisions of the reference ``Scheduler``
+(same batches, same block allocations in the same order, same preemptions), but a step
+does not touch every running request:
+
+* **Decode pool.** A running request whose prompt is computed and whose last token came
+  out of the previous step joins the pool. A pooled request is scheduled for one token
+  every step, so its counts are derived, not stored: at step ``it`` it has
+  ``stored + (it - lazy_it)`` computed and output tokens. The pool keeps only its size
+  and the sum of ``computed - lazy_it`` (so the sum of decode contexts at any step is
+  O(1)).
+* **Buckets.** Each pooled request registers the step at which its new token starts a
+  new KV block (``_crossings``) and the step whose output finishes it (``_finishes``).
+  A step touches only those requests, the unfinished prefills, and new admissions.
+* **Exact fallback.** When a step could differ from "every pooled request gets one token
+  and a block if it crosses a boundary" (the token budget is short for requests in
+  running order, or the free blocks do not cover this step's needs, so a preemption may
+  follow), the pool is materialized and the reference algorithm runs that step.
+* **Skip-ahead.** A step in which only pooled decodes run and nothing can change the next
+  schedule (no unfinished prefill, no admissible waiting request, no arrival that could be
+  admitted before it ends, no finish, enough free blocks for every boundary crossing) is
+  extended into a run of k steps timed in one go; per-request state is not touched.
+
+Requests leave the pool by finishing or by materialization (a fallback step); stale
+bucket entries are recognised by the request's ``epoch``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from servesim.engine.kv_cache import KVCacheManager
+from servesim.engine.request import ReqStatus, Request
+from servesim.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+
+
+@dataclass(slots=True)
+class LazyOutput(SchedulerOutput):
+    """A step (or a run of ``num_steps`` pure-decode steps) of the lazy scheduler."""
+
+    is_exact: bool = False  # ran the reference algorithm (pool materialized)
+    first_it: int = 0  # index of the (first) step
+    num_steps: int = 1
+    step_s: list[float] | None = None  # per-step durations of a run (set by the replica)
+
+
+class LazyScheduler(Scheduler):
+    def __init__(self, cfg: SchedulerConfig, kv: KVCacheManager) -> None:
+        super().__init__(cfg, kv)
+        self.it = 0  # index of the next step
+        self.num_pool = 0
+        self.pool_off = 0  # sum over the pool of (num_computed_tokens - lazy_it)
+        self.pool_max_seq = -1  # an upper bound of the pool's largest seq
+        self.individual: list[Request] = []  # running requests not in the pool, by seq
+        self._crossings: dict[int, list[tuple[Request, int]]] = {}
+        self._finishes: dict[int, list[tuple[Request, int]]] = {}
+        self._finish_heap: list[int] = []
+        self._next_seq = 0
+        self.last_end_s = 0.0
+        self.waiting_blocked = False  # the last step tried the waiting head and could not admit
+
+    # ----------------------------------------------------------------- pool bookkeeping
+
+    def _join_pool(self, r: Request, it: int) -> None:
+        """``r`` produced a token in step it-1 and will decode every step from ``it``."""
+        bs = self.kv.block_size
+        c = r.num_computed_tokens  # = num_tokens - 1
+        r.lazy_it = it
+        self.num_pool += 1
+        self.pool_off += c - it
+        if r.seq > self.pool_max_seq:
+            self.pool_max_seq = r.seq
+        ep = r.epoch
+        cross = it + (-c) % bs
+        bucket = self._crossings.get(cross)
+        if bucket is None:
+            self._crossings[cross] = [(r, ep)]
+        else:
+            bucket.append((r, ep))
+        remaining = min(r.max_tokens - r.num_output_tokens,
+                        self.cfg.max_model_len - (r.num_prompt_tokens + r.num_output_tokens))
+        fin = it + remaining - 1
+        bucket = self._finishes.get(fin)
+        if bucket is None:
+            self._finishes[fin] = [(r, ep)]
+            heapq.heappush(self._finish_heap, fin)
+        else:
+            bucket.append((r, ep))
+
+    def _materialize(self, r: Request, it: int) -> None:
+        """Write ``r``'s derived counts at step ``it`` into it (it stays in the pool)."""
+        d = it - r.lazy_it
+        if d:
+            r.num_computed_tokens += d
+            r.num_output_tokens += d
+            r.lazy_it = it
+
+    def _leave_pool(self, r: Request, it: int) -> None:
+        self._materialize(r, it)
+        self.num_pool -= 1
+        self.pool_off -= r.num_computed_tokens - it
+        r.lazy_it = -1
+        r.epoch += 1
+
+    def _materialize_all(self) -> None:
+        it = self.it
+        for r in self.running:
+            if r.lazy_it >= 0:
+                self._leave_pool(r, it)
+                r.last_token_s = self.last_end_s
+                self.kv.cache_full_blocks(r)  # the reference hashed them step by step
+        self.individual = []
+        self.pool_max_seq = -1
+        self._crossings.clear()
+        self._finishes.clear()
+        self._finish_heap.clear()
+
+    def _valid(self, entries: list[tuple[Request, int]] | None) -> list[Request]:
+        if not entries:
+            return []
+        return [r for r, ep in entries if ep == r.epoch and r.lazy_it >= 0]
+
+    # ----------------------------------------------------------------- schedule
+
+    def schedule(self) -> LazyOutput:
+        it = self.it
+        out = self._try_fast(it)
+        if out is None:
+            out = self._exact(it)
+        self.it = it + 1
+        return out
+
+    def _exact(self, it: int) -> LazyOutput:
+        self._materialize_all()
+        ref = Scheduler.schedule(self)
+        self.waiting_blocked = False
+        return LazyOutput(reqs=ref.reqs, num_tokens=ref.num_tokens, stats=ref.stats,
+                          preempted=ref.preempted, total_tokens=ref.total_tokens,
+                          is_exact=True, first_it=it)
+
+    def _try_fast(self, it: int) -> LazyOutput | None:
+        cfg = self.cfg
+        kv = self.kv
+        n_pool = self.num_pool
+        budget = cfg.max_num_batched_tokens - n_pool
+        if budget < 0:
+            return None
+        threshold = cfg.long_prefill_token_threshold
+        if len(self.running) + len(self.waiting) <= 1:
+            threshold = 0
+        crossing = self._valid(self._crossings.pop(it, None))
+        indiv = self.individual
+        # Demands of the individually tracked running requests, in running (seq) order.
+        demands: list[int] = []
+        need_blocks = len(crossing)
+        room_budget = budget
+        bs = kv.block_size
+        for r in indiv:
+            n = r.num_prompt_tokens + r.num_output_tokens - r.num_computed_tokens
+            if 0 < threshold < n:
+                n = threshold
+            room = cfg.max_model_len - 1 - r.num_computed_tokens
+            if n > room:
+                n = room
+            if r.seq < self.pool_max_seq and n > room_budget:
+                return self._put_back(it, crossing)  # budget order matters: exact step
+            if n > room_budget:
+                n = room_budget if room_budget > 0 else 0
+            room_budget -= n
+            demands.append(n)
+            if n > 0:
+                held = kv.req_blocks.get(r.idx)
+                need = -(-(r.num_computed_tokens + n) // bs) - (len(held) if held else 0)
+                if need > 0:
+                    need_blocks += need
+        if need_blocks > kv.num_free_blocks:
+            return self._put_back(it, crossing)
+        out = LazyOutput(first_it=it, num_pool=n_pool)
+        # Allocate in running order: crossing pool decodes interleaved with the others.
+        if crossing:
+            for r in crossing:
+                self._materialize(r, it)
+            items = sorted([(r.seq, 0, r, 1) for r in crossing]
+                           + [(r.seq, 1, r, n) for r, n in zip(indiv, demands) if n > 0],
+                           key=lambda x: x[0])
+            for _, is_indiv, r, n in items:
+                kv.allocate_slots(r, n)
+                if not is_indiv:
+                    nxt = it + bs
+                    bucket = self._crossings.get(nxt)
+                    if bucket is None:
+                        self._crossings[nxt] = [(r, r.epoch)]
+                    else:
+                        bucket.append((r, r.epoch))
+            for r, n in zip(indiv, demands):
+                if n > 0:
+                    out.reqs.append(r)
+                    out.num_tokens.append(n)
+        else:
+            for r, n in zip(indiv, demands):
+                if n > 0:
+                    kv.allocate_slots(r, n)
+                    out.reqs.append(r)
+                    out.num_tokens.append(n)
+        n_run = len(self.running)
+        budget = self._schedule_waiting(out, room_budget, threshold)
+        for r in self.running[n_run:]:
+            self._next_seq += 1
+            r.seq = self._next_seq
+            self.individual.append(r)
+        self.waiting_blocked = bool(self.waiting)
+        out.total_tokens = cfg.max_num_batched_tokens - budget
+        self._finalize(out)
+        st = out.stats
+        st.num_decode_reqs += n_pool
+        st.sum_decode_context += self.pool_off + n_pool * (it + 1)
+        return out
+
+    def _put_back(self, it: int, crossing: list[Request]) -> None:
+        if crossing:
+            self._crossings[it] = [(r, r.epoch) for r in crossing]
+        return None
+
+    # ----------------------------------------------------------------- update
+
+    def update_from_output(self, out: SchedulerOutput, now: float) -> tuple[list[Request], list[Request]]:
+        """Post-process a step (or a run of steps); returns (individual producers, finished).
+
+        Pooled decodes produced one token in every step of ``out`` (``out.num_pool`` of
+        them); only those finishing are touched. Finished requests free their blocks in
+        running order, as the reference does.
+        """
+        assert isinstance(out, LazyOutput)
+        it_end = out.first_it + out.num_steps  # the step after the last one in ``out``
+        if out.is_exact:
+            produced, finished = Scheduler.update_from_output(self, out, now)
+            for r in self.running:  # renumber in running order; all tracked individually
+                self._next_seq += 1
+                r.seq = self._next_seq
+            self.individual = list(self.running)
+        else:
+            produced, finished = self._update_fast(out, now, it_end)
+        if self.individual:
+            # Those that produced a token (and go on) decode from the next step: pool them.
+            keep = []
+            got_token = {r.idx for r in produced}
+            for r in self.individual:
+                if r.status != ReqStatus.RUNNING:
+                    continue
+                if r.idx in got_token:
+                    self._join_pool(r, it_end)
+                else:
+                    keep.append(r)
+            self.individual = keep
+        self.last_end_s = now
+        return produced, finished
+
+    def _update_fast(self, out: LazyOutput, now: float, it_end: int) -> tuple[list[Request], list[Request]]:
+        finished: list[Request] = []
+        fin_its = self._finish_heap
+        while fin_its and fin_its[0] < it_end:
+            for r in self._valid(self._finishes.pop(heapq.heappop(fin_its), None)):
+                self._leave_pool(r, it_end)
+                r.status = ReqStatus.FINISHED
+                r.finished_s = now
+                finished.append(r)
+        produced: list[Request] = []
+        max_len = self.cfg.max_model_len
+        for r in out.reqs:
+            total = r.num_prompt_tokens + r.num_output_tokens
+            if r.num_computed_tokens < total:
+                continue  # a partial prefill
+            r.num_output_tokens += 1
+            produced.append(r)
+            if r.num_output_tokens >= r.max_tokens or total + 1 >= max_len:
+                r.status = ReqStatus.FINISHED
+                r.finished_s = now
+                finished.append(r)
+        if finished:
+            if len(finished) > 1:
+                finished.sort(key=lambda r: r.seq)
+            kv = self.kv
+            for r in finished:
+                kv.cache_full_blocks(r)
+                kv.free(r)
+            self.running = [r for r in self.running if r.status == ReqStatus.RUNNING]
+        return produced, finished
