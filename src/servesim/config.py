@@ -65,18 +65,26 @@ class EngineConfig(_Strict):
     """Knobs of the serving engine, named as vLLM names them.
 
     Defaults follow vLLM V1 (0.32, the version bundled with the CPU ground-truth tool)
-    for the OpenAI-compatible server on an 80 GB-class GPU, except where noted.
+    for the OpenAI-compatible server (`vllm serve`); ``None`` means "vLLM's default for
+    this GPU" and is resolved by ``servesim.sim.resolve_engine``. Modelled in sync mode:
+    vLLM 0.32 turns async scheduling on by default on GPUs (the next step is scheduled
+    while the current one runs); servesim charges ``cpu_overhead_s`` per step instead.
     """
 
     policy: Literal["vllm_v1"] = Field("vllm_v1", description="Scheduler family.")
     block_size: int = Field(16, ge=1, description="Tokens per KV block (16 on GPUs, 128 on vLLM's CPU build).")
-    max_num_seqs: int = Field(256, ge=1, description="Most requests in one batch.")
-    max_num_batched_tokens: int = Field(8192, ge=1, description="Token budget of one iteration.")
+    max_num_seqs: int | None = Field(None, ge=1, description=(
+        "Most requests in one batch. Default as `vllm serve` 0.32: 1024 on GPUs with >= 70 GiB "
+        "(not A100), else 256."))
+    max_num_batched_tokens: int | None = Field(None, ge=1, description=(
+        "Token budget of one iteration. Default as `vllm serve` 0.32: 16384 on >= 160 GiB GPUs, "
+        "8192 on >= 70 GiB (not A100), else 2048; raised to max_model_len when chunked prefill is off."))
     enable_chunked_prefill: bool = Field(True, description="Split prompts across iterations under the budget.")
     long_prefill_token_threshold: int = Field(
         0, ge=0, description="Cap on one request's prefill chunk per step (0 = no cap).")
     enable_prefix_caching: bool = Field(True, description="Reuse KV blocks of identical prompt prefixes.")
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1.0)
+    gpu_memory_utilization: float = Field(0.92, gt=0, le=1.0, description="Fraction of device memory "
+                                          "vLLM may use (0.92 in vLLM 0.32).")
     num_gpu_blocks_override: int | None = Field(None, ge=1, description="Force the number of KV blocks.")
     max_model_len: int | None = Field(None, ge=1, description="Longest sequence; default the model's own.")
     cpu_overhead_s: float = Field(
@@ -89,7 +97,7 @@ class EngineConfig(_Strict):
     @model_validator(mode="after")
     def _check(self) -> EngineConfig:
         if not self.enable_chunked_prefill and self.max_model_len is not None and (
-            self.max_num_batched_tokens < self.max_model_len
+            self.max_num_batched_tokens is not None and self.max_num_batched_tokens < self.max_model_len
         ):
             raise ValueError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_model_len "

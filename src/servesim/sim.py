@@ -66,6 +66,36 @@ def make_requests(wl: Workload) -> list[Request]:
     return reqs
 
 
+GIB = 1 << 30
+
+
+def resolve_engine(engine: EngineConfig, gpu_mem_bytes: float | None = None, gpu_name: str = "",
+                   max_model_len: int | None = None, world_size: int = 1) -> EngineConfig:
+    """Fill ``None`` batch knobs with vLLM 0.32's `vllm serve` defaults for this GPU.
+
+    ``engine/arg_utils.py:get_batch_defaults``: >= 160 GiB: 16384 tokens / 1024 seqs;
+    >= 70 GiB and not an A100: 8192 / 1024; otherwise 2048 / 256. With chunked prefill
+    off, an unset budget is raised to max(max_model_len, default).
+    """
+    if engine.max_num_seqs is not None and engine.max_num_batched_tokens is not None:
+        return engine
+    mem = gpu_mem_bytes or 0
+    if mem >= 160 * GIB:
+        tokens, seqs = 16384, 1024
+    elif mem >= 70 * GIB and "a100" not in gpu_name.lower():
+        tokens, seqs = 8192, 1024
+    else:
+        tokens, seqs = 2048, 256
+    upd: dict[str, int] = {}
+    if engine.max_num_seqs is None:
+        upd["max_num_seqs"] = seqs
+    if engine.max_num_batched_tokens is None:
+        if not engine.enable_chunked_prefill and max_model_len:
+            tokens = max(tokens, max_model_len)
+        upd["max_num_batched_tokens"] = tokens
+    return engine.model_copy(update=upd)
+
+
 def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_blocks: int,
                max_model_len: int, *, num_gpus: int = 1, check_invariants: bool = False,
                reference: bool = False, until_s: float = float("inf")) -> EngineRun:
@@ -74,6 +104,7 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
     ``reference`` selects the step-by-step reference scheduler instead of the lazy one;
     both make the same decisions (tests/test_differential.py holds them to it).
     """
+    engine = resolve_engine(engine, max_model_len=max_model_len)
     loop = EventLoop()
     kv = KVCacheManager(num_gpu_blocks, engine.block_size, engine.enable_prefix_caching, max_model_len)
     cfg = SchedulerConfig(
@@ -171,15 +202,17 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
     sc = _resolve(scenario)
     model = load_model(sc.model.name, sc.model.dtype)
     gpu = get_gpu(sc.hardware.gpu)
-    plan = plan_memory(model, gpu, sc.engine, sc.parallel,
+    engine = resolve_engine(sc.engine, gpu.mem_bytes, gpu.name,
+                            sc.engine.max_model_len or model.max_position_embeddings)
+    plan = plan_memory(model, gpu, engine, sc.parallel,
                        kv_dtype_bytes=resolve_kv_dtype_bytes(sc.model.kv_cache_dtype, model))
     perf = build_perf_model(model, gpu, sc.parallel, sc.model)
     wl = load_workload(sc.workload, sc.run.seed)
     num_gpus = sc.parallel.tensor_parallel_size * sc.parallel.pipeline_parallel_size
-    run = run_engine(wl, sc.engine, perf, plan.num_gpu_blocks, plan.max_model_len,
+    run = run_engine(wl, engine, perf, plan.num_gpu_blocks, plan.max_model_len,
                      num_gpus=num_gpus, check_invariants=sc.run.check_invariants,
                      reference=sc.run.reference)
-    result = Result(scenario=sc, records=run.records, steps=run.steps, itl=run.itl,
+    result = Result(scenario=sc.model_copy(update={"engine": engine}), records=run.records, steps=run.steps, itl=run.itl,
                     replicas=[run.totals], end_s=run.end_s, gpu=gpu)
     result.wall_s = time.perf_counter() - t0
     result.summary = summarize(result)

@@ -40,6 +40,10 @@ class EventLoop:
     def __len__(self) -> int:
         return len(self._heap)
 
+    def next_time(self) -> float:
+        """Time of the next pending event (inf when none)."""
+        return self._heap[0][0] if self._heap else float("inf")
+
     def run(self, until: float = float("inf")) -> float:
         """Process events in order until none are left or the next is past ``until``."""
         heap = self._heap

@@ -5,10 +5,11 @@ Modelled on vLLM V1 (0.32; ``v1/core/block_pool.py``, ``kv_cache_manager.py``,
 
 * ``num_gpu_blocks`` blocks of ``block_size`` tokens; block 0 is taken at start-up as
   the *null block* (vLLM's placeholder for skipped blocks), so ``num_gpu_blocks - 1``
-  are usable and ``usage = 1 - free / num_gpu_blocks``.
-* Free blocks sit in an LRU queue. A freed request returns its blocks *tail first*, so
-  when the queue is popped from the head the last blocks of a chain are evicted before
-  its first ones (the prefix most likely to be shared survives longest).
+  are usable and ``usage = 1 - free / (num_gpu_blocks - 1)``.
+* Free blocks sit in a queue popped from the head. A freed request returns its blocks
+  *tail first*: hashed blocks to the back (LRU eviction; the last blocks of a chain go
+  before its first ones, so the prefix most likely to be shared survives longest), and
+  blocks without a hash to the front, to be reused first.
 * With prefix caching, a full block keeps its chained hash while free; a new request
   looks up its prompt's full blocks in order and reuses the longest run of hits (at most
   ``num_tokens - 1`` tokens, so at least one token is computed to produce logits).
@@ -68,6 +69,19 @@ class FreeBlockQueue:
         b.prev = b.next = None
         self.num_free_blocks -= 1
 
+    def prepend_n(self, blocks: list[KVBlock]) -> None:
+        """Put ``blocks`` at the front, keeping their order."""
+        prev = self.head
+        first = self.head.next
+        assert first is not None
+        for b in blocks:
+            b.prev = prev
+            prev.next = b
+            prev = b
+        prev.next = first
+        first.prev = prev
+        self.num_free_blocks += len(blocks)
+
     def append(self, b: KVBlock) -> None:
         last = self.tail.prev
         assert last is not None
@@ -123,7 +137,8 @@ class KVCacheManager:
 
     @property
     def usage(self) -> float:
-        return 1.0 - self.free_queue.num_free_blocks / self.num_gpu_blocks
+        """vLLM's ``BlockPool.get_usage``: the null block is not counted."""
+        return 1.0 - self.free_queue.num_free_blocks / (self.num_gpu_blocks - 1)
 
     def get_computed_blocks(self, req: Request) -> tuple[list[KVBlock], int]:
         """Longest run of cached full blocks of ``req``'s tokens (at most num_tokens - 1)."""
@@ -193,16 +208,31 @@ class KVCacheManager:
         return new_blocks
 
     def free(self, req: Request) -> None:
-        """Return ``req``'s blocks, tail first, so the chain's end is evicted first."""
+        """Return ``req``'s blocks in eviction order, tail first (vLLM ``free_blocks``).
+
+        Blocks that carry a hash go to the back of the queue (FIFO reuse: LRU eviction
+        of cached prefixes); blocks without one (all of them when caching is off) go to
+        the front, in the same order, and are reused first (LIFO, for GPU locality).
+        """
         blocks = self.req_blocks.pop(req.idx, None)
         self.num_cached_blocks.pop(req.idx, None)
         if not blocks:
             return
-        append = self.free_queue.append
+        caching = self.enable_caching
+        first: list[KVBlock] = []
+        last: list[KVBlock] = []
         for b in reversed(blocks):
             b.ref_cnt -= 1
             if b.ref_cnt == 0 and not b.is_null:
-                append(b)
+                if caching and b.block_hash is not None:
+                    last.append(b)
+                else:
+                    first.append(b)
+        q = self.free_queue
+        if first:
+            q.prepend_n(first)
+        for b in last:
+            q.append(b)
 
     def cache_full_blocks(self, req: Request) -> None:
         """Hash every full computed block of ``req`` (the lazy engine defers this for decodes)."""

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from servesim.engine.kv_cache import KVCacheManager
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from servesim.perf.base import BatchStats, PerfModel
 
 
 @dataclass(slots=True)
@@ -43,7 +44,6 @@ class LazyOutput(SchedulerOutput):
     is_exact: bool = False  # ran the reference algorithm (pool materialized)
     first_it: int = 0  # index of the (first) step
     num_steps: int = 1
-    step_s: list[float] | None = None  # per-step durations of a run (set by the replica)
 
 
 class LazyScheduler(Scheduler):
@@ -217,6 +217,69 @@ class LazyScheduler(Scheduler):
         st.num_decode_reqs += n_pool
         st.sum_decode_context += self.pool_off + n_pool * (it + 1)
         return out
+
+    def extend_run(self, out: LazyOutput, start_s: float, first_step_s: float, next_event_s: float,
+                   perf: PerfModel, overhead_s: float) -> tuple[list[float], list[int]] | None:
+        """Extend a pure-decode step ``out`` into a run of steps that nothing can interrupt.
+
+        ``out`` (just scheduled, lasting ``first_step_s``) ran only pooled decodes and
+        admitted nobody. Steps are added while every one of them would schedule exactly
+        the pool again: no pooled request finishes before the last step of the run, the
+        free blocks cover each step's boundary crossings (else the reference would
+        preempt), and, when an arrival could be admitted (nobody waiting and room in
+        running), the step starts before the next event. Waiting requests that could not
+        be admitted stay blocked: free blocks only shrink and the batch does not change.
+
+        Returns the durations and used-block counts of the added steps (None if none).
+        """
+        if self.individual or out.reqs or out.is_exact or not out.num_pool:
+            return None
+        n = self.num_pool
+        it = out.first_it  # self.it == it + 1 (the next step)
+        heap = self._finish_heap
+        last_allowed = heap[0] if heap else it + (1 << 40)
+        if last_allowed <= it:
+            return None
+        time_bound = not self.waiting and len(self.running) < self.cfg.max_num_seqs
+        kv = self.kv
+        bs = kv.block_size
+        crossings = self._crossings
+        stats = BatchStats(num_decode_reqs=n)
+        durations: list[float] = []
+        used: list[int] = []
+        t = start_s + first_step_s
+        j = it + 1
+        while j <= last_allowed:
+            if time_bound and t >= next_event_s:
+                break
+            entries = crossings.get(j)
+            if entries:
+                cross = self._valid(entries)
+                if len(cross) > kv.num_free_blocks:
+                    break
+                del crossings[j]
+                if len(cross) > 1:
+                    cross.sort(key=lambda r: r.seq)
+                for r in cross:
+                    self._materialize(r, j)
+                    kv.allocate_slots(r, 1)
+                    nxt = j + bs
+                    bucket = crossings.get(nxt)
+                    if bucket is None:
+                        crossings[nxt] = [(r, r.epoch)]
+                    else:
+                        bucket.append((r, r.epoch))
+            stats.sum_decode_context = self.pool_off + n * (j + 1)
+            d = perf.batch_time(stats) + overhead_s
+            durations.append(d)
+            used.append(kv.num_used_blocks)
+            t += d
+            j += 1
+        if not durations:
+            return None
+        out.num_steps = 1 + len(durations)
+        self.it = j
+        return durations, used
 
     def _put_back(self, it: int, crossing: list[Request]) -> None:
         if crossing:

@@ -18,7 +18,7 @@ from servesim.engine.kv_cache import KVCacheManager
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import Scheduler, SchedulerOutput
 from servesim.metrics.records import ItlSamples, ReplicaTotals, StepSeries
-from servesim.perf.base import PerfModel
+from servesim.perf.base import BatchStats, PerfModel
 
 
 class Replica:
@@ -35,6 +35,8 @@ class Replica:
         self.itl = itl
         self.totals = totals
         self.check_invariants = check_invariants
+        self.skip_ahead = hasattr(scheduler, "extend_run") and not check_invariants
+        self.run_steps_s: list[float] | None = None
         self.busy = False
         self.last_step_end_s = -1.0
         self.num_finished = 0
@@ -65,6 +67,13 @@ class Replica:
         gpu_s = self.perf.batch_time(out.stats)
         dt = gpu_s + self.cpu_overhead_s
         self._account(out, now, dt, gpu_s)
+        self.run_steps_s = None
+        if self.skip_ahead and out.num_pool and not out.reqs:
+            run = sched.extend_run(out, now, dt, self.loop.next_time(),  # type: ignore[attr-defined]
+                                   self.perf, self.cpu_overhead_s)
+            if run is not None:
+                self.run_steps_s = run[0]
+                dt += self._account_run(out, now + dt, run[0], run[1])
         self.loop.at(now + dt, self.on_batch_done, out, BATCH_DONE)
 
     def on_batch_done(self, out: SchedulerOutput) -> None:
@@ -81,7 +90,13 @@ class Replica:
             else:
                 itl.add(now - req.last_token_s, 1)
             req.last_token_s = now
-        itl.add(now - last, n_same + out.num_pool)
+        run = self.run_steps_s
+        if run is None:
+            itl.add(now - last, n_same + out.num_pool)
+        else:  # a run of pure-decode steps: one gap per step for the whole pool
+            itl.add(now - last - sum(run), out.num_pool)
+            for d in run:
+                itl.add(d, out.num_pool)
         self.last_step_end_s = now
         self.num_finished += len(finished)
         if self.check_invariants:
@@ -113,6 +128,44 @@ class Replica:
         s.num_waiting.append(len(self.scheduler.waiting))
         s.kv_blocks_used.append(used)
         s.num_preempted.append(len(out.preempted))
+
+    def _account_run(self, out: SchedulerOutput, start_s: float, durations: list[float],
+                     used: list[int]) -> float:
+        """Account the extra steps of a pure-decode run; returns their total time."""
+        st = out.stats
+        n = st.num_decode_reqs
+        perf = self.perf
+        overhead = self.cpu_overhead_s
+        k = len(durations)
+        total = sum(durations)
+        t = self.totals
+        t.busy_s += total
+        t.gpu_s += total - k * overhead
+        # FLOPs and bytes are affine in the decode context, which grows by n per step:
+        # the trapezoid of the first and last step is exact for k steps.
+        first = BatchStats(num_decode_reqs=n, sum_decode_context=st.sum_decode_context + n)
+        last = BatchStats(num_decode_reqs=n, sum_decode_context=st.sum_decode_context + n * k)
+        t.flops += k * (perf.batch_flops(first) + perf.batch_flops(last)) / 2
+        t.bytes += k * (perf.batch_bytes(first) + perf.batch_bytes(last)) / 2
+        t.num_steps += k
+        t.kv_block_s += sum(u * d for u, d in zip(used, durations))
+        peak = max(used)
+        if peak > t.peak_kv_blocks:
+            t.peak_kv_blocks = peak
+        s = self.steps
+        starts = [start_s]
+        for d in durations[:-1]:
+            starts.append(starts[-1] + d)
+        s.replica.extend([self.id] * k)
+        s.start_s.extend(starts)
+        s.duration_s.extend(durations)
+        s.num_prefill_tokens.extend([0] * k)
+        s.num_decode_reqs.extend([n] * k)
+        s.num_running.extend([len(self.scheduler.running)] * k)
+        s.num_waiting.extend([len(self.scheduler.waiting)] * k)  # as of the run's start
+        s.kv_blocks_used.extend(used)
+        s.num_preempted.extend([0] * k)
+        return total
 
     def _check(self) -> None:
         sched = self.scheduler
