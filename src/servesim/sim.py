@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from servesim.config import EngineConfig, Scenario, load_scenario, scenario_from_dict
+from servesim.config import EngineConfig, Scenario, load_scenario, resolve_engine, scenario_from_dict
 from servesim.engine.events import EventLoop
 from servesim.engine.kv_cache import KVCacheManager
 from servesim.engine.lazy import LazyScheduler
@@ -64,36 +64,6 @@ def make_requests(wl: Workload) -> list[Request]:
             r.prefix_len = wl.prefix_len
         reqs.append(r)
     return reqs
-
-
-GIB = 1 << 30
-
-
-def resolve_engine(engine: EngineConfig, gpu_mem_bytes: float | None = None, gpu_name: str = "",
-                   max_model_len: int | None = None, world_size: int = 1) -> EngineConfig:
-    """Fill ``None`` batch knobs with vLLM 0.32's `vllm serve` defaults for this GPU.
-
-    ``engine/arg_utils.py:get_batch_defaults``: >= 160 GiB: 16384 tokens / 1024 seqs;
-    >= 70 GiB and not an A100: 8192 / 1024; otherwise 2048 / 256. With chunked prefill
-    off, an unset budget is raised to max(max_model_len, default).
-    """
-    if engine.max_num_seqs is not None and engine.max_num_batched_tokens is not None:
-        return engine
-    mem = gpu_mem_bytes or 0
-    if mem >= 160 * GIB:
-        tokens, seqs = 16384, 1024
-    elif mem >= 70 * GIB and "a100" not in gpu_name.lower():
-        tokens, seqs = 8192, 1024
-    else:
-        tokens, seqs = 2048, 256
-    upd: dict[str, int] = {}
-    if engine.max_num_seqs is None:
-        upd["max_num_seqs"] = seqs
-    if engine.max_num_batched_tokens is None:
-        if not engine.enable_chunked_prefill and max_model_len:
-            tokens = max(tokens, max_model_len)
-        upd["max_num_batched_tokens"] = tokens
-    return engine.model_copy(update=upd)
 
 
 def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_blocks: int,

@@ -13,7 +13,7 @@ Token times are the end of the step that produced them.
 
 from __future__ import annotations
 
-from servesim.engine.events import ARRIVAL, BATCH_DONE, EventLoop
+from servesim.engine.events import ARRIVAL, BATCH_DONE, WAKE, EventLoop
 from servesim.engine.kv_cache import KVCacheManager
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import Scheduler, SchedulerOutput
@@ -38,6 +38,7 @@ class Replica:
         self.skip_ahead = hasattr(scheduler, "extend_run") and not check_invariants
         self.run_steps_s: list[float] | None = None
         self.busy = False
+        self.wake_pending = False
         self.last_step_end_s = -1.0
         self.num_finished = 0
 
@@ -50,6 +51,14 @@ class Replica:
     def on_arrival(self, req: Request) -> None:
         req.replica = self.id
         self.scheduler.add_request(req)
+        if not self.busy and not self.wake_pending:
+            # Start the step after every arrival of this instant is queued (WAKE runs
+            # after ARRIVAL at equal times), as the engine drains its input queue first.
+            self.wake_pending = True
+            self.loop.at(self.loop.now, self.on_wake, None, WAKE)
+
+    def on_wake(self, _: object) -> None:
+        self.wake_pending = False
         if not self.busy:
             self.step()
 

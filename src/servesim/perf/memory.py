@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from servesim.catalog.gpus import GpuSpec
 from servesim.catalog.models import ModelSpec
-from servesim.config import EngineConfig, ParallelConfig
+from servesim.config import resolve_engine, EngineConfig, ParallelConfig
 from servesim.errors import ConfigError, DoesNotFitError
 
 #: Memory outside PyTorch's allocator that grows during vLLM's profiling run (cuBLAS
@@ -128,6 +128,7 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: 
     """
     tp, pp = parallel.tensor_parallel_size, parallel.pipeline_parallel_size
     max_model_len = engine.max_model_len or model.max_position_embeddings
+    engine = resolve_engine(engine, gpu.mem_bytes, gpu.name, max_model_len)
     if max_model_len > model.max_position_embeddings:
         raise ConfigError(f"engine.max_model_len ({max_model_len}) exceeds {model.name}'s "
                           f"max_position_embeddings ({model.max_position_embeddings}); vLLM rejects it too")
