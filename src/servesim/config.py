@@ -272,9 +272,17 @@ def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>",
     from pydantic import ValidationError
 
     data = dict(data or {})
+    if overrides and "workload" not in data and any(o.startswith("workload.") for o in overrides):
+        # Overriding a field of the default workload: start from the default's fields.
+        data["workload"] = Scenario.model_fields["workload"].default.model_dump(exclude_defaults=True)
+        data["workload"]["type"] = "trace"
     for text in overrides or []:
         key, value = parse_override(text)
         _set_path(data, key, value)
+    wl = data.get("workload")
+    if isinstance(wl, dict) and "type" not in wl:
+        # The type may be left out when it is obvious: a trace names its path.
+        data["workload"] = {**wl, "type": "trace" if "path" in wl else "synthetic"}
     try:
         return Scenario.model_validate(data)
     except ValidationError as err:

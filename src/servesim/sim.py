@@ -7,7 +7,10 @@ touches files except reading the scenario's inputs; outputs are written by the c
 
 from __future__ import annotations
 
+import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,11 +71,13 @@ def make_requests(wl: Workload) -> list[Request]:
 
 def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_blocks: int,
                max_model_len: int, *, num_gpus: int = 1, check_invariants: bool = False,
-               reference: bool = False, until_s: float = float("inf")) -> EngineRun:
+               reference: bool = False, until_s: float = float("inf"),
+               progress: Callable[[int], None] | None = None) -> EngineRun:
     """Run one replica of the V1 engine over ``wl`` (no catalog needed: tests use this).
 
     ``reference`` selects the step-by-step reference scheduler instead of the lazy one;
     both make the same decisions (tests/test_differential.py holds them to it).
+    ``progress(num_done)`` is called about 200 times over the run when given.
     """
     engine = resolve_engine(engine, max_model_len=max_model_len)
     loop = EventLoop()
@@ -99,7 +104,17 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
             reasons[r.idx] = why
         else:
             replica.submit(r)
-    end = loop.run(until_s)
+    if progress is None:
+        end = loop.run(until_s)
+    else:  # run in slices of simulated time, reporting between them (no cost in the hot loop)
+        horizon = float(wl.arrival_s[-1]) if len(wl) else 0.0
+        dt = max(horizon / 200, 1e-3)
+        t = 0.0
+        while len(loop) and loop.now < until_s:
+            t = max(t + dt, loop.next_time())
+            loop.run(min(t, until_s))
+            progress(replica.num_finished + len(reasons))
+        end = loop.now
     totals.num_prefix_query_tokens = kv.num_query_tokens
     totals.num_prefix_hit_tokens = kv.num_hit_tokens
     records = _records(reqs, reasons)
@@ -179,11 +194,41 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
     perf = build_perf_model(model, gpu, sc.parallel, sc.model)
     wl = load_workload(sc.workload, sc.run.seed)
     num_gpus = sc.parallel.tensor_parallel_size * sc.parallel.pipeline_parallel_size
-    run = run_engine(wl, engine, perf, plan.num_gpu_blocks, plan.max_model_len,
-                     num_gpus=num_gpus, check_invariants=sc.run.check_invariants,
-                     reference=sc.run.reference)
+    with _progress_bar(progress, len(wl), t0) as report:
+        run = run_engine(wl, engine, perf, plan.num_gpu_blocks, plan.max_model_len,
+                         num_gpus=num_gpus, check_invariants=sc.run.check_invariants,
+                         reference=sc.run.reference, progress=report)
     result = Result(scenario=sc.model_copy(update={"engine": engine}), records=run.records, steps=run.steps, itl=run.itl,
                     replicas=[run.totals], end_s=run.end_s, gpu=gpu)
     result.wall_s = time.perf_counter() - t0
     result.summary = summarize(result)
     return result
+
+
+@contextmanager
+def _progress_bar(enabled: bool, total: int, t0: float) -> Iterator[Callable[[int], None] | None]:
+    """A rich progress bar on stderr, shown only on a terminal and once a run passes 1 s."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    bar = Progress("simulating", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=Console(stderr=True), transient=True)
+    task = bar.add_task("requests", total=total)
+    started = False
+
+    def report(done: int) -> None:
+        nonlocal started
+        if not started and time.perf_counter() - t0 > 1.0:
+            bar.start()
+            started = True
+        if started:
+            bar.update(task, completed=done)
+
+    try:
+        yield report
+    finally:
+        if started:
+            bar.stop()

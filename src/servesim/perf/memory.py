@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from servesim.catalog.gpus import GpuSpec
 from servesim.catalog.models import ModelSpec
-from servesim.config import resolve_engine, EngineConfig, ParallelConfig
+from servesim.config import EngineConfig, ParallelConfig, resolve_engine
 from servesim.errors import ConfigError, DoesNotFitError
 
 #: Memory outside PyTorch's allocator that grows during vLLM's profiling run (cuBLAS
