@@ -37,6 +37,7 @@ class Replica:
         self.check_invariants = check_invariants
         self.skip_ahead = hasattr(scheduler, "extend_run") and not check_invariants
         self.run_steps_s: list[float] | None = None
+        self.run_first_end_s = 0.0
         self.busy = False
         self.wake_pending = False
         self.last_step_end_s = -1.0
@@ -77,13 +78,17 @@ class Replica:
         dt = gpu_s + self.cpu_overhead_s
         self._account(out, now, dt, gpu_s)
         self.run_steps_s = None
+        end = now + dt
         if self.skip_ahead and out.num_pool and not out.reqs:
             run = sched.extend_run(out, now, dt, self.loop.next_time(),  # type: ignore[attr-defined]
                                    self.perf, self.cpu_overhead_s)
             if run is not None:
                 self.run_steps_s = run[0]
-                dt += self._account_run(out, now + dt, run[0], run[1])
-        self.loop.at(now + dt, self.on_batch_done, out, BATCH_DONE)
+                self.run_first_end_s = end
+                self._account_run(out, end, run[0], run[1])
+                for d in run[0]:  # add step by step, as the reference engine's clock does
+                    end += d
+        self.loop.at(end, self.on_batch_done, out, BATCH_DONE)
 
     def on_batch_done(self, out: SchedulerOutput) -> None:
         now = self.loop.now
@@ -103,7 +108,7 @@ class Replica:
         if run is None:
             itl.add(now - last, n_same + out.num_pool)
         else:  # a run of pure-decode steps: one gap per step for the whole pool
-            itl.add(now - last - sum(run), out.num_pool)
+            itl.add(self.run_first_end_s - last, out.num_pool)
             for d in run:
                 itl.add(d, out.num_pool)
         self.last_step_end_s = now

@@ -1,0 +1,39 @@
+"""Small, generic helpers shared by the engine tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from servesim.engine.kv_cache import KVCacheManager
+from servesim.engine.request import Request
+from servesim.engine.scheduler import Scheduler, SchedulerConfig
+from servesim.workload.base import Workload
+
+
+def make_workload(arrivals: Sequence[float], prompts: Sequence[int] | int, outputs: Sequence[int] | int,
+                  prefix_group: Sequence[int] | None = None, prefix_len: int = 0) -> Workload:
+    """A validated Workload from plain lists (scalars broadcast to every request)."""
+    n = len(arrivals)
+    wl = Workload(
+        arrival_s=np.asarray(arrivals, dtype=np.float64),
+        num_prompt_tokens=np.broadcast_to(np.asarray(prompts, dtype=np.int64), (n,)).copy(),
+        num_output_tokens=np.broadcast_to(np.asarray(outputs, dtype=np.int64), (n,)).copy(),
+        prefix_group=None if prefix_group is None else np.asarray(prefix_group, dtype=np.int64),
+        prefix_len=prefix_len,
+        source="test")
+    wl.validate()
+    return wl
+
+
+def make_scheduler(num_gpu_blocks: int = 11, block_size: int = 16, *, caching: bool = False,
+                   max_model_len: int = 4096, **cfg: object) -> Scheduler:
+    """A Scheduler on a tiny KV cache (default 11 blocks of 16 tokens, 10 usable)."""
+    kv = KVCacheManager(num_gpu_blocks, block_size, caching, max_model_len)
+    return Scheduler(SchedulerConfig(max_model_len=max_model_len, **cfg), kv)  # type: ignore[arg-type]
+
+
+def req(idx: int, prompt: int, max_tokens: int = 1, **kw: object) -> Request:
+    """A fresh request arriving at t=0."""
+    return Request(idx, 0.0, prompt, max_tokens, **kw)  # type: ignore[arg-type]
