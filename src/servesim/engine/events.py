@@ -17,8 +17,6 @@ ARRIVAL = 0
 BATCH_DONE = 1
 WAKE = 2
 
-PRIORITY_NAMES = {ARRIVAL: "arrival", BATCH_DONE: "batch_done", WAKE: "wake"}
-
 
 class EventLoop:
     """Discrete-event loop owned by one simulation (no global state)."""

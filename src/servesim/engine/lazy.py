@@ -59,7 +59,6 @@ class LazyScheduler(Scheduler):
         self._finish_heap: list[int] = []
         self._next_seq = 0
         self.last_end_s = 0.0
-        self.waiting_blocked = False  # the last step tried the waiting head and could not admit
 
     # ----------------------------------------------------------------- pool bookkeeping
 
@@ -135,7 +134,6 @@ class LazyScheduler(Scheduler):
     def _exact(self, it: int) -> LazyOutput:
         self._materialize_all()
         ref = Scheduler.schedule(self)
-        self.waiting_blocked = False
         return LazyOutput(reqs=ref.reqs, num_tokens=ref.num_tokens, stats=ref.stats,
                           preempted=ref.preempted, total_tokens=ref.total_tokens,
                           is_exact=True, first_it=it)
@@ -210,7 +208,6 @@ class LazyScheduler(Scheduler):
             self._next_seq += 1
             r.seq = self._next_seq
             self.individual.append(r)
-        self.waiting_blocked = bool(self.waiting)
         out.total_tokens = cfg.max_num_batched_tokens - budget
         self._finalize(out)
         st = out.stats
@@ -329,18 +326,8 @@ class LazyScheduler(Scheduler):
                 r.status = ReqStatus.FINISHED
                 r.finished_s = now
                 finished.append(r)
-        produced: list[Request] = []
-        max_len = self.cfg.max_model_len
-        for r in out.reqs:
-            total = r.num_prompt_tokens + r.num_output_tokens
-            if r.num_computed_tokens < total:
-                continue  # a partial prefill
-            r.num_output_tokens += 1
-            produced.append(r)
-            if r.num_output_tokens >= r.max_tokens or total + 1 >= max_len:
-                r.status = ReqStatus.FINISHED
-                r.finished_s = now
-                finished.append(r)
+        produced, sampled_finished = self._sample_tokens(out.reqs, now)
+        finished.extend(sampled_finished)
         if finished:
             if len(finished) > 1:
                 finished.sort(key=lambda r: r.seq)

@@ -195,24 +195,33 @@ class Scheduler:
     def update_from_output(self, out: SchedulerOutput, now: float) -> tuple[list[Request], list[Request]]:
         """Sample a token for every request whose computed tokens reached its total.
 
-        Returns (requests that produced a token, requests that finished).
+        Returns (requests that produced a token, requests that finished); finished
+        requests free their blocks in schedule (= running) order.
+        """
+        produced, finished = self._sample_tokens(out.reqs, now)
+        for req in finished:
+            self.kv.free(req)
+        if finished:
+            self.running = [r for r in self.running if r.status == ReqStatus.RUNNING]
+        return produced, finished
+
+    def _sample_tokens(self, reqs: list[Request], now: float) -> tuple[list[Request], list[Request]]:
+        """Append one output token to each request that completed its tokens; mark finishes.
+
+        A partial prefill's sample is discarded. A request finishes with ``max_tokens``
+        outputs or when it reaches ``max_model_len`` (vLLM's ``check_stop``).
         """
         produced: list[Request] = []
         finished: list[Request] = []
         max_len = self.cfg.max_model_len
-        for req in out.reqs:
-            if req.status != ReqStatus.RUNNING:
-                continue  # preempted later in the same step (cannot happen in V1 order)
+        for req in reqs:
             total = req.num_prompt_tokens + req.num_output_tokens
             if req.num_computed_tokens < total:
-                continue  # a partial prefill: its sample is discarded
+                continue
             req.num_output_tokens += 1
             produced.append(req)
             if req.num_output_tokens >= req.max_tokens or total + 1 >= max_len:
                 req.status = ReqStatus.FINISHED
                 req.finished_s = now
                 finished.append(req)
-                self.kv.free(req)
-        if finished:
-            self.running = [r for r in self.running if r.status == ReqStatus.RUNNING]
         return produced, finished

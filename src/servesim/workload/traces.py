@@ -22,12 +22,9 @@ import csv
 import gzip
 import io
 import json
-import math
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import date
 from importlib import resources
 from pathlib import Path
 from typing import Any, TextIO
@@ -37,6 +34,7 @@ import numpy as np
 from servesim.config import TraceWorkload
 from servesim.errors import WorkloadError
 from servesim.workload.base import Workload
+from servesim.workload.trace_values import _azure_ns, _bad, _hash_ids, _int, _number, _priority
 
 BUILTIN_TRACES = {"azure_conv": "azure_conv_2023.csv.gz", "azure_code": "azure_code_2023.csv.gz"}
 DEFAULT_PREFIX_LEN = 256  # shared tokens per prefix_group: record.py --prefix-len default (tools/vllm-cpu)
@@ -348,27 +346,6 @@ def _parse_generic(rows: _Rows, columns: tuple[str, ...], head: str, records: Re
 # --------------------------------------------------------------------------- values
 
 
-def _bad(where: str, column: str, expected: str, found: Any) -> WorkloadError:
-    return WorkloadError(f"{where}: {column}: expected {expected}, found {found!r}")
-
-
-def _int(value: Any) -> int | None:
-    """An integer from an int, an integral float or a numeric string; None if it is not one."""
-    if type(value) is int:
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            try:
-                value = float(value)
-            except ValueError:
-                return None
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
 def _add_lengths(rows: _Rows, where: str, p_raw: Any, p_col: str, o_raw: Any, o_col: str) -> None:
     p, o = _int(p_raw), _int(o_raw)
     if p is None or p < 0:
@@ -380,32 +357,6 @@ def _add_lengths(rows: _Rows, where: str, p_raw: Any, p_col: str, o_raw: Any, o_
         p, o = max(p, 1), max(o, 1)
     rows.prompt.append(p)
     rows.output.append(o)
-
-
-def _number(raw: Any, where: str, column: str, expected: str) -> float:
-    if isinstance(raw, bool):
-        raise _bad(where, column, expected, raw)
-    try:
-        x = float(raw)
-    except (TypeError, ValueError):
-        raise _bad(where, column, expected, raw) from None
-    if not math.isfinite(x) or x < 0:
-        raise _bad(where, column, expected, raw)
-    return x
-
-
-def _hash_ids(raw: Any, where: str, column: str) -> tuple[int, ...]:
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return ()
-    value = raw
-    if isinstance(raw, str):
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
-            raise _bad(where, column, "a JSON list of integers", raw) from None
-    if isinstance(value, list | tuple) and all(type(h) is int for h in value):
-        return tuple(value)
-    raise _bad(where, column, "a list of integers", raw)
 
 
 def _group(rows: _Rows, raw: Any) -> int:
@@ -431,46 +382,6 @@ def _prefix_len(rows: _Rows, raw: Any, where: str) -> None:
         rows.prefix_len = x
     elif x != rows.prefix_len:
         raise _bad(where, "prefix_len", f"the same value on every row ({rows.prefix_len})", raw)
-
-
-def _priority(raw: Any, where: str) -> int:
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return 0
-    x = _int(raw)
-    if x is None:
-        raise _bad(where, "priority", "an integer", raw)
-    return x
-
-
-_TIMESTAMP = re.compile(
-    r"(\d{4}-\d\d-\d\d)[ T](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)?")
-_TIMESTAMP_EXPECTED = "a timestamp like '2023-11-16 18:15:46.6805900'"
-
-
-def _azure_ns(raw: Any, where: str, days: dict[str, int]) -> int:
-    """Nanoseconds since 0001-01-01, parsed by hand: Azure has 7 fractional digits, more than
-    ``datetime`` keeps, and ordering must survive."""
-    m = _TIMESTAMP.fullmatch(raw.strip()) if isinstance(raw, str) else None
-    if m is None:
-        raise _bad(where, "TIMESTAMP", _TIMESTAMP_EXPECTED, raw)
-    day_text, hh, mm, ss, frac, tz = m.groups()
-    day = days.get(day_text)
-    if day is None:
-        try:
-            day = days[day_text] = date.fromisoformat(day_text).toordinal()
-        except ValueError:
-            raise _bad(where, "TIMESTAMP", _TIMESTAMP_EXPECTED, raw) from None
-    h, mi, s = int(hh), int(mm), int(ss)
-    if h > 23 or mi > 59 or s > 60:
-        raise _bad(where, "TIMESTAMP", _TIMESTAMP_EXPECTED, raw)
-    secs = day * 86400 + h * 3600 + mi * 60 + s
-    if tz and tz != "Z":
-        sign = -1 if tz[0] == "-" else 1
-        secs -= sign * (int(tz[1:3]) * 3600 + int(tz[-2:]) * 60)
-    return secs * 1_000_000_000 + (int(frac.ljust(9, "0")) if frac else 0)
-
-
-# --------------------------------------------------------------------------- to a Workload
 
 
 def _to_workload(rows: _Rows, hash_block_tokens: int) -> Workload:

@@ -1,0 +1,99 @@
+"""Parsing of single trace values (numbers, hash-id lists, Azure timestamps) with errors
+that name the file, line and column: ``trace.csv:17: num_prompt_tokens: expected ...``."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import date
+from typing import Any
+
+from servesim.errors import WorkloadError
+
+
+def _bad(where: str, column: str, expected: str, found: Any) -> WorkloadError:
+    return WorkloadError(f"{where}: {column}: expected {expected}, found {found!r}")
+
+
+def _int(value: Any) -> int | None:
+    """An integer from an int, an integral float or a numeric string; None if it is not one."""
+    if type(value) is int:
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            try:
+                value = float(value)
+            except ValueError:
+                return None
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _number(raw: Any, where: str, column: str, expected: str) -> float:
+    if isinstance(raw, bool):
+        raise _bad(where, column, expected, raw)
+    try:
+        x = float(raw)
+    except (TypeError, ValueError):
+        raise _bad(where, column, expected, raw) from None
+    if not math.isfinite(x) or x < 0:
+        raise _bad(where, column, expected, raw)
+    return x
+
+
+def _hash_ids(raw: Any, where: str, column: str) -> tuple[int, ...]:
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return ()
+    value = raw
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            raise _bad(where, column, "a JSON list of integers", raw) from None
+    if isinstance(value, list | tuple) and all(type(h) is int for h in value):
+        return tuple(value)
+    raise _bad(where, column, "a list of integers", raw)
+
+
+def _priority(raw: Any, where: str) -> int:
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return 0
+    x = _int(raw)
+    if x is None:
+        raise _bad(where, "priority", "an integer", raw)
+    return x
+
+
+_TIMESTAMP = re.compile(
+    r"(\d{4}-\d\d-\d\d)[ T](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)?")
+_TIMESTAMP_EXPECTED = "a timestamp like '2023-11-16 18:15:46.6805900'"
+
+
+def _azure_ns(raw: Any, where: str, days: dict[str, int]) -> int:
+    """Nanoseconds since 0001-01-01, parsed by hand: Azure has 7 fractional digits, more than
+    ``datetime`` keeps, and ordering must survive."""
+    m = _TIMESTAMP.fullmatch(raw.strip()) if isinstance(raw, str) else None
+    if m is None:
+        raise _bad(where, "TIMESTAMP", _TIMESTAMP_EXPECTED, raw)
+    day_text, hh, mm, ss, frac, tz = m.groups()
+    day = days.get(day_text)
+    if day is None:
+        try:
+            day = days[day_text] = date.fromisoformat(day_text).toordinal()
+        except ValueError:
+            raise _bad(where, "TIMESTAMP", _TIMESTAMP_EXPECTED, raw) from None
+    h, mi, s = int(hh), int(mm), int(ss)
+    if h > 23 or mi > 59 or s > 60:
+        raise _bad(where, "TIMESTAMP", _TIMESTAMP_EXPECTED, raw)
+    secs = day * 86400 + h * 3600 + mi * 60 + s
+    if tz and tz != "Z":
+        sign = -1 if tz[0] == "-" else 1
+        secs -= sign * (int(tz[1:3]) * 3600 + int(tz[-2:]) * 60)
+    return secs * 1_000_000_000 + (int(frac.ljust(9, "0")) if frac else 0)
+
+
+# --------------------------------------------------------------------------- to a Workload
