@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from servesim.engine.request import Request
+from servesim.engine.request import UNIQUE_BASE, Request
 
 
 @dataclass(slots=True, eq=False)
@@ -80,6 +80,18 @@ class FreeBlockQueue:
             prev = b
         prev.next = first
         first.prev = prev
+        self.num_free_blocks += len(blocks)
+
+    def append_n(self, blocks: list[KVBlock]) -> None:
+        """Put ``blocks`` at the back, keeping their order."""
+        prev = self.tail.prev
+        assert prev is not None
+        for b in blocks:
+            b.prev = prev
+            prev.next = b
+            prev = b
+        prev.next = self.tail
+        self.tail.prev = prev
         self.num_free_blocks += len(blocks)
 
     def append(self, b: KVBlock) -> None:
@@ -151,7 +163,19 @@ class KVCacheManager:
         hit: list[KVBlock] = []
         cached = self.cached
         for i in range(max_blocks):
-            entry = cached.get(hashes[i])
+            h = hashes[i]
+            if h >= UNIQUE_BASE:
+                # Content only this request has: the only possible hit is its own block
+                # from before a preemption, if nobody has reused it since.
+                prev = req.prev_blocks
+                if prev is None:
+                    break
+                for j in range(i, max_blocks):
+                    if j >= len(prev) or prev[j].block_hash != hashes[j]:
+                        break
+                    hit.append(prev[j])
+                break
+            entry = cached.get(h)
             if not entry:
                 break
             hit.append(next(iter(entry.values())))
@@ -207,18 +231,22 @@ class KVCacheManager:
             self._cache_full_blocks(req, held, num_to_cache // bs)
         return new_blocks
 
-    def free(self, req: Request) -> None:
+    def free(self, req: Request, keep_for_resume: bool = False) -> None:
         """Return ``req``'s blocks in eviction order, tail first (vLLM ``free_blocks``).
 
         Blocks that carry a hash go to the back of the queue (FIFO reuse: LRU eviction
         of cached prefixes); blocks without one (all of them when caching is off) go to
         the front, in the same order, and are reused first (LIFO, for GPU locality).
+        ``keep_for_resume`` (a preemption) remembers the blocks so the request can hit
+        its own still-cached blocks when it is admitted again.
         """
         blocks = self.req_blocks.pop(req.idx, None)
         self.num_cached_blocks.pop(req.idx, None)
         if not blocks:
             return
         caching = self.enable_caching
+        if keep_for_resume and caching:
+            req.prev_blocks = blocks
         first: list[KVBlock] = []
         last: list[KVBlock] = []
         for b in reversed(blocks):
@@ -231,8 +259,8 @@ class KVCacheManager:
         q = self.free_queue
         if first:
             q.prepend_n(first)
-        for b in last:
-            q.append(b)
+        if last:
+            q.append_n(last)
 
     def cache_full_blocks(self, req: Request) -> None:
         """Hash every full computed block of ``req`` (the lazy engine defers this for decodes)."""
@@ -241,9 +269,8 @@ class KVCacheManager:
             self._cache_full_blocks(req, held, req.num_computed_tokens // self.block_size)
 
     def reset_prefix_cache(self) -> None:
-        for entry in self.cached.values():
-            for b in entry.values():
-                b.block_hash = None
+        for b in self.blocks:
+            b.block_hash = None
         self.cached.clear()
 
     # ----------------------------------------------------------------- internals
@@ -256,25 +283,38 @@ class KVCacheManager:
             b.ref_cnt += 1
 
     def _get_new_blocks(self, n: int) -> list[KVBlock]:
-        popleft = self.free_queue.popleft
+        """Pop ``n`` blocks off the head of the free queue, evicting their cached hashes."""
+        q = self.free_queue
+        if n > q.num_free_blocks:
+            raise ValueError(f"need {n} blocks, {q.num_free_blocks} free")
         out = []
         caching = self.enable_caching
+        b = q.head.next
         for _ in range(n):
-            b = popleft()
+            assert b is not None
             if caching and b.block_hash is not None:
                 self._evict(b)
             b.ref_cnt += 1
             out.append(b)
+            nxt = b.next
+            b.prev = b.next = None
+            b = nxt
+        assert b is not None
+        q.head.next = b
+        b.prev = q.head
+        q.num_free_blocks -= n
         return out
 
     def _evict(self, b: KVBlock) -> None:
         h = b.block_hash
+        b.block_hash = None
+        if h >= UNIQUE_BASE:  # type: ignore[operator]
+            return  # never indexed
         entry = self.cached.get(h)  # type: ignore[arg-type]
         if entry is not None:
             entry.pop(b.block_id, None)
             if not entry:
                 del self.cached[h]  # type: ignore[arg-type]
-        b.block_hash = None
 
     def _cache_full_blocks(self, req: Request, blocks: list[KVBlock], num_full: int) -> None:
         done = self.num_cached_blocks[req.idx]
@@ -286,6 +326,8 @@ class KVCacheManager:
             b = blocks[i]
             h = hashes[i]
             b.block_hash = h
+            if h >= UNIQUE_BASE:
+                continue  # only this request can hit it: see get_computed_blocks
             entry = cached.get(h)
             if entry is None:
                 cached[h] = {b.block_id: b}

@@ -12,7 +12,7 @@ from enum import IntEnum
 
 _TAG_HASH_IDS = 1
 _TAG_GROUP = 2
-_TAG_UNIQUE = 3
+UNIQUE_BASE = 1 << 64  # above any hash(): ids of blocks whose content only one request has
 
 
 class ReqStatus(IntEnum):
@@ -48,6 +48,7 @@ class Request:
     prefix_group: int = -1
     prefix_len: int = 0
     block_hashes: list[int] = field(default_factory=list)  # chained hashes of full blocks
+    prev_blocks: list | None = None  # blocks freed at its last preemption (own-prefix hits)
     # Lazy decode accounting (LazyScheduler): while ``lazy_it >= 0`` the request is in the
     # decode pool and its true counts at step ``it`` are the stored ones + (it - lazy_it).
     lazy_it: int = -1
@@ -65,27 +66,37 @@ class Request:
         ``hash_block_tokens(parent_hash, token_ids)``: equal keys at equal positions with
         equal parents mean equal tokens. Content comes from the prompt identity for prompt
         tokens; output tokens (and prompt tokens with no identity) are unique to the request.
+
+        From the first unique block on, every block of the chain is unique too; such a
+        block gets the id ``UNIQUE_BASE + (idx << 32) + k`` instead of a chained hash:
+        equally distinct, no hashing, and recognisable (>= UNIQUE_BASE), so the KV cache
+        need not index blocks that no other request can ever hit.
         """
         hashes = self.block_hashes
         k = len(hashes)
         if k >= num_full_blocks:
+            return hashes
+        base = UNIQUE_BASE + (self.idx << 32)
+        if k and hashes[-1] >= UNIQUE_BASE:
+            hashes.extend(range(base + k, base + num_full_blocks))
             return hashes
         parent = hashes[-1] if k else 0
         n_prompt = self.num_prompt_tokens
         while k < num_full_blocks:
             start = k * block_size
             end = start + block_size
+            key: tuple | None = None
             if end <= n_prompt and self.hash_ids is not None:
                 u = self.hash_block_tokens
                 ids = self.hash_ids[start // u: (end - 1) // u + 1]
                 if len(ids) == (end - 1) // u - start // u + 1:
-                    key: tuple = (_TAG_HASH_IDS, start % u, ids)
-                else:  # the trace names fewer units than the prompt has: the rest is unique
-                    key = (_TAG_UNIQUE, self.idx, k)
+                    key = (_TAG_HASH_IDS, start % u, ids)
+                # else: the trace names fewer units than the prompt has: the rest is unique
             elif end <= n_prompt and self.prefix_group >= 0 and end <= self.prefix_len:
                 key = (_TAG_GROUP, self.prefix_group, k)
-            else:
-                key = (_TAG_UNIQUE, self.idx, k)
+            if key is None:
+                hashes.extend(range(base + k, base + num_full_blocks))
+                return hashes
             parent = hash((parent, key))
             hashes.append(parent)
             k += 1

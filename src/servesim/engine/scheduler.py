@@ -133,7 +133,7 @@ class Scheduler:
         return budget
 
     def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
-        self.kv.free(victim)
+        self.kv.free(victim, keep_for_resume=True)
         victim.status = ReqStatus.PREEMPTED
         victim.num_computed_tokens = 0
         victim.num_preemptions += 1

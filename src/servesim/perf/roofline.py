@@ -59,6 +59,19 @@ class Efficiencies:
     allreduce_latency_s: float = 15e-6
     launch_overhead_s: float = 20e-6
     kernel_overhead_s: float = 2e-6
+    # Per-class overrides of linear_* (None: use linear_*). A calibrated profile sets them
+    # when the measurements tell the QKV/output projections, the MLP and the LM head apart.
+    proj_compute: float | None = None
+    proj_memory: float | None = None
+    mlp_compute: float | None = None
+    mlp_memory: float | None = None
+    lm_head_compute: float | None = None
+    lm_head_memory: float | None = None
+
+    def of(self, cls: str) -> tuple[float, float]:
+        """(compute, memory) efficiency of a linear class: 'proj', 'mlp' or 'lm_head'."""
+        c, m = getattr(self, f"{cls}_compute"), getattr(self, f"{cls}_memory")
+        return (self.linear_compute if c is None else c, self.linear_memory if m is None else m)
 
 
 class RooflinePerfModel:
@@ -111,16 +124,17 @@ class RooflinePerfModel:
             "samp_req": 4 * 4.0 * m.vocab_size,                            # 4 fp32 passes over logits
         }
         self._work = w
-        lin_f, lin_m = 1.0 / (peak_lin * e.linear_compute), 1.0 / (gpu.mem_bw * e.linear_memory)
-        act_f = 1.0 / (peak_act * e.linear_compute)
+        (pj_c, pj_m), (ml_c, ml_m), (lm_c, lm_m) = e.of("proj"), e.of("mlp"), e.of("lm_head")
+        lin_f, lin_m = 1.0 / (peak_lin * ml_c), 1.0 / (gpu.mem_bw * ml_m)
+        act_f, lm_mem = 1.0 / (peak_act * lm_c), 1.0 / (gpu.mem_bw * lm_m)
         pf_f, pf_m = 1.0 / (peak_act * e.attn_prefill_compute), 1.0 / (gpu.mem_bw * e.attn_prefill_memory)
         dec_f, dec_m = 1.0 / (peak_act * e.attn_decode_compute), 1.0 / (gpu.mem_bw * e.attn_decode_memory)
         el_m = 1.0 / (gpu.mem_bw * e.elementwise_memory)
         link = 1.0 / (gpu.interconnect_bw * e.comm)
 
         # Seconds per unit of each statistic.
-        self._proj_f, self._proj_w = w["proj_f"] * lin_f, w["proj_w"] * lin_m
-        self._proj_a = w["proj_a"] * lin_m
+        pj_f, pj_m = 1.0 / (peak_lin * pj_c), 1.0 / (gpu.mem_bw * pj_m)
+        self._proj_f, self._proj_w, self._proj_a = w["proj_f"] * pj_f, w["proj_w"] * pj_m, w["proj_a"] * pj_m
         self._mlp_f, self._mlp_w, self._mlp_a = w["mlp_f"] * lin_f, w["mlp_w"] * lin_m, w["mlp_a"] * lin_m
         self._router_f, self._router_w = w["router_f"] * lin_f, w["router_w"] * lin_m
         self._num_experts, self._top_k = m.num_experts, m.num_experts_per_tok
@@ -132,7 +146,7 @@ class RooflinePerfModel:
         self._dec_kv = w["kv_tok"] * dec_m
         self._dec_req = (w["kv_tok"] + w["qo_tok"]) * dec_m    # KV write, Q, O of the new token
         self._el_tok = w["el_tok"] * el_m
-        self._lm_f, self._lm_w, self._lm_req = w["lm_f"] * act_f, w["lm_w"] * lin_m, w["lm_req"] * lin_m
+        self._lm_f, self._lm_w, self._lm_req = w["lm_f"] * act_f, w["lm_w"] * lm_mem, w["lm_req"] * lm_mem
         self._samp_req = w["samp_req"] * el_m
         ring = 2.0 * (tp - 1) / tp
         self._comm_tok = 2 * L * ring * H * ba * link if tp > 1 else 0.0
