@@ -231,6 +231,18 @@ class KVCacheManager:
             self._cache_full_blocks(req, held, num_to_cache // bs)
         return new_blocks
 
+    def append_decode_block(self, req: Request) -> None:
+        """``allocate_slots(req, 1)`` for a decode whose new token starts a block.
+
+        The caller has checked that a block is free. Same effect as the general path
+        (the block just filled is hashed, one block is taken from the head of the queue),
+        without its arithmetic: the lazy engine calls this for every boundary crossing.
+        """
+        held = self.req_blocks[req.idx]
+        if self.enable_caching:
+            self._cache_full_blocks(req, held, req.num_computed_tokens // self.block_size)
+        held.extend(self._get_new_blocks(1))
+
     def free(self, req: Request, keep_for_resume: bool = False) -> None:
         """Return ``req``'s blocks in eviction order, tail first (vLLM ``free_blocks``).
 
@@ -292,8 +304,12 @@ class KVCacheManager:
         b = q.head.next
         for _ in range(n):
             assert b is not None
-            if caching and b.block_hash is not None:
-                self._evict(b)
+            if caching:
+                h = b.block_hash
+                if h is not None:
+                    b.block_hash = None
+                    if h < UNIQUE_BASE:  # unique blocks are not indexed
+                        self._unindex(b, h)
             b.ref_cnt += 1
             out.append(b)
             nxt = b.next
@@ -305,16 +321,12 @@ class KVCacheManager:
         q.num_free_blocks -= n
         return out
 
-    def _evict(self, b: KVBlock) -> None:
-        h = b.block_hash
-        b.block_hash = None
-        if h >= UNIQUE_BASE:  # type: ignore[operator]
-            return  # never indexed
-        entry = self.cached.get(h)  # type: ignore[arg-type]
+    def _unindex(self, b: KVBlock, h: int) -> None:
+        entry = self.cached.get(h)
         if entry is not None:
             entry.pop(b.block_id, None)
             if not entry:
-                del self.cached[h]  # type: ignore[arg-type]
+                del self.cached[h]
 
     def _cache_full_blocks(self, req: Request, blocks: list[KVBlock], num_full: int) -> None:
         done = self.num_cached_blocks[req.idx]

@@ -184,14 +184,16 @@ class LazyScheduler(Scheduler):
                            + [(r.seq, 1, r, n) for r, n in zip(indiv, demands) if n > 0],
                            key=lambda x: x[0])
             for _, is_indiv, r, n in items:
-                kv.allocate_slots(r, n)
-                if not is_indiv:
-                    nxt = it + bs
-                    bucket = self._crossings.get(nxt)
-                    if bucket is None:
-                        self._crossings[nxt] = [(r, r.epoch)]
-                    else:
-                        bucket.append((r, r.epoch))
+                if is_indiv:
+                    kv.allocate_slots(r, n)
+                    continue
+                kv.append_decode_block(r)
+                nxt = it + bs
+                bucket = self._crossings.get(nxt)
+                if bucket is None:
+                    self._crossings[nxt] = [(r, r.epoch)]
+                else:
+                    bucket.append((r, r.epoch))
             for r, n in zip(indiv, demands):
                 if n > 0:
                     out.reqs.append(r)
@@ -259,7 +261,7 @@ class LazyScheduler(Scheduler):
                     cross.sort(key=lambda r: r.seq)
                 for r in cross:
                     self._materialize(r, j)
-                    kv.allocate_slots(r, 1)
+                    kv.append_decode_block(r)
                     nxt = j + bs
                     bucket = crossings.get(nxt)
                     if bucket is None:
