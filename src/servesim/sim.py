@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from array import array
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from servesim.config import EngineConfig, Scenario, load_scenario, resolve_engine, scenario_from_dict
-from servesim.engine.events import EventLoop
+from servesim.engine.events import ARRIVAL, EventLoop
 from servesim.engine.kv_cache import KVCacheManager
 from servesim.engine.lazy import LazyScheduler
 from servesim.engine.replica import Replica
@@ -48,13 +49,17 @@ class EngineRun:
 
 
 def make_requests(wl: Workload) -> list[Request]:
+    return list(iter_requests(wl))
+
+
+def iter_requests(wl: Workload) -> Iterator[Request]:
+    """The workload's requests, created one by one in arrival order."""
     arrival = wl.arrival_s.tolist()
     prompt = wl.num_prompt_tokens.tolist()
     output = wl.num_output_tokens.tolist()
     prio = wl.priority.tolist() if wl.priority is not None else None
     group = wl.prefix_group.tolist() if wl.prefix_group is not None else None
     hash_ids = wl.hash_ids
-    reqs = []
     for i in range(len(arrival)):
         r = Request(i, arrival[i], prompt[i], output[i])
         if prio is not None:
@@ -65,19 +70,20 @@ def make_requests(wl: Workload) -> list[Request]:
         if group is not None and group[i] >= 0:
             r.prefix_group = group[i]
             r.prefix_len = wl.prefix_len
-        reqs.append(r)
-    return reqs
+        yield r
 
 
 def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_blocks: int,
                max_model_len: int, *, num_gpus: int = 1, check_invariants: bool = False,
                reference: bool = False, until_s: float = float("inf"),
-               progress: Callable[[int], None] | None = None) -> EngineRun:
+               progress: Callable[[int], None] | None = None, record_steps: bool = True) -> EngineRun:
     """Run one replica of the V1 engine over ``wl`` (no catalog needed: tests use this).
 
     ``reference`` selects the step-by-step reference scheduler instead of the lazy one;
     both make the same decisions (tests/test_differential.py holds them to it).
     ``progress(num_done)`` is called about 200 times over the run when given.
+    Memory is bounded by the requests in flight plus the record columns (about 80 bytes
+    a request); ``record_steps=False`` also drops the per-step series (streaming runs).
     """
     engine = resolve_engine(engine, max_model_len=max_model_len)
     loop = EventLoop()
@@ -89,21 +95,18 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
         long_prefill_token_threshold=engine.long_prefill_token_threshold,
         max_model_len=max_model_len,
         scheduler_reserve_full_isl=engine.scheduler_reserve_full_isl)
-    steps, itl = StepSeries(), ItlSamples()
+    steps = StepSeries() if record_steps else None
+    itl = ItlSamples() if record_steps else ItlSamples(gap_s=array("d"), count=array("q"))  # type: ignore[arg-type]
     totals = ReplicaTotals(num_gpus=num_gpus, num_gpu_blocks=num_gpu_blocks)
+    records = RequestRecords.empty(len(wl))
+    records.arrival_s = np.asarray(wl.arrival_s, dtype=np.float64).copy()
+    records.num_prompt_tokens = np.asarray(wl.num_prompt_tokens, dtype=np.int64).copy()
     scheduler = Scheduler(cfg, kv) if reference else LazyScheduler(cfg, kv)
     replica = Replica(0, loop, scheduler, perf, engine.cpu_overhead_s, steps, itl, totals,
-                      check_invariants=check_invariants)
-    reqs = make_requests(wl)
-    reasons: dict[int, str] = {}
-    usable_tokens = (num_gpu_blocks - 1) * engine.block_size
-    for r in reqs:
-        why = _rejection(r, max_model_len, usable_tokens)
-        if why:
-            r.status = ReqStatus.REJECTED
-            reasons[r.idx] = why
-        else:
-            replica.submit(r)
+                      check_invariants=check_invariants, on_finish=lambda r: write_record(records, r))
+    feeder = ArrivalFeeder(wl, loop, replica.on_arrival, records, max_model_len,
+                           (num_gpu_blocks - 1) * engine.block_size)
+    feeder.start()
     if progress is None:
         end = loop.run(until_s)
     else:  # run in slices of simulated time, reporting between them (no cost in the hot loop)
@@ -113,12 +116,67 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
         while len(loop) and loop.now < until_s:
             t = max(t + dt, loop.next_time())
             loop.run(min(t, until_s))
-            progress(replica.num_finished + len(reasons))
+            progress(replica.num_finished + feeder.num_rejected)
         end = loop.now
     totals.num_prefix_query_tokens = kv.num_query_tokens
     totals.num_prefix_hit_tokens = kv.num_hit_tokens
-    records = _records(reqs, reasons)
-    return EngineRun(records, steps, itl, totals, end)
+    if isinstance(scheduler, LazyScheduler):
+        scheduler.materialize_all()  # exact counts for requests still running at the end
+    for r in list(scheduler.running) + list(scheduler.waiting):
+        write_record(records, r)
+        records.reasons[r.idx] = "still " + ("running" if r.status == ReqStatus.RUNNING else "waiting") \
+            + " when the run ended"
+    return EngineRun(records, steps if steps is not None else StepSeries(), itl, totals, end)
+
+
+class ArrivalFeeder:
+    """Creates each request at its arrival and schedules the next one: one pending arrival
+    at a time, so a run of millions of requests never holds them all as objects.
+
+    Requests that can never be served are recorded as rejected instead of delivered.
+    """
+
+    def __init__(self, wl: Workload, loop: EventLoop, deliver: Callable[[Request], None],
+                 records: RequestRecords, max_model_len: int, usable_tokens: int) -> None:
+        self.loop = loop
+        self.deliver = deliver
+        self.records = records
+        self.max_model_len = max_model_len
+        self.usable_tokens = usable_tokens
+        self.num_rejected = 0
+        self._reqs = iter_requests(wl)
+
+    def start(self) -> None:
+        self._schedule_next()
+
+    def _schedule_next(self) -> None:
+        for r in self._reqs:
+            why = _rejection(r, self.max_model_len, self.usable_tokens)
+            if not why:
+                self.loop.at(r.arrival_s, self.on_arrival, r, ARRIVAL)
+                return
+            r.status = ReqStatus.REJECTED
+            write_record(self.records, r)
+            self.records.reasons[r.idx] = why
+            self.num_rejected += 1
+
+    def on_arrival(self, r: Request) -> None:
+        self.deliver(r)
+        self._schedule_next()
+
+
+def write_record(rec: RequestRecords, r: Request) -> None:
+    """Store ``r``'s outcome in row ``r.idx`` (called when it finishes or the run ends)."""
+    i = r.idx
+    rec.first_scheduled_s[i] = r.first_scheduled_s if r.first_scheduled_s >= 0 else np.nan
+    rec.first_token_s[i] = r.first_token_s if r.first_token_s >= 0 else np.nan
+    rec.finished_s[i] = r.finished_s if r.finished_s >= 0 else np.nan
+    rec.num_output_tokens[i] = r.num_output_tokens
+    rec.num_cached_tokens[i] = max(r.num_cached_tokens, 0)
+    rec.num_preemptions[i] = r.num_preemptions
+    rec.replica[i] = r.replica
+    rec.status[i] = (RequestStatus.FINISHED if r.status == ReqStatus.FINISHED else
+                     RequestStatus.REJECTED if r.status == ReqStatus.REJECTED else RequestStatus.UNFINISHED)
 
 
 def _rejection(r: Request, max_model_len: int, usable_tokens: int) -> str:
@@ -128,38 +186,6 @@ def _rejection(r: Request, max_model_len: int, usable_tokens: int) -> str:
     if need > usable_tokens:
         return f"needs {need} tokens of KV cache, the replica holds {usable_tokens}"
     return ""
-
-
-def _records(reqs: list[Request], reasons: dict[int, str]) -> RequestRecords:
-    n = len(reqs)
-    rec = RequestRecords.empty(n)
-
-    def col(values: list[float]) -> np.ndarray:
-        a = np.asarray(values, dtype=np.float64)
-        a[a < 0] = np.nan
-        return a
-
-    rec.arrival_s = np.asarray([r.arrival_s for r in reqs], dtype=np.float64)
-    rec.first_scheduled_s = col([r.first_scheduled_s for r in reqs])
-    rec.first_token_s = col([r.first_token_s for r in reqs])
-    rec.finished_s = col([r.finished_s for r in reqs])
-    rec.num_prompt_tokens = np.asarray([r.num_prompt_tokens for r in reqs], dtype=np.int64)
-    rec.num_output_tokens = np.asarray([r.num_output_tokens for r in reqs], dtype=np.int64)
-    rec.num_cached_tokens = np.asarray([max(r.num_cached_tokens, 0) for r in reqs], dtype=np.int64)
-    rec.num_preemptions = np.asarray([r.num_preemptions for r in reqs], dtype=np.int64)
-    rec.replica = np.asarray([r.replica for r in reqs], dtype=np.int64)
-    status = np.full(n, RequestStatus.UNFINISHED, np.int8)
-    for i, r in enumerate(reqs):
-        if r.status == ReqStatus.FINISHED:
-            status[i] = RequestStatus.FINISHED
-        elif r.status == ReqStatus.REJECTED:
-            status[i] = RequestStatus.REJECTED
-        else:
-            reasons.setdefault(i, "still " + ("running" if r.status == ReqStatus.RUNNING else "waiting")
-                               + " when the run ended")
-    rec.status = status
-    rec.reasons = reasons
-    return rec
 
 
 # --------------------------------------------------------------------------- scenario level

@@ -103,6 +103,10 @@ class LazyScheduler(Scheduler):
         r.lazy_it = -1
         r.epoch += 1
 
+    def materialize_all(self) -> None:
+        """Write every pooled request's derived counts into it (at the end of a run)."""
+        self._materialize_all()
+
     def _materialize_all(self) -> None:
         it = self.it
         for r in self.running:

@@ -13,6 +13,8 @@ Token times are the end of the step that produced them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from servesim.engine.events import ARRIVAL, BATCH_DONE, WAKE, EventLoop
 from servesim.engine.kv_cache import KVCacheManager
 from servesim.engine.request import ReqStatus, Request
@@ -23,15 +25,17 @@ from servesim.perf.base import BatchStats, PerfModel
 
 class Replica:
     def __init__(self, replica_id: int, loop: EventLoop, scheduler: Scheduler, perf: PerfModel,
-                 cpu_overhead_s: float, steps: StepSeries, itl: ItlSamples, totals: ReplicaTotals,
-                 check_invariants: bool = False) -> None:
+                 cpu_overhead_s: float, steps: StepSeries | None, itl: ItlSamples, totals: ReplicaTotals,
+                 check_invariants: bool = False,
+                 on_finish: Callable[[Request], None] | None = None) -> None:
         self.id = replica_id
         self.loop = loop
         self.scheduler = scheduler
         self.kv: KVCacheManager = scheduler.kv
         self.perf = perf
         self.cpu_overhead_s = cpu_overhead_s
-        self.steps = steps
+        self.steps = steps  # None: no per-step series (streaming runs)
+        self.on_finish = on_finish  # called once per finished request (its record is final)
         self.itl = itl
         self.totals = totals
         self.check_invariants = check_invariants
@@ -113,6 +117,9 @@ class Replica:
                 itl.add(d, out.num_pool)
         self.last_step_end_s = now
         self.num_finished += len(finished)
+        if self.on_finish is not None:
+            for r in finished:
+                self.on_finish(r)
         if self.check_invariants:
             self._check()
         self.step()
@@ -133,6 +140,8 @@ class Replica:
         if used > t.peak_kv_blocks:
             t.peak_kv_blocks = used
         s = self.steps
+        if s is None:
+            return
         s.replica.append(self.id)
         s.start_s.append(now)
         s.duration_s.append(dt)
@@ -167,6 +176,8 @@ class Replica:
         if peak > t.peak_kv_blocks:
             t.peak_kv_blocks = peak
         s = self.steps
+        if s is None:
+            return total
         starts = [start_s]
         for d in durations[:-1]:
             starts.append(starts[-1] + d)
