@@ -1,0 +1,258 @@
+"""Hardware profiles (calibrated efficiencies, optional custom hardware, optional operator
+tables) and the profiled perf model that interpolates measured operator times.
+
+A profile is JSON written by ``servesim calibrate`` and named by a scenario's
+``hardware.profile``::
+
+    {"format": "servesim-hardware-profile/1", "name": ..., "fitted_on": "H100-SXM",
+     "gpu": null | {GpuConfig fields: a custom accelerator, e.g. this CPU},
+     "efficiencies": {Efficiencies fields}, "cpu_overhead_s": null | seconds,
+     "operator_tables": [{gpu, model, tp, shape, num_tokens, proj, mlp, elementwise}],
+     "fit": {how it was made and how well it fits}}
+
+``efficiencies`` are applied to the scenario's GPU (that is how an A100 profile predicts
+an H100: the fractions of peak carry over, the peaks come from the catalog). ``gpu``
+defines hardware the catalog lacks; a scenario uses it by naming it in ``hardware.gpu``.
+``cpu_overhead_s``, when present, replaces the engine's ``cpu_overhead_s`` unless the
+scenario sets that field itself: a profile fitted on engine step logs already contains the
+engine's CPU time per step.
+
+**Profiled model.** Where ``operator_tables`` cover the scenario's model shape, GPU and
+TP degree, ``ProfiledPerfModel`` replaces the roofline's linear layers and elementwise
+kernels by linear interpolation in the measured per-layer times (times the number of
+layers); attention, LM head, sampling and communication stay the calibrated roofline,
+and token counts outside the table fall back to the roofline entirely.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from servesim.catalog.gpus import GpuSpec, get_gpu
+from servesim.catalog.models import ModelSpec, from_hf_config
+from servesim.config import EngineConfig, GpuConfig, ModelConfig, ParallelConfig
+from servesim.errors import ConfigError
+from servesim.perf.base import BatchStats
+from servesim.perf.measurements import OPERATOR_KERNELS, OperatorTable
+from servesim.perf.roofline import Efficiencies, RooflinePerfModel, build_perf_model
+
+FORMAT = "servesim-hardware-profile/1"
+
+
+@dataclass(slots=True)
+class HardwareProfile:
+    """A calibrated hardware profile (see the module docstring)."""
+
+    name: str
+    eff: Efficiencies
+    fitted_on: str = ""
+    gpu: GpuConfig | None = None
+    cpu_overhead_s: float | None = None
+    tables: list[OperatorTable] = field(default_factory=list)
+    fit: dict[str, Any] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ scenario hooks
+
+    def resolve_gpu(self, gpu: str | GpuConfig) -> GpuSpec:
+        """The profile's own hardware when the scenario names it, else the catalog's GPU."""
+        if self.gpu is not None and isinstance(gpu, str) and gpu.strip().lower() == self.gpu.name.lower():
+            return get_gpu(self.gpu)
+        return get_gpu(gpu)
+
+    def adjust_engine(self, engine: EngineConfig) -> EngineConfig:
+        """Use the profile's CPU time per step unless the scenario set ``cpu_overhead_s``."""
+        if self.cpu_overhead_s is None or "cpu_overhead_s" in engine.model_fields_set:
+            return engine
+        return engine.model_copy(update={"cpu_overhead_s": self.cpu_overhead_s})
+
+    def perf_model(
+        self, model: ModelSpec, gpu: GpuSpec, parallel: ParallelConfig, model_cfg: ModelConfig | None = None
+    ) -> RooflinePerfModel | ProfiledPerfModel:
+        """The calibrated roofline, or the profiled model where a table covers this case."""
+        roof = build_perf_model(model, gpu, parallel, model_cfg, eff=self.eff)
+        if parallel.pipeline_parallel_size == 1:
+            for t in self.tables:
+                if t.gpu == gpu.name and t.tp == parallel.tensor_parallel_size and same_shape(t.shape, model):
+                    return ProfiledPerfModel(roof, t)
+        return roof
+
+    # ------------------------------------------------------------------ file format
+
+    def to_dict(self) -> dict[str, Any]:
+        eff = {k: v for k, v in dataclasses.asdict(self.eff).items() if v is not None}
+        return {
+            "format": FORMAT,
+            "name": self.name,
+            "fitted_on": self.fitted_on,
+            "gpu": self.gpu.model_dump() if self.gpu else None,
+            "efficiencies": eff,
+            "cpu_overhead_s": self.cpu_overhead_s,
+            "operator_tables": [_table_to_dict(t) for t in self.tables],
+            "fit": self.fit,
+        }
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n")
+
+    @staticmethod
+    def load(path: str | Path) -> HardwareProfile:
+        p = Path(path).expanduser()
+        try:
+            d = json.loads(p.read_text())
+        except OSError as err:
+            raise ConfigError(f"hardware.profile: {p}: cannot read: {err.strerror or err}") from None
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"hardware.profile: {p}: not JSON: {err}") from None
+        return HardwareProfile.from_dict(d, str(p))
+
+    @staticmethod
+    def from_dict(d: dict[str, Any], source: str = "<profile>") -> HardwareProfile:
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise ConfigError(f'{source}: not a servesim hardware profile (expected "format": "{FORMAT}")')
+        names = {f.name for f in dataclasses.fields(Efficiencies)}
+        eff_d = d.get("efficiencies") or {}
+        unknown = set(eff_d) - names
+        if unknown:
+            raise ConfigError(
+                f"{source}: efficiencies: unknown keys {sorted(unknown)}; known: {sorted(names)}"
+            )
+        bad = [
+            k
+            for k, v in eff_d.items()
+            if not isinstance(v, int | float) or v < 0 or (not k.endswith("_s") and not 0 < v <= 1)
+        ]
+        if bad:
+            raise ConfigError(f"{source}: efficiencies {bad}: fractions must be in (0, 1], overheads >= 0")
+        try:
+            gpu = GpuConfig.model_validate(d["gpu"]) if d.get("gpu") else None
+            tables = [_table_from_dict(t) for t in d.get("operator_tables") or []]
+        except (KeyError, TypeError, ValueError) as err:
+            raise ConfigError(f"{source}: malformed profile: {err}") from None
+        cpu = d.get("cpu_overhead_s")
+        return HardwareProfile(
+            str(d.get("name", Path(source).stem)),
+            Efficiencies(**eff_d),
+            str(d.get("fitted_on", "")),
+            gpu,
+            None if cpu is None else float(cpu),
+            tables,
+            d.get("fit") or {},
+        )
+
+
+def same_shape(a: ModelSpec, b: ModelSpec) -> bool:
+    """Same linear-layer shapes (hidden, heads, KV heads, head dim, MLP width and gating, dtype size)."""
+    return (
+        a.hidden_size,
+        a.num_attention_heads,
+        a.num_kv_heads,
+        a.head_dim,
+        a.intermediate_size,
+        a.mlp_gated,
+        a.is_moe,
+        a.activation_dtype_bytes,
+    ) == (
+        b.hidden_size,
+        b.num_attention_heads,
+        b.num_kv_heads,
+        b.head_dim,
+        b.intermediate_size,
+        b.mlp_gated,
+        b.is_moe,
+        b.activation_dtype_bytes,
+    )
+
+
+def _table_to_dict(t: OperatorTable) -> dict[str, Any]:
+    s = t.shape
+    shape = {
+        "hidden_size": s.hidden_size,
+        "num_attention_heads": s.num_attention_heads,
+        "num_key_value_heads": s.num_kv_heads,
+        "head_dim": s.head_dim,
+        "intermediate_size": s.intermediate_size,
+        "vocab_size": s.vocab_size,
+        "model_type": "llama" if s.mlp_gated else "opt",
+        "torch_dtype": s.dtype,
+    }
+    return {
+        "gpu": t.gpu,
+        "model": t.model,
+        "tp": t.tp,
+        "shape": shape,
+        "num_tokens": t.num_tokens.tolist(),
+        **{c: [float(f"{x:.6g}") for x in v] for c, v in t.times_s.items()},
+    }
+
+
+def _table_from_dict(d: dict[str, Any]) -> OperatorTable:
+    shape = from_hf_config({**d["shape"], "num_hidden_layers": 1}, d["model"], source=d["model"])
+    times = {c: np.asarray(d[c], float) for c in OPERATOR_KERNELS if c in d}
+    return OperatorTable(
+        d["gpu"], d["model"], int(d["tp"]), shape, np.asarray(d["num_tokens"], np.int64), times
+    )
+
+
+class ProfiledPerfModel:
+    """The calibrated roofline with measured linear and elementwise layers (implements PerfModel).
+
+    ``batch_time = roofline + delta(T)`` where ``delta`` is, at each measured token count,
+    ``num_layers x (measured - roofline)`` of the covered classes (their per-kernel
+    overhead included), interpolated linearly in T; outside the table ``delta = 0``.
+    Classes the table lacks (e.g. Phi-2's elementwise kernels) stay roofline.
+    """
+
+    __slots__ = ("roofline", "table", "_t", "_d", "_t_lo", "_t_hi")
+
+    def __init__(self, roofline: RooflinePerfModel, table: OperatorTable) -> None:
+        self.roofline, self.table = roofline, table
+        m, e = roofline.model, roofline.eff
+        one = RooflinePerfModel(
+            dataclasses.replace(m, num_layers=1),
+            roofline.gpu,
+            tp=roofline.tp,
+            dtype_bytes=roofline.dtype_bytes,
+            kv_dtype_bytes=roofline.kv_dtype_bytes,
+            eff=e,
+        )
+        emb = 6 * m.hidden_size * m.activation_dtype_bytes / (roofline.gpu.mem_bw * e.elementwise_memory)
+        deltas = []
+        for i, t in enumerate(table.num_tokens.tolist()):
+            b = one.breakdown(BatchStats(num_prefill_tokens=t, num_prefill_reqs=1))
+            d = 0.0
+            for c, meas in table.times_s.items():
+                roof = b[c] - (emb * t if c == "elementwise" else 0.0)
+                d += float(meas[i]) - roof - OPERATOR_KERNELS[c] * e.kernel_overhead_s
+            deltas.append(m.num_layers * d)
+        self._t = [float(t) for t in table.num_tokens.tolist()]
+        self._d = deltas
+        self._t_lo, self._t_hi = self._t[0], self._t[-1]
+
+    def delta(self, num_tokens: float) -> float:
+        """Seconds added to the roofline for a batch of ``num_tokens`` tokens (0 outside the table)."""
+        if num_tokens < self._t_lo or num_tokens > self._t_hi:
+            return 0.0
+        ts, ds = self._t, self._d
+        j = bisect.bisect_left(ts, num_tokens)
+        if ts[j] == num_tokens:
+            return ds[j]
+        w = (num_tokens - ts[j - 1]) / (ts[j] - ts[j - 1])
+        return ds[j - 1] + w * (ds[j] - ds[j - 1])
+
+    def batch_time(self, stats: BatchStats) -> float:
+        t = stats.num_prefill_tokens + stats.num_decode_reqs
+        base = self.roofline.batch_time(stats)
+        return base + self.delta(t) if t else base
+
+    def batch_flops(self, stats: BatchStats) -> float:
+        return self.roofline.batch_flops(stats)
+
+    def batch_bytes(self, stats: BatchStats) -> float:
+        return self.roofline.batch_bytes(stats)

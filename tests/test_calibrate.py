@@ -1,0 +1,261 @@
+"""Calibration: the vectorized work terms are the roofline, fits recover known parameters,
+and fits to real measurements reach (and stay at) the errors docs/fidelity.md reports."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from servesim.catalog import get_gpu, load_model
+from servesim.config import GpuConfig
+from servesim.perf.base import BatchStats
+from servesim.perf.calibrate import (
+    BOUNDS,
+    calibrate_engine_log,
+    calibrate_operators,
+    iteration_terms,
+    predict,
+)
+from servesim.perf.measurements import (
+    read_allreduce,
+    read_engine_log,
+    read_operator_profiles,
+    read_splitwise,
+)
+from servesim.perf.profiled import HardwareProfile
+from servesim.perf.roofline import Efficiencies, RooflinePerfModel
+from servesim.validate import PROFILES, load_bundled_profile
+
+FIXTURES = Path(__file__).parent / "fixtures"
+DATA = FIXTURES / "measurements" / "measurements"
+RECORDINGS = FIXTURES / "vllm_timing"
+
+STATS = [
+    BatchStats(num_prefill_tokens=512, prefill_attn_work=512 * 256, num_prefill_reqs=1),
+    BatchStats(num_decode_reqs=64, sum_decode_context=64 * 900),
+    BatchStats(
+        num_prefill_tokens=300,
+        prefill_attn_work=300 * 1150,
+        num_prefill_reqs=2,
+        sum_prefill_context=1000,
+        num_decode_reqs=17,
+        sum_decode_context=9000,
+    ),
+    BatchStats(),
+]
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "tp", "pp"),
+    [
+        ("Llama-3.1-8B", "H100", 1, 1),
+        ("Llama-2-70B", "A100", 4, 2),
+        ("Mixtral-8x7B", "H100", 2, 1),
+        ("OPT-66B", "A100", 3, 1),
+    ],
+)
+def test_work_terms_reproduce_the_roofline(model: str, gpu: str, tp: int, pp: int) -> None:
+    m, g = load_model(model), get_gpu(gpu)
+    eff = Efficiencies(
+        linear_compute=0.6,
+        mlp_memory=0.5,
+        attn_decode_memory=0.4,
+        comm=0.7,
+        allreduce_latency_s=30e-6,
+        kernel_overhead_s=3e-6,
+    )
+    terms = iteration_terms(m, g, STATS, tp=tp, pp=pp, engine_steps=True)
+    want = [RooflinePerfModel(m, g, tp=tp, pp=pp, eff=eff).batch_time(s) for s in STATS]
+    got = predict(terms, eff, cpu_overhead_s=0.002)
+    assert got[:3] == pytest.approx([w + 0.002 for w in want[:3]], rel=1e-9)
+    assert got[3] == 0.0  # an empty batch costs nothing, not even the engine's step
+
+
+def test_fit_recovers_known_efficiencies() -> None:
+    pytest.importorskip("scipy")
+    from servesim.perf.calibrate import fit
+
+    m, g = load_model("Llama-3.1-8B"), get_gpu("H100")
+    true = Efficiencies(
+        linear_compute=0.55,
+        linear_memory=0.65,
+        attn_prefill_compute=0.4,
+        attn_decode_memory=0.5,
+        launch_overhead_s=1e-3,
+    )
+    stats = [
+        BatchStats(num_prefill_tokens=p, prefill_attn_work=p * p / 2, num_prefill_reqs=1)
+        for p in (16, 64, 256, 1024, 4096, 16384)
+    ]
+    stats += [
+        BatchStats(num_decode_reqs=b, sum_decode_context=b * c) for b in (1, 4, 16, 64, 256)
+        for c in (128, 1024, 8192)
+    ]
+    terms = iteration_terms(m, g, stats)
+    measured = predict(terms, true)
+    names = [
+        "linear_compute",
+        "linear_memory",
+        "attn_prefill_compute",
+        "attn_decode_memory",
+        "launch_overhead_s",
+    ]
+    res = fit(terms, measured, names)
+    for n in names:
+        assert res.params[n] == pytest.approx(getattr(true, n), rel=1e-3), n
+    assert res.quality()["max_ape_pct"] < 1e-3
+
+
+def test_bounds_are_physical() -> None:
+    for name, (lo, hi) in BOUNDS.items():
+        assert lo >= 0
+        assert hi <= 1.0 or name.endswith("_s")
+
+
+# --------------------------------------------------------------------------- real measurements
+
+
+@pytest.fixture(scope="module")
+def h100_tables() -> list:
+    return read_operator_profiles(DATA / "vidur_profiling", ("h100",))
+
+
+def test_operator_fit_on_vidur_h100(h100_tables: list) -> None:
+    """Two Llama-2 models (the CI copy), every TP degree and token count: MAPE 10.4%.
+
+    The hard max(compute, memory) cannot follow cuBLAS's tile effects and the ramp between
+    the roofs, so single points are off by up to ~50-100% (small TP-8 GEMMs); the median
+    error is below 10%. docs/fidelity.md has the table for all six models.
+    """
+    pytest.importorskip("scipy")
+    ar = read_allreduce(DATA / "vidur_profiling" / "network" / "h100_dgx" / "all_reduce.csv")
+    eff, (ops, net) = calibrate_operators(h100_tables, ar)
+    q = ops.quality()
+    assert q["mape_pct"] < 11 and q["median_ape_pct"] < 9 and q["r2"] > 0.99
+    assert 0.5 < eff.proj_compute <= 1 and 0.5 < eff.mlp_compute <= 1 and 0.6 < eff.mlp_memory <= 1
+    assert 0 < eff.kernel_overhead_s < 20e-6
+    assert net.quality()["mape_pct"] < 10 and 0.5 < eff.comm <= 1
+
+
+def test_bundled_h100_profile_matches_its_stated_fit() -> None:
+    prof = load_bundled_profile("h100_ops")
+    assert prof.fitted_on == "H100-SXM" and not prof.tables
+    assert all(
+        0 < v <= 1 for k, v in dataclasses.asdict(prof.eff).items() if v is not None and not k.endswith("_s")
+    )
+
+
+def test_splitwise_a100_profile_predicts_h100_faster_and_within_the_stated_error() -> None:
+    rows = read_splitwise(DATA / "splitwise" / "perf_model.csv")
+    prof = load_bundled_profile("a100_e2e")
+    m = load_model("Llama-2-70B")
+    for r in rows:
+        if r.gpu != "H100-SXM" or r.batch_size != 1:
+            continue
+        a100 = RooflinePerfModel(m, get_gpu("A100"), tp=r.tp, eff=prof.eff)
+        h100 = RooflinePerfModel(m, get_gpu("H100"), tp=r.tp, eff=prof.eff)
+        assert h100.batch_time(r.prefill_stats()) < a100.batch_time(r.prefill_stats())
+    meas_h = np.array([r.token_time_s for r in rows if r.gpu == "H100-SXM"])
+    pred_h = np.array(
+        [
+            RooflinePerfModel(m, get_gpu("H100"), tp=r.tp, eff=prof.eff).batch_time(r.decode_stats())
+            for r in rows
+            if r.gpu == "H100-SXM"
+        ]
+    )
+    # Per-token times on H100 are over-predicted: the A100 node's fixed per-step overheads
+    # (fitted as launch overhead and all-reduce latency) do not carry over (docs/fidelity.md).
+    err = pred_h / meas_h - 1
+    assert 0.1 < err.mean() < 0.45
+
+
+def test_refit_of_bundled_profiles_is_reproducible() -> None:
+    """The bundled profiles are what `servesim calibrate` makes from the bundled data."""
+    pytest.importorskip("scipy")
+    from servesim.perf.calibrate import calibrate_source
+
+    prof, _ = calibrate_source(DATA / "splitwise" / "perf_model.csv", "splitwise", "A100-80GB")
+    bundled = load_bundled_profile("a100_e2e")
+    for k, v in dataclasses.asdict(bundled.eff).items():
+        if v is not None:
+            assert getattr(prof.eff, k) == pytest.approx(v, rel=0.02, abs=1e-7), k
+    cpu, _ = calibrate_source(
+        RECORDINGS / "rate1.json", "engine-log", hardware=load_bundled_profile("cpu").gpu
+    )
+    bundled = load_bundled_profile("cpu")
+    assert cpu.cpu_overhead_s == pytest.approx(bundled.cpu_overhead_s, rel=0.02)
+
+
+def test_engine_log_fit_on_the_cpu_recording_is_physical() -> None:
+    pytest.importorskip("scipy")
+    log = read_engine_log(RECORDINGS / "rate1.json")
+    hw = load_bundled_profile("cpu").gpu
+    assert hw is not None
+    res = calibrate_engine_log(log, get_gpu(hw))
+    assert res.quality()["r2"] > 0.95
+    assert all(0 < v <= 1 for k, v in res.params.items() if not k.endswith("_s"))
+    assert res.cpu_overhead_s > 0
+
+
+def test_profile_json_round_trip(tmp_path: Path) -> None:
+    hw = GpuConfig(name="my-cpu", bf16_tflops=0.1, mem_gb=16, mem_bw_tbps=0.02)
+    prof = HardwareProfile("x", Efficiencies(linear_compute=0.3, proj_memory=0.2), "my-cpu", hw, 0.004)
+    prof.save(tmp_path / "p.json")
+    back = HardwareProfile.load(tmp_path / "p.json")
+    assert back.eff == prof.eff and back.gpu == hw and back.cpu_overhead_s == 0.004
+    assert back.resolve_gpu("MY-CPU").name == "my-cpu"
+    assert back.resolve_gpu("H100").name == "H100-SXM"
+    for name in PROFILES:
+        load_bundled_profile(name)  # every bundled profile parses
+
+
+def test_bad_profiles_are_user_errors(tmp_path: Path) -> None:
+    from servesim.errors import ConfigError
+
+    p = tmp_path / "p.json"
+    p.write_text(
+        json.dumps({"format": "servesim-hardware-profile/1", "efficiencies": {"linear_compute": 1.5}})
+    )
+    with pytest.raises(ConfigError, match=r"\(0, 1\]"):
+        HardwareProfile.load(p)
+    p.write_text(json.dumps({"format": "servesim-hardware-profile/1", "efficiencies": {"speed": 1}}))
+    with pytest.raises(ConfigError, match="unknown keys"):
+        HardwareProfile.load(p)
+    with pytest.raises(ConfigError, match="cannot read"):
+        HardwareProfile.load(tmp_path / "missing.json")
+
+
+def test_simulate_applies_hardware_profile(tmp_path: Path) -> None:
+    from servesim.sim import simulate
+
+    base = {
+        "model": {"name": "Llama-3.1-8B"},
+        "hardware": {"gpu": "H100"},
+        "workload": {
+            "type": "synthetic",
+            "num_requests": 30,
+            "arrival": {"rate": 5.0},
+            "prompt_len": {"kind": "constant", "value": 256},
+            "output_len": {"kind": "constant", "value": 32},
+        },
+    }
+    slow = HardwareProfile(
+        "slow", Efficiencies(linear_compute=0.35, linear_memory=0.4), "H100-SXM", cpu_overhead_s=0.01
+    )
+    slow.save(tmp_path / "slow.json")
+    plain = simulate(base)
+    prof = simulate({**base, "hardware": {"gpu": "H100", "profile": str(tmp_path / "slow.json")}})
+    assert prof.summary["latency"]["tpot_s"]["mean"] > 1.5 * plain.summary["latency"]["tpot_s"]["mean"]
+    assert prof.scenario.engine.cpu_overhead_s == 0.01
+    explicit = simulate(
+        {
+            **base,
+            "hardware": {"gpu": "H100", "profile": str(tmp_path / "slow.json")},
+            "engine": {"cpu_overhead_s": 0.0},
+        }
+    )
+    assert explicit.scenario.engine.cpu_overhead_s == 0.0
