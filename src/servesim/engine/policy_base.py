@@ -1,0 +1,307 @@
+"""The token-budget loop with every option the fast engine leaves out.
+
+``PolicyScheduler`` is vLLM V1's loop (``engine/scheduler.py``, which it extends and
+reuses) plus, each off by default so that with no option it makes exactly the reference
+``Scheduler``'s decisions:
+
+* ``scheduling_policy="priority"``: waiting ordered by (priority, arrival)
+  (``PriorityWaiting``); the victim is ``max(running, key=(priority, arrival))`` and, if it
+  was already scheduled in this step, its tokens go back to the budget (vLLM 0.32
+  ``schedule()``, PRIORITY branch);
+* ``preemption_mode="swap"``: victims are copied to host memory (``SwapSpace``) and keep
+  their computed tokens; swapped requests stay at the front of the waiting queue and are
+  copied back when admitted;
+* ``watermark``: admission keeps ``watermark x num_gpu_blocks`` blocks free (vLLM V0);
+* ``memory_aware_admission`` (``MemoryAwareAdmission``), speculative decoding
+  (``SpecDecoder``), parallel sampling (``ParallelSampling``).
+
+The other policies (``engine/policies.py``, ``engine/static.py``) subclass it and change
+the order of the phases (``schedule``) or what admission allocates (``_admit_allocate``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from servesim.config import SpeculativeConfig
+from servesim.engine.admission import MemoryAwareAdmission
+from servesim.engine.kv_cache import KVBlock, KVCacheManager
+from servesim.engine.preemption import PriorityWaiting, SwapSpace
+from servesim.engine.request import ReqStatus, Request
+from servesim.engine.sampling import ParallelSampling
+from servesim.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from servesim.engine.speculative import SpecDecoder
+
+ANY, DECODE, PREFILL = 0, 1, 2  # which running requests a pass of the running loop takes
+
+
+@dataclass(slots=True)
+class PolicyOptions:
+    """Policy knobs resolved from EngineConfig and the workload (see ``sim.make_scheduler``)."""
+
+    scheduling_policy: str = "fcfs"
+    preemption_mode: str = "recompute"
+    num_host_blocks: int = 0
+    kv_bytes_per_block: float = 0.0
+    watermark: float = 0.0
+    orca_reservation: str = "max"
+    memory_aware_admission: bool = False
+    output_len_prediction_error: float = 0.0
+    speculative: SpeculativeConfig | None = None
+    num_samples: dict[int, int] = field(default_factory=dict)  # request idx -> n (n > 1 only)
+    first_free_idx: int = 1 << 40  # ids of forked samples start here
+    prune_at_token: int = 0
+    num_kept_samples: int = 1
+    seed: int = 0
+
+
+class PolicyScheduler(Scheduler):
+    """vLLM V1's loop with priority, swap, watermark, memory-aware admission, spec decode, n > 1."""
+
+    def __init__(self, cfg: SchedulerConfig, kv: KVCacheManager, opts: PolicyOptions | None = None) -> None:
+        super().__init__(cfg, kv)
+        self.opts = opts = opts or PolicyOptions()
+        self.is_priority = opts.scheduling_policy == "priority"
+        if self.is_priority:
+            self.waiting = PriorityWaiting()  # type: ignore[assignment]
+        self.swap = (SwapSpace(opts.num_host_blocks, opts.kv_bytes_per_block)
+                     if opts.preemption_mode == "swap" else None)
+        spec = opts.speculative
+        self.spec = SpecDecoder(spec) if spec is not None and spec.num_speculative_tokens else None
+        self.admission = (MemoryAwareAdmission(kv.num_gpu_blocks - 1, kv.block_size,
+                                               opts.output_len_prediction_error, opts.seed)
+                          if opts.memory_aware_admission else None)
+        self.sampling = (ParallelSampling(dict(opts.num_samples), opts.first_free_idx, opts.prune_at_token,
+                                          opts.num_kept_samples) if opts.num_samples else None)
+        self.watermark_blocks = int(opts.watermark * kv.num_gpu_blocks)
+
+    # ----------------------------------------------------------------- running
+
+    def _num_new_tokens(self, req: Request) -> int:
+        n = req.num_prompt_tokens + req.num_output_tokens - req.num_computed_tokens
+        if n == 1 and self.spec is not None and req.num_output_tokens > 0:
+            n += self.spec.num_drafts(req)
+        return n
+
+    @staticmethod
+    def _is_decode(req: Request) -> bool:
+        return req.num_output_tokens > 0 and (
+            req.num_computed_tokens == req.num_prompt_tokens + req.num_output_tokens - 1)
+
+    def _schedule_running(self, out: SchedulerOutput, budget: int, threshold: int, phase: int = ANY) -> int:
+        running = self.running
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            if phase and (phase == DECODE) != self._is_decode(req):
+                i += 1
+                continue
+            n = self._cap(req, self._num_new_tokens(req), budget, threshold)
+            if n <= 0:
+                i += 1
+                continue
+            scheduled = True
+            while not self._allocate(req, n):
+                victim = self._pick_victim()
+                j = next(k for k, r in enumerate(running) if r is victim)
+                running.pop(j)
+                if j < i:
+                    i -= 1
+                budget += self._unschedule(out, victim)
+                self._preempt(victim, out)
+                if victim is req:
+                    scheduled = False
+                    break
+            if not scheduled:
+                break
+            out.reqs.append(req)
+            out.num_tokens.append(n)
+            budget -= n
+            i += 1
+        return budget
+
+    def _allocate(self, req: Request, n: int) -> bool:
+        if self.sampling is not None and not ParallelSampling.copy_on_write(self.kv, req, n):
+            return False
+        return self.kv.allocate_slots(req, n) is not None
+
+    def _pick_victim(self) -> Request:
+        if self.is_priority:
+            return max(self.running, key=lambda r: (r.priority, r.arrival_s))
+        return self.running[-1]
+
+    @staticmethod
+    def _unschedule(out: SchedulerOutput, victim: Request) -> int:
+        """Take a victim scheduled earlier in this step out of ``out``; returns its tokens."""
+        for k, r in enumerate(out.reqs):
+            if r is victim:
+                out.reqs.pop(k)
+                return out.num_tokens.pop(k)
+        return 0
+
+    def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
+        swap = self.swap
+        if swap is not None:
+            num_blocks = -(-victim.num_computed_tokens // self.kv.block_size)
+            if num_blocks and swap.can_swap_out(num_blocks):
+                self.kv.free(victim)
+                out.stats.swap_bytes += swap.swap_out(victim, num_blocks)
+                victim.status = ReqStatus.PREEMPTED
+                victim.num_preemptions += 1
+                self.num_preemptions += 1
+                self.waiting.appendleft(victim)
+                out.preempted.append(victim)
+                return
+        Scheduler._preempt(self, victim, out)
+
+    # ----------------------------------------------------------------- waiting
+
+    def _schedule_waiting(self, out: SchedulerOutput, budget: int, threshold: int,
+                          swapped: bool | None = None) -> int:
+        """Admit waiting requests in order; ``swapped`` True/False: stop at the first that is not/is."""
+        cfg = self.cfg
+        waiting = self.waiting
+        running = self.running
+        while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
+            req = waiting[0]
+            is_swapped = self.swap is not None and self.swap.holds(req)
+            if swapped is not None and is_swapped != swapped:
+                break
+            if self.sampling is not None and len(running) + self.sampling.num_seqs(req) > cfg.max_num_seqs:
+                break
+            hit, num_hit = self._prefix_hit(req) if req.num_computed_tokens == 0 else ([], 0)
+            num_computed = req.num_computed_tokens + num_hit
+            n = req.num_prompt_tokens + req.num_output_tokens - num_computed
+            if 0 < threshold < n:
+                n = threshold
+            if not cfg.enable_chunked_prefill and n > budget:
+                break
+            if n > budget:
+                n = budget
+            if self.admission is not None and not self.admission.can_admit(running, req):
+                break
+            if not self._admit_allocate(req, n, num_hit, hit):
+                break
+            waiting.popleft()
+            running.append(req)
+            req.status = ReqStatus.RUNNING
+            req.num_computed_tokens = num_computed
+            if is_swapped:
+                out.stats.swap_bytes += self.swap.swap_in(req)  # type: ignore[union-attr]
+            if req.num_cached_tokens < 0:
+                req.num_cached_tokens = num_computed
+                self.kv.num_query_tokens += req.num_prompt_tokens
+                self.kv.num_hit_tokens += num_hit
+            out.reqs.append(req)
+            out.num_tokens.append(n)
+            budget -= n
+        return budget
+
+    def _prefix_hit(self, req: Request) -> tuple[list[KVBlock], int]:
+        return self.kv.get_computed_blocks(req)
+
+    def _watermark_ok(self, req: Request, num_tokens: int, hit: list[KVBlock]) -> bool:
+        if not self.watermark_blocks:
+            return True
+        need = self.kv.num_blocks_to_allocate(req, num_tokens, hit)
+        return self.kv.num_free_blocks - need >= self.watermark_blocks
+
+    def _admit_allocate(self, req: Request, n: int, num_hit: int, hit: list[KVBlock]) -> bool:
+        """V1: blocks for this chunk, gated on the whole sequence fitting (and the watermark)."""
+        full = req.num_prompt_tokens + req.num_output_tokens
+        if not self._watermark_ok(req, full if self.cfg.scheduler_reserve_full_isl else num_hit + n, hit):
+            return False
+        return self.kv.allocate_slots(req, n, num_hit, hit, self.cfg.scheduler_reserve_full_isl) is not None
+
+    # ----------------------------------------------------------------- stats
+
+    def _finalize(self, out: SchedulerOutput) -> None:
+        """As the reference, plus speculative verification steps (k + 1 tokens on a decode)."""
+        st = out.stats
+        for req, n in zip(out.reqs, out.num_tokens):
+            p = req.num_computed_tokens
+            is_decode = req.num_output_tokens > 0 and p == req.num_prompt_tokens + req.num_output_tokens - 1
+            if n == 1 and is_decode:
+                st.num_decode_reqs += 1
+                st.sum_decode_context += p + 1
+            else:
+                st.num_prefill_reqs += 1
+                st.num_prefill_tokens += n
+                st.prefill_attn_work += n * (p + n / 2)
+                st.sum_prefill_context += p
+                if is_decode:  # a verification of n - 1 drafts
+                    st.num_spec_reqs += 1
+                    st.sum_spec_context += p + 1
+                    if n - 1 > st.num_draft_steps:
+                        st.num_draft_steps = n - 1
+            req.num_computed_tokens = p + n
+
+    # ----------------------------------------------------------------- update
+
+    def update_from_output(self, out: SchedulerOutput, now: float) -> tuple[list[Request], list[Request]]:
+        """Sample (1 + accepted drafts tokens), fork samples, prune, free the finished."""
+        produced, finished = self._emit_tokens(out.reqs, now)
+        reported = finished
+        if self.sampling is not None:
+            finished, reported = self._fork_and_prune(produced, finished, now)
+        for req in finished:
+            self.kv.free(req)
+        if finished:
+            self.running = [r for r in self.running if r.status == ReqStatus.RUNNING]
+        return produced, reported
+
+    def _emit_tokens(self, reqs: list[Request], now: float) -> tuple[list[Request], list[Request]]:
+        if self.spec is None:
+            return self._sample_tokens(reqs, now)
+        produced: list[Request] = []
+        finished: list[Request] = []
+        max_len = self.cfg.max_model_len
+        for req in reqs:
+            total = req.num_prompt_tokens + req.num_output_tokens
+            c = req.num_computed_tokens
+            if c < total:
+                continue
+            emitted = 1
+            if c > total:
+                k = c - total
+                a = self.spec.num_accepted(req, k)
+                req.num_computed_tokens = c - (k - a)
+                emitted += a
+            req.num_output_tokens += emitted
+            produced.append(req)
+            if req.num_output_tokens >= req.max_tokens or total + emitted >= max_len:
+                req.status = ReqStatus.FINISHED
+                req.finished_s = now
+                finished.append(req)
+        return produced, finished
+
+    def _fork_and_prune(self, produced: list[Request], finished: list[Request],
+                        now: float) -> tuple[list[Request], list[Request]]:
+        """Returns (samples to free, workload requests now complete)."""
+        sampling = self.sampling
+        assert sampling is not None
+        for req in produced:
+            if req.idx in sampling.num_samples and req.num_output_tokens >= 1:
+                for c in sampling.fork(self.kv, req):
+                    if c.num_output_tokens >= c.max_tokens:
+                        c.status = ReqStatus.FINISHED
+                        c.finished_s = now
+                        finished.append(c)
+                    else:
+                        self.running.append(c)
+            for d in sampling.to_prune(req):
+                if d.status >= ReqStatus.FINISHED:
+                    continue
+                if d.status != ReqStatus.RUNNING:  # waiting after a preemption
+                    self.waiting.remove(d)  # type: ignore[union-attr]
+                    if self.swap is not None and self.swap.holds(d):
+                        self.swap.swap_in(d)
+                d.status = ReqStatus.FINISHED
+                d.finished_s = now
+                finished.append(d)
+        reported = []
+        for req in finished:
+            done = sampling.on_finished(req, now)
+            if done is not None:
+                reported.append(done)
+        return finished, reported
