@@ -44,7 +44,8 @@ def assert_same(wl: Workload, engine: EngineConfig, blocks: int, perf=None, max_
     for col in ("num_preemptions", "num_cached_tokens", "num_output_tokens", "status"):
         np.testing.assert_array_equal(getattr(b, col), getattr(a, col), err_msg=col)
     assert len(fast.steps) == len(ref.steps)
-    np.testing.assert_array_equal(fast.steps.columns()["kv_blocks_used"], ref.steps.columns()["kv_blocks_used"])
+    np.testing.assert_array_equal(fast.steps.columns()["kv_blocks_used"],
+                                  ref.steps.columns()["kv_blocks_used"])
     assert fast.totals.num_prefix_hit_tokens == ref.totals.num_prefix_hit_tokens
     assert sum(fast.itl.count) == sum(ref.itl.count)
     return ref
@@ -55,7 +56,8 @@ def test_poisson_no_pressure():
 
 
 def test_bursty_with_preemption():
-    ref = assert_same(synthetic(1, 500, 20, cv=3), EngineConfig(max_num_seqs=64, max_num_batched_tokens=1024), 500)
+    ref = assert_same(synthetic(1, 500, 20, cv=3),
+                      EngineConfig(max_num_seqs=64, max_num_batched_tokens=1024), 500)
     assert ref.records.num_preemptions.sum() > 0  # the case really exercises preemption
 
 
@@ -69,7 +71,8 @@ def test_chunked_prefill_off_and_long_prefill_threshold():
     assert_same(synthetic(3, 400, 20), EngineConfig(max_num_seqs=32, max_num_batched_tokens=2048,
                                                     enable_chunked_prefill=False), 600)
     assert_same(synthetic(4, 400, 15, prompt_max=3000),
-                EngineConfig(max_num_seqs=32, max_num_batched_tokens=1024, long_prefill_token_threshold=256), 3000)
+                EngineConfig(max_num_seqs=32, max_num_batched_tokens=1024,
+                             long_prefill_token_threshold=256), 3000)
 
 
 @pytest.mark.parametrize("block_size", [1, 32, 128])
@@ -83,7 +86,8 @@ def test_roofline_timed_low_load():
     """Long idle-free decode runs at low load: the skip-ahead path dominates."""
     model = load_model("meta-llama/Llama-3.1-8B")
     perf = RooflinePerfModel(model, get_gpu("H100-SXM"))
-    assert_same(synthetic(6, 300, 2, out_max=600), EngineConfig(max_num_seqs=256, max_num_batched_tokens=8192),
+    assert_same(synthetic(6, 300, 2, out_max=600),
+                EngineConfig(max_num_seqs=256, max_num_batched_tokens=8192),
                 20000, perf=perf)
 
 

@@ -179,6 +179,169 @@ def _gpus_table() -> Table:
     return table
 
 
+# --------------------------------------------------------------------------- fidelity (docs/fidelity.md)
+
+
+class CalibrateKind(StrEnum):
+    auto = "auto"
+    operators = "operators"
+    splitwise = "splitwise"
+    engine_log = "engine-log"
+
+
+@app.command()
+def calibrate(
+    source: Annotated[Path, typer.Argument(
+        help="Measurements: a Vidur profiling tree (compute/, network/), Splitwise's perf_model.csv, "
+             "a record.py step log (JSON) or a step CSV.", show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Profile JSON to write.")],
+    kind: Annotated[CalibrateKind, typer.Option(help="Kind of measurements (auto: from the file).")
+                    ] = CalibrateKind.auto,
+    gpu: Annotated[str | None, typer.Option(
+        help="GPU the measurements were taken on (operators: h100/a100; splitwise: A100-80GB/H100-SXM; "
+             "engine-log: a catalog name).")] = None,
+    hardware: Annotated[Path | None, typer.Option(
+        help="engine-log: YAML/JSON of a custom accelerator (hardware.gpu fields: name, bf16_tflops, "
+             "mem_gb, mem_bw_tbps, ...), stored in the profile.")] = None,
+    fit_params: Annotated[str | None, typer.Option(
+        "--fit", help="Comma-separated parameters to fit instead of the kind's default set.")] = None,
+    tables: Annotated[bool, typer.Option(
+        "--tables", help="operators: embed the measured tables (the profiled model interpolates in them).")
+    ] = False,
+    name: Annotated[str | None, typer.Option(help="Name stored in the profile.")] = None,
+    network: Annotated[bool, typer.Option(
+        help="operators: fit the link to network/<gpu>_dgx/all_reduce.csv when present.")] = True,
+) -> None:
+    """Fit the roofline's efficiencies to measurements; print the fit quality; write a profile.
+
+    Name the profile in a scenario as hardware.profile. See docs/fidelity.md.
+    """
+    with _user_errors():
+        from servesim.perf.calibrate import calibrate_source
+
+        hw = _read_gpu_config(hardware) if hardware else None
+        names = [x.strip() for x in fit_params.split(",") if x.strip()] if fit_params else None
+        profile, results = calibrate_source(source, kind.value, gpu, hw, names, tables, name, network)
+        try:  # the file first: a closed stdout (| head) must not lose it
+            profile.save(output)
+        except OSError as err:
+            raise ServesimError(f"{output}: cannot write: {err.strerror or err}") from None
+        console = Console(highlight=False)
+        for r in results:
+            q = r.quality()
+            params = ", ".join(f"{k}={v:.4g}" for k, v in r.params.items())
+            console.print(f"fit {int(q['n'])} measurements: {params}", soft_wrap=True)
+            console.print(f"  R2 {q['r2']:.3f}  MAPE {q['mape_pct']:.1f}%  "
+                          f"median {q['median_ape_pct']:.1f}%  "
+                          f"P90 {q['p90_ape_pct']:.1f}%  max {q['max_ape_pct']:.1f}%")
+            for case, meas, pred, err in r.worst(5):
+                console.print(f"  worst: {case}: measured {meas * 1e3:.4g} ms, predicted {pred * 1e3:.4g} ms "
+                              f"({err * 100:+.1f}%)", soft_wrap=True)
+        console.print(f"wrote {output}", soft_wrap=True)
+
+
+def _read_gpu_config(path: Path) -> Any:
+    import yaml
+    from pydantic import ValidationError
+
+    from servesim.config import GpuConfig
+
+    try:
+        data = yaml.safe_load(path.read_text())
+        return GpuConfig.model_validate(data)
+    except OSError as err:
+        raise ServesimError(f"{path}: cannot read: {err.strerror or err}") from None
+    except (yaml.YAMLError, ValidationError) as err:
+        raise ServesimError(f"{path}: not a hardware description (hardware.gpu fields): {err}") from None
+
+
+@app.command()
+def validate(
+    data_dir: Annotated[Path | None, typer.Option(
+        help="The measurement sets (shared/data). Default: the repository's sibling shared/data, "
+             "else tests/fixtures/measurements.")] = None,
+    recordings: Annotated[Path | None, typer.Option(
+        help="Real vLLM CPU recordings. Default: tests/fixtures/vllm_timing.")] = None,
+    suite: Annotated[list[str] | None, typer.Option(
+        help="Suites to run (repeatable): operators, splitwise, distserve, vllm-cpu. Default: all.")] = None,
+    threshold: Annotated[float | None, typer.Option(
+        help="Fail when any row's mean absolute error exceeds this percentage "
+             "(default: each row's stated limit; rows without one never fail).")] = None,
+) -> None:
+    """Predict every bundled measurement set and print predicted vs measured errors.
+
+    Exits 1 when an error passes its limit (or --threshold).
+    """
+    with _user_errors():
+        from servesim import validate as v
+
+        suites = tuple(suite) if suite else ("operators", "splitwise", "distserve", "vllm-cpu")
+        checks, skipped = v.validate_all(data_dir or v.default_data_dir(),
+                                         recordings or v.default_recordings_dir(), suites)
+        typer.echo(_validation_table(checks, threshold))
+        for note in skipped:
+            typer.echo(f"skipped {note}")
+        failed = [c for c in checks if not c.passed(threshold)]
+        if failed:
+            typer.echo(f"{len(failed)} of {len(checks)} checks over their limit")
+            raise typer.Exit(1)
+        typer.echo(f"all {len(checks)} checks within their limits")
+
+
+def _validation_table(checks: list[Any], threshold: float | None) -> str:
+    """Plain fixed-width text (wide; meant for logs and docs, not for an 80-column terminal)."""
+    def num(x: float | None) -> str:
+        return "" if x is None else f"{x:.4g}"
+
+    head = ("suite", "case", "metric", "n", "measured", "predicted", "MAPE %", "max %", "bias %", "limit %",
+            "ok")
+    rows = [head]
+    for c in checks:
+        limit = threshold if threshold is not None else c.limit_pct
+        metric = c.metric + (f" [{c.note}]" if c.note else "")
+        rows.append((c.suite, c.case, metric, str(c.n), num(c.measured), num(c.predicted),
+                     f"{c.mape_pct:.1f}", f"{c.max_pct:.1f}", f"{c.bias_pct:+.1f}",
+                     "-" if limit is None else f"{limit:g}", "yes" if c.passed(threshold) else "NO"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = ["  ".join(v.ljust(w) if i < 3 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths)))
+             for r in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    return "error = predicted / measured - 1; MAPE = mean |error| over n points\n" + "\n".join(lines)
+
+
+@app.command()
+def profile(
+    model: Annotated[str, typer.Argument(help="Model preset or path to a config.json.", show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", file_okay=False,
+                                         help="Directory to write compute/<device-name>/<model>/ into.")],
+    device: Annotated[str, typer.Option(help="torch device: cpu, cuda, cuda:1, ...")] = "cpu",
+    device_name: Annotated[str, typer.Option(help="Directory name of this device in the profile.")] = "cpu",
+    tp: Annotated[int, typer.Option(min=1, help="Tensor-parallel degree whose shard to time.")] = 1,
+    tokens: Annotated[str, typer.Option(help="Comma-separated token counts.")
+                      ] = "1,2,4,8,16,32,64,128,256,512",
+    contexts: Annotated[str, typer.Option(help="Comma-separated context lengths (attention).")
+                        ] = "128,512,2048",
+    repeats: Annotated[int, typer.Option(min=1, help="Timed runs per point (after 2 warm-up runs).")] = 5,
+) -> None:
+    """Time the model's operators on the local device (needs torch: servesim[profile]).
+
+    Writes Vidur's operator-profile format, ready for `servesim calibrate`.
+    """
+    with _user_errors():
+        from servesim.catalog.models import load_model
+        from servesim.profile_ops import profile_operators
+
+        def ints(text: str, what: str) -> tuple[int, ...]:
+            try:
+                return tuple(int(x) for x in text.split(",") if x.strip())
+            except ValueError:
+                raise ServesimError(f"--{what}: expected comma-separated integers, got {text!r}") from None
+
+        paths = profile_operators(load_model(model), output, device_name, device, tp, ints(tokens, "tokens"),
+                                  ints(contexts, "contexts"), repeats=repeats)
+        typer.echo("wrote " + ", ".join(str(p) for p in paths))
+
+
 @app.command()
 def version() -> None:
     """Print the servesim version."""

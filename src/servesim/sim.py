@@ -76,11 +76,14 @@ def iter_requests(wl: Workload) -> Iterator[Request]:
 def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_blocks: int,
                max_model_len: int, *, num_gpus: int = 1, check_invariants: bool = False,
                reference: bool = False, until_s: float = float("inf"),
-               progress: Callable[[int], None] | None = None, record_steps: bool = True) -> EngineRun:
-    """Run one replica of the V1 engine over ``wl`` (no catalog needed: tests use this).
+               progress: Callable[[int], None] | None = None, record_steps: bool = True,
+               kv_bytes_per_block: float = 0.0) -> EngineRun:
+    """Run one replica of the engine over ``wl`` (no catalog needed: tests use this).
 
     ``reference`` selects the step-by-step reference scheduler instead of the lazy one;
-    both make the same decisions (tests/test_differential.py holds them to it).
+    both make the same decisions (tests/test_differential.py holds them to it). Policies
+    and options the lazy engine lacks always run step by step (``make_scheduler``).
+    ``kv_bytes_per_block`` (the memory plan's) sizes swap space and swap copies.
     ``progress(num_done)`` is called about 200 times over the run when given.
     Memory is bounded by the requests in flight plus the record columns (about 80 bytes
     a request); ``record_steps=False`` also drops the per-step series (streaming runs).
@@ -101,7 +104,8 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
     records = RequestRecords.empty(len(wl))
     records.arrival_s = np.asarray(wl.arrival_s, dtype=np.float64).copy()
     records.num_prompt_tokens = np.asarray(wl.num_prompt_tokens, dtype=np.int64).copy()
-    scheduler = Scheduler(cfg, kv) if reference else LazyScheduler(cfg, kv)
+    scheduler = make_scheduler(engine, cfg, kv, wl, reference, kv_bytes_per_block)
+    perf = policy_perf_model(engine, perf)
     replica = Replica(0, loop, scheduler, perf, engine.cpu_overhead_s, steps, itl, totals,
                       check_invariants=check_invariants, on_finish=lambda r: write_record(records, r))
     feeder = ArrivalFeeder(wl, loop, replica.on_arrival, records, max_model_len,
@@ -123,10 +127,54 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
     if isinstance(scheduler, LazyScheduler):
         scheduler.materialize_all()  # exact counts for requests still running at the end
     for r in list(scheduler.running) + list(scheduler.waiting):
+        if r.idx >= len(wl):  # a forked sample of a parallel-sampling request
+            continue
         write_record(records, r)
         records.reasons[r.idx] = "still " + ("running" if r.status == ReqStatus.RUNNING else "waiting") \
             + " when the run ended"
     return EngineRun(records, steps if steps is not None else StepSeries(), itl, totals, end)
+
+
+def uses_lazy_engine(engine: EngineConfig, wl: Workload) -> bool:
+    """The lazy engine implements plain vLLM V1: FCFS, recompute, no spec decode, n = 1."""
+    return (engine.policy == "vllm_v1" and engine.scheduling_policy == "fcfs"
+            and engine.preemption_mode == "recompute" and not engine.memory_aware_admission
+            and not engine.watermark and not engine.speculative.num_speculative_tokens
+            and (wl.num_samples is None or int(wl.num_samples.max(initial=1)) <= 1))
+
+
+def make_scheduler(engine: EngineConfig, cfg: SchedulerConfig, kv: KVCacheManager, wl: Workload,
+                   reference: bool = False, kv_bytes_per_block: float = 0.0) -> Scheduler:
+    """The scheduler for ``engine``: lazy V1 where it applies, else the policy's class."""
+    if uses_lazy_engine(engine, wl):
+        return Scheduler(cfg, kv) if reference else LazyScheduler(cfg, kv)
+    from servesim.engine.policies import SCHEDULERS
+    from servesim.engine.policy_base import PolicyOptions
+
+    if engine.preemption_mode == "swap" and kv_bytes_per_block <= 0:
+        raise ValueError("preemption_mode=swap needs kv_bytes_per_block (the memory plan's) "
+                         "to size swap space")
+    samples = wl.num_samples
+    num_samples = {i: int(n) for i, n in enumerate(samples.tolist()) if n > 1} if samples is not None else {}
+    host_bytes = engine.swap_space_gb * (1 << 30)  # GiB, as vLLM's swap_space
+    opts = PolicyOptions(
+        scheduling_policy=engine.scheduling_policy, preemption_mode=engine.preemption_mode,
+        num_host_blocks=int(host_bytes / kv_bytes_per_block) if kv_bytes_per_block else 0,
+        kv_bytes_per_block=kv_bytes_per_block, watermark=engine.watermark or 0.0,
+        orca_reservation=engine.orca_reservation, memory_aware_admission=engine.memory_aware_admission,
+        output_len_prediction_error=engine.output_len_prediction_error, speculative=engine.speculative,
+        num_samples=num_samples, first_free_idx=len(wl), prune_at_token=wl.prune_at_token,
+        num_kept_samples=wl.num_kept_samples)
+    return SCHEDULERS[engine.policy](cfg, kv, opts)
+
+
+def policy_perf_model(engine: EngineConfig, perf: PerfModel) -> PerfModel:
+    """``perf`` plus swap copies and draft-model steps when the engine makes them."""
+    if engine.preemption_mode != "swap" and not engine.speculative.num_speculative_tokens:
+        return perf
+    from servesim.perf.policy_costs import PolicyCostModel
+
+    return PolicyCostModel(perf, engine.pcie_gbps * 1e9, engine.speculative.draft_cost_ratio)
 
 
 class ArrivalFeeder:
@@ -206,25 +254,34 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
     from servesim.catalog.models import load_model, resolve_kv_dtype_bytes
     from servesim.metrics.summary import summarize
     from servesim.perf.memory import plan_memory
+    from servesim.perf.profiled import HardwareProfile
     from servesim.perf.roofline import build_perf_model
     from servesim.workload import load_workload
 
     t0 = time.perf_counter()
     sc = _resolve(scenario)
+    if sc.cluster is not None:  # pools, routers, disaggregation: servesim.cluster
+        from servesim.cluster.pools import simulate_cluster
+
+        return simulate_cluster(sc, t0)
     model = load_model(sc.model.name, sc.model.dtype)
-    gpu = get_gpu(sc.hardware.gpu)
-    engine = resolve_engine(sc.engine, gpu.mem_bytes, gpu.name,
+    hw = HardwareProfile.load(sc.hardware.profile) if sc.hardware.profile else None
+    gpu = hw.resolve_gpu(sc.hardware.gpu) if hw else get_gpu(sc.hardware.gpu)
+    engine = resolve_engine(hw.adjust_engine(sc.engine) if hw else sc.engine, gpu.mem_bytes, gpu.name,
                             sc.engine.max_model_len or model.max_position_embeddings)
     plan = plan_memory(model, gpu, engine, sc.parallel,
                        kv_dtype_bytes=resolve_kv_dtype_bytes(sc.model.kv_cache_dtype, model))
-    perf = build_perf_model(model, gpu, sc.parallel, sc.model)
+    perf = (hw.perf_model(model, gpu, sc.parallel, sc.model) if hw
+            else build_perf_model(model, gpu, sc.parallel, sc.model))
     wl = load_workload(sc.workload, sc.run.seed)
     num_gpus = sc.parallel.tensor_parallel_size * sc.parallel.pipeline_parallel_size
     with _progress_bar(progress, len(wl), t0) as report:
         run = run_engine(wl, engine, perf, plan.num_gpu_blocks, plan.max_model_len,
                          num_gpus=num_gpus, check_invariants=sc.run.check_invariants,
-                         reference=sc.run.reference, progress=report)
-    result = Result(scenario=sc.model_copy(update={"engine": engine}), records=run.records, steps=run.steps, itl=run.itl,
+                         reference=sc.run.reference, progress=report,
+                         kv_bytes_per_block=plan.kv_bytes_per_block)
+    result = Result(scenario=sc.model_copy(update={"engine": engine}), records=run.records,
+                    steps=run.steps, itl=run.itl,
                     replicas=[run.totals], end_s=run.end_s, gpu=gpu)
     result.wall_s = time.perf_counter() - t0
     result.summary = summarize(result)

@@ -130,3 +130,58 @@ def get_gpu(name_or_config: str | GpuConfig) -> GpuSpec:
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise CatalogError(f"unknown GPU {name_or_config!r}{hint} Known: {', '.join(list_gpus())} "
                        "(or define one under hardware.gpu with bf16_tflops, mem_gb, mem_bw_tbps)")
+
+
+# --------------------------------------------------------------------------- links
+
+
+@dataclass(frozen=True, slots=True)
+class LinkSpec:
+    """The links a GPU's server gives it. Bytes/s unidirectional per GPU, seconds.
+
+    ``intra_*``: GPU to GPU inside a node (NVLink/NVSwitch, xGMI or PCIe), used by tensor
+    parallelism and by pipeline stages on one node. ``inter_*``: the GPU's share of the
+    scale-out network between nodes (InfiniBand/RoCE; one NIC per GPU as in DGX/HGX
+    servers: 400 Gb/s NDR = 50 GB/s), used by groups that span nodes and by KV-cache
+    transfers between replicas. ``inter_latency_s`` is NCCL-level small-message latency
+    over IB (~5-10 us), not the wire's ~1 us.
+    """
+
+    intra_kind: str
+    intra_bw: float
+    intra_latency_s: float
+    inter_kind: str
+    inter_bw: float
+    inter_latency_s: float
+    gpus_per_node: int = 8
+
+
+# name -> (intra kind, inter kind, inter bytes/s, gpus per node); intra bandwidth and
+# latency are the GpuSpec's interconnect figures so that TP inside a node is unchanged.
+_LINKS: dict[str, tuple[str, str, float, int]] = {
+    "A100-80GB": ("NVLink3", "InfiniBand HDR 200G", 25e9, 8),
+    "H100-SXM": ("NVLink4", "InfiniBand NDR 400G", 50e9, 8),
+    "H200": ("NVLink4", "InfiniBand NDR 400G", 50e9, 8),
+    "B200": ("NVLink5", "InfiniBand NDR 400G", 50e9, 8),
+    "MI300X": ("xGMI", "RoCE 400G", 50e9, 8),
+    "L40S": ("PCIe Gen4 x16", "Ethernet 200G", 25e9, 8),
+    "L4": ("PCIe Gen4 x16", "Ethernet 100G", 12.5e9, 8),
+}
+_NET_LATENCY_S = 8e-6
+
+
+def link_spec(gpu: GpuSpec, intra_bw: float | None = None, intra_latency_s: float | None = None,
+              inter_bw: float | None = None, inter_latency_s: float | None = None,
+              gpus_per_node: int | None = None) -> LinkSpec:
+    """The catalog links of ``gpu`` (a custom GPU: its interconnect and a 400G network), with
+    any figure overridden (None keeps the catalog's)."""
+    intra_kind, inter_kind, net_bw, per_node = _LINKS.get(gpu.name, ("custom", "network 400G", 50e9, 8))
+    return LinkSpec(
+        intra_kind=intra_kind,
+        intra_bw=gpu.interconnect_bw if intra_bw is None else intra_bw,
+        intra_latency_s=gpu.interconnect_latency_s if intra_latency_s is None else intra_latency_s,
+        inter_kind=inter_kind,
+        inter_bw=net_bw if inter_bw is None else inter_bw,
+        inter_latency_s=_NET_LATENCY_S if inter_latency_s is None else inter_latency_s,
+        gpus_per_node=per_node if gpus_per_node is None else gpus_per_node,
+    )

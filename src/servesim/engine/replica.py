@@ -45,7 +45,14 @@ class Replica:
         self.busy = False
         self.wake_pending = False
         self.last_step_end_s = -1.0
+        self.step_end_s = 0.0  # end of the batch in flight (routers predict with it)
         self.num_finished = 0
+        # Cluster hook: the instant between two steps, when no batch is in flight (live
+        # migration takes running requests out of the scheduler there).
+        self.on_step_end: Callable[[Replica], None] | None = None
+        # Pipeline bubbles, for utilization (only perf models with stages report them).
+        self._bubble: Callable[[BatchStats], float] | None = (
+            getattr(perf, "bubble_fraction", None) if getattr(perf, "pp", 1) > 1 else None)
 
     # ----------------------------------------------------------------- events
 
@@ -92,6 +99,7 @@ class Replica:
                 self._account_run(out, end, run[0], run[1])
                 for d in run[0]:  # add step by step, as the reference engine's clock does
                     end += d
+        self.step_end_s = end
         self.loop.at(end, self.on_batch_done, out, BATCH_DONE)
 
     def on_batch_done(self, out: SchedulerOutput) -> None:
@@ -120,6 +128,8 @@ class Replica:
         if self.on_finish is not None:
             for r in finished:
                 self.on_finish(r)
+        if self.on_step_end is not None:
+            self.on_step_end(self)
         if self.check_invariants:
             self._check()
         self.step()
@@ -137,6 +147,8 @@ class Replica:
         t.num_steps += 1
         t.num_preemptions += len(out.preempted)
         t.kv_block_s += used * dt
+        if self._bubble is not None:
+            t.bubble_s += gpu_s * self._bubble(st)
         if used > t.peak_kv_blocks:
             t.peak_kv_blocks = used
         s = self.steps
@@ -164,6 +176,8 @@ class Replica:
         t = self.totals
         t.busy_s += total
         t.gpu_s += total - k * overhead
+        if self._bubble is not None:
+            t.bubble_s += (total - k * overhead) * self._bubble(st)
         # FLOPs and bytes are affine in the decode context, which grows by n per step:
         # the trapezoid of the first and last step is exact for k steps.
         first = BatchStats(num_decode_reqs=n, sum_decode_context=st.sum_decode_context + n)

@@ -180,7 +180,8 @@ class Scheduler:
         st = out.stats
         for req, n in zip(out.reqs, out.num_tokens):
             p = req.num_computed_tokens
-            if n == 1 and req.num_output_tokens > 0 and p == req.num_prompt_tokens + req.num_output_tokens - 1:
+            total = req.num_prompt_tokens + req.num_output_tokens
+            if n == 1 and req.num_output_tokens > 0 and p == total - 1:
                 st.num_decode_reqs += 1
                 st.sum_decode_context += p + 1
             else:

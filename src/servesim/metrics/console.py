@@ -89,7 +89,11 @@ def _header(result: Result, s: dict[str, Any]) -> Text:
     replicas = f", {util['num_replicas']} replicas" if util["num_replicas"] > 1 else ""
     head = Text()
     head.append(f"{model}", style="bold")
-    head.append(f" | {_gpu_name(result)} x{util['num_gpus']}{replicas} | {policy}\n")
+    gpus = f"{_gpu_name(result)} x{util['num_gpus']}"
+    if s.get("pools"):  # a cluster: its GPU types, in pool order
+        names = list(dict.fromkeys(p["gpu"] for p in s["pools"]))
+        gpus = " + ".join(f"{n} x{sum(p['num_gpus'] for p in s['pools'] if p['gpu'] == n)}" for n in names)
+    head.append(f" | {gpus}{replicas} | {policy}\n")
     head.append(f"workload: {_workload_source(sc)}\n")
     head.append(f"{c['num_requests']:,} requests: {c['num_finished']:,} finished")
     if c["num_unfinished"]:
@@ -132,8 +136,10 @@ def _lines(s: dict[str, Any]) -> Table:
     else:
         grid.add_row("SLO", "none set")
     kv = f"KV mean {_pct(u['kv_mean'])} peak {_pct(u['kv_peak'])}"
+    pipe = u.get("pipeline_bubble_fraction")
+    bubble = f", pipeline bubbles {_pct(pipe)}" if pipe else ""
     grid.add_row("Utilization", f"busy {_pct(u['busy_fraction'])}, MFU {_pct(u['mfu'])}, "
-                                f"MBU {_pct(u['mbu'])}, {kv}")
+                                f"MBU {_pct(u['mbu'])}, {kv}{bubble}")
     grid.add_row("Scheduler", f"preemptions {u['num_preemptions']:,}, prefix-cache hit rate "
                               f"{_pct(u['prefix_hit_rate'])}")
     e, cost = s["energy"], s["cost"]
@@ -142,6 +148,30 @@ def _lines(s: dict[str, Any]) -> Table:
                                f"{_num(e['j_per_output_token'])} J/out tok, {_num(e['j_per_token'])} J/tok")
         grid.add_row("Cost", f"${cost['usd']:.4g}, ${_num(cost['usd_per_million_output_tokens'])}/M out tok, "
                              f"${_num(cost['usd_per_million_tokens'])}/M tok")
+    return grid
+
+
+def _pool_lines(pools: list[dict[str, Any]]) -> Table:
+    """Two lines per cluster pool: GPUs and utilization; queueing and KV transfers in."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    for p in pools:
+        bubble = p["pipeline_bubble_fraction"]
+        grid.add_row(f"Pool {p['name']}",
+                     f"{p['role']}, {p['num_replicas']} x {p['num_gpus'] // p['num_replicas']} "
+                     f"{p['gpu'] or 'GPU'}: "
+                     f"busy {_pct(p['busy_fraction'])}, MFU {_pct(p['mfu'])}, KV mean {_pct(p['kv_mean'])}"
+                     + (f", bubbles {_pct(bubble)}" if bubble else ""))
+        text = (f"{p['num_routed']:,} routed, {_num(p['mean_num_waiting'])} waiting on average "
+                f"({_ms(p['mean_wait_s'])} ms wait)")
+        if p["num_kv_transfers_in"]:
+            size = _si(p["kv_transfer_bytes_in"] / p["num_kv_transfers_in"], "B")
+            text += (f"; KV in {p['num_kv_transfers_in']:,} x {size}"
+                     f", {_ms(p['mean_kv_transfer_s'])} ms each")
+        if p["num_migrations_out"]:
+            text += f"; {p['num_migrations_out']:,} migrated out"
+        grid.add_row("", text)
     return grid
 
 
@@ -154,3 +184,6 @@ def print_summary(result: Result, console: Console) -> None:
     console.print()
     console.print(_latency_table(s))
     console.print(_lines(s))
+    if s.get("pools"):
+        console.print()
+        console.print(_pool_lines(s["pools"]))

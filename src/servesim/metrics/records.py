@@ -126,6 +126,17 @@ class ReplicaTotals:
     peak_kv_blocks: int = 0
     num_prefix_query_tokens: int = 0  # prompt tokens looked up in the prefix cache
     num_prefix_hit_tokens: int = 0  # of which found cached
+    # Clusters (servesim.cluster): which pool, its role and GPU (None: Result.gpu), and
+    # what crossed the replica's boundary.
+    pool: str = ""
+    role: str = ""
+    gpu: Any = None
+    bubble_s: float = 0.0  # GPU time idle in pipeline bubbles (pp > 1)
+    num_routed: int = 0  # requests the router sent here (incl. hand-offs and migrations)
+    num_kv_transfers: int = 0  # KV caches received (disaggregation, migration)
+    kv_transfer_bytes: float = 0.0
+    kv_transfer_s: float = 0.0  # sum over received transfers of send-to-delivery time
+    num_migrations_out: int = 0
 
 
 @dataclass(slots=True)

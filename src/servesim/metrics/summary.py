@@ -181,12 +181,20 @@ def _slo(result: Result, span_s: float | None, num_gpus: int) -> dict[str, Any]:
     }
 
 
-def _utilization(result: Result, window_s: float | None) -> dict[str, Any]:
-    gpu = result.gpu
-    peak_flops = gpu.flops_for(_model_dtype(result.scenario)) if gpu is not None else None
-    mem_bw = getattr(gpu, "mem_bw", None) if gpu is not None else None
+def _peaks(result: Result, r: Any) -> tuple[float | None, float | None]:
+    """(peak FLOP/s, HBM bytes/s) of one GPU of replica ``r`` (a cluster pool's GPU, else the run's)."""
+    gpu = r.gpu if getattr(r, "gpu", None) is not None else result.gpu
+    if gpu is None:
+        return None, None
+    return gpu.flops_for(_model_dtype(result.scenario)), getattr(gpu, "mem_bw", None)
 
-    def one(r: Any) -> dict[str, Any]:
+
+def _utilization(result: Result, window_s: float | None) -> dict[str, Any]:
+    peaks = [_peaks(result, r) for r in result.replicas]
+    peak_flops = None if any(f is None for f, _ in peaks) else 1.0
+    mem_bw = None if any(b is None for _, b in peaks) else 1.0
+
+    def one(r: Any, peak_flops: float | None, mem_bw: float | None) -> dict[str, Any]:
         return {
             "num_gpus": r.num_gpus,
             "num_steps": r.num_steps,
@@ -198,6 +206,7 @@ def _utilization(result: Result, window_s: float | None) -> dict[str, Any]:
             "kv_peak": _ratio(r.peak_kv_blocks, r.num_gpu_blocks),
             "num_preemptions": r.num_preemptions,
             "prefix_hit_rate": _ratio(r.num_prefix_hit_tokens, r.num_prefix_query_tokens),
+            "pipeline_bubble_fraction": _ratio(r.bubble_s, r.gpu_s) if r.bubble_s else 0.0,
         }
 
     reps = result.replicas
@@ -212,9 +221,11 @@ def _utilization(result: Result, window_s: float | None) -> dict[str, Any]:
         "gpu_fraction": None if window_s is None else _ratio(
             sum(r.gpu_s * r.num_gpus for r in reps), window_s * gpus),
         "mfu": None if peak_flops is None or window_s is None else _ratio(
-            sum(r.flops * r.num_gpus for r in reps), window_s * peak_flops * gpus),
+            sum(r.flops * r.num_gpus for r in reps),
+            window_s * sum(p[0] * r.num_gpus for p, r in zip(peaks, reps))),
         "mbu": None if mem_bw is None or window_s is None else _ratio(
-            sum(r.bytes * r.num_gpus for r in reps), window_s * mem_bw * gpus),
+            sum(r.bytes * r.num_gpus for r in reps),
+            window_s * sum(p[1] * r.num_gpus for p, r in zip(peaks, reps))),
         "kv_mean": None if window_s is None else _ratio(
             sum(r.kv_block_s for r in reps), window_s * sum(r.num_gpu_blocks for r in reps)),
         "kv_peak": max((x for r in reps if (x := _ratio(r.peak_kv_blocks, r.num_gpu_blocks)) is not None),
@@ -222,8 +233,56 @@ def _utilization(result: Result, window_s: float | None) -> dict[str, Any]:
         "num_preemptions": sum(r.num_preemptions for r in reps),
         "prefix_hit_rate": _ratio(sum(r.num_prefix_hit_tokens for r in reps),
                                   sum(r.num_prefix_query_tokens for r in reps)),
+        "pipeline_bubble_fraction": _ratio(sum(r.bubble_s * r.num_gpus for r in reps),
+                                           sum(r.gpu_s * r.num_gpus for r in reps)),
     }
-    return {"overall": tot, "replicas": [one(r) for r in reps]}
+    return {"overall": tot, "replicas": [one(r, *p) for r, p in zip(reps, peaks)]}
+
+
+def _pools(result: Result, window_s: float | None) -> list[dict[str, Any]]:
+    """Per-pool figures of a cluster run (empty for a single replica): utilization, queueing
+    (time-averaged waiting requests, and the mean wait by Little's law), KV transfers in."""
+    reps = result.replicas
+    names = list(dict.fromkeys(r.pool for r in reps if r.pool))
+    if not names:
+        return []
+    steps = result.steps
+    rep_col = np.asarray(steps.replica, np.int64)
+    waiting_s = np.asarray(steps.num_waiting, np.float64) * np.asarray(steps.duration_s, np.float64)
+    waiting_by_rep = np.bincount(rep_col, weights=waiting_s, minlength=len(reps)) if len(steps) else \
+        np.zeros(len(reps))
+    util = _utilization(result, window_s)["replicas"]
+    out = []
+    for name in names:
+        idx = [i for i, r in enumerate(reps) if r.pool == name]
+        rs = [reps[i] for i in idx]
+        gpus = sum(r.num_gpus for r in rs)
+        routed = sum(r.num_routed for r in rs)
+        num_waiting = None if window_s is None else _ratio(float(waiting_by_rep[idx].sum()), window_s)
+        n_tr = sum(r.num_kv_transfers for r in rs)
+        gpu = rs[0].gpu if rs[0].gpu is not None else result.gpu
+        out.append({
+            "name": name, "role": rs[0].role, "num_replicas": len(rs), "num_gpus": gpus,
+            "gpu": getattr(gpu, "name", None),
+            "busy_fraction": None if window_s is None else _ratio(
+                sum(r.busy_s for r in rs), window_s * len(rs)),
+            "mfu": _ratio(sum((util[i]["mfu"] or 0.0) * reps[i].num_gpus for i in idx), gpus),
+            "kv_mean": None if window_s is None else _ratio(
+                sum(r.kv_block_s for r in rs), window_s * sum(r.num_gpu_blocks for r in rs)),
+            "pipeline_bubble_fraction": _ratio(sum(r.bubble_s for r in rs), sum(r.gpu_s for r in rs)) or 0.0,
+            "num_routed": routed,
+            "mean_num_waiting": num_waiting,
+            "mean_wait_s": None if num_waiting is None or window_s is None else _ratio(
+                num_waiting * window_s, routed),
+            "num_preemptions": sum(r.num_preemptions for r in rs),
+            "prefix_hit_rate": _ratio(sum(r.num_prefix_hit_tokens for r in rs),
+                                      sum(r.num_prefix_query_tokens for r in rs)),
+            "num_kv_transfers_in": n_tr,
+            "kv_transfer_bytes_in": sum(r.kv_transfer_bytes for r in rs),
+            "mean_kv_transfer_s": _ratio(sum(r.kv_transfer_s for r in rs), n_tr),
+            "num_migrations_out": sum(r.num_migrations_out for r in rs),
+        })
+    return out
 
 
 def _energy_cost(result: Result, window_s: float | None, num_out: int, num_in: int) -> dict[str, Any]:
@@ -233,12 +292,14 @@ def _energy_cost(result: Result, window_s: float | None, num_out: int, num_in: i
     none_c = {"usd": None, "usd_per_million_output_tokens": None, "usd_per_million_tokens": None}
     if gpu is None or window_s is None or window_s <= 0:
         return {"energy": none_e, "cost": none_c}
-    idle_w, max_w = gpu.idle_power_w, gpu.max_power_w
-    gpus = sum(r.num_gpus for r in result.replicas)
+    def g(r: Any) -> Any:  # a cluster pool's GPU, else the run's
+        return r.gpu if getattr(r, "gpu", None) is not None else gpu
+
     # Energy (J) = sum over GPUs of idle_w * window + (max_w - idle_w) * gpu_s.
-    energy_j = sum(r.num_gpus * (idle_w * window_s + (max_w - idle_w) * min(r.gpu_s, window_s))
+    energy_j = sum(r.num_gpus * (g(r).idle_power_w * window_s
+                                 + (g(r).max_power_w - g(r).idle_power_w) * min(r.gpu_s, window_s))
                    for r in result.replicas)
-    usd = gpu.usd_per_hour * gpus * window_s / 3600.0
+    usd = sum(g(r).usd_per_hour * r.num_gpus for r in result.replicas) * window_s / 3600.0
     energy = {
         "energy_j": energy_j,
         "avg_power_w": energy_j / window_s,
@@ -271,4 +332,7 @@ def summarize(result: Result) -> dict[str, Any]:
         **_energy_cost(result, window_s, throughput["num_output_tokens"], throughput["num_input_tokens"]),
         "wall_s": float(result.wall_s),
     }
+    pools = _pools(result, window_s)
+    if pools:
+        summary["pools"] = pools
     return _clean(summary)

@@ -32,6 +32,13 @@ class BatchStats:
     sum_decode_context: int = 0
     # KV tokens the prefill chunks read from earlier steps / the prefix cache (sum of p).
     sum_prefill_context: int = 0
+    # Policy extras (0 unless the policy uses them; perf.policy_costs.PolicyCostModel charges
+    # them on top of the wrapped model): KV bytes copied over PCIe by swap preemption, and
+    # speculative decoding's draft work (requests drafting, their contexts, draft steps k).
+    swap_bytes: float = 0.0
+    num_spec_reqs: int = 0
+    sum_spec_context: int = 0
+    num_draft_steps: int = 0
 
     @property
     def num_reqs(self) -> int:

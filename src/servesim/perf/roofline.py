@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from servesim.catalog.gpus import GpuSpec
+from servesim.catalog.gpus import GpuSpec, LinkSpec
 from servesim.catalog.models import ModelSpec, resolve_kv_dtype_bytes
 from servesim.config import ModelConfig, ParallelConfig
 from servesim.perf.base import BatchStats
@@ -82,13 +82,24 @@ class RooflinePerfModel:
         "_work", "_proj_f", "_proj_w", "_proj_a", "_mlp_f", "_mlp_w", "_mlp_a", "_router_f", "_router_w",
         "_num_experts", "_top_k", "_miss", "_pf_f", "_pf_kv", "_pf_tok", "_dec_f", "_dec_kv", "_dec_req",
         "_el_tok", "_lm_f", "_lm_w", "_lm_req", "_samp_req", "_comm_tok", "_comm_const", "_comm_req",
-        "_fixed", "_coef",
+        "_fixed", "_coef", "ep", "expert_imbalance", "links",
     )
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1, pp: int = 1,
                  dtype_bytes: float | None = None, kv_dtype_bytes: float | None = None,
-                 eff: Efficiencies | None = None) -> None:
+                 eff: Efficiencies | None = None, *, links: LinkSpec | None = None, ep: int = 1,
+                 expert_imbalance: float = 1.0) -> None:
+        """``links`` (None: the GPU's interconnect for everything, the original model) place
+        TP groups and pipeline stages on nodes of ``links.gpus_per_node`` GPUs: a group that
+        spans nodes communicates over the network. ``ep`` > 1 (MoE only, dividing ``tp``)
+        spreads the experts over ``ep`` groups of ``tp/ep`` ranks: whole experts per group,
+        dispatch and combine all-to-alls per layer, and the busiest group carries
+        ``expert_imbalance`` (max/mean) times the mean token-expert pairs.
+        """
+        if ep > 1 and (not model.is_moe or tp % ep):
+            raise ValueError(f"expert parallelism {ep} needs an MoE model and must divide TP {tp}")
         self.model, self.gpu, self.tp, self.pp = model, gpu, tp, pp
+        self.ep, self.expert_imbalance, self.links = ep, expert_imbalance, links
         self.eff = e = eff or Efficiencies()
         self.dtype_bytes = bw_ = model.dtype_bytes if dtype_bytes is None else dtype_bytes
         ba = model.activation_dtype_bytes
@@ -96,7 +107,7 @@ class RooflinePerfModel:
         m, L, H = model, model.num_layers, model.hidden_size
         q = m.num_attention_heads // tp * m.head_dim            # query width on this rank
         kv = m.kv_heads_per_rank(tp) * m.head_dim               # K (or V) width on this rank
-        width = (m.moe_intermediate_size if m.is_moe else m.intermediate_size) // tp
+        width = (m.moe_intermediate_size if m.is_moe else m.intermediate_size) // (tp // ep)
         up = (2 if m.mlp_gated else 1) * width                  # gate+up (or up) output width
         vt = m.vocab_size / tp
         act_dtype = "float32" if ba >= 4 else ("bfloat16" if m.dtype == "fp8" else m.dtype)
@@ -107,9 +118,9 @@ class RooflinePerfModel:
             "proj_f": 2.0 * m.attn_params_per_layer(tp) * L,               # per token
             "proj_w": m.attn_params_per_layer(tp) * L * bw_,               # weight bytes
             "proj_a": L * ba * (H + (q + 2 * kv) + q + H),                 # per token in/out
-            "mlp_f": 2.0 * m.expert_params(tp) * L,                        # per token-expert pair
-            "mlp_w": m.expert_params(tp) * L * bw_,                        # per expert touched
-            "mlp_a": L * ba * (H + up + width + H),                        # per pair in/out
+            "mlp_f": 2.0 * m.expert_params(tp // ep) * L / ep,             # per token-expert pair
+            "mlp_w": m.expert_params(tp // ep) * L * bw_,                  # per expert touched
+            "mlp_a": L * ba * (H + up + width + H) / ep,                   # per pair in/out
             "router_f": 2.0 * m.router_params() * L,
             "router_w": m.router_params() * L * bw_,
             "pf_f": 4.0 * q * L,                                           # per unit of attn work
@@ -135,9 +146,11 @@ class RooflinePerfModel:
         # Seconds per unit of each statistic.
         pj_f, pj_m = 1.0 / (peak_lin * pj_c), 1.0 / (gpu.mem_bw * pj_m)
         self._proj_f, self._proj_w, self._proj_a = w["proj_f"] * pj_f, w["proj_w"] * pj_m, w["proj_a"] * pj_m
-        self._mlp_f, self._mlp_w, self._mlp_a = w["mlp_f"] * lin_f, w["mlp_w"] * lin_m, w["mlp_a"] * lin_m
+        imb = expert_imbalance if ep > 1 else 1.0  # the busiest expert group sets the pace
+        self._mlp_f, self._mlp_w = w["mlp_f"] * lin_f * imb, w["mlp_w"] * lin_m
+        self._mlp_a = w["mlp_a"] * lin_m * imb
         self._router_f, self._router_w = w["router_f"] * lin_f, w["router_w"] * lin_m
-        self._num_experts, self._top_k = m.num_experts, m.num_experts_per_tok
+        self._num_experts, self._top_k = m.num_experts / ep, m.num_experts_per_tok  # experts on one rank
         self._miss = 1.0 - m.num_experts_per_tok / m.num_experts if m.is_moe else 0.0
         self._pf_f = w["pf_f"] * pf_f
         self._pf_kv = w["kv_tok"] * pf_m                       # per context token read
@@ -148,13 +161,30 @@ class RooflinePerfModel:
         self._el_tok = w["el_tok"] * el_m
         self._lm_f, self._lm_w, self._lm_req = w["lm_f"] * act_f, w["lm_w"] * lm_mem, w["lm_req"] * lm_mem
         self._samp_req = w["samp_req"] * el_m
+        # Links: without ``links`` every transfer uses the GPU's interconnect. With them, a TP
+        # group larger than a node rings over the network, and of the pp - 1 stage
+        # boundaries, those between nodes (stages fill nodes in order) use the network.
+        link_tp = link_pp = link_net = link
+        lat_tp, lat_pp, lat_net, num_net = e.allreduce_latency_s, gpu.interconnect_latency_s, 0.0, 0
+        if links is not None:
+            link_tp = link_pp = 1.0 / (links.intra_bw * e.comm)
+            link_net = 1.0 / (links.inter_bw * e.comm)
+            lat_pp, lat_net = links.intra_latency_s, links.inter_latency_s
+            if tp > links.gpus_per_node:
+                link_tp, lat_tp = link_net, lat_tp + lat_net
+            num_net = min(pp - 1, -(-tp * pp // links.gpus_per_node) - 1)
         ring = 2.0 * (tp - 1) / tp
-        self._comm_tok = 2 * L * ring * H * ba * link if tp > 1 else 0.0
-        self._comm_const = (2 * L + 1) * e.allreduce_latency_s if tp > 1 else 0.0
-        self._comm_req = (tp - 1) / tp * m.vocab_size * ba * link     # logits gather
+        self._comm_tok = 2 * L * ring * H * ba * link_tp if tp > 1 else 0.0
+        self._comm_const = (2 * L + 1) * lat_tp if tp > 1 else 0.0
+        self._comm_req = (tp - 1) / tp * m.vocab_size * ba * link_tp  # logits gather
         # Pipeline: hidden states and residual cross pp - 1 stage boundaries.
-        self._comm_tok += (pp - 1) * 2 * H * ba * link
-        self._comm_const += (pp - 1) * gpu.interconnect_latency_s
+        self._comm_tok += 2 * H * ba * ((pp - 1 - num_net) * link_pp + num_net * link_net)
+        self._comm_const += (pp - 1 - num_net) * lat_pp + num_net * lat_net
+        if ep > 1:
+            # Expert parallelism: dispatch and combine all-to-alls per layer; tokens are
+            # spread over the ep groups and (ep - 1)/ep of each token's k copies leave.
+            self._comm_tok += 2 * L * m.num_experts_per_tok * H * ba * (ep - 1) / ep / ep * link_tp
+            self._comm_const += 2 * L * lat_tp
         self._fixed = e.launch_overhead_s + KERNELS_PER_LAYER * L * e.kernel_overhead_s
         self._coef = (
             self._proj_f, self._proj_w, self._proj_a, self._mlp_f, self._mlp_w, self._mlp_a,
@@ -260,15 +290,84 @@ class RooflinePerfModel:
         """FLOPs on one GPU: one TP rank's share, averaged over pipeline stages."""
         return sum(f for f, _ in self._classes(stats).values()) / self.pp
 
+    def bubble_fraction(self, stats: BatchStats) -> float:
+        """Fraction of the iteration a GPU idles in pipeline bubbles: (pp - 1)/pp with one
+        micro-batch (each stage works while the other pp - 1 wait)."""
+        return (self.pp - 1) / self.pp
+
     def batch_bytes(self, stats: BatchStats) -> float:
         """HBM bytes on one GPU: one TP rank's share, averaged over pipeline stages."""
         return sum(b for _, b in self._classes(stats).values()) / self.pp
 
 
+class PipelinedPerfModel:
+    """Pipeline parallelism with micro-batches: ``inner`` split into ``m`` micro-batches per step.
+
+    A step's batch is split evenly into ``m' = min(m, requests)`` micro-batches that flow
+    through the pp stages in a GPipe schedule (the engine step is synchronous, so every
+    step fills and drains the pipeline)::
+
+        stage  1 | a b c . . |        m' = 3 micro-batches, pp = 3:
+        stage  2 | . a b c . |        (m' + pp - 1) stage slots per step,
+        stage  3 | . . a b c |        of which pp - 1 are bubbles on every GPU
+
+        time   = (m' + pp - 1) x stage time of one micro-batch
+               = (m' + pp - 1) / pp x inner.batch_time(stats / m')
+        bubble = (pp - 1) / (m' + pp - 1)
+
+    With m' = 1 this is ``inner`` itself (the sum of the stage times). Each micro-batch
+    streams the stage's weights again, so bytes are m' x those of one micro-batch.
+    Simplification: vLLM also overlaps consecutive steps (its virtual engines), which
+    hides more of the bubble than this model does.
+    """
+
+    __slots__ = ("inner", "pp", "num_microbatches")
+
+    def __init__(self, inner: RooflinePerfModel, num_microbatches: int) -> None:
+        self.inner, self.pp, self.num_microbatches = inner, inner.pp, num_microbatches
+
+    def _split(self, stats: BatchStats) -> tuple[int, BatchStats]:
+        m = min(self.num_microbatches, stats.num_prefill_reqs + stats.num_decode_reqs)
+        if m <= 1:
+            return 1, stats
+        return m, BatchStats(
+            num_prefill_tokens=stats.num_prefill_tokens / m, prefill_attn_work=stats.prefill_attn_work / m,  # type: ignore[arg-type]
+            num_prefill_reqs=stats.num_prefill_reqs / m, num_decode_reqs=stats.num_decode_reqs / m,  # type: ignore[arg-type]
+            sum_decode_context=stats.sum_decode_context / m,  # type: ignore[arg-type]
+            sum_prefill_context=stats.sum_prefill_context / m)  # type: ignore[arg-type]
+
+    def batch_time(self, stats: BatchStats) -> float:
+        m, part = self._split(stats)
+        if m == 1:
+            return self.inner.batch_time(stats)
+        return (m + self.pp - 1) / self.pp * self.inner.batch_time(part)
+
+    def batch_flops(self, stats: BatchStats) -> float:
+        m, part = self._split(stats)
+        return m * self.inner.batch_flops(part)
+
+    def batch_bytes(self, stats: BatchStats) -> float:
+        m, part = self._split(stats)
+        return m * self.inner.batch_bytes(part)
+
+    def bubble_fraction(self, stats: BatchStats) -> float:
+        m = min(self.num_microbatches, stats.num_prefill_reqs + stats.num_decode_reqs)
+        return (self.pp - 1) / (max(m, 1) + self.pp - 1)
+
+
 def build_perf_model(model: ModelSpec, gpu: GpuSpec, parallel: ParallelConfig,
                      model_cfg: ModelConfig | None = None,
-                     eff: Efficiencies | None = None) -> RooflinePerfModel:
-    """The default perf model of a scenario (``model`` already loaded with ``model_cfg.dtype``)."""
+                     eff: Efficiencies | None = None,
+                     links: LinkSpec | None = None) -> RooflinePerfModel | PipelinedPerfModel:
+    """The default perf model of a scenario (``model`` already loaded with ``model_cfg.dtype``).
+
+    ``links`` None keeps the GPU's interconnect for every transfer (the single-replica
+    default); clusters pass the catalog links (``catalog.gpus.link_spec``).
+    """
     kv_b = resolve_kv_dtype_bytes(model_cfg.kv_cache_dtype if model_cfg else "auto", model)
-    return RooflinePerfModel(model, gpu, tp=parallel.tensor_parallel_size,
-                             pp=parallel.pipeline_parallel_size, kv_dtype_bytes=kv_b, eff=eff)
+    perf = RooflinePerfModel(model, gpu, tp=parallel.tensor_parallel_size,
+                             pp=parallel.pipeline_parallel_size, kv_dtype_bytes=kv_b, eff=eff, links=links,
+                             ep=parallel.expert_parallel_size, expert_imbalance=parallel.expert_imbalance)
+    if parallel.pipeline_parallel_size > 1 and parallel.num_microbatches > 1:
+        return PipelinedPerfModel(perf, parallel.num_microbatches)
+    return perf

@@ -28,6 +28,11 @@ class Workload:
     prefix_group: np.ndarray | None = None  # int64, -1 = no shared prefix
     prefix_len: int = 0
     priority: np.ndarray | None = None  # int64, lower = more urgent (vLLM convention)
+    # Parallel sampling (vLLM SamplingParams.n): samples per request (None = 1 each); with
+    # prune_at_token > 0, best-of-N pruning keeps num_kept_samples after that many outputs.
+    num_samples: np.ndarray | None = None  # int64, >= 1
+    prune_at_token: int = 0
+    num_kept_samples: int = 1
     source: str = ""  # where it came from, for reports
     meta: dict = field(default_factory=dict)
 
@@ -62,4 +67,6 @@ class Workload:
             prefix_group=None if self.prefix_group is None else self.prefix_group[idx],
             prefix_len=self.prefix_len,
             priority=None if self.priority is None else self.priority[idx],
+            num_samples=None if self.num_samples is None else self.num_samples[idx],
+            prune_at_token=self.prune_at_token, num_kept_samples=self.num_kept_samples,
             source=self.source, meta=dict(self.meta))

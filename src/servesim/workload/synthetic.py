@@ -42,6 +42,8 @@ def generate_synthetic(cfg: SyntheticWorkload, seed: int = 0) -> Workload:
     return Workload(
         arrival_s=arrival, num_prompt_tokens=prompt, num_output_tokens=output,
         prefix_group=group, prefix_len=prefix_len,
+        num_samples=np.full(n, cfg.n, np.int64) if cfg.n > 1 else None,
+        prune_at_token=cfg.best_of_prune_at or 0, num_kept_samples=cfg.best_of_keep,
         source=f"synthetic({a.process}, rate={a.rate:g}/s, seed={total_seed})",
         meta={"seed": total_seed, "process": a.process, "rate": a.rate, "cv": a.cv})
 

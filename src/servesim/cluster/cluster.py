@@ -1,0 +1,420 @@
+"""A cluster: pools of replicas on one event loop, a router per stage, KV hand-offs.
+
+    arrival --route--> colocated replica ........................... finish
+    arrival --route--> prefill replica -- first token --> KV link --> decode replica -- finish
+                                      (route among decode replicas)   (waits for blocks)
+
+Every replica is an ordinary ``Replica`` (lazy scheduler by default) on the cluster's
+shared ``EventLoop``; the cluster only decides where requests go and moves them:
+
+* **Colocated pools** serve whole requests; the router picks among all their replicas
+  (heterogeneous pools are routed as one set).
+* **Disaggregation** (DistServe, OSDI'24; Splitwise, ISCA'24): a prefill replica gets the
+  request with ``max_tokens = 1``, so it computes the prompt, samples the first token
+  (TTFT is measured there) and frees its blocks as a finished request; the cluster then
+  routes it to a decode replica and sends ``prompt tokens x KV bytes per token`` (the
+  whole model's KV, from the memory plan) over a shared ``Link``. The decode replica
+  receives it as a waiting request with ``num_computed_tokens = prompt`` and admits it
+  through its ordinary scheduler only when the whole sequence's blocks are free; until
+  then it waits there. TPOT therefore includes the transfer and that wait.
+* **Balanced disaggregation** (MicroServing, Jin et al. 2024): the prefill replica
+  computes only the first ``(1 - f)`` of the prompt; the decode replica computes the tail
+  and the first token (so TTFT is measured at the decode replica).
+* **Per-request choice**: prompts shorter than ``colocate_below_tokens`` skip the prefill
+  pool and are served whole by a decode replica.
+
+Simplifications: the prefill replica frees a request's blocks when its first token comes
+out (real systems hold them until the transfer completes); KV transfers start when the
+prompt is done (Splitwise overlaps them layer by layer); hand-off CPU costs are not charged.
+
+**Staleness.** With ``staleness_s = d`` the router of the first stage sees replica state as
+of ``d`` before the arrival: requests are read ahead by ``d`` and each one's view is
+captured at ``arrival - d`` (exact, since arrivals are known). The decode stage, whose
+routing instants are not known ahead, uses a view refreshed when it is ``d`` old.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from servesim.cluster.router import ROUTERS, ReplicaLoad, RouterState
+from servesim.cluster.transfer import Link
+from servesim.config import ClusterConfig, EngineConfig
+from servesim.engine.events import ARRIVAL, EventLoop
+from servesim.engine.kv_cache import KVCacheManager
+from servesim.engine.lazy import LazyScheduler
+from servesim.engine.replica import Replica
+from servesim.engine.request import ReqStatus, Request
+from servesim.engine.scheduler import Scheduler, SchedulerConfig
+from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, StepSeries
+from servesim.perf.base import BatchStats, PerfModel
+from servesim.sim import _rejection, iter_requests, write_record
+from servesim.workload.base import Workload
+
+
+@dataclass(slots=True)
+class PoolSpec:
+    """One pool, resolved from the scenario (tests build these directly, no catalog)."""
+
+    name: str
+    role: str  # colocated | prefill | decode
+    num_replicas: int
+    engine: EngineConfig  # resolved (no None batch knobs)
+    perf: PerfModel
+    num_gpu_blocks: int
+    max_model_len: int
+    num_gpus: int = 1  # per replica (tp x pp)
+    kv_bytes_per_token: float = 0.0  # the whole model's KV per token (all layers and heads)
+    net_bw: float = 50e9  # per GPU, bytes/s (KV transfers)
+    net_latency_s: float = 8e-6
+    gpu: Any = None
+    reference: bool = False  # step-by-step scheduler (migration needs it)
+    kv_bytes_per_block: float = 0.0  # per GPU, from the memory plan (swap-preemption policies)
+
+
+@dataclass(slots=True)
+class ClusterRun:
+    records: RequestRecords
+    steps: StepSeries
+    itl: ItlSamples
+    totals: list[ReplicaTotals]
+    end_s: float
+    num_handoffs: int = 0
+    num_migrations: int = 0
+    links: dict[Any, Link] = field(default_factory=dict)
+
+
+class Cluster:
+    def __init__(self, loop: EventLoop, pools: list[PoolSpec], cfg: ClusterConfig, records: RequestRecords,
+                 seed: int = 0, check_invariants: bool = False, record_steps: bool = True,
+                 wl: Workload | None = None) -> None:
+        self.loop = loop
+        self.wl = wl
+        self.cfg = cfg
+        self.records = records
+        self.steps = StepSeries() if record_steps else None
+        self.itl = ItlSamples()
+        self.replicas: list[Replica] = []
+        self.pool_of: list[PoolSpec] = []
+        migrating = {p.name for p in pools if p.role != "prefill"} if cfg.migration.enabled else set()
+        for pool in pools:
+            for _ in range(pool.num_replicas):
+                self._add_replica(pool, check_invariants, pool.reference or pool.name in migrating)
+        ids = {role: [i for i, p in enumerate(self.pool_of) if p.role == role]
+               for role in ("colocated", "prefill", "decode")}
+        self.is_disagg = bool(ids["prefill"])
+        self.front = ids["prefill"] if self.is_disagg else ids["colocated"]
+        self.back = ids["decode"]
+        rng = np.random.default_rng(seed)
+        cap = cfg.prefix_load_cap
+        self.front_state = RouterState(np.random.default_rng(rng.integers(1 << 63)), prefix_load_cap=cap)
+        self.back_state = RouterState(np.random.default_rng(rng.integers(1 << 63)), prefix_load_cap=cap)
+        self.front_router = ROUTERS[cfg.router]
+        self.back_router = ROUTERS[cfg.decode_router or cfg.router]
+        self.outstanding = [0] * len(self.replicas)
+        self.live: dict[int, Request] = {}  # arrived and not finished
+        self.handoff: dict[int, tuple[int, int]] = {}  # idx -> (prompt, max_tokens) while in prefill
+        self.links: dict[Any, Link] = {}
+        self.stale_views: dict[int, list[ReplicaLoad]] = {}  # idx -> first-stage view at arrival - d
+        self.back_view: tuple[float, list[ReplicaLoad]] | None = None
+        self.num_done = 0
+        self.num_handoffs = 0
+        self.num_total = 0
+        self.migrator: Any = None
+        if migrating:
+            from servesim.cluster.migration import Migrator
+
+            groups = [[i for i, p in enumerate(self.pool_of) if p.name == name] for name in sorted(migrating)]
+            self.migrator = Migrator(self, cfg.migration, [g for g in groups if len(g) > 1])
+
+    def _add_replica(self, pool: PoolSpec, check_invariants: bool, reference: bool) -> None:
+        e = pool.engine
+        kv = KVCacheManager(pool.num_gpu_blocks, e.block_size, e.enable_prefix_caching, pool.max_model_len)
+        cfg = SchedulerConfig(
+            max_num_seqs=e.max_num_seqs, max_num_batched_tokens=e.max_num_batched_tokens,  # type: ignore[arg-type]
+            enable_chunked_prefill=e.enable_chunked_prefill,
+            long_prefill_token_threshold=e.long_prefill_token_threshold, max_model_len=pool.max_model_len,
+            scheduler_reserve_full_isl=e.scheduler_reserve_full_isl)
+        sched = self._scheduler(pool, cfg, kv, reference)
+        totals = ReplicaTotals(num_gpus=pool.num_gpus, num_gpu_blocks=pool.num_gpu_blocks, pool=pool.name,
+                               role=pool.role, gpu=pool.gpu)
+        from servesim import sim
+
+        wrap = getattr(sim, "policy_perf_model", None)  # swap copies, draft-model steps
+        perf = wrap(e, pool.perf) if wrap is not None else pool.perf
+        rep = Replica(len(self.replicas), self.loop, sched, perf, e.cpu_overhead_s, self.steps, self.itl,
+                      totals, check_invariants=check_invariants, on_finish=self.on_finish)
+        self.replicas.append(rep)
+        self.pool_of.append(pool)
+
+    def _scheduler(self, pool: PoolSpec, cfg: SchedulerConfig, kv: KVCacheManager,
+                   reference: bool) -> Scheduler:
+        """vLLM V1 (lazy, or the reference with ``reference``) where it applies, else the
+        engine policy's scheduler through ``sim.make_scheduler`` (for colocated pools:
+        hand-offs and migration assume V1's waiting/running queues)."""
+        from servesim import sim
+
+        lazy_ok = getattr(sim, "uses_lazy_engine", None)
+        if self.wl is None or lazy_ok is None or lazy_ok(pool.engine, self.wl):
+            return Scheduler(cfg, kv) if reference else LazyScheduler(cfg, kv)
+        return sim.make_scheduler(pool.engine, cfg, kv, self.wl, reference,  # type: ignore[attr-defined]
+                                  pool.kv_bytes_per_block)
+
+    # ----------------------------------------------------------------- arrivals
+
+    def rejection(self, r: Request) -> str:
+        """Why ``r`` can never be served on every pool it may visit ('' if it can)."""
+        pools = self.pool_of
+        max_len = min(p.max_model_len for p in pools)
+        usable = min((p.num_gpu_blocks - 1) * p.engine.block_size for p in pools)
+        return _rejection(r, max_len, usable)
+
+    def on_look_ahead(self, req: Request) -> None:
+        """``staleness_s`` before ``req`` arrives: capture the first stage's view for it."""
+        self.stale_views[req.idx] = self.loads(self.front, req, self.front_router)
+
+    def on_arrival(self, req: Request) -> None:
+        self.live[req.idx] = req
+        dis = self.cfg.disaggregation
+        if self.is_disagg and req.num_prompt_tokens < dis.colocate_below_tokens:
+            self._deliver(self._route_back(req), req)  # served whole by a decode replica
+            return
+        view = self.stale_views.pop(req.idx, None)
+        if view is None:
+            view = self.loads(self.front, req, self.front_router)
+        i = self.front[self.front_router(req, view, self.front_state)]
+        if self.is_disagg:
+            p = req.num_prompt_tokens
+            self.handoff[req.idx] = (p, req.max_tokens)
+            tail = min(int(p * dis.decode_prefill_fraction), p - 1)
+            if tail > 0:
+                req.num_prompt_tokens = p - tail
+                req.block_hashes = []
+            req.max_tokens = 1
+        self._deliver(i, req)
+
+    def _deliver(self, i: int, req: Request) -> None:
+        self.outstanding[i] += 1
+        self.replicas[i].totals.num_routed += 1
+        self.replicas[i].on_arrival(req)
+
+    # ----------------------------------------------------------------- finishes and hand-offs
+
+    def on_finish(self, req: Request) -> None:
+        src = req.replica
+        self.outstanding[src] -= 1
+        saved = self.handoff.pop(req.idx, None)
+        if saved is None or (saved[1] <= 1 and req.num_prompt_tokens == saved[0]):
+            self._done(req)
+            return
+        prompt, max_tokens = saved
+        computed = req.num_prompt_tokens
+        if computed < prompt:  # balanced: the decode replica computes the tail and the first token
+            req.num_output_tokens = 0
+            req.first_token_s = req.last_token_s = -1.0
+            req.num_prompt_tokens = prompt
+        req.max_tokens = max_tokens
+        req.status = ReqStatus.WAITING
+        req.finished_s = -1.0
+        req.num_computed_tokens = computed
+        req.block_hashes = []  # recomputed on the decode replica (its own block size)
+        req.prev_blocks = None
+        self.num_handoffs += 1
+        dst = self._route_back(req)
+        self.outstanding[dst] += 1
+        self.replicas[dst].totals.num_routed += 1
+        self.send_kv(src, dst, req, computed)
+
+    def _done(self, req: Request) -> None:
+        self.live.pop(req.idx, None)
+        write_record(self.records, req)
+        self.num_done += 1
+
+    def send_kv(self, src: int, dst: int, req: Request, num_tokens: int) -> None:
+        """Move ``num_tokens`` of ``req``'s KV from replica ``src`` to ``dst``, then queue it there."""
+        num_bytes = num_tokens * self.pool_of[src].kv_bytes_per_token
+        self.link(src, dst).send(num_bytes, self._on_kv_arrived, (req, dst, self.loop.now, num_bytes))
+
+    def _on_kv_arrived(self, arg: tuple[Request, int, float, float]) -> None:
+        req, dst, sent_s, num_bytes = arg
+        t = self.replicas[dst].totals
+        t.num_kv_transfers += 1
+        t.kv_transfer_bytes += num_bytes
+        t.kv_transfer_s += self.loop.now - sent_s
+        self.replicas[dst].on_arrival(req)
+
+    def link(self, src: int, dst: int) -> Link:
+        """The link a transfer from ``src`` to ``dst`` uses (``link.shared_by`` picks the key)."""
+        shared_by = self.cfg.link.shared_by
+        key = dst if shared_by == "receiver" else src if shared_by == "sender" else 0
+        link = self.links.get(key)
+        if link is None:
+            cfg, ps, pd = self.cfg.link, self.pool_of[src], self.pool_of[dst]
+            if cfg.bandwidth_gbps is not None:
+                bw = cfg.bandwidth_gbps * 1e9
+            elif shared_by == "receiver":
+                bw = pd.net_bw * pd.num_gpus
+            elif shared_by == "sender":
+                bw = ps.net_bw * ps.num_gpus
+            else:
+                bw = min(p.net_bw * p.num_gpus for p in self.pool_of)
+            latency = (cfg.latency_us * 1e-6 if cfg.latency_us is not None
+                       else max(ps.net_latency_s, pd.net_latency_s))
+            link = self.links[key] = Link(self.loop, bw, latency)
+        return link
+
+    def _route_back(self, req: Request) -> int:
+        d = self.cfg.staleness_s
+        now = self.loop.now
+        if d > 0 and self.back_view is not None and now - self.back_view[0] < d:
+            view = self.back_view[1]
+        else:
+            view = self.loads(self.back, req, self.back_router)
+            if d > 0:
+                self.back_view = (now, view)
+        return self.back[self.back_router(req, view, self.back_state)]
+
+    # ----------------------------------------------------------------- load views
+
+    def loads(self, ids: list[int], req: Request, router: Callable) -> list[ReplicaLoad]:
+        """Each candidate's load as a router sees it now (prefix hits and predicted TTFT
+        are computed only for the routers that use them)."""
+        with_prefix = router is ROUTERS["prefix_affinity"]
+        with_ttft = router is ROUTERS["predicted_ttft"]
+        out = []
+        for i in ids:
+            rep = self.replicas[i]
+            sched = rep.scheduler
+            kv = rep.kv
+            pending = pending_prefill_tokens(sched)
+            x = ReplicaLoad(num_outstanding=self.outstanding[i], num_running=len(sched.running),
+                            num_waiting=len(sched.waiting), kv_usage=kv.usage,
+                            pending_tokens=pending + len(sched.running))
+            if with_prefix or with_ttft:
+                x.prefix_hit_tokens = kv.get_computed_blocks(req)[1]
+            if with_ttft:
+                x.predicted_ttft_s = predict_ttft(rep, req, pending, x.prefix_hit_tokens)
+            out.append(x)
+        return out
+
+    # ----------------------------------------------------------------- the end
+
+    def finish_run(self) -> None:
+        """Record requests still in flight (running, waiting or in transit) as unfinished."""
+        for rep in self.replicas:
+            if isinstance(rep.scheduler, LazyScheduler):
+                rep.scheduler.materialize_all()
+        for idx, r in self.live.items():
+            saved = self.handoff.get(idx)
+            if saved is not None:
+                r.num_prompt_tokens, r.max_tokens = saved
+            write_record(self.records, r)
+            where = "in transit" if r.status == ReqStatus.WAITING and not any(
+                r in rep.scheduler.waiting for rep in self.replicas) else (
+                "running" if r.status == ReqStatus.RUNNING else "waiting")
+            self.records.reasons[idx] = f"still {where} when the run ended"
+
+
+def pending_prefill_tokens(sched: Scheduler) -> int:
+    """Prompt (and recompute) tokens still to be computed by ``sched``'s requests.
+
+    Pooled decodes of the lazy scheduler are past their prompts, so only the waiting
+    queue and the individually tracked running requests are scanned.
+    """
+    n = 0
+    for r in sched.waiting:
+        n += r.num_prompt_tokens + r.num_output_tokens - r.num_computed_tokens
+    for r in getattr(sched, "individual", sched.running):
+        left = r.num_prompt_tokens - r.num_computed_tokens
+        if left > 0:
+            n += left
+    return n
+
+
+def predict_ttft(rep: Replica, req: Request, pending_tokens: int, hit_tokens: int) -> float:
+    """Predicted TTFT of ``req`` at ``rep``: the rest of the batch in flight, then the queued
+    prompt tokens and this prompt's uncached part in chunks of the token budget left
+    beside the running decodes, each chunk timed by the replica's perf model.
+
+    Ignores KV-cache limits (a request that must wait for blocks is predicted too early)
+    and the decodes that join or leave meanwhile.
+    """
+    now = rep.loop.now
+    wait = rep.step_end_s - now if rep.busy and rep.step_end_s > now else 0.0
+    sched = rep.scheduler
+    n_dec = len(sched.running)
+    tokens = pending_tokens + max(req.num_prompt_tokens - hit_tokens, 1)
+    budget = max(sched.cfg.max_num_batched_tokens - n_dec, 1)
+    chunk = min(tokens, budget)
+    st = BatchStats(num_prefill_tokens=chunk, prefill_attn_work=chunk * (hit_tokens + chunk / 2),
+                    num_prefill_reqs=1, num_decode_reqs=n_dec,
+                    sum_decode_context=rep.kv.num_used_blocks * rep.kv.block_size,
+                    sum_prefill_context=hit_tokens)
+    return wait + math.ceil(tokens / budget) * (rep.perf.batch_time(st) + rep.cpu_overhead_s)
+
+
+class _Feeder:
+    """Creates requests in arrival order, one pending at a time, ``look_ahead_s`` early:
+    a request is created (and the stale view captured) at ``arrival - look_ahead_s``."""
+
+    def __init__(self, cluster: Cluster, wl: Workload, look_ahead_s: float) -> None:
+        self.cluster = cluster
+        self.loop = cluster.loop
+        self.look_ahead_s = look_ahead_s
+        self.num_rejected = 0
+        self._reqs = iter_requests(wl)
+
+    def next(self, _: object = None) -> None:
+        c = self.cluster
+        for r in self._reqs:
+            c.num_total += 1
+            why = c.rejection(r)
+            if why:
+                r.status = ReqStatus.REJECTED
+                write_record(c.records, r)
+                c.records.reasons[r.idx] = why
+                self.num_rejected += 1
+                c.num_done += 1
+                continue
+            if self.look_ahead_s > 0:
+                self.loop.at(max(r.arrival_s - self.look_ahead_s, self.loop.now), self._on_look, r, ARRIVAL)
+            else:
+                self.loop.at(r.arrival_s, self._on_arrival, r, ARRIVAL)
+            return
+
+    def _on_look(self, r: Request) -> None:
+        self.cluster.on_look_ahead(r)
+        self.loop.at(r.arrival_s, self.cluster.on_arrival, r, ARRIVAL)
+        self.next()
+
+    def _on_arrival(self, r: Request) -> None:
+        self.cluster.on_arrival(r)
+        self.next()
+
+
+def run_cluster(wl: Workload, pools: list[PoolSpec], cfg: ClusterConfig, *, seed: int = 0,
+                check_invariants: bool = False, until_s: float = float("inf"),
+                record_steps: bool = True) -> ClusterRun:
+    """Run ``wl`` on a cluster of ``pools`` (no catalog needed: tests use this)."""
+    loop = EventLoop()
+    records = RequestRecords.empty(len(wl))
+    records.arrival_s = np.asarray(wl.arrival_s, dtype=np.float64).copy()
+    records.num_prompt_tokens = np.asarray(wl.num_prompt_tokens, dtype=np.int64).copy()
+    cluster = Cluster(loop, pools, cfg, records, seed, check_invariants, record_steps, wl)
+    feeder = _Feeder(cluster, wl, cfg.staleness_s)
+    feeder.next()
+    if cluster.migrator is not None:
+        cluster.migrator.start()
+    end = loop.run(until_s)
+    cluster.finish_run()
+    for rep in cluster.replicas:
+        rep.totals.num_prefix_query_tokens = rep.kv.num_query_tokens
+        rep.totals.num_prefix_hit_tokens = rep.kv.num_hit_tokens
+    return ClusterRun(records, cluster.steps or StepSeries(), cluster.itl,
+                      [r.totals for r in cluster.replicas], end, cluster.num_handoffs,
+                      cluster.migrator.num_migrations if cluster.migrator is not None else 0, cluster.links)
