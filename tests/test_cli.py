@@ -220,3 +220,15 @@ def test_end_to_end_real_engine(tmp_path: Path) -> None:
     assert all(float(r["first_token_s"]) >= float(r["arrival_s"]) for r in rows)
     with open(out_dir / "steps.csv", newline="") as f:
         assert len(list(csv.DictReader(f))) >= 8  # at least one step per output token
+
+
+def test_chunked_prefill_off_with_a_budget_below_max_model_len_is_refused() -> None:
+    """As vLLM refuses to start: a max-length prompt could never be scheduled."""
+    from typer.testing import CliRunner
+
+    from servesim.cli import app
+
+    res = CliRunner().invoke(app, ["simulate", "--no-progress", "--set", "engine.enable_chunked_prefill=false",
+                                   "--set", "engine.max_num_batched_tokens=2048"])
+    assert res.exit_code == 2
+    assert "max_num_batched_tokens (2048) is smaller than max_model_len (131072)" in res.output

@@ -25,6 +25,7 @@ from servesim.engine.lazy import LazyScheduler
 from servesim.engine.replica import Replica
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import Scheduler, SchedulerConfig
+from servesim.errors import ConfigError
 from servesim.metrics.records import (
     ItlSamples,
     ReplicaTotals,
@@ -227,6 +228,16 @@ def write_record(rec: RequestRecords, r: Request) -> None:
                      RequestStatus.REJECTED if r.status == ReqStatus.REJECTED else RequestStatus.UNFINISHED)
 
 
+def check_budget(engine: EngineConfig, max_model_len: int) -> None:
+    """vLLM refuses to start when chunked prefill is off and one step cannot hold a
+    max-length prompt (such a prompt would block the FCFS queue for ever)."""
+    budget = engine.max_num_batched_tokens
+    if not engine.enable_chunked_prefill and budget is not None and budget < max_model_len:
+        raise ConfigError(
+            f"engine.max_num_batched_tokens ({budget}) is smaller than max_model_len ({max_model_len}) "
+            "with chunked prefill off: raise it, lower engine.max_model_len, or enable chunked prefill")
+
+
 def _rejection(r: Request, max_model_len: int, usable_tokens: int) -> str:
     if r.num_prompt_tokens >= max_model_len:
         return f"prompt of {r.num_prompt_tokens} tokens does not fit max_model_len {max_model_len}"
@@ -271,6 +282,7 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
                             sc.engine.max_model_len or model.max_position_embeddings)
     plan = plan_memory(model, gpu, engine, sc.parallel,
                        kv_dtype_bytes=resolve_kv_dtype_bytes(sc.model.kv_cache_dtype, model))
+    check_budget(engine, plan.max_model_len)
     perf = (hw.perf_model(model, gpu, sc.parallel, sc.model) if hw
             else build_perf_model(model, gpu, sc.parallel, sc.model))
     wl = load_workload(sc.workload, sc.run.seed)

@@ -222,13 +222,9 @@ class PolicyScheduler(Scheduler):
             p = req.num_computed_tokens
             is_decode = req.num_output_tokens > 0 and p == req.num_prompt_tokens + req.num_output_tokens - 1
             if n == 1 and is_decode:
-                st.num_decode_reqs += 1
-                st.sum_decode_context += p + 1
+                st.add_decode(p)
             else:
-                st.num_prefill_reqs += 1
-                st.num_prefill_tokens += n
-                st.prefill_attn_work += n * (p + n / 2)
-                st.sum_prefill_context += p
+                st.add_chunk(n, p)
                 if is_decode:  # a verification of n - 1 drafts
                     st.num_spec_reqs += 1
                     st.sum_spec_context += p + 1

@@ -182,13 +182,9 @@ class Scheduler:
             p = req.num_computed_tokens
             total = req.num_prompt_tokens + req.num_output_tokens
             if n == 1 and req.num_output_tokens > 0 and p == total - 1:
-                st.num_decode_reqs += 1
-                st.sum_decode_context += p + 1
+                st.add_decode(p)
             else:
-                st.num_prefill_reqs += 1
-                st.num_prefill_tokens += n
-                st.prefill_attn_work += n * (p + n / 2)
-                st.sum_prefill_context += p
+                st.add_chunk(n, p)
             req.num_computed_tokens = p + n
 
     # ----------------------------------------------------------------- update

@@ -40,6 +40,18 @@ class BatchStats:
     sum_spec_context: int = 0
     num_draft_steps: int = 0
 
+    def add_decode(self, context_before: int) -> None:
+        """One decode: a single new token on top of ``context_before`` cached tokens."""
+        self.num_decode_reqs += 1
+        self.sum_decode_context += context_before + 1
+
+    def add_chunk(self, n: int, context_before: int) -> None:
+        """A prefill chunk of ``n`` tokens on top of ``context_before`` computed tokens."""
+        self.num_prefill_reqs += 1
+        self.num_prefill_tokens += n
+        self.prefill_attn_work += n * (context_before + n / 2)
+        self.sum_prefill_context += context_before
+
     @property
     def num_reqs(self) -> int:
         return self.num_prefill_reqs + self.num_decode_reqs

@@ -409,13 +409,9 @@ def steps_to_stats(steps: list[dict[str, Any]], prompt_lens: dict[str, int]) -> 
         for key, v in s["scheduled"].items():
             n, p = int(v["tokens"]), int(v["computed_before"] or 0)
             if n == 1 and p >= prompt_lens[key.split("-")[0]]:
-                st.num_decode_reqs += 1
-                st.sum_decode_context += p + 1
+                st.add_decode(p)
             else:
-                st.num_prefill_reqs += 1
-                st.num_prefill_tokens += n
-                st.prefill_attn_work += n * (p + n / 2)
-                st.sum_prefill_context += p
+                st.add_chunk(n, p)
         out.append(st)
     return out
 
