@@ -228,7 +228,8 @@ def test_chunked_prefill_off_with_a_budget_below_max_model_len_is_refused() -> N
 
     from servesim.cli import app
 
-    res = CliRunner().invoke(app, ["simulate", "--no-progress", "--set", "engine.enable_chunked_prefill=false",
+    res = CliRunner().invoke(app, ["simulate", "--no-progress",
+                                   "--set", "engine.enable_chunked_prefill=false",
                                    "--set", "engine.max_num_batched_tokens=2048"])
     assert res.exit_code == 2
     assert "max_num_batched_tokens (2048) is smaller than max_model_len (131072)" in res.output
