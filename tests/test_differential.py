@@ -44,8 +44,11 @@ def assert_same(wl: Workload, engine: EngineConfig, blocks: int, perf=None, max_
     for col in ("num_preemptions", "num_cached_tokens", "num_output_tokens", "status"):
         np.testing.assert_array_equal(getattr(b, col), getattr(a, col), err_msg=col)
     assert len(fast.steps) == len(ref.steps)
-    np.testing.assert_array_equal(fast.steps.columns()["kv_blocks_used"],
-                                  ref.steps.columns()["kv_blocks_used"])
+    fast_steps, ref_steps = fast.steps.columns(), ref.steps.columns()
+    for col in ("kv_blocks_used", "num_waiting", "num_running", "num_prefill_tokens", "num_decode_reqs",
+                "num_preempted"):
+        np.testing.assert_array_equal(fast_steps[col], ref_steps[col], err_msg=col)
+    np.testing.assert_allclose(fast_steps["start_s"], ref_steps["start_s"], rtol=1e-9, atol=1e-9)
     assert fast.totals.num_prefix_hit_tokens == ref.totals.num_prefix_hit_tokens
     assert sum(fast.itl.count) == sum(ref.itl.count)
     return ref

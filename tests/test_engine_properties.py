@@ -222,10 +222,6 @@ def test_deterministic(case: Case, reference: bool):
     assert (a.itl.gap_s, a.itl.count) == (b.itl.gap_s, b.itl.count)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: the lazy engine's skip-ahead records StepSeries.num_waiting as of the start of a "
-    "pure-decode run, so a request that arrives during the run (and cannot be admitted: "
-    "max_num_seqs reached) is missing from the queue length of the run's later steps"))
 def test_lazy_step_series_counts_arrivals_during_a_skip_ahead_run():
     # Request 0 decodes alone (max_num_seqs 1); request 1 arrives at 0.015, during step 2,
     # and waits until request 0 finishes: steps 3..6 start with one request waiting.

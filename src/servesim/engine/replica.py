@@ -42,6 +42,7 @@ class Replica:
         self.skip_ahead = hasattr(scheduler, "extend_run") and not check_invariants
         self.run_steps_s: list[float] | None = None
         self.run_first_end_s = 0.0
+        self.run_waiting0 = 0
         self.busy = False
         self.wake_pending = False
         self.last_step_end_s = -1.0
@@ -62,6 +63,7 @@ class Replica:
 
     def on_arrival(self, req: Request) -> None:
         req.replica = self.id
+        req.queued_s = self.loop.now
         self.scheduler.add_request(req)
         if not self.busy and not self.wake_pending:
             # Start the step after every arrival of this instant is queued (WAKE runs
@@ -96,6 +98,7 @@ class Replica:
             if run is not None:
                 self.run_steps_s = run[0]
                 self.run_first_end_s = end
+                self.run_waiting0 = len(sched.waiting)
                 self._account_run(out, end, run[0], run[1])
                 for d in run[0]:  # add step by step, as the reference engine's clock does
                     end += d
@@ -117,6 +120,8 @@ class Replica:
                 itl.add(now - req.last_token_s, 1)
             req.last_token_s = now
         run = self.run_steps_s
+        if run is not None and self.steps is not None and len(self.scheduler.waiting) > self.run_waiting0:
+            self._count_arrivals_during_run(len(run))
         if run is None:
             itl.add(now - last, n_same + out.num_pool)
         else:  # a run of pure-decode steps: one gap per step for the whole pool
@@ -205,6 +210,19 @@ class Replica:
         s.kv_blocks_used.extend(used)
         s.num_preempted.extend([0] * k)
         return total
+
+    def _count_arrivals_during_run(self, k: int) -> None:
+        """The run's step rows recorded the waiting queue as of its start; add the requests
+        queued during the run to the rows of the steps that started after they arrived."""
+        waiting = self.scheduler.waiting
+        queued = sorted(waiting[i].queued_s for i in range(self.run_waiting0, len(waiting)))
+        starts = self.steps.start_s  # type: ignore[union-attr]
+        col = self.steps.num_waiting  # type: ignore[union-attr]
+        j = 0
+        for row in range(len(starts) - k, len(starts)):
+            while j < len(queued) and queued[j] <= starts[row]:
+                j += 1
+            col[row] += j
 
     def _check(self) -> None:
         sched = self.scheduler

@@ -37,6 +37,7 @@ class Request:
     num_computed_tokens: int = 0
     num_cached_tokens: int = -1  # prefix-cache hit at first schedule (-1 = not yet scheduled)
     num_preemptions: int = 0
+    queued_s: float = -1.0  # when it last reached a replica's waiting queue
     first_scheduled_s: float = -1.0
     first_token_s: float = -1.0
     last_token_s: float = -1.0
