@@ -291,6 +291,7 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
         run = run_engine(wl, engine, perf, plan.num_gpu_blocks, plan.max_model_len,
                          num_gpus=num_gpus, check_invariants=sc.run.check_invariants,
                          reference=sc.run.reference, progress=report,
+                         record_steps=sc.run.record_steps,
                          kv_bytes_per_block=plan.kv_bytes_per_block)
     result = Result(scenario=sc.model_copy(update={"engine": engine}), records=run.records,
                     steps=run.steps, itl=run.itl,
