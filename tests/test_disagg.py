@@ -218,9 +218,9 @@ def test_request_state_after_hand_off() -> None:
     loop.at(0.0, c.on_arrival, req)
     loop.run(0.05)  # prefill done at 0.01, KV (50 kB) in flight until 0.06
     assert req.status == ReqStatus.WAITING and req.num_computed_tokens == 50 and req.num_output_tokens == 1
-    assert req.max_tokens == 4 and c.outstanding == [0, 1] and not c.replicas[0].kv.req_blocks
+    assert req.max_tokens == 4 and c.outstanding == [0, 1] and not c.replicas[0].kv.held
     loop.run()
-    assert req.status == ReqStatus.FINISHED and c.outstanding == [0, 0] and not c.replicas[1].kv.req_blocks
+    assert req.status == ReqStatus.FINISHED and c.outstanding == [0, 0] and not c.replicas[1].kv.held
 
 
 # --------------------------------------------------------------------------- DistServe

@@ -11,6 +11,7 @@ from conftest import make_workload, req
 from servesim.config import EngineConfig, resolve_engine
 from servesim.engine.admission import MemoryAwareAdmission
 from servesim.engine.kv_cache import KVCacheManager
+from servesim.engine.kv_counting import CountingKVCache
 from servesim.engine.lazy import LazyScheduler
 from servesim.engine.policies import SCHEDULERS, OrcaScheduler, SarathiScheduler, V0Scheduler
 from servesim.engine.policy_base import PolicyOptions, PolicyScheduler
@@ -84,7 +85,8 @@ def test_only_plain_v1_uses_the_lazy_engine():
     wl = make_workload([0.0], 8, 2)
     kv = KVCacheManager(11, 16, False, 4096)
     cfg = SchedulerConfig()
-    assert type(make_scheduler(EngineConfig(), cfg, kv, wl)) is LazyScheduler
+    counting = CountingKVCache(11, 16, False, 4096)
+    assert type(make_scheduler(EngineConfig(), cfg, counting, wl)) is LazyScheduler
     assert type(make_scheduler(EngineConfig(), cfg, kv, wl, reference=True)) is Scheduler
     for kw, cls in (
         (dict(scheduling_policy="priority"), PolicyScheduler),

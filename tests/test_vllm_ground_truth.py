@@ -33,6 +33,7 @@ import pytest
 
 from servesim.config import EngineConfig
 from servesim.engine.kv_cache import KVCacheManager
+from servesim.engine.kv_counting import CountingKVCache
 from servesim.engine.lazy import LazyScheduler
 from servesim.engine.request import Request
 from servesim.engine.scheduler import Scheduler, SchedulerConfig
@@ -181,7 +182,8 @@ def step_engine(fx: Fixture, lazy: bool, max_steps: int = 2000) -> Stepped:
     """Add every request before the first step (as vLLM's recorder does with ``--rate 0``),
     then alternate ``schedule()`` and ``update_from_output()`` until there is no work."""
     eng = fx.engine
-    kv = KVCacheManager(fx.num_gpu_blocks, eng.block_size, eng.enable_prefix_caching, fx.max_model_len)
+    kv = (CountingKVCache if lazy else KVCacheManager)(fx.num_gpu_blocks, eng.block_size,
+                                                       eng.enable_prefix_caching, fx.max_model_len)
     cfg = SchedulerConfig(
         max_num_seqs=eng.max_num_seqs, max_num_batched_tokens=eng.max_num_batched_tokens,
         enable_chunked_prefill=eng.enable_chunked_prefill,

@@ -21,6 +21,7 @@ import numpy as np
 from servesim.config import EngineConfig, Scenario, load_scenario, resolve_engine, scenario_from_dict
 from servesim.engine.events import ARRIVAL, EventLoop
 from servesim.engine.kv_cache import KVCacheManager
+from servesim.engine.kv_counting import CountingKVCache
 from servesim.engine.lazy import LazyScheduler
 from servesim.engine.replica import Replica
 from servesim.engine.request import ReqStatus, Request
@@ -91,7 +92,8 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
     """
     engine = resolve_engine(engine, max_model_len=max_model_len)
     loop = EventLoop()
-    kv = KVCacheManager(num_gpu_blocks, engine.block_size, engine.enable_prefix_caching, max_model_len)
+    lazy = not reference and uses_lazy_engine(engine, wl)
+    kv = make_kv_cache(engine, num_gpu_blocks, max_model_len, lazy)
     cfg = SchedulerConfig(
         max_num_seqs=engine.max_num_seqs,
         max_num_batched_tokens=engine.max_num_batched_tokens,
@@ -136,6 +138,13 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
     return EngineRun(records, steps if steps is not None else StepSeries(), itl, totals, end)
 
 
+def make_kv_cache(engine: EngineConfig, num_gpu_blocks: int, max_model_len: int,
+                  lazy: bool) -> KVCacheManager | CountingKVCache:
+    """The KV cache for a replica: block counts for the lazy engine, block objects otherwise."""
+    cls = CountingKVCache if lazy else KVCacheManager
+    return cls(num_gpu_blocks, engine.block_size, engine.enable_prefix_caching, max_model_len)
+
+
 def uses_lazy_engine(engine: EngineConfig, wl: Workload) -> bool:
     """The lazy engine implements plain vLLM V1: FCFS, recompute, no spec decode, n = 1."""
     return (engine.policy == "vllm_v1" and engine.scheduling_policy == "fcfs"
@@ -144,7 +153,7 @@ def uses_lazy_engine(engine: EngineConfig, wl: Workload) -> bool:
             and (wl.num_samples is None or int(wl.num_samples.max(initial=1)) <= 1))
 
 
-def make_scheduler(engine: EngineConfig, cfg: SchedulerConfig, kv: KVCacheManager, wl: Workload,
+def make_scheduler(engine: EngineConfig, cfg: SchedulerConfig, kv: Any, wl: Workload,
                    reference: bool = False, kv_bytes_per_block: float = 0.0) -> Scheduler:
     """The scheduler for ``engine``: lazy V1 where it applies, else the policy's class."""
     if uses_lazy_engine(engine, wl):

@@ -46,7 +46,6 @@ from servesim.cluster.router import ROUTERS, ReplicaLoad, RouterState
 from servesim.cluster.transfer import Link
 from servesim.config import ClusterConfig, EngineConfig
 from servesim.engine.events import ARRIVAL, EventLoop
-from servesim.engine.kv_cache import KVCacheManager
 from servesim.engine.lazy import LazyScheduler
 from servesim.engine.replica import Replica
 from servesim.engine.request import ReqStatus, Request
@@ -134,7 +133,10 @@ class Cluster:
 
     def _add_replica(self, pool: PoolSpec, check_invariants: bool, reference: bool) -> None:
         e = pool.engine
-        kv = KVCacheManager(pool.num_gpu_blocks, e.block_size, e.enable_prefix_caching, pool.max_model_len)
+        from servesim import sim
+
+        lazy = not reference and self._lazy_ok(pool)
+        kv = sim.make_kv_cache(e, pool.num_gpu_blocks, pool.max_model_len, lazy)
         cfg = SchedulerConfig(
             max_num_seqs=e.max_num_seqs, max_num_batched_tokens=e.max_num_batched_tokens,  # type: ignore[arg-type]
             enable_chunked_prefill=e.enable_chunked_prefill,
@@ -143,8 +145,6 @@ class Cluster:
         sched = self._scheduler(pool, cfg, kv, reference)
         totals = ReplicaTotals(num_gpus=pool.num_gpus, num_gpu_blocks=pool.num_gpu_blocks, pool=pool.name,
                                role=pool.role, gpu=pool.gpu)
-        from servesim import sim
-
         wrap = getattr(sim, "policy_perf_model", None)  # swap copies, draft-model steps
         perf = wrap(e, pool.perf) if wrap is not None else pool.perf
         rep = Replica(len(self.replicas), self.loop, sched, perf, e.cpu_overhead_s, self.steps, self.itl,
@@ -152,15 +152,19 @@ class Cluster:
         self.replicas.append(rep)
         self.pool_of.append(pool)
 
-    def _scheduler(self, pool: PoolSpec, cfg: SchedulerConfig, kv: KVCacheManager,
+    def _lazy_ok(self, pool: PoolSpec) -> bool:
+        from servesim import sim
+
+        return self.wl is None or sim.uses_lazy_engine(pool.engine, self.wl)
+
+    def _scheduler(self, pool: PoolSpec, cfg: SchedulerConfig, kv: Any,
                    reference: bool) -> Scheduler:
         """vLLM V1 (lazy, or the reference with ``reference``) where it applies, else the
         engine policy's scheduler through ``sim.make_scheduler`` (for colocated pools:
         hand-offs and migration assume V1's waiting/running queues)."""
         from servesim import sim
 
-        lazy_ok = getattr(sim, "uses_lazy_engine", None)
-        if self.wl is None or lazy_ok is None or lazy_ok(pool.engine, self.wl):
+        if self._lazy_ok(pool):
             return Scheduler(cfg, kv) if reference else LazyScheduler(cfg, kv)
         return sim.make_scheduler(pool.engine, cfg, kv, self.wl, reference,  # type: ignore[attr-defined]
                                   pool.kv_bytes_per_block)

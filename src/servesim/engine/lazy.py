@@ -10,9 +10,13 @@ does not touch every running request:
   ``stored + (it - lazy_it)`` computed and output tokens. The pool keeps only its size
   and the sum of ``computed - lazy_it`` (so the sum of decode contexts at any step is
   O(1)).
-* **Buckets.** Each pooled request registers the step at which its new token starts a
-  new KV block (``_crossings``) and the step whose output finishes it (``_finishes``).
-  A step touches only those requests, the unfinished prefills, and new admissions.
+* **Crossings and finishes.** A pooled request's new token starts a KV block every
+  ``block_size`` steps, at a phase fixed when it joins: the pool keeps a count per phase
+  (``phase``), so a step's boundary crossings are one lookup, and their blocks are taken
+  in bulk from a ``CountingKVCache`` (blocks are anonymous there; which request holds
+  which block changes no decision). Each pooled request registers the step whose output
+  finishes it (``_finishes``). A step touches only finishing requests, the unfinished
+  prefills, and new admissions.
 * **Exact fallback.** When a step could differ from "every pooled request gets one token
   and a block if it crosses a boundary" (the token budget is short for requests in
   running order, or the free blocks do not cover this step's needs, so a preemption may
@@ -31,7 +35,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from servesim.engine.kv_cache import KVCacheManager
+from servesim.engine.kv_counting import CountingKVCache
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from servesim.perf.base import BatchStats, PerfModel
@@ -47,14 +51,19 @@ class LazyOutput(SchedulerOutput):
 
 
 class LazyScheduler(Scheduler):
-    def __init__(self, cfg: SchedulerConfig, kv: KVCacheManager) -> None:
+    def __init__(self, cfg: SchedulerConfig, kv: CountingKVCache) -> None:
+        if not isinstance(kv, CountingKVCache):
+            raise TypeError("the lazy scheduler runs on a CountingKVCache")
         super().__init__(cfg, kv)
+        self.kv: CountingKVCache = kv
         self.it = 0  # index of the next step
         self.num_pool = 0
         self.pool_off = 0  # sum over the pool of (num_computed_tokens - lazy_it)
         self.pool_max_seq = -1  # an upper bound of the pool's largest seq
         self.individual: list[Request] = []  # running requests not in the pool, by seq
-        self._crossings: dict[int, list[tuple[Request, int]]] = {}
+        # Pooled requests by (num_computed_tokens - lazy_it) mod block_size: at step j the
+        # new token of those in phase (-j) mod block_size starts a new KV block.
+        self.phase = [0] * kv.block_size
         self._finishes: dict[int, list[tuple[Request, int]]] = {}
         self._finish_heap: list[int] = []
         self._next_seq = 0
@@ -72,12 +81,7 @@ class LazyScheduler(Scheduler):
         if r.seq > self.pool_max_seq:
             self.pool_max_seq = r.seq
         ep = r.epoch
-        cross = it + (-c) % bs
-        bucket = self._crossings.get(cross)
-        if bucket is None:
-            self._crossings[cross] = [(r, ep)]
-        else:
-            bucket.append((r, ep))
+        self.phase[(c - it) % bs] += 1
         remaining = min(r.max_tokens - r.num_output_tokens,
                         self.cfg.max_model_len - (r.num_prompt_tokens + r.num_output_tokens))
         fin = it + remaining - 1
@@ -97,6 +101,7 @@ class LazyScheduler(Scheduler):
             r.lazy_it = it
 
     def _leave_pool(self, r: Request, it: int) -> None:
+        self.phase[(r.num_computed_tokens - r.lazy_it) % self.kv.block_size] -= 1
         self._materialize(r, it)
         self.num_pool -= 1
         self.pool_off -= r.num_computed_tokens - it
@@ -113,12 +118,20 @@ class LazyScheduler(Scheduler):
             if r.lazy_it >= 0:
                 self._leave_pool(r, it)
                 r.last_token_s = self.last_end_s
-                self.kv.cache_full_blocks(r)  # the reference hashed them step by step
+                self.kv.sync(r)  # the blocks it took (and hashed) while pooled
         self.individual = []
         self.pool_max_seq = -1
-        self._crossings.clear()
         self._finishes.clear()
         self._finish_heap.clear()
+
+    def check_invariants(self) -> None:
+        """Block accounting, with every pooled request's counts written out first."""
+        it = self.it
+        for r in self.running:
+            if r.lazy_it >= 0:
+                self._materialize(r, it)
+                self.kv.sync(r)
+        self.kv.check_invariants(self.running)
 
     def _valid(self, entries: list[tuple[Request, int]] | None) -> list[Request]:
         if not entries:
@@ -152,11 +165,11 @@ class LazyScheduler(Scheduler):
         threshold = cfg.long_prefill_token_threshold
         if len(self.running) + len(self.waiting) <= 1:
             threshold = 0
-        crossing = self._valid(self._crossings.pop(it, None))
+        n_cross = self.phase[-it % kv.block_size] if n_pool else 0
         indiv = self.individual
         # Demands of the individually tracked running requests, in running (seq) order.
         demands: list[int] = []
-        need_blocks = len(crossing)
+        need_blocks = n_cross
         room_budget = budget
         bs = kv.block_size
         for r in indiv:
@@ -167,47 +180,28 @@ class LazyScheduler(Scheduler):
             if n > room:
                 n = room
             if r.seq < self.pool_max_seq and n > room_budget:
-                return self._put_back(it, crossing)  # budget order matters: exact step
+                return None  # budget order matters: exact step
             if n > room_budget:
                 n = room_budget if room_budget > 0 else 0
             room_budget -= n
             demands.append(n)
             if n > 0:
-                held = kv.req_blocks.get(r.idx)
-                need = -(-(r.num_computed_tokens + n) // bs) - (len(held) if held else 0)
+                c = r.num_computed_tokens
+                need = -(-(c + n) // bs) - kv.held.get(r.idx, 0)
                 if need > 0:
                     need_blocks += need
         if need_blocks > kv.num_free_blocks:
-            return self._put_back(it, crossing)
+            return None
         out = LazyOutput(first_it=it, num_pool=n_pool)
-        # Allocate in running order: crossing pool decodes interleaved with the others.
-        if crossing:
-            for r in crossing:
-                self._materialize(r, it)
-            items = sorted([(r.seq, 0, r, 1) for r in crossing]
-                           + [(r.seq, 1, r, n) for r, n in zip(indiv, demands) if n > 0],
-                           key=lambda x: x[0])
-            for _, is_indiv, r, n in items:
-                if is_indiv:
-                    kv.allocate_slots(r, n)
-                    continue
-                kv.append_decode_block(r)
-                nxt = it + bs
-                bucket = self._crossings.get(nxt)
-                if bucket is None:
-                    self._crossings[nxt] = [(r, r.epoch)]
-                else:
-                    bucket.append((r, r.epoch))
-            for r, n in zip(indiv, demands):
-                if n > 0:
-                    out.reqs.append(r)
-                    out.num_tokens.append(n)
-        else:
-            for r, n in zip(indiv, demands):
-                if n > 0:
-                    kv.allocate_slots(r, n)
-                    out.reqs.append(r)
-                    out.num_tokens.append(n)
+        # Every allocation of a running request only pops free blocks, whose owner does
+        # not matter (they are anonymous): the pool's crossings are taken in one go.
+        if n_cross:
+            kv.pop_anonymous(n_cross)
+        for r, n in zip(indiv, demands):
+            if n > 0:
+                kv.allocate_slots(r, n)
+                out.reqs.append(r)
+                out.num_tokens.append(n)
         n_run = len(self.running)
         budget = self._schedule_waiting(out, room_budget, threshold)
         for r in self.running[n_run:]:
@@ -246,7 +240,7 @@ class LazyScheduler(Scheduler):
         time_bound = not self.waiting and len(self.running) < self.cfg.max_num_seqs
         kv = self.kv
         bs = kv.block_size
-        crossings = self._crossings
+        phase = self.phase
         stats = BatchStats(num_decode_reqs=n)
         durations: list[float] = []
         used: list[int] = []
@@ -255,27 +249,15 @@ class LazyScheduler(Scheduler):
         while j <= last_allowed:
             if time_bound and t >= next_event_s:
                 break
-            entries = crossings.get(j)
-            if entries:
-                cross = self._valid(entries)
-                if len(cross) > kv.num_free_blocks:
+            k = phase[-j % bs]
+            if k:
+                if k > kv.num_free_blocks:
                     break
-                del crossings[j]
-                if len(cross) > 1:
-                    cross.sort(key=lambda r: r.seq)
-                for r in cross:
-                    self._materialize(r, j)
-                    kv.append_decode_block(r)
-                    nxt = j + bs
-                    bucket = crossings.get(nxt)
-                    if bucket is None:
-                        crossings[nxt] = [(r, r.epoch)]
-                    else:
-                        bucket.append((r, r.epoch))
+                kv.pop_anonymous(k)
             stats.sum_decode_context = self.pool_off + n * (j + 1)
             d = perf.batch_time(stats) + overhead_s
             durations.append(d)
-            used.append(kv.num_used_blocks)
+            used.append(kv.num_gpu_blocks - kv.num_free_blocks)
             t += d
             j += 1
         if not durations:
@@ -283,11 +265,6 @@ class LazyScheduler(Scheduler):
         out.num_steps = 1 + len(durations)
         self.it = j
         return durations, used
-
-    def _put_back(self, it: int, crossing: list[Request]) -> None:
-        if crossing:
-            self._crossings[it] = [(r, r.epoch) for r in crossing]
-        return None
 
     # ----------------------------------------------------------------- update
 
@@ -339,7 +316,7 @@ class LazyScheduler(Scheduler):
                 finished.sort(key=lambda r: r.seq)
             kv = self.kv
             for r in finished:
-                kv.cache_full_blocks(r)
+                kv.sync(r)
                 kv.free(r)
             self.running = [r for r in self.running if r.status == ReqStatus.RUNNING]
         return produced, finished

@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from servesim.engine.events import ARRIVAL, BATCH_DONE, WAKE, EventLoop
-from servesim.engine.kv_cache import KVCacheManager
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import Scheduler, SchedulerOutput
 from servesim.metrics.records import ItlSamples, ReplicaTotals, StepSeries
@@ -31,7 +30,7 @@ class Replica:
         self.id = replica_id
         self.loop = loop
         self.scheduler = scheduler
-        self.kv: KVCacheManager = scheduler.kv
+        self.kv = scheduler.kv
         self.perf = perf
         self.cpu_overhead_s = cpu_overhead_s
         self.steps = steps  # None: no per-step series (streaming runs)
@@ -228,7 +227,7 @@ class Replica:
         sched = self.scheduler
         cfg = sched.cfg
         assert len(sched.running) <= cfg.max_num_seqs
-        self.kv.check_invariants()
+        sched.check_invariants()
         for r in sched.running:
             assert r.status == ReqStatus.RUNNING
             assert r.num_computed_tokens <= r.num_prompt_tokens + r.num_output_tokens

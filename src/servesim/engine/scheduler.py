@@ -82,6 +82,10 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def check_invariants(self) -> None:
+        """The KV cache's block accounting (between steps)."""
+        self.kv.check_invariants()
+
     # ----------------------------------------------------------------- schedule
 
     def schedule(self) -> SchedulerOutput:
