@@ -191,7 +191,7 @@ class LazyScheduler(Scheduler):
                 if need > 0:
                     need_blocks += need
         if need_blocks > kv.num_free_blocks:
-            return None
+            return self._preempting_step(it, dict(zip([r.idx for r in indiv], demands)))
         out = LazyOutput(first_it=it, num_pool=n_pool)
         # Every allocation of a running request only pops free blocks, whose owner does
         # not matter (they are anonymous): the pool's crossings are taken in one go.
@@ -210,6 +210,64 @@ class LazyScheduler(Scheduler):
             self.individual.append(r)
         out.total_tokens = cfg.max_num_batched_tokens - budget
         self._finalize(out)
+        st = out.stats
+        st.num_decode_reqs += n_pool
+        st.sum_decode_context += self.pool_off + n_pool * (it + 1)
+        return out
+
+    def _preempting_step(self, it: int, demand: dict[int, int]) -> LazyOutput:
+        """A step whose allocations do not all fit: the reference's running loop, lazily.
+
+        Running requests are visited in order; a pooled decode needs a block only at its
+        phase's crossing, an individual one what its demand needs. While an allocation
+        does not fit, the newest running request is preempted (pooled victims are
+        materialized first), and a request that preempts itself ends the loop. Allocations
+        and frees happen in the reference's order, so the free queue evolves identically.
+        No waiting request is admitted in a step that preempted (vLLM V1).
+        """
+        kv = self.kv
+        bs = kv.block_size
+        out = LazyOutput(first_it=it)
+        running = self.running
+        i = 0
+        while i < len(running):
+            r = running[i]
+            pooled = r.lazy_it >= 0
+            if pooled:
+                n = 1
+                need = 1 if (r.num_computed_tokens - r.lazy_it + it) % bs == 0 else 0
+            else:
+                n = demand.get(r.idx, 0)
+                if n <= 0:
+                    i += 1
+                    continue
+                need = -(-(r.num_computed_tokens + n) // bs) - kv.held.get(r.idx, 0)
+            scheduled = True
+            while need > kv.num_free_blocks:
+                victim = running.pop()
+                if victim.lazy_it >= 0:
+                    self._leave_pool(victim, it)
+                    victim.last_token_s = self.last_end_s
+                    kv.sync(victim)
+                else:
+                    self.individual.remove(victim)
+                self._preempt(victim, out)
+                if victim is r:
+                    scheduled = False
+                    break
+            if not scheduled:
+                break
+            if not pooled:
+                kv.allocate_slots(r, n)
+                out.reqs.append(r)
+                out.num_tokens.append(n)
+            elif need:
+                kv.pop_anonymous(1)
+            i += 1
+        n_pool = self.num_pool
+        out.num_pool = n_pool
+        self._finalize(out)
+        out.total_tokens = sum(out.num_tokens) + n_pool
         st = out.stats
         st.num_decode_reqs += n_pool
         st.sum_decode_context += self.pool_off + n_pool * (it + 1)
@@ -318,5 +376,10 @@ class LazyScheduler(Scheduler):
             for r in finished:
                 kv.sync(r)
                 kv.free(r)
-            self.running = [r for r in self.running if r.status == ReqStatus.RUNNING]
+            running = self.running
+            if len(finished) * 16 < len(running):
+                for r in finished:
+                    running.remove(r)  # a C scan by identity: cheaper than a Python pass
+            else:
+                self.running = [r for r in running if r.status == ReqStatus.RUNNING]
         return produced, finished
