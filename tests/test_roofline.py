@@ -121,6 +121,33 @@ def test_breakdown_sums_to_batch_time_and_empty_batch_is_free(llama8b: RooflineP
     assert sum(llama8b.breakdown(s).values()) == pytest.approx(llama8b.batch_time(s), rel=1e-12)
 
 
+def test_refinements_by_hand() -> None:
+    """Blended roofs, the elementwise row floor, GEMM kernel overhead and per-hop all-reduce
+    latency (what calibrated profiles set), written out for Llama-3.1-8B on 4 H100s."""
+    bl, row, k, gk, hop = 0.5, 0.5e-6, 1e-6, 6e-6, 2e-6
+    eff = Efficiencies(roof_blend=bl, row_pass_s=row, kernel_overhead_s=k, gemm_kernel_overhead_s=gk,
+                       allreduce_hop_s=hop)
+    pm = RooflinePerfModel(load_model("Llama-3.1-8B"), get_gpu("H100"), tp=4, eff=eff)
+    q, kv, ffn = Q // 4, KV // 4, FFN // 4
+    p_proj = H * (q + 2 * kv) + q * H
+    for t in (1, 64, 700, 4096):
+        b = pm.breakdown(BatchStats(num_prefill_tokens=t, prefill_attn_work=t * t / 2, num_prefill_reqs=1))
+        c = 2 * p_proj * L * t / (PEAK * LIN_C)
+        m = (p_proj * L * 2 + t * L * 2 * (H + q + 2 * kv + q + H)) / (BW * LIN_M)
+        assert b["proj"] == pytest.approx((c ** 2 + m ** 2) ** 0.5, rel=1e-12)  # p = 1/blend = 2
+        assert max(c, m) < b["proj"] < c + m
+        el = t * (L * 2 * (8 * H + 2 * (q + kv) + 3 * ffn) + 6 * H * 2) / (BW * EL_M)
+        floor = (L * (2 * H + q + kv + ffn) + H) / 1024 * row  # one 1024-wide pass per ~0.5 us
+        assert b["elementwise"] == pytest.approx((el ** 2 + floor ** 2) ** 0.5, rel=1e-12)
+        assert b["overhead"] == pytest.approx(20e-6 + L * (6 * k + 4 * gk))
+        ring = 2 * 3 / 4 * t * H * 2 / (450e9 * 0.8)
+        assert b["comm"] == pytest.approx(2 * L * ring + (2 * L + 1) * (15e-6 + 2 * 3 * hop)
+                                          + 3 / 4 * V * 2 / (450e9 * 0.8), rel=1e-12)
+        s = BatchStats(num_prefill_tokens=t, prefill_attn_work=t * t / 2, num_prefill_reqs=1)
+        assert pm.batch_time(s) == pytest.approx(sum(b.values()), rel=1e-12)
+        assert pm.batch_time(s) == pm.batch_time(s)  # the second call is served from the per-T cache
+
+
 def test_tensor_parallel_speeds_up_70b_prefill() -> None:
     m, g = load_model("Llama-3.1-70B"), get_gpu("H100")
     s = BatchStats(num_prefill_tokens=4096, prefill_attn_work=4096 * 2048, num_prefill_reqs=1)
@@ -171,6 +198,10 @@ _MODELS = {
     "dense_tp2": RooflinePerfModel(load_model("Llama-3.1-70B"), get_gpu("A100"), tp=2, pp=2),
     "moe_tp2": RooflinePerfModel(load_model("Mixtral-8x7B"), get_gpu("H100"), tp=2),
     "opt": RooflinePerfModel(load_model("OPT-13B"), get_gpu("A100"), eff=Efficiencies(comm=0.5)),
+    "refined_tp4": RooflinePerfModel(load_model("Llama-3.1-70B"), get_gpu("H100"), tp=4, eff=Efficiencies(
+        roof_blend=0.6, row_pass_s=0.5e-6, gemm_kernel_overhead_s=6e-6, allreduce_hop_s=1e-6)),
+    "refined_moe": RooflinePerfModel(load_model("Mixtral-8x7B"), get_gpu("H100"), tp=2,
+                                     eff=Efficiencies(roof_blend=1.0, row_pass_s=1e-6)),
 }
 
 

@@ -110,7 +110,7 @@ def validate_operators(data_dir: Path, limits: dict[str, float] | None = None) -
     from servesim.perf.calibrate import operator_fit_data, predict
     from servesim.perf.measurements import read_operator_profiles
 
-    limits = limits or {"proj": 17.0, "mlp": 16.0, "elementwise": 17.0, "interpolated": 3.0}
+    limits = limits or {"proj": 11.0, "mlp": 8.0, "elementwise": 9.0, "interpolated": 3.0}
     prof = load_bundled_profile("h100_ops")
     tables = read_operator_profiles(data_dir / "measurements" / "vidur_profiling", ("h100",))
     checks = []
@@ -201,10 +201,10 @@ def validate_splitwise(data_dir: Path, limits: dict[str, float] | None = None) -
 
 #: Stated bounds (mean absolute error per TP degree, %): the worst TP degree, rounded up.
 SPLITWISE_LIMITS = {
-    "A100-80GB:prompt": 12.0,
-    "A100-80GB:token": 16.0,
-    "H100-SXM:prompt": 13.0,
-    "H100-SXM:token": 45.0,
+    "A100-80GB:prompt": 9.0,
+    "A100-80GB:token": 6.0,
+    "H100-SXM:prompt": 15.0,
+    "H100-SXM:token": 38.0,
 }
 
 
@@ -264,10 +264,10 @@ def validate_distserve(data_dir: Path, limits: dict[tuple[str, str], float] | No
 
 #: Stated bounds on the mean error over each DistServe case (the worst case of each kind, rounded up).
 DISTSERVE_LIMITS = {
-    ("a100_e2e", "prefill time"): 55.0,
-    ("a100_e2e", "decode step time"): 185.0,
-    ("a100_ops", "prefill time"): 60.0,
-    ("a100_ops", "decode step time"): 65.0,
+    ("a100_e2e", "prefill time"): 31.0,
+    ("a100_e2e", "decode step time"): 180.0,
+    ("a100_ops", "prefill time"): 55.0,
+    ("a100_ops", "decode step time"): 66.0,
 }
 
 

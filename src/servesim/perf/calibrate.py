@@ -5,12 +5,11 @@ in (0, 1], overheads >= 0) plus the engine's CPU time per step, never free curve
 profile fitted on one set of shapes must carry over to others (other batch sizes,
 other tensor-parallel degrees, another GPU).
 
-How: each measurement becomes a row of *work terms* (FLOPs and bytes per operator class,
-link bytes, number of all-reduces, kernels, steps) computed once with the same formulas
-as ``RooflinePerfModel`` (``_classes``); a prediction for a parameter vector is then a
-few vectorized ``max``/sums, and ``scipy.optimize.least_squares`` minimizes the relative
-error ``log(predicted / measured)`` within the bounds. A test checks that the terms with
-the default efficiencies reproduce ``RooflinePerfModel.batch_time`` exactly.
+How: each measurement becomes a row of *work terms* (``servesim.perf.work_terms``: FLOPs
+and bytes per operator class, link bytes, all-reduces and their ring hops, kernels, row
+passes, steps) computed once with the roofline's own formulas; a prediction for a
+parameter vector is then a few array operations, and ``scipy.optimize.least_squares``
+minimizes the relative error ``log(predicted / measured)`` within the bounds.
 
 The result is a hardware profile (``servesim.perf.profiled.HardwareProfile``) written as
 JSON; a scenario names it in ``hardware.profile``.
@@ -29,238 +28,40 @@ import numpy as np
 from servesim.catalog.gpus import GpuSpec
 from servesim.catalog.models import ModelSpec
 from servesim.errors import ServesimError
-from servesim.perf.base import BatchStats
-from servesim.perf.measurements import OPERATOR_KERNELS, AllReduceTable, E2ETiming, EngineLog, OperatorTable
-from servesim.perf.roofline import KERNELS_PER_LAYER, Efficiencies, RooflinePerfModel
+from servesim.perf.measurements import AllReduceTable, E2ETiming, EngineLog, OperatorTable
+from servesim.perf.roofline import Efficiencies
+from servesim.perf.work_terms import (  # noqa: F401  (re-exported: the fitting API)
+    CLASSES,
+    GEMM_CLASSES,
+    Terms,
+    allreduce_terms,
+    attention_terms,
+    iteration_terms,
+    operator_terms,
+    predict,
+    roof,
+)
 
 if TYPE_CHECKING:
     from servesim.config import GpuConfig
     from servesim.perf.profiled import HardwareProfile
 
-#: Roofline classes with a compute and a memory roof; "elementwise" and "sampling" are memory only.
-CLASSES = ("proj", "mlp", "attn_prefill", "attn_decode", "lm_head", "elementwise", "sampling")
 #: Bounds of every fittable parameter: efficiencies in (0, 1], overheads >= 0 (seconds).
 BOUNDS: dict[str, tuple[float, float]] = {
     **{f.name: (0.01, 1.0) for f in dataclasses.fields(Efficiencies) if not f.name.endswith("_s")},
     "allreduce_latency_s": (0.0, 1e-3),
     "launch_overhead_s": (0.0, 0.1),
     "kernel_overhead_s": (0.0, 1e-3),
+    "gemm_kernel_overhead_s": (0.0, 1e-3),
+    "roof_blend": (0.0, 1.0),
+    "row_pass_s": (0.0, 1e-5),
+    "allreduce_hop_s": (0.0, 1e-4),
     "cpu_overhead_s": (0.0, 1.0),
 }
 
 
 class CalibrationError(ServesimError):
     """The measurements cannot be fitted (too few rows, nothing to fit, scipy missing)."""
-
-
-# --------------------------------------------------------------------------- work terms
-
-
-@dataclass(slots=True)
-class Terms:
-    """Work of N measured quantities, one row each (see ``predict``).
-
-    flops/bytes[c]: FLOPs and bytes of class c (per rank); peak[c]: the FLOP/s its compute
-    roof uses; link_bytes: bytes over the GPU link (all-reduces, logits gather, pipeline);
-    num_allreduce: all-reduces (for their latency); num_kernels: kernels (for the per-kernel
-    overhead); num_launch: iterations (launch overhead); num_steps: engine steps (CPU time);
-    fixed_s: seconds no parameter scales (pipeline link latency).
-    """
-
-    flops: dict[str, np.ndarray]
-    bytes: dict[str, np.ndarray]
-    peak: dict[str, np.ndarray]
-    mem_bw: np.ndarray
-    link_bw: np.ndarray
-    link_bytes: np.ndarray
-    num_allreduce: np.ndarray
-    num_kernels: np.ndarray
-    num_launch: np.ndarray
-    num_steps: np.ndarray
-    fixed_s: np.ndarray
-
-    @staticmethod
-    def concat(parts: Sequence[Terms]) -> Terms:
-        def cat(get: object) -> np.ndarray:
-            return np.concatenate([get(p) for p in parts])  # type: ignore[operator]
-
-        return Terms(
-            {c: cat(lambda p, c=c: p.flops[c]) for c in CLASSES},
-            {c: cat(lambda p, c=c: p.bytes[c]) for c in CLASSES},
-            {c: cat(lambda p, c=c: p.peak[c]) for c in CLASSES},
-            cat(lambda p: p.mem_bw),
-            cat(lambda p: p.link_bw),
-            cat(lambda p: p.link_bytes),
-            cat(lambda p: p.num_allreduce),
-            cat(lambda p: p.num_kernels),
-            cat(lambda p: p.num_launch),
-            cat(lambda p: p.num_steps),
-            cat(lambda p: p.fixed_s),
-        )
-
-    def __len__(self) -> int:
-        return len(self.mem_bw)
-
-
-def _eff_pair(e: Efficiencies | dict[str, float], cls: str) -> tuple[float, float]:
-    get = e.get if isinstance(e, dict) else (lambda k: getattr(e, k))  # type: ignore[union-attr]
-    if cls in ("proj", "mlp", "lm_head"):
-        c, m = get(f"{cls}_compute"), get(f"{cls}_memory")
-        return (get("linear_compute") if c is None else c, get("linear_memory") if m is None else m)
-    if cls in ("elementwise", "sampling"):
-        return 1.0, get("elementwise_memory")
-    return get(f"{cls}_compute"), get(f"{cls}_memory")
-
-
-def predict(terms: Terms, eff: Efficiencies | dict[str, float], cpu_overhead_s: float = 0.0) -> np.ndarray:
-    """Seconds of every row of ``terms`` with these efficiencies (the roofline, vectorized)."""
-    get = eff.get if isinstance(eff, dict) else (lambda k: getattr(eff, k))  # type: ignore[union-attr]
-    total = terms.fixed_s.copy()
-    for c in CLASSES:
-        ec, em = _eff_pair(eff, c)
-        mem = terms.bytes[c] / (terms.mem_bw * em)
-        if c in ("elementwise", "sampling"):
-            total += mem
-        else:
-            total += np.maximum(terms.flops[c] / (terms.peak[c] * ec), mem)
-    total += terms.link_bytes / (terms.link_bw * get("comm"))
-    total += terms.num_allreduce * get("allreduce_latency_s")
-    total += terms.num_kernels * get("kernel_overhead_s") + terms.num_launch * get("launch_overhead_s")
-    return total + terms.num_steps * cpu_overhead_s
-
-
-def _empty(n: int) -> dict[str, np.ndarray]:
-    return {c: np.zeros(n) for c in CLASSES}
-
-
-def iteration_terms(
-    model: ModelSpec,
-    gpu: GpuSpec,
-    stats: Sequence[BatchStats],
-    tp: int = 1,
-    pp: int = 1,
-    kv_dtype_bytes: float | None = None,
-    engine_steps: bool = False,
-) -> Terms:
-    """Work terms of whole iterations (``RooflinePerfModel.batch_time`` of each ``stats``).
-
-    ``engine_steps``: the measured time includes the engine's CPU time per step.
-    """
-    pm = RooflinePerfModel(model, gpu, tp=tp, pp=pp, kv_dtype_bytes=kv_dtype_bytes)
-    n = len(stats)
-    flops, nbytes, peak = _empty(n), _empty(n), _empty(n)
-    peak_lin = gpu.flops_for("fp8" if pm.dtype_bytes < 2 else _act_dtype(model))
-    peak_act = gpu.flops_for(_act_dtype(model))
-    for c in CLASSES:
-        peak[c][:] = peak_lin if c in ("proj", "mlp") else peak_act
-    link_bytes, n_ar, nonzero = np.zeros(n), np.zeros(n), np.zeros(n)
-    L, H, ba = model.num_layers, model.hidden_size, model.activation_dtype_bytes
-    ring = 2.0 * (tp - 1) / tp
-    for i, s in enumerate(stats):
-        t, r = s.num_tokens, s.num_reqs
-        if t == 0:
-            continue
-        nonzero[i] = 1.0
-        for c, (f, b) in pm._classes(s).items():
-            flops[c][i], nbytes[c][i] = f, b
-        link_bytes[i] = ((2 * L * ring * H * ba if tp > 1 else 0.0) + (pp - 1) * 2 * H * ba) * t
-        link_bytes[i] += (tp - 1) / tp * model.vocab_size * ba * r
-        n_ar[i] = (2 * L + 1) if tp > 1 else 0
-    return Terms(
-        flops,
-        nbytes,
-        peak,
-        np.full(n, gpu.mem_bw),
-        np.full(n, gpu.interconnect_bw),
-        link_bytes,
-        n_ar,
-        nonzero * KERNELS_PER_LAYER * L,
-        nonzero.copy(),
-        nonzero.copy() if engine_steps else np.zeros(n),
-        nonzero * (pp - 1) * gpu.interconnect_latency_s,
-    )
-
-
-def _act_dtype(model: ModelSpec) -> str:
-    ba = model.activation_dtype_bytes
-    return "float32" if ba >= 4 else ("bfloat16" if model.dtype == "fp8" else model.dtype)
-
-
-def operator_terms(table: OperatorTable, gpu: GpuSpec, cls: str) -> Terms:
-    """Work terms of one operator class of one layer over the table's token counts."""
-    tokens = table.num_tokens
-    n = len(tokens)
-    flops, nbytes, peak = _empty(n), _empty(n), _empty(n)
-    pm = RooflinePerfModel(table.shape, gpu, tp=table.tp)
-    for i, t in enumerate(tokens):
-        f, b = pm._classes(BatchStats(num_prefill_tokens=int(t), num_prefill_reqs=1))[cls]
-        flops[cls][i], nbytes[cls][i] = f, b
-        if cls == "elementwise":  # the roofline's class also holds the embedding and final norm
-            nbytes[cls][i] -= 6 * table.shape.hidden_size * table.shape.activation_dtype_bytes * t
-    for c in CLASSES:
-        peak[c][:] = gpu.flops_for(_act_dtype(table.shape))
-    z = np.zeros(n)
-    return Terms(
-        flops,
-        nbytes,
-        peak,
-        np.full(n, gpu.mem_bw),
-        np.full(n, gpu.interconnect_bw),
-        z,
-        z.copy(),
-        np.full(n, float(OPERATOR_KERNELS[cls])),
-        z.copy(),
-        z.copy(),
-        z.copy(),
-    )
-
-
-def attention_terms(table: OperatorTable, gpu: GpuSpec) -> Terms:
-    """Work terms of one layer's attention kernel over the table's attention rows."""
-    assert table.attention is not None
-    stats = table.attention.stats()
-    n = len(stats)
-    flops, nbytes, peak = _empty(n), _empty(n), _empty(n)
-    pm = RooflinePerfModel(table.shape, gpu, tp=table.tp)
-    for i, s in enumerate(stats):
-        cls = "attn_prefill" if s.num_prefill_tokens else "attn_decode"
-        flops[cls][i], nbytes[cls][i] = pm._classes(s)[cls]
-    for c in CLASSES:
-        peak[c][:] = gpu.flops_for(_act_dtype(table.shape))
-    z = np.zeros(n)
-    return Terms(
-        flops,
-        nbytes,
-        peak,
-        np.full(n, gpu.mem_bw),
-        np.full(n, gpu.interconnect_bw),
-        z,
-        z.copy(),
-        np.ones(n),
-        z.copy(),
-        z.copy(),
-        z.copy(),
-    )
-
-
-def allreduce_terms(table: AllReduceTable, gpu: GpuSpec) -> Terms:
-    """One ring all-reduce per row: 2 (n-1)/n x bytes over the link, plus one latency."""
-    n = len(table.time_s)
-    w = table.num_workers.astype(float)
-    z = np.zeros(n)
-    return Terms(
-        _empty(n),
-        _empty(n),
-        {c: np.ones(n) for c in CLASSES},
-        np.full(n, gpu.mem_bw),
-        np.full(n, gpu.interconnect_bw),
-        2 * (w - 1) / w * table.size_bytes,
-        np.ones(n),
-        z,
-        z.copy(),
-        z.copy(),
-        z.copy(),
-    )
 
 
 # --------------------------------------------------------------------------- fitting
@@ -342,6 +143,10 @@ def fit(
     for k in list(start):
         if k.startswith(("proj_", "mlp_", "lm_head_")) and start[k] is None and k in names:
             start[k] = start["linear_" + k.rsplit("_", 1)[1]]
+    if start["gemm_kernel_overhead_s"] is None and "gemm_kernel_overhead_s" in names:
+        start["gemm_kernel_overhead_s"] = start["kernel_overhead_s"]
+    if not start["roof_blend"] and "roof_blend" in names:
+        start["roof_blend"] = 0.2  # from the max itself the gradient is zero
     lo = np.array([BOUNDS[n][0] for n in names])
     hi = np.array([BOUNDS[n][1] for n in names])
     # Overheads are fitted in microseconds so every parameter has a similar scale.
@@ -389,6 +194,9 @@ OPERATOR_PARAMS = (
     "mlp_memory",
     "elementwise_memory",
     "kernel_overhead_s",
+    "gemm_kernel_overhead_s",
+    "roof_blend",
+    "row_pass_s",
 )
 ATTENTION_PARAMS = (
     "attn_prefill_compute",
@@ -396,14 +204,18 @@ ATTENTION_PARAMS = (
     "attn_decode_compute",
     "attn_decode_memory",
 )
-NETWORK_PARAMS = ("comm", "allreduce_latency_s")
+NETWORK_PARAMS = ("comm", "allreduce_latency_s", "allreduce_hop_s")
 E2E_PARAMS = (
     "linear_compute",
     "linear_memory",
     "attn_prefill_compute",
     "attn_decode_memory",
     "launch_overhead_s",
+    "allreduce_hop_s",
 )
+#: E2E: not allreduce_latency_s: every Splitwise row runs the same model, so its 2L + 1
+#: all-reduces per step are the same count at every TP degree and their fixed latency cannot
+#: be told from the launch overhead; the per-hop latency (2 (tp - 1) hops) grows with TP and can.
 #: Not allreduce_latency_s: with a fixed TP degree per row its 2L + 1 all-reduces per step are
 #: a constant, indistinguishable from the launch overhead; the default latency is kept.
 ENGINE_LOG_PARAMS = (

@@ -126,10 +126,16 @@ class HardwareProfile:
         bad = [
             k
             for k, v in eff_d.items()
-            if not isinstance(v, int | float) or v < 0 or (not k.endswith("_s") and not 0 < v <= 1)
+            if not isinstance(v, int | float)
+            or v < 0
+            or (k == "roof_blend" and v > 1)  # 0 is allowed: the hard max
+            or (not k.endswith("_s") and k != "roof_blend" and not 0 < v <= 1)
         ]
         if bad:
-            raise ConfigError(f"{source}: efficiencies {bad}: fractions must be in (0, 1], overheads >= 0")
+            raise ConfigError(
+                f"{source}: efficiencies {bad}: fractions must be in (0, 1] (roof_blend in [0, 1]), "
+                "overheads >= 0"
+            )
         try:
             gpu = GpuConfig.model_validate(d["gpu"]) if d.get("gpu") else None
             tables = [_table_from_dict(t) for t in d.get("operator_tables") or []]
@@ -223,13 +229,15 @@ class ProfiledPerfModel:
             eff=e,
         )
         emb = 6 * m.hidden_size * m.activation_dtype_bytes / (roofline.gpu.mem_bw * e.elementwise_memory)
+        gemm_k = e.kernel_overhead_s if e.gemm_kernel_overhead_s is None else e.gemm_kernel_overhead_s
         deltas = []
         for i, t in enumerate(table.num_tokens.tolist()):
             b = one.breakdown(BatchStats(num_prefill_tokens=t, num_prefill_reqs=1))
             d = 0.0
             for c, meas in table.times_s.items():
                 roof = b[c] - (emb * t if c == "elementwise" else 0.0)
-                d += float(meas[i]) - roof - OPERATOR_KERNELS[c] * e.kernel_overhead_s
+                k = gemm_k if c in ("proj", "mlp") else e.kernel_overhead_s
+                d += float(meas[i]) - roof - OPERATOR_KERNELS[c] * k
             deltas.append(m.num_layers * d)
         self._t = [float(t) for t in table.num_tokens.tolist()]
         self._d = deltas

@@ -19,6 +19,7 @@ and ``batch_time`` is a few multiplies and ``max`` calls. See docs/perf_model.md
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from servesim.catalog.gpus import GpuSpec, LinkSpec
 from servesim.catalog.models import ModelSpec, resolve_kv_dtype_bytes
@@ -28,6 +29,12 @@ from servesim.perf.base import BatchStats
 #: Kernels per transformer layer in a vLLM forward pass (2 fused add+norm, QKV, rotary,
 #: KV-cache write, attention, output projection, gate/up, activation, down).
 KERNELS_PER_LAYER = 10
+#: Entries of the per-T cache of the refined model before it is emptied (bounds its memory).
+_CACHE_MAX = 1 << 16
+#: Threads of the one block per token that vLLM's norm, rotary and activation kernels use.
+ROW_THREADS = 1024
+#: Of which GEMMs (QKV, output projection, gate/up, down): they pay ``gemm_kernel_overhead_s``.
+GEMMS_PER_LAYER = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +53,20 @@ class Efficiencies:
     launch_overhead_s: per iteration (CUDA-graph launch, embedding, final norm).
     kernel_overhead_s: per kernel: the fixed ramp-up/tail a kernel costs even when tiny
         (Vidur's H100 GEMMs on 1 token run ~2 us longer than their weight streaming).
+    roof_blend: how far a kernel falls short of overlapping its compute and memory time,
+        1/p of the p-norm ``(compute^p + memory^p)^(1/p)``: 0 is the hard roofline max
+        (perfect overlap), 1 their sum (no overlap). Between the roofs a kernel is neither
+        purely compute- nor memory-bound (pipelines drain between K-tiles, too few tiles
+        to hide loads), which the max misses by up to 2x at the ridge point.
+    gemm_kernel_overhead_s: per GEMM kernel (None: ``kernel_overhead_s``); a GEMM's fixed
+        cost (prologue, epilogue, last-wave tail, split-K reduction) is larger than a
+        small elementwise kernel's launch-to-finish latency.
+    row_pass_s: one pass of a 1024-thread block along a token's row. vLLM's RMSNorm,
+        rotary and activation kernels give each token one thread block that loops over the
+        row; with few tokens the GPU is mostly idle and such a kernel takes (row width /
+        1024) dependent memory round trips, whatever the bytes (Vidur's H100: ~0.5 us per
+        1024 elements, so 13 us for a 24576-wide activation at 1 token). The elementwise
+        class takes ``roof(row passes x row_pass_s, bytes / bandwidth)``; 0 (default): bytes only.
     """
 
     linear_compute: float = 0.70
@@ -59,6 +80,13 @@ class Efficiencies:
     allreduce_latency_s: float = 15e-6
     launch_overhead_s: float = 20e-6
     kernel_overhead_s: float = 2e-6
+    # Refinements a calibrated profile may set (the defaults give the classic roofline):
+    roof_blend: float = 0.0
+    gemm_kernel_overhead_s: float | None = None
+    row_pass_s: float = 0.0
+    allreduce_hop_s: float = 0.0
+    # (allreduce_hop_s: latency per step of a ring all-reduce, which takes 2 (tp - 1) steps;
+    # each all-reduce costs allreduce_latency_s + 2 (tp - 1) x allreduce_hop_s.)
     # Per-class overrides of linear_* (None: use linear_*). A calibrated profile sets them
     # when the measurements tell the QKV/output projections, the MLP and the LM head apart.
     proj_compute: float | None = None
@@ -74,6 +102,17 @@ class Efficiencies:
         return (self.linear_compute if c is None else c, self.linear_memory if m is None else m)
 
 
+def roof(compute_s: float, memory_s: float, blend: float = 0.0) -> float:
+    """Time of a kernel with ``compute_s`` and ``memory_s`` at its roofs: the max for
+    ``blend`` 0, else the p-norm ``(compute^p + memory^p)^(1/p)`` with p = 1/blend."""
+    return _pnorm(compute_s, memory_s, 1.0 / blend) if blend else max(compute_s, memory_s)
+
+
+def _pnorm(x: float, y: float, p: float) -> float:
+    hi, lo = (x, y) if x > y else (y, x)
+    return hi * (1.0 + (lo / hi) ** p) ** (1.0 / p) if hi > 0 else 0.0
+
+
 class RooflinePerfModel:
     """Roofline time of one iteration of ``model`` on ``tp`` x ``pp`` GPUs (implements PerfModel)."""
 
@@ -81,8 +120,8 @@ class RooflinePerfModel:
         "model", "gpu", "tp", "pp", "eff", "dtype_bytes", "kv_dtype_bytes",
         "_work", "_proj_f", "_proj_w", "_proj_a", "_mlp_f", "_mlp_w", "_mlp_a", "_router_f", "_router_w",
         "_num_experts", "_top_k", "_miss", "_pf_f", "_pf_kv", "_pf_tok", "_dec_f", "_dec_kv", "_dec_req",
-        "_el_tok", "_lm_f", "_lm_w", "_lm_req", "_samp_req", "_comm_tok", "_comm_const", "_comm_req",
-        "_fixed", "_coef", "ep", "expert_imbalance", "links",
+        "_el_tok", "_el_floor", "_lm_f", "_lm_w", "_lm_req", "_samp_req", "_comm_tok", "_comm_const",
+        "_comm_req", "_fixed", "_coef", "ep", "expert_imbalance", "links",
     )
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1, pp: int = 1,
@@ -129,6 +168,9 @@ class RooflinePerfModel:
             "dec_f": 4.0 * q * L,                                          # per context token
             "el_tok": L * ba * (8 * H + 2 * (q + kv) + max(1, m.num_experts_per_tok) * (up + width))
                       + 6 * H * ba,                                        # + embedding, final norm
+            # 1024-element passes along one token's row per iteration: 2 norms, rotary (q, k),
+            # activation, final norm (the residual adds are fused into the norms in vLLM).
+            "el_rows": (L * (2 * H + q + kv + width) + H) / ROW_THREADS,
             "lm_f": 2.0 * H * vt,                                          # per request
             "lm_w": H * vt * ba,
             "lm_req": (H + vt) * ba,
@@ -159,6 +201,7 @@ class RooflinePerfModel:
         self._dec_kv = w["kv_tok"] * dec_m
         self._dec_req = (w["kv_tok"] + w["qo_tok"]) * dec_m    # KV write, Q, O of the new token
         self._el_tok = w["el_tok"] * el_m
+        self._el_floor = w["el_rows"] * e.row_pass_s
         self._lm_f, self._lm_w, self._lm_req = w["lm_f"] * act_f, w["lm_w"] * lm_mem, w["lm_req"] * lm_mem
         self._samp_req = w["samp_req"] * el_m
         # Links: without ``links`` every transfer uses the GPU's interconnect. With them, a TP
@@ -175,6 +218,7 @@ class RooflinePerfModel:
             num_net = min(pp - 1, -(-tp * pp // links.gpus_per_node) - 1)
         ring = 2.0 * (tp - 1) / tp
         self._comm_tok = 2 * L * ring * H * ba * link_tp if tp > 1 else 0.0
+        lat_tp += 2 * (tp - 1) * e.allreduce_hop_s
         self._comm_const = (2 * L + 1) * lat_tp if tp > 1 else 0.0
         self._comm_req = (tp - 1) / tp * m.vocab_size * ba * link_tp  # logits gather
         # Pipeline: hidden states and residual cross pp - 1 stage boundaries.
@@ -185,13 +229,18 @@ class RooflinePerfModel:
             # spread over the ep groups and (ep - 1)/ep of each token's k copies leave.
             self._comm_tok += 2 * L * m.num_experts_per_tok * H * ba * (ep - 1) / ep / ep * link_tp
             self._comm_const += 2 * L * lat_tp
-        self._fixed = e.launch_overhead_s + KERNELS_PER_LAYER * L * e.kernel_overhead_s
-        self._coef = (
+        gemm_k = e.kernel_overhead_s if e.gemm_kernel_overhead_s is None else e.gemm_kernel_overhead_s
+        self._fixed = e.launch_overhead_s + L * ((KERNELS_PER_LAYER - GEMMS_PER_LAYER) * e.kernel_overhead_s
+                                                 + GEMMS_PER_LAYER * gemm_k)
+        refined = bool(e.roof_blend or self._el_floor)  # beyond the classic roofline: see batch_time
+        self._coef: tuple[Any, ...] = (
             self._proj_f, self._proj_w, self._proj_a, self._mlp_f, self._mlp_w, self._mlp_a,
             self._router_f, self._router_w, self._num_experts, self._top_k, self._miss,
             self._pf_f, self._pf_kv, self._pf_tok, self._dec_f, self._dec_kv, self._dec_req,
             self._lm_f, self._lm_w, self._lm_req,
-            self._el_tok + self._comm_tok, self._samp_req + self._comm_req, self._fixed + self._comm_const)
+            self._comm_tok + (0.0 if refined else self._el_tok), self._samp_req + self._comm_req,
+            self._fixed + self._comm_const, 1.0 / e.roof_blend if e.roof_blend else 0.0,
+            {} if refined else None)
 
     # ------------------------------------------------------------------ hot path
 
@@ -209,26 +258,48 @@ class RooflinePerfModel:
             return 0.0
         (proj_f, proj_w, proj_a, mlp_f, mlp_w, mlp_a, router_f, router_w, num_experts, top_k, miss,
          pf_f, pf_kv, pf_tok, dec_f, dec_kv, dec_req, lm_f, lm_w, lm_req, per_tok, per_req,
-         const) = self._coef
-        x, y = proj_f * t, proj_w + proj_a * t
-        total = (x if x > y else y) + per_tok * t + per_req * r + const
-        if num_experts:
-            pairs = t * top_k
-            x = mlp_f * pairs + router_f * t
-            y = mlp_w * num_experts * (1.0 - miss ** t) + router_w + mlp_a * pairs
-        else:
-            x, y = mlp_f * t, mlp_w + mlp_a * t
-        total += x if x > y else y
+         const, p, cache) = self._coef
+        if cache is None:  # the classic roofline: a few multiplies
+            x, y = proj_f * t, proj_w + proj_a * t
+            total = x if x > y else y
+            if num_experts:
+                pairs = t * top_k
+                x = mlp_f * pairs + router_f * t
+                y = mlp_w * num_experts * (1.0 - miss ** t) + router_w + mlp_a * pairs
+            else:
+                x, y = mlp_f * t, mlp_w + mlp_a * t
+            total += x if x > y else y
+        else:  # blended roofs / row floors: the classes that depend on T alone, cached per T
+            cached = cache.get(t)
+            if cached is None:
+                if len(cache) > _CACHE_MAX:
+                    cache.clear()
+                cached = cache[t] = self._token_classes(t)
+            total = cached
+        total += per_tok * t + per_req * r + const
         if pt:
             x = pf_f * stats.prefill_attn_work
             y = pf_kv * stats.sum_prefill_context + pf_tok * pt
-            total += x if x > y else y
+            total += (x if x > y else y) if not p else _pnorm(x, y, p)
         if d:
             s = stats.sum_decode_context
             x, y = dec_f * s, dec_kv * s + dec_req * d
-            total += x if x > y else y
+            total += (x if x > y else y) if not p else _pnorm(x, y, p)
         x, y = lm_f * r, lm_w + lm_req * r
-        return total + (x if x > y else y)
+        return total + ((x if x > y else y) if not p else _pnorm(x, y, p))
+
+    def _token_classes(self, t: float) -> float:
+        """Seconds of the projections, MLP and elementwise kernels for ``t`` tokens."""
+        bl = self.eff.roof_blend
+        if self._num_experts:
+            pairs = t * self._top_k
+            touched = self._num_experts * (1.0 - self._miss ** t)
+            mlp = roof(self._mlp_f * pairs + self._router_f * t,
+                       self._mlp_w * touched + self._router_w + self._mlp_a * pairs, bl)
+        else:
+            mlp = roof(self._mlp_f * t, self._mlp_w + self._mlp_a * t, bl)
+        return (roof(self._proj_f * t, self._proj_w + self._proj_a * t, bl) + mlp
+                + roof(self._el_tok * t, self._el_floor, bl))
 
     # ------------------------------------------------------------------ reporting (not hot)
 
@@ -265,22 +336,24 @@ class RooflinePerfModel:
         if t == 0:
             return {}
         pt, s = stats.num_prefill_tokens, stats.sum_decode_context
+        bl = self.eff.roof_blend
         if self._num_experts:
             pairs = t * self._top_k
             touched = self._num_experts * (1.0 - self._miss ** t)
-            mlp = max(self._mlp_f * pairs + self._router_f * t,
-                      self._mlp_w * touched + self._router_w + self._mlp_a * pairs)
+            mlp = roof(self._mlp_f * pairs + self._router_f * t,
+                       self._mlp_w * touched + self._router_w + self._mlp_a * pairs, bl)
         else:
-            mlp = max(self._mlp_f * t, self._mlp_w + self._mlp_a * t)
+            mlp = roof(self._mlp_f * t, self._mlp_w + self._mlp_a * t, bl)
         comm = self._comm_tok * t + self._comm_const + self._comm_req * r
         return {
-            "proj": max(self._proj_f * t, self._proj_w + self._proj_a * t),
+            "proj": roof(self._proj_f * t, self._proj_w + self._proj_a * t, bl),
             "mlp": mlp,
-            "attn_prefill": max(self._pf_f * stats.prefill_attn_work,
-                                self._pf_kv * stats.sum_prefill_context + self._pf_tok * pt) if pt else 0.0,
-            "attn_decode": max(self._dec_f * s, self._dec_kv * s + self._dec_req * d) if d else 0.0,
-            "elementwise": self._el_tok * t,
-            "lm_head": max(self._lm_f * r, self._lm_w + self._lm_req * r),
+            "attn_prefill": roof(self._pf_f * stats.prefill_attn_work,
+                                 self._pf_kv * stats.sum_prefill_context + self._pf_tok * pt, bl)
+                            if pt else 0.0,
+            "attn_decode": roof(self._dec_f * s, self._dec_kv * s + self._dec_req * d, bl) if d else 0.0,
+            "elementwise": roof(self._el_tok * t, self._el_floor, bl),
+            "lm_head": roof(self._lm_f * r, self._lm_w + self._lm_req * r, bl),
             "sampling": self._samp_req * r,
             "comm": comm,
             "overhead": self._fixed,

@@ -1,0 +1,277 @@
+"""Work terms: the roofline's FLOPs, bytes and counts of measured quantities, vectorized.
+
+Each measurement becomes a row of *work terms* (FLOPs and bytes per operator class, link
+bytes, number of all-reduces and their ring hops, kernels, row passes, steps) computed once
+with the same formulas as ``RooflinePerfModel`` (``_classes``, ``_work``); ``predict`` then
+turns a parameter vector into seconds for every row with a few array operations, which is
+what ``servesim.perf.calibrate`` fits. A test checks that the terms reproduce
+``RooflinePerfModel.batch_time`` exactly, refinements included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from servesim.catalog.gpus import GpuSpec
+from servesim.catalog.models import ModelSpec
+from servesim.perf.base import BatchStats
+from servesim.perf.measurements import OPERATOR_KERNELS, AllReduceTable, OperatorTable
+from servesim.perf.roofline import (
+    GEMMS_PER_LAYER,
+    KERNELS_PER_LAYER,
+    ROW_THREADS,
+    Efficiencies,
+    RooflinePerfModel,
+)
+
+#: Roofline classes with a compute and a memory roof; "elementwise" and "sampling" are memory only.
+CLASSES = ("proj", "mlp", "attn_prefill", "attn_decode", "lm_head", "elementwise", "sampling")
+#: Operator classes of a profile that are GEMMs (their kernels pay ``gemm_kernel_overhead_s``).
+GEMM_CLASSES = ("proj", "mlp")
+
+
+@dataclass(slots=True)
+class Terms:
+    """Work of N measured quantities, one row each (see ``predict``).
+
+    flops/bytes[c]: FLOPs and bytes of class c (per rank); peak[c]: the FLOP/s its compute
+    roof uses; link_bytes: bytes over the GPU link (all-reduces, logits gather, pipeline);
+    num_allreduce, num_allreduce_hops: all-reduces and their ring steps (for the latencies);
+    num_kernels, num_gemm_kernels: kernels other than GEMMs, and GEMMs (per-kernel overheads);
+    row_passes: 1024-element passes along token rows of the elementwise kernels (their
+    latency floor, ``row_pass_s``); num_launch: iterations (launch overhead); num_steps:
+    engine steps (CPU time); fixed_s: seconds no parameter scales (pipeline link latency).
+    """
+
+    flops: dict[str, np.ndarray]
+    bytes: dict[str, np.ndarray]
+    peak: dict[str, np.ndarray]
+    mem_bw: np.ndarray
+    link_bw: np.ndarray
+    link_bytes: np.ndarray
+    num_allreduce: np.ndarray
+    num_allreduce_hops: np.ndarray
+    num_kernels: np.ndarray
+    num_gemm_kernels: np.ndarray
+    row_passes: np.ndarray
+    num_launch: np.ndarray
+    num_steps: np.ndarray
+    fixed_s: np.ndarray
+
+    @staticmethod
+    def concat(parts: Sequence[Terms]) -> Terms:
+        def cat(get: object) -> np.ndarray:
+            return np.concatenate([get(p) for p in parts])  # type: ignore[operator]
+
+        return Terms(
+            {c: cat(lambda p, c=c: p.flops[c]) for c in CLASSES},
+            {c: cat(lambda p, c=c: p.bytes[c]) for c in CLASSES},
+            {c: cat(lambda p, c=c: p.peak[c]) for c in CLASSES},
+            cat(lambda p: p.mem_bw),
+            cat(lambda p: p.link_bw),
+            cat(lambda p: p.link_bytes),
+            cat(lambda p: p.num_allreduce),
+            cat(lambda p: p.num_allreduce_hops),
+            cat(lambda p: p.num_kernels),
+            cat(lambda p: p.num_gemm_kernels),
+            cat(lambda p: p.row_passes),
+            cat(lambda p: p.num_launch),
+            cat(lambda p: p.num_steps),
+            cat(lambda p: p.fixed_s),
+        )
+
+    def __len__(self) -> int:
+        return len(self.mem_bw)
+
+
+def _eff_pair(e: Efficiencies | dict[str, float], cls: str) -> tuple[float, float]:
+    get = e.get if isinstance(e, dict) else (lambda k: getattr(e, k))  # type: ignore[union-attr]
+    if cls in ("proj", "mlp", "lm_head"):
+        c, m = get(f"{cls}_compute"), get(f"{cls}_memory")
+        return (get("linear_compute") if c is None else c, get("linear_memory") if m is None else m)
+    if cls in ("elementwise", "sampling"):
+        return 1.0, get("elementwise_memory")
+    return get(f"{cls}_compute"), get(f"{cls}_memory")
+
+
+def predict(terms: Terms, eff: Efficiencies | dict[str, float], cpu_overhead_s: float = 0.0) -> np.ndarray:
+    """Seconds of every row of ``terms`` with these efficiencies (the roofline, vectorized)."""
+    get = eff.get if isinstance(eff, dict) else (lambda k: getattr(eff, k))  # type: ignore[union-attr]
+    total = terms.fixed_s.copy()
+    blend = get("roof_blend")
+    for c in CLASSES:
+        ec, em = _eff_pair(eff, c)
+        mem = terms.bytes[c] / (terms.mem_bw * em)
+        if c == "elementwise":
+            total += roof(terms.row_passes * get("row_pass_s"), mem, blend)
+        elif c == "sampling":
+            total += mem
+        else:
+            total += roof(terms.flops[c] / (terms.peak[c] * ec), mem, blend)
+    total += terms.link_bytes / (terms.link_bw * get("comm"))
+    total += terms.num_allreduce * get("allreduce_latency_s")
+    total += terms.num_allreduce_hops * get("allreduce_hop_s")
+    k, gk = get("kernel_overhead_s"), get("gemm_kernel_overhead_s")
+    total += terms.num_kernels * k + terms.num_gemm_kernels * (k if gk is None else gk)
+    total += terms.num_launch * get("launch_overhead_s")
+    return total + terms.num_steps * cpu_overhead_s
+
+
+def roof(compute_s: np.ndarray, memory_s: np.ndarray, blend: float) -> np.ndarray:
+    """``roofline.roof`` on arrays: max for ``blend`` 0, else the p-norm with p = 1/blend."""
+    hi = np.maximum(compute_s, memory_s)
+    if not blend:
+        return hi
+    lo = np.minimum(compute_s, memory_s)
+    ratio = np.divide(lo, hi, out=np.zeros_like(hi), where=hi > 0)
+    return hi * (1.0 + ratio ** (1.0 / blend)) ** blend
+
+
+def _empty(n: int) -> dict[str, np.ndarray]:
+    return {c: np.zeros(n) for c in CLASSES}
+
+
+def iteration_terms(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    stats: Sequence[BatchStats],
+    tp: int = 1,
+    pp: int = 1,
+    kv_dtype_bytes: float | None = None,
+    engine_steps: bool = False,
+) -> Terms:
+    """Work terms of whole iterations (``RooflinePerfModel.batch_time`` of each ``stats``).
+
+    ``engine_steps``: the measured time includes the engine's CPU time per step.
+    """
+    pm = RooflinePerfModel(model, gpu, tp=tp, pp=pp, kv_dtype_bytes=kv_dtype_bytes)
+    n = len(stats)
+    flops, nbytes, peak = _empty(n), _empty(n), _empty(n)
+    peak_lin = gpu.flops_for("fp8" if pm.dtype_bytes < 2 else _act_dtype(model))
+    peak_act = gpu.flops_for(_act_dtype(model))
+    for c in CLASSES:
+        peak[c][:] = peak_lin if c in ("proj", "mlp") else peak_act
+    link_bytes, n_ar, nonzero = np.zeros(n), np.zeros(n), np.zeros(n)
+    L, H, ba = model.num_layers, model.hidden_size, model.activation_dtype_bytes
+    ring = 2.0 * (tp - 1) / tp
+    for i, s in enumerate(stats):
+        t, r = s.num_tokens, s.num_reqs
+        if t == 0:
+            continue
+        nonzero[i] = 1.0
+        for c, (f, b) in pm._classes(s).items():
+            flops[c][i], nbytes[c][i] = f, b
+        link_bytes[i] = ((2 * L * ring * H * ba if tp > 1 else 0.0) + (pp - 1) * 2 * H * ba) * t
+        link_bytes[i] += (tp - 1) / tp * model.vocab_size * ba * r
+        n_ar[i] = (2 * L + 1) if tp > 1 else 0
+    return Terms(
+        flops,
+        nbytes,
+        peak,
+        np.full(n, gpu.mem_bw),
+        np.full(n, gpu.interconnect_bw),
+        link_bytes,
+        n_ar,
+        n_ar * 2 * (tp - 1),
+        nonzero * (KERNELS_PER_LAYER - GEMMS_PER_LAYER) * L,
+        nonzero * GEMMS_PER_LAYER * L,
+        nonzero * pm._work["el_rows"],
+        nonzero.copy(),
+        nonzero.copy() if engine_steps else np.zeros(n),
+        nonzero * (pp - 1) * gpu.interconnect_latency_s,
+    )
+
+
+def _act_dtype(model: ModelSpec) -> str:
+    ba = model.activation_dtype_bytes
+    return "float32" if ba >= 4 else ("bfloat16" if model.dtype == "fp8" else model.dtype)
+
+
+def operator_terms(table: OperatorTable, gpu: GpuSpec, cls: str) -> Terms:
+    """Work terms of one operator class of one layer over the table's token counts."""
+    tokens = table.num_tokens
+    n = len(tokens)
+    flops, nbytes, peak = _empty(n), _empty(n), _empty(n)
+    pm = RooflinePerfModel(table.shape, gpu, tp=table.tp)
+    layer_rows = pm._work["el_rows"] - table.shape.hidden_size / ROW_THREADS  # without the final norm
+    for i, t in enumerate(tokens):
+        f, b = pm._classes(BatchStats(num_prefill_tokens=int(t), num_prefill_reqs=1))[cls]
+        flops[cls][i], nbytes[cls][i] = f, b
+        if cls == "elementwise":  # the roofline's class also holds the embedding and final norm
+            nbytes[cls][i] -= 6 * table.shape.hidden_size * table.shape.activation_dtype_bytes * t
+    for c in CLASSES:
+        peak[c][:] = gpu.flops_for(_act_dtype(table.shape))
+    z = np.zeros(n)
+    return Terms(
+        flops,
+        nbytes,
+        peak,
+        np.full(n, gpu.mem_bw),
+        np.full(n, gpu.interconnect_bw),
+        z,
+        z.copy(),
+        z.copy(),
+        np.full(n, 0.0 if cls in GEMM_CLASSES else float(OPERATOR_KERNELS[cls])),
+        np.full(n, float(OPERATOR_KERNELS[cls]) if cls in GEMM_CLASSES else 0.0),
+        np.full(n, layer_rows if cls == "elementwise" else 0.0),
+        z.copy(),
+        z.copy(),
+        z.copy(),
+    )
+
+
+def attention_terms(table: OperatorTable, gpu: GpuSpec) -> Terms:
+    """Work terms of one layer's attention kernel over the table's attention rows."""
+    assert table.attention is not None
+    stats = table.attention.stats()
+    n = len(stats)
+    flops, nbytes, peak = _empty(n), _empty(n), _empty(n)
+    pm = RooflinePerfModel(table.shape, gpu, tp=table.tp)
+    for i, s in enumerate(stats):
+        cls = "attn_prefill" if s.num_prefill_tokens else "attn_decode"
+        flops[cls][i], nbytes[cls][i] = pm._classes(s)[cls]
+    for c in CLASSES:
+        peak[c][:] = gpu.flops_for(_act_dtype(table.shape))
+    z = np.zeros(n)
+    return Terms(
+        flops,
+        nbytes,
+        peak,
+        np.full(n, gpu.mem_bw),
+        np.full(n, gpu.interconnect_bw),
+        z,
+        z.copy(),
+        z.copy(),
+        np.ones(n),
+        z.copy(),
+        z.copy(),
+        z.copy(),
+        z.copy(),
+        z.copy(),
+    )
+
+
+def allreduce_terms(table: AllReduceTable, gpu: GpuSpec) -> Terms:
+    """One ring all-reduce per row: 2 (n-1)/n x bytes over the link, plus one latency."""
+    n = len(table.time_s)
+    w = table.num_workers.astype(float)
+    z = np.zeros(n)
+    return Terms(
+        _empty(n),
+        _empty(n),
+        {c: np.ones(n) for c in CLASSES},
+        np.full(n, gpu.mem_bw),
+        np.full(n, gpu.interconnect_bw),
+        2 * (w - 1) / w * table.size_bytes,
+        np.ones(n),
+        2 * (w - 1),
+        z,
+        z.copy(),
+        z.copy(),
+        z.copy(),
+        z.copy(),
+        z.copy(),
+    )
