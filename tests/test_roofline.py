@@ -243,3 +243,44 @@ def test_projection_and_mlp_times_within_2x_of_vidur_h100(tp: int) -> None:
         mlp_ratio = b["mlp"] / 32 / (ms("mlp_up_proj") + ms("mlp_down_proj"))
         assert 0.5 <= proj_ratio <= 2.0, (n, proj_ratio)
         assert 0.5 <= mlp_ratio <= 2.0, (n, mlp_ratio)
+
+
+@settings(max_examples=100, deadline=None)
+@given(stats=_stats, which=st.sampled_from(sorted(_MODELS)))
+def test_batch_work_is_the_sum_of_the_operator_classes(stats: BatchStats, which: str) -> None:
+    pm = _MODELS[which]
+    classes = pm._classes(stats).values()
+    f, b = pm.batch_work(stats)
+    assert f == pytest.approx(sum(x for x, _ in classes) / pm.pp, rel=1e-12, abs=1e-9)
+    assert b == pytest.approx(sum(y for _, y in classes) / pm.pp, rel=1e-12, abs=1e-9)
+
+
+@pytest.mark.parametrize("which", sorted(_MODELS) + ["pipelined", "constant"])
+def test_vectorized_decode_step_times_equal_batch_time(which: str) -> None:
+    """The lazy engine times long decode runs with ``decode_step_times``: it must be
+    ``batch_time`` of each step, to rounding, for every perf model it can meet."""
+    import numpy as np
+
+    from servesim.perf.base import ConstantPerfModel, decode_step_times
+    from servesim.perf.roofline import PipelinedPerfModel
+
+    pm = {"pipelined": PipelinedPerfModel(_MODELS["dense_tp2"], 4),
+          "constant": ConstantPerfModel(0.01, 3e-5)}.get(which) or _MODELS[which]
+    for n in (1, 3, 64, 500):
+        ctx = np.arange(0, 400 * n, 7 * n) + n * 100
+        want = [pm.batch_time(BatchStats(num_decode_reqs=n, sum_decode_context=int(c))) for c in ctx]
+        np.testing.assert_allclose(decode_step_times(pm, n, ctx), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("which", sorted(_MODELS))
+def test_decode_affine_form_equals_batch_time(which: str) -> None:
+    pm = _MODELS[which]
+    for n in (1, 17, 300):
+        coef = pm.decode_affine(n)
+        if coef is None:
+            assert pm.eff.roof_blend  # only blended roofs have no affine form
+            continue
+        rest, a, b, c = coef
+        for s in (0, n * 10, n * 3000, n * 100_000):
+            want = pm.batch_time(BatchStats(num_decode_reqs=n, sum_decode_context=s))
+            assert rest + max(a * s, b * s + c) == pytest.approx(want, rel=1e-12)

@@ -35,10 +35,12 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
+import numpy as np
+
 from servesim.engine.kv_counting import CountingKVCache
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
-from servesim.perf.base import BatchStats, PerfModel
+from servesim.perf.base import BatchStats, PerfModel, decode_step_times
 
 
 @dataclass(slots=True)
@@ -48,6 +50,9 @@ class LazyOutput(SchedulerOutput):
     is_exact: bool = False  # ran the reference algorithm (pool materialized)
     first_it: int = 0  # index of the (first) step
     num_steps: int = 1
+
+
+SCALAR_STEPS = 32  # run steps timed one by one before switching to numpy chunks
 
 
 class LazyScheduler(Scheduler):
@@ -274,7 +279,7 @@ class LazyScheduler(Scheduler):
         return out
 
     def extend_run(self, out: LazyOutput, start_s: float, first_step_s: float, next_event_s: float,
-                   perf: PerfModel, overhead_s: float) -> tuple[list[float], list[int]] | None:
+                   perf: PerfModel, overhead_s: float) -> tuple[list[float], list[int], float] | None:
         """Extend a pure-decode step ``out`` into a run of steps that nothing can interrupt.
 
         ``out`` (just scheduled, lasting ``first_step_s``) ran only pooled decodes and
@@ -285,7 +290,11 @@ class LazyScheduler(Scheduler):
         running), the step starts before the next event. Waiting requests that could not
         be admitted stay blocked: free blocks only shrink and the batch does not change.
 
-        Returns the durations and used-block counts of the added steps (None if none).
+        The first ``SCALAR_STEPS`` steps are timed one by one (most runs end there); longer
+        runs continue in vectorized chunks (``decode_step_times``): only the decode context
+        grows, by the pool size each step, and crossings repeat with period ``block_size``.
+        Returns the added steps' durations and used-block counts, and the end of the run
+        (summed step by step, as the reference's clock does), or None.
         """
         if self.individual or out.reqs or out.is_exact or not out.num_pool:
             return None
@@ -299,30 +308,81 @@ class LazyScheduler(Scheduler):
         kv = self.kv
         bs = kv.block_size
         phase = self.phase
+        free = kv.num_free_blocks
+        base_used = kv.num_gpu_blocks - free
+        pool_off = self.pool_off
         stats = BatchStats(num_decode_reqs=n)
         durations: list[float] = []
         used: list[int] = []
         t = start_s + first_step_s
+        popped = 0
         j = it + 1
-        while j <= last_allowed:
+        stop = min(last_allowed, it + SCALAR_STEPS)
+        done = False
+        affine = getattr(perf, "decode_affine", None)
+        coef = affine(n) if affine is not None else None
+        if coef is not None:
+            rest, a, b, c = coef
+            rest += overhead_s
+        while j <= stop:
             if time_bound and t >= next_event_s:
+                done = True
                 break
             k = phase[-j % bs]
             if k:
-                if k > kv.num_free_blocks:
+                if popped + k > free:
+                    done = True
                     break
-                kv.pop_anonymous(k)
-            stats.sum_decode_context = self.pool_off + n * (j + 1)
-            d = perf.batch_time(stats) + overhead_s
+                popped += k
+            s = pool_off + n * (j + 1)
+            if coef is not None:  # batch_time's terms, the decode attention's written out
+                x, y = a * s, b * s + c
+                d = rest + (x if x > y else y)
+            else:
+                stats.sum_decode_context = s
+                d = perf.batch_time(stats) + overhead_s
             durations.append(d)
-            used.append(kv.num_gpu_blocks - kv.num_free_blocks)
+            used.append(base_used + popped)
             t += d
             j += 1
+        if not done and j <= last_allowed:
+            j, t, popped = self._extend_vectorized(j, last_allowed, t, popped, free, time_bound,
+                                                   next_event_s, perf, overhead_s, durations, used, base_used)
         if not durations:
             return None
+        if popped:
+            kv.pop_anonymous(popped)
         out.num_steps = 1 + len(durations)
         self.it = j
-        return durations, used
+        return durations, used, t
+
+    def _extend_vectorized(self, j: int, last_allowed: int, t: float, popped: int, free: int,
+                           time_bound: bool, next_event_s: float, perf: PerfModel, overhead_s: float,
+                           durations: list[float], used: list[int], base_used: int) -> tuple[int, float, int]:
+        """Go on with ``extend_run`` from step ``j`` in chunks of growing size (same rules)."""
+        n = self.num_pool
+        bs = self.kv.block_size
+        phase = np.asarray(self.phase, np.int64)
+        chunk = 64
+        while j <= last_allowed:
+            m = min(chunk, last_allowed - j + 1)
+            js = np.arange(j, j + m, dtype=np.int64)
+            cum = np.cumsum(phase[(-js) % bs]) + popped
+            k = int(np.searchsorted(cum, free, side="right"))  # steps whose crossings fit
+            d = decode_step_times(perf, n, self.pool_off + n * (js + 1)) + overhead_s
+            clock = np.cumsum(np.concatenate(([t], d)))  # clock[i]: start of the chunk's i-th step
+            if time_bound:
+                k = min(k, int(np.searchsorted(clock[:m], next_event_s, side="left")))
+            if k:
+                durations.extend(d[:k].tolist())
+                used.extend((cum[:k] + base_used).tolist())
+                popped = int(cum[k - 1])
+                t = float(clock[k])
+                j += k
+            if k < m:
+                break
+            chunk *= 4
+        return j, t, popped
 
     # ----------------------------------------------------------------- update
 

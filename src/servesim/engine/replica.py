@@ -13,6 +13,8 @@ Token times are the end of the step that produced them.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Callable
 
 from servesim.engine.events import ARRIVAL, BATCH_DONE, WAKE, EventLoop
@@ -50,6 +52,9 @@ class Replica:
         # Cluster hook: the instant between two steps, when no batch is in flight (live
         # migration takes running requests out of the scheduler there).
         self.on_step_end: Callable[[Replica], None] | None = None
+        work = getattr(perf, "batch_work", None)  # (FLOPs, bytes) in one call where offered
+        self._work: Callable[[BatchStats], tuple[float, float]] = work if work is not None else (
+            lambda st: (perf.batch_flops(st), perf.batch_bytes(st)))
         # Pipeline bubbles, for utilization (only perf models with stages report them).
         self._bubble: Callable[[BatchStats], float] | None = (
             getattr(perf, "bubble_fraction", None) if getattr(perf, "pp", 1) > 1 else None)
@@ -99,8 +104,7 @@ class Replica:
                 self.run_first_end_s = end
                 self.run_waiting0 = len(sched.waiting)
                 self._account_run(out, end, run[0], run[1])
-                for d in run[0]:  # add step by step, as the reference engine's clock does
-                    end += d
+                end = run[2]  # summed step by step, as the reference engine's clock does
         self.step_end_s = end
         self.loop.at(end, self.on_batch_done, out, BATCH_DONE)
 
@@ -125,8 +129,7 @@ class Replica:
             itl.add(now - last, n_same + out.num_pool)
         else:  # a run of pure-decode steps: one gap per step for the whole pool
             itl.add(self.run_first_end_s - last, out.num_pool)
-            for d in run:
-                itl.add(d, out.num_pool)
+            itl.extend(run, out.num_pool)
         self.last_step_end_s = now
         self.num_finished += len(finished)
         if self.on_finish is not None:
@@ -146,8 +149,9 @@ class Replica:
         used = self.kv.num_used_blocks
         t.busy_s += dt
         t.gpu_s += gpu_s
-        t.flops += self.perf.batch_flops(st)
-        t.bytes += self.perf.batch_bytes(st)
+        f, b = self._work(st)
+        t.flops += f
+        t.bytes += b
         t.num_steps += 1
         t.num_preemptions += len(out.preempted)
         t.kv_block_s += used * dt
@@ -169,36 +173,36 @@ class Replica:
         s.num_preempted.append(len(out.preempted))
 
     def _account_run(self, out: SchedulerOutput, start_s: float, durations: list[float],
-                     used: list[int]) -> float:
-        """Account the extra steps of a pure-decode run; returns their total time."""
+                     used: list[int]) -> None:
+        """Account the extra steps of a pure-decode run (one list entry per step)."""
         st = out.stats
         n = st.num_decode_reqs
         perf = self.perf
-        overhead = self.cpu_overhead_s
         k = len(durations)
         total = sum(durations)
         t = self.totals
         t.busy_s += total
-        t.gpu_s += total - k * overhead
+        gpu = total - k * self.cpu_overhead_s
+        t.gpu_s += gpu
         if self._bubble is not None:
-            t.bubble_s += (total - k * overhead) * self._bubble(st)
+            t.bubble_s += gpu * self._bubble(st)
         # FLOPs and bytes are affine in the decode context, which grows by n per step:
         # the trapezoid of the first and last step is exact for k steps.
         first = BatchStats(num_decode_reqs=n, sum_decode_context=st.sum_decode_context + n)
         last = BatchStats(num_decode_reqs=n, sum_decode_context=st.sum_decode_context + n * k)
-        t.flops += k * (perf.batch_flops(first) + perf.batch_flops(last)) / 2
-        t.bytes += k * (perf.batch_bytes(first) + perf.batch_bytes(last)) / 2
+        f0, b0 = self._work(first)
+        f1, b1 = self._work(last)
+        t.flops += k * (f0 + f1) / 2
+        t.bytes += k * (b0 + b1) / 2
         t.num_steps += k
-        t.kv_block_s += sum(u * d for u, d in zip(used, durations))
+        t.kv_block_s += sum(map(operator.mul, used, durations))
         peak = max(used)
         if peak > t.peak_kv_blocks:
             t.peak_kv_blocks = peak
         s = self.steps
         if s is None:
-            return total
-        starts = [start_s]
-        for d in durations[:-1]:
-            starts.append(starts[-1] + d)
+            return
+        starts = list(itertools.accumulate(durations[:-1], initial=start_s))
         s.replica.extend([self.id] * k)
         s.start_s.extend(starts)
         s.duration_s.extend(durations)
@@ -208,7 +212,6 @@ class Replica:
         s.num_waiting.extend([len(self.scheduler.waiting)] * k)  # as of the run's start
         s.kv_blocks_used.extend(used)
         s.num_preempted.extend([0] * k)
-        return total
 
     def _count_arrivals_during_run(self, k: int) -> None:
         """The run's step rows recorded the waiting queue as of its start; add the requests

@@ -152,6 +152,12 @@ class ItlSamples:
             self.gap_s.append(gap_s)
             self.count.append(count)
 
+    def extend(self, gaps_s: list[float], count: int) -> None:
+        """One pair per gap, each covering ``count`` tokens (a run of pure-decode steps)."""
+        if count > 0:
+            self.gap_s.extend(gaps_s)
+            self.count.extend([count] * len(gaps_s))
+
 
 @dataclass(slots=True)
 class Result:

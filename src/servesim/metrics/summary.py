@@ -44,12 +44,15 @@ def weighted_percentile(values: np.ndarray, weights: np.ndarray, p: float) -> fl
     keeps integer weights and integer ``p`` exact (no rounding at p99 of 100 samples).
     """
     order = np.argsort(values, kind="stable")
-    v = np.asarray(values, np.float64)[order]
-    cum = np.cumsum(np.asarray(weights)[order])
+    return _sorted_percentiles(np.asarray(values, np.float64)[order],
+                               np.cumsum(np.asarray(weights)[order]), (p,))[0]
+
+
+def _sorted_percentiles(v: np.ndarray, cum: np.ndarray, ps: tuple[float, ...]) -> list[float]:
+    """``weighted_percentile`` for each of ``ps``, given sorted values and cumulative weights."""
     if v.size == 0 or cum[-1] <= 0:
-        return math.nan
-    idx = int(np.argmax(100 * cum >= p * cum[-1]))
-    return float(v[idx])
+        return [math.nan] * len(ps)
+    return [float(v[int(np.argmax(100 * cum >= p * cum[-1]))]) for p in ps]
 
 
 def distribution(values: np.ndarray, weights: np.ndarray | None = None) -> dict[str, Any]:
@@ -64,8 +67,9 @@ def distribution(values: np.ndarray, weights: np.ndarray | None = None) -> dict[
         out.update({"mean": None, **{f"p{p}": None for p in PERCENTILES}, "max": None})
         return out
     out["mean"] = float(np.dot(values, w) / total)
-    for p in PERCENTILES:
-        out[f"p{p}"] = weighted_percentile(values, w, p)
+    order = np.argsort(values, kind="stable")  # once for all the percentiles
+    pct = _sorted_percentiles(values[order], np.cumsum(w[order]), tuple(PERCENTILES))
+    out.update({f"p{p}": x for p, x in zip(PERCENTILES, pct)})
     out["max"] = float(values.max())
     return out
 

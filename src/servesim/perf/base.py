@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 
 @dataclass(slots=True)
 class BatchStats:
@@ -77,6 +79,23 @@ class PerfModel(Protocol):
         ...
 
 
+def decode_step_times(perf: PerfModel, num_decode_reqs: int, sum_decode_context: np.ndarray) -> np.ndarray:
+    """``batch_time`` of pure-decode steps of ``num_decode_reqs`` requests, one per context sum.
+
+    Uses the model's vectorized ``decode_step_times`` where it has one (the same terms as
+    its ``batch_time``, summed in another order: equal to rounding), else a scalar loop.
+    """
+    fast = getattr(perf, "decode_step_times", None)
+    if fast is not None:
+        return fast(num_decode_reqs, sum_decode_context)
+    st = BatchStats(num_decode_reqs=num_decode_reqs)
+    out = np.empty(len(sum_decode_context))
+    for i, s in enumerate(sum_decode_context.tolist()):
+        st.sum_decode_context = s
+        out[i] = perf.batch_time(st)
+    return out
+
+
 @dataclass(slots=True)
 class ConstantPerfModel:
     """Every iteration takes ``step_s`` seconds: the constant service time of queueing theory.
@@ -90,6 +109,9 @@ class ConstantPerfModel:
 
     def batch_time(self, stats: BatchStats) -> float:
         return self.step_s + self.per_token_s * (stats.num_prefill_tokens + stats.num_decode_reqs)
+
+    def decode_step_times(self, num_decode_reqs: int, sum_decode_context: np.ndarray) -> np.ndarray:
+        return np.full(len(sum_decode_context), self.step_s + self.per_token_s * num_decode_reqs)
 
     def batch_flops(self, stats: BatchStats) -> float:
         return 0.0

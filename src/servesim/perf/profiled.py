@@ -39,7 +39,7 @@ from servesim.catalog.gpus import GpuSpec, get_gpu
 from servesim.catalog.models import ModelSpec, from_hf_config
 from servesim.config import EngineConfig, GpuConfig, ModelConfig, ParallelConfig
 from servesim.errors import ConfigError
-from servesim.perf.base import BatchStats
+from servesim.perf.base import BatchStats, decode_step_times
 from servesim.perf.measurements import OPERATOR_KERNELS, OperatorTable
 from servesim.perf.roofline import Efficiencies, RooflinePerfModel, build_perf_model
 
@@ -258,6 +258,13 @@ class ProfiledPerfModel:
         t = stats.num_prefill_tokens + stats.num_decode_reqs
         base = self.roofline.batch_time(stats)
         return base + self.delta(t) if t else base
+
+    def decode_step_times(self, num_decode_reqs: int, sum_decode_context: np.ndarray) -> np.ndarray:
+        base = decode_step_times(self.roofline, num_decode_reqs, sum_decode_context)
+        return base + self.delta(num_decode_reqs) if num_decode_reqs else base
+
+    def batch_work(self, stats: BatchStats) -> tuple[float, float]:
+        return self.roofline.batch_work(stats)
 
     def batch_flops(self, stats: BatchStats) -> float:
         return self.roofline.batch_flops(stats)

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from servesim.catalog.gpus import GpuSpec, LinkSpec
 from servesim.catalog.models import ModelSpec, resolve_kv_dtype_bytes
 from servesim.config import ModelConfig, ParallelConfig
@@ -288,6 +290,31 @@ class RooflinePerfModel:
         x, y = lm_f * r, lm_w + lm_req * r
         return total + ((x if x > y else y) if not p else _pnorm(x, y, p))
 
+    def decode_affine(self, num_decode_reqs: int) -> tuple[float, float, float, float] | None:
+        """(rest, a, b, c) with ``batch_time = rest + max(a * s, b * s + c)`` for a pure-decode
+        batch of ``num_decode_reqs`` requests and context sum ``s``; None for blended roofs."""
+        if self._coef[23]:
+            return None
+        n = num_decode_reqs
+        c = self._dec_req * n
+        return self.batch_time(BatchStats(num_decode_reqs=n)) - c, self._dec_f, self._dec_kv, c
+
+    def decode_step_times(self, num_decode_reqs: int, sum_decode_context: np.ndarray) -> np.ndarray:
+        """``batch_time`` of pure-decode batches of ``num_decode_reqs`` requests, vectorized
+        over their context sums: only the decode-attention term depends on the context."""
+        n = num_decode_reqs
+        p = self._coef[23]
+        y0 = self._dec_req * n  # the decode-attention term at zero context: roof(0, y0) = y0
+        rest = self.batch_time(BatchStats(num_decode_reqs=n)) - y0
+        s = np.asarray(sum_decode_context, np.float64)
+        x, y = self._dec_f * s, self._dec_kv * s + y0
+        if not p:
+            return rest + np.maximum(x, y)
+        hi, lo = np.maximum(x, y), np.minimum(x, y)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            att = np.where(hi > 0, hi * (1.0 + (lo / hi) ** p) ** (1.0 / p), 0.0)
+        return rest + att
+
     def _token_classes(self, t: float) -> float:
         """Seconds of the projections, MLP and elementwise kernels for ``t`` tokens."""
         bl = self.eff.roof_blend
@@ -359,9 +386,41 @@ class RooflinePerfModel:
             "overhead": self._fixed,
         }
 
+    def batch_work(self, stats: BatchStats) -> tuple[float, float]:
+        """(FLOPs, HBM bytes) on one GPU: the sums of ``_classes``, without building it."""
+        w, d = self._work, stats.num_decode_reqs
+        pt = stats.num_prefill_tokens
+        t = pt + d
+        r = stats.num_prefill_reqs + d
+        f = w["proj_f"] * t + w["lm_f"] * r
+        b = (w["proj_a"] + w["el_tok"]) * t + (w["lm_req"] + w["samp_req"]) * r
+        if self._num_experts:
+            pairs = t * self._top_k
+            f += w["mlp_f"] * pairs + w["router_f"] * t
+            b += w["mlp_a"] * pairs
+            if t:
+                b += w["mlp_w"] * self._num_experts * (1.0 - self._miss ** t) + w["router_w"]
+        else:
+            f += w["mlp_f"] * t
+            b += w["mlp_a"] * t
+            if t:
+                b += w["mlp_w"]
+        if t:
+            b += w["proj_w"]
+        if r:
+            b += w["lm_w"]
+        if pt:
+            f += w["pf_f"] * stats.prefill_attn_work
+            b += w["kv_tok"] * (stats.sum_prefill_context + 2 * pt) + w["qo_tok"] * pt
+        if d:
+            s = stats.sum_decode_context
+            f += w["dec_f"] * s
+            b += w["kv_tok"] * (s + d) + w["qo_tok"] * d
+        return f / self.pp, b / self.pp
+
     def batch_flops(self, stats: BatchStats) -> float:
         """FLOPs on one GPU: one TP rank's share, averaged over pipeline stages."""
-        return sum(f for f, _ in self._classes(stats).values()) / self.pp
+        return self.batch_work(stats)[0]
 
     def bubble_fraction(self, stats: BatchStats) -> float:
         """Fraction of the iteration a GPU idles in pipeline bubbles: (pp - 1)/pp with one
@@ -370,7 +429,7 @@ class RooflinePerfModel:
 
     def batch_bytes(self, stats: BatchStats) -> float:
         """HBM bytes on one GPU: one TP rank's share, averaged over pipeline stages."""
-        return sum(b for _, b in self._classes(stats).values()) / self.pp
+        return self.batch_work(stats)[1]
 
 
 class PipelinedPerfModel:
@@ -414,6 +473,18 @@ class PipelinedPerfModel:
         if m == 1:
             return self.inner.batch_time(stats)
         return (m + self.pp - 1) / self.pp * self.inner.batch_time(part)
+
+    def decode_step_times(self, num_decode_reqs: int, sum_decode_context: np.ndarray) -> np.ndarray:
+        m = min(self.num_microbatches, num_decode_reqs)
+        if m <= 1:
+            return self.inner.decode_step_times(num_decode_reqs, sum_decode_context)
+        inner = self.inner.decode_step_times(num_decode_reqs / m, np.asarray(sum_decode_context) / m)  # type: ignore[arg-type]
+        return (m + self.pp - 1) / self.pp * inner
+
+    def batch_work(self, stats: BatchStats) -> tuple[float, float]:
+        m, part = self._split(stats)
+        f, b = self.inner.batch_work(part)
+        return m * f, m * b
 
     def batch_flops(self, stats: BatchStats) -> float:
         m, part = self._split(stats)
