@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 
 from servesim.catalog.gpus import get_gpu
 from servesim.catalog.models import load_model
@@ -51,14 +52,16 @@ def p99_tbt_s(run: EngineRun) -> float:
 
 
 def test_paged_kv_sustains_higher_rate_than_max_length_reservation():
-    """vLLM (Kwon et al., SOSP'23), Fig. 12: OPT-13B on one A100-40GB serving ShareGPT, vLLM
-    sustains 1.7-2.7x the request rate of Orca (Oracle) and 2.7-8x that of Orca (Max) at the
-    same normalized latency (mean end-to-end latency / output tokens).
+    """vLLM (Kwon et al., SOSP'23), Sec. 6.2 and Fig. 12: on ShareGPT, vLLM sustains 1.7-2.7x
+    the request rate of Orca (Oracle) and 2.7-8x that of Orca (Max) at the same normalized
+    latency (mean end-to-end latency / output tokens), over OPT-13B/66B/175B.
 
     Here: OPT-13B on a modelled A100-40GB (the A100-80GB with 40 GB), max_model_len 2048,
-    200 requests with ShareGPT-like lognormal lengths (median 160 in, 250 out), Poisson
+    200 requests with ShareGPT's mean lengths (Fig. 11: 161 in, 338 out; lognormal, sigma
+    0.9, so medians 107 and 225, clipped to 1024 as vLLM's benchmark filters), Poisson
     arrivals; capacity = the largest rate with mean normalized latency <= 0.1 s/token.
-    vLLM V1 (paged, preemption) against Orca reserving max_model_len per request.
+    vLLM V1 (paged, preemption) against Orca reserving max_model_len (Max) or prompt + true
+    output (Oracle) per request.
     """
     model = load_model("OPT-13B")
     gpu = dataclasses.replace(get_gpu("A100-80GB"), name="A100-40GB", mem_bytes=40e9)
@@ -69,23 +72,26 @@ def test_paged_kv_sustains_higher_rate_than_max_length_reservation():
     rng = np.random.default_rng(1)
     n = 200
     unit_arrivals = np.cumsum(rng.exponential(1.0, n))
-    prompt = lognormal_lengths(rng, n, 160, 0.9, 4, 1024)
-    output = lognormal_lengths(rng, n, 250, 0.9, 4, 1024)
+    prompt = lognormal_lengths(rng, n, 107, 0.9, 4, 1024)
+    output = lognormal_lengths(rng, n, 225, 0.9, 4, 1024)
 
-    def meets(policy: str) -> Callable[[float], bool]:
+    def meets(policy: str, reservation: str = "max") -> Callable[[float], bool]:
         def ok(rate: float) -> bool:
             wl = Workload(unit_arrivals / rate, prompt, output)
-            rec = run_engine(
-                wl, EngineConfig(policy=policy, max_num_seqs=256, max_model_len=mml), perf, blocks, mml
-            ).records
+            cfg = EngineConfig(policy=policy, max_num_seqs=256, max_model_len=mml,
+                               orca_reservation=reservation)
+            rec = run_engine(wl, cfg, perf, blocks, mml).records
             return float(np.nanmean(rec.e2e_s / rec.num_output_tokens)) <= 0.1
 
         return ok
 
     vllm = capacity(meets("vllm_v1"), 0.2, 16)
-    orca = capacity(meets("orca"), 0.2, 16)
-    print(f"capacity vLLM {vllm:.2f} req/s, Orca (Max) {orca:.2f} req/s: {vllm / orca:.1f}x")
-    assert 2.0 <= vllm / orca <= 8.0
+    orca_max = capacity(meets("orca"), 0.2, 16)
+    orca_oracle = capacity(meets("orca", "oracle"), 0.2, 16)
+    print(f"capacity vLLM {vllm:.2f} req/s, Orca (Max) {orca_max:.2f} req/s ({vllm / orca_max:.1f}x), "
+          f"Orca (Oracle) {orca_oracle:.2f} req/s ({vllm / orca_oracle:.1f}x)")
+    assert 2.7 <= vllm / orca_max <= 8.0
+    assert 1.7 <= vllm / orca_oracle <= 2.7
 
 
 # --------------------------------------------------------------------------- Orca vs static
@@ -127,52 +133,93 @@ def test_iteration_level_batching_beats_static_batching():
 
 # --------------------------------------------------------------------------- Sarathi vs V0
 
+#: Sarathi-Serve (arXiv 2403.02310), Table 2: prompt and output tokens, (median, P90), and
+#: the max_seq_len its capacity search gives each trace (osdi-experiments/figure-5-6/
+#: mistral7b_strict.yml in microsoft/sarathi-serve).
+SARATHI_TRACES = {
+    "openchat_sharegpt4": ((1730, 5696), (415, 834), 8192),
+    "arxiv_summarization": ((7059, 12985), (208, 371), 16384),
+}
 
-def test_chunked_prefill_cuts_tbt_and_raises_capacity_under_tbt_slo():
-    """Sarathi-Serve (Agrawal et al., OSDI'24), Fig. 1 and Table 4: Mistral-7B on one A100,
-    Sarathi-Serve (chunk 512) serves ~2.6x the load of vLLM (V0, prefill-prioritizing) under
-    a strict SLO (P99 time-between-tokens <= 100 ms; capacity also keeps the median
-    scheduling delay under 2 s), because V0's prefill-only steps stall every running decode.
 
-    Here: Mistral-7B on a modelled A100-80GB, max_model_len 4096, 150 requests with
-    long prompts (lognormal, median 1500, up to 4000: the openchat/arxiv kind) and median
-    200 outputs, Poisson arrivals. vllm_v0 defaults (budget 4096, 256 seqs) against sarathi
-    defaults (chunk 512, 128 seqs).
+def trace_like_lengths(rng: np.random.Generator, n: int, prompt_q: tuple[int, int],
+                       output_q: tuple[int, int], max_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """Lognormal prompt and output lengths with a trace's median and P90, trimmed as
+    sarathi's TraceRequestLengthGenerator trims them: a request longer than ``max_tokens``
+    loses the excess from its prompt and output in proportion."""
+    z90 = 1.2816  # standard normal P90
+    p = rng.lognormal(np.log(prompt_q[0]), np.log(prompt_q[1] / prompt_q[0]) / z90, n).astype(np.int64)
+    d = rng.lognormal(np.log(output_q[0]), np.log(output_q[1] / output_q[0]) / z90, n).astype(np.int64)
+    p, d = np.maximum(p, 1), np.maximum(d, 1)
+    total = p + d
+    excess = np.maximum(total - max_tokens, 0)
+    p = np.maximum(p - np.ceil(excess * p / total).astype(np.int64), 1)
+    d = np.maximum(d - np.ceil(excess * d / total).astype(np.int64), 1)
+    return p, d
+
+
+@pytest.mark.parametrize(("trace", "n", "lo", "hi", "paper_lo", "paper_hi"), [
+    ("openchat_sharegpt4", 400, 0.25, 8.0, 2.0, 3.5),
+    ("arxiv_summarization", 200, 0.1, 4.0, 1.5, 3.0),
+])
+def test_chunked_prefill_raises_capacity_under_strict_tbt_slo(trace, n, lo, hi, paper_lo, paper_hi):
+    """Sarathi-Serve (Agrawal et al., OSDI'24), Sec. 5.1 and Fig. 10: Mistral-7B on one
+    A100, Sarathi-Serve (token budget 512) serves ~2.6x the load of vLLM (prefill-
+    prioritizing) under the strict SLO, because vLLM's prefill-only iterations stall every
+    running decode ("generation stalls").
+
+    The setup follows the paper's artifact (microsoft/sarathi-serve, osdi-experiments/
+    figure-5-6 and sarathi/benchmark/capacity_search): capacity = the largest Poisson rate
+    with P99 TBT <= 100 ms (the strict SLO of Table 3) and median scheduling delay <= 2 s;
+    vLLM with batch size 128 and max_num_batched_tokens = max_seq_len (8192 / 16384), the
+    loop of sarathi's vllm_scheduler.py (our vllm_v0); Sarathi-Serve chunk 512, batch 128.
+    Lengths: lognormal with Table 2's medians and P90s, trimmed to max_seq_len. Here: a
+    modelled A100-80GB and 400 / 200 requests (the paper: 2,048), capacity to ~12%.
+
+    Measured (test's seeds): openchat 3.3x, arxiv 1.8x; with 1,000-2,048 requests openchat
+    converges to 2.8x and arxiv to 1.9-2.0x (a short run lets Sarathi-Serve, whose
+    capacity is throughput-bound, overrun its service rate longer before the median
+    scheduling delay passes 2 s; vLLM's is bound by P99 TBT and does not move). The
+    assertion is the paper's number with room for that and for the perf model.
     """
+    prompt_q, output_q, mml = SARATHI_TRACES[trace]
     model = load_model("Mistral-7B")
     gpu = get_gpu("A100-80GB")
     perf = RooflinePerfModel(model, gpu)
     rng = np.random.default_rng(2)
-    n = 150
     unit_arrivals = np.cumsum(rng.exponential(1.0, n))
-    prompt = lognormal_lengths(rng, n, 1500, 0.6, 64, 4000)
-    output = lognormal_lengths(rng, n, 200, 0.8, 4, 1000)
+    prompt, output = trace_like_lengths(rng, n, prompt_q, output_q, mml)
+    engines = {
+        "vllm_v0": EngineConfig(policy="vllm_v0", max_num_seqs=128, max_num_batched_tokens=mml,
+                                max_model_len=mml),
+        "sarathi": EngineConfig(policy="sarathi", max_num_seqs=128, max_num_batched_tokens=512,
+                                max_model_len=mml),
+    }
+    blocks = {p: plan_memory(model, gpu, e, ParallelConfig()).num_gpu_blocks for p, e in engines.items()}
+    seen: dict[tuple[str, float], tuple[float, float]] = {}
 
-    def run(policy: str, rate: float) -> EngineRun:
-        return run_engine(
-            Workload(unit_arrivals / rate, prompt, output),
-            EngineConfig(policy=policy, max_model_len=4096),
-            perf,
-            20000,
-            4096,
-        )
-
-    tbt = {p: p99_tbt_s(run(p, 2.0)) for p in ("vllm_v0", "sarathi")}
-    print(f"P99 TBT at 2 req/s: vllm_v0 {tbt['vllm_v0'] * 1e3:.0f} ms, sarathi {tbt['sarathi'] * 1e3:.0f} ms")
-    assert tbt["sarathi"] < 0.1 < tbt["vllm_v0"] and tbt["vllm_v0"] > 2 * tbt["sarathi"]
+    def slo_metrics(policy: str, rate: float) -> tuple[float, float]:
+        if (policy, rate) not in seen:
+            wl = Workload(unit_arrivals / rate, prompt, output)
+            r = run_engine(wl, engines[policy], perf, blocks[policy], mml)
+            seen[policy, rate] = (p99_tbt_s(r), float(np.nanmedian(r.records.queue_s)))
+        return seen[policy, rate]
 
     def meets(policy: str) -> Callable[[float], bool]:
         def ok(rate: float) -> bool:
-            r = run(policy, rate)
-            return p99_tbt_s(r) <= 0.1 and float(np.nanmedian(r.records.queue_s)) <= 2.0
+            tbt, delay = slo_metrics(policy, rate)
+            return tbt <= 0.1 and delay <= 2.0
 
         return ok
 
-    v0 = capacity(meets("vllm_v0"), 0.25, 16, iters=4)
-    sarathi = capacity(meets("sarathi"), 0.25, 16, iters=4)
-    print(f"capacity at P99 TBT <= 100 ms: vllm_v0 {v0:.2f} req/s, sarathi {sarathi:.2f} req/s: "
-          f"{sarathi / v0:.1f}x")
-    assert 2.0 * v0 <= sarathi <= 10 * v0
+    v0 = capacity(meets("vllm_v0"), lo, hi, iters=5)
+    sarathi = capacity(meets("sarathi"), lo, hi, iters=5)
+    tbt = {p: slo_metrics(p, sarathi)[0] for p in engines}
+    print(f"{trace}: capacity at P99 TBT <= 100 ms: vllm_v0 {v0:.2f} req/s, sarathi {sarathi:.2f} req/s: "
+          f"{sarathi / v0:.1f}x; P99 TBT at {sarathi:.2f} req/s: vllm_v0 {tbt['vllm_v0'] * 1e3:.0f} ms, "
+          f"sarathi {tbt['sarathi'] * 1e3:.0f} ms")
+    assert tbt["sarathi"] <= 0.1 < tbt["vllm_v0"]  # V0 fails the SLO on stalls, not on queueing
+    assert paper_lo * v0 <= sarathi <= paper_hi * v0
 
 
 # --------------------------------------------------------------------------- BurstGPT
@@ -210,37 +257,46 @@ def test_bursty_arrivals_raise_tail_ttft_and_preemptions():
 
 
 def test_memory_aware_admission_avoids_preemptions_under_kv_pressure():
-    """Memory-constrained scheduling (Jaillet et al. 2025, MC-SF): admitting only what the
-    KV cache can hold until the batch's predicted completions avoids the preemptions (and
-    their recomputation) of greedy admission, and lowers latency under memory pressure.
+    """Memory-constrained scheduling (Jaillet et al. 2025, "Online Scheduling for LLM
+    Inference with KV Cache Constraints", arXiv 2502.07115): MC-SF admits, shortest
+    predicted output first, only what the KV cache can hold until the batch's predicted
+    completions. That avoids the preemptions (and recomputation) of greedy admission, and
+    the shortest-first order cuts mean latency further; the paper reports MC-SF's average
+    latency ~30% below its benchmark algorithms' (Llama2-70B, LMSYS-Chat-1M, simulated).
 
     Here: Llama-3.1-8B on one A100-80GB with the KV cache cut to 1,500 blocks (24k tokens),
     200 requests (prompt 100-1000, output 300-1500, uniform: outputs grow the KV a lot after
     admission), Poisson at 2 req/s; vLLM V1 (budget 2048) against V1 with memory-aware
-    admission using the true output length and one with a lognormal prediction error
-    (sigma 0.3).
+    admission (FCFS) using the true output length or a lognormal prediction error (sigma
+    0.3), and full MC-SF: memory-aware admission with the waiting queue ordered by the
+    (true) output length (vLLM's priority scheduling with priority = output length).
+    Measured: the projection alone removes the preemptions but cuts mean latency only ~6%
+    (at this load latency is mostly service time, and FCFS order is kept); adding the
+    shortest-first order gives ~16%.
     """
     model = load_model("meta-llama/Llama-3.1-8B")
     perf = RooflinePerfModel(model, get_gpu("A100-80GB"))
     rng = np.random.default_rng(3)
     n = 200
-    wl = Workload(
-        np.cumsum(rng.exponential(1 / 2, n)), rng.integers(100, 1000, n), rng.integers(300, 1500, n)
-    )
+    arrival = np.cumsum(rng.exponential(1 / 2, n))
+    prompt, output = rng.integers(100, 1000, n), rng.integers(300, 1500, n)
     res = {}
     for name, kw in (
         ("v1", {}),
         ("exact", {"memory_aware_admission": True}),
         ("noisy", {"memory_aware_admission": True, "output_len_prediction_error": 0.3}),
+        ("mc-sf", {"memory_aware_admission": True, "scheduling_policy": "priority"}),
     ):
+        wl = Workload(arrival, prompt, output, priority=output.astype(np.int64) if name == "mc-sf" else None)
         rec = run_engine(
             wl, EngineConfig(max_num_seqs=256, max_num_batched_tokens=2048, **kw), perf, 1500, 4096
         ).records
         res[name] = (int(rec.num_preemptions.sum()), float(np.nanmean(rec.e2e_s)))
     print("preemptions / mean e2e: " + ", ".join(f"{k} {p} / {e:.2f} s" for k, (p, e) in res.items()))
-    assert res["exact"][0] == 0 < res["v1"][0]
+    assert res["exact"][0] == 0 < res["v1"][0] and res["mc-sf"][0] == 0
     assert res["noisy"][0] < 0.8 * res["v1"][0]
     assert res["exact"][1] < 0.97 * res["v1"][1] and res["noisy"][1] < res["v1"][1]
+    assert res["mc-sf"][1] < 0.9 * res["v1"][1] and res["mc-sf"][1] < res["exact"][1]
 
 
 # --------------------------------------------------------------------------- speculative decoding

@@ -13,10 +13,13 @@ peak stays within the cache::
 The peak of this piecewise-increasing function is reached just before a completion, so it
 is checked at t = remaining_i of every request (an m x m array: m is at most max_num_seqs).
 
-What is modelled: the projection check, with the true output length or a noisy one
-(predicted = true x exp(sigma z)). Simplified: the order stays FCFS (MC-SF also sorts the
-candidates shortest-first), shared prefix blocks are counted once per request, and a
-request that outlives its prediction is projected to need one more token.
+What is modelled: the projection check (MC-SF's feasibility test, arXiv 2502.07115), with
+the true output length or a noisy one (predicted = true x exp(sigma z)). The candidates
+are taken in the engine's waiting order and admission stops at the first that does not
+fit: FCFS by default; MC-SF's shortest-first order is
+``scheduling_policy="priority"`` with priority = predicted output length (as
+tests/test_policy_papers.py does). Simplified: shared prefix blocks are counted once per
+request, and a request that outlives its prediction is projected to need one more token.
 """
 
 from __future__ import annotations

@@ -26,6 +26,10 @@ from servesim.engine.static import StaticScheduler, reservation_tokens
 class V0Scheduler(PolicyScheduler):
     """vLLM V0's default scheduler (``core/scheduler.py:_schedule_default``, vLLM 0.6.x).
 
+    Also the vLLM baseline of the Sarathi-Serve paper: its ``sarathi/core/scheduler/
+    vllm_scheduler.py`` (microsoft/sarathi-serve) is this loop without swap, run there
+    with batch size 128 and ``max_num_batched_tokens`` = max_seq_len.
+
     Each step, in this order::
 
         if no swapped request waits:
@@ -62,6 +66,10 @@ class V0Scheduler(PolicyScheduler):
 class SarathiScheduler(PolicyScheduler):
     """Sarathi-Serve (Agrawal et al., OSDI'24; ``sarathi/core/scheduler/sarathi_scheduler.py``).
 
+    Models microsoft/sarathi-serve's ``SarathiScheduler`` with a fixed chunk
+    (``enable_dynamic_chunking_schedule`` off), as in the paper's capacity experiments
+    (``osdi-experiments/figure-5-6``: chunk 512 for the strict SLO, batch 128).
+
     Stall-free batching under a chunk budget (``max_num_batched_tokens``, default 512)::
 
         1. running decodes, in order, 1 token each (preempt the newest running request
@@ -96,6 +104,9 @@ class SarathiScheduler(PolicyScheduler):
 
 class OrcaScheduler(PolicyScheduler):
     """Orca (Yu et al., OSDI'22): iteration-level scheduling with max-length KV reservation.
+
+    Models the Orca baselines of the vLLM paper (Kwon et al., SOSP'23, Sec. 6.1: Orca's
+    scheduling re-implemented on the same kernels), not Orca's own (unreleased) system.
 
     The V1 loop without a token budget or chunking: each iteration runs every running
     request (whole prompts of the newly admitted ones, one token for the others, mixed in
