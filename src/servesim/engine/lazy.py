@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -73,6 +74,8 @@ class LazyScheduler(Scheduler):
         self._finish_heap: list[int] = []
         self._next_seq = 0
         self.last_end_s = 0.0
+        self._affine: dict[int, Any] = {}  # pool size -> perf.decode_affine(pool size)
+        self._affine_perf: Any = None
 
     # ----------------------------------------------------------------- pool bookkeeping
 
@@ -234,17 +237,19 @@ class LazyScheduler(Scheduler):
         bs = kv.block_size
         out = LazyOutput(first_it=it)
         running = self.running
-        i = 0
-        while i < len(running):
-            r = running[i]
-            pooled = r.lazy_it >= 0
-            if pooled:
-                n = 1
-                need = 1 if (r.num_computed_tokens - r.lazy_it + it) % bs == 0 else 0
+        # Only requests that allocate act: crossing pooled decodes and individual requests
+        # with tokens to run. The others are scheduled whatever happens (victims come from
+        # the tail, so a request is preempted only after every one behind it).
+        actors = [r for r in running if (r.num_computed_tokens - r.lazy_it + it) % bs == 0
+                  or r.lazy_it < 0] if self.num_pool else list(running)
+        for r in actors:
+            if r.status != ReqStatus.RUNNING:
+                break  # preempted already: so is everyone behind it
+            if r.lazy_it >= 0:
+                n = need = 1
             else:
                 n = demand.get(r.idx, 0)
                 if n <= 0:
-                    i += 1
                     continue
                 need = -(-(r.num_computed_tokens + n) // bs) - kv.held.get(r.idx, 0)
             scheduled = True
@@ -262,13 +267,12 @@ class LazyScheduler(Scheduler):
                     break
             if not scheduled:
                 break
-            if not pooled:
+            if r.lazy_it < 0:
                 kv.allocate_slots(r, n)
                 out.reqs.append(r)
                 out.num_tokens.append(n)
-            elif need:
+            else:
                 kv.pop_anonymous(1)
-            i += 1
         n_pool = self.num_pool
         out.num_pool = n_pool
         self._finalize(out)
@@ -319,8 +323,13 @@ class LazyScheduler(Scheduler):
         j = it + 1
         stop = min(last_allowed, it + SCALAR_STEPS)
         done = False
-        affine = getattr(perf, "decode_affine", None)
-        coef = affine(n) if affine is not None else None
+        if perf is not self._affine_perf:
+            self._affine_perf = perf
+            self._affine.clear()
+        coef = self._affine.get(n, False)
+        if coef is False:
+            affine = getattr(perf, "decode_affine", None)
+            coef = self._affine[n] = affine(n) if affine is not None else None
         if coef is not None:
             rest, a, b, c = coef
             rest += overhead_s

@@ -52,6 +52,7 @@ class Replica:
         # Cluster hook: the instant between two steps, when no batch is in flight (live
         # migration takes running requests out of the scheduler there).
         self.on_step_end: Callable[[Replica], None] | None = None
+        self._run_work: dict[int, tuple[float, float, float, float]] = {}  # see _account_run
         work = getattr(perf, "batch_work", None)  # (FLOPs, bytes) in one call where offered
         self._work: Callable[[BatchStats], tuple[float, float]] = work if work is not None else (
             lambda st: (perf.batch_flops(st), perf.batch_bytes(st)))
@@ -177,7 +178,6 @@ class Replica:
         """Account the extra steps of a pure-decode run (one list entry per step)."""
         st = out.stats
         n = st.num_decode_reqs
-        perf = self.perf
         k = len(durations)
         total = sum(durations)
         t = self.totals
@@ -186,14 +186,16 @@ class Replica:
         t.gpu_s += gpu
         if self._bubble is not None:
             t.bubble_s += gpu * self._bubble(st)
-        # FLOPs and bytes are affine in the decode context, which grows by n per step:
-        # the trapezoid of the first and last step is exact for k steps.
-        first = BatchStats(num_decode_reqs=n, sum_decode_context=st.sum_decode_context + n)
-        last = BatchStats(num_decode_reqs=n, sum_decode_context=st.sum_decode_context + n * k)
-        f0, b0 = self._work(first)
-        f1, b1 = self._work(last)
-        t.flops += k * (f0 + f1) / 2
-        t.bytes += k * (b0 + b1) / 2
+        # FLOPs and bytes are affine in the decode context s, which grows by n per step:
+        # k steps do k * work(mean s), the mean s being that of the first and last step.
+        aff = self._run_work.get(n)
+        if aff is None:
+            f0, b0 = self._work(BatchStats(num_decode_reqs=n))
+            f1, b1 = self._work(BatchStats(num_decode_reqs=n, sum_decode_context=1 << 20))
+            aff = self._run_work[n] = (f0, (f1 - f0) / (1 << 20), b0, (b1 - b0) / (1 << 20))
+        mean_s = st.sum_decode_context + n * (k + 1) / 2
+        t.flops += k * (aff[0] + aff[1] * mean_s)
+        t.bytes += k * (aff[2] + aff[3] * mean_s)
         t.num_steps += k
         t.kv_block_s += sum(map(operator.mul, used, durations))
         peak = max(used)
