@@ -51,7 +51,8 @@ def assert_same(wl: Workload, engine: EngineConfig, blocks: int, perf=None, max_
     np.testing.assert_allclose(fast_steps["start_s"], ref_steps["start_s"], rtol=1e-9, atol=1e-9)
     assert fast.totals.num_prefix_hit_tokens == ref.totals.num_prefix_hit_tokens
     for col in ("busy_s", "gpu_s", "flops", "bytes", "kv_block_s"):  # runs are accounted in bulk
-        np.testing.assert_allclose(getattr(fast.totals, col), getattr(ref.totals, col), rtol=1e-9, err_msg=col)
+        np.testing.assert_allclose(getattr(fast.totals, col), getattr(ref.totals, col), rtol=1e-9,
+                                   err_msg=col)
     assert (fast.totals.num_steps, fast.totals.peak_kv_blocks, fast.totals.num_preemptions) == (
         ref.totals.num_steps, ref.totals.peak_kv_blocks, ref.totals.num_preemptions)
     assert sum(fast.itl.count) == sum(ref.itl.count)
