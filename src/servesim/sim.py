@@ -110,7 +110,8 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
     scheduler = make_scheduler(engine, cfg, kv, wl, reference, kv_bytes_per_block)
     perf = policy_perf_model(engine, perf)
     replica = Replica(0, loop, scheduler, perf, engine.cpu_overhead_s, steps, itl, totals,
-                      check_invariants=check_invariants, on_finish=lambda r: write_record(records, r))
+                      check_invariants=check_invariants, on_finish=lambda r: write_record(records, r),
+                      finishes_in_runs=True)
     feeder = ArrivalFeeder(wl, loop, replica.on_arrival, records, max_model_len,
                            (num_gpu_blocks - 1) * engine.block_size)
     feeder.start()

@@ -33,7 +33,7 @@ bucket entries are recognised by the request's ``epoch``.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,6 +42,17 @@ from servesim.engine.kv_counting import CountingKVCache
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from servesim.perf.base import BatchStats, PerfModel, decode_step_times
+
+
+@dataclass(slots=True)
+class Run:
+    """Steps added to a pure-decode step by ``LazyScheduler.extend_run``."""
+
+    durations: list[float]
+    used: list[int]  # KV blocks in use during each step
+    segments: list[tuple[int, int, int]]  # (pool size, steps, decode context sum of the first)
+    end_s: float  # end of the last step
+    finished: list[Request] = field(default_factory=list)  # left at a step's end, in order
 
 
 @dataclass(slots=True)
@@ -74,6 +85,7 @@ class LazyScheduler(Scheduler):
         self._finish_heap: list[int] = []
         self._next_seq = 0
         self.last_end_s = 0.0
+        self._run_finished: list[Request] = []  # finished inside a run, not reported yet
         self._affine: dict[int, Any] = {}  # pool size -> perf.decode_affine(pool size)
         self._affine_perf: Any = None
 
@@ -283,46 +295,71 @@ class LazyScheduler(Scheduler):
         return out
 
     def extend_run(self, out: LazyOutput, start_s: float, first_step_s: float, next_event_s: float,
-                   perf: PerfModel, overhead_s: float) -> tuple[list[float], list[int], float] | None:
+                   perf: PerfModel, overhead_s: float, through_finishes: bool = False) -> Run | None:
         """Extend a pure-decode step ``out`` into a run of steps that nothing can interrupt.
 
         ``out`` (just scheduled, lasting ``first_step_s``) ran only pooled decodes and
         admitted nobody. Steps are added while every one of them would schedule exactly
-        the pool again: no pooled request finishes before the last step of the run, the
-        free blocks cover each step's boundary crossings (else the reference would
-        preempt), and, when an arrival could be admitted (nobody waiting and room in
-        running), the step starts before the next event. Waiting requests that could not
-        be admitted stay blocked: free blocks only shrink and the batch does not change.
+        the pool again: the free blocks cover each step's boundary crossings (else the
+        reference would preempt), and, when an arrival could be admitted (nobody waiting
+        and room in running), the step starts before the next event. Waiting requests that
+        could not be admitted stay blocked: free blocks only shrink and the batch does not
+        change. A pooled request's finish ends the run, unless ``through_finishes`` (a
+        single replica: nobody observes a finish before the run's end) and nobody waits:
+        then the finished requests leave at their step's end, in running order, exactly as
+        the reference's next schedule would see it, and the run goes on with a smaller pool
+        (in ``Run.segments``). They are reported by the ``update_from_output`` of ``out``,
+        their times already set.
 
-        The first ``SCALAR_STEPS`` steps are timed one by one (most runs end there); longer
-        runs continue in vectorized chunks (``decode_step_times``): only the decode context
-        grows, by the pool size each step, and crossings repeat with period ``block_size``.
-        Returns the added steps' durations and used-block counts, and the end of the run
-        (summed step by step, as the reference's clock does), or None.
+        Steps are timed one by one for the first ``SCALAR_STEPS`` of a segment (most runs
+        end there), then in vectorized chunks (``decode_step_times``): only the decode
+        context grows, by the pool size each step, and crossings repeat with period
+        ``block_size``. The run's end is summed step by step, as the reference's clock does.
         """
         if self.individual or out.reqs or out.is_exact or not out.num_pool:
             return None
-        n = self.num_pool
-        it = out.first_it  # self.it == it + 1 (the next step)
         heap = self._finish_heap
-        last_allowed = heap[0] if heap else it + (1 << 40)
-        if last_allowed <= it:
-            return None
+        run = Run([], [], [], start_s + first_step_s)
+        j = out.first_it + 1  # the next step
         time_bound = not self.waiting and len(self.running) < self.cfg.max_num_seqs
+        while True:
+            if heap and heap[0] < j:  # the last step finished pooled requests
+                if not (through_finishes and not self.waiting):
+                    break
+                self._finish_in_run(j, run)
+                if not self.num_pool:
+                    break
+                time_bound = len(self.running) < self.cfg.max_num_seqs
+            if time_bound and run.end_s >= next_event_s:
+                break
+            last = heap[0] if heap else j + (1 << 40)
+            k = self._run_segment(j, last, time_bound, next_event_s, perf, overhead_s, run)
+            if not k:
+                break
+            j += k
+            if j <= last:  # stopped before the finish: by time or by blocks
+                break
+        self._run_finished.extend(run.finished)  # reported by update_from_output(out)
+        if not run.durations:
+            return None
+        out.num_steps = 1 + len(run.durations)
+        self.it = j
+        return run
+
+    def _run_segment(self, j: int, last: int, time_bound: bool, next_event_s: float, perf: PerfModel,
+                     overhead_s: float, run: Run) -> int:
+        """Add steps j..last (at most) with the pool as it is; returns how many were added."""
         kv = self.kv
+        n = self.num_pool
         bs = kv.block_size
         phase = self.phase
         free = kv.num_free_blocks
         base_used = kv.num_gpu_blocks - free
         pool_off = self.pool_off
-        stats = BatchStats(num_decode_reqs=n)
-        durations: list[float] = []
-        used: list[int] = []
-        t = start_s + first_step_s
+        durations, used = run.durations, run.used
+        k0 = len(durations)
+        t = run.end_s
         popped = 0
-        j = it + 1
-        stop = min(last_allowed, it + SCALAR_STEPS)
-        done = False
         if perf is not self._affine_perf:
             self._affine_perf = perf
             self._affine.clear()
@@ -333,16 +370,20 @@ class LazyScheduler(Scheduler):
         if coef is not None:
             rest, a, b, c = coef
             rest += overhead_s
+        else:
+            stats = BatchStats(num_decode_reqs=n)
+        stop = min(last, j + SCALAR_STEPS - 1)
+        done = False
         while j <= stop:
             if time_bound and t >= next_event_s:
                 done = True
                 break
-            k = phase[-j % bs]
-            if k:
-                if popped + k > free:
+            x = phase[-j % bs]
+            if x:
+                if popped + x > free:
                     done = True
                     break
-                popped += k
+                popped += x
             s = pool_off + n * (j + 1)
             if coef is not None:  # batch_time's terms, the decode attention's written out
                 x, y = a * s, b * s + c
@@ -354,27 +395,27 @@ class LazyScheduler(Scheduler):
             used.append(base_used + popped)
             t += d
             j += 1
-        if not done and j <= last_allowed:
-            j, t, popped = self._extend_vectorized(j, last_allowed, t, popped, free, time_bound,
+        if not done and j <= last:
+            j, t, popped = self._extend_vectorized(j, last, t, popped, free, time_bound,
                                                    next_event_s, perf, overhead_s, durations, used, base_used)
-        if not durations:
-            return None
+        k = len(durations) - k0
+        if k:
+            run.segments.append((n, k, pool_off + n * (j - k + 1)))
+            run.end_s = t
         if popped:
             kv.pop_anonymous(popped)
-        out.num_steps = 1 + len(durations)
-        self.it = j
-        return durations, used, t
+        return k
 
-    def _extend_vectorized(self, j: int, last_allowed: int, t: float, popped: int, free: int,
+    def _extend_vectorized(self, j: int, last: int, t: float, popped: int, free: int,
                            time_bound: bool, next_event_s: float, perf: PerfModel, overhead_s: float,
                            durations: list[float], used: list[int], base_used: int) -> tuple[int, float, int]:
-        """Go on with ``extend_run`` from step ``j`` in chunks of growing size (same rules)."""
+        """Go on with ``_run_segment`` from step ``j`` in chunks of growing size (same rules)."""
         n = self.num_pool
         bs = self.kv.block_size
         phase = np.asarray(self.phase, np.int64)
         chunk = 64
-        while j <= last_allowed:
-            m = min(chunk, last_allowed - j + 1)
+        while j <= last:
+            m = min(chunk, last - j + 1)
             js = np.arange(j, j + m, dtype=np.int64)
             cum = np.cumsum(phase[(-js) % bs]) + popped
             k = int(np.searchsorted(cum, free, side="right"))  # steps whose crossings fit
@@ -392,6 +433,36 @@ class LazyScheduler(Scheduler):
                 break
             chunk *= 4
         return j, t, popped
+
+    def _finish_in_run(self, j: int, run: Run) -> None:
+        """Pooled requests whose last token came out of step j - 1 (ending at ``end_s``)
+        finish: they leave running and free their blocks in running order."""
+        heap = self._finish_heap
+        done: list[Request] = []
+        while heap and heap[0] < j:
+            for r in self._valid(self._finishes.pop(heapq.heappop(heap), None)):
+                self._leave_pool(r, j)
+                r.status = ReqStatus.FINISHED
+                r.finished_s = r.last_token_s = run.end_s
+                done.append(r)
+        if not done:
+            return
+        if len(done) > 1:
+            done.sort(key=lambda r: r.seq)
+        kv = self.kv
+        for r in done:
+            kv.sync(r)
+            kv.free(r)
+        self._remove_running(done)
+        run.finished.extend(done)
+
+    def _remove_running(self, finished: list[Request]) -> None:
+        running = self.running
+        if len(finished) * 16 < len(running):
+            for r in finished:
+                running.remove(r)  # a C scan by identity: cheaper than a Python pass
+        else:
+            self.running = [r for r in running if r.status == ReqStatus.RUNNING]
 
     # ----------------------------------------------------------------- update
 
@@ -428,6 +499,9 @@ class LazyScheduler(Scheduler):
         return produced, finished
 
     def _update_fast(self, out: LazyOutput, now: float, it_end: int) -> tuple[list[Request], list[Request]]:
+        early = self._run_finished  # finished (and freed) inside the run, in order
+        if early:
+            self._run_finished = []
         finished: list[Request] = []
         fin_its = self._finish_heap
         while fin_its and fin_its[0] < it_end:
@@ -445,10 +519,5 @@ class LazyScheduler(Scheduler):
             for r in finished:
                 kv.sync(r)
                 kv.free(r)
-            running = self.running
-            if len(finished) * 16 < len(running):
-                for r in finished:
-                    running.remove(r)  # a C scan by identity: cheaper than a Python pass
-            else:
-                self.running = [r for r in running if r.status == ReqStatus.RUNNING]
-        return produced, finished
+            self._remove_running(finished)
+        return produced, (early + finished if early else finished)

@@ -18,6 +18,7 @@ import operator
 from collections.abc import Callable
 
 from servesim.engine.events import ARRIVAL, BATCH_DONE, WAKE, EventLoop
+from servesim.engine.lazy import Run
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import Scheduler, SchedulerOutput
 from servesim.metrics.records import ItlSamples, ReplicaTotals, StepSeries
@@ -28,7 +29,8 @@ class Replica:
     def __init__(self, replica_id: int, loop: EventLoop, scheduler: Scheduler, perf: PerfModel,
                  cpu_overhead_s: float, steps: StepSeries | None, itl: ItlSamples, totals: ReplicaTotals,
                  check_invariants: bool = False,
-                 on_finish: Callable[[Request], None] | None = None) -> None:
+                 on_finish: Callable[[Request], None] | None = None,
+                 finishes_in_runs: bool = False) -> None:
         self.id = replica_id
         self.loop = loop
         self.scheduler = scheduler
@@ -41,7 +43,10 @@ class Replica:
         self.totals = totals
         self.check_invariants = check_invariants
         self.skip_ahead = hasattr(scheduler, "extend_run") and not check_invariants
-        self.run_steps_s: list[float] | None = None
+        self.run: Run | None = None  # the run of pure-decode steps in flight, if any
+        # A finish inside a run is only seen at the run's end (on_finish is called then):
+        # right for a lone replica, not where a router watches the finishes.
+        self.finishes_in_runs = finishes_in_runs
         self.run_first_end_s = 0.0
         self.run_waiting0 = 0
         self.busy = False
@@ -95,17 +100,17 @@ class Replica:
         gpu_s = self.perf.batch_time(out.stats)
         dt = gpu_s + self.cpu_overhead_s
         self._account(out, now, dt, gpu_s)
-        self.run_steps_s = None
+        self.run = None
         end = now + dt
         if self.skip_ahead and out.num_pool and not out.reqs:
             run = sched.extend_run(out, now, dt, self.loop.next_time(),  # type: ignore[attr-defined]
-                                   self.perf, self.cpu_overhead_s)
+                                   self.perf, self.cpu_overhead_s, self.finishes_in_runs)
             if run is not None:
-                self.run_steps_s = run[0]
+                self.run = run
                 self.run_first_end_s = end
                 self.run_waiting0 = len(sched.waiting)
-                self._account_run(out, end, run[0], run[1])
-                end = run[2]  # summed step by step, as the reference engine's clock does
+                self._account_run(out, end, run)
+                end = run.end_s  # summed step by step, as the reference engine's clock does
         self.step_end_s = end
         self.loop.at(end, self.on_batch_done, out, BATCH_DONE)
 
@@ -123,14 +128,17 @@ class Replica:
             else:
                 itl.add(now - req.last_token_s, 1)
             req.last_token_s = now
-        run = self.run_steps_s
+        run = self.run
         if run is not None and self.steps is not None and len(self.scheduler.waiting) > self.run_waiting0:
-            self._count_arrivals_during_run(len(run))
+            self._count_arrivals_during_run(len(run.durations))
         if run is None:
             itl.add(now - last, n_same + out.num_pool)
         else:  # a run of pure-decode steps: one gap per step for the whole pool
             itl.add(self.run_first_end_s - last, out.num_pool)
-            itl.extend(run, out.num_pool)
+            i = 0
+            for n, k, _ in run.segments:
+                itl.extend(run.durations[i:i + k] if len(run.segments) > 1 else run.durations, n)
+                i += k
         self.last_step_end_s = now
         self.num_finished += len(finished)
         if self.on_finish is not None:
@@ -173,47 +181,49 @@ class Replica:
         s.kv_blocks_used.append(used)
         s.num_preempted.append(len(out.preempted))
 
-    def _account_run(self, out: SchedulerOutput, start_s: float, durations: list[float],
-                     used: list[int]) -> None:
-        """Account the extra steps of a pure-decode run (one list entry per step)."""
-        st = out.stats
-        n = st.num_decode_reqs
-        k = len(durations)
+    def _account_run(self, out: SchedulerOutput, start_s: float, run: Run) -> None:
+        """Account the extra steps of a run of pure-decode steps, segment by segment."""
+        durations, used = run.durations, run.used
+        k_all = len(durations)
         total = sum(durations)
         t = self.totals
         t.busy_s += total
-        gpu = total - k * self.cpu_overhead_s
+        gpu = total - k_all * self.cpu_overhead_s
         t.gpu_s += gpu
-        if self._bubble is not None:
-            t.bubble_s += gpu * self._bubble(st)
-        # FLOPs and bytes are affine in the decode context s, which grows by n per step:
-        # k steps do k * work(mean s), the mean s being that of the first and last step.
-        aff = self._run_work.get(n)
-        if aff is None:
-            f0, b0 = self._work(BatchStats(num_decode_reqs=n))
-            f1, b1 = self._work(BatchStats(num_decode_reqs=n, sum_decode_context=1 << 20))
-            aff = self._run_work[n] = (f0, (f1 - f0) / (1 << 20), b0, (b1 - b0) / (1 << 20))
-        mean_s = st.sum_decode_context + n * (k + 1) / 2
-        t.flops += k * (aff[0] + aff[1] * mean_s)
-        t.bytes += k * (aff[2] + aff[3] * mean_s)
-        t.num_steps += k
+        t.num_steps += k_all
         t.kv_block_s += sum(map(operator.mul, used, durations))
         peak = max(used)
         if peak > t.peak_kv_blocks:
             t.peak_kv_blocks = peak
         s = self.steps
+        i = 0
+        for n, k, s_first in run.segments:
+            # FLOPs and bytes are affine in the decode context, which grows by n per step:
+            # k steps do k * work(their mean context).
+            aff = self._run_work.get(n)
+            if aff is None:
+                f0, b0 = self._work(BatchStats(num_decode_reqs=n))
+                f1, b1 = self._work(BatchStats(num_decode_reqs=n, sum_decode_context=1 << 20))
+                aff = self._run_work[n] = (f0, (f1 - f0) / (1 << 20), b0, (b1 - b0) / (1 << 20))
+            mean_s = s_first + n * (k - 1) / 2
+            t.flops += k * (aff[0] + aff[1] * mean_s)
+            t.bytes += k * (aff[2] + aff[3] * mean_s)
+            if self._bubble is not None:
+                busy = sum(durations[i:i + k]) - k * self.cpu_overhead_s
+                t.bubble_s += busy * self._bubble(BatchStats(num_decode_reqs=n))
+            if s is not None:
+                s.num_decode_reqs.extend([n] * k)
+                s.num_running.extend([n] * k)  # only pooled decodes run in a run
+            i += k
         if s is None:
             return
-        starts = list(itertools.accumulate(durations[:-1], initial=start_s))
-        s.replica.extend([self.id] * k)
-        s.start_s.extend(starts)
+        s.replica.extend([self.id] * k_all)
+        s.start_s.extend(itertools.accumulate(durations[:-1], initial=start_s))
         s.duration_s.extend(durations)
-        s.num_prefill_tokens.extend([0] * k)
-        s.num_decode_reqs.extend([n] * k)
-        s.num_running.extend([len(self.scheduler.running)] * k)
-        s.num_waiting.extend([len(self.scheduler.waiting)] * k)  # as of the run's start
+        s.num_prefill_tokens.extend([0] * k_all)
+        s.num_waiting.extend([len(self.scheduler.waiting)] * k_all)  # as of the run's start
         s.kv_blocks_used.extend(used)
-        s.num_preempted.extend([0] * k)
+        s.num_preempted.extend([0] * k_all)
 
     def _count_arrivals_during_run(self, k: int) -> None:
         """The run's step rows recorded the waiting queue as of its start; add the requests
