@@ -40,7 +40,8 @@ def test_pyarrow_path_equals_the_row_parser_on_the_bundled_traces(file, monkeypa
 
 def test_large_files_take_the_pyarrow_path_with_the_same_result(tmp_path, monkeypatch):
     path = tmp_path / "big.csv"
-    data = gzip.decompress(resources.files("servesim").joinpath("data", "azure_conv_2023.csv.gz").read_bytes())
+    packed = resources.files("servesim").joinpath("data", "azure_conv_2023.csv.gz").read_bytes()
+    data = gzip.decompress(packed)
     path.write_bytes(data.rstrip(b"\r\n") + b"\n2023-11-16 19:30:00.0000001,0,7\n")
     monkeypatch.setattr(traces, "FAST_CSV_BYTES", 1000)
     calls = []
