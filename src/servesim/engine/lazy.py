@@ -17,42 +17,33 @@ does not touch every running request:
   which block changes no decision). Each pooled request registers the step whose output
   finishes it (``_finishes``). A step touches only finishing requests, the unfinished
   prefills, and new admissions.
-* **Exact fallback.** When a step could differ from "every pooled request gets one token
-  and a block if it crosses a boundary" (the token budget is short for requests in
-  running order, or the free blocks do not cover this step's needs, so a preemption may
-  follow), the pool is materialized and the reference algorithm runs that step.
-* **Skip-ahead.** A step in which only pooled decodes run and nothing can change the next
-  schedule (no unfinished prefill, no admissible waiting request, no arrival that could be
-  admitted before it ends, no finish, enough free blocks for every boundary crossing) is
-  extended into a run of k steps timed in one go; per-request state is not touched.
+* **Preempting steps.** When the free blocks do not cover a step's needs, the reference's
+  running loop is replayed over only the requests that allocate (crossing pooled decodes
+  and individual requests), preempting from the tail as it does; the rest of the pool is
+  not touched (``_preempting_step``).
+* **Exact fallback.** When the token budget is short for requests in running order, the
+  pool is materialized and the reference algorithm runs that step.
+* **Runs** (``decode_runs.py``). A step in which only pooled decodes run is extended into
+  a run of steps timed in one go while nothing can change the schedule: no admissible
+  waiting request, no arrival that could be admitted before a step starts, enough free
+  blocks for every boundary crossing; a lone replica's run also goes on through finishes
+  when nobody waits. Per-request state is not touched.
 
-Requests leave the pool by finishing or by materialization (a fallback step); stale
-bucket entries are recognised by the request's ``epoch``.
+The KV cache is a ``CountingKVCache``: the blocks the pool takes are counted, not named.
+Requests leave the pool by finishing, by preemption or by materialization (a fallback
+step); stale bucket entries are recognised by the request's ``epoch``.
 """
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
+from servesim.engine.decode_runs import DecodeRuns
 from servesim.engine.kv_counting import CountingKVCache
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
-from servesim.perf.base import BatchStats, PerfModel, decode_step_times
-
-
-@dataclass(slots=True)
-class Run:
-    """Steps added to a pure-decode step by ``LazyScheduler.extend_run``."""
-
-    durations: list[float]
-    used: list[int]  # KV blocks in use during each step
-    segments: list[tuple[int, int, int]]  # (pool size, steps, decode context sum of the first)
-    end_s: float  # end of the last step
-    finished: list[Request] = field(default_factory=list)  # left at a step's end, in order
 
 
 @dataclass(slots=True)
@@ -64,10 +55,9 @@ class LazyOutput(SchedulerOutput):
     num_steps: int = 1
 
 
-SCALAR_STEPS = 32  # run steps timed one by one before switching to numpy chunks
 
 
-class LazyScheduler(Scheduler):
+class LazyScheduler(DecodeRuns, Scheduler):
     def __init__(self, cfg: SchedulerConfig, kv: CountingKVCache) -> None:
         if not isinstance(kv, CountingKVCache):
             raise TypeError("the lazy scheduler runs on a CountingKVCache")
@@ -294,167 +284,17 @@ class LazyScheduler(Scheduler):
         st.sum_decode_context += self.pool_off + n_pool * (it + 1)
         return out
 
-    def extend_run(self, out: LazyOutput, start_s: float, first_step_s: float, next_event_s: float,
-                   perf: PerfModel, overhead_s: float, through_finishes: bool = False) -> Run | None:
-        """Extend a pure-decode step ``out`` into a run of steps that nothing can interrupt.
-
-        ``out`` (just scheduled, lasting ``first_step_s``) ran only pooled decodes and
-        admitted nobody. Steps are added while every one of them would schedule exactly
-        the pool again: the free blocks cover each step's boundary crossings (else the
-        reference would preempt), and, when an arrival could be admitted (nobody waiting
-        and room in running), the step starts before the next event. Waiting requests that
-        could not be admitted stay blocked: free blocks only shrink and the batch does not
-        change. A pooled request's finish ends the run, unless ``through_finishes`` (a
-        single replica: nobody observes a finish before the run's end) and nobody waits:
-        then the finished requests leave at their step's end, in running order, exactly as
-        the reference's next schedule would see it, and the run goes on with a smaller pool
-        (in ``Run.segments``). They are reported by the ``update_from_output`` of ``out``,
-        their times already set.
-
-        Steps are timed one by one for the first ``SCALAR_STEPS`` of a segment (most runs
-        end there), then in vectorized chunks (``decode_step_times``): only the decode
-        context grows, by the pool size each step, and crossings repeat with period
-        ``block_size``. The run's end is summed step by step, as the reference's clock does.
-        """
-        if self.individual or out.reqs or out.is_exact or not out.num_pool:
-            return None
-        heap = self._finish_heap
-        run = Run([], [], [], start_s + first_step_s)
-        j = out.first_it + 1  # the next step
-        time_bound = not self.waiting and len(self.running) < self.cfg.max_num_seqs
-        while True:
-            if heap and heap[0] < j:  # the last step finished pooled requests
-                if not (through_finishes and not self.waiting):
-                    break
-                self._finish_in_run(j, run)
-                if not self.num_pool:
-                    break
-                time_bound = len(self.running) < self.cfg.max_num_seqs
-            if time_bound and run.end_s >= next_event_s:
-                break
-            last = heap[0] if heap else j + (1 << 40)
-            k = self._run_segment(j, last, time_bound, next_event_s, perf, overhead_s, run)
-            if not k:
-                break
-            j += k
-            if j <= last:  # stopped before the finish: by time or by blocks
-                break
-        self._run_finished.extend(run.finished)  # reported by update_from_output(out)
-        if not run.durations:
-            return None
-        out.num_steps = 1 + len(run.durations)
-        self.it = j
-        return run
-
-    def _run_segment(self, j: int, last: int, time_bound: bool, next_event_s: float, perf: PerfModel,
-                     overhead_s: float, run: Run) -> int:
-        """Add steps j..last (at most) with the pool as it is; returns how many were added."""
-        kv = self.kv
-        n = self.num_pool
-        bs = kv.block_size
-        phase = self.phase
-        free = kv.num_free_blocks
-        base_used = kv.num_gpu_blocks - free
-        pool_off = self.pool_off
-        durations, used = run.durations, run.used
-        k0 = len(durations)
-        t = run.end_s
-        popped = 0
-        if perf is not self._affine_perf:
-            self._affine_perf = perf
-            self._affine.clear()
-        coef = self._affine.get(n, False)
-        if coef is False:
-            affine = getattr(perf, "decode_affine", None)
-            coef = self._affine[n] = affine(n) if affine is not None else None
-        if coef is not None:
-            rest, a, b, c = coef
-            rest += overhead_s
-        else:
-            stats = BatchStats(num_decode_reqs=n)
-        stop = min(last, j + SCALAR_STEPS - 1)
-        done = False
-        while j <= stop:
-            if time_bound and t >= next_event_s:
-                done = True
-                break
-            x = phase[-j % bs]
-            if x:
-                if popped + x > free:
-                    done = True
-                    break
-                popped += x
-            s = pool_off + n * (j + 1)
-            if coef is not None:  # batch_time's terms, the decode attention's written out
-                x, y = a * s, b * s + c
-                d = rest + (x if x > y else y)
-            else:
-                stats.sum_decode_context = s
-                d = perf.batch_time(stats) + overhead_s
-            durations.append(d)
-            used.append(base_used + popped)
-            t += d
-            j += 1
-        if not done and j <= last:
-            j, t, popped = self._extend_vectorized(j, last, t, popped, free, time_bound,
-                                                   next_event_s, perf, overhead_s, durations, used, base_used)
-        k = len(durations) - k0
-        if k:
-            run.segments.append((n, k, pool_off + n * (j - k + 1)))
-            run.end_s = t
-        if popped:
-            kv.pop_anonymous(popped)
-        return k
-
-    def _extend_vectorized(self, j: int, last: int, t: float, popped: int, free: int,
-                           time_bound: bool, next_event_s: float, perf: PerfModel, overhead_s: float,
-                           durations: list[float], used: list[int], base_used: int) -> tuple[int, float, int]:
-        """Go on with ``_run_segment`` from step ``j`` in chunks of growing size (same rules)."""
-        n = self.num_pool
-        bs = self.kv.block_size
-        phase = np.asarray(self.phase, np.int64)
-        chunk = 64
-        while j <= last:
-            m = min(chunk, last - j + 1)
-            js = np.arange(j, j + m, dtype=np.int64)
-            cum = np.cumsum(phase[(-js) % bs]) + popped
-            k = int(np.searchsorted(cum, free, side="right"))  # steps whose crossings fit
-            d = decode_step_times(perf, n, self.pool_off + n * (js + 1)) + overhead_s
-            clock = np.cumsum(np.concatenate(([t], d)))  # clock[i]: start of the chunk's i-th step
-            if time_bound:
-                k = min(k, int(np.searchsorted(clock[:m], next_event_s, side="left")))
-            if k:
-                durations.extend(d[:k].tolist())
-                used.extend((cum[:k] + base_used).tolist())
-                popped = int(cum[k - 1])
-                t = float(clock[k])
-                j += k
-            if k < m:
-                break
-            chunk *= 4
-        return j, t, popped
-
-    def _finish_in_run(self, j: int, run: Run) -> None:
-        """Pooled requests whose last token came out of step j - 1 (ending at ``end_s``)
-        finish: they leave running and free their blocks in running order."""
+    def _pop_finished(self, it_end: int, now: float) -> list[Request]:
+        """Pooled requests whose last token came out of a step before ``it_end``."""
         heap = self._finish_heap
         done: list[Request] = []
-        while heap and heap[0] < j:
+        while heap and heap[0] < it_end:
             for r in self._valid(self._finishes.pop(heapq.heappop(heap), None)):
-                self._leave_pool(r, j)
+                self._leave_pool(r, it_end)
                 r.status = ReqStatus.FINISHED
-                r.finished_s = r.last_token_s = run.end_s
+                r.finished_s = now
                 done.append(r)
-        if not done:
-            return
-        if len(done) > 1:
-            done.sort(key=lambda r: r.seq)
-        kv = self.kv
-        for r in done:
-            kv.sync(r)
-            kv.free(r)
-        self._remove_running(done)
-        run.finished.extend(done)
+        return done
 
     def _remove_running(self, finished: list[Request]) -> None:
         running = self.running
@@ -502,14 +342,7 @@ class LazyScheduler(Scheduler):
         early = self._run_finished  # finished (and freed) inside the run, in order
         if early:
             self._run_finished = []
-        finished: list[Request] = []
-        fin_its = self._finish_heap
-        while fin_its and fin_its[0] < it_end:
-            for r in self._valid(self._finishes.pop(heapq.heappop(fin_its), None)):
-                self._leave_pool(r, it_end)
-                r.status = ReqStatus.FINISHED
-                r.finished_s = now
-                finished.append(r)
+        finished = self._pop_finished(it_end, now)
         produced, sampled_finished = self._sample_tokens(out.reqs, now)
         finished.extend(sampled_finished)
         if finished:

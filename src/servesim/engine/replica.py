@@ -17,8 +17,8 @@ import itertools
 import operator
 from collections.abc import Callable
 
+from servesim.engine.decode_runs import Run
 from servesim.engine.events import ARRIVAL, BATCH_DONE, WAKE, EventLoop
-from servesim.engine.lazy import Run
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import Scheduler, SchedulerOutput
 from servesim.metrics.records import ItlSamples, ReplicaTotals, StepSeries

@@ -1,0 +1,194 @@
+"""Runs of pure-decode steps for the lazy engine (``LazyScheduler.extend_run``).
+
+A step that ran only pooled decodes and admitted nobody is extended into a *run*: the
+steps that would follow it while nothing can change the schedule are timed in one go, and
+no request is touched. See ``extend_run`` for the rules that make a run exact. The state
+(the pool, its phase counts, the finish heap) is the ``LazyScheduler``'s; this mixin only
+holds the run logic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from servesim.engine.request import Request
+from servesim.perf.base import BatchStats, PerfModel, decode_step_times
+
+if TYPE_CHECKING:
+    from servesim.engine.lazy import LazyOutput
+
+SCALAR_STEPS = 32  # run steps timed one by one before switching to numpy chunks
+
+
+@dataclass(slots=True)
+class Run:
+    """Steps added to a pure-decode step by ``LazyScheduler.extend_run``."""
+
+    durations: list[float]
+    used: list[int]  # KV blocks in use during each step
+    segments: list[tuple[int, int, int]]  # (pool size, steps, decode context sum of the first)
+    end_s: float  # end of the last step
+    finished: list[Request] = field(default_factory=list)  # left at a step's end, in order
+
+
+class DecodeRuns:
+    """The run logic of ``LazyScheduler`` (a mixin: it uses the scheduler's state)."""
+
+    def extend_run(self, out: LazyOutput, start_s: float, first_step_s: float, next_event_s: float,
+                   perf: PerfModel, overhead_s: float, through_finishes: bool = False) -> Run | None:
+        """Extend a pure-decode step ``out`` into a run of steps that nothing can interrupt.
+
+        ``out`` (just scheduled, lasting ``first_step_s``) ran only pooled decodes and
+        admitted nobody. Steps are added while every one of them would schedule exactly
+        the pool again: the free blocks cover each step's boundary crossings (else the
+        reference would preempt), and, when an arrival could be admitted (nobody waiting
+        and room in running), the step starts before the next event. Waiting requests that
+        could not be admitted stay blocked: free blocks only shrink and the batch does not
+        change. A pooled request's finish ends the run, unless ``through_finishes`` (a
+        single replica: nobody observes a finish before the run's end) and nobody waits:
+        then the finished requests leave at their step's end, in running order, exactly as
+        the reference's next schedule would see it, and the run goes on with a smaller pool
+        (in ``Run.segments``). They are reported by the ``update_from_output`` of ``out``,
+        their times already set.
+
+        Steps are timed one by one for the first ``SCALAR_STEPS`` of a segment (most runs
+        end there), then in vectorized chunks (``decode_step_times``): only the decode
+        context grows, by the pool size each step, and crossings repeat with period
+        ``block_size``. The run's end is summed step by step, as the reference's clock does.
+        """
+        if self.individual or out.reqs or out.is_exact or not out.num_pool:
+            return None
+        heap = self._finish_heap
+        run = Run([], [], [], start_s + first_step_s)
+        j = out.first_it + 1  # the next step
+        time_bound = not self.waiting and len(self.running) < self.cfg.max_num_seqs
+        while True:
+            if heap and heap[0] < j:  # the last step finished pooled requests
+                if not (through_finishes and not self.waiting):
+                    break
+                self._finish_in_run(j, run)
+                if not self.num_pool:
+                    break
+                time_bound = len(self.running) < self.cfg.max_num_seqs
+            if time_bound and run.end_s >= next_event_s:
+                break
+            last = heap[0] if heap else j + (1 << 40)
+            k = self._run_segment(j, last, time_bound, next_event_s, perf, overhead_s, run)
+            if not k:
+                break
+            j += k
+            if j <= last:  # stopped before the finish: by time or by blocks
+                break
+        self._run_finished.extend(run.finished)  # reported by update_from_output(out)
+        if not run.durations:
+            return None
+        out.num_steps = 1 + len(run.durations)
+        self.it = j
+        return run
+
+    def _run_segment(self, j: int, last: int, time_bound: bool, next_event_s: float, perf: PerfModel,
+                     overhead_s: float, run: Run) -> int:
+        """Add steps j..last (at most) with the pool as it is; returns how many were added."""
+        kv = self.kv
+        n = self.num_pool
+        bs = kv.block_size
+        phase = self.phase
+        free = kv.num_free_blocks
+        base_used = kv.num_gpu_blocks - free
+        pool_off = self.pool_off
+        durations, used = run.durations, run.used
+        k0 = len(durations)
+        t = run.end_s
+        popped = 0
+        if perf is not self._affine_perf:
+            self._affine_perf = perf
+            self._affine.clear()
+        coef = self._affine.get(n, False)
+        if coef is False:
+            affine = getattr(perf, "decode_affine", None)
+            coef = self._affine[n] = affine(n) if affine is not None else None
+        if coef is not None:
+            rest, a, b, c = coef
+            rest += overhead_s
+        else:
+            stats = BatchStats(num_decode_reqs=n)
+        stop = min(last, j + SCALAR_STEPS - 1)
+        done = False
+        while j <= stop:
+            if time_bound and t >= next_event_s:
+                done = True
+                break
+            x = phase[-j % bs]
+            if x:
+                if popped + x > free:
+                    done = True
+                    break
+                popped += x
+            s = pool_off + n * (j + 1)
+            if coef is not None:  # batch_time's terms, the decode attention's written out
+                x, y = a * s, b * s + c
+                d = rest + (x if x > y else y)
+            else:
+                stats.sum_decode_context = s
+                d = perf.batch_time(stats) + overhead_s
+            durations.append(d)
+            used.append(base_used + popped)
+            t += d
+            j += 1
+        if not done and j <= last:
+            j, t, popped = self._extend_vectorized(j, last, t, popped, free, time_bound,
+                                                   next_event_s, perf, overhead_s, durations, used, base_used)
+        k = len(durations) - k0
+        if k:
+            run.segments.append((n, k, pool_off + n * (j - k + 1)))
+            run.end_s = t
+        if popped:
+            kv.pop_anonymous(popped)
+        return k
+
+    def _extend_vectorized(self, j: int, last: int, t: float, popped: int, free: int,
+                           time_bound: bool, next_event_s: float, perf: PerfModel, overhead_s: float,
+                           durations: list[float], used: list[int], base_used: int) -> tuple[int, float, int]:
+        """Go on with ``_run_segment`` from step ``j`` in chunks of growing size (same rules)."""
+        n = self.num_pool
+        bs = self.kv.block_size
+        phase = np.asarray(self.phase, np.int64)
+        chunk = 64
+        while j <= last:
+            m = min(chunk, last - j + 1)
+            js = np.arange(j, j + m, dtype=np.int64)
+            cum = np.cumsum(phase[(-js) % bs]) + popped
+            k = int(np.searchsorted(cum, free, side="right"))  # steps whose crossings fit
+            d = decode_step_times(perf, n, self.pool_off + n * (js + 1)) + overhead_s
+            clock = np.cumsum(np.concatenate(([t], d)))  # clock[i]: start of the chunk's i-th step
+            if time_bound:
+                k = min(k, int(np.searchsorted(clock[:m], next_event_s, side="left")))
+            if k:
+                durations.extend(d[:k].tolist())
+                used.extend((cum[:k] + base_used).tolist())
+                popped = int(cum[k - 1])
+                t = float(clock[k])
+                j += k
+            if k < m:
+                break
+            chunk *= 4
+        return j, t, popped
+
+    def _finish_in_run(self, j: int, run: Run) -> None:
+        """Pooled requests whose last token came out of step j - 1 (ending at ``end_s``)
+        finish: they leave running and free their blocks in running order."""
+        done = self._pop_finished(j, run.end_s)  # type: ignore[attr-defined]
+        if not done:
+            return
+        if len(done) > 1:
+            done.sort(key=lambda r: r.seq)
+        kv = self.kv
+        for r in done:
+            r.last_token_s = run.end_s
+            kv.sync(r)
+            kv.free(r)
+        self._remove_running(done)
+        run.finished.extend(done)
