@@ -233,3 +233,18 @@ def test_chunked_prefill_off_with_a_budget_below_max_model_len_is_refused() -> N
                                    "--set", "engine.max_num_batched_tokens=2048"])
     assert res.exit_code == 2
     assert "max_num_batched_tokens (2048) is smaller than max_model_len (131072)" in res.output
+
+
+def test_scenario_paths_are_relative_to_the_scenario_file(tmp_path: Path) -> None:
+    """A trace and a hardware profile named next to the scenario file are found from any cwd."""
+    from servesim.config import load_scenario
+
+    sub = tmp_path / "study"
+    sub.mkdir()
+    (sub / "h100.json").write_text("{}")
+    (sub / "trace.csv").write_text("arrived_at_s,num_prompt_tokens,num_output_tokens\n0.0,10,2\n")
+    (sub / "s.yaml").write_text("hardware: {gpu: H100, profile: h100.json}\n"
+                                "workload: {type: trace, path: trace.csv}\n")
+    sc = load_scenario(sub / "s.yaml")
+    assert sc.hardware.profile == str(sub / "h100.json")
+    assert sc.workload.path == str(sub / "trace.csv")  # type: ignore[union-attr]

@@ -524,7 +524,7 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
 
 
 def _resolve_relative_paths(s: Scenario, base: Path) -> Scenario:
-    """Trace and model paths in a scenario file are relative to the file."""
+    """Trace, model and hardware-profile paths in a scenario file are relative to the file."""
 
     def fix(path: str | None) -> str | None:
         if path is None or path.startswith("builtin:"):
@@ -546,6 +546,10 @@ def _resolve_relative_paths(s: Scenario, base: Path) -> Scenario:
                 upd[fld] = dist.model_copy(update={"trace": fix(dist.trace)})
         if upd:
             updates["workload"] = wl.model_copy(update=upd)
+    if s.hardware.profile:
+        fixed = fix(s.hardware.profile)
+        if fixed != s.hardware.profile:
+            updates["hardware"] = s.hardware.model_copy(update={"profile": fixed})
     name = s.model.name
     if "/" in name or name.endswith(".json"):
         fixed = fix(name)
