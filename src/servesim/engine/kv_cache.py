@@ -231,18 +231,6 @@ class KVCacheManager:
             self._cache_full_blocks(req, held, num_to_cache // bs)
         return new_blocks
 
-    def append_decode_block(self, req: Request) -> None:
-        """``allocate_slots(req, 1)`` for a decode whose new token starts a block.
-
-        The caller has checked that a block is free. Same effect as the general path
-        (the block just filled is hashed, one block is taken from the head of the queue),
-        without its arithmetic: the lazy engine calls this for every boundary crossing.
-        """
-        held = self.req_blocks[req.idx]
-        if self.enable_caching:
-            self._cache_full_blocks(req, held, req.num_computed_tokens // self.block_size)
-        held.extend(self._get_new_blocks(1))
-
     def free(self, req: Request, keep_for_resume: bool = False) -> None:
         """Return ``req``'s blocks in eviction order, tail first (vLLM ``free_blocks``).
 
@@ -273,12 +261,6 @@ class KVCacheManager:
             q.prepend_n(first)
         if last:
             q.append_n(last)
-
-    def cache_full_blocks(self, req: Request) -> None:
-        """Hash every full computed block of ``req`` (the lazy engine defers this for decodes)."""
-        held = self.req_blocks.get(req.idx)
-        if self.enable_caching and held:
-            self._cache_full_blocks(req, held, req.num_computed_tokens // self.block_size)
 
     def reset_prefix_cache(self) -> None:
         for b in self.blocks:

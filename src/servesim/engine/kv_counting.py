@@ -201,10 +201,6 @@ class CountingKVCache:
         if self.enable_caching:
             self._hash_up_to(req, req.num_computed_tokens // self.block_size)
 
-    def cache_full_blocks(self, req: Request) -> None:
-        if self.enable_caching and req.idx in self.held:
-            self._hash_up_to(req, req.num_computed_tokens // self.block_size)
-
     def free(self, req: Request, keep_for_resume: bool = False) -> None:
         """Return ``req``'s blocks in the reference's eviction order (see ``KVCacheManager.free``)."""
         idx = req.idx
