@@ -13,6 +13,7 @@ Token times are the end of the step that produced them.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import operator
 from collections.abc import Callable
@@ -232,11 +233,10 @@ class Replica:
         queued = sorted(waiting[i].queued_s for i in range(self.run_waiting0, len(waiting)))
         starts = self.steps.start_s  # type: ignore[union-attr]
         col = self.steps.num_waiting  # type: ignore[union-attr]
-        j = 0
-        for row in range(len(starts) - k, len(starts)):
-            while j < len(queued) and queued[j] <= starts[row]:
-                j += 1
-            col[row] += j
+        end = len(starts)
+        for q in queued:  # usually none starts after the arrival: the run stopped before it
+            for row in range(bisect.bisect_left(starts, q, end - k, end), end):
+                col[row] += 1
 
     def _check(self) -> None:
         sched = self.scheduler
