@@ -149,6 +149,15 @@ def test_gpu_lookup_and_aliases() -> None:
         get_gpu("H300")
 
 
+def test_sm_counts_from_the_spec_sheets() -> None:
+    """Streaming multiprocessors (AMD: compute units) that each product enables."""
+    sms = {g: get_gpu(g).num_sms for g in list_gpus()}
+    assert sms == {"A100-80GB": 108, "H100-SXM": 132, "H200": 132, "B200": 148, "MI300X": 304,
+                   "L40S": 142, "L4": 58}
+    # Custom hardware has none (wave quantisation is off there).
+    assert get_gpu(GpuConfig(name="X", bf16_tflops=100, mem_gb=40, mem_bw_tbps=1.5)).num_sms == 0
+
+
 def test_flops_for_falls_back_to_bf16_without_fp8() -> None:
     a100, h100 = get_gpu("A100-80GB"), get_gpu("H100-SXM")
     assert a100.flops_for("fp8") == a100.flops_for("bfloat16") == 312e12

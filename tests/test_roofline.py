@@ -148,6 +148,49 @@ def test_refinements_by_hand() -> None:
         assert pm.batch_time(s) == pm.batch_time(s)  # the second call is served from the per-T cache
 
 
+def test_wave_quantisation_by_hand() -> None:
+    """GEMM tiles over SMs (``gemm_tile_*``), written out for Llama-3.1-8B on one H100 (132 SMs)
+    with 128 x 64 tiles: the compute roof counts whole waves of whole tiles."""
+    eff = Efficiencies(gemm_tile_m=128, gemm_tile_n=64)
+    pm = RooflinePerfModel(load_model("Llama-3.1-8B"), get_gpu("H100"), eff=eff)
+    plain = RooflinePerfModel(load_model("Llama-3.1-8B"), get_gpu("H100"))
+
+    def padded(m: int, n: int, k: int) -> float:  # FLOPs of one GEMM of m tokens, n outputs
+        tm = 64 if m <= 64 else 128
+        tiles = -(-m // tm) * -(-n // 64)
+        return 2 * k * -(-tiles // 132) * 132 * tm * 64
+
+    for t in (1, 64, 65, 700, 4096):
+        s = BatchStats(num_prefill_tokens=t, prefill_attn_work=t * t / 2, num_prefill_reqs=1)
+        b, b0 = pm.breakdown(s), plain.breakdown(s)
+        c = L * (padded(t, Q + 2 * KV, H) + padded(t, H, Q)) / (PEAK * LIN_C)
+        m = (P_PROJ * L * 2 + t * L * 2 * (H + Q + 2 * KV + Q + H)) / (BW * LIN_M)
+        assert b["proj"] == pytest.approx(max(c, m), rel=1e-12)
+        c = L * (padded(t, 2 * FFN, H) + padded(t, H, FFN)) / (PEAK * LIN_C)
+        m = (P_MLP * L * 2 + t * L * 2 * (H + 2 * FFN + FFN + H)) / (BW * LIN_M)
+        assert b["mlp"] == pytest.approx(max(c, m), rel=1e-12)
+        assert b["proj"] >= b0["proj"] and b["mlp"] >= b0["mlp"]  # never faster than the ideal
+        assert {k: v for k, v in b.items() if k not in ("proj", "mlp")} == pytest.approx(
+            {k: v for k, v in b0.items() if k not in ("proj", "mlp")}, rel=1e-12)
+        assert pm.batch_time(s) == pytest.approx(sum(b.values()), rel=1e-12)
+        assert pm.batch_flops(s) == plain.batch_flops(s)  # MFU counts the useful FLOPs
+    # 4096 tokens: the down projection has 32 x 64 = 2048 tiles, 15.5 waves -> 16 (3% waste);
+    # 4224 tokens add one 128-row stripe: 2112 tiles, exactly 16 waves, the same compute time
+    # (and the gate/up projection's 33 x 448 tiles are exactly 112 waves: no waste at all).
+    t1, t2 = (BatchStats(num_prefill_tokens=t, num_prefill_reqs=1) for t in (4096, 4224))
+    assert padded(4096, H, FFN) == padded(4224, H, FFN) < padded(4225, H, FFN)
+    assert pm.breakdown(t2)["mlp"] == pytest.approx(plain.breakdown(t2)["mlp"], rel=1e-12)
+    assert pm.breakdown(t1)["mlp"] > plain.breakdown(t1)["mlp"] * 1.01
+    # Off without an SM count (custom hardware) and for MoE models.
+    custom = dataclasses.replace(get_gpu("H100"), num_sms=0)
+    s = BatchStats(num_prefill_tokens=300, num_prefill_reqs=1)
+    assert RooflinePerfModel(load_model("Llama-3.1-8B"), custom, eff=eff).batch_time(s) == pytest.approx(
+        plain.batch_time(s), rel=1e-12)
+    moe = load_model("Mixtral-8x7B")
+    assert RooflinePerfModel(moe, get_gpu("H100"), eff=eff).batch_time(s) == pytest.approx(
+        RooflinePerfModel(moe, get_gpu("H100")).batch_time(s), rel=1e-12)
+
+
 def test_tensor_parallel_speeds_up_70b_prefill() -> None:
     m, g = load_model("Llama-3.1-70B"), get_gpu("H100")
     s = BatchStats(num_prefill_tokens=4096, prefill_attn_work=4096 * 2048, num_prefill_reqs=1)
@@ -202,6 +245,11 @@ _MODELS = {
         roof_blend=0.6, row_pass_s=0.5e-6, gemm_kernel_overhead_s=6e-6, allreduce_hop_s=1e-6)),
     "refined_moe": RooflinePerfModel(load_model("Mixtral-8x7B"), get_gpu("H100"), tp=2,
                                      eff=Efficiencies(roof_blend=1.0, row_pass_s=1e-6)),
+    "tiled": RooflinePerfModel(load_model("Llama-3.1-8B"), get_gpu("H100"),
+                               eff=Efficiencies(gemm_tile_m=128, gemm_tile_n=64)),
+    "tiled_refined_tp2": RooflinePerfModel(load_model("Llama-3.1-70B"), get_gpu("A100"), tp=2, pp=2,
+                                           eff=Efficiencies(roof_blend=0.4, gemm_tile_m=128,
+                                                            gemm_tile_n=128)),
 }
 
 

@@ -16,6 +16,10 @@ the package never reads that file). Conventions:
   It is a typical value, not a measurement of any particular board.
 - ``usd_per_hour`` is one typical on-demand price per GPU (early-2026 third-party quotes
   from the CSV notes); prices move often and vary by provider, so treat them as a default.
+- ``num_sms`` is the number of streaming multiprocessors (AMD: compute units) the product
+  enables, which GEMM wave quantisation divides output tiles over (``Efficiencies.gemm_tile_*``);
+  0 (custom hardware) turns wave quantisation off. Sources, per GPU below: NVIDIA's
+  architecture whitepapers and datasheets, AMD's MI300X datasheet.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class GpuSpec:
     idle_power_w: float
     max_power_w: float
     usd_per_hour: float
+    num_sms: int = 0
 
     def flops_for(self, dtype: str) -> float:
         """Peak dense FLOP/s for a dtype; fp8 falls back to bf16 on GPUs without fp8 units."""
@@ -64,25 +69,33 @@ def _flops(bf16_tflops: float, fp8_tflops: float | None, fp32_tflops: float) -> 
 
 
 # name, (bf16, fp8, fp32) TFLOP/s, driver-visible bytes, HBM bytes/s, unidirectional link bytes/s,
-# link latency s, idle W, TDP W, $/GPU-hour.
+# link latency s, idle W, TDP W, $/GPU-hour, SMs.
 _GPUS: tuple[GpuSpec, ...] = (
     # A100 SXM4 80GB: NVLink 3 600 GB/s bidir; $1.49-2.49 typical range -> midpoint.
-    GpuSpec("A100-80GB", _flops(312, None, 19.5), 79.15 * _GIB, 2.039e12, 300e9, 5e-6, 90, 400, 1.99),
+    # SMs: 108 of GA100's 128 (NVIDIA A100 Tensor Core GPU Architecture whitepaper, table 1).
+    GpuSpec("A100-80GB", _flops(312, None, 19.5), 79.15 * _GIB, 2.039e12, 300e9, 5e-6, 90, 400, 1.99, 108),
     # H100 SXM5: NVLink 4 900 GB/s bidir; $2.49 (Lambda, bottom of the 2.49-3.99 range).
-    GpuSpec("H100-SXM", _flops(989, 1979, 67), 79.19 * _GIB, 3.35e12, 450e9, 5e-6, 150, 700, 2.49),
+    # SMs: 132 of GH100's 144 (NVIDIA H100 Tensor Core GPU Architecture whitepaper: H100 SXM5
+    # 132, H100 PCIe 114).
+    GpuSpec("H100-SXM", _flops(989, 1979, 67), 79.19 * _GIB, 3.35e12, 450e9, 5e-6, 150, 700, 2.49, 132),
     # H200 SXM: H100 compute, 141 GB HBM3e at 4.8 TB/s; $2.25 is a vendor's on-demand claim
     # (hyperscalers quote $8-14), so it is optimistic.
-    GpuSpec("H200", _flops(989, 1979, 67), 139.8 * _GIB, 4.8e12, 450e9, 5e-6, 150, 700, 2.25),
+    # SMs: 132, the H100 SXM5's GH100 configuration (same compute, new memory).
+    GpuSpec("H200", _flops(989, 1979, 67), 139.8 * _GIB, 4.8e12, 450e9, 5e-6, 150, 700, 2.25, 132),
     # B200 (HGX, 1000 W): 180 GB visible; NVLink 5 1.8 TB/s bidir; $3.75 vendor claim.
-    GpuSpec("B200", _flops(2250, 4500, 75), 179.0 * _GIB, 8.0e12, 900e9, 5e-6, 200, 1000, 3.75),
+    # SMs: 148 (two dies of 74 enabled SMs; Chips and Cheese, "Nvidia's B200", 2025).
+    GpuSpec("B200", _flops(2250, 4500, 75), 179.0 * _GIB, 8.0e12, 900e9, 5e-6, 200, 1000, 3.75, 148),
     # MI300X: figures approximate (sources conflict); XGMI 896 GB/s; $1.71-1.85 -> 1.78.
-    GpuSpec("MI300X", _flops(1300, 2610, 163.4), 191.5 * _GIB, 5.3e12, 448e9, 8e-6, 170, 750, 1.78),
+    # Compute units: 304 (AMD Instinct MI300X datasheet).
+    GpuSpec("MI300X", _flops(1300, 2610, 163.4), 191.5 * _GIB, 5.3e12, 448e9, 8e-6, 170, 750, 1.78, 304),
     # L40S PCIe: no NVLink, PCIe Gen4 x16 64 GB/s bidir. Price not in the CSV: a typical
     # on-demand quote (~$1/h), to be checked.
-    GpuSpec("L40S", _flops(362, 733, 91.6), 44.4 * _GIB, 0.864e12, 32e9, 10e-6, 80, 350, 0.99),
+    # SMs: 142 (NVIDIA L40S datasheet: 18,176 CUDA cores = 142 x 128, 568 Tensor Cores = 142 x 4).
+    GpuSpec("L40S", _flops(362, 733, 91.6), 44.4 * _GIB, 0.864e12, 32e9, 10e-6, 80, 350, 0.99, 142),
     # L4 PCIe: dense = half the sparse datasheet figures; PCIe Gen4 x16 assumed like L40S.
     # Price not in the CSV: a typical cloud quote (~$0.70/h), to be checked.
-    GpuSpec("L4", _flops(121, 242.5, 30.3), 22.0 * _GIB, 0.300e12, 32e9, 10e-6, 16, 72, 0.70),
+    # SMs: 58 (NVIDIA L4 datasheet: 7,424 CUDA cores = 58 x 128; some third-party tables list 60).
+    GpuSpec("L4", _flops(121, 242.5, 30.3), 22.0 * _GIB, 0.300e12, 32e9, 10e-6, 16, 72, 0.70, 58),
 )
 
 _BY_NAME = {g.name: g for g in _GPUS}

@@ -117,25 +117,30 @@ class HardwareProfile:
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ConfigError(f'{source}: not a servesim hardware profile (expected "format": "{FORMAT}")')
         names = {f.name for f in dataclasses.fields(Efficiencies)}
-        eff_d = d.get("efficiencies") or {}
+        eff_d = dict(d.get("efficiencies") or {})
         unknown = set(eff_d) - names
         if unknown:
             raise ConfigError(
                 f"{source}: efficiencies: unknown keys {sorted(unknown)}; known: {sorted(names)}"
             )
+        tile = ("gemm_tile_m", "gemm_tile_n")
         bad = [
             k
             for k, v in eff_d.items()
             if not isinstance(v, int | float)
             or v < 0
             or (k == "roof_blend" and v > 1)  # 0 is allowed: the hard max
-            or (not k.endswith("_s") and k != "roof_blend" and not 0 < v <= 1)
+            or (k in tile and v != int(v))
+            or (not k.endswith("_s") and k != "roof_blend" and k not in tile and not 0 < v <= 1)
         ]
         if bad:
             raise ConfigError(
                 f"{source}: efficiencies {bad}: fractions must be in (0, 1] (roof_blend in [0, 1]), "
-                "overheads >= 0"
+                "overheads >= 0, GEMM tiles whole numbers >= 0"
             )
+        for k in tile:
+            if k in eff_d:
+                eff_d[k] = int(eff_d[k])
         try:
             gpu = GpuConfig.model_validate(d["gpu"]) if d.get("gpu") else None
             tables = [_table_from_dict(t) for t in d.get("operator_tables") or []]

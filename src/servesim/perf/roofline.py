@@ -19,6 +19,7 @@ and ``batch_time`` is a few multiplies and ``max`` calls. See docs/perf_model.md
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import ceil
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,9 @@ _CACHE_MAX = 1 << 16
 ROW_THREADS = 1024
 #: Of which GEMMs (QKV, output projection, gate/up, down): they pay ``gemm_kernel_overhead_s``.
 GEMMS_PER_LAYER = 4
+#: Token rows of the output tiles of GEMMs with at most this many tokens, whatever the fitted
+#: tile: cuBLAS runs skinny GEMMs with 64-row tiles (Hopper's wgmma computes 64 rows per warpgroup).
+SKINNY_TILE_M = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +67,14 @@ class Efficiencies:
     gemm_kernel_overhead_s: per GEMM kernel (None: ``kernel_overhead_s``); a GEMM's fixed
         cost (prologue, epilogue, last-wave tail, split-K reduction) is larger than a
         small elementwise kernel's launch-to-finish latency.
+    gemm_tile_m, gemm_tile_n: GEMM wave quantisation (0: off, the ideal FLOPs). A GEMM of M
+        tokens x N outputs computes its output in tiles of gemm_tile_m tokens x gemm_tile_n
+        outputs (64 x gemm_tile_n when M <= 64), one per SM at a time: waves =
+        ceil(tiles / SMs), and its compute roof counts waves x SMs x tile area x 2K FLOPs
+        instead of 2MNK. So a GEMM whose tile count is just above a multiple of the SM count
+        runs a nearly empty last wave (NVIDIA's "Matrix Multiplication Background" guide,
+        tile and wave quantisation). The projection and MLP GEMMs of dense models only (not
+        MoE models, nor the LM head); needs the GPU's ``num_sms``. Calibration picks the tile.
     row_pass_s: one pass of a 1024-thread block along a token's row. vLLM's RMSNorm,
         rotary and activation kernels give each token one thread block that loops over the
         row; with few tokens the GPU is mostly idle and such a kernel takes (row width /
@@ -87,6 +99,8 @@ class Efficiencies:
     gemm_kernel_overhead_s: float | None = None
     row_pass_s: float = 0.0
     allreduce_hop_s: float = 0.0
+    gemm_tile_m: int = 0
+    gemm_tile_n: int = 0
     # (allreduce_hop_s: latency per step of a ring all-reduce, which takes 2 (tp - 1) steps;
     # each all-reduce costs allreduce_latency_s + 2 (tp - 1) x allreduce_hop_s.)
     # Per-class overrides of linear_* (None: use linear_*). A calibrated profile sets them
@@ -115,6 +129,30 @@ def _pnorm(x: float, y: float, p: float) -> float:
     return hi * (1.0 + (lo / hi) ** p) ** (1.0 / p) if hi > 0 else 0.0
 
 
+def gemm_shapes(model: ModelSpec, tp: int = 1) -> dict[str, tuple[tuple[int, int], ...]]:
+    """(outputs N, inputs K) of each GEMM of one layer on one TP rank: "proj" (fused QKV,
+    output projection) and "mlp" (fused gate/up or up, down); none for MoE experts."""
+    if model.is_moe:
+        return {"proj": (), "mlp": ()}
+    m, H = model, model.hidden_size
+    q = m.num_attention_heads // tp * m.head_dim
+    kv = m.kv_heads_per_rank(tp) * m.head_dim
+    width = m.intermediate_size // tp
+    up = (2 if m.mlp_gated else 1) * width
+    return {"proj": ((q + 2 * kv, H), (H, q)), "mlp": ((up, H), (H, width))}
+
+
+def tiled_area(m: float, n: int, tile_m: int, tile_n: int, num_sms: int) -> float:
+    """Output elements a GEMM of ``m`` tokens x ``n`` outputs computes when it runs in
+    ``tile_m`` x ``tile_n`` tiles (64-row tiles for m <= 64), ``num_sms`` tiles per wave:
+    waves x SMs x tile area, against m x n ideally (tile and wave quantisation)."""
+    if m <= 0:
+        return 0.0
+    tm = SKINNY_TILE_M if m <= SKINNY_TILE_M < tile_m else tile_m
+    waves = ceil(ceil(m / tm) * ceil(n / tile_n) / num_sms)
+    return float(waves * num_sms * tm * tile_n)
+
+
 class RooflinePerfModel:
     """Roofline time of one iteration of ``model`` on ``tp`` x ``pp`` GPUs (implements PerfModel)."""
 
@@ -123,7 +161,7 @@ class RooflinePerfModel:
         "_work", "_proj_f", "_proj_w", "_proj_a", "_mlp_f", "_mlp_w", "_mlp_a", "_router_f", "_router_w",
         "_num_experts", "_top_k", "_miss", "_pf_f", "_pf_kv", "_pf_tok", "_dec_f", "_dec_kv", "_dec_req",
         "_el_tok", "_el_floor", "_lm_f", "_lm_w", "_lm_req", "_samp_req", "_comm_tok", "_comm_const",
-        "_comm_req", "_fixed", "_coef", "ep", "expert_imbalance", "links",
+        "_comm_req", "_fixed", "_coef", "ep", "expert_imbalance", "links", "_tiles",
     )
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1, pp: int = 1,
@@ -234,7 +272,15 @@ class RooflinePerfModel:
         gemm_k = e.kernel_overhead_s if e.gemm_kernel_overhead_s is None else e.gemm_kernel_overhead_s
         self._fixed = e.launch_overhead_s + L * ((KERNELS_PER_LAYER - GEMMS_PER_LAYER) * e.kernel_overhead_s
                                                  + GEMMS_PER_LAYER * gemm_k)
-        refined = bool(e.roof_blend or self._el_floor)  # beyond the classic roofline: see batch_time
+        # Wave quantisation: per class, (seconds per output element of each GEMM, its N).
+        self._tiles: tuple[tuple[tuple[float, int], ...], ...] | None = None
+        if e.gemm_tile_m > 0 and e.gemm_tile_n > 0 and gpu.num_sms > 0 and not m.is_moe:
+            shapes = gemm_shapes(m, tp)
+            self._tiles = tuple(
+                tuple((2.0 * k * L * sec, n) for n, k in shapes[cls])
+                for cls, sec in (("proj", pj_f), ("mlp", lin_f)))
+        # Beyond the classic roofline (see batch_time): the T-dependent classes are cached per T.
+        refined = bool(e.roof_blend or self._el_floor or self._tiles)
         self._coef: tuple[Any, ...] = (
             self._proj_f, self._proj_w, self._proj_a, self._mlp_f, self._mlp_w, self._mlp_a,
             self._router_f, self._router_w, self._num_experts, self._top_k, self._miss,
@@ -317,16 +363,25 @@ class RooflinePerfModel:
 
     def _token_classes(self, t: float) -> float:
         """Seconds of the projections, MLP and elementwise kernels for ``t`` tokens."""
+        proj, mlp = self._gemm_classes(t)
+        return proj + mlp + roof(self._el_tok * t, self._el_floor, self.eff.roof_blend)
+
+    def _gemm_classes(self, t: float) -> tuple[float, float]:
+        """Seconds of the projections and of the MLP (or experts) for ``t`` tokens."""
         bl = self.eff.roof_blend
+        if self._tiles is None:
+            proj_c, mlp_c = self._proj_f * t, self._mlp_f * t
+        else:
+            tm, tn, sms = self.eff.gemm_tile_m, self.eff.gemm_tile_n, self.gpu.num_sms
+            proj_c, mlp_c = (sum(c * tiled_area(t, n, tm, tn, sms) for c, n in g) for g in self._tiles)
         if self._num_experts:
             pairs = t * self._top_k
             touched = self._num_experts * (1.0 - self._miss ** t)
             mlp = roof(self._mlp_f * pairs + self._router_f * t,
                        self._mlp_w * touched + self._router_w + self._mlp_a * pairs, bl)
         else:
-            mlp = roof(self._mlp_f * t, self._mlp_w + self._mlp_a * t, bl)
-        return (roof(self._proj_f * t, self._proj_w + self._proj_a * t, bl) + mlp
-                + roof(self._el_tok * t, self._el_floor, bl))
+            mlp = roof(mlp_c, self._mlp_w + self._mlp_a * t, bl)
+        return roof(proj_c, self._proj_w + self._proj_a * t, bl), mlp
 
     # ------------------------------------------------------------------ reporting (not hot)
 
@@ -364,16 +419,10 @@ class RooflinePerfModel:
             return {}
         pt, s = stats.num_prefill_tokens, stats.sum_decode_context
         bl = self.eff.roof_blend
-        if self._num_experts:
-            pairs = t * self._top_k
-            touched = self._num_experts * (1.0 - self._miss ** t)
-            mlp = roof(self._mlp_f * pairs + self._router_f * t,
-                       self._mlp_w * touched + self._router_w + self._mlp_a * pairs, bl)
-        else:
-            mlp = roof(self._mlp_f * t, self._mlp_w + self._mlp_a * t, bl)
+        proj, mlp = self._gemm_classes(t)
         comm = self._comm_tok * t + self._comm_const + self._comm_req * r
         return {
-            "proj": roof(self._proj_f * t, self._proj_w + self._proj_a * t, bl),
+            "proj": proj,
             "mlp": mlp,
             "attn_prefill": roof(self._pf_f * stats.prefill_attn_work,
                                  self._pf_kv * stats.sum_prefill_context + self._pf_tok * pt, bl)

@@ -23,8 +23,10 @@ from servesim.perf.roofline import (
     GEMMS_PER_LAYER,
     KERNELS_PER_LAYER,
     ROW_THREADS,
+    SKINNY_TILE_M,
     Efficiencies,
     RooflinePerfModel,
+    gemm_shapes,
 )
 
 #: Roofline classes with a compute and a memory roof; "elementwise" and "sampling" are memory only.
@@ -44,6 +46,10 @@ class Terms:
     row_passes: 1024-element passes along token rows of the elementwise kernels (their
     latency floor, ``row_pass_s``); num_launch: iterations (launch overhead); num_steps:
     engine steps (CPU time); fixed_s: seconds no parameter scales (pipeline link latency).
+    gemm_m, gemm_n[c], gemm_f[c], num_sms: for wave quantisation (``gemm_tile_*``), the
+    tokens of each row, and per GEMM class c two columns, the N and the FLOPs per output
+    element (2 K x layers) of its GEMMs (0: no shape known, the class keeps ``flops[c]``),
+    and the GPU's SMs.
     """
 
     flops: dict[str, np.ndarray]
@@ -60,6 +66,10 @@ class Terms:
     num_launch: np.ndarray
     num_steps: np.ndarray
     fixed_s: np.ndarray
+    gemm_m: np.ndarray
+    gemm_n: dict[str, np.ndarray]
+    gemm_f: dict[str, np.ndarray]
+    num_sms: np.ndarray
 
     @staticmethod
     def concat(parts: Sequence[Terms]) -> Terms:
@@ -81,6 +91,10 @@ class Terms:
             cat(lambda p: p.num_launch),
             cat(lambda p: p.num_steps),
             cat(lambda p: p.fixed_s),
+            cat(lambda p: p.gemm_m),
+            {c: cat(lambda p, c=c: p.gemm_n[c]) for c in GEMM_CLASSES},
+            {c: cat(lambda p, c=c: p.gemm_f[c]) for c in GEMM_CLASSES},
+            cat(lambda p: p.num_sms),
         )
 
     def __len__(self) -> int:
@@ -102,6 +116,7 @@ def predict(terms: Terms, eff: Efficiencies | dict[str, float], cpu_overhead_s: 
     get = eff.get if isinstance(eff, dict) else (lambda k: getattr(eff, k))  # type: ignore[union-attr]
     total = terms.fixed_s.copy()
     blend = get("roof_blend")
+    tm, tn = get("gemm_tile_m"), get("gemm_tile_n")
     for c in CLASSES:
         ec, em = _eff_pair(eff, c)
         mem = terms.bytes[c] / (terms.mem_bw * em)
@@ -110,7 +125,10 @@ def predict(terms: Terms, eff: Efficiencies | dict[str, float], cpu_overhead_s: 
         elif c == "sampling":
             total += mem
         else:
-            total += roof(terms.flops[c] / (terms.peak[c] * ec), mem, blend)
+            flops = terms.flops[c]
+            if tm and tn and c in GEMM_CLASSES:
+                flops = tiled_flops(terms, c, tm, tn)
+            total += roof(flops / (terms.peak[c] * ec), mem, blend)
     total += terms.link_bytes / (terms.link_bw * get("comm"))
     total += terms.num_allreduce * get("allreduce_latency_s")
     total += terms.num_allreduce_hops * get("allreduce_hop_s")
@@ -118,6 +136,36 @@ def predict(terms: Terms, eff: Efficiencies | dict[str, float], cpu_overhead_s: 
     total += terms.num_kernels * k + terms.num_gemm_kernels * (k if gk is None else gk)
     total += terms.num_launch * get("launch_overhead_s")
     return total + terms.num_steps * cpu_overhead_s
+
+
+def tiled_flops(terms: Terms, cls: str, tile_m: float, tile_n: float) -> np.ndarray:
+    """FLOPs of GEMM class ``cls`` with wave quantisation (``roofline.tiled_area``, vectorized);
+    rows without GEMM shapes or SM count keep their ideal FLOPs."""
+    m, sms = terms.gemm_m[:, None], terms.num_sms[:, None]
+    tm = np.where((m <= SKINNY_TILE_M) & (tile_m > SKINNY_TILE_M), SKINNY_TILE_M, tile_m)
+    safe = np.maximum(sms, 1)
+    waves = np.ceil(np.ceil(m / tm) * np.ceil(terms.gemm_n[cls] / tile_n) / safe)
+    area = np.where(m > 0, waves * safe * tm * tile_n, 0.0)
+    tiled = np.sum(terms.gemm_f[cls] * area, axis=1)
+    known = (terms.gemm_f[cls][:, 0] > 0) & (terms.num_sms > 0)
+    return np.where(known, tiled, terms.flops[cls])
+
+
+def _gemm_rows(model: ModelSpec, tp: int, tokens: np.ndarray, layers: float,
+               classes: Sequence[str] = GEMM_CLASSES) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """gemm_n and gemm_f of rows of ``tokens`` (see ``Terms``) for ``classes``; others empty."""
+    n = len(tokens)
+    shapes = gemm_shapes(model, tp)
+    gn, gf = _no_gemms(n)
+    for c in classes:
+        for j, (out, k) in enumerate(shapes[c]):
+            gn[c][:, j] = out
+            gf[c][:, j] = np.where(tokens > 0, 2.0 * k * layers, 0.0)
+    return gn, gf
+
+
+def _no_gemms(n: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    return {c: np.zeros((n, 2)) for c in GEMM_CLASSES}, {c: np.zeros((n, 2)) for c in GEMM_CLASSES}
 
 
 def roof(compute_s: np.ndarray, memory_s: np.ndarray, blend: float) -> np.ndarray:
@@ -156,6 +204,8 @@ def iteration_terms(
         peak[c][:] = peak_lin if c in ("proj", "mlp") else peak_act
     link_bytes, n_ar, nonzero = np.zeros(n), np.zeros(n), np.zeros(n)
     L, H, ba = model.num_layers, model.hidden_size, model.activation_dtype_bytes
+    tokens = np.array([float(s.num_tokens) for s in stats])
+    gemm_n, gemm_f = _gemm_rows(model, tp, tokens, L)
     ring = 2.0 * (tp - 1) / tp
     for i, s in enumerate(stats):
         t, r = s.num_tokens, s.num_reqs
@@ -182,6 +232,10 @@ def iteration_terms(
         nonzero.copy(),
         nonzero.copy() if engine_steps else np.zeros(n),
         nonzero * (pp - 1) * gpu.interconnect_latency_s,
+        tokens,
+        gemm_n,
+        gemm_f,
+        np.full(n, float(gpu.num_sms)),
     )
 
 
@@ -205,6 +259,8 @@ def operator_terms(table: OperatorTable, gpu: GpuSpec, cls: str) -> Terms:
     for c in CLASSES:
         peak[c][:] = gpu.flops_for(_act_dtype(table.shape))
     z = np.zeros(n)
+    gemm_n, gemm_f = _gemm_rows(table.shape, table.tp, tokens.astype(float), table.shape.num_layers,
+                                [cls] if cls in GEMM_CLASSES else [])
     return Terms(
         flops,
         nbytes,
@@ -220,6 +276,10 @@ def operator_terms(table: OperatorTable, gpu: GpuSpec, cls: str) -> Terms:
         z.copy(),
         z.copy(),
         z.copy(),
+        tokens.astype(float),
+        gemm_n,
+        gemm_f,
+        np.full(n, float(gpu.num_sms)),
     )
 
 
@@ -251,6 +311,9 @@ def attention_terms(table: OperatorTable, gpu: GpuSpec) -> Terms:
         z.copy(),
         z.copy(),
         z.copy(),
+        z.copy(),
+        *_no_gemms(n),
+        z.copy(),
     )
 
 
@@ -273,5 +336,8 @@ def allreduce_terms(table: AllReduceTable, gpu: GpuSpec) -> Terms:
         z.copy(),
         z.copy(),
         z.copy(),
+        z.copy(),
+        z.copy(),
+        *_no_gemms(n),
         z.copy(),
     )
