@@ -47,30 +47,39 @@ def test_suites_and_cases_present(checks: list[Check]) -> None:
 
 
 def test_cpu_predictions_of_unseen_recordings(checks: list[Check]) -> None:
-    """Calibrated on rate1.json, servesim predicts the other recordings' mean and P90 TTFT,
-    TPOT and E2E with the errors docs/fidelity.md reports (the 10% target is met for rate3
-    and for TPOT/P90 E2E of rate2, not for TTFT near saturation, nor for rate2_repeat,
-    recorded while the shared machine ran ~16% faster than during the calibration run)."""
+    """Calibrated on rate1.json, servesim predicts the recordings made in the same session
+    (docs/fidelity.md §4): within 10% (mean and P90 TTFT, TPOT, E2E) at light and moderate
+    load and for rate1.5 (twice) and rate2.5; rate1.25, recorded while the machine ran ~5%
+    slower (its replayed step times are 5% below the measured ones), misses TPOT and mean
+    E2E by 13-18%: near saturation queueing amplifies a service-time error."""
     rows = {
         (c.case.split(" ")[0], c.metric): c for c in checks if c.suite == "vllm-cpu" and "noise" not in c.case
     }
-    for metric in ("mean_tpot_s", "p90_tpot_s", "mean_e2e_s", "p90_e2e_s", "p90_ttft_s"):
-        assert rows["rate3", metric].mape_pct < 6, metric
-    assert rows["rate3", "mean_ttft_s"].mape_pct < 15
-    for metric in ("mean_tpot_s", "p90_tpot_s", "p90_e2e_s"):
-        assert rows["rate2", metric].mape_pct < 10, metric
-    assert rows["rate2", "mean_e2e_s"].mape_pct < 18
-    # Errors follow the replayed step-time bias: servesim is slower than the faster runs.
-    for name in ("rate2", "rate2_repeat"):
-        assert rows[name, "step time (recorded batches)"].bias_pct > 5
-        assert rows[name, "mean_e2e_s"].bias_pct > 0
-    # Heavier load -> longer TTFT, measured and predicted alike (the direction of the effect).
+    metrics = ("mean_ttft_s", "p90_ttft_s", "mean_tpot_s", "p90_tpot_s", "mean_e2e_s", "p90_e2e_s")
+    within_10 = ("rate0.5", "rate0.75", "rate0.75_repeat", "rate1.5", "rate1.5_repeat", "rate2.5")
+    for name in within_10:
+        for metric in metrics:
+            assert rows[name, metric].mape_pct < 10, (name, metric)
+    for name in ("rate0.5", "rate0.75", "rate0.75_repeat"):  # not saturated
+        assert "heavy" not in rows[name, "mean_ttft_s"].case
+    for name in ("rate1.25", "rate1.5", "rate2.5"):  # busy >= 80%
+        assert "heavy" in rows[name, "mean_ttft_s"].case
+    # rate1.25: slower machine -> servesim under-predicts, amplified by the load.
+    assert rows["rate1.25", "step time (recorded batches)"].bias_pct < -3
+    for metric in ("mean_tpot_s", "mean_e2e_s"):
+        assert rows["rate1.25", metric].bias_pct < -10
+    # Heavier load -> longer TPOT and E2E, measured and predicted alike.
     for src in ("measured", "predicted"):
-        ttft = [getattr(rows[f"rate{r}", "mean_ttft_s"], src) for r in (1, 2, 3)]
-        assert ttft == sorted(ttft), src
-    # With vLLM's own step times servesim's scheduler makes the same steps (>= 94%).
-    for name in ("rate1", "rate2", "rate3", "rate2_repeat"):
-        assert rows[name, "schedule with vLLM's step times: % of steps differing"].mape_pct < 6
+        for metric in ("mean_tpot_s", "mean_e2e_s"):
+            v = [getattr(rows[f"rate{r}", metric], src) for r in ("0.5", "0.75", "1", "1.25", "1.5", "2.5")]
+            assert v == sorted(v), (src, metric)
+    # Step by step: with vLLM's own step times servesim's scheduler makes the same steps.
+    for name in (*within_10, "rate1", "rate1.25"):
+        assert rows[name, "schedule with vLLM's step times: % of steps differing"].mape_pct < 1
+    # The engine's run-to-run noise on the same workload (same session, quiet machine).
+    noise = [c for c in checks if c.suite == "vllm-cpu" and "noise" in c.case]
+    assert {c.case.split(" ")[0] for c in noise} == {"rate0.75_repeat", "rate1.5_repeat"}
+    assert all(c.mape_pct < 8 for c in noise)
 
 
 def test_cli_validate_exit_status() -> None:
