@@ -290,3 +290,30 @@ def test_simulate_applies_hardware_profile(tmp_path: Path) -> None:
         }
     )
     assert explicit.scenario.engine.cpu_overhead_s == 0.0
+
+
+def test_cluster_pools_apply_the_hardware_profile_and_bundled_names_load(tmp_path: Path) -> None:
+    """hardware.profile calibrates every pool of a cluster scenario as it does one replica,
+    and a bundled profile is found by name (``servesim catalog profiles``)."""
+    from servesim.sim import simulate
+
+    base = {
+        "model": {"name": "Llama-3.1-8B"},
+        "hardware": {"gpu": "H100"},
+        "workload": {"type": "synthetic", "num_requests": 30, "arrival": {"rate": 5.0},
+                     "prompt_len": {"kind": "constant", "value": 256},
+                     "output_len": {"kind": "constant", "value": 32}},
+        "cluster": {"pools": [{"name": "a", "num_replicas": 2}]},
+    }
+    HardwareProfile("slow", Efficiencies(linear_compute=0.35, linear_memory=0.4), "H100-SXM",
+                    cpu_overhead_s=0.01).save(tmp_path / "slow.json")
+    plain = simulate(base)
+    prof = simulate({**base, "hardware": {"gpu": "H100", "profile": str(tmp_path / "slow.json")}})
+    tpot = [r.summary["latency"]["tpot_s"]["mean"] for r in (plain, prof)]
+    assert tpot[1] > 1.5 * tpot[0]
+    assert HardwareProfile.load("h100_vidur_ops").eff == HardwareProfile.load(
+        Path(__file__).parents[1] / "src" / "servesim" / "data" / "profiles" / "h100_vidur_ops.json").eff
+    from servesim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="bundled profile: .*h100_vidur_ops"):
+        HardwareProfile.load("no_such_profile")

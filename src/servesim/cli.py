@@ -55,6 +55,7 @@ class RecordsFormat(StrEnum):
 class CatalogKind(StrEnum):
     models = "models"
     gpus = "gpus"
+    profiles = "profiles"
     all = "all"
 
 
@@ -126,13 +127,15 @@ def run_simulate(scenario_path: Path | None, overrides: list[str], output: Path 
 def catalog(
     kind: Annotated[CatalogKind, typer.Argument(help="Which presets to list.")] = CatalogKind.all,
 ) -> None:
-    """List the built-in model and GPU presets (names usable in a scenario)."""
+    """List the built-in models, GPUs and hardware profiles (names usable in a scenario)."""
     with _user_errors():
         console = Console(highlight=False)
         if kind in (CatalogKind.models, CatalogKind.all):
             console.print(_models_table())
         if kind in (CatalogKind.gpus, CatalogKind.all):
             console.print(_gpus_table())
+        if kind in (CatalogKind.profiles, CatalogKind.all):
+            console.print(_profiles_table())
 
 
 def _call(x: Any) -> Any:
@@ -176,6 +179,18 @@ def _gpus_table() -> Table:
                       "-" if fp8 is None else f"{fp8 / 1e12:,.0f}",
                       f"{g.mem_bytes / 2**30:.0f} GiB", f"{g.mem_bw / 1e12:.2f}",
                       f"{g.idle_power_w:.0f}-{g.max_power_w:.0f}", f"{g.usd_per_hour:.2f}")
+    return table
+
+
+def _profiles_table() -> Table:
+    from servesim.perf.profiled import HardwareProfile, bundled_profiles
+
+    table = Table(title="Hardware profiles (hardware.profile: NAME; docs/fidelity.md)", title_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("name", no_wrap=True)
+    table.add_column("fitted on")
+    for name, path in sorted(bundled_profiles().items()):
+        table.add_row(name, HardwareProfile.load(path).name)
     return table
 
 

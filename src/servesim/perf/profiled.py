@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from servesim.catalog.gpus import GpuSpec, get_gpu
+from servesim.catalog.gpus import GpuSpec, LinkSpec, get_gpu
 from servesim.catalog.models import ModelSpec, from_hf_config
 from servesim.config import EngineConfig, GpuConfig, ModelConfig, ParallelConfig
 from servesim.errors import ConfigError
@@ -73,10 +73,12 @@ class HardwareProfile:
         return engine.model_copy(update={"cpu_overhead_s": self.cpu_overhead_s})
 
     def perf_model(
-        self, model: ModelSpec, gpu: GpuSpec, parallel: ParallelConfig, model_cfg: ModelConfig | None = None
+        self, model: ModelSpec, gpu: GpuSpec, parallel: ParallelConfig, model_cfg: ModelConfig | None = None,
+        links: LinkSpec | None = None,
     ) -> RooflinePerfModel | ProfiledPerfModel:
-        """The calibrated roofline, or the profiled model where a table covers this case."""
-        roof = build_perf_model(model, gpu, parallel, model_cfg, eff=self.eff)
+        """The calibrated roofline, or the profiled model where a table covers this case
+        (``links``: a cluster pool's links, as ``build_perf_model`` takes them)."""
+        roof = build_perf_model(model, gpu, parallel, model_cfg, eff=self.eff, links=links)
         if parallel.pipeline_parallel_size == 1:
             for t in self.tables:
                 if t.gpu == gpu.name and t.tp == parallel.tensor_parallel_size and same_shape(t.shape, model):
@@ -103,11 +105,18 @@ class HardwareProfile:
 
     @staticmethod
     def load(path: str | Path) -> HardwareProfile:
+        """A profile file, or a bundled profile by name (``servesim catalog`` lists them)."""
         p = Path(path).expanduser()
+        if not p.exists():
+            bundled = bundled_profiles().get(str(path).removesuffix(".json"))
+            if bundled is not None:
+                p = bundled
         try:
             d = json.loads(p.read_text())
         except OSError as err:
-            raise ConfigError(f"hardware.profile: {p}: cannot read: {err.strerror or err}") from None
+            known = ", ".join(sorted(bundled_profiles()))
+            raise ConfigError(f"hardware.profile: {p}: cannot read: {err.strerror or err} "
+                              f"(a file, or a bundled profile: {known})") from None
         except json.JSONDecodeError as err:
             raise ConfigError(f"hardware.profile: {p}: not JSON: {err}") from None
         return HardwareProfile.from_dict(d, str(p))
@@ -276,3 +285,11 @@ class ProfiledPerfModel:
 
     def batch_bytes(self, stats: BatchStats) -> float:
         return self.roofline.batch_bytes(stats)
+
+
+def bundled_profiles() -> dict[str, Path]:
+    """The profiles shipped with servesim (src/servesim/data/profiles), by name."""
+    from importlib import resources
+
+    folder = resources.files("servesim").joinpath("data", "profiles")
+    return {f.name.removesuffix(".json"): Path(str(f)) for f in folder.iterdir() if f.name.endswith(".json")}
