@@ -1,0 +1,51 @@
+"""Scenario: the validated, immutable description of one simulation.
+
+Every field has a default, units are in the names, and unknown keys are errors. The
+scenario is resolved once (file, then ``--set`` overrides, then validation); derived
+values (number of KV blocks, perf-model coefficients) come from pure functions of it and
+are never written back.
+
+The parts live in ``parts`` (model, hardware, parallelism, workload, SLOs, run), ``engine``
+(and the resolution of its defaults), ``cluster`` and ``scenario`` (the whole, and how
+it is read); everything is importable from ``servesim.config``.
+"""
+
+from servesim.config.cluster import (
+    ClusterConfig,
+    DisaggConfig,
+    KvLinkConfig,
+    MigrationConfig,
+    PoolConfig,
+    RouterName,
+)
+from servesim.config.engine import (
+    GIB,
+    POLICY_DEFAULTS,
+    EngineConfig,
+    SpeculativeConfig,
+    resolve_engine,
+    resolve_policy,
+)
+from servesim.config.parts import (
+    ArrivalConfig,
+    GpuConfig,
+    HardwareConfig,
+    LengthDist,
+    LinksConfig,
+    ModelConfig,
+    ParallelConfig,
+    RunConfig,
+    SloConfig,
+    SyntheticWorkload,
+    TraceWorkload,
+    WorkloadConfig,
+)
+from servesim.config.scenario import Scenario, load_scenario, parse_override, scenario_from_dict
+
+__all__ = [
+    "GIB", "POLICY_DEFAULTS", "ArrivalConfig", "ClusterConfig", "DisaggConfig", "EngineConfig",
+    "GpuConfig", "HardwareConfig", "KvLinkConfig", "LengthDist", "LinksConfig", "MigrationConfig",
+    "ModelConfig", "ParallelConfig", "PoolConfig", "RouterName", "RunConfig", "Scenario",
+    "SloConfig", "SpeculativeConfig", "SyntheticWorkload", "TraceWorkload", "WorkloadConfig",
+    "load_scenario", "parse_override", "resolve_engine", "resolve_policy", "scenario_from_dict",
+]

@@ -1,0 +1,82 @@
+"""The cluster section: pools, routers, KV link, disaggregation, migration."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from servesim.config._base import _Strict
+from servesim.config.engine import EngineConfig
+from servesim.config.parts import GpuConfig, LinksConfig, ParallelConfig
+
+# --------------------------------------------------------------------------- cluster
+
+RouterName = Literal["round_robin", "random", "least_outstanding", "least_kv", "least_work",
+                     "power_of_two", "prefix_affinity", "predicted_ttft"]
+
+
+class PoolConfig(_Strict):
+    """Identical replicas (data parallelism): GPU type, parallelism and engine of each."""
+
+    name: str
+    role: Literal["colocated", "prefill", "decode"] = Field(
+        "colocated", description="colocated serves whole requests; prefill/decode split them.")
+    num_replicas: int = Field(1, ge=1)
+    gpu: str | GpuConfig | None = Field(None, description="Catalog name or custom GPU; None: hardware.gpu.")
+    parallel: ParallelConfig | None = Field(None, description="None: the scenario's parallel section.")
+    engine: EngineConfig | None = Field(None, description="None: the scenario's engine section.")
+    links: LinksConfig = LinksConfig()
+
+
+class KvLinkConfig(_Strict):
+    """The link KV caches cross between replicas (disaggregation, migration)."""
+
+    bandwidth_gbps: float | None = Field(None, gt=0, description=(
+        "GB/s one way of one link; None: the sender's per-GPU network bandwidth x min(GPUs of "
+        "sender, receiver), as each TP rank sends its shard over its own NIC."))
+    latency_us: float | None = Field(None, ge=0, description="None: the catalog's network latency.")
+    shared_by: Literal["receiver", "sender", "cluster"] = Field(
+        "receiver", description="Transfers into one replica (or out of one, or all) share one link equally.")
+
+
+class DisaggConfig(_Strict):
+    decode_prefill_fraction: float = Field(0.0, ge=0.0, lt=1.0, description=(
+        "Balanced disaggregation (MicroServing): the decode replica computes this tail fraction "
+        "of the prompt and the first token."))
+    colocate_below_tokens: int = Field(0, ge=0, description=(
+        "Prompts shorter than this skip the prefill pool and are served whole by a decode replica."))
+
+
+class MigrationConfig(_Strict):
+    enabled: bool = Field(False, description="Llumnix-style live migration of running requests.")
+    interval_s: float = Field(0.5, gt=0, description="How often the most and least loaded are compared.")
+    threshold: float = Field(0.2, gt=0, le=1, description="KV-load gap (fraction of blocks) that migrates.")
+
+
+class ClusterConfig(_Strict):
+    """Pools of replicas behind a router; absent means the single replica of the scenario."""
+
+    pools: list[PoolConfig] = Field(min_length=1)
+    router: RouterName = Field("round_robin", description="Picks a replica (servesim.cluster.router).")
+    decode_router: RouterName | None = Field(None, description="Router of the decode pool; None: router.")
+    staleness_s: float = Field(0.0, ge=0, description="The router sees replica state this long ago.")
+    prefix_load_cap: int = Field(8, ge=0, description=(
+        "prefix_affinity: only replicas with at most this many more outstanding requests than the "
+        "least loaded compete."))
+    link: KvLinkConfig = KvLinkConfig()
+    disaggregation: DisaggConfig = DisaggConfig()
+    migration: MigrationConfig = MigrationConfig()
+
+    @model_validator(mode="after")
+    def _check(self) -> ClusterConfig:
+        names = [p.name for p in self.pools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"pool names must be unique, got {names}")
+        roles = {p.role for p in self.pools}
+        if ("prefill" in roles) != ("decode" in roles):
+            raise ValueError("a disaggregated cluster needs both a prefill and a decode pool")
+        if "prefill" in roles and "colocated" in roles:
+            raise ValueError("mixing colocated and prefill/decode pools is not supported; use "
+                             "disaggregation.colocate_below_tokens to serve short prompts on decode replicas")
+        return self

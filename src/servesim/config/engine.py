@@ -1,0 +1,184 @@
+"""The engine section and its resolution (vLLM's per-GPU defaults, per-policy defaults)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from servesim.config._base import _Strict
+from servesim.errors import ConfigError
+
+# --------------------------------------------------------------------------- engine
+
+
+class SpeculativeConfig(_Strict):
+    """Speculative decoding: a draft model proposes k tokens, the target verifies k + 1."""
+
+    num_speculative_tokens: int = Field(0, ge=0, description="Draft length k (0 = off), as vLLM names it.")
+    acceptance_rate: float = Field(0.7, ge=0, le=1, description=(
+        "Probability that each draft token is accepted (i.i.d. per token; the run of leading "
+        "acceptances is kept)."))
+    acceptance_rate_std: float = Field(0.0, ge=0, lt=0.5, description=(
+        "Spread of the per-request acceptance rate (a Beta with this std around acceptance_rate); "
+        "0 = every request has acceptance_rate."))
+    draft_cost_ratio: float = Field(0.05, ge=0, description=(
+        "Time of one draft-model decode step as a fraction of the target's decode step."))
+    seed: int = Field(0, description="Seed of the acceptance draws.")
+
+
+class EngineConfig(_Strict):
+    """Knobs of the serving engine, named as vLLM names them.
+
+    Defaults follow vLLM V1 (0.32, the version bundled with the CPU ground-truth tool)
+    for the OpenAI-compatible server (`vllm serve`); ``None`` means "vLLM's default for
+    this GPU" and is resolved by ``servesim.sim.resolve_engine``. Modelled in sync mode:
+    vLLM 0.32 turns async scheduling on by default on GPUs (the next step is scheduled
+    while the current one runs); servesim charges ``cpu_overhead_s`` per step instead.
+    """
+
+    policy: Literal["vllm_v1", "vllm_v0", "sarathi", "orca", "static"] = Field("vllm_v1", description=(
+        "Scheduler family (docs/policies.md): vllm_v1 (default), vllm_v0 (prefill-priority steps), "
+        "sarathi (Sarathi-Serve: chunk budget, decodes first), orca (iteration-level batching, KV "
+        "reserved for the maximum length at admission), static (FasterTransformer-style batches)."))
+    block_size: int = Field(
+        16, ge=1, description="Tokens per KV block (16 on GPUs, 128 on vLLM's CPU build).")
+    max_num_seqs: int | None = Field(None, ge=1, description=(
+        "Most requests in one batch. Default as `vllm serve` 0.32: 1024 on GPUs with >= 70 GiB "
+        "(not A100), else 256."))
+    max_num_batched_tokens: int | None = Field(None, ge=1, description=(
+        "Token budget of one iteration. Default as `vllm serve` 0.32: 16384 on >= 160 GiB GPUs, "
+        "8192 on >= 70 GiB (not A100), else 2048; raised to max_model_len when chunked prefill is off."))
+    enable_chunked_prefill: bool = Field(
+        True, description="Split prompts across iterations under the budget.")
+    long_prefill_token_threshold: int = Field(
+        0, ge=0, description="Cap on one request's prefill chunk per step (0 = no cap).")
+    enable_prefix_caching: bool = Field(True, description="Reuse KV blocks of identical prompt prefixes.")
+    gpu_memory_utilization: float = Field(0.92, gt=0, le=1.0, description="Fraction of device memory "
+                                          "vLLM may use (0.92 in vLLM 0.32).")
+    num_gpu_blocks_override: int | None = Field(None, ge=1, description="Force the number of KV blocks.")
+    max_model_len: int | None = Field(None, ge=1, description="Longest sequence; default the model's own.")
+    cpu_overhead_s: float = Field(
+        0.003, ge=0, description="Fixed CPU time per iteration (scheduling, input prep, sampling glue).")
+    preemption_mode: Literal["recompute", "swap"] = Field("recompute", description=(
+        "recompute: a victim's KV is dropped and recomputed; swap: copied to host memory over PCIe "
+        "(vLLM V0's swap; falls back to recompute when swap_space_gb is full)."))
+    swap_space_gb: float = Field(4.0, ge=0, description="Host memory for swapped-out KV per GPU, in GiB "
+                                 "(vLLM's swap_space, default 4).")
+    pcie_gbps: float = Field(25.0, gt=0, description="Effective host<->GPU copy bandwidth for swapping, GB/s "
+                             "(PCIe Gen4 x16: 32 GB/s peak, ~25 effective).")
+    scheduling_policy: Literal["fcfs", "priority"] = Field("fcfs", description=(
+        "Waiting order and victim choice: fcfs, or priority (workload priority, lower = more urgent; "
+        "waiting ordered by (priority, arrival), the running request with the largest (priority, "
+        "arrival) is preempted), as vLLM's --scheduling-policy."))
+    watermark: float | None = Field(None, ge=0, lt=1, description=(
+        "Fraction of KV blocks kept free when admitting (None: the policy's default, 0.01 for vllm_v0 "
+        "and sarathi as in vLLM V0's BlockSpaceManager, else 0)."))
+    orca_reservation: Literal["max", "pow2", "oracle"] = Field("max", description=(
+        "orca: KV reserved at admission: max_model_len (max), prompt + next power of 2 of the output "
+        "(pow2), or prompt + the true output (oracle), the three Orca baselines of the vLLM paper."))
+    memory_aware_admission: bool = Field(False, description=(
+        "vllm_v1: admit a waiting request only if the projected KV use of the running batch plus it "
+        "stays within the cache until their predicted completions (MC-SF-style)."))
+    output_len_prediction_error: float = Field(0.0, ge=0, description=(
+        "memory_aware_admission: predicted output length = true x exp(sigma z), z ~ N(0, 1); this is sigma."))
+    speculative: SpeculativeConfig = Field(default_factory=lambda: SpeculativeConfig(),
+                                           description="Speculative decoding (off by default).")
+    scheduler_reserve_full_isl: bool = Field(
+        True, description="Admit a waiting request only if its whole prompt fits the free KV blocks "
+        "(vLLM's default admission gate), not just its first chunk.")
+
+    @model_validator(mode="after")
+    def _check(self) -> EngineConfig:
+        if not self.enable_chunked_prefill and self.max_model_len is not None and (
+            self.max_num_batched_tokens is not None and self.max_num_batched_tokens < self.max_model_len
+        ):
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_model_len "
+                f"({self.max_model_len}) when chunked prefill is off, as vLLM requires")
+        return self
+
+
+GIB = 1 << 30
+
+#: Per-policy defaults of the knobs left ``None`` (see docs/policies.md).
+POLICY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "vllm_v1": {"watermark": 0.0},
+    "vllm_v0": {"max_num_seqs": 256, "watermark": 0.01, "enable_chunked_prefill": False,
+                "enable_prefix_caching": False},
+    "sarathi": {"max_num_seqs": 128, "max_num_batched_tokens": 512, "watermark": 0.01,
+                "enable_chunked_prefill": True, "enable_prefix_caching": False},
+    "orca": {"max_num_seqs": 256, "watermark": 0.0, "enable_chunked_prefill": False,
+             "enable_prefix_caching": False},
+    "static": {"max_num_seqs": 256, "watermark": 0.0, "enable_chunked_prefill": False,
+               "enable_prefix_caching": False},
+}
+#: Policies that cannot use prefix caching (no paged, shared blocks).
+_NO_PREFIX_CACHING = ("orca", "static")
+
+
+def resolve_policy(engine: EngineConfig, max_model_len: int | None = None) -> EngineConfig:
+    """Fill the knobs a policy defaults differently from vLLM V1 (a pure function).
+
+    vllm_v0: max_num_seqs 256, watermark 0.01, no chunked prefill, budget
+    max(max_model_len, 2048) (vLLM V0's SchedulerConfig). sarathi: max_num_seqs 128, chunk
+    budget 512, watermark 0.01 (Sarathi-Serve's defaults). orca and static: no chunking and
+    a loose budget, max(max_model_len, 16384) tokens (they have none; it bounds the prompts
+    that join one iteration and sizes the activation memory). Chunked prefill is a property of the
+    policy, so it is set here whatever the input said; prefix caching is off unless set
+    (vLLM V0's default), and always off for orca and static.
+    """
+    d = POLICY_DEFAULTS[engine.policy]
+    upd: dict[str, Any] = {}
+    if engine.watermark is None:
+        upd["watermark"] = d["watermark"]
+    if engine.policy == "vllm_v1":
+        return engine.model_copy(update=upd) if upd else engine
+    upd["enable_chunked_prefill"] = d["enable_chunked_prefill"]
+    if engine.policy in _NO_PREFIX_CACHING or "enable_prefix_caching" not in engine.model_fields_set:
+        upd["enable_prefix_caching"] = d["enable_prefix_caching"]
+    seqs = engine.max_num_seqs if engine.max_num_seqs is not None else d["max_num_seqs"]
+    upd["max_num_seqs"] = seqs
+    tokens = engine.max_num_batched_tokens
+    mml = max_model_len or engine.max_model_len
+    if tokens is None:
+        if engine.policy == "vllm_v0":
+            tokens = max(mml or 2048, 2048)
+        else:
+            # orca/static have no token budget; this bounds the prompts joining one iteration
+            # (and sizes the activation memory, as vLLM's profiling run does).
+            tokens = d.get("max_num_batched_tokens") or max(mml or 2048, 16384)
+        upd["max_num_batched_tokens"] = tokens
+    elif not d["enable_chunked_prefill"] and mml and tokens < mml:
+        raise ConfigError(f"engine.max_num_batched_tokens ({tokens}) must be >= max_model_len "
+                          f"({mml}) for policy {engine.policy}, which does not chunk prompts")
+    return engine.model_copy(update=upd)
+
+
+def resolve_engine(engine: EngineConfig, gpu_mem_bytes: float | None = None, gpu_name: str = "",
+                   max_model_len: int | None = None, world_size: int = 1) -> EngineConfig:
+    """Fill ``None`` batch knobs with vLLM 0.32's `vllm serve` defaults for this GPU.
+
+    ``engine/arg_utils.py:get_batch_defaults``: >= 160 GiB: 16384 tokens / 1024 seqs;
+    >= 70 GiB and not an A100: 8192 / 1024; otherwise 2048 / 256. With chunked prefill
+    off, an unset budget is raised to max(max_model_len, default). Policies other than
+    vllm_v1 take their own defaults first (``resolve_policy``).
+    """
+    engine = resolve_policy(engine, max_model_len)
+    if engine.max_num_seqs is not None and engine.max_num_batched_tokens is not None:
+        return engine
+    mem = gpu_mem_bytes or 0
+    if mem >= 160 * GIB:
+        tokens, seqs = 16384, 1024
+    elif mem >= 70 * GIB and "a100" not in gpu_name.lower():
+        tokens, seqs = 8192, 1024
+    else:
+        tokens, seqs = 2048, 256
+    upd: dict[str, int] = {}
+    if engine.max_num_seqs is None:
+        upd["max_num_seqs"] = seqs
+    if engine.max_num_batched_tokens is None:
+        if not engine.enable_chunked_prefill and max_model_len:
+            tokens = max(tokens, max_model_len)
+        upd["max_num_batched_tokens"] = tokens
+    return engine.model_copy(update=upd)
