@@ -9,8 +9,10 @@ holds the run logic.
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,7 +20,9 @@ from servesim.engine.request import Request
 from servesim.perf.base import BatchStats, PerfModel, decode_step_times
 
 if TYPE_CHECKING:
+    from servesim.engine.kv_counting import CountingKVCache
     from servesim.engine.lazy import LazyOutput
+    from servesim.engine.scheduler import SchedulerConfig
 
 SCALAR_STEPS = 32  # run steps timed one by one before switching to numpy chunks
 
@@ -36,6 +40,23 @@ class Run:
 
 class DecodeRuns:
     """The run logic of ``LazyScheduler`` (a mixin: it uses the scheduler's state)."""
+
+    # The LazyScheduler state this logic reads and updates (declared for type checkers).
+    kv: CountingKVCache
+    cfg: SchedulerConfig
+    waiting: deque[Request]
+    running: list[Request]
+    it: int
+    individual: list[Request]
+    num_pool: int
+    pool_off: int
+    phase: list[int]
+    _finish_heap: list[int]
+    _run_finished: list[Request]
+    _affine: dict[int, Any]
+    _affine_perf: Any
+    _pop_finished: Callable[[int, float], list[Request]]
+    _remove_running: Callable[[list[Request]], None]
 
     def extend_run(self, out: LazyOutput, start_s: float, first_step_s: float, next_event_s: float,
                    perf: PerfModel, overhead_s: float, through_finishes: bool = False) -> Run | None:

@@ -264,9 +264,10 @@ class CountingKVCache:
                     self.own_runs.pop(node.owner, None)
                 node = nxt
             else:
+                assert isinstance(node, CachedBlock)
                 nxt = node.next
-                self._unlink(node)  # type: ignore[arg-type]
-                self._unindex(node)  # type: ignore[arg-type]
+                self._unlink(node)
+                self._unindex(node)
                 n -= 1
                 node = nxt
 

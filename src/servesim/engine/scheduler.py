@@ -37,10 +37,30 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from servesim.engine.kv_cache import KVCacheManager
 from servesim.engine.request import ReqStatus, Request
 from servesim.perf.base import BatchStats
+
+
+class KVCache(Protocol):
+    """What the scheduler asks of a KV cache: ``KVCacheManager`` (block objects, the
+    reference) and ``CountingKVCache`` (block counts, the lazy engine) both provide it."""
+
+    block_size: int
+    num_gpu_blocks: int
+    num_free_blocks: int
+    num_query_tokens: int
+    num_hit_tokens: int
+
+    def get_computed_blocks(self, req: Request) -> tuple[Any, int]: ...
+
+    def allocate_slots(self, req: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
+                       new_computed: Any = (), full_sequence_must_fit: bool = False) -> Any: ...
+
+    def free(self, req: Request, keep_for_resume: bool = False) -> None: ...
+
+    def check_invariants(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -69,7 +89,7 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, cfg: SchedulerConfig, kv: KVCacheManager) -> None:
+    def __init__(self, cfg: SchedulerConfig, kv: KVCache) -> None:
         self.cfg = cfg
         self.kv = kv
         self.waiting: deque[Request] = deque()
