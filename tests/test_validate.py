@@ -48,38 +48,38 @@ def test_suites_and_cases_present(checks: list[Check]) -> None:
 
 def test_cpu_predictions_of_unseen_recordings(checks: list[Check]) -> None:
     """Calibrated on rate1.json, servesim predicts the recordings made in the same session
-    (docs/fidelity.md §4): within 10% (mean and P90 TTFT, TPOT, E2E) at light and moderate
-    load and for rate1.5 (twice) and rate2.5; rate1.25, recorded while the machine ran ~5%
-    slower (its replayed step times are 5% below the measured ones), misses TPOT and mean
-    E2E by 13-18%: near saturation queueing amplifies a service-time error."""
+    (docs/fidelity.md §4): mean and P90 TTFT, TPOT and E2E within 6% at every load except
+    rate1.25's P90 TPOT (-10.1%: 80 requests, so P90 rests on a sparse tail of ~8); the
+    session was screened for run-to-run machine speed, so no recording's replayed step
+    times are off by more than 2%."""
     rows = {
         (c.case.split(" ")[0], c.metric): c for c in checks if c.suite == "vllm-cpu" and "noise" not in c.case
     }
     metrics = ("mean_ttft_s", "p90_ttft_s", "mean_tpot_s", "p90_tpot_s", "mean_e2e_s", "p90_e2e_s")
-    within_10 = ("rate0.5", "rate0.75", "rate0.75_repeat", "rate1.5", "rate1.5_repeat", "rate2.5")
-    for name in within_10:
+    predicted = ("rate0.5", "rate0.75", "rate0.75_repeat", "rate1.25", "rate1.5", "rate1.5_repeat", "rate2.5")
+    for name in predicted:
         for metric in metrics:
-            assert rows[name, metric].mape_pct < 10, (name, metric)
+            bound = 10.5 if (name, metric) == ("rate1.25", "p90_tpot_s") else 6
+            assert rows[name, metric].mape_pct < bound, (name, metric)
     for name in ("rate0.5", "rate0.75", "rate0.75_repeat"):  # not saturated
         assert "heavy" not in rows[name, "mean_ttft_s"].case
-    for name in ("rate1.25", "rate1.5", "rate2.5"):  # busy >= 80%
+    for name in ("rate1.25", "rate1.5", "rate1.5_repeat", "rate2.5"):  # busy >= 80%
         assert "heavy" in rows[name, "mean_ttft_s"].case
-    # rate1.25: slower machine -> servesim under-predicts, amplified by the load.
-    assert rows["rate1.25", "step time (recorded batches)"].bias_pct < -3
-    for metric in ("mean_tpot_s", "mean_e2e_s"):
-        assert rows["rate1.25", metric].bias_pct < -10
+    # Same machine speed as the calibration run: the replayed step times are unbiased.
+    for name in (*predicted, "rate1"):
+        assert abs(rows[name, "step time (recorded batches)"].bias_pct) < 2, name
     # Heavier load -> longer TPOT and E2E, measured and predicted alike.
     for src in ("measured", "predicted"):
         for metric in ("mean_tpot_s", "mean_e2e_s"):
             v = [getattr(rows[f"rate{r}", metric], src) for r in ("0.5", "0.75", "1", "1.25", "1.5", "2.5")]
             assert v == sorted(v), (src, metric)
     # Step by step: with vLLM's own step times servesim's scheduler makes the same steps.
-    for name in (*within_10, "rate1", "rate1.25"):
+    for name in (*predicted, "rate1"):
         assert rows[name, "schedule with vLLM's step times: % of steps differing"].mape_pct < 1
     # The engine's run-to-run noise on the same workload (same session, quiet machine).
     noise = [c for c in checks if c.suite == "vllm-cpu" and "noise" in c.case]
     assert {c.case.split(" ")[0] for c in noise} == {"rate0.75_repeat", "rate1.5_repeat"}
-    assert all(c.mape_pct < 8 for c in noise)
+    assert all(c.mape_pct < 4 for c in noise)
 
 
 def test_cli_validate_exit_status() -> None:
