@@ -122,3 +122,24 @@ def test_mooncake_slice_prefix_caching():
     ref = assert_same(wl, EngineConfig(max_num_seqs=64, max_num_batched_tokens=4096), 12000, perf=perf,
                       max_model_len=131072)
     assert ref.totals.num_prefix_hit_tokens > 0
+
+
+def test_streaming_mode_keeps_the_results_without_the_step_series():
+    """record_steps=False (long runs): same records and totals, no step rows, and the ITL
+    distribution in float32 (7 significant digits)."""
+    from servesim.metrics.summary import distribution
+
+    wl = synthetic(7, 400, 20, prompt_max=800, out_max=300)
+    engine = EngineConfig(max_num_seqs=64, max_num_batched_tokens=1024)
+    full = run_engine(wl, engine, ConstantPerfModel(0.01, 2e-5), 1500, 4096)
+    lean = run_engine(wl, engine, ConstantPerfModel(0.01, 2e-5), 1500, 4096, record_steps=False)
+    assert len(lean.steps) == 0 and len(full.steps) == full.totals.num_steps > 0
+    for col in ("first_token_s", "finished_s"):
+        np.testing.assert_array_equal(getattr(lean.records, col), getattr(full.records, col))
+    assert lean.totals.busy_s == full.totals.busy_s
+    assert lean.totals.num_preemptions == full.totals.num_preemptions
+    a = distribution(np.asarray(full.itl.gap_s), np.asarray(full.itl.count))
+    b = distribution(np.asarray(lean.itl.gap_s, np.float64), np.asarray(lean.itl.count, np.int64))
+    assert a["count"] == b["count"]
+    for k in ("mean", "p50", "p99", "max"):
+        assert b[k] == pytest.approx(a[k], rel=1e-6)

@@ -102,7 +102,9 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
         max_model_len=max_model_len,
         scheduler_reserve_full_isl=engine.scheduler_reserve_full_isl)
     steps = StepSeries() if record_steps else None
-    itl = ItlSamples() if record_steps else ItlSamples(gap_s=array("d"), count=array("q"))  # type: ignore[arg-type]
+    # Streaming runs keep one ITL pair a step in typed arrays: float32 gaps (7 significant
+    # digits, ~0.1 us at 1 s) and int32 counts, 8 bytes a step instead of a list's ~40.
+    itl = ItlSamples() if record_steps else ItlSamples(gap_s=array("f"), count=array("i"))  # type: ignore[arg-type]
     totals = ReplicaTotals(num_gpus=num_gpus, num_gpu_blocks=num_gpu_blocks)
     records = RequestRecords.empty(len(wl))
     records.arrival_s = np.asarray(wl.arrival_s, dtype=np.float64).copy()
