@@ -1,0 +1,81 @@
+"""What every validation suite shares: the check record, bundled profiles, data folders."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from servesim.perf.profiled import HardwareProfile
+
+#: Bundled profiles (package data) by role.
+PROFILES = {
+    "h100_ops": "h100_vidur_ops.json",
+    "a100_ops": "a100_vidur_ops.json",
+    "a100_e2e": "a100_splitwise.json",
+    "cpu": "cpu_vllm_tiny.json",
+}
+#: The recording the CPU profile was fitted on (the others are predictions).
+CPU_FIT_RECORDING = "rate1.json"
+_REPO = Path(__file__).resolve().parents[3]
+
+
+@dataclass(slots=True)
+class Check:
+    """One row of the validation table: signed relative errors (%) of one metric."""
+
+    suite: str
+    case: str
+    metric: str
+    errors_pct: np.ndarray
+    limit_pct: float | None = None  # the stated bound on the mean absolute error
+    measured: float | None = None  # for a single-number metric
+    predicted: float | None = None
+    note: str = ""
+
+    @property
+    def n(self) -> int:
+        return len(self.errors_pct)
+
+    @property
+    def mape_pct(self) -> float:
+        return float(np.mean(np.abs(self.errors_pct)))
+
+    @property
+    def max_pct(self) -> float:
+        return float(np.max(np.abs(self.errors_pct)))
+
+    @property
+    def bias_pct(self) -> float:
+        return float(np.mean(self.errors_pct))
+
+    def passed(self, threshold_pct: float | None = None) -> bool:
+        limit = threshold_pct if threshold_pct is not None else self.limit_pct
+        return limit is None or self.mape_pct <= limit
+
+
+def load_bundled_profile(role: str) -> HardwareProfile:
+    """One of the profiles shipped with servesim (``PROFILES``)."""
+    ref = resources.files("servesim").joinpath("data", "profiles", PROFILES[role])
+    return HardwareProfile.from_dict(json.loads(ref.read_text()), f"servesim/data/profiles/{PROFILES[role]}")
+
+
+def default_data_dir() -> Path | None:
+    """The sibling ``shared/data`` of the repository when present, else the small copies in
+    ``tests/fixtures/measurements``, else None."""
+    for cand in (_REPO.parent / "shared" / "data", _REPO / "tests" / "fixtures" / "measurements"):
+        if cand.is_dir():
+            return cand
+    return None
+
+
+def default_recordings_dir() -> Path | None:
+    cand = _REPO / "tests" / "fixtures" / "vllm_timing"
+    return cand if cand.is_dir() else None
+
+
+def _pct(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
+    return (np.asarray(pred, float) / np.asarray(meas, float) - 1.0) * 100

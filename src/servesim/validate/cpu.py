@@ -1,0 +1,263 @@
+"""The suite on the real vLLM engine run on this machine's CPU (tests/fixtures/vllm_timing)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from servesim.perf.profiled import HardwareProfile
+from servesim.validate.common import CPU_FIT_RECORDING, Check, _pct, load_bundled_profile
+
+# --------------------------------------------------------------------------- the real vLLM engine on this CPU
+
+
+@dataclass(slots=True)
+class RecordingComparison:
+    """One recording: measured and simulated request metrics, steps, replayed step times."""
+
+    name: str
+    measured: dict[str, float]
+    simulated: dict[str, float]
+    replay_err_pct: np.ndarray
+    num_steps: tuple[int, int]  # (measured, simulated)
+    same_steps_pct: float  # steps with the same (prefill tokens, decodes), index-aligned
+    replayed_same_pct: float  # the same, when servesim's steps take vLLM's measured times
+    busy_frac: float = 0.0  # measured: time in steps / (last step end - first arrival)
+
+
+class RecordedStepTimes:
+    """A perf model that returns a recording's step times in order: with it servesim's
+    scheduler sees arrivals land in the same steps as vLLM's did, so the two schedules can be
+    compared without the timing model in between."""
+
+    def __init__(self, durations_s: list[float]) -> None:
+        self._it = iter(durations_s)
+        self._last = durations_s[-1] if durations_s else 0.0
+
+    def batch_time(self, stats: object) -> float:
+        return next(self._it, self._last)
+
+    def batch_flops(self, stats: object) -> float:
+        return 0.0
+
+    def batch_bytes(self, stats: object) -> float:
+        return 0.0
+
+
+def request_metrics(ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray) -> dict[str, float]:
+    out = {}
+    for name, v in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
+        v = v[np.isfinite(v)]
+        out[f"mean_{name}_s"] = float(v.mean())
+        out[f"p90_{name}_s"] = float(np.percentile(v, 90))
+    return out
+
+
+def compare_recording(path: Path, prof: HardwareProfile) -> RecordingComparison:
+    """Simulate a record.py recording with the profile and compare."""
+    from servesim.config import EngineConfig, ParallelConfig
+    from servesim.perf.measurements import read_engine_log, steps_to_stats
+    from servesim.sim import run_engine
+    from servesim.workload.base import Workload
+
+    log = read_engine_log(path)
+    data, eng = log.data or {}, log.engine or {}
+    run = data["runs"][0]
+    reqs = run["requests"]
+    model = log.model_spec()
+    gpu = prof.resolve_gpu(prof.gpu.name if prof.gpu else prof.fitted_on)
+    perf = prof.perf_model(model, gpu, ParallelConfig())
+    # Measured.
+    first = np.array([r["token_times_s"][0] for r in reqs])
+    fin = np.array([r["finished_at_s"] for r in reqs])
+    arr = np.array([r["arrived_at_s"] for r in reqs])
+    n_out = np.array([r["num_output_tokens"] for r in reqs])
+    tpot = np.where(n_out > 1, (fin - first) / np.maximum(n_out - 1, 1), np.nan)
+    measured = request_metrics(first - arr, tpot, fin - arr)
+    # Simulated from the same arrivals.
+    wl = Workload(
+        arrival_s=arr,
+        num_prompt_tokens=np.array([r["num_prompt_tokens"] for r in reqs], np.int64),
+        num_output_tokens=n_out.astype(np.int64),
+        source=path.name,
+    )
+    engine = EngineConfig(
+        block_size=eng["block_size"],
+        max_num_seqs=eng["max_num_seqs"],
+        max_num_batched_tokens=eng["max_num_batched_tokens"],
+        enable_chunked_prefill=eng["enable_chunked_prefill"],
+        enable_prefix_caching=eng["enable_prefix_caching"],
+        long_prefill_token_threshold=0,
+        cpu_overhead_s=prof.cpu_overhead_s or 0.0,
+    )
+    blocks, max_len = eng["num_gpu_blocks"], eng["max_model_len"]
+    res = run_engine(wl, engine, perf, blocks, max_len, reference=True)
+    rec = res.records
+    simulated = request_metrics(rec.ttft_s, rec.tpot_s, rec.e2e_s)
+    # Step by step: predicted times of the recorded batches, and the simulated schedules.
+    prompt = {r["id"]: r["num_prompt_tokens"] for r in reqs}
+    steps = [s for s in run["steps"] if s["scheduled"]]
+    stats = steps_to_stats(steps, prompt)
+    replay = np.array([perf.batch_time(s) + engine.cpu_overhead_s for s in stats])
+    meas_steps = [(s.num_prefill_tokens, s.num_decode_reqs) for s in stats]
+    # vLLM's own cycle: the step plus the short gap before the next one (not idle waits).
+    cycle = [
+        s["t_end"] - s["t_start"] + min(max(n["t_start"] - s["t_end"], 0.0), 2e-3)
+        for s, n in zip(steps, [*steps[1:], steps[-1]])
+    ]
+    timed = run_engine(
+        wl,
+        engine.model_copy(update={"cpu_overhead_s": 0.0}),
+        RecordedStepTimes(cycle),
+        blocks,
+        max_len,
+        reference=True,
+    )
+    busy = float(np.sum(log.duration_s)) / max(steps[-1]["t_end"] - float(arr.min()), 1e-9)
+    return RecordingComparison(
+        path.stem,
+        measured,
+        simulated,
+        _pct(replay, log.duration_s),
+        (len(meas_steps), len(res.steps)),
+        _same_pct(meas_steps, res.steps),
+        _same_pct(meas_steps, timed.steps),
+        busy,
+    )
+
+
+def _same_pct(measured: list[tuple[int, int]], steps: object) -> float:
+    sim = list(zip(steps.num_prefill_tokens, steps.num_decode_reqs))  # type: ignore[attr-defined]
+    return sum(a == b for a, b in zip(measured, sim)) / max(len(measured), 1) * 100
+
+
+#: Stated bounds (mean absolute error, %) of the CPU suite, by (role, metric kind). Roles:
+#: the calibration recording ("fit"), predicted recordings ("predicted"), and predicted
+#: recordings where the engine was busy >= CPU_HEAVY_BUSY of the time ("heavy": near or past
+#: saturation, where queueing amplifies any step-time error; see docs/fidelity.md). The
+#: limits are the errors achieved on the bundled recordings, rounded up.
+CPU_HEAVY_BUSY = 0.8
+CPU_LIMITS = {
+    ("fit", "ttft"): 2.0,
+    ("fit", "tpot"): 8.0,
+    ("fit", "e2e"): 2.0,
+    ("predicted", "ttft"): 4.0,
+    ("predicted", "tpot"): 2.0,
+    ("predicted", "e2e"): 2.0,
+    ("heavy", "ttft"): 4.0,
+    ("heavy", "tpot"): 11.0,
+    ("heavy", "e2e"): 6.0,
+    ("fit", "replay"): 1.0,
+    ("predicted", "replay"): 2.0,
+    ("heavy", "replay"): 2.0,
+    ("fit", "schedule"): 1.0,
+    ("predicted", "schedule"): 1.0,
+    ("heavy", "schedule"): 1.0,
+}
+
+
+def validate_vllm_cpu(
+    recordings_dir: Path, limits: dict[tuple[str, str], float] | None = None
+) -> list[Check]:
+    limits = limits or CPU_LIMITS
+    prof = load_bundled_profile("cpu")
+    checks = []
+    for path in sorted(recordings_dir.glob("*.json")):
+        c = compare_recording(path, prof)
+        if path.name == CPU_FIT_RECORDING:
+            role, case = "fit", f"{c.name} (fit)"
+        elif c.busy_frac >= CPU_HEAVY_BUSY:
+            role, case = "heavy", f"{c.name} (predicted, heavy: busy {c.busy_frac:.0%})"
+        else:
+            role, case = "predicted", f"{c.name} (predicted, busy {c.busy_frac:.0%})"
+        for key, meas in c.measured.items():
+            pred = c.simulated[key]
+            checks.append(
+                Check(
+                    "vllm-cpu",
+                    case,
+                    key,
+                    _pct(np.array([pred]), np.array([meas])),
+                    limits.get((role, key.split("_")[1])),
+                    measured=meas,
+                    predicted=pred,
+                )
+            )
+        checks.append(
+            Check(
+                "vllm-cpu",
+                case,
+                "step time (recorded batches)",
+                c.replay_err_pct,
+                limits.get((role, "replay")),
+            )
+        )
+        checks.append(
+            Check(
+                "vllm-cpu",
+                case,
+                "number of steps",
+                _pct(np.array([c.num_steps[1]]), np.array([c.num_steps[0]])),
+                None,
+                measured=c.num_steps[0],
+                predicted=c.num_steps[1],
+                note=f"{c.same_steps_pct:.0f}% of steps identical, index-aligned",
+            )
+        )
+        checks.append(
+            Check(
+                "vllm-cpu",
+                case,
+                "schedule with vLLM's step times: % of steps differing",
+                np.array([100.0 - c.replayed_same_pct]),
+                limits.get((role, "schedule")),
+            )
+        )
+        checks += _repeat_spread(path, c)
+    return checks
+
+
+def _repeat_spread(path: Path, c: RecordingComparison) -> list[Check]:
+    """The same workload recorded again: how far the real engine is from itself. Either
+    ``runs[1:]`` of the file (vs its run 0) or, for NAME_repeat.json, that recording vs
+    NAME.json's run 0."""
+    base = path.with_name(path.name.replace("_repeat.json", ".json"))
+    if path.name.endswith("_repeat.json") and base.is_file():
+        ref = _run_metrics(json.loads(base.read_text())["runs"][0])
+        pairs = [(f"{c.name} vs {base.stem} (noise)", ref, c.measured)]
+    else:
+        runs = json.loads(path.read_text())["runs"]
+        pairs = [
+            (f"{c.name} run {i} vs run 0 (noise)", c.measured, _run_metrics(run))
+            for i, run in enumerate(runs[1:], start=1)
+        ]
+    out = []
+    for case, ref, again in pairs:
+        for key, meas in ref.items():
+            out.append(
+                Check(
+                    "vllm-cpu",
+                    case,
+                    key,
+                    _pct(np.array([again[key]]), np.array([meas])),
+                    None,
+                    measured=meas,
+                    predicted=again[key],
+                    note="the real engine, same workload",
+                )
+            )
+    return out
+
+
+def _run_metrics(run: dict) -> dict[str, float]:
+    reqs = run["requests"]
+    first = np.array([r["token_times_s"][0] for r in reqs])
+    fin = np.array([r["finished_at_s"] for r in reqs])
+    arr = np.array([r["arrived_at_s"] for r in reqs])
+    n = np.array([r["num_output_tokens"] for r in reqs])
+    return request_metrics(
+        first - arr, np.where(n > 1, (fin - first) / np.maximum(n - 1, 1), np.nan), fin - arr
+    )
