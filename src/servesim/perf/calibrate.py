@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,7 +28,17 @@ import numpy as np
 
 from servesim.catalog.gpus import GpuSpec
 from servesim.catalog.models import ModelSpec
-from servesim.errors import ServesimError
+from servesim.perf.fitting import (  # noqa: F401  (re-exported: the fitting API)
+    BOUNDS,
+    GEMM_TILES,
+    MIN_TILE_GAIN,
+    CalibrationError,
+    FitResult,
+    fit,
+    fit_cost,
+    fit_quality,
+    fit_tiles,
+)
 from servesim.perf.measurements import AllReduceTable, E2ETiming, EngineLog, OperatorTable
 from servesim.perf.roofline import Efficiencies
 from servesim.perf.work_terms import (  # noqa: F401  (re-exported: the fitting API)
@@ -47,200 +56,6 @@ from servesim.perf.work_terms import (  # noqa: F401  (re-exported: the fitting 
 if TYPE_CHECKING:
     from servesim.config import GpuConfig
     from servesim.perf.profiled import HardwareProfile
-
-#: Bounds of every fittable parameter: efficiencies in (0, 1], overheads >= 0 (seconds).
-BOUNDS: dict[str, tuple[float, float]] = {
-    **{
-        f.name: (0.01, 1.0)
-        for f in dataclasses.fields(Efficiencies)
-        if not f.name.endswith("_s") and not f.name.startswith("gemm_tile_")
-    },
-    "allreduce_latency_s": (0.0, 1e-3),
-    "launch_overhead_s": (0.0, 0.1),
-    "kernel_overhead_s": (0.0, 1e-3),
-    "gemm_kernel_overhead_s": (0.0, 1e-3),
-    "roof_blend": (0.0, 1.0),
-    "row_pass_s": (0.0, 1e-5),
-    "allreduce_hop_s": (0.0, 1e-4),
-    "cpu_overhead_s": (0.0, 1.0),
-}
-
-
-#: Output tiles (tokens x outputs) of cuBLAS/CUTLASS GEMM kernels that operator fits try for
-#: wave quantisation; (0, 0) is none (the ideal FLOPs).
-GEMM_TILES: tuple[tuple[int, int], ...] = (
-    (0, 0), (64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128)
-)
-
-
-#: A GEMM tile is adopted only if it lowers the squared log error of the fit without one by at
-#: least this fraction: a smaller gain is within what the continuous parameters absorb, and
-#: does not carry over (Vidur's A100 operators: 64x64 tiles gain 3%, MAPE 5.5% instead of 5.7%,
-#: but predict DistServe's OPT times 1-3 points worse).
-MIN_TILE_GAIN = 0.05
-
-
-class CalibrationError(ServesimError):
-    """The measurements cannot be fitted (too few rows, nothing to fit, scipy missing)."""
-
-
-# --------------------------------------------------------------------------- fitting
-
-
-@dataclass(slots=True)
-class FitResult:
-    """Fitted parameters and how well they explain the measurements."""
-
-    eff: Efficiencies
-    cpu_overhead_s: float
-    params: dict[str, float]  # the fitted ones only
-    measured_s: np.ndarray
-    predicted_s: np.ndarray
-    labels: list[str]
-    #: Other discrete choices tried (e.g. GEMM tiles "128x64", "none") -> their MAPE %.
-    alternatives: dict[str, float] = dataclasses.field(default_factory=dict)
-
-    @property
-    def rel_err(self) -> np.ndarray:
-        return self.predicted_s / self.measured_s - 1.0
-
-    def quality(self) -> dict[str, float]:
-        return fit_quality(self.measured_s, self.predicted_s)
-
-    def worst(self, k: int = 5) -> list[tuple[str, float, float, float]]:
-        """(label, measured s, predicted s, relative error) of the k largest errors."""
-        idx = np.argsort(-np.abs(self.rel_err))[:k]
-        return [
-            (self.labels[i], float(self.measured_s[i]), float(self.predicted_s[i]), float(self.rel_err[i]))
-            for i in idx
-        ]
-
-
-def fit_cost(res: FitResult) -> float:
-    """The least-squares objective of a fit: sum of log(predicted / measured)^2."""
-    ok = res.measured_s > 0
-    return float(np.sum(np.log(np.maximum(res.predicted_s[ok], 1e-15) / res.measured_s[ok]) ** 2))
-
-
-def fit_quality(measured: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
-    """R^2 (on seconds), MAPE, median and max absolute percentage error, P90 error, n."""
-    measured, predicted = np.asarray(measured, float), np.asarray(predicted, float)
-    ape = np.abs(predicted / measured - 1.0) * 100
-    ss_res = float(np.sum((measured - predicted) ** 2))
-    ss_tot = float(np.sum((measured - measured.mean()) ** 2))
-    return {
-        "n": float(len(measured)),
-        "r2": 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan"),
-        "mape_pct": float(ape.mean()),
-        "median_ape_pct": float(np.median(ape)),
-        "p90_ape_pct": float(np.percentile(ape, 90)),
-        "max_ape_pct": float(ape.max()),
-    }
-
-
-def fit(
-    terms: Terms,
-    measured_s: np.ndarray,
-    names: Sequence[str],
-    base: Efficiencies | None = None,
-    base_cpu_overhead_s: float = 0.0,
-    labels: Sequence[str] | None = None,
-) -> FitResult:
-    """Least-squares fit of the parameters ``names`` (Efficiencies fields or "cpu_overhead_s").
-
-    Minimizes sum of log(predicted / measured)^2 within ``BOUNDS``; the other parameters
-    stay at ``base``. Needs scipy (``pip install servesim[calibrate]``).
-    """
-    try:
-        from scipy.optimize import least_squares
-    except ImportError:
-        raise CalibrationError("calibration needs scipy: pip install 'servesim[calibrate]'") from None
-    base = base or Efficiencies()
-    measured_s = np.asarray(measured_s, float)
-    if len(measured_s) != len(terms):
-        raise CalibrationError(f"{len(terms)} work rows but {len(measured_s)} measurements")
-    ok = measured_s > 0
-    if ok.sum() < len(names) + 1:
-        raise CalibrationError(
-            f"{int(ok.sum())} usable measurements cannot determine {len(names)} parameters"
-        )
-    unknown = [n for n in names if n not in BOUNDS]
-    if unknown:
-        raise CalibrationError(f"unknown parameters {unknown}; fittable: {sorted(BOUNDS)}")
-    start = dataclasses.asdict(base)
-    for k in list(start):
-        if k.startswith(("proj_", "mlp_", "lm_head_")) and start[k] is None and k in names:
-            start[k] = start["linear_" + k.rsplit("_", 1)[1]]
-    if start["gemm_kernel_overhead_s"] is None and "gemm_kernel_overhead_s" in names:
-        start["gemm_kernel_overhead_s"] = start["kernel_overhead_s"]
-    if not start["roof_blend"] and "roof_blend" in names:
-        start["roof_blend"] = 0.2  # from the max itself the gradient is zero
-    lo = np.array([BOUNDS[n][0] for n in names])
-    hi = np.array([BOUNDS[n][1] for n in names])
-    # Overheads are fitted in microseconds so every parameter has a similar scale.
-    scale = np.array([1e-6 if n.endswith("_s") else 1.0 for n in names])
-    x0 = np.array([base_cpu_overhead_s if n == "cpu_overhead_s" else start[n] for n in names], float)
-    x0 = np.clip(x0, lo + 1e-9, hi) / scale
-    log_meas = np.log(measured_s[ok])
-
-    def unpack(x: np.ndarray) -> tuple[dict[str, float], float]:
-        p = dict(start)
-        cpu = base_cpu_overhead_s
-        for n, v in zip(names, x * scale):
-            if n == "cpu_overhead_s":
-                cpu = float(v)
-            else:
-                p[n] = float(v)
-        return p, cpu
-
-    def residuals(x: np.ndarray) -> np.ndarray:
-        p, cpu = unpack(x)
-        pred = predict(terms, p, cpu)[ok]
-        return np.log(np.maximum(pred, 1e-15)) - log_meas
-
-    res = least_squares(residuals, x0, bounds=(lo / scale, hi / scale), x_scale=1.0, method="trf",
-                        xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=2000)
-    p, cpu = unpack(res.x)
-    eff = Efficiencies(**p)
-    return FitResult(
-        eff,
-        cpu,
-        {n: float(v) for n, v in zip(names, res.x * scale)},
-        measured_s,
-        predict(terms, eff, cpu),
-        list(labels) if labels else [str(i) for i in range(len(measured_s))],
-    )
-
-
-def fit_tiles(
-    terms: Terms,
-    measured_s: np.ndarray,
-    names: Sequence[str],
-    tiles: Sequence[tuple[int, int]] = GEMM_TILES,
-    base: Efficiencies | None = None,
-    labels: Sequence[str] | None = None,
-) -> FitResult:
-    """``fit`` once per GEMM tile of wave quantisation ((0, 0): none); the fit with the least
-    squared log error wins (a tile must beat none by ``MIN_TILE_GAIN``), and its
-    ``alternatives`` give every tile's MAPE."""
-    best, best_cost, tried, none = None, np.inf, {}, None
-    for tm, tn in tiles:
-        b = dataclasses.replace(base or Efficiencies(), gemm_tile_m=tm, gemm_tile_n=tn)
-        res = fit(terms, measured_s, names, base=b, labels=labels)
-        cost = fit_cost(res)
-        tried[f"{tm}x{tn}" if tm else "none"] = round(res.quality()["mape_pct"], 3)
-        if not tm:
-            none = (res, cost)
-        if cost < best_cost:
-            best, best_cost = res, cost
-    if best is None:
-        raise CalibrationError("no GEMM tiles to try")
-    if none is not None and best_cost > (1.0 - MIN_TILE_GAIN) * none[1]:
-        best = none[0]
-    if len(tried) > 1:
-        best.alternatives = tried
-    return best
-
 
 # --------------------------------------------------------------------------- sources -> profile
 
