@@ -96,3 +96,9 @@ def test_cli_validate_exit_status() -> None:
 def test_cli_validate_unknown_suite_is_a_user_error() -> None:
     res = CliRunner().invoke(app, ["validate", "--data-dir", str(DATA), "--suite", "nope"])
     assert res.exit_code == 2
+
+
+def test_cli_validate_with_nothing_to_validate_is_an_error(tmp_path) -> None:
+    res = CliRunner().invoke(app, ["validate", "--data-dir", str(tmp_path), "--recordings", str(tmp_path)])
+    assert res.exit_code == 2
+    assert "nothing validated" in res.output

@@ -296,6 +296,10 @@ def validate(
         typer.echo(_validation_table(checks, threshold))
         for note in skipped:
             typer.echo(f"skipped {note}")
+        if not checks:
+            typer.echo("nothing validated: no measurement data or recordings found (run from a servesim "
+                       "checkout, or pass --data-dir and --recordings)", err=True)
+            raise typer.Exit(2)
         failed = [c for c in checks if not c.passed(threshold)]
         if failed:
             typer.echo(f"{len(failed)} of {len(checks)} checks over their limit")
