@@ -319,3 +319,19 @@ def test_memory_aware_projection():
     noisy = MemoryAwareAdmission(10, 16, sigma=0.5, seed=0)
     r = req(4, 10, 100)
     assert noisy.predict(r) == noisy.predict(r) != 100  # drawn once per request
+
+
+def test_shortest_predicted_first_orders_waiting_by_predicted_output():
+    """MC-SF's order: waiting by predicted output length (true length at sigma 0), and the
+    option is refused where it means nothing (no memory-aware admission, or with priority)."""
+    s = sched(opts=PolicyOptions(memory_aware_admission=True, admission_order="shortest_predicted_first"))
+    for i, out_len in enumerate((50, 10, 30, 10)):
+        s.add_request(req(i, 16, out_len))
+    assert ids(s.waiting) == [1, 3, 2, 0]  # ties by arrival, then id
+    out, _, _ = step(s)
+    assert ids(out.reqs)[0] == 1
+    with pytest.raises(ValueError, match="needs memory_aware_admission"):
+        EngineConfig(admission_order="shortest_predicted_first")
+    with pytest.raises(ValueError, match="replaces the priority order"):
+        EngineConfig(memory_aware_admission=True, admission_order="shortest_predicted_first",
+                     scheduling_policy="priority")

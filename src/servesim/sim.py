@@ -175,7 +175,8 @@ def make_scheduler(engine: EngineConfig, cfg: SchedulerConfig, kv: Any, wl: Work
         num_host_blocks=int(host_bytes / kv_bytes_per_block) if kv_bytes_per_block else 0,
         kv_bytes_per_block=kv_bytes_per_block, watermark=engine.watermark or 0.0,
         orca_reservation=engine.orca_reservation, memory_aware_admission=engine.memory_aware_admission,
-        output_len_prediction_error=engine.output_len_prediction_error, speculative=engine.speculative,
+        output_len_prediction_error=engine.output_len_prediction_error,
+        admission_order=engine.admission_order, speculative=engine.speculative,
         num_samples=num_samples, first_free_idx=len(wl), prune_at_token=wl.prune_at_token,
         num_kept_samples=wl.num_kept_samples)
     return SCHEDULERS[engine.policy](cfg, kv, opts)

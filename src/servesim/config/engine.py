@@ -82,6 +82,9 @@ class EngineConfig(_Strict):
         "stays within the cache until their predicted completions (MC-SF-style)."))
     output_len_prediction_error: float = Field(0.0, ge=0, description=(
         "memory_aware_admission: predicted output length = true x exp(sigma z), z ~ N(0, 1); this is sigma."))
+    admission_order: Literal["fcfs", "shortest_predicted_first"] = Field("fcfs", description=(
+        "memory_aware_admission: waiting requests by arrival (fcfs), or by predicted output length, "
+        "shortest first, with the longest predicted preempted first (MC-SF's order)."))
     speculative: SpeculativeConfig = Field(default_factory=lambda: SpeculativeConfig(),
                                            description="Speculative decoding (off by default).")
     scheduler_reserve_full_isl: bool = Field(
@@ -96,6 +99,12 @@ class EngineConfig(_Strict):
             raise ValueError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_model_len "
                 f"({self.max_model_len}) when chunked prefill is off, as vLLM requires")
+        if self.admission_order != "fcfs" and not self.memory_aware_admission:
+            raise ValueError("admission_order orders memory-aware admission: "
+                             "it needs memory_aware_admission: true")
+        if self.admission_order != "fcfs" and self.scheduling_policy == "priority":
+            raise ValueError("admission_order: shortest_predicted_first replaces the priority order; "
+                             "use one of scheduling_policy: priority and admission_order")
         return self
 
 

@@ -16,9 +16,9 @@ is checked at t = remaining_i of every request (an m x m array: m is at most max
 What is modelled: the projection check (MC-SF's feasibility test, arXiv 2502.07115), with
 the true output length or a noisy one (predicted = true x exp(sigma z)). The candidates
 are taken in the engine's waiting order and admission stops at the first that does not
-fit: FCFS by default; MC-SF's shortest-first order is
-``scheduling_policy="priority"`` with priority = predicted output length (as
-tests/test_policy_papers.py does). Simplified: shared prefix blocks are counted once per
+fit: FCFS by default; MC-SF's shortest-first order with ``admission_order:
+shortest_predicted_first`` (``PolicyScheduler.add_request`` sets each request's priority
+to its prediction). Simplified: shared prefix blocks are counted once per
 request, and a request that outlives its prediction is projected to need one more token.
 """
 

@@ -47,6 +47,7 @@ class PolicyOptions:
     orca_reservation: str = "max"
     memory_aware_admission: bool = False
     output_len_prediction_error: float = 0.0
+    admission_order: str = "fcfs"
     speculative: SpeculativeConfig | None = None
     num_samples: dict[int, int] = field(default_factory=dict)  # request idx -> n (n > 1 only)
     first_free_idx: int = 1 << 40  # ids of forked samples start here
@@ -61,7 +62,10 @@ class PolicyScheduler(Scheduler):
     def __init__(self, cfg: SchedulerConfig, kv: KVCacheManager, opts: PolicyOptions | None = None) -> None:
         super().__init__(cfg, kv)
         self.opts = opts = opts or PolicyOptions()
-        self.is_priority = opts.scheduling_policy == "priority"
+        # MC-SF's order is the priority machinery with priority = predicted output length.
+        self.shortest_first = (opts.memory_aware_admission
+                               and opts.admission_order == "shortest_predicted_first")
+        self.is_priority = opts.scheduling_policy == "priority" or self.shortest_first
         if self.is_priority:
             self.waiting = PriorityWaiting()  # type: ignore[assignment]
         self.swap = (SwapSpace(opts.num_host_blocks, opts.kv_bytes_per_block)
@@ -74,6 +78,12 @@ class PolicyScheduler(Scheduler):
         self.sampling = (ParallelSampling(dict(opts.num_samples), opts.first_free_idx, opts.prune_at_token,
                                           opts.num_kept_samples) if opts.num_samples else None)
         self.watermark_blocks = int(opts.watermark * kv.num_gpu_blocks)
+
+    def add_request(self, req: Request) -> None:
+        if self.shortest_first:
+            assert self.admission is not None
+            req.priority = self.admission.predict(req)
+        super().add_request(req)
 
     # ----------------------------------------------------------------- running
 
