@@ -57,6 +57,7 @@ class DecodeRuns:
     _affine_perf: Any
     _pop_finished: Callable[[int, float], list[Request]]
     _remove_running: Callable[[list[Request]], None]
+    _join_pool: Callable[[Request, int], None]
 
     def extend_run(self, out: LazyOutput, start_s: float, first_step_s: float, next_event_s: float,
                    perf: PerfModel, overhead_s: float, through_finishes: bool = False) -> Run | None:
@@ -80,7 +81,12 @@ class DecodeRuns:
         context grows, by the pool size each step, and crossings repeat with period
         ``block_size``. The run's end is summed step by step, as the reference's clock does.
         """
-        if self.individual or out.reqs or out.is_exact or not out.num_pool:
+        if out.is_exact:
+            return None
+        if out.reqs:
+            if not self._first_tokens_now(out, start_s + first_step_s, through_finishes):
+                return None
+        elif self.individual or not out.num_pool:
             return None
         heap = self._finish_heap
         run = Run([], [], [], start_s + first_step_s)
@@ -109,6 +115,36 @@ class DecodeRuns:
         out.num_steps = 1 + len(run.durations)
         self.it = j
         return run
+
+    def _first_tokens_now(self, out: LazyOutput, end_s: float, through_finishes: bool) -> bool:
+        """Let a step that completes prompts start a run: its new requests' first tokens.
+
+        When every individually tracked request ran in ``out`` and completes its prompt there
+        (a first token, not its last), nobody waits and the pool, grown by them, fits the
+        token budget, the next steps are pure decodes as surely as after a pool-only step.
+        The tokens are then produced now, at the step's end (``end_s``), and the requests
+        join the pool for the next step, as ``update_from_output`` would do at that time;
+        ``out.first_tokens_done`` tells it not to sample them again. Only for a lone replica
+        (``through_finishes``): nobody else reads these requests before the step ends.
+        """
+        if not through_finishes or self.waiting or len(out.reqs) != len(self.individual):
+            return False
+        max_len = self.cfg.max_model_len
+        for r in out.reqs:
+            if r.num_output_tokens or r.num_computed_tokens != r.num_prompt_tokens:
+                return False  # a chunk, a decode or a resumed request
+            if r.max_tokens <= 1 or r.num_prompt_tokens + 1 >= max_len:
+                return False  # its first token is its last
+        if self.num_pool + len(out.reqs) > self.cfg.max_num_batched_tokens:
+            return False
+        it_end = out.first_it + 1
+        for r in out.reqs:
+            r.num_output_tokens = 1
+            r.first_token_s = r.last_token_s = end_s
+            self._join_pool(r, it_end)
+        self.individual = []
+        out.first_tokens_done = True
+        return True
 
     def _run_segment(self, j: int, last: int, time_bound: bool, next_event_s: float, perf: PerfModel,
                      overhead_s: float, run: Run) -> int:

@@ -53,6 +53,7 @@ class LazyOutput(SchedulerOutput):
     is_exact: bool = False  # ran the reference algorithm (pool materialized)
     first_it: int = 0  # index of the (first) step
     num_steps: int = 1
+    first_tokens_done: bool = False  # its prompts' first tokens were produced by extend_run
 
 
 
@@ -343,7 +344,12 @@ class LazyScheduler(DecodeRuns, Scheduler):
         if early:
             self._run_finished = []
         finished = self._pop_finished(it_end, now)
-        produced, sampled_finished = self._sample_tokens(out.reqs, now)
+        produced: list[Request]
+        sampled_finished: list[Request]
+        if out.first_tokens_done:
+            produced, sampled_finished = [], []
+        else:
+            produced, sampled_finished = self._sample_tokens(out.reqs, now)
         finished.extend(sampled_finished)
         if finished:
             if len(finished) > 1:

@@ -103,7 +103,7 @@ class Replica:
         self._account(out, now, dt, gpu_s)
         self.run = None
         end = now + dt
-        if self.skip_ahead and out.num_pool and not out.reqs:
+        if self.skip_ahead and (out.num_pool or out.reqs):
             run = sched.extend_run(out, now, dt, self.loop.next_time(),  # type: ignore[attr-defined]
                                    self.perf, self.cpu_overhead_s, self.finishes_in_runs)
             if run is not None:
