@@ -177,25 +177,7 @@ class DecodeRuns:
         add_d, add_u = durations.append, used.append
         if not time_bound:
             next_event_s = float("inf")
-        if coef is not None and b >= a and c >= 0:
-            # Memory-bound decode attention at every context (the usual case): the step's
-            # time is batch_time's sum with the attention term b * s + c, no max to take.
-            while j <= stop:
-                if t >= next_event_s:
-                    done = True
-                    break
-                x = phase[-j % bs]
-                if x:
-                    if popped + x > free:
-                        done = True
-                        break
-                    popped += x
-                d = rest + (b * (pool_off + n * (j + 1)) + c)
-                add_d(d)
-                add_u(base_used + popped)
-                t += d
-                j += 1
-        while not done and j <= stop:
+        while j <= stop:
             if t >= next_event_s:
                 done = True
                 break

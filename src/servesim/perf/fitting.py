@@ -9,26 +9,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from servesim.errors import ServesimError
 from servesim.perf.roofline import Efficiencies
-from servesim.perf.work_terms import (  # noqa: F401  (re-exported: the fitting API)
-    CLASSES,
-    GEMM_CLASSES,
-    Terms,
-    allreduce_terms,
-    attention_terms,
-    iteration_terms,
-    operator_terms,
-    predict,
-    roof,
-)
-
-if TYPE_CHECKING:
-    pass
+from servesim.perf.work_terms import Terms, predict
 
 #: Bounds of every fittable parameter: efficiencies in (0, 1], overheads >= 0 (seconds).
 BOUNDS: dict[str, tuple[float, float]] = {
