@@ -35,14 +35,14 @@ import numpy as np
 from servesim.config import TraceWorkload
 from servesim.errors import WorkloadError
 from servesim.workload.base import Workload
-from servesim.workload.fast_csv import read_azure_csv
+from servesim.workload.fast_csv import read_azure_csv, read_azure_numpy
 from servesim.workload.trace_values import _azure_ns, _bad, _hash_ids, _int, _number, _priority
 
 BUILTIN_TRACES = {"azure_conv": "azure_conv_2023.csv.gz", "azure_code": "azure_code_2023.csv.gz"}
 DEFAULT_PREFIX_LEN = 256  # shared tokens per prefix_group: record.py --prefix-len default (tools/vllm-cpu)
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-FAST_CSV_BYTES = 4 << 20  # larger CSV files are read with pyarrow when they can be (fast_csv.py)
+FAST_CSV_BYTES = 4 << 20  # larger Azure CSV files are read with pyarrow, smaller with numpy (fast_csv.py)
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
 GENERIC_ARRIVAL = "arrived_at_s"
 GENERIC_PROMPT = ("num_prompt_tokens", "num_prefill_tokens")  # the second: Vidur / arxiv lengths files
@@ -242,10 +242,15 @@ def _read(name: str, format: str) -> _Rows:
         raise WorkloadError(f"{name}: format: expected auto, azure, mooncake or generic, found {format!r}")
     kind = _container(name)
     rows = _Rows(name)
-    if kind == "csv" and format in ("auto", "azure") and _worth_pyarrow(name):
+    if kind == "csv" and format in ("auto", "azure"):
         with _open_binary(name) as binary:
-            head = binary.peek(4096)[:4096] if hasattr(binary, "peek") else b""
-            fast = read_azure_csv(binary) if all(c.encode() in head for c in AZURE_COLUMNS) else None
+            try:
+                head = binary.peek(4096)[:4096] if hasattr(binary, "peek") else b""
+            except (OSError, EOFError):  # a bad gzip file: the row parser says so
+                head = b""
+            fast = None
+            if all(c.encode() in head for c in AZURE_COLUMNS):
+                fast = read_azure_csv(binary) if _worth_pyarrow(name) else read_azure_numpy(binary)
         if fast is not None:
             rows.arrival_s, rows.prompt, rows.output, rows.clamped, rows.columns = fast  # type: ignore[assignment]
             rows.format = "azure"
