@@ -54,7 +54,7 @@ def test_version() -> None:
 
     out = runner.invoke(app, ["version"])
     assert out.exit_code == 0
-    assert out.stdout.strip() == f"servesim {__version__}"
+    assert out.stdout.strip().startswith(f"servesim {__version__} (")
 
 
 def test_simulate_default_prints_report(fake_sim: list[dict[str, Any]]) -> None:

@@ -11,6 +11,7 @@ from conftest import make_workload
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from servesim import sim
 from servesim.config import EngineConfig
 from servesim.engine.request import ReqStatus
 from servesim.engine.scheduler import Scheduler
@@ -84,55 +85,57 @@ def run_case(case: Case, trace: Trace | None = None, reference: bool = True,
     if trace is None:
         return run_engine(wl, case.engine, case.perf, case.num_gpu_blocks, case.max_model_len,
                           check_invariants=check_invariants, reference=reference)
-    orig_schedule, orig_update = Scheduler.schedule, Scheduler.update_from_output
     eng = case.engine
 
-    def schedule(self: Scheduler):
-        trace.scheduler = self
-        running_before = list(self.running)
-        waiting_before = list(self.waiting)
-        out = orig_schedule(self)
-        trace.num_steps += bool(out.reqs)
-        assert out.total_tokens == sum(out.num_tokens) <= eng.max_num_batched_tokens
-        assert all(n >= 1 for n in out.num_tokens)
-        assert len({id(r) for r in out.reqs}) == len(out.reqs)
-        assert len(self.running) <= eng.max_num_seqs
-        # Running requests first, in order; then admitted ones FCFS from the head of waiting.
-        pos = {id(r): i for i, r in enumerate(running_before)}
-        k = sum(1 for r in out.reqs if id(r) in pos)
-        order = [pos.get(id(r), -1) for r in out.reqs[:k]]
-        assert all(0 <= a < b for a, b in zip(order, order[1:], strict=False))
-        admitted = out.reqs[k:]
-        assert len(admitted) <= len(waiting_before)
-        assert all(a is w for a, w in zip(admitted, waiting_before[:len(admitted)], strict=True))
-        if out.preempted:
-            assert admitted == []
-            assert all(v.status == ReqStatus.PREEMPTED and v.num_computed_tokens == 0 for v in out.preempted)
-            assert list(self.waiting)[:len(out.preempted)] == out.preempted[::-1]
-        for r in out.reqs:
-            assert r.num_computed_tokens <= r.num_tokens
-            if not eng.enable_chunked_prefill:
-                assert r.num_computed_tokens == r.num_tokens  # whole prompts only
-        for n in out.num_tokens:
-            if 0 < eng.long_prefill_token_threshold < n:
-                assert len(running_before) + len(waiting_before) <= 1
-        # Blocks are conserved: held (shared ones once) + free + the null block = total.
-        kv = self.kv
-        held = {b.block_id for blocks in kv.req_blocks.values() for b in blocks}
-        assert len(held) + kv.num_free_blocks + 1 == kv.num_gpu_blocks
-        assert set(kv.req_blocks) == {r.idx for r in self.running}
-        return out
+    # A subclass that checks every step (it replaces the reference scheduler through
+    # sim.make_scheduler; patching Scheduler's methods would not reach a compiled engine).
+    class Tracing(Scheduler):
+        def schedule(self):
+            trace.scheduler = self
+            running_before = list(self.running)
+            waiting_before = list(self.waiting)
+            out = Scheduler.schedule(self)
+            trace.num_steps += bool(out.reqs)
+            assert out.total_tokens == sum(out.num_tokens) <= eng.max_num_batched_tokens
+            assert all(n >= 1 for n in out.num_tokens)
+            assert len({id(r) for r in out.reqs}) == len(out.reqs)
+            assert len(self.running) <= eng.max_num_seqs
+            # Running requests first, in order; then admitted ones FCFS from the head of waiting.
+            pos = {id(r): i for i, r in enumerate(running_before)}
+            k = sum(1 for r in out.reqs if id(r) in pos)
+            order = [pos.get(id(r), -1) for r in out.reqs[:k]]
+            assert all(0 <= a < b for a, b in zip(order, order[1:], strict=False))
+            admitted = out.reqs[k:]
+            assert len(admitted) <= len(waiting_before)
+            assert all(a is w for a, w in zip(admitted, waiting_before[:len(admitted)], strict=True))
+            if out.preempted:
+                assert admitted == []
+                assert all(v.status == ReqStatus.PREEMPTED and v.num_computed_tokens == 0
+                           for v in out.preempted)
+                assert list(self.waiting)[:len(out.preempted)] == out.preempted[::-1]
+            for r in out.reqs:
+                assert r.num_computed_tokens <= r.num_tokens
+                if not eng.enable_chunked_prefill:
+                    assert r.num_computed_tokens == r.num_tokens  # whole prompts only
+            for n in out.num_tokens:
+                if 0 < eng.long_prefill_token_threshold < n:
+                    assert len(running_before) + len(waiting_before) <= 1
+            # Blocks are conserved: held (shared ones once) + free + the null block = total.
+            kv = self.kv
+            held = {b.block_id for blocks in kv.req_blocks.values() for b in blocks}
+            assert len(held) + kv.num_free_blocks + 1 == kv.num_gpu_blocks
+            assert set(kv.req_blocks) == {r.idx for r in self.running}
+            return out
 
-    def update_from_output(self: Scheduler, out, now):
-        produced, finished = orig_update(self, out, now)
-        for r in produced:
-            trace.num_produced[r.idx] = trace.num_produced.get(r.idx, 0) + 1
-        for r in finished:
-            trace.num_finishes[r.idx] = trace.num_finishes.get(r.idx, 0) + 1
-        return produced, finished
+        def update_from_output(self, out, now):
+            produced, finished = Scheduler.update_from_output(self, out, now)
+            for r in produced:
+                trace.num_produced[r.idx] = trace.num_produced.get(r.idx, 0) + 1
+            for r in finished:
+                trace.num_finishes[r.idx] = trace.num_finishes.get(r.idx, 0) + 1
+            return produced, finished
 
-    with mock.patch.object(Scheduler, "schedule", schedule), \
-            mock.patch.object(Scheduler, "update_from_output", update_from_output):
+    with mock.patch.object(sim, "make_scheduler", lambda e, cfg, kv, *a, **k: Tracing(cfg, kv)):
         return run_engine(wl, case.engine, case.perf, case.num_gpu_blocks, case.max_model_len,
                           check_invariants=True, reference=True)
 

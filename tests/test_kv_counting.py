@@ -9,8 +9,6 @@ operation on: allocation success, hit lengths, free blocks, and the prefix-cache
 
 from __future__ import annotations
 
-import dataclasses
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,7 +28,9 @@ class Lockstep:
         self.a = KVCacheManager(blocks, bs, caching, 4096)
         self.b = CountingKVCache(blocks, bs, caching, 4096)
         self.ra = reqs
-        self.rb = [dataclasses.replace(r, block_hashes=[]) for r in reqs]
+        self.rb = [Request(r.idx, r.arrival_s, r.num_prompt_tokens, r.max_tokens, priority=r.priority,
+                           hash_ids=r.hash_ids, hash_block_tokens=r.hash_block_tokens,
+                           prefix_group=r.prefix_group, prefix_len=r.prefix_len) for r in reqs]
         self.running: list[int] = []
         self.waiting: list[int] = list(range(len(reqs)))
         self.bs = bs

@@ -4,7 +4,14 @@ from servesim.config import Scenario, load_scenario
 
 __version__ = "0.1.0"
 
-__all__ = ["Scenario", "load_scenario", "simulate", "__version__"]
+__all__ = ["Scenario", "load_scenario", "simulate", "compiled", "__version__"]
+
+
+def compiled() -> bool:
+    """Whether the engine's hot path runs as mypyc-compiled C (see setup.py), not Python."""
+    from servesim.engine import lazy
+
+    return not lazy.__file__.endswith(".py")
 
 
 def simulate(scenario: Scenario | dict | str | None = None, *, progress: bool = False):  # type: ignore[no-untyped-def]

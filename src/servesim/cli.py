@@ -364,9 +364,9 @@ def profile(
 @app.command()
 def version() -> None:
     """Print the servesim version."""
-    from servesim import __version__
+    from servesim import __version__, compiled
 
-    typer.echo(f"servesim {__version__}")
+    typer.echo(f"servesim {__version__} ({'compiled' if compiled() else 'pure-Python'} engine)")
 
 
 def main() -> None:

@@ -91,6 +91,7 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
     a request); ``record_steps=False`` also drops the per-step series (streaming runs).
     """
     engine = resolve_engine(engine, max_model_len=max_model_len)
+    assert engine.max_num_seqs is not None and engine.max_num_batched_tokens is not None  # resolved
     loop = EventLoop()
     lazy = not reference and uses_lazy_engine(engine, wl)
     kv = make_kv_cache(engine, num_gpu_blocks, max_model_len, lazy)

@@ -166,7 +166,7 @@ class Cluster:
 
         if self._lazy_ok(pool):
             return Scheduler(cfg, kv) if reference else LazyScheduler(cfg, kv)
-        return sim.make_scheduler(pool.engine, cfg, kv, self.wl, reference,  # type: ignore[attr-defined]
+        return sim.make_scheduler(pool.engine, cfg, kv, self.wl, reference,  # type: ignore[attr-defined, arg-type]
                                   pool.kv_bytes_per_block)
 
     # ----------------------------------------------------------------- arrivals

@@ -9,25 +9,23 @@ holds the run logic.
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from servesim.engine.request import Request
+from servesim.engine.scheduler import Scheduler
 from servesim.perf.base import BatchStats, PerfModel, decode_step_times
 
 if TYPE_CHECKING:
     from servesim.engine.kv_counting import CountingKVCache
     from servesim.engine.lazy import LazyOutput
-    from servesim.engine.scheduler import SchedulerConfig
 
 SCALAR_STEPS = 32  # run steps timed one by one before switching to numpy chunks
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Run:
     """Steps added to a pure-decode step by ``LazyScheduler.extend_run``."""
 
@@ -35,17 +33,22 @@ class Run:
     used: list[int]  # KV blocks in use during each step
     segments: list[tuple[int, int, int]]  # (pool size, steps, decode context sum of the first)
     end_s: float  # end of the last step
-    finished: list[Request] = field(default_factory=list)  # left at a step's end, in order
+    finished: list[Request]  # left at a step's end, in order
+
+    def __init__(self, end_s: float) -> None:
+        self.durations = []
+        self.used = []
+        self.segments = []
+        self.end_s = end_s
+        self.finished = []
 
 
-class DecodeRuns:
-    """The run logic of ``LazyScheduler`` (a mixin: it uses the scheduler's state)."""
+class DecodeRuns(Scheduler):
+    """The run logic of ``LazyScheduler`` (its base class: the state is the scheduler's,
+    set up in ``LazyScheduler.__init__``; single inheritance keeps both compilable)."""
 
-    # The LazyScheduler state this logic reads and updates (declared for type checkers).
-    kv: CountingKVCache
-    cfg: SchedulerConfig
-    waiting: deque[Request]
-    running: list[Request]
+    # The LazyScheduler state this logic reads and updates.
+    ckv: CountingKVCache
     it: int
     individual: list[Request]
     num_pool: int
@@ -55,9 +58,16 @@ class DecodeRuns:
     _run_finished: list[Request]
     _affine: dict[int, Any]
     _affine_perf: Any
-    _pop_finished: Callable[[int, float], list[Request]]
-    _remove_running: Callable[[list[Request]], None]
-    _join_pool: Callable[[Request, int], None]
+
+    # Pool bookkeeping, defined by LazyScheduler.
+    def _pop_finished(self, it_end: int, now: float) -> list[Request]:
+        raise NotImplementedError
+
+    def _remove_running(self, finished: list[Request]) -> None:
+        raise NotImplementedError
+
+    def _join_pool(self, r: Request, it: int) -> None:
+        raise NotImplementedError
 
     def extend_run(self, out: LazyOutput, start_s: float, first_step_s: float, next_event_s: float,
                    perf: PerfModel, overhead_s: float, through_finishes: bool = False) -> Run | None:
@@ -89,7 +99,7 @@ class DecodeRuns:
         elif self.individual or not out.num_pool:
             return None
         heap = self._finish_heap
-        run = Run([], [], [], start_s + first_step_s)
+        run = Run(start_s + first_step_s)
         j = out.first_it + 1  # the next step
         time_bound = not self.waiting and len(self.running) < self.cfg.max_num_seqs
         while True:
@@ -149,7 +159,7 @@ class DecodeRuns:
     def _run_segment(self, j: int, last: int, time_bound: bool, next_event_s: float, perf: PerfModel,
                      overhead_s: float, run: Run) -> int:
         """Add steps j..last (at most) with the pool as it is; returns how many were added."""
-        kv = self.kv
+        kv = self.ckv
         n = self.num_pool
         bs = kv.block_size
         phase = self.phase
@@ -181,12 +191,12 @@ class DecodeRuns:
             if t >= next_event_s:
                 done = True
                 break
-            x = phase[-j % bs]
-            if x:
-                if popped + x > free:
+            crossing = phase[-j % bs]
+            if crossing:
+                if popped + crossing > free:
                     done = True
                     break
-                popped += x
+                popped += crossing
             s = pool_off + n * (j + 1)
             if coef is not None:  # batch_time's terms, the decode attention's written out
                 x, y = a * s, b * s + c
@@ -214,7 +224,7 @@ class DecodeRuns:
                            durations: list[float], used: list[int], base_used: int) -> tuple[int, float, int]:
         """Go on with ``_run_segment`` from step ``j`` in chunks of growing size (same rules)."""
         n = self.num_pool
-        bs = self.kv.block_size
+        bs = self.ckv.block_size
         phase = np.asarray(self.phase, np.int64)
         chunk = 64
         while j <= last:
@@ -240,12 +250,12 @@ class DecodeRuns:
     def _finish_in_run(self, j: int, run: Run) -> None:
         """Pooled requests whose last token came out of step j - 1 (ending at ``end_s``)
         finish: they leave running and free their blocks in running order."""
-        done = self._pop_finished(j, run.end_s)  # type: ignore[attr-defined]
+        done = self._pop_finished(j, run.end_s)
         if not done:
             return
         if len(done) > 1:
             done.sort(key=lambda r: r.seq)
-        kv = self.kv
+        kv = self.ckv
         for r in done:
             r.last_token_s = run.end_s
             kv.sync(r)

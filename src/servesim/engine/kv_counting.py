@@ -41,35 +41,51 @@ from dataclasses import dataclass
 from servesim.engine.request import Request
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class CachedBlock:
     """A block with shareable content (in the hash index while it is cached)."""
 
     block_id: int
     block_hash: int
-    ref_cnt: int = 0
-    prev: CachedBlock | Run | None = None  # free-queue links (None while held)
-    next: CachedBlock | Run | None = None
+    ref_cnt: int
+    prev: CachedBlock | Run | None  # free-queue links (None while held)
+    next: CachedBlock | Run | None
+
+    def __init__(self, block_id: int, block_hash: int, ref_cnt: int = 0) -> None:
+        self.block_id = block_id
+        self.block_hash = block_hash
+        self.ref_cnt = ref_cnt
+        self.prev = self.next = None
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class Run:
     """``count`` free anonymous blocks in a row; with ``owner``, that request's chain blocks
     ``[k0, k0 + count)`` (queue order: tail first), which only it can hit."""
 
-    count: int = 0
-    owner: int = -1
-    k0: int = 0
-    prev: CachedBlock | Run | None = None
-    next: CachedBlock | Run | None = None
+    count: int
+    owner: int
+    k0: int
+    prev: CachedBlock | Run | None
+    next: CachedBlock | Run | None
+
+    def __init__(self, count: int = 0, owner: int = -1, k0: int = 0) -> None:
+        self.count = count
+        self.owner = owner
+        self.k0 = k0
+        self.prev = self.next = None
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class Hit:
     """A prefix-cache hit: shareable blocks, then ``own`` of the request's own freed blocks."""
 
     blocks: list[CachedBlock]
-    own: int = 0
+    own: int
+
+    def __init__(self, blocks: list[CachedBlock], own: int = 0) -> None:
+        self.blocks = blocks
+        self.own = own
 
 
 NO_HIT = Hit([], 0)

@@ -46,24 +46,29 @@ from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class LazyOutput(SchedulerOutput):
     """A step (or a run of ``num_steps`` pure-decode steps) of the lazy scheduler."""
 
-    is_exact: bool = False  # ran the reference algorithm (pool materialized)
-    first_it: int = 0  # index of the (first) step
-    num_steps: int = 1
-    first_tokens_done: bool = False  # its prompts' first tokens were produced by extend_run
+    is_exact: bool  # ran the reference algorithm (pool materialized)
+    first_it: int  # index of the (first) step
+    num_steps: int
+    first_tokens_done: bool  # its prompts' first tokens were produced by extend_run
+
+    def __init__(self, first_it: int = 0, num_pool: int = 0, is_exact: bool = False) -> None:
+        SchedulerOutput.__init__(self, num_pool=num_pool)
+        self.is_exact = is_exact
+        self.first_it = first_it
+        self.num_steps = 1
+        self.first_tokens_done = False
 
 
-
-
-class LazyScheduler(DecodeRuns, Scheduler):
+class LazyScheduler(DecodeRuns):
     def __init__(self, cfg: SchedulerConfig, kv: CountingKVCache) -> None:
         if not isinstance(kv, CountingKVCache):
             raise TypeError("the lazy scheduler runs on a CountingKVCache")
         super().__init__(cfg, kv)
-        self.kv: CountingKVCache = kv
+        self.ckv = kv  # = self.kv, typed as the counting cache (a subclass may not narrow kv)
         self.it = 0  # index of the next step
         self.num_pool = 0
         self.pool_off = 0  # sum over the pool of (num_computed_tokens - lazy_it)
@@ -84,7 +89,7 @@ class LazyScheduler(DecodeRuns, Scheduler):
 
     def _join_pool(self, r: Request, it: int) -> None:
         """``r`` produced a token in step it-1 and will decode every step from ``it``."""
-        bs = self.kv.block_size
+        bs = self.ckv.block_size
         c = r.num_computed_tokens  # = num_tokens - 1
         r.lazy_it = it
         self.num_pool += 1
@@ -112,7 +117,7 @@ class LazyScheduler(DecodeRuns, Scheduler):
             r.lazy_it = it
 
     def _leave_pool(self, r: Request, it: int) -> None:
-        self.phase[(r.num_computed_tokens - r.lazy_it) % self.kv.block_size] -= 1
+        self.phase[(r.num_computed_tokens - r.lazy_it) % self.ckv.block_size] -= 1
         self._materialize(r, it)
         self.num_pool -= 1
         self.pool_off -= r.num_computed_tokens - it
@@ -129,7 +134,7 @@ class LazyScheduler(DecodeRuns, Scheduler):
             if r.lazy_it >= 0:
                 self._leave_pool(r, it)
                 r.last_token_s = self.last_end_s
-                self.kv.sync(r)  # the blocks it took (and hashed) while pooled
+                self.ckv.sync(r)  # the blocks it took (and hashed) while pooled
         self.individual = []
         self.pool_max_seq = -1
         self._finishes.clear()
@@ -141,8 +146,8 @@ class LazyScheduler(DecodeRuns, Scheduler):
         for r in self.running:
             if r.lazy_it >= 0:
                 self._materialize(r, it)
-                self.kv.sync(r)
-        self.kv.check_invariants(self.running)
+                self.ckv.sync(r)
+        self.ckv.check_invariants(self.running)
 
     def _valid(self, entries: list[tuple[Request, int]] | None) -> list[Request]:
         if not entries:
@@ -162,13 +167,14 @@ class LazyScheduler(DecodeRuns, Scheduler):
     def _exact(self, it: int) -> LazyOutput:
         self._materialize_all()
         ref = Scheduler.schedule(self)
-        return LazyOutput(reqs=ref.reqs, num_tokens=ref.num_tokens, stats=ref.stats,
-                          preempted=ref.preempted, total_tokens=ref.total_tokens,
-                          is_exact=True, first_it=it)
+        out = LazyOutput(first_it=it, is_exact=True)
+        out.reqs, out.num_tokens, out.stats = ref.reqs, ref.num_tokens, ref.stats
+        out.preempted, out.total_tokens = ref.preempted, ref.total_tokens
+        return out
 
     def _try_fast(self, it: int) -> LazyOutput | None:
         cfg = self.cfg
-        kv = self.kv
+        kv = self.ckv
         n_pool = self.num_pool
         budget = cfg.max_num_batched_tokens - n_pool
         if budget < 0:
@@ -236,7 +242,7 @@ class LazyScheduler(DecodeRuns, Scheduler):
         and frees happen in the reference's order, so the free queue evolves identically.
         No waiting request is admitted in a step that preempted (vLLM V1).
         """
-        kv = self.kv
+        kv = self.ckv
         bs = kv.block_size
         out = LazyOutput(first_it=it)
         running = self.running
@@ -354,7 +360,7 @@ class LazyScheduler(DecodeRuns, Scheduler):
         if finished:
             if len(finished) > 1:
                 finished.sort(key=lambda r: r.seq)
-            kv = self.kv
+            kv = self.ckv
             for r in finished:
                 kv.sync(r)
                 kv.free(r)

@@ -59,6 +59,8 @@ class PolicyOptions:
 class PolicyScheduler(Scheduler):
     """vLLM V1's loop with priority, swap, watermark, memory-aware admission, spec decode, n > 1."""
 
+    kv: KVCacheManager  # always the block-object cache
+
     def __init__(self, cfg: SchedulerConfig, kv: KVCacheManager, opts: PolicyOptions | None = None) -> None:
         super().__init__(cfg, kv)
         self.opts = opts = opts or PolicyOptions()

@@ -192,6 +192,7 @@ class Replica:
         gpu = total - k_all * self.cpu_overhead_s
         t.gpu_s += gpu
         t.num_steps += k_all
+        t.num_run_steps += k_all
         t.kv_block_s += sum(map(operator.mul, used, durations))
         peak = max(used)
         if peak > t.peak_kv_blocks:

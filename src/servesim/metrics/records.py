@@ -121,6 +121,7 @@ class ReplicaTotals:
     flops: float = 0.0  # per GPU
     bytes: float = 0.0  # HBM bytes per GPU
     num_steps: int = 0
+    num_run_steps: int = 0  # of which simulated inside skip-ahead runs (lazy engine: no event each)
     num_preemptions: int = 0
     kv_block_s: float = 0.0  # integral of used KV blocks over time (block-seconds)
     peak_kv_blocks: int = 0

@@ -18,6 +18,7 @@ and ``batch_time`` is a few multiplies and ``max`` calls. See docs/perf_model.md
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -230,7 +231,7 @@ class RooflinePerfModel:
             return None
         n = num_decode_reqs
         c = self._dec_req * n
-        return self.batch_time(BatchStats(num_decode_reqs=n)) - c, self._dec_f, self._dec_kv, c
+        return self.batch_time(_decodes(n)) - c, self._dec_f, self._dec_kv, c
 
     def decode_step_times(self, num_decode_reqs: int, sum_decode_context: np.ndarray) -> np.ndarray:
         """``batch_time`` of pure-decode batches of ``num_decode_reqs`` requests, vectorized
@@ -238,7 +239,7 @@ class RooflinePerfModel:
         n = num_decode_reqs
         p = self._coef[23]
         y0 = self._dec_req * n  # the decode-attention term at zero context: roof(0, y0) = y0
-        rest = self.batch_time(BatchStats(num_decode_reqs=n)) - y0
+        rest = self.batch_time(_decodes(n)) - y0
         s = np.asarray(sum_decode_context, np.float64)
         x, y = self._dec_f * s, self._dec_kv * s + y0
         if not p:
@@ -368,6 +369,27 @@ class RooflinePerfModel:
         return self.batch_work(stats)[1]
 
 
+def _decodes(n: float) -> BatchStats:
+    """A pure-decode batch of ``n`` requests at zero context (``n`` is fractional for a
+    pipeline micro-batch's share)."""
+    if isinstance(n, int):
+        return BatchStats(num_decode_reqs=n)
+    return MicroBatchShare(0.0, 0.0, 0.0, n, 0.0, 0.0)  # type: ignore[return-value]
+
+
+@dataclass(slots=True)
+class MicroBatchShare:
+    """One micro-batch's even share of a step's ``BatchStats``: the same fields, fractional
+    (``BatchStats`` holds whole counts, and is a compiled class that enforces it)."""
+
+    num_prefill_tokens: float
+    prefill_attn_work: float
+    num_prefill_reqs: float
+    num_decode_reqs: float
+    sum_decode_context: float
+    sum_prefill_context: float
+
+
 class PipelinedPerfModel:
     """Pipeline parallelism with micro-batches: ``inner`` split into ``m`` micro-batches per step.
 
@@ -398,11 +420,10 @@ class PipelinedPerfModel:
         m = min(self.num_microbatches, stats.num_prefill_reqs + stats.num_decode_reqs)
         if m <= 1:
             return 1, stats
-        return m, BatchStats(
-            num_prefill_tokens=stats.num_prefill_tokens / m, prefill_attn_work=stats.prefill_attn_work / m,  # type: ignore[arg-type]
-            num_prefill_reqs=stats.num_prefill_reqs / m, num_decode_reqs=stats.num_decode_reqs / m,  # type: ignore[arg-type]
-            sum_decode_context=stats.sum_decode_context / m,  # type: ignore[arg-type]
-            sum_prefill_context=stats.sum_prefill_context / m)  # type: ignore[arg-type]
+        share = MicroBatchShare(
+            stats.num_prefill_tokens / m, stats.prefill_attn_work / m, stats.num_prefill_reqs / m,
+            stats.num_decode_reqs / m, stats.sum_decode_context / m, stats.sum_prefill_context / m)
+        return m, share  # type: ignore[return-value]  # read like a BatchStats, fractional counts
 
     def batch_time(self, stats: BatchStats) -> float:
         m, part = self._split(stats)
