@@ -143,3 +143,17 @@ def test_streaming_mode_keeps_the_results_without_the_step_series():
     assert a["count"] == b["count"]
     for k in ("mean", "p50", "p99", "max"):
         assert b[k] == pytest.approx(a[k], rel=1e-6)
+
+
+@pytest.mark.parametrize("scalar_steps", [1, 5])
+def test_numpy_chunks_of_long_runs(monkeypatch: pytest.MonkeyPatch, scalar_steps: int) -> None:
+    """Runs switch from one-by-one timing to numpy chunks after ``SCALAR_STEPS`` steps
+    (1024 in Python, never when compiled): forced early, the chunks must give the same times,
+    block counts and preemptions (KV pressure cuts chunks short; long outputs make long runs)."""
+    from servesim.engine import decode_runs
+
+    monkeypatch.setattr(decode_runs, "SCALAR_STEPS", scalar_steps)
+    wl = synthetic(7, 300, 4, prompt_max=512, out_max=1500)
+    rm = RooflinePerfModel(load_model("meta-llama/Llama-3.1-8B"), get_gpu("H100-SXM"))
+    ref = assert_same(wl, EngineConfig(max_num_seqs=32, max_num_batched_tokens=1024), 600, perf=rm)
+    assert ref.records.num_preemptions.sum() > 0

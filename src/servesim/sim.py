@@ -112,8 +112,9 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
     records.num_prompt_tokens = np.asarray(wl.num_prompt_tokens, dtype=np.int64).copy()
     scheduler = make_scheduler(engine, cfg, kv, wl, reference, kv_bytes_per_block)
     perf = policy_perf_model(engine, perf)
+    writer = RecordWriter(records)
     replica = Replica(0, loop, scheduler, perf, engine.cpu_overhead_s, steps, itl, totals,
-                      check_invariants=check_invariants, on_finish=lambda r: write_record(records, r),
+                      check_invariants=check_invariants, on_finish=writer.add,
                       finishes_in_runs=True)
     feeder = ArrivalFeeder(wl, loop, replica.on_arrival, records, max_model_len,
                            (num_gpu_blocks - 1) * engine.block_size)
@@ -129,6 +130,7 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
             loop.run(min(t, until_s))
             progress(replica.num_finished + feeder.num_rejected)
         end = loop.now
+    writer.flush()
     totals.num_prefix_query_tokens = kv.num_query_tokens
     totals.num_prefix_hit_tokens = kv.num_hit_tokens
     if isinstance(scheduler, LazyScheduler):
@@ -228,6 +230,49 @@ class ArrivalFeeder:
         self._schedule_next()
 
 
+class RecordWriter:
+    """Writes finished requests' records in batches (numpy columns are slow to set one
+    element at a time); holds at most ``batch`` requests. ``flush`` before reading."""
+
+    def __init__(self, records: RequestRecords, batch: int = 4096) -> None:
+        self.records = records
+        self.batch = batch
+        self.buf: list[Request] = []
+
+    def add(self, r: Request) -> None:
+        self.buf.append(r)
+        if len(self.buf) >= self.batch:
+            self.flush()
+
+    def flush(self) -> None:
+        buf = self.buf
+        if not buf:
+            return
+        self.buf = []
+        rec = self.records
+        n = len(buf)
+        idx = np.fromiter([r.idx for r in buf], np.int64, n)
+
+        def times(values: list[float]) -> np.ndarray:
+            a = np.array(values, np.float64)
+            a[a < 0] = np.nan
+            return a
+
+        rec.first_scheduled_s[idx] = times([r.first_scheduled_s for r in buf])
+        rec.first_token_s[idx] = times([r.first_token_s for r in buf])
+        rec.finished_s[idx] = times([r.finished_s for r in buf])
+        rec.num_output_tokens[idx] = [r.num_output_tokens for r in buf]
+        rec.num_cached_tokens[idx] = [max(r.num_cached_tokens, 0) for r in buf]
+        rec.num_preemptions[idx] = [r.num_preemptions for r in buf]
+        rec.replica[idx] = [r.replica for r in buf]
+        rec.status[idx] = [_record_status(r) for r in buf]
+
+
+def _record_status(r: Request) -> int:
+    return (RequestStatus.FINISHED if r.status == ReqStatus.FINISHED else
+            RequestStatus.REJECTED if r.status == ReqStatus.REJECTED else RequestStatus.UNFINISHED)
+
+
 def write_record(rec: RequestRecords, r: Request) -> None:
     """Store ``r``'s outcome in row ``r.idx`` (called when it finishes or the run ends)."""
     i = r.idx
@@ -238,8 +283,7 @@ def write_record(rec: RequestRecords, r: Request) -> None:
     rec.num_cached_tokens[i] = max(r.num_cached_tokens, 0)
     rec.num_preemptions[i] = r.num_preemptions
     rec.replica[i] = r.replica
-    rec.status[i] = (RequestStatus.FINISHED if r.status == ReqStatus.FINISHED else
-                     RequestStatus.REJECTED if r.status == ReqStatus.REJECTED else RequestStatus.UNFINISHED)
+    rec.status[i] = _record_status(r)
 
 
 def check_budget(engine: EngineConfig, max_model_len: int) -> None:
