@@ -15,6 +15,7 @@ from setuptools import setup
 
 COMPILED = [
     "servesim/engine/events.py",
+    "servesim/engine/arrivals.py",
     "servesim/engine/request.py",
     "servesim/engine/kv_counting.py",
     "servesim/engine/scheduler.py",

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from servesim.config import EngineConfig, Scenario, load_scenario, resolve_engine, scenario_from_dict
-from servesim.engine.events import ARRIVAL, EventLoop
+from servesim.engine.arrivals import ArrivalFeeder, iter_requests, rejection_reason
+from servesim.engine.events import EventLoop
 from servesim.engine.kv_cache import KVCacheManager
 from servesim.engine.kv_counting import CountingKVCache
 from servesim.engine.lazy import LazyScheduler
@@ -54,25 +55,7 @@ def make_requests(wl: Workload) -> list[Request]:
     return list(iter_requests(wl))
 
 
-def iter_requests(wl: Workload) -> Iterator[Request]:
-    """The workload's requests, created one by one in arrival order."""
-    arrival = wl.arrival_s.tolist()
-    prompt = wl.num_prompt_tokens.tolist()
-    output = wl.num_output_tokens.tolist()
-    prio = wl.priority.tolist() if wl.priority is not None else None
-    group = wl.prefix_group.tolist() if wl.prefix_group is not None else None
-    hash_ids = wl.hash_ids
-    for i in range(len(arrival)):
-        r = Request(i, arrival[i], prompt[i], output[i])
-        if prio is not None:
-            r.priority = prio[i]
-        if hash_ids is not None:
-            r.hash_ids = hash_ids[i]
-            r.hash_block_tokens = wl.hash_block_tokens
-        if group is not None and group[i] >= 0:
-            r.prefix_group = group[i]
-            r.prefix_len = wl.prefix_len
-        yield r
+_rejection = rejection_reason  # the name the cluster simulation imports
 
 
 def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_blocks: int,
@@ -116,7 +99,11 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
     replica = Replica(0, loop, scheduler, perf, engine.cpu_overhead_s, steps, itl, totals,
                       check_invariants=check_invariants, on_finish=writer.add,
                       finishes_in_runs=True)
-    feeder = ArrivalFeeder(wl, loop, replica.on_arrival, records, max_model_len,
+    def reject(r: Request, why: str) -> None:
+        write_record(records, r)
+        records.reasons[r.idx] = why
+
+    feeder = ArrivalFeeder(wl, loop, replica.on_arrival, reject, max_model_len,
                            (num_gpu_blocks - 1) * engine.block_size)
     feeder.start()
     if progress is None:
@@ -194,42 +181,6 @@ def policy_perf_model(engine: EngineConfig, perf: PerfModel) -> PerfModel:
     return PolicyCostModel(perf, engine.pcie_gbps * 1e9, engine.speculative.draft_cost_ratio)
 
 
-class ArrivalFeeder:
-    """Creates each request at its arrival and schedules the next one: one pending arrival
-    at a time, so a run of millions of requests never holds them all as objects.
-
-    Requests that can never be served are recorded as rejected instead of delivered.
-    """
-
-    def __init__(self, wl: Workload, loop: EventLoop, deliver: Callable[[Request], None],
-                 records: RequestRecords, max_model_len: int, usable_tokens: int) -> None:
-        self.loop = loop
-        self.deliver = deliver
-        self.records = records
-        self.max_model_len = max_model_len
-        self.usable_tokens = usable_tokens
-        self.num_rejected = 0
-        self._reqs = iter_requests(wl)
-
-    def start(self) -> None:
-        self._schedule_next()
-
-    def _schedule_next(self) -> None:
-        for r in self._reqs:
-            why = _rejection(r, self.max_model_len, self.usable_tokens)
-            if not why:
-                self.loop.at(r.arrival_s, self.on_arrival, r, ARRIVAL)
-                return
-            r.status = ReqStatus.REJECTED
-            write_record(self.records, r)
-            self.records.reasons[r.idx] = why
-            self.num_rejected += 1
-
-    def on_arrival(self, r: Request) -> None:
-        self.deliver(r)
-        self._schedule_next()
-
-
 class RecordWriter:
     """Writes finished requests' records in batches (numpy columns are slow to set one
     element at a time); holds at most ``batch`` requests. ``flush`` before reading."""
@@ -296,15 +247,6 @@ def check_budget(engine: EngineConfig, max_model_len: int) -> None:
             "with chunked prefill off: raise it, lower engine.max_model_len, or enable chunked prefill")
 
 
-def _rejection(r: Request, max_model_len: int, usable_tokens: int) -> str:
-    if r.num_prompt_tokens >= max_model_len:
-        return f"prompt of {r.num_prompt_tokens} tokens does not fit max_model_len {max_model_len}"
-    need = min(r.num_prompt_tokens + r.max_tokens, max_model_len)
-    if need > usable_tokens:
-        return f"needs {need} tokens of KV cache, the replica holds {usable_tokens}"
-    return ""
-
-
 # --------------------------------------------------------------------------- scenario level
 
 
@@ -323,7 +265,6 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
     from servesim.catalog.models import load_model, resolve_kv_dtype_bytes
     from servesim.metrics.summary import summarize
     from servesim.perf.memory import plan_memory
-    from servesim.perf.profiled import HardwareProfile
     from servesim.perf.roofline import build_perf_model
     from servesim.workload import load_workload
 
@@ -334,7 +275,11 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
 
         return simulate_cluster(sc, t0)
     model = load_model(sc.model.name, sc.model.dtype)
-    hw = HardwareProfile.load(sc.hardware.profile) if sc.hardware.profile else None
+    hw = None
+    if sc.hardware.profile:  # (the profile machinery is imported only when used)
+        from servesim.perf.profiled import HardwareProfile
+
+        hw = HardwareProfile.load(sc.hardware.profile)
     gpu = hw.resolve_gpu(sc.hardware.gpu) if hw else get_gpu(sc.hardware.gpu)
     engine = resolve_engine(hw.adjust_engine(sc.engine) if hw else sc.engine, gpu.mem_bytes, gpu.name,
                             sc.engine.max_model_len or model.max_position_embeddings)
