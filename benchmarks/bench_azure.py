@@ -73,6 +73,9 @@ def main() -> None:
             ref, fast = med["reference"], med["fast"]
             print(f"rate x{rate:g}: reference/fast ratio {ref['wall_s'] / fast['wall_s']:.1f}x "
                   f"(without the trace parse: {ref['engine_s'] / fast['engine_s']:.1f}x)")
+    import servesim
+
+    print(f"servesim {servesim.__version__}, {'compiled' if servesim.compiled() else 'pure-Python'} engine")
     print(f"{'rate':>5} {'engine':>9} {'runs':>4} {'wall s':>7} {'parse s':>7} {'engine s':>8} "
           f"{'sim req/s':>10} {'steps':>8} {'peak MB':>8}")
     for rate, engine, m in rows:

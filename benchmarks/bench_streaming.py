@@ -42,6 +42,9 @@ def main() -> None:
     wall = time.perf_counter() - t1
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     done = int((run.records.status == 0).sum())
+    import servesim
+
+    print(f"servesim {servesim.__version__}, {'compiled' if servesim.compiled() else 'pure-Python'} engine")
     print(f"{a.num_requests:,} requests ({done:,} finished), {run.end_s / 3600:.1f} simulated hours: "
           f"workload {t1 - t0:.1f} s, simulation {wall:.1f} s, {a.num_requests / wall:,.0f} req/s, "
           f"peak RSS {rss_mb:,.0f} MB, {run.totals.num_steps:,} steps")

@@ -43,16 +43,24 @@ class Run:
 
     durations: list[float]
     used: list[int]  # KV blocks in use during each step
+    starts: list[float] | None  # start of each step (kept for the step series only)
     segments: list[tuple[int, int, int]]  # (pool size, steps, decode context sum of the first)
     end_s: float  # end of the last step
     finished: list[Request]  # left at a step's end, in order
+    total_s: float  # sum of the durations, in step order
+    kv_block_s: float  # sum of used * duration, in step order
+    peak_used: int  # most KV blocks in use in a step
 
-    def __init__(self, end_s: float) -> None:
+    def __init__(self, end_s: float, keep_starts: bool = True) -> None:
         self.durations = []
         self.used = []
+        self.starts = [] if keep_starts else None
         self.segments = []
         self.end_s = end_s
         self.finished = []
+        self.total_s = 0.0
+        self.kv_block_s = 0.0
+        self.peak_used = 0
 
 
 class DecodeRuns(Scheduler):
@@ -82,7 +90,8 @@ class DecodeRuns(Scheduler):
         raise NotImplementedError
 
     def extend_run(self, out: LazyOutput, start_s: float, first_step_s: float, next_event_s: float,
-                   perf: PerfModel, overhead_s: float, through_finishes: bool = False) -> Run | None:
+                   perf: PerfModel, overhead_s: float, through_finishes: bool = False,
+                   keep_starts: bool = True) -> Run | None:
         """Extend a pure-decode step ``out`` into a run of steps that nothing can interrupt.
 
         ``out`` (just scheduled, lasting ``first_step_s``) ran only pooled decodes and
@@ -111,7 +120,7 @@ class DecodeRuns(Scheduler):
         elif self.individual or not out.num_pool:
             return None
         heap = self._finish_heap
-        run = Run(start_s + first_step_s)
+        run = Run(start_s + first_step_s, keep_starts)
         j = out.first_it + 1  # the next step
         time_bound = not self.waiting and len(self.running) < self.cfg.max_num_seqs
         while True:
@@ -197,6 +206,9 @@ class DecodeRuns(Scheduler):
         stop = min(last, j + SCALAR_STEPS - 1)
         done = False
         add_d, add_u = durations.append, used.append
+        starts = run.starts
+        tot = kv_s = 0.0  # this segment's sums, in step order
+        u = 0
         if not time_bound:
             next_event_s = float("inf")
         while j <= stop:
@@ -216,25 +228,38 @@ class DecodeRuns(Scheduler):
             else:
                 stats.sum_decode_context = s
                 d = perf.batch_time(stats) + overhead_s
+            u = base_used + popped
             add_d(d)
-            add_u(base_used + popped)
+            add_u(u)
+            if starts is not None:
+                starts.append(t)
+            tot += d
+            kv_s += u * d
             t += d
             j += 1
         if not done and j <= last:
-            j, t, popped = self._extend_vectorized(j, last, t, popped, free, time_bound,
-                                                   next_event_s, perf, overhead_s, durations, used, base_used)
+            j, t, popped, tot, kv_s = self._extend_vectorized(
+                j, last, t, popped, free, time_bound, next_event_s, perf, overhead_s, run, base_used,
+                tot, kv_s)
         k = len(durations) - k0
         if k:
             run.segments.append((n, k, pool_off + n * (j - k + 1)))
             run.end_s = t
+            run.total_s += tot
+            run.kv_block_s += kv_s
+            u = used[-1]  # blocks in use only grow within a segment
+            if u > run.peak_used:
+                run.peak_used = u
         if popped:
             kv.pop_anonymous(popped)
         return k
 
     def _extend_vectorized(self, j: int, last: int, t: float, popped: int, free: int,
                            time_bound: bool, next_event_s: float, perf: PerfModel, overhead_s: float,
-                           durations: list[float], used: list[int], base_used: int) -> tuple[int, float, int]:
-        """Go on with ``_run_segment`` from step ``j`` in chunks of growing size (same rules)."""
+                           run: Run, base_used: int, tot: float,
+                           kv_s: float) -> tuple[int, float, int, float, float]:
+        """Go on with ``_run_segment`` from step ``j`` in chunks of growing size (same rules);
+        returns the new (j, clock, blocks popped, sum of durations, sum of used * duration)."""
         n = self.num_pool
         bs = self.ckv.block_size
         phase = np.asarray(self.phase, np.int64)
@@ -249,15 +274,20 @@ class DecodeRuns(Scheduler):
             if time_bound:
                 k = min(k, int(np.searchsorted(clock[:m], next_event_s, side="left")))
             if k:
-                durations.extend(d[:k].tolist())
-                used.extend((cum[:k] + base_used).tolist())
+                dk, uk = d[:k], cum[:k] + base_used
+                run.durations.extend(dk.tolist())
+                run.used.extend(uk.tolist())
+                if run.starts is not None:
+                    run.starts.extend(clock[:k].tolist())
+                tot += float(dk.sum())
+                kv_s += float(uk @ dk)
                 popped = int(cum[k - 1])
                 t = float(clock[k])
                 j += k
             if k < m:
                 break
             chunk *= 4
-        return j, t, popped
+        return j, t, popped, tot, kv_s
 
     def _finish_in_run(self, j: int, run: Run) -> None:
         """Pooled requests whose last token came out of step j - 1 (ending at ``end_s``)

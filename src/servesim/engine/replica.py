@@ -14,8 +14,6 @@ Token times are the end of the step that produced them.
 from __future__ import annotations
 
 import bisect
-import itertools
-import operator
 from collections.abc import Callable
 
 from servesim.engine.decode_runs import Run
@@ -105,7 +103,8 @@ class Replica:
         end = now + dt
         if self.skip_ahead and (out.num_pool or out.reqs):
             run = sched.extend_run(out, now, dt, self.loop.next_time(),  # type: ignore[attr-defined]
-                                   self.perf, self.cpu_overhead_s, self.finishes_in_runs)
+                                   self.perf, self.cpu_overhead_s, self.finishes_in_runs,
+                                   self.steps is not None)
             if run is not None:
                 self.run = run
                 self.run_first_end_s = end
@@ -184,19 +183,18 @@ class Replica:
 
     def _account_run(self, out: SchedulerOutput, start_s: float, run: Run) -> None:
         """Account the extra steps of a run of pure-decode steps, segment by segment."""
-        durations, used = run.durations, run.used
+        durations = run.durations
         k_all = len(durations)
-        total = sum(durations)
+        total = run.total_s
         t = self.totals
         t.busy_s += total
         gpu = total - k_all * self.cpu_overhead_s
         t.gpu_s += gpu
         t.num_steps += k_all
         t.num_run_steps += k_all
-        t.kv_block_s += sum(map(operator.mul, used, durations))
-        peak = max(used)
-        if peak > t.peak_kv_blocks:
-            t.peak_kv_blocks = peak
+        t.kv_block_s += run.kv_block_s
+        if run.peak_used > t.peak_kv_blocks:
+            t.peak_kv_blocks = run.peak_used
         s = self.steps
         i = 0
         for n, k, s_first in run.segments:
@@ -220,11 +218,11 @@ class Replica:
         if s is None:
             return
         s.replica.extend([self.id] * k_all)
-        s.start_s.extend(itertools.accumulate(durations[:-1], initial=start_s))
+        s.start_s.extend(run.starts)  # type: ignore[arg-type]  # kept when steps are recorded
         s.duration_s.extend(durations)
         s.num_prefill_tokens.extend([0] * k_all)
         s.num_waiting.extend([len(self.scheduler.waiting)] * k_all)  # as of the run's start
-        s.kv_blocks_used.extend(used)
+        s.kv_blocks_used.extend(run.used)
         s.num_preempted.extend([0] * k_all)
 
     def _count_arrivals_during_run(self, k: int) -> None:
