@@ -1,27 +1,29 @@
-"""Runs of pure-decode steps for the lazy engine (``LazyScheduler.extend_run``).
+"""The lazy engine's decode pool and its runs (``DecodePool``, ``LazyScheduler``'s base).
 
-A step that ran only pooled decodes and admitted nobody is extended into a *run*: the
-steps that would follow it while nothing can change the schedule are timed in one go, and
-no request is touched. See ``extend_run`` for the rules that make a run exact. The state
-(the pool, its phase counts, the finish heap) is the ``LazyScheduler``'s; this mixin only
-holds the run logic.
+The pool (see ``lazy.py``) holds the running requests that decode one token every step,
+with their counts derived from the step they joined at. A step that ran only pooled
+decodes and admitted nobody is extended into a *run*: the steps that would follow it while
+nothing can change the schedule are timed in one go, and no request is touched. See
+``extend_run`` for the rules that make a run exact; the scheduling itself is in ``lazy.py``.
 """
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from servesim.engine.request import Request
+from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import Scheduler
 from servesim.perf.base import BatchStats, PerfModel, decode_step_times
 
 if TYPE_CHECKING:
     from servesim.engine.kv_counting import CountingKVCache
     from servesim.engine.lazy import LazyOutput
+    from servesim.engine.scheduler import SchedulerConfig
 
 
 
@@ -63,31 +65,96 @@ class Run:
         self.peak_used = 0
 
 
-class DecodeRuns(Scheduler):
-    """The run logic of ``LazyScheduler`` (its base class: the state is the scheduler's,
-    set up in ``LazyScheduler.__init__``; single inheritance keeps both compilable)."""
+class DecodePool(Scheduler):
+    """The decode pool of ``LazyScheduler`` (its base class) and the pool's runs.
 
-    # The LazyScheduler state this logic reads and updates.
-    ckv: CountingKVCache
-    it: int
-    individual: list[Request]
-    num_pool: int
-    pool_off: int
-    phase: list[int]
-    _finish_heap: list[int]
-    _run_finished: list[Request]
-    _affine: dict[int, Any]
-    _affine_perf: Any
+    A pooled request decodes one token every step from ``lazy_it`` on; the pool keeps its
+    size, the sum of its ``num_computed_tokens - lazy_it``, a count per block phase and a
+    finish step per request (see ``lazy.py``). Single inheritance keeps it compilable.
+    """
 
-    # Pool bookkeeping, defined by LazyScheduler.
-    def _pop_finished(self, it_end: int, now: float) -> list[Request]:
-        raise NotImplementedError
+    def __init__(self, cfg: SchedulerConfig, kv: CountingKVCache) -> None:
+        super().__init__(cfg, kv)
+        self.ckv = kv  # = self.kv, typed as the counting cache (a subclass may not narrow kv)
+        self.it = 0  # index of the next step
+        self.num_pool = 0
+        self.pool_off = 0  # sum over the pool of (num_computed_tokens - lazy_it)
+        self.pool_max_seq = -1  # an upper bound of the pool's largest seq
+        self.individual: list[Request] = []  # running requests not in the pool, by seq
+        # Pooled requests by (num_computed_tokens - lazy_it) mod block_size: at step j the
+        # new token of those in phase (-j) mod block_size starts a new KV block.
+        self.phase = [0] * kv.block_size
+        self._finishes: dict[int, list[tuple[Request, int]]] = {}
+        self._finish_heap: list[int] = []
+        self._run_finished: list[Request] = []  # finished inside a run, not reported yet
+        self._affine: dict[int, Any] = {}  # pool size -> perf.decode_affine(pool size)
+        self._affine_perf: Any = None
 
-    def _remove_running(self, finished: list[Request]) -> None:
-        raise NotImplementedError
+    # ----------------------------------------------------------------- pool bookkeeping
 
     def _join_pool(self, r: Request, it: int) -> None:
-        raise NotImplementedError
+        """``r`` produced a token in step it-1 and will decode every step from ``it``."""
+        bs = self.ckv.block_size
+        c = r.num_computed_tokens  # = num_tokens - 1
+        r.lazy_it = it
+        self.num_pool += 1
+        self.pool_off += c - it
+        if r.seq > self.pool_max_seq:
+            self.pool_max_seq = r.seq
+        ep = r.epoch
+        self.phase[(c - it) % bs] += 1
+        remaining = min(r.max_tokens - r.num_output_tokens,
+                        self.cfg.max_model_len - (r.num_prompt_tokens + r.num_output_tokens))
+        fin = it + remaining - 1
+        bucket = self._finishes.get(fin)
+        if bucket is None:
+            self._finishes[fin] = [(r, ep)]
+            heapq.heappush(self._finish_heap, fin)
+        else:
+            bucket.append((r, ep))
+
+    def _materialize(self, r: Request, it: int) -> None:
+        """Write ``r``'s derived counts at step ``it`` into it (it stays in the pool)."""
+        d = it - r.lazy_it
+        if d:
+            r.num_computed_tokens += d
+            r.num_output_tokens += d
+            r.lazy_it = it
+
+    def _leave_pool(self, r: Request, it: int) -> None:
+        self.phase[(r.num_computed_tokens - r.lazy_it) % self.ckv.block_size] -= 1
+        self._materialize(r, it)
+        self.num_pool -= 1
+        self.pool_off -= r.num_computed_tokens - it
+        r.lazy_it = -1
+        r.epoch += 1
+
+    def _valid(self, entries: list[tuple[Request, int]] | None) -> list[Request]:
+        if not entries:
+            return []
+        return [r for r, ep in entries if ep == r.epoch and r.lazy_it >= 0]
+
+    def _pop_finished(self, it_end: int, now: float) -> list[Request]:
+        """Pooled requests whose last token came out of a step before ``it_end``."""
+        heap = self._finish_heap
+        done: list[Request] = []
+        while heap and heap[0] < it_end:
+            for r in self._valid(self._finishes.pop(heapq.heappop(heap), None)):
+                self._leave_pool(r, it_end)
+                r.status = ReqStatus.FINISHED
+                r.finished_s = now
+                done.append(r)
+        return done
+
+    def _remove_running(self, finished: list[Request]) -> None:
+        running = self.running
+        if len(finished) * 16 < len(running):
+            for r in finished:
+                running.remove(r)  # a C scan by identity: cheaper than a Python pass
+        else:
+            self.running = [r for r in running if r.status == ReqStatus.RUNNING]
+
+    # ----------------------------------------------------------------- runs
 
     def extend_run(self, out: LazyOutput, start_s: float, first_step_s: float, next_event_s: float,
                    perf: PerfModel, overhead_s: float, through_finishes: bool = False,

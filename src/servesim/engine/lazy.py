@@ -36,11 +36,9 @@ step); stale bucket entries are recognised by the request's ``epoch``.
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
-from typing import Any
 
-from servesim.engine.decode_runs import DecodeRuns
+from servesim.engine.decode_runs import DecodePool
 from servesim.engine.kv_counting import CountingKVCache
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
@@ -63,66 +61,15 @@ class LazyOutput(SchedulerOutput):
         self.first_tokens_done = False
 
 
-class LazyScheduler(DecodeRuns):
+class LazyScheduler(DecodePool):
     def __init__(self, cfg: SchedulerConfig, kv: CountingKVCache) -> None:
         if not isinstance(kv, CountingKVCache):
             raise TypeError("the lazy scheduler runs on a CountingKVCache")
         super().__init__(cfg, kv)
-        self.ckv = kv  # = self.kv, typed as the counting cache (a subclass may not narrow kv)
-        self.it = 0  # index of the next step
-        self.num_pool = 0
-        self.pool_off = 0  # sum over the pool of (num_computed_tokens - lazy_it)
-        self.pool_max_seq = -1  # an upper bound of the pool's largest seq
-        self.individual: list[Request] = []  # running requests not in the pool, by seq
-        # Pooled requests by (num_computed_tokens - lazy_it) mod block_size: at step j the
-        # new token of those in phase (-j) mod block_size starts a new KV block.
-        self.phase = [0] * kv.block_size
-        self._finishes: dict[int, list[tuple[Request, int]]] = {}
-        self._finish_heap: list[int] = []
         self._next_seq = 0
         self.last_end_s = 0.0
-        self._run_finished: list[Request] = []  # finished inside a run, not reported yet
-        self._affine: dict[int, Any] = {}  # pool size -> perf.decode_affine(pool size)
-        self._affine_perf: Any = None
 
-    # ----------------------------------------------------------------- pool bookkeeping
-
-    def _join_pool(self, r: Request, it: int) -> None:
-        """``r`` produced a token in step it-1 and will decode every step from ``it``."""
-        bs = self.ckv.block_size
-        c = r.num_computed_tokens  # = num_tokens - 1
-        r.lazy_it = it
-        self.num_pool += 1
-        self.pool_off += c - it
-        if r.seq > self.pool_max_seq:
-            self.pool_max_seq = r.seq
-        ep = r.epoch
-        self.phase[(c - it) % bs] += 1
-        remaining = min(r.max_tokens - r.num_output_tokens,
-                        self.cfg.max_model_len - (r.num_prompt_tokens + r.num_output_tokens))
-        fin = it + remaining - 1
-        bucket = self._finishes.get(fin)
-        if bucket is None:
-            self._finishes[fin] = [(r, ep)]
-            heapq.heappush(self._finish_heap, fin)
-        else:
-            bucket.append((r, ep))
-
-    def _materialize(self, r: Request, it: int) -> None:
-        """Write ``r``'s derived counts at step ``it`` into it (it stays in the pool)."""
-        d = it - r.lazy_it
-        if d:
-            r.num_computed_tokens += d
-            r.num_output_tokens += d
-            r.lazy_it = it
-
-    def _leave_pool(self, r: Request, it: int) -> None:
-        self.phase[(r.num_computed_tokens - r.lazy_it) % self.ckv.block_size] -= 1
-        self._materialize(r, it)
-        self.num_pool -= 1
-        self.pool_off -= r.num_computed_tokens - it
-        r.lazy_it = -1
-        r.epoch += 1
+    # ----------------------------------------------------------------- pool state
 
     def materialize_all(self) -> None:
         """Write every pooled request's derived counts into it (at the end of a run)."""
@@ -148,11 +95,6 @@ class LazyScheduler(DecodeRuns):
                 self._materialize(r, it)
                 self.ckv.sync(r)
         self.ckv.check_invariants(self.running)
-
-    def _valid(self, entries: list[tuple[Request, int]] | None) -> list[Request]:
-        if not entries:
-            return []
-        return [r for r, ep in entries if ep == r.epoch and r.lazy_it >= 0]
 
     # ----------------------------------------------------------------- schedule
 
@@ -290,26 +232,6 @@ class LazyScheduler(DecodeRuns):
         st.num_decode_reqs += n_pool
         st.sum_decode_context += self.pool_off + n_pool * (it + 1)
         return out
-
-    def _pop_finished(self, it_end: int, now: float) -> list[Request]:
-        """Pooled requests whose last token came out of a step before ``it_end``."""
-        heap = self._finish_heap
-        done: list[Request] = []
-        while heap and heap[0] < it_end:
-            for r in self._valid(self._finishes.pop(heapq.heappop(heap), None)):
-                self._leave_pool(r, it_end)
-                r.status = ReqStatus.FINISHED
-                r.finished_s = now
-                done.append(r)
-        return done
-
-    def _remove_running(self, finished: list[Request]) -> None:
-        running = self.running
-        if len(finished) * 16 < len(running):
-            for r in finished:
-                running.remove(r)  # a C scan by identity: cheaper than a Python pass
-        else:
-            self.running = [r for r in running if r.status == ReqStatus.RUNNING]
 
     # ----------------------------------------------------------------- update
 
