@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from servesim.config import EngineConfig, Scenario, load_scenario, resolve_engine, scenario_from_dict
-from servesim.engine.arrivals import ArrivalFeeder, iter_requests, rejection_reason
+from servesim.engine.arrivals import ArrivalFeeder, iter_requests
 from servesim.engine.events import EventLoop
 from servesim.engine.kv_cache import KVCacheManager
 from servesim.engine.kv_counting import CountingKVCache
@@ -53,9 +53,6 @@ class EngineRun:
 
 def make_requests(wl: Workload) -> list[Request]:
     return list(iter_requests(wl))
-
-
-_rejection = rejection_reason  # the name the cluster simulation imports
 
 
 def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_blocks: int,

@@ -45,6 +45,7 @@ import numpy as np
 from servesim.cluster.router import ROUTERS, ReplicaLoad, RouterState
 from servesim.cluster.transfer import Link
 from servesim.config import ClusterConfig, EngineConfig
+from servesim.engine.arrivals import iter_requests, rejection_reason
 from servesim.engine.events import ARRIVAL, EventLoop
 from servesim.engine.lazy import LazyScheduler
 from servesim.engine.replica import Replica
@@ -52,7 +53,7 @@ from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import Scheduler, SchedulerConfig
 from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, StepSeries
 from servesim.perf.base import BatchStats, PerfModel
-from servesim.sim import _rejection, iter_requests, write_record
+from servesim.sim import write_record
 from servesim.workload.base import Workload
 
 
@@ -176,7 +177,7 @@ class Cluster:
         pools = self.pool_of
         max_len = min(p.max_model_len for p in pools)
         usable = min((p.num_gpu_blocks - 1) * p.engine.block_size for p in pools)
-        return _rejection(r, max_len, usable)
+        return rejection_reason(r, max_len, usable)
 
     def on_look_ahead(self, req: Request) -> None:
         """``staleness_s`` before ``req`` arrives: capture the first stage's view for it."""

@@ -44,8 +44,9 @@ class Run:
     """Steps added to a pure-decode step by ``LazyScheduler.extend_run``."""
 
     durations: list[float]
-    used: list[int]  # KV blocks in use during each step
-    starts: list[float] | None  # start of each step (kept for the step series only)
+    # Per step, for the step series only (None when steps are not recorded):
+    used: list[int] | None  # KV blocks in use
+    starts: list[float] | None  # start time
     segments: list[tuple[int, int, int]]  # (pool size, steps, decode context sum of the first)
     end_s: float  # end of the last step
     finished: list[Request]  # left at a step's end, in order
@@ -53,10 +54,10 @@ class Run:
     kv_block_s: float  # sum of used * duration, in step order
     peak_used: int  # most KV blocks in use in a step
 
-    def __init__(self, end_s: float, keep_starts: bool = True) -> None:
+    def __init__(self, end_s: float, keep_steps: bool = True) -> None:
         self.durations = []
-        self.used = []
-        self.starts = [] if keep_starts else None
+        self.used = [] if keep_steps else None
+        self.starts = [] if keep_steps else None
         self.segments = []
         self.end_s = end_s
         self.finished = []
@@ -158,7 +159,7 @@ class DecodePool(Scheduler):
 
     def extend_run(self, out: LazyOutput, start_s: float, first_step_s: float, next_event_s: float,
                    perf: PerfModel, overhead_s: float, through_finishes: bool = False,
-                   keep_starts: bool = True) -> Run | None:
+                   keep_steps: bool = True) -> Run | None:
         """Extend a pure-decode step ``out`` into a run of steps that nothing can interrupt.
 
         ``out`` (just scheduled, lasting ``first_step_s``) ran only pooled decodes and
@@ -187,7 +188,7 @@ class DecodePool(Scheduler):
         elif self.individual or not out.num_pool:
             return None
         heap = self._finish_heap
-        run = Run(start_s + first_step_s, keep_starts)
+        run = Run(start_s + first_step_s, keep_steps)
         j = out.first_it + 1  # the next step
         time_bound = not self.waiting and len(self.running) < self.cfg.max_num_seqs
         while True:
@@ -254,7 +255,7 @@ class DecodePool(Scheduler):
         free = kv.num_free_blocks
         base_used = kv.num_gpu_blocks - free
         pool_off = self.pool_off
-        durations, used = run.durations, run.used
+        durations, used, starts = run.durations, run.used, run.starts
         k0 = len(durations)
         t = run.end_s
         popped = 0
@@ -272,10 +273,8 @@ class DecodePool(Scheduler):
             stats = BatchStats(num_decode_reqs=n)
         stop = min(last, j + SCALAR_STEPS - 1)
         done = False
-        add_d, add_u = durations.append, used.append
-        starts = run.starts
+        add_d = durations.append
         tot = kv_s = 0.0  # this segment's sums, in step order
-        u = 0
         if not time_bound:
             next_event_s = float("inf")
         while j <= stop:
@@ -297,9 +296,9 @@ class DecodePool(Scheduler):
                 d = perf.batch_time(stats) + overhead_s
             u = base_used + popped
             add_d(d)
-            add_u(u)
-            if starts is not None:
+            if starts is not None and used is not None:
                 starts.append(t)
+                used.append(u)
             tot += d
             kv_s += u * d
             t += d
@@ -314,7 +313,7 @@ class DecodePool(Scheduler):
             run.end_s = t
             run.total_s += tot
             run.kv_block_s += kv_s
-            u = used[-1]  # blocks in use only grow within a segment
+            u = base_used + popped  # blocks in use only grow within a segment: its last step's
             if u > run.peak_used:
                 run.peak_used = u
         if popped:
@@ -343,9 +342,9 @@ class DecodePool(Scheduler):
             if k:
                 dk, uk = d[:k], cum[:k] + base_used
                 run.durations.extend(dk.tolist())
-                run.used.extend(uk.tolist())
-                if run.starts is not None:
+                if run.starts is not None and run.used is not None:
                     run.starts.extend(clock[:k].tolist())
+                    run.used.extend(uk.tolist())
                 tot += float(dk.sum())
                 kv_s += float(uk @ dk)
                 popped = int(cum[k - 1])

@@ -109,7 +109,7 @@ class Replica:
                 self.run = run
                 self.run_first_end_s = end
                 self.run_waiting0 = len(sched.waiting)
-                self._account_run(out, end, run)
+                self._account_run(run)
                 end = run.end_s  # summed step by step, as the reference engine's clock does
         self.step_end_s = end
         self.loop.at(end, self.on_batch_done, out, BATCH_DONE)
@@ -181,7 +181,7 @@ class Replica:
         s.kv_blocks_used.append(used)
         s.num_preempted.append(len(out.preempted))
 
-    def _account_run(self, out: SchedulerOutput, start_s: float, run: Run) -> None:
+    def _account_run(self, run: Run) -> None:
         """Account the extra steps of a run of pure-decode steps, segment by segment."""
         durations = run.durations
         k_all = len(durations)
@@ -222,7 +222,7 @@ class Replica:
         s.duration_s.extend(durations)
         s.num_prefill_tokens.extend([0] * k_all)
         s.num_waiting.extend([len(self.scheduler.waiting)] * k_all)  # as of the run's start
-        s.kv_blocks_used.extend(run.used)
+        s.kv_blocks_used.extend(run.used)  # type: ignore[arg-type]
         s.num_preempted.extend([0] * k_all)
 
     def _count_arrivals_during_run(self, k: int) -> None:
