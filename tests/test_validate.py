@@ -48,22 +48,21 @@ def test_suites_and_cases_present(checks: list[Check]) -> None:
 
 def test_cpu_predictions_of_unseen_recordings(checks: list[Check]) -> None:
     """Calibrated on rate1.json, servesim predicts the recordings made in the same session
-    (docs/fidelity.md §4): mean and P90 TTFT, TPOT and E2E within 6% at every load except
-    rate1.25's P90 TPOT (-10.1%: 80 requests, so P90 rests on a sparse tail of ~8); the
-    session was screened for run-to-run machine speed, so no recording's replayed step
-    times are off by more than 2%."""
+    (docs/fidelity.md §4): mean and P90 TTFT, TPOT and E2E within 10% (issue 6's target) at
+    every load, and within 7% below 80% busy; the session was screened for run-to-run machine
+    speed, so no recording's replayed step times are off by more than 2%."""
     rows = {
         (c.case.split(" ")[0], c.metric): c for c in checks if c.suite == "vllm-cpu" and "noise" not in c.case
     }
     metrics = ("mean_ttft_s", "p90_ttft_s", "mean_tpot_s", "p90_tpot_s", "mean_e2e_s", "p90_e2e_s")
     predicted = ("rate0.5", "rate0.75", "rate0.75_repeat", "rate1.25", "rate1.5", "rate1.5_repeat", "rate2.5")
+    light = ("rate0.5", "rate0.75", "rate0.75_repeat", "rate1.25")  # busy 31-72%
     for name in predicted:
         for metric in metrics:
-            bound = 10.5 if (name, metric) == ("rate1.25", "p90_tpot_s") else 6
-            assert rows[name, metric].mape_pct < bound, (name, metric)
-    for name in ("rate0.5", "rate0.75", "rate0.75_repeat"):  # not saturated
+            assert rows[name, metric].mape_pct < (7 if name in light else 10), (name, metric)
+    for name in light:
         assert "heavy" not in rows[name, "mean_ttft_s"].case
-    for name in ("rate1.25", "rate1.5", "rate1.5_repeat", "rate2.5"):  # busy >= 80%
+    for name in ("rate1.5", "rate1.5_repeat", "rate2.5"):  # busy >= 80%
         assert "heavy" in rows[name, "mean_ttft_s"].case
     # Same machine speed as the calibration run: the replayed step times are unbiased.
     for name in (*predicted, "rate1"):
@@ -73,13 +72,15 @@ def test_cpu_predictions_of_unseen_recordings(checks: list[Check]) -> None:
         for metric in ("mean_tpot_s", "mean_e2e_s"):
             v = [getattr(rows[f"rate{r}", metric], src) for r in ("0.5", "0.75", "1", "1.25", "1.5", "2.5")]
             assert v == sorted(v), (src, metric)
-    # Step by step: with vLLM's own step times servesim's scheduler makes the same steps.
+    # Step by step: with vLLM's own step times servesim's scheduler makes the same steps,
+    # every one of them (~23,000 steps in all).
     for name in (*predicted, "rate1"):
-        assert rows[name, "schedule with vLLM's step times: % of steps differing"].mape_pct < 1
+        assert rows[name, "schedule with vLLM's step times: % of steps differing"].mape_pct == 0, name
     # The engine's run-to-run noise on the same workload (same session, quiet machine).
     noise = [c for c in checks if c.suite == "vllm-cpu" and "noise" in c.case]
     assert {c.case.split(" ")[0] for c in noise} == {"rate0.75_repeat", "rate1.5_repeat"}
-    assert all(c.mape_pct < 4 for c in noise)
+    assert all(c.mape_pct < 8 for c in noise)
+    assert any(c.mape_pct > 1 for c in noise)  # the same workload does not replay exactly
 
 
 def test_cli_validate_exit_status() -> None:
@@ -102,3 +103,27 @@ def test_cli_validate_with_nothing_to_validate_is_an_error(tmp_path) -> None:
     res = CliRunner().invoke(app, ["validate", "--data-dir", str(tmp_path), "--recordings", str(tmp_path)])
     assert res.exit_code == 2
     assert "nothing validated" in res.output
+
+
+def test_engine_arrivals_for_the_replay_with_vllm_step_times() -> None:
+    """Arrivals during a step's cycle (the step and the short gap after it) replay as they
+    are; one that found the engine idle replays at the start of the first step after the
+    driver added it (vLLM's wake-up latency is the driver loop's, not the scheduler's)."""
+    from servesim.validate.cpu import engine_arrivals
+
+    steps = [
+        {"t_start": 1.0000, "t_end": 1.0100},
+        {"t_start": 1.0103, "t_end": 1.0200},  # back to back (0.3 ms gap)
+        {"t_start": 5.0008, "t_end": 5.0100},  # after an idle period
+    ]
+    cycle = [0.0103, 0.0097 + 0.002, 0.0092]  # gaps capped at 2 ms, as compare_recording does
+    reqs = [
+        {"arrived_at_s": 0.9993, "added_at_s": 0.99998},  # idle -> the first step's start
+        {"arrived_at_s": 1.0050, "added_at_s": 1.0101},  # during step 0 -> as is
+        {"arrived_at_s": 1.0101, "added_at_s": 1.0102},  # in the gap after step 0 -> as is
+        {"arrived_at_s": 1.0210, "added_at_s": 1.0210},  # within step 1's capped gap -> as is
+        {"arrived_at_s": 5.0000, "added_at_s": 5.0006},  # idle -> step 2's start
+        {"arrived_at_s": 6.0000, "added_at_s": 6.0004},  # idle, no later step -> when added
+    ]
+    got = engine_arrivals(reqs, steps, cycle)
+    assert got.tolist() == [1.0, 1.005, 1.0101, 1.021, 5.0008, 6.0004]

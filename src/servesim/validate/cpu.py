@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,7 +110,7 @@ def compare_recording(path: Path, prof: HardwareProfile) -> RecordingComparison:
         for s, n in zip(steps, [*steps[1:], steps[-1]])
     ]
     timed = run_engine(
-        wl,
+        dataclasses.replace(wl, arrival_s=engine_arrivals(reqs, steps, cycle)),
         engine.model_copy(update={"cpu_overhead_s": 0.0}),
         RecordedStepTimes(cycle),
         blocks,
@@ -129,6 +130,34 @@ def compare_recording(path: Path, prof: HardwareProfile) -> RecordingComparison:
     )
 
 
+def engine_arrivals(reqs: list[dict], steps: list[dict], cycle: list[float]) -> np.ndarray:
+    """When vLLM's scheduler could first see each request, on the recording's clock, for the
+    replay with vLLM's own step times (``cycle``: each step plus the short gap before the next).
+
+    record.py adds requests between steps. A request that arrives during a step's cycle is
+    added as it ends and is seen by the next step; the simulator does the same with its
+    arrival time. One that arrives while the engine is idle is added only when the driver
+    loop wakes, 0.1-1 ms later, and that step starts ~20 us after. Replayed at its arrival,
+    it would start servesim's busy period up to 1 ms early, a later request that arrived that
+    close to a step's end would land in a different step, and from there on the recorded
+    durations would be applied one step off. So an idle arrival replays at the start of the
+    first step after it was added (the engine's wake-up latency is the driver's, not the
+    scheduler's); whether that step takes it is still the scheduler's decision."""
+    t0 = np.array([s["t_start"] for s in steps])
+    t_cycle_end = t0 + np.asarray(cycle)
+    out = []
+    for r in reqs:
+        a = r["arrived_at_s"]
+        i = int(np.searchsorted(t0, a, side="right")) - 1
+        if i >= 0 and a < t_cycle_end[i]:
+            out.append(a)
+            continue
+        added = max(a, r.get("added_at_s", a))
+        j = int(np.searchsorted(t0, added, side="left"))
+        out.append(float(t0[j]) if j < len(t0) else added)
+    return np.maximum.accumulate(np.array(out, dtype=np.float64))
+
+
 def _same_pct(measured: list[tuple[int, int]], steps: object) -> float:
     sim = list(zip(steps.num_prefill_tokens, steps.num_decode_reqs))  # type: ignore[attr-defined]
     return sum(a == b for a, b in zip(measured, sim)) / max(len(measured), 1) * 100
@@ -142,15 +171,15 @@ def _same_pct(measured: list[tuple[int, int]], steps: object) -> float:
 CPU_HEAVY_BUSY = 0.8
 CPU_LIMITS = {
     ("fit", "ttft"): 2.0,
-    ("fit", "tpot"): 8.0,
-    ("fit", "e2e"): 2.0,
-    ("predicted", "ttft"): 4.0,
-    ("predicted", "tpot"): 2.0,
-    ("predicted", "e2e"): 2.0,
-    ("heavy", "ttft"): 4.0,
-    ("heavy", "tpot"): 11.0,
-    ("heavy", "e2e"): 6.0,
-    ("fit", "replay"): 1.0,
+    ("fit", "tpot"): 5.0,
+    ("fit", "e2e"): 8.0,
+    ("predicted", "ttft"): 5.0,
+    ("predicted", "tpot"): 7.0,
+    ("predicted", "e2e"): 3.0,
+    ("heavy", "ttft"): 10.0,
+    ("heavy", "tpot"): 7.0,
+    ("heavy", "e2e"): 7.0,
+    ("fit", "replay"): 2.0,
     ("predicted", "replay"): 2.0,
     ("heavy", "replay"): 2.0,
     ("fit", "schedule"): 1.0,
