@@ -317,3 +317,76 @@ def test_cluster_pools_apply_the_hardware_profile_and_bundled_names_load(tmp_pat
 
     with pytest.raises(ConfigError, match="bundled profile: .*h100_vidur_ops"):
         HardwareProfile.load("no_such_profile")
+
+
+def _rate1_as_step_csv(tmp_path: Path) -> tuple[Path, Path]:
+    """The rate1 recording written as the generic step CSV, and its model's config.json."""
+    log = read_engine_log(RECORDINGS / "rate1.json")
+    csv_path, cfg_path = tmp_path / "steps.csv", tmp_path / "config.json"
+    lines = [
+        "num_prefill_tokens,prefill_attention_work,num_decode_reqs,sum_decode_context,duration_s,"
+        "num_prefill_reqs,sum_prefill_context"
+    ]
+    for s, d in zip(log.stats, log.duration_s):
+        lines.append(
+            f"{s.num_prefill_tokens},{s.prefill_attn_work!r},{s.num_decode_reqs},{s.sum_decode_context},"
+            f"{float(d)!r},{s.num_prefill_reqs},{s.sum_prefill_context}"
+        )
+    csv_path.write_text("\n".join(lines) + "\n")
+    cfg_path.write_text(json.dumps(log.model_config))
+    return csv_path, cfg_path
+
+
+def test_cli_calibrate_on_a_generic_step_csv_matches_the_record_py_log(tmp_path: Path) -> None:
+    """Issue 6's third input form: the same steps as a CSV (with --model naming the model's
+    config.json) give the same fit as the record.py JSON they came from."""
+    pytest.importorskip("scipy")
+    from typer.testing import CliRunner
+
+    from servesim.cli import app
+
+    csv_path, cfg_path = _rate1_as_step_csv(tmp_path)
+    hw = RECORDINGS / "cpu.yaml"
+    runner = CliRunner()
+    out_csv, out_json = tmp_path / "from_csv.json", tmp_path / "from_json.json"
+    res = runner.invoke(app, ["calibrate", str(csv_path), "--hardware", str(hw), "--model", str(cfg_path),
+                              "-o", str(out_csv)])
+    assert res.exit_code == 0, res.output
+    assert "R2" in res.output and "MAPE" in res.output and "worst:" in res.output
+    res = runner.invoke(app, ["calibrate", str(RECORDINGS / "rate1.json"), "--hardware", str(hw),
+                              "-o", str(out_json)])
+    assert res.exit_code == 0, res.output
+    a = json.loads(out_csv.read_text())
+    b = json.loads(out_json.read_text())
+    assert a["cpu_overhead_s"] == pytest.approx(b["cpu_overhead_s"], rel=1e-6)
+    for k, v in b["efficiencies"].items():
+        assert a["efficiencies"][k] == pytest.approx(v, rel=1e-6), k
+    assert a["fit"]["fits"][0]["quality"]["n"] == 3563
+
+
+def test_cli_calibrate_step_csv_errors(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from servesim.cli import app
+
+    pytest.importorskip("scipy")
+    csv_path, cfg_path = _rate1_as_step_csv(tmp_path)
+    hw = str(RECORDINGS / "cpu.yaml")
+    runner = CliRunner()
+    out = tmp_path / "p.json"
+    # No model: the CSV names none.
+    res = runner.invoke(app, ["calibrate", str(csv_path), "--hardware", hw, "-o", str(out)])
+    assert res.exit_code == 2 and "--model" in res.output and not out.exists()
+    # A malformed value: the file and line are named.
+    lines = csv_path.read_text().splitlines()
+    lines[5] = lines[5].replace(",", ",x", 1)
+    csv_path.write_text("\n".join(lines) + "\n")
+    res = runner.invoke(app, ["calibrate", str(csv_path), "--hardware", hw, "--model", str(cfg_path), "-o", str(out)])
+    assert res.exit_code == 2 and f"{csv_path}:6" in res.output and not out.exists()
+    # A missing column.
+    csv_path.write_text("num_prefill_tokens,duration_s\n1,0.1\n")
+    res = runner.invoke(app, ["calibrate", str(csv_path), "--hardware", hw, "--model", str(cfg_path), "-o", str(out)])
+    assert res.exit_code == 2 and "expected columns" in res.output and not out.exists()
+    # An unknown model.
+    res = runner.invoke(app, ["calibrate", str(csv_path), "--hardware", hw, "--model", "no-such-model", "-o", str(out)])
+    assert res.exit_code == 2 and "unknown model" in res.output

@@ -226,6 +226,11 @@ def calibrate(
     name: Annotated[str | None, typer.Option(help="Name stored in the profile.")] = None,
     network: Annotated[bool, typer.Option(
         help="operators: fit the link to network/<gpu>_dgx/all_reduce.csv when present.")] = True,
+    model: Annotated[str | None, typer.Option(
+        help="engine-log: the model the steps ran (a preset name or a config.json); required for a "
+             "step CSV, overrides a record.py log's own.")] = None,
+    tp: Annotated[int, typer.Option(
+        min=1, help="engine-log: the engine's tensor-parallel degree.")] = 1,
 ) -> None:
     """Fit the roofline's efficiencies to measurements; print the fit quality; write a profile.
 
@@ -236,7 +241,14 @@ def calibrate(
 
         hw = _read_gpu_config(hardware) if hardware else None
         names = [x.strip() for x in fit_params.split(",") if x.strip()] if fit_params else None
-        profile, results = calibrate_source(source, kind.value, gpu, hw, names, tables, name, network)
+        spec = None
+        if model is not None:
+            from servesim.catalog.models import load_model
+
+            spec = load_model(model)
+        profile, results = calibrate_source(
+            source, kind.value, gpu, hw, names, tables, name, network, model=spec, tp=tp
+        )
         try:  # the file first: a closed stdout (| head) must not lose it
             profile.save(output)
         except OSError as err:

@@ -264,6 +264,8 @@ def calibrate_source(
     with_tables: bool = False,
     name: str | None = None,
     network: bool = True,
+    model: ModelSpec | None = None,
+    tp: int = 1,
 ) -> tuple[HardwareProfile, list[FitResult]]:
     """Read measurements of any supported kind, fit, and return the profile and the fits.
 
@@ -271,7 +273,8 @@ def calibrate_source(
     its GPU directory (default h100); ``network`` fits the link to ``network/<gpu>_dgx/
     all_reduce.csv`` when present. splitwise: rows of ``gpu`` (default A100-80GB).
     engine-log: a record.py JSON or a step CSV, on ``hardware`` (a custom accelerator, stored
-    in the profile) or the catalog ``gpu``.
+    in the profile) or the catalog ``gpu``, for ``model`` (required for a step CSV, which names
+    no model; a record.py JSON carries its own) at tensor parallelism ``tp``.
     """
     from servesim.catalog.gpus import get_gpu
     from servesim.perf.measurements import (
@@ -308,7 +311,12 @@ def calibrate_source(
     elif kind == "engine-log":
         log = read_engine_log(source)
         spec = get_gpu(hardware) if hardware is not None else get_gpu(gpu or "H100-SXM")
-        results = [calibrate_engine_log(log, spec, names=names or ENGINE_LOG_PARAMS)]
+        if model is None and not log.model_config:
+            raise CalibrationError(
+                f"{source}: a step CSV names no model; give the model it was measured with "
+                "(--model: a preset name or a config.json)"
+            )
+        results = [calibrate_engine_log(log, spec, model, names=names or ENGINE_LOG_PARAMS, tp=tp)]
         eff, hw, kept, cpu = results[0].eff, hardware, [], results[0].cpu_overhead_s
         fitted_on = spec.name
     else:
