@@ -381,12 +381,15 @@ def test_cli_calibrate_step_csv_errors(tmp_path: Path) -> None:
     lines = csv_path.read_text().splitlines()
     lines[5] = lines[5].replace(",", ",x", 1)
     csv_path.write_text("\n".join(lines) + "\n")
-    res = runner.invoke(app, ["calibrate", str(csv_path), "--hardware", hw, "--model", str(cfg_path), "-o", str(out)])
+    res = runner.invoke(app, ["calibrate", str(csv_path), "--hardware", hw, "--model", str(cfg_path),
+                              "-o", str(out)])
     assert res.exit_code == 2 and f"{csv_path}:6" in res.output and not out.exists()
     # A missing column.
     csv_path.write_text("num_prefill_tokens,duration_s\n1,0.1\n")
-    res = runner.invoke(app, ["calibrate", str(csv_path), "--hardware", hw, "--model", str(cfg_path), "-o", str(out)])
+    res = runner.invoke(app, ["calibrate", str(csv_path), "--hardware", hw, "--model", str(cfg_path),
+                              "-o", str(out)])
     assert res.exit_code == 2 and "expected columns" in res.output and not out.exists()
     # An unknown model.
-    res = runner.invoke(app, ["calibrate", str(csv_path), "--hardware", hw, "--model", "no-such-model", "-o", str(out)])
+    res = runner.invoke(app, ["calibrate", str(csv_path), "--hardware", hw, "--model", "no-such-model",
+                              "-o", str(out)])
     assert res.exit_code == 2 and "unknown model" in res.output

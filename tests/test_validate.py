@@ -78,9 +78,28 @@ def test_cpu_predictions_of_unseen_recordings(checks: list[Check]) -> None:
         assert rows[name, "schedule with vLLM's step times: % of steps differing"].mape_pct == 0, name
     # The engine's run-to-run noise on the same workload (same session, quiet machine).
     noise = [c for c in checks if c.suite == "vllm-cpu" and "noise" in c.case]
-    assert {c.case.split(" ")[0] for c in noise} == {"rate0.75_repeat", "rate1.5_repeat"}
+    repeats = {c.case.split(" ")[0] for c in noise}
+    assert repeats == {"rate0.75_repeat", "rate1.5_repeat", "session2/rate1_repeat"}
     assert all(c.mape_pct < 8 for c in noise)
     assert any(c.mape_pct > 1 for c in noise)  # the same workload does not replay exactly
+
+
+def test_cpu_longer_prompts_in_a_second_session(checks: list[Check]) -> None:
+    """Session 2 (tests/fixtures/vllm_timing/session2): calibrated on its own rate1 run, a
+    workload with prompts up to 1024 tokens (8x the fit run's, contexts it never saw) is
+    predicted within 10% on every metric, and its 6,065 steps are scheduled exactly."""
+    rows = {(c.case.split(" ")[0], c.metric): c for c in checks if c.suite == "vllm-cpu"}
+    metrics = ("mean_ttft_s", "p90_ttft_s", "mean_tpot_s", "p90_tpot_s", "mean_e2e_s", "p90_e2e_s")
+    for name in ("session2/long0.25", "session2/rate1_repeat"):
+        for metric in metrics:
+            assert rows[name, metric].mape_pct < 10, (name, metric)
+        assert rows[name, "schedule with vLLM's step times: % of steps differing"].mape_pct == 0
+    assert "longer prompts" in rows["session2/long0.25", "mean_ttft_s"].case
+    assert "(fit)" in rows["session2/rate1", "mean_ttft_s"].case
+    # The decode steps at long contexts cost more than the fit (short contexts only) says:
+    # the replayed step times are short on average (docs/fidelity.md §4).
+    assert rows["session2/long0.25", "step time (recorded batches)"].bias_pct < -1
+    assert rows["session2/long0.25", "number of steps"].measured == 6065
 
 
 def test_cli_validate_exit_status() -> None:
@@ -106,24 +125,43 @@ def test_cli_validate_with_nothing_to_validate_is_an_error(tmp_path) -> None:
 
 
 def test_engine_arrivals_for_the_replay_with_vllm_step_times() -> None:
-    """Arrivals during a step's cycle (the step and the short gap after it) replay as they
-    are; one that found the engine idle replays at the start of the first step after the
-    driver added it (vLLM's wake-up latency is the driver loop's, not the scheduler's)."""
+    """A request replays where servesim sees it before the first step that started after
+    record.py's driver added it: mid-way through the step before when the two ran back to
+    back, or at that step's start when the engine was idle before it."""
     from servesim.validate.cpu import engine_arrivals
 
     steps = [
         {"t_start": 1.0000, "t_end": 1.0100},
         {"t_start": 1.0103, "t_end": 1.0200},  # back to back (0.3 ms gap)
+        {"t_start": 1.0201, "t_end": 1.0300},  # back to back
         {"t_start": 5.0008, "t_end": 5.0100},  # after an idle period
     ]
-    cycle = [0.0103, 0.0097 + 0.002, 0.0092]  # gaps capped at 2 ms, as compare_recording does
+    cycle = [0.0103, 0.0098, 0.0099 + 0.002, 0.0092]  # gaps capped at 2 ms, as compare_recording does
     reqs = [
-        {"arrived_at_s": 0.9993, "added_at_s": 0.99998},  # idle -> the first step's start
-        {"arrived_at_s": 1.0050, "added_at_s": 1.0101},  # during step 0 -> as is
-        {"arrived_at_s": 1.0101, "added_at_s": 1.0102},  # in the gap after step 0 -> as is
-        {"arrived_at_s": 1.0210, "added_at_s": 1.0210},  # within step 1's capped gap -> as is
-        {"arrived_at_s": 5.0000, "added_at_s": 5.0006},  # idle -> step 2's start
-        {"arrived_at_s": 6.0000, "added_at_s": 6.0004},  # idle, no later step -> when added
+        {"arrived_at_s": 0.9993, "added_at_s": 0.99998},  # idle -> step 0's start
+        {"arrived_at_s": 1.0050, "added_at_s": 1.0101},  # added after step 0 -> mid step 0
+        {"arrived_at_s": 1.0101, "added_at_s": 1.0102},  # arrived in the gap, added before step 1
+        # arrived in the gap 20 us before step 2 started, but added only after it started:
+        # step 2 could not take it, step 3 (after idle) is the first that could
+        {"arrived_at_s": 1.02008, "added_at_s": 1.0203},
+        {"arrived_at_s": 6.0000, "added_at_s": 6.0004},  # after the last step -> when added
     ]
     got = engine_arrivals(reqs, steps, cycle)
-    assert got.tolist() == [1.0, 1.005, 1.0101, 1.021, 5.0008, 6.0004]
+    assert got == pytest.approx([1.0, 1.00515, 1.00515, 5.0008, 6.0004], abs=1e-12)
+
+
+def test_cpu_sessions_and_scipy_free_validation(monkeypatch) -> None:
+    """The recordings folder is the bundled profile's session; subfolders holding a rate1.json
+    are more sessions, fitted here, and skipped with a note where scipy is missing."""
+    import servesim.validate.cpu as cpu
+
+    assert [p for p, _ in cpu.cpu_sessions(RECORDINGS)] == ["", "session2/"]
+
+    def no_scipy(*args: object) -> None:
+        raise ImportError("scipy")
+
+    monkeypatch.setattr(cpu, "session_profile", no_scipy)
+    skipped: list[str] = []
+    checks = cpu.validate_vllm_cpu(RECORDINGS, skipped=skipped)
+    assert skipped and "session2/" in skipped[0] and "scipy" in skipped[0]
+    assert checks and not any(c.case.startswith("session2/") for c in checks)

@@ -288,7 +288,8 @@ def validate(
         help="The measurement sets (shared/data). Default: the repository's sibling shared/data, "
              "else tests/fixtures/measurements.")] = None,
     recordings: Annotated[Path | None, typer.Option(
-        help="Real vLLM CPU recordings. Default: tests/fixtures/vllm_timing.")] = None,
+        help="Real vLLM CPU recordings, one session per folder (the folder and each subfolder "
+             "holding a rate1.json). Default: tests/fixtures/vllm_timing.")] = None,
     suite: Annotated[list[str] | None, typer.Option(
         help="Suites to run (repeatable): operators, splitwise, distserve, vllm-cpu. Default: all.")] = None,
     threshold: Annotated[float | None, typer.Option(

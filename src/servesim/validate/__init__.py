@@ -83,7 +83,7 @@ def validate_all(
             if recordings_dir is None or not any(recordings_dir.glob("*.json")):
                 skipped.append("vllm-cpu: no recordings (tests/fixtures/vllm_timing); use --recordings")
                 continue
-            checks += validate_vllm_cpu(recordings_dir)
+            checks += validate_vllm_cpu(recordings_dir, skipped=skipped)
             continue
         if data_dir is None:
             skipped.append(f"{name}: no measurement data; use --data-dir (the shared/data folder)")
