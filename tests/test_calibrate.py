@@ -393,3 +393,58 @@ def test_cli_calibrate_step_csv_errors(tmp_path: Path) -> None:
     res = runner.invoke(app, ["calibrate", str(csv_path), "--hardware", hw, "--model", "no-such-model",
                               "-o", str(out)])
     assert res.exit_code == 2 and "unknown model" in res.output
+
+
+def test_logs_spanning_short_and_long_contexts_constrain_decode_attention() -> None:
+    """docs/fidelity.md §4, session 2: fitted on short contexts only (prompts <= 128 tokens),
+    the decode steps of a workload at 768-1200 tokens of context come out too fast; fitted on
+    both logs together with the decode-attention compute efficiency free, they do not, and
+    that efficiency lands near the CPU's GEMM efficiency (decode attention is compute-bound
+    on this CPU)."""
+    pytest.importorskip("scipy")
+    from servesim.config import ParallelConfig
+    from servesim.perf.calibrate import ENGINE_LOG_PARAMS, calibrate_source
+
+    s2 = RECORDINGS / "session2"
+    hw = load_bundled_profile("cpu").gpu
+    short, _ = calibrate_source(s2 / "rate1.json", "engine-log", hardware=hw)
+    both, res = calibrate_source(
+        [s2 / "rate1.json", s2 / "long0.25.json"],
+        "engine-log",
+        hardware=hw,
+        names=(*ENGINE_LOG_PARAMS, "attn_decode_compute"),
+    )
+    assert res[0].quality()["n"] == 3502 + 6065
+    log = read_engine_log(s2 / "long0.25.json")
+    sel = [
+        i
+        for i, s in enumerate(log.stats)
+        if s.num_prefill_tokens == 0 and s.sum_decode_context >= 768 * s.num_decode_reqs > 0
+    ]
+    assert len(sel) > 500
+
+    def median_error(prof: HardwareProfile) -> float:
+        assert prof.gpu is not None
+        perf = prof.perf_model(log.model_spec(), prof.resolve_gpu(prof.gpu.name), ParallelConfig())
+        pred = np.array([perf.batch_time(log.stats[i]) + (prof.cpu_overhead_s or 0.0) for i in sel])
+        return float(np.median(pred / log.duration_s[sel] - 1))
+
+    assert median_error(short) < -0.03
+    assert abs(median_error(both)) < 0.02
+    assert 0.05 < both.eff.attn_decode_compute < 0.3
+    assert both.fit["source"] == [str(s2 / "rate1.json"), str(s2 / "long0.25.json")]
+
+
+def test_calibrate_refuses_to_mix_kinds_or_several_non_log_sources(tmp_path: Path) -> None:
+    from servesim.perf.calibrate import CalibrationError, calibrate_source
+    from servesim.perf.measurements import MeasurementError
+
+    with pytest.raises(CalibrationError, match="different kinds"):
+        calibrate_source([DATA / "splitwise" / "perf_model.csv", RECORDINGS / "rate1.json"])
+    with pytest.raises(CalibrationError, match="one source at a time"):
+        calibrate_source([DATA / "vidur_profiling", DATA / "vidur_profiling"])
+    other = json.loads((RECORDINGS / "rate1.json").read_text())
+    other["engine"]["model_config"]["num_hidden_layers"] = 8
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    with pytest.raises(MeasurementError, match="another model"):
+        calibrate_source([RECORDINGS / "rate1.json", tmp_path / "other.json"], "engine-log")

@@ -206,9 +206,10 @@ class CalibrateKind(StrEnum):
 
 @app.command()
 def calibrate(
-    source: Annotated[Path, typer.Argument(
+    sources: Annotated[list[Path], typer.Argument(
         help="Measurements: a Vidur profiling tree (compute/, network/), Splitwise's perf_model.csv, "
-             "a record.py step log (JSON) or a step CSV.", show_default=False)],
+             "or record.py step logs (JSON) / step CSVs (several are fitted together).",
+        show_default=False)],
     output: Annotated[Path, typer.Option("--output", "-o", help="Profile JSON to write.")],
     kind: Annotated[CalibrateKind, typer.Option(help="Kind of measurements (auto: from the file).")
                     ] = CalibrateKind.auto,
@@ -247,7 +248,7 @@ def calibrate(
 
             spec = load_model(model)
         profile, results = calibrate_source(
-            source, kind.value, gpu, hw, names, tables, name, network, model=spec, tp=tp
+            sources, kind.value, gpu, hw, names, tables, name, network, model=spec, tp=tp
         )
         try:  # the file first: a closed stdout (| head) must not lose it
             profile.save(output)

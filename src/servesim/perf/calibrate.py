@@ -256,7 +256,7 @@ def detect_kind(source: Path) -> str:
 
 
 def calibrate_source(
-    source: Path,
+    source: Path | Sequence[Path],
     kind: str = "auto",
     gpu: str | None = None,
     hardware: GpuConfig | None = None,
@@ -274,11 +274,13 @@ def calibrate_source(
     all_reduce.csv`` when present. splitwise: rows of ``gpu`` (default A100-80GB).
     engine-log: a record.py JSON or a step CSV, on ``hardware`` (a custom accelerator, stored
     in the profile) or the catalog ``gpu``, for ``model`` (required for a step CSV, which names
-    no model; a record.py JSON carries its own) at tensor parallelism ``tp``.
+    no model; a record.py JSON carries its own) at tensor parallelism ``tp``. Several engine
+    logs (a sequence of paths) are fitted together, as one set of steps.
     """
     from servesim.catalog.gpus import get_gpu
     from servesim.perf.measurements import (
         VIDUR_GPUS,
+        merge_engine_logs,
         read_allreduce,
         read_engine_log,
         read_operator_profiles,
@@ -286,8 +288,24 @@ def calibrate_source(
     )
     from servesim.perf.profiled import HardwareProfile
 
-    kind = detect_kind(source) if kind == "auto" else kind
-    info: dict[str, object] = {"source": str(source), "kind": kind}
+    sources = [Path(source)] if isinstance(source, (str, Path)) else [Path(p) for p in source]
+    if not sources:
+        raise CalibrationError("no measurements given")
+    source = sources[0]
+    kinds = {detect_kind(p) for p in sources} if kind == "auto" else {kind}
+    if len(kinds) > 1:
+        raise CalibrationError(
+            f"measurements of different kinds ({', '.join(sorted(kinds))}); fit one kind at a time"
+        )
+    kind = kinds.pop()
+    if len(sources) > 1 and kind != "engine-log":
+        raise CalibrationError(
+            f"{kind}: one source at a time (several are fitted together only for engine logs)"
+        )
+    info: dict[str, object] = {
+        "source": str(source) if len(sources) == 1 else [str(p) for p in sources],
+        "kind": kind,
+    }
     if kind == "operators":
         gpu_dir = (gpu or "h100").lower()
         gpu_dir = {v.lower(): k for k, v in VIDUR_GPUS.items()}.get(gpu_dir, gpu_dir)
@@ -309,7 +327,7 @@ def calibrate_source(
         results = [calibrate_e2e(rows, names or E2E_PARAMS)]
         eff, hw, kept, cpu = results[0].eff, None, [], None
     elif kind == "engine-log":
-        log = read_engine_log(source)
+        log = merge_engine_logs([read_engine_log(p) for p in sources])
         spec = get_gpu(hardware) if hardware is not None else get_gpu(gpu or "H100-SXM")
         if model is None and not log.model_config:
             raise CalibrationError(
@@ -333,6 +351,12 @@ def calibrate_source(
         for r in results
     ]
     profile = HardwareProfile(
-        name or f"{fitted_on} ({kind}: {source.name})", eff, fitted_on, hw, cpu, kept, info
+        name or f"{fitted_on} ({kind}: {' + '.join(p.name for p in sources)})",
+        eff,
+        fitted_on,
+        hw,
+        cpu,
+        kept,
+        info,
     )
     return profile, results

@@ -436,6 +436,28 @@ def read_engine_log(path: str | Path, run: int = 0) -> EngineLog:
     return EngineLog(stats, dur, str(path), eng.get("model_config"), eng, data)
 
 
+def merge_engine_logs(logs: list[EngineLog]) -> EngineLog:
+    """The steps of several logs of the same engine and model as one log (for a fit that
+    spans their shapes, e.g. short and long contexts). The model config and engine of the
+    first log that has one are kept; logs with another model config are refused."""
+    if len(logs) == 1:
+        return logs[0]
+    configs = [log for log in logs if log.model_config]
+    for other in configs[1:]:
+        if other.model_config != configs[0].model_config:
+            raise MeasurementError(
+                f"{other.source}: another model than {configs[0].source}'s; calibrate one model at a time"
+            )
+    first = configs[0] if configs else logs[0]
+    return EngineLog(
+        [s for log in logs for s in log.stats],
+        np.concatenate([log.duration_s for log in logs]),
+        " + ".join(log.source for log in logs),
+        first.model_config,
+        first.engine,
+    )
+
+
 _CSV_COLUMNS = (
     "num_prefill_tokens",
     "prefill_attention_work",
