@@ -20,9 +20,9 @@ from servesim.perf.calibrate import (
     iteration_terms,
     predict,
 )
+from servesim.perf.engine_logs import read_engine_log
 from servesim.perf.measurements import (
     read_allreduce,
-    read_engine_log,
     read_operator_profiles,
     read_splitwise,
 )

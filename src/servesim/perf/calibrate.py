@@ -28,6 +28,7 @@ import numpy as np
 
 from servesim.catalog.gpus import GpuSpec
 from servesim.catalog.models import ModelSpec
+from servesim.perf.engine_logs import EngineLog
 from servesim.perf.fitting import (  # noqa: F401  (re-exported: the fitting API)
     BOUNDS,
     GEMM_TILES,
@@ -39,7 +40,7 @@ from servesim.perf.fitting import (  # noqa: F401  (re-exported: the fitting API
     fit_quality,
     fit_tiles,
 )
-from servesim.perf.measurements import AllReduceTable, E2ETiming, EngineLog, OperatorTable
+from servesim.perf.measurements import AllReduceTable, E2ETiming, OperatorTable
 from servesim.perf.roofline import Efficiencies
 from servesim.perf.work_terms import (  # noqa: F401  (re-exported: the fitting API)
     CLASSES,
@@ -255,6 +256,25 @@ def detect_kind(source: Path) -> str:
     return "engine-log"
 
 
+def _sources_and_kind(source: Path | Sequence[Path], kind: str) -> tuple[list[Path], str]:
+    """The source paths and their one kind ('auto': detected): several sources only as
+    engine logs, all of one kind."""
+    sources = [Path(source)] if isinstance(source, (str, Path)) else [Path(p) for p in source]
+    if not sources:
+        raise CalibrationError("no measurements given")
+    kinds = {detect_kind(p) for p in sources} if kind == "auto" else {kind}
+    if len(kinds) > 1:
+        raise CalibrationError(
+            f"measurements of different kinds ({', '.join(sorted(kinds))}); fit one kind at a time"
+        )
+    kind = kinds.pop()
+    if len(sources) > 1 and kind != "engine-log":
+        raise CalibrationError(
+            f"{kind}: one source at a time (several are fitted together only for engine logs)"
+        )
+    return sources, kind
+
+
 def calibrate_source(
     source: Path | Sequence[Path],
     kind: str = "auto",
@@ -278,30 +298,17 @@ def calibrate_source(
     logs (a sequence of paths) are fitted together, as one set of steps.
     """
     from servesim.catalog.gpus import get_gpu
+    from servesim.perf.engine_logs import merge_engine_logs, read_engine_log
     from servesim.perf.measurements import (
         VIDUR_GPUS,
-        merge_engine_logs,
         read_allreduce,
-        read_engine_log,
         read_operator_profiles,
         read_splitwise,
     )
     from servesim.perf.profiled import HardwareProfile
 
-    sources = [Path(source)] if isinstance(source, (str, Path)) else [Path(p) for p in source]
-    if not sources:
-        raise CalibrationError("no measurements given")
+    sources, kind = _sources_and_kind(source, kind)
     source = sources[0]
-    kinds = {detect_kind(p) for p in sources} if kind == "auto" else {kind}
-    if len(kinds) > 1:
-        raise CalibrationError(
-            f"measurements of different kinds ({', '.join(sorted(kinds))}); fit one kind at a time"
-        )
-    kind = kinds.pop()
-    if len(sources) > 1 and kind != "engine-log":
-        raise CalibrationError(
-            f"{kind}: one source at a time (several are fitted together only for engine logs)"
-        )
     info: dict[str, object] = {
         "source": str(source) if len(sources) == 1 else [str(p) for p in sources],
         "kind": kind,

@@ -27,6 +27,7 @@ class RecordingComparison:
     same_steps_pct: float  # steps with the same (prefill tokens, decodes), index-aligned
     replayed_same_pct: float  # the same, when servesim's steps take vLLM's measured times
     busy_frac: float = 0.0  # measured: time in steps / (last step end - first arrival)
+    max_prompt: int = 0  # the workload's longest prompt (stated range, else the longest recorded)
 
 
 class RecordedStepTimes:
@@ -60,7 +61,7 @@ def request_metrics(ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray) -> dict
 def compare_recording(path: Path, prof: HardwareProfile) -> RecordingComparison:
     """Simulate a record.py recording with the profile and compare."""
     from servesim.config import EngineConfig, ParallelConfig
-    from servesim.perf.measurements import read_engine_log, steps_to_stats
+    from servesim.perf.engine_logs import read_engine_log, steps_to_stats
     from servesim.sim import run_engine
     from servesim.workload.base import Workload
 
@@ -118,6 +119,8 @@ def compare_recording(path: Path, prof: HardwareProfile) -> RecordingComparison:
         reference=True,
     )
     busy = float(np.sum(log.duration_s)) / max(steps[-1]["t_end"] - float(arr.min()), 1e-9)
+    stated = (data.get("workload") or {}).get("prompt_len")
+    max_prompt = int(stated[1]) if stated else int(wl.num_prompt_tokens.max())
     return RecordingComparison(
         path.stem,
         measured,
@@ -127,6 +130,7 @@ def compare_recording(path: Path, prof: HardwareProfile) -> RecordingComparison:
         _same_pct(meas_steps, res.steps),
         _same_pct(meas_steps, timed.steps),
         busy,
+        max_prompt,
     )
 
 
@@ -144,31 +148,17 @@ def engine_arrivals(reqs: list[dict], steps: list[dict], cycle: list[float]) -> 
     engine was idle before it (servesim's busy period starts with it, as vLLM's did). Whether
     that step takes the request (token budget, max_num_seqs, KV blocks) is still the
     scheduler's decision: that is what the replay checks."""
-    t0 = np.array([s["t_start"] for s in steps])
+    t0 = np.array([s["t_start"] for s in steps], dtype=np.float64)
     cyc = np.asarray(cycle, dtype=np.float64)
-    out = []
-    for r in reqs:
-        added = max(r["arrived_at_s"], r.get("added_at_s", r["arrived_at_s"]))
-        j = int(np.searchsorted(t0, added, side="left"))
-        if j >= len(t0):
-            out.append(added)
-        elif j > 0 and t0[j - 1] + cyc[j - 1] >= t0[j] - 1e-9:  # back to back
-            out.append(float(t0[j - 1] + cyc[j - 1] / 2))
-        else:
-            out.append(float(t0[j]))
-    return np.maximum.accumulate(np.array(out, dtype=np.float64))
-
-
-def _max_prompt(path: Path) -> int:
-    """The longest prompt of a recording's workload: the upper end of its stated range
-    (record.py's ``workload.prompt_len``), else the longest one recorded; 0 without a file."""
-    if not path.is_file():
-        return 0
-    data = json.loads(path.read_text())
-    stated = (data.get("workload") or {}).get("prompt_len")
-    if stated:
-        return int(stated[1])
-    return max((int(r["num_prompt_tokens"]) for r in data["runs"][0]["requests"]), default=0)
+    arrived = np.array([r["arrived_at_s"] for r in reqs], dtype=np.float64)
+    added = np.maximum(arrived, [r.get("added_at_s", r["arrived_at_s"]) for r in reqs])
+    j = np.searchsorted(t0, added, side="left")  # the first step that could take each
+    n = len(t0)
+    jc = np.minimum(j, n - 1)
+    prev = np.maximum(jc - 1, 0)
+    back_to_back = (j > 0) & (t0[prev] + cyc[prev] >= t0[jc] - 1e-9)
+    out = np.where(j >= n, added, np.where(back_to_back, t0[prev] + cyc[prev] / 2, t0[jc]))
+    return np.maximum.accumulate(out)
 
 
 def _same_pct(measured: list[tuple[int, int]], steps: object) -> float:
@@ -256,13 +246,13 @@ def _validate_session(
     folder: Path, prof: HardwareProfile, limits: dict[tuple[str, str], float], prefix: str
 ) -> list[Check]:
     checks = []
-    fit_max_prompt = _max_prompt(folder / CPU_FIT_RECORDING)
-    for path in sorted(folder.glob("*.json")):
-        c = compare_recording(path, prof)
+    comparisons = [(path, compare_recording(path, prof)) for path in sorted(folder.glob("*.json"))]
+    fit_max_prompt = max((c.max_prompt for p, c in comparisons if p.name == CPU_FIT_RECORDING), default=0)
+    for path, c in comparisons:
         c.name = prefix + c.name
         if path.name == CPU_FIT_RECORDING:
             role, case = "fit", f"{c.name} (fit)"
-        elif _max_prompt(path) > fit_max_prompt:
+        elif c.max_prompt > fit_max_prompt:
             role = "longer"
             case = f"{c.name} (predicted, longer prompts than the fit: busy {c.busy_frac:.0%})"
         elif c.busy_frac >= CPU_HEAVY_BUSY:
