@@ -353,6 +353,7 @@ def test_cli_calibrate_on_a_generic_step_csv_matches_the_record_py_log(tmp_path:
                               "-o", str(out_csv)])
     assert res.exit_code == 0, res.output
     assert "R2" in res.output and "MAPE" in res.output and "worst:" in res.output
+    assert "weakly constrained" in res.output and "attn_decode_memory" in res.output
     res = runner.invoke(app, ["calibrate", str(RECORDINGS / "rate1.json"), "--hardware", str(hw),
                               "-o", str(out_json)])
     assert res.exit_code == 0, res.output
@@ -407,7 +408,7 @@ def test_logs_spanning_short_and_long_contexts_constrain_decode_attention() -> N
 
     s2 = RECORDINGS / "session2"
     hw = load_bundled_profile("cpu").gpu
-    short, _ = calibrate_source(s2 / "rate1.json", "engine-log", hardware=hw)
+    short, (short_fit,) = calibrate_source(s2 / "rate1.json", "engine-log", hardware=hw)
     both, res = calibrate_source(
         [s2 / "rate1.json", s2 / "long0.25.json"],
         "engine-log",
@@ -431,6 +432,12 @@ def test_logs_spanning_short_and_long_contexts_constrain_decode_attention() -> N
 
     assert median_error(short) < -0.03
     assert abs(median_error(both)) < 0.02
+    # The fit says so itself: on short contexts, halving the attention efficiencies moves no
+    # prediction by 2%; the long log constrains prefill attention and decode attention compute.
+    assert {"attn_prefill_compute", "attn_decode_memory"} <= set(short_fit.weakly_constrained())
+    assert "linear_compute" not in short_fit.weakly_constrained()
+    assert res[0].sensitivity_pct["attn_prefill_compute"] > 2
+    assert res[0].sensitivity_pct["attn_decode_compute"] > 2
     assert 0.05 < both.eff.attn_decode_compute < 0.3
     assert both.fit["source"] == [str(s2 / "rate1.json"), str(s2 / "long0.25.json")]
 

@@ -239,6 +239,7 @@ def calibrate(
     """
     with _user_errors():
         from servesim.perf.calibrate import calibrate_source
+        from servesim.perf.fitting import WEAK_PCT
 
         hw = _read_gpu_config(hardware) if hardware else None
         names = [x.strip() for x in fit_params.split(",") if x.strip()] if fit_params else None
@@ -262,6 +263,12 @@ def calibrate(
             console.print(f"  R2 {q['r2']:.3f}  MAPE {q['mape_pct']:.1f}%  "
                           f"median {q['median_ape_pct']:.1f}%  "
                           f"P90 {q['p90_ape_pct']:.1f}%  max {q['max_ape_pct']:.1f}%")
+            weak = r.weakly_constrained()
+            if weak:
+                console.print(f"  weakly constrained (halving one moves no prediction by more than "
+                              f"{WEAK_PCT:g}%): {', '.join(weak)}; these measurements say little about "
+                              "them, so predictions where they matter (other shapes, longer contexts) "
+                              "are extrapolations", soft_wrap=True)
             for case, meas, pred, err in r.worst(5):
                 console.print(f"  worst: {case}: measured {meas * 1e3:.4g} ms, predicted {pred * 1e3:.4g} ms "
                               f"({err * 100:+.1f}%)", soft_wrap=True)

@@ -351,6 +351,7 @@ def calibrate_source(
             "params": r.params,
             **({"gemm_tile_mape_pct": r.alternatives} if r.alternatives else {}),
             "quality": r.quality(),
+            "sensitivity_pct": r.sensitivity_pct,
             "worst": [
                 {"case": c, "measured_s": m, "predicted_s": p, "error": e} for c, m, p, e in r.worst(5)
             ],

@@ -55,6 +55,11 @@ class CalibrationError(ServesimError):
 # --------------------------------------------------------------------------- fitting
 
 
+#: A fitted efficiency whose halving moves no prediction by more than this (%) is reported as
+#: weakly constrained by the measurements.
+WEAK_PCT = 2.0
+
+
 @dataclass(slots=True)
 class FitResult:
     """Fitted parameters and how well they explain the measurements."""
@@ -67,6 +72,15 @@ class FitResult:
     labels: list[str]
     #: Other discrete choices tried (e.g. GEMM tiles "128x64", "none") -> their MAPE %.
     alternatives: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: Fitted efficiency -> the largest change (%) of any prediction when it is halved: how
+    #: much these measurements constrain it (near 0: they say almost nothing about it).
+    sensitivity_pct: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def weakly_constrained(self, threshold_pct: float = WEAK_PCT) -> list[str]:
+        """Fitted efficiencies whose halving moves no prediction by more than threshold_pct:
+        the fit says little about them, so a profile should not be trusted where they matter
+        (other shapes, longer contexts)."""
+        return [n for n, v in self.sensitivity_pct.items() if v < threshold_pct]
 
     @property
     def rel_err(self) -> np.ndarray:
@@ -170,13 +184,21 @@ def fit(
                         xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=2000)
     p, cpu = unpack(res.x)
     eff = Efficiencies(**p)
+    pred = predict(terms, eff, cpu)
+    sensitivity = {}
+    for n in names:
+        if n.endswith("_s"):
+            continue
+        halved = predict(terms, {**p, n: p[n] / 2}, cpu)
+        sensitivity[n] = float(np.max(np.abs(halved[ok] / pred[ok] - 1.0)) * 100)
     return FitResult(
         eff,
         cpu,
         {n: float(v) for n, v in zip(names, res.x * scale)},
         measured_s,
-        predict(terms, eff, cpu),
+        pred,
         list(labels) if labels else [str(i) for i in range(len(measured_s))],
+        sensitivity_pct=sensitivity,
     )
 
 
