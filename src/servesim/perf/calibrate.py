@@ -256,6 +256,37 @@ def detect_kind(source: Path) -> str:
     return "engine-log"
 
 
+def _fit_record(r: FitResult) -> dict[str, object]:
+    """What a profile keeps of a fit: parameters, alternatives tried, quality, sensitivity
+    and the five worst cases."""
+    return {
+        "params": r.params,
+        **({"gemm_tile_mape_pct": r.alternatives} if r.alternatives else {}),
+        "quality": r.quality(),
+        "sensitivity_pct": r.sensitivity_pct,
+        "worst": [{"case": c, "measured_s": m, "predicted_s": p, "error": e} for c, m, p, e in r.worst(5)],
+    }
+
+
+def _calibrate_engine_logs(
+    sources: list[Path],
+    gpu: GpuSpec,
+    names: Sequence[str] | None,
+    model: ModelSpec | None,
+    tp: int,
+) -> FitResult:
+    """One fit over the steps of every engine log in ``sources`` (see calibrate_source)."""
+    from servesim.perf.engine_logs import merge_engine_logs, read_engine_log
+
+    log = merge_engine_logs([read_engine_log(p) for p in sources])
+    if model is None and not log.model_config:
+        raise CalibrationError(
+            f"{sources[0]}: a step CSV names no model; give the model it was measured with "
+            "(--model: a preset name or a config.json)"
+        )
+    return calibrate_engine_log(log, gpu, model, names=names or ENGINE_LOG_PARAMS, tp=tp)
+
+
 def _sources_and_kind(source: Path | Sequence[Path], kind: str) -> tuple[list[Path], str]:
     """The source paths and their one kind ('auto': detected): several sources only as
     engine logs, all of one kind."""
@@ -298,7 +329,6 @@ def calibrate_source(
     logs (a sequence of paths) are fitted together, as one set of steps.
     """
     from servesim.catalog.gpus import get_gpu
-    from servesim.perf.engine_logs import merge_engine_logs, read_engine_log
     from servesim.perf.measurements import (
         VIDUR_GPUS,
         read_allreduce,
@@ -334,30 +364,13 @@ def calibrate_source(
         results = [calibrate_e2e(rows, names or E2E_PARAMS)]
         eff, hw, kept, cpu = results[0].eff, None, [], None
     elif kind == "engine-log":
-        log = merge_engine_logs([read_engine_log(p) for p in sources])
         spec = get_gpu(hardware) if hardware is not None else get_gpu(gpu or "H100-SXM")
-        if model is None and not log.model_config:
-            raise CalibrationError(
-                f"{source}: a step CSV names no model; give the model it was measured with "
-                "(--model: a preset name or a config.json)"
-            )
-        results = [calibrate_engine_log(log, spec, model, names=names or ENGINE_LOG_PARAMS, tp=tp)]
+        results = [_calibrate_engine_logs(sources, spec, names, model, tp)]
         eff, hw, kept, cpu = results[0].eff, hardware, [], results[0].cpu_overhead_s
         fitted_on = spec.name
     else:
         raise CalibrationError(f"unknown kind {kind!r}; expected auto, operators, splitwise or engine-log")
-    info["fits"] = [
-        {
-            "params": r.params,
-            **({"gemm_tile_mape_pct": r.alternatives} if r.alternatives else {}),
-            "quality": r.quality(),
-            "sensitivity_pct": r.sensitivity_pct,
-            "worst": [
-                {"case": c, "measured_s": m, "predicted_s": p, "error": e} for c, m, p, e in r.worst(5)
-            ],
-        }
-        for r in results
-    ]
+    info["fits"] = [_fit_record(r) for r in results]
     profile = HardwareProfile(
         name or f"{fitted_on} ({kind}: {' + '.join(p.name for p in sources)})",
         eff,
