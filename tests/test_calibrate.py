@@ -455,3 +455,24 @@ def test_calibrate_refuses_to_mix_kinds_or_several_non_log_sources(tmp_path: Pat
     (tmp_path / "other.json").write_text(json.dumps(other))
     with pytest.raises(MeasurementError, match="another model"):
         calibrate_source([RECORDINGS / "rate1.json", tmp_path / "other.json"], "engine-log")
+
+
+def test_cli_calibrate_bad_hardware_file(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from servesim.cli import app
+
+    hw = tmp_path / "hw.yaml"
+    hw.write_text("name: my-cpu\nbf16_tflops: 0.07\nmem_gb: 8\nmem_bw_tbps: 0.02\nwarp_speed: 9\n")
+    out = tmp_path / "p.json"
+    res = CliRunner().invoke(
+        app, ["calibrate", str(RECORDINGS / "rate1.json"), "--hardware", str(hw), "-o", str(out)]
+    )
+    assert res.exit_code == 2 and "hw.yaml" in res.output
+    assert "warp_speed" in res.output and "unknown key" in res.output
+    assert not out.exists()
+    missing = str(tmp_path / "none.yaml")
+    res = CliRunner().invoke(
+        app, ["calibrate", str(RECORDINGS / "rate1.json"), "--hardware", missing, "-o", str(out)]
+    )
+    assert res.exit_code == 2 and "cannot read" in res.output

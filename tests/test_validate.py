@@ -165,3 +165,27 @@ def test_cpu_sessions_and_scipy_free_validation(monkeypatch) -> None:
     checks = cpu.validate_vllm_cpu(RECORDINGS, skipped=skipped)
     assert skipped and "session2/" in skipped[0] and "scipy" in skipped[0]
     assert checks and not any(c.case.startswith("session2/") for c in checks)
+
+
+def test_cpu_recordings_of_your_own_are_fitted_on_their_own_rate1(tmp_path) -> None:
+    """A recordings folder other than the bundled one is a session of its own: fitted here on
+    its rate1.json, on the cpu.yaml beside it; the same recordings give the same checks as in
+    session2/ (where they come from)."""
+    import shutil
+
+    from servesim.validate.cpu import validate_vllm_cpu
+
+    for f in ("rate1.json", "long0.25.json"):
+        shutil.copy(RECORDINGS / "session2" / f, tmp_path / f)
+    shutil.copy(RECORDINGS / "cpu.yaml", tmp_path / "cpu.yaml")
+    mine = {(c.case, c.metric): c.mape_pct for c in validate_vllm_cpu(tmp_path)}
+    ours = {
+        (c.case.removeprefix("session2/"), c.metric): c.mape_pct
+        for c in validate_vllm_cpu(RECORDINGS)
+        if c.case.startswith("session2/") and "repeat" not in c.case
+    }
+    assert mine.keys() == ours.keys() and ("rate1 (fit)", "mean_tpot_s") in mine
+    assert all(mine[k] == pytest.approx(v, abs=1e-9) for k, v in ours.items())
+    (tmp_path / "cpu.yaml").write_text("name: x\nbf16_tflops: fast\n")
+    res = CliRunner().invoke(app, ["validate", "--recordings", str(tmp_path), "--suite", "vllm-cpu"])
+    assert res.exit_code == 2 and "cpu.yaml" in res.output and "bf16_tflops" in res.output

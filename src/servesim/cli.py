@@ -238,10 +238,11 @@ def calibrate(
     Name the profile in a scenario as hardware.profile. See docs/fidelity.md.
     """
     with _user_errors():
+        from servesim.config import read_gpu_config
         from servesim.perf.calibrate import calibrate_source
         from servesim.perf.fitting import WEAK_PCT
 
-        hw = _read_gpu_config(hardware) if hardware else None
+        hw = read_gpu_config(hardware) if hardware else None
         names = [x.strip() for x in fit_params.split(",") if x.strip()] if fit_params else None
         spec = None
         if model is not None:
@@ -273,21 +274,6 @@ def calibrate(
                 console.print(f"  worst: {case}: measured {meas * 1e3:.4g} ms, predicted {pred * 1e3:.4g} ms "
                               f"({err * 100:+.1f}%)", soft_wrap=True)
         console.print(f"wrote {output}", soft_wrap=True)
-
-
-def _read_gpu_config(path: Path) -> Any:
-    import yaml
-    from pydantic import ValidationError
-
-    from servesim.config import GpuConfig
-
-    try:
-        data = yaml.safe_load(path.read_text())
-        return GpuConfig.model_validate(data)
-    except OSError as err:
-        raise ServesimError(f"{path}: cannot read: {err.strerror or err}") from None
-    except (yaml.YAMLError, ValidationError) as err:
-        raise ServesimError(f"{path}: not a hardware description (hardware.gpu fields): {err}") from None
 
 
 @app.command()

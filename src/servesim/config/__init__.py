@@ -40,12 +40,19 @@ from servesim.config.parts import (
     TraceWorkload,
     WorkloadConfig,
 )
-from servesim.config.scenario import Scenario, load_scenario, parse_override, scenario_from_dict
+from servesim.config.scenario import (
+    Scenario,
+    load_scenario,
+    parse_override,
+    read_gpu_config,
+    scenario_from_dict,
+)
 
 __all__ = [
     "GIB", "POLICY_DEFAULTS", "ArrivalConfig", "ClusterConfig", "DisaggConfig", "EngineConfig",
     "GpuConfig", "HardwareConfig", "KvLinkConfig", "LengthDist", "LinksConfig", "MigrationConfig",
     "ModelConfig", "ParallelConfig", "PoolConfig", "RouterName", "RunConfig", "Scenario",
     "SloConfig", "SpeculativeConfig", "SyntheticWorkload", "TraceWorkload", "WorkloadConfig",
-    "load_scenario", "parse_override", "resolve_engine", "resolve_policy", "scenario_from_dict",
+    "load_scenario", "parse_override", "read_gpu_config", "resolve_engine", "resolve_policy",
+    "scenario_from_dict",
 ]

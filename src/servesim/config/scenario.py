@@ -11,6 +11,7 @@ from servesim.config._base import _Strict
 from servesim.config.cluster import ClusterConfig
 from servesim.config.engine import EngineConfig
 from servesim.config.parts import (
+    GpuConfig,
     HardwareConfig,
     ModelConfig,
     ParallelConfig,
@@ -104,6 +105,29 @@ def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>",
         return Scenario.model_validate(data)
     except ValidationError as err:
         raise ConfigError(_format_validation_error(err, source)) from None
+
+
+def read_gpu_config(path: str | Path) -> GpuConfig:
+    """A custom accelerator from a YAML/JSON file of ``hardware.gpu`` fields (name,
+    bf16_tflops, mem_gb, mem_bw_tbps, ...), as ``calibrate --hardware`` takes."""
+    from pydantic import ValidationError
+
+    p = Path(path)
+    try:
+        import yaml
+
+        data = yaml.safe_load(p.read_text())
+    except OSError as err:
+        raise ConfigError(f"{p}: cannot read: {err.strerror or err}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{p}: cannot parse: {err}") from None
+    try:
+        return GpuConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(
+            f"{p}: not a hardware description (hardware.gpu fields):\n"
+            + _format_validation_error(err, str(p))
+        ) from None
 
 
 def load_scenario(path: str | Path | None = None, overrides: list[str] | None = None) -> Scenario:

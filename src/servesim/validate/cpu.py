@@ -10,7 +10,13 @@ from pathlib import Path
 import numpy as np
 
 from servesim.perf.profiled import HardwareProfile
-from servesim.validate.common import CPU_FIT_RECORDING, Check, _pct, load_bundled_profile
+from servesim.validate.common import (
+    CPU_FIT_RECORDING,
+    Check,
+    _pct,
+    default_recordings_dir,
+    load_bundled_profile,
+)
 
 # --------------------------------------------------------------------------- the real vLLM engine on this CPU
 
@@ -198,6 +204,10 @@ CPU_LIMITS = {
 }
 
 
+#: A session folder's (or the recordings folder's) description of the machine, for fits.
+CPU_HARDWARE = "cpu.yaml"
+
+
 def cpu_sessions(recordings_dir: Path) -> list[tuple[str, Path]]:
     """The recording sessions under ``recordings_dir``: (case prefix, folder). The folder
     itself is the bundled profile's session (fitted on its CPU_FIT_RECORDING); each subfolder
@@ -206,13 +216,18 @@ def cpu_sessions(recordings_dir: Path) -> list[tuple[str, Path]]:
     return [("", recordings_dir), *((f"{d.name}/", d) for d in subs)]
 
 
-def session_profile(folder: Path, bundled: HardwareProfile) -> HardwareProfile:
-    """A profile fitted here on another session's CPU_FIT_RECORDING, on the bundled profile's
-    hardware (the same CPU). Needs scipy."""
+def session_profile(
+    folder: Path, bundled: HardwareProfile, hardware: Path | None = None
+) -> HardwareProfile:
+    """A profile fitted here on a session's CPU_FIT_RECORDING (needs scipy), on the hardware
+    described by ``hardware`` (a YAML of hardware.gpu fields, like the bundled cpu.yaml) or
+    else the bundled profile's (this machine's CPU)."""
+    from servesim.config import read_gpu_config
     from servesim.perf.calibrate import calibrate_source
 
+    hw = read_gpu_config(hardware) if hardware is not None else bundled.gpu
     prof, _ = calibrate_source(
-        folder / CPU_FIT_RECORDING, "engine-log", hardware=bundled.gpu, name=f"fitted on {folder.name}"
+        folder / CPU_FIT_RECORDING, "engine-log", hardware=hw, name=f"fitted on {folder.name}"
     )
     return prof
 
@@ -223,20 +238,26 @@ def validate_vllm_cpu(
     skipped: list[str] | None = None,
 ) -> list[Check]:
     """Every session under ``recordings_dir`` (``cpu_sessions``): each recording predicted
-    with the profile fitted on its own session's CPU_FIT_RECORDING. Recording sessions apart
-    matters: the shared machine's speed differs between sessions by a few %, which near
-    saturation alone moves latencies by 10-20% (docs/fidelity.md §4)."""
+    with the profile fitted on its own session's CPU_FIT_RECORDING: the bundled profile for
+    the bundled recordings' top folder, else a fit made here, on the CPU_HARDWARE found in the
+    session's folder or the recordings folder (else this machine's, the bundled profile's).
+    Recording sessions apart matters: the shared machine's speed differs between sessions by
+    a few %, which near saturation alone moves latencies by 10-20% (docs/fidelity.md §4)."""
     bundled = load_bundled_profile("cpu")
+    shipped = default_recordings_dir()
     checks: list[Check] = []
     for prefix, folder in cpu_sessions(recordings_dir):
-        if not prefix:
-            prof = bundled
+        if not prefix and shipped is not None and folder.resolve() == shipped.resolve():
+            prof = bundled  # the recordings the bundled profile was fitted on: validate it
         else:
+            hardware = next(
+                (d / CPU_HARDWARE for d in (folder, recordings_dir) if (d / CPU_HARDWARE).is_file()), None
+            )
             try:
-                prof = session_profile(folder, bundled)
+                prof = session_profile(folder, bundled, hardware)
             except ImportError:
                 if skipped is not None:
-                    skipped.append(f"vllm-cpu {prefix}: fitting its session's profile needs scipy")
+                    skipped.append(f"vllm-cpu {prefix or folder}: fitting its session's profile needs scipy")
                 continue
         checks += _validate_session(folder, prof, limits or CPU_LIMITS, prefix)
     return checks
