@@ -189,3 +189,7 @@ def test_cpu_recordings_of_your_own_are_fitted_on_their_own_rate1(tmp_path) -> N
     (tmp_path / "cpu.yaml").write_text("name: x\nbf16_tflops: fast\n")
     res = CliRunner().invoke(app, ["validate", "--recordings", str(tmp_path), "--suite", "vllm-cpu"])
     assert res.exit_code == 2 and "cpu.yaml" in res.output and "bf16_tflops" in res.output
+    # A folder of recordings without the one to fit on.
+    (tmp_path / "rate1.json").unlink()
+    res = CliRunner().invoke(app, ["validate", "--recordings", str(tmp_path), "--suite", "vllm-cpu"])
+    assert res.exit_code == 2 and "no rate1.json" in res.output

@@ -256,6 +256,12 @@ def detect_kind(source: Path) -> str:
     return "engine-log"
 
 
+def file_sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def _fit_record(r: FitResult) -> dict[str, object]:
     """What a profile keeps of a fit: parameters, alternatives tried, quality, sensitivity
     and the five worst cases."""
@@ -342,6 +348,8 @@ def calibrate_source(
     info: dict[str, object] = {
         "source": str(source) if len(sources) == 1 else [str(p) for p in sources],
         "kind": kind,
+        # Which files exactly (a validation can tell the recording a profile was fitted on).
+        "sha256": [file_sha256(p) for p in sources if p.is_file()],
     }
     if kind == "operators":
         gpu_dir = (gpu or "h100").lower()

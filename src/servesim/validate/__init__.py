@@ -80,7 +80,7 @@ def validate_all(
         raise ServesimError(f"unknown validation suites {sorted(unknown)}; known: {[*SUITES, 'vllm-cpu']}")
     for name in suites:
         if name == "vllm-cpu":
-            if recordings_dir is None or not any(recordings_dir.glob("*.json")):
+            if recordings_dir is None or not any(recordings_dir.glob("**/*.json")):
                 skipped.append("vllm-cpu: no recordings (tests/fixtures/vllm_timing); use --recordings")
                 continue
             checks += validate_vllm_cpu(recordings_dir, skipped=skipped)

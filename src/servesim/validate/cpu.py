@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
+from servesim.perf.measurements import MeasurementError
 from servesim.perf.profiled import HardwareProfile
 from servesim.validate.common import (
     CPU_FIT_RECORDING,
     Check,
     _pct,
-    default_recordings_dir,
     load_bundled_profile,
 )
 
@@ -213,7 +213,8 @@ def cpu_sessions(recordings_dir: Path) -> list[tuple[str, Path]]:
     itself is the bundled profile's session (fitted on its CPU_FIT_RECORDING); each subfolder
     holding a CPU_FIT_RECORDING is another session."""
     subs = [d for d in sorted(recordings_dir.iterdir()) if d.is_dir() and (d / CPU_FIT_RECORDING).is_file()]
-    return [("", recordings_dir), *((f"{d.name}/", d) for d in subs)]
+    top = [("", recordings_dir)] if any(recordings_dir.glob("*.json")) else []
+    return [*top, *((f"{d.name}/", d) for d in subs)]
 
 
 def session_profile(
@@ -243,12 +244,20 @@ def validate_vllm_cpu(
     session's folder or the recordings folder (else this machine's, the bundled profile's).
     Recording sessions apart matters: the shared machine's speed differs between sessions by
     a few %, which near saturation alone moves latencies by 10-20% (docs/fidelity.md §4)."""
+    from servesim.perf.calibrate import file_sha256
+
     bundled = load_bundled_profile("cpu")
-    shipped = default_recordings_dir()
+    fitted_on = set((bundled.fit or {}).get("sha256", []))
     checks: list[Check] = []
     for prefix, folder in cpu_sessions(recordings_dir):
-        if not prefix and shipped is not None and folder.resolve() == shipped.resolve():
-            prof = bundled  # the recordings the bundled profile was fitted on: validate it
+        fit_file = folder / CPU_FIT_RECORDING
+        if not fit_file.is_file():
+            raise MeasurementError(
+                f"{folder}: no {CPU_FIT_RECORDING}, the recording its session's profile is fitted on "
+                "(the other recordings there are predicted from it)"
+            )
+        if file_sha256(fit_file) in fitted_on:
+            prof = bundled  # the recording the bundled profile was fitted on: validate that profile
         else:
             hardware = next(
                 (d / CPU_HARDWARE for d in (folder, recordings_dir) if (d / CPU_HARDWARE).is_file()), None
