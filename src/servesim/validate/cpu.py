@@ -11,12 +11,7 @@ import numpy as np
 
 from servesim.perf.measurements import MeasurementError
 from servesim.perf.profiled import HardwareProfile
-from servesim.validate.common import (
-    CPU_FIT_RECORDING,
-    Check,
-    _pct,
-    load_bundled_profile,
-)
+from servesim.validate.common import CPU_FIT_RECORDING, Check, _pct, load_bundled_profile
 
 # --------------------------------------------------------------------------- the real vLLM engine on this CPU
 
@@ -78,14 +73,10 @@ def compare_recording(path: Path, prof: HardwareProfile) -> RecordingComparison:
     model = log.model_spec()
     gpu = prof.resolve_gpu(prof.gpu.name if prof.gpu else prof.fitted_on)
     perf = prof.perf_model(model, gpu, ParallelConfig())
-    # Measured.
-    first = np.array([r["token_times_s"][0] for r in reqs])
-    fin = np.array([r["finished_at_s"] for r in reqs])
+    measured = _run_metrics(run)
+    # Simulated from the same arrivals.
     arr = np.array([r["arrived_at_s"] for r in reqs])
     n_out = np.array([r["num_output_tokens"] for r in reqs])
-    tpot = np.where(n_out > 1, (fin - first) / np.maximum(n_out - 1, 1), np.nan)
-    measured = request_metrics(first - arr, tpot, fin - arr)
-    # Simulated from the same arrivals.
     wl = Workload(
         arrival_s=arr,
         num_prompt_tokens=np.array([r["num_prompt_tokens"] for r in reqs], np.int64),
@@ -210,8 +201,8 @@ CPU_HARDWARE = "cpu.yaml"
 
 def cpu_sessions(recordings_dir: Path) -> list[tuple[str, Path]]:
     """The recording sessions under ``recordings_dir``: (case prefix, folder). The folder
-    itself is the bundled profile's session (fitted on its CPU_FIT_RECORDING); each subfolder
-    holding a CPU_FIT_RECORDING is another session."""
+    itself is one when it holds recordings; each subfolder holding a CPU_FIT_RECORDING is
+    another."""
     subs = [d for d in sorted(recordings_dir.iterdir()) if d.is_dir() and (d / CPU_FIT_RECORDING).is_file()]
     top = [("", recordings_dir)] if any(recordings_dir.glob("*.json")) else []
     return [*top, *((f"{d.name}/", d) for d in subs)]
@@ -279,7 +270,7 @@ def _validate_session(
     comparisons = [(path, compare_recording(path, prof)) for path in sorted(folder.glob("*.json"))]
     fit_max_prompt = max((c.max_prompt for p, c in comparisons if p.name == CPU_FIT_RECORDING), default=0)
     for path, c in comparisons:
-        c.name = prefix + c.name
+        c.name = prefix + path.stem
         if path.name == CPU_FIT_RECORDING:
             role, case = "fit", f"{c.name} (fit)"
         elif c.max_prompt > fit_max_prompt:
@@ -332,18 +323,18 @@ def _validate_session(
                 limits.get((role, "schedule")),
             )
         )
-        checks += _repeat_spread(path, c)
+        checks += _repeat_spread(path, c, prefix)
     return checks
 
 
-def _repeat_spread(path: Path, c: RecordingComparison) -> list[Check]:
+def _repeat_spread(path: Path, c: RecordingComparison, prefix: str = "") -> list[Check]:
     """The same workload recorded again: how far the real engine is from itself. Either
     ``runs[1:]`` of the file (vs its run 0) or, for NAME_repeat.json, that recording vs
     NAME.json's run 0."""
     base = path.with_name(path.name.replace("_repeat.json", ".json"))
     if path.name.endswith("_repeat.json") and base.is_file():
         ref = _run_metrics(json.loads(base.read_text())["runs"][0])
-        pairs = [(f"{c.name} vs {c.name.removesuffix(path.stem)}{base.stem} (noise)", ref, c.measured)]
+        pairs = [(f"{c.name} vs {prefix}{base.stem} (noise)", ref, c.measured)]
     else:
         runs = json.loads(path.read_text())["runs"]
         pairs = [
