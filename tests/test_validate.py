@@ -193,3 +193,37 @@ def test_cpu_recordings_of_your_own_are_fitted_on_their_own_rate1(tmp_path) -> N
     (tmp_path / "rate1.json").unlink()
     res = CliRunner().invoke(app, ["validate", "--recordings", str(tmp_path), "--suite", "vllm-cpu"])
     assert res.exit_code == 2 and "no rate1.json" in res.output
+
+
+def test_the_bundled_data_are_the_fixtures_byte_for_byte() -> None:
+    """The package ships copies of tests/fixtures/measurements and tests/fixtures/vllm_timing
+    (servesim/data/validation.tar.gz) so that an installed servesim validates on its own;
+    after a fixture changes, `python tests/fixtures/make_validation_bundle.py` rebuilds it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bundle", FIXTURES / "make_validation_bundle.py")
+    assert spec and spec.loader
+    bundle = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bundle)
+    from servesim.validate import bundled_data
+
+    with bundled_data() as (data, recordings):
+        root = data.parent
+        shipped = {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    assert shipped == bundle.members(), "the bundle is stale: run tests/fixtures/make_validation_bundle.py"
+    assert {"recordings/rate1.json", "recordings/cpu.yaml", "data/measurements/splitwise/perf_model.csv"} <= set(
+        shipped
+    )
+
+
+def test_validate_runs_on_the_bundled_data_by_default() -> None:
+    """No folders given: the bundled subsets, unpacked for the run and removed after it."""
+    from servesim.validate import bundled_data
+
+    out, skipped = validate_all(None, None, ("distserve",))
+    assert not skipped
+    mine, _ = validate_all(DATA, None, ("distserve",))
+    assert [(c.case, c.metric, c.mape_pct) for c in out] == [(c.case, c.metric, c.mape_pct) for c in mine]
+    with bundled_data() as (data, recordings):
+        assert data.is_dir() and recordings.is_dir()
+    assert not data.parent.exists()

@@ -1,4 +1,4 @@
-"""The suite on the real vLLM engine run on this machine's CPU (tests/fixtures/vllm_timing)."""
+"""The suite on the real vLLM engine run on a CPU (the bundled recordings, or a user's)."""
 
 from __future__ import annotations
 
@@ -233,7 +233,7 @@ def validate_vllm_cpu(
     with the profile fitted on its own session's CPU_FIT_RECORDING: the bundled profile for
     the bundled recordings' top folder, else a fit made here, on the CPU_HARDWARE found in the
     session's folder or the recordings folder (else this machine's, the bundled profile's).
-    Recording sessions apart matters: the shared machine's speed differs between sessions by
+    Recording sessions apart matters: a busy machine's speed differs between sessions by
     a few %, which near saturation alone moves latencies by 10-20% (docs/fidelity.md §4)."""
     from servesim.perf.calibrate import file_sha256
 
@@ -257,7 +257,8 @@ def validate_vllm_cpu(
                 prof = session_profile(folder, bundled, hardware)
             except ImportError:
                 if skipped is not None:
-                    skipped.append(f"vllm-cpu {prefix or folder}: fitting its session's profile needs scipy")
+                    skipped.append(f"vllm-cpu {prefix or folder}: fitting its session's profile needs scipy "
+                                   "(pip install 'servesim[calibrate]')")
                 continue
         checks += _validate_session(folder, prof, limits or CPU_LIMITS, prefix)
     return checks
