@@ -16,16 +16,13 @@ from servesim.config import ParallelConfig
 from servesim.perf.base import BatchStats
 from servesim.perf.roofline import PipelinedPerfModel, RooflinePerfModel, build_perf_model
 
-SPLITWISE = (
-    Path(__file__).resolve().parents[2] / "shared" / "data" / "measurements" / "splitwise" / "perf_model.csv"
-)
+SPLITWISE = Path(__file__).parent / "fixtures" / "measurements" / "measurements" / "splitwise" / "perf_model.csv"
 
 
 def prefill(p: int) -> BatchStats:
     return BatchStats(num_prefill_tokens=p, prefill_attn_work=p * p / 2, num_prefill_reqs=1)
 
 
-@pytest.mark.skipif(not SPLITWISE.exists(), reason="Splitwise measurements not present")
 @pytest.mark.parametrize(("gpu", "hw"), [("H100-SXM", "h100-80gb"), ("A100-80GB", "a100-80gb")])
 def test_tp_prefill_time_falls_sublinearly_like_splitwise(gpu: str, hw: str) -> None:
     """Llama-2-70B prompt time (2048 tokens, batch 1) at TP 2/4/8, Splitwise's measurements
