@@ -224,6 +224,15 @@ def session_profile(
     return prof
 
 
+def _can_fit() -> bool:
+    """Whether scipy, which fitting a session's profile needs, is installed."""
+    try:
+        import scipy.optimize  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def validate_vllm_cpu(
     recordings_dir: Path,
     limits: dict[tuple[str, str], float] | None = None,
@@ -249,17 +258,16 @@ def validate_vllm_cpu(
             )
         if file_sha256(fit_file) in fitted_on:
             prof = bundled  # the recording the bundled profile was fitted on: validate that profile
+        elif not _can_fit():
+            if skipped is not None:
+                skipped.append(f"vllm-cpu {prefix or folder}: fitting its session's profile needs scipy "
+                               "(pip install 'servesim[calibrate]')")
+            continue
         else:
             hardware = next(
                 (d / CPU_HARDWARE for d in (folder, recordings_dir) if (d / CPU_HARDWARE).is_file()), None
             )
-            try:
-                prof = session_profile(folder, bundled, hardware)
-            except ImportError:
-                if skipped is not None:
-                    skipped.append(f"vllm-cpu {prefix or folder}: fitting its session's profile needs scipy "
-                                   "(pip install 'servesim[calibrate]')")
-                continue
+            prof = session_profile(folder, bundled, hardware)
         checks += _validate_session(folder, prof, limits or CPU_LIMITS, prefix)
     return checks
 
