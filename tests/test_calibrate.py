@@ -439,7 +439,8 @@ def test_logs_spanning_short_and_long_contexts_constrain_decode_attention() -> N
     assert res[0].sensitivity_pct["attn_prefill_compute"] > 2
     assert res[0].sensitivity_pct["attn_decode_compute"] > 2
     assert 0.05 < both.eff.attn_decode_compute < 0.3
-    assert both.fit["source"] == [str(s2 / "rate1.json"), str(s2 / "long0.25.json")]
+    # The sources by folder and name, not by where they lie on this machine.
+    assert both.fit["source"] == ["session2/rate1.json", "session2/long0.25.json"]
 
 
 def test_calibrate_refuses_to_mix_kinds_or_several_non_log_sources(tmp_path: Path) -> None:
