@@ -338,7 +338,7 @@ def _rate1_as_step_csv(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_cli_calibrate_on_a_generic_step_csv_matches_the_record_py_log(tmp_path: Path) -> None:
-    """Issue 6's third input form: the same steps as a CSV (with --model naming the model's
+    """The third input form, a generic step CSV: the same steps as a CSV (with --model naming the model's
     config.json) give the same fit as the record.py JSON they came from."""
     pytest.importorskip("scipy")
     from typer.testing import CliRunner

@@ -49,7 +49,7 @@ def test_suites_and_cases_present(checks: list[Check]) -> None:
 
 def test_cpu_predictions_of_unseen_recordings(checks: list[Check]) -> None:
     """Calibrated on rate1.json, servesim predicts the recordings made in the same session
-    (docs/fidelity.md §4): mean and P90 TTFT, TPOT and E2E within 10% (issue 6's target) at
+    (docs/fidelity.md §4): mean and P90 TTFT, TPOT and E2E within 10% (the fidelity target) at
     every load, and within 7% below 80% busy; the session was screened for run-to-run machine
     speed, so no recording's replayed step times are off by more than 2%."""
     rows = {
