@@ -159,3 +159,56 @@ def test_links_from_the_catalog_and_overrides() -> None:
         RooflinePerfModel(m, h100, tp=16, links=lk).breakdown(st)["comm"]
         > 5 * RooflinePerfModel(m, h100, tp=16).breakdown(st)["comm"]
     )
+
+
+# ---------------------------------------------------------------------- layouts vLLM refuses
+
+
+def test_parallel_layouts_vllm_refuses_are_refused() -> None:
+    """Heads over TP ranks, KV heads split or replicated, experts over EP groups."""
+    import dataclasses
+
+    from servesim.catalog.parallel import check_parallel
+    from servesim.errors import ConfigError
+
+    llama = load_model("Llama-3.1-8B")  # 32 heads, 8 KV heads
+    for tp in (1, 2, 4, 8, 16, 32):  # 16 and 32: each KV head replicated on 2 and 4 ranks
+        check_parallel(llama, ParallelConfig(tensor_parallel_size=tp))
+    with pytest.raises(ConfigError) as e:
+        check_parallel(llama, ParallelConfig(tensor_parallel_size=3))
+    assert str(e.value) == ("parallel.tensor_parallel_size: 3 does not divide the 32 attention heads of "
+                            "meta-llama/Llama-3.1-8B (vLLM requires it); expected one of 1, 2, 4, 8, 16, 32")
+    odd_kv = dataclasses.replace(llama, num_attention_heads=48, num_kv_heads=12)  # tp 8: 48/8, but 12 vs 8
+    with pytest.raises(ConfigError, match=r"tensor_parallel_size: 8 neither divides the 12 KV heads"):
+        check_parallel(odd_kv, ParallelConfig(tensor_parallel_size=8))
+    check_parallel(odd_kv, ParallelConfig(tensor_parallel_size=4))
+    with pytest.raises(ConfigError, match=r"expert_parallel_size: 2, but meta-llama/Llama-3.1-8B has no experts"):
+        check_parallel(llama, ParallelConfig(tensor_parallel_size=2, expert_parallel_size=2))
+    mixtral = load_model("Mixtral-8x7B")
+    check_parallel(mixtral, ParallelConfig(tensor_parallel_size=8, expert_parallel_size=8))
+    six = dataclasses.replace(mixtral, num_experts=6)
+    with pytest.raises(ConfigError, match=r"pools\[p\]\.parallel\.expert_parallel_size: 4 does not divide the 6 "
+                                          r"experts .*expected one of 1, 2, 3, 6"):
+        check_parallel(six, ParallelConfig(tensor_parallel_size=4, expert_parallel_size=4), "pools[p].parallel")
+
+
+def test_cli_refuses_a_tp_size_that_does_not_divide_the_heads_for_one_replica_and_for_a_pool(
+    tmp_path: Path,
+) -> None:
+    from typer.testing import CliRunner
+
+    from servesim.cli import app
+
+    runner = CliRunner()
+    small = ["--set", "workload.limit=5", "--quiet", "--no-progress"]
+    out = runner.invoke(app, ["simulate", "--set", "parallel.tensor_parallel_size=3", *small])
+    assert out.exit_code == 2, out.output
+    assert "parallel.tensor_parallel_size: 3 does not divide the 32 attention heads" in out.stderr
+    assert "Traceback" not in out.output
+    f = tmp_path / "pools.yaml"
+    f.write_text("cluster:\n  pools:\n    - name: big\n      num_replicas: 2\n"
+                 "      parallel: {tensor_parallel_size: 6}\n")
+    out = runner.invoke(app, ["simulate", str(f), *small])
+    assert out.exit_code == 2, out.output
+    assert "cluster.pools[big].parallel.tensor_parallel_size: 6 does not divide" in out.stderr
+    assert "Traceback" not in out.output
