@@ -213,7 +213,7 @@ def session_profile(
 ) -> HardwareProfile:
     """A profile fitted here on a session's CPU_FIT_RECORDING (needs scipy), on the hardware
     described by ``hardware`` (a YAML of hardware.gpu fields, like the bundled cpu.yaml) or
-    else the bundled profile's (this machine's CPU)."""
+    else the bundled profile's (the CPU the bundled recordings ran on)."""
     from servesim.config import read_gpu_config
     from servesim.perf.calibrate import calibrate_source
 
@@ -241,7 +241,7 @@ def validate_vllm_cpu(
     """Every session under ``recordings_dir`` (``cpu_sessions``): each recording predicted
     with the profile fitted on its own session's CPU_FIT_RECORDING: the bundled profile for
     the bundled recordings' top folder, else a fit made here, on the CPU_HARDWARE found in the
-    session's folder or the recordings folder (else this machine's, the bundled profile's).
+    session's folder or the recordings folder (else the bundled profile's CPU).
     Recording sessions apart matters: a busy machine's speed differs between sessions by
     a few %, which near saturation alone moves latencies by 10-20% (docs/fidelity.md §4)."""
     from servesim.perf.calibrate import file_sha256
