@@ -20,7 +20,8 @@ from servesim.engine.request import Request
 from servesim.engine.scheduler import Scheduler, SchedulerConfig
 from servesim.workload.base import Workload
 
-SHARED_DATA = Path(os.environ.get("SERVESIM_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+_BESIDE_THE_CHECKOUT = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED_DATA = Path(os.environ.get("SERVESIM_SHARED_DATA", _BESIDE_THE_CHECKOUT))
 
 
 def shared_data(rel: str) -> Path:

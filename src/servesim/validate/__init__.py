@@ -56,7 +56,8 @@ from servesim.validate.gpu import (
 
 __all__ = [
     "CPU_FIT_RECORDING", "CPU_LIMITS", "DISTSERVE_LIMITS", "PROFILES", "SPLITWISE_LIMITS", "Check",
-    "RecordedStepTimes", "RecordingComparison", "bundled_data", "compare_recording", "distserve_grid", "load_bundled_profile", "validate_all", "validate_distserve",
+    "RecordedStepTimes", "RecordingComparison", "bundled_data", "compare_recording", "distserve_grid",
+    "load_bundled_profile", "validate_all", "validate_distserve",
     "validate_operators", "validate_splitwise", "validate_vllm_cpu",
 ]
 
