@@ -338,7 +338,7 @@ def _rate1_as_step_csv(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_cli_calibrate_on_a_generic_step_csv_matches_the_record_py_log(tmp_path: Path) -> None:
-    """Issue 6's third input form: the same steps as a CSV (with --model naming the model's
+    """The third input form, a generic step CSV: the same steps as a CSV (with --model naming the model's
     config.json) give the same fit as the record.py JSON they came from."""
     pytest.importorskip("scipy")
     from typer.testing import CliRunner
@@ -439,7 +439,8 @@ def test_logs_spanning_short_and_long_contexts_constrain_decode_attention() -> N
     assert res[0].sensitivity_pct["attn_prefill_compute"] > 2
     assert res[0].sensitivity_pct["attn_decode_compute"] > 2
     assert 0.05 < both.eff.attn_decode_compute < 0.3
-    assert both.fit["source"] == [str(s2 / "rate1.json"), str(s2 / "long0.25.json")]
+    # The sources by folder and name, not by where they lie on this machine.
+    assert both.fit["source"] == ["session2/rate1.json", "session2/long0.25.json"]
 
 
 def test_calibrate_refuses_to_mix_kinds_or_several_non_log_sources(tmp_path: Path) -> None:

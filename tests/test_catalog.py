@@ -12,7 +12,7 @@ from servesim.catalog import GpuSpec, from_hf_config, get_gpu, list_gpus, list_m
 from servesim.config import GpuConfig
 from servesim.errors import CatalogError
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 # ---------------------------------------------------------------------- models
@@ -85,7 +85,7 @@ def test_dtype_override() -> None:
 
 
 def tiny_llama_config(hidden: int = 512, layers: int = 4) -> dict:
-    """The config written by shared/tools/vllm-cpu/make_tiny_model.py (same formulas)."""
+    """The config of the tiny Llama the vLLM CPU recordings ran (tests/fixtures/vllm_timing)."""
     return {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",
         "hidden_size": hidden, "intermediate_size": hidden * 11 // 4 // 64 * 64,
@@ -173,10 +173,8 @@ def test_gpu_from_config() -> None:
     assert g.interconnect_latency_s == pytest.approx(5e-6)
 
 
-def test_gpu_specs_match_shared_csv() -> None:
-    path = SHARED / "data" / "gpu_specs.csv"
-    if not path.exists():
-        pytest.skip("shared data not present")
+def test_gpu_specs_match_the_spec_sheet_table() -> None:
+    path = FIXTURES / "gpu_specs.csv"
     names = {"A100 80GB": "A100-80GB", "H100 80GB": "H100-SXM", "H200 141GB": "H200", "B200 (HGX)": "B200",
              "MI300X": "MI300X", "L40S": "L40S", "L4": "L4"}
     for row in csv.DictReader(path.open()):

@@ -15,7 +15,7 @@ from servesim.config import ModelConfig, ParallelConfig
 from servesim.perf.base import BatchStats
 from servesim.perf.roofline import Efficiencies, RooflinePerfModel, build_perf_model
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+FIXTURES = Path(__file__).parent / "fixtures" / "measurements"
 
 # H100 SXM facts and the default efficiencies, written out so the tests do not call the code under test.
 PEAK, BW = 989e12, 3.35e12
@@ -268,9 +268,7 @@ def test_batch_time_non_decreasing_in_every_stat(stats: BatchStats, field: str, 
 
 
 def _vidur_rows() -> list[dict[str, str]]:
-    path = SHARED / "data/measurements/vidur_profiling/compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv"
-    if not path.exists():
-        pytest.skip("shared measurements not present")
+    path = FIXTURES / "measurements/vidur_profiling/compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv"
     return list(csv.DictReader(path.open()))
 
 

@@ -279,11 +279,12 @@ def calibrate(
 @app.command()
 def validate(
     data_dir: Annotated[Path | None, typer.Option(
-        help="The measurement sets (shared/data). Default: the repository's sibling shared/data, "
-             "else tests/fixtures/measurements.")] = None,
+        help="A folder of measurement sets laid out as measurements/splitwise, measurements/distserve, "
+             "measurements/vidur_profiling (for example the full public sets). Default: the subsets "
+             "bundled with servesim.")] = None,
     recordings: Annotated[Path | None, typer.Option(
         help="Real vLLM CPU recordings, one session per folder (the folder and each subfolder "
-             "holding a rate1.json). Default: tests/fixtures/vllm_timing.")] = None,
+             "holding a rate1.json). Default: the recordings bundled with servesim.")] = None,
     suite: Annotated[list[str] | None, typer.Option(
         help="Suites to run (repeatable): operators, splitwise, distserve, vllm-cpu. Default: all.")] = None,
     threshold: Annotated[float | None, typer.Option(
@@ -298,14 +299,13 @@ def validate(
         from servesim import validate as v
 
         suites = tuple(suite) if suite else ("operators", "splitwise", "distserve", "vllm-cpu")
-        checks, skipped = v.validate_all(data_dir or v.default_data_dir(),
-                                         recordings or v.default_recordings_dir(), suites)
+        checks, skipped = v.validate_all(data_dir, recordings, suites)
         typer.echo(_validation_table(checks, threshold))
         for note in skipped:
             typer.echo(f"skipped {note}")
         if not checks:
-            typer.echo("nothing validated: no measurement data or recordings found (run from a servesim "
-                       "checkout, or pass --data-dir and --recordings)", err=True)
+            typer.echo("nothing validated: no measurement data or recordings found (check --data-dir "
+                       "and --recordings)", err=True)
             raise typer.Exit(2)
         failed = [c for c in checks if not c.passed(threshold)]
         if failed:

@@ -134,6 +134,7 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
     """Run the scenario and return its Result with ``summary`` filled."""
     from servesim.catalog.gpus import get_gpu
     from servesim.catalog.models import load_model, resolve_kv_dtype_bytes
+    from servesim.catalog.parallel import check_parallel
     from servesim.metrics.summary import summarize
     from servesim.perf.memory import plan_memory
     from servesim.perf.roofline import build_perf_model
@@ -146,6 +147,7 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
 
         return simulate_cluster(sc, t0)
     model = load_model(sc.model.name, sc.model.dtype)
+    check_parallel(model, sc.parallel)
     hw = None
     if sc.hardware.profile:  # (the profile machinery is imported only when used)
         from servesim.perf.profiled import HardwareProfile

@@ -15,6 +15,7 @@ import time
 
 from servesim.catalog.gpus import get_gpu, link_spec
 from servesim.catalog.models import ModelSpec, load_model, resolve_kv_dtype_bytes
+from servesim.catalog.parallel import check_parallel
 from servesim.cluster.cluster import PoolSpec, run_cluster
 from servesim.config import PoolConfig, Scenario, resolve_engine
 from servesim.metrics.records import Result
@@ -30,6 +31,7 @@ def build_pool(sc: Scenario, pool: PoolConfig, model: ModelSpec,
     name = pool.gpu if pool.gpu is not None else sc.hardware.gpu
     gpu = hw.resolve_gpu(name) if hw else get_gpu(name)
     par = pool.parallel or sc.parallel
+    check_parallel(model, par, f"cluster.pools[{pool.name}].parallel" if pool.parallel else "parallel")
     eng = pool.engine or sc.engine
     if hw is not None:
         eng = hw.adjust_engine(eng)

@@ -44,7 +44,9 @@ class HardwareConfig(_Strict):
 
 
 class ParallelConfig(_Strict):
-    tensor_parallel_size: int = Field(1, ge=1, le=64)
+    tensor_parallel_size: int = Field(1, ge=1, le=64, description=(
+        "Must divide the model's attention heads, and divide or be a multiple of its KV heads "
+        "(vLLM's rule; checked when the model is loaded)."))
     pipeline_parallel_size: int = Field(1, ge=1, le=64)
     num_microbatches: int = Field(1, ge=1, description=(
         "Pipeline micro-batches per step (GPipe schedule, bubble (pp-1)/(m+pp-1)); 1 = the "

@@ -1,8 +1,12 @@
-"""What every validation suite shares: the check record, bundled profiles, data folders."""
+"""What every validation suite shares: the check record, bundled profiles, bundled data."""
 
 from __future__ import annotations
 
 import json
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -20,7 +24,10 @@ PROFILES = {
 }
 #: The recording the CPU profile was fitted on (the others are predictions).
 CPU_FIT_RECORDING = "rate1.json"
-_REPO = Path(__file__).resolve().parents[3]
+#: Package data: the measurement subsets (``data/``, in the layout of the full sets) and the
+#: vLLM CPU recordings (``recordings/``) that validation runs on by default; made from
+#: tests/fixtures by tests/fixtures/make_validation_bundle.py.
+BUNDLED_DATA = "validation.tar.gz"
 
 
 @dataclass(slots=True)
@@ -63,18 +70,17 @@ def load_bundled_profile(role: str) -> HardwareProfile:
     return HardwareProfile.from_dict(json.loads(ref.read_text()), f"servesim/data/profiles/{PROFILES[role]}")
 
 
-def default_data_dir() -> Path | None:
-    """The sibling ``shared/data`` of the repository when present, else the small copies in
-    ``tests/fixtures/measurements``, else None."""
-    for cand in (_REPO.parent / "shared" / "data", _REPO / "tests" / "fixtures" / "measurements"):
-        if cand.is_dir():
-            return cand
-    return None
-
-
-def default_recordings_dir() -> Path | None:
-    cand = _REPO / "tests" / "fixtures" / "vllm_timing"
-    return cand if cand.is_dir() else None
+@contextmanager
+def bundled_data() -> Iterator[tuple[Path, Path]]:
+    """The data shipped with servesim, unpacked into a temporary folder for as long as the
+    ``with`` block runs: (measurement folder, recordings folder), the arguments of
+    ``validate_all``."""
+    ref = resources.files("servesim").joinpath("data", BUNDLED_DATA)
+    with tempfile.TemporaryDirectory(prefix="servesim-validate-") as tmp:
+        with ref.open("rb") as f, tarfile.open(fileobj=f, mode="r:gz") as tar:
+            # a filter: Python 3.12+ warns without one; Pythons before 3.11.4 have none
+            tar.extractall(tmp, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        yield Path(tmp) / "data", Path(tmp) / "recordings"
 
 
 def _pct(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The suite on the real vLLM engine run on this machine's CPU (tests/fixtures/vllm_timing)."""
+"""The suite on the real vLLM engine run on a CPU (the bundled recordings, or a user's)."""
 
 from __future__ import annotations
 
@@ -213,7 +213,7 @@ def session_profile(
 ) -> HardwareProfile:
     """A profile fitted here on a session's CPU_FIT_RECORDING (needs scipy), on the hardware
     described by ``hardware`` (a YAML of hardware.gpu fields, like the bundled cpu.yaml) or
-    else the bundled profile's (this machine's CPU)."""
+    else the bundled profile's (the CPU the bundled recordings ran on)."""
     from servesim.calibration.calibrate import calibrate_source
     from servesim.config import read_gpu_config
 
@@ -224,6 +224,15 @@ def session_profile(
     return prof
 
 
+def _can_fit() -> bool:
+    """Whether scipy, which fitting a session's profile needs, is installed."""
+    try:
+        import scipy.optimize  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def validate_vllm_cpu(
     recordings_dir: Path,
     limits: dict[tuple[str, str], float] | None = None,
@@ -232,8 +241,8 @@ def validate_vllm_cpu(
     """Every session under ``recordings_dir`` (``cpu_sessions``): each recording predicted
     with the profile fitted on its own session's CPU_FIT_RECORDING: the bundled profile for
     the bundled recordings' top folder, else a fit made here, on the CPU_HARDWARE found in the
-    session's folder or the recordings folder (else this machine's, the bundled profile's).
-    Recording sessions apart matters: the shared machine's speed differs between sessions by
+    session's folder or the recordings folder (else the bundled profile's CPU).
+    Recording sessions apart matters: a busy machine's speed differs between sessions by
     a few %, which near saturation alone moves latencies by 10-20% (docs/fidelity.md §4)."""
     from servesim.calibration.calibrate import file_sha256
 
@@ -249,16 +258,16 @@ def validate_vllm_cpu(
             )
         if file_sha256(fit_file) in fitted_on:
             prof = bundled  # the recording the bundled profile was fitted on: validate that profile
+        elif not _can_fit():
+            if skipped is not None:
+                skipped.append(f"vllm-cpu {prefix or folder}: fitting its session's profile needs scipy "
+                               "(pip install 'servesim[calibrate]')")
+            continue
         else:
             hardware = next(
                 (d / CPU_HARDWARE for d in (folder, recordings_dir) if (d / CPU_HARDWARE).is_file()), None
             )
-            try:
-                prof = session_profile(folder, bundled, hardware)
-            except ImportError:
-                if skipped is not None:
-                    skipped.append(f"vllm-cpu {prefix or folder}: fitting its session's profile needs scipy")
-                continue
+            prof = session_profile(folder, bundled, hardware)
         checks += _validate_session(folder, prof, limits or CPU_LIMITS, prefix)
     return checks
 
