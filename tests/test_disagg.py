@@ -279,7 +279,7 @@ def best(placements: dict[str, list[dict]], *args: object) -> tuple[str, float]:
 def test_distserve_disaggregation_wins_on_prompt_heavy_tight_slos() -> None:
     """OPT-13B on A100s, prompts of 1024-1792 tokens, 8-32 outputs, TTFT <= 300 ms and
     TPOT <= 25 ms at 90% attainment. Best of each family, per GPU (measured when written:
-    colocated TP4 x2 2.10 req/s/GPU, disaggregated 5 x TP1 prefill + 1 x TP2 decode 2.64:
+    colocated TP4 x2 2.05 req/s/GPU, disaggregated 5 x TP1 prefill + 1 x TP2 decode 2.58:
     1.26x; the paper-setup test below compares against vLLM V0, as DistServe did)."""
     args = (
         {"kind": "uniform", "low": 1024, "high": 1792},
@@ -308,7 +308,7 @@ def test_distserve_disaggregation_wins_on_prompt_heavy_tight_slos() -> None:
 
 def test_colocation_wins_on_short_prompts_loose_slos() -> None:
     """Short prompts (32-128), long outputs (128-384), TTFT <= 2 s, TPOT <= 100 ms: a prefill
-    GPU has little to do (measured when written: colocated 19.8 req/s/GPU, 1P1D 13.7)."""
+    GPU has little to do (measured: colocated 19.8 req/s/GPU, 1P1D 13.7: 1.45x)."""
     args = (
         {"kind": "uniform", "low": 32, "high": 128},
         {"kind": "uniform", "low": 128, "high": 384},
