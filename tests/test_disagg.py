@@ -204,7 +204,13 @@ def test_no_request_lost_or_duplicated(
     assert (rec.status == np.where(servable, RequestStatus.FINISHED, RequestStatus.REJECTED)).all()
     ok = np.asarray(servable)
     assert (rec.num_output_tokens[ok] == np.asarray([o for _, _, o in reqs])[ok]).all()
-    assert (rec.replica[ok & (rec.num_output_tokens > 1)] >= n_p).all() or below or frac
+    # Where each request ends: on a decode replica if it was served there whole (prompt below
+    # colocate_below_tokens), left a tail of its prompt there, or has outputs after the first
+    # token; on its prefill replica otherwise.
+    prompts = np.asarray([p for _, p, _ in reqs])
+    tail = np.minimum((prompts * frac).astype(int), prompts - 1) > 0
+    on_decode = (prompts < below) | tail | (rec.num_output_tokens > 1)
+    np.testing.assert_array_equal((rec.replica >= n_p)[ok], on_decode[ok])
     assert sum(t.num_kv_transfers for t in run.totals) == run.num_handoffs + run.num_migrations
 
 
