@@ -117,9 +117,22 @@ def test_fit_recovers_known_efficiencies() -> None:
 
 
 def test_bounds_are_physical() -> None:
+    """Every fitted parameter has a bound: a fraction of peak lies in (0, 1], a time is >= 0,
+    and the defaults lie inside (cpu_overhead_s is the engine's, not an Efficiencies field)."""
+    import dataclasses
+
+    fitted = {f.name for f in dataclasses.fields(Efficiencies) if not f.name.startswith("gemm_tile_")}
+    assert fitted <= set(BOUNDS)
+    default = Efficiencies()
     for name, (lo, hi) in BOUNDS.items():
-        assert lo >= 0
-        assert hi <= 1.0 or name.endswith("_s")
+        if name.endswith("_s"):
+            assert lo == 0.0 < hi, name
+        elif name == "roof_blend":  # 0: the classic max of the two roofs
+            assert (lo, hi) == (0.0, 1.0)
+        else:
+            assert 0.0 < lo < hi == 1.0, name
+        if getattr(default, name, None) is not None:  # None: follows another parameter
+            assert lo <= getattr(default, name) <= hi, name
 
 
 # --------------------------------------------------------------------------- real measurements

@@ -1,5 +1,6 @@
-"""`servesim validate` on the bundled measurement copies and CPU recordings: every row
-within its stated limit, and the command's exit status follows the threshold."""
+"""`servesim validate` on the bundled measurement copies and CPU recordings: every predicted
+row meets its goal or is a known miss with its reason, no known-miss mark is stale, and the
+command's exit status follows the goals (or --threshold)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ import pytest
 from typer.testing import CliRunner
 
 from servesim.cli import app
-from servesim.validate import Check, validate_all
+from servesim.validate import (
+    CPU_LIMITS,
+    DISTSERVE_LIMITS,
+    OPERATOR_GOALS,
+    SPLITWISE_LIMITS,
+    Check,
+    Goal,
+    validate_all,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DATA = FIXTURES / "measurements"
@@ -24,11 +33,32 @@ def checks() -> list[Check]:
     return out
 
 
-def test_every_check_is_within_its_stated_limit(checks: list[Check]) -> None:
+def test_every_check_meets_its_goal_or_is_a_known_miss(checks: list[Check]) -> None:
     failed = [
         (c.suite, c.case, c.metric, round(c.mape_pct, 1), c.limit_pct) for c in checks if not c.passed()
     ]
     assert not failed
+    # Every row but the engine's own run-to-run references is held to a goal.
+    assert all(c.limit_pct is not None for c in checks if "(noise)" not in c.case)
+    assert all(c.limit_pct is None for c in checks if "(noise)" in c.case)
+
+
+def test_goals_have_reasons_and_no_known_miss_is_stale(checks: list[Check]) -> None:
+    """A goal says why; a known-miss mark must be needed by at least one of its rows, so
+    that a model that gets better also gets checked harder (remove the mark then)."""
+    goals: list[Goal] = [*OPERATOR_GOALS.values(), *SPLITWISE_LIMITS.values(), *DISTSERVE_LIMITS.values(),
+                         *CPU_LIMITS.values()]
+    assert all(len(g.why) > 20 for g in goals)
+    used = {c.known_bad for c in checks if c.status() == "known bad"}
+    marks = {g.known_bad for g in goals if g.known_bad}
+    assert marks == used, marks - used
+    # The figures docs/fidelity.md names: the worst known misses, as measured.
+    worst = {}
+    for c in checks:
+        if c.known_bad:
+            worst[c.suite, c.metric] = max(worst.get((c.suite, c.metric), 0.0), c.mape_pct)
+    assert worst["distserve", "decode step time"] == pytest.approx(190, abs=1)
+    assert worst["splitwise", "per-token time"] == pytest.approx(31, abs=1)
 
 
 def test_suites_and_cases_present(checks: list[Check]) -> None:
@@ -108,10 +138,12 @@ def test_cli_validate_exit_status() -> None:
     args = ["validate", "--data-dir", str(DATA), "--recordings", str(RECORDINGS), "--suite", "distserve"]
     ok = runner.invoke(app, args)
     assert ok.exit_code == 0, ok.output
-    assert "DistServe" in ok.output or "OPT-13B" in ok.output
-    bad = runner.invoke(app, [*args, "--threshold", "0.01"])
+    assert "OPT-13B A100 TP1, distserve engine; Vidur operator profile" in ok.output
+    assert "known bad: distserve, decode step time: 7 rows at MAPE 121-190% against a goal of 10%" in ok.output
+    assert "12 of 56 checks within their goals, 44 known to miss theirs" in ok.output
+    bad = runner.invoke(app, [*args, "--threshold", "0.01"])  # an explicit threshold holds for every row
     assert bad.exit_code == 1
-    assert "over their limit" in bad.output
+    assert "56 of 56 checks over their limit" in bad.output and "known bad:" not in bad.output
 
 
 def test_cli_validate_unknown_suite_is_a_user_error() -> None:

@@ -147,6 +147,7 @@ def test_deterministic_under_seed():
 def test_arrivals_do_not_depend_on_length_distribution():
     a = load_workload(cfg(num_requests=100))
     b = load_workload(cfg(num_requests=100, prompt_len=LengthDist(kind="pareto")))
+    assert not np.array_equal(a.num_prompt_tokens, b.num_prompt_tokens)  # the lengths did change
     np.testing.assert_array_equal(a.arrival_s, b.arrival_s)
 
 
