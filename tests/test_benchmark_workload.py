@@ -99,8 +99,8 @@ def test_closed_loop_keeps_exactly_n_in_flight() -> None:
 
 
 def test_littles_law_over_the_measured_run() -> None:
-    res = servesim.simulate({"model": {"name": "Llama-3.1-8B"},
-                             "workload": bench(num_prompts=400, max_concurrency=12, num_warmups=3).model_dump()})
+    wl = bench(num_prompts=400, max_concurrency=12, num_warmups=3)
+    res = servesim.simulate({"model": {"name": "Llama-3.1-8B"}, "workload": wl.model_dump()})
     b = res.summary["benchmark"]
     k = 4  # ready check + warm-ups
     a, f = res.records.arrival_s[k:], res.records.finished_s[k:]
@@ -194,8 +194,8 @@ def test_lazy_engine_matches_the_reference_under_closed_loop() -> None:
     fast = run_engine(wl, eng, PERF, 600, 4096)
     assert ref.records.num_preemptions.sum() > 0
     for col in ("arrival_s", "first_scheduled_s", "first_token_s", "finished_s"):
-        np.testing.assert_allclose(getattr(fast.records, col), getattr(ref.records, col), rtol=1e-9, atol=1e-9,
-                                   err_msg=col)
+        np.testing.assert_allclose(getattr(fast.records, col), getattr(ref.records, col), rtol=1e-9,
+                                   atol=1e-9, err_msg=col)
     np.testing.assert_array_equal(fast.records.num_cached_tokens, ref.records.num_cached_tokens)
     assert sum(fast.itl.count[:fast.itl.measured_from]) == sum(ref.itl.count[:ref.itl.measured_from]) > 0
     assert fast.totals.num_run_steps > 0  # the lazy engine really skipped ahead

@@ -165,7 +165,8 @@ def test_closed_loop_benchmark_clients():
     from servesim.config import BenchmarkWorkload
     from servesim.workload import load_workload
 
-    wl = load_workload(BenchmarkWorkload(num_prompts=300, input_len=600, output_len=120, random_range_ratio=0.8,
-                                         max_concurrency=24, num_warmups=3, request_rate=30.0, burstiness=0.5))
+    wl = load_workload(BenchmarkWorkload(num_prompts=300, input_len=600, output_len=120,
+                                         random_range_ratio=0.8, max_concurrency=24, num_warmups=3,
+                                         request_rate=30.0, burstiness=0.5))
     ref = assert_same(wl, EngineConfig(max_num_seqs=32, max_num_batched_tokens=512), 500)
     assert ref.records.num_preemptions.sum() > 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_serializer, model_validator
 
 from servesim.config._base import _Strict
 
@@ -164,6 +164,10 @@ class BenchmarkWorkload(_Strict):
         "vllm bench's initial single-prompt test run (on unless --ready-check-timeout-sec 0): "
         "one copy of the first request, alone, before the warm-ups; excluded from the metrics."))
     seed: int = Field(0, description="--seed: the length and arrival draws (numpy's default_rng).")
+
+    @field_serializer("request_rate", "burstiness", when_used="json")
+    def _inf_as_text(self, x: float) -> float | str:
+        return x if math.isfinite(x) else "inf"  # JSON has no infinity; "inf" reads back
 
     @model_validator(mode="after")
     def _check(self) -> BenchmarkWorkload:

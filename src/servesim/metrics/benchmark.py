@@ -156,8 +156,9 @@ def _goodput(result: Result, ttft: np.ndarray, tpot: np.ndarray, e2el: np.ndarra
     all_tpot[out > 1] = tpot  # vllm bench: TPOT 0 for a single output token
     good = np.ones(out.shape, bool)
     for name, values in (("ttft_s", ttft), ("tpot_s", all_tpot), ("e2e_s", e2el)):
-        if limits[name] is not None:
-            good &= values <= limits[name]
+        limit = limits[name]
+        if limit is not None:
+            good &= values <= limit
     return per_s(int(good.sum()))
 
 

@@ -32,4 +32,5 @@ def load_workload(cfg: SyntheticWorkload | TraceWorkload | BenchmarkWorkload, se
         return generate_benchmark(cfg, seed)
     if isinstance(cfg, TraceWorkload):
         return load_trace(cfg)
-    raise TypeError(f"expected SyntheticWorkload, TraceWorkload or BenchmarkWorkload, got {type(cfg).__name__}")
+    raise TypeError(f"expected a SyntheticWorkload, TraceWorkload or BenchmarkWorkload, "
+                    f"got {type(cfg).__name__}")

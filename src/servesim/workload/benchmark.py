@@ -1,8 +1,8 @@
 """``vllm bench serve`` with the random dataset: its lengths, its due times, its warm-ups.
 
 Modelled on vLLM's ``vllm/benchmarks/datasets.py`` (``RandomDataset``) and
-``vllm/benchmarks/serve.py`` (``get_request``, ``benchmark``) as of vLLM main (0.11 to
-0.15 behave the same in these respects):
+``vllm/benchmarks/serve.py`` (``get_request``, ``benchmark``) as of vLLM's main branch
+(older releases may lack the ready check or the rescaling of due times):
 
 * **Lengths** (``RandomDataset.get_sampling_params``): with ``real = input_len -
   num_special_tokens``, prompts are uniform integers in ``[floor(real (1-r)), ceil(real
