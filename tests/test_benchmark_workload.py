@@ -221,3 +221,15 @@ def test_example_scenario_runs() -> None:
     b = res.summary["benchmark"]
     assert b["completed"] == res.scenario.workload.num_prompts and b["failed"] == 0
     assert b["max_concurrent_requests"] == res.scenario.workload.max_concurrency
+
+
+def test_disaggregated_cluster_frees_a_slot_when_the_decode_replica_finishes() -> None:
+    sc = servesim.load_scenario(EXAMPLES / "disaggregated.yaml")
+    assert sc.cluster is not None
+    wl = bench(num_prompts=150, input_len=2000, output_len=100, max_concurrency=12, num_warmups=2)
+    res = servesim.simulate(sc.model_copy(update={
+        "workload": wl, "cluster": sc.cluster.model_copy(update={"staleness_s": 0.0})}))
+    rec, k = res.records, 3
+    assert (rec.status == 0).all()
+    # the prefill's first token is not the end: a slot frees at the decode replica's finish
+    check_clients(rec.arrival_s[k:], rec.finished_s[k:], 12, rec.finished_s[:k].max())
