@@ -155,3 +155,16 @@ def test_numpy_chunks_of_long_runs(monkeypatch: pytest.MonkeyPatch, scalar_steps
     rm = RooflinePerfModel(load_model("meta-llama/Llama-3.1-8B"), get_gpu("H100-SXM"))
     ref = assert_same(wl, EngineConfig(max_num_seqs=32, max_num_batched_tokens=1024), 600, perf=rm)
     assert ref.records.num_preemptions.sum() > 0
+
+
+def test_closed_loop_benchmark_clients():
+    # vllm bench's clients send at finishes: a finish inside a lazy run must be reported at
+    # its own step's end (not the run's), so the next request arrives when it would.
+    from servesim.config import BenchmarkWorkload
+    from servesim.workload import load_workload
+
+    wl = load_workload(BenchmarkWorkload(num_prompts=300, input_len=600, output_len=120,
+                                         random_range_ratio=0.8, max_concurrency=24, num_warmups=3,
+                                         request_rate=30.0, burstiness=0.5))
+    ref = assert_same(wl, EngineConfig(max_num_seqs=32, max_num_batched_tokens=512), 500)
+    assert ref.records.num_preemptions.sum() > 0

@@ -28,6 +28,7 @@ from servesim.config.engine import (
 )
 from servesim.config.parts import (
     ArrivalConfig,
+    BenchmarkWorkload,
     GpuConfig,
     HardwareConfig,
     LengthDist,
@@ -49,7 +50,8 @@ from servesim.config.scenario import (
 )
 
 __all__ = [
-    "GIB", "POLICY_DEFAULTS", "ArrivalConfig", "ClusterConfig", "DisaggConfig", "EngineConfig",
+    "GIB", "POLICY_DEFAULTS", "ArrivalConfig", "BenchmarkWorkload", "ClusterConfig", "DisaggConfig",
+    "EngineConfig",
     "GpuConfig", "HardwareConfig", "KvLinkConfig", "LengthDist", "LinksConfig", "MigrationConfig",
     "ModelConfig", "ParallelConfig", "PoolConfig", "RouterName", "RunConfig", "Scenario",
     "SloConfig", "SpeculativeConfig", "SyntheticWorkload", "TraceWorkload", "WorkloadConfig",

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_serializer, model_validator
 
 from servesim.config._base import _Strict
 
@@ -136,7 +137,53 @@ class TraceWorkload(_Strict):
     hash_block_tokens: int = Field(512, ge=1, description="Tokens per hash id (Mooncake: 512).")
 
 
-WorkloadConfig = Annotated[SyntheticWorkload | TraceWorkload, Field(discriminator="type")]
+class BenchmarkWorkload(_Strict):
+    """``vllm bench serve`` with the random dataset (``--dataset-name random --ignore-eos``),
+    as its current main runs it: clients that send each request when a slot of
+    ``max_concurrency`` is free, warm-ups first (docs/workloads.md)."""
+
+    type: Literal["benchmark"] = "benchmark"
+    num_prompts: int = Field(1000, ge=1, description="--num-prompts: requests in the measured run.")
+    input_len: int = Field(1024, ge=1, description=(
+        "--random-input-len: mean prompt length in tokens, special tokens included."))
+    output_len: int = Field(128, ge=1, description="--random-output-len: mean output length in tokens.")
+    random_range_ratio: float = Field(0.0, description=(
+        "--random-range-ratio r in [0, 1): lengths are uniform integers in "
+        "[floor(L(1-r)), ceil(L(1+r))] (output at least 1)."))
+    num_special_tokens: int = Field(0, ge=0, description=(
+        "Special tokens the tokenizer adds to a prompt (tokenizer.num_special_tokens_to_add(), "
+        "1 for Llama's BOS): taken off input_len before sampling and added back by the server."))
+    max_concurrency: int | None = Field(None, ge=1, description=(
+        "--max-concurrency: at most this many requests in flight (None: no limit, as vllm bench)."))
+    request_rate: float = Field(float("inf"), gt=0, description=(
+        "--request-rate: requests/s at which requests become due (inf: all at the start)."))
+    burstiness: float = Field(1.0, gt=0, description=(
+        "--burstiness: gamma shape of the gaps (1 = Poisson, inf = constant spacing)."))
+    num_warmups: int = Field(0, ge=0, description=(
+        "--num-warmups: copies of the first request sent before the measured run (same "
+        "concurrency limit), excluded from the benchmark metrics."))
+    ready_check: bool = Field(True, description=(
+        "vllm bench's initial single-prompt test run (on unless --ready-check-timeout-sec 0): "
+        "one copy of the first request, alone, before the warm-ups; excluded from the metrics."))
+    seed: int = Field(0, description="--seed: the length and arrival draws (numpy's default_rng).")
+
+    @field_serializer("request_rate", "burstiness", when_used="json")
+    def _inf_as_text(self, x: float) -> float | str:
+        return x if math.isfinite(x) else "inf"  # JSON has no infinity; "inf" reads back
+
+    @model_validator(mode="after")
+    def _check(self) -> BenchmarkWorkload:
+        r = self.random_range_ratio
+        if not 0.0 <= r < 1.0:
+            raise ValueError(f"random_range_ratio must be in [0, 1) (as vllm bench), found {r}")
+        if math.floor(max(0, self.input_len - self.num_special_tokens) * (1.0 - r)) < 1:
+            raise ValueError(f"input_len {self.input_len} is too small: with num_special_tokens "
+                             f"{self.num_special_tokens} and random_range_ratio {r} a prompt may have "
+                             "no sampled token (vllm bench refuses it too)")
+        return self
+
+
+WorkloadConfig = Annotated[SyntheticWorkload | TraceWorkload | BenchmarkWorkload, Field(discriminator="type")]
 
 
 # --------------------------------------------------------------------------- SLOs / run
