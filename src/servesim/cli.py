@@ -218,7 +218,7 @@ def calibrate(
              "engine-log: a catalog name).")] = None,
     hardware: Annotated[Path | None, typer.Option(
         help="engine-log: YAML/JSON of a custom accelerator (hardware.gpu fields: name, bf16_tflops, "
-             "mem_gb, mem_bw_tbps, ...), stored in the profile.")] = None,
+             "mem_gb, mem_bw_tb_per_s, ...), stored in the profile.")] = None,
     fit_params: Annotated[str | None, typer.Option(
         "--fit", help="Comma-separated parameters to fit instead of the kind's default set.")] = None,
     tables: Annotated[bool, typer.Option(

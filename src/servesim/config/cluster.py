@@ -32,7 +32,7 @@ class PoolConfig(_Strict):
 class KvLinkConfig(_Strict):
     """The link KV caches cross between replicas (disaggregation, migration)."""
 
-    bandwidth_gbps: float | None = Field(None, gt=0, description=(
+    bandwidth_gb_per_s: float | None = Field(None, gt=0, description=(
         "GB/s one way of one link; None: the sender's per-GPU network bandwidth x min(GPUs of "
         "sender, receiver), as each TP rank sends its shard over its own NIC."))
     latency_us: float | None = Field(None, ge=0, description="None: the catalog's network latency.")

@@ -65,7 +65,7 @@ class EngineConfig(_Strict):
         "(vLLM V0's swap; falls back to recompute when swap_space_gb is full)."))
     swap_space_gb: float = Field(4.0, ge=0, description="Host memory for swapped-out KV per GPU, in GiB "
                                  "(vLLM's swap_space, default 4).")
-    pcie_gbps: float = Field(25.0, gt=0, description="Effective host<->GPU copy bandwidth for swapping, GB/s "
+    pcie_gb_per_s: float = Field(25.0, gt=0, description="Effective host<->GPU copy bandwidth for swapping, GB/s "
                              "(PCIe Gen4 x16: 32 GB/s peak, ~25 effective).")
     scheduling_policy: Literal["fcfs", "priority"] = Field("fcfs", description=(
         "Waiting order and victim choice: fcfs, or priority (workload priority, lower = more urgent; "

@@ -29,8 +29,8 @@ class GpuConfig(_Strict):
     bf16_tflops: float = Field(gt=0, description="Peak dense BF16/FP16 TFLOP/s.")
     fp8_tflops: float | None = Field(None, gt=0, description="Peak dense FP8 TFLOP/s (None: no FP8).")
     mem_gb: float = Field(gt=0, description="Device memory in GB (1e9 bytes).")
-    mem_bw_tbps: float = Field(gt=0, description="Memory bandwidth, TB/s.")
-    interconnect_gbps: float = Field(450.0, gt=0, description="Unidirectional GPU-GPU bandwidth, GB/s.")
+    mem_bw_tb_per_s: float = Field(gt=0, description="Memory bandwidth, TB/s.")
+    interconnect_gb_per_s: float = Field(450.0, gt=0, description="Unidirectional GPU-GPU bandwidth, GB/s.")
     interconnect_latency_us: float = Field(5.0, ge=0)
     idle_power_w: float = Field(100.0, ge=0)
     max_power_w: float = Field(700.0, gt=0)
@@ -65,9 +65,9 @@ class ParallelConfig(_Strict):
 class LinksConfig(_Strict):
     """Overrides of the catalog's links (None: the GPU's catalog figure)."""
 
-    intra_node_gbps: float | None = Field(None, gt=0, description="GPU-GPU in a node (NVLink/PCIe), GB/s.")
+    intra_node_gb_per_s: float | None = Field(None, gt=0, description="GPU-GPU in a node (NVLink/PCIe), GB/s.")
     intra_node_latency_us: float | None = Field(None, ge=0)
-    inter_node_gbps: float | None = Field(None, gt=0, description="Per-GPU network (IB/RoCE), GB/s.")
+    inter_node_gb_per_s: float | None = Field(None, gt=0, description="Per-GPU network (IB/RoCE), GB/s.")
     inter_node_latency_us: float | None = Field(None, ge=0)
     gpus_per_node: int | None = Field(None, ge=1)
 

@@ -10,6 +10,7 @@ from pydantic import Field
 from servesim.config._base import _Strict
 from servesim.config.cluster import ClusterConfig
 from servesim.config.engine import EngineConfig
+from servesim.config.files import load_yaml_text, read_scenario_file
 from servesim.config.parts import (
     GpuConfig,
     HardwareConfig,
@@ -43,15 +44,48 @@ class Scenario(_Strict):
 
 
 def _set_path(d: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``a.b.c`` in nested dicts; a number names an element of a list (``pools.0``)."""
     keys = dotted.split(".")
-    cur = d
-    for k in keys[:-1]:
+    cur: Any = d
+    for i, k in enumerate(keys):
+        last = i == len(keys) - 1
+        if isinstance(cur, list):
+            where = ".".join(keys[:i])
+            if not k.isdigit():
+                raise ConfigError(f"--set {dotted}: {where} is a list; name an element by its "
+                                  f"index, e.g. {where}.0.{k}")
+            if int(k) >= len(cur):
+                have = f"indices 0 to {len(cur) - 1}" if cur else "no elements"
+                raise ConfigError(f"--set {dotted}: {where} has {len(cur)} element(s) ({have}); "
+                                  f"to add one, set the whole list: --set '{where}=[...]'")
+            if last:
+                cur[int(k)] = value
+            elif isinstance(cur[int(k)], dict | list):
+                cur = cur[int(k)]
+            else:
+                cur[int(k)] = cur = {}
+            continue
+        if last:
+            cur[k] = value
+            break
         nxt = cur.get(k)
-        if not isinstance(nxt, dict):
+        if nxt is None and keys[i + 1].isdigit():
+            raise ConfigError(_no_list_message(dotted, keys[: i + 1], keys[i + 2:], value))
+        if not isinstance(nxt, dict | list):
             nxt = {}
             cur[k] = nxt
         cur = nxt
-    cur[keys[-1]] = value
+
+
+def _no_list_message(dotted: str, where: list[str], rest: list[str], value: Any) -> str:
+    """What to write instead of ``--set a.list.0.field=v`` when the list is not there."""
+    path = ".".join(where)
+    head = f"--set {dotted}: {path} is not set, so it has no element {dotted.split('.')[len(where)]}"
+    if where == ["cluster", "pools"] and len(rest) == 1:
+        field = "" if rest[0] == "name" else f", {rest[0]}: {value}"
+        return (f"{head}; without a cluster section the scenario is one replica: write the pools, "
+                f"e.g. --set 'cluster.pools=[{{name: main{field}}}]'")
+    return f"{head}; set the whole list: --set '{path}=[...]'"
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -71,13 +105,60 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
+#: Fields renamed so that their unit reads one way: old name -> (new name, unit).
+RENAMED = {
+    "interconnect_gbps": ("interconnect_gb_per_s", "GB/s"),
+    "intra_node_gbps": ("intra_node_gb_per_s", "GB/s"),
+    "inter_node_gbps": ("inter_node_gb_per_s", "GB/s"),
+    "bandwidth_gbps": ("bandwidth_gb_per_s", "GB/s"),
+    "pcie_gbps": ("pcie_gb_per_s", "GB/s"),
+    "mem_bw_tbps": ("mem_bw_tb_per_s", "TB/s"),
+}
+_WORKLOAD_TYPES = {"synthetic": SyntheticWorkload, "trace": TraceWorkload}
+
+
+_SCALAR_TAGS = ("str", "int", "float", "bool")
+
+
+def _is_model_tag(part: str) -> bool:
+    return part[:1].isupper()
+
+
+def _union_branches(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Keep the errors of the union branch the input meant (``gpu: str | GpuConfig``).
+
+    Pydantic reports every branch, tagged in the location (``hardware.gpu.str``,
+    ``hardware.gpu.GpuConfig.mem_gb``); a mapping meant the model, anything else the scalar.
+    """
+    scalar_input: dict[tuple[str, ...], Any] = {}
+    for e in errors:
+        loc = tuple(str(p) for p in e["loc"])
+        if loc and loc[-1] in _SCALAR_TAGS:
+            scalar_input[loc[:-1]] = e.get("input")
+    if not scalar_input:
+        return errors
+    kept = []
+    for e in errors:
+        loc = tuple(str(p) for p in e["loc"])
+        for i, part in enumerate(loc):
+            if loc[:i] in scalar_input and (part in _SCALAR_TAGS or _is_model_tag(part)):
+                meant_model = isinstance(scalar_input[loc[:i]], dict)
+                if meant_model == _is_model_tag(part):
+                    kept.append({**e, "loc": loc[:i] + loc[i + 1:]})
+                break
+        else:
+            kept.append(e)
+    return kept or errors
+
+
 def _format_validation_error(err: Any, source: str) -> str:
     lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"] if not (isinstance(p, str) and p in ("synthetic", "trace")))
+    for e in _union_branches(err.errors()):
+        raw_loc = [str(p) for p in e["loc"]]
+        loc = ".".join(p for p in raw_loc if p not in _WORKLOAD_TYPES)
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
-            msg = "unknown key"
+            msg = _unknown_key_message(raw_loc)
         got = e.get("input")
         quiet = isinstance(got, dict) or e["type"] in ("extra_forbidden", "missing")
         got_s = "" if quiet else f" (got {got!r})"
@@ -85,22 +166,51 @@ def _format_validation_error(err: Any, source: str) -> str:
     return "\n".join(lines)
 
 
+def _unknown_key_message(loc: list[str]) -> str:
+    key = loc[-1] if loc else ""
+    if key in RENAMED:
+        new, unit = RENAMED[key]
+        return f"was renamed to {new} ({unit})"
+    if len(loc) == 3 and loc[0] == "workload" and loc[1] in _WORKLOAD_TYPES:
+        other = "trace" if loc[1] == "synthetic" else "synthetic"
+        if key in _WORKLOAD_TYPES[other].model_fields:
+            return (f"a field of {other} workloads, and this workload is a {loc[1]} one; "
+                    f"set workload.type: {other} (--set workload.type={other}) to switch")
+    return "unknown key"
+
+
+def _workload_type(wl: Any) -> str | None:
+    if not isinstance(wl, dict):
+        return None
+    return wl.get("type") or ("trace" if "path" in wl else "synthetic")
+
+
 def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>",
                        overrides: list[str] | None = None) -> Scenario:
+    """Validate a scenario mapping after applying ``--set`` overrides (``KEY=VALUE``) to it.
+
+    ``workload.type`` is applied first: switching the type starts the workload afresh from
+    the new type's defaults (the old type's fields do not apply), and the other workload
+    overrides then apply to it, in any order on the command line.
+    """
     from pydantic import ValidationError
 
     data = dict(data or {})
-    if overrides and "workload" not in data and any(o.startswith("workload.") for o in overrides):
+    parsed = [parse_override(text) for text in overrides or []]
+    if parsed and "workload" not in data and any(k.startswith("workload.") for k, _ in parsed):
         # Overriding a field of the default workload: start from the default's fields.
         data["workload"] = Scenario.model_fields["workload"].default.model_dump(exclude_defaults=True)
         data["workload"]["type"] = "trace"
-    for text in overrides or []:
-        key, value = parse_override(text)
-        _set_path(data, key, value)
+    for key, value in parsed:
+        if key == "workload.type" and value != _workload_type(data.get("workload")):
+            data["workload"] = {"type": value}
+    for key, value in parsed:
+        if key != "workload.type" or not isinstance(data.get("workload"), dict):
+            _set_path(data, key, value)
     wl = data.get("workload")
     if isinstance(wl, dict) and "type" not in wl:
         # The type may be left out when it is obvious: a trace names its path.
-        data["workload"] = {**wl, "type": "trace" if "path" in wl else "synthetic"}
+        data["workload"] = {**wl, "type": _workload_type(wl)}
     try:
         return Scenario.model_validate(data)
     except ValidationError as err:
@@ -109,18 +219,16 @@ def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>",
 
 def read_gpu_config(path: str | Path) -> GpuConfig:
     """A custom accelerator from a YAML/JSON file of ``hardware.gpu`` fields (name,
-    bf16_tflops, mem_gb, mem_bw_tbps, ...), as ``calibrate --hardware`` takes."""
+    bf16_tflops, mem_gb, mem_bw_tb_per_s, ...), as ``calibrate --hardware`` takes."""
     from pydantic import ValidationError
 
     p = Path(path)
     try:
-        import yaml
-
-        data = yaml.safe_load(p.read_text())
+        data = load_yaml_text(p.read_text(), str(p))
     except OSError as err:
         raise ConfigError(f"{p}: cannot read: {err.strerror or err}") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{p}: cannot parse: {err}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not UTF-8 text; expected a YAML or JSON hardware description") from None
     try:
         return GpuConfig.model_validate(data)
     except ValidationError as err:
@@ -135,25 +243,7 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
     if path is None:
         return scenario_from_dict({}, "<default scenario>", overrides)
     p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"{p}: no such scenario file")
-    text = p.read_text()
-    try:
-        if p.suffix == ".toml":
-            import tomllib
-
-            data = tomllib.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text)
-    except Exception as err:  # noqa: BLE001 - parser errors differ by library
-        raise ConfigError(f"{p}: cannot parse: {err}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{p}: expected a mapping at the top level, found {type(data).__name__}")
-    scenario = scenario_from_dict(data, str(p), overrides)
+    scenario = scenario_from_dict(read_scenario_file(p), str(p), overrides)
     return _resolve_relative_paths(scenario, p.parent)
 
 
