@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from servesim.config._base import _Strict
 from servesim.errors import ConfigError
 
 # --------------------------------------------------------------------------- engine
+
+#: KV block sizes vLLM accepts (``vllm/config/cache.py``: ``BlockSize``).
+VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 
 
 class SpeculativeConfig(_Strict):
@@ -42,7 +45,8 @@ class EngineConfig(_Strict):
         "sarathi (Sarathi-Serve: chunk budget, decodes first), orca (iteration-level batching, KV "
         "reserved for the maximum length at admission), static (FasterTransformer-style batches)."))
     block_size: int = Field(
-        16, ge=1, description="Tokens per KV block (16 on GPUs, 128 on vLLM's CPU build).")
+        16, ge=1, description="Tokens per KV block (16 on GPUs, 128 on vLLM's CPU build); one of "
+        "vLLM's sizes: 1, 8, 16, 32, 64, 128, 256.", json_schema_extra={"vllm": "--block-size"})
     max_num_seqs: int | None = Field(None, ge=1, description=(
         "Most requests in one batch. Default as `vllm serve` 0.32: 1024 on GPUs with >= 70 GiB "
         "(not A100), else 256."))
@@ -90,6 +94,14 @@ class EngineConfig(_Strict):
     scheduler_reserve_full_isl: bool = Field(
         True, description="Admit a waiting request only if its whole prompt fits the free KV blocks "
         "(vLLM's default admission gate), not just its first chunk.")
+
+    @field_validator("block_size")
+    @classmethod
+    def _vllm_block_size(cls, v: int) -> int:
+        if v not in VLLM_BLOCK_SIZES:
+            raise ValueError(f"{v} is not a block size vLLM offers "
+                             f"({', '.join(map(str, VLLM_BLOCK_SIZES))})")
+        return v
 
     @model_validator(mode="after")
     def _check(self) -> EngineConfig:

@@ -121,6 +121,8 @@ def read_scenario_file(path: Path) -> dict[str, Any]:
         raw = path.read_bytes()
     except OSError as err:
         raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from None
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise ConfigError(f"{path}: UTF-16 text; expected {_EXPECTED}, saved as UTF-8")
     if b"\x00" in raw:
         raise ConfigError(f"{path}: a binary file (it holds NUL bytes); expected {_EXPECTED}")
     try:

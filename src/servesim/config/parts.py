@@ -92,6 +92,16 @@ class LengthDist(_Strict):
     min: int = Field(1, ge=1)
     max: int = Field(1_000_000, ge=1)
 
+    @model_validator(mode="after")
+    def _check(self) -> LengthDist:
+        if self.min > self.max:
+            raise ValueError(f"expected min <= max, found min={self.min} > max={self.max}")
+        if self.kind == "uniform" and self.low > self.high:
+            raise ValueError(f"expected low <= high, found low={self.low} > high={self.high}")
+        if self.kind == "trace" and not self.trace:
+            raise ValueError("kind: trace needs trace: the file to sample lengths from")
+        return self
+
 
 class ArrivalConfig(_Strict):
     process: Literal["poisson", "gamma", "constant", "burst"] = Field(

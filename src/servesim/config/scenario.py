@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -153,14 +155,21 @@ def _union_branches(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _format_validation_error(err: Any, source: str) -> str:
     lines = []
-    for e in _union_branches(err.errors()):
+    errors = _union_branches(err.errors())
+    renamed_to = {(*map(str, e["loc"][:-1]), RENAMED[str(e["loc"][-1])][0]) for e in errors
+                  if e["type"] == "extra_forbidden" and e["loc"] and str(e["loc"][-1]) in RENAMED}
+    for e in errors:
         raw_loc = [str(p) for p in e["loc"]]
+        if e["type"] == "missing" and tuple(raw_loc) in renamed_to:
+            continue  # given under its old name, which the line about the rename says
         loc = ".".join(p for p in raw_loc if p not in _WORKLOAD_TYPES)
         msg = e["msg"]
+        if e["type"] == "value_error" and "error" in e.get("ctx", {}):
+            msg = str(e["ctx"]["error"])  # our own validators' messages, without "Value error, "
         if e["type"] == "extra_forbidden":
             msg = _unknown_key_message(raw_loc)
         got = e.get("input")
-        quiet = isinstance(got, dict) or e["type"] in ("extra_forbidden", "missing")
+        quiet = isinstance(got, dict) or e["type"] in ("extra_forbidden", "missing", "value_error")
         got_s = "" if quiet else f" (got {got!r})"
         lines.append(f"{source}: {loc or '<root>'}: {msg}{got_s}")
     return "\n".join(lines)
@@ -176,7 +185,53 @@ def _unknown_key_message(loc: list[str]) -> str:
         if key in _WORKLOAD_TYPES[other].model_fields:
             return (f"a field of {other} workloads, and this workload is a {loc[1]} one; "
                     f"set workload.type: {other} (--set workload.type={other}) to switch")
-    return "unknown key"
+    known = _fields_at(loc[:-1])
+    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6) if known else []
+    return f"unknown key; did you mean {close[0]}?" if close else "unknown key"
+
+
+def _fields_at(loc: list[str]) -> set[str]:
+    """The field names of the config model at a validation error's location ('' parts
+    are list indices or union tags, as pydantic writes them)."""
+    model: Any = Scenario
+    for part in loc:
+        fields = getattr(model, "model_fields", None)
+        if fields is None:
+            return set()
+        if part in fields:
+            model = _models_in(fields[part].annotation)
+        elif part in _WORKLOAD_TYPES or part.isdigit() or part[:1].isupper():
+            continue  # a union tag or a list index: the model is the one already chosen
+        else:
+            return set()
+        if isinstance(model, list):
+            model = _pick(model, loc, part)
+    return set(getattr(model, "model_fields", {}))
+
+
+def _models_in(annotation: Any) -> Any:
+    """The pydantic models an annotation can hold (``X | None``, ``list[X]``, unions)."""
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _models_in(args[0])
+    if not args:
+        return annotation if hasattr(annotation, "model_fields") else None
+    found = [m for a in args for m in _as_list(_models_in(a))]
+    return found[0] if len(found) == 1 else found or None
+
+
+def _as_list(x: Any) -> list[Any]:
+    return x if isinstance(x, list) else [] if x is None else [x]
+
+
+def _pick(models: list[Any], loc: list[str], after: str) -> Any:
+    """The member of a union the next tag in ``loc`` names (``trace``, ``GpuConfig``)."""
+    rest = loc[loc.index(after) + 1:]
+    for m in models:
+        tag = getattr(m.model_fields.get("type"), "default", None)
+        if rest and rest[0] in (m.__name__, tag):
+            return m
+    return None
 
 
 def _workload_type(wl: Any) -> str | None:
