@@ -65,7 +65,8 @@ def test_kv_cache_too_small_for_max_model_len() -> None:
         plan_memory(m, l4, EngineConfig(), ParallelConfig())
     plan = plan_memory(m, l4, EngineConfig(max_model_len=8192), ParallelConfig())
     assert plan.num_gpu_blocks * 16 >= 8192
-    forced = plan_memory(m, l4, EngineConfig(num_gpu_blocks_override=100, max_model_len=1024), ParallelConfig())
+    forced = plan_memory(m, l4, EngineConfig(num_gpu_blocks_override=100, max_model_len=1024),
+                         ParallelConfig())
     assert forced.num_gpu_blocks == 100
     # An override must still hold one max_model_len sequence: 1024 / 16 blocks + the null block.
     plan_memory(m, l4, EngineConfig(num_gpu_blocks_override=65, max_model_len=1024), ParallelConfig())

@@ -87,6 +87,9 @@ def simulate(
     (SXM) with vLLM V1 default engine settings, serving the bundled one-hour Azure 2023
     conversation trace, with SLOs TTFT <= 2 s and TPOT <= 100 ms. Change any part of it
     with --set, e.g. --set hardware.gpu=A100-80GB --set workload.rate_scale=2.
+
+    Every scenario field (type, unit, default, the vLLM option it mirrors):
+    docs/scenario_reference.md.
     """
     with _user_errors():
         run_simulate(scenario, overrides or [], output, records_format.value, json_out=json_out,

@@ -79,7 +79,8 @@ def load_toml_text(text: str, source: str) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         msg = str(err)
-        at = re.search(r"\s*\(at line (\d+), column \d+\)$", msg) or re.search(r"\s*\(at end of document\)$", msg)
+        at = (re.search(r"\s*\(at line (\d+), column \d+\)$", msg)
+              or re.search(r"\s*\(at end of document\)$", msg))
         bare = msg[: at.start()] if at else msg
         line = int(at.group(1)) if at and at.groups() else None
         where = f"line {line}: " if line else ""
@@ -117,7 +118,8 @@ def read_scenario_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: {got}; expected {_EXPECTED}")
     try:
         if path.stat().st_size > _MAX_BYTES:
-            raise ConfigError(f"{path}: {path.stat().st_size:,} bytes is not a scenario; expected {_EXPECTED}")
+            raise ConfigError(f"{path}: {path.stat().st_size:,} bytes is too large for a scenario; "
+                              f"expected {_EXPECTED}")
         raw = path.read_bytes()
     except OSError as err:
         raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from None

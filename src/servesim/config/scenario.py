@@ -30,14 +30,15 @@ from servesim.errors import ConfigError
 class Scenario(_Strict):
     """One simulation: model on hardware with an engine config, serving a workload."""
 
-    name: str = "scenario"
-    model: ModelConfig = ModelConfig()
-    hardware: HardwareConfig = HardwareConfig()
-    parallel: ParallelConfig = ParallelConfig()
-    engine: EngineConfig = EngineConfig()
-    workload: WorkloadConfig = TraceWorkload(path="builtin:azure_conv")
-    slo: SloConfig = SloConfig(ttft_s=2.0, tpot_s=0.1)
-    run: RunConfig = RunConfig()
+    name: str = Field("scenario", description="Name of the scenario (in reports and summary.json).")
+    model: ModelConfig = Field(ModelConfig(), description="The model served.")
+    hardware: HardwareConfig = Field(HardwareConfig(), description="The accelerator.")
+    parallel: ParallelConfig = Field(ParallelConfig(), description="Tensor, pipeline and expert parallelism.")
+    engine: EngineConfig = Field(EngineConfig(), description="The serving engine's knobs.")
+    workload: WorkloadConfig = Field(TraceWorkload(path="builtin:azure_conv"), description=(
+        "The requests: type: trace or type: synthetic."))
+    slo: SloConfig = Field(SloConfig(ttft_s=2.0, tpot_s=0.1), description="Latency objectives.")
+    run: RunConfig = Field(RunConfig(), description="Run options.")
     cluster: ClusterConfig | None = Field(None, description=(
         "Pools, router, disaggregation (docs/cluster.md); None: one replica of hardware/parallel/engine."))
 
