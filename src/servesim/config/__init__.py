@@ -42,6 +42,7 @@ from servesim.config.parts import (
 )
 from servesim.config.scenario import (
     Scenario,
+    gpu_config_from_dict,
     load_scenario,
     parse_override,
     read_gpu_config,
@@ -53,6 +54,6 @@ __all__ = [
     "GpuConfig", "HardwareConfig", "KvLinkConfig", "LengthDist", "LinksConfig", "MigrationConfig",
     "ModelConfig", "ParallelConfig", "PoolConfig", "RouterName", "RunConfig", "Scenario",
     "SloConfig", "SpeculativeConfig", "SyntheticWorkload", "TraceWorkload", "WorkloadConfig",
-    "load_scenario", "parse_override", "read_gpu_config", "resolve_engine", "resolve_policy",
-    "scenario_from_dict",
+    "gpu_config_from_dict", "load_scenario", "parse_override", "read_gpu_config", "resolve_engine",
+    "resolve_policy", "scenario_from_dict",
 ]

@@ -14,7 +14,7 @@ from servesim.config._base import _Strict
 class ModelConfig(_Strict):
     """The model served: its architecture comes from a Hugging Face config.json (no weights)."""
 
-    name: str = Field("meta-llama/Llama-3.1-8B", description=(
+    name: str = Field("meta-llama/Llama-3.1-8B", min_length=1, description=(
         "A built-in preset (see `servesim catalog`) or a path to a Hugging Face config.json "
         "(or a directory holding one)."), json_schema_extra={"vllm": "vllm serve MODEL"})
     dtype: Literal["auto", "bfloat16", "float16", "fp8", "float32"] = Field(

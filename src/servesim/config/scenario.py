@@ -7,7 +7,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from servesim.config._base import _Strict
 from servesim.config.cluster import ClusterConfig
@@ -43,6 +43,8 @@ class Scenario(_Strict):
         "Pools, router, disaggregation (docs/cluster.md); None: one replica of hardware/parallel/engine."))
 
 
+_DEFAULT = Scenario()
+
 # --------------------------------------------------------------------------- loading
 
 
@@ -74,10 +76,35 @@ def _set_path(d: dict[str, Any], dotted: str, value: Any) -> None:
         nxt = cur.get(k)
         if nxt is None and keys[i + 1].isdigit():
             raise ConfigError(_no_list_message(dotted, keys[: i + 1], keys[i + 2:], value))
+        scalar = nxt if nxt is not None else _default_at(keys[: i + 1])
+        if scalar is not None and not isinstance(scalar, dict | list | BaseModel):
+            raise ConfigError(_scalar_message(dotted, keys[: i + 1], scalar))
         if not isinstance(nxt, dict | list):
             nxt = {}
             cur[k] = nxt
         cur = nxt
+
+
+def _default_at(keys: list[str]) -> Any:
+    """The default scenario's value at a dotted path (None where it has none)."""
+    obj: Any = _DEFAULT
+    for k in keys:
+        if not isinstance(obj, BaseModel) or k not in type(obj).model_fields:
+            return None
+        obj = getattr(obj, k)
+    return obj
+
+
+def _scalar_message(dotted: str, where: list[str], value: Any) -> str:
+    """What to write instead of ``--set a.b.c=v`` when ``a.b`` holds a plain value."""
+    path = ".".join(where)
+    head = f"--set {dotted}: {path} is {value!r}, which has no fields"
+    model = _model_at(where)
+    if model is None:
+        return f"{head}; set {path}=VALUE itself"
+    required = [n for n, f in model.model_fields.items() if f.is_required()]
+    example = ", ".join(f"{n}: ..." for n in required or [dotted.split(".")[len(where)]])
+    return f"{head}; give {path} whole as a mapping: --set '{path}={{{example}}}'"
 
 
 def _no_list_message(dotted: str, where: list[str], rest: list[str], value: Any) -> str:
@@ -154,7 +181,9 @@ def _union_branches(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return kept or errors
 
 
-def _format_validation_error(err: Any, source: str) -> str:
+def _format_validation_error(err: Any, source: str, prefix: str = "") -> str:
+    """One line per error: ``source: dotted.field: what was wrong`` (``prefix`` heads the
+    dotted name of a part validated on its own)."""
     lines = []
     errors = _union_branches(err.errors())
     renamed_to = {(*map(str, e["loc"][:-1]), RENAMED[str(e["loc"][-1])][0]) for e in errors
@@ -163,12 +192,21 @@ def _format_validation_error(err: Any, source: str) -> str:
         raw_loc = [str(p) for p in e["loc"]]
         if e["type"] == "missing" and tuple(raw_loc) in renamed_to:
             continue  # given under its old name, which the line about the rename says
-        loc = ".".join(p for p in raw_loc if p not in _WORKLOAD_TYPES)
+        loc = ".".join([prefix] * bool(prefix) + [p for p in raw_loc if p not in _WORKLOAD_TYPES])
         msg = e["msg"]
         if e["type"] == "value_error" and "error" in e.get("ctx", {}):
             msg = str(e["ctx"]["error"])  # our own validators' messages, without "Value error, "
         if e["type"] == "extra_forbidden":
             msg = _unknown_key_message(raw_loc)
+        if e["type"] == "union_tag_invalid":  # workload.type: neither synthetic nor trace
+            ctx = e.get("ctx", {})
+            loc = f"{loc}.{str(ctx.get('discriminator', 'type')).strip(chr(39))}"
+            expected = " or ".join(str(ctx.get("expected_tags", "")).split(", "))
+            msg = f"expected {expected}, found {ctx.get('tag')!r}"
+            e = {**e, "input": {}}
+        if e["type"] in ("model_type", "dict_type", "model_attributes_type") and e.get("input") is None:
+            msg = "the section is empty (null); give its fields, or leave the section out"
+            e = {**e, "input": {}}
         got = e.get("input")
         quiet = isinstance(got, dict) or e["type"] in ("extra_forbidden", "missing", "value_error")
         got_s = "" if quiet else f" (got {got!r})"
@@ -192,22 +230,27 @@ def _unknown_key_message(loc: list[str]) -> str:
 
 
 def _fields_at(loc: list[str]) -> set[str]:
-    """The field names of the config model at a validation error's location ('' parts
-    are list indices or union tags, as pydantic writes them)."""
+    """The field names of the config model at a validation error's location."""
+    return set(getattr(_model_at(loc), "model_fields", {}))
+
+
+def _model_at(loc: list[str]) -> Any:
+    """The config model at a location (list indices and union tags, as pydantic writes
+    them, are skipped); None where there is no single model."""
     model: Any = Scenario
     for part in loc:
         fields = getattr(model, "model_fields", None)
         if fields is None:
-            return set()
+            return None
         if part in fields:
             model = _models_in(fields[part].annotation)
         elif part in _WORKLOAD_TYPES or part.isdigit() or part[:1].isupper():
             continue  # a union tag or a list index: the model is the one already chosen
         else:
-            return set()
+            return None
         if isinstance(model, list):
             model = _pick(model, loc, part)
-    return set(getattr(model, "model_fields", {}))
+    return model if hasattr(model, "model_fields") else None
 
 
 def _models_in(annotation: Any) -> Any:
@@ -271,6 +314,17 @@ def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>",
         return Scenario.model_validate(data)
     except ValidationError as err:
         raise ConfigError(_format_validation_error(err, source)) from None
+
+
+def gpu_config_from_dict(data: Any, source: str, where: str = "gpu") -> GpuConfig:
+    """A custom accelerator from a mapping found at ``where`` in ``source`` (a hardware
+    profile's ``gpu``, say); errors read as a scenario's do (renamed fields say so)."""
+    from pydantic import ValidationError
+
+    try:
+        return GpuConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_validation_error(err, source, where)) from None
 
 
 def read_gpu_config(path: str | Path) -> GpuConfig:
