@@ -32,11 +32,14 @@ SUFFIX_UNITS = {
 _INTRO = """\
 # Scenario reference
 
-Every field of a scenario file (YAML or TOML), section by section. Every field has a
-default; unknown keys are errors. `--set KEY=VALUE` overrides any of them by its dotted
-name (`engine.max_num_seqs=64`; `cluster.pools.0.num_replicas=2` for one element of a list).
-Units are in the names (`_s`, `_ms`, `_us`, `_gb_per_s`, ...); **vLLM** names the `vllm serve`
-option (or API field) a setting mirrors.
+Every field of a scenario file, section by section. A scenario file is UTF-8 text, YAML
+(`.yaml`, `.yml`; `.json` is read as YAML) or TOML (`.toml`), whose top level is a mapping
+of the sections below; a key given twice is an error, and so is an unknown key. A field
+has a default unless marked `required` (those are inside optional parts: a custom GPU, a
+pool, a trace's path). `--set KEY=VALUE` overrides any field by its dotted name
+(`engine.max_num_seqs=64`; `cluster.pools.0.num_replicas=2` for one element of a list).
+Units are in the names (`_s`, `_ms`, `_us`, `_gb_per_s`, ...) or in the unit column;
+**vLLM** names the `vllm serve` option (or API field) a setting mirrors.
 
 This page is generated from the config models (`servesim.config`):
 `python -m servesim.config.reference docs/scenario_reference.md` rewrites it, and a test
