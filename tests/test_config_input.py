@@ -13,7 +13,7 @@ from servesim.config import (
     scenario_from_dict,
 )
 from servesim.config.files import load_toml_text, load_yaml_text
-from servesim.config.scenario import RENAMED
+from servesim.config.messages import RENAMED
 from servesim.errors import ConfigError
 
 SMALL = {"type": "synthetic", "num_requests": 4}

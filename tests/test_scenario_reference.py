@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from servesim.cli import app
 from servesim.config import Scenario
 from servesim.config.reference import _sections, render_markdown, unit_of
-from servesim.config.scenario import RENAMED
+from servesim.config.messages import RENAMED
 
 DOC = Path(__file__).parent.parent / "docs" / "scenario_reference.md"
 
