@@ -22,10 +22,10 @@ def main() -> None:
 
     from servesim.catalog.gpus import get_gpu
     from servesim.catalog.models import load_model
-    from servesim.config import EngineConfig, LengthDist, ParallelConfig, SyntheticWorkload
+    from servesim.config import EngineConfig, LengthDist, ParallelConfig, SyntheticWorkload, resolve_engine
     from servesim.perf.memory import plan_memory
     from servesim.perf.roofline import RooflinePerfModel
-    from servesim.sim import resolve_engine, run_engine
+    from servesim.sim import run_engine
     from servesim.workload import load_workload
 
     t0 = time.perf_counter()

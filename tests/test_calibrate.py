@@ -10,22 +10,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from servesim.catalog import get_gpu, load_model
-from servesim.config import GpuConfig
-from servesim.perf.base import BatchStats
-from servesim.perf.calibrate import (
+from servesim.calibration.calibrate import (
     BOUNDS,
     calibrate_engine_log,
     calibrate_operators,
     iteration_terms,
     predict,
 )
-from servesim.perf.engine_logs import read_engine_log
-from servesim.perf.measurements import (
+from servesim.calibration.engine_logs import read_engine_log
+from servesim.calibration.measurements import (
     read_allreduce,
     read_operator_profiles,
     read_splitwise,
 )
+from servesim.catalog import get_gpu, load_model
+from servesim.config import GpuConfig
+from servesim.perf.base import BatchStats
 from servesim.perf.profiled import HardwareProfile
 from servesim.perf.roofline import Efficiencies, RooflinePerfModel
 from servesim.validate import PROFILES, load_bundled_profile
@@ -83,7 +83,7 @@ def test_work_terms_reproduce_the_roofline(model: str, gpu: str, tp: int, pp: in
 
 def test_fit_recovers_known_efficiencies() -> None:
     pytest.importorskip("scipy")
-    from servesim.perf.calibrate import fit
+    from servesim.calibration.calibrate import fit
 
     m, g = load_model("Llama-3.1-8B"), get_gpu("H100")
     true = Efficiencies(
@@ -203,7 +203,7 @@ def test_splitwise_a100_profile_predicts_h100_faster_and_within_the_stated_error
 def test_refit_of_bundled_profiles_is_reproducible() -> None:
     """The bundled profiles are what `servesim calibrate` makes from the bundled data."""
     pytest.importorskip("scipy")
-    from servesim.perf.calibrate import calibrate_source
+    from servesim.calibration.calibrate import calibrate_source
 
     prof, _ = calibrate_source(DATA / "splitwise" / "perf_model.csv", "splitwise", "A100-80GB")
     bundled = load_bundled_profile("a100_e2e")
@@ -404,7 +404,7 @@ def test_logs_spanning_short_and_long_contexts_constrain_decode_attention() -> N
     on this CPU)."""
     pytest.importorskip("scipy")
     from servesim.config import ParallelConfig
-    from servesim.perf.calibrate import ENGINE_LOG_PARAMS, calibrate_source
+    from servesim.calibration.calibrate import ENGINE_LOG_PARAMS, calibrate_source
 
     s2 = RECORDINGS / "session2"
     hw = load_bundled_profile("cpu").gpu
@@ -443,8 +443,8 @@ def test_logs_spanning_short_and_long_contexts_constrain_decode_attention() -> N
 
 
 def test_calibrate_refuses_to_mix_kinds_or_several_non_log_sources(tmp_path: Path) -> None:
-    from servesim.perf.calibrate import CalibrationError, calibrate_source
-    from servesim.perf.measurements import MeasurementError
+    from servesim.calibration.calibrate import CalibrationError, calibrate_source
+    from servesim.calibration.measurements import MeasurementError
 
     with pytest.raises(CalibrationError, match="different kinds"):
         calibrate_source([DATA / "splitwise" / "perf_model.csv", RECORDINGS / "rate1.json"])

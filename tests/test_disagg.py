@@ -210,11 +210,9 @@ def test_request_state_after_hand_off() -> None:
 
     loop = EventLoop()
     c = Cluster(loop, [pool("p", "prefill"), pool("d", "decode")], disagg_cfg(), RequestRecords.empty(1))
-    req = next(
-        iter(
-            __import__("servesim.sim", fromlist=["iter_requests"]).iter_requests(make_workload([0.0], 50, 4))
-        )
-    )
+    from servesim.engine.arrivals import iter_requests
+
+    req = next(iter(iter_requests(make_workload([0.0], 50, 4))))
     loop.at(0.0, c.on_arrival, req)
     loop.run(0.05)  # prefill done at 0.01, KV (50 kB) in flight until 0.06
     assert req.status == ReqStatus.WAITING and req.num_computed_tokens == 50 and req.num_output_tokens == 1

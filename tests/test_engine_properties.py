@@ -11,8 +11,8 @@ from conftest import make_workload
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servesim import sim
 from servesim.config import EngineConfig
+from servesim.engine import build
 from servesim.engine.request import ReqStatus
 from servesim.engine.scheduler import Scheduler
 from servesim.metrics.records import RequestStatus
@@ -88,7 +88,7 @@ def run_case(case: Case, trace: Trace | None = None, reference: bool = True,
     eng = case.engine
 
     # A subclass that checks every step (it replaces the reference scheduler through
-    # sim.make_scheduler; patching Scheduler's methods would not reach a compiled engine).
+    # engine.build.make_scheduler; patching Scheduler's methods would not reach a compiled engine).
     class Tracing(Scheduler):
         def schedule(self):
             trace.scheduler = self
@@ -135,7 +135,7 @@ def run_case(case: Case, trace: Trace | None = None, reference: bool = True,
                 trace.num_finishes[r.idx] = trace.num_finishes.get(r.idx, 0) + 1
             return produced, finished
 
-    with mock.patch.object(sim, "make_scheduler", lambda e, cfg, kv, *a, **k: Tracing(cfg, kv)):
+    with mock.patch.object(build, "make_scheduler", lambda e, cfg, kv, *a, **k: Tracing(cfg, kv)):
         return run_engine(wl, case.engine, case.perf, case.num_gpu_blocks, case.max_model_len,
                           check_invariants=True, reference=True)
 

@@ -10,6 +10,7 @@ from conftest import make_workload, req
 
 from servesim.config import EngineConfig, resolve_engine
 from servesim.engine.admission import MemoryAwareAdmission
+from servesim.engine.build import make_scheduler
 from servesim.engine.kv_cache import KVCacheManager
 from servesim.engine.kv_counting import CountingKVCache
 from servesim.engine.lazy import LazyScheduler
@@ -20,7 +21,7 @@ from servesim.engine.scheduler import Scheduler, SchedulerConfig
 from servesim.engine.static import StaticScheduler
 from servesim.errors import ConfigError
 from servesim.perf.base import ConstantPerfModel
-from servesim.sim import make_scheduler, run_engine
+from servesim.sim import run_engine
 
 
 def sched(

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from servesim.calibration.measurements import read_operator_profiles
 from servesim.catalog.models import from_hf_config
 from servesim.config import GpuConfig
-from servesim.perf.measurements import read_operator_profiles
 
 TINY = {
     "num_hidden_layers": 2,
@@ -25,7 +25,7 @@ TINY = {
 def test_profile_tiny_model_on_cpu_and_calibrate(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("scipy")
-    from servesim.perf.calibrate import calibrate_operators
+    from servesim.calibration.calibrate import calibrate_operators
     from servesim.profile_ops import profile_operators
 
     model = from_hf_config(TINY, "tiny")

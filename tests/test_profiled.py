@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from servesim.calibration.measurements import read_operator_profiles
 from servesim.catalog import get_gpu, load_model
 from servesim.config import ParallelConfig
 from servesim.perf.base import BatchStats
-from servesim.perf.measurements import OPERATOR_KERNELS, OperatorTable, read_operator_profiles
+from servesim.perf.operator_tables import OPERATOR_KERNELS, OperatorTable
 from servesim.perf.profiled import HardwareProfile, ProfiledPerfModel, same_shape
 from servesim.perf.roofline import Efficiencies, RooflinePerfModel
 

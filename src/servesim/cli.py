@@ -241,9 +241,9 @@ def calibrate(
     Name the profile in a scenario as hardware.profile. See docs/fidelity.md.
     """
     with _user_errors():
+        from servesim.calibration.calibrate import calibrate_source
+        from servesim.calibration.fitting import WEAK_PCT
         from servesim.config import read_gpu_config
-        from servesim.perf.calibrate import calibrate_source
-        from servesim.perf.fitting import WEAK_PCT
 
         hw = read_gpu_config(hardware) if hardware else None
         names = [x.strip() for x in fit_params.split(",") if x.strip()] if fit_params else None

@@ -35,25 +35,26 @@ routing instants are not known ahead, uses a view refreshed when it is ``d`` old
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from servesim.cluster.loads import replica_load
+from servesim.cluster.migration import Migrator
 from servesim.cluster.router import ROUTERS, ReplicaLoad, RouterState
 from servesim.cluster.transfer import Link
 from servesim.config import ClusterConfig, EngineConfig
 from servesim.engine.arrivals import iter_requests, rejection_reason
+from servesim.engine.build import build_replica
 from servesim.engine.events import ARRIVAL, EventLoop
 from servesim.engine.lazy import LazyScheduler
 from servesim.engine.replica import Replica
 from servesim.engine.request import ReqStatus, Request
-from servesim.engine.scheduler import Scheduler, SchedulerConfig
 from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, StepSeries
-from servesim.perf.base import BatchStats, PerfModel
-from servesim.sim import write_record
+from servesim.metrics.writer import write_record
+from servesim.perf.base import PerfModel
 from servesim.workload.base import Workload
 
 
@@ -125,50 +126,23 @@ class Cluster:
         self.num_done = 0
         self.num_handoffs = 0
         self.num_total = 0
-        self.migrator: Any = None
+        self.migrator: Migrator | None = None
         if migrating:
-            from servesim.cluster.migration import Migrator
-
             groups = [[i for i, p in enumerate(self.pool_of) if p.name == name] for name in sorted(migrating)]
             self.migrator = Migrator(self, cfg.migration, [g for g in groups if len(g) > 1])
 
     def _add_replica(self, pool: PoolSpec, check_invariants: bool, reference: bool) -> None:
-        e = pool.engine
-        from servesim import sim
-
-        lazy = not reference and self._lazy_ok(pool)
-        kv = sim.make_kv_cache(e, pool.num_gpu_blocks, pool.max_model_len, lazy)
-        cfg = SchedulerConfig(
-            max_num_seqs=e.max_num_seqs, max_num_batched_tokens=e.max_num_batched_tokens,  # type: ignore[arg-type]
-            enable_chunked_prefill=e.enable_chunked_prefill,
-            long_prefill_token_threshold=e.long_prefill_token_threshold, max_model_len=pool.max_model_len,
-            scheduler_reserve_full_isl=e.scheduler_reserve_full_isl)
-        sched = self._scheduler(pool, cfg, kv, reference)
         totals = ReplicaTotals(num_gpus=pool.num_gpus, num_gpu_blocks=pool.num_gpu_blocks, pool=pool.name,
                                role=pool.role, gpu=pool.gpu)
-        wrap = getattr(sim, "policy_perf_model", None)  # swap copies, draft-model steps
-        perf = wrap(e, pool.perf) if wrap is not None else pool.perf
-        rep = Replica(len(self.replicas), self.loop, sched, perf, e.cpu_overhead_s, self.steps, self.itl,
-                      totals, check_invariants=check_invariants, on_finish=self.on_finish)
+        # V1 (lazy, or the reference with ``reference``) where it applies, else the engine
+        # policy's scheduler (for colocated pools: hand-offs and migration assume V1's
+        # waiting/running queues).
+        rep = build_replica(len(self.replicas), self.loop, pool.engine, pool.perf, pool.num_gpu_blocks,
+                            pool.max_model_len, self.wl, self.steps, self.itl, totals, reference=reference,
+                            kv_bytes_per_block=pool.kv_bytes_per_block, check_invariants=check_invariants,
+                            on_finish=self.on_finish)
         self.replicas.append(rep)
         self.pool_of.append(pool)
-
-    def _lazy_ok(self, pool: PoolSpec) -> bool:
-        from servesim import sim
-
-        return self.wl is None or sim.uses_lazy_engine(pool.engine, self.wl)
-
-    def _scheduler(self, pool: PoolSpec, cfg: SchedulerConfig, kv: Any,
-                   reference: bool) -> Scheduler:
-        """vLLM V1 (lazy, or the reference with ``reference``) where it applies, else the
-        engine policy's scheduler through ``sim.make_scheduler`` (for colocated pools:
-        hand-offs and migration assume V1's waiting/running queues)."""
-        from servesim import sim
-
-        if self._lazy_ok(pool):
-            return Scheduler(cfg, kv) if reference else LazyScheduler(cfg, kv)
-        return sim.make_scheduler(pool.engine, cfg, kv, self.wl, reference,  # type: ignore[attr-defined, arg-type]
-                                  pool.kv_bytes_per_block)
 
     # ----------------------------------------------------------------- arrivals
 
@@ -291,21 +265,7 @@ class Cluster:
         are computed only for the routers that use them)."""
         with_prefix = router is ROUTERS["prefix_affinity"]
         with_ttft = router is ROUTERS["predicted_ttft"]
-        out = []
-        for i in ids:
-            rep = self.replicas[i]
-            sched = rep.scheduler
-            kv = rep.kv
-            pending = pending_prefill_tokens(sched)
-            x = ReplicaLoad(num_outstanding=self.outstanding[i], num_running=len(sched.running),
-                            num_waiting=len(sched.waiting), kv_usage=kv.usage,
-                            pending_tokens=pending + len(sched.running))
-            if with_prefix or with_ttft:
-                x.prefix_hit_tokens = kv.get_computed_blocks(req)[1]
-            if with_ttft:
-                x.predicted_ttft_s = predict_ttft(rep, req, pending, x.prefix_hit_tokens)
-            out.append(x)
-        return out
+        return [replica_load(self.replicas[i], self.outstanding[i], req, with_prefix, with_ttft) for i in ids]
 
     # ----------------------------------------------------------------- the end
 
@@ -318,49 +278,10 @@ class Cluster:
             saved = self.handoff.get(idx)
             if saved is not None:
                 r.num_prompt_tokens, r.max_tokens = saved
-            write_record(self.records, r)
             where = "in transit" if r.status == ReqStatus.WAITING and not any(
                 r in rep.scheduler.waiting for rep in self.replicas) else (
                 "running" if r.status == ReqStatus.RUNNING else "waiting")
-            self.records.reasons[idx] = f"still {where} when the run ended"
-
-
-def pending_prefill_tokens(sched: Scheduler) -> int:
-    """Prompt (and recompute) tokens still to be computed by ``sched``'s requests.
-
-    Pooled decodes of the lazy scheduler are past their prompts, so only the waiting
-    queue and the individually tracked running requests are scanned.
-    """
-    n = 0
-    for r in sched.waiting:
-        n += r.num_prompt_tokens + r.num_output_tokens - r.num_computed_tokens
-    for r in getattr(sched, "individual", sched.running):
-        left = r.num_prompt_tokens - r.num_computed_tokens
-        if left > 0:
-            n += left
-    return n
-
-
-def predict_ttft(rep: Replica, req: Request, pending_tokens: int, hit_tokens: int) -> float:
-    """Predicted TTFT of ``req`` at ``rep``: the rest of the batch in flight, then the queued
-    prompt tokens and this prompt's uncached part in chunks of the token budget left
-    beside the running decodes, each chunk timed by the replica's perf model.
-
-    Ignores KV-cache limits (a request that must wait for blocks is predicted too early)
-    and the decodes that join or leave meanwhile.
-    """
-    now = rep.loop.now
-    wait = rep.step_end_s - now if rep.busy and rep.step_end_s > now else 0.0
-    sched = rep.scheduler
-    n_dec = len(sched.running)
-    tokens = pending_tokens + max(req.num_prompt_tokens - hit_tokens, 1)
-    budget = max(sched.cfg.max_num_batched_tokens - n_dec, 1)
-    chunk = min(tokens, budget)
-    st = BatchStats(num_prefill_tokens=chunk, prefill_attn_work=chunk * (hit_tokens + chunk / 2),
-                    num_prefill_reqs=1, num_decode_reqs=n_dec,
-                    sum_decode_context=rep.kv.num_used_blocks * rep.kv.block_size,
-                    sum_prefill_context=hit_tokens)
-    return wait + math.ceil(tokens / budget) * (rep.perf.batch_time(st) + rep.cpu_overhead_s)
+            write_record(self.records, r, f"still {where} when the run ended")
 
 
 class _Feeder:
@@ -381,8 +302,7 @@ class _Feeder:
             why = c.rejection(r)
             if why:
                 r.status = ReqStatus.REJECTED
-                write_record(c.records, r)
-                c.records.reasons[r.idx] = why
+                write_record(c.records, r, why)
                 self.num_rejected += 1
                 c.num_done += 1
                 continue

@@ -19,14 +19,22 @@ engine does not offer, so pools with migration run the reference scheduler.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from servesim.config import MigrationConfig
+from servesim.engine.events import EventLoop
 from servesim.engine.replica import Replica
 from servesim.engine.request import ReqStatus, Request
 
-if TYPE_CHECKING:
-    from servesim.cluster.cluster import Cluster
+
+class MigrationHost(Protocol):
+    """What the migrator uses of the cluster it serves (``servesim.cluster.Cluster``)."""
+
+    loop: EventLoop
+    replicas: list[Replica]
+    outstanding: list[int]  # requests routed to each replica and not finished
+
+    def send_kv(self, src: int, dst: int, req: Request, num_tokens: int) -> None: ...
 
 
 def virtual_usage(rep: Replica) -> float:
@@ -38,7 +46,7 @@ def virtual_usage(rep: Replica) -> float:
 
 
 class Migrator:
-    def __init__(self, cluster: Cluster, cfg: MigrationConfig, groups: list[list[int]]) -> None:
+    def __init__(self, cluster: MigrationHost, cfg: MigrationConfig, groups: list[list[int]]) -> None:
         self.cluster = cluster
         self.cfg = cfg
         self.groups = groups  # replica ids of each pool with migration

@@ -118,9 +118,9 @@ def predicted_ttft(req: Request, loads: Sequence[ReplicaLoad], st: RouterState) 
     In the spirit of Block (Da et al. 2025, "Block: Balancing Load in LLM Serving with
     Context, Knowledge and Predictive Scheduling"), which predicts each instance's latency
     for the new request from its scheduler state and picks the best; the prediction here
-    is analytic (``Cluster.predict_ttft``): the rest of the step in flight, then the queued
-    prompt tokens and this prompt's uncached part in budget-sized chunks beside the
-    running decodes, each chunk timed by the replica's own perf model.
+    is analytic (``cluster.loads.predict_ttft``): the rest of the step in flight, then the
+    queued prompt tokens and this prompt's uncached part in budget-sized chunks beside
+    the running decodes, each chunk timed by the replica's own perf model.
     """
     return _argmin([(x.predicted_ttft_s, x.num_outstanding) for x in loads])
 

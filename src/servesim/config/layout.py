@@ -8,17 +8,27 @@ one replica and for every pool of a cluster alike.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from servesim.errors import ConfigError
 
 if TYPE_CHECKING:
-    from servesim.catalog.models import ModelSpec
     from servesim.config.engine import EngineConfig
     from servesim.config.parts import ParallelConfig
 
 
-def check_layout(model: ModelSpec, parallel: ParallelConfig) -> None:
+class _Model(Protocol):
+    """What the checks read of a ``catalog.ModelSpec`` (config sits beside catalog, not above)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def num_layers(self) -> int: ...
+    @property
+    def is_moe(self) -> bool: ...
+
+
+def check_layout(model: _Model, parallel: ParallelConfig) -> None:
     """Pipeline stages and expert parallelism the model can take."""
     pp, ep = parallel.pipeline_parallel_size, parallel.expert_parallel_size
     if pp > model.num_layers:

@@ -40,7 +40,7 @@ from servesim.catalog.models import ModelSpec, from_hf_config
 from servesim.config import EngineConfig, GpuConfig, ModelConfig, ParallelConfig
 from servesim.errors import ConfigError
 from servesim.perf.base import BatchStats, decode_step_times
-from servesim.perf.measurements import OPERATOR_KERNELS, OperatorTable
+from servesim.perf.operator_tables import OPERATOR_KERNELS, OperatorTable
 from servesim.perf.roofline import Efficiencies, RooflinePerfModel, build_perf_model
 
 FORMAT = "servesim-hardware-profile/1"

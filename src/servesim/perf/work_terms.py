@@ -4,7 +4,7 @@ Each measurement becomes a row of *work terms* (FLOPs and bytes per operator cla
 bytes, number of all-reduces and their ring hops, kernels, row passes, steps) computed once
 with the same formulas as ``RooflinePerfModel`` (``_classes``, ``_work``); ``predict`` then
 turns a parameter vector into seconds for every row with a few array operations, which is
-what ``servesim.perf.calibrate`` fits. A test checks that the terms reproduce
+what ``servesim.calibration.calibrate`` fits. A test checks that the terms reproduce
 ``RooflinePerfModel.batch_time`` exactly, refinements included.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 from servesim.catalog.gpus import GpuSpec
 from servesim.catalog.models import ModelSpec
 from servesim.perf.base import BatchStats
-from servesim.perf.measurements import OPERATOR_KERNELS, AllReduceTable, OperatorTable
+from servesim.perf.operator_tables import OPERATOR_KERNELS, AllReduceTable, OperatorTable
 from servesim.perf.roofline import (
     GEMMS_PER_LAYER,
     KERNELS_PER_LAYER,

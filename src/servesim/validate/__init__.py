@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from servesim.calibration.measurements import MeasurementError
 from servesim.errors import ServesimError
-from servesim.perf.measurements import MeasurementError
 from servesim.validate.common import (
     CPU_FIT_RECORDING,
     PROFILES,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from servesim.perf.measurements import MeasurementError
+from servesim.calibration.measurements import MeasurementError
 from servesim.perf.profiled import HardwareProfile
 from servesim.validate.common import CPU_FIT_RECORDING, Check, _pct, load_bundled_profile
 
@@ -61,8 +61,8 @@ def request_metrics(ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray) -> dict
 
 def compare_recording(path: Path, prof: HardwareProfile) -> RecordingComparison:
     """Simulate a record.py recording with the profile and compare."""
+    from servesim.calibration.engine_logs import read_engine_log, steps_to_stats
     from servesim.config import EngineConfig, ParallelConfig
-    from servesim.perf.engine_logs import read_engine_log, steps_to_stats
     from servesim.sim import run_engine
     from servesim.workload.base import Workload
 
@@ -214,8 +214,8 @@ def session_profile(
     """A profile fitted here on a session's CPU_FIT_RECORDING (needs scipy), on the hardware
     described by ``hardware`` (a YAML of hardware.gpu fields, like the bundled cpu.yaml) or
     else the bundled profile's (this machine's CPU)."""
+    from servesim.calibration.calibrate import calibrate_source
     from servesim.config import read_gpu_config
-    from servesim.perf.calibrate import calibrate_source
 
     hw = read_gpu_config(hardware) if hardware is not None else bundled.gpu
     prof, _ = calibrate_source(
@@ -235,7 +235,7 @@ def validate_vllm_cpu(
     session's folder or the recordings folder (else this machine's, the bundled profile's).
     Recording sessions apart matters: the shared machine's speed differs between sessions by
     a few %, which near saturation alone moves latencies by 10-20% (docs/fidelity.md §4)."""
-    from servesim.perf.calibrate import file_sha256
+    from servesim.calibration.calibrate import file_sha256
 
     bundled = load_bundled_profile("cpu")
     fitted_on = set((bundled.fit or {}).get("sha256", []))

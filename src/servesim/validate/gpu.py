@@ -12,8 +12,8 @@ from servesim.validate.common import Check, _pct, load_bundled_profile
 
 
 def validate_operators(data_dir: Path, limits: dict[str, float] | None = None) -> list[Check]:
-    from servesim.perf.calibrate import operator_fit_data, predict
-    from servesim.perf.measurements import read_operator_profiles
+    from servesim.calibration.calibrate import operator_fit_data, predict
+    from servesim.calibration.measurements import read_operator_profiles
 
     limits = limits or {"proj": 9.0, "mlp": 8.0, "elementwise": 8.0, "interpolated": 3.0}
     prof = load_bundled_profile("h100_ops")
@@ -55,8 +55,8 @@ def validate_operators(data_dir: Path, limits: dict[str, float] | None = None) -
 
 
 def validate_splitwise(data_dir: Path, limits: dict[str, float] | None = None) -> list[Check]:
-    from servesim.perf.calibrate import predict, splitwise_fit_data
-    from servesim.perf.measurements import read_splitwise
+    from servesim.calibration.calibrate import predict, splitwise_fit_data
+    from servesim.calibration.measurements import read_splitwise
 
     limits = limits or SPLITWISE_LIMITS
     prof = load_bundled_profile("a100_e2e")
@@ -124,11 +124,11 @@ def distserve_grid() -> tuple[list[list[int]], list[tuple[int, int]]]:
 
 
 def validate_distserve(data_dir: Path, limits: dict[tuple[str, str], float] | None = None) -> list[Check]:
+    from servesim.calibration.measurements import read_distserve
     from servesim.catalog.gpus import get_gpu
     from servesim.catalog.models import load_model
     from servesim.config import ParallelConfig
     from servesim.perf.base import BatchStats
-    from servesim.perf.measurements import read_distserve
 
     limits = limits or DISTSERVE_LIMITS
     gpu = get_gpu("A100-80GB")

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from servesim.config import SyntheticWorkload, TraceWorkload
 from servesim.workload.base import Workload
+from servesim.workload.containers import BUILTIN_TRACES
 from servesim.workload.synthetic import arrival_times, generate_synthetic, sample_lengths
-from servesim.workload.traces import BUILTIN_TRACES, load_trace, read_lengths, read_trace, select
+from servesim.workload.traces import load_trace, read_lengths, read_trace, select
 
 __all__ = [
     "BUILTIN_TRACES", "Workload", "arrival_times", "generate_synthetic", "load_trace", "load_workload",

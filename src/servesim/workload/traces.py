@@ -2,9 +2,10 @@
 
 Every reader returns a :class:`Workload` sorted by arrival. A file is read in two layers:
 
-* a *container* (CSV, JSONL or Parquet) yields ``(where, record)`` pairs, ``where`` being
-  ``file:line`` (CSV counts the header as line 1) or ``file: row N`` for Parquet;
-* a *format* (azure, mooncake, generic) turns records into columns, checking each value.
+* a *container* (CSV, JSONL or Parquet; ``servesim.workload.containers``) yields
+  ``(where, record)`` pairs, ``where`` being ``file:line`` (CSV counts the header as
+  line 1) or ``file: row N`` for Parquet;
+* a *format* (azure, mooncake, generic; here) turns records into columns, checking each value.
 
 Every bad value raises :class:`WorkloadError` naming the file, the line, the column, what
 was expected and what was found. Lengths of 0 are raised to 1 and counted in
@@ -18,27 +19,28 @@ refuses them.
 
 from __future__ import annotations
 
-import csv
-import gzip
-import io
-import json
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
-from typing import Any, BinaryIO, TextIO
+from typing import Any
 
 import numpy as np
 
 from servesim.config import TraceWorkload
 from servesim.errors import WorkloadError
 from servesim.workload.base import Workload
+from servesim.workload.containers import (
+    Records,
+    container_kind,
+    csv_records,
+    jsonl_records,
+    open_binary,
+    open_text,
+    parquet_records,
+)
 from servesim.workload.fast_csv import read_azure_csv, read_azure_numpy
 from servesim.workload.trace_values import _azure_ns, _bad, _hash_ids, _int, _number, _priority
 
-BUILTIN_TRACES = {"azure_conv": "azure_conv_2023.csv.gz", "azure_code": "azure_code_2023.csv.gz"}
 DEFAULT_PREFIX_LEN = 256  # shared tokens per prefix_group: record.py --prefix-len default (tools/vllm-cpu)
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -47,9 +49,6 @@ MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
 GENERIC_ARRIVAL = "arrived_at_s"
 GENERIC_PROMPT = ("num_prompt_tokens", "num_prefill_tokens")  # the second: Vidur / arxiv lengths files
 GENERIC_OUTPUT = ("num_output_tokens", "num_decode_tokens")
-
-Records = Iterator[tuple[str, dict[str, Any]]]
-
 
 @dataclass(slots=True)
 class _Rows:
@@ -134,121 +133,13 @@ def load_trace(cfg: TraceWorkload) -> Workload:
     return select(wl, cfg.rate_scale, cfg.start_s, cfg.end_s, cfg.limit)
 
 
-# --------------------------------------------------------------------------- containers
-
-
-def _container(name: str) -> str:
-    """'csv', 'jsonl' or 'parquet' from the file name, else sniffed from the first character."""
-    if name.startswith("builtin:"):
-        return "csv"
-    low = name.lower().removesuffix(".gz")
-    for ext, kind in ((".parquet", "parquet"), (".pq", "parquet"), (".jsonl", "jsonl"),
-                      (".ndjson", "jsonl"), (".json", "jsonl"), (".csv", "csv")):
-        if low.endswith(ext):
-            return kind
-    with _open_text(name) as f:
-        for line in f:
-            if line.strip():
-                return "jsonl" if line.lstrip().startswith("{") else "csv"
-    return "csv"
-
-
-@contextmanager
-def _open_text(name: str) -> Iterator[TextIO]:
-    with _open_binary(name) as binary:
-        text = io.TextIOWrapper(binary, encoding="utf-8-sig", newline="")
-        try:
-            yield text
-        except (UnicodeDecodeError, OSError, EOFError) as err:
-            raise WorkloadError(f"{name}: cannot read: {err}") from None
-
-
-def _not_a_file(p: Path) -> str:
-    """Why ``p`` cannot be read as a trace: a directory is not a missing file."""
-    return "is a directory, expected a trace file" if p.is_dir() else "no such file"
-
-
-@contextmanager
-def _open_binary(name: str) -> Iterator[BinaryIO]:
-    if name.startswith("builtin:"):
-        key = name.removeprefix("builtin:")
-        if key not in BUILTIN_TRACES:
-            known = ", ".join(f"builtin:{k}" for k in BUILTIN_TRACES)
-            raise WorkloadError(f"{name}: unknown built-in trace (known: {known})")
-        file_name = BUILTIN_TRACES[key]
-        raw = resources.files("servesim").joinpath("data", file_name).open("rb")
-    else:
-        p = Path(name).expanduser()
-        if not p.is_file():
-            raise WorkloadError(f"{name}: {_not_a_file(p)}")
-        file_name = p.name
-        raw = p.open("rb")
-    with raw:
-        yield gzip.GzipFile(fileobj=raw) if file_name.endswith(".gz") else raw  # type: ignore[misc]
-
-
-def _csv_records(f: TextIO, name: str) -> tuple[tuple[str, ...] | None, Records]:
-    reader = csv.reader(f)
-    header = next(reader, None)
-    if header is None:
-        return None, iter(())
-    columns = tuple(h.strip() for h in header)
-
-    def records() -> Records:
-        for row in reader:
-            if not row:
-                continue
-            where = f"{name}:{reader.line_num}"
-            if len(row) != len(columns):
-                raise WorkloadError(
-                    f"{where}: expected {len(columns)} comma-separated fields "
-                    f"({', '.join(columns)}), found {len(row)}")
-            yield where, dict(zip(columns, row, strict=True))
-
-    return columns, records()
-
-
-def _jsonl_records(f: TextIO, name: str) -> Records:
-    for i, line in enumerate(f, start=1):
-        if not line.strip():
-            continue
-        where = f"{name}:{i}"
-        try:
-            rec = json.loads(line.rstrip("\r\n"))
-        except json.JSONDecodeError as err:
-            raise WorkloadError(f"{where}: expected one JSON object per line, found bad JSON "
-                                f"({err.msg} at column {err.colno})") from None
-        if not isinstance(rec, dict):
-            raise WorkloadError(f"{where}: expected a JSON object, found {type(rec).__name__}")
-        yield where, rec
-
-
-def _parquet_records(name: str) -> tuple[tuple[str, ...], Records]:
-    import pyarrow.parquet as pq
-
-    if not Path(name).expanduser().is_file():
-        raise WorkloadError(f"{name}: {_not_a_file(Path(name).expanduser())}")
-    try:
-        table = pq.read_table(Path(name).expanduser())
-    except Exception as err:  # noqa: BLE001 - pyarrow raises several types for a bad file
-        raise WorkloadError(f"{name}: cannot read Parquet: {err}") from None
-    columns = tuple(table.column_names)
-    data = [table.column(c).to_pylist() for c in columns]
-
-    def records() -> Records:
-        for i, values in enumerate(zip(*data, strict=True), start=1):
-            yield f"{name}: row {i}", dict(zip(columns, values, strict=True))
-
-    return columns, records()
-
-
 def _read(name: str, format: str) -> _Rows:
     if format not in ("auto", "azure", "mooncake", "generic"):
         raise WorkloadError(f"{name}: format: expected auto, azure, mooncake or generic, found {format!r}")
-    kind = _container(name)
+    kind = container_kind(name)
     rows = _Rows(name)
     if kind == "csv" and format in ("auto", "azure"):
-        with _open_binary(name) as binary:
+        with open_binary(name) as binary:
             try:
                 head = binary.peek(4096)[:4096] if hasattr(binary, "peek") else b""
             except (OSError, EOFError):  # a bad gzip file: the row parser says so
@@ -261,17 +152,17 @@ def _read(name: str, format: str) -> _Rows:
             rows.format = "azure"
             return rows
     if kind == "parquet":
-        columns, records = _parquet_records(name)
+        columns, records = parquet_records(name)
         _parse(rows, format, columns, name, records)
         return rows
-    with _open_text(name) as f:
+    with open_text(name) as f:
         if kind == "csv":
-            header, lines = _csv_records(f, name)
+            header, lines = csv_records(f, name)
             if header is None:
                 raise WorkloadError(f"{name}: empty file, expected a header line")
             _parse(rows, format, header, f"{name}:1", lines)
         else:
-            _parse(rows, format, None, "", _jsonl_records(f, name))
+            _parse(rows, format, None, "", jsonl_records(f, name))
     return rows
 
 

@@ -10,9 +10,11 @@ Four forms, each read into plain records with SI units (seconds, bytes):
 - **End-to-end timings** (Splitwise's ``perf_model.csv``): prompt time and per-token time
   of a batch of equal prompts -> ``E2ETiming``; DistServe's fitted formulas
   (``distserve_profiler-*.json``) -> ``DistServeFit``.
-- **Engine step logs** (``servesim.perf.engine_logs``): record.py's JSON or a generic
+- **Engine step logs** (``servesim.calibration.engine_logs``): record.py's JSON or a generic
   per-step CSV -> ``EngineLog`` of (BatchStats, seconds) per step.
 
+The operator and all-reduce tables are also what a profiled perf model times steps
+with, so their types live with the perf models (``servesim.perf.operator_tables``).
 Every reader raises ``MeasurementError`` naming the file and what was wrong.
 """
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 import csv
 import json
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ import numpy as np
 from servesim.catalog.models import ModelSpec, from_hf_config
 from servesim.errors import ServesimError
 from servesim.perf.base import BatchStats
+from servesim.perf.operator_tables import AllReduceTable, AttentionTable, OperatorTable
 
 #: Directory names of Vidur's profiles -> servesim catalog GPU names (A40 is not in the catalog).
 VIDUR_GPUS = {"h100": "H100-SXM", "a100": "A100-80GB"}
@@ -45,8 +48,6 @@ OPERATOR_COLUMNS = {
     "mlp": ("mlp_up_proj", "mlp_down_proj"),
     "elementwise": ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add"),
 }
-#: Kernels per layer in each class (for the per-kernel overhead).
-OPERATOR_KERNELS = {"proj": 2, "mlp": 2, "elementwise": 5}
 
 
 class MeasurementError(ServesimError):
@@ -54,59 +55,6 @@ class MeasurementError(ServesimError):
 
 
 # --------------------------------------------------------------------------- operator profiles
-
-
-@dataclass(slots=True)
-class OperatorTable:
-    """Per-layer time of each operator class of one model on one GPU at one TP degree.
-
-    ``shape`` is a one-layer ModelSpec built from the profile's own columns (heads, widths,
-    vocabulary), so the roofline of the same operators needs no preset.
-    """
-
-    gpu: str
-    model: str
-    tp: int
-    shape: ModelSpec
-    num_tokens: np.ndarray  # sorted, unique
-    times_s: dict[str, np.ndarray] = field(default_factory=dict)  # class -> seconds per layer
-    source: str = ""
-    attention: AttentionTable | None = None  # from attention.csv beside mlp.csv, when present
-
-
-@dataclass(slots=True)
-class AttentionTable:
-    """Per-layer attention times (``servesim profile``'s attention.csv, median ms -> s).
-
-    ``is_prefill``: a causal chunk of ``num_tokens`` on top of ``context_len`` earlier tokens;
-    otherwise ``batch_size`` decodes, each over ``context_len`` tokens.
-    """
-
-    is_prefill: np.ndarray
-    num_tokens: np.ndarray
-    context_len: np.ndarray
-    batch_size: np.ndarray
-    time_s: np.ndarray
-
-    def stats(self) -> list[BatchStats]:
-        out = []
-        for pf, t, c, b in zip(
-            self.is_prefill.tolist(),
-            self.num_tokens.tolist(),
-            self.context_len.tolist(),
-            self.batch_size.tolist(),
-        ):
-            out.append(
-                BatchStats(
-                    num_prefill_tokens=t,
-                    prefill_attn_work=t * (c + t / 2),
-                    num_prefill_reqs=1,
-                    sum_prefill_context=c,
-                )
-                if pf
-                else BatchStats(num_decode_reqs=b, sum_decode_context=b * c)
-            )
-        return out
 
 
 def read_attention_profile(path: str | Path, tp: int) -> AttentionTable | None:
@@ -214,16 +162,6 @@ def read_operator_profiles(root: str | Path, gpus: tuple[str, ...] | None = None
             name = csv_path.parent.relative_to(gpu_dir).as_posix()
             tables += read_operator_profile(csv_path, VIDUR_GPUS.get(gpu_dir.name, gpu_dir.name), name)
     return tables
-
-
-@dataclass(slots=True)
-class AllReduceTable:
-    """Measured all-reduce times: ``num_workers``, message ``size_bytes``, ``time_s`` (medians)."""
-
-    topology: str
-    num_workers: np.ndarray
-    size_bytes: np.ndarray
-    time_s: np.ndarray
 
 
 def read_allreduce(path: str | Path) -> AllReduceTable:

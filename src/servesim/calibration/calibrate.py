@@ -26,10 +26,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from servesim.catalog.gpus import GpuSpec
-from servesim.catalog.models import ModelSpec
-from servesim.perf.engine_logs import EngineLog
-from servesim.perf.fitting import (  # noqa: F401  (re-exported: the fitting API)
+from servesim.calibration.engine_logs import EngineLog
+from servesim.calibration.fitting import (  # noqa: F401  (re-exported: the fitting API)
     BOUNDS,
     GEMM_TILES,
     MIN_TILE_GAIN,
@@ -40,7 +38,10 @@ from servesim.perf.fitting import (  # noqa: F401  (re-exported: the fitting API
     fit_quality,
     fit_tiles,
 )
-from servesim.perf.measurements import AllReduceTable, E2ETiming, OperatorTable
+from servesim.calibration.measurements import E2ETiming
+from servesim.catalog.gpus import GpuSpec
+from servesim.catalog.models import ModelSpec
+from servesim.perf.operator_tables import AllReduceTable, OperatorTable
 from servesim.perf.roofline import Efficiencies
 from servesim.perf.work_terms import (  # noqa: F401  (re-exported: the fitting API)
     CLASSES,
@@ -282,7 +283,7 @@ def _calibrate_engine_logs(
     tp: int,
 ) -> FitResult:
     """One fit over the steps of every engine log in ``sources`` (see calibrate_source)."""
-    from servesim.perf.engine_logs import merge_engine_logs, read_engine_log
+    from servesim.calibration.engine_logs import merge_engine_logs, read_engine_log
 
     log = merge_engine_logs([read_engine_log(p) for p in sources])
     if model is None and not log.model_config:
@@ -334,13 +335,13 @@ def calibrate_source(
     no model; a record.py JSON carries its own) at tensor parallelism ``tp``. Several engine
     logs (a sequence of paths) are fitted together, as one set of steps.
     """
-    from servesim.catalog.gpus import get_gpu
-    from servesim.perf.measurements import (
+    from servesim.calibration.measurements import (
         VIDUR_GPUS,
         read_allreduce,
         read_operator_profiles,
         read_splitwise,
     )
+    from servesim.catalog.gpus import get_gpu
     from servesim.perf.profiled import HardwareProfile
 
     sources, kind = _sources_and_kind(source, kind)

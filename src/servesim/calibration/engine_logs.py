@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from servesim.calibration.measurements import MeasurementError
 from servesim.catalog.models import ModelSpec, from_hf_config
 from servesim.perf.base import BatchStats
-from servesim.perf.measurements import MeasurementError
 
 
 @dataclass(slots=True)

@@ -1,0 +1,114 @@
+"""Building one replica's engine from its resolved config: KV cache, scheduler, perf model.
+
+The one place that decides which engine runs: the lazy vLLM V1 engine where it applies
+(``uses_lazy_engine``), the step-by-step reference scheduler when asked for, and each
+other policy's own scheduler class otherwise. The single-replica run (``servesim.sim``)
+and every replica of a cluster (``servesim.cluster``) are built by ``build_replica``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from servesim.config import EngineConfig
+from servesim.engine.events import EventLoop
+from servesim.engine.kv_cache import KVCacheManager
+from servesim.engine.kv_counting import CountingKVCache
+from servesim.engine.lazy import LazyScheduler
+from servesim.engine.replica import Replica
+from servesim.engine.request import Request
+from servesim.engine.scheduler import Scheduler, SchedulerConfig
+from servesim.metrics.records import ItlSamples, ReplicaTotals, StepSeries
+from servesim.perf.base import PerfModel
+from servesim.workload.base import Workload
+
+
+def uses_lazy_engine(engine: EngineConfig, wl: Workload | None) -> bool:
+    """The lazy engine implements plain vLLM V1: FCFS, recompute, no spec decode, n = 1.
+
+    ``wl`` None (a cluster built without its workload, in tests) is taken as n = 1 and V1.
+    """
+    if wl is None:
+        return True
+    return (engine.policy == "vllm_v1" and engine.scheduling_policy == "fcfs"
+            and engine.preemption_mode == "recompute" and not engine.memory_aware_admission
+            and not engine.watermark and not engine.speculative.num_speculative_tokens
+            and (wl.num_samples is None or int(wl.num_samples.max(initial=1)) <= 1))
+
+
+def scheduler_config(engine: EngineConfig, max_model_len: int) -> SchedulerConfig:
+    """The scheduler's knobs from a resolved ``engine`` (no None batch knobs left)."""
+    assert engine.max_num_seqs is not None and engine.max_num_batched_tokens is not None  # resolved
+    return SchedulerConfig(
+        max_num_seqs=engine.max_num_seqs,
+        max_num_batched_tokens=engine.max_num_batched_tokens,
+        enable_chunked_prefill=engine.enable_chunked_prefill,
+        long_prefill_token_threshold=engine.long_prefill_token_threshold,
+        max_model_len=max_model_len,
+        scheduler_reserve_full_isl=engine.scheduler_reserve_full_isl)
+
+
+def make_kv_cache(engine: EngineConfig, num_gpu_blocks: int, max_model_len: int,
+                  lazy: bool) -> KVCacheManager | CountingKVCache:
+    """The KV cache for a replica: block counts for the lazy engine, block objects otherwise."""
+    cls = CountingKVCache if lazy else KVCacheManager
+    return cls(num_gpu_blocks, engine.block_size, engine.enable_prefix_caching, max_model_len)
+
+
+def make_scheduler(engine: EngineConfig, cfg: SchedulerConfig, kv: Any, wl: Workload | None,
+                   reference: bool = False, kv_bytes_per_block: float = 0.0) -> Scheduler:
+    """The scheduler for ``engine``: lazy V1 where it applies, else the policy's class."""
+    if uses_lazy_engine(engine, wl):
+        return Scheduler(cfg, kv) if reference else LazyScheduler(cfg, kv)
+    assert wl is not None  # uses_lazy_engine without a workload
+    from servesim.engine.policies import SCHEDULERS
+    from servesim.engine.policy_base import PolicyOptions
+
+    if engine.preemption_mode == "swap" and kv_bytes_per_block <= 0:
+        raise ValueError("preemption_mode=swap needs kv_bytes_per_block (the memory plan's) "
+                         "to size swap space")
+    samples = wl.num_samples
+    num_samples = {i: int(n) for i, n in enumerate(samples.tolist()) if n > 1} if samples is not None else {}
+    host_bytes = engine.swap_space_gb * (1 << 30)  # GiB, as vLLM's swap_space
+    opts = PolicyOptions(
+        scheduling_policy=engine.scheduling_policy, preemption_mode=engine.preemption_mode,
+        num_host_blocks=int(host_bytes / kv_bytes_per_block) if kv_bytes_per_block else 0,
+        kv_bytes_per_block=kv_bytes_per_block, watermark=engine.watermark or 0.0,
+        orca_reservation=engine.orca_reservation, memory_aware_admission=engine.memory_aware_admission,
+        output_len_prediction_error=engine.output_len_prediction_error,
+        admission_order=engine.admission_order, speculative=engine.speculative,
+        num_samples=num_samples, first_free_idx=len(wl), prune_at_token=wl.prune_at_token,
+        num_kept_samples=wl.num_kept_samples)
+    return SCHEDULERS[engine.policy](cfg, kv, opts)
+
+
+def policy_perf_model(engine: EngineConfig, perf: PerfModel) -> PerfModel:
+    """``perf`` plus swap copies and draft-model steps when the engine makes them."""
+    if engine.preemption_mode != "swap" and not engine.speculative.num_speculative_tokens:
+        return perf
+    from servesim.perf.policy_costs import PolicyCostModel
+
+    return PolicyCostModel(perf, engine.pcie_gb_per_s * 1e9, engine.speculative.draft_cost_ratio)
+
+
+def build_replica(replica_id: int, loop: EventLoop, engine: EngineConfig, perf: PerfModel,
+                  num_gpu_blocks: int, max_model_len: int, wl: Workload | None,
+                  steps: StepSeries | None, itl: ItlSamples, totals: ReplicaTotals, *,
+                  reference: bool = False, kv_bytes_per_block: float = 0.0,
+                  check_invariants: bool = False, on_finish: Callable[[Request], None] | None = None,
+                  finishes_in_runs: bool = False) -> Replica:
+    """One replica of a resolved ``engine`` on ``loop``: its KV cache of ``num_gpu_blocks``,
+    its scheduler (``make_scheduler``; ``reference`` picks the step-by-step one) and
+    ``perf`` with the policy's extra costs (``policy_perf_model``).
+
+    ``wl`` is the workload the replica will serve (parallel sampling and the policies'
+    options read it); ``kv_bytes_per_block`` (the memory plan's) sizes swap space.
+    """
+    lazy = not reference and uses_lazy_engine(engine, wl)
+    kv = make_kv_cache(engine, num_gpu_blocks, max_model_len, lazy)
+    scheduler = make_scheduler(engine, scheduler_config(engine, max_model_len), kv, wl, reference,
+                               kv_bytes_per_block)
+    return Replica(replica_id, loop, scheduler, policy_perf_model(engine, perf), engine.cpu_overhead_s,
+                   steps, itl, totals, check_invariants=check_invariants, on_finish=on_finish,
+                   finishes_in_runs=finishes_in_runs)
