@@ -242,7 +242,7 @@ def test_engine_log_fit_on_the_cpu_recording_is_physical() -> None:
 
 
 def test_profile_json_round_trip(tmp_path: Path) -> None:
-    hw = GpuConfig(name="my-cpu", bf16_tflops=0.1, mem_gb=16, mem_bw_tbps=0.02)
+    hw = GpuConfig(name="my-cpu", bf16_tflops=0.1, mem_gb=16, mem_bw_tb_per_s=0.02)
     eff = Efficiencies(linear_compute=0.3, proj_memory=0.2, gemm_tile_m=128, gemm_tile_n=64)
     prof = HardwareProfile("x", eff, "my-cpu", hw, 0.004)
     prof.save(tmp_path / "p.json")
@@ -477,7 +477,7 @@ def test_cli_calibrate_bad_hardware_file(tmp_path: Path) -> None:
     from servesim.cli import app
 
     hw = tmp_path / "hw.yaml"
-    hw.write_text("name: my-cpu\nbf16_tflops: 0.07\nmem_gb: 8\nmem_bw_tbps: 0.02\nwarp_speed: 9\n")
+    hw.write_text("name: my-cpu\nbf16_tflops: 0.07\nmem_gb: 8\nmem_bw_tb_per_s: 0.02\nwarp_speed: 9\n")
     out = tmp_path / "p.json"
     res = CliRunner().invoke(
         app, ["calibrate", str(RECORDINGS / "rate1.json"), "--hardware", str(hw), "-o", str(out)]

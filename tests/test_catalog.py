@@ -155,7 +155,7 @@ def test_sm_counts_from_the_spec_sheets() -> None:
     assert sms == {"A100-80GB": 108, "H100-SXM": 132, "H200": 132, "B200": 148, "MI300X": 304,
                    "L40S": 142, "L4": 58}
     # Custom hardware has none (wave quantisation is off there).
-    assert get_gpu(GpuConfig(name="X", bf16_tflops=100, mem_gb=40, mem_bw_tbps=1.5)).num_sms == 0
+    assert get_gpu(GpuConfig(name="X", bf16_tflops=100, mem_gb=40, mem_bw_tb_per_s=1.5)).num_sms == 0
 
 
 def test_flops_for_falls_back_to_bf16_without_fp8() -> None:
@@ -166,7 +166,7 @@ def test_flops_for_falls_back_to_bf16_without_fp8() -> None:
 
 
 def test_gpu_from_config() -> None:
-    g = get_gpu(GpuConfig(name="X", bf16_tflops=100, mem_gb=40, mem_bw_tbps=1.5))
+    g = get_gpu(GpuConfig(name="X", bf16_tflops=100, mem_gb=40, mem_bw_tb_per_s=1.5))
     assert isinstance(g, GpuSpec)
     assert g.flops_for("bfloat16") == 100e12 and g.flops_for("fp8") == 100e12
     assert g.mem_bytes == 40e9 and g.mem_bw == 1.5e12 and g.interconnect_bw == 450e9

@@ -52,7 +52,7 @@ def pool(name: str, role: str, n: int = 1, blocks: int = 101, seqs: int = 8) -> 
 
 
 def disagg_cfg(n_p: int = 1, n_d: int = 1, **kw: object) -> ClusterConfig:
-    kw.setdefault("link", KvLinkConfig(bandwidth_gbps=BW_GBPS, latency_us=0.0))
+    kw.setdefault("link", KvLinkConfig(bandwidth_gb_per_s=BW_GBPS, latency_us=0.0))
     return ClusterConfig(
         pools=[
             PoolConfig(name="p", role="prefill", num_replicas=n_p),
@@ -88,7 +88,7 @@ def test_transfers_share_the_receivers_link() -> None:
     run = run_cluster(
         wl,
         [pool("p", "prefill", 2), pool("d", "decode")],
-        disagg_cfg(2, 1, link=KvLinkConfig(bandwidth_gbps=BW_GBPS, latency_us=0, shared_by="sender")),
+        disagg_cfg(2, 1, link=KvLinkConfig(bandwidth_gb_per_s=BW_GBPS, latency_us=0, shared_by="sender")),
     )
     np.testing.assert_allclose(run.records.finished_s, [0.01 + 0.1 + 0.01] * 2)
 
@@ -100,7 +100,7 @@ def test_decode_replica_admits_only_with_blocks() -> None:
     run = run_cluster(
         wl,
         [pool("p", "prefill", 2), pool("d", "decode", blocks=11)],
-        disagg_cfg(2, 1, link=KvLinkConfig(bandwidth_gbps=1000.0, latency_us=0)),
+        disagg_cfg(2, 1, link=KvLinkConfig(bandwidth_gb_per_s=1000.0, latency_us=0)),
         check_invariants=True,
     )
     f0, f1 = run.records.finished_s
@@ -180,7 +180,7 @@ def test_no_request_lost_or_duplicated(
         router=router,
         disaggregation=DisaggConfig(decode_prefill_fraction=frac, colocate_below_tokens=below),
         migration=MigrationConfig(enabled=migrate, interval_s=0.05, threshold=0.05),
-        link=KvLinkConfig(bandwidth_gbps=0.01, latency_us=50),
+        link=KvLinkConfig(bandwidth_gb_per_s=0.01, latency_us=50),
     )
     finishes: list[int] = []
     pools = [pool("p", "prefill", n_p, blocks=blocks), pool("d", "decode", n_d, blocks=blocks)]

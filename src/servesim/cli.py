@@ -87,6 +87,9 @@ def simulate(
     (SXM) with vLLM V1 default engine settings, serving the bundled one-hour Azure 2023
     conversation trace, with SLOs TTFT <= 2 s and TPOT <= 100 ms. Change any part of it
     with --set, e.g. --set hardware.gpu=A100-80GB --set workload.rate_scale=2.
+
+    Every scenario field (type, unit, default, the vLLM option it mirrors):
+    docs/scenario_reference.md.
     """
     with _user_errors():
         run_simulate(scenario, overrides or [], output, records_format.value, json_out=json_out,
@@ -218,7 +221,7 @@ def calibrate(
              "engine-log: a catalog name).")] = None,
     hardware: Annotated[Path | None, typer.Option(
         help="engine-log: YAML/JSON of a custom accelerator (hardware.gpu fields: name, bf16_tflops, "
-             "mem_gb, mem_bw_tbps, ...), stored in the profile.")] = None,
+             "mem_gb, mem_bw_tb_per_s, ...), stored in the profile.")] = None,
     fit_params: Annotated[str | None, typer.Option(
         "--fit", help="Comma-separated parameters to fit instead of the kind's default set.")] = None,
     tables: Annotated[bool, typer.Option(

@@ -8,6 +8,9 @@ the other. servesim's expert parallelism spreads the experts evenly over the EP 
 holds ``num_experts / ep``), so the EP size must divide the experts; vLLM would give the
 remainder to the first ranks, whose extra experts this model does not time.
 
+Each pipeline stage needs at least one layer (vLLM's ``get_pp_indices`` gives every stage a
+slice of the layers), so the PP size cannot exceed the layers.
+
 A pure function of the model and the parallel config, checked wherever the two meet (one
 replica, and every pool of a cluster), so no layout vLLM refuses reaches the perf model.
 """
@@ -31,7 +34,11 @@ def check_parallel(model: ModelSpec, parallel: ParallelConfig, field: str = "par
     """Raise a ConfigError naming ``field``'s entry when ``parallel`` is a layout vLLM (or
     servesim's even expert split) cannot run ``model`` with."""
     tp, ep = parallel.tensor_parallel_size, parallel.expert_parallel_size
+    pp = parallel.pipeline_parallel_size
     heads, kv = model.num_attention_heads, model.num_kv_heads
+    if pp > model.num_layers:
+        raise ConfigError(f"{field}.pipeline_parallel_size: {pp} exceeds the {model.num_layers} layers "
+                          f"of {model.name}: each pipeline stage needs at least one layer")
     if heads % tp:
         raise ConfigError(
             f"{field}.tensor_parallel_size: {tp} does not divide the {heads} attention heads of "

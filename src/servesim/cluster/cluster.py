@@ -239,8 +239,8 @@ class Cluster:
         link = self.links.get(key)
         if link is None:
             cfg, ps, pd = self.cfg.link, self.pool_of[src], self.pool_of[dst]
-            if cfg.bandwidth_gbps is not None:
-                bw = cfg.bandwidth_gbps * 1e9
+            if cfg.bandwidth_gb_per_s is not None:
+                bw = cfg.bandwidth_gb_per_s * 1e9
             elif shared_by == "receiver":
                 bw = pd.net_bw * pd.num_gpus
             elif shared_by == "sender":

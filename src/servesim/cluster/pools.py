@@ -44,10 +44,11 @@ def build_pool(sc: Scenario, pool: PoolConfig, model: ModelSpec,
     def us(x: float | None) -> float | None:
         return None if x is None else x * 1e-6
 
-    def gbps(x: float | None) -> float | None:
-        return None if x is None else x * 1e9
+    def bytes_per_s(gb_per_s: float | None) -> float | None:
+        return None if gb_per_s is None else gb_per_s * 1e9
 
-    links = link_spec(gpu, gbps(lk.intra_node_gbps), us(lk.intra_node_latency_us), gbps(lk.inter_node_gbps),
+    links = link_spec(gpu, bytes_per_s(lk.intra_node_gb_per_s), us(lk.intra_node_latency_us),
+                      bytes_per_s(lk.inter_node_gb_per_s),
                       us(lk.inter_node_latency_us), lk.gpus_per_node)
     return PoolSpec(
         name=pool.name, role=pool.role, num_replicas=pool.num_replicas, engine=engine,

@@ -90,7 +90,7 @@ def policy_perf_model(engine: EngineConfig, perf: PerfModel) -> PerfModel:
         return perf
     from servesim.perf.policy_costs import PolicyCostModel
 
-    return PolicyCostModel(perf, engine.pcie_gbps * 1e9, engine.speculative.draft_cost_ratio)
+    return PolicyCostModel(perf, engine.pcie_gb_per_s * 1e9, engine.speculative.draft_cost_ratio)
 
 
 def build_replica(replica_id: int, loop: EventLoop, engine: EngineConfig, perf: PerfModel,
