@@ -184,7 +184,7 @@ class BenchmarkWorkload(_Strict):
     as its current main runs it: clients that send each request when a slot of
     ``max_concurrency`` is free, warm-ups first (docs/workloads.md)."""
 
-    type: Literal["benchmark"] = "benchmark"
+    type: Literal["benchmark"] = Field("benchmark", description="Selects this kind of workload.")
     num_prompts: int = Field(1000, ge=1, description="--num-prompts: requests in the measured run.")
     input_len: int = Field(1024, ge=1, description=(
         "--random-input-len: mean prompt length in tokens, special tokens included."))
