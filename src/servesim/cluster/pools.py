@@ -50,7 +50,7 @@ def build_pool(sc: Scenario, pool: PoolConfig, model: ModelSpec,
     return PoolSpec(
         name=pool.name, role=pool.role, num_replicas=pool.num_replicas, engine=engine,
         perf=(hw.perf_model(model, gpu, par, sc.model, links=links) if hw
-              else build_perf_model(model, gpu, par, sc.model, links=links)),
+              else build_perf_model(model, gpu, par, sc.model, links=links, hardware=sc.hardware)),
         num_gpu_blocks=plan.num_gpu_blocks, max_model_len=plan.max_model_len,
         num_gpus=par.tensor_parallel_size * par.pipeline_parallel_size,
         kv_bytes_per_token=model.kv_bytes_per_token(1, kv_b, 1), net_bw=links.inter_bw,
