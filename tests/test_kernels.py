@@ -206,7 +206,8 @@ def test_prefill_step_is_the_sum_of_looked_up_kernels():
     batch, lens, lat, _ = db.attention_class("ctx", "bfloat16", 128, 32, 8)
     attn = float(lat[0, np.searchsorted(lens, s)])
     layer_ms = (_interp_n(db, "bfloat16", s, 6144, 4096) + _interp_n(db, "bfloat16", s, 4096, 4096)
-                + _interp_n(db, "bfloat16", s, 28672, 4096) + _interp_n(db, "bfloat16", s, 4096, 14336) + attn)
+                + _interp_n(db, "bfloat16", s, 28672, 4096) + _interp_n(db, "bfloat16", s, 4096, 14336)
+                + attn)
     parts = pm.breakdown(stats)
     kernels_s = L * layer_ms * 1e-3 + parts["lm_head"]
     assert parts["attn_prefill"] == pytest.approx(L * attn * 1e-3, rel=1e-9)

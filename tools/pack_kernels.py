@@ -53,7 +53,8 @@ def _read(path: Path, cols: list[str]) -> dict[str, np.ndarray]:
 
 def _planes(a: np.ndarray) -> np.ndarray:
     """float32 array -> (4, N) uint8: byte i of every element in row i."""
-    return np.ascontiguousarray(np.ascontiguousarray(a, np.float32).reshape(-1).view(np.uint8).reshape(-1, 4).T)
+    flat = np.ascontiguousarray(a, np.float32).reshape(-1)
+    return np.ascontiguousarray(flat.view(np.uint8).reshape(-1, 4).T)
 
 
 def _put(shape: tuple[int, ...], idx: tuple[np.ndarray, ...], lat: np.ndarray) -> np.ndarray:
@@ -101,7 +102,8 @@ def pack_allreduce(path: Path, arrays: dict[str, np.ndarray]) -> None:
     gpus, sizes = np.unique(d["num_gpus"]), np.unique(d["message_size"])
     b = np.array([("vllm_graph", "vllm_eager").index(x) for x in d["backend"]])
     lat = _put((2, len(gpus), len(sizes)),
-               (b, np.searchsorted(gpus, d["num_gpus"]), np.searchsorted(sizes, d["message_size"])), d["latency"])
+               (b, np.searchsorted(gpus, d["num_gpus"]), np.searchsorted(sizes, d["message_size"])),
+               d["latency"])
     arrays.update({"ar.num_gpus": gpus, "ar.size": sizes, "ar.lat": lat})
 
 
@@ -112,7 +114,8 @@ def pack_nccl(path: Path, arrays: dict[str, np.ndarray]) -> str:
     ops = [o for o in NCCL_OPS if o in set(d["op_name"][s].tolist())]
     keep = s & np.isin(d["op_name"], ops)
     lat = _put((len(ops), len(gpus), len(sizes)),
-               (np.array([ops.index(o) for o in d["op_name"][keep]]), np.searchsorted(gpus, d["num_gpus"][keep]),
+               (np.array([ops.index(o) for o in d["op_name"][keep]]),
+                np.searchsorted(gpus, d["num_gpus"][keep]),
                 np.searchsorted(sizes, d["message_size"][keep])), d["latency"][keep])
     arrays.update({"nccl.ops": np.array(ops), "nccl.num_gpus": gpus, "nccl.size": sizes, "nccl.lat": lat})
     return path.parent.name
@@ -136,7 +139,8 @@ def pack_one(src: Path, gpu: str, version: str) -> dict[str, object]:
     arrays: dict[str, np.ndarray] = {}
     tables = []
     for rel, fn in (("gemm/vllm/{v}/gemm_perf.parquet", lambda p: pack_gemm(p, arrays)),
-                    ("attention/vllm/{v}/context_attention_perf.parquet", lambda p: pack_attention(p, "ctx", arrays)),
+                    ("attention/vllm/{v}/context_attention_perf.parquet",
+                     lambda p: pack_attention(p, "ctx", arrays)),
                     ("attention/vllm/{v}/generation_attention_perf.parquet",
                      lambda p: pack_attention(p, "gen", arrays)),
                     ("comm/vllm/{v}/custom_allreduce_perf.parquet", lambda p: pack_allreduce(p, arrays)),
@@ -158,7 +162,8 @@ def pack_one(src: Path, gpu: str, version: str) -> dict[str, object]:
     OUT.mkdir(parents=True, exist_ok=True)
     out = OUT / f"{gpu}_{version}.npz"
     np.savez_compressed(out, **stored)
-    return {"file": out.name, "bytes": out.stat().st_size, "sha256": hashlib.sha256(out.read_bytes()).hexdigest(),
+    digest = hashlib.sha256(out.read_bytes()).hexdigest()
+    return {"file": out.name, "bytes": out.stat().st_size, "sha256": digest,
             **meta}
 
 

@@ -85,7 +85,8 @@ class KernelPerfModel:
         """``version``: the vLLM version whose kernels to use (None: the newest with tables
         for this GPU). Other arguments as ``RooflinePerfModel``'s, which times the operators
         without tables and gives FLOPs and bytes (for MFU/MBU)."""
-        self.roofline = RooflinePerfModel(model, gpu, tp=tp, pp=pp, kv_dtype_bytes=kv_dtype_bytes, links=links,
+        self.roofline = RooflinePerfModel(model, gpu, tp=tp, pp=pp, kv_dtype_bytes=kv_dtype_bytes,
+                                          links=links,
                                           ep=ep, expert_imbalance=expert_imbalance)
         self.model, self.gpu, self.tp, self.pp, self.ep = model, gpu, tp, pp, ep
         self.links, self.cuda_graph_max_tokens = links, cuda_graph_max_tokens
@@ -110,7 +111,8 @@ class KernelPerfModel:
         self.sources["elementwise"] = "roofline (norms, rotary, activation, embedding)"
         self.sources["sampling"] = "roofline"
         e = self.eff
-        self._const = e.launch_overhead_s + L * (KERNELS_PER_LAYER - GEMMS_PER_LAYER - 1) * e.kernel_overhead_s
+        unmeasured = KERNELS_PER_LAYER - GEMMS_PER_LAYER - 1  # norms, rotary, KV write, activation
+        self._const = e.launch_overhead_s + L * unmeasured * e.kernel_overhead_s
         self._tok: list[float] = [0.0]
         self._req: list[float] = [0.0]
         self._dec_rows: dict[int, tuple[list[float], list[float]]] = {}
@@ -286,7 +288,8 @@ class KernelPerfModel:
             total += mult * curve.at_many(t)
         if self.pp > 1:  # hidden states and residual between stages
             g = self.gpu
-            total += (self.pp - 1) * (2 * self.model.hidden_size * 2.0 * t / (g.interconnect_bw * self.eff.comm)
+            total += (self.pp - 1) * (2 * self.model.hidden_size * 2.0 * t
+                                      / (g.interconnect_bw * self.eff.comm)
                                       + g.interconnect_latency_s)
         return total
 
@@ -309,7 +312,8 @@ class KernelPerfModel:
         self._req = [0.0, *self._request_seconds(np.arange(1, size)).tolist()]
 
     @staticmethod
-    def _row(att: tuple[np.ndarray, np.ndarray, np.ndarray] | None, b: float) -> tuple[list[float], list[float]]:
+    def _row(att: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
+             b: float) -> tuple[list[float], list[float]]:
         """(log length, log seconds) of the attention grid at batch ``b`` (log-linear in batch)."""
         assert att is not None
         lb, ls, grid = att
@@ -429,7 +433,8 @@ def _exp_interp(row: tuple[list[float], list[float]], x: float) -> float:
     return exp(interp_sorted(row[0], row[1], log(x)))
 
 
-def kernel_perf_model(model: ModelSpec, gpu: GpuSpec, version: str | None = None, **kwargs: Any) -> KernelPerfModel:
+def kernel_perf_model(model: ModelSpec, gpu: GpuSpec, version: str | None = None,
+                      **kwargs: Any) -> KernelPerfModel:
     """``KernelPerfModel`` for a scenario: a vLLM version without tables is a config error."""
     versions = kernel_versions(gpu.name)
     if version is not None and version not in versions:

@@ -225,7 +225,8 @@ def ext_grid(batch: np.ndarray, lens: np.ndarray, lat: np.ndarray, ext_batch: np
     bf, lf = batch.astype(np.float64), lens.astype(np.float64)
     cols = np.empty((len(ext_batch), len(lf)))
     for j, length in enumerate(lf):
-        cols[:, j] = log_curve(bf, lat[:, j], ext_batch, lambda x, length=length: roof(x, np.full_like(x, length)))
+        cols[:, j] = log_curve(bf, lat[:, j], ext_batch,
+                               lambda x, length=length: roof(x, np.full_like(x, length)))
     out = np.empty((len(ext_batch), len(ext_lens)))
     for i, b in enumerate(ext_batch):
         out[i] = log_curve(lf, np.exp(cols[i]), ext_lens, lambda x, b=b: roof(np.full_like(x, b), x))
@@ -266,7 +267,8 @@ def extended_axis(xs: np.ndarray, lo: float = 1.0, hi: float = float(1 << 22)) -
     """The measured axis plus powers of two down to ``lo`` and up to ``hi`` (the points where
     ``LogCurve`` holds the roofline-scaled values beyond the measurements)."""
     xs = np.asarray(xs, np.float64)
-    below = [2.0 ** e for e in range(int(np.floor(np.log2(lo))), int(np.ceil(np.log2(xs[0])))) if 2.0 ** e < xs[0]]
+    first = int(np.ceil(np.log2(xs[0])))
+    below = [2.0 ** e for e in range(int(np.floor(np.log2(lo))), first) if 2.0 ** e < xs[0]]
     above = [2.0 ** e for e in range(int(np.floor(np.log2(xs[-1]))) + 1, int(np.log2(hi)) + 1)]
     return np.array([*below, *xs.tolist(), *above])
 
