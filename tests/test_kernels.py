@@ -293,3 +293,12 @@ def test_simulate_with_kernels():
     r = servesim.simulate(sc)
     assert len(r.records) == 200
     assert r.summary["latency"]["tpot_s"]["p50"] > 0
+
+
+def test_expert_parallel_all_to_all_is_a_recorded_fallback():
+    # vLLM's expert parallelism over the TP ranks: experts whole on each rank (moe_tp 1).
+    pm = KernelPerfModel(load_model("Mixtral-8x7B"), get_gpu("H100-SXM"), tp=4, ep=4)
+    assert pm.sources["moe"].startswith("table moe bfloat16 tp=1 ep=4")
+    assert pm.fallbacks == ("alltoall",)
+    st = BatchStats(num_decode_reqs=16, sum_decode_context=16 * 500)
+    assert sum(pm.breakdown(st).values()) == pytest.approx(pm.batch_time(st), rel=1e-12)

@@ -173,7 +173,20 @@ class KernelPerfModel:
             ops.append(("gemm_down", self._gemm("gemm_down", H, width, dt), L))
         if tp > 1:
             ops.append(("allreduce", self._allreduce(), 2 * L))
+        if self.ep > 1:
+            ops.append(("alltoall", self._alltoall(), 2 * L))
         return ops
+
+    def _alltoall(self) -> LogCurve:
+        """Seconds of one expert-parallel dispatch (or combine) all-to-all vs T: the roofline's
+        (no all-to-all tables are packed): each rank sends (ep - 1)/ep of its share of the T k
+        token copies."""
+        m, ep, e = self.model, self.ep, self.eff
+        ts = extended_axis(np.array([1.0]), 1.0, _MAX_M)
+        link = self.gpu.interconnect_bw * e.comm
+        sec = m.num_experts_per_tok * m.hidden_size * 2.0 * (ep - 1) / ep / ep * ts / link + e.allreduce_latency_s
+        self.sources["alltoall"] = "roofline (expert-parallel dispatch and combine)"
+        return LogCurve(ts, np.log(sec))
 
     def _moe(self, dtype: str | None) -> LogCurve:
         m, ep = self.model, self.ep
@@ -397,7 +410,7 @@ class KernelPerfModel:
         out.update({name: mult * curve.at(r) for name, curve, mult in self._req_ops})
         out["elementwise"] = self._el_tok * t
         out["sampling"] = self._samp_req * r
-        out["other"] = (self._token_seconds(np.array([float(t)]))[0] - self._const - self._el_tok * t
+        out["other"] = float(self._token_seconds(np.array([float(t)]))[0] - self._const - self._el_tok * t
                         - sum(mult * curve.at(t) for _n, curve, mult in self._token_ops)
                         + self._request_seconds(np.array([float(r)]))[0] - self._samp_req * r
                         - sum(mult * curve.at(r) for _n, curve, mult in self._req_ops))
