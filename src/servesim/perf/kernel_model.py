@@ -148,8 +148,8 @@ class KernelPerfModel:
             self.sources[name] = f"roofline (no {dtype or self.model.dtype} GEMM table)"
             return LogCurve(ms, np.log(roof(ms, n, k)))
         ms = extended_axis(table[0], 1.0, _MAX_M)
-        off = [f"{a}={v} beyond {int(ax[-1])}" for a, v, ax in (("n", n, table[1]), ("k", k, table[2]))
-               if v > ax[-1] or v < ax[0]]
+        off = [f"{a}={v} outside {int(ax[0])}-{int(ax[-1])}"
+               for a, v, ax in (("n", n, table[1]), ("k", k, table[2])) if v > ax[-1] or v < ax[0]]
         self.sources[name] = f"table gemm {dtype} n={n} k={k}" + (f" ({', '.join(off)}: roofline-scaled)"
                                                                   if off else "")
         return LogCurve(ms, gemm_m_curve(table, n, k, ms, roof) + log(1e-3))
@@ -184,7 +184,8 @@ class KernelPerfModel:
         m, ep, e = self.model, self.ep, self.eff
         ts = extended_axis(np.array([1.0]), 1.0, _MAX_M)
         link = self.gpu.interconnect_bw * e.comm
-        sec = m.num_experts_per_tok * m.hidden_size * 2.0 * (ep - 1) / ep / ep * ts / link + e.allreduce_latency_s
+        copies = m.num_experts_per_tok * (ep - 1) / ep / ep * ts  # token copies leaving one rank
+        sec = copies * m.hidden_size * 2.0 / link + e.allreduce_latency_s
         self.sources["alltoall"] = "roofline (expert-parallel dispatch and combine)"
         return LogCurve(ts, np.log(sec))
 
