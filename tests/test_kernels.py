@@ -302,3 +302,15 @@ def test_expert_parallel_all_to_all_is_a_recorded_fallback():
     assert pm.fallbacks == ("alltoall",)
     st = BatchStats(num_decode_reqs=16, sum_decode_context=16 * 500)
     assert sum(pm.breakdown(st).values()) == pytest.approx(pm.batch_time(st), rel=1e-12)
+
+
+def test_pipeline_micro_batches_take_fractional_shares():
+    m, g = load_model("Llama-3.1-70B"), get_gpu("H100-SXM")
+    par = ParallelConfig(tensor_parallel_size=4, pipeline_parallel_size=2, num_microbatches=2)
+    pm = build_perf_model(m, g, par, hardware=HardwareConfig(perf_model="kernels"))
+    st = BatchStats(num_decode_reqs=6, sum_decode_context=6 * 700)
+    st.add_chunk(300, 0)
+    assert pm.batch_time(st) > 0
+    s = np.array([6 * 700, 6 * 900])
+    want = [pm.batch_time(BatchStats(num_decode_reqs=6, sum_decode_context=int(x))) for x in s]
+    np.testing.assert_allclose(pm.decode_step_times(6, s), want, rtol=1e-12)

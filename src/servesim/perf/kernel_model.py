@@ -38,8 +38,7 @@ step costs a few list reads and two 1-D interpolations.
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from math import exp, log, sqrt
+from math import log
 from typing import Any
 
 import numpy as np
@@ -55,12 +54,13 @@ from servesim.perf.kernels import (
     ext_grid,
     extended_axis,
     gemm_m_curve,
-    interp_sorted,
     kernel_versions,
     load_database,
     log_curve,
     roof_time,
 )
+from servesim.perf.kernel_step import KernelStepTime, row_time
+from servesim.perf.pipelined import MicroBatchShare
 from servesim.perf.roofline import RooflinePerfModel
 
 #: vLLM's custom all-reduce handles messages below this size (``CustomAllreduce.max_size``);
@@ -113,12 +113,16 @@ class KernelPerfModel:
         e = self.eff
         unmeasured = KERNELS_PER_LAYER - GEMMS_PER_LAYER - 1  # norms, rotary, KV write, activation
         self._const = e.launch_overhead_s + L * unmeasured * e.kernel_overhead_s
-        self._tok: list[float] = [0.0]
-        self._req: list[float] = [0.0]
-        self._dec_rows: dict[int, tuple[list[float], list[float]]] = {}
-        self._pf_rows: dict[int, tuple[list[float], list[float]]] = {}
-        self._grow_tokens(1024)
-        self._grow_requests(256)
+        self.step = KernelStepTime([0.0], [0.0], self._token_table, self._request_table,
+                                   lambda b: self._row(self._prefill, b),
+                                   lambda b: self._row(self._decode, b))
+        self.step.tok = self._token_table(1023)
+        self.step.req = self._request_table(255)
+        if pp == 1:
+            # Whole-count steps go straight to the (compiled) step function: the engine calls
+            # it without an interpreted frame. (A pipeline micro-batch's fractional share
+            # needs the method below; PipelinedPerfModel only wraps models with pp > 1.)
+            self.batch_time = self.step.batch_time  # type: ignore[method-assign]
 
     # ------------------------------------------------------------------ construction
 
@@ -317,13 +321,14 @@ class KernelPerfModel:
                       / (self.gpu.interconnect_bw * self.eff.comm) + self.eff.allreduce_latency_s)
         return total
 
-    def _grow_tokens(self, n: int) -> None:
-        size = max(n, 2 * len(self._tok))
-        self._tok = [0.0, *self._token_seconds(np.arange(1, size)).tolist()]
+    def _token_table(self, n: int) -> list[float]:
+        """Seconds of the per-T terms for T = 0 .. at least n (twice the current table)."""
+        size = max(n + 1, 2 * len(self.step.tok))
+        return [0.0, *self._token_seconds(np.arange(1, size)).tolist()]
 
-    def _grow_requests(self, n: int) -> None:
-        size = max(n, 2 * len(self._req))
-        self._req = [0.0, *self._request_seconds(np.arange(1, size)).tolist()]
+    def _request_table(self, n: int) -> list[float]:
+        size = max(n + 1, 2 * len(self.step.req))
+        return [0.0, *self._request_seconds(np.arange(1, size)).tolist()]
 
     @staticmethod
     def _row(att: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
@@ -340,48 +345,21 @@ class KernelPerfModel:
     # ------------------------------------------------------------------ hot path
 
     def batch_time(self, stats: BatchStats) -> float:
-        """Seconds of one iteration: the tabulated per-T and per-request terms plus the two
-        attention lookups (``interp_sorted`` written out: this runs once per step)."""
-        d = stats.num_decode_reqs
-        pt = stats.num_prefill_tokens
-        t = pt + d
+        """Seconds of one iteration (``KernelStepTime.batch_time``; fractional counts, a
+        pipeline micro-batch's share, from the curves directly)."""
+        t = stats.num_prefill_tokens + stats.num_decode_reqs
+        r = stats.num_prefill_reqs + stats.num_decode_reqs
+        if type(t) is int and type(r) is int and isinstance(stats, BatchStats):
+            return self.step.batch_time(stats)
         if t == 0:
             return 0.0
-        r = stats.num_prefill_reqs + d
-        if type(t) is int and type(r) is int:
-            tok, req = self._tok, self._req
-            if t >= len(tok):
-                self._grow_tokens(t + 1)
-                tok = self._tok
-            if r >= len(req):
-                self._grow_requests(r + 1)
-                req = self._req
-            total = tok[t] + req[r]
-        else:  # a pipeline micro-batch's fractional share
-            total = float(self._token_seconds(np.array([t]))[0] + self._request_seconds(np.array([r]))[0])
-        if pt:
+        total = float(self._token_seconds(np.array([t]))[0] + self._request_seconds(np.array([r]))[0])
+        if stats.num_prefill_tokens:
             pr = stats.num_prefill_reqs
-            row = self._pf_rows.get(pr)
-            if row is None:
-                row = self._pf_rows[pr] = self._row(self._prefill, pr)
-            xs, ys = row
-            x = 0.5 * log(2.0 * stats.prefill_attn_work / pr)  # log of the equal-work length
-            i = bisect_right(xs, x)
-            if 0 < i < len(xs):
-                total += exp(ys[i - 1] + (ys[i] - ys[i - 1]) * (x - xs[i - 1]) / (xs[i] - xs[i - 1]))
-            else:
-                total += exp(ys[0] if i <= 0 else ys[-1])
-        if d:
-            row = self._dec_rows.get(d)
-            if row is None:
-                row = self._dec_rows[d] = self._row(self._decode, d)
-            xs, ys = row
-            x = log(stats.sum_decode_context / d)
-            i = bisect_right(xs, x)
-            if 0 < i < len(xs):
-                total += exp(ys[i - 1] + (ys[i] - ys[i - 1]) * (x - xs[i - 1]) / (xs[i] - xs[i - 1]))
-            else:
-                total += exp(ys[0] if i <= 0 else ys[-1])
+            total += row_time(self._row(self._prefill, pr), 0.5 * log(2.0 * stats.prefill_attn_work / pr))
+        if stats.num_decode_reqs:
+            d = stats.num_decode_reqs
+            total += row_time(self._row(self._decode, d), log(stats.sum_decode_context / d))
         return total
 
     def decode_affine(self, num_decode_reqs: int) -> None:
@@ -393,9 +371,15 @@ class KernelPerfModel:
         """``batch_time`` of pure-decode batches of ``num_decode_reqs`` requests, vectorized
         over their context sums (equal to ``batch_time`` up to rounding)."""
         n = num_decode_reqs
-        rest = self.batch_time(BatchStats(num_decode_reqs=n, sum_decode_context=n)) - \
-            _exp_interp(self._dec_rows[n], 1.0)
-        lx, ly = self._dec_rows[n]
+        if type(n) is not int:  # a pipeline micro-batch's share
+            row = self._row(self._decode, n)
+            zero = MicroBatchShare(0.0, 0.0, 0.0, n, n, 0.0)  # context 1: log length 0
+            rest = self.batch_time(zero) - row_time(row, 0.0)  # type: ignore[arg-type]
+        else:
+            row = self.step.decode(n)
+            zero_ = BatchStats(num_decode_reqs=n, sum_decode_context=n)
+            rest = self.step.batch_time(zero_) - row_time(row, 0.0)
+        lx, ly = row
         ctx = np.asarray(sum_decode_context, np.float64) / n
         return rest + np.exp(np.interp(np.log(ctx), lx, ly))
 
@@ -416,10 +400,10 @@ class KernelPerfModel:
                         + self._request_seconds(np.array([float(r)]))[0] - self._samp_req * r
                         - sum(mult * curve.at(r) for _n, curve, mult in self._req_ops))
         out["overhead"] = self._const
-        out["attn_prefill"] = (_exp_interp(self._row(self._prefill, stats.num_prefill_reqs),
-                                           sqrt(2.0 * stats.prefill_attn_work / stats.num_prefill_reqs))
+        out["attn_prefill"] = (row_time(self._row(self._prefill, stats.num_prefill_reqs),
+                                        0.5 * log(2.0 * stats.prefill_attn_work / stats.num_prefill_reqs))
                                if pt else 0.0)
-        out["attn_decode"] = (_exp_interp(self._row(self._decode, d), stats.sum_decode_context / d)
+        out["attn_decode"] = (row_time(self._row(self._decode, d), log(stats.sum_decode_context / d))
                               if d else 0.0)
         return out
 
@@ -441,10 +425,6 @@ class KernelPerfModel:
 
     def bubble_fraction(self, stats: BatchStats) -> float:
         return self.roofline.bubble_fraction(stats)
-
-
-def _exp_interp(row: tuple[list[float], list[float]], x: float) -> float:
-    return exp(interp_sorted(row[0], row[1], log(x)))
 
 
 def kernel_perf_model(model: ModelSpec, gpu: GpuSpec, version: str | None = None,
