@@ -23,7 +23,8 @@ from servesim.perf.kernels import (
     load_database,
     log_curve,
 )
-from servesim.perf.roofline import RooflinePerfModel, build_perf_model
+from servesim.perf.factory import build_step_model
+from servesim.perf.roofline import RooflinePerfModel
 
 SHARED_DATA = Path(os.environ.get("SERVESIM_SHARED_DATA", Path(__file__).parents[2] / "shared" / "data"))
 AIC = SHARED_DATA / "measurements" / "aiconfigurator" / "kernels"
@@ -274,14 +275,13 @@ def test_nearest_attention_class_is_recorded():
 def test_config_chooses_the_model_and_version():
     m, g = load_model("Llama-3.1-8B"), get_gpu("H100-SXM")
     par = ParallelConfig()
-    assert isinstance(build_perf_model(m, g, par), RooflinePerfModel)
-    assert isinstance(build_perf_model(m, g, par, hardware=HardwareConfig()), RooflinePerfModel)
-    pm = build_perf_model(m, g, par, hardware=HardwareConfig(perf_model="kernels"))
+    assert isinstance(build_step_model(m, g, par, HardwareConfig()), RooflinePerfModel)
+    pm = build_step_model(m, g, par, HardwareConfig(perf_model="kernels"))
     assert isinstance(pm, KernelPerfModel) and pm.version == kernel_versions("H100-SXM")[-1] == "0.19.0"
-    old = build_perf_model(m, g, par, hardware=HardwareConfig(perf_model="kernels", kernel_version="0.14.0"))
+    old = build_step_model(m, g, par, HardwareConfig(perf_model="kernels", kernel_version="0.14.0"))
     assert old.version == "0.14.0"
     with pytest.raises(ConfigError, match="hardware.kernel_version.*0.13.0.*0.14.0, 0.19.0"):
-        build_perf_model(m, g, par, hardware=HardwareConfig(perf_model="kernels", kernel_version="0.13.0"))
+        build_step_model(m, g, par, HardwareConfig(perf_model="kernels", kernel_version="0.13.0"))
     with pytest.raises(ValueError, match="cannot be combined"):
         HardwareConfig(perf_model="kernels", profile="x.json")
 
@@ -307,7 +307,7 @@ def test_expert_parallel_all_to_all_is_a_recorded_fallback():
 def test_pipeline_micro_batches_take_fractional_shares():
     m, g = load_model("Llama-3.1-70B"), get_gpu("H100-SXM")
     par = ParallelConfig(tensor_parallel_size=4, pipeline_parallel_size=2, num_microbatches=2)
-    pm = build_perf_model(m, g, par, hardware=HardwareConfig(perf_model="kernels"))
+    pm = build_step_model(m, g, par, HardwareConfig(perf_model="kernels"))
     st = BatchStats(num_decode_reqs=6, sum_decode_context=6 * 700)
     st.add_chunk(300, 0)
     assert pm.batch_time(st) > 0

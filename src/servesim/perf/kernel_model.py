@@ -165,7 +165,7 @@ class KernelPerfModel:
         H = m.hidden_size
         q = m.num_attention_heads // tp * m.head_dim
         kv = m.kv_heads_per_rank(tp) * m.head_dim
-        ops = [("gemm_qkv", self._gemm("gemm_qkv", q + 2 * kv, H, dt), L),
+        ops: list[tuple[str, LogCurve, float]] = [("gemm_qkv", self._gemm("gemm_qkv", q + 2 * kv, H, dt), L),
                ("gemm_o_proj", self._gemm("gemm_o_proj", H, q, dt), L)]
         if m.is_moe:
             ops.append(("gemm_router", self._gemm("gemm_router", m.num_experts, H, "bfloat16"), L))

@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 from bisect import bisect_right
 from collections.abc import Callable
-from functools import lru_cache
+from functools import lru_cache, partial
 from importlib import resources
 from math import exp, log
 from typing import Any
@@ -47,6 +47,7 @@ GPU_TABLES = {"A100-80GB": "a100_sxm", "H100-SXM": "h100_sxm", "H200": "h200_sxm
 DTYPES = ("bfloat16", "fp8", "fp8_block", "nvfp4", "int4_wo", "w4a16_mxfp4", "float16")
 
 RoofFn = Callable[[np.ndarray], np.ndarray]
+Roof2 = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 def _index() -> list[dict[str, Any]]:
@@ -225,12 +226,19 @@ def ext_grid(batch: np.ndarray, lens: np.ndarray, lat: np.ndarray, ext_batch: np
     bf, lf = batch.astype(np.float64), lens.astype(np.float64)
     cols = np.empty((len(ext_batch), len(lf)))
     for j, length in enumerate(lf):
-        cols[:, j] = log_curve(bf, lat[:, j], ext_batch,
-                               lambda x, length=length: roof(x, np.full_like(x, length)))
+        cols[:, j] = log_curve(bf, lat[:, j], ext_batch, partial(_at_length, roof, float(length)))
     out = np.empty((len(ext_batch), len(ext_lens)))
     for i, b in enumerate(ext_batch):
-        out[i] = log_curve(lf, np.exp(cols[i]), ext_lens, lambda x, b=b: roof(np.full_like(x, b), x))
+        out[i] = log_curve(lf, np.exp(cols[i]), ext_lens, partial(_at_batch, roof, float(b)))
     return out
+
+
+def _at_length(roof: Roof2, length: float, b: np.ndarray) -> np.ndarray:
+    return roof(b, np.full_like(b, length))
+
+
+def _at_batch(roof: Roof2, b: float, length: np.ndarray) -> np.ndarray:
+    return roof(np.full_like(length, b), length)
 
 
 def interp_sorted(xs: list[float], ys: list[float], x: float) -> float:

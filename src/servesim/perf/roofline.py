@@ -18,13 +18,13 @@ and ``batch_time`` is a few multiplies and ``max`` calls. See docs/perf_model.md
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from servesim.catalog.gpus import GpuSpec, LinkSpec
 from servesim.catalog.models import ModelSpec, resolve_kv_dtype_bytes
-from servesim.config import HardwareConfig, ModelConfig, ParallelConfig
+from servesim.config import ModelConfig, ParallelConfig
 from servesim.perf.base import BatchStats
 from servesim.perf.efficiencies import (  # noqa: F401 - re-exported
     _CACHE_MAX,
@@ -39,9 +39,6 @@ from servesim.perf.efficiencies import (  # noqa: F401 - re-exported
     tiled_area,
 )
 from servesim.perf.pipelined import MicroBatchShare, PipelinedPerfModel  # noqa: F401 - PipelinedPerfModel re-exported
-
-if TYPE_CHECKING:
-    from servesim.perf.kernel_model import KernelPerfModel
 
 
 class RooflinePerfModel:
@@ -383,26 +380,16 @@ def _decodes(n: float) -> BatchStats:
 def build_perf_model(model: ModelSpec, gpu: GpuSpec, parallel: ParallelConfig,
                      model_cfg: ModelConfig | None = None,
                      eff: Efficiencies | None = None,
-                     links: LinkSpec | None = None,
-                     hardware: HardwareConfig | None = None
-                     ) -> RooflinePerfModel | PipelinedPerfModel | KernelPerfModel:
-    """The perf model of a scenario (``model`` already loaded with ``model_cfg.dtype``).
+                     links: LinkSpec | None = None) -> RooflinePerfModel | PipelinedPerfModel:
+    """The default perf model of a scenario (``model`` already loaded with ``model_cfg.dtype``).
 
     ``links`` None keeps the GPU's interconnect for every transfer (the single-replica
-    default); clusters pass the catalog links (``catalog.gpus.link_spec``). ``hardware``
-    chooses the step-time model (``perf_model``: the roofline, or measured kernels,
-    ``perf.kernel_model.KernelPerfModel``).
+    default); clusters pass the catalog links (``catalog.gpus.link_spec``).
     """
     kv_b = resolve_kv_dtype_bytes(model_cfg.kv_cache_dtype if model_cfg else "auto", model)
-    args = dict(tp=parallel.tensor_parallel_size, pp=parallel.pipeline_parallel_size, kv_dtype_bytes=kv_b,
-                links=links, ep=parallel.expert_parallel_size, expert_imbalance=parallel.expert_imbalance)
-    perf: RooflinePerfModel | KernelPerfModel
-    if hardware is not None and hardware.perf_model == "kernels":
-        from servesim.perf.kernel_model import kernel_perf_model
-
-        perf = kernel_perf_model(model, gpu, hardware.kernel_version, **args)
-    else:
-        perf = RooflinePerfModel(model, gpu, eff=eff, **args)  # type: ignore[arg-type]
+    perf = RooflinePerfModel(model, gpu, tp=parallel.tensor_parallel_size,
+                             pp=parallel.pipeline_parallel_size, kv_dtype_bytes=kv_b, eff=eff, links=links,
+                             ep=parallel.expert_parallel_size, expert_imbalance=parallel.expert_imbalance)
     if parallel.pipeline_parallel_size > 1 and parallel.num_microbatches > 1:
-        return PipelinedPerfModel(perf, parallel.num_microbatches)  # type: ignore[arg-type]
+        return PipelinedPerfModel(perf, parallel.num_microbatches)
     return perf
