@@ -23,6 +23,7 @@ COMPILED = [
     "servesim/engine/lazy.py",
     "servesim/engine/replica.py",
     "servesim/perf/base.py",
+    "servesim/perf/kernel_step.py",
 ]
 BUILDS = {"build", "build_ext", "bdist_wheel", "install", "develop", "editable_wheel"}
 

@@ -153,8 +153,8 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
     from servesim.catalog.models import load_model, resolve_kv_dtype_bytes
     from servesim.catalog.parallel import check_parallel
     from servesim.metrics.summary import summarize
+    from servesim.perf.factory import build_step_model
     from servesim.perf.memory import plan_memory
-    from servesim.perf.roofline import build_perf_model
     from servesim.workload import load_workload
 
     t0 = time.perf_counter()
@@ -177,7 +177,7 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
                        kv_dtype_bytes=resolve_kv_dtype_bytes(sc.model.kv_cache_dtype, model))
     check_budget(engine, plan.max_model_len)
     perf = (hw.perf_model(model, gpu, sc.parallel, sc.model) if hw
-            else build_perf_model(model, gpu, sc.parallel, sc.model))
+            else build_step_model(model, gpu, sc.parallel, sc.hardware, sc.model))
     wl = load_workload(sc.workload, sc.run.seed)
     num_gpus = sc.parallel.tensor_parallel_size * sc.parallel.pipeline_parallel_size
     with _progress_bar(progress, len(wl), t0) as report:

@@ -25,8 +25,8 @@ from servesim.perf.profiled import HardwareProfile
 def build_pool(sc: Scenario, pool: PoolConfig, model: ModelSpec,
                hw: HardwareProfile | None = None) -> PoolSpec:
     """One pool, resolved; ``hw`` (the scenario's ``hardware.profile``) calibrates every pool."""
+    from servesim.perf.factory import build_step_model
     from servesim.perf.memory import plan_memory
-    from servesim.perf.roofline import build_perf_model
 
     name = pool.gpu if pool.gpu is not None else sc.hardware.gpu
     gpu = hw.resolve_gpu(name) if hw else get_gpu(name)
@@ -53,7 +53,7 @@ def build_pool(sc: Scenario, pool: PoolConfig, model: ModelSpec,
     return PoolSpec(
         name=pool.name, role=pool.role, num_replicas=pool.num_replicas, engine=engine,
         perf=(hw.perf_model(model, gpu, par, sc.model, links=links) if hw
-              else build_perf_model(model, gpu, par, sc.model, links=links)),
+              else build_step_model(model, gpu, par, sc.hardware, sc.model, links=links)),
         num_gpu_blocks=plan.num_gpu_blocks, max_model_len=plan.max_model_len,
         num_gpus=par.tensor_parallel_size * par.pipeline_parallel_size,
         kv_bytes_per_token=model.kv_bytes_per_token(1, kv_b, 1), net_bw=links.inter_bw,
