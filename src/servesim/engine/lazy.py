@@ -36,29 +36,10 @@ step); stale bucket entries are recognised by the request's ``epoch``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from servesim.engine.decode_runs import DecodePool
+from servesim.engine.decode_runs import DecodePool, LazyOutput
 from servesim.engine.kv_counting import CountingKVCache
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
-
-
-@dataclass(slots=True, init=False)
-class LazyOutput(SchedulerOutput):
-    """A step (or a run of ``num_steps`` pure-decode steps) of the lazy scheduler."""
-
-    is_exact: bool  # ran the reference algorithm (pool materialized)
-    first_it: int  # index of the (first) step
-    num_steps: int
-    first_tokens_done: bool  # its prompts' first tokens were produced by extend_run
-
-    def __init__(self, first_it: int = 0, num_pool: int = 0, is_exact: bool = False) -> None:
-        SchedulerOutput.__init__(self, num_pool=num_pool)
-        self.is_exact = is_exact
-        self.first_it = first_it
-        self.num_steps = 1
-        self.first_tokens_done = False
 
 
 class LazyScheduler(DecodePool):
