@@ -27,6 +27,7 @@ from servesim.perf.roofline import (
     SKINNY_TILE_M,
     Efficiencies,
     RooflinePerfModel,
+    activation_dtype,
     gemm_shapes,
 )
 
@@ -199,8 +200,7 @@ def iteration_terms(
     pm = RooflinePerfModel(model, gpu, tp=tp, pp=pp, kv_dtype_bytes=kv_dtype_bytes)
     n = len(stats)
     flops, nbytes, peak = _empty(n), _empty(n), _empty(n)
-    peak_lin = gpu.flops_for("fp8" if pm.dtype_bytes < 2 else _act_dtype(model))
-    peak_act = gpu.flops_for(_act_dtype(model))
+    peak_lin, peak_act = pm.peak_flops()
     for c in CLASSES:
         peak[c][:] = peak_lin if c in ("proj", "mlp") else peak_act
     link_bytes, n_ar, nonzero = np.zeros(n), np.zeros(n), np.zeros(n)
@@ -228,11 +228,6 @@ def iteration_terms(
         gemm_m=tokens, gemm_n=gemm_n, gemm_f=gemm_f, num_sms=np.full(n, float(gpu.num_sms)))
 
 
-def _act_dtype(model: ModelSpec) -> str:
-    ba = model.activation_dtype_bytes
-    return "float32" if ba >= 4 else ("bfloat16" if model.dtype == "fp8" else model.dtype)
-
-
 def operator_terms(table: OperatorTable, gpu: GpuSpec, cls: str) -> Terms:
     """Work terms of one operator class of one layer over the table's token counts."""
     tokens = table.num_tokens
@@ -246,7 +241,7 @@ def operator_terms(table: OperatorTable, gpu: GpuSpec, cls: str) -> Terms:
         if cls == "elementwise":  # the roofline's class also holds the embedding and final norm
             nbytes[cls][i] -= 6 * table.shape.hidden_size * table.shape.activation_dtype_bytes * t
     for c in CLASSES:
-        peak[c][:] = gpu.flops_for(_act_dtype(table.shape))
+        peak[c][:] = gpu.flops_for(activation_dtype(table.shape))
     gemm_n, gemm_f = _gemm_rows(table.shape, table.tp, tokens.astype(float), table.shape.num_layers,
                                 [cls] if cls in GEMM_CLASSES else [])
     return _terms(
@@ -268,7 +263,7 @@ def attention_terms(table: OperatorTable, gpu: GpuSpec) -> Terms:
         cls = "attn_prefill" if s.num_prefill_tokens else "attn_decode"
         flops[cls][i], nbytes[cls][i] = pm._classes(s)[cls]
     for c in CLASSES:
-        peak[c][:] = gpu.flops_for(_act_dtype(table.shape))
+        peak[c][:] = gpu.flops_for(activation_dtype(table.shape))
     return _terms(n, gpu, peak, flops=flops, bytes=nbytes, num_kernels=np.ones(n))
 
 
