@@ -62,9 +62,9 @@ class EngineConfig(_Strict):
         0.003, ge=0, description="Fixed CPU time per iteration (scheduling, input prep, sampling glue).")
     preemption_mode: Literal["recompute", "swap"] = Field("recompute", description=(
         "recompute: a victim's KV is dropped and recomputed; swap: copied to host memory over PCIe "
-        "(vLLM V0's swap; falls back to recompute when swap_space_gb is full)."))
-    swap_space_gb: float = Field(4.0, ge=0, description="Host memory for swapped-out KV per GPU, in GiB "
-                                 "(vLLM's swap_space, default 4).")
+        "(vLLM V0's swap; falls back to recompute when swap_space_gib is full)."))
+    swap_space_gib: float = Field(4.0, ge=0, description="Host memory for swapped-out KV per GPU, in GiB "
+                                  "(2^30 bytes, as vLLM's --swap-space, default 4).")
     pcie_gbps: float = Field(25.0, gt=0, description="Effective host<->GPU copy bandwidth for swapping, GB/s "
                              "(PCIe Gen4 x16: 32 GB/s peak, ~25 effective).")
     scheduling_policy: Literal["fcfs", "priority"] = Field("fcfs", description=(
@@ -91,6 +91,15 @@ class EngineConfig(_Strict):
         True, description="Admit a waiting request only if its whole prompt fits the free KV blocks "
         "(vLLM's default admission gate), not just its first chunk.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_renamed(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for old, (new, why) in RENAMED_FIELDS.items():
+                if old in data:
+                    raise ValueError(f"{old} is now {new} ({why})")
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> EngineConfig:
         if not self.enable_chunked_prefill and self.max_model_len is not None and (
@@ -109,6 +118,10 @@ class EngineConfig(_Strict):
 
 
 GIB = 1 << 30
+
+#: Engine fields renamed to name their unit: old name -> (new name, what it holds). The old
+#: name is refused with the new one rather than read in the wrong unit.
+RENAMED_FIELDS = {"swap_space_gb": ("swap_space_gib", "host memory in GiB, 2^30 bytes, as vLLM's --swap-space")}
 
 #: Per-policy defaults of the knobs left ``None`` (see docs/policies.md).
 POLICY_DEFAULTS: dict[str, dict[str, Any]] = {
