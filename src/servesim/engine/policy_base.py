@@ -32,8 +32,6 @@ from servesim.engine.sampling import ParallelSampling
 from servesim.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from servesim.engine.speculative import SpecDecoder
 
-ANY, DECODE, PREFILL = 0, 1, 2  # which running requests a pass of the running loop takes
-
 
 @dataclass(slots=True)
 class PolicyOptions:
@@ -89,67 +87,24 @@ class PolicyScheduler(Scheduler):
 
     # ----------------------------------------------------------------- running
 
-    def _num_new_tokens(self, req: Request) -> int:
+    def _num_running_tokens(self, req: Request, budget: int, threshold: int) -> int:
         n = req.num_prompt_tokens + req.num_output_tokens - req.num_computed_tokens
         if n == 1 and self.spec is not None and req.num_output_tokens > 0:
             n += self.spec.num_drafts(req)
-        return n
+        return self._cap(req, n, budget, threshold)
 
-    @staticmethod
-    def _is_decode(req: Request) -> bool:
-        return req.num_output_tokens > 0 and (
-            req.num_computed_tokens == req.num_prompt_tokens + req.num_output_tokens - 1)
-
-    def _schedule_running(self, out: SchedulerOutput, budget: int, threshold: int, phase: int = ANY) -> int:
-        running = self.running
-        i = 0
-        while i < len(running) and budget > 0:
-            req = running[i]
-            if phase and (phase == DECODE) != self._is_decode(req):
-                i += 1
-                continue
-            n = self._cap(req, self._num_new_tokens(req), budget, threshold)
-            if n <= 0:
-                i += 1
-                continue
-            scheduled = True
-            while not self._allocate(req, n):
-                victim = self._pick_victim()
-                j = next(k for k, r in enumerate(running) if r is victim)
-                running.pop(j)
-                if j < i:
-                    i -= 1
-                budget += self._unschedule(out, victim)
-                self._preempt(victim, out)
-                if victim is req:
-                    scheduled = False
-                    break
-            if not scheduled:
-                break
-            out.reqs.append(req)
-            out.num_tokens.append(n)
-            budget -= n
-            i += 1
-        return budget
-
-    def _allocate(self, req: Request, n: int) -> bool:
+    def _try_schedule(self, out: SchedulerOutput, req: Request, n: int) -> int | None:
         if self.sampling is not None and not ParallelSampling.copy_on_write(self.kv, req, n):
-            return False
-        return self.kv.allocate_slots(req, n) is not None
+            return None
+        return Scheduler._try_schedule(self, out, req, n)
 
-    def _pick_victim(self) -> Request:
-        if self.is_priority:
-            return max(self.running, key=lambda r: (r.priority, r.arrival_s))
-        return self.running[-1]
-
-    @staticmethod
-    def _unschedule(out: SchedulerOutput, victim: Request) -> int:
-        """Take a victim scheduled earlier in this step out of ``out``; returns its tokens."""
-        for k, r in enumerate(out.reqs):
-            if r is victim:
-                out.reqs.pop(k)
-                return out.num_tokens.pop(k)
-        return 0
+    def _take_victim(self) -> Request:
+        running = self.running
+        if not self.is_priority:
+            return running.pop()
+        victim = max(running, key=lambda r: (r.priority, r.arrival_s))
+        running.pop(next(k for k, r in enumerate(running) if r is victim))
+        return victim
 
     def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
         swap = self.swap

@@ -92,6 +92,15 @@ class WaitingQueue(Protocol):
     def __iter__(self) -> Iterator[Request]: ...
 
 
+ANY, DECODE, PREFILL = 0, 1, 2  # which running requests a pass of the running loop takes
+
+
+def is_decode(req: Request) -> bool:
+    """``req`` has its prompt computed and decodes its next token (one token short)."""
+    return req.num_output_tokens > 0 and (
+        req.num_computed_tokens == req.num_prompt_tokens + req.num_output_tokens - 1)
+
+
 @dataclass(slots=True)
 class SchedulerConfig:
     max_num_seqs: int = 256
@@ -171,31 +180,54 @@ class Scheduler:
         room = self.cfg.max_model_len - 1 - req.num_computed_tokens
         return n if n < room else room
 
-    def _schedule_running(self, out: SchedulerOutput, budget: int, threshold: int) -> int:
-        running = self.running
-        kv = self.kv
-        i = 0
-        while i < len(running) and budget > 0:
-            req = running[i]
-            n = req.num_prompt_tokens + req.num_output_tokens - req.num_computed_tokens
-            n = self._cap(req, n, budget, threshold)
-            if n <= 0:
-                i += 1
+    def _schedule_running(self, out: SchedulerOutput, budget: int, threshold: int, phase: int = ANY,
+                          reqs: list[Request] | None = None) -> int:
+        """The running pass with preemption, the one every engine runs; returns the budget left.
+
+        Visits ``reqs`` (default: every running request) in order, those of ``phase`` (ANY,
+        or DECODE / PREFILL for policies that run decodes first). Each asks for its tokens
+        (``_num_running_tokens``); while its blocks do not fit (``_try_schedule``), a victim
+        leaves running (``_take_victim``: the newest, in vLLM V1) and is preempted, its
+        tokens given back if it was scheduled earlier in this step; a request that preempts
+        itself ends the pass. Victims leave ``self.running``, and a visit skips a request
+        preempted earlier in the pass, so the visits are those of vLLM's loop over running.
+        """
+        for req in list(self.running) if reqs is None else reqs:
+            if req.status != ReqStatus.RUNNING:
+                continue  # preempted earlier in this pass
+            if phase and (phase == DECODE) != is_decode(req):
                 continue
-            scheduled = True
-            while kv.allocate_slots(req, n) is None:
-                victim = running.pop()
+            n = self._num_running_tokens(req, budget, threshold)
+            if n <= 0:
+                continue
+            charged = self._try_schedule(out, req, n)
+            while charged is None:
+                victim = self._take_victim()
+                budget += unschedule(out, victim)
                 self._preempt(victim, out)
                 if victim is req:
-                    scheduled = False
-                    break
-            if not scheduled:
-                break
-            out.reqs.append(req)
-            out.num_tokens.append(n)
-            budget -= n
-            i += 1
+                    return budget
+                charged = self._try_schedule(out, req, n)
+            budget -= charged
         return budget
+
+    def _num_running_tokens(self, req: Request, budget: int, threshold: int) -> int:
+        """The tokens a running request runs this step: what it lacks, capped (<= 0: none)."""
+        return self._cap(req, req.num_prompt_tokens + req.num_output_tokens - req.num_computed_tokens,
+                         budget, threshold)
+
+    def _try_schedule(self, out: SchedulerOutput, req: Request, n: int) -> int | None:
+        """Allocate ``req``'s blocks for ``n`` tokens and list it in ``out``; returns the tokens
+        charged to the budget, or None (and no change) when the blocks do not fit."""
+        if self.kv.allocate_slots(req, n) is None:
+            return None
+        out.reqs.append(req)
+        out.num_tokens.append(n)
+        return n
+
+    def _take_victim(self) -> Request:
+        """The request to preempt, taken out of running: the newest (vLLM V1's FCFS)."""
+        return self.running.pop()
 
     def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
         self.kv.free(victim, keep_for_resume=True)
@@ -287,3 +319,13 @@ class Scheduler:
                 req.finished_s = now
                 finished.append(req)
         return produced, finished
+
+
+def unschedule(out: SchedulerOutput, victim: Request) -> int:
+    """Take a victim scheduled earlier in this step out of ``out``; returns its tokens (0 if
+    it was not scheduled: always so for the newest running request)."""
+    for k, r in enumerate(out.reqs):
+        if r is victim:
+            out.reqs.pop(k)
+            return out.num_tokens.pop(k)
+    return 0
