@@ -123,49 +123,16 @@ class PolicyScheduler(Scheduler):
 
     # ----------------------------------------------------------------- waiting
 
-    def _schedule_waiting(self, out: SchedulerOutput, budget: int, threshold: int,
-                          swapped: bool | None = None) -> int:
-        """Admit waiting requests in order; ``swapped`` True/False: stop at the first that is not/is."""
-        cfg = self.cfg
-        waiting = self.waiting
-        running = self.running
-        while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
-            req = waiting[0]
-            is_swapped = self.swap is not None and self.swap.holds(req)
-            if swapped is not None and is_swapped != swapped:
-                break
-            if self.sampling is not None and len(running) + self.sampling.num_seqs(req) > cfg.max_num_seqs:
-                break
-            hit, num_hit = self._prefix_hit(req) if req.num_computed_tokens == 0 else ([], 0)
-            num_computed = req.num_computed_tokens + num_hit
-            n = req.num_prompt_tokens + req.num_output_tokens - num_computed
-            if 0 < threshold < n:
-                n = threshold
-            if not cfg.enable_chunked_prefill and n > budget:
-                break
-            if n > budget:
-                n = budget
-            if self.admission is not None and not self.admission.can_admit(running, req):
-                break
-            if not self._admit_allocate(req, n, num_hit, hit):
-                break
-            waiting.popleft()
-            running.append(req)
-            req.status = ReqStatus.RUNNING
-            req.num_computed_tokens = num_computed
-            if is_swapped:
-                out.stats.swap_bytes += self.swap.swap_in(req)  # type: ignore[union-attr]
-            if req.num_cached_tokens < 0:
-                req.num_cached_tokens = num_computed
-                self.kv.num_query_tokens += req.num_prompt_tokens
-                self.kv.num_hit_tokens += num_hit
-            out.reqs.append(req)
-            out.num_tokens.append(n)
-            budget -= n
-        return budget
+    def _may_admit(self, req: Request, swapped: bool | None) -> bool:
+        if swapped is not None and (self.swap is not None and self.swap.holds(req)) != swapped:
+            return False
+        if self.sampling is not None and len(self.running) + self.sampling.num_seqs(req) > self.cfg.max_num_seqs:
+            return False
+        return self.admission is None or self.admission.can_admit(self.running, req)
 
-    def _prefix_hit(self, req: Request) -> tuple[list[KVBlock], int]:
-        return self.kv.get_computed_blocks(req)
+    def _on_admitted(self, out: SchedulerOutput, req: Request) -> None:
+        if self.swap is not None and self.swap.holds(req):
+            out.stats.swap_bytes += self.swap.swap_in(req)
 
     def _watermark_ok(self, req: Request, num_tokens: int, hit: list[KVBlock]) -> bool:
         if not self.watermark_blocks:

@@ -238,17 +238,23 @@ class Scheduler:
         self.waiting.appendleft(victim)
         out.preempted.append(victim)
 
-    def _schedule_waiting(self, out: SchedulerOutput, budget: int, threshold: int) -> int:
+    def _schedule_waiting(self, out: SchedulerOutput, budget: int, threshold: int,
+                          swapped: bool | None = None) -> int:
+        """The waiting pass, the one every engine runs; returns the budget left.
+
+        Admits waiting requests in queue order while budget and seats remain: each gets its
+        prefix-cache hit (``_prefix_hit``) and a chunk, and is admitted if the policy lets
+        it (``_may_admit``; ``swapped`` True/False: only requests that are / are not
+        swapped out) and its blocks fit (``_admit_allocate``); the first that is not
+        admitted ends the pass.
+        """
         cfg = self.cfg
         kv = self.kv
         waiting = self.waiting
         running = self.running
         while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
             req = waiting[0]
-            if req.num_computed_tokens == 0:
-                hit, num_hit = kv.get_computed_blocks(req)
-            else:
-                hit, num_hit = [], 0
+            hit, num_hit = self._prefix_hit(req) if req.num_computed_tokens == 0 else ([], 0)
             num_computed = req.num_computed_tokens + num_hit
             n = req.num_prompt_tokens + req.num_output_tokens - num_computed
             if 0 < threshold < n:
@@ -257,12 +263,13 @@ class Scheduler:
                 break
             if n > budget:
                 n = budget
-            if kv.allocate_slots(req, n, num_hit, hit, cfg.scheduler_reserve_full_isl) is None:
+            if not self._may_admit(req, swapped) or not self._admit_allocate(req, n, num_hit, hit):
                 break
             waiting.popleft()
             running.append(req)
             req.status = ReqStatus.RUNNING
             req.num_computed_tokens = num_computed
+            self._on_admitted(out, req)
             if req.num_cached_tokens < 0:
                 req.num_cached_tokens = num_computed
                 kv.num_query_tokens += req.num_prompt_tokens
@@ -271,6 +278,21 @@ class Scheduler:
             out.num_tokens.append(n)
             budget -= n
         return budget
+
+    def _prefix_hit(self, req: Request) -> tuple[Any, int]:
+        """The cached blocks a new request finds and their tokens."""
+        return self.kv.get_computed_blocks(req)
+
+    def _may_admit(self, req: Request, swapped: bool | None) -> bool:
+        """Whether the policy admits ``req`` now, blocks aside (vLLM V1: always)."""
+        return True
+
+    def _admit_allocate(self, req: Request, n: int, num_hit: int, hit: Any) -> bool:
+        """Blocks for the first chunk, gated on the whole sequence fitting (vLLM V1's default)."""
+        return self.kv.allocate_slots(req, n, num_hit, hit, self.cfg.scheduler_reserve_full_isl) is not None
+
+    def _on_admitted(self, out: SchedulerOutput, req: Request) -> None:
+        """``req`` has just moved to running."""
 
     def _finalize(self, out: SchedulerOutput) -> None:
         """Aggregate batch statistics, then advance computed tokens (vLLM does it here)."""
