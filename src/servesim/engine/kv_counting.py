@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from servesim.engine.kv_cache import check_num_gpu_blocks
 from servesim.engine.kv_free_queue import CachedBlock, FreeRunQueue, Run
 from servesim.engine.request import Request
 
@@ -73,8 +74,7 @@ class CountingKVCache:
 
     def __init__(self, num_gpu_blocks: int, block_size: int, enable_caching: bool,
                  max_model_len: int) -> None:
-        if num_gpu_blocks < 2:
-            raise ValueError("need at least 2 KV blocks (one is the null block)")
+        check_num_gpu_blocks(num_gpu_blocks)
         self.num_gpu_blocks = num_gpu_blocks
         self.block_size = block_size
         self.enable_caching = enable_caching

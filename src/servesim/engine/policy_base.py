@@ -174,10 +174,7 @@ class PolicyScheduler(Scheduler):
         reported = finished
         if self.sampling is not None:
             finished, reported = self._fork_and_prune(produced, finished, now)
-        for req in finished:
-            self.kv.free(req)
-        if finished:
-            self.running = [r for r in self.running if r.status == ReqStatus.RUNNING]
+        self._release(finished)
         return produced, reported
 
     def _emit_tokens(self, reqs: list[Request], now: float) -> tuple[list[Request], list[Request]]:

@@ -315,11 +315,15 @@ class Scheduler:
         requests free their blocks in schedule (= running) order.
         """
         produced, finished = self._sample_tokens(out.reqs, now)
+        self._release(finished)
+        return produced, finished
+
+    def _release(self, finished: list[Request]) -> None:
+        """Free the finished requests' blocks, in order, and drop them from running."""
         for req in finished:
             self.kv.free(req)
         if finished:
             self.running = [r for r in self.running if r.status == ReqStatus.RUNNING]
-        return produced, finished
 
     def _sample_tokens(self, reqs: list[Request], now: float) -> tuple[list[Request], list[Request]]:
         """Append one output token to each request that completed its tokens; mark finishes.
