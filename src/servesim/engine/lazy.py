@@ -18,9 +18,9 @@ does not touch every running request:
   finishes it (``_finishes``). A step touches only finishing requests, the unfinished
   prefills, and new admissions.
 * **Preempting steps.** When the free blocks do not cover a step's needs, the reference's
-  running loop is replayed over only the requests that allocate (crossing pooled decodes
-  and individual requests), preempting from the tail as it does; the rest of the pool is
-  not touched (``_preempting_step``).
+  running pass runs over only the requests that allocate (crossing pooled decodes and
+  individual requests), preempting from the tail as it does; the rest of the pool is not
+  touched (``_preempting_step``).
 * **Exact fallback.** When the token budget is short for requests in running order, the
   pool is materialized and the reference algorithm runs that step.
 * **Runs** (``decode_runs.py``). A step in which only pooled decodes run is extended into

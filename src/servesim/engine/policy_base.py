@@ -1,8 +1,9 @@
 """The token-budget loop with every option the fast engine leaves out.
 
-``PolicyScheduler`` is vLLM V1's loop (``engine/scheduler.py``, which it extends and
-reuses) plus, each off by default so that with no option it makes exactly the reference
-``Scheduler``'s decisions:
+``PolicyScheduler`` is vLLM V1's loop (``engine/scheduler.py``, whose running and waiting
+passes it runs, through their hooks: ``_num_running_tokens``, ``_try_schedule``,
+``_take_victim``, ``_may_admit``, ``_admit_allocate``, ``_on_admitted``) plus, each off by
+default so that with no option it makes exactly the reference ``Scheduler``'s decisions:
 
 * ``scheduling_policy="priority"``: waiting ordered by (priority, arrival)
   (``PriorityWaiting``); the victim is ``max(running, key=(priority, arrival))`` and, if it
