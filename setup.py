@@ -17,6 +17,7 @@ COMPILED = [
     "servesim/engine/events.py",
     "servesim/engine/arrivals.py",
     "servesim/engine/request.py",
+    "servesim/engine/kv_free_queue.py",
     "servesim/engine/kv_counting.py",
     "servesim/engine/scheduler.py",
     "servesim/engine/decode_runs.py",
