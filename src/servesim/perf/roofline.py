@@ -69,6 +69,7 @@ class RooflinePerfModel:
         self.ep, self.expert_imbalance, self.links = ep, expert_imbalance, links
         self.eff = e = eff or Efficiencies()
         self.dtype_bytes = bw_ = model.dtype_bytes if dtype_bytes is None else dtype_bytes
+        bwe = model.expert_weight_bytes if dtype_bytes is None else dtype_bytes  # routed experts
         ba = model.activation_dtype_bytes
         self.kv_dtype_bytes = bkv = ba if kv_dtype_bytes is None else kv_dtype_bytes
         m, L, H = model, model.num_layers, model.hidden_size
@@ -77,23 +78,32 @@ class RooflinePerfModel:
         width = (m.moe_intermediate_size if m.is_moe else m.intermediate_size) // (tp // ep)
         up = (2 if m.mlp_gated else 1) * width                  # gate+up (or up) output width
         vt = m.vocab_size / tp
-        act_dtype = "float32" if ba >= 4 else ("bfloat16" if m.dtype == "fp8" else m.dtype)
-        peak_lin, peak_act = gpu.flops_for("fp8" if bw_ < 2 else act_dtype), gpu.flops_for(act_dtype)
+        act_dtype = "float32" if ba >= 4 else m.activation_dtype
+        lin_dtype = m.linear_compute_dtype if dtype_bytes is None else ("fp8" if bw_ < 2 else act_dtype)
+        peak_lin, peak_act = gpu.flops_for(lin_dtype), gpu.flops_for(act_dtype)
+        # The model's own layout (see ModelSpec): layers with experts (the others dense),
+        # MLP weights every token passes through in an MoE model (shared experts, dense
+        # layers; timed with the router), full-attention layers (MLA: latent KV, absorbed
+        # decode) and sliding-window layers (a window of keys per new token: FLOPs booked
+        # with the projections, KV reads with each new token's attention bytes).
+        Le, Lf = (m.num_moe_layers if m.is_moe else L), m.num_full_attention_layers
+        every_tok = m.every_token_mlp_params(tp)
+        win_f, win_kv = m.window_attn_per_token(tp, bkv)
 
         # Raw work coefficients (FLOPs and bytes, summed over all layers, one TP rank).
         w = {
-            "proj_f": 2.0 * m.attn_params_per_layer(tp) * L,               # per token
+            "proj_f": 2.0 * m.attn_params_per_layer(tp) * L + win_f,       # per token
             "proj_w": m.attn_params_per_layer(tp) * L * bw_,               # weight bytes
             "proj_a": L * ba * (H + (q + 2 * kv) + q + H),                 # per token in/out
-            "mlp_f": 2.0 * m.expert_params(tp // ep) * L / ep,             # per token-expert pair
-            "mlp_w": m.expert_params(tp // ep) * L * bw_,                  # per expert touched
-            "mlp_a": L * ba * (H + up + width + H) / ep,                   # per pair in/out
-            "router_f": 2.0 * m.router_params() * L,
-            "router_w": m.router_params() * L * bw_,
-            "pf_f": 4.0 * q * L,                                           # per unit of attn work
-            "kv_tok": 2.0 * kv * bkv * L,                                  # KV bytes per token
-            "qo_tok": 2.0 * q * ba * L,                                    # Q read + O write
-            "dec_f": 4.0 * q * L,                                          # per context token
+            "mlp_f": 2.0 * m.expert_params(tp // ep) * Le / ep,            # per token-expert pair
+            "mlp_w": m.expert_params(tp // ep) * Le * (bwe if m.is_moe else bw_),  # per expert touched
+            "mlp_a": Le * ba * (H + up + width + H) / ep,                  # per pair in/out
+            "router_f": 2.0 * (m.router_params() * Le + every_tok),
+            "router_w": m.router_params() * Le * ba + every_tok * bw_,
+            "pf_f": m.attn_flops_per_pair(tp) * Lf,                        # per unit of attn work
+            "kv_tok": m.kv_bytes_per_token(tp, bkv),                       # KV bytes per token
+            "qo_tok": 2.0 * q * ba * L + win_kv,                           # Q read + O write
+            "dec_f": m.attn_flops_per_pair(tp, decode=True) * Lf,          # per context token
             "el_tok": L * ba * (8 * H + 2 * (q + kv) + max(1, m.num_experts_per_tok) * (up + width))
                       + 6 * H * ba,                                        # + embedding, final norm
             # 1024-element passes along one token's row per iteration: 2 norms, rotary (q, k),

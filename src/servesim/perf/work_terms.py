@@ -198,7 +198,7 @@ def iteration_terms(
     pm = RooflinePerfModel(model, gpu, tp=tp, pp=pp, kv_dtype_bytes=kv_dtype_bytes)
     n = len(stats)
     flops, nbytes, peak = _empty(n), _empty(n), _empty(n)
-    peak_lin = gpu.flops_for("fp8" if pm.dtype_bytes < 2 else _act_dtype(model))
+    peak_lin = gpu.flops_for(model.linear_compute_dtype if model.activation_dtype_bytes < 4 else "float32")
     peak_act = gpu.flops_for(_act_dtype(model))
     for c in CLASSES:
         peak[c][:] = peak_lin if c in ("proj", "mlp") else peak_act
@@ -241,7 +241,7 @@ def iteration_terms(
 
 def _act_dtype(model: ModelSpec) -> str:
     ba = model.activation_dtype_bytes
-    return "float32" if ba >= 4 else ("bfloat16" if model.dtype == "fp8" else model.dtype)
+    return "float32" if ba >= 4 else model.activation_dtype
 
 
 def operator_terms(table: OperatorTable, gpu: GpuSpec, cls: str) -> Terms:
