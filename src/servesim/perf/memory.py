@@ -140,16 +140,24 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: 
     weights = weights_bytes_per_gpu(model, tp, pp)
     activation = activation_peak_bytes(model, engine, tp)
     reserve = NON_TORCH_RESERVE_BYTES
+    kv_per_token = model.kv_bytes_per_token(tp, kv_dtype_bytes, pp)
+    kv_per_block = kv_per_token * engine.block_size
     # Sliding-window layers (gpt-oss): vLLM's hybrid allocator keeps each running request's
     # window blocks in the same pool as the full-attention layers' blocks. A servesim block
-    # holds the full-attention layers only; the windows of max_num_seqs requests are set
-    # aside (at most half of what the KV cache would get) and counted in the reserve.
+    # holds the full-attention layers only, and the windows are set aside in the reserve:
+    # those of max_num_seqs requests, or of as many requests as the memory could hold at
+    # once, each with a whole window in every layer, if fewer (conservative: requests longer
+    # than the window leave fewer windows and more room for full-attention blocks), but
+    # never so many that one max_model_len request no longer fits (vLLM's start-up check).
     window = model.kv_window_bytes_per_request(tp, kv_dtype_bytes, pp, engine.block_size)
     if window:
         room = max(0.0, usable - weights - activation - reserve)
-        reserve += min(engine.max_num_seqs * window, room / 2)
-    kv_per_token = model.kv_bytes_per_token(tp, kv_dtype_bytes, pp)
-    kv_per_block = kv_per_token * engine.block_size
+        bs = engine.block_size
+        w = model.sliding_window or 1
+        window_tokens = (-(-(w - 1) // bs) + 1) * bs  # the tokens of one request's window blocks
+        most = room / (window + window_tokens * kv_per_token)
+        longest = -(-max_model_len // bs) * kv_per_block  # one max_model_len request
+        reserve += min(min(engine.max_num_seqs, most) * window, max(window, room - longest))
     where = (f"{model.name} on {gpu.name} (TP={tp}, PP={pp}, gpu_memory_utilization="
              f"{engine.gpu_memory_utilization})")
 
