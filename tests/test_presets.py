@@ -306,3 +306,15 @@ def test_preset_simulates(name: str, gpu: str, tp: int) -> None:
     lat = r.summary["latency"]
     assert lat["e2e_s"]["count"] == 24
     assert 0 < lat["tpot_s"]["mean"] < 0.2 and 0 < lat["ttft_s"]["mean"] < 10
+
+
+def test_attention_data_parallel_spreads_only_the_experts() -> None:
+    """MiniMax-M2.5 as measured on 16 GPUs: attention TP4 on each of 4 data-parallel ranks,
+    experts spread over all 16 (expert parallelism)."""
+    m = load_model("MiniMax-M2.5")
+    h = 3072
+    attn = h * (48 * 128 + 2 * 8 * 128) + 48 * 128 * h
+    expert, router = 3 * h * 1536, h * 256
+    want = 62 * attn // 4 + 62 * 256 * expert // 16 + 62 * router * 2 + _embed_and_norms(200064, h, 62, tp=4)
+    assert weights_bytes_per_gpu(m, tp=4, attention_dp=4) == want
+    assert weights_bytes_per_gpu(m, tp=4, attention_dp=4) < weights_bytes_per_gpu(m, tp=4) / 3

@@ -8,10 +8,20 @@ has and how many KV-cache bytes a token takes on one GPU, counted the way vLLM s
   replica of one KV head (vLLM's ``max(1, num_kv_heads // tp)``);
 - pipeline parallelism (PP) gives each stage ``ceil(num_layers / pp)`` layers at most.
 
+Beyond dense GQA transformers it reads multi-head latent attention (DeepSeek-V3, Kimi-K2:
+one compressed latent per token and layer in the KV cache), shared experts and dense layers
+of MoE models (``first_k_dense_replace``, ``mlp_only_layers``), gpt-oss's alternating
+sliding-window layers (``layer_types``) and quantized checkpoints (``quantization.py``).
+
 Presets live in ``servesim/data/models/*.json`` as subsets of the public config files and
 go through the same parser (``from_hf_config``) as a user's own ``config.json``.
-Biases (Qwen2 QKV, OPT), norms' biases and OPT's learned position embeddings are not
-counted: each is below 0.2% of the parameters of the presets.
+Biases (Qwen2 QKV, OPT, gpt-oss's attention and experts), norms' biases, qk-norms (Qwen3,
+MiniMax-M2), MLA's two latent norms, gpt-oss's attention sinks (one learned logit per head
+and layer) and OPT's learned position embeddings are not counted: each is below 0.2% of the
+parameters of the presets. Multi-token-prediction layers (DeepSeek-V3, MiniMax-M2) and
+vision encoders (Kimi-K2.5) are not counted either: vLLM loads the former only for
+speculative decoding; the latter (~0.4B parameters in Kimi-K2.5) serve image inputs.
+See docs/models.md.
 """
 
 from __future__ import annotations
@@ -226,20 +236,23 @@ class ModelSpec:
         moe = experts * self.expert_params() + self.shared_expert_params() + self.router_params()
         return total + self.num_moe_layers * moe + self.num_dense_layers * self.dense_mlp_params()
 
-    def linear_weight_bytes(self, tp: int = 1, pp: int = 1) -> float:
+    def linear_weight_bytes(self, tp: int = 1, pp: int = 1, attention_dp: int = 1) -> float:
         """Bytes of the linear layers' weights on one GPU of the largest pipeline stage.
 
         Attention and dense MLPs (and shared experts) are split by TP. Routed experts are
         split over the TP ranks by width (vLLM's default) or whole (expert parallelism): the
-        same bytes per GPU either way. Routers stay 16-bit, as in every quantized checkpoint.
-        With PP the heaviest stage is the one holding the most MoE layers.
+        same bytes per GPU either way. With vLLM's data-parallel attention (``attention_dp``
+        ranks of ``tp`` GPUs each, experts spread over all ``attention_dp x tp`` GPUs) each
+        GPU holds its rank's attention share and 1/(dp x tp) of the experts. Routers stay
+        16-bit, as in every quantized checkpoint. With PP the heaviest stage is the one
+        holding the most MoE layers.
         """
         layers, b = self.layers_per_stage(pp), self.dtype_bytes
         attn = layers * self.attn_params_per_layer(tp) * b
         if not self.is_moe:
             return attn + layers * self.expert_params(tp) * b
         moe = min(layers, self.num_moe_layers)
-        per_moe = (self.num_experts * self.expert_params(tp) * self.expert_weight_bytes
+        per_moe = (self.num_experts * self.expert_params(tp * attention_dp) * self.expert_weight_bytes
                    + self.shared_expert_params(tp) * b + self.router_params() * self.activation_dtype_bytes)
         return attn + moe * per_moe + (layers - moe) * self.dense_mlp_params(tp) * b
 

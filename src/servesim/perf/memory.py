@@ -67,7 +67,7 @@ class MemoryPlan:
         )
 
 
-def weights_bytes_per_gpu(model: ModelSpec, tp: int = 1, pp: int = 1) -> float:
+def weights_bytes_per_gpu(model: ModelSpec, tp: int = 1, pp: int = 1, attention_dp: int = 1) -> float:
     """Weights on the GPU of the largest pipeline stage.
 
     Linear layers are sharded by TP (KV projections replicated when there are fewer KV
@@ -77,11 +77,13 @@ def weights_bytes_per_gpu(model: ModelSpec, tp: int = 1, pp: int = 1) -> float:
     last the LM head (a copy of it when tied), so the largest stage holds one vocab x hidden
     matrix. Embeddings, norms and routers stay 16-bit when the linear layers are quantized,
     as in vLLM's fp8, MXFP4, int4 and NVFP4 checkpoints (``ModelSpec.linear_weight_bytes``).
+    ``attention_dp`` > 1: vLLM's data-parallel attention with expert parallelism over all
+    ``attention_dp x tp`` GPUs (the scenario's parallelism does not have it yet).
     """
     layers = model.layers_per_stage(pp)
     vocab = model.embedding_params(tp) + (model.lm_head_params(tp) if pp == 1 else 0)
     norms = (2 * layers + 1) * model.hidden_size
-    return model.linear_weight_bytes(tp, pp) + (vocab + norms) * model.activation_dtype_bytes
+    return model.linear_weight_bytes(tp, pp, attention_dp) + (vocab + norms) * model.activation_dtype_bytes
 
 
 def activation_peak_bytes(model: ModelSpec, engine: EngineConfig, tp: int = 1) -> float:
