@@ -13,7 +13,7 @@ import pytest
 
 import servesim
 from servesim.catalog import get_gpu, load_model
-from servesim.catalog.models import from_hf_config
+from servesim.catalog.models import from_hf_config, resolve_kv_dtype_bytes
 from servesim.catalog.quantization import MXFP4_BYTES, NVFP4_BYTES, parse_quantization
 from servesim.config import EngineConfig, ParallelConfig
 from servesim.errors import CatalogError
@@ -193,7 +193,10 @@ def test_llama31_70b_fp8_modelopt() -> None:
     want = linear + _embed_and_norms(128256, h, 80)  # lm_head excluded: 16-bit like the embedding
     assert weights_bytes_per_gpu(m) == want
     assert want / 1e9 == pytest.approx(72.66, abs=0.01)  # 70.6B params: 68.4 GB fp8 + 4.2 GB bf16
-    assert m.kv_bytes_per_token(1) == 327_680
+    # kv_cache_quant_algo FP8: vLLM's kv_cache_dtype 'auto' resolves to an fp8 KV cache.
+    assert m.kv_cache_dtype == "fp8" and resolve_kv_dtype_bytes("auto", m) == 1.0
+    assert m.kv_bytes_per_token(1) == 2 * 80 * 8 * 128 * 1 == 163_840
+    assert m.kv_bytes_per_token(1, kv_dtype_bytes=resolve_kv_dtype_bytes("bfloat16", m)) == 327_680
 
 
 def test_llama31_8b_preset_unchanged() -> None:

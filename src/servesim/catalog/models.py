@@ -107,6 +107,9 @@ class ModelSpec:
     # (gpt-oss MXFP4, Kimi-K2.5 int4); 0: ``dtype_bytes``. ``quant_method`` names the scheme.
     expert_dtype_bytes: float = 0.0
     quant_method: str = ""
+    # The checkpoint's KV-cache dtype (ModelOpt's kv_cache_quant_algo), which vLLM's
+    # kv_cache_dtype 'auto' resolves to; "": the activation dtype.
+    kv_cache_dtype: str = ""
 
     # ------------------------------------------------------------------ shapes per TP rank
 
@@ -127,6 +130,11 @@ class ModelSpec:
     def activation_dtype(self) -> str:
         """Dtype of activations and of the weights kept unquantized (embeddings, norms, routers)."""
         return self.dtype if self.dtype in ("float32", "float16", "bfloat16") else "bfloat16"
+
+    @property
+    def default_kv_dtype_bytes(self) -> float:
+        """KV-cache bytes per element with kv_cache_dtype 'auto': the checkpoint's, else activations'."""
+        return DTYPE_BYTES[self.kv_cache_dtype] if self.kv_cache_dtype else self.activation_dtype_bytes
 
     @property
     def linear_compute_dtype(self) -> str:
@@ -271,7 +279,7 @@ class ModelSpec:
 
         Sliding-window layers keep only a window per request (``kv_window_bytes_per_request``).
         """
-        kv_b = self.activation_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
+        kv_b = self.default_kv_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
         return math.ceil(self.num_full_attention_layers / pp) * self.kv_elems_per_layer(tp) * kv_b
 
     def kv_window_bytes_per_request(self, tp: int = 1, kv_dtype_bytes: float | None = None, pp: int = 1,
@@ -283,7 +291,7 @@ class ModelSpec:
         """
         if not self.num_sliding_layers or not self.sliding_window:
             return 0.0
-        kv_b = self.activation_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
+        kv_b = self.default_kv_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
         blocks = -(-(self.sliding_window - 1) // block_size) + 1
         return (math.ceil(self.num_sliding_layers / pp) * self.kv_elems_per_layer(tp) * kv_b
                 * blocks * block_size)
@@ -310,15 +318,16 @@ class ModelSpec:
         window = self.sliding_window or 0
         if not self.num_sliding_layers or not window:
             return 0.0, 0.0
-        kv_b = self.activation_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
+        kv_b = self.default_kv_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
         n = self.num_sliding_layers * window
         return n * self.attn_flops_per_pair(tp), n * self.kv_elems_per_layer(tp) * kv_b
 
 
 def resolve_kv_dtype_bytes(kv_cache_dtype: str, model: ModelSpec) -> float:
-    """vLLM's ``--kv-cache-dtype``: 'auto' follows the model's activation dtype."""
+    """vLLM's ``--kv-cache-dtype``: 'auto' follows the checkpoint's KV-cache quantization
+    (ModelOpt's kv_cache_quant_algo) or else the model's activation dtype."""
     if kv_cache_dtype == "auto":
-        return model.activation_dtype_bytes
+        return model.default_kv_dtype_bytes
     return DTYPE_BYTES[normalize_dtype(kv_cache_dtype, "kv_cache_dtype")]
 
 
@@ -412,7 +421,7 @@ def from_hf_config(cfg: dict[str, Any], name: str, dtype: str = "auto",
     tied = cfg.get("tie_word_embeddings", outer.get("tie_word_embeddings", model_type in _TIED_BY_DEFAULT))
     gated = "ffn_dim" not in cfg and model_type != "opt"
 
-    expert_bytes, method = 0.0, ""
+    expert_bytes, method, kv_dtype = 0.0, "", ""
     if dtype == "auto":
         raw = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
         dtype = normalize_dtype(raw, f"{src}: torch_dtype")
@@ -423,6 +432,7 @@ def from_hf_config(cfg: dict[str, Any], name: str, dtype: str = "auto",
         if quant is not None:
             dtype, dtype_bytes, expert_bytes, method = (quant.dtype, quant.dtype_bytes,
                                                         quant.expert_dtype_bytes, quant.method)
+            kv_dtype = quant.kv_cache_dtype
     else:
         dtype = normalize_dtype(dtype)
         dtype_bytes = DTYPE_BYTES[dtype]
@@ -438,7 +448,7 @@ def from_hf_config(cfg: dict[str, Any], name: str, dtype: str = "auto",
         sliding_window=int(window) if window else None,
         shared_expert_intermediate_size=shared, num_dense_layers=dense_layers,
         num_sliding_layers=sliding_layers, expert_dtype_bytes=expert_bytes, quant_method=method,
-        **mla,
+        kv_cache_dtype=kv_dtype, **mla,
     )
 
 

@@ -1,7 +1,8 @@
 """Quantized checkpoints: bytes per weight of each part of the network, from the config.
 
 A checkpoint says how it is quantized in ``config.json``'s ``quantization_config`` or, for
-NVIDIA ModelOpt exports, in ``hf_quant_config.json`` beside it. What serving cost depends
+NVIDIA ModelOpt exports, in ``hf_quant_config.json`` beside it (whose ``kv_cache_quant_algo``
+FP8 also makes vLLM's ``kv_cache_dtype`` 'auto' an fp8 KV cache). What serving cost depends
 on is how many bytes a parameter of each part takes and which tensor-core math runs it:
 
 ================  ==========================================  ===================  ==========
@@ -54,6 +55,7 @@ class Quantization:
     dtype_bytes: float
     expert_dtype_bytes: float
     method: str
+    kv_cache_dtype: str = ""
 
 
 def _matches(name: str, pattern: str) -> bool:
@@ -118,7 +120,10 @@ def parse_quantization(cfg: dict[str, Any], hf_quant: dict[str, Any] | None, bas
         per_param = 1.0 if algo == "FP8" else NVFP4_BYTES
         dtype = "fp8" if algo == "FP8" else "nvfp4"
         excluded = list(qc.get("exclude_modules") or [])
-        return _by_part(dtype, per_param, base_dtype, excluded, ["Linear"], f"modelopt {algo}", source)
+        q = _by_part(dtype, per_param, base_dtype, excluded, ["Linear"], f"modelopt {algo}", source)
+        # vLLM's kv_cache_dtype 'auto' takes the checkpoint's kv_cache_quant_algo (FP8).
+        kv = "fp8" if str(qc.get("kv_cache_quant_algo") or "").upper() == "FP8" else ""
+        return Quantization(q.dtype, q.dtype_bytes, q.expert_dtype_bytes, q.method, kv)
     if method == "compressed-tensors":
         per_param, dtype, label, targets = _compressed_tensors(qc, source)
         return _by_part(dtype, per_param, base_dtype, list(qc.get("ignore") or []), targets,

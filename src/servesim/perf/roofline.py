@@ -71,7 +71,7 @@ class RooflinePerfModel:
         self.dtype_bytes = bw_ = model.dtype_bytes if dtype_bytes is None else dtype_bytes
         bwe = model.expert_weight_bytes if dtype_bytes is None else dtype_bytes  # routed experts
         ba = model.activation_dtype_bytes
-        self.kv_dtype_bytes = bkv = ba if kv_dtype_bytes is None else kv_dtype_bytes
+        self.kv_dtype_bytes = bkv = model.default_kv_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
         m, L, H = model, model.num_layers, model.hidden_size
         q = m.num_attention_heads // tp * m.head_dim            # query width on this rank
         kv = m.kv_heads_per_rank(tp) * m.head_dim               # K (or V) width on this rank
