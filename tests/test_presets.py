@@ -5,11 +5,11 @@ and quantized checkpoints as vLLM lays them out; each preset runs on a GPU where
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
 import pytest
+from conftest import shared_data  # tests/ is on sys.path (rootdir-relative, no __init__)
 
 import servesim
 from servesim.catalog import get_gpu, load_model
@@ -21,8 +21,7 @@ from servesim.perf.base import BatchStats
 from servesim.perf.memory import plan_memory, weights_bytes_per_gpu
 from servesim.perf.roofline import RooflinePerfModel
 
-SHARED_DATA = Path(os.environ.get("SERVESIM_SHARED_DATA", Path(__file__).parents[2] / "shared" / "data"))
-HF_CONFIGS = SHARED_DATA / "models" / "hf_configs"
+HF_CONFIGS = "models/hf_configs"  # under the public data sets (conftest.shared_data)
 
 
 def _embed_and_norms(vocab: int, hidden: int, layers: int, tp: int = 1, tied: bool = False) -> float:
@@ -262,12 +261,12 @@ PRESET_SOURCES = {
 
 
 @pytest.mark.shared_data
-@pytest.mark.skipif(not HF_CONFIGS.exists(), reason="shared model configs not present")
 @pytest.mark.parametrize("stem", sorted(PRESET_SOURCES))
 def test_public_config_parses_like_its_preset(stem: str, tmp_path: Path) -> None:
     """The full public config.json (and hf_quant_config.json) reads as the preset does."""
-    shutil.copy(HF_CONFIGS / f"{stem}_config.json", tmp_path / "config.json")
-    quant = HF_CONFIGS / f"{stem}_hf_quant_config.json"
+    configs = shared_data(HF_CONFIGS)
+    shutil.copy(configs / f"{stem}_config.json", tmp_path / "config.json")
+    quant = configs / f"{stem}_hf_quant_config.json"
     if quant.exists():
         shutil.copy(quant, tmp_path / "hf_quant_config.json")
     user, preset = load_model(str(tmp_path)), load_model(PRESET_SOURCES[stem])
@@ -276,13 +275,13 @@ def test_public_config_parses_like_its_preset(stem: str, tmp_path: Path) -> None
 
 
 @pytest.mark.shared_data
-@pytest.mark.skipif(not HF_CONFIGS.exists(), reason="shared model configs not present")
 @pytest.mark.parametrize("stem", ["nvidia--Kimi-K2.5-NVFP4", "nvidia--MiniMax-M2.5-NVFP4",
                                   "nvidia--Qwen3-235B-A22B-NVFP4", "openai--gpt-oss-20b",
                                   "Qwen--Qwen3-30B-A3B-FP8", "moonshotai--Kimi-K2-Instruct"])
 def test_related_public_configs_parse(stem: str) -> None:
-    cfg = json.loads((HF_CONFIGS / f"{stem}_config.json").read_text())
-    quant = HF_CONFIGS / f"{stem}_hf_quant_config.json"
+    configs = shared_data(HF_CONFIGS)
+    cfg = json.loads((configs / f"{stem}_config.json").read_text())
+    quant = configs / f"{stem}_hf_quant_config.json"
     m = from_hf_config(cfg, stem, hf_quant_config=json.loads(quant.read_text()) if quant.exists() else None)
     assert m.num_params() > 1e9 and m.kv_bytes_per_token() > 0
     if "NVFP4" in stem:

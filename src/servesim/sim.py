@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from servesim.config import EngineConfig, Scenario, load_scenario, resolve_engine, scenario_from_dict
-from servesim.engine.arrivals import ArrivalFeeder, iter_requests
-from servesim.engine.build import build_replica
+from servesim.engine.arrivals import ArrivalFeeder, ClosedLoopFeeder, iter_requests, rejection_reason
+from servesim.engine.build import build_replica, closed_loop_feeder
 from servesim.engine.events import EventLoop
 from servesim.engine.lazy import LazyScheduler
 from servesim.engine.request import ReqStatus, Request
@@ -69,20 +69,35 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
     itl = ItlSamples() if record_steps else ItlSamples(gap_s=array("f"), count=array("i"))  # type: ignore[arg-type]
     totals = ReplicaTotals(num_gpus=num_gpus, num_gpu_blocks=num_gpu_blocks)
     records = RequestRecords.empty(len(wl))
-    records.arrival_s = np.asarray(wl.arrival_s, dtype=np.float64).copy()
+    closed = wl.clients is not None  # arrivals are the send times of closed-loop clients
+    if not closed:
+        records.arrival_s = np.asarray(wl.arrival_s, dtype=np.float64).copy()
     records.num_prompt_tokens = np.asarray(wl.num_prompt_tokens, dtype=np.int64).copy()
     writer = RecordWriter(records)
+    # A finish inside a run of decode steps is reported at the run's end, which is exact
+    # only when nothing reacts to finishes: closed-loop clients send at each finish.
     replica = build_replica(0, loop, engine, perf, num_gpu_blocks, max_model_len, wl, steps, itl, totals,
                             reference=reference, kv_bytes_per_block=kv_bytes_per_block,
                             check_invariants=check_invariants, on_finish=writer.add,
-                            finishes_in_runs=True)
+                            finishes_in_runs=not closed)
     scheduler, kv = replica.scheduler, replica.kv
+    usable_tokens = (num_gpu_blocks - 1) * engine.block_size
 
     def reject(r: Request, why: str) -> None:
         write_record(records, r, why)
 
-    feeder = ArrivalFeeder(wl, loop, replica.on_arrival, reject, max_model_len,
-                           (num_gpu_blocks - 1) * engine.block_size)
+    feeder: ArrivalFeeder | ClosedLoopFeeder
+    if closed:
+        feeder = closed_loop_feeder(wl, loop, replica.on_arrival, reject,
+                                    lambda r: rejection_reason(r, max_model_len, usable_tokens), itl)
+
+        def finish(r: Request) -> None:
+            writer.add(r)
+            feeder.on_request_done(r)  # type: ignore[union-attr]
+
+        replica.on_finish = finish
+    else:
+        feeder = ArrivalFeeder(wl, loop, replica.on_arrival, reject, max_model_len, usable_tokens)
     feeder.start()
     if progress is None:
         end = loop.run(until_s)
@@ -91,6 +106,8 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
         dt = max(horizon / 200, 1e-3)
         t = 0.0
         while len(loop) and loop.now < until_s:
+            if closed:  # the horizon is not known ahead
+                dt = max(dt, loop.now / 200)
             t = max(t + dt, loop.next_time())
             loop.run(min(t, until_s))
             progress(replica.num_finished + feeder.num_rejected)
@@ -134,6 +151,7 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
     """Run the scenario and return its Result with ``summary`` filled."""
     from servesim.catalog.gpus import get_gpu
     from servesim.catalog.models import load_model, resolve_kv_dtype_bytes
+    from servesim.catalog.parallel import check_parallel
     from servesim.metrics.summary import summarize
     from servesim.perf.memory import plan_memory
     from servesim.perf.roofline import build_perf_model
@@ -146,6 +164,7 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
 
         return simulate_cluster(sc, t0)
     model = load_model(sc.model.name, sc.model.dtype)
+    check_parallel(model, sc.parallel)
     hw = None
     if sc.hardware.profile:  # (the profile machinery is imported only when used)
         from servesim.perf.profiled import HardwareProfile

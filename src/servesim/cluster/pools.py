@@ -15,6 +15,7 @@ import time
 
 from servesim.catalog.gpus import get_gpu, link_spec
 from servesim.catalog.models import ModelSpec, load_model, resolve_kv_dtype_bytes
+from servesim.catalog.parallel import check_parallel
 from servesim.cluster.cluster import PoolSpec, run_cluster
 from servesim.config import PoolConfig, Scenario, resolve_engine
 from servesim.metrics.records import Result
@@ -30,6 +31,7 @@ def build_pool(sc: Scenario, pool: PoolConfig, model: ModelSpec,
     name = pool.gpu if pool.gpu is not None else sc.hardware.gpu
     gpu = hw.resolve_gpu(name) if hw else get_gpu(name)
     par = pool.parallel or sc.parallel
+    check_parallel(model, par, f"cluster.pools[{pool.name}].parallel" if pool.parallel else "parallel")
     eng = pool.engine or sc.engine
     if hw is not None:
         eng = hw.adjust_engine(eng)
@@ -42,10 +44,11 @@ def build_pool(sc: Scenario, pool: PoolConfig, model: ModelSpec,
     def us(x: float | None) -> float | None:
         return None if x is None else x * 1e-6
 
-    def gbps(x: float | None) -> float | None:
-        return None if x is None else x * 1e9
+    def bytes_per_s(gb_per_s: float | None) -> float | None:
+        return None if gb_per_s is None else gb_per_s * 1e9
 
-    links = link_spec(gpu, gbps(lk.intra_node_gbps), us(lk.intra_node_latency_us), gbps(lk.inter_node_gbps),
+    links = link_spec(gpu, bytes_per_s(lk.intra_node_gb_per_s), us(lk.intra_node_latency_us),
+                      bytes_per_s(lk.inter_node_gb_per_s),
                       us(lk.inter_node_latency_us), lk.gpus_per_node)
     return PoolSpec(
         name=pool.name, role=pool.role, num_replicas=pool.num_replicas, engine=engine,
