@@ -49,7 +49,7 @@ class RooflinePerfModel:
         "_work", "_proj_f", "_proj_w", "_proj_a", "_mlp_f", "_mlp_w", "_mlp_a", "_router_f", "_router_w",
         "_num_experts", "_top_k", "_miss", "_pf_f", "_pf_kv", "_pf_tok", "_dec_f", "_dec_kv", "_dec_req",
         "_el_tok", "_el_floor", "_lm_f", "_lm_w", "_lm_req", "_samp_req", "_comm_tok", "_comm_const",
-        "_comm_req", "_fixed", "_coef", "ep", "expert_imbalance", "links", "_tiles",
+        "_comm_req", "_fixed", "_coef", "_dtype_override", "ep", "expert_imbalance", "links", "_tiles",
     )
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1, pp: int = 1,
@@ -69,18 +69,24 @@ class RooflinePerfModel:
         self.ep, self.expert_imbalance, self.links = ep, expert_imbalance, links
         self.eff = eff or Efficiencies()
         self.dtype_bytes = model.dtype_bytes if dtype_bytes is None else dtype_bytes
-        ba = model.activation_dtype_bytes
-        self.kv_dtype_bytes = ba if kv_dtype_bytes is None else kv_dtype_bytes
-        self._work = work_coefficients(model, tp, ep, self.dtype_bytes, self.kv_dtype_bytes)
+        self._dtype_override = dtype_bytes is not None
+        bwe = model.expert_weight_bytes if dtype_bytes is None else dtype_bytes  # routed experts
+        self.kv_dtype_bytes = model.default_kv_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
+        self._work = work_coefficients(model, tp, ep, self.dtype_bytes, self.kv_dtype_bytes, bwe)
         self._compute_and_memory_costs()
         self._communication_costs()
         self._overheads_and_tiles()
         self._coef = self._hot_coefficients()
 
     def peak_flops(self) -> tuple[float, float]:
-        """FLOP/s of the linear layers (fp8 when the weights are) and of the activations."""
+        """FLOP/s of the linear layers (the model's tensor-core math: fp8 for W8A8 and NVFP4
+        weights, 16-bit for weight-only schemes; fp8 for an fp8 override) and of the activations."""
         act = activation_dtype(self.model)
-        return self.gpu.flops_for("fp8" if self.dtype_bytes < 2 else act), self.gpu.flops_for(act)
+        if self._dtype_override:
+            lin = "fp8" if self.dtype_bytes < 2 else act
+        else:
+            lin = self.model.linear_compute_dtype if self.model.activation_dtype_bytes < 4 else act
+        return self.gpu.flops_for(lin), self.gpu.flops_for(act)
 
     def _compute_and_memory_costs(self) -> None:
         """Seconds per unit of each statistic: the work coefficients over the roofs."""
@@ -370,31 +376,44 @@ class RooflinePerfModel:
 def activation_dtype(model: ModelSpec) -> str:
     """The dtype the activations (and attention) compute in: fp8 checkpoints run bf16."""
     ba = model.activation_dtype_bytes
-    return "float32" if ba >= 4 else ("bfloat16" if model.dtype == "fp8" else model.dtype)
+    return "float32" if ba >= 4 else model.activation_dtype
 
 
-def work_coefficients(m: ModelSpec, tp: int, ep: int, bw_: float, bkv: float) -> dict[str, float]:
+def work_coefficients(m: ModelSpec, tp: int, ep: int, bw_: float, bkv: float,
+                      bwe: float | None = None) -> dict[str, float]:
     """Raw work coefficients: FLOPs and bytes, summed over all layers, of one TP rank, with
-    weights of ``bw_`` and KV cache of ``bkv`` bytes per element."""
+    weights of ``bw_`` (routed experts ``bwe``, default ``bw_``) and KV cache of ``bkv``
+    bytes per element.
+
+    The model's own layout (see ModelSpec): layers with experts (the others dense), MLP
+    weights every token passes through in an MoE model (shared experts, dense layers; timed
+    with the router), full-attention layers (MLA: latent KV, absorbed decode) and
+    sliding-window layers (a window of keys per new token: FLOPs booked with the
+    projections, KV reads with each new token's attention bytes).
+    """
+    bwe = bw_ if bwe is None else bwe
     L, H, ba = m.num_layers, m.hidden_size, m.activation_dtype_bytes
     q = m.num_attention_heads // tp * m.head_dim            # query width on this rank
     kv = m.kv_heads_per_rank(tp) * m.head_dim               # K (or V) width on this rank
     width = (m.moe_intermediate_size if m.is_moe else m.intermediate_size) // (tp // ep)
     up = (2 if m.mlp_gated else 1) * width                  # gate+up (or up) output width
     vt = m.vocab_size / tp
+    Le, Lf = (m.num_moe_layers if m.is_moe else L), m.num_full_attention_layers
+    every_tok = m.every_token_mlp_params(tp)
+    win_f, win_kv = m.window_attn_per_token(tp, bkv)
     return {
-        "proj_f": 2.0 * m.attn_params_per_layer(tp) * L,               # per token
+        "proj_f": 2.0 * m.attn_params_per_layer(tp) * L + win_f,       # per token
         "proj_w": m.attn_params_per_layer(tp) * L * bw_,               # weight bytes
         "proj_a": L * ba * (H + (q + 2 * kv) + q + H),                 # per token in/out
-        "mlp_f": 2.0 * m.expert_params(tp // ep) * L / ep,             # per token-expert pair
-        "mlp_w": m.expert_params(tp // ep) * L * bw_,                  # per expert touched
-        "mlp_a": L * ba * (H + up + width + H) / ep,                   # per pair in/out
-        "router_f": 2.0 * m.router_params() * L,
-        "router_w": m.router_params() * L * bw_,
-        "pf_f": 4.0 * q * L,                                           # per unit of attn work
-        "kv_tok": 2.0 * kv * bkv * L,                                  # KV bytes per token
-        "qo_tok": 2.0 * q * ba * L,                                    # Q read + O write
-        "dec_f": 4.0 * q * L,                                          # per context token
+        "mlp_f": 2.0 * m.expert_params(tp // ep) * Le / ep,            # per token-expert pair
+        "mlp_w": m.expert_params(tp // ep) * Le * (bwe if m.is_moe else bw_),  # per expert touched
+        "mlp_a": Le * ba * (H + up + width + H) / ep,                  # per pair in/out
+        "router_f": 2.0 * (m.router_params() * Le + every_tok),
+        "router_w": m.router_params() * Le * ba + every_tok * bw_,
+        "pf_f": m.attn_flops_per_pair(tp) * Lf,                        # per unit of attn work
+        "kv_tok": m.kv_bytes_per_token(tp, bkv),                       # KV bytes per token
+        "qo_tok": 2.0 * q * ba * L + win_kv,                           # Q read + O write
+        "dec_f": m.attn_flops_per_pair(tp, decode=True) * Lf,          # per context token
         "el_tok": L * ba * (8 * H + 2 * (q + kv) + max(1, m.num_experts_per_tok) * (up + width))
                   + 6 * H * ba,                                        # + embedding, final norm
         # 1024-element passes along one token's row per iteration: 2 norms, rotary (q, k),
