@@ -76,6 +76,7 @@ def test_every_renamed_field_is_refused_with_its_new_name(old: str) -> None:
         "inter_node_gbps": ("cluster.pools.0.links", {"cluster": {"pools": [pool]}}),
         "bandwidth_gbps": ("cluster.link", {"cluster": {"pools": [{"name": "a"}], "link": {old: 1}}}),
         "pcie_gbps": ("engine", {"engine": {old: 1}}),
+        "swap_space_gb": ("engine", {"engine": {old: 1}}),
     }[old]
     with pytest.raises(ConfigError) as err:
         scenario_from_dict(where[1], "s.yaml")

@@ -61,7 +61,7 @@ from servesim.perf.kernels import (
 )
 from servesim.perf.kernel_step import KernelStepTime, row_time
 from servesim.perf.pipelined import MicroBatchShare
-from servesim.perf.roofline import RooflinePerfModel
+from servesim.perf.roofline import RooflinePerfModel, RooflineWork
 
 #: vLLM's custom all-reduce handles messages below this size (``CustomAllreduce.max_size``);
 #: larger ones go to NCCL.
@@ -75,7 +75,7 @@ def _gemm_dtype(model: ModelSpec) -> str | None:
     return {"bfloat16": "bfloat16", "float16": "bfloat16", "fp8": "fp8"}.get(model.dtype)
 
 
-class KernelPerfModel:
+class KernelPerfModel(RooflineWork):
     """Step time of ``model`` on ``tp`` x ``pp`` GPUs from measured vLLM kernels (PerfModel)."""
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1, pp: int = 1,
@@ -413,15 +413,6 @@ class KernelPerfModel:
                 else f"no kernel tables for {self.gpu.name}: every operator on the roofline")
         return head + "".join(f"\n  {k}: {v}" for k, v in self.sources.items())
 
-    def batch_work(self, stats: BatchStats) -> tuple[float, float]:
-        """(FLOPs, HBM bytes) on one GPU: the roofline's count (the work does not change)."""
-        return self.roofline.batch_work(stats)
-
-    def batch_flops(self, stats: BatchStats) -> float:
-        return self.roofline.batch_flops(stats)
-
-    def batch_bytes(self, stats: BatchStats) -> float:
-        return self.roofline.batch_bytes(stats)
 
     def bubble_fraction(self, stats: BatchStats) -> float:
         return self.roofline.bubble_fraction(stats)

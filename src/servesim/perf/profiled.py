@@ -41,7 +41,7 @@ from servesim.config import EngineConfig, GpuConfig, ModelConfig, ParallelConfig
 from servesim.errors import ConfigError
 from servesim.perf.base import BatchStats, decode_step_times
 from servesim.perf.operator_tables import OPERATOR_KERNELS, OperatorTable
-from servesim.perf.roofline import Efficiencies, RooflinePerfModel, build_perf_model
+from servesim.perf.roofline import Efficiencies, RooflinePerfModel, RooflineWork, build_perf_model
 
 FORMAT = "servesim-hardware-profile/1"
 
@@ -220,7 +220,7 @@ def _table_from_dict(d: dict[str, Any]) -> OperatorTable:
     )
 
 
-class ProfiledPerfModel:
+class ProfiledPerfModel(RooflineWork):
     """The calibrated roofline with measured linear and elementwise layers (implements PerfModel).
 
     ``batch_time = roofline + delta(T)`` where ``delta`` is, at each measured token count,
@@ -277,14 +277,6 @@ class ProfiledPerfModel:
         base = decode_step_times(self.roofline, num_decode_reqs, sum_decode_context)
         return base + self.delta(num_decode_reqs) if num_decode_reqs else base
 
-    def batch_work(self, stats: BatchStats) -> tuple[float, float]:
-        return self.roofline.batch_work(stats)
-
-    def batch_flops(self, stats: BatchStats) -> float:
-        return self.roofline.batch_flops(stats)
-
-    def batch_bytes(self, stats: BatchStats) -> float:
-        return self.roofline.batch_bytes(stats)
 
 
 def bundled_profiles() -> dict[str, Path]:

@@ -373,6 +373,24 @@ class RooflinePerfModel:
         return self.batch_work(stats)[1]
 
 
+class RooflineWork:
+    """For step-time models that change how long a step takes but not the work it does:
+    the FLOPs and HBM bytes of a batch (MFU, MBU, energy) are the wrapped roofline's count."""
+
+    __slots__ = ()
+    roofline: RooflinePerfModel
+
+    def batch_work(self, stats: BatchStats) -> tuple[float, float]:
+        """(FLOPs, HBM bytes) on one GPU: the roofline's count."""
+        return self.roofline.batch_work(stats)
+
+    def batch_flops(self, stats: BatchStats) -> float:
+        return self.roofline.batch_flops(stats)
+
+    def batch_bytes(self, stats: BatchStats) -> float:
+        return self.roofline.batch_bytes(stats)
+
+
 def activation_dtype(model: ModelSpec) -> str:
     """The dtype the activations (and attention) compute in: fp8 checkpoints run bf16."""
     ba = model.activation_dtype_bytes
