@@ -27,7 +27,7 @@ from servesim.engine.request import ReqStatus, Request
 from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, Result, StepSeries
 from servesim.metrics.writer import RecordWriter, write_record
 from servesim.perf.base import PerfModel
-from servesim.workload.base import Workload
+from servesim.workload.base import Workload, workload_stats
 
 
 @dataclass(slots=True)
@@ -138,7 +138,7 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
     result = Result(scenario=sc.model_copy(update={"engine": engine}), records=run.records,
                     steps=run.steps, itl=run.itl,
                     replicas=[run.totals], end_s=run.end_s, gpu=dep.gpu, deployments=[dep],
-                    notices=list(wl.meta.get("notices", [])))
+                    notices=list(wl.meta.get("notices", [])), workload_stats=workload_stats(wl))
     result.wall_s = time.perf_counter() - t0
     result.summary = summarize(result)
     return result

@@ -178,3 +178,4 @@ class Result:
     # readers and the config made to the input (``workload.notices``).
     deployments: list[Any] = field(default_factory=list)
     notices: list[dict[str, Any]] = field(default_factory=list)
+    workload_stats: dict[str, float] = field(default_factory=dict)  # mean_prompt_tokens, mean_output_tokens
