@@ -20,7 +20,7 @@ between them on one replica as it did in a cluster.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from servesim.catalog.gpus import GpuSpec, LinkSpec, get_gpu, link_spec
@@ -48,6 +48,7 @@ class Deployment:
     perf: PerfModel
     kv_dtype_bytes: float
     profile: Any = None  # the HardwareProfile applied, if any
+    notices: list[dict[str, Any]] = field(default_factory=list)  # changes made to the config (as workload.notices)
 
     @property
     def num_gpus(self) -> int:
@@ -110,8 +111,15 @@ def resolve_deployment(sc: Scenario, pool: PoolConfig | None = None, *, model: M
     gpu = profile.resolve_gpu(gpu_name) if profile else get_gpu(gpu_name)
     par = (pool.parallel if pool is not None else None) or sc.parallel
     eng = (pool.engine if pool is not None else None) or sc.engine
+    found = []
     if profile is not None:
-        eng = profile.adjust_engine(eng)
+        adjusted = profile.adjust_engine(eng)
+        if adjusted.cpu_overhead_s != eng.cpu_overhead_s:
+            where = f"pool {pool.name}: " if pool is not None else ""
+            found.append({"code": "profile_cpu_overhead", "source": str(sc.hardware.profile), "count": None,
+                          "message": f"{where}engine.cpu_overhead_s {eng.cpu_overhead_s:g} s replaced by the "
+                                     f"profile's {adjusted.cpu_overhead_s:g} s (set it in the scenario to keep it)"})
+        eng = adjusted
     engine = resolve_engine(eng, gpu.mem_bytes, gpu.name, eng.max_model_len or model.max_position_embeddings)
     kv_b = resolve_kv_dtype_bytes(sc.model.kv_cache_dtype, model)
     plan = plan_memory(model, gpu, engine, par, kv_dtype_bytes=kv_b)
@@ -122,7 +130,12 @@ def resolve_deployment(sc: Scenario, pool: PoolConfig | None = None, *, model: M
     return Deployment(
         name=pool.name if pool is not None else "", role=pool.role if pool is not None else "colocated",
         num_replicas=pool.num_replicas if pool is not None else 1, model=model, gpu=gpu, parallel=par,
-        engine=engine, plan=plan, links=links, perf=perf, kv_dtype_bytes=kv_b, profile=profile)
+        engine=engine, plan=plan, links=links, perf=perf, kv_dtype_bytes=kv_b, profile=profile, notices=found)
+
+
+def run_notices(wl_meta: dict[str, Any], deps: list[Deployment]) -> list[dict[str, Any]]:
+    """Every change made to the input: the workload's (``workload.notices``), then the config's."""
+    return [*wl_meta.get("notices", []), *(n for d in deps for n in d.notices)]
 
 
 def resolve_deployments(sc: Scenario) -> list[Deployment]:

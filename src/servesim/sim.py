@@ -116,7 +116,7 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
     The deployment (GPU, engine, memory plan, perf model) is resolved by
     ``servesim.deployment`` for one replica and for each pool of a cluster alike.
     """
-    from servesim.deployment import resolve_deployment
+    from servesim.deployment import resolve_deployment, run_notices
     from servesim.metrics.summary import summarize
     from servesim.workload import load_workload
 
@@ -138,7 +138,7 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
     result = Result(scenario=sc.model_copy(update={"engine": engine}), records=run.records,
                     steps=run.steps, itl=run.itl,
                     replicas=[run.totals], end_s=run.end_s, gpu=dep.gpu, deployments=[dep],
-                    notices=list(wl.meta.get("notices", [])), workload_stats=workload_stats(wl))
+                    notices=run_notices(wl.meta, [dep]), workload_stats=workload_stats(wl))
     result.wall_s = time.perf_counter() - t0
     result.summary = summarize(result)
     return result

@@ -15,7 +15,7 @@ import time
 from servesim.catalog.models import ModelSpec
 from servesim.cluster.cluster import PoolSpec, run_cluster
 from servesim.config import PoolConfig, Scenario
-from servesim.deployment import Deployment, resolve_deployment, resolve_deployments
+from servesim.deployment import Deployment, resolve_deployment, resolve_deployments, run_notices
 from servesim.metrics.records import Result
 from servesim.workload.base import workload_stats
 
@@ -51,7 +51,7 @@ def simulate_cluster(sc: Scenario, t0: float | None = None, *, progress: bool = 
                           record_steps=sc.run.record_steps, progress=report)
     result = Result(scenario=sc, records=run.records, steps=run.steps, itl=run.itl, replicas=run.totals,
                     end_s=run.end_s, gpu=pools[0].gpu, deployments=deps,
-                    notices=list(wl.meta.get("notices", [])), workload_stats=workload_stats(wl))
+                    notices=run_notices(wl.meta, deps), workload_stats=workload_stats(wl))
     result.wall_s = time.perf_counter() - t0
     result.summary = summarize(result)
     return result
