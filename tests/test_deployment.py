@@ -88,3 +88,31 @@ def test_links_inside_a_node_are_the_gpus_interconnect() -> None:
         dep = resolve_deployment(sc)
         old = build_perf_model(m, g, par, sc.model)  # links=None: interconnect for everything
         assert (dep.perf.batch_time(stats) == old.batch_time(stats)) is same, (tp, pp)
+
+
+@pytest.mark.parametrize("cluster", [None, {"pools": [{"name": "a", "num_replicas": 2},
+                                                      {"name": "b", "gpu": "A100-80GB"}]}])
+def test_the_memory_plan_is_in_every_report(cluster: dict | None) -> None:
+    import io
+
+    from rich.console import Console
+
+    from servesim.metrics.console import print_summary
+
+    sc = {"model": {"name": "Llama-3.1-8B"}, "workload": SMALL}
+    if cluster:
+        sc["cluster"] = cluster
+    r = servesim.simulate(sc)
+    mems = r.summary["memory"]
+    assert len(mems) == (2 if cluster else 1)
+    for mem, dep in zip(mems, r.deployments):
+        plan = dep.plan
+        assert mem["weights_bytes_per_gpu"] == plan.weights_bytes and mem["num_gpu_blocks"] == plan.num_gpu_blocks
+        assert mem["kv_capacity_tokens"] == plan.num_gpu_blocks * 16
+        mean = r.workload_stats["mean_prompt_tokens"] + r.workload_stats["mean_output_tokens"]
+        assert mem["mean_request_tokens"] == pytest.approx(mean)
+        assert mem["num_mean_requests_fit"] == plan.num_gpu_blocks // -(-int(np.ceil(mean)) // 16)
+        assert mem["usable_bytes"] + mem["outside_utilization_bytes"] == pytest.approx(dep.gpu.mem_bytes)
+    out = io.StringIO()
+    print_summary(r, Console(file=out, width=250))
+    assert out.getvalue().count("\nMemory") == len(mems)
