@@ -41,14 +41,16 @@ def test_chunked_prefill_off_with_a_budget_below_max_model_len_is_refused(cluste
     sc = {"model": {"name": "Llama-3.1-8B"}, "workload": SMALL, "engine": UNCHUNKED_SMALL_BUDGET}
     if cluster:
         sc["cluster"] = cluster
-    with pytest.raises(ConfigError, match=r"max_num_batched_tokens \(1024\) is smaller than max_model_len \(131072\)"):
+    with pytest.raises(ConfigError,
+                       match=r"max_num_batched_tokens \(1024\) is smaller than max_model_len \(131072\)"):
         servesim.simulate(sc)
 
 
 def test_a_pools_own_engine_is_checked_too() -> None:
     with pytest.raises(ConfigError, match="chunked prefill off"):
         servesim.simulate({"model": {"name": "Llama-3.1-8B"}, "workload": SMALL,
-                           "cluster": {"pools": [{"name": "a"}, {"name": "b", "engine": UNCHUNKED_SMALL_BUDGET}]}})
+                           "cluster": {"pools": [{"name": "a"},
+                                                 {"name": "b", "engine": UNCHUNKED_SMALL_BUDGET}]}})
 
 
 @pytest.mark.parametrize("cluster", [None, {"pools": [{"name": "a", "num_replicas": 2}]}])
@@ -107,7 +109,8 @@ def test_the_memory_plan_is_in_every_report(cluster: dict | None) -> None:
     assert len(mems) == (2 if cluster else 1)
     for mem, dep in zip(mems, r.deployments):
         plan = dep.plan
-        assert mem["weights_bytes_per_gpu"] == plan.weights_bytes and mem["num_gpu_blocks"] == plan.num_gpu_blocks
+        assert mem["weights_bytes_per_gpu"] == plan.weights_bytes
+        assert mem["num_gpu_blocks"] == plan.num_gpu_blocks
         assert mem["kv_capacity_tokens"] == plan.num_gpu_blocks * 16
         mean = r.workload_stats["mean_prompt_tokens"] + r.workload_stats["mean_output_tokens"]
         assert mem["mean_request_tokens"] == pytest.approx(mean)

@@ -13,7 +13,8 @@ The layers, lowest first (a module may import its own layer and those below)::
     cli, __main__, servesim/__init__     the command and the top-level API
     validate                             measured vs predicted, over whole runs
     sim                                  simulate(scenario) -> Result
-    cluster, calibration, profile_ops    many replicas; fitting perf models; timing operators
+    cluster, calibration, profile_ops,   many replicas; fitting perf models; timing operators;
+    deployment                           a scenario's deployment, resolved once
     engine, perf, metrics, workload      one replica, step times, records, requests
     config, catalog                      scenario schema; model and GPU facts
     errors

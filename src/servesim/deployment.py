@@ -48,7 +48,8 @@ class Deployment:
     perf: PerfModel
     kv_dtype_bytes: float
     profile: Any = None  # the HardwareProfile applied, if any
-    notices: list[dict[str, Any]] = field(default_factory=list)  # changes made to the config (as workload.notices)
+    # Changes made to the config, as ``workload.notices`` records the workload's.
+    notices: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def num_gpus(self) -> int:
@@ -117,8 +118,9 @@ def resolve_deployment(sc: Scenario, pool: PoolConfig | None = None, *, model: M
         if adjusted.cpu_overhead_s != eng.cpu_overhead_s:
             where = f"pool {pool.name}: " if pool is not None else ""
             found.append({"code": "profile_cpu_overhead", "source": str(sc.hardware.profile), "count": None,
-                          "message": f"{where}engine.cpu_overhead_s {eng.cpu_overhead_s:g} s replaced by the "
-                                     f"profile's {adjusted.cpu_overhead_s:g} s (set it in the scenario to keep it)"})
+                          "message": f"{where}engine.cpu_overhead_s {eng.cpu_overhead_s:g} s replaced by "
+                                     f"the profile's {adjusted.cpu_overhead_s:g} s (set it in the scenario "
+                                     "to keep it)"})
         eng = adjusted
     engine = resolve_engine(eng, gpu.mem_bytes, gpu.name, eng.max_model_len or model.max_position_embeddings)
     kv_b = resolve_kv_dtype_bytes(sc.model.kv_cache_dtype, model)

@@ -1,8 +1,9 @@
 """``simulate(scenario) -> Result``: one simulation as a pure function.
 
-Resolution order: scenario -> model spec and GPU spec (catalog) -> memory plan (number of
-KV blocks) -> perf model -> workload -> engine run -> records -> summary. Nothing here
-touches files except reading the scenario's inputs; outputs are written by the caller.
+Resolution order: scenario -> deployment (``servesim.deployment``: model and GPU specs,
+engine, memory plan, engine checks, links, perf model; the same function for each pool of
+a cluster) -> workload -> engine run -> records -> summary. Nothing here touches files
+except reading the scenario's inputs; outputs are written by the caller.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ import numpy as np
 
 from servesim.config import EngineConfig, Scenario, load_scenario, resolve_engine, scenario_from_dict
 from servesim.deployment import check_budget  # noqa: F401 (re-exported: its old home)
-from servesim.metrics.progress import progress_bar, run_in_slices
 from servesim.engine.arrivals import ArrivalFeeder, iter_requests
 from servesim.engine.build import build_replica
 from servesim.engine.events import EventLoop
 from servesim.engine.lazy import LazyScheduler
 from servesim.engine.request import ReqStatus, Request
+from servesim.metrics.progress import progress_bar, run_in_slices
 from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, Result, StepSeries
 from servesim.metrics.writer import RecordWriter, write_record
 from servesim.perf.base import PerfModel

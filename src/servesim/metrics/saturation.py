@@ -77,10 +77,12 @@ def saturation(arrival_s: np.ndarray, first_scheduled_s: np.ndarray, finished_s:
     }
     if saturated:
         cap = f"; this deployment sustains about {capacity_rps:.3g} req/s" if capacity_rps else ""
-        hint = (f"arrivals ({arrival_rps:.3g} req/s) outpace service ({served_rps:.3g} req/s): requests in the "
+        hint = (f"arrivals ({arrival_rps:.3g} req/s) outpace service ({served_rps:.3g} req/s): requests in "
+                "the "
                 f"system grew from {start} to {end} during arrivals{cap}; latency "
                 "figures measure the queue and grow with the run's length. Lower the rate "
                 "(workload.rate_scale) or add replicas or GPUs")
     else:
         hint = "the queue stays bounded: service keeps up with arrivals"
-    return {"saturated": saturated, "latency_is_queue_artefact": saturated, "evidence": evidence, "hint": hint}
+    return {"saturated": saturated, "latency_is_queue_artefact": saturated, "evidence": evidence,
+            "hint": hint}

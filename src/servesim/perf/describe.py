@@ -58,12 +58,14 @@ def describe_perf_model(perf: Any, gpu_name: str, profile: Any = None) -> dict[s
     if profile is not None:
         fitted_on = getattr(profile, "fitted_on", "") or ""
         d["profile"] = {"name": profile.name, "fitted_on": fitted_on,
-                        "fit": {k: v for k, v in (profile.fit or {}).items() if isinstance(v, (str, int, float))}}
+                        "fit": {k: v for k, v in (profile.fit or {}).items()
+                                if isinstance(v, (str, int, float))}}
         if d["kind"] == "roofline":
             d["label"] = f"roofline calibrated by profile {profile.name!r} (fitted on {fitted_on or '?'})"
             d["source"] = f"profile {profile.name!r}"
         if fitted_on and fitted_on.lower() != gpu_name.lower():
-            d["warnings"].append(f"profile {profile.name!r} was fitted on {fitted_on} and is used on {gpu_name}: "
+            d["warnings"].append(f"profile {profile.name!r} was fitted on {fitted_on} and is used on "
+                                 f"{gpu_name}: "
                                  "its efficiencies are carried over to another GPU's peaks")
     if d["kind"] == "profile" and d.get("table_gpu") and d["table_gpu"] != gpu_name:
         d["warnings"].append(f"operator tables measured on {d['table_gpu']} time {gpu_name}")

@@ -150,7 +150,8 @@ def _kv_tokens(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: P
                kv_dtype_bytes: float | None) -> int:
     """KV tokens one GPU holds with this layout (0 when the weights do not fit)."""
     tp, pp = parallel.tensor_parallel_size, parallel.pipeline_parallel_size
-    engine = resolve_engine(engine, gpu.mem_bytes, gpu.name, engine.max_model_len or model.max_position_embeddings)
+    max_len = engine.max_model_len or model.max_position_embeddings
+    engine = resolve_engine(engine, gpu.mem_bytes, gpu.name, max_len)
     available = (engine.gpu_memory_utilization * gpu.mem_bytes - weights_bytes_per_gpu(model, tp, pp)
                  - activation_peak_bytes(model, engine, tp) - NON_TORCH_RESERVE_BYTES)
     per_block = model.kv_bytes_per_token(tp, kv_dtype_bytes, pp) * engine.block_size

@@ -41,7 +41,13 @@ from servesim.workload.containers import (
     parquet_records,
 )
 from servesim.workload.fast_csv import read_azure_csv, read_azure_numpy
-from servesim.workload.notices import add_notice, hash_ids_beyond_prompt, reordered, unknown_columns, zero_lengths
+from servesim.workload.notices import (
+    add_notice,
+    hash_ids_beyond_prompt,
+    reordered,
+    unknown_columns,
+    zero_lengths,
+)
 from servesim.workload.trace_values import _azure_ns, _bad, _hash_ids, _int, _number, _priority
 
 DEFAULT_PREFIX_LEN = 256  # shared tokens per prefix_group: record.py --prefix-len default (tools/vllm-cpu)
