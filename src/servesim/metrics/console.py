@@ -180,16 +180,18 @@ def _gb(x: float) -> str:
 
 
 def _step_time_lines(s: dict[str, Any]) -> Text:
-    """Which step-time model answered (one line per distinct model), and its warnings."""
+    """Which step-time model answered (one line per distinct model, naming its pools when
+    the pools differ), and its warnings."""
     text = Text()
-    seen = []
-    for m in s.get("step_time_model", []):
-        line = m["label"] + (f" [{m['pool']}]" if m.get("pool") and len(s["step_time_model"]) > 1 else "")
-        if m["label"] not in seen:
-            text.append(f"step time: {line}\n")
-            seen.append(m["label"])
-        for w in m.get("warnings", []):
-            text.append(f"warning: {w}\n", style="yellow")
+    models = s.get("step_time_model", [])
+    pools: dict[str, list[str]] = {}
+    for m in models:
+        pools.setdefault(m["label"], []).append(m.get("pool") or "")
+    for label, names in pools.items():
+        where = f" (pool {', '.join(names)})" if len(pools) > 1 else ""
+        text.append(f"step time: {label}{where}\n")
+    for w in dict.fromkeys(w for m in models for w in m.get("warnings", [])):
+        text.append(f"warning: {w}\n", style="yellow")
     return text
 
 
