@@ -83,3 +83,27 @@ def test_saturation_is_judged_for_a_cluster_too(cluster: dict | None) -> None:
     slow = servesim.simulate({**sc, "workload": {**BURSTY, "num_requests": 200,
                                                   "arrival": {"process": "poisson", "rate": 0.3}}}).summary
     assert not slow["saturation"]["saturated"] and slow["headroom"]["load_fraction"] < 0.5
+
+
+def test_the_cli_reports_and_stores_every_section(tmp_path) -> None:
+    """Console lines and summary.json keys for headroom, saturation, memory, step-time model
+    and notices, for a single replica and a two-replica cluster."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from servesim.cli import app
+
+    tiny = ("workload={type: synthetic, num_requests: 40, arrival: {rate: 10.0}, "
+            "prompt_len: {kind: normal, mean: 64, std: 64, max: 100}, output_len: {kind: constant, value: 8}}")
+    for extra in ([], ["--set", "cluster={pools: [{name: a, num_replicas: 2}]}"]):
+        out_dir = tmp_path / f"run{len(extra)}"
+        res = CliRunner().invoke(app, ["simulate", "--no-progress", "--set", tiny, *extra, "-o", str(out_dir)])
+        assert res.exit_code == 0, res.output
+        for word in ("step time: roofline", "Memory", "Headroom", "Saturation", "Notice"):
+            assert word in res.stdout, (word, res.stdout)
+        doc = json.loads((out_dir / "summary.json").read_text())
+        assert doc["saturation"]["saturated"] is False
+        assert doc["notices"][0]["code"] == "length_clipped"
+        assert len(doc["memory"]) == len(doc["step_time_model"]) == 1
+        assert doc["headroom"]["load_fraction"] < 0.5
