@@ -1,15 +1,36 @@
-"""Small, generic helpers shared by the engine tests."""
+"""Small, generic helpers for the tests, and where the large public data sets are.
+
+Every test runs on the fixtures under tests/ except those marked ``shared_data``: they
+exercise the full public traces and measurement sets, read them from ``shared_data(...)``
+(the folder ``SERVESIM_SHARED_DATA`` names, by default ``shared/data`` beside the checkout)
+and skip, saying so, where it is absent. ``pytest -m "not shared_data"`` leaves them out.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from servesim.engine.kv_cache import KVCacheManager
 from servesim.engine.request import Request
 from servesim.engine.scheduler import Scheduler, SchedulerConfig
 from servesim.workload.base import Workload
+
+_BESIDE_THE_CHECKOUT = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED_DATA = Path(os.environ.get("SERVESIM_SHARED_DATA", _BESIDE_THE_CHECKOUT))
+
+
+def shared_data(rel: str) -> Path:
+    """A file or folder of the public data sets (``SHARED_DATA / rel``); skips the test where
+    it is absent. For tests marked ``shared_data`` only."""
+    path = SHARED_DATA / rel
+    if not path.exists():
+        pytest.skip(f"the public data sets are not here: {path} (set SERVESIM_SHARED_DATA to their folder)")
+    return path
 
 
 def make_workload(arrivals: Sequence[float], prompts: Sequence[int] | int, outputs: Sequence[int] | int,

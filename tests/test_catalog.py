@@ -12,7 +12,7 @@ from servesim.catalog import GpuSpec, from_hf_config, get_gpu, list_gpus, list_m
 from servesim.config import GpuConfig
 from servesim.errors import CatalogError
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 # ---------------------------------------------------------------------- models
@@ -85,7 +85,7 @@ def test_dtype_override() -> None:
 
 
 def tiny_llama_config(hidden: int = 512, layers: int = 4) -> dict:
-    """The config written by shared/tools/vllm-cpu/make_tiny_model.py (same formulas)."""
+    """The config of the tiny Llama the vLLM CPU recordings ran (tests/fixtures/vllm_timing)."""
     return {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",
         "hidden_size": hidden, "intermediate_size": hidden * 11 // 4 // 64 * 64,
@@ -155,7 +155,7 @@ def test_sm_counts_from_the_spec_sheets() -> None:
     assert sms == {"A100-80GB": 108, "H100-SXM": 132, "H200": 132, "B200": 148, "MI300X": 304,
                    "L40S": 142, "L4": 58}
     # Custom hardware has none (wave quantisation is off there).
-    assert get_gpu(GpuConfig(name="X", bf16_tflops=100, mem_gb=40, mem_bw_tbps=1.5)).num_sms == 0
+    assert get_gpu(GpuConfig(name="X", bf16_tflops=100, mem_gb=40, mem_bw_tb_per_s=1.5)).num_sms == 0
 
 
 def test_flops_for_falls_back_to_bf16_without_fp8() -> None:
@@ -166,17 +166,15 @@ def test_flops_for_falls_back_to_bf16_without_fp8() -> None:
 
 
 def test_gpu_from_config() -> None:
-    g = get_gpu(GpuConfig(name="X", bf16_tflops=100, mem_gb=40, mem_bw_tbps=1.5))
+    g = get_gpu(GpuConfig(name="X", bf16_tflops=100, mem_gb=40, mem_bw_tb_per_s=1.5))
     assert isinstance(g, GpuSpec)
     assert g.flops_for("bfloat16") == 100e12 and g.flops_for("fp8") == 100e12
     assert g.mem_bytes == 40e9 and g.mem_bw == 1.5e12 and g.interconnect_bw == 450e9
     assert g.interconnect_latency_s == pytest.approx(5e-6)
 
 
-def test_gpu_specs_match_shared_csv() -> None:
-    path = SHARED / "data" / "gpu_specs.csv"
-    if not path.exists():
-        pytest.skip("shared data not present")
+def test_gpu_specs_match_the_spec_sheet_table() -> None:
+    path = FIXTURES / "gpu_specs.csv"
     names = {"A100 80GB": "A100-80GB", "H100 80GB": "H100-SXM", "H200 141GB": "H200", "B200 (HGX)": "B200",
              "MI300X": "MI300X", "L40S": "L40S", "L4": "L4"}
     for row in csv.DictReader(path.open()):

@@ -21,7 +21,7 @@ from servesim.perf.roofline import RooflinePerfModel
 from servesim.sim import run_engine
 from servesim.workload.base import Workload
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+MOONCAKE = Path(__file__).parent / "fixtures" / "traces" / "mooncake_conversation_1000.jsonl.gz"
 
 
 def synthetic(seed: int, n: int, rate: float, prompt_max: int = 1024, out_max: int = 256,
@@ -99,11 +99,10 @@ def test_roofline_timed_low_load():
                 20000, perf=perf)
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="shared data not present")
 def test_azure_slice_at_high_rate():
     from servesim.workload.traces import read_trace, select
 
-    wl = select(read_trace(SHARED / "traces/azure2023/AzureLLMInferenceTrace_conv.csv"),
+    wl = select(read_trace("builtin:azure_conv"),
                 rate_scale=10.0, start_s=None, end_s=None, limit=800)
     model = load_model("meta-llama/Llama-3.1-8B")
     perf = RooflinePerfModel(model, get_gpu("H100-SXM"))
@@ -111,11 +110,10 @@ def test_azure_slice_at_high_rate():
                 max_model_len=16384)
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="shared data not present")
 def test_mooncake_slice_prefix_caching():
     from servesim.workload.traces import read_trace, select
 
-    wl = select(read_trace(SHARED / "traces/mooncake/conversation_trace.jsonl"),
+    wl = select(read_trace(MOONCAKE),
                 rate_scale=0.05, start_s=None, end_s=None, limit=150)
     model = load_model("meta-llama/Llama-3.1-8B")
     perf = RooflinePerfModel(model, get_gpu("H100-SXM"), tp=1)
@@ -156,4 +154,17 @@ def test_numpy_chunks_of_long_runs(monkeypatch: pytest.MonkeyPatch, scalar_steps
     wl = synthetic(7, 300, 4, prompt_max=512, out_max=1500)
     rm = RooflinePerfModel(load_model("meta-llama/Llama-3.1-8B"), get_gpu("H100-SXM"))
     ref = assert_same(wl, EngineConfig(max_num_seqs=32, max_num_batched_tokens=1024), 600, perf=rm)
+    assert ref.records.num_preemptions.sum() > 0
+
+
+def test_closed_loop_benchmark_clients():
+    # vllm bench's clients send at finishes: a finish inside a lazy run must be reported at
+    # its own step's end (not the run's), so the next request arrives when it would.
+    from servesim.config import BenchmarkWorkload
+    from servesim.workload import load_workload
+
+    wl = load_workload(BenchmarkWorkload(num_prompts=300, input_len=600, output_len=120,
+                                         random_range_ratio=0.8, max_concurrency=24, num_warmups=3,
+                                         request_rate=30.0, burstiness=0.5))
+    ref = assert_same(wl, EngineConfig(max_num_seqs=32, max_num_batched_tokens=512), 500)
     assert ref.records.num_preemptions.sum() > 0

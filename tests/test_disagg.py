@@ -4,6 +4,9 @@ no request is lost or duplicated, and the DistServe reproduction in servesim's t
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import numpy as np
 import pytest
 from conftest import make_workload
@@ -21,7 +24,9 @@ from servesim.config import (
 )
 from servesim.engine.request import ReqStatus
 from servesim.metrics.records import RequestStatus
-from servesim.perf.base import ConstantPerfModel
+from servesim.perf.base import BatchStats, ConstantPerfModel
+from servesim.calibration.measurements import DistServeFit, read_distserve
+from servesim.workload.base import Workload
 
 KV_BYTES = 1000.0  # per token
 BW_GBPS = 0.001  # 1e6 bytes/s: 100 tokens of KV take 0.1 s
@@ -47,7 +52,7 @@ def pool(name: str, role: str, n: int = 1, blocks: int = 101, seqs: int = 8) -> 
 
 
 def disagg_cfg(n_p: int = 1, n_d: int = 1, **kw: object) -> ClusterConfig:
-    kw.setdefault("link", KvLinkConfig(bandwidth_gbps=BW_GBPS, latency_us=0.0))
+    kw.setdefault("link", KvLinkConfig(bandwidth_gb_per_s=BW_GBPS, latency_us=0.0))
     return ClusterConfig(
         pools=[
             PoolConfig(name="p", role="prefill", num_replicas=n_p),
@@ -83,7 +88,7 @@ def test_transfers_share_the_receivers_link() -> None:
     run = run_cluster(
         wl,
         [pool("p", "prefill", 2), pool("d", "decode")],
-        disagg_cfg(2, 1, link=KvLinkConfig(bandwidth_gbps=BW_GBPS, latency_us=0, shared_by="sender")),
+        disagg_cfg(2, 1, link=KvLinkConfig(bandwidth_gb_per_s=BW_GBPS, latency_us=0, shared_by="sender")),
     )
     np.testing.assert_allclose(run.records.finished_s, [0.01 + 0.1 + 0.01] * 2)
 
@@ -95,7 +100,7 @@ def test_decode_replica_admits_only_with_blocks() -> None:
     run = run_cluster(
         wl,
         [pool("p", "prefill", 2), pool("d", "decode", blocks=11)],
-        disagg_cfg(2, 1, link=KvLinkConfig(bandwidth_gbps=1000.0, latency_us=0)),
+        disagg_cfg(2, 1, link=KvLinkConfig(bandwidth_gb_per_s=1000.0, latency_us=0)),
         check_invariants=True,
     )
     f0, f1 = run.records.finished_s
@@ -175,7 +180,7 @@ def test_no_request_lost_or_duplicated(
         router=router,
         disaggregation=DisaggConfig(decode_prefill_fraction=frac, colocate_below_tokens=below),
         migration=MigrationConfig(enabled=migrate, interval_s=0.05, threshold=0.05),
-        link=KvLinkConfig(bandwidth_gbps=0.01, latency_us=50),
+        link=KvLinkConfig(bandwidth_gb_per_s=0.01, latency_us=50),
     )
     finishes: list[int] = []
     pools = [pool("p", "prefill", n_p, blocks=blocks), pool("d", "decode", n_d, blocks=blocks)]
@@ -199,7 +204,13 @@ def test_no_request_lost_or_duplicated(
     assert (rec.status == np.where(servable, RequestStatus.FINISHED, RequestStatus.REJECTED)).all()
     ok = np.asarray(servable)
     assert (rec.num_output_tokens[ok] == np.asarray([o for _, _, o in reqs])[ok]).all()
-    assert (rec.replica[ok & (rec.num_output_tokens > 1)] >= n_p).all() or below or frac
+    # Where each request ends: on a decode replica if it was served there whole (prompt below
+    # colocate_below_tokens), left a tail of its prompt there, or has outputs after the first
+    # token; on its prefill replica otherwise.
+    prompts = np.asarray([p for _, p, _ in reqs])
+    tail = np.minimum((prompts * frac).astype(int), prompts - 1) > 0
+    on_decode = (prompts < below) | tail | (rec.num_output_tokens > 1)
+    np.testing.assert_array_equal((rec.replica >= n_p)[ok], on_decode[ok])
     assert sum(t.num_kv_transfers for t in run.totals) == run.num_handoffs + run.num_migrations
 
 
@@ -272,8 +283,8 @@ def best(placements: dict[str, list[dict]], *args: object) -> tuple[str, float]:
 def test_distserve_disaggregation_wins_on_prompt_heavy_tight_slos() -> None:
     """OPT-13B on A100s, prompts of 1024-1792 tokens, 8-32 outputs, TTFT <= 300 ms and
     TPOT <= 25 ms at 90% attainment. Best of each family, per GPU (measured when written:
-    colocated TP4 x2 2.10 req/s/GPU, disaggregated 5 x TP1 prefill + 1 x TP2 decode 2.64:
-    1.26x; DistServe reports 2-4.5x against vLLM without chunked prefill)."""
+    colocated TP4 x2 2.05 req/s/GPU, disaggregated 5 x TP1 prefill + 1 x TP2 decode 2.58:
+    1.26x; the paper-setup test below compares against vLLM V0, as DistServe did)."""
     args = (
         {"kind": "uniform", "low": 1024, "high": 1792},
         {"kind": "uniform", "low": 8, "high": 32},
@@ -295,12 +306,13 @@ def test_distserve_disaggregation_wins_on_prompt_heavy_tight_slos() -> None:
         },
         *args,
     )
-    assert dis[1] > 1.15 * colo[1], (colo, dis)
+    print(f"colocated {colo}, disaggregated {dis}: {dis[1] / colo[1]:.2f}x")
+    assert 1.26 / 1.1 <= dis[1] / colo[1] <= 1.26 * 1.1, (colo, dis)  # measured 1.26x (to ~10%)
 
 
 def test_colocation_wins_on_short_prompts_loose_slos() -> None:
     """Short prompts (32-128), long outputs (128-384), TTFT <= 2 s, TPOT <= 100 ms: a prefill
-    GPU has little to do (measured when written: colocated 19.8 req/s/GPU, 1P1D 13.7)."""
+    GPU has little to do (measured: colocated 19.8 req/s/GPU, 1P1D 13.7: 1.45x)."""
     args = (
         {"kind": "uniform", "low": 32, "high": 128},
         {"kind": "uniform", "low": 128, "high": 384},
@@ -309,4 +321,128 @@ def test_colocation_wins_on_short_prompts_loose_slos() -> None:
     )
     colo = best({"x1": [_p("c", "colocated", 1)]}, *args)
     dis = best({"1p1d": [_p("p", "prefill", 1), _p("d", "decode", 1)]}, *args)
-    assert colo[1] > 1.3 * dis[1], (colo, dis)
+    print(f"colocated {colo}, disaggregated {dis}: {colo[1] / dis[1]:.2f}x")
+    assert 1.45 / 1.1 <= colo[1] / dis[1] <= 1.45 * 1.1, (colo, dis)  # measured 1.45x (to ~10%)
+
+
+# --------------------------------------------------------------------------- DistServe, the paper's setup
+
+DISTSERVE_FITS = Path(__file__).parent / "fixtures" / "measurements" / "measurements" / "distserve"
+
+
+@dataclasses.dataclass(slots=True)
+class DistServeFitPerf:
+    """A step time from DistServe's published A100 fit of one engine (prefill ms = a + b Σp +
+    c Σp², decode ms = a + b Σcontext + c batch). A V0 or prefill-only step holds whole
+    prompts, so Σp² = 2 x prefill_attn_work."""
+
+    fit: DistServeFit
+
+    def batch_time(self, s: BatchStats) -> float:
+        t = 0.0
+        if s.num_prefill_reqs:
+            a, b, c = self.fit.prefill
+            t += (a + b * s.num_prefill_tokens + c * 2 * s.prefill_attn_work) * 1e-3
+        if s.num_decode_reqs:
+            t += self.fit.decode_s(s.num_decode_reqs, s.sum_decode_context)
+        return t
+
+    def batch_flops(self, s: BatchStats) -> float:
+        return 0.0
+
+    def batch_bytes(self, s: BatchStats) -> float:
+        return 0.0
+
+
+def _engine(batched_tokens: int, seqs: int) -> dict:
+    return {"policy": "vllm_v0", "max_num_batched_tokens": batched_tokens, "max_num_seqs": seqs,
+            "max_model_len": 2048, "gpu_memory_utilization": 0.95, "cpu_overhead_s": 0.0}
+
+
+def _distserve_pools(model: str, tps: tuple[tuple[str, int], ...]) -> tuple[ClusterConfig, list[PoolSpec]]:
+    """Pools as DistServe's artifact runs them (evaluation/2-benchmark-serving/
+    2-start-api-server.py): vLLM with 16384 batched tokens and 1024 sequences; DistServe's
+    prefill instance 8192 tokens / 128 requests, its decode instance 1024 requests. Each pool
+    is timed by its engine's fit at its TP degree (vLLM's fit for vLLM, DistServe's for
+    DistServe), since the roofline does not know either engine's overheads."""
+    from servesim.catalog.models import load_model
+    from servesim.cluster.pools import build_pool
+    from servesim.config import Scenario
+
+    engines = {"colocated": _engine(16384, 1024), "prefill": _engine(8192, 128), "decode": _engine(65536, 1024)}
+    pools = [{"name": role, "role": role, "num_replicas": 1, "engine": engines[role],
+              "parallel": {"tensor_parallel_size": tp}} for role, tp in tps]
+    sc = Scenario.model_validate({"model": {"name": model}, "hardware": {"gpu": "A100-80GB"},
+                                  "cluster": {"pools": pools, "router": "least_outstanding"}})
+    engine_of = {"colocated": "vllm", "prefill": "distserve", "decode": "distserve"}
+    fits = {(e, f.model, f.tp): f for e in ("vllm", "distserve")
+            for f in read_distserve(DISTSERVE_FITS / f"distserve_profiler-a100-80g.{e}.json")}
+    specs = [dataclasses.replace(build_pool(sc, p, load_model(model)),
+                                 perf=DistServeFitPerf(fits[engine_of[p.role], f"facebook/{model.lower()}",
+                                                            p.parallel.tensor_parallel_size]))
+             for p in sc.cluster.pools]
+    assert sc.cluster is not None
+    return sc.cluster, specs
+
+
+def _distserve_goodput_per_gpu(model: str, tps: tuple[tuple[str, int], ...], prompt_median: float,
+                               slo: tuple[float, float], lo: float, hi: float) -> float:
+    """DistServe's metric: the highest Poisson rate (per GPU) at which >= 90% of requests meet
+    both the TTFT and the TPOT SLO; 60 s of traffic, common random numbers, bisection on a
+    log scale to ~6%."""
+    cfg, specs = _distserve_pools(model, tps)
+    rng = np.random.default_rng(1)
+    n = 8000
+    unit = np.cumsum(rng.exponential(1.0, n))
+    prompt = np.clip(rng.lognormal(np.log(prompt_median), 0.7, n), 4, 1536).astype(np.int64)
+    output = np.clip(rng.lognormal(np.log(150), 0.9, n), 4, 512).astype(np.int64)
+    gpus = sum(s.num_gpus for s in specs)
+
+    def ok(rate: float) -> bool:
+        k = int(np.searchsorted(unit / rate, 60.0))
+        rec = run_cluster(Workload(unit[:k] / rate, prompt[:k], output[:k]), specs, cfg,
+                          record_steps=False).records
+        return float(((rec.ttft_s <= slo[0]) & ~(rec.tpot_s > slo[1])).mean()) >= 0.9
+
+    lo, hi = lo * gpus, hi * gpus
+    assert ok(lo) and not ok(hi), (lo, hi)
+    for _ in range(7):
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo / gpus
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("model", "slo", "tps", "prompt_median", "hi", "measured"), [
+    ("OPT-13B", (0.25, 0.1), (1, 2, 1), 107, 12.0, 0.47),  # vLLM 9.35, DistServe 4.42 req/s/GPU
+    ("OPT-13B", (0.25, 0.1), (1, 2, 1), 600, 4.0, 1.79),  # 1.02, 1.82
+    ("OPT-66B", (0.4, 0.1), (4, 4, 4), 600, 4.0, 2.49),  # 0.179, 0.446 (prompt median 107: 1.18x)
+])
+def test_distserve_paper_setup_gain_depends_on_prompt_length(model, slo, tps, prompt_median, hi,
+                                                             measured) -> None:
+    """DistServe (Zhong et al., OSDI'24), chatbot on ShareGPT: per-GPU goodput at 90% SLO
+    attainment, DistServe 2.0-4.6x vLLM (see docs/cluster.md for the whole finding).
+
+    The paper's setup, from its artifact (LLMServe/DistServe, evaluation/ae-scripts/e2e/
+    _plot.py and 2-start-api-server.py): OPT-13B, TTFT <= 0.25 s and TPOT <= 0.1 s, vLLM TP1
+    on 1 GPU against DistServe's prefill TP2 + decode TP1 (3 GPUs); OPT-66B, TTFT <= 0.4 s,
+    TPOT <= 0.1 s, vLLM TP4 against prefill TP4 + decode TP2 x PP2 (8 GPUs; here decode TP4,
+    as DistServe publishes no PP fit). Step times: DistServe's own A100 fits of each engine.
+    vLLM is V0 (prefill-prioritizing, no chunked prefill), as the paper's vLLM was.
+
+    Lengths: lognormal outputs (median 150, up to 512) and prompts of median 107 (ShareGPT's
+    single-turn prompts as vLLM's paper reports them) or 600 (DistServe's preprocessing joins
+    a random number of earlier turns into the prompt, so its prompts are longer; its exact
+    distribution is not published). The gain is steep in the prompt length: with short prompts
+    a prefill is cheap, TTFT holds on one colocated GPU and the dedicated prefill GPUs idle
+    (colocation wins); with long prompts vLLM's batched prefills push TTFT over 0.25 s early.
+    """
+    vllm_tp, prefill_tp, decode_tp = tps
+    colo = _distserve_goodput_per_gpu(model, (("colocated", vllm_tp),), prompt_median, slo, 0.02, hi)
+    dis = _distserve_goodput_per_gpu(model, (("prefill", prefill_tp), ("decode", decode_tp)),
+                                     prompt_median, slo, 0.02, hi)
+    print(f"{model}, prompt median {prompt_median}: vLLM {colo:.3f}, DistServe {dis:.3f} req/s/GPU: "
+          f"{dis / colo:.2f}x")
+    # The measured gain to within 20% (each capacity is bisected to ~6%): short prompts must
+    # keep colocation ahead, long ones must give DistServe its gain.
+    assert measured / 1.2 <= dis / colo <= measured * 1.2

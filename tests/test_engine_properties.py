@@ -43,7 +43,7 @@ def cases(draw) -> Case:
     caching = draw(st.booleans())
     groups = draw(st.lists(st.integers(-1, 2), min_size=n, max_size=n)) if caching else None
     prefix_len = draw(st.integers(0, 200))
-    block_size = draw(st.sampled_from([1, 4, 16, 32]))
+    block_size = draw(st.sampled_from([1, 8, 16, 32]))
     chunked = draw(st.booleans())
     # Mostly long enough for everything; sometimes short enough to cut or reject requests.
     max_model_len = draw(st.sampled_from([512, 512, 512, 200, 64]))

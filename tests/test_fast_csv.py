@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import os
 import subprocess
 import sys
 from datetime import date
@@ -15,13 +14,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import shared_data
 
 import servesim.workload.traces as traces
 from servesim.errors import WorkloadError
 from servesim.workload.fast_csv import read_azure_csv, read_azure_numpy
 
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"
-SHARED_DATA = Path(os.environ.get("SERVESIM_SHARED_DATA", Path(__file__).parents[2] / "shared" / "data"))
 AZURE_SHARED = ["AzureLLMInferenceTrace_conv.csv", "AzureLLMInferenceTrace_code.csv"]
 HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
 
@@ -83,11 +82,10 @@ def test_numpy_path_equals_the_row_parser_on_the_bundled_traces(file, monkeypatc
     assert clamped == slow.meta["clamped"] and columns == ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 
+@pytest.mark.shared_data
 @pytest.mark.parametrize("file", AZURE_SHARED)
 def test_numpy_path_equals_the_row_parser_on_the_shared_traces(file, monkeypatch):
-    path = SHARED_DATA / "traces" / "azure2023" / file
-    if not path.exists():
-        pytest.skip(f"shared data not found: {path} (set SERVESIM_SHARED_DATA)")
+    path = shared_data(f"traces/azure2023/{file}")
     assert_same(numpy_parsed(str(path), monkeypatch), row_parsed(str(path), monkeypatch))
 
 

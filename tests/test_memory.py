@@ -65,8 +65,13 @@ def test_kv_cache_too_small_for_max_model_len() -> None:
         plan_memory(m, l4, EngineConfig(), ParallelConfig())
     plan = plan_memory(m, l4, EngineConfig(max_model_len=8192), ParallelConfig())
     assert plan.num_gpu_blocks * 16 >= 8192
-    forced = plan_memory(m, l4, EngineConfig(num_gpu_blocks_override=100), ParallelConfig())
+    forced = plan_memory(m, l4, EngineConfig(num_gpu_blocks_override=100, max_model_len=1024),
+                         ParallelConfig())
     assert forced.num_gpu_blocks == 100
+    # An override must still hold one max_model_len sequence: 1024 / 16 blocks + the null block.
+    plan_memory(m, l4, EngineConfig(num_gpu_blocks_override=65, max_model_len=1024), ParallelConfig())
+    with pytest.raises(ConfigError, match=r"num_gpu_blocks_override \(64\) is below the 65 blocks"):
+        plan_memory(m, l4, EngineConfig(num_gpu_blocks_override=64, max_model_len=1024), ParallelConfig())
 
 
 def test_max_model_len_above_model_limit_is_rejected() -> None:

@@ -16,16 +16,14 @@ from servesim.config import ParallelConfig
 from servesim.perf.base import BatchStats
 from servesim.perf.roofline import PipelinedPerfModel, RooflinePerfModel, build_perf_model
 
-SPLITWISE = (
-    Path(__file__).resolve().parents[2] / "shared" / "data" / "measurements" / "splitwise" / "perf_model.csv"
-)
+MEASUREMENTS = Path(__file__).parent / "fixtures" / "measurements" / "measurements"
+SPLITWISE = MEASUREMENTS / "splitwise" / "perf_model.csv"
 
 
 def prefill(p: int) -> BatchStats:
     return BatchStats(num_prefill_tokens=p, prefill_attn_work=p * p / 2, num_prefill_reqs=1)
 
 
-@pytest.mark.skipif(not SPLITWISE.exists(), reason="Splitwise measurements not present")
 @pytest.mark.parametrize(("gpu", "hw"), [("H100-SXM", "h100-80gb"), ("A100-80GB", "a100-80gb")])
 def test_tp_prefill_time_falls_sublinearly_like_splitwise(gpu: str, hw: str) -> None:
     """Llama-2-70B prompt time (2048 tokens, batch 1) at TP 2/4/8, Splitwise's measurements
@@ -162,3 +160,59 @@ def test_links_from_the_catalog_and_overrides() -> None:
         RooflinePerfModel(m, h100, tp=16, links=lk).breakdown(st)["comm"]
         > 5 * RooflinePerfModel(m, h100, tp=16).breakdown(st)["comm"]
     )
+
+
+# ---------------------------------------------------------------------- layouts vLLM refuses
+
+
+def test_parallel_layouts_vllm_refuses_are_refused() -> None:
+    """Heads over TP ranks, KV heads split or replicated, experts over EP groups."""
+    import dataclasses
+
+    from servesim.catalog.parallel import check_parallel
+    from servesim.errors import ConfigError
+
+    llama = load_model("Llama-3.1-8B")  # 32 heads, 8 KV heads
+    for tp in (1, 2, 4, 8, 16, 32):  # 16 and 32: each KV head replicated on 2 and 4 ranks
+        check_parallel(llama, ParallelConfig(tensor_parallel_size=tp))
+    with pytest.raises(ConfigError) as e:
+        check_parallel(llama, ParallelConfig(tensor_parallel_size=3))
+    assert str(e.value) == (
+        "parallel.tensor_parallel_size: 3 does not divide the 32 attention heads of "
+        "meta-llama/Llama-3.1-8B (vLLM requires it); expected one of 1, 2, 4, 8, 16, 32"
+    )
+    odd_kv = dataclasses.replace(llama, num_attention_heads=48, num_kv_heads=12)  # tp 8: 48/8, but 12 vs 8
+    with pytest.raises(ConfigError, match=r"tensor_parallel_size: 8 neither divides the 12 KV heads"):
+        check_parallel(odd_kv, ParallelConfig(tensor_parallel_size=8))
+    check_parallel(odd_kv, ParallelConfig(tensor_parallel_size=4))
+    with pytest.raises(ConfigError, match=r"expert_parallel_size: 2, but meta-llama/Llama-3.1-8B has no"):
+        check_parallel(llama, ParallelConfig(tensor_parallel_size=2, expert_parallel_size=2))
+    mixtral = load_model("Mixtral-8x7B")
+    check_parallel(mixtral, ParallelConfig(tensor_parallel_size=8, expert_parallel_size=8))
+    six = dataclasses.replace(mixtral, num_experts=6)
+    four = ParallelConfig(tensor_parallel_size=4, expert_parallel_size=4)
+    ep_error = r"pools\[p\]\.parallel\.expert_parallel_size: 4 does not divide the 6 experts .*of 1, 2, 3, 6"
+    with pytest.raises(ConfigError, match=ep_error):
+        check_parallel(six, four, "pools[p].parallel")
+
+
+def test_cli_refuses_a_tp_size_that_does_not_divide_the_heads_for_one_replica_and_for_a_pool(
+    tmp_path: Path,
+) -> None:
+    from typer.testing import CliRunner
+
+    from servesim.cli import app
+
+    runner = CliRunner()
+    small = ["--set", "workload.limit=5", "--quiet", "--no-progress"]
+    out = runner.invoke(app, ["simulate", "--set", "parallel.tensor_parallel_size=3", *small])
+    assert out.exit_code == 2, out.output
+    assert "parallel.tensor_parallel_size: 3 does not divide the 32 attention heads" in out.stderr
+    assert "Traceback" not in out.output
+    f = tmp_path / "pools.yaml"
+    f.write_text("cluster:\n  pools:\n    - name: big\n      num_replicas: 2\n"
+                 "      parallel: {tensor_parallel_size: 6}\n")
+    out = runner.invoke(app, ["simulate", str(f), *small])
+    assert out.exit_code == 2, out.output
+    assert "cluster.pools[big].parallel.tensor_parallel_size: 6 does not divide" in out.stderr
+    assert "Traceback" not in out.output

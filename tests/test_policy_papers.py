@@ -2,7 +2,8 @@
 
 Each test states the paper's setup, the scaled-down setup here (a modelled A100 or H100,
 a short synthetic workload with the paper's kind of length distribution, fixed seeds), and
-asserts the direction and rough size of the effect. Capacities are found by a geometric
+asserts the size of the effect this scenario shows (within a stated tolerance, and inside the
+paper's range where the paper gives one). Capacities are found by a geometric
 bisection over the arrival rate with the arrival pattern held fixed (common random numbers).
 """
 
@@ -90,8 +91,10 @@ def test_paged_kv_sustains_higher_rate_than_max_length_reservation():
     orca_oracle = capacity(meets("orca", "oracle"), 0.2, 16)
     print(f"capacity vLLM {vllm:.2f} req/s, Orca (Max) {orca_max:.2f} req/s ({vllm / orca_max:.1f}x), "
           f"Orca (Oracle) {orca_oracle:.2f} req/s ({vllm / orca_oracle:.1f}x)")
-    assert 2.7 <= vllm / orca_max <= 8.0
-    assert 1.7 <= vllm / orca_oracle <= 2.7
+    # Measured 6.4x and 1.9x (capacities bisected to ~7%, so a ratio to ~15%): the paper's
+    # ranges, cut to within 25% of what this scenario shows.
+    assert 5.1 <= vllm / orca_max <= 8.0
+    assert 1.7 <= vllm / orca_oracle <= 2.4
 
 
 # --------------------------------------------------------------------------- Orca vs static
@@ -106,6 +109,11 @@ def test_iteration_level_batching_beats_static_batching():
     Poisson at 4 req/s (beyond both capacities, so throughput is the service rate), both
     with batches of 16 and KV reserved for max_model_len (2048) per request, so only the
     batching differs. Throughput = output tokens / time to finish them all.
+
+    Measured 2.7x. At saturation a static batch takes as many steps as its longest output and
+    an iteration-level batch about as many as its mean output, so the gain is E[max of 16
+    outputs] / E[output] = 2.74 for this length distribution (the paper's 36.9x is latency at
+    equal load for GPT-3 with far wider length spreads, not this throughput ratio).
     """
     model = load_model("OPT-13B")
     gpu = get_gpu("A100-80GB")
@@ -128,7 +136,7 @@ def test_iteration_level_batching_beats_static_batching():
         f"throughput iteration-level {thr['orca']:.0f} tok/s, static {thr['static']:.0f} tok/s: "
         f"{thr['orca'] / thr['static']:.1f}x"
     )
-    assert thr["orca"] >= 2.0 * thr["static"]
+    assert 2.74 / 1.15 <= thr["orca"] / thr["static"] <= 2.74 * 1.15  # the E[max]/E[mean] bound
 
 
 # --------------------------------------------------------------------------- Sarathi vs V0
@@ -158,11 +166,11 @@ def trace_like_lengths(rng: np.random.Generator, n: int, prompt_q: tuple[int, in
     return p, d
 
 
-@pytest.mark.parametrize(("trace", "n", "lo", "hi", "paper_lo", "paper_hi"), [
-    ("openchat_sharegpt4", 400, 0.25, 8.0, 2.0, 3.5),
-    ("arxiv_summarization", 200, 0.1, 4.0, 1.5, 3.0),
+@pytest.mark.parametrize(("trace", "n", "lo", "hi", "gain_lo", "gain_hi"), [
+    ("openchat_sharegpt4", 400, 0.25, 8.0, 2.6, 3.5),  # measured 3.3x; the paper ~2.6x
+    ("arxiv_summarization", 200, 0.1, 4.0, 1.5, 2.25),  # measured 1.8x
 ])
-def test_chunked_prefill_raises_capacity_under_strict_tbt_slo(trace, n, lo, hi, paper_lo, paper_hi):
+def test_chunked_prefill_raises_capacity_under_strict_tbt_slo(trace, n, lo, hi, gain_lo, gain_hi):
     """Sarathi-Serve (Agrawal et al., OSDI'24), Sec. 5.1 and Fig. 10: Mistral-7B on one
     A100, Sarathi-Serve (token budget 512) serves ~2.6x the load of vLLM (prefill-
     prioritizing) under the strict SLO, because vLLM's prefill-only iterations stall every
@@ -180,7 +188,8 @@ def test_chunked_prefill_raises_capacity_under_strict_tbt_slo(trace, n, lo, hi, 
     converges to 2.8x and arxiv to 1.9-2.0x (a short run lets Sarathi-Serve, whose
     capacity is throughput-bound, overrun its service rate longer before the median
     scheduling delay passes 2 s; vLLM's is bound by P99 TBT and does not move). The
-    assertion is the paper's number with room for that and for the perf model.
+    assertion: the measured gain to within 25% (each capacity is bisected to ~12%), cut to
+    the paper's 2.0-3.5x (openchat) and 1.5-3.0x (arxiv) bands.
     """
     prompt_q, output_q, mml = SARATHI_TRACES[trace]
     model = load_model("Mistral-7B")
@@ -219,7 +228,7 @@ def test_chunked_prefill_raises_capacity_under_strict_tbt_slo(trace, n, lo, hi, 
           f"{sarathi / v0:.1f}x; P99 TBT at {sarathi:.2f} req/s: vllm_v0 {tbt['vllm_v0'] * 1e3:.0f} ms, "
           f"sarathi {tbt['sarathi'] * 1e3:.0f} ms")
     assert tbt["sarathi"] <= 0.1 < tbt["vllm_v0"]  # V0 fails the SLO on stalls, not on queueing
-    assert paper_lo * v0 <= sarathi <= paper_hi * v0
+    assert gain_lo * v0 <= sarathi <= gain_hi * v0
 
 
 # --------------------------------------------------------------------------- BurstGPT
@@ -233,6 +242,9 @@ def test_bursty_arrivals_raise_tail_ttft_and_preemptions():
     Here: Llama-3.1-8B on one H100 (vLLM V1 defaults: 8192 budget), a KV cache cut to
     2,000 blocks (32k tokens) for pressure, 600 requests (prompt 100-1500, output 50-500,
     uniform) at 6 req/s mean: Gamma inter-arrivals with CV 3 against Poisson (CV 1).
+
+    Measured: P99 TTFT 0.11 s (Poisson: about one prefill step; the queue rarely forms at this
+    load) against 3.72 s (bursts queue requests for seconds): 34x; preemptions 2 against 52.
     """
     model = load_model("meta-llama/Llama-3.1-8B")
     perf = RooflinePerfModel(model, get_gpu("H100-SXM"))
@@ -249,8 +261,9 @@ def test_bursty_arrivals_raise_tail_ttft_and_preemptions():
         f"P99 TTFT / preemptions: Poisson {res[1.0][0]:.2f} s / {res[1.0][1]}, "
         f"Gamma CV 3 {res[3.0][0]:.2f} s / {res[3.0][1]}"
     )
-    assert res[3.0][0] > 2 * res[1.0][0]
-    assert res[3.0][1] > res[1.0][1]
+    assert 0.08 <= res[1.0][0] <= 0.14  # Poisson: the tail is a prefill, not a queue
+    assert 34 / 1.25 <= res[3.0][0] / res[1.0][0] <= 34 * 1.25
+    assert res[1.0][1] <= 5 and 40 <= res[3.0][1] <= 65  # KV pressure comes with the bursts
 
 
 # --------------------------------------------------------------------------- memory-aware admission
@@ -296,11 +309,15 @@ def test_memory_aware_admission_avoids_preemptions_under_kv_pressure():
         ).records
         res[name] = (int(rec.num_preemptions.sum()), float(np.nanmean(rec.e2e_s)))
     print("preemptions / mean e2e: " + ", ".join(f"{k} {p} / {e:.2f} s" for k, (p, e) in res.items()))
-    assert res["exact"][0] == 0 < res["v1"][0] and res["mc-sf"][0] == 0
-    assert res["noisy"][0] < 0.8 * res["v1"][0]
-    assert res["exact"][1] < 0.97 * res["v1"][1] and res["noisy"][1] < res["v1"][1]
-    assert res["mc-sf"][1] < 0.9 * res["v1"][1] and res["mc-sf"][1] < res["exact"][1]
-    assert res["mc-sf noisy"][1] < res["noisy"][1]  # the order helps with predicted lengths too
+    # Measured: preemptions v1 240, exact 0, noisy 149 (0.62x); mean e2e against v1: exact
+    # 0.935, noisy 0.976, MC-SF 0.839, MC-SF noisy 0.963 (0.987 of noisy FCFS).
+    assert res["exact"][0] == 0 and res["mc-sf"][0] == 0 and 200 <= res["v1"][0] <= 280
+    assert 0.5 <= res["noisy"][0] / res["v1"][0] <= 0.75  # a noisy projection removes ~40%
+    assert 0.91 <= res["exact"][1] / res["v1"][1] <= 0.96
+    assert 0.95 <= res["noisy"][1] / res["v1"][1] <= 0.995
+    assert 0.80 <= res["mc-sf"][1] / res["v1"][1] <= 0.88  # the paper: ~30% below its baselines
+    assert res["mc-sf"][1] < 0.92 * res["exact"][1]  # the order, not only the projection
+    assert 0.97 <= res["mc-sf noisy"][1] / res["noisy"][1] <= 0.995  # a small gain with noisy lengths
 
 
 # --------------------------------------------------------------------------- speculative decoding
@@ -316,6 +333,9 @@ def test_speculative_decoding_helps_at_low_load_less_at_high_load():
     Here: Llama-3.1-8B on one H100, k = 4 draft tokens, acceptance 0.7 per token (2.8
     tokens per step expected), a draft step at 5% of the target's; 40 requests at 0.5 req/s
     (low) and 200 at 40 req/s (high), prompt 100-1000, output 100-400.
+
+    Measured: 2.42x at low load (2.77 tokens per step, less the draft steps' 4 x 5% and the
+    slightly longer verification), 1.62x at high load.
     """
     model = load_model("meta-llama/Llama-3.1-8B")
     perf = RooflinePerfModel(model, get_gpu("H100-SXM"))
@@ -339,5 +359,5 @@ def test_speculative_decoding_helps_at_low_load_less_at_high_load():
         print(
             f"{load} load: TPOT {tpot[0] * 1e3:.1f} ms -> {tpot[1] * 1e3:.1f} ms with k=4 ({gain[load]:.2f}x)"
         )
-    assert gain["low"] > 2.0
-    assert gain["high"] < 0.8 * gain["low"]
+    assert 2.2 <= gain["low"] <= 2.6  # below the 2.77 tokens per step by the draft cost
+    assert 1.4 <= gain["high"] <= 1.85 and gain["high"] < 0.8 * gain["low"]

@@ -19,8 +19,7 @@ from servesim.config import EngineConfig
 from servesim.perf.base import ConstantPerfModel
 from servesim.sim import run_engine
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-MOONCAKE = SHARED / "traces" / "mooncake" / "conversation_trace.jsonl"
+MOONCAKE = Path(__file__).parent / "fixtures" / "traces" / "mooncake_conversation_1000.jsonl.gz"  # its head
 BLOCK = 16
 UNIT = 512
 
@@ -41,7 +40,6 @@ def independent_hits(prompts: list[int], ids: list[tuple[int, ...]]) -> list[int
     return hits
 
 
-@pytest.mark.skipif(not MOONCAKE.exists(), reason="shared data not present")
 def test_mooncake_hit_rate_matches_independent_count():
     from servesim.workload.traces import read_trace
 

@@ -42,7 +42,7 @@ def test_profile_tiny_model_on_cpu_and_calibrate(tmp_path: Path) -> None:
         and table.attention.is_prefill.any()
         and not table.attention.is_prefill.all()
     )
-    cpu = GpuConfig(name="cpu", bf16_tflops=0.05, mem_gb=8, mem_bw_tbps=0.02)
+    cpu = GpuConfig(name="cpu", bf16_tflops=0.05, mem_gb=8, mem_bw_tb_per_s=0.02)
     from servesim.catalog.gpus import get_gpu
 
     eff, (res,) = calibrate_operators([table], gpu=get_gpu(cpu))

@@ -15,7 +15,7 @@ from servesim.config import ModelConfig, ParallelConfig
 from servesim.perf.base import BatchStats
 from servesim.perf.roofline import Efficiencies, RooflinePerfModel, build_perf_model
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+FIXTURES = Path(__file__).parent / "fixtures" / "measurements"
 
 # H100 SXM facts and the default efficiencies, written out so the tests do not call the code under test.
 PEAK, BW = 989e12, 3.35e12
@@ -121,7 +121,7 @@ def test_breakdown_sums_to_batch_time_and_empty_batch_is_free(llama8b: RooflineP
     assert sum(llama8b.breakdown(s).values()) == pytest.approx(llama8b.batch_time(s), rel=1e-12)
 
 
-def test_refinements_by_hand() -> None:
+def test_refinements_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
     """Blended roofs, the elementwise row floor, GEMM kernel overhead and per-hop all-reduce
     latency (what calibrated profiles set), written out for Llama-3.1-8B on 4 H100s."""
     bl, row, k, gk, hop = 0.5, 0.5e-6, 1e-6, 6e-6, 2e-6
@@ -145,7 +145,17 @@ def test_refinements_by_hand() -> None:
                                           + 3 / 4 * V * 2 / (450e9 * 0.8), rel=1e-12)
         s = BatchStats(num_prefill_tokens=t, prefill_attn_work=t * t / 2, num_prefill_reqs=1)
         assert pm.batch_time(s) == pytest.approx(sum(b.values()), rel=1e-12)
-        assert pm.batch_time(s) == pm.batch_time(s)  # the second call is served from the per-T cache
+    # The T-dependent classes are cached per T: a warm call computes nothing new and gives
+    # what a fresh (cold) model computes.
+    computed: list[float] = []
+    token_classes = RooflinePerfModel._token_classes
+    monkeypatch.setattr(RooflinePerfModel, "_token_classes",
+                        lambda self, t: computed.append(t) or token_classes(self, t))
+    s = BatchStats(num_prefill_tokens=700, prefill_attn_work=700 * 700 / 2, num_prefill_reqs=1)
+    warm = pm.batch_time(s)
+    assert computed == []  # T = 700 was computed above
+    cold = RooflinePerfModel(load_model("Llama-3.1-8B"), get_gpu("H100"), tp=4, eff=eff).batch_time(s)
+    assert computed == [700] and warm == cold
 
 
 def test_wave_quantisation_by_hand() -> None:
@@ -268,15 +278,15 @@ def test_batch_time_non_decreasing_in_every_stat(stats: BatchStats, field: str, 
 
 
 def _vidur_rows() -> list[dict[str, str]]:
-    path = SHARED / "data/measurements/vidur_profiling/compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv"
-    if not path.exists():
-        pytest.skip("shared measurements not present")
+    path = FIXTURES / "measurements/vidur_profiling/compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv"
     return list(csv.DictReader(path.open()))
 
 
 @pytest.mark.parametrize("tp", [1, 2])
-def test_projection_and_mlp_times_within_2x_of_vidur_h100(tp: int) -> None:
-    """Vidur measured each operator of Llama-2-7B on an H100 (ms, median); defaults are not fitted."""
+def test_projection_and_mlp_times_near_vidur_h100(tp: int) -> None:
+    """Vidur measured each operator of Llama-2-7B on an H100 (ms, median); defaults are not fitted.
+    Measured ratios at these token counts: proj 0.72-1.05, MLP 0.82-1.13 (docs/perf_model.md);
+    the bounds are those ranges with ~10% of room, so a default that moves a class further fails."""
     rows = _vidur_rows()
     pm = RooflinePerfModel(load_model("Llama-2-7B"), get_gpu("H100"), tp=tp)
     for n in (1, 16, 128, 512, 1024, 2048, 4096):
@@ -289,8 +299,8 @@ def test_projection_and_mlp_times_within_2x_of_vidur_h100(tp: int) -> None:
         b = pm.breakdown(BatchStats(num_prefill_tokens=n, prefill_attn_work=n * n / 2, num_prefill_reqs=1))
         proj_ratio = b["proj"] / 32 / (ms("attn_pre_proj") + ms("attn_post_proj"))
         mlp_ratio = b["mlp"] / 32 / (ms("mlp_up_proj") + ms("mlp_down_proj"))
-        assert 0.5 <= proj_ratio <= 2.0, (n, proj_ratio)
-        assert 0.5 <= mlp_ratio <= 2.0, (n, mlp_ratio)
+        assert 0.65 <= proj_ratio <= 1.15, (n, proj_ratio)
+        assert 0.75 <= mlp_ratio <= 1.25, (n, mlp_ratio)
 
 
 @settings(max_examples=100, deadline=None)

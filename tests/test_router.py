@@ -17,14 +17,7 @@ from servesim.config import ClusterConfig, EngineConfig, PoolConfig, RouterName,
 from servesim.engine.request import Request
 from servesim.perf.base import ConstantPerfModel
 
-MOONCAKE = (
-    Path(__file__).resolve().parents[2]
-    / "shared"
-    / "data"
-    / "traces"
-    / "mooncake"
-    / "conversation_trace.jsonl"
-)
+MOONCAKE = Path(__file__).parent / "fixtures" / "traces" / "mooncake_conversation_1000.jsonl.gz"  # its head
 
 
 def state(seed: int = 0, cap: int = 8) -> RouterState:
@@ -144,7 +137,6 @@ def test_staleness_hides_recent_load() -> None:
     assert run_cluster(wl, [tiny_pool(3)], stale).records.replica.tolist() == [0, 0, 0]
 
 
-@pytest.mark.skipif(not MOONCAKE.exists(), reason="Mooncake trace not present")
 def test_prefix_affinity_beats_round_robin_on_mooncake() -> None:
     from servesim.workload.traces import read_trace
 

@@ -1,15 +1,25 @@
-"""`servesim validate` on the bundled measurement copies and CPU recordings: every row
-within its stated limit, and the command's exit status follows the threshold."""
+"""`servesim validate` on the bundled measurement copies and CPU recordings: every predicted
+row meets its goal or is a known miss with its reason, no known-miss mark is stale, and the
+command's exit status follows the goals (or --threshold)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from servesim.cli import app
-from servesim.validate import Check, validate_all
+from servesim.validate import (
+    CPU_LIMITS,
+    DISTSERVE_LIMITS,
+    OPERATOR_GOALS,
+    SPLITWISE_LIMITS,
+    Check,
+    Goal,
+    validate_all,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DATA = FIXTURES / "measurements"
@@ -23,11 +33,32 @@ def checks() -> list[Check]:
     return out
 
 
-def test_every_check_is_within_its_stated_limit(checks: list[Check]) -> None:
+def test_every_check_meets_its_goal_or_is_a_known_miss(checks: list[Check]) -> None:
     failed = [
         (c.suite, c.case, c.metric, round(c.mape_pct, 1), c.limit_pct) for c in checks if not c.passed()
     ]
     assert not failed
+    # Every row but the engine's own run-to-run references is held to a goal.
+    assert all(c.limit_pct is not None for c in checks if "(noise)" not in c.case)
+    assert all(c.limit_pct is None for c in checks if "(noise)" in c.case)
+
+
+def test_goals_have_reasons_and_no_known_miss_is_stale(checks: list[Check]) -> None:
+    """A goal says why; a known-miss mark must be needed by at least one of its rows, so
+    that a model that gets better also gets checked harder (remove the mark then)."""
+    goals: list[Goal] = [*OPERATOR_GOALS.values(), *SPLITWISE_LIMITS.values(), *DISTSERVE_LIMITS.values(),
+                         *CPU_LIMITS.values()]
+    assert all(len(g.why) > 20 for g in goals)
+    used = {c.known_bad for c in checks if c.status() == "known bad"}
+    marks = {g.known_bad for g in goals if g.known_bad}
+    assert marks == used, marks - used
+    # The figures docs/fidelity.md names: the worst known misses, as measured.
+    worst = {}
+    for c in checks:
+        if c.known_bad:
+            worst[c.suite, c.metric] = max(worst.get((c.suite, c.metric), 0.0), c.mape_pct)
+    assert worst["distserve", "decode step time"] == pytest.approx(190, abs=1)
+    assert worst["splitwise", "per-token time"] == pytest.approx(31, abs=1)
 
 
 def test_suites_and_cases_present(checks: list[Check]) -> None:
@@ -48,7 +79,7 @@ def test_suites_and_cases_present(checks: list[Check]) -> None:
 
 def test_cpu_predictions_of_unseen_recordings(checks: list[Check]) -> None:
     """Calibrated on rate1.json, servesim predicts the recordings made in the same session
-    (docs/fidelity.md §4): mean and P90 TTFT, TPOT and E2E within 10% (issue 6's target) at
+    (docs/fidelity.md §4): mean and P90 TTFT, TPOT and E2E within 10% (the fidelity target) at
     every load, and within 7% below 80% busy; the session was screened for run-to-run machine
     speed, so no recording's replayed step times are off by more than 2%."""
     rows = {
@@ -107,10 +138,12 @@ def test_cli_validate_exit_status() -> None:
     args = ["validate", "--data-dir", str(DATA), "--recordings", str(RECORDINGS), "--suite", "distserve"]
     ok = runner.invoke(app, args)
     assert ok.exit_code == 0, ok.output
-    assert "DistServe" in ok.output or "OPT-13B" in ok.output
-    bad = runner.invoke(app, [*args, "--threshold", "0.01"])
+    assert "OPT-13B A100 TP1, distserve engine; Vidur operator profile" in ok.output
+    assert "known bad: distserve, decode step time: 7 rows at MAPE 121-190% against a goal of 10%" in ok.output
+    assert "12 of 56 checks within their goals, 44 known to miss theirs" in ok.output
+    bad = runner.invoke(app, [*args, "--threshold", "0.01"])  # an explicit threshold holds for every row
     assert bad.exit_code == 1
-    assert "over their limit" in bad.output
+    assert "56 of 56 checks over their limit" in bad.output and "known bad:" not in bad.output
 
 
 def test_cli_validate_unknown_suite_is_a_user_error() -> None:
@@ -157,10 +190,7 @@ def test_cpu_sessions_and_scipy_free_validation(monkeypatch) -> None:
 
     assert [p for p, _ in cpu.cpu_sessions(RECORDINGS)] == ["", "session2/"]
 
-    def no_scipy(*args: object) -> None:
-        raise ImportError("scipy")
-
-    monkeypatch.setattr(cpu, "session_profile", no_scipy)
+    monkeypatch.setitem(sys.modules, "scipy.optimize", None)  # as if scipy were not installed
     skipped: list[str] = []
     checks = cpu.validate_vllm_cpu(RECORDINGS, skipped=skipped)
     assert skipped and "session2/" in skipped[0] and "scipy" in skipped[0]
@@ -193,3 +223,36 @@ def test_cpu_recordings_of_your_own_are_fitted_on_their_own_rate1(tmp_path) -> N
     (tmp_path / "rate1.json").unlink()
     res = CliRunner().invoke(app, ["validate", "--recordings", str(tmp_path), "--suite", "vllm-cpu"])
     assert res.exit_code == 2 and "no rate1.json" in res.output
+
+
+def test_the_bundled_data_are_the_fixtures_byte_for_byte() -> None:
+    """The package ships copies of tests/fixtures/measurements and tests/fixtures/vllm_timing
+    (servesim/data/validation.tar.gz) so that an installed servesim validates on its own;
+    after a fixture changes, `python tests/fixtures/make_validation_bundle.py` rebuilds it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bundle", FIXTURES / "make_validation_bundle.py")
+    assert spec and spec.loader
+    bundle = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bundle)
+    from servesim.validate import bundled_data
+
+    with bundled_data() as (data, recordings):
+        root = data.parent
+        shipped = {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    assert shipped == bundle.members(), "the bundle is stale: run tests/fixtures/make_validation_bundle.py"
+    some = {"recordings/rate1.json", "recordings/cpu.yaml", "data/measurements/splitwise/perf_model.csv"}
+    assert some <= set(shipped)
+
+
+def test_validate_runs_on_the_bundled_data_by_default() -> None:
+    """No folders given: the bundled subsets, unpacked for the run and removed after it."""
+    from servesim.validate import bundled_data
+
+    out, skipped = validate_all(None, None, ("distserve",))
+    assert not skipped
+    mine, _ = validate_all(DATA, None, ("distserve",))
+    assert [(c.case, c.metric, c.mape_pct) for c in out] == [(c.case, c.metric, c.mape_pct) for c in mine]
+    with bundled_data() as (data, recordings):
+        assert data.is_dir() and recordings.is_dir()
+    assert not data.parent.exists()

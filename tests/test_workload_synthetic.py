@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from servesim.config import ArrivalConfig, LengthDist, SyntheticWorkload
 from servesim.errors import WorkloadError
@@ -123,10 +124,15 @@ def test_constant_and_trace_lengths():
 
 
 def test_bad_length_configs():
-    with pytest.raises(WorkloadError, match=r"^length: expected low <= high, found low=9 > high=3$"):
-        lengths(LengthDist(kind="uniform", low=9, high=3), n=1)
-    with pytest.raises(WorkloadError, match="kind=trace needs 'trace'"):
-        lengths(LengthDist(kind="trace"), n=1)
+    # Refused when the config is validated, before any workload is drawn.
+    with pytest.raises(ValidationError, match=r"expected low <= high, found low=9 > high=3"):
+        LengthDist(kind="uniform", low=9, high=3)
+    with pytest.raises(ValidationError, match=r"expected min <= max, found min=9 > max=3"):
+        LengthDist(min=9, max=3)
+    with pytest.raises(ValidationError, match="kind: trace needs trace"):
+        LengthDist(kind="trace")
+    # A bound of the other kinds is not checked (uniform's low/high mean nothing to normal).
+    assert lengths(LengthDist(kind="constant", value=5, low=9, high=3), n=1).tolist() == [5]
 
 
 # --------------------------------------------------------------------------- determinism, prefixes
@@ -147,6 +153,7 @@ def test_deterministic_under_seed():
 def test_arrivals_do_not_depend_on_length_distribution():
     a = load_workload(cfg(num_requests=100))
     b = load_workload(cfg(num_requests=100, prompt_len=LengthDist(kind="pareto")))
+    assert not np.array_equal(a.num_prompt_tokens, b.num_prompt_tokens)  # the lengths did change
     np.testing.assert_array_equal(a.arrival_s, b.arrival_s)
 
 

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import os
+import hashlib
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import shared_data
 
 from servesim.config import LengthDist, SyntheticWorkload, TraceWorkload
 from servesim.errors import WorkloadError
 from servesim.workload import load_workload, read_lengths, read_trace, select
 
 FIXTURES = Path(__file__).parent / "fixtures" / "traces"
-SHARED_DATA = Path(os.environ.get("SERVESIM_SHARED_DATA", Path(__file__).parents[2] / "shared" / "data"))
-TRACES = SHARED_DATA / "traces"
 
 
 def fx(name: str) -> str:
@@ -23,10 +22,8 @@ def fx(name: str) -> str:
 
 
 def shared(rel: str) -> str:
-    p = TRACES / rel
-    if not p.exists():
-        pytest.skip(f"shared data not found: {p} (set SERVESIM_SHARED_DATA)")
-    return str(p)
+    """One of the full public traces (tests marked shared_data)."""
+    return str(shared_data(f"traces/{rel}"))
 
 
 # --------------------------------------------------------------------------- good fixtures
@@ -122,13 +119,16 @@ def test_builtin_traces_load():
         read_trace("builtin:nope")
 
 
-def test_builtin_is_unmodified_copy():
-    src = Path(shared("azure2023/AzureLLMInferenceTrace_conv.csv"))
+@pytest.mark.parametrize("name", ["conv", "code"])
+def test_builtin_is_unmodified_copy(name):
+    """The bundled traces are the published files: the SHA-256 that ATTRIBUTION.md states."""
     import gzip
     from importlib import resources
 
-    packed = resources.files("servesim").joinpath("data", "azure_conv_2023.csv.gz").read_bytes()
-    assert gzip.decompress(packed) == src.read_bytes()
+    data = resources.files("servesim").joinpath("data")
+    packed = data.joinpath(f"azure_{name}_2023.csv.gz").read_bytes()
+    digest = hashlib.sha256(gzip.decompress(packed)).hexdigest()
+    assert f"{digest}  AzureLLMInferenceTrace_{name}.csv" in data.joinpath("ATTRIBUTION.md").read_text()
 
 
 # --------------------------------------------------------------------------- errors
@@ -222,6 +222,7 @@ REAL = [
 ]
 
 
+@pytest.mark.shared_data
 @pytest.mark.parametrize(("rel", "rows", "fmt"), REAL, ids=[r[0].split("/")[1] for r in REAL])
 def test_real_traces_row_counts(rel, rows, fmt):
     t0 = time.perf_counter()
@@ -237,7 +238,7 @@ def test_real_traces_row_counts(rel, rows, fmt):
 
 
 def test_azure_conv_statistics():
-    wl = read_trace(shared("azure2023/AzureLLMInferenceTrace_conv.csv"))
+    wl = read_trace("builtin:azure_conv")  # the published file, compressed
     assert wl.num_prompt_tokens.mean() == pytest.approx(1154.7, abs=0.1)
     assert np.median(wl.num_prompt_tokens) == 1020
     assert wl.num_output_tokens.mean() == pytest.approx(211.13, abs=0.01)
@@ -245,6 +246,7 @@ def test_azure_conv_statistics():
     assert wl.meta["reordered"] is False
 
 
+@pytest.mark.shared_data
 def test_arxiv_lengths_as_length_source():
     path = shared("arxiv_summarization/arxiv_summarization_lengths.csv")
     prompts = read_lengths(path, "prompt")

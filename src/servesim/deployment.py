@@ -79,11 +79,11 @@ def pool_links(gpu: GpuSpec, lk: LinksConfig | None) -> LinkSpec:
     def us(x: float | None) -> float | None:
         return None if x is None else x * 1e-6
 
-    def gb_per_s(x: float | None) -> float | None:
-        return None if x is None else x * 1e9
+    def bytes_per_s(gb_per_s: float | None) -> float | None:
+        return None if gb_per_s is None else gb_per_s * 1e9
 
-    return link_spec(gpu, gb_per_s(lk.intra_node_gbps), us(lk.intra_node_latency_us),
-                     gb_per_s(lk.inter_node_gbps), us(lk.inter_node_latency_us), lk.gpus_per_node)
+    return link_spec(gpu, bytes_per_s(lk.intra_node_gb_per_s), us(lk.intra_node_latency_us),
+                     bytes_per_s(lk.inter_node_gb_per_s), us(lk.inter_node_latency_us), lk.gpus_per_node)
 
 
 def load_profile(sc: Scenario) -> Any:
@@ -105,12 +105,16 @@ def resolve_deployment(sc: Scenario, pool: PoolConfig | None = None, *, model: M
     """
     from servesim.perf.roofline import build_perf_model
 
+    from servesim.catalog.parallel import check_parallel
+
     model = model or load_model(sc.model.name, sc.model.dtype)
     if profile is None and pool is None:
         profile = load_profile(sc)
     gpu_name = pool.gpu if pool is not None and pool.gpu is not None else sc.hardware.gpu
     gpu = profile.resolve_gpu(gpu_name) if profile else get_gpu(gpu_name)
     par = (pool.parallel if pool is not None else None) or sc.parallel
+    check_parallel(model, par, f"cluster.pools[{pool.name}].parallel"
+                   if pool is not None and pool.parallel else "parallel")
     eng = (pool.engine if pool is not None else None) or sc.engine
     found = []
     if profile is not None:

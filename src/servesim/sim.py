@@ -19,8 +19,8 @@ import numpy as np
 
 from servesim.config import EngineConfig, Scenario, load_scenario, resolve_engine, scenario_from_dict
 from servesim.deployment import check_budget  # noqa: F401 (re-exported: its old home)
-from servesim.engine.arrivals import ArrivalFeeder, iter_requests
-from servesim.engine.build import build_replica
+from servesim.engine.arrivals import ArrivalFeeder, ClosedLoopFeeder, iter_requests, rejection_reason
+from servesim.engine.build import build_replica, closed_loop_feeder
 from servesim.engine.events import EventLoop
 from servesim.engine.lazy import LazyScheduler
 from servesim.engine.request import ReqStatus, Request
@@ -69,23 +69,39 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
     itl = ItlSamples() if record_steps else ItlSamples(gap_s=array("f"), count=array("i"))  # type: ignore[arg-type]
     totals = ReplicaTotals(num_gpus=num_gpus, num_gpu_blocks=num_gpu_blocks)
     records = RequestRecords.empty(len(wl))
-    records.arrival_s = np.asarray(wl.arrival_s, dtype=np.float64).copy()
+    closed = wl.clients is not None  # arrivals are the send times of closed-loop clients
+    if not closed:
+        records.arrival_s = np.asarray(wl.arrival_s, dtype=np.float64).copy()
     records.num_prompt_tokens = np.asarray(wl.num_prompt_tokens, dtype=np.int64).copy()
     writer = RecordWriter(records)
+    # A finish inside a run of decode steps is reported at the run's end, which is exact
+    # only when nothing reacts to finishes: closed-loop clients send at each finish.
     replica = build_replica(0, loop, engine, perf, num_gpu_blocks, max_model_len, wl, steps, itl, totals,
                             reference=reference, kv_bytes_per_block=kv_bytes_per_block,
                             check_invariants=check_invariants, on_finish=writer.add,
-                            finishes_in_runs=True)
+                            finishes_in_runs=not closed)
     scheduler, kv = replica.scheduler, replica.kv
+    usable_tokens = (num_gpu_blocks - 1) * engine.block_size
 
     def reject(r: Request, why: str) -> None:
         write_record(records, r, why)
 
-    feeder = ArrivalFeeder(wl, loop, replica.on_arrival, reject, max_model_len,
-                           (num_gpu_blocks - 1) * engine.block_size)
+    feeder: ArrivalFeeder | ClosedLoopFeeder
+    if closed:
+        feeder = closed_loop_feeder(wl, loop, replica.on_arrival, reject,
+                                    lambda r: rejection_reason(r, max_model_len, usable_tokens), itl)
+
+        def finish(r: Request) -> None:
+            writer.add(r)
+            feeder.on_request_done(r)  # type: ignore[union-attr]
+
+        replica.on_finish = finish
+    else:
+        feeder = ArrivalFeeder(wl, loop, replica.on_arrival, reject, max_model_len, usable_tokens)
     feeder.start()
     horizon = float(wl.arrival_s[-1]) if len(wl) else 0.0
-    end = run_in_slices(loop, horizon, until_s, progress, lambda: replica.num_finished + feeder.num_rejected)
+    end = run_in_slices(loop, horizon, until_s, progress,
+                        lambda: replica.num_finished + feeder.num_rejected, grows=closed)
     writer.flush()
     totals.num_prefix_query_tokens = kv.num_query_tokens
     totals.num_prefix_hit_tokens = kv.num_hit_tokens

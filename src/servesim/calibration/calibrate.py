@@ -257,6 +257,13 @@ def detect_kind(source: Path) -> str:
     return "engine-log"
 
 
+def describe_source(path: Path) -> str:
+    """A source as a profile records it: its folder and name, not where it lay on the machine
+    that fitted it (the profile's sha256 says which file exactly)."""
+    path = path.resolve()
+    return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
+
+
 def file_sha256(path: Path) -> str:
     import hashlib
 
@@ -347,7 +354,7 @@ def calibrate_source(
     sources, kind = _sources_and_kind(source, kind)
     source = sources[0]
     info: dict[str, object] = {
-        "source": str(source) if len(sources) == 1 else [str(p) for p in sources],
+        "source": describe_source(source) if len(sources) == 1 else [describe_source(p) for p in sources],
         "kind": kind,
         # Which files exactly (a validation can tell the recording a profile was fitted on).
         "sha256": [file_sha256(p) for p in sources if p.is_file()],

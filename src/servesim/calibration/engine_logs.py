@@ -2,9 +2,9 @@
 
 Two forms, read into an ``EngineLog`` of (BatchStats, seconds) per step:
 
-- the JSON that ``shared/tools/vllm-cpu/record.py`` writes (every scheduled request's tokens
-  and computed tokens before the step, start and end times; the engine knobs and the model's
-  config);
+- the JSON of a vLLM step recorder (``record.py``, tests/fixtures/vllm/README.md): every
+  scheduled request's tokens and computed tokens before the step, start and end times; the
+  engine knobs and the model's config;
 - a generic CSV with ``num_prefill_tokens, prefill_attention_work, num_decode_reqs,
   sum_decode_context, duration_s`` (optional ``num_prefill_reqs, sum_prefill_context``).
 

@@ -120,8 +120,8 @@ def gpu_from_config(cfg: GpuConfig) -> GpuSpec:
     bf16 = cfg.bf16_tflops
     return GpuSpec(
         name=cfg.name, peak_flops=_flops(bf16, cfg.fp8_tflops, bf16 / 16),
-        mem_bytes=cfg.mem_gb * 1e9, mem_bw=cfg.mem_bw_tbps * 1e12,
-        interconnect_bw=cfg.interconnect_gbps * 1e9,
+        mem_bytes=cfg.mem_gb * 1e9, mem_bw=cfg.mem_bw_tb_per_s * 1e12,
+        interconnect_bw=cfg.interconnect_gb_per_s * 1e9,
         interconnect_latency_s=cfg.interconnect_latency_us * 1e-6,
         idle_power_w=cfg.idle_power_w, max_power_w=cfg.max_power_w, usd_per_hour=cfg.usd_per_hour,
     )
@@ -142,7 +142,7 @@ def get_gpu(name_or_config: str | GpuConfig) -> GpuSpec:
                                                            cutoff=0.4)]
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise CatalogError(f"unknown GPU {name_or_config!r}{hint} Known: {', '.join(list_gpus())} "
-                       "(or define one under hardware.gpu with bf16_tflops, mem_gb, mem_bw_tbps)")
+                       "(or define one under hardware.gpu with bf16_tflops, mem_gb, mem_bw_tb_per_s)")
 
 
 # --------------------------------------------------------------------------- links

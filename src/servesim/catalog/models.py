@@ -279,9 +279,13 @@ def _read_config(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise CatalogError(f"{path}: no such file (expected a config.json or a directory holding one)")
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
+        cfg = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise CatalogError(f"{path}: cannot read JSON: {err}") from None
+    if not isinstance(cfg, dict):
+        raise CatalogError(f"{path}: expected a JSON object of model settings (a Hugging Face "
+                           f"config.json), found a {type(cfg).__name__}")
+    return cfg
 
 
 def load_model(name_or_path: str, dtype: str = "auto") -> ModelSpec:

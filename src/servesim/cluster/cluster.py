@@ -46,12 +46,13 @@ from servesim.cluster.migration import Migrator
 from servesim.cluster.router import ROUTERS, ReplicaLoad, RouterState
 from servesim.cluster.transfer import Link
 from servesim.config import ClusterConfig, EngineConfig
-from servesim.engine.arrivals import iter_requests, rejection_reason
-from servesim.engine.build import build_replica
+from servesim.engine.arrivals import ClosedLoopFeeder, iter_requests, rejection_reason
+from servesim.engine.build import build_replica, closed_loop_feeder
 from servesim.engine.events import ARRIVAL, EventLoop
 from servesim.engine.lazy import LazyScheduler
 from servesim.engine.replica import Replica
 from servesim.engine.request import ReqStatus, Request
+from servesim.errors import ConfigError
 from servesim.metrics.progress import run_in_slices
 from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, StepSeries
 from servesim.metrics.writer import write_record
@@ -125,6 +126,8 @@ class Cluster:
         self.stale_views: dict[int, list[ReplicaLoad]] = {}  # idx -> first-stage view at arrival - d
         self.back_view: tuple[float, list[ReplicaLoad]] | None = None
         self.num_done = 0
+        # Closed-loop clients (benchmark workloads): told when a request is done.
+        self.on_done: Callable[[Request], None] | None = None
         self.num_handoffs = 0
         self.num_total = 0
         self.migrator: Migrator | None = None
@@ -214,6 +217,8 @@ class Cluster:
         self.live.pop(req.idx, None)
         write_record(self.records, req)
         self.num_done += 1
+        if self.on_done is not None:
+            self.on_done(req)
 
     def send_kv(self, src: int, dst: int, req: Request, num_tokens: int) -> None:
         """Move ``num_tokens`` of ``req``'s KV from replica ``src`` to ``dst``, then queue it there."""
@@ -235,8 +240,8 @@ class Cluster:
         link = self.links.get(key)
         if link is None:
             cfg, ps, pd = self.cfg.link, self.pool_of[src], self.pool_of[dst]
-            if cfg.bandwidth_gbps is not None:
-                bw = cfg.bandwidth_gbps * 1e9
+            if cfg.bandwidth_gb_per_s is not None:
+                bw = cfg.bandwidth_gb_per_s * 1e9
             elif shared_by == "receiver":
                 bw = pd.net_bw * pd.num_gpus
             elif shared_by == "sender":
@@ -323,6 +328,22 @@ class _Feeder:
         self.next()
 
 
+def _closed_loop(cluster: Cluster, wl: Workload) -> ClosedLoopFeeder:
+    """Closed-loop clients in front of the cluster's router; a request is done when it
+    finishes where it ends (after any hand-off) or is rejected."""
+    if cluster.cfg.staleness_s > 0:
+        raise ConfigError("cluster.staleness_s > 0 needs arrival times known ahead; a benchmark "
+                          "workload's clients send when requests finish: set staleness_s to 0")
+
+    def reject(r: Request, why: str) -> None:
+        write_record(cluster.records, r, why)
+        cluster.num_done += 1
+
+    feeder = closed_loop_feeder(wl, cluster.loop, cluster.on_arrival, reject, cluster.rejection, cluster.itl)
+    cluster.on_done = feeder.on_request_done
+    return feeder
+
+
 def run_cluster(wl: Workload, pools: list[PoolSpec], cfg: ClusterConfig, *, seed: int = 0,
                 check_invariants: bool = False, until_s: float = float("inf"),
                 record_steps: bool = True, progress: Callable[[int], None] | None = None) -> ClusterRun:
@@ -333,15 +354,19 @@ def run_cluster(wl: Workload, pools: list[PoolSpec], cfg: ClusterConfig, *, seed
     """
     loop = EventLoop()
     records = RequestRecords.empty(len(wl))
-    records.arrival_s = np.asarray(wl.arrival_s, dtype=np.float64).copy()
+    if wl.clients is None:  # else the arrivals are the clients' send times, written as they go
+        records.arrival_s = np.asarray(wl.arrival_s, dtype=np.float64).copy()
     records.num_prompt_tokens = np.asarray(wl.num_prompt_tokens, dtype=np.int64).copy()
     cluster = Cluster(loop, pools, cfg, records, seed, check_invariants, record_steps, wl)
-    feeder = _Feeder(cluster, wl, cfg.staleness_s)
-    feeder.next()
+    if wl.clients is not None:
+        _closed_loop(cluster, wl).start()
+    else:
+        _Feeder(cluster, wl, cfg.staleness_s).next()
     if cluster.migrator is not None:
         cluster.migrator.start()
     horizon = float(wl.arrival_s[-1]) if len(wl) else 0.0
-    end = run_in_slices(loop, horizon, until_s, progress, lambda: cluster.num_done)
+    end = run_in_slices(loop, horizon, until_s, progress, lambda: cluster.num_done,
+                        grows=wl.clients is not None)
     cluster.finish_run()
     for rep in cluster.replicas:
         rep.totals.num_prefix_query_tokens = rep.kv.num_query_tokens

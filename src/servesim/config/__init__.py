@@ -7,7 +7,10 @@ are never written back.
 
 The parts live in ``parts`` (model, hardware, parallelism, workload, SLOs, run), ``engine``
 (and the resolution of its defaults), ``cluster`` and ``scenario`` (the whole, and how
-it is read); everything is importable from ``servesim.config``.
+it is read); ``files`` reads a scenario file, ``overrides`` applies ``--set``,
+``messages`` words validation errors, ``layout`` checks a layout against its model and
+``reference`` renders docs/scenario_reference.md. Everything is importable from
+``servesim.config``.
 """
 
 from servesim.config.cluster import (
@@ -28,6 +31,7 @@ from servesim.config.engine import (
 )
 from servesim.config.parts import (
     ArrivalConfig,
+    BenchmarkWorkload,
     GpuConfig,
     HardwareConfig,
     LengthDist,
@@ -40,19 +44,21 @@ from servesim.config.parts import (
     TraceWorkload,
     WorkloadConfig,
 )
+from servesim.config.overrides import parse_override
 from servesim.config.scenario import (
     Scenario,
+    gpu_config_from_dict,
     load_scenario,
-    parse_override,
     read_gpu_config,
     scenario_from_dict,
 )
 
 __all__ = [
-    "GIB", "POLICY_DEFAULTS", "ArrivalConfig", "ClusterConfig", "DisaggConfig", "EngineConfig",
+    "GIB", "POLICY_DEFAULTS", "ArrivalConfig", "BenchmarkWorkload", "ClusterConfig", "DisaggConfig",
+    "EngineConfig",
     "GpuConfig", "HardwareConfig", "KvLinkConfig", "LengthDist", "LinksConfig", "MigrationConfig",
     "ModelConfig", "ParallelConfig", "PoolConfig", "RouterName", "RunConfig", "Scenario",
     "SloConfig", "SpeculativeConfig", "SyntheticWorkload", "TraceWorkload", "WorkloadConfig",
-    "load_scenario", "parse_override", "read_gpu_config", "resolve_engine", "resolve_policy",
-    "scenario_from_dict",
+    "gpu_config_from_dict", "load_scenario", "parse_override", "read_gpu_config", "resolve_engine",
+    "resolve_policy", "scenario_from_dict",
 ]

@@ -19,54 +19,61 @@ RouterName = Literal["round_robin", "random", "least_outstanding", "least_kv", "
 class PoolConfig(_Strict):
     """Identical replicas (data parallelism): GPU type, parallelism and engine of each."""
 
-    name: str
+    name: str = Field(description="Unique name of the pool (in reports and records).")
     role: Literal["colocated", "prefill", "decode"] = Field(
         "colocated", description="colocated serves whole requests; prefill/decode split them.")
-    num_replicas: int = Field(1, ge=1)
+    num_replicas: int = Field(1, ge=1, description="Identical replicas (engines) in the pool.")
     gpu: str | GpuConfig | None = Field(None, description="Catalog name or custom GPU; None: hardware.gpu.")
     parallel: ParallelConfig | None = Field(None, description="None: the scenario's parallel section.")
     engine: EngineConfig | None = Field(None, description="None: the scenario's engine section.")
-    links: LinksConfig = LinksConfig()
+    links: LinksConfig = Field(LinksConfig(), description="Overrides of the GPU's links.")
 
 
 class KvLinkConfig(_Strict):
     """The link KV caches cross between replicas (disaggregation, migration)."""
 
-    bandwidth_gbps: float | None = Field(None, gt=0, description=(
+    bandwidth_gb_per_s: float | None = Field(None, gt=0, description=(
         "GB/s one way of one link; None: the sender's per-GPU network bandwidth x min(GPUs of "
         "sender, receiver), as each TP rank sends its shard over its own NIC."))
-    latency_us: float | None = Field(None, ge=0, description="None: the catalog's network latency.")
+    latency_us: float | None = Field(None, ge=0, description=(
+        "One-way latency; None: the catalog's network latency."))
     shared_by: Literal["receiver", "sender", "cluster"] = Field(
         "receiver", description="Transfers into one replica (or out of one, or all) share one link equally.")
 
 
 class DisaggConfig(_Strict):
-    decode_prefill_fraction: float = Field(0.0, ge=0.0, lt=1.0, description=(
+    """Prefill/decode disaggregation (docs/cluster.md)."""
+
+    decode_prefill_fraction: float = Field(0.0, ge=0.0, lt=1.0, json_schema_extra={"unit": "fraction"},
+                                           description=(
         "Balanced disaggregation (MicroServing): the decode replica computes this tail fraction "
         "of the prompt and the first token."))
-    colocate_below_tokens: int = Field(0, ge=0, description=(
+    colocate_below_tokens: int = Field(0, ge=0, json_schema_extra={"unit": "tokens"}, description=(
         "Prompts shorter than this skip the prefill pool and are served whole by a decode replica."))
 
 
 class MigrationConfig(_Strict):
+    """Live migration of running requests between replicas of a pool."""
+
     enabled: bool = Field(False, description="Llumnix-style live migration of running requests.")
     interval_s: float = Field(0.5, gt=0, description="How often the most and least loaded are compared.")
-    threshold: float = Field(0.2, gt=0, le=1, description="KV-load gap (fraction of blocks) that migrates.")
+    threshold: float = Field(0.2, gt=0, le=1, description="KV-load gap (fraction of blocks) that migrates.",
+                             json_schema_extra={"unit": "fraction"})
 
 
 class ClusterConfig(_Strict):
     """Pools of replicas behind a router; absent means the single replica of the scenario."""
 
-    pools: list[PoolConfig] = Field(min_length=1)
+    pools: list[PoolConfig] = Field(min_length=1, description="The pools of replicas (one at least).")
     router: RouterName = Field("round_robin", description="Picks a replica (servesim.cluster.router).")
     decode_router: RouterName | None = Field(None, description="Router of the decode pool; None: router.")
     staleness_s: float = Field(0.0, ge=0, description="The router sees replica state this long ago.")
-    prefix_load_cap: int = Field(8, ge=0, description=(
+    prefix_load_cap: int = Field(8, ge=0, json_schema_extra={"unit": "requests"}, description=(
         "prefix_affinity: only replicas with at most this many more outstanding requests than the "
         "least loaded compete."))
-    link: KvLinkConfig = KvLinkConfig()
-    disaggregation: DisaggConfig = DisaggConfig()
-    migration: MigrationConfig = MigrationConfig()
+    link: KvLinkConfig = Field(KvLinkConfig(), description="The link KV caches cross between replicas.")
+    disaggregation: DisaggConfig = Field(DisaggConfig(), description="Prefill/decode split options.")
+    migration: MigrationConfig = Field(MigrationConfig(), description="Live migration (off by default).")
 
     @model_validator(mode="after")
     def _check(self) -> ClusterConfig:

@@ -4,25 +4,30 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from servesim.config._base import _Strict
 from servesim.errors import ConfigError
 
 # --------------------------------------------------------------------------- engine
 
+#: KV block sizes vLLM accepts (``vllm/config/cache.py``: ``BlockSize``).
+VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+
 
 class SpeculativeConfig(_Strict):
     """Speculative decoding: a draft model proposes k tokens, the target verifies k + 1."""
 
-    num_speculative_tokens: int = Field(0, ge=0, description="Draft length k (0 = off), as vLLM names it.")
-    acceptance_rate: float = Field(0.7, ge=0, le=1, description=(
+    num_speculative_tokens: int = Field(
+        0, ge=0, description="Draft length k (0 = off), as vLLM names it.",
+        json_schema_extra={"unit": "tokens", "vllm": "--speculative-config num_speculative_tokens"})
+    acceptance_rate: float = Field(0.7, ge=0, le=1, json_schema_extra={"unit": "probability"}, description=(
         "Probability that each draft token is accepted (i.i.d. per token; the run of leading "
         "acceptances is kept)."))
     acceptance_rate_std: float = Field(0.0, ge=0, lt=0.5, description=(
         "Spread of the per-request acceptance rate (a Beta with this std around acceptance_rate); "
         "0 = every request has acceptance_rate."))
-    draft_cost_ratio: float = Field(0.05, ge=0, description=(
+    draft_cost_ratio: float = Field(0.05, ge=0, json_schema_extra={"unit": "ratio"}, description=(
         "Time of one draft-model decode step as a fraction of the target's decode step."))
     seed: int = Field(0, description="Seed of the acceptance draws.")
 
@@ -42,22 +47,33 @@ class EngineConfig(_Strict):
         "sarathi (Sarathi-Serve: chunk budget, decodes first), orca (iteration-level batching, KV "
         "reserved for the maximum length at admission), static (FasterTransformer-style batches)."))
     block_size: int = Field(
-        16, ge=1, description="Tokens per KV block (16 on GPUs, 128 on vLLM's CPU build).")
+        16, ge=1, description="Tokens per KV block (16 on GPUs, 128 on vLLM's CPU build); one of "
+        "vLLM's sizes: 1, 8, 16, 32, 64, 128, 256.",
+        json_schema_extra={"unit": "tokens", "vllm": "--block-size"})
     max_num_seqs: int | None = Field(None, ge=1, description=(
         "Most requests in one batch. Default as `vllm serve` 0.32: 1024 on GPUs with >= 70 GiB "
-        "(not A100), else 256."))
+        "(not A100), else 256."), json_schema_extra={"unit": "requests", "vllm": "--max-num-seqs"})
     max_num_batched_tokens: int | None = Field(None, ge=1, description=(
         "Token budget of one iteration. Default as `vllm serve` 0.32: 16384 on >= 160 GiB GPUs, "
-        "8192 on >= 70 GiB (not A100), else 2048; raised to max_model_len when chunked prefill is off."))
+        "8192 on >= 70 GiB (not A100), else 2048; raised to max_model_len when chunked prefill is off."),
+        json_schema_extra={"unit": "tokens", "vllm": "--max-num-batched-tokens"})
     enable_chunked_prefill: bool = Field(
-        True, description="Split prompts across iterations under the budget.")
+        True, description="Split prompts across iterations under the budget.",
+        json_schema_extra={"vllm": "--enable-chunked-prefill"})
     long_prefill_token_threshold: int = Field(
-        0, ge=0, description="Cap on one request's prefill chunk per step (0 = no cap).")
-    enable_prefix_caching: bool = Field(True, description="Reuse KV blocks of identical prompt prefixes.")
+        0, ge=0, description="Cap on one request's prefill chunk per step (0 = no cap).",
+        json_schema_extra={"unit": "tokens", "vllm": "--long-prefill-token-threshold"})
+    enable_prefix_caching: bool = Field(True, description="Reuse KV blocks of identical prompt prefixes.",
+                                        json_schema_extra={"vllm": "--enable-prefix-caching"})
     gpu_memory_utilization: float = Field(0.92, gt=0, le=1.0, description="Fraction of device memory "
-                                          "vLLM may use (0.92 in vLLM 0.32).")
-    num_gpu_blocks_override: int | None = Field(None, ge=1, description="Force the number of KV blocks.")
-    max_model_len: int | None = Field(None, ge=1, description="Longest sequence; default the model's own.")
+                                          "vLLM may use (0.92 in vLLM 0.32).",
+                                          json_schema_extra={"unit": "fraction",
+                                                             "vllm": "--gpu-memory-utilization"})
+    num_gpu_blocks_override: int | None = Field(None, ge=1, description=(
+        "Force the number of KV blocks (at least one max_model_len sequence's, plus the null block)."),
+        json_schema_extra={"unit": "blocks", "vllm": "--num-gpu-blocks-override"})
+    max_model_len: int | None = Field(None, ge=1, description="Longest sequence; default the model's own.",
+                                      json_schema_extra={"unit": "tokens", "vllm": "--max-model-len"})
     cpu_overhead_s: float = Field(
         0.003, ge=0, description="Fixed CPU time per iteration (scheduling, input prep, sampling glue).")
     preemption_mode: Literal["recompute", "swap"] = Field("recompute", description=(
@@ -65,13 +81,14 @@ class EngineConfig(_Strict):
         "(vLLM V0's swap; falls back to recompute when swap_space_gb is full)."))
     swap_space_gb: float = Field(4.0, ge=0, description="Host memory for swapped-out KV per GPU, in GiB "
                                  "(vLLM's swap_space, default 4).")
-    pcie_gbps: float = Field(25.0, gt=0, description="Effective host<->GPU copy bandwidth for swapping, GB/s "
+    pcie_gb_per_s: float = Field(25.0, gt=0, description="Effective host<->GPU copy bandwidth for swapping "
                              "(PCIe Gen4 x16: 32 GB/s peak, ~25 effective).")
     scheduling_policy: Literal["fcfs", "priority"] = Field("fcfs", description=(
         "Waiting order and victim choice: fcfs, or priority (workload priority, lower = more urgent; "
         "waiting ordered by (priority, arrival), the running request with the largest (priority, "
-        "arrival) is preempted), as vLLM's --scheduling-policy."))
-    watermark: float | None = Field(None, ge=0, lt=1, description=(
+        "arrival) is preempted), as vLLM's --scheduling-policy."),
+        json_schema_extra={"vllm": "--scheduling-policy"})
+    watermark: float | None = Field(None, ge=0, lt=1, json_schema_extra={"unit": "fraction"}, description=(
         "Fraction of KV blocks kept free when admitting (None: the policy's default, 0.01 for vllm_v0 "
         "and sarathi as in vLLM V0's BlockSpaceManager, else 0)."))
     orca_reservation: Literal["max", "pow2", "oracle"] = Field("max", description=(
@@ -90,6 +107,14 @@ class EngineConfig(_Strict):
     scheduler_reserve_full_isl: bool = Field(
         True, description="Admit a waiting request only if its whole prompt fits the free KV blocks "
         "(vLLM's default admission gate), not just its first chunk.")
+
+    @field_validator("block_size")
+    @classmethod
+    def _vllm_block_size(cls, v: int) -> int:
+        if v not in VLLM_BLOCK_SIZES:
+            raise ValueError(f"{v} is not a block size vLLM offers "
+                             f"({', '.join(map(str, VLLM_BLOCK_SIZES))})")
+        return v
 
     @model_validator(mode="after")
     def _check(self) -> EngineConfig:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_serializer, model_validator
 
 from servesim.config._base import _Strict
 
@@ -12,45 +13,60 @@ from servesim.config._base import _Strict
 
 
 class ModelConfig(_Strict):
-    name: str = Field("meta-llama/Llama-3.1-8B", description=(
+    """The model served: its architecture comes from a Hugging Face config.json (no weights)."""
+
+    name: str = Field("meta-llama/Llama-3.1-8B", min_length=1, description=(
         "A built-in preset (see `servesim catalog`) or a path to a Hugging Face config.json "
-        "(or a directory holding one)."))
+        "(or a directory holding one)."), json_schema_extra={"vllm": "vllm serve MODEL"})
     dtype: Literal["auto", "bfloat16", "float16", "fp8", "float32"] = Field(
-        "auto", description="Weight/activation dtype; 'auto' takes torch_dtype from the config.")
+        "auto", description="Weight/activation dtype; 'auto' takes torch_dtype from the config.",
+        json_schema_extra={"vllm": "--dtype"})
     kv_cache_dtype: Literal["auto", "bfloat16", "float16", "fp8"] = Field(
         "auto",
-        description="KV cache dtype; 'auto' follows the model dtype (as vLLM's --kv-cache-dtype auto).")
+        description="KV cache dtype; 'auto' follows the model dtype (as vLLM's --kv-cache-dtype auto).",
+        json_schema_extra={"vllm": "--kv-cache-dtype"})
 
 
 class GpuConfig(_Strict):
     """A user-defined accelerator (all fields required except where defaulted)."""
 
-    name: str
+    name: str = Field(description="Name of the accelerator (shown in reports; a profile's fitted_on).")
     bf16_tflops: float = Field(gt=0, description="Peak dense BF16/FP16 TFLOP/s.")
     fp8_tflops: float | None = Field(None, gt=0, description="Peak dense FP8 TFLOP/s (None: no FP8).")
     mem_gb: float = Field(gt=0, description="Device memory in GB (1e9 bytes).")
-    mem_bw_tbps: float = Field(gt=0, description="Memory bandwidth, TB/s.")
-    interconnect_gbps: float = Field(450.0, gt=0, description="Unidirectional GPU-GPU bandwidth, GB/s.")
-    interconnect_latency_us: float = Field(5.0, ge=0)
-    idle_power_w: float = Field(100.0, ge=0)
-    max_power_w: float = Field(700.0, gt=0)
-    usd_per_hour: float = Field(2.5, ge=0)
+    mem_bw_tb_per_s: float = Field(gt=0, description="Memory bandwidth, TB/s.")
+    interconnect_gb_per_s: float = Field(450.0, gt=0, description="Unidirectional GPU-GPU bandwidth, GB/s.")
+    interconnect_latency_us: float = Field(5.0, ge=0, description="GPU-GPU small-message latency.")
+    idle_power_w: float = Field(100.0, ge=0, description="Power drawn with nothing to do.")
+    max_power_w: float = Field(700.0, gt=0, description="Power drawn at full load (the TDP).")
+    usd_per_hour: float = Field(2.5, ge=0, description="Rental price of one GPU.")
 
 
 class HardwareConfig(_Strict):
+    """The accelerator of every replica (unless a pool names its own)."""
+
     gpu: str | GpuConfig = Field(
         "H100-SXM", description="Catalog name (see `servesim catalog`) or a custom GPU.")
     profile: str | None = Field(None, description="Path of a calibrated hardware profile (JSON) to apply.")
 
 
 class ParallelConfig(_Strict):
-    tensor_parallel_size: int = Field(1, ge=1, le=64)
-    pipeline_parallel_size: int = Field(1, ge=1, le=64)
+    """How one replica's model is split over its GPUs (TP x PP GPUs a replica)."""
+
+    tensor_parallel_size: int = Field(1, ge=1, le=64, description=(
+        "GPUs each layer is split over (tensor parallelism). Must divide the model's attention "
+        "heads, and divide or be a multiple of its KV heads (vLLM's rule; checked when the model "
+        "is loaded)."),
+        json_schema_extra={"vllm": "--tensor-parallel-size"})
+    pipeline_parallel_size: int = Field(1, ge=1, le=64, description=(
+        "Stages the layers are split into (pipeline parallelism); at most the number of layers."),
+        json_schema_extra={"vllm": "--pipeline-parallel-size"})
     num_microbatches: int = Field(1, ge=1, description=(
         "Pipeline micro-batches per step (GPipe schedule, bubble (pp-1)/(m+pp-1)); 1 = the "
         "batch goes through the stages whole."))
     expert_parallel_size: int = Field(1, ge=1, le=64, description=(
-        "MoE only: spread the experts over this many groups of the TP ranks (must divide TP)."))
+        "MoE only: spread the experts over this many groups of the TP ranks (must divide TP)."),
+        json_schema_extra={"vllm": "--enable-expert-parallel"})
     expert_imbalance: float = Field(1.0, ge=1.0, description=(
         "Expert parallelism: token-expert pairs of the busiest group / the mean (1 = uniform)."))
 
@@ -65,56 +81,82 @@ class ParallelConfig(_Strict):
 class LinksConfig(_Strict):
     """Overrides of the catalog's links (None: the GPU's catalog figure)."""
 
-    intra_node_gbps: float | None = Field(None, gt=0, description="GPU-GPU in a node (NVLink/PCIe), GB/s.")
-    intra_node_latency_us: float | None = Field(None, ge=0)
-    inter_node_gbps: float | None = Field(None, gt=0, description="Per-GPU network (IB/RoCE), GB/s.")
-    inter_node_latency_us: float | None = Field(None, ge=0)
-    gpus_per_node: int | None = Field(None, ge=1)
+    intra_node_gb_per_s: float | None = Field(None, gt=0, description=(
+        "GPU-GPU bandwidth in a node (NVLink/PCIe), one way."))
+    intra_node_latency_us: float | None = Field(None, ge=0, description="GPU-GPU latency in a node.")
+    inter_node_gb_per_s: float | None = Field(None, gt=0, description="Per-GPU network (IB/RoCE), GB/s.")
+    inter_node_latency_us: float | None = Field(None, ge=0, description="Network latency between nodes.")
+    gpus_per_node: int | None = Field(None, ge=1, description=(
+        "GPUs in one server; groups larger than this span nodes and use the network.")
+    )
 
 
 
 # --------------------------------------------------------------------------- workload
 
+_TOKENS = {"unit": "tokens"}
+
 
 class LengthDist(_Strict):
     """A token-length distribution. Values are rounded and clipped to [min, max]."""
 
-    kind: Literal["constant", "uniform", "normal", "lognormal", "pareto", "trace"] = "constant"
-    value: int = Field(512, ge=1, description="constant: the length.")
-    low: int = Field(1, ge=1, description="uniform: inclusive lower bound.")
-    high: int = Field(1024, ge=1, description="uniform: inclusive upper bound.")
-    mean: float = Field(512.0, gt=0, description="normal/lognormal: mean length.")
-    std: float = Field(128.0, ge=0, description="normal: standard deviation; lognormal: std of the length.")
+    kind: Literal["constant", "uniform", "normal", "lognormal", "pareto", "trace"] = Field(
+        "constant", description="The distribution; the fields below say which kind reads them.")
+    value: int = Field(512, ge=1, description="constant: the length.", json_schema_extra=_TOKENS)
+    low: int = Field(1, ge=1, description="uniform: inclusive lower bound.", json_schema_extra=_TOKENS)
+    high: int = Field(1024, ge=1, description="uniform: inclusive upper bound.", json_schema_extra=_TOKENS)
+    mean: float = Field(512.0, gt=0, description="normal/lognormal: mean length.", json_schema_extra=_TOKENS)
+    std: float = Field(128.0, ge=0, description="normal: standard deviation; lognormal: std of the length.",
+                       json_schema_extra=_TOKENS)
     alpha: float = Field(2.0, gt=0, description="pareto: shape.")
-    scale: float = Field(64.0, gt=0, description="pareto: minimum (x_m).")
+    scale: float = Field(64.0, gt=0, description="pareto: minimum (x_m).", json_schema_extra=_TOKENS)
     trace: str | None = Field(None, description="trace: file to sample lengths from (any supported format).")
     column: Literal["prompt", "output"] = Field("prompt", description="trace: which column to sample.")
-    min: int = Field(1, ge=1)
-    max: int = Field(1_000_000, ge=1)
+    min: int = Field(1, ge=1, description="Every length is clipped to at least this.",
+                     json_schema_extra=_TOKENS)
+    max: int = Field(1_000_000, ge=1, description="Every length is clipped to at most this.",
+                     json_schema_extra=_TOKENS)
+
+    @model_validator(mode="after")
+    def _check(self) -> LengthDist:
+        if self.min > self.max:
+            raise ValueError(f"expected min <= max, found min={self.min} > max={self.max}")
+        if self.kind == "uniform" and self.low > self.high:
+            raise ValueError(f"expected low <= high, found low={self.low} > high={self.high}")
+        if self.kind == "trace" and not self.trace:
+            raise ValueError("kind: trace needs trace: the file to sample lengths from")
+        return self
 
 
 class ArrivalConfig(_Strict):
+    """When requests arrive."""
+
     process: Literal["poisson", "gamma", "constant", "burst"] = Field(
         "poisson", description="poisson; gamma (with cv); constant spacing; burst = all at t=0.")
-    rate: float = Field(1.0, gt=0, description="Mean arrivals per second.")
+    rate: float = Field(1.0, gt=0, description="Mean arrivals per second.",
+                        json_schema_extra={"unit": "requests/s"})
     cv: float = Field(1.0, gt=0, description="gamma: coefficient of variation of inter-arrival times.")
 
 
 class SyntheticWorkload(_Strict):
-    type: Literal["synthetic"] = "synthetic"
-    arrival: ArrivalConfig = ArrivalConfig()
-    prompt_len: LengthDist = LengthDist(kind="constant", value=512)
-    output_len: LengthDist = LengthDist(kind="constant", value=128)
+    """Requests drawn from distributions (docs/workloads.md)."""
+
+    type: Literal["synthetic"] = Field("synthetic", description="Selects this kind of workload.")
+    arrival: ArrivalConfig = Field(ArrivalConfig(), description="Arrival process.")
+    prompt_len: LengthDist = Field(LengthDist(kind="constant", value=512), description="Prompt lengths.")
+    output_len: LengthDist = Field(LengthDist(kind="constant", value=128), description=(
+        "Output lengths (tokens generated per request)."))
     num_requests: int | None = Field(1000, ge=1, description="How many requests (or use duration_s).")
     duration_s: float | None = Field(None, gt=0, description="Generate arrivals until this time.")
     prefix_groups: int = Field(0, ge=0, description="Requests share one of N prompt prefixes (0 = none).")
-    prefix_len: int = Field(0, ge=0, description="Shared prefix length in tokens.")
+    prefix_len: int = Field(0, ge=0, description="Shared prefix length in tokens.", json_schema_extra=_TOKENS)
     n: int = Field(1, ge=1, le=64, description=(
-        "Parallel samples per request (vLLM SamplingParams.n); the samples share the prompt's KV blocks."))
+        "Parallel samples per request (vLLM SamplingParams.n); the samples share the prompt's KV blocks."),
+        json_schema_extra={"vllm": "SamplingParams.n"})
     best_of_prune_at: int | None = Field(None, ge=1, description=(
         "Best-of-N with early pruning: after this many output tokens only best_of_keep samples go on."))
     best_of_keep: int = Field(1, ge=1, description="Samples kept at best_of_prune_at.")
-    seed: int = 0
+    seed: int = Field(0, description="Seed of the generator (with run.seed).")
 
     @model_validator(mode="after")
     def _check(self) -> SyntheticWorkload:
@@ -124,9 +166,12 @@ class SyntheticWorkload(_Strict):
 
 
 class TraceWorkload(_Strict):
-    type: Literal["trace"] = "trace"
+    """Requests read from a trace file (docs/workloads.md)."""
+
+    type: Literal["trace"] = Field("trace", description="Selects this kind of workload.")
     path: str = Field(description="Trace file; 'builtin:azure_conv' names the bundled Azure trace.")
-    format: Literal["auto", "azure", "mooncake", "generic"] = Field("auto")
+    format: Literal["auto", "azure", "mooncake", "generic"] = Field(
+        "auto", description="The trace's layout; auto decides by extension and header.")
     rate_scale: float = Field(1.0, gt=0, description="Multiply the arrival rate (divide timestamps).")
     limit: int | None = Field(None, ge=1, description="Take the first N requests.")
     start_s: float | None = Field(None, ge=0, description="Keep requests arriving at or after this time.")
@@ -134,20 +179,70 @@ class TraceWorkload(_Strict):
     hash_block_tokens: int = Field(512, ge=1, description="Tokens per hash id (Mooncake: 512).")
 
 
-WorkloadConfig = Annotated[SyntheticWorkload | TraceWorkload, Field(discriminator="type")]
+class BenchmarkWorkload(_Strict):
+    """``vllm bench serve`` with the random dataset (``--dataset-name random --ignore-eos``),
+    as its current main runs it: clients that send each request when a slot of
+    ``max_concurrency`` is free, warm-ups first (docs/workloads.md)."""
+
+    type: Literal["benchmark"] = Field("benchmark", description="Selects this kind of workload.")
+    num_prompts: int = Field(1000, ge=1, description="--num-prompts: requests in the measured run.")
+    input_len: int = Field(1024, ge=1, description=(
+        "--random-input-len: mean prompt length in tokens, special tokens included."))
+    output_len: int = Field(128, ge=1, description="--random-output-len: mean output length in tokens.")
+    random_range_ratio: float = Field(0.0, description=(
+        "--random-range-ratio r in [0, 1): lengths are uniform integers in "
+        "[floor(L(1-r)), ceil(L(1+r))] (output at least 1)."))
+    num_special_tokens: int = Field(0, ge=0, description=(
+        "Special tokens the tokenizer adds to a prompt (tokenizer.num_special_tokens_to_add(), "
+        "1 for Llama's BOS): taken off input_len before sampling and added back by the server."))
+    max_concurrency: int | None = Field(None, ge=1, description=(
+        "--max-concurrency: at most this many requests in flight (None: no limit, as vllm bench)."))
+    request_rate: float = Field(float("inf"), gt=0, description=(
+        "--request-rate: requests/s at which requests become due (inf: all at the start)."))
+    burstiness: float = Field(1.0, gt=0, description=(
+        "--burstiness: gamma shape of the gaps (1 = Poisson, inf = constant spacing)."))
+    num_warmups: int = Field(0, ge=0, description=(
+        "--num-warmups: copies of the first request sent before the measured run (same "
+        "concurrency limit), excluded from the benchmark metrics."))
+    ready_check: bool = Field(True, description=(
+        "vllm bench's initial single-prompt test run (on unless --ready-check-timeout-sec 0): "
+        "one copy of the first request, alone, before the warm-ups; excluded from the metrics."))
+    seed: int = Field(0, description="--seed: the length and arrival draws (numpy's default_rng).")
+
+    @field_serializer("request_rate", "burstiness", when_used="json")
+    def _inf_as_text(self, x: float) -> float | str:
+        return x if math.isfinite(x) else "inf"  # JSON has no infinity; "inf" reads back
+
+    @model_validator(mode="after")
+    def _check(self) -> BenchmarkWorkload:
+        r = self.random_range_ratio
+        if not 0.0 <= r < 1.0:
+            raise ValueError(f"random_range_ratio must be in [0, 1) (as vllm bench), found {r}")
+        if math.floor(max(0, self.input_len - self.num_special_tokens) * (1.0 - r)) < 1:
+            raise ValueError(f"input_len {self.input_len} is too small: with num_special_tokens "
+                             f"{self.num_special_tokens} and random_range_ratio {r} a prompt may have "
+                             "no sampled token (vllm bench refuses it too)")
+        return self
+
+
+WorkloadConfig = Annotated[SyntheticWorkload | TraceWorkload | BenchmarkWorkload, Field(discriminator="type")]
 
 
 # --------------------------------------------------------------------------- SLOs / run
 
 
 class SloConfig(_Strict):
+    """Latency objectives: attainment and goodput count the requests meeting all of them."""
+
     ttft_s: float | None = Field(None, gt=0, description="Time-to-first-token limit.")
     tpot_s: float | None = Field(None, gt=0, description="Mean time-per-output-token limit.")
     e2e_s: float | None = Field(None, gt=0, description="End-to-end latency limit.")
 
 
 class RunConfig(_Strict):
-    seed: int = 0
+    """Options of the run itself."""
+
+    seed: int = Field(0, description="Seed of every random draw of the run.")
     reference: bool = Field(False, description="Use the step-by-step reference engine (slow oracle).")
     check_invariants: bool = Field(False, description="Assert engine invariants every step (debug).")
     record_steps: bool = Field(True, description=(

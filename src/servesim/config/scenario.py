@@ -10,6 +10,9 @@ from pydantic import Field
 from servesim.config._base import _Strict
 from servesim.config.cluster import ClusterConfig
 from servesim.config.engine import EngineConfig
+from servesim.config.files import load_yaml_text, read_scenario_file
+from servesim.config.messages import format_validation_error
+from servesim.config.overrides import parse_override, set_path
 from servesim.config.parts import (
     GpuConfig,
     HardwareConfig,
@@ -27,106 +30,91 @@ from servesim.errors import ConfigError
 class Scenario(_Strict):
     """One simulation: model on hardware with an engine config, serving a workload."""
 
-    name: str = "scenario"
-    model: ModelConfig = ModelConfig()
-    hardware: HardwareConfig = HardwareConfig()
-    parallel: ParallelConfig = ParallelConfig()
-    engine: EngineConfig = EngineConfig()
-    workload: WorkloadConfig = TraceWorkload(path="builtin:azure_conv")
-    slo: SloConfig = SloConfig(ttft_s=2.0, tpot_s=0.1)
-    run: RunConfig = RunConfig()
+    name: str = Field("scenario", description="Name of the scenario (in reports and summary.json).")
+    model: ModelConfig = Field(ModelConfig(), description="The model served.")
+    hardware: HardwareConfig = Field(HardwareConfig(), description="The accelerator.")
+    parallel: ParallelConfig = Field(ParallelConfig(), description="Tensor, pipeline and expert parallelism.")
+    engine: EngineConfig = Field(EngineConfig(), description="The serving engine's knobs.")
+    workload: WorkloadConfig = Field(TraceWorkload(path="builtin:azure_conv"), description=(
+        "The requests: type: trace or type: synthetic."))
+    slo: SloConfig = Field(SloConfig(ttft_s=2.0, tpot_s=0.1), description="Latency objectives.")
+    run: RunConfig = Field(RunConfig(), description="Run options.")
     cluster: ClusterConfig | None = Field(None, description=(
         "Pools, router, disaggregation (docs/cluster.md); None: one replica of hardware/parallel/engine."))
 
 
+_DEFAULT = Scenario()
+
 # --------------------------------------------------------------------------- loading
 
 
-def _set_path(d: dict[str, Any], dotted: str, value: Any) -> None:
-    keys = dotted.split(".")
-    cur = d
-    for k in keys[:-1]:
-        nxt = cur.get(k)
-        if not isinstance(nxt, dict):
-            nxt = {}
-            cur[k] = nxt
-        cur = nxt
-    cur[keys[-1]] = value
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """``engine.max_num_seqs=64`` -> ("engine.max_num_seqs", 64); values parse as YAML scalars."""
-    import yaml
-
-    if "=" not in text:
-        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, for example engine.max_num_seqs=64")
-    key, raw = text.split("=", 1)
-    key = key.strip()
-    if not key:
-        raise ConfigError(f"--set {text!r}: empty key")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    return key, value
-
-
-def _format_validation_error(err: Any, source: str) -> str:
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"] if not (isinstance(p, str) and p in ("synthetic", "trace")))
-        msg = e["msg"]
-        if e["type"] == "extra_forbidden":
-            msg = "unknown key"
-        got = e.get("input")
-        quiet = isinstance(got, dict) or e["type"] in ("extra_forbidden", "missing")
-        got_s = "" if quiet else f" (got {got!r})"
-        lines.append(f"{source}: {loc or '<root>'}: {msg}{got_s}")
-    return "\n".join(lines)
+def _workload_type(wl: Any) -> str | None:
+    if not isinstance(wl, dict):
+        return None
+    return wl.get("type") or ("trace" if "path" in wl else "synthetic")
 
 
 def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>",
                        overrides: list[str] | None = None) -> Scenario:
+    """Validate a scenario mapping after applying ``--set`` overrides (``KEY=VALUE``) to it.
+
+    ``workload.type`` is applied first: switching the type starts the workload afresh from
+    the new type's defaults (the old type's fields do not apply), and the other workload
+    overrides then apply to it, in any order on the command line.
+    """
     from pydantic import ValidationError
 
     data = dict(data or {})
-    if overrides and "workload" not in data and any(o.startswith("workload.") for o in overrides):
+    parsed = [parse_override(text) for text in overrides or []]
+    if parsed and "workload" not in data and any(k.startswith("workload.") for k, _ in parsed):
         # Overriding a field of the default workload: start from the default's fields.
         data["workload"] = Scenario.model_fields["workload"].default.model_dump(exclude_defaults=True)
         data["workload"]["type"] = "trace"
-    for text in overrides or []:
-        key, value = parse_override(text)
-        _set_path(data, key, value)
+    for key, value in parsed:
+        if key == "workload.type" and value != _workload_type(data.get("workload")):
+            data["workload"] = {"type": value}
+    for key, value in parsed:
+        if key != "workload.type" or not isinstance(data.get("workload"), dict):
+            set_path(data, key, value, _DEFAULT)
     wl = data.get("workload")
     if isinstance(wl, dict) and "type" not in wl:
         # The type may be left out when it is obvious: a trace names its path.
-        data["workload"] = {**wl, "type": "trace" if "path" in wl else "synthetic"}
+        data["workload"] = {**wl, "type": _workload_type(wl)}
     try:
         return Scenario.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_format_validation_error(err, source)) from None
+        raise ConfigError(format_validation_error(err, source, Scenario)) from None
+
+
+def gpu_config_from_dict(data: Any, source: str, where: str = "gpu") -> GpuConfig:
+    """A custom accelerator from a mapping found at ``where`` in ``source`` (a hardware
+    profile's ``gpu``, say); errors read as a scenario's do (renamed fields say so)."""
+    from pydantic import ValidationError
+
+    try:
+        return GpuConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, source, GpuConfig, where)) from None
 
 
 def read_gpu_config(path: str | Path) -> GpuConfig:
     """A custom accelerator from a YAML/JSON file of ``hardware.gpu`` fields (name,
-    bf16_tflops, mem_gb, mem_bw_tbps, ...), as ``calibrate --hardware`` takes."""
+    bf16_tflops, mem_gb, mem_bw_tb_per_s, ...), as ``calibrate --hardware`` takes."""
     from pydantic import ValidationError
 
     p = Path(path)
     try:
-        import yaml
-
-        data = yaml.safe_load(p.read_text())
+        data = load_yaml_text(p.read_text(), str(p))
     except OSError as err:
         raise ConfigError(f"{p}: cannot read: {err.strerror or err}") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{p}: cannot parse: {err}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not UTF-8 text; expected a YAML or JSON hardware description") from None
     try:
         return GpuConfig.model_validate(data)
     except ValidationError as err:
         raise ConfigError(
             f"{p}: not a hardware description (hardware.gpu fields):\n"
-            + _format_validation_error(err, str(p))
+            + format_validation_error(err, str(p), GpuConfig)
         ) from None
 
 
@@ -135,25 +123,7 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] | None = 
     if path is None:
         return scenario_from_dict({}, "<default scenario>", overrides)
     p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"{p}: no such scenario file")
-    text = p.read_text()
-    try:
-        if p.suffix == ".toml":
-            import tomllib
-
-            data = tomllib.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text)
-    except Exception as err:  # noqa: BLE001 - parser errors differ by library
-        raise ConfigError(f"{p}: cannot parse: {err}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{p}: expected a mapping at the top level, found {type(data).__name__}")
-    scenario = scenario_from_dict(data, str(p), overrides)
+    scenario = scenario_from_dict(read_scenario_file(p), str(p), overrides)
     return _resolve_relative_paths(scenario, p.parent)
 
 

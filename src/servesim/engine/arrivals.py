@@ -3,6 +3,10 @@
 ``ArrivalFeeder`` keeps one pending arrival at a time, so a run of millions of requests
 never holds them all as objects. Requests that can never be served are handed to
 ``on_reject`` with the reason instead of being delivered.
+
+``ClosedLoopFeeder`` sends a benchmark workload's requests as ``vllm bench serve``'s
+clients do (``Workload.clients``): a request goes out when it is due and fewer than
+``max_concurrency`` are in flight, so each finish sends the next one at that instant.
 """
 
 from __future__ import annotations
@@ -74,3 +78,107 @@ class ArrivalFeeder:
     def on_arrival(self, r: Request) -> None:
         self.deliver(r)
         self._schedule_next()
+
+
+NO_LIMIT = 1 << 62
+
+
+class ClosedLoopFeeder:
+    """``vllm bench serve``'s clients (vLLM main, ``benchmark`` in vllm/benchmarks/serve.py).
+
+    Each request is gated by an ``asyncio.Semaphore(max_concurrency)``: it is sent when it
+    is due and fewer than ``max_concurrency`` are in flight, in workload order (the
+    semaphore's waiters are served first come, first served). A request's recorded
+    arrival is the instant it is sent, where vLLM starts its TTFT and E2E clocks. The
+    engine calls ``on_request_done`` when a request finishes, at its finish time; a
+    rejected request (one the replica can never serve) is done at once, as a failed HTTP
+    request releases its slot. The rows before ``clients.num_before`` are sent in phases
+    (the ready check, then the warm-ups), each when the one before is done; the measured
+    run starts when the last is done (``main_start_s``; ``on_main_start`` is called then)
+    and its rows' ``arrival_s`` count from that instant.
+    """
+
+    def __init__(self, wl: Workload, loop: EventLoop, deliver: Callable[[Request], None],
+                 on_reject: Callable[[Request, str], None], rejection: Callable[[Request], str],
+                 on_main_start: Callable[[], None] | None = None) -> None:
+        clients = wl.clients
+        if clients is None:
+            raise ValueError("ClosedLoopFeeder needs a workload with clients (a benchmark workload)")
+        self.loop = loop
+        self.deliver = deliver
+        self.on_reject = on_reject
+        self.rejection = rejection
+        self.on_main_start = on_main_start
+        limit = clients.max_concurrency
+        self.max_concurrency: int = limit if limit is not None else NO_LIMIT
+        self.phase_starts: list[int] = list(clients.phase_starts)
+        self.num_before: int = clients.num_before
+        self.phase = 0
+        self.phase_end = self.phase_starts[1] if len(self.phase_starts) > 1 else NO_LIMIT
+        self.num_in_flight = 0
+        self.peak_in_flight = 0
+        self.num_done = 0  # sent and finished or rejected
+        self.num_rejected = 0
+        self.main_start_s = -1.0
+        self._reqs = iter_requests(wl)
+        self._head: Request | None = None  # the next request to send
+        self._timer = False  # an event is pending at the head's due time
+
+    def start(self) -> None:
+        if len(self.phase_starts) == 1:
+            self._start_main()
+        self._pump()
+
+    def on_request_done(self, r: Request) -> None:
+        """``r`` finished now: its slot is free."""
+        self.num_in_flight -= 1
+        self.num_done += 1
+        self._pump()
+
+    def on_due(self, _: object) -> None:
+        self._timer = False
+        self._pump()
+
+    def _start_main(self) -> None:
+        self.main_start_s = self.loop.now
+        if self.on_main_start is not None:
+            self.on_main_start()
+
+    def _pump(self) -> None:
+        """Send every request that may go now, in order."""
+        now = self.loop.now
+        while self.num_in_flight < self.max_concurrency:
+            r = self._head
+            if r is None:
+                r = next(self._reqs, None)
+                if r is None:
+                    return
+                self._head = r
+            if r.idx >= self.phase_end:  # the first of the next phase
+                if self.num_done < self.phase_end:
+                    return  # the phase before it is still running
+                self.phase += 1
+                starts = self.phase_starts
+                self.phase_end = starts[self.phase + 1] if self.phase + 1 < len(starts) else NO_LIMIT
+                if self.phase == len(starts) - 1:
+                    self._start_main()
+            if r.idx >= self.num_before:
+                due = self.main_start_s + r.arrival_s
+                if due > now:
+                    if not self._timer:
+                        self._timer = True
+                        self.loop.at(due, self.on_due, None, ARRIVAL)
+                    return
+            self._head = None
+            r.arrival_s = now
+            why = self.rejection(r)
+            if why:
+                r.status = ReqStatus.REJECTED
+                self.num_rejected += 1
+                self.num_done += 1
+                self.on_reject(r, why)
+                continue
+            self.num_in_flight += 1
+            if self.num_in_flight > self.peak_in_flight:
+                self.peak_in_flight = self.num_in_flight
+            self.deliver(r)

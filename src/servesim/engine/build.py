@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from servesim.config import EngineConfig
+from servesim.engine.arrivals import ClosedLoopFeeder
 from servesim.engine.events import EventLoop
 from servesim.engine.kv_cache import KVCacheManager
 from servesim.engine.kv_counting import CountingKVCache
@@ -89,7 +90,7 @@ def policy_perf_model(engine: EngineConfig, perf: PerfModel) -> PerfModel:
         return perf
     from servesim.perf.policy_costs import PolicyCostModel
 
-    return PolicyCostModel(perf, engine.pcie_gbps * 1e9, engine.speculative.draft_cost_ratio)
+    return PolicyCostModel(perf, engine.pcie_gb_per_s * 1e9, engine.speculative.draft_cost_ratio)
 
 
 def build_replica(replica_id: int, loop: EventLoop, engine: EngineConfig, perf: PerfModel,
@@ -112,3 +113,14 @@ def build_replica(replica_id: int, loop: EventLoop, engine: EngineConfig, perf: 
     return Replica(replica_id, loop, scheduler, policy_perf_model(engine, perf), engine.cpu_overhead_s,
                    steps, itl, totals, check_invariants=check_invariants, on_finish=on_finish,
                    finishes_in_runs=finishes_in_runs)
+
+
+def closed_loop_feeder(wl: Workload, loop: EventLoop, deliver: Callable[[Request], None],
+                       on_reject: Callable[[Request, str], None], rejection: Callable[[Request], str],
+                       itl: ItlSamples) -> ClosedLoopFeeder:
+    """The clients of a benchmark workload; ``itl`` learns where the measured run starts."""
+
+    def measured_run_starts() -> None:
+        itl.measured_from = len(itl.gap_s)
+
+    return ClosedLoopFeeder(wl, loop, deliver, on_reject, rejection, measured_run_starts)

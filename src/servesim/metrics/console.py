@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from servesim.metrics.benchmark import benchmark_lines
 from servesim.metrics.records import Result
 
 _LATENCY_ROWS = (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("ITL", "itl_s"), ("E2E", "e2e_s"),
@@ -68,6 +69,9 @@ def _workload_source(scenario: Any) -> str:
         if wl.rate_scale != 1.0:
             text += f" x{wl.rate_scale:g} rate"
         return text
+    if getattr(wl, "type", None) == "benchmark":
+        return (f"vllm bench serve, random {wl.input_len}/{wl.output_len} tokens, "
+                f"concurrency {wl.max_concurrency}, {wl.request_rate:g} req/s")
     arr = wl.arrival
     return f"synthetic {arr.process} {arr.rate:g} req/s"
 
@@ -248,3 +252,18 @@ def print_summary(result: Result, console: Console) -> None:
     if s.get("pools"):
         console.print()
         console.print(_pool_lines(s["pools"]))
+    if s.get("benchmark"):
+        console.print()
+        console.print(_benchmark_block(s["benchmark"]))
+
+
+def _benchmark_block(b: dict[str, Any]) -> Table:
+    """vllm bench serve's result block, its labels and order (metrics/benchmark.py)."""
+    grid = Table.grid(padding=(0, 2))
+    grid.title = "vllm bench serve (measured run)"
+    grid.title_justify = "left"
+    grid.add_column(no_wrap=True)
+    grid.add_column(justify="right")
+    for label, value in benchmark_lines(b):
+        grid.add_row(label, value)
+    return grid

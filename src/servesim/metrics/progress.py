@@ -43,15 +43,19 @@ def progress_bar(enabled: bool, total: int, t0: float) -> Iterator[Callable[[int
 
 
 def run_in_slices(loop: Any, horizon_s: float, until_s: float, progress: Callable[[int], None] | None,
-                  num_done: Callable[[], int]) -> float:
+                  num_done: Callable[[], int], grows: bool = False) -> float:
     """Run ``loop`` (an ``engine.events.EventLoop``) to ``until_s``; with ``progress``, in
     about 200 slices of the arrival horizon, calling ``progress(num_done())`` after each
-    (no cost in the hot loop). Returns the time of the last event."""
+    (no cost in the hot loop). ``grows``: the horizon is not known ahead (closed-loop
+    clients send as requests finish), so slices grow with the clock. Returns the time of
+    the last event."""
     if progress is None:
         return float(loop.run(until_s))
     dt = max(horizon_s / 200, 1e-3)
     t = 0.0
     while len(loop) and loop.now < until_s:
+        if grows:
+            dt = max(dt, loop.now / 200)
         t = max(t + dt, loop.next_time())
         loop.run(min(t, until_s))
         progress(num_done())

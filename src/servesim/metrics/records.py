@@ -147,6 +147,9 @@ class ItlSamples:
 
     gap_s: list[float] = field(default_factory=list)
     count: list[int] = field(default_factory=list)
+    # Benchmark workloads: the first pair of the measured run (those before it are the
+    # ready check's and warm-ups', which ``vllm bench`` leaves out).
+    measured_from: int = 0
 
     def add(self, gap_s: float, count: int) -> None:
         if count > 0:

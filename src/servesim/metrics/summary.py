@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from servesim.metrics.benchmark import benchmark_section, measured_run
 from servesim.metrics.records import RequestStatus, Result
 
 PERCENTILES = (50, 90, 95, 99)
@@ -322,23 +323,34 @@ def _energy_cost(result: Result, window_s: float | None, num_out: int, num_in: i
 
 
 def summarize(result: Result) -> dict[str, Any]:
-    """Every metric of one run as a nested, JSON-serialisable dict (see docs/metrics.md)."""
-    counts = _counts(result)
-    span_s, window_s = counts["span_s"], counts["window_s"]
-    throughput = _throughput(result, span_s)
+    """Every metric of one run as a nested, JSON-serialisable dict (see docs/metrics.md).
+
+    A benchmark workload's ready check and warm-ups are left out of the request metrics
+    (counts, latency, throughput, SLOs) but count in the run: utilization, energy and
+    cost cover the whole of it.
+    """
+    run = measured_run(result)
+    counts = _counts(run)
+    span_s, window_s = counts["span_s"], _counts(result)["window_s"]
+    counts["window_s"] = window_s
+    throughput = _throughput(run, span_s)
+    whole = throughput if run is result else _throughput(result, span_s)
     num_gpus = sum(r.num_gpus for r in result.replicas)
     summary = {
         "counts": counts,
-        "latency": _latency(result),
+        "latency": _latency(run),
         "throughput": throughput,
-        "slo": _slo(result, span_s, num_gpus),
+        "slo": _slo(run, span_s, num_gpus),
         "utilization": _utilization(result, window_s),
-        **_energy_cost(result, window_s, throughput["num_output_tokens"], throughput["num_input_tokens"]),
+        **_energy_cost(result, window_s, whole["num_output_tokens"], whole["num_input_tokens"]),
         "wall_s": float(result.wall_s),
     }
     pools = _pools(result, window_s)
     if pools:
         summary["pools"] = pools
+    bench = benchmark_section(result)
+    if bench is not None:
+        summary["benchmark"] = bench
     summary.update(_trust(result, window_s, throughput))
     return _clean(summary)
 

@@ -41,6 +41,7 @@ class RecordWriter:
             a[a < 0] = np.nan
             return a
 
+        rec.arrival_s[idx] = [r.arrival_s for r in buf]  # when sent, for closed-loop clients
         rec.first_scheduled_s[idx] = times([r.first_scheduled_s for r in buf])
         rec.first_token_s[idx] = times([r.first_token_s for r in buf])
         rec.finished_s[idx] = times([r.finished_s for r in buf])
@@ -61,6 +62,7 @@ def write_record(rec: RequestRecords, r: Request, reason: str = "") -> None:
     """Store ``r``'s outcome in row ``r.idx`` (called when it finishes, is rejected or the
     run ends), with ``reason``, when given, saying why it was rejected or is unfinished."""
     i = r.idx
+    rec.arrival_s[i] = r.arrival_s
     rec.first_scheduled_s[i] = r.first_scheduled_s if r.first_scheduled_s >= 0 else np.nan
     rec.first_token_s[i] = r.first_token_s if r.first_token_s >= 0 else np.nan
     rec.finished_s[i] = r.finished_s if r.finished_s >= 0 else np.nan

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from servesim.catalog.gpus import GpuSpec
 from servesim.catalog.models import ModelSpec
 from servesim.config import EngineConfig, ParallelConfig, resolve_engine
+from servesim.config.layout import check_gpu_blocks_override
 from servesim.errors import ConfigError, DoesNotFitError
 
 #: Memory outside PyTorch's allocator that grows during vLLM's profiling run (cuBLAS
@@ -186,8 +187,10 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: 
     Raises DoesNotFitError when the weights do not fit, when nothing is left for the KV
     cache, or when the cache cannot hold one ``max_model_len`` sequence (vLLM refuses to
     start in all three cases). ``engine.num_gpu_blocks_override`` replaces the block count
-    without the KV fit check, as in vLLM. With ``hint`` the error suggests a layout that
-    was checked to fit (``suggest_layout``), when one is found.
+    without the memory fit check, as in vLLM, but must hold one ``max_model_len`` sequence
+    (a ``ConfigError``; ``servesim.config.layout`` has this check and the layout ones).
+    With ``hint`` a does-not-fit error suggests changes that were checked to fit
+    (``suggest_layout``), when one is found.
     """
     tp, pp = parallel.tensor_parallel_size, parallel.pipeline_parallel_size
     max_model_len = engine.max_model_len or model.max_position_embeddings
@@ -195,6 +198,7 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: 
     if max_model_len > model.max_position_embeddings:
         raise ConfigError(f"engine.max_model_len ({max_model_len}) exceeds {model.name}'s "
                           f"max_position_embeddings ({model.max_position_embeddings}); vLLM rejects it too")
+    check_gpu_blocks_override(engine, max_model_len)
     usable = engine.gpu_memory_utilization * gpu.mem_bytes
     weights = weights_bytes_per_gpu(model, tp, pp)
     activation = activation_peak_bytes(model, engine, tp)

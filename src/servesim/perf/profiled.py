@@ -37,7 +37,7 @@ import numpy as np
 
 from servesim.catalog.gpus import GpuSpec, LinkSpec, get_gpu
 from servesim.catalog.models import ModelSpec, from_hf_config
-from servesim.config import EngineConfig, GpuConfig, ModelConfig, ParallelConfig
+from servesim.config import EngineConfig, GpuConfig, ModelConfig, ParallelConfig, gpu_config_from_dict
 from servesim.errors import ConfigError
 from servesim.perf.base import BatchStats, decode_step_times
 from servesim.perf.operator_tables import OPERATOR_KERNELS, OperatorTable
@@ -151,7 +151,7 @@ class HardwareProfile:
             if k in eff_d:
                 eff_d[k] = int(eff_d[k])
         try:
-            gpu = GpuConfig.model_validate(d["gpu"]) if d.get("gpu") else None
+            gpu = gpu_config_from_dict(d["gpu"], source) if d.get("gpu") else None
             tables = [_table_from_dict(t) for t in d.get("operator_tables") or []]
         except (KeyError, TypeError, ValueError) as err:
             raise ConfigError(f"{source}: malformed profile: {err}") from None

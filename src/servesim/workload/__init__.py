@@ -6,26 +6,31 @@ generators are public for notebooks and tests.
 
 from __future__ import annotations
 
-from servesim.config import SyntheticWorkload, TraceWorkload
-from servesim.workload.base import Workload
+from servesim.config import BenchmarkWorkload, SyntheticWorkload, TraceWorkload
+from servesim.workload.base import BenchmarkClients, Workload
+from servesim.workload.benchmark import generate_benchmark
 from servesim.workload.containers import BUILTIN_TRACES
 from servesim.workload.synthetic import arrival_times, generate_synthetic, sample_lengths
 from servesim.workload.traces import load_trace, read_lengths, read_trace, select
 
 __all__ = [
-    "BUILTIN_TRACES", "Workload", "arrival_times", "generate_synthetic", "load_trace", "load_workload",
-    "read_lengths", "read_trace", "sample_lengths", "select",
+    "BUILTIN_TRACES", "BenchmarkClients", "Workload", "arrival_times", "generate_benchmark",
+    "generate_synthetic", "load_trace", "load_workload", "read_lengths", "read_trace", "sample_lengths",
+    "select",
 ]
 
 
-def load_workload(cfg: SyntheticWorkload | TraceWorkload, seed: int = 0) -> Workload:
+def load_workload(cfg: SyntheticWorkload | TraceWorkload | BenchmarkWorkload, seed: int = 0) -> Workload:
     """The requests of a workload config.
 
-    Synthetic: ``seed`` is added to ``cfg.seed`` (a run's seed varies the draw). Traces are
-    deterministic and ignore ``seed``.
+    Synthetic and benchmark: ``seed`` is added to ``cfg.seed`` (a run's seed varies the
+    draw). Traces are deterministic and ignore ``seed``.
     """
     if isinstance(cfg, SyntheticWorkload):
         return generate_synthetic(cfg, seed)
+    if isinstance(cfg, BenchmarkWorkload):
+        return generate_benchmark(cfg, seed)
     if isinstance(cfg, TraceWorkload):
         return load_trace(cfg)
-    raise TypeError(f"expected SyntheticWorkload or TraceWorkload, got {type(cfg).__name__}")
+    raise TypeError(f"expected a SyntheticWorkload, TraceWorkload or BenchmarkWorkload, "
+                    f"got {type(cfg).__name__}")

@@ -18,6 +18,27 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
+@dataclass(frozen=True, slots=True)
+class BenchmarkClients:
+    """How ``vllm bench serve`` sends a workload's requests (workload type ``benchmark``).
+
+    Rows ``0 .. num_before - 1`` are sent before the measured run in phases, each phase
+    starting when every request of the previous one is done: ``phase_starts`` holds the
+    first row of each (the ready check's lone request, then the warm-ups, then the
+    measured run at ``num_before``). A measured row's ``arrival_s`` is the time it becomes
+    due, counted from the start of the measured run; it is sent then, or when a slot is
+    free if ``max_concurrency`` requests are in flight (None: no limit).
+    """
+
+    max_concurrency: int | None
+    phase_starts: tuple[int, ...] = (0,)
+
+    @property
+    def num_before(self) -> int:
+        """Rows sent before the measured run (ready check and warm-ups)."""
+        return self.phase_starts[-1]
+
+
 @dataclass(slots=True)
 class Workload:
     arrival_s: np.ndarray  # float64, sorted ascending
@@ -33,6 +54,8 @@ class Workload:
     num_samples: np.ndarray | None = None  # int64, >= 1
     prune_at_token: int = 0
     num_kept_samples: int = 1
+    # Closed-loop clients (None: every request arrives at its arrival_s, open loop).
+    clients: BenchmarkClients | None = None
     source: str = ""  # where it came from, for reports
     meta: dict = field(default_factory=dict)
 
@@ -69,7 +92,7 @@ class Workload:
             priority=None if self.priority is None else self.priority[idx],
             num_samples=None if self.num_samples is None else self.num_samples[idx],
             prune_at_token=self.prune_at_token, num_kept_samples=self.num_kept_samples,
-            source=self.source, meta=dict(self.meta))
+            clients=self.clients, source=self.source, meta=dict(self.meta))
 
 
 def workload_stats(wl: Workload) -> dict[str, float]:

@@ -51,6 +51,11 @@ def open_text(name: str) -> Iterator[TextIO]:
             raise WorkloadError(f"{name}: cannot read: {err}") from None
 
 
+def _not_a_file(p: Path) -> str:
+    """Why ``p`` cannot be read as a trace: a directory is not a missing file."""
+    return "is a directory, expected a trace file" if p.is_dir() else "no such file"
+
+
 @contextmanager
 def open_binary(name: str) -> Iterator[BinaryIO]:
     if name.startswith("builtin:"):
@@ -63,7 +68,7 @@ def open_binary(name: str) -> Iterator[BinaryIO]:
     else:
         p = Path(name).expanduser()
         if not p.is_file():
-            raise WorkloadError(f"{name}: no such file")
+            raise WorkloadError(f"{name}: {_not_a_file(p)}")
         file_name = p.name
         raw = p.open("rb")
     with raw:
@@ -110,7 +115,7 @@ def parquet_records(name: str) -> tuple[tuple[str, ...], Records]:
     import pyarrow.parquet as pq
 
     if not Path(name).expanduser().is_file():
-        raise WorkloadError(f"{name}: no such file")
+        raise WorkloadError(f"{name}: {_not_a_file(Path(name).expanduser())}")
     try:
         table = pq.read_table(Path(name).expanduser())
     except Exception as err:  # noqa: BLE001 - pyarrow raises several types for a bad file

@@ -50,7 +50,7 @@ from servesim.workload.notices import (
 )
 from servesim.workload.trace_values import _azure_ns, _bad, _hash_ids, _int, _number, _priority
 
-DEFAULT_PREFIX_LEN = 256  # shared tokens per prefix_group: record.py --prefix-len default (tools/vllm-cpu)
+DEFAULT_PREFIX_LEN = 256  # shared tokens per prefix_group: record.py's --prefix-len (tests/fixtures/vllm)
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 FAST_CSV_BYTES = 4 << 20  # larger Azure CSV files are read with pyarrow, smaller with numpy (fast_csv.py)

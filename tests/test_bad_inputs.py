@@ -1,0 +1,82 @@
+"""The battery of malformed, impossible and unusual inputs (tests/bad_inputs/cases.yaml).
+
+Each case runs ``servesim simulate`` in-process through the CLI with ``--output`` set. A
+case expecting exit 2 must print exactly one line, ``error: ...``, holding the case's
+``message`` (and the scenario file's name, when the case has a file), no traceback, and
+write nothing. A case expecting exit 0 must run and write its outputs. ``xfail`` names
+where the missing check belongs; such a case fails the suite as soon as it passes
+(strict), so the mark is removed with the fix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from servesim.cli import app
+
+HERE = Path(__file__).parent / "bad_inputs"
+CASES: list[dict[str, Any]] = yaml.safe_load((HERE / "cases.yaml").read_text())
+_KEYS = {"id", "file", "text", "suffix", "set", "exit", "message", "names_file", "xfail"}
+
+
+def _params() -> list[Any]:
+    params = []
+    for case in CASES:
+        marks = [pytest.mark.xfail(strict=True, reason=case["xfail"])] if case.get("xfail") else []
+        params.append(pytest.param(case, id=case["id"], marks=marks))
+    return params
+
+
+def test_cases_are_well_formed() -> None:
+    ids = [c["id"] for c in CASES]
+    assert len(ids) == len(set(ids)), "case ids must be unique"
+    for c in CASES:
+        assert set(c) <= _KEYS, f"{c['id']}: unknown keys {set(c) - _KEYS}"
+        assert not ("file" in c and "text" in c), f"{c['id']}: give file or text, not both"
+        assert c["exit"] in (0, 2), c["id"]
+        assert c["exit"] == 0 or c.get("message"), f"{c['id']}: an error case names its message"
+        if "file" in c:
+            assert (HERE / c["file"]).exists() or c["id"] == "file_missing", c["id"]
+    used = {c["file"].split("/")[0] for c in CASES if "file" in c}
+    scenarios = {p.name for p in HERE.iterdir() if p.suffix in (".yaml", ".toml") and p.is_file()}
+    on_disk = scenarios - {"cases.yaml"}
+    assert on_disk <= used, f"files no case uses: {sorted(on_disk - used)}"
+
+
+def _scenario_path(case: dict[str, Any], tmp_path: Path) -> Path | None:
+    if "file" in case:
+        return HERE / case["file"]
+    if "text" in case:
+        path = tmp_path / f"{case['id']}{case.get('suffix', '.yaml')}"
+        path.write_text(case["text"])
+        return path
+    return None
+
+
+@pytest.mark.parametrize("case", _params())
+def test_bad_input(case: dict[str, Any], tmp_path: Path) -> None:
+    scenario = _scenario_path(case, tmp_path)
+    out_dir = tmp_path / "out"
+    args = ["simulate", "--quiet", "--no-progress", "--output", str(out_dir)]
+    if scenario is not None:
+        args.insert(1, str(scenario))
+    for override in case.get("set", []):
+        args += ["--set", override]
+    res = CliRunner().invoke(app, args)
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert "Traceback" not in res.output
+    assert res.exit_code == case["exit"], res.output
+    if case["exit"] == 0:
+        assert (out_dir / "summary.json").exists()
+        return
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    assert case["message"] in lines[0]
+    if scenario is not None and case.get("names_file", True):
+        assert scenario.name in lines[0]
+    assert not out_dir.exists(), "nothing is written for a refused input"
