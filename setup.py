@@ -17,12 +17,14 @@ COMPILED = [
     "servesim/engine/events.py",
     "servesim/engine/arrivals.py",
     "servesim/engine/request.py",
+    "servesim/engine/kv_free_queue.py",
     "servesim/engine/kv_counting.py",
     "servesim/engine/scheduler.py",
     "servesim/engine/decode_runs.py",
     "servesim/engine/lazy.py",
     "servesim/engine/replica.py",
     "servesim/perf/base.py",
+    "servesim/perf/kernel_step.py",
 ]
 BUILDS = {"build", "build_ext", "bdist_wheel", "install", "develop", "editable_wheel"}
 

@@ -9,6 +9,7 @@ by this same script in the same session, on the same machine state.
 
     python benchmarks/bench_azure.py                 # fast and reference, 1x and 10x
     python benchmarks/bench_azure.py --no-reference  # fast only
+    python benchmarks/bench_azure.py --perf-model kernels  # measured-kernel step times
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ import sys
 import time
 
 
-def one(engine: str, rate_scale: float) -> dict:
+def one(engine: str, rate_scale: float, perf_model: str = "roofline") -> dict:
     import servesim
     from servesim.config import load_scenario
     from servesim.workload import load_workload
 
-    sc = load_scenario(None, [f"workload.rate_scale={rate_scale}",
+    sc = load_scenario(None, [f"workload.rate_scale={rate_scale}", f"hardware.perf_model={perf_model}",
                               f"run.reference={'true' if engine == 'reference' else 'false'}"])
     t0 = time.perf_counter()
     load_workload(sc.workload)  # the trace parse alone (simulate parses it again)
@@ -49,10 +50,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-reference", action="store_true")
     ap.add_argument("--rates", default="1,10")
+    ap.add_argument("--perf-model", choices=("roofline", "kernels"), default="roofline")
     ap.add_argument("--one", nargs=2, metavar=("ENGINE", "RATE"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
-        print(json.dumps(one(a.one[0], float(a.one[1]))))
+        print(json.dumps(one(a.one[0], float(a.one[1]), a.perf_model)))
         return
     engines = ["fast"] + ([] if a.no_reference else ["reference"])
     rows = []
@@ -61,7 +63,8 @@ def main() -> None:
         for engine in engines:
             runs = []
             for _ in range(a.repeats if engine == "fast" else max(1, a.repeats // 3)):
-                out = subprocess.run([sys.executable, __file__, "--one", engine, str(rate)],
+                out = subprocess.run([sys.executable, __file__, "--one", engine, str(rate),
+                                      "--perf-model", a.perf_model],
                                      capture_output=True, text=True, check=True)
                 runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
             m = {k: statistics.median(r[k] for r in runs)

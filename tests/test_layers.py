@@ -30,13 +30,6 @@ import servesim
 
 SRC = Path(servesim.__file__).resolve().parent  # src/servesim
 
-#: Cycles another change removes (one direction for each pair); tolerated here until it
-#: lands, then this list is emptied. A cycle not listed here fails the test.
-KNOWN_CYCLES_BEING_FIXED: list[frozenset[str]] = [
-    frozenset({"servesim.perf.pipelined", "servesim.perf.roofline"}),
-    frozenset({"servesim.engine.decode_runs", "servesim.engine.lazy"}),
-]
-
 #: Layer of each top-level module or package of servesim (higher imports lower, never back).
 LAYERS = {
     "errors": 0,
@@ -179,17 +172,9 @@ def test_the_graph_sees_every_kind_of_import() -> None:
 def test_no_import_cycles() -> None:
     g = import_graph()
     comps = strongly_connected(g)
-    known = set(KNOWN_CYCLES_BEING_FIXED)
-    bad = [c for c in comps if frozenset(c) not in known]
+    bad = list(comps)
     report = "\n\n".join(f"among {', '.join(sorted(c))}:\n" + "\n".join(a_cycle(g, c)) for c in bad)
     assert not bad, f"import cycles in servesim:\n{report}"
-
-
-def test_known_cycles_are_still_there() -> None:
-    """An entry of KNOWN_CYCLES_BEING_FIXED whose cycle is gone is removed from the list."""
-    comps = {frozenset(c) for c in strongly_connected(import_graph())}
-    gone = [sorted(c) for c in KNOWN_CYCLES_BEING_FIXED if c not in comps]
-    assert not gone, f"fixed, remove from KNOWN_CYCLES_BEING_FIXED: {gone}"
 
 
 def test_layers_point_down() -> None:

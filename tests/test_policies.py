@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import make_workload, req
 
-from servesim.config import EngineConfig, resolve_engine
+from servesim.config import EngineConfig, resolve_engine, scenario_from_dict
 from servesim.engine.admission import MemoryAwareAdmission
 from servesim.engine.build import make_scheduler
 from servesim.engine.kv_cache import KVCacheManager
@@ -305,6 +305,18 @@ def test_swap_falls_back_to_recompute_when_host_space_is_full():
     for _ in range(18):
         out, _, _ = step(s)
     assert out.preempted == [b] and b.num_computed_tokens == 0 and out.stats.swap_bytes == 0
+
+
+def test_swap_space_is_in_gib_and_the_old_name_is_refused():
+    """``swap_space_gib`` is GiB (2^30 bytes), as vLLM's --swap-space: 1 GiB of 1 MiB blocks
+    is 1024 host blocks (1e9 bytes would be 953). The old name is refused, naming the new one."""
+    wl = make_workload([0.0], 8, 2)
+    kv = KVCacheManager(11, 16, False, 4096)
+    s = make_scheduler(EngineConfig(preemption_mode="swap", swap_space_gib=1.0), SchedulerConfig(), kv, wl,
+                       kv_bytes_per_block=float(1 << 20))
+    assert isinstance(s, PolicyScheduler) and s.swap is not None and s.swap.num_host_blocks == 1024
+    with pytest.raises(ConfigError, match=r"engine.swap_space_gb: was renamed to swap_space_gib \(GiB"):
+        scenario_from_dict({"engine": {"swap_space_gb": 4}}, "s.yaml")
 
 
 # --------------------------------------------------------------------------- memory-aware admission

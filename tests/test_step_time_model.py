@@ -71,3 +71,15 @@ def test_a_model_that_describes_itself_is_taken_at_its_word() -> None:
     prof = HardwareProfile.load("a100_splitwise")
     d = describe_perf_model(KernelDb(), "H100-SXM", prof)
     assert d["label"].startswith("kernel database") and "fitted on A100-80GB" in d["warnings"][0]
+
+
+def test_the_kernel_database_names_its_gpu_and_engine_version() -> None:
+    r = servesim.simulate({"model": {"name": "Llama-3.1-8B"}, "workload": SMALL,
+                           "hardware": {"perf_model": "kernels"}, "cluster": {"pools": [{"name": "a"}]}})
+    (m,) = r.summary["step_time_model"]
+    assert m["kind"] == "kernel_db" and m["gpu"] == "H100-SXM" and m["engine_version"] not in (None, "none")
+    assert m["label"].startswith(f"kernel database (H100-SXM, vLLM {m['engine_version']})")
+    bare = servesim.simulate({"model": {"name": "Llama-3.1-8B"}, "workload": SMALL,
+                              "engine": {"max_model_len": 8192},
+                              "hardware": {"perf_model": "kernels", "gpu": "L4"}}).summary["step_time_model"][0]
+    assert bare["warnings"] == ["no kernel tables for L4: every operator is the roofline's"]

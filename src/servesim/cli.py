@@ -150,20 +150,27 @@ _DTYPE_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 def _models_table() -> Table:
     from servesim.catalog.models import list_models, load_model
+    from servesim.perf.memory import weights_bytes_per_gpu
 
-    title = "Models (org/ prefix optional; heads: query/KV; KV/tok: KV bytes per token)"
+    title = ("Models (org/ prefix optional; heads: query/KV, MLA: latent; dtype: weights, /experts'"
+             " bits when apart; weights: GB on one GPU; KV/tok: KV bytes per token, sliding-window"
+             " layers apart)")
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("name", no_wrap=True)
-    for col in ("params", "layers", "heads", "dtype", "max len", "KV/tok"):
+    for col in ("params", "layers", "heads", "dtype", "weights", "max len", "KV/tok"):
         table.add_column(col, justify="right")
     for name in list_models():
         m = load_model(name)
         params = f"{_call(m.num_params) / 1e9:.1f}B"
         if m.is_moe:
             params += f" ({_call(m.num_active_params) / 1e9:.1f}B)"
-        table.add_row(name.split("/")[-1], params, str(m.num_layers),
-                      f"{m.num_attention_heads}/{m.num_kv_heads}", _DTYPE_SHORT.get(m.dtype, m.dtype),
-                      f"{m.max_position_embeddings:,}", f"{m.kv_bytes_per_token() / 1024:,.0f}K")
+        heads = f"{m.num_attention_heads}/{'MLA' if m.is_mla else m.num_kv_heads}"
+        dtype = _DTYPE_SHORT.get(m.dtype, m.dtype)
+        if m.expert_dtype_bytes:
+            dtype += f"/{m.expert_dtype_bytes * 8:g}b"
+        table.add_row(name.split("/")[-1], params, str(m.num_layers), heads, dtype,
+                      f"{weights_bytes_per_gpu(m) / 1e9:,.0f}", f"{m.max_position_embeddings:,}",
+                      f"{m.kv_bytes_per_token() / 1024:,.0f}K")
     return table
 
 

@@ -103,7 +103,7 @@ def resolve_deployment(sc: Scenario, pool: PoolConfig | None = None, *, model: M
     ``model`` and ``profile`` may be passed in when already loaded (a cluster loads them
     once for all its pools). Raises the user errors vLLM would refuse to start with.
     """
-    from servesim.perf.roofline import build_perf_model
+    from servesim.perf.factory import build_step_model
 
     from servesim.catalog.parallel import check_parallel
 
@@ -132,7 +132,7 @@ def resolve_deployment(sc: Scenario, pool: PoolConfig | None = None, *, model: M
     check_budget(engine, plan.max_model_len)
     links = pool_links(gpu, pool.links if pool is not None else None)
     perf = (profile.perf_model(model, gpu, par, sc.model, links=links) if profile
-            else build_perf_model(model, gpu, par, sc.model, links=links))
+            else build_step_model(model, gpu, par, sc.hardware, sc.model, links=links))
     return Deployment(
         name=pool.name if pool is not None else "", role=pool.role if pool is not None else "colocated",
         num_replicas=pool.num_replicas if pool is not None else 1, model=model, gpu=gpu, parallel=par,

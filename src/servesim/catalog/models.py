@@ -8,10 +8,20 @@ has and how many KV-cache bytes a token takes on one GPU, counted the way vLLM s
   replica of one KV head (vLLM's ``max(1, num_kv_heads // tp)``);
 - pipeline parallelism (PP) gives each stage ``ceil(num_layers / pp)`` layers at most.
 
+Beyond dense GQA transformers it reads multi-head latent attention (DeepSeek-V3, Kimi-K2:
+one compressed latent per token and layer in the KV cache), shared experts and dense layers
+of MoE models (``first_k_dense_replace``, ``mlp_only_layers``), gpt-oss's alternating
+sliding-window layers (``layer_types``) and quantized checkpoints (``quantization.py``).
+
 Presets live in ``servesim/data/models/*.json`` as subsets of the public config files and
 go through the same parser (``from_hf_config``) as a user's own ``config.json``.
-Biases (Qwen2 QKV, OPT), norms' biases and OPT's learned position embeddings are not
-counted: each is below 0.2% of the parameters of the presets.
+Biases (Qwen2 QKV, OPT, gpt-oss's attention and experts), norms' biases, qk-norms (Qwen3,
+MiniMax-M2), MLA's two latent norms, gpt-oss's attention sinks (one learned logit per head
+and layer) and OPT's learned position embeddings are not counted: each is below 0.2% of the
+parameters of the presets. Multi-token-prediction layers (DeepSeek-V3, MiniMax-M2) and
+vision encoders (Kimi-K2.5) are not counted either: vLLM loads the former only for
+speculative decoding; the latter (~0.4B parameters in Kimi-K2.5) serve image inputs.
+See docs/models.md.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from servesim.catalog.quantization import parse_quantization
 from servesim.errors import CatalogError
 
 #: Bytes per element of each dtype name servesim accepts.
@@ -77,6 +88,28 @@ class ModelSpec:
     max_position_embeddings: int = 4096
     mlp_gated: bool = True
     sliding_window: int | None = None
+    # Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): ``kv_lora_rank`` > 0. The KV
+    # cache holds one latent of kv_lora_rank + qk_rope_head_dim per token and layer, shared
+    # by all heads; ``head_dim`` is then qk_nope_head_dim + qk_rope_head_dim (queries, keys).
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    # MoE layout: the summed width of the shared expert(s) every token passes through in each
+    # MoE layer, and the layers with a dense MLP (``intermediate_size`` wide) instead of experts.
+    shared_expert_intermediate_size: int = 0
+    num_dense_layers: int = 0
+    # Layers restricted to ``sliding_window`` (gpt-oss's ``layer_types``); 0: every layer
+    # attends to the whole context (a uniform ``sliding_window`` alone is not modelled).
+    num_sliding_layers: int = 0
+    # Bytes per parameter of the routed experts when they are quantized apart from the rest
+    # (gpt-oss MXFP4, Kimi-K2.5 int4); 0: ``dtype_bytes``. ``quant_method`` names the scheme.
+    expert_dtype_bytes: float = 0.0
+    quant_method: str = ""
+    # The checkpoint's KV-cache dtype (ModelOpt's kv_cache_quant_algo), which vLLM's
+    # kv_cache_dtype 'auto' resolves to; "": the activation dtype.
+    kv_cache_dtype: str = ""
 
     # ------------------------------------------------------------------ shapes per TP rank
 
@@ -85,9 +118,45 @@ class ModelSpec:
         return self.num_experts > 0
 
     @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
     def activation_dtype_bytes(self) -> float:
         """Activations stay 16-bit when weights are fp8 (W8A8 kernels read/write bf16 tensors)."""
         return max(self.dtype_bytes, 2.0)
+
+    @property
+    def activation_dtype(self) -> str:
+        """Dtype of activations and of the weights kept unquantized (embeddings, norms, routers)."""
+        return self.dtype if self.dtype in ("float32", "float16", "bfloat16") else "bfloat16"
+
+    @property
+    def default_kv_dtype_bytes(self) -> float:
+        """KV-cache bytes per element with kv_cache_dtype 'auto': the checkpoint's, else activations'."""
+        return DTYPE_BYTES[self.kv_cache_dtype] if self.kv_cache_dtype else self.activation_dtype_bytes
+
+    @property
+    def linear_compute_dtype(self) -> str:
+        """Tensor-core math of the linear layers: fp8 for fp8 (W8A8) and NVFP4 weights (fp4
+        units are not in the GPU catalog), the activation dtype for weight-only schemes
+        (int4, MXFP4 experts: dequantized into 16-bit matrix multiplies)."""
+        return "fp8" if self.dtype in ("fp8", "nvfp4") else self.activation_dtype
+
+    @property
+    def expert_weight_bytes(self) -> float:
+        """Bytes per parameter of the routed experts."""
+        return self.expert_dtype_bytes or self.dtype_bytes
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers whose MLP is routed experts (0 for a dense model)."""
+        return self.num_layers - self.num_dense_layers if self.is_moe else 0
+
+    @property
+    def num_full_attention_layers(self) -> int:
+        """Layers attending to the whole context (the others keep a sliding window)."""
+        return self.num_layers - self.num_sliding_layers
 
     def kv_heads_per_rank(self, tp: int = 1) -> int:
         """KV heads held by one TP rank: split, or one replica when ``num_kv_heads < tp`` (vLLM)."""
@@ -98,24 +167,55 @@ class ModelSpec:
         return math.ceil(self.num_layers / pp)
 
     def attn_params_per_layer(self, tp: int = 1) -> int:
-        """QKV and output projection weights of one layer on one TP rank."""
-        q = self.num_attention_heads * self.head_dim // tp
+        """Attention projection weights of one layer on one TP rank.
+
+        GQA: QKV (split by heads) and output projections. MLA: the query and latent
+        down-projections (q_a, kv_a; replicated on every rank, as vLLM's fused_qkv_a_proj),
+        then split by heads the query up-projection q_b, the latent's K/V up-projection kv_b
+        (also the absorbed weights of decode) and the output projection.
+        """
+        h, heads = self.hidden_size, self.num_attention_heads
+        if self.is_mla:
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            q = (h * self.q_lora_rank + self.q_lora_rank * heads * qk // tp if self.q_lora_rank
+                 else h * heads * qk // tp)
+            kv = (h * (self.kv_lora_rank + self.qk_rope_head_dim)
+                  + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim) // tp)
+            return q + kv + heads * self.v_head_dim * h // tp
+        q = heads * self.head_dim // tp
         kv = self.kv_heads_per_rank(tp) * self.head_dim
-        return self.hidden_size * (q + 2 * kv) + q * self.hidden_size
+        return h * (q + 2 * kv) + q * h
 
     def expert_params(self, tp: int = 1) -> int:
-        """Weights of one MLP (dense) or one expert (MoE) on one TP rank."""
+        """Weights of one MLP (dense) or one routed expert (MoE) on one TP rank."""
         width = self.moe_intermediate_size if self.is_moe else self.intermediate_size
         return (3 if self.mlp_gated else 2) * self.hidden_size * width // tp
+
+    def shared_expert_params(self, tp: int = 1) -> int:
+        """The shared expert(s) of one MoE layer on one TP rank (split by width, as a dense MLP)."""
+        return (3 if self.mlp_gated else 2) * self.hidden_size * self.shared_expert_intermediate_size // tp
+
+    def dense_mlp_params(self, tp: int = 1) -> int:
+        """One dense MLP of ``intermediate_size`` on one TP rank (an MoE model's dense layers)."""
+        return (3 if self.mlp_gated else 2) * self.hidden_size * self.intermediate_size // tp
 
     def router_params(self) -> int:
         return self.hidden_size * self.num_experts
 
     def mlp_params_per_layer(self, tp: int = 1) -> int:
-        """All MLP weights of one layer on one TP rank (every expert, plus the router)."""
+        """All MLP weights of one layer (an MoE layer: every routed expert, the shared
+        experts and the router) on one TP rank."""
         if self.is_moe:
-            return self.num_experts * self.expert_params(tp) + self.router_params()
+            return self.num_experts * self.expert_params(tp) + self.shared_expert_params(tp) + self.router_params()
         return self.expert_params(tp)
+
+    def every_token_mlp_params(self, tp: int = 1) -> int:
+        """MoE models: the MLP weights of all layers that every token passes through on one
+        TP rank (shared experts of the MoE layers, dense MLPs of the dense layers)."""
+        if not self.is_moe:
+            return 0
+        return (self.num_moe_layers * self.shared_expert_params(tp)
+                + self.num_dense_layers * self.dense_mlp_params(tp))
 
     def embedding_params(self, tp: int = 1) -> int:
         """Input embedding on one TP rank (vocab-parallel)."""
@@ -129,29 +229,105 @@ class ModelSpec:
 
     def num_params(self) -> int:
         """All parameters: embeddings, every layer (all experts), norms, LM head if untied."""
-        per_layer = self.attn_params_per_layer() + self.mlp_params_per_layer() + 2 * self.hidden_size
-        return (self.num_layers * per_layer + self.embedding_params() + self.lm_head_params()
-                + self.hidden_size)
+        return self._count_params(self.num_experts)
 
     def num_active_params(self) -> int:
         """Parameters one token passes through (top-k experts for MoE), embeddings included."""
+        return self._count_params(self.num_experts_per_tok) if self.is_moe else self.num_params()
+
+    def _count_params(self, experts: int) -> int:
+        h, layers = self.hidden_size, self.num_layers
+        total = (layers * (self.attn_params_per_layer() + 2 * h) + self.embedding_params()
+                 + self.lm_head_params() + h)
         if not self.is_moe:
-            return self.num_params()
-        per_layer = (self.attn_params_per_layer() + self.num_experts_per_tok * self.expert_params()
-                     + self.router_params() + 2 * self.hidden_size)
-        return (self.num_layers * per_layer + self.embedding_params() + self.lm_head_params()
-                + self.hidden_size)
+            return total + layers * self.expert_params()
+        moe = experts * self.expert_params() + self.shared_expert_params() + self.router_params()
+        return total + self.num_moe_layers * moe + self.num_dense_layers * self.dense_mlp_params()
+
+    def linear_weight_bytes(self, tp: int = 1, pp: int = 1, attention_dp: int = 1) -> float:
+        """Bytes of the linear layers' weights on one GPU of the largest pipeline stage.
+
+        Attention and dense MLPs (and shared experts) are split by TP. Routed experts are
+        split over the TP ranks by width (vLLM's default) or whole (expert parallelism): the
+        same bytes per GPU either way. With vLLM's data-parallel attention (``attention_dp``
+        ranks of ``tp`` GPUs each, experts spread over all ``attention_dp x tp`` GPUs) each
+        GPU holds its rank's attention share and 1/(dp x tp) of the experts. Routers stay
+        16-bit, as in every quantized checkpoint. With PP the heaviest stage is the one
+        holding the most MoE layers.
+        """
+        layers, b = self.layers_per_stage(pp), self.dtype_bytes
+        attn = layers * self.attn_params_per_layer(tp) * b
+        if not self.is_moe:
+            return attn + layers * self.expert_params(tp) * b
+        moe = min(layers, self.num_moe_layers)
+        per_moe = (self.num_experts * self.expert_params(tp * attention_dp) * self.expert_weight_bytes
+                   + self.shared_expert_params(tp) * b + self.router_params() * self.activation_dtype_bytes)
+        return attn + moe * per_moe + (layers - moe) * self.dense_mlp_params(tp) * b
+
+    # ------------------------------------------------------------------ KV cache and attention
+
+    def kv_elems_per_layer(self, tp: int = 1) -> int:
+        """KV-cache elements of one token in one layer on one TP rank: K and V of this rank's
+        KV heads; MLA: the whole latent (vLLM caches it as a single KV head, kept whole on
+        every rank, so it does not shrink with TP)."""
+        if self.is_mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.kv_heads_per_rank(tp) * self.head_dim
 
     def kv_bytes_per_token(self, tp: int = 1, kv_dtype_bytes: float | None = None, pp: int = 1) -> float:
-        """K and V bytes of one token on one GPU: all layers of its (largest) stage, its KV heads."""
-        kv_b = self.activation_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
-        return 2 * self.layers_per_stage(pp) * self.kv_heads_per_rank(tp) * self.head_dim * kv_b
+        """KV bytes of one token on one GPU: the full-attention layers of its (largest) stage.
+
+        Sliding-window layers keep only a window per request (``kv_window_bytes_per_request``).
+        """
+        kv_b = self.default_kv_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
+        return math.ceil(self.num_full_attention_layers / pp) * self.kv_elems_per_layer(tp) * kv_b
+
+    def kv_window_bytes_per_request(self, tp: int = 1, kv_dtype_bytes: float | None = None, pp: int = 1,
+                                    block_size: int = 16) -> float:
+        """KV bytes the sliding-window layers of one stage hold for one running request.
+
+        vLLM's sliding-window manager keeps the blocks covering the last ``sliding_window - 1``
+        tokens and the one being written, cdiv(W - 1, block_size) + 1 blocks, and frees the rest.
+        """
+        if not self.num_sliding_layers or not self.sliding_window:
+            return 0.0
+        kv_b = self.default_kv_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
+        blocks = -(-(self.sliding_window - 1) // block_size) + 1
+        return (math.ceil(self.num_sliding_layers / pp) * self.kv_elems_per_layer(tp) * kv_b
+                * blocks * block_size)
+
+    def attn_flops_per_pair(self, tp: int = 1, decode: bool = False) -> float:
+        """FLOPs of one query token against one context token in one layer on one TP rank.
+
+        QK^T and PV over this rank's heads. MLA prefill runs as multi-head attention on
+        up-projected keys (qk_nope + qk_rope) and values (v_head_dim); MLA decode, with the
+        up-projections absorbed into the query and output as vLLM's MLA backends do, as
+        multi-query attention over the latent: kv_lora_rank + qk_rope_head_dim for the score,
+        kv_lora_rank for the value, per head.
+        """
+        heads = self.num_attention_heads // tp
+        if not self.is_mla:
+            return 4.0 * heads * self.head_dim
+        if decode:
+            return 2.0 * heads * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
+        return 2.0 * heads * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
+
+    def window_attn_per_token(self, tp: int = 1, kv_dtype_bytes: float | None = None) -> tuple[float, float]:
+        """(FLOPs, KV bytes read) of one new token's attention in all sliding-window layers on
+        one TP rank: ``sliding_window`` keys each (at most; fewer at the start of a prompt)."""
+        window = self.sliding_window or 0
+        if not self.num_sliding_layers or not window:
+            return 0.0, 0.0
+        kv_b = self.default_kv_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
+        n = self.num_sliding_layers * window
+        return n * self.attn_flops_per_pair(tp), n * self.kv_elems_per_layer(tp) * kv_b
 
 
 def resolve_kv_dtype_bytes(kv_cache_dtype: str, model: ModelSpec) -> float:
-    """vLLM's ``--kv-cache-dtype``: 'auto' follows the model's activation dtype."""
+    """vLLM's ``--kv-cache-dtype``: 'auto' follows the checkpoint's KV-cache quantization
+    (ModelOpt's kv_cache_quant_algo) or else the model's activation dtype."""
     if kv_cache_dtype == "auto":
-        return model.activation_dtype_bytes
+        return model.default_kv_dtype_bytes
     return DTYPE_BYTES[normalize_dtype(kv_cache_dtype, "kv_cache_dtype")]
 
 
@@ -174,19 +350,46 @@ def _int(value: Any, key: str, source: str) -> int:
     return int(value)
 
 
+def _num_dense_layers(cfg: dict[str, Any], layers: int) -> int:
+    """Layers of an MoE config with a dense MLP: DeepSeek's ``first_k_dense_replace`` and
+    ``moe_layer_freq`` (layer i has experts when i >= k and i % freq == 0), Qwen-MoE's
+    ``mlp_only_layers`` and ``decoder_sparse_step`` (experts when (i + 1) % step == 0)."""
+    first_k = int(cfg.get("first_k_dense_replace") or 0)
+    freq = int(cfg.get("moe_layer_freq") or 1)
+    only = set(cfg.get("mlp_only_layers") or [])
+    step = int(cfg.get("decoder_sparse_step") or 1)
+    moe = sum(1 for i in range(layers)
+              if i >= first_k and i % freq == 0 and i not in only and (i + 1) % step == 0)
+    return layers - moe
+
+
+def _mla(cfg: dict[str, Any], src: str) -> dict[str, int]:
+    """MLA's dimensions (DeepSeek-V2/V3 keys), or {} for ordinary attention."""
+    if not cfg.get("kv_lora_rank"):
+        return {}
+    keys = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+    out = {k: _int(_pick(cfg, (k,), src), k, src) for k in keys}
+    out["q_lora_rank"] = _int(cfg["q_lora_rank"], "q_lora_rank", src) if cfg.get("q_lora_rank") else 0
+    return out
+
+
 def from_hf_config(cfg: dict[str, Any], name: str, dtype: str = "auto",
-                   source: str | None = None) -> ModelSpec:
-    """Build a ModelSpec from a Hugging Face config dict (Llama/Mistral/Qwen2/Mixtral/OPT keys).
+                   source: str | None = None, hf_quant_config: dict[str, Any] | None = None) -> ModelSpec:
+    """Build a ModelSpec from a Hugging Face config dict (Llama/Mistral/Qwen2/Qwen3/Mixtral/OPT,
+    Qwen3-MoE, DeepSeek-V3/Kimi-K2 (MLA), gpt-oss and MiniMax-M2 keys).
 
     ``source`` (default ``name``) is the file named in error messages. Multimodal configs
     that nest the language model under ``text_config`` are read from there.
+    ``hf_quant_config`` is a ModelOpt ``hf_quant_config.json``; with ``dtype`` 'auto' the
+    checkpoint's quantization sets the weight bytes, another ``dtype`` replaces it.
     """
     src = source or name
     if not isinstance(cfg, dict):
         raise CatalogError(f"{src}: expected a JSON object, found {type(cfg).__name__}")
     outer = cfg
     if isinstance(cfg.get("text_config"), dict):
-        cfg = {**{k: v for k, v in outer.items() if k in ("torch_dtype", "dtype")}, **cfg["text_config"]}
+        cfg = {**{k: v for k, v in outer.items() if k in ("torch_dtype", "dtype", "quantization_config")},
+               **cfg["text_config"]}
     model_type = str(cfg.get("model_type", outer.get("model_type", ""))).lower()
 
     def num(keys: tuple[str, ...], default: Any = ...) -> int:
@@ -196,36 +399,56 @@ def from_hf_config(cfg: dict[str, Any], name: str, dtype: str = "auto",
     hidden = num(("hidden_size", "d_model", "n_embd"))
     heads = num(("num_attention_heads", "n_head"))
     kv_heads = num(("num_key_value_heads",), heads)
-    head_dim = num(("head_dim",), hidden // heads)
+    mla = _mla(cfg, src)
+    head_dim = (mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"] if mla
+                else num(("head_dim",), hidden // heads))
     inter = num(("intermediate_size", "ffn_dim", "n_inner"))
     vocab = num(("vocab_size",))
     # vLLM falls back to 2048 when a config gives no maximum length.
     max_pos = num(("max_position_embeddings", "max_seq_len", "seq_length", "n_positions"), 2048)
     experts = _pick(cfg, ("num_local_experts", "num_experts", "n_routed_experts"), src, 0)
     experts = _int(experts, "num_local_experts", src) if experts else 0
-    top_k = num(("num_experts_per_tok",)) if experts else 0
+    top_k = num(("num_experts_per_tok", "experts_per_token")) if experts else 0
     moe_inter = num(("moe_intermediate_size",), inter) if experts else 0
+    if experts and cfg.get("n_shared_experts"):
+        shared = _int(cfg["n_shared_experts"], "n_shared_experts", src) * moe_inter
+    else:
+        shared = int(cfg.get("shared_expert_intermediate_size") or 0) if experts else 0
+    dense_layers = _num_dense_layers(cfg, layers) if experts else 0
     if heads % kv_heads:
         raise CatalogError(f"{src}: num_attention_heads ({heads}) is not a multiple of "
                            f"num_key_value_heads ({kv_heads})")
     tied = cfg.get("tie_word_embeddings", outer.get("tie_word_embeddings", model_type in _TIED_BY_DEFAULT))
     gated = "ffn_dim" not in cfg and model_type != "opt"
 
+    expert_bytes, method, kv_dtype = 0.0, "", ""
     if dtype == "auto":
         raw = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
         dtype = normalize_dtype(raw, f"{src}: torch_dtype")
         if dtype == "float32":  # vLLM's dtype='auto' serves fp32 checkpoints in 16 bits
             dtype = "bfloat16"
+        quant = parse_quantization(cfg, hf_quant_config, dtype, src)
+        dtype_bytes = DTYPE_BYTES[dtype]
+        if quant is not None:
+            dtype, dtype_bytes, expert_bytes, method = (quant.dtype, quant.dtype_bytes,
+                                                        quant.expert_dtype_bytes, quant.method)
+            kv_dtype = quant.kv_cache_dtype
     else:
         dtype = normalize_dtype(dtype)
+        dtype_bytes = DTYPE_BYTES[dtype]
     window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
+    layer_types = cfg.get("layer_types") or []
+    sliding_layers = sum(1 for t in layer_types if t == "sliding_attention") if window else 0
     return ModelSpec(
         name=name, num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
         num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=inter, vocab_size=vocab,
         tie_word_embeddings=bool(tied), num_experts=experts, num_experts_per_tok=top_k,
-        moe_intermediate_size=moe_inter, dtype=dtype, dtype_bytes=DTYPE_BYTES[dtype],
+        moe_intermediate_size=moe_inter, dtype=dtype, dtype_bytes=dtype_bytes,
         max_position_embeddings=max_pos, mlp_gated=gated,
         sliding_window=int(window) if window else None,
+        shared_expert_intermediate_size=shared, num_dense_layers=dense_layers,
+        num_sliding_layers=sliding_layers, expert_dtype_bytes=expert_bytes, quant_method=method,
+        kv_cache_dtype=kv_dtype, **mla,
     )
 
 
@@ -293,13 +516,17 @@ def load_model(name_or_path: str, dtype: str = "auto") -> ModelSpec:
     or a path to a ``config.json`` or a directory holding one."""
     canon = _lookup_preset(name_or_path)
     if canon is not None:
-        return from_hf_config(_presets()[canon], canon, dtype, source=f"preset {canon}")
+        cfg = _presets()[canon]
+        return from_hf_config(cfg, canon, dtype, source=f"preset {canon}",
+                              hf_quant_config=cfg.get("_servesim_hf_quant_config"))
     path = Path(name_or_path).expanduser()
     if path.exists() or name_or_path.endswith(".json"):
         cfg = _read_config(path)
         cfg_path = path / "config.json" if path.is_dir() else path
         label = cfg.get("_name_or_path") or (path.name if path.is_dir() else path.parent.name) or str(path)
-        return from_hf_config(cfg, str(label), dtype, source=str(cfg_path))
+        quant_path = cfg_path.parent / "hf_quant_config.json"  # ModelOpt's, beside config.json
+        quant = _read_config(quant_path) if quant_path.is_file() else None
+        return from_hf_config(cfg, str(label), dtype, source=str(cfg_path), hf_quant_config=quant)
     choices = sorted({*list_models(), *(c["_servesim_short"] for c in _presets().values())})
     close = difflib.get_close_matches(name_or_path, choices, n=4, cutoff=0.4)
     hint = f"; did you mean {', '.join(close)}?" if close else ""

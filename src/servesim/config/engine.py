@@ -78,9 +78,9 @@ class EngineConfig(_Strict):
         0.003, ge=0, description="Fixed CPU time per iteration (scheduling, input prep, sampling glue).")
     preemption_mode: Literal["recompute", "swap"] = Field("recompute", description=(
         "recompute: a victim's KV is dropped and recomputed; swap: copied to host memory over PCIe "
-        "(vLLM V0's swap; falls back to recompute when swap_space_gb is full)."))
-    swap_space_gb: float = Field(4.0, ge=0, description="Host memory for swapped-out KV per GPU, in GiB "
-                                 "(vLLM's swap_space, default 4).")
+        "(vLLM V0's swap; falls back to recompute when swap_space_gib is full)."))
+    swap_space_gib: float = Field(4.0, ge=0, description="Host memory for swapped-out KV per GPU, in GiB "
+                                  "(2^30 bytes, as vLLM's --swap-space, default 4).")
     pcie_gb_per_s: float = Field(25.0, gt=0, description="Effective host<->GPU copy bandwidth for swapping "
                              "(PCIe Gen4 x16: 32 GB/s peak, ~25 effective).")
     scheduling_policy: Literal["fcfs", "priority"] = Field("fcfs", description=(
@@ -134,6 +134,9 @@ class EngineConfig(_Strict):
 
 
 GIB = 1 << 30
+
+#: Engine fields renamed to name their unit: old name -> (new name, what it holds). The old
+#: name is refused with the new one rather than read in the wrong unit.
 
 #: Per-policy defaults of the knobs left ``None`` (see docs/policies.md).
 POLICY_DEFAULTS: dict[str, dict[str, Any]] = {

@@ -25,6 +25,7 @@ RENAMED = {
     "bandwidth_gbps": ("bandwidth_gb_per_s", "GB/s"),
     "pcie_gbps": ("pcie_gb_per_s", "GB/s"),
     "mem_bw_tbps": ("mem_bw_tb_per_s", "TB/s"),
+    "swap_space_gb": ("swap_space_gib", "GiB, 2^30 bytes, as vLLM's --swap-space"),
 }
 _WORKLOAD_TYPES = {"synthetic": SyntheticWorkload, "trace": TraceWorkload}
 _SCALAR_TAGS = ("str", "int", "float", "bool")

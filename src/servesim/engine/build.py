@@ -71,7 +71,7 @@ def make_scheduler(engine: EngineConfig, cfg: SchedulerConfig, kv: Any, wl: Work
                          "to size swap space")
     samples = wl.num_samples
     num_samples = {i: int(n) for i, n in enumerate(samples.tolist()) if n > 1} if samples is not None else {}
-    host_bytes = engine.swap_space_gb * (1 << 30)  # GiB, as vLLM's swap_space
+    host_bytes = engine.swap_space_gib * (1 << 30)  # GiB, as vLLM's --swap-space
     opts = PolicyOptions(
         scheduling_policy=engine.scheduling_policy, preemption_mode=engine.preemption_mode,
         num_host_blocks=int(host_bytes / kv_bytes_per_block) if kv_bytes_per_block else 0,

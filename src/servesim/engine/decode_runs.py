@@ -1,4 +1,5 @@
-"""The lazy engine's decode pool and its runs (``DecodePool``, ``LazyScheduler``'s base).
+"""The lazy engine's decode pool and its runs (``DecodePool``, ``LazyScheduler``'s base,
+and ``LazyOutput``, what its steps return).
 
 The pool (see ``lazy.py``) holds the running requests that decode one token every step,
 with their counts derived from the step they joined at. A step that ran only pooled
@@ -17,14 +18,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from servesim.engine.request import ReqStatus, Request
-from servesim.engine.scheduler import Scheduler
+from servesim.engine.scheduler import Scheduler, SchedulerOutput
 from servesim.perf.base import BatchStats, PerfModel, decode_step_times
 
 if TYPE_CHECKING:
     from servesim.engine.kv_counting import CountingKVCache
-    from servesim.engine.lazy import LazyOutput
     from servesim.engine.scheduler import SchedulerConfig
-
 
 
 def _probe() -> None:
@@ -37,6 +36,23 @@ COMPILED = not isinstance(_probe, FunctionType)
 # on long runs (measured on the Azure hour: 32 was 7% slower than 1024 and than no chunks,
 # as most chunks are cut short by the next arrival).
 SCALAR_STEPS = 1 << 62 if COMPILED else 1024
+
+
+@dataclass(slots=True, init=False)
+class LazyOutput(SchedulerOutput):
+    """A step (or a run of ``num_steps`` pure-decode steps) of the lazy scheduler."""
+
+    is_exact: bool  # ran the reference algorithm (pool materialized)
+    first_it: int  # index of the (first) step
+    num_steps: int
+    first_tokens_done: bool  # extend_run produced its prompts' first tokens at its end
+
+    def __init__(self, first_it: int = 0, num_pool: int = 0, is_exact: bool = False) -> None:
+        SchedulerOutput.__init__(self, num_pool=num_pool)
+        self.is_exact = is_exact
+        self.first_it = first_it
+        self.num_steps = 1
+        self.first_tokens_done = False
 
 
 @dataclass(slots=True, init=False)
@@ -183,7 +199,7 @@ class DecodePool(Scheduler):
         if out.is_exact:
             return None
         if out.reqs:
-            if not self._first_tokens_now(out, start_s + first_step_s, through_finishes):
+            if not self._first_tokens_now(out, through_finishes):
                 return None
         elif self.individual or not out.num_pool:
             return None
@@ -215,16 +231,18 @@ class DecodePool(Scheduler):
         self.it = j
         return run
 
-    def _first_tokens_now(self, out: LazyOutput, end_s: float, through_finishes: bool) -> bool:
+    def _first_tokens_now(self, out: LazyOutput, through_finishes: bool) -> bool:
         """Let a step that completes prompts start a run: its new requests' first tokens.
 
         When every individually tracked request ran in ``out`` and completes its prompt there
         (a first token, not its last), nobody waits and the pool, grown by them, fits the
         token budget, the next steps are pure decodes as surely as after a pool-only step.
-        The tokens are then produced now, at the step's end (``end_s``), and the requests
+        The tokens are then produced now (they come out at the step's end), and the requests
         join the pool for the next step, as ``update_from_output`` would do at that time;
-        ``out.first_tokens_done`` tells it not to sample them again. Only for a lone replica
-        (``through_finishes``): nobody else reads these requests before the step ends.
+        ``out.first_tokens_done`` tells it not to sample them again, and tells the replica
+        (which keeps the clock) that their first tokens came out at the step's end. Only for
+        a lone replica (``through_finishes``): nobody else reads these requests before the
+        step ends.
         """
         if not through_finishes or self.waiting or len(out.reqs) != len(self.individual):
             return False
@@ -239,7 +257,6 @@ class DecodePool(Scheduler):
         it_end = out.first_it + 1
         for r in out.reqs:
             r.num_output_tokens = 1
-            r.first_token_s = r.last_token_s = end_s
             self._join_pool(r, it_end)
         self.individual = []
         out.first_tokens_done = True

@@ -71,27 +71,24 @@ class FreeBlockQueue:
 
     def prepend_n(self, blocks: list[KVBlock]) -> None:
         """Put ``blocks`` at the front, keeping their order."""
-        prev = self.head
         first = self.head.next
         assert first is not None
-        for b in blocks:
-            b.prev = prev
-            prev.next = b
-            prev = b
-        prev.next = first
-        first.prev = prev
-        self.num_free_blocks += len(blocks)
+        self._insert_between(self.head, blocks, first)
 
     def append_n(self, blocks: list[KVBlock]) -> None:
         """Put ``blocks`` at the back, keeping their order."""
-        prev = self.tail.prev
-        assert prev is not None
+        last = self.tail.prev
+        assert last is not None
+        self._insert_between(last, blocks, self.tail)
+
+    def _insert_between(self, prev: KVBlock, blocks: list[KVBlock], nxt: KVBlock) -> None:
+        """Link ``blocks``, in order, between the adjacent ``prev`` and ``nxt``."""
         for b in blocks:
             b.prev = prev
             prev.next = b
             prev = b
-        prev.next = self.tail
-        self.tail.prev = prev
+        prev.next = nxt
+        nxt.prev = prev
         self.num_free_blocks += len(blocks)
 
     def append(self, b: KVBlock) -> None:
@@ -112,13 +109,18 @@ class FreeBlockQueue:
         return out
 
 
+def check_num_gpu_blocks(num_gpu_blocks: int) -> None:
+    """Both KV caches need a usable block beside the null block."""
+    if num_gpu_blocks < 2:
+        raise ValueError("need at least 2 KV blocks (one is the null block)")
+
+
 class KVCacheManager:
     """Blocks per request, the free queue and the prefix-cache index."""
 
     def __init__(self, num_gpu_blocks: int, block_size: int, enable_caching: bool,
                  max_model_len: int) -> None:
-        if num_gpu_blocks < 2:
-            raise ValueError("need at least 2 KV blocks (one is the null block)")
+        check_num_gpu_blocks(num_gpu_blocks)
         self.num_gpu_blocks = num_gpu_blocks
         self.block_size = block_size
         self.enable_caching = enable_caching

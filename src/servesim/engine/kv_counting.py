@@ -13,10 +13,10 @@ decisions with work per request instead of per block:
   all later ones are). Only those are objects here (``CachedBlock``), indexed by hash.
 * Every other block is **anonymous**: output blocks, unique prompt blocks, partial blocks,
   everything when prefix caching is off. A request holds its shareable blocks (a list,
-  usually empty) plus a *number* of anonymous ones. The free queue is a linked list of
-  nodes in the reference's queue order: a ``CachedBlock``, or a ``Run`` of ``count``
-  anonymous blocks. Popping ``n`` blocks from the head consumes runs in O(1) and evicts
-  cached blocks one by one, exactly those the reference would evict.
+  usually empty) plus a *number* of anonymous ones. The free queue (``kv_free_queue.py``)
+  is a linked list of nodes in the reference's queue order: a ``CachedBlock``, or a ``Run``
+  of ``count`` anonymous blocks. Popping ``n`` blocks from the head consumes runs in O(1)
+  and evicts cached blocks one by one, exactly those the reference would evict.
 * A request's own unique blocks stay hittable *by itself* after a preemption (the
   reference's ``prev_blocks``). They are freed as a ``Run`` with an ``owner``: the run
   holds chain blocks ``[k0, k0 + count)`` in queue order tail first, so pops from the head
@@ -38,42 +38,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from servesim.engine.kv_cache import check_num_gpu_blocks
+from servesim.engine.kv_free_queue import CachedBlock, FreeRunQueue, Run
 from servesim.engine.request import Request
-
-
-@dataclass(slots=True, eq=False, init=False)
-class CachedBlock:
-    """A block with shareable content (in the hash index while it is cached)."""
-
-    block_id: int
-    block_hash: int
-    ref_cnt: int
-    prev: CachedBlock | Run | None  # free-queue links (None while held)
-    next: CachedBlock | Run | None
-
-    def __init__(self, block_id: int, block_hash: int, ref_cnt: int = 0) -> None:
-        self.block_id = block_id
-        self.block_hash = block_hash
-        self.ref_cnt = ref_cnt
-        self.prev = self.next = None
-
-
-@dataclass(slots=True, eq=False, init=False)
-class Run:
-    """``count`` free anonymous blocks in a row; with ``owner``, that request's chain blocks
-    ``[k0, k0 + count)`` (queue order: tail first), which only it can hit."""
-
-    count: int
-    owner: int
-    k0: int
-    prev: CachedBlock | Run | None
-    next: CachedBlock | Run | None
-
-    def __init__(self, count: int = 0, owner: int = -1, k0: int = 0) -> None:
-        self.count = count
-        self.owner = owner
-        self.k0 = k0
-        self.prev = self.next = None
 
 
 @dataclass(slots=True, eq=False, init=False)
@@ -107,23 +74,18 @@ class CountingKVCache:
 
     def __init__(self, num_gpu_blocks: int, block_size: int, enable_caching: bool,
                  max_model_len: int) -> None:
-        if num_gpu_blocks < 2:
-            raise ValueError("need at least 2 KV blocks (one is the null block)")
+        check_num_gpu_blocks(num_gpu_blocks)
         self.num_gpu_blocks = num_gpu_blocks
         self.block_size = block_size
         self.enable_caching = enable_caching
         self.max_model_len = max_model_len
-        self.head = Run()
-        self.tail = Run()
-        self.head.next = self.tail
-        self.tail.prev = self.head
         self.num_free_blocks = num_gpu_blocks - 1  # block 0 is the null block
-        self._link_after(self.head, Run(num_gpu_blocks - 1))
         self.cached: dict[int, dict[int, CachedBlock]] = {}
         self.held: dict[int, int] = {}  # request idx -> blocks held (tracked requests)
         self.hashed: dict[int, int] = {}  # request idx -> full blocks hashed so far
         self.shared: dict[int, list[CachedBlock]] = {}  # request idx -> its shareable blocks
         self.own_runs: dict[int, Run] = {}  # preempted request idx -> its free own blocks
+        self.free_queue = FreeRunQueue(num_gpu_blocks - 1, self.cached, self.own_runs)
         self._next_id = num_gpu_blocks
         self.num_query_tokens = 0
         self.num_hit_tokens = 0
@@ -235,31 +197,24 @@ class CountingKVCache:
         if hashed > held:
             hashed = held
         unhashed = held - hashed
+        queue = self.free_queue
         if unhashed:
-            first = self.head.next
-            if type(first) is Run and first.owner < 0 and first is not self.tail:
-                first.count += unhashed
-            else:
-                self._link_after(self.head, Run(unhashed))
+            queue.push_front(unhashed)
             self.num_free_blocks += unhashed
         unique = hashed - t
         if unique:
             if keep_for_resume:
                 node = Run(unique, idx, t)
                 self.own_runs[idx] = node
-                self._link_after(self.tail.prev, node)  # type: ignore[arg-type]
+                queue.append(node)
             else:
-                last = self.tail.prev
-                if type(last) is Run and last.owner < 0 and last is not self.head:
-                    last.count += unique
-                else:
-                    self._link_after(last, Run(unique))  # type: ignore[arg-type]
+                queue.push_back(unique)
             self.num_free_blocks += unique
         if shared:
             for b in reversed(shared):
                 b.ref_cnt -= 1
                 if b.ref_cnt == 0:
-                    self._link_after(self.tail.prev, b)  # type: ignore[arg-type]
+                    queue.append(b)
                     self.num_free_blocks += 1
 
     def pop_anonymous(self, n: int) -> None:
@@ -267,47 +222,14 @@ class CountingKVCache:
         if n > self.num_free_blocks:
             raise ValueError(f"need {n} blocks, {self.num_free_blocks} free")
         self.num_free_blocks -= n
-        node = self.head.next
-        while n:
-            if type(node) is Run:
-                if node.count > n:
-                    node.count -= n
-                    return
-                n -= node.count
-                nxt = node.next
-                self._unlink(node)
-                if node.owner >= 0:
-                    self.own_runs.pop(node.owner, None)
-                node = nxt
-            else:
-                assert isinstance(node, CachedBlock)
-                nxt = node.next
-                self._unlink(node)
-                self._unindex(node)
-                n -= 1
-                node = nxt
+        self.free_queue.pop(n)
 
     # ----------------------------------------------------------------- internals
-
-    @staticmethod
-    def _link_after(node: CachedBlock | Run, new: CachedBlock | Run) -> None:
-        nxt = node.next
-        new.prev = node
-        new.next = nxt
-        node.next = new
-        nxt.prev = new  # type: ignore[union-attr]
-
-    @staticmethod
-    def _unlink(node: CachedBlock | Run) -> None:
-        prev, nxt = node.prev, node.next
-        prev.next = nxt  # type: ignore[union-attr]
-        nxt.prev = prev  # type: ignore[union-attr]
-        node.prev = node.next = None
 
     def _take_hit(self, req: Request, hit: Hit) -> None:
         for b in hit.blocks:
             if b.ref_cnt == 0:
-                self._unlink(b)
+                self.free_queue.unlink(b)
                 self.num_free_blocks -= 1
             b.ref_cnt += 1
         if hit.blocks:
@@ -319,7 +241,7 @@ class CountingKVCache:
             self.num_free_blocks -= hit.own
             run.owner = -1
             if run.count == 0:
-                self._unlink(run)
+                self.free_queue.unlink(run)
 
     def _hash_up_to(self, req: Request, num_full: int) -> None:
         """Hash ``req``'s first ``num_full`` held blocks; shareable ones become CachedBlocks."""
@@ -347,42 +269,16 @@ class CountingKVCache:
             else:
                 entry[b.block_id] = b
 
-    def _unindex(self, b: CachedBlock) -> None:
-        entry = self.cached.get(b.block_hash)
-        if entry is not None:
-            entry.pop(b.block_id, None)
-            if not entry:
-                del self.cached[b.block_hash]
-
     # ----------------------------------------------------------------- checks
 
     def free_queue_layout(self) -> list[tuple[str, int]]:
         """The free queue as (kind, count) pairs: ("anon", n), ("own:<idx>", n), ("hash", 1)."""
-        out = []
-        node = self.head.next
-        while node is not self.tail:
-            if type(node) is Run:
-                out.append(("anon" if node.owner < 0 else f"own:{node.owner}", node.count))
-            else:
-                out.append(("hash", 1))
-            node = node.next  # type: ignore[union-attr]
-        return out
+        return self.free_queue.layout()
 
     def check_invariants(self, requests: list[Request] | None = None) -> None:
         """Free + held blocks = all usable blocks; index and references consistent."""
-        free = 0
-        node = self.head.next
+        free = self.free_queue.num_blocks()
         refs: dict[int, int] = {}
-        while node is not self.tail:
-            if type(node) is Run:
-                assert node.count > 0
-                if node.owner >= 0:
-                    assert self.own_runs.get(node.owner) is node
-                free += node.count
-            else:
-                assert node.ref_cnt == 0  # type: ignore[union-attr]
-                free += 1
-            node = node.next  # type: ignore[union-attr]
         assert free == self.num_free_blocks, (free, self.num_free_blocks)
         distinct: set[int] = set()
         anon = 0

@@ -18,9 +18,9 @@ does not touch every running request:
   finishes it (``_finishes``). A step touches only finishing requests, the unfinished
   prefills, and new admissions.
 * **Preempting steps.** When the free blocks do not cover a step's needs, the reference's
-  running loop is replayed over only the requests that allocate (crossing pooled decodes
-  and individual requests), preempting from the tail as it does; the rest of the pool is
-  not touched (``_preempting_step``).
+  running pass runs over only the requests that allocate (crossing pooled decodes and
+  individual requests), preempting from the tail as it does; the rest of the pool is not
+  touched (``_preempting_step``).
 * **Exact fallback.** When the token budget is short for requests in running order, the
   pool is materialized and the reference algorithm runs that step.
 * **Runs** (``decode_runs.py``). A step in which only pooled decodes run is extended into
@@ -36,29 +36,10 @@ step); stale bucket entries are recognised by the request's ``epoch``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from servesim.engine.decode_runs import DecodePool
+from servesim.engine.decode_runs import DecodePool, LazyOutput
 from servesim.engine.kv_counting import CountingKVCache
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
-
-
-@dataclass(slots=True, init=False)
-class LazyOutput(SchedulerOutput):
-    """A step (or a run of ``num_steps`` pure-decode steps) of the lazy scheduler."""
-
-    is_exact: bool  # ran the reference algorithm (pool materialized)
-    first_it: int  # index of the (first) step
-    num_steps: int
-    first_tokens_done: bool  # its prompts' first tokens were produced by extend_run
-
-    def __init__(self, first_it: int = 0, num_pool: int = 0, is_exact: bool = False) -> None:
-        SchedulerOutput.__init__(self, num_pool=num_pool)
-        self.is_exact = is_exact
-        self.first_it = first_it
-        self.num_steps = 1
-        self.first_tokens_done = False
 
 
 class LazyScheduler(DecodePool):
@@ -150,7 +131,7 @@ class LazyScheduler(DecodePool):
                 if need > 0:
                     need_blocks += need
         if need_blocks > kv.num_free_blocks:
-            return self._preempting_step(it, dict(zip([r.idx for r in indiv], demands)))
+            return self._preempting_step(it, budget, threshold)
         out = LazyOutput(first_it=it, num_pool=n_pool)
         # Every allocation of a running request only pops free blocks, whose owner does
         # not matter (they are anonymous): the pool's crossings are taken in one go.
@@ -174,56 +155,24 @@ class LazyScheduler(DecodePool):
         st.sum_decode_context += self.pool_off + n_pool * (it + 1)
         return out
 
-    def _preempting_step(self, it: int, demand: dict[int, int]) -> LazyOutput:
-        """A step whose allocations do not all fit: the reference's running loop, lazily.
+    def _preempting_step(self, it: int, budget: int, threshold: int) -> LazyOutput:
+        """A step whose allocations do not all fit: the reference's running pass, lazily.
 
-        Running requests are visited in order; a pooled decode needs a block only at its
-        phase's crossing, an individual one what its demand needs. While an allocation
-        does not fit, the newest running request is preempted (pooled victims are
-        materialized first), and a request that preempts itself ends the loop. Allocations
-        and frees happen in the reference's order, so the free queue evolves identically.
-        No waiting request is admitted in a step that preempted (vLLM V1).
+        The shared pass (``Scheduler._schedule_running``) visits only the running requests
+        that allocate: crossing pooled decodes (one token, one block at their phase's
+        crossing) and individual ones with tokens to run. The others are scheduled whatever
+        happens: victims come from the tail, so a request is preempted only after every one
+        behind it. ``budget`` is the token budget less the pool's tokens, as ``_try_fast``
+        counts it, so individual requests get the tokens ``_try_fast`` found for them.
+        Allocations and frees happen in the reference's order, so the free queue evolves
+        identically. No waiting request is admitted in a step that preempted (vLLM V1).
         """
-        kv = self.ckv
-        bs = kv.block_size
+        bs = self.ckv.block_size
         out = LazyOutput(first_it=it)
         running = self.running
-        # Only requests that allocate act: crossing pooled decodes and individual requests
-        # with tokens to run. The others are scheduled whatever happens (victims come from
-        # the tail, so a request is preempted only after every one behind it).
         actors = [r for r in running if (r.num_computed_tokens - r.lazy_it + it) % bs == 0
                   or r.lazy_it < 0] if self.num_pool else list(running)
-        for r in actors:
-            if r.status != ReqStatus.RUNNING:
-                break  # preempted already: so is everyone behind it
-            if r.lazy_it >= 0:
-                n = need = 1
-            else:
-                n = demand.get(r.idx, 0)
-                if n <= 0:
-                    continue
-                need = -(-(r.num_computed_tokens + n) // bs) - kv.held.get(r.idx, 0)
-            scheduled = True
-            while need > kv.num_free_blocks:
-                victim = running.pop()
-                if victim.lazy_it >= 0:
-                    self._leave_pool(victim, it)
-                    victim.last_token_s = self.last_end_s
-                    kv.sync(victim)
-                else:
-                    self.individual.remove(victim)
-                self._preempt(victim, out)
-                if victim is r:
-                    scheduled = False
-                    break
-            if not scheduled:
-                break
-            if r.lazy_it < 0:
-                kv.allocate_slots(r, n)
-                out.reqs.append(r)
-                out.num_tokens.append(n)
-            else:
-                kv.pop_anonymous(1)
+        self._schedule_running(out, budget, threshold, reqs=actors)
         n_pool = self.num_pool
         out.num_pool = n_pool
         self._finalize(out)
@@ -232,6 +181,34 @@ class LazyScheduler(DecodePool):
         st.num_decode_reqs += n_pool
         st.sum_decode_context += self.pool_off + n_pool * (it + 1)
         return out
+
+    # The running pass's hooks (``Scheduler._schedule_running``): a pooled decode runs one
+    # token, takes its crossing's block anonymously and is counted with the pool; the
+    # others (every request in an exact step, whose pool is materialized) as the reference.
+
+    def _num_running_tokens(self, req: Request, budget: int, threshold: int) -> int:
+        if req.lazy_it >= 0:
+            return 1
+        return Scheduler._num_running_tokens(self, req, budget, threshold)
+
+    def _try_schedule(self, out: SchedulerOutput, req: Request, n: int) -> int | None:
+        if req.lazy_it < 0:
+            return Scheduler._try_schedule(self, out, req, n)
+        kv = self.ckv
+        if kv.num_free_blocks < 1:
+            return None
+        kv.pop_anonymous(1)
+        return 0  # its token is in the pool's share of the budget
+
+    def _take_victim(self) -> Request:
+        victim = self.running.pop()
+        if victim.lazy_it >= 0:
+            self._leave_pool(victim, self.it)
+            victim.last_token_s = self.last_end_s
+            self.ckv.sync(victim)
+        elif self.individual:  # empty in an exact step
+            self.individual.remove(victim)
+        return victim
 
     # ----------------------------------------------------------------- update
 

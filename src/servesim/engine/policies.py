@@ -17,9 +17,9 @@ static     ``StaticScheduler`` (``engine/static.py``): one batch runs to complet
 from __future__ import annotations
 
 from servesim.engine.kv_cache import KVBlock
-from servesim.engine.policy_base import DECODE, PREFILL, PolicyScheduler
+from servesim.engine.policy_base import PolicyScheduler
 from servesim.engine.request import Request
-from servesim.engine.scheduler import SchedulerOutput
+from servesim.engine.scheduler import DECODE, PREFILL, SchedulerOutput
 from servesim.engine.static import StaticScheduler, reservation_tokens
 
 

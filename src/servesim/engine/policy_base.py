@@ -1,8 +1,9 @@
 """The token-budget loop with every option the fast engine leaves out.
 
-``PolicyScheduler`` is vLLM V1's loop (``engine/scheduler.py``, which it extends and
-reuses) plus, each off by default so that with no option it makes exactly the reference
-``Scheduler``'s decisions:
+``PolicyScheduler`` is vLLM V1's loop (``engine/scheduler.py``, whose running and waiting
+passes it runs, through their hooks: ``_num_running_tokens``, ``_try_schedule``,
+``_take_victim``, ``_may_admit``, ``_admit_allocate``, ``_on_admitted``) plus, each off by
+default so that with no option it makes exactly the reference ``Scheduler``'s decisions:
 
 * ``scheduling_policy="priority"``: waiting ordered by (priority, arrival)
   (``PriorityWaiting``); the victim is ``max(running, key=(priority, arrival))`` and, if it
@@ -31,8 +32,6 @@ from servesim.engine.request import ReqStatus, Request
 from servesim.engine.sampling import ParallelSampling
 from servesim.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from servesim.engine.speculative import SpecDecoder
-
-ANY, DECODE, PREFILL = 0, 1, 2  # which running requests a pass of the running loop takes
 
 
 @dataclass(slots=True)
@@ -89,67 +88,24 @@ class PolicyScheduler(Scheduler):
 
     # ----------------------------------------------------------------- running
 
-    def _num_new_tokens(self, req: Request) -> int:
+    def _num_running_tokens(self, req: Request, budget: int, threshold: int) -> int:
         n = req.num_prompt_tokens + req.num_output_tokens - req.num_computed_tokens
         if n == 1 and self.spec is not None and req.num_output_tokens > 0:
             n += self.spec.num_drafts(req)
-        return n
+        return self._cap(req, n, budget, threshold)
 
-    @staticmethod
-    def _is_decode(req: Request) -> bool:
-        return req.num_output_tokens > 0 and (
-            req.num_computed_tokens == req.num_prompt_tokens + req.num_output_tokens - 1)
-
-    def _schedule_running(self, out: SchedulerOutput, budget: int, threshold: int, phase: int = ANY) -> int:
-        running = self.running
-        i = 0
-        while i < len(running) and budget > 0:
-            req = running[i]
-            if phase and (phase == DECODE) != self._is_decode(req):
-                i += 1
-                continue
-            n = self._cap(req, self._num_new_tokens(req), budget, threshold)
-            if n <= 0:
-                i += 1
-                continue
-            scheduled = True
-            while not self._allocate(req, n):
-                victim = self._pick_victim()
-                j = next(k for k, r in enumerate(running) if r is victim)
-                running.pop(j)
-                if j < i:
-                    i -= 1
-                budget += self._unschedule(out, victim)
-                self._preempt(victim, out)
-                if victim is req:
-                    scheduled = False
-                    break
-            if not scheduled:
-                break
-            out.reqs.append(req)
-            out.num_tokens.append(n)
-            budget -= n
-            i += 1
-        return budget
-
-    def _allocate(self, req: Request, n: int) -> bool:
+    def _try_schedule(self, out: SchedulerOutput, req: Request, n: int) -> int | None:
         if self.sampling is not None and not ParallelSampling.copy_on_write(self.kv, req, n):
-            return False
-        return self.kv.allocate_slots(req, n) is not None
+            return None
+        return Scheduler._try_schedule(self, out, req, n)
 
-    def _pick_victim(self) -> Request:
-        if self.is_priority:
-            return max(self.running, key=lambda r: (r.priority, r.arrival_s))
-        return self.running[-1]
-
-    @staticmethod
-    def _unschedule(out: SchedulerOutput, victim: Request) -> int:
-        """Take a victim scheduled earlier in this step out of ``out``; returns its tokens."""
-        for k, r in enumerate(out.reqs):
-            if r is victim:
-                out.reqs.pop(k)
-                return out.num_tokens.pop(k)
-        return 0
+    def _take_victim(self) -> Request:
+        running = self.running
+        if not self.is_priority:
+            return running.pop()
+        victim = max(running, key=lambda r: (r.priority, r.arrival_s))
+        running.pop(next(k for k, r in enumerate(running) if r is victim))
+        return victim
 
     def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
         swap = self.swap
@@ -168,49 +124,16 @@ class PolicyScheduler(Scheduler):
 
     # ----------------------------------------------------------------- waiting
 
-    def _schedule_waiting(self, out: SchedulerOutput, budget: int, threshold: int,
-                          swapped: bool | None = None) -> int:
-        """Admit waiting requests in order; ``swapped`` True/False: stop at the first that is not/is."""
-        cfg = self.cfg
-        waiting = self.waiting
-        running = self.running
-        while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
-            req = waiting[0]
-            is_swapped = self.swap is not None and self.swap.holds(req)
-            if swapped is not None and is_swapped != swapped:
-                break
-            if self.sampling is not None and len(running) + self.sampling.num_seqs(req) > cfg.max_num_seqs:
-                break
-            hit, num_hit = self._prefix_hit(req) if req.num_computed_tokens == 0 else ([], 0)
-            num_computed = req.num_computed_tokens + num_hit
-            n = req.num_prompt_tokens + req.num_output_tokens - num_computed
-            if 0 < threshold < n:
-                n = threshold
-            if not cfg.enable_chunked_prefill and n > budget:
-                break
-            if n > budget:
-                n = budget
-            if self.admission is not None and not self.admission.can_admit(running, req):
-                break
-            if not self._admit_allocate(req, n, num_hit, hit):
-                break
-            waiting.popleft()
-            running.append(req)
-            req.status = ReqStatus.RUNNING
-            req.num_computed_tokens = num_computed
-            if is_swapped:
-                out.stats.swap_bytes += self.swap.swap_in(req)  # type: ignore[union-attr]
-            if req.num_cached_tokens < 0:
-                req.num_cached_tokens = num_computed
-                self.kv.num_query_tokens += req.num_prompt_tokens
-                self.kv.num_hit_tokens += num_hit
-            out.reqs.append(req)
-            out.num_tokens.append(n)
-            budget -= n
-        return budget
+    def _may_admit(self, req: Request, swapped: bool | None) -> bool:
+        if swapped is not None and (self.swap is not None and self.swap.holds(req)) != swapped:
+            return False
+        if self.sampling is not None and len(self.running) + self.sampling.num_seqs(req) > self.cfg.max_num_seqs:
+            return False
+        return self.admission is None or self.admission.can_admit(self.running, req)
 
-    def _prefix_hit(self, req: Request) -> tuple[list[KVBlock], int]:
-        return self.kv.get_computed_blocks(req)
+    def _on_admitted(self, out: SchedulerOutput, req: Request) -> None:
+        if self.swap is not None and self.swap.holds(req):
+            out.stats.swap_bytes += self.swap.swap_in(req)
 
     def _watermark_ok(self, req: Request, num_tokens: int, hit: list[KVBlock]) -> bool:
         if not self.watermark_blocks:
@@ -252,10 +175,7 @@ class PolicyScheduler(Scheduler):
         reported = finished
         if self.sampling is not None:
             finished, reported = self._fork_and_prune(produced, finished, now)
-        for req in finished:
-            self.kv.free(req)
-        if finished:
-            self.running = [r for r in self.running if r.status == ReqStatus.RUNNING]
+        self._release(finished)
         return produced, reported
 
     def _emit_tokens(self, reqs: list[Request], now: float) -> tuple[list[Request], list[Request]]:

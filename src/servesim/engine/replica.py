@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 
-from servesim.engine.decode_runs import Run
+from servesim.engine.decode_runs import LazyOutput, Run
 from servesim.engine.events import ARRIVAL, BATCH_DONE, WAKE, EventLoop
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import Scheduler, SchedulerOutput
@@ -105,6 +105,9 @@ class Replica:
             run = sched.extend_run(out, now, dt, self.loop.next_time(),  # type: ignore[attr-defined]
                                    self.perf, self.cpu_overhead_s, self.finishes_in_runs,
                                    self.steps is not None)
+            if isinstance(out, LazyOutput) and out.first_tokens_done:
+                for req in out.reqs:  # the run produced their first tokens, at this step's end
+                    req.first_token_s = end
             if run is not None:
                 self.run = run
                 self.run_first_end_s = end

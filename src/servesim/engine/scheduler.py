@@ -92,6 +92,15 @@ class WaitingQueue(Protocol):
     def __iter__(self) -> Iterator[Request]: ...
 
 
+ANY, DECODE, PREFILL = 0, 1, 2  # which running requests a pass of the running loop takes
+
+
+def is_decode(req: Request) -> bool:
+    """``req`` has its prompt computed and decodes its next token (one token short)."""
+    return req.num_output_tokens > 0 and (
+        req.num_computed_tokens == req.num_prompt_tokens + req.num_output_tokens - 1)
+
+
 @dataclass(slots=True)
 class SchedulerConfig:
     max_num_seqs: int = 256
@@ -171,31 +180,54 @@ class Scheduler:
         room = self.cfg.max_model_len - 1 - req.num_computed_tokens
         return n if n < room else room
 
-    def _schedule_running(self, out: SchedulerOutput, budget: int, threshold: int) -> int:
-        running = self.running
-        kv = self.kv
-        i = 0
-        while i < len(running) and budget > 0:
-            req = running[i]
-            n = req.num_prompt_tokens + req.num_output_tokens - req.num_computed_tokens
-            n = self._cap(req, n, budget, threshold)
-            if n <= 0:
-                i += 1
+    def _schedule_running(self, out: SchedulerOutput, budget: int, threshold: int, phase: int = ANY,
+                          reqs: list[Request] | None = None) -> int:
+        """The running pass with preemption, the one every engine runs; returns the budget left.
+
+        Visits ``reqs`` (default: every running request) in order, those of ``phase`` (ANY,
+        or DECODE / PREFILL for policies that run decodes first). Each asks for its tokens
+        (``_num_running_tokens``); while its blocks do not fit (``_try_schedule``), a victim
+        leaves running (``_take_victim``: the newest, in vLLM V1) and is preempted, its
+        tokens given back if it was scheduled earlier in this step; a request that preempts
+        itself ends the pass. Victims leave ``self.running``, and a visit skips a request
+        preempted earlier in the pass, so the visits are those of vLLM's loop over running.
+        """
+        for req in list(self.running) if reqs is None else reqs:
+            if req.status != ReqStatus.RUNNING:
+                continue  # preempted earlier in this pass
+            if phase and (phase == DECODE) != is_decode(req):
                 continue
-            scheduled = True
-            while kv.allocate_slots(req, n) is None:
-                victim = running.pop()
+            n = self._num_running_tokens(req, budget, threshold)
+            if n <= 0:
+                continue
+            charged = self._try_schedule(out, req, n)
+            while charged is None:
+                victim = self._take_victim()
+                budget += unschedule(out, victim)
                 self._preempt(victim, out)
                 if victim is req:
-                    scheduled = False
-                    break
-            if not scheduled:
-                break
-            out.reqs.append(req)
-            out.num_tokens.append(n)
-            budget -= n
-            i += 1
+                    return budget
+                charged = self._try_schedule(out, req, n)
+            budget -= charged
         return budget
+
+    def _num_running_tokens(self, req: Request, budget: int, threshold: int) -> int:
+        """The tokens a running request runs this step: what it lacks, capped (<= 0: none)."""
+        return self._cap(req, req.num_prompt_tokens + req.num_output_tokens - req.num_computed_tokens,
+                         budget, threshold)
+
+    def _try_schedule(self, out: SchedulerOutput, req: Request, n: int) -> int | None:
+        """Allocate ``req``'s blocks for ``n`` tokens and list it in ``out``; returns the tokens
+        charged to the budget, or None (and no change) when the blocks do not fit."""
+        if self.kv.allocate_slots(req, n) is None:
+            return None
+        out.reqs.append(req)
+        out.num_tokens.append(n)
+        return n
+
+    def _take_victim(self) -> Request:
+        """The request to preempt, taken out of running: the newest (vLLM V1's FCFS)."""
+        return self.running.pop()
 
     def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
         self.kv.free(victim, keep_for_resume=True)
@@ -206,17 +238,23 @@ class Scheduler:
         self.waiting.appendleft(victim)
         out.preempted.append(victim)
 
-    def _schedule_waiting(self, out: SchedulerOutput, budget: int, threshold: int) -> int:
+    def _schedule_waiting(self, out: SchedulerOutput, budget: int, threshold: int,
+                          swapped: bool | None = None) -> int:
+        """The waiting pass, the one every engine runs; returns the budget left.
+
+        Admits waiting requests in queue order while budget and seats remain: each gets its
+        prefix-cache hit (``_prefix_hit``) and a chunk, and is admitted if the policy lets
+        it (``_may_admit``; ``swapped`` True/False: only requests that are / are not
+        swapped out) and its blocks fit (``_admit_allocate``); the first that is not
+        admitted ends the pass.
+        """
         cfg = self.cfg
         kv = self.kv
         waiting = self.waiting
         running = self.running
         while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
             req = waiting[0]
-            if req.num_computed_tokens == 0:
-                hit, num_hit = kv.get_computed_blocks(req)
-            else:
-                hit, num_hit = [], 0
+            hit, num_hit = self._prefix_hit(req) if req.num_computed_tokens == 0 else ([], 0)
             num_computed = req.num_computed_tokens + num_hit
             n = req.num_prompt_tokens + req.num_output_tokens - num_computed
             if 0 < threshold < n:
@@ -225,12 +263,13 @@ class Scheduler:
                 break
             if n > budget:
                 n = budget
-            if kv.allocate_slots(req, n, num_hit, hit, cfg.scheduler_reserve_full_isl) is None:
+            if not self._may_admit(req, swapped) or not self._admit_allocate(req, n, num_hit, hit):
                 break
             waiting.popleft()
             running.append(req)
             req.status = ReqStatus.RUNNING
             req.num_computed_tokens = num_computed
+            self._on_admitted(out, req)
             if req.num_cached_tokens < 0:
                 req.num_cached_tokens = num_computed
                 kv.num_query_tokens += req.num_prompt_tokens
@@ -239,6 +278,21 @@ class Scheduler:
             out.num_tokens.append(n)
             budget -= n
         return budget
+
+    def _prefix_hit(self, req: Request) -> tuple[Any, int]:
+        """The cached blocks a new request finds and their tokens."""
+        return self.kv.get_computed_blocks(req)
+
+    def _may_admit(self, req: Request, swapped: bool | None) -> bool:
+        """Whether the policy admits ``req`` now, blocks aside (vLLM V1: always)."""
+        return True
+
+    def _admit_allocate(self, req: Request, n: int, num_hit: int, hit: Any) -> bool:
+        """Blocks for the first chunk, gated on the whole sequence fitting (vLLM V1's default)."""
+        return self.kv.allocate_slots(req, n, num_hit, hit, self.cfg.scheduler_reserve_full_isl) is not None
+
+    def _on_admitted(self, out: SchedulerOutput, req: Request) -> None:
+        """``req`` has just moved to running."""
 
     def _finalize(self, out: SchedulerOutput) -> None:
         """Aggregate batch statistics, then advance computed tokens (vLLM does it here)."""
@@ -261,11 +315,15 @@ class Scheduler:
         requests free their blocks in schedule (= running) order.
         """
         produced, finished = self._sample_tokens(out.reqs, now)
+        self._release(finished)
+        return produced, finished
+
+    def _release(self, finished: list[Request]) -> None:
+        """Free the finished requests' blocks, in order, and drop them from running."""
         for req in finished:
             self.kv.free(req)
         if finished:
             self.running = [r for r in self.running if r.status == ReqStatus.RUNNING]
-        return produced, finished
 
     def _sample_tokens(self, reqs: list[Request], now: float) -> tuple[list[Request], list[Request]]:
         """Append one output token to each request that completed its tokens; mark finishes.
@@ -287,3 +345,13 @@ class Scheduler:
                 req.finished_s = now
                 finished.append(req)
         return produced, finished
+
+
+def unschedule(out: SchedulerOutput, victim: Request) -> int:
+    """Take a victim scheduled earlier in this step out of ``out``; returns its tokens (0 if
+    it was not scheduled: always so for the newest running request)."""
+    for k, r in enumerate(out.reqs):
+        if r is victim:
+            out.reqs.pop(k)
+            return out.num_tokens.pop(k)
+    return 0

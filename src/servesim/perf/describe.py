@@ -34,13 +34,30 @@ def _unwrap(perf: Any) -> tuple[Any, list[str]]:
             return perf, notes
 
 
+def _own_description(perf: Any) -> dict[str, Any] | None:
+    """``perf.describe()`` when it returns a dict (a model describing itself), else None."""
+    own = getattr(perf, "describe", None)
+    out = own() if callable(own) else None
+    return dict(out) if isinstance(out, dict) else None
+
+
 def describe_perf_model(perf: Any, gpu_name: str, profile: Any = None) -> dict[str, Any]:
     """The step-time model of a run (see the module docstring)."""
     core, notes = _unwrap(perf)
     name = type(core).__name__
-    own = getattr(core, "describe", None)
-    if callable(own):
-        d = dict(own())
+    if name == "KernelPerfModel":
+        fallbacks = list(getattr(core, "fallbacks", ()))
+        version = core.version or "none"
+        d = {"kind": "kernel_db", "label": f"kernel database ({core.gpu.name}, vLLM {version})"
+             + (f"; roofline for {', '.join(fallbacks)}" if fallbacks else ""),
+             "source": f"measured kernels of vLLM {version} on {core.gpu.name}", "engine_version": version,
+             "roofline_operators": fallbacks}
+        if callable(getattr(core, "describe", None)):
+            d["detail"] = str(core.describe())  # each operator's source, one a line
+        if core.db is None:
+            d["warnings"] = [f"no kernel tables for {core.gpu.name}: every operator is the roofline's"]
+    elif isinstance(own := _own_description(core), dict):
+        d = own
     elif name == "ProfiledPerfModel":
         t = core.table
         d = {"kind": "profile", "label": f"profiled operators ({t.model} on {t.gpu}, TP {t.tp})",

@@ -8,6 +8,9 @@ the peak, and gives the KV cache what is left of ``gpu_memory_utilization`` x me
     available = usable - weights - activation peak - non-torch reserve
     blocks    = floor(available / (block_size * kv_bytes_per_token))
 
+A model with sliding-window layers (gpt-oss) counts only its full-attention layers in
+``kv_bytes_per_token``; its windows are set aside in the reserve (see ``plan_memory``).
+
 All numbers are for one GPU: the largest pipeline stage, this tensor-parallel rank's shard.
 The CUDA context (~0.5 GiB) and CUDA graphs live in the ``1 - gpu_memory_utilization``
 headroom in vLLM's accounting and are not subtracted here either.
@@ -65,20 +68,23 @@ class MemoryPlan:
         )
 
 
-def weights_bytes_per_gpu(model: ModelSpec, tp: int = 1, pp: int = 1) -> float:
+def weights_bytes_per_gpu(model: ModelSpec, tp: int = 1, pp: int = 1, attention_dp: int = 1) -> float:
     """Weights on the GPU of the largest pipeline stage.
 
     Linear layers are sharded by TP (KV projections replicated when there are fewer KV
-    heads than ranks); the embedding and LM head are vocab-parallel. With PP > 1 the first
-    stage holds the embedding and the last the LM head (a copy of it when tied), so the
-    largest stage holds one vocab x hidden matrix. Embeddings and norms stay 16-bit when the
-    linear layers are fp8, as in vLLM's fp8 checkpoints.
+    heads than ranks; MLA's down-projections replicated); routed experts are split over the
+    ranks by width or, with expert parallelism, whole (the same bytes per GPU); the embedding
+    and LM head are vocab-parallel. With PP > 1 the first stage holds the embedding and the
+    last the LM head (a copy of it when tied), so the largest stage holds one vocab x hidden
+    matrix. Embeddings, norms and routers stay 16-bit when the linear layers are quantized,
+    as in vLLM's fp8, MXFP4, int4 and NVFP4 checkpoints (``ModelSpec.linear_weight_bytes``).
+    ``attention_dp`` > 1: vLLM's data-parallel attention with expert parallelism over all
+    ``attention_dp x tp`` GPUs (the scenario's parallelism does not have it yet).
     """
     layers = model.layers_per_stage(pp)
-    linear = layers * (model.attn_params_per_layer(tp) + model.mlp_params_per_layer(tp))
     vocab = model.embedding_params(tp) + (model.lm_head_params(tp) if pp == 1 else 0)
     norms = (2 * layers + 1) * model.hidden_size
-    return linear * model.dtype_bytes + (vocab + norms) * model.activation_dtype_bytes
+    return model.linear_weight_bytes(tp, pp, attention_dp) + (vocab + norms) * model.activation_dtype_bytes
 
 
 def activation_peak_bytes(model: ModelSpec, engine: EngineConfig, tp: int = 1) -> float:
@@ -205,6 +211,22 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: 
     reserve = NON_TORCH_RESERVE_BYTES
     kv_per_token = model.kv_bytes_per_token(tp, kv_dtype_bytes, pp)
     kv_per_block = kv_per_token * engine.block_size
+    # Sliding-window layers (gpt-oss): vLLM's hybrid allocator keeps each running request's
+    # window blocks in the same pool as the full-attention layers' blocks. A servesim block
+    # holds the full-attention layers only, and the windows are set aside in the reserve:
+    # those of max_num_seqs requests, or of as many requests as the memory could hold at
+    # once, each with a whole window in every layer, if fewer (conservative: requests longer
+    # than the window leave fewer windows and more room for full-attention blocks), but
+    # never so many that one max_model_len request no longer fits (vLLM's start-up check).
+    window = model.kv_window_bytes_per_request(tp, kv_dtype_bytes, pp, engine.block_size)
+    if window:
+        room = max(0.0, usable - weights - activation - reserve)
+        bs = engine.block_size
+        w = model.sliding_window or 1
+        window_tokens = (-(-(w - 1) // bs) + 1) * bs  # the tokens of one request's window blocks
+        most = room / (window + window_tokens * kv_per_token)
+        longest = -(-max_model_len // bs) * kv_per_block  # one max_model_len request
+        reserve += min(min(engine.max_num_seqs, most) * window, max(window, room - longest))
     where = (f"{model.name} on {gpu.name} (TP={tp}, PP={pp}, gpu_memory_utilization="
              f"{engine.gpu_memory_utilization})")
 

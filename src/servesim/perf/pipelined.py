@@ -4,14 +4,11 @@ that flow through the stages (``PipelinedPerfModel``, built by ``roofline.build_
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from servesim.perf.base import BatchStats
-
-if TYPE_CHECKING:
-    from servesim.perf.roofline import RooflinePerfModel
 
 
 @dataclass(slots=True)
@@ -25,6 +22,23 @@ class MicroBatchShare:
     num_decode_reqs: float
     sum_decode_context: float
     sum_prefill_context: float
+
+
+class StagedPerfModel(Protocol):
+    """What ``PipelinedPerfModel`` asks of the model it splits (``RooflinePerfModel``): the
+    time and work of a whole step through ``pp`` stages, for whole or fractional batches."""
+
+    pp: int
+
+    def batch_time(self, stats: BatchStats) -> float: ...
+
+    def decode_step_times(self, num_decode_reqs: int, sum_decode_context: np.ndarray) -> np.ndarray: ...
+
+    def batch_work(self, stats: BatchStats) -> tuple[float, float]: ...
+
+    def batch_flops(self, stats: BatchStats) -> float: ...
+
+    def batch_bytes(self, stats: BatchStats) -> float: ...
 
 
 class PipelinedPerfModel:
@@ -50,7 +64,7 @@ class PipelinedPerfModel:
 
     __slots__ = ("inner", "pp", "num_microbatches")
 
-    def __init__(self, inner: RooflinePerfModel, num_microbatches: int) -> None:
+    def __init__(self, inner: StagedPerfModel, num_microbatches: int) -> None:
         self.inner, self.pp, self.num_microbatches = inner, inner.pp, num_microbatches
 
     def _split(self, stats: BatchStats) -> tuple[int, BatchStats]:

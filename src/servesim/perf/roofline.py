@@ -49,7 +49,7 @@ class RooflinePerfModel:
         "_work", "_proj_f", "_proj_w", "_proj_a", "_mlp_f", "_mlp_w", "_mlp_a", "_router_f", "_router_w",
         "_num_experts", "_top_k", "_miss", "_pf_f", "_pf_kv", "_pf_tok", "_dec_f", "_dec_kv", "_dec_req",
         "_el_tok", "_el_floor", "_lm_f", "_lm_w", "_lm_req", "_samp_req", "_comm_tok", "_comm_const",
-        "_comm_req", "_fixed", "_coef", "ep", "expert_imbalance", "links", "_tiles",
+        "_comm_req", "_fixed", "_coef", "_dtype_override", "ep", "expert_imbalance", "links", "_tiles",
     )
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1, pp: int = 1,
@@ -67,56 +67,41 @@ class RooflinePerfModel:
             raise ValueError(f"expert parallelism {ep} needs an MoE model and must divide TP {tp}")
         self.model, self.gpu, self.tp, self.pp = model, gpu, tp, pp
         self.ep, self.expert_imbalance, self.links = ep, expert_imbalance, links
-        self.eff = e = eff or Efficiencies()
-        self.dtype_bytes = bw_ = model.dtype_bytes if dtype_bytes is None else dtype_bytes
-        ba = model.activation_dtype_bytes
-        self.kv_dtype_bytes = bkv = ba if kv_dtype_bytes is None else kv_dtype_bytes
-        m, L, H = model, model.num_layers, model.hidden_size
-        q = m.num_attention_heads // tp * m.head_dim            # query width on this rank
-        kv = m.kv_heads_per_rank(tp) * m.head_dim               # K (or V) width on this rank
-        width = (m.moe_intermediate_size if m.is_moe else m.intermediate_size) // (tp // ep)
-        up = (2 if m.mlp_gated else 1) * width                  # gate+up (or up) output width
-        vt = m.vocab_size / tp
-        act_dtype = "float32" if ba >= 4 else ("bfloat16" if m.dtype == "fp8" else m.dtype)
-        peak_lin, peak_act = gpu.flops_for("fp8" if bw_ < 2 else act_dtype), gpu.flops_for(act_dtype)
+        self.eff = eff or Efficiencies()
+        self.dtype_bytes = model.dtype_bytes if dtype_bytes is None else dtype_bytes
+        self._dtype_override = dtype_bytes is not None
+        bwe = model.expert_weight_bytes if dtype_bytes is None else dtype_bytes  # routed experts
+        self.kv_dtype_bytes = model.default_kv_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
+        self._work = work_coefficients(model, tp, ep, self.dtype_bytes, self.kv_dtype_bytes, bwe)
+        self._compute_and_memory_costs()
+        self._communication_costs()
+        self._overheads_and_tiles()
+        self._coef = self._hot_coefficients()
 
-        # Raw work coefficients (FLOPs and bytes, summed over all layers, one TP rank).
-        w = {
-            "proj_f": 2.0 * m.attn_params_per_layer(tp) * L,               # per token
-            "proj_w": m.attn_params_per_layer(tp) * L * bw_,               # weight bytes
-            "proj_a": L * ba * (H + (q + 2 * kv) + q + H),                 # per token in/out
-            "mlp_f": 2.0 * m.expert_params(tp // ep) * L / ep,             # per token-expert pair
-            "mlp_w": m.expert_params(tp // ep) * L * bw_,                  # per expert touched
-            "mlp_a": L * ba * (H + up + width + H) / ep,                   # per pair in/out
-            "router_f": 2.0 * m.router_params() * L,
-            "router_w": m.router_params() * L * bw_,
-            "pf_f": 4.0 * q * L,                                           # per unit of attn work
-            "kv_tok": 2.0 * kv * bkv * L,                                  # KV bytes per token
-            "qo_tok": 2.0 * q * ba * L,                                    # Q read + O write
-            "dec_f": 4.0 * q * L,                                          # per context token
-            "el_tok": L * ba * (8 * H + 2 * (q + kv) + max(1, m.num_experts_per_tok) * (up + width))
-                      + 6 * H * ba,                                        # + embedding, final norm
-            # 1024-element passes along one token's row per iteration: 2 norms, rotary (q, k),
-            # activation, final norm (the residual adds are fused into the norms in vLLM).
-            "el_rows": (L * (2 * H + q + kv + width) + H) / ROW_THREADS,
-            "lm_f": 2.0 * H * vt,                                          # per request
-            "lm_w": H * vt * ba,
-            "lm_req": (H + vt) * ba,
-            "samp_req": 4 * 4.0 * m.vocab_size,                            # 4 fp32 passes over logits
-        }
-        self._work = w
+    def peak_flops(self) -> tuple[float, float]:
+        """FLOP/s of the linear layers (the model's tensor-core math: fp8 for W8A8 and NVFP4
+        weights, 16-bit for weight-only schemes; fp8 for an fp8 override) and of the activations."""
+        act = activation_dtype(self.model)
+        if self._dtype_override:
+            lin = "fp8" if self.dtype_bytes < 2 else act
+        else:
+            lin = self.model.linear_compute_dtype if self.model.activation_dtype_bytes < 4 else act
+        return self.gpu.flops_for(lin), self.gpu.flops_for(act)
+
+    def _compute_and_memory_costs(self) -> None:
+        """Seconds per unit of each statistic: the work coefficients over the roofs."""
+        w, e, gpu, m = self._work, self.eff, self.gpu, self.model
+        peak_lin, peak_act = self.peak_flops()
         (pj_c, pj_m), (ml_c, ml_m), (lm_c, lm_m) = e.of("proj"), e.of("mlp"), e.of("lm_head")
         lin_f, lin_m = 1.0 / (peak_lin * ml_c), 1.0 / (gpu.mem_bw * ml_m)
         act_f, lm_mem = 1.0 / (peak_act * lm_c), 1.0 / (gpu.mem_bw * lm_m)
         pf_f, pf_m = 1.0 / (peak_act * e.attn_prefill_compute), 1.0 / (gpu.mem_bw * e.attn_prefill_memory)
         dec_f, dec_m = 1.0 / (peak_act * e.attn_decode_compute), 1.0 / (gpu.mem_bw * e.attn_decode_memory)
         el_m = 1.0 / (gpu.mem_bw * e.elementwise_memory)
-        link = 1.0 / (gpu.interconnect_bw * e.comm)
-
-        # Seconds per unit of each statistic.
-        pj_f, pj_m = 1.0 / (peak_lin * pj_c), 1.0 / (gpu.mem_bw * pj_m)
-        self._proj_f, self._proj_w, self._proj_a = w["proj_f"] * pj_f, w["proj_w"] * pj_m, w["proj_a"] * pj_m
-        imb = expert_imbalance if ep > 1 else 1.0  # the busiest expert group sets the pace
+        pj_f, pj_mem = 1.0 / (peak_lin * pj_c), 1.0 / (gpu.mem_bw * pj_m)
+        self._proj_f, self._proj_w, self._proj_a = w["proj_f"] * pj_f, w["proj_w"] * pj_mem, w["proj_a"] * pj_mem
+        ep = self.ep
+        imb = self.expert_imbalance if ep > 1 else 1.0  # the busiest expert group sets the pace
         self._mlp_f, self._mlp_w = w["mlp_f"] * lin_f * imb, w["mlp_w"] * lin_m
         self._mlp_a = w["mlp_a"] * lin_m * imb
         self._router_f, self._router_w = w["router_f"] * lin_f, w["router_w"] * lin_m
@@ -132,9 +117,18 @@ class RooflinePerfModel:
         self._el_floor = w["el_rows"] * e.row_pass_s
         self._lm_f, self._lm_w, self._lm_req = w["lm_f"] * act_f, w["lm_w"] * lm_mem, w["lm_req"] * lm_mem
         self._samp_req = w["samp_req"] * el_m
-        # Links: without ``links`` every transfer uses the GPU's interconnect. With them, a TP
-        # group larger than a node rings over the network, and of the pp - 1 stage
-        # boundaries, those between nodes (stages fill nodes in order) use the network.
+
+    def _communication_costs(self) -> None:
+        """All-reduces, the logits gather, pipeline sends and expert all-to-alls.
+
+        Without ``links`` every transfer uses the GPU's interconnect. With them, a TP group
+        larger than a node rings over the network, and of the pp - 1 stage boundaries, those
+        between nodes (stages fill nodes in order) use the network.
+        """
+        e, gpu, links, m = self.eff, self.gpu, self.links, self.model
+        tp, pp, ep = self.tp, self.pp, self.ep
+        L, H, ba = m.num_layers, m.hidden_size, m.activation_dtype_bytes
+        link = 1.0 / (gpu.interconnect_bw * e.comm)
         link_tp = link_pp = link_net = link
         lat_tp, lat_pp, lat_net, num_net = e.allreduce_latency_s, gpu.interconnect_latency_s, 0.0, 0
         if links is not None:
@@ -157,19 +151,29 @@ class RooflinePerfModel:
             # spread over the ep groups and (ep - 1)/ep of each token's k copies leave.
             self._comm_tok += 2 * L * m.num_experts_per_tok * H * ba * (ep - 1) / ep / ep * link_tp
             self._comm_const += 2 * L * lat_tp
+
+    def _overheads_and_tiles(self) -> None:
+        """Kernel and launch overheads, and the GEMM shapes of wave quantisation."""
+        e, m, L = self.eff, self.model, self.model.num_layers
         gemm_k = e.kernel_overhead_s if e.gemm_kernel_overhead_s is None else e.gemm_kernel_overhead_s
         self._fixed = e.launch_overhead_s + L * ((KERNELS_PER_LAYER - GEMMS_PER_LAYER) * e.kernel_overhead_s
                                                  + GEMMS_PER_LAYER * gemm_k)
         # Wave quantisation: per class, (seconds per output element of each GEMM, its N).
         self._tiles: tuple[tuple[tuple[float, int], ...], ...] | None = None
-        if e.gemm_tile_m > 0 and e.gemm_tile_n > 0 and gpu.num_sms > 0 and not m.is_moe:
-            shapes = gemm_shapes(m, tp)
+        if e.gemm_tile_m > 0 and e.gemm_tile_n > 0 and self.gpu.num_sms > 0 and not m.is_moe:
+            peak_lin = self.peak_flops()[0]
+            pj_f, lin_f = 1.0 / (peak_lin * e.of("proj")[0]), 1.0 / (peak_lin * e.of("mlp")[0])
+            shapes = gemm_shapes(m, self.tp)
             self._tiles = tuple(
                 tuple((2.0 * k * L * sec, n) for n, k in shapes[cls])
                 for cls, sec in (("proj", pj_f), ("mlp", lin_f)))
-        # Beyond the classic roofline (see batch_time): the T-dependent classes are cached per T.
+
+    def _hot_coefficients(self) -> tuple[Any, ...]:
+        """What ``batch_time`` unpacks, in its order. Beyond the classic roofline (blended
+        roofs, row floors, wave quantisation) the T-dependent classes are cached per T."""
+        e = self.eff
         refined = bool(e.roof_blend or self._el_floor or self._tiles)
-        self._coef: tuple[Any, ...] = (
+        return (
             self._proj_f, self._proj_w, self._proj_a, self._mlp_f, self._mlp_w, self._mlp_a,
             self._router_f, self._router_w, self._num_experts, self._top_k, self._miss,
             self._pf_f, self._pf_kv, self._pf_tok, self._dec_f, self._dec_kv, self._dec_req,
@@ -367,6 +371,59 @@ class RooflinePerfModel:
     def batch_bytes(self, stats: BatchStats) -> float:
         """HBM bytes on one GPU: one TP rank's share, averaged over pipeline stages."""
         return self.batch_work(stats)[1]
+
+
+def activation_dtype(model: ModelSpec) -> str:
+    """The dtype the activations (and attention) compute in: fp8 checkpoints run bf16."""
+    ba = model.activation_dtype_bytes
+    return "float32" if ba >= 4 else model.activation_dtype
+
+
+def work_coefficients(m: ModelSpec, tp: int, ep: int, bw_: float, bkv: float,
+                      bwe: float | None = None) -> dict[str, float]:
+    """Raw work coefficients: FLOPs and bytes, summed over all layers, of one TP rank, with
+    weights of ``bw_`` (routed experts ``bwe``, default ``bw_``) and KV cache of ``bkv``
+    bytes per element.
+
+    The model's own layout (see ModelSpec): layers with experts (the others dense), MLP
+    weights every token passes through in an MoE model (shared experts, dense layers; timed
+    with the router), full-attention layers (MLA: latent KV, absorbed decode) and
+    sliding-window layers (a window of keys per new token: FLOPs booked with the
+    projections, KV reads with each new token's attention bytes).
+    """
+    bwe = bw_ if bwe is None else bwe
+    L, H, ba = m.num_layers, m.hidden_size, m.activation_dtype_bytes
+    q = m.num_attention_heads // tp * m.head_dim            # query width on this rank
+    kv = m.kv_heads_per_rank(tp) * m.head_dim               # K (or V) width on this rank
+    width = (m.moe_intermediate_size if m.is_moe else m.intermediate_size) // (tp // ep)
+    up = (2 if m.mlp_gated else 1) * width                  # gate+up (or up) output width
+    vt = m.vocab_size / tp
+    Le, Lf = (m.num_moe_layers if m.is_moe else L), m.num_full_attention_layers
+    every_tok = m.every_token_mlp_params(tp)
+    win_f, win_kv = m.window_attn_per_token(tp, bkv)
+    return {
+        "proj_f": 2.0 * m.attn_params_per_layer(tp) * L + win_f,       # per token
+        "proj_w": m.attn_params_per_layer(tp) * L * bw_,               # weight bytes
+        "proj_a": L * ba * (H + (q + 2 * kv) + q + H),                 # per token in/out
+        "mlp_f": 2.0 * m.expert_params(tp // ep) * Le / ep,            # per token-expert pair
+        "mlp_w": m.expert_params(tp // ep) * Le * (bwe if m.is_moe else bw_),  # per expert touched
+        "mlp_a": Le * ba * (H + up + width + H) / ep,                  # per pair in/out
+        "router_f": 2.0 * (m.router_params() * Le + every_tok),
+        "router_w": m.router_params() * Le * ba + every_tok * bw_,
+        "pf_f": m.attn_flops_per_pair(tp) * Lf,                        # per unit of attn work
+        "kv_tok": m.kv_bytes_per_token(tp, bkv),                       # KV bytes per token
+        "qo_tok": 2.0 * q * ba * L + win_kv,                           # Q read + O write
+        "dec_f": m.attn_flops_per_pair(tp, decode=True) * Lf,          # per context token
+        "el_tok": L * ba * (8 * H + 2 * (q + kv) + max(1, m.num_experts_per_tok) * (up + width))
+                  + 6 * H * ba,                                        # + embedding, final norm
+        # 1024-element passes along one token's row per iteration: 2 norms, rotary (q, k),
+        # activation, final norm (the residual adds are fused into the norms in vLLM).
+        "el_rows": (L * (2 * H + q + kv + width) + H) / ROW_THREADS,
+        "lm_f": 2.0 * H * vt,                                          # per request
+        "lm_w": H * vt * ba,
+        "lm_req": (H + vt) * ba,
+        "samp_req": 4 * 4.0 * m.vocab_size,                            # 4 fp32 passes over logits
+    }
 
 
 def _decodes(n: float) -> BatchStats:

@@ -11,7 +11,8 @@ what ``servesim.calibration.calibrate`` fits. A test checks that the terms repro
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from servesim.perf.roofline import (
     SKINNY_TILE_M,
     Efficiencies,
     RooflinePerfModel,
+    activation_dtype,
     gemm_shapes,
 )
 
@@ -73,29 +75,15 @@ class Terms:
 
     @staticmethod
     def concat(parts: Sequence[Terms]) -> Terms:
-        def cat(get: object) -> np.ndarray:
-            return np.concatenate([get(p) for p in parts])  # type: ignore[operator]
-
-        return Terms(
-            {c: cat(lambda p, c=c: p.flops[c]) for c in CLASSES},
-            {c: cat(lambda p, c=c: p.bytes[c]) for c in CLASSES},
-            {c: cat(lambda p, c=c: p.peak[c]) for c in CLASSES},
-            cat(lambda p: p.mem_bw),
-            cat(lambda p: p.link_bw),
-            cat(lambda p: p.link_bytes),
-            cat(lambda p: p.num_allreduce),
-            cat(lambda p: p.num_allreduce_hops),
-            cat(lambda p: p.num_kernels),
-            cat(lambda p: p.num_gemm_kernels),
-            cat(lambda p: p.row_passes),
-            cat(lambda p: p.num_launch),
-            cat(lambda p: p.num_steps),
-            cat(lambda p: p.fixed_s),
-            cat(lambda p: p.gemm_m),
-            {c: cat(lambda p, c=c: p.gemm_n[c]) for c in GEMM_CLASSES},
-            {c: cat(lambda p, c=c: p.gemm_f[c]) for c in GEMM_CLASSES},
-            cat(lambda p: p.num_sms),
-        )
+        """The rows of ``parts``, one after another (field by field, class by class)."""
+        joined: dict[str, Any] = {}
+        for f in fields(Terms):
+            cols = [getattr(p, f.name) for p in parts]
+            if isinstance(cols[0], dict):
+                joined[f.name] = {c: np.concatenate([col[c] for col in cols]) for c in cols[0]}
+            else:
+                joined[f.name] = np.concatenate(cols)
+        return Terms(**joined)
 
     def __len__(self) -> int:
         return len(self.mem_bw)
@@ -182,6 +170,20 @@ def _empty(n: int) -> dict[str, np.ndarray]:
     return {c: np.zeros(n) for c in CLASSES}
 
 
+def _terms(n: int, gpu: GpuSpec, peak: dict[str, np.ndarray], **given: Any) -> Terms:
+    """``Terms`` of ``n`` rows measured on ``gpu`` with compute roofs ``peak``, built by name:
+    the fields ``given``, the GPU's memory and link bandwidths, and for every other field no
+    work (zeros, no GEMM shapes)."""
+    gemm_n, gemm_f = _no_gemms(n)
+    named: dict[str, Any] = {"flops": _empty(n), "bytes": _empty(n), "peak": peak, "mem_bw": np.full(n, gpu.mem_bw),
+                             "link_bw": np.full(n, gpu.interconnect_bw), "gemm_n": gemm_n, "gemm_f": gemm_f}
+    for f in fields(Terms):
+        if f.name not in named:
+            named[f.name] = np.zeros(n)
+    named.update(given)
+    return Terms(**named)
+
+
 def iteration_terms(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -198,8 +200,7 @@ def iteration_terms(
     pm = RooflinePerfModel(model, gpu, tp=tp, pp=pp, kv_dtype_bytes=kv_dtype_bytes)
     n = len(stats)
     flops, nbytes, peak = _empty(n), _empty(n), _empty(n)
-    peak_lin = gpu.flops_for("fp8" if pm.dtype_bytes < 2 else _act_dtype(model))
-    peak_act = gpu.flops_for(_act_dtype(model))
+    peak_lin, peak_act = pm.peak_flops()
     for c in CLASSES:
         peak[c][:] = peak_lin if c in ("proj", "mlp") else peak_act
     link_bytes, n_ar, nonzero = np.zeros(n), np.zeros(n), np.zeros(n)
@@ -217,31 +218,14 @@ def iteration_terms(
         link_bytes[i] = ((2 * L * ring * H * ba if tp > 1 else 0.0) + (pp - 1) * 2 * H * ba) * t
         link_bytes[i] += (tp - 1) / tp * model.vocab_size * ba * r
         n_ar[i] = (2 * L + 1) if tp > 1 else 0
-    return Terms(
-        flops,
-        nbytes,
-        peak,
-        np.full(n, gpu.mem_bw),
-        np.full(n, gpu.interconnect_bw),
-        link_bytes,
-        n_ar,
-        n_ar * 2 * (tp - 1),
-        nonzero * (KERNELS_PER_LAYER - GEMMS_PER_LAYER) * L,
-        nonzero * GEMMS_PER_LAYER * L,
-        nonzero * pm._work["el_rows"],
-        nonzero.copy(),
-        nonzero.copy() if engine_steps else np.zeros(n),
-        nonzero * (pp - 1) * gpu.interconnect_latency_s,
-        tokens,
-        gemm_n,
-        gemm_f,
-        np.full(n, float(gpu.num_sms)),
-    )
-
-
-def _act_dtype(model: ModelSpec) -> str:
-    ba = model.activation_dtype_bytes
-    return "float32" if ba >= 4 else ("bfloat16" if model.dtype == "fp8" else model.dtype)
+    return _terms(
+        n, gpu, peak, flops=flops, bytes=nbytes, link_bytes=link_bytes,
+        num_allreduce=n_ar, num_allreduce_hops=n_ar * 2 * (tp - 1),
+        num_kernels=nonzero * (KERNELS_PER_LAYER - GEMMS_PER_LAYER) * L,
+        num_gemm_kernels=nonzero * GEMMS_PER_LAYER * L, row_passes=nonzero * pm._work["el_rows"],
+        num_launch=nonzero.copy(), num_steps=nonzero.copy() if engine_steps else np.zeros(n),
+        fixed_s=nonzero * (pp - 1) * gpu.interconnect_latency_s,
+        gemm_m=tokens, gemm_n=gemm_n, gemm_f=gemm_f, num_sms=np.full(n, float(gpu.num_sms)))
 
 
 def operator_terms(table: OperatorTable, gpu: GpuSpec, cls: str) -> Terms:
@@ -257,30 +241,15 @@ def operator_terms(table: OperatorTable, gpu: GpuSpec, cls: str) -> Terms:
         if cls == "elementwise":  # the roofline's class also holds the embedding and final norm
             nbytes[cls][i] -= 6 * table.shape.hidden_size * table.shape.activation_dtype_bytes * t
     for c in CLASSES:
-        peak[c][:] = gpu.flops_for(_act_dtype(table.shape))
-    z = np.zeros(n)
+        peak[c][:] = gpu.flops_for(activation_dtype(table.shape))
     gemm_n, gemm_f = _gemm_rows(table.shape, table.tp, tokens.astype(float), table.shape.num_layers,
                                 [cls] if cls in GEMM_CLASSES else [])
-    return Terms(
-        flops,
-        nbytes,
-        peak,
-        np.full(n, gpu.mem_bw),
-        np.full(n, gpu.interconnect_bw),
-        z,
-        z.copy(),
-        z.copy(),
-        np.full(n, 0.0 if cls in GEMM_CLASSES else float(OPERATOR_KERNELS[cls])),
-        np.full(n, float(OPERATOR_KERNELS[cls]) if cls in GEMM_CLASSES else 0.0),
-        np.full(n, layer_rows if cls == "elementwise" else 0.0),
-        z.copy(),
-        z.copy(),
-        z.copy(),
-        tokens.astype(float),
-        gemm_n,
-        gemm_f,
-        np.full(n, float(gpu.num_sms)),
-    )
+    return _terms(
+        n, gpu, peak, flops=flops, bytes=nbytes,
+        num_kernels=np.full(n, 0.0 if cls in GEMM_CLASSES else float(OPERATOR_KERNELS[cls])),
+        num_gemm_kernels=np.full(n, float(OPERATOR_KERNELS[cls]) if cls in GEMM_CLASSES else 0.0),
+        row_passes=np.full(n, layer_rows if cls == "elementwise" else 0.0),
+        gemm_m=tokens.astype(float), gemm_n=gemm_n, gemm_f=gemm_f, num_sms=np.full(n, float(gpu.num_sms)))
 
 
 def attention_terms(table: OperatorTable, gpu: GpuSpec) -> Terms:
@@ -294,50 +263,13 @@ def attention_terms(table: OperatorTable, gpu: GpuSpec) -> Terms:
         cls = "attn_prefill" if s.num_prefill_tokens else "attn_decode"
         flops[cls][i], nbytes[cls][i] = pm._classes(s)[cls]
     for c in CLASSES:
-        peak[c][:] = gpu.flops_for(_act_dtype(table.shape))
-    z = np.zeros(n)
-    return Terms(
-        flops,
-        nbytes,
-        peak,
-        np.full(n, gpu.mem_bw),
-        np.full(n, gpu.interconnect_bw),
-        z,
-        z.copy(),
-        z.copy(),
-        np.ones(n),
-        z.copy(),
-        z.copy(),
-        z.copy(),
-        z.copy(),
-        z.copy(),
-        z.copy(),
-        *_no_gemms(n),
-        z.copy(),
-    )
+        peak[c][:] = gpu.flops_for(activation_dtype(table.shape))
+    return _terms(n, gpu, peak, flops=flops, bytes=nbytes, num_kernels=np.ones(n))
 
 
 def allreduce_terms(table: AllReduceTable, gpu: GpuSpec) -> Terms:
     """One ring all-reduce per row: 2 (n-1)/n x bytes over the link, plus one latency."""
     n = len(table.time_s)
     w = table.num_workers.astype(float)
-    z = np.zeros(n)
-    return Terms(
-        _empty(n),
-        _empty(n),
-        {c: np.ones(n) for c in CLASSES},
-        np.full(n, gpu.mem_bw),
-        np.full(n, gpu.interconnect_bw),
-        2 * (w - 1) / w * table.size_bytes,
-        np.ones(n),
-        2 * (w - 1),
-        z,
-        z.copy(),
-        z.copy(),
-        z.copy(),
-        z.copy(),
-        z.copy(),
-        z.copy(),
-        *_no_gemms(n),
-        z.copy(),
-    )
+    return _terms(n, gpu, {c: np.ones(n) for c in CLASSES}, link_bytes=2 * (w - 1) / w * table.size_bytes,
+                  num_allreduce=np.ones(n), num_allreduce_hops=2 * (w - 1))

@@ -1,0 +1,438 @@
+"""Measured-kernel performance model: one iteration's time from vLLM's measured kernels.
+
+``KernelPerfModel`` implements the same interface as ``RooflinePerfModel`` (``batch_time``
+from aggregate ``BatchStats``, O(1)) but times each operator of the forward pass from the
+kernel database (``perf.kernels``: NVIDIA AIConfigurator's measurements of vLLM 0.14.0 and
+0.19.0 kernels), on one TP rank, all layers::
+
+    step = L x (QKV GEMM + o_proj GEMM + [gate_up + down GEMMs | router GEMM + fused MoE])
+         + L x 2 all-reduces of T x hidden (TP > 1; custom all-reduce below 8 MiB, NCCL above)
+         + L x prefill attention + L x decode attention
+         + LM head GEMM (one row per request) + sampling + logits gather
+         + elementwise kernels (norms, rotary, activation: the roofline's class)
+         + launch and per-kernel overheads of the kernels not measured (the roofline's)
+
+Shapes are sharded as vLLM shards them: column-parallel QKV and gate/up (N divided by TP),
+row-parallel o_proj and down (K divided by TP), vocabulary-parallel LM head, and for MoE
+the fused-MoE table's ``moe_tp`` = TP / EP and ``moe_ep`` = EP.
+
+How the aggregate statistics map onto the tables:
+
+- GEMMs and MoE take m = T tokens of the step (LM head: m = requests);
+- decode attention: a batch of ``num_decode_reqs`` requests, each attending to the mean
+  context ``sum_decode_context / num_decode_reqs`` (the table's kernels are timed with
+  equal lengths);
+- prefill attention: ``num_prefill_reqs`` causal prefills of the length ``s`` whose work
+  equals the step's, ``num_prefill_reqs x s^2 / 2 = prefill_attn_work`` (exact for whole
+  prompts of one length; chunks on top of cached context get the same (query, key) pairs
+  as a longer full prefill);
+- all-reduce: inside a CUDA graph for steps of at most ``cuda_graph_max_tokens`` tokens
+  (vLLM's largest capture size, 512 by default), eager above.
+
+Every operator without a table (GPU, dtype, shape class, MoE shape, TP size) is timed by
+the roofline formula for that operator; ``sources`` says where each operator's time comes
+from and ``fallbacks`` lists the ones on the roofline. The T-dependent terms are tabulated
+per token count (grown by doubling on demand) and the attention rows per batch size, so a
+step costs a few list reads and two 1-D interpolations.
+"""
+
+from __future__ import annotations
+
+from math import log
+from typing import Any
+
+import numpy as np
+
+from servesim.catalog.gpus import GpuSpec, LinkSpec
+from servesim.catalog.models import ModelSpec
+from servesim.errors import ConfigError
+from servesim.perf.base import BatchStats
+from servesim.perf.efficiencies import GEMMS_PER_LAYER, KERNELS_PER_LAYER, Efficiencies
+from servesim.perf.kernels import (
+    KernelDatabase,
+    LogCurve,
+    ext_grid,
+    extended_axis,
+    gemm_m_curve,
+    kernel_versions,
+    load_database,
+    log_curve,
+    roof_time,
+)
+from servesim.perf.kernel_step import KernelStepTime, row_time
+from servesim.perf.pipelined import MicroBatchShare
+from servesim.perf.roofline import RooflinePerfModel
+
+#: vLLM's custom all-reduce handles messages below this size (``CustomAllreduce.max_size``);
+#: larger ones go to NCCL.
+CUSTOM_AR_MAX_BYTES = 8 * 2**20
+#: vLLM's largest CUDA-graph capture size by default (``max_cudagraph_capture_size``).
+CUDA_GRAPH_MAX_TOKENS = 512
+_MAX_M = float(1 << 21)
+
+
+def _gemm_dtype(model: ModelSpec) -> str | None:
+    return {"bfloat16": "bfloat16", "float16": "bfloat16", "fp8": "fp8"}.get(model.dtype)
+
+
+class KernelPerfModel:
+    """Step time of ``model`` on ``tp`` x ``pp`` GPUs from measured vLLM kernels (PerfModel)."""
+
+    def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1, pp: int = 1,
+                 kv_dtype_bytes: float | None = None, *, version: str | None = None,
+                 links: LinkSpec | None = None, ep: int = 1, expert_imbalance: float = 1.0,
+                 cuda_graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS) -> None:
+        """``version``: the vLLM version whose kernels to use (None: the newest with tables
+        for this GPU). Other arguments as ``RooflinePerfModel``'s, which times the operators
+        without tables and gives FLOPs and bytes (for MFU/MBU)."""
+        self.roofline = RooflinePerfModel(model, gpu, tp=tp, pp=pp, kv_dtype_bytes=kv_dtype_bytes,
+                                          links=links,
+                                          ep=ep, expert_imbalance=expert_imbalance)
+        self.model, self.gpu, self.tp, self.pp, self.ep = model, gpu, tp, pp, ep
+        self.links, self.cuda_graph_max_tokens = links, cuda_graph_max_tokens
+        self.kv_dtype_bytes = self.roofline.kv_dtype_bytes
+        self.eff = Efficiencies()
+        versions = kernel_versions(gpu.name)
+        if version is not None and version not in versions:
+            raise ValueError(f"no kernel tables for vLLM {version} on {gpu.name} "
+                             f"(have: {', '.join(versions) or 'none'})")
+        self.version = version or (versions[-1] if versions else None)
+        self.db: KernelDatabase | None = load_database(gpu.name, self.version) if self.version else None
+        self.sources: dict[str, str] = {}
+        L = model.num_layers
+        self._layers = L
+        self._token_ops = self._build_token_ops()
+        self._req_ops = self._build_request_ops()
+        self._prefill = self._attention("ctx", "attn_prefill")
+        self._decode = self._attention("gen", "attn_decode")
+        one = self.roofline.breakdown(BatchStats(num_prefill_tokens=1, num_prefill_reqs=1))
+        self._el_tok = one["elementwise"]  # the default roofline's elementwise class is linear in T
+        self._samp_req = one["sampling"]
+        self.sources["elementwise"] = "roofline (norms, rotary, activation, embedding)"
+        self.sources["sampling"] = "roofline"
+        e = self.eff
+        unmeasured = KERNELS_PER_LAYER - GEMMS_PER_LAYER - 1  # norms, rotary, KV write, activation
+        self._const = e.launch_overhead_s + L * unmeasured * e.kernel_overhead_s
+        self.step = KernelStepTime([0.0], [0.0], self._token_table, self._request_table,
+                                   lambda b: self._row(self._prefill, b),
+                                   lambda b: self._row(self._decode, b))
+        self.step.tok = self._token_table(1023)
+        self.step.req = self._request_table(255)
+        if pp == 1:
+            # Whole-count steps go straight to the (compiled) step function: the engine calls
+            # it without an interpreted frame. (A pipeline micro-batch's fractional share
+            # needs the method below; PipelinedPerfModel only wraps models with pp > 1.)
+            self.batch_time = self.step.batch_time  # type: ignore[method-assign]
+
+    # ------------------------------------------------------------------ construction
+
+    @property
+    def fallbacks(self) -> tuple[str, ...]:
+        """Operators timed by the roofline (no table for this GPU, dtype or shape)."""
+        return tuple(k for k, v in self.sources.items() if v.startswith("roofline") and k not in
+                     ("elementwise", "sampling", "logits_gather", "pipeline"))
+
+    def _gemm_roof(self, dtype: str) -> Any:
+        wb = 2.0 if dtype == "bfloat16" else 1.0
+        ab = 2.0 if dtype == "bfloat16" else 1.0
+        peak = self.gpu.flops_for("bfloat16" if dtype == "bfloat16" else "fp8")
+        bw, e = self.gpu.mem_bw, self.eff
+
+        def roof(m: np.ndarray, n: float, k: float) -> np.ndarray:
+            return roof_time(2.0 * m * n * k, m * k * ab + n * k * wb + m * n * 2.0, peak, bw,
+                             e.linear_compute, e.linear_memory)
+        return roof
+
+    def _gemm(self, name: str, n: int, k: int, dtype: str | None) -> LogCurve:
+        """The seconds-vs-m curve of one GEMM per layer (table, else roofline)."""
+        table = self.db.gemm(dtype) if self.db is not None and dtype else None
+        roof = self._gemm_roof(dtype or "bfloat16")
+        if table is None:
+            ms = extended_axis(np.array([1.0]), 1.0, _MAX_M)
+            self.sources[name] = f"roofline (no {dtype or self.model.dtype} GEMM table)"
+            return LogCurve(ms, np.log(roof(ms, n, k)))
+        ms = extended_axis(table[0], 1.0, _MAX_M)
+        off = [f"{a}={v} outside {int(ax[0])}-{int(ax[-1])}"
+               for a, v, ax in (("n", n, table[1]), ("k", k, table[2])) if v > ax[-1] or v < ax[0]]
+        self.sources[name] = f"table gemm {dtype} n={n} k={k}" + (f" ({', '.join(off)}: roofline-scaled)"
+                                                                  if off else "")
+        return LogCurve(ms, gemm_m_curve(table, n, k, ms, roof) + log(1e-3))
+
+    def _build_token_ops(self) -> list[tuple[str, LogCurve, float]]:
+        """(name, seconds-vs-T curve, multiplier) of every operator whose time depends on T alone."""
+        m, tp, L = self.model, self.tp, self.model.num_layers
+        dt = _gemm_dtype(m)
+        H = m.hidden_size
+        q = m.num_attention_heads // tp * m.head_dim
+        kv = m.kv_heads_per_rank(tp) * m.head_dim
+        ops: list[tuple[str, LogCurve, float]] = [("gemm_qkv", self._gemm("gemm_qkv", q + 2 * kv, H, dt), L),
+               ("gemm_o_proj", self._gemm("gemm_o_proj", H, q, dt), L)]
+        if m.is_moe:
+            ops.append(("gemm_router", self._gemm("gemm_router", m.num_experts, H, "bfloat16"), L))
+            ops.append(("moe", self._moe(dt), L))
+        else:
+            width = m.intermediate_size // tp
+            up = (2 if m.mlp_gated else 1) * width
+            ops.append(("gemm_gate_up", self._gemm("gemm_gate_up", up, H, dt), L))
+            ops.append(("gemm_down", self._gemm("gemm_down", H, width, dt), L))
+        if tp > 1:
+            ops.append(("allreduce", self._allreduce(), 2 * L))
+        if self.ep > 1:
+            ops.append(("alltoall", self._alltoall(), 2 * L))
+        return ops
+
+    def _alltoall(self) -> LogCurve:
+        """Seconds of one expert-parallel dispatch (or combine) all-to-all vs T: the roofline's
+        (no all-to-all tables are packed): each rank sends (ep - 1)/ep of its share of the T k
+        token copies."""
+        m, ep, e = self.model, self.ep, self.eff
+        ts = extended_axis(np.array([1.0]), 1.0, _MAX_M)
+        link = self.gpu.interconnect_bw * e.comm
+        copies = m.num_experts_per_tok * (ep - 1) / ep / ep * ts  # token copies leaving one rank
+        sec = copies * m.hidden_size * 2.0 / link + e.allreduce_latency_s
+        self.sources["alltoall"] = "roofline (expert-parallel dispatch and combine)"
+        return LogCurve(ts, np.log(sec))
+
+    def _moe(self, dtype: str | None) -> LogCurve:
+        m, ep = self.model, self.ep
+        table = (self.db.moe(m.hidden_size, m.moe_intermediate_size, m.num_experts_per_tok, m.num_experts,
+                             self.tp // ep, ep, dtype) if self.db is not None and dtype else None)
+        ts = extended_axis(np.array([1.0]), 1.0, _MAX_M)
+        E, k = m.num_experts / ep, m.num_experts_per_tok
+        wb = self.roofline.dtype_bytes
+        per_expert = m.expert_params(self.tp // ep)
+        e, gpu = self.eff, self.gpu
+        peak = gpu.flops_for("fp8" if wb < 2 else "bfloat16")
+
+        def roof(t: np.ndarray) -> np.ndarray:
+            pairs = t * k / ep
+            touched = E * (1.0 - (1.0 - k / m.num_experts) ** t)
+            return roof_time(2.0 * per_expert * pairs,
+                             per_expert * wb * touched + pairs * m.hidden_size * 2.0 * 4, peak, gpu.mem_bw,
+                             e.linear_compute, e.linear_memory)
+        if table is None:
+            self.sources["moe"] = "roofline (no fused-MoE table for this shape)"
+            return LogCurve(ts, np.log(roof(ts)))
+        tokens, lat = table
+        ts = extended_axis(tokens, 1.0, _MAX_M)
+        self.sources["moe"] = f"table moe {dtype} tp={self.tp // ep} ep={ep}"
+        return LogCurve(ts, log_curve(tokens.astype(float), lat, ts, roof) + log(1e-3))
+
+    def _allreduce(self) -> LogCurve:
+        """Seconds of one all-reduce of T x hidden bf16 elements, vs T."""
+        tp, H, gpu = self.tp, self.model.hidden_size, self.gpu
+        ts = extended_axis(np.array([1.0]), 1.0, _MAX_M)
+        link = gpu.interconnect_bw * self.eff.comm
+        lat_s = self.eff.allreduce_latency_s
+
+        def roof(size: np.ndarray) -> np.ndarray:
+            return 2.0 * (tp - 1) / tp * size * 2.0 / link + lat_s
+        spans = self.links is not None and tp > self.links.gpus_per_node
+        db = None if spans else self.db
+        pcie_only = gpu.name == "L40S"
+        custom_ok = tp in (2, 4, 6, 8) and (tp == 2 or not pcie_only)
+        graph = db.allreduce(tp, True) if db is not None and custom_ok else None
+        eager = db.allreduce(tp, False) if db is not None and custom_ok else None
+        nccl = db.nccl("all_reduce", tp) if db is not None else None
+        size = ts * H
+        out = np.log(roof(size))
+        if nccl is not None:
+            out = log_curve(nccl[0].astype(float), nccl[1], size, roof) + log(1e-3)
+        small = size * 2.0 < CUSTOM_AR_MAX_BYTES
+        for table, sel in ((graph, small & (ts <= self.cuda_graph_max_tokens)),
+                           (eager, small & (ts > self.cuda_graph_max_tokens))):
+            if table is not None and sel.any():
+                out[sel] = log_curve(table[0].astype(float), table[1], size[sel], roof) + log(1e-3)
+        if nccl is None and graph is None:
+            self.sources["allreduce"] = "roofline (ring; no all-reduce table for this TP size or link)"
+        else:
+            parts = (["custom (CUDA graph <= %d tokens, else eager) below 8 MiB" % self.cuda_graph_max_tokens]
+                     if graph is not None else []) + (["NCCL"] if nccl is not None else [])
+            self.sources["allreduce"] = "table " + ", ".join(parts)
+        return LogCurve(ts, out)
+
+    def _build_request_ops(self) -> list[tuple[str, LogCurve, float]]:
+        m = self.model
+        vt = -(-m.vocab_size // self.tp)
+        return [("lm_head", self._gemm("lm_head", vt, m.hidden_size, "bfloat16"), 1.0)]
+
+    def _attention(self, prefix: str, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(log batch axis, length axis, log seconds [batch, length]) of all layers' attention."""
+        m, tp, gpu, e = self.model, self.tp, self.gpu, self.eff
+        h, kv, hd = m.num_attention_heads // tp, m.kv_heads_per_rank(tp), m.head_dim
+        kvb = self.kv_dtype_bytes
+        kv_dtype = "fp8" if kvb < 2 else "bfloat16"
+        peak = gpu.flops_for("bfloat16")
+        if prefix == "ctx":
+            ce, me = e.attn_prefill_compute, e.attn_prefill_memory
+
+            def roof_h(b: np.ndarray, s: np.ndarray, h: float, kv: float) -> np.ndarray:
+                return roof_time(2.0 * b * h * hd * s * s, b * s * hd * (2 * h + 4 * kv) * 2.0, peak,
+                                 gpu.mem_bw, ce, me)
+        else:
+            ce, me = e.attn_decode_compute, e.attn_decode_memory
+
+            def roof_h(b: np.ndarray, s: np.ndarray, h: float, kv: float) -> np.ndarray:
+                return roof_time(4.0 * b * h * hd * s, b * (s * 2 * kv * hd * kvb + 4 * h * hd), peak,
+                                 gpu.mem_bw, ce, me)
+
+        def roof(b: np.ndarray, s: np.ndarray) -> np.ndarray:
+            return roof_h(b, s, h, kv)
+        cls = self.db.attention_class(prefix, kv_dtype, hd, h, kv) if self.db is not None else None
+        ext_b = extended_axis(np.array([1.0]), 1.0, float(1 << 16))
+        ext_s = extended_axis(np.array([1.0]), 1.0, float(1 << 22))
+        if cls is None:
+            self.sources[name] = f"roofline (no {kv_dtype} KV, head_dim {hd} attention table)"
+            grid = np.log(roof(ext_b[:, None], ext_s[None, :]))
+        else:
+            batch, lens, lat, (ch, ckv) = cls
+            ext_b, ext_s = extended_axis(batch, 1.0, float(1 << 16)), extended_axis(lens, 1.0, float(1 << 22))
+            lat = lat.astype(np.float64)
+            if (ch, ckv) != (h, kv):  # the nearest measured class, scaled by the roofline
+                bb, ss = np.meshgrid(batch.astype(float), lens.astype(float), indexing="ij")
+                lat = lat * roof_h(bb, ss, h, kv) / roof_h(bb, ss, ch, ckv)
+            grid = ext_grid(batch, lens, lat, ext_b, ext_s, roof) + log(1e-3)
+            note = "" if (ch, ckv) == (h, kv) else f" (nearest class heads={ch} kv={ckv}, roofline-scaled)"
+            self.sources[name] = f"table {prefix} {kv_dtype} KV heads={h} kv={kv} head_dim={hd}{note}"
+        return np.log(ext_b), ext_s, grid + log(self.model.num_layers)
+
+    # ------------------------------------------------------------------ tables on demand
+
+    def _token_seconds(self, t: np.ndarray) -> np.ndarray:
+        """Seconds of everything that depends on the token count ``t`` (> 0) alone."""
+        t = np.asarray(t, np.float64)
+        total = np.full(t.shape, self._const) + self._el_tok * t
+        for _name, curve, mult in self._token_ops:
+            total += mult * curve.at_many(t)
+        if self.pp > 1:  # hidden states and residual between stages
+            g = self.gpu
+            total += (self.pp - 1) * (2 * self.model.hidden_size * 2.0 * t
+                                      / (g.interconnect_bw * self.eff.comm)
+                                      + g.interconnect_latency_s)
+        return total
+
+    def _request_seconds(self, r: np.ndarray) -> np.ndarray:
+        r = np.asarray(r, np.float64)
+        total = self._samp_req * r
+        for _name, curve, mult in self._req_ops:
+            total += mult * curve.at_many(r)
+        if self.tp > 1:  # logits gather to the first rank
+            total += ((self.tp - 1) / self.tp * self.model.vocab_size * 2.0 * r
+                      / (self.gpu.interconnect_bw * self.eff.comm) + self.eff.allreduce_latency_s)
+        return total
+
+    def _token_table(self, n: int) -> list[float]:
+        """Seconds of the per-T terms for T = 0 .. at least n (twice the current table)."""
+        size = max(n + 1, 2 * len(self.step.tok))
+        return [0.0, *self._token_seconds(np.arange(1, size)).tolist()]
+
+    def _request_table(self, n: int) -> list[float]:
+        size = max(n + 1, 2 * len(self.step.req))
+        return [0.0, *self._request_seconds(np.arange(1, size)).tolist()]
+
+    @staticmethod
+    def _row(att: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
+             b: float) -> tuple[list[float], list[float]]:
+        """(log length, log seconds) of the attention grid at batch ``b`` (log-linear in batch)."""
+        assert att is not None
+        lb, ls, grid = att
+        x = log(b)
+        i = min(max(int(np.searchsorted(lb, x, side="right")) - 1, 0), len(lb) - 2)
+        w = min(max((x - lb[i]) / (lb[i + 1] - lb[i]), 0.0), 1.0)
+        row = grid[i] if w == 0.0 else (1.0 - w) * grid[i] + w * grid[i + 1]
+        return np.log(ls).tolist(), row.tolist()
+
+    # ------------------------------------------------------------------ hot path
+
+    def batch_time(self, stats: BatchStats) -> float:
+        """Seconds of one iteration (``KernelStepTime.batch_time``; fractional counts, a
+        pipeline micro-batch's share, from the curves directly)."""
+        t = stats.num_prefill_tokens + stats.num_decode_reqs
+        r = stats.num_prefill_reqs + stats.num_decode_reqs
+        if type(t) is int and type(r) is int and isinstance(stats, BatchStats):
+            return self.step.batch_time(stats)
+        if t == 0:
+            return 0.0
+        total = float(self._token_seconds(np.array([t]))[0] + self._request_seconds(np.array([r]))[0])
+        if stats.num_prefill_tokens:
+            pr = stats.num_prefill_reqs
+            total += row_time(self._row(self._prefill, pr), 0.5 * log(2.0 * stats.prefill_attn_work / pr))
+        if stats.num_decode_reqs:
+            d = stats.num_decode_reqs
+            total += row_time(self._row(self._decode, d), log(stats.sum_decode_context / d))
+        return total
+
+    def decode_affine(self, num_decode_reqs: int) -> None:
+        """Not affine in the context sum: the engine times decode runs with ``batch_time``
+        and ``decode_step_times``."""
+        return None
+
+    def decode_step_times(self, num_decode_reqs: int, sum_decode_context: np.ndarray) -> np.ndarray:
+        """``batch_time`` of pure-decode batches of ``num_decode_reqs`` requests, vectorized
+        over their context sums (equal to ``batch_time`` up to rounding)."""
+        n = num_decode_reqs
+        if type(n) is not int:  # a pipeline micro-batch's share
+            row = self._row(self._decode, n)
+            zero = MicroBatchShare(0.0, 0.0, 0.0, n, n, 0.0)  # context 1: log length 0
+            rest = self.batch_time(zero) - row_time(row, 0.0)  # type: ignore[arg-type]
+        else:
+            row = self.step.decode(n)
+            zero_ = BatchStats(num_decode_reqs=n, sum_decode_context=n)
+            rest = self.step.batch_time(zero_) - row_time(row, 0.0)
+        lx, ly = row
+        ctx = np.asarray(sum_decode_context, np.float64) / n
+        return rest + np.exp(np.interp(np.log(ctx), lx, ly))
+
+    # ------------------------------------------------------------------ reporting (not hot)
+
+    def breakdown(self, stats: BatchStats) -> dict[str, float]:
+        """Seconds per operator (all layers), for reports and tests; sums to ``batch_time``."""
+        d, pt = stats.num_decode_reqs, stats.num_prefill_tokens
+        t, r = pt + d, stats.num_prefill_reqs + d
+        if t == 0:
+            return {}
+        out = {name: mult * curve.at(t) for name, curve, mult in self._token_ops}
+        out.update({name: mult * curve.at(r) for name, curve, mult in self._req_ops})
+        out["elementwise"] = self._el_tok * t
+        out["sampling"] = self._samp_req * r
+        out["other"] = float(self._token_seconds(np.array([float(t)]))[0] - self._const - self._el_tok * t
+                        - sum(mult * curve.at(t) for _n, curve, mult in self._token_ops)
+                        + self._request_seconds(np.array([float(r)]))[0] - self._samp_req * r
+                        - sum(mult * curve.at(r) for _n, curve, mult in self._req_ops))
+        out["overhead"] = self._const
+        out["attn_prefill"] = (row_time(self._row(self._prefill, stats.num_prefill_reqs),
+                                        0.5 * log(2.0 * stats.prefill_attn_work / stats.num_prefill_reqs))
+                               if pt else 0.0)
+        out["attn_decode"] = (row_time(self._row(self._decode, d), log(stats.sum_decode_context / d))
+                              if d else 0.0)
+        return out
+
+    def describe(self) -> str:
+        """Which vLLM version's kernels, and where each operator's time comes from."""
+        head = (f"measured kernels of vLLM {self.version} on {self.gpu.name}" if self.version
+                else f"no kernel tables for {self.gpu.name}: every operator on the roofline")
+        return head + "".join(f"\n  {k}: {v}" for k, v in self.sources.items())
+
+    def batch_work(self, stats: BatchStats) -> tuple[float, float]:
+        """(FLOPs, HBM bytes) on one GPU: the roofline's count (the work does not change)."""
+        return self.roofline.batch_work(stats)
+
+    def batch_flops(self, stats: BatchStats) -> float:
+        return self.roofline.batch_flops(stats)
+
+    def batch_bytes(self, stats: BatchStats) -> float:
+        return self.roofline.batch_bytes(stats)
+
+    def bubble_fraction(self, stats: BatchStats) -> float:
+        return self.roofline.bubble_fraction(stats)
+
+
+def kernel_perf_model(model: ModelSpec, gpu: GpuSpec, version: str | None = None,
+                      **kwargs: Any) -> KernelPerfModel:
+    """``KernelPerfModel`` for a scenario: a vLLM version without tables is a config error."""
+    versions = kernel_versions(gpu.name)
+    if version is not None and version not in versions:
+        have = f"it has {', '.join(versions)}" if versions else "it has none (the roofline times it)"
+        raise ConfigError(f"hardware.kernel_version: no kernel tables for vLLM {version} on {gpu.name}; "
+                          f"{have}")
+    return KernelPerfModel(model, gpu, version=version, **kwargs)

@@ -1,0 +1,91 @@
+"""The per-step arithmetic of ``KernelPerfModel``, kept apart so that mypyc compiles it.
+
+``KernelPerfModel`` (``perf/kernel_model.py``) builds the tables from the kernel database;
+this class only reads them: the per-token-count and per-request-count seconds, and one
+(log length, log seconds) attention row per batch size, made on first use by the model's
+callbacks. Plain lists, floats and ``bisect``: compiled (``setup.py``) it runs as C and is
+called from the compiled engine without an interpreted frame per step; as Python it
+computes the same.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable
+from math import exp, log
+
+from servesim.perf.base import BatchStats
+
+#: (log length, log seconds of all layers' attention) at one batch size.
+Row = tuple[list[float], list[float]]
+
+
+def row_time(row: Row, x: float) -> float:
+    """Seconds at log length ``x``: linear in log-log between the row's points, clamped at
+    its ends (which the model extends far past any real length)."""
+    xs, ys = row
+    i = bisect_right(xs, x)
+    if i <= 0:
+        return exp(ys[0])
+    if i >= len(xs):
+        return exp(ys[-1])
+    return exp(ys[i - 1] + (ys[i] - ys[i - 1]) * (x - xs[i - 1]) / (xs[i] - xs[i - 1]))
+
+
+class KernelStepTime:
+    """``batch_time`` of whole-count ``BatchStats`` from the model's tables."""
+
+    tok: list[float]
+    req: list[float]
+    dec_rows: dict[int, Row]
+    pf_rows: dict[int, Row]
+    grow_tokens: Callable[[int], list[float]]
+    grow_requests: Callable[[int], list[float]]
+    prefill_row: Callable[[int], Row]
+    decode_row: Callable[[int], Row]
+
+    def __init__(self, tok: list[float], req: list[float], grow_tokens: Callable[[int], list[float]],
+                 grow_requests: Callable[[int], list[float]], prefill_row: Callable[[int], Row],
+                 decode_row: Callable[[int], Row]) -> None:
+        """``grow_*(n)``: the table for at least counts 0..n; ``*_row(b)``: the row at batch b."""
+        self.tok = tok
+        self.req = req
+        self.grow_tokens = grow_tokens
+        self.grow_requests = grow_requests
+        self.prefill_row = prefill_row
+        self.decode_row = decode_row
+        self.dec_rows = {}
+        self.pf_rows = {}
+
+    def batch_time(self, stats: BatchStats) -> float:
+        """Seconds of one iteration: per-T and per-request terms plus two attention lookups."""
+        d = stats.num_decode_reqs
+        pt = stats.num_prefill_tokens
+        t = pt + d
+        if t == 0:
+            return 0.0
+        r = stats.num_prefill_reqs + d
+        if t >= len(self.tok):
+            self.tok = self.grow_tokens(t)
+        if r >= len(self.req):
+            self.req = self.grow_requests(r)
+        total = self.tok[t] + self.req[r]
+        if pt:
+            pr = stats.num_prefill_reqs
+            row = self.pf_rows.get(pr)
+            if row is None:
+                row = self.prefill_row(pr)
+                self.pf_rows[pr] = row
+            # The equal-work length s: pr x s^2 / 2 = prefill_attn_work.
+            total += row_time(row, 0.5 * log(2.0 * stats.prefill_attn_work / pr))
+        if d:
+            total += row_time(self.decode(d), log(stats.sum_decode_context / d))
+        return total
+
+    def decode(self, d: int) -> Row:
+        """The decode-attention row at batch ``d``."""
+        row = self.dec_rows.get(d)
+        if row is None:
+            row = self.decode_row(d)
+            self.dec_rows[d] = row
+        return row

@@ -1,0 +1,291 @@
+"""The kernel database: measured vLLM kernel latencies and how servesim interpolates them.
+
+The tables are NVIDIA AIConfigurator's measurements of vLLM's own kernels (vLLM 0.14.0
+and 0.19.0, FlashAttention/FlashInfer attention, cuBLAS/CUTLASS GEMMs, vLLM's custom
+all-reduce, NCCL, fused MoE) on A100, H100, H200, B200 and L40S, packed by
+``tools/pack_kernels.py`` into ``servesim/data/kernels/`` (see ATTRIBUTION.md there).
+
+Interpolation (the same rule for every table):
+
+- **log-log, one axis at a time.** Latency is interpolated linearly in log latency against
+  log size (m, n, k of a GEMM; batch and sequence length of attention; message size;
+  tokens). GEMMs are multilinear in (log m, log n, log k); attention bilinear in
+  (log batch, log length). On a grid point the measured value comes back exactly; between
+  two points the value lies between theirs (monotone along each axis); a power law
+  (latency proportional to size, or constant) is reproduced exactly.
+- **off the grid: clamp, then scale by the roofline.** Outside an axis' range (a GEMM of
+  more tokens than measured, a vocabulary wider than the widest N, a context longer than
+  measured) the value is the one at the nearest edge, times the ratio of the roofline's
+  time at the wanted shape to its time at the edge shape. So the curve is continuous at
+  the edge and follows the physics (compute or bandwidth bound) beyond it, instead of
+  extrapolating a local slope. The source skips very large batch x length combinations:
+  there the last measured batch is the edge and the same rule applies; an isolated
+  missing point inside a grid is skipped (its measured neighbours are interpolated).
+- **categorical axes: nearest shape class.** Attention tables are per (heads, KV heads)
+  pair on one rank; a model whose pair is not measured takes the nearest measured pair
+  (KV heads first, then heads, in log distance) scaled by the roofline ratio. Head size,
+  KV-cache dtype and window size must match a measured class, and a GEMM's dtype must
+  have a table; otherwise that operator falls back to the roofline.
+"""
+
+from __future__ import annotations
+
+import json
+from bisect import bisect_right
+from collections.abc import Callable
+from functools import lru_cache, partial
+from importlib import resources
+from math import exp, log
+from typing import Any
+
+import numpy as np
+
+#: servesim catalog GPU name -> the database's GPU folder.
+GPU_TABLES = {"A100-80GB": "a100_sxm", "H100-SXM": "h100_sxm", "H200": "h200_sxm", "B200": "b200_sxm",
+              "L40S": "l40s"}
+#: Dtype codes of the packed key arrays (``tools/pack_kernels.py`` writes the same tuple).
+DTYPES = ("bfloat16", "fp8", "fp8_block", "nvfp4", "int4_wo", "w4a16_mxfp4", "float16")
+
+RoofFn = Callable[[np.ndarray], np.ndarray]
+Roof2 = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def _index() -> list[dict[str, Any]]:
+    return json.loads(resources.files("servesim").joinpath("data", "kernels", "index.json").read_text())
+
+
+@lru_cache(maxsize=1)
+def available_versions() -> dict[str, tuple[str, ...]]:
+    """Database GPU folder -> the vLLM versions it has tables for, oldest first."""
+    out: dict[str, list[str]] = {}
+    for e in _index():
+        out.setdefault(e["gpu"], []).append(e["vllm_version"])
+    return {g: tuple(sorted(v, key=_version_key)) for g, v in out.items()}
+
+
+def _version_key(v: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in v.split(".") if p.isdigit())
+
+
+def kernel_versions(gpu_name: str) -> tuple[str, ...]:
+    """vLLM versions with kernel tables for a catalog GPU (empty: none)."""
+    return available_versions().get(GPU_TABLES.get(gpu_name, ""), ())
+
+
+@lru_cache(maxsize=16)
+def load_database(gpu_name: str, version: str) -> KernelDatabase:
+    """The tables of one catalog GPU and vLLM version (read once per process)."""
+    folder = GPU_TABLES[gpu_name]
+    path = resources.files("servesim").joinpath("data", "kernels", f"{folder}_{version}.npz")
+    with path.open("rb") as f, np.load(f, allow_pickle=False) as z:
+        raw = {k: z[k] for k in z.files}
+    return KernelDatabase(raw)
+
+
+class KernelDatabase:
+    """The arrays of one packed file (see ``tools/pack_kernels.py`` for their layout)."""
+
+    def __init__(self, raw: dict[str, np.ndarray]) -> None:
+        self.meta: dict[str, Any] = json.loads(str(raw["meta"]))
+        self.arrays: dict[str, np.ndarray] = {}
+        for k, v in raw.items():
+            if k == "meta" or k.startswith("shape."):
+                continue
+            if k in self.meta["float_arrays"]:  # stored byte-planed: undo it
+                v = np.ascontiguousarray(v.T).view(np.float32).reshape(tuple(raw[f"shape.{k}"]))
+            self.arrays[k] = v
+
+    @property
+    def version(self) -> str:
+        return str(self.meta["vllm_version"])
+
+    def has(self, prefix: str) -> bool:
+        return f"{prefix}.lat" in self.arrays
+
+    def gemm(self, dtype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """(m, n, k, latency ms [m, n, k]) of one GEMM dtype, or None."""
+        a = self.arrays
+        if f"gemm.{dtype}.lat" not in a:
+            return None
+        return a[f"gemm.{dtype}.m"], a[f"gemm.{dtype}.n"], a[f"gemm.{dtype}.k"], a[f"gemm.{dtype}.lat"]
+
+    def attention_class(self, prefix: str, kv_dtype: str, head_dim: int, heads: int, kv_heads: int,
+                        window: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]] | None:
+        """(batch, length, latency ms [batch, length], (heads, kv heads) used) of the nearest
+        measured shape class of ``prefix`` ('ctx' prefill or 'gen' decode), or None."""
+        a = self.arrays
+        if not self.has(prefix) or kv_dtype not in DTYPES:
+            return None
+        keys = a[f"{prefix}.keys"]
+        same = ((keys[:, 0] == DTYPES.index(kv_dtype)) & (keys[:, 1] == head_dim) & (keys[:, 4] == window))
+        if not same.any():
+            return None
+        cand = np.flatnonzero(same)
+        dist = [(abs(log(keys[c, 3] / kv_heads)), abs(log(keys[c, 2] / heads)), c) for c in cand]
+        c = min(dist)[2]
+        lens = a[f"{prefix}.isl"] if prefix == "ctx" else a[f"{prefix}.ctx"]
+        return a[f"{prefix}.batch"], lens, a[f"{prefix}.lat"][c], (int(keys[c, 2]), int(keys[c, 3]))
+
+    def allreduce(self, num_gpus: int, graph: bool) -> tuple[np.ndarray, np.ndarray] | None:
+        """(sizes in elements, latency ms) of vLLM's custom all-reduce on ``num_gpus``, or None."""
+        a = self.arrays
+        if "ar.lat" not in a or num_gpus not in a["ar.num_gpus"]:
+            return None
+        return a["ar.size"], a["ar.lat"][0 if graph else 1, int(np.searchsorted(a["ar.num_gpus"], num_gpus))]
+
+    def nccl(self, op: str, num_gpus: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """(sizes in elements, latency ms) of one NCCL collective on ``num_gpus``, or None."""
+        a = self.arrays
+        if "nccl.lat" not in a or op not in a["nccl.ops"].tolist() or num_gpus not in a["nccl.num_gpus"]:
+            return None
+        i = a["nccl.ops"].tolist().index(op)
+        return a["nccl.size"], a["nccl.lat"][i, int(np.searchsorted(a["nccl.num_gpus"], num_gpus))]
+
+    def moe(self, hidden: int, inter: int, topk: int, num_experts: int, moe_tp: int, moe_ep: int,
+            dtype: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """(tokens, latency ms) of the fused MoE of exactly this shape, or None."""
+        a = self.arrays
+        if "moe.lat" not in a or dtype not in DTYPES:
+            return None
+        want = np.array([hidden, inter, topk, num_experts, moe_tp, moe_ep, DTYPES.index(dtype)])
+        hit = np.flatnonzero((a["moe.keys"] == want).all(axis=1))
+        return (a["moe.tokens"], a["moe.lat"][hit[0]]) if len(hit) else None
+
+
+# --------------------------------------------------------------------------- interpolation
+
+
+def log_curve(xs: np.ndarray, lat: np.ndarray, query: np.ndarray, roof: RoofFn) -> np.ndarray:
+    """Log latency at ``query`` from measurements ``lat`` (NaN: missing) at sorted ``xs``.
+
+    Linear in (log x, log latency) between measured points (a missing point is skipped);
+    past both ends it follows the roofline ``roof`` (a vectorized time of the shape at x)
+    from the nearest measured point:
+    ``log lat(x) = log lat(x0) + log roof(x) - log roof(x0)``. All-NaN input gives NaN.
+    """
+    xs = np.asarray(xs, np.float64)
+    lat = np.asarray(lat, np.float64)
+    q = np.asarray(query, np.float64)
+    ok = np.isfinite(lat) & (lat > 0)
+    if not ok.any():
+        return np.full(q.shape, np.nan)
+    mx, my = np.log(xs[ok]), np.log(lat[ok])
+    lq = np.log(q)
+    out = np.interp(lq, mx, my)
+    lo, hi = lq < mx[0], lq > mx[-1]
+    if lo.any():
+        out[lo] = my[0] + np.log(roof(q[lo])) - np.log(roof(np.array([xs[ok][0]])))[0]
+    if hi.any():
+        out[hi] = my[-1] + np.log(roof(q[hi])) - np.log(roof(np.array([xs[ok][-1]])))[0]
+    return out
+
+
+def log_axis_weights(axis: np.ndarray, x: float) -> tuple[list[tuple[int, float]], float]:
+    """Corners and weights of ``x`` on ``axis`` in log space, and the clamped x (off the
+    axis' range the edge point with weight 1; the caller scales by the roofline)."""
+    xc = min(max(x, float(axis[0])), float(axis[-1]))
+    i = int(np.searchsorted(axis, xc, side="right")) - 1
+    if i >= len(axis) - 1 or axis[i] == xc:
+        return [(min(i, len(axis) - 1), 1.0)], xc
+    w = (log(xc) - log(float(axis[i]))) / (log(float(axis[i + 1])) - log(float(axis[i])))
+    return [(i, 1.0 - w), (i + 1, w)], xc
+
+
+def gemm_m_curve(table: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], n: int, k: int,
+                 query_m: np.ndarray, roof: Callable[[np.ndarray, float, float], np.ndarray]) -> np.ndarray:
+    """Log latency (ms) of an (m x k) @ (k x n) GEMM at every ``query_m``.
+
+    Bilinear in (log n, log k) at each measured m (corners that were not measured drop out
+    and the others' weights are renormalized), scaled by the roofline ratio where n or k
+    lie outside the table, then ``log_curve`` along m. ``roof(m, n, k)`` is vectorized in m.
+    """
+    ms, ns, ks, lat = table
+    wn, nc = log_axis_weights(ns, float(n))
+    wk, kc = log_axis_weights(ks, float(k))
+    acc = np.zeros(len(ms))
+    wsum = np.zeros(len(ms))
+    for i, a in wn:
+        for j, b in wk:
+            v = lat[:, i, j].astype(np.float64)
+            ok = np.isfinite(v) & (v > 0)
+            acc[ok] += a * b * np.log(v[ok])
+            wsum[ok] += a * b
+    with np.errstate(invalid="ignore", divide="ignore"):
+        row = np.where(wsum > 0, np.exp(acc / np.where(wsum > 0, wsum, 1.0)), np.nan)
+    msf = ms.astype(np.float64)
+    if (nc, kc) != (n, k):  # off the table in n or k: scale by the roofline
+        row = row * roof(msf, n, k) / roof(msf, nc, kc)
+    return log_curve(msf, row, query_m, lambda m: roof(m, n, k))
+
+
+def ext_grid(batch: np.ndarray, lens: np.ndarray, lat: np.ndarray, ext_batch: np.ndarray,
+             ext_lens: np.ndarray, roof: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
+    """Log latency (ms) of a (batch, length) grid on the extended axes ``ext_batch`` x
+    ``ext_lens``: ``log_curve`` along batch in every measured length column, then along
+    length in every row. ``roof(batch, length)`` is the roofline time, vectorized (broadcast)."""
+    bf, lf = batch.astype(np.float64), lens.astype(np.float64)
+    cols = np.empty((len(ext_batch), len(lf)))
+    for j, length in enumerate(lf):
+        cols[:, j] = log_curve(bf, lat[:, j], ext_batch, partial(_at_length, roof, float(length)))
+    out = np.empty((len(ext_batch), len(ext_lens)))
+    for i, b in enumerate(ext_batch):
+        out[i] = log_curve(lf, np.exp(cols[i]), ext_lens, partial(_at_batch, roof, float(b)))
+    return out
+
+
+def _at_length(roof: Roof2, length: float, b: np.ndarray) -> np.ndarray:
+    return roof(b, np.full_like(b, length))
+
+
+def _at_batch(roof: Roof2, b: float, length: np.ndarray) -> np.ndarray:
+    return roof(np.full_like(length, b), length)
+
+
+def interp_sorted(xs: list[float], ys: list[float], x: float) -> float:
+    """``np.interp(x, xs, ys)`` for one float (clamped at the ends), without numpy's overhead."""
+    i = bisect_right(xs, x)
+    if i <= 0:
+        return ys[0]
+    if i >= len(xs):
+        return ys[-1]
+    x0, x1 = xs[i - 1], xs[i]
+    return ys[i - 1] + (ys[i] - ys[i - 1]) * (x - x0) / (x1 - x0)
+
+
+class LogCurve:
+    """A latency curve on a log grid: ``at(x) = exp(interp(log x))`` in seconds, clamped at
+    the ends of ``xs`` (which the builder extends far past any realistic size)."""
+
+    __slots__ = ("lx", "ly", "_lx", "_ly")
+
+    def __init__(self, xs: np.ndarray, log_seconds: np.ndarray) -> None:
+        self.lx = np.log(np.asarray(xs, np.float64))
+        self.ly = np.asarray(log_seconds, np.float64)
+        self._lx: list[float] = self.lx.tolist()
+        self._ly: list[float] = self.ly.tolist()
+
+    def at(self, x: float) -> float:
+        return exp(interp_sorted(self._lx, self._ly, log(x)))
+
+    def at_many(self, x: np.ndarray) -> np.ndarray:
+        return np.exp(np.interp(np.log(x), self.lx, self.ly))
+
+
+def extended_axis(xs: np.ndarray, lo: float = 1.0, hi: float = float(1 << 22)) -> np.ndarray:
+    """The measured axis plus powers of two down to ``lo`` and up to ``hi`` (the points where
+    ``LogCurve`` holds the roofline-scaled values beyond the measurements)."""
+    xs = np.asarray(xs, np.float64)
+    first = int(np.ceil(np.log2(xs[0])))
+    below = [2.0 ** e for e in range(int(np.floor(np.log2(lo))), first) if 2.0 ** e < xs[0]]
+    above = [2.0 ** e for e in range(int(np.floor(np.log2(xs[-1]))) + 1, int(np.log2(hi)) + 1)]
+    return np.array([*below, *xs.tolist(), *above])
+
+
+# --------------------------------------------------------------------------- rooflines for scaling
+
+
+def roof_time(flops: np.ndarray | float, nbytes: np.ndarray | float, peak: float, mem_bw: float,
+              compute_eff: float, memory_eff: float) -> np.ndarray:
+    """max(compute, memory) time, seconds, vectorized: the shape rule used off the grid."""
+    return np.maximum(np.asarray(flops, np.float64) / (peak * compute_eff),
+                      np.asarray(nbytes, np.float64) / (mem_bw * memory_eff))

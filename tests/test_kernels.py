@@ -1,0 +1,316 @@
+"""Kernel database and KernelPerfModel: interpolation rules, packed data vs the source,
+step times against hand-computed sums of looked-up kernels, fallbacks, configuration."""
+
+from __future__ import annotations
+
+import os
+from math import exp, log
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from servesim.catalog.gpus import get_gpu
+from servesim.catalog.models import load_model
+from servesim.config import HardwareConfig, ParallelConfig, load_scenario
+from servesim.errors import ConfigError
+from servesim.perf.base import BatchStats
+from servesim.perf.kernel_model import KernelPerfModel
+from servesim.perf.kernels import (
+    DTYPES,
+    gemm_m_curve,
+    kernel_versions,
+    load_database,
+    log_curve,
+)
+from servesim.perf.factory import build_step_model
+from servesim.perf.roofline import RooflinePerfModel
+
+SHARED_DATA = Path(os.environ.get("SERVESIM_SHARED_DATA", Path(__file__).parents[2] / "shared" / "data"))
+AIC = SHARED_DATA / "measurements" / "aiconfigurator" / "kernels"
+
+
+def _linear_roof(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, float)
+
+
+# --------------------------------------------------------------------------- interpolation
+
+
+def test_log_curve_exact_on_grid_and_monotone_between():
+    xs = np.array([1.0, 2.0, 4.0, 8.0, 32.0])
+    lat = np.array([5.0, 5.0, 6.0, 9.0, 30.0])
+    np.testing.assert_allclose(np.exp(log_curve(xs, lat, xs, _linear_roof)), lat, rtol=1e-12)
+    q = np.geomspace(1.0, 32.0, 400)
+    v = np.exp(log_curve(xs, lat, q, _linear_roof))
+    assert np.all(np.diff(v) >= -1e-12)  # monotone data -> monotone interpolant
+    # Between two points the value lies between theirs, log-linearly: sqrt(6 * 9) at x = sqrt(32).
+    assert exp(log_curve(xs, lat, np.array([32 ** 0.5]), _linear_roof)[0]) == pytest.approx((6 * 9) ** 0.5)
+
+
+def test_log_curve_off_grid_follows_the_roofline_from_the_edge():
+    xs = np.array([4.0, 8.0, 16.0])
+    lat = np.array([1.0, 3.0, 7.0])
+    # roof = x: twice the size beyond the last point is twice the time; half below the first, half.
+    out = np.exp(log_curve(xs, lat, np.array([32.0, 2.0]), _linear_roof))
+    np.testing.assert_allclose(out, [14.0, 0.5])
+    # A missing point inside the grid is skipped: its neighbours are interpolated.
+    holed = np.array([1.0, np.nan, 7.0])
+    assert exp(log_curve(xs, holed, np.array([8.0]), _linear_roof)[0]) == pytest.approx(7.0 ** 0.5)
+
+
+def test_gemm_curve_returns_the_table_on_grid_points():
+    db = load_database("H100-SXM", "0.19.0")
+    ms, ns, ks, lat = db.gemm("bfloat16")
+    for n, k in ((4096, 4096), (6144, 4096), (1024, 8192)):
+        j, l_ = int(np.searchsorted(ns, n)), int(np.searchsorted(ks, k))
+        got = np.exp(gemm_m_curve((ms, ns, ks, lat), n, k, ms.astype(float), lambda m, n, k: m * n * k))
+        want = lat[:, j, l_].astype(float)
+        ok = np.isfinite(want)
+        np.testing.assert_allclose(got[ok], want[ok], rtol=1e-12)
+
+
+def test_gemm_curve_between_and_beyond_n():
+    db = load_database("H100-SXM", "0.19.0")
+    ms, ns, ks, lat = db.gemm("bfloat16")
+    m = np.array([64.0])
+    roof = (lambda m, n, k: m * 0 + n * k)  # memory-bound shape rule: time proportional to n x k
+    lo, hi = (int(np.searchsorted(ns, x)) for x in (16384, 51200))
+    kk = int(np.searchsorted(ks, 4096))
+    i = int(np.searchsorted(ms, 64))
+    a, b = float(lat[i, lo, kk]), float(lat[i, hi, kk])
+    w = (log(28672) - log(16384)) / (log(51200) - log(16384))
+    mid = exp(gemm_m_curve((ms, ns, ks, lat), 28672, 4096, m, roof)[0])
+    assert mid == pytest.approx(exp((1 - w) * log(a) + w * log(b)), rel=1e-9)
+    assert min(a, b) <= mid <= max(a, b)
+    edge = float(lat[i, -1, kk])
+    beyond = exp(gemm_m_curve((ms, ns, ks, lat), 2 * int(ns[-1]), 4096, m, roof)[0])
+    assert beyond == pytest.approx(2 * edge, rel=1e-9)
+
+
+# --------------------------------------------------------------------------- packed data vs source
+
+
+def _parquet(rel: str) -> list[dict]:
+    """The source rows, each with ``latency`` the mean over the rows measuring the same key
+    (the packer's rule for the tables that repeat measurements)."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    p = AIC / rel
+    if not p.exists():
+        pytest.skip(f"shared data not found: {p} (set SERVESIM_SHARED_DATA)")
+    rows = pq.read_table(p).to_pylist()
+    groups: dict[tuple, list[float]] = {}
+    for r in rows:
+        groups.setdefault(_key(r), []).append(r["latency"])
+    return [{**r, "latency": float(np.mean(groups[_key(r)]))} for r in rows]
+
+
+def _key(r: dict) -> tuple:
+    return tuple(v for k, v in r.items() if k != "latency" and not k.startswith("power"))
+
+
+def test_packed_gemm_and_attention_match_the_source():
+    db = load_database("H100-SXM", "0.19.0")
+    rows = _parquet("h100_sxm/gemm/vllm/0.19.0/gemm_perf.parquet")
+    for row in rows[:: len(rows) // 200]:
+        ms, ns, ks, lat = db.gemm(row["gemm_dtype"])
+        v = lat[np.searchsorted(ms, row["m"]), np.searchsorted(ns, row["n"]), np.searchsorted(ks, row["k"])]
+        assert v == pytest.approx(row["latency"], rel=1e-6)
+    for prefix, rel in (("ctx", "context_attention_perf"), ("gen", "generation_attention_perf")):
+        rows = _parquet(f"h100_sxm/attention/vllm/0.19.0/{rel}.parquet")
+        a = db.arrays
+        lens = a["ctx.isl"] if prefix == "ctx" else a["gen.ctx"]
+        for row in rows[:: len(rows) // 100]:
+            key = [DTYPES.index(row["kv_cache_dtype"]), row["head_dim"], row["num_heads"],
+                   row["num_key_value_heads"], row["window_size"]]
+            c = int(np.flatnonzero((a[f"{prefix}.keys"] == key).all(axis=1))[0])
+            length = row["isl"] if prefix == "ctx" else row["step"] + 1
+            v = a[f"{prefix}.lat"][c, np.searchsorted(a[f"{prefix}.batch"], row["batch_size"]),
+                                   np.searchsorted(lens, length)]
+            assert v == pytest.approx(row["latency"], rel=1e-6)
+
+
+def test_packed_comm_and_moe_match_the_source():
+    db = load_database("H100-SXM", "0.19.0")
+    for row in _parquet("h100_sxm/comm/vllm/0.19.0/custom_allreduce_perf.parquet"):
+        sizes, lat = db.allreduce(row["num_gpus"], row["backend"] == "vllm_graph")
+        assert lat[np.searchsorted(sizes, row["message_size"])] == pytest.approx(row["latency"], rel=1e-6)
+    for row in _parquet("h100_sxm/comm/nccl/2.27.3/nccl_perf.parquet")[::7]:
+        if row["nccl_dtype"] != "half":
+            continue
+        sizes, lat = db.nccl(row["op_name"], row["num_gpus"])
+        assert lat[np.searchsorted(sizes, row["message_size"])] == pytest.approx(row["latency"], rel=1e-6)
+    rows = [r for r in _parquet("h100_sxm/moe/vllm/0.19.0/moe_perf.parquet")
+            if r["distribution"] == db.meta["moe_distribution"]]
+    for row in rows[:: len(rows) // 100]:
+        tokens, lat = db.moe(row["hidden_size"], row["inter_size"], row["topk"], row["num_experts"],
+                             row["moe_tp_size"], row["moe_ep_size"], row["moe_dtype"])
+        assert lat[np.searchsorted(tokens, row["num_tokens"])] == pytest.approx(row["latency"], rel=1e-6)
+
+
+# --------------------------------------------------------------------------- the model
+
+
+def _interp_n(db, dtype: str, m: int, n: int, k: int) -> float:
+    """Hand-computed GEMM latency in ms: log-log between the two bracketing n (k on the grid,
+    or bracketing k with n on the grid), as the module docstring says."""
+    ms, ns, ks, lat = db.gemm(dtype)
+    i = int(np.searchsorted(ms, m))
+    assert ms[i] == m
+
+    def along(axis: np.ndarray, x: int, get) -> float:
+        j = int(np.searchsorted(axis, x))
+        if axis[j] == x:
+            return float(get(j))
+        w = (log(x) - log(axis[j - 1])) / (log(axis[j]) - log(axis[j - 1]))
+        return exp((1 - w) * log(get(j - 1)) + w * log(get(j)))
+
+    if n in ns:
+        jn = int(np.searchsorted(ns, n))
+        return along(ks, k, lambda j: lat[i, jn, j])
+    jk = int(np.searchsorted(ks, k))
+    return along(ns, n, lambda j: lat[i, j, jk])
+
+
+def _llama8b_h100() -> tuple[KernelPerfModel, object]:
+    m, g = load_model("Llama-3.1-8B"), get_gpu("H100-SXM")
+    return KernelPerfModel(m, g, version="0.19.0"), load_database("H100-SXM", "0.19.0")
+
+
+def _gen(db, b: int, ctx: int) -> float:
+    batch, lens, lat, cls = db.attention_class("gen", "bfloat16", 128, 32, 8)
+    assert cls == (32, 8)
+    return float(lat[np.searchsorted(batch, b), np.searchsorted(lens, ctx)])
+
+
+def test_decode_step_is_the_sum_of_looked_up_kernels():
+    pm, db = _llama8b_h100()
+    b, ctx, L = 64, 1024, 32
+    stats = BatchStats(num_decode_reqs=b, sum_decode_context=b * ctx)
+    layer_ms = (_interp_n(db, "bfloat16", b, 6144, 4096) + _interp_n(db, "bfloat16", b, 4096, 4096)
+                + _interp_n(db, "bfloat16", b, 28672, 4096) + _interp_n(db, "bfloat16", b, 4096, 14336)
+                + _gen(db, b, ctx))
+    parts = pm.breakdown(stats)
+    kernels_s = L * layer_ms * 1e-3 + parts["lm_head"]
+    extras = parts["elementwise"] + parts["sampling"] + parts["overhead"]
+    assert pm.batch_time(stats) == pytest.approx(kernels_s + extras, rel=1e-9)
+    # The stated range: the measured kernels are at least 90% of the step.
+    assert kernels_s <= pm.batch_time(stats) <= kernels_s / 0.9
+    assert sum(parts.values()) == pytest.approx(pm.batch_time(stats), rel=1e-12)
+
+
+def test_prefill_step_is_the_sum_of_looked_up_kernels():
+    pm, db = _llama8b_h100()
+    s, L = 2048, 32
+    stats = BatchStats()
+    stats.add_chunk(s, 0)
+    batch, lens, lat, _ = db.attention_class("ctx", "bfloat16", 128, 32, 8)
+    attn = float(lat[0, np.searchsorted(lens, s)])
+    layer_ms = (_interp_n(db, "bfloat16", s, 6144, 4096) + _interp_n(db, "bfloat16", s, 4096, 4096)
+                + _interp_n(db, "bfloat16", s, 28672, 4096) + _interp_n(db, "bfloat16", s, 4096, 14336)
+                + attn)
+    parts = pm.breakdown(stats)
+    kernels_s = L * layer_ms * 1e-3 + parts["lm_head"]
+    assert parts["attn_prefill"] == pytest.approx(L * attn * 1e-3, rel=1e-9)
+    extras = parts["elementwise"] + parts["sampling"] + parts["overhead"]
+    assert pm.batch_time(stats) == pytest.approx(kernels_s + extras, rel=1e-9)
+    assert kernels_s <= pm.batch_time(stats) <= kernels_s / 0.85  # the roofline's elementwise class is ~10%
+
+
+def test_decode_step_times_equal_batch_time():
+    pm, _ = _llama8b_h100()
+    s = np.array([37 * 10, 37 * 999, 37 * 4096, 37 * 300_000])
+    want = [pm.batch_time(BatchStats(num_decode_reqs=37, sum_decode_context=int(x))) for x in s]
+    np.testing.assert_allclose(pm.decode_step_times(37, s), want, rtol=1e-12)
+    assert pm.decode_affine(37) is None
+
+
+def test_tensor_parallel_shards_and_all_reduce():
+    m, g = load_model("Llama-3.1-70B"), get_gpu("H100-SXM")
+    pm = KernelPerfModel(m, g, tp=4)
+    # Column-parallel QKV (N / tp), row-parallel o_proj and down (K / tp).
+    assert "n=2560 k=8192" in pm.sources["gemm_qkv"]          # (64 + 2 * 8) heads x 128 / 4
+    assert "n=8192 k=2048" in pm.sources["gemm_o_proj"]
+    assert "n=14336 k=8192" in pm.sources["gemm_gate_up"]     # 2 x 28672 / 4
+    assert "n=8192 k=7168" in pm.sources["gemm_down"]
+    assert pm.sources["allreduce"].startswith("table custom")
+    assert pm.fallbacks == ()
+    # One all-reduce of 8 tokens x 8192 bf16 elements inside a CUDA graph: the measured graph table.
+    db = load_database("H100-SXM", pm.version)
+    sizes, lat = db.allreduce(4, graph=True)
+    got = pm.breakdown(BatchStats(num_decode_reqs=8, sum_decode_context=8 * 100))["allreduce"]
+    assert got == pytest.approx(2 * 80 * float(lat[np.searchsorted(sizes, 8 * 8192)]) * 1e-3, rel=1e-9)
+
+
+def test_fallback_record_without_tables():
+    m = load_model("Llama-3.1-8B")
+    pm = KernelPerfModel(m, get_gpu("MI300X"))  # no tables for this GPU
+    assert pm.version is None
+    assert set(pm.fallbacks) == {"gemm_qkv", "gemm_o_proj", "gemm_gate_up", "gemm_down", "lm_head",
+                                 "attn_prefill", "attn_decode"}
+    assert pm.batch_time(BatchStats(num_decode_reqs=4, sum_decode_context=4000)) > 0
+    # A100 has no FP8 GEMM or FP8 KV-cache tables: those operators fall back, the rest are measured.
+    a100 = KernelPerfModel(load_model("Llama-3.1-8B", "fp8"), get_gpu("A100-80GB"), kv_dtype_bytes=1.0)
+    assert set(a100.fallbacks) == {"gemm_qkv", "gemm_o_proj", "gemm_gate_up", "gemm_down",
+                                   "attn_prefill", "attn_decode"}
+    assert a100.sources["lm_head"].startswith("table gemm bfloat16")
+
+
+def test_moe_uses_the_fused_moe_table():
+    pm = KernelPerfModel(load_model("Mixtral-8x7B"), get_gpu("H100-SXM"), tp=2)
+    assert pm.sources["moe"].startswith("table moe bfloat16 tp=2 ep=1")
+    assert "moe" not in pm.fallbacks
+
+
+def test_nearest_attention_class_is_recorded():
+    # Llama-2-7B: 32 KV heads; decode tables have at most 8 KV heads per rank.
+    pm = KernelPerfModel(load_model("Llama-2-7B"), get_gpu("H100-SXM"))
+    assert "nearest class" in pm.sources["attn_decode"]
+    assert "attn_decode" not in pm.fallbacks
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def test_config_chooses_the_model_and_version():
+    m, g = load_model("Llama-3.1-8B"), get_gpu("H100-SXM")
+    par = ParallelConfig()
+    assert isinstance(build_step_model(m, g, par, HardwareConfig()), RooflinePerfModel)
+    pm = build_step_model(m, g, par, HardwareConfig(perf_model="kernels"))
+    assert isinstance(pm, KernelPerfModel) and pm.version == kernel_versions("H100-SXM")[-1] == "0.19.0"
+    old = build_step_model(m, g, par, HardwareConfig(perf_model="kernels", kernel_version="0.14.0"))
+    assert old.version == "0.14.0"
+    with pytest.raises(ConfigError, match="hardware.kernel_version.*0.13.0.*0.14.0, 0.19.0"):
+        build_step_model(m, g, par, HardwareConfig(perf_model="kernels", kernel_version="0.13.0"))
+    with pytest.raises(ValueError, match="cannot be combined"):
+        HardwareConfig(perf_model="kernels", profile="x.json")
+
+
+def test_simulate_with_kernels():
+    import servesim
+
+    sc = load_scenario(None, ["hardware.perf_model=kernels", "workload.limit=200"])
+    r = servesim.simulate(sc)
+    assert len(r.records) == 200
+    assert r.summary["latency"]["tpot_s"]["p50"] > 0
+
+
+def test_expert_parallel_all_to_all_is_a_recorded_fallback():
+    # vLLM's expert parallelism over the TP ranks: experts whole on each rank (moe_tp 1).
+    pm = KernelPerfModel(load_model("Mixtral-8x7B"), get_gpu("H100-SXM"), tp=4, ep=4)
+    assert pm.sources["moe"].startswith("table moe bfloat16 tp=1 ep=4")
+    assert pm.fallbacks == ("alltoall",)
+    st = BatchStats(num_decode_reqs=16, sum_decode_context=16 * 500)
+    assert sum(pm.breakdown(st).values()) == pytest.approx(pm.batch_time(st), rel=1e-12)
+
+
+def test_pipeline_micro_batches_take_fractional_shares():
+    m, g = load_model("Llama-3.1-70B"), get_gpu("H100-SXM")
+    par = ParallelConfig(tensor_parallel_size=4, pipeline_parallel_size=2, num_microbatches=2)
+    pm = build_step_model(m, g, par, HardwareConfig(perf_model="kernels"))
+    st = BatchStats(num_decode_reqs=6, sum_decode_context=6 * 700)
+    st.add_chunk(300, 0)
+    assert pm.batch_time(st) > 0
+    s = np.array([6 * 700, 6 * 900])
+    want = [pm.batch_time(BatchStats(num_decode_reqs=6, sum_decode_context=int(x))) for x in s]
+    np.testing.assert_allclose(pm.decode_step_times(6, s), want, rtol=1e-12)
