@@ -13,7 +13,8 @@ The layers, lowest first (a module may import its own layer and those below)::
     cli, __main__, servesim/__init__     the command and the top-level API
     validate                             measured vs predicted, over whole runs
     sim                                  simulate(scenario) -> Result
-    cluster, calibration, profile_ops    many replicas; fitting perf models; timing operators
+    cluster, calibration, profile_ops,   many replicas; fitting perf models; timing operators;
+    deployment                           a scenario's deployment, resolved once
     engine, perf, metrics, workload      one replica, step times, records, requests
     config, catalog                      scenario schema; model and GPU facts
     errors
@@ -34,7 +35,7 @@ LAYERS = {
     "errors": 0,
     "config": 1, "catalog": 1,
     "engine": 2, "perf": 2, "metrics": 2, "workload": 2,
-    "cluster": 3, "calibration": 3, "profile_ops": 3,
+    "cluster": 3, "calibration": 3, "profile_ops": 3, "deployment": 3,
     "sim": 4,
     "validate": 5,
     "cli": 6, "__main__": 6, "": 6,  # "": servesim/__init__.py

@@ -92,3 +92,21 @@ def test_fp8_weights_keep_embeddings_16_bit() -> None:
     plan = plan_memory(m, get_gpu("H100"), EngineConfig(), ParallelConfig())
     assert plan.weights_bytes == 32 * (4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336) + (
         2 * 128256 * 4096 + 65 * 4096) * 2
+
+
+@pytest.mark.parametrize("name, tp", [("Llama-3.1-70B", 1), ("Llama-3.1-70B", 8), ("Llama-2-70B", 1),
+                                      ("Llama-3.1-8B", 1)])
+def test_does_not_fit_hint_names_a_layout_that_fits(name: str, tp: int) -> None:
+    """Every change a "does not fit" message suggests is accepted when applied."""
+    import re
+
+    m, l4 = load_model(name), get_gpu("L4")
+    with pytest.raises(DoesNotFitError, match=r"\(checked to fit\)") as err:
+        plan_memory(m, l4, EngineConfig(), ParallelConfig(tensor_parallel_size=tp))
+    tips = str(err.value).split("; ")[-1].removesuffix(" (checked to fit)").split(" or ")
+    for tip in tips:
+        fields = dict(re.findall(r"(\w+)\s*<?=\s*(\d+)", tip))
+        par = ParallelConfig(tensor_parallel_size=int(fields.get("tensor_parallel_size", tp)),
+                             pipeline_parallel_size=int(fields.get("pipeline_parallel_size", 1)))
+        max_len = fields.get("max_model_len")
+        plan_memory(m, l4, EngineConfig(max_model_len=int(max_len) if max_len else None), par)

@@ -91,7 +91,9 @@ def test_azure_fixture_exact():
     assert wl.arrival_s[1] < wl.arrival_s[2]
     np.testing.assert_array_equal(wl.num_prompt_tokens, [200, 300, 100, 400])
     np.testing.assert_array_equal(wl.num_output_tokens, [1, 30, 10, 40])
+    notices = wl.meta.pop("notices")
     assert wl.meta == {"format": "azure", "num_rows": 4, "clamped": 1, "reordered": True}
+    assert [(n["code"], n["count"]) for n in notices] == [("zero_length_raised", 1), ("reordered", 1)]
     assert wl.hash_ids is None and wl.prefix_group is None
 
 

@@ -1,17 +1,16 @@
 """``simulate(scenario) -> Result``: one simulation as a pure function.
 
-Resolution order: scenario -> model spec and GPU spec (catalog) -> memory plan (number of
-KV blocks) -> perf model -> workload -> engine run -> records -> summary. Nothing here
-touches files except reading the scenario's inputs; outputs are written by the caller.
+Resolution order: scenario -> deployment (``servesim.deployment``: model and GPU specs,
+engine, memory plan, engine checks, links, perf model; the same function for each pool of
+a cluster) -> workload -> engine run -> records -> summary. Nothing here touches files
+except reading the scenario's inputs; outputs are written by the caller.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from array import array
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,16 +18,17 @@ from typing import Any
 import numpy as np
 
 from servesim.config import EngineConfig, Scenario, load_scenario, resolve_engine, scenario_from_dict
+from servesim.deployment import check_budget  # noqa: F401 (re-exported: its old home)
 from servesim.engine.arrivals import ArrivalFeeder, ClosedLoopFeeder, iter_requests, rejection_reason
 from servesim.engine.build import build_replica, closed_loop_feeder
 from servesim.engine.events import EventLoop
 from servesim.engine.lazy import LazyScheduler
 from servesim.engine.request import ReqStatus, Request
-from servesim.errors import ConfigError
+from servesim.metrics.progress import progress_bar, run_in_slices
 from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, Result, StepSeries
 from servesim.metrics.writer import RecordWriter, write_record
 from servesim.perf.base import PerfModel
-from servesim.workload.base import Workload
+from servesim.workload.base import Workload, workload_stats
 
 
 @dataclass(slots=True)
@@ -99,19 +99,9 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
     else:
         feeder = ArrivalFeeder(wl, loop, replica.on_arrival, reject, max_model_len, usable_tokens)
     feeder.start()
-    if progress is None:
-        end = loop.run(until_s)
-    else:  # run in slices of simulated time, reporting between them (no cost in the hot loop)
-        horizon = float(wl.arrival_s[-1]) if len(wl) else 0.0
-        dt = max(horizon / 200, 1e-3)
-        t = 0.0
-        while len(loop) and loop.now < until_s:
-            if closed:  # the horizon is not known ahead
-                dt = max(dt, loop.now / 200)
-            t = max(t + dt, loop.next_time())
-            loop.run(min(t, until_s))
-            progress(replica.num_finished + feeder.num_rejected)
-        end = loop.now
+    horizon = float(wl.arrival_s[-1]) if len(wl) else 0.0
+    end = run_in_slices(loop, horizon, until_s, progress,
+                        lambda: replica.num_finished + feeder.num_rejected, grows=closed)
     writer.flush()
     totals.num_prefix_query_tokens = kv.num_query_tokens
     totals.num_prefix_hit_tokens = kv.num_hit_tokens
@@ -123,16 +113,6 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
         where = "running" if r.status == ReqStatus.RUNNING else "waiting"
         write_record(records, r, f"still {where} when the run ended")
     return EngineRun(records, steps if steps is not None else StepSeries(), itl, totals, end)
-
-
-def check_budget(engine: EngineConfig, max_model_len: int) -> None:
-    """vLLM refuses to start when chunked prefill is off and one step cannot hold a
-    max-length prompt (such a prompt would block the FCFS queue for ever)."""
-    budget = engine.max_num_batched_tokens
-    if not engine.enable_chunked_prefill and budget is not None and budget < max_model_len:
-        raise ConfigError(
-            f"engine.max_num_batched_tokens ({budget}) is smaller than max_model_len ({max_model_len}) "
-            "with chunked prefill off: raise it, lower engine.max_model_len, or enable chunked prefill")
 
 
 # --------------------------------------------------------------------------- scenario level
@@ -148,13 +128,13 @@ def _resolve(scenario: Scenario | dict | str | Path | None) -> Scenario:
 
 def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
              progress: bool = False) -> Result:
-    """Run the scenario and return its Result with ``summary`` filled."""
-    from servesim.catalog.gpus import get_gpu
-    from servesim.catalog.models import load_model, resolve_kv_dtype_bytes
-    from servesim.catalog.parallel import check_parallel
+    """Run the scenario and return its Result with ``summary`` filled.
+
+    The deployment (GPU, engine, memory plan, perf model) is resolved by
+    ``servesim.deployment`` for one replica and for each pool of a cluster alike.
+    """
+    from servesim.deployment import resolve_deployment, run_notices
     from servesim.metrics.summary import summarize
-    from servesim.perf.factory import build_step_model
-    from servesim.perf.memory import plan_memory
     from servesim.workload import load_workload
 
     t0 = time.perf_counter()
@@ -162,62 +142,20 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
     if sc.cluster is not None:  # pools, routers, disaggregation: servesim.cluster
         from servesim.cluster.pools import simulate_cluster
 
-        return simulate_cluster(sc, t0)
-    model = load_model(sc.model.name, sc.model.dtype)
-    check_parallel(model, sc.parallel)
-    hw = None
-    if sc.hardware.profile:  # (the profile machinery is imported only when used)
-        from servesim.perf.profiled import HardwareProfile
-
-        hw = HardwareProfile.load(sc.hardware.profile)
-    gpu = hw.resolve_gpu(sc.hardware.gpu) if hw else get_gpu(sc.hardware.gpu)
-    engine = resolve_engine(hw.adjust_engine(sc.engine) if hw else sc.engine, gpu.mem_bytes, gpu.name,
-                            sc.engine.max_model_len or model.max_position_embeddings)
-    plan = plan_memory(model, gpu, engine, sc.parallel,
-                       kv_dtype_bytes=resolve_kv_dtype_bytes(sc.model.kv_cache_dtype, model))
-    check_budget(engine, plan.max_model_len)
-    perf = (hw.perf_model(model, gpu, sc.parallel, sc.model) if hw
-            else build_step_model(model, gpu, sc.parallel, sc.hardware, sc.model))
+        return simulate_cluster(sc, t0, progress=progress)
+    dep = resolve_deployment(sc)
+    engine, plan = dep.engine, dep.plan
     wl = load_workload(sc.workload, sc.run.seed)
-    num_gpus = sc.parallel.tensor_parallel_size * sc.parallel.pipeline_parallel_size
-    with _progress_bar(progress, len(wl), t0) as report:
-        run = run_engine(wl, engine, perf, plan.num_gpu_blocks, plan.max_model_len,
-                         num_gpus=num_gpus, check_invariants=sc.run.check_invariants,
+    with progress_bar(progress, len(wl), t0) as report:
+        run = run_engine(wl, engine, dep.perf, plan.num_gpu_blocks, plan.max_model_len,
+                         num_gpus=dep.num_gpus, check_invariants=sc.run.check_invariants,
                          reference=sc.run.reference, progress=report,
                          record_steps=sc.run.record_steps,
                          kv_bytes_per_block=plan.kv_bytes_per_block)
     result = Result(scenario=sc.model_copy(update={"engine": engine}), records=run.records,
                     steps=run.steps, itl=run.itl,
-                    replicas=[run.totals], end_s=run.end_s, gpu=gpu)
+                    replicas=[run.totals], end_s=run.end_s, gpu=dep.gpu, deployments=[dep],
+                    notices=run_notices(wl.meta, [dep]), workload_stats=workload_stats(wl))
     result.wall_s = time.perf_counter() - t0
     result.summary = summarize(result)
     return result
-
-
-@contextmanager
-def _progress_bar(enabled: bool, total: int, t0: float) -> Iterator[Callable[[int], None] | None]:
-    """A rich progress bar on stderr, shown only on a terminal and once a run passes 1 s."""
-    if not enabled or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    bar = Progress("simulating", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=Console(stderr=True), transient=True)
-    task = bar.add_task("requests", total=total)
-    started = False
-
-    def report(done: int) -> None:
-        nonlocal started
-        if not started and time.perf_counter() - t0 > 1.0:
-            bar.start()
-            started = True
-        if started:
-            bar.update(task, completed=done)
-
-    try:
-        yield report
-    finally:
-        if started:
-            bar.stop()

@@ -53,6 +53,7 @@ from servesim.engine.lazy import LazyScheduler
 from servesim.engine.replica import Replica
 from servesim.engine.request import ReqStatus, Request
 from servesim.errors import ConfigError
+from servesim.metrics.progress import run_in_slices
 from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, StepSeries
 from servesim.metrics.writer import write_record
 from servesim.perf.base import PerfModel
@@ -345,8 +346,12 @@ def _closed_loop(cluster: Cluster, wl: Workload) -> ClosedLoopFeeder:
 
 def run_cluster(wl: Workload, pools: list[PoolSpec], cfg: ClusterConfig, *, seed: int = 0,
                 check_invariants: bool = False, until_s: float = float("inf"),
-                record_steps: bool = True) -> ClusterRun:
-    """Run ``wl`` on a cluster of ``pools`` (no catalog needed: tests use this)."""
+                record_steps: bool = True, progress: Callable[[int], None] | None = None) -> ClusterRun:
+    """Run ``wl`` on a cluster of ``pools`` (no catalog needed: tests use this).
+
+    ``record_steps=False`` drops the per-step series (long runs); ``progress(num_done)``
+    is called about 200 times over the run when given, as for one replica.
+    """
     loop = EventLoop()
     records = RequestRecords.empty(len(wl))
     if wl.clients is None:  # else the arrivals are the clients' send times, written as they go
@@ -359,7 +364,9 @@ def run_cluster(wl: Workload, pools: list[PoolSpec], cfg: ClusterConfig, *, seed
         _Feeder(cluster, wl, cfg.staleness_s).next()
     if cluster.migrator is not None:
         cluster.migrator.start()
-    end = loop.run(until_s)
+    horizon = float(wl.arrival_s[-1]) if len(wl) else 0.0
+    end = run_in_slices(loop, horizon, until_s, progress, lambda: cluster.num_done,
+                        grows=wl.clients is not None)
     cluster.finish_run()
     for rep in cluster.replicas:
         rep.totals.num_prefix_query_tokens = rep.kv.num_query_tokens

@@ -179,15 +179,76 @@ def _pool_lines(pools: list[dict[str, Any]]) -> Table:
     return grid
 
 
+def _gb(x: float) -> str:
+    return f"{x / 1e9:.2f} GB"
+
+
+def _step_time_lines(s: dict[str, Any]) -> Text:
+    """Which step-time model answered (one line per distinct model, naming its pools when
+    the pools differ), and its warnings."""
+    text = Text()
+    models = s.get("step_time_model", [])
+    pools: dict[str, list[str]] = {}
+    for m in models:
+        pools.setdefault(m["label"], []).append(m.get("pool") or "")
+    for label, names in pools.items():
+        where = f" (pool {', '.join(names)})" if len(pools) > 1 else ""
+        text.append(f"step time: {label}{where}\n")
+    for w in dict.fromkeys(w for m in models for w in m.get("warnings", [])):
+        text.append(f"warning: {w}\n", style="yellow")
+    return text
+
+
+def _trust_lines(s: dict[str, Any], grid: Table) -> None:
+    """Memory plan, headroom, saturation and notices (what a user needs to trust the numbers),
+    as rows of ``grid``."""
+    for m in s.get("memory", []):
+        fit = m["num_mean_requests_fit"]
+        fits = (f"; {fit:,} requests of mean length {m['mean_request_tokens']:,.0f} fit at once"
+                if fit is not None else "")
+        grid.add_row("Memory" + (f" {m['pool']}" if m["pool"] else ""),
+                     f"per GPU: weights {_gb(m['weights_bytes_per_gpu'])}, activations "
+                     f"{_gb(m['activation_bytes'])}, reserve {_gb(m['non_torch_reserve_bytes'])}; KV "
+                     f"{_gb(m['kv_cache_bytes'])}: {m['num_gpu_blocks']:,} blocks of {m['block_size']}, "
+                     f"{m['kv_capacity_tokens']:,} tokens{fits}")
+    h = s.get("headroom")
+    if h and h["gpu_fraction"] is not None:
+        text = (f"GPU model work {_pct(h['gpu_fraction'])}, CPU {_pct(h['cpu_fraction'])}, "
+                f"idle {_pct(h['idle_fraction'])}")
+        if h["load_fraction"] is not None:
+            limits = sorted({p["limited_by"].replace("_", " ") for p in h["per_replica"]})
+            text += (f"; load {_pct(h['load_fraction'])} of ~{_num(h['capacity_requests_per_s'])} req/s "
+                     f"sustainable ({', '.join(limits)} bound)")
+        grid.add_row("Headroom", text)
+    sat = s.get("saturation")
+    if sat and sat.get("evidence"):
+        if sat["saturated"]:
+            grid.add_row(Text("SATURATED", style="bold red"), Text(sat["hint"], style="red"))
+        else:
+            e = sat["evidence"]
+            grid.add_row("Saturation", f"no: arrivals {_num(e['arrival_rate_rps'])} req/s, served "
+                                       f"{_num(e['served_rate_rps'])} req/s, queue bounded")
+    for n in s.get("notices", []):
+        count = n.get("count")
+        grid.add_row(Text("Notice", style="yellow"), f"{n['message']}" + (f" ({count:,})" if count else ""))
+
+
 def print_summary(result: Result, console: Console) -> None:
     """Print the report of ``result`` (its ``summary``, computed here if still empty)."""
     from servesim.metrics.summary import summarize
 
     s = result.summary or summarize(result)
     console.print(_header(result, s))
+    if s.get("step_time_model"):
+        console.print(_step_time_lines(s), end="")
     console.print()
+    if s.get("saturation", {}).get("latency_is_queue_artefact"):
+        console.print(Text("The queue grew for the whole run: the latencies below measure the queue "
+                           "(see SATURATED).", style="bold red"))
     console.print(_latency_table(s))
-    console.print(_lines(s))
+    grid = _lines(s)
+    _trust_lines(s, grid)
+    console.print(grid)
     if s.get("pools"):
         console.print()
         console.print(_pool_lines(s["pools"]))

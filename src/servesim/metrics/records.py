@@ -176,3 +176,9 @@ class Result:
     gpu: Any = None  # GpuSpec used (power, price)
     wall_s: float = 0.0
     summary: dict[str, Any] = field(default_factory=dict)
+    # What a report needs besides the numbers: the resolved deployment of each pool (one
+    # for a single replica: ``servesim.deployment.Deployment``) and the changes the
+    # readers and the config made to the input (``workload.notices``).
+    deployments: list[Any] = field(default_factory=list)
+    notices: list[dict[str, Any]] = field(default_factory=list)
+    workload_stats: dict[str, float] = field(default_factory=dict)  # mean_prompt_tokens, mean_output_tokens

@@ -351,4 +351,37 @@ def summarize(result: Result) -> dict[str, Any]:
     bench = benchmark_section(result)
     if bench is not None:
         summary["benchmark"] = bench
+    summary.update(_trust(result, window_s, throughput))
     return _clean(summary)
+
+
+def _mean_lengths(result: Result) -> tuple[float, float]:
+    """The workload's mean prompt and output lengths (targets, as the run was given them)."""
+    w = result.workload_stats
+    if w:
+        return float(w["mean_prompt_tokens"]), float(w["mean_output_tokens"])
+    rec = result.records
+    done = rec.status == RequestStatus.FINISHED
+    prompt = float(rec.num_prompt_tokens.mean()) if len(rec) else 0.0
+    return prompt, float(rec.num_output_tokens[done].mean()) if done.any() else 0.0
+
+
+def _trust(result: Result, window_s: float | None, throughput: dict[str, Any]) -> dict[str, Any]:
+    """What a user needs to trust the numbers: headroom, saturation, memory plan, step-time
+    model, notices (``metrics.headroom``, ``metrics.saturation``, ``metrics.deployment_report``)."""
+    from servesim.metrics.deployment_report import deployment_sections
+    from servesim.metrics.headroom import headroom
+    from servesim.metrics.saturation import saturation
+
+    prompt, output = _mean_lengths(result)
+    room = headroom(result, window_s, prompt, output, throughput.get("output_tokens_per_s"))
+    rec = result.records
+    out = {
+        "headroom": room,
+        "saturation": saturation(rec.arrival_s, rec.first_scheduled_s, rec.finished_s,
+                                 room["capacity_requests_per_s"]),
+        "notices": list(result.notices),
+    }
+    if result.deployments:
+        out.update(deployment_sections(result, prompt + output if prompt else None))
+    return out

@@ -112,20 +112,82 @@ def activation_peak_bytes(model: ModelSpec, engine: EngineConfig, tp: int = 1) -
     return float(max(forward, sampler))
 
 
-def _suggest_tp(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, pp: int) -> int | None:
-    usable = engine.gpu_memory_utilization * gpu.mem_bytes
-    for tp in (2, 4, 8, 16, 32, 64):
-        if model.num_attention_heads % tp:
-            continue
-        need = (weights_bytes_per_gpu(model, tp, pp) + activation_peak_bytes(model, engine, tp)
-                + NON_TORCH_RESERVE_BYTES + model.kv_bytes_per_token(tp, pp=pp) * 16 * 1024)
-        if need < usable:
-            return tp
+def suggest_layout(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: ParallelConfig,
+                   kv_dtype_bytes: float | None = None) -> str | None:
+    """A change of layout that ``plan_memory`` was checked to accept, as a hint, or None.
+
+    Tried in order: more tensor parallelism inside one node (TP up to 8, dividing the
+    heads), then pipeline stages on top of the largest of those, then the first of these
+    layouts (the current one included) with a shorter ``max_model_len`` (at least 1024
+    tokens): the KV cache of one full-length sequence is what often fails.
+    """
+    tp0, pp0 = parallel.tensor_parallel_size, parallel.pipeline_parallel_size
+    tps = [t for t in (2, 4, 8) if t > tp0 and model.num_attention_heads % t == 0]
+    tp_max = max([tp0, *tps])
+    layouts = [(t, pp0) for t in tps] + [(tp_max, p) for p in (2, 4, 8) if pp0 < p <= model.num_layers]
+
+    def layout(tp: int, pp: int) -> ParallelConfig:
+        return parallel.model_copy(update={"tensor_parallel_size": tp, "pipeline_parallel_size": pp})
+
+    def named(tp: int, pp: int) -> list[str]:
+        return ([f"tensor_parallel_size={tp}"] if tp != tp0 else []) + (
+            [f"pipeline_parallel_size={pp}"] if pp != pp0 else [])
+
+    for tp, pp in layouts:
+        if _fits(model, gpu, engine, layout(tp, pp), kv_dtype_bytes):
+            return " and ".join(named(tp, pp))
+    for tp, pp in [(tp0, pp0), *layouts]:
+        cap = _kv_tokens(model, gpu, engine, layout(tp, pp), kv_dtype_bytes)
+        shorter = engine.model_copy(update={"max_model_len": cap})
+        if cap >= 1024 and _fits(model, gpu, shorter, layout(tp, pp), kv_dtype_bytes):
+            return " and ".join([*named(tp, pp), f"engine.max_model_len={cap}"])
     return None
 
 
+def _fits(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: ParallelConfig,
+          kv_dtype_bytes: float | None) -> bool:
+    try:
+        plan_memory(model, gpu, engine, parallel, kv_dtype_bytes, hint=False)
+    except (ConfigError, DoesNotFitError):
+        return False
+    return True
+
+
+def _kv_tokens(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: ParallelConfig,
+               kv_dtype_bytes: float | None) -> int:
+    """KV tokens one GPU holds with this layout (0 when the weights do not fit)."""
+    tp, pp = parallel.tensor_parallel_size, parallel.pipeline_parallel_size
+    max_len = engine.max_model_len or model.max_position_embeddings
+    engine = resolve_engine(engine, gpu.mem_bytes, gpu.name, max_len)
+    available = (engine.gpu_memory_utilization * gpu.mem_bytes - weights_bytes_per_gpu(model, tp, pp)
+                 - activation_peak_bytes(model, engine, tp) - NON_TORCH_RESERVE_BYTES)
+    per_block = model.kv_bytes_per_token(tp, kv_dtype_bytes, pp) * engine.block_size
+    return max(0, math.floor(available / per_block)) * engine.block_size
+
+
+def _hint(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: ParallelConfig,
+          kv_dtype_bytes: float | None, enabled: bool, kv_tokens: int = 0) -> str:
+    """The end of a does-not-fit message: changes checked to fit, or what else can be done.
+
+    ``kv_tokens`` (the KV cache's capacity when the weights fit) offers the shorter
+    ``max_model_len`` first, when that was checked to fit too.
+    """
+    if not enabled:
+        return ""
+    tips = []
+    shorter = engine.model_copy(update={"max_model_len": kv_tokens})
+    if kv_tokens >= 1024 and _fits(model, gpu, shorter, parallel, kv_dtype_bytes):
+        tips.append(f"set engine.max_model_len <= {kv_tokens}")
+    found = suggest_layout(model, gpu, engine, parallel, kv_dtype_bytes)
+    if found and not found.startswith("engine.max_model_len"):
+        tips.append(f"try {found}")
+    if tips:
+        return " or ".join(tips) + " (checked to fit)"
+    return "no layout of up to 8 GPUs per pipeline stage fits: use a GPU with more memory or a smaller model"
+
+
 def plan_memory(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: ParallelConfig,
-                kv_dtype_bytes: float | None = None) -> MemoryPlan:
+                kv_dtype_bytes: float | None = None, *, hint: bool = True) -> MemoryPlan:
     """KV blocks per GPU for ``model`` on ``gpu`` with this engine and parallelism.
 
     Raises DoesNotFitError when the weights do not fit, when nothing is left for the KV
@@ -133,6 +195,8 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: 
     start in all three cases). ``engine.num_gpu_blocks_override`` replaces the block count
     without the memory fit check, as in vLLM, but must hold one ``max_model_len`` sequence
     (a ``ConfigError``; ``servesim.config.layout`` has this check and the layout ones).
+    With ``hint`` a does-not-fit error suggests changes that were checked to fit
+    (``suggest_layout``), when one is found.
     """
     tp, pp = parallel.tensor_parallel_size, parallel.pipeline_parallel_size
     max_model_len = engine.max_model_len or model.max_position_embeddings
@@ -167,12 +231,10 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: 
              f"{engine.gpu_memory_utilization})")
 
     if weights > usable:
-        tp_hint = _suggest_tp(model, gpu, engine, pp)
-        hint = (f"try tensor_parallel_size={tp_hint}" if tp_hint
-                else "use pipeline parallelism or a GPU with more memory")
         raise DoesNotFitError(
             f"{where}: weights need {weights / _GB:.1f} GB per GPU but only {usable / _GB:.1f} GB are "
-            f"usable, {(weights - usable) / _GB:.1f} GB short; {hint}")
+            f"usable, {(weights - usable) / _GB:.1f} GB short; "
+            + _hint(model, gpu, engine, parallel, kv_dtype_bytes, hint))
     available = usable - weights - activation - reserve
     if engine.num_gpu_blocks_override is not None:
         num_blocks = engine.num_gpu_blocks_override
@@ -182,9 +244,9 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: 
             raise DoesNotFitError(
                 f"{where}: after weights {weights / _GB:.1f} GB, activations {activation / _GB:.1f} GB and "
                 f"reserve {reserve / _GB:.1f} GB the KV cache holds {num_blocks * engine.block_size} tokens, "
-                f"fewer than one max_model_len={max_model_len} sequence (vLLM refuses to start); set "
-                f"engine.max_model_len <= {num_blocks * engine.block_size}, raise gpu_memory_utilization "
-                f"or use more GPUs (tensor parallelism)")
+                f"fewer than one max_model_len={max_model_len} sequence (vLLM refuses to start); "
+                + _hint(model, gpu, engine, parallel, kv_dtype_bytes, hint,
+                        num_blocks * engine.block_size))
     return MemoryPlan(
         weights_bytes=weights, activation_bytes=activation, reserve_bytes=reserve,
         kv_bytes_per_token=kv_per_token, kv_bytes_per_block=kv_per_block, block_size=engine.block_size,

@@ -93,3 +93,11 @@ class Workload:
             num_samples=None if self.num_samples is None else self.num_samples[idx],
             prune_at_token=self.prune_at_token, num_kept_samples=self.num_kept_samples,
             clients=self.clients, source=self.source, meta=dict(self.meta))
+
+
+def workload_stats(wl: Workload) -> dict[str, float]:
+    """The workload's size and mean lengths, as a report quotes them."""
+    n = len(wl)
+    return {"num_requests": n,
+            "mean_prompt_tokens": float(wl.num_prompt_tokens.mean()) if n else 0.0,
+            "mean_output_tokens": float(wl.num_output_tokens.mean()) if n else 0.0}

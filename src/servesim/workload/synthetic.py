@@ -16,6 +16,7 @@ import numpy as np
 from servesim.config import ArrivalConfig, LengthDist, SyntheticWorkload
 from servesim.errors import WorkloadError
 from servesim.workload.base import Workload
+from servesim.workload.notices import clipped
 
 
 def generate_synthetic(cfg: SyntheticWorkload, seed: int = 0) -> Workload:
@@ -30,8 +31,9 @@ def generate_synthetic(cfg: SyntheticWorkload, seed: int = 0) -> Workload:
     if n == 0:
         raise WorkloadError(f"workload: no arrival before duration_s={cfg.duration_s} at rate "
                             f"{cfg.arrival.rate}/s; raise duration_s or arrival.rate")
-    prompt = sample_lengths(cfg.prompt_len, n, prompt_rng, "workload.prompt_len")
-    output = sample_lengths(cfg.output_len, n, output_rng, "workload.output_len")
+    found: list[dict] = []  # notices: lengths clipped to [min, max]
+    prompt = sample_lengths(cfg.prompt_len, n, prompt_rng, "workload.prompt_len", found)
+    output = sample_lengths(cfg.output_len, n, output_rng, "workload.output_len", found)
     group, prefix_len = None, 0
     if cfg.prefix_groups > 0 and cfg.prefix_len > 0:
         # Shared prefixes are the first min(prefix_len, prompt) tokens of the prompt, whose
@@ -45,7 +47,7 @@ def generate_synthetic(cfg: SyntheticWorkload, seed: int = 0) -> Workload:
         num_samples=np.full(n, cfg.n, np.int64) if cfg.n > 1 else None,
         prune_at_token=cfg.best_of_prune_at or 0, num_kept_samples=cfg.best_of_keep,
         source=f"synthetic({a.process}, rate={a.rate:g}/s, seed={total_seed})",
-        meta={"seed": total_seed, "process": a.process, "rate": a.rate, "cv": a.cv})
+        meta={"seed": total_seed, "process": a.process, "rate": a.rate, "cv": a.cv, "notices": found})
 
 
 # --------------------------------------------------------------------------- arrivals
@@ -107,8 +109,11 @@ def _until(arrival: ArrivalConfig, duration_s: float, rng: np.random.Generator) 
 # --------------------------------------------------------------------------- lengths
 
 
-def sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator, name: str = "length") -> np.ndarray:
+def sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator, name: str = "length",
+                   found: list[dict] | None = None) -> np.ndarray:
     """``n`` token lengths (int64), rounded to the nearest integer and clipped to [min, max].
+
+    ``found``, when given, receives a notice counting the clipped samples (``workload.notices``).
 
     lognormal takes the mean and std of the length itself: sigma^2 = ln(1 + std^2/mean^2),
     mu = ln(mean) - sigma^2/2. pareto is the classic Pareto with minimum ``scale`` (x_m) and
@@ -135,4 +140,7 @@ def sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator, name: str
         from servesim.workload.traces import read_lengths
 
         x = rng.choice(read_lengths(dist.trace, dist.column), size=n, replace=True).astype(np.float64)
-    return np.clip(np.rint(x), dist.min, dist.max).astype(np.int64)
+    x = np.rint(x)
+    if found is not None and (item := clipped(x, dist.min, dist.max, name)) is not None:
+        found.append(item)
+    return np.clip(x, dist.min, dist.max).astype(np.int64)

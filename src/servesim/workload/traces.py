@@ -9,7 +9,9 @@ Every reader returns a :class:`Workload` sorted by arrival. A file is read in tw
 
 Every bad value raises :class:`WorkloadError` naming the file, the line, the column, what
 was expected and what was found. Lengths of 0 are raised to 1 and counted in
-``meta["clamped"]`` (rows touched); negative lengths are errors.
+``meta["clamped"]`` (rows touched); negative lengths are errors. Every change to the input
+(lengths raised, a trace re-sorted, a column or key the reader does not use, hash ids
+beyond the prompt) is also a notice in ``meta["notices"]`` (``workload.notices``).
 
 Files that carry lengths but no arrival times (``num_prefill_tokens,num_decode_tokens``,
 as the arxiv-summarization lengths file) are *lengths-only*: :func:`read_lengths` accepts
@@ -39,6 +41,13 @@ from servesim.workload.containers import (
     parquet_records,
 )
 from servesim.workload.fast_csv import read_azure_csv, read_azure_numpy
+from servesim.workload.notices import (
+    add_notice,
+    hash_ids_beyond_prompt,
+    reordered,
+    unknown_columns,
+    zero_lengths,
+)
 from servesim.workload.trace_values import _azure_ns, _bad, _hash_ids, _int, _number, _priority
 
 DEFAULT_PREFIX_LEN = 256  # shared tokens per prefix_group: record.py's --prefix-len (tests/fixtures/vllm)
@@ -49,6 +58,9 @@ MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
 GENERIC_ARRIVAL = "arrived_at_s"
 GENERIC_PROMPT = ("num_prompt_tokens", "num_prefill_tokens")  # the second: Vidur / arxiv lengths files
 GENERIC_OUTPUT = ("num_output_tokens", "num_decode_tokens")
+GENERIC_OPTIONAL = ("hash_ids", "prefix_group", "prefix_len", "priority")
+KNOWN_COLUMNS = {"azure": AZURE_COLUMNS, "mooncake": (*MOONCAKE_KEYS, "hash_ids"),
+                 "generic": (GENERIC_ARRIVAL, *GENERIC_PROMPT, *GENERIC_OUTPUT, *GENERIC_OPTIONAL)}
 
 @dataclass(slots=True)
 class _Rows:
@@ -337,7 +349,19 @@ def _to_workload(rows: _Rows, hash_block_tokens: int) -> Workload:
         prefix_len=prefix_len,
         priority=None if rows.priority is None else np.asarray(rows.priority, dtype=np.int64),
         source=rows.name, meta=meta)
+    _notices(rows, wl, arrival)
     if len(arrival) > 1 and np.any(np.diff(arrival) < 0):
         wl = wl.subset(np.argsort(arrival, kind="stable"))
         wl.meta["reordered"] = True
     return wl
+
+
+def _notices(rows: _Rows, wl: Workload, arrival: np.ndarray) -> None:
+    """What reading changed or left out, into ``wl.meta["notices"]`` (``workload.notices``)."""
+    name = rows.name
+    add_notice(wl.meta, zero_lengths(rows.clamped, name))
+    add_notice(wl.meta, reordered(arrival, name))
+    what = "key" if container_kind(name) == "jsonl" else "column"
+    for n in unknown_columns(rows.columns, KNOWN_COLUMNS.get(rows.format, ()), name, what):
+        add_notice(wl.meta, n)
+    add_notice(wl.meta, hash_ids_beyond_prompt(wl.hash_ids, wl.num_prompt_tokens, wl.hash_block_tokens, name))

@@ -1,0 +1,153 @@
+"""A scenario's deployment, resolved once: the one function a replica and a cluster share.
+
+``resolve_deployment(scenario, pool)`` turns the scenario (and, for a cluster, one of its
+pools) into everything a replica is built from and a report describes::
+
+    scenario ─► model spec ─► GPU (catalog, or the profile's own) ─► layout (TP/PP/EP)
+             ─► engine (vLLM's batch defaults for that GPU; the profile's CPU time)
+             ─► memory plan (KV blocks) ─► engine checks ─► links ─► perf model
+
+A single-replica run is resolved as a one-replica pool with the scenario's own
+``hardware``/``parallel``/``engine`` and the catalog's links, so every check (the token
+budget with chunked prefill off, the memory fit), every report section (memory plan,
+step-time model) and every option reads the same for one replica and for a cluster.
+
+Links: both use ``catalog.gpus.link_spec`` (a cluster pool may override it). Inside one
+node that is exactly the GPU's interconnect, which the single-replica run used alone
+before; a layout spanning nodes (more than ``gpus_per_node`` GPUs) now pays the network
+between them on one replica as it did in a cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from servesim.catalog.gpus import GpuSpec, LinkSpec, get_gpu, link_spec
+from servesim.catalog.models import ModelSpec, load_model, resolve_kv_dtype_bytes
+from servesim.config import EngineConfig, LinksConfig, ParallelConfig, PoolConfig, Scenario, resolve_engine
+from servesim.errors import ConfigError
+from servesim.perf.base import PerfModel
+from servesim.perf.describe import describe_perf_model
+from servesim.perf.memory import MemoryPlan, plan_memory
+
+
+@dataclass(slots=True)
+class Deployment:
+    """One pool of identical replicas (a single-replica run: one pool of one), resolved."""
+
+    name: str  # the pool's name; "" for a single-replica run
+    role: str  # colocated | prefill | decode
+    num_replicas: int
+    model: ModelSpec
+    gpu: GpuSpec
+    parallel: ParallelConfig
+    engine: EngineConfig  # resolved: no None batch knobs
+    plan: MemoryPlan
+    links: LinkSpec
+    perf: PerfModel
+    kv_dtype_bytes: float
+    profile: Any = None  # the HardwareProfile applied, if any
+    # Changes made to the config, as ``workload.notices`` records the workload's.
+    notices: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs of one replica (TP x PP)."""
+        return self.parallel.tensor_parallel_size * self.parallel.pipeline_parallel_size
+
+    def step_time_model(self) -> dict[str, Any]:
+        """Which step-time model answers, on what data it stands (``perf.describe``)."""
+        return describe_perf_model(self.perf, self.gpu.name, self.profile)
+
+
+def check_budget(engine: EngineConfig, max_model_len: int) -> None:
+    """vLLM refuses to start when chunked prefill is off and one step cannot hold a
+    max-length prompt (such a prompt would block the FCFS queue for ever)."""
+    budget = engine.max_num_batched_tokens
+    if not engine.enable_chunked_prefill and budget is not None and budget < max_model_len:
+        raise ConfigError(
+            f"engine.max_num_batched_tokens ({budget}) is smaller than max_model_len ({max_model_len}) "
+            "with chunked prefill off: raise it, lower engine.max_model_len, or enable chunked prefill")
+
+
+def pool_links(gpu: GpuSpec, lk: LinksConfig | None) -> LinkSpec:
+    """The catalog links of ``gpu`` with a pool's overrides (GB/s and microseconds)."""
+    if lk is None:
+        return link_spec(gpu)
+
+    def us(x: float | None) -> float | None:
+        return None if x is None else x * 1e-6
+
+    def bytes_per_s(gb_per_s: float | None) -> float | None:
+        return None if gb_per_s is None else gb_per_s * 1e9
+
+    return link_spec(gpu, bytes_per_s(lk.intra_node_gb_per_s), us(lk.intra_node_latency_us),
+                     bytes_per_s(lk.inter_node_gb_per_s), us(lk.inter_node_latency_us), lk.gpus_per_node)
+
+
+def load_profile(sc: Scenario) -> Any:
+    """The scenario's ``hardware.profile`` (imported only when one is named), or None."""
+    if not sc.hardware.profile:
+        return None
+    from servesim.perf.profiled import HardwareProfile
+
+    return HardwareProfile.load(sc.hardware.profile)
+
+
+def resolve_deployment(sc: Scenario, pool: PoolConfig | None = None, *, model: ModelSpec | None = None,
+                       profile: Any = None) -> Deployment:
+    """The deployment of one replica (``pool`` None) or of one cluster pool.
+
+    A pool's None fields fall back to the scenario's ``hardware``/``parallel``/``engine``.
+    ``model`` and ``profile`` may be passed in when already loaded (a cluster loads them
+    once for all its pools). Raises the user errors vLLM would refuse to start with.
+    """
+    from servesim.perf.factory import build_step_model
+
+    from servesim.catalog.parallel import check_parallel
+
+    model = model or load_model(sc.model.name, sc.model.dtype)
+    if profile is None and pool is None:
+        profile = load_profile(sc)
+    gpu_name = pool.gpu if pool is not None and pool.gpu is not None else sc.hardware.gpu
+    gpu = profile.resolve_gpu(gpu_name) if profile else get_gpu(gpu_name)
+    par = (pool.parallel if pool is not None else None) or sc.parallel
+    check_parallel(model, par, f"cluster.pools[{pool.name}].parallel"
+                   if pool is not None and pool.parallel else "parallel")
+    eng = (pool.engine if pool is not None else None) or sc.engine
+    found = []
+    if profile is not None:
+        adjusted = profile.adjust_engine(eng)
+        if adjusted.cpu_overhead_s != eng.cpu_overhead_s:
+            where = f"pool {pool.name}: " if pool is not None else ""
+            found.append({"code": "profile_cpu_overhead", "source": str(sc.hardware.profile), "count": None,
+                          "message": f"{where}engine.cpu_overhead_s {eng.cpu_overhead_s:g} s replaced by "
+                                     f"the profile's {adjusted.cpu_overhead_s:g} s (set it in the scenario "
+                                     "to keep it)"})
+        eng = adjusted
+    engine = resolve_engine(eng, gpu.mem_bytes, gpu.name, eng.max_model_len or model.max_position_embeddings)
+    kv_b = resolve_kv_dtype_bytes(sc.model.kv_cache_dtype, model)
+    plan = plan_memory(model, gpu, engine, par, kv_dtype_bytes=kv_b)
+    check_budget(engine, plan.max_model_len)
+    links = pool_links(gpu, pool.links if pool is not None else None)
+    perf = (profile.perf_model(model, gpu, par, sc.model, links=links) if profile
+            else build_step_model(model, gpu, par, sc.hardware, sc.model, links=links))
+    return Deployment(
+        name=pool.name if pool is not None else "", role=pool.role if pool is not None else "colocated",
+        num_replicas=pool.num_replicas if pool is not None else 1, model=model, gpu=gpu, parallel=par,
+        engine=engine, plan=plan, links=links, perf=perf, kv_dtype_bytes=kv_b, profile=profile, notices=found)
+
+
+def run_notices(wl_meta: dict[str, Any], deps: list[Deployment]) -> list[dict[str, Any]]:
+    """Every change made to the input: the workload's (``workload.notices``), then the config's."""
+    return [*wl_meta.get("notices", []), *(n for d in deps for n in d.notices)]
+
+
+def resolve_deployments(sc: Scenario) -> list[Deployment]:
+    """One deployment per pool of the scenario's cluster, or the single replica's."""
+    if sc.cluster is None:
+        return [resolve_deployment(sc)]
+    model = load_model(sc.model.name, sc.model.dtype)
+    profile = load_profile(sc)
+    return [resolve_deployment(sc, p, model=model, profile=profile) for p in sc.cluster.pools]

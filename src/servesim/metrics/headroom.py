@@ -1,0 +1,76 @@
+"""Headroom: how much more load the deployment could take (``docs/metrics.md``).
+
+"busy" (a batch in flight) reads ~100% at 1x and at 5x the load of a V1 engine, since a
+running decode keeps the engine stepping; it says nothing about room to grow. Two figures do:
+
+* **time shares** of the window: ``gpu_fraction`` (the GPU doing model work),
+  ``cpu_fraction`` (per-step CPU overhead with the GPU waiting), ``idle_fraction``;
+* **load against capacity**: the served output-token rate against what this batch mix
+  could sustain with the engine full. With ``B`` requests running at once (the smaller of
+  ``max_num_seqs``, the requests of mean length the KV cache holds, and what the token
+  budget allows at this mix), each step decodes ``B`` tokens and, to keep ``B`` running,
+  computes ``B x P / O`` prompt tokens (mean prompt ``P`` over mean output ``O``):
+
+      step_s       = perf.batch_time(B decodes at mean context P + O/2, B*P/O prefill tokens)
+                     + cpu_overhead_s
+      capacity     = B / step_s output tokens per second, per replica
+      load_fraction = served output tokens per second / capacity (summed over replicas)
+
+  ``load_fraction`` near 1 means no headroom; 0.2 means about five times the load would
+  still be served, at longer batches' latency. It is an estimate of the steady state (no
+  prefix-cache hits, no preemption), for colocated pools; a disaggregated cluster gets None.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from servesim.perf.base import BatchStats
+
+
+def sustainable_rate(dep: Any, mean_prompt: float, mean_output: float) -> dict[str, Any] | None:
+    """The steady state of one replica of ``dep`` (a ``deployment.Deployment``) at full load."""
+    eng, plan = dep.engine, dep.plan
+    if mean_output < 1 or mean_prompt < 1 or eng.max_num_seqs is None or eng.max_num_batched_tokens is None:
+        return None
+    blocks_per_req = math.ceil((mean_prompt + mean_output) / plan.block_size)
+    fit = plan.num_gpu_blocks // max(1, blocks_per_req)
+    per_step = 1.0 + mean_prompt / mean_output  # tokens a running request costs per step
+    budget_cap = int(eng.max_num_batched_tokens / per_step)
+    b = max(1, min(eng.max_num_seqs, fit, budget_cap))
+    pf = b * mean_prompt / mean_output
+    stats = BatchStats(num_prefill_tokens=int(round(pf)), prefill_attn_work=pf * mean_prompt / 2,
+                       num_prefill_reqs=max(1, int(round(b / mean_output))), num_decode_reqs=b,
+                       sum_decode_context=int(b * (mean_prompt + mean_output / 2)))
+    step_s = float(dep.perf.batch_time(stats)) + eng.cpu_overhead_s
+    limit = "max_num_seqs" if b == eng.max_num_seqs else "kv_cache" if b == fit else "token_budget"
+    return {"num_running": b, "limited_by": limit, "step_s": step_s, "output_tokens_per_s": b / step_s,
+            "requests_per_s": b / step_s / mean_output}
+
+
+def headroom(result: Any, window_s: float | None, mean_prompt: float, mean_output: float,
+             served_output_tps: float | None) -> dict[str, Any]:
+    reps = result.replicas
+    busy = sum(r.busy_s for r in reps)
+    gpu = sum(r.gpu_s for r in reps)
+    den = window_s * len(reps) if window_s else None
+    out: dict[str, Any] = {
+        "gpu_fraction": gpu / den if den else None,
+        "cpu_fraction": (busy - gpu) / den if den else None,
+        "idle_fraction": 1 - busy / den if den else None,
+        "capacity_output_tokens_per_s": None, "capacity_requests_per_s": None, "load_fraction": None,
+        "per_replica": [],
+    }
+    deps = result.deployments
+    if not deps or any(d.role != "colocated" for d in deps):
+        return out
+    per = [sustainable_rate(d, mean_prompt, mean_output) for d in deps]
+    if any(p is None for p in per):
+        return out
+    out["per_replica"] = [{"pool": d.name, **p} for d, p in zip(deps, per)]  # type: ignore[dict-item]
+    cap = sum(p["output_tokens_per_s"] * d.num_replicas for d, p in zip(deps, per))  # type: ignore[index]
+    out["capacity_output_tokens_per_s"] = cap
+    out["capacity_requests_per_s"] = cap / mean_output
+    out["load_fraction"] = served_output_tps / cap if served_output_tps is not None and cap else None
+    return out

@@ -1,0 +1,89 @@
+"""Which step-time model answers a run, and on what data it stands (the report header).
+
+``describe_perf_model(perf, gpu_name, profile)`` returns a JSON-ready dict::
+
+    {"kind": "roofline" | "profile" | "kernel_db" | <class name>,
+     "label": one line for the console,
+     "source": what it was built from (spec sheet, a profile's file and fit, a database),
+     "calibrated": bool, "gpu": the GPU it times,
+     "warnings": ["a profile fitted on A100-80GB used on H100-SXM", ...]}
+
+A perf model may describe itself: when it has a ``describe()`` method returning such a
+dict (a kernel database names its GPU and engine version there), that answer is used
+and the profile's facts are added to it; the models of this package are described here,
+so that their modules stay the timing alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _unwrap(perf: Any) -> tuple[Any, list[str]]:
+    """The model under the wrappers that add costs on top (policy costs, micro-batches)."""
+    notes = []
+    while True:
+        name = type(perf).__name__
+        if name == "PolicyCostModel":
+            notes.append("plus swap copies and draft-model steps of the engine policy")
+            perf = perf.base
+        elif name == "PipelinedPerfModel":
+            notes.append(f"split into {perf.num_microbatches} pipeline micro-batches")
+            perf = perf.inner
+        else:
+            return perf, notes
+
+
+def _own_description(perf: Any) -> dict[str, Any] | None:
+    """``perf.describe()`` when it returns a dict (a model describing itself), else None."""
+    own = getattr(perf, "describe", None)
+    out = own() if callable(own) else None
+    return dict(out) if isinstance(out, dict) else None
+
+
+def describe_perf_model(perf: Any, gpu_name: str, profile: Any = None) -> dict[str, Any]:
+    """The step-time model of a run (see the module docstring)."""
+    core, notes = _unwrap(perf)
+    name = type(core).__name__
+    if name == "KernelPerfModel":
+        fallbacks = list(getattr(core, "fallbacks", ()))
+        version = core.version or "none"
+        d = {"kind": "kernel_db", "label": f"kernel database ({core.gpu.name}, vLLM {version})"
+             + (f"; roofline for {', '.join(fallbacks)}" if fallbacks else ""),
+             "source": f"measured kernels of vLLM {version} on {core.gpu.name}", "engine_version": version,
+             "roofline_operators": fallbacks}
+        if callable(getattr(core, "describe", None)):
+            d["detail"] = str(core.describe())  # each operator's source, one a line
+        if core.db is None:
+            d["warnings"] = [f"no kernel tables for {core.gpu.name}: every operator is the roofline's"]
+    elif isinstance(own := _own_description(core), dict):
+        d = own
+    elif name == "ProfiledPerfModel":
+        t = core.table
+        d = {"kind": "profile", "label": f"profiled operators ({t.model} on {t.gpu}, TP {t.tp})",
+             "source": t.source or "operator tables of the hardware profile", "table_gpu": t.gpu}
+    elif name == "RooflinePerfModel":
+        d = {"kind": "roofline", "label": "roofline (uncalibrated: spec-sheet peaks x default efficiencies)",
+             "source": "catalog spec sheet"}
+    else:
+        d = {"kind": name, "label": name, "source": ""}
+    d.setdefault("gpu", gpu_name)
+    d.setdefault("warnings", [])
+    d["calibrated"] = profile is not None or d["kind"] not in ("roofline",)
+    if notes:
+        d["notes"] = notes
+    if profile is not None:
+        fitted_on = getattr(profile, "fitted_on", "") or ""
+        d["profile"] = {"name": profile.name, "fitted_on": fitted_on,
+                        "fit": {k: v for k, v in (profile.fit or {}).items()
+                                if isinstance(v, (str, int, float))}}
+        if d["kind"] == "roofline":
+            d["label"] = f"roofline calibrated by profile {profile.name!r} (fitted on {fitted_on or '?'})"
+            d["source"] = f"profile {profile.name!r}"
+        if fitted_on and fitted_on.lower() != gpu_name.lower():
+            d["warnings"].append(f"profile {profile.name!r} was fitted on {fitted_on} and is used on "
+                                 f"{gpu_name}: "
+                                 "its efficiencies are carried over to another GPU's peaks")
+    if d["kind"] == "profile" and d.get("table_gpu") and d["table_gpu"] != gpu_name:
+        d["warnings"].append(f"operator tables measured on {d['table_gpu']} time {gpu_name}")
+    return d
