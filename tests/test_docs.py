@@ -1,0 +1,297 @@
+"""The README and docs/ say what the code does: every command they show runs, every file they
+name exists, the quick start's report is today's, and the figures quoted from the code are
+the code's.
+
+Commands are the ``servesim ...`` lines of the fenced shell blocks (``bash``, ``console``,
+``sh`` or unlabelled) of README.md and docs/**/*.md, with ``\\`` continuations joined and
+``VAR=value`` lines of the same file substituted. Each runs in-process through the CLI from
+the repository root (doc paths are relative to it); a ``-o``/``--output`` value is moved
+into a temporary folder so that nothing is written into the checkout. A ``| jq PATH`` after
+a ``--json`` command checks that the path is in the JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from servesim.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+SHELL_BLOCKS = {"", "bash", "console", "sh", "shell"}
+
+# Commands that cannot run here, matched by a substring of the command: each needs something
+# the checkout does not have.
+SKIP = {
+    "servesim calibrate measurements/": "the full public measurement sets (Vidur's profiling data, "
+                                        "Splitwise's perf_model.csv) are not bundled",
+    "servesim calibrate steps.csv": "a step log of the user's own engine",
+    "servesim calibrate short.json long.json": "engine logs of the user's own",
+    "servesim validate --data-dir path/to/data": "the full public measurement sets, not bundled",
+    "servesim validate --suite vllm-cpu --recordings mine/": "recordings of the user's own",
+    "servesim profile": "needs torch and a CUDA device",
+    "servesim calibrate prof/": "reads what `servesim profile` writes",
+    # Not missing, but slow: tests/test_validate.py computes the same checks (validate_all) and
+    # runs the command line on them.
+    "servesim validate": "replays every bundled measurement set and CPU recording (tens of seconds on "
+                         "2 cores); tests/test_validate.py checks the same rows and the command",
+}
+
+# Every documented simulation runs as written, on at most this many requests (the doc commands
+# take minutes on 2 cores in full; what can break in a doc command is its fields and values,
+# which a short run checks). The README's default run is compared in full below.
+CAP = 200
+CAP_FIELD = {"trace": "workload.limit", "synthetic": "workload.num_requests", "benchmark": "workload.num_prompts"}
+
+
+@dataclass(frozen=True)
+class DocCommand:
+    where: str  # file:line
+    argv: tuple[str, ...]  # after "servesim"
+    jq: str | None  # the path a "| jq PATH" after it reads
+
+    @property
+    def text(self) -> str:
+        return shlex.join(["servesim", *self.argv])
+
+
+def fenced_blocks(text: str):
+    """(language, first line number, lines) of each fenced code block of a Markdown text."""
+    lang, lines, start = None, [], 0
+    for n, line in enumerate(text.splitlines(), 1):
+        fence = line.strip()
+        if lang is None and fence.startswith("```"):
+            lang, lines, start = fence[3:].strip(), [], n + 1
+        elif lang is not None and fence == "```":
+            yield lang, start, lines
+            lang = None
+        elif lang is not None:
+            lines.append(line)
+
+
+def doc_commands(path: Path) -> list[DocCommand]:
+    env: dict[str, str] = {}
+    out = []
+    for lang, start, lines in fenced_blocks(path.read_text(encoding="utf-8")):
+        if lang not in SHELL_BLOCKS:
+            continue
+        i = 0
+        while i < len(lines):
+            n, text = start + i, lines[i]
+            while text.rstrip().endswith("\\") and i + 1 < len(lines):
+                i += 1
+                text = text.rstrip()[:-1] + " " + lines[i].strip()
+            i += 1
+            assignment = re.match(r"\s*([A-Z_]+)=(\S*)\s*(#.*)?$", text)
+            if assignment:
+                env[assignment[1]] = assignment[2]
+                continue
+            if not re.search(r"(^|[;&|]\s*)servesim\s", text):
+                continue
+            lex = shlex.shlex(text, posix=True, punctuation_chars=";&|")
+            lex.whitespace_split, lex.commenters = True, "#"
+            tokens = []
+            for tok in lex:
+                for k, v in env.items():
+                    tok = tok.replace("${%s}" % k, v).replace("$" + k, v)
+                tokens.append(tok)
+            parts: list[list[str]] = [[]]
+            seps: list[str] = []
+            for tok in tokens:
+                if tok in (";", "&&", "|"):
+                    parts.append([])
+                    seps.append(tok)
+                else:
+                    parts[-1].append(tok)
+            for k, part in enumerate(parts):
+                if part and part[0] == "servesim":
+                    piped = k < len(seps) and seps[k] == "|" and parts[k + 1][:1] == ["jq"]
+                    out.append(DocCommand(f"{path.relative_to(ROOT)}:{n}", tuple(part[1:]),
+                                          parts[k + 1][1] if piped else None))
+    return out
+
+
+COMMANDS = [c for doc in DOCS for c in doc_commands(doc)]
+
+
+def skip_reason(cmd: DocCommand) -> str | None:
+    for prefix, reason in SKIP.items():
+        if cmd.text.startswith(prefix):
+            return reason
+    return None
+
+
+def workload_type(argv: list[str]) -> str:
+    """The workload type a ``simulate`` command line runs (the scenario file's, or the default's)."""
+    files = [a for k, a in enumerate(argv[1:], 1) if not a.startswith("-") and argv[k - 1] not in ("--set", "-o", "--output", "--records-format")]
+    if not files:
+        return "trace"
+    data = yaml.safe_load((ROOT / files[0]).read_text(encoding="utf-8")) or {}
+    return (data.get("workload") or {}).get("type", "trace")
+
+
+def capped(argv: list[str]) -> list[str]:
+    return [*argv, "--set", f"{CAP_FIELD[workload_type(argv)]}={CAP}"]
+
+
+def invoke(argv: list[str], tmp_path: Path, monkeypatch):
+    """Run ``servesim argv`` from the repository root, its outputs moved into ``tmp_path``."""
+    monkeypatch.chdir(ROOT)
+    argv = list(argv)
+    for k, a in enumerate(argv[:-1]):
+        if a in ("-o", "--output"):
+            argv[k + 1] = str(tmp_path / Path(argv[k + 1]).name)
+    return CliRunner().invoke(app, argv, catch_exceptions=False)
+
+
+def test_the_docs_have_commands_and_every_skip_is_used() -> None:
+    assert len(COMMANDS) >= 30
+    texts = [c.text for c in COMMANDS]
+    for prefix in SKIP:
+        assert any(t.startswith(prefix) for t in texts), f"unused skip: {prefix}"
+
+
+@pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: c.where)
+def test_doc_command_runs(cmd: DocCommand, tmp_path, monkeypatch) -> None:
+    reason = skip_reason(cmd)
+    if reason:
+        pytest.skip(reason)
+    argv = list(cmd.argv)
+    if argv[0] == "simulate":
+        argv = capped(argv)
+        if "--json" not in argv:
+            argv.append("--no-progress")
+    res = invoke(argv, tmp_path, monkeypatch)
+    assert res.exit_code == 0, f"{cmd.where}: {cmd.text}\n{res.output[-2000:]}"
+    if cmd.jq is not None:
+        node = json.loads(res.stdout)
+        for key in cmd.jq.strip(".").split("."):
+            assert key in node, f"{cmd.where}: {cmd.jq} is not in the JSON"
+            node = node[key]
+
+
+# -- the quick start's report -----------------------------------------------------------------
+
+def readme_report() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    quick = text[text.index("## Quick start"):text.index("## Using it")]
+    blocks = [lines for lang, _, lines in fenced_blocks(quick) if lang == ""]
+    assert blocks, "the quick start quotes no report"
+    return blocks[0]
+
+
+def test_readme_report_is_todays_default_run(monkeypatch) -> None:
+    """Every line the README quotes is a line of ``servesim simulate --no-progress`` today, in
+    the same order ("..." stands for lines left out; the wall-time line varies)."""
+    monkeypatch.chdir(ROOT)
+    res = CliRunner().invoke(app, ["simulate", "--no-progress"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    printed = [ln.rstrip() for ln in res.stdout.splitlines()]
+    at = 0
+    for line in readme_report():
+        line = line.rstrip()
+        if line in ("...", "") or line.startswith("simulated "):
+            continue
+        assert line in printed[at:], f"README quotes {line!r}; the default run prints:\n{res.stdout}"
+        at = printed.index(line, at) + 1
+
+
+# -- files the docs name ----------------------------------------------------------------------
+
+PATH_RE = re.compile(r"(?<![\w./-])((?:src|tests|examples|benchmarks|docs|tools)/[\w.*/-]*[\w*/])")
+MODULE_RE = re.compile(r"(?<![\w./-])(servesim/[\w/-]*\.(?:py|md|json|gz))")  # a file of the package
+
+
+def test_every_path_the_docs_name_exists() -> None:
+    missing = []
+    for doc in DOCS:
+        for n, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
+            for path in [*PATH_RE.findall(line), *("src/" + p for p in MODULE_RE.findall(line))]:
+                path = path.rstrip("/.")
+                if "*" in path:
+                    found = any(ROOT.glob(path))
+                else:
+                    found = (ROOT / path).exists()
+                if not found:
+                    missing.append(f"{doc.relative_to(ROOT)}:{n}: {path}")
+    assert not missing, "\n".join(missing)
+
+
+# -- examples ---------------------------------------------------------------------------------
+
+# The Mooncake example reads the user's copy of the trace; here it reads the bundled first
+# 1,000 requests of it.
+EXAMPLE_SETS = {"mooncake_prefix_cache.yaml": [
+    "--set", f"workload.path={ROOT / 'tests/fixtures/traces/mooncake_conversation_1000.jsonl.gz'}"]}
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_example_runs(example: Path, tmp_path, monkeypatch) -> None:
+    argv = capped(["simulate", str(example.relative_to(ROOT))]) + EXAMPLE_SETS.get(example.name, [])
+    res = invoke([*argv, "--no-progress", "-o", "out"], tmp_path, monkeypatch)
+    assert res.exit_code == 0, res.output[-2000:]
+    assert (tmp_path / "out" / "summary.json").is_file()
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_example_files_and_counts(example: Path) -> None:
+    """A file an example reads is bundled or named as the user's own copy; a request count its
+    comments give is the file's."""
+    text = example.read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    wl = data.get("workload") or {}
+    path = wl.get("path")
+    assert "../" not in text and not re.search(r"(^|\s)/\w", re.sub(r"#.*", "", text)), example.name
+    if path and not path.startswith("builtin:") and not (example.parent / path).exists():
+        assert re.search(r"your (own )?copy", text), f"{example.name}: {path} is absent and not named as the user's"
+    comments = " ".join(re.findall(r"#(.*)", text))
+    counts = {int(c.replace(",", "")) for c in re.findall(r"(\d[\d,]*) requests", comments)}
+    counts |= {int(c) for c in re.findall(r"--num-prompts (\d+)", comments)}
+    given = wl.get("limit") or wl.get("num_requests") or wl.get("num_prompts")
+    assert counts <= {given}, f"{example.name}: comments say {counts}, the file {given}"
+
+
+# -- figures quoted from the code -------------------------------------------------------------
+
+def test_memory_plan_figures_in_perf_model_md() -> None:
+    from servesim.config import Scenario
+    from servesim.deployment import resolve_deployment
+
+    doc = (ROOT / "docs" / "perf_model.md").read_text(encoding="utf-8")
+    doc = re.sub(r"\s+", " ", doc)
+    dep = resolve_deployment(Scenario())
+    plan = dep.plan
+    assert dep.engine.max_num_batched_tokens == 8192
+    assert f"{dep.engine.gpu_memory_utilization} utilisation" in doc
+    assert f"{plan.kv_bytes_per_token:.0f} B" in doc
+    assert f"{plan.num_gpu_blocks:,} blocks" in doc
+    assert f"{round(plan.kv_capacity_tokens / 1000)}k tokens" in doc
+    assert f"{plan.activation_bytes / 2**30:.2f} GiB" in doc
+    assert f"max_num_seqs {dep.engine.max_num_seqs}" in doc
+    mla = resolve_deployment(Scenario(model={"name": "deepseek-ai/DeepSeek-V3"}, hardware={"gpu": "H200"},
+                                      parallel={"tensor_parallel_size": 8}))
+    assert f"{mla.plan.kv_bytes_per_token:,.0f} B" in doc
+
+
+def test_default_scenario_figures() -> None:
+    from servesim.config import TraceWorkload
+    from servesim.workload import load_workload
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    workloads = (ROOT / "docs" / "workloads.md").read_text(encoding="utf-8")
+    conv = load_workload(TraceWorkload(path="builtin:azure_conv"))
+    code = load_workload(TraceWorkload(path="builtin:azure_code"))
+    n_conv, n_code = len(conv.arrival_s), len(code.arrival_s)
+    assert f"{n_conv:,} requests" in readme and f"{n_conv:,} requests" in workloads
+    assert f"{n_code:,}\nrequests" in workloads or f"{n_code:,} requests" in workloads
+    minutes = (conv.arrival_s[-1] - conv.arrival_s[0]) / 60
+    assert f"~{minutes:.0f} min" in workloads
