@@ -4,9 +4,10 @@ the code's.
 
 Commands are the ``servesim ...`` lines of the fenced shell blocks (``bash``, ``console``,
 ``sh`` or unlabelled) of README.md and docs/**/*.md, with ``\\`` continuations joined and
-``VAR=value`` lines of the same file substituted. Each runs in-process through the CLI from
-the repository root (doc paths are relative to it); a ``-o``/``--output`` value is moved
-into a temporary folder so that nothing is written into the checkout. A ``| jq PATH`` after
+``VAR=value`` lines of the same file substituted, and the whole commands quoted in the
+prose. Each runs in-process through the CLI from the repository root (doc paths are relative
+to it); a ``-o``/``--output`` value is moved into a temporary folder so that nothing is
+written into the checkout. A ``| jq PATH`` after
 a ``--json`` command checks that the path is in the JSON.
 """
 
@@ -29,28 +30,31 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 SHELL_BLOCKS = {"", "bash", "console", "sh", "shell"}
 
-# Commands that cannot run here, matched by a substring of the command: each needs something
-# the checkout does not have.
+# Commands that do not run here, each a regular expression for the whole command and the reason.
 SKIP = {
-    "servesim calibrate measurements/": "the full public measurement sets (Vidur's profiling data, "
-                                        "Splitwise's perf_model.csv) are not bundled",
-    "servesim calibrate steps.csv": "a step log of the user's own engine",
-    "servesim calibrate short.json long.json": "engine logs of the user's own",
-    "servesim validate --data-dir path/to/data": "the full public measurement sets, not bundled",
-    "servesim validate --suite vllm-cpu --recordings mine/": "recordings of the user's own",
-    "servesim profile": "needs torch and a CUDA device",
-    "servesim calibrate prof/": "reads what `servesim profile` writes",
+    r"servesim calibrate measurements/.*": "$D is the full public measurement sets (Vidur's profiling "
+                                           "data, Splitwise's perf_model.csv), not bundled; "
+                                           "tests/test_calibrate.py fits the bundled subsets",
+    r"servesim calibrate steps\.csv .*": "a step log of the user's own engine (tests/test_calibrate.py runs "
+                                         "the command on a generic step CSV)",
+    r"servesim calibrate short\.json long\.json .*": "engine logs of the user's own",
+    r"servesim validate --data-dir path/to/data": "the full public measurement sets, not bundled",
+    r"servesim validate --suite vllm-cpu --recordings mine/": "recordings of the user's own",
+    r"servesim profile .*": "needs torch and a CUDA device",
+    r"servesim calibrate prof/ .*": "reads what `servesim profile` writes",
     # Not missing, but slow: tests/test_validate.py computes the same checks (validate_all) and
     # runs the command line on them.
-    "servesim validate": "replays every bundled measurement set and CPU recording (tens of seconds on "
-                         "2 cores); tests/test_validate.py checks the same rows and the command",
+    r"servesim validate( --suite vllm-cpu)?": "replays the bundled CPU recordings (10-20 s of one core "
+                                             "per command); tests/test_validate.py checks the same rows "
+                                             "and the command",
 }
 
 # Every documented simulation runs as written, on at most this many requests (the doc commands
 # take minutes on 2 cores in full; what can break in a doc command is its fields and values,
 # which a short run checks). The README's default run is compared in full below.
 CAP = 200
-CAP_FIELD = {"trace": "workload.limit", "synthetic": "workload.num_requests", "benchmark": "workload.num_prompts"}
+CAP_FIELD = {"trace": "workload.limit", "synthetic": "workload.num_requests",
+             "benchmark": "workload.num_prompts"}
 
 
 @dataclass(frozen=True)
@@ -120,19 +124,37 @@ def doc_commands(path: Path) -> list[DocCommand]:
     return out
 
 
-COMMANDS = [c for doc in DOCS for c in doc_commands(doc)]
+def inline_commands(path: Path) -> list[DocCommand]:
+    """``servesim ...`` in backticks in the prose: those that are a whole command (``servesim
+    version``, ``servesim catalog models``, a ``simulate`` with arguments); a bare command name
+    (``servesim calibrate``) or one with a placeholder (``--output DIR``) is a name, not a command."""
+    text = path.read_text(encoding="utf-8")
+    prose = re.sub(r"^```.*?^```", lambda m: "\n" * m[0].count("\n"), text, flags=re.S | re.M)
+    out = []
+    for m in re.finditer(r"`servesim ([^`]+)`", prose):
+        argv = m[1].split()
+        if any(re.fullmatch(r"[A-Z]+", a) for a in argv):
+            continue
+        if argv[0] in ("version", "catalog") or len(argv) > 1:
+            out.append(DocCommand(f"{path.relative_to(ROOT)}:{prose.count(chr(10), 0, m.start()) + 1}",
+                                  tuple(argv), None))
+    return out
+
+
+COMMANDS = [c for doc in DOCS for c in [*doc_commands(doc), *inline_commands(doc)]]
 
 
 def skip_reason(cmd: DocCommand) -> str | None:
-    for prefix, reason in SKIP.items():
-        if cmd.text.startswith(prefix):
+    for pattern, reason in SKIP.items():
+        if re.fullmatch(pattern, cmd.text):
             return reason
     return None
 
 
 def workload_type(argv: list[str]) -> str:
     """The workload type a ``simulate`` command line runs (the scenario file's, or the default's)."""
-    files = [a for k, a in enumerate(argv[1:], 1) if not a.startswith("-") and argv[k - 1] not in ("--set", "-o", "--output", "--records-format")]
+    valued = ("--set", "-o", "--output", "--records-format")
+    files = [a for k, a in enumerate(argv[1:], 1) if not a.startswith("-") and argv[k - 1] not in valued]
     if not files:
         return "trace"
     data = yaml.safe_load((ROOT / files[0]).read_text(encoding="utf-8")) or {}
@@ -156,8 +178,8 @@ def invoke(argv: list[str], tmp_path: Path, monkeypatch):
 def test_the_docs_have_commands_and_every_skip_is_used() -> None:
     assert len(COMMANDS) >= 30
     texts = [c.text for c in COMMANDS]
-    for prefix in SKIP:
-        assert any(t.startswith(prefix) for t in texts), f"unused skip: {prefix}"
+    for pattern in SKIP:
+        assert any(re.fullmatch(pattern, t) for t in texts), f"unused skip: {pattern}"
 
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: c.where)
@@ -252,7 +274,7 @@ def test_example_files_and_counts(example: Path) -> None:
     path = wl.get("path")
     assert "../" not in text and not re.search(r"(^|\s)/\w", re.sub(r"#.*", "", text)), example.name
     if path and not path.startswith("builtin:") and not (example.parent / path).exists():
-        assert re.search(r"your (own )?copy", text), f"{example.name}: {path} is absent and not named as the user's"
+        assert re.search(r"your (own )?copy", text), f"{example.name}: {path} is absent, not named the user's"
     comments = " ".join(re.findall(r"#(.*)", text))
     counts = {int(c.replace(",", "")) for c in re.findall(r"(\d[\d,]*) requests", comments)}
     counts |= {int(c) for c in re.findall(r"--num-prompts (\d+)", comments)}
