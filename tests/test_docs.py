@@ -317,3 +317,32 @@ def test_default_scenario_figures() -> None:
     assert f"{n_code:,}\nrequests" in workloads or f"{n_code:,} requests" in workloads
     minutes = (conv.arrival_s[-1] - conv.arrival_s[0]) / 60
     assert f"~{minutes:.0f} min" in workloads
+
+
+def test_chunked_prefill_figures_in_policies_md() -> None:
+    """How many prompts of the default trace exceed the default token budget, and the longest."""
+    from servesim.config import Scenario, TraceWorkload
+    from servesim.deployment import resolve_deployment
+    from servesim.workload import load_workload
+
+    doc = re.sub(r"\s+", " ", (ROOT / "docs" / "policies.md").read_text(encoding="utf-8"))
+    budget = resolve_deployment(Scenario()).engine.max_num_batched_tokens
+    prompts = load_workload(TraceWorkload(path="builtin:azure_conv")).num_prompt_tokens
+    over = int((prompts > budget).sum())
+    words = {1: "one prompt exceeds"}.get(over, f"{over:,} prompts exceed")
+    assert f"{len(prompts):,} requests, budget {budget:,} tokens) {words} the budget" in doc
+    assert f"(the longest is {int(prompts.max()):,} tokens)" in doc
+
+
+def test_cpu_recording_step_counts_in_fidelity_md() -> None:
+    from servesim.calibration.engine_logs import read_engine_log
+
+    doc = re.sub(r"\s+", " ", (ROOT / "docs" / "fidelity.md").read_text(encoding="utf-8")).replace("**", "")
+    folder = ROOT / "tests" / "fixtures" / "vllm_timing"
+    logs = {p.relative_to(folder).with_suffix("").as_posix(): len(read_engine_log(p).stats)
+            for p in [*folder.glob("*.json"), *folder.glob("session2/*.json")]}
+    assert f"every one of the {sum(logs.values()):,} steps of the eleven recordings" in doc
+    assert len(logs) == 11
+    assert f"Fitted on rate1.json's {logs['rate1']:,} steps" in doc
+    assert f"its {logs['session2/long0.25']:,} steps are scheduled exactly" in doc
+    assert f"rate1.5, {logs['rate1.5']:,} vs" in doc and f"rate2.5, {logs['rate2.5']} vs" in doc
