@@ -346,3 +346,28 @@ def test_cpu_recording_step_counts_in_fidelity_md() -> None:
     assert f"Fitted on rate1.json's {logs['rate1']:,} steps" in doc
     assert f"its {logs['session2/long0.25']:,} steps are scheduled exactly" in doc
     assert f"rate1.5, {logs['rate1.5']:,} vs" in doc and f"rate2.5, {logs['rate2.5']} vs" in doc
+
+
+def benchmark_commands() -> list[tuple[str, list[str]]]:
+    """``python benchmarks/...`` commands quoted in the docs (they run for minutes: the test
+    checks the script exists and takes the options quoted)."""
+    out = []
+    for doc in DOCS:
+        for m in re.finditer(r"`python3? (benchmarks/\S+\.py)([^`]*)`", doc.read_text(encoding="utf-8")):
+            out.append((m[1], m[2].split()))
+    return out
+
+
+@pytest.mark.parametrize(("script", "args"), benchmark_commands(),
+                         ids=lambda v: v if isinstance(v, str) else "")
+def test_benchmark_commands_take_their_options(script: str, args: list[str]) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run([sys.executable, str(ROOT / script), "--help"], capture_output=True, text=True,
+                         timeout=60, check=False, env=env, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    for flag in (a for a in args if a.startswith("--")):
+        assert flag in res.stdout, f"{script} has no {flag}"
