@@ -249,6 +249,8 @@ def calibrate(
     """
     with _user_errors():
         from servesim.calibration.calibrate import calibrate_source
+        from rich.markup import escape
+
         from servesim.calibration.fitting import WEAK_PCT
         from servesim.config import read_gpu_config
 
@@ -274,6 +276,8 @@ def calibrate(
             console.print(f"  R2 {q['r2']:.3f}  MAPE {q['mape_pct']:.1f}%  "
                           f"median {q['median_ape_pct']:.1f}%  "
                           f"P90 {q['p90_ape_pct']:.1f}%  max {q['max_ape_pct']:.1f}%")
+            for w in r.warnings():
+                console.print(f"  [bold]warning[/bold]: {escape(w)}", soft_wrap=True)
             weak = r.weakly_constrained()
             if weak:
                 console.print(f"  weakly constrained (halving one moves no prediction by more than "
