@@ -574,3 +574,34 @@ def test_calibrate_records_and_prints_the_fit_warnings(tmp_path: Path) -> None:
     assert fit_info["fits"][0]["quality"]["r2"] > 0.99
     assert fit_info["warnings"] == fit_info["fits"][0]["warnings"]
     assert [w.split(" =")[0] for w in fit_info["warnings"]] == ["elementwise_memory"]
+
+
+def test_a_profile_used_on_other_hardware_than_it_was_fitted_on_is_warned_about() -> None:
+    import warnings
+
+    from servesim.config import gpu_config_from_dict
+    from servesim.perf.profiled import ProfileMismatchWarning, profile_mismatch
+    from servesim.sim import simulate
+
+    a100 = load_bundled_profile("a100_e2e")  # fitted on A100-80GB
+    assert profile_mismatch(a100, get_gpu("A100")) is None
+    msg = profile_mismatch(a100, get_gpu("H100"))
+    assert msg is not None and "fitted on A100-80GB but is used on H100-SXM" in msg
+    cpu = load_bundled_profile("cpu")  # its own hardware, cpu.yaml's CPU
+    assert profile_mismatch(cpu, get_gpu(cpu.gpu)) is None
+    faster = gpu_config_from_dict({**cpu.gpu.model_dump(), "mem_bw_tb_per_s": 0.04}, "test")
+    msg = profile_mismatch(cpu, get_gpu(faster))
+    assert msg is not None and "with other specs (memory bandwidth 40 vs 20 GB/s)" in msg
+    assert profile_mismatch(HardwareProfile("unsaid", Efficiencies()), get_gpu("H100")) is None
+
+    base = {
+        "model": {"name": "Llama-3.1-8B"},
+        "workload": {"type": "synthetic", "num_requests": 5, "arrival": {"rate": 5.0},
+                     "prompt_len": {"kind": "constant", "value": 64},
+                     "output_len": {"kind": "constant", "value": 4}},
+    }
+    with pytest.warns(ProfileMismatchWarning, match="fitted on A100-80GB but is used on H100-SXM"):
+        simulate({**base, "hardware": {"gpu": "H100", "profile": "a100_splitwise"}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ProfileMismatchWarning)
+        simulate({**base, "hardware": {"gpu": "A100", "profile": "a100_splitwise"}})
