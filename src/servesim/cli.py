@@ -304,6 +304,9 @@ def validate(
     threshold: Annotated[float | None, typer.Option(
         help="Fail when any row's mean absolute error exceeds this percentage "
              "(default: each row's goal; rows known to miss theirs are reported, not failed).")] = None,
+    cross_fit: Annotated[bool, typer.Option(
+        "--cross-fit", help="vllm-cpu: also fit on each recording of a session in turn and report its "
+                            "held-out error on the others (needs scipy; ~30 s more).")] = False,
 ) -> None:
     """Predict every bundled measurement set and print predicted vs measured errors.
 
@@ -313,7 +316,7 @@ def validate(
         from servesim import validate as v
 
         suites = tuple(suite) if suite else ("operators", "splitwise", "distserve", "vllm-cpu")
-        checks, skipped = v.validate_all(data_dir, recordings, suites)
+        checks, skipped = v.validate_all(data_dir, recordings, suites, cross_fit=cross_fit)
         typer.echo(_validation_table(checks, threshold))
         if threshold is None:
             for line in v.known_bad_reasons(checks):
