@@ -60,9 +60,11 @@ class CalibrationError(ServesimError):
 WEAK_PCT = 2.0
 
 #: ``fit_warnings``' rules. A fitted parameter within this fraction of its bounds' range of
-#: a bound sits at the bound: the fit wanted it beyond what is physical (or than the bound
-#: allows), so another parameter absorbs the rest and the profile extrapolates poorly.
-AT_BOUND_FRAC = 1e-3
+#: a bound sits at the bound (a bounded fit that runs into one ends on it; a looser rule would
+#: flag real sub-microsecond overheads, whose range is 0-1 ms): the fit wanted it beyond what
+#: is physical (or than the bound allows), so another parameter absorbs the rest and the
+#: profile extrapolates poorly.
+AT_BOUND_FRAC = 1e-6
 #: A fit whose R^2 (on seconds) is below this explains little of the measurements' spread.
 MIN_R2 = 0.9
 #: Fewer usable measurements than this many per fitted parameter are few: each parameter
