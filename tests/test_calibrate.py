@@ -513,7 +513,8 @@ def _synthetic_fit(true: Efficiencies, n_contexts: int = 3, permute: bool = Fals
     measured = predict(terms, true)
     if permute:
         measured = np.random.default_rng(0).permutation(measured)
-    names = ["linear_compute", "linear_memory", "attn_prefill_compute", "attn_decode_memory", "launch_overhead_s"]
+    names = ["linear_compute", "linear_memory", "attn_prefill_compute", "attn_decode_memory",
+             "launch_overhead_s"]
     return fit(terms, measured, names)
 
 

@@ -276,7 +276,8 @@ def test_cross_fit_reports_in_sample_and_held_out_errors_apart() -> None:
     assert [c.n for c in rows] == [6, 42]  # mean and P90 TTFT, TPOT, E2E per recording
     assert all(c.limit_pct is None and "median |error|" in c.note for c in rows)
     held = np.abs(rows[1].errors_pct)
-    assert rows[1].note == f"median |error| {np.median(held):.1f}%, max {held.max():.1f}% (rate2.5 mean_ttft_s)"
+    want = f"median |error| {np.median(held):.1f}%, max {held.max():.1f}% (rate2.5 mean_ttft_s)"
+    assert rows[1].note == want
     # The figures docs/fidelity.md states: in-sample up to 7.6% (its own P90 E2E), held out up
     # to 9.5% (rate2.5's mean TTFT), as with the bundled profile fitted on the same run.
     assert rows[0].max_pct == pytest.approx(7.6, abs=0.1)

@@ -66,8 +66,8 @@ from servesim.validate.limits import LATENCY, STEP_TIME, Goal
 
 __all__ = [
     "CPU_FIT_RECORDING", "CPU_GOALS", "CPU_LIMITS", "DISTSERVE_LIMITS", "LATENCY", "OPERATOR_GOALS", "PROFILES",
-    "SPLITWISE_LIMITS", "STEP_TIME", "Check", "Goal", "known_bad_reasons",
-    "RecordedStepTimes", "RecordingComparison", "compare_recording", "bundled_data", "cross_fit_vllm_cpu", "distserve_grid", "load_bundled_profile", "validate_all", "validate_distserve",
+    "SPLITWISE_LIMITS", "STEP_TIME", "Check", "Goal", "known_bad_reasons", "cross_fit_vllm_cpu",
+    "RecordedStepTimes", "RecordingComparison", "compare_recording", "bundled_data", "distserve_grid", "load_bundled_profile", "validate_all", "validate_distserve",
     "validate_operators", "validate_splitwise", "validate_vllm_cpu",
 ]
 
@@ -124,7 +124,8 @@ def validate_all(
                     if _can_fit():
                         checks += cross_fit_vllm_cpu(recordings_dir)
                     else:
-                        skipped.append("vllm-cpu cross-fit: fitting needs scipy (pip install 'servesim[calibrate]')")
+                        skipped.append("vllm-cpu cross-fit: fitting needs scipy "
+                                       "(pip install 'servesim[calibrate]')")
                 continue
             try:
                 checks += SUITES[name](data_dir)

@@ -254,7 +254,8 @@ def cross_fit_session(
         for p in paths:
             sim = simulated_metrics(p, prof)
             part = "in-sample" if p.name == fit_name else "held out"
-            errs[part] += [(f"{p.stem} {k}", (sim[k] / measured[p.name][k] - 1) * 100) for k in CROSS_FIT_METRICS]
+            errs[part] += [(f"{p.stem} {k}", (sim[k] / measured[p.name][k] - 1) * 100)
+                           for k in CROSS_FIT_METRICS]
         fit_stem = Path(fit_name).stem
         for part, rows in errs.items():
             if not rows:
@@ -268,7 +269,8 @@ def cross_fit_session(
                 "mean and P90 TTFT, TPOT, E2E",
                 e,
                 None,
-                note=f"median |error| {np.median(np.abs(e)):.1f}%, max {np.max(np.abs(e)):.1f}% ({prefix}{worst})",
+                note=f"median |error| {np.median(np.abs(e)):.1f}%, "
+                     f"max {np.max(np.abs(e)):.1f}% ({prefix}{worst})",
             ))
     return checks
 
@@ -278,7 +280,8 @@ def cross_fit_vllm_cpu(recordings_dir: Path, fit_files: list[str] | None = None)
     bundled = load_bundled_profile("cpu")
     checks: list[Check] = []
     for prefix, folder in cpu_sessions(recordings_dir):
-        checks += cross_fit_session(folder, bundled, _session_hardware(folder, recordings_dir), prefix, fit_files)
+        hardware = _session_hardware(folder, recordings_dir)
+        checks += cross_fit_session(folder, bundled, hardware, prefix, fit_files)
     return checks
 
 
