@@ -282,3 +282,4 @@ def test_cross_fit_reports_in_sample_and_held_out_errors_apart() -> None:
     # to 9.5% (rate2.5's mean TTFT), as with the bundled profile fitted on the same run.
     assert rows[0].max_pct == pytest.approx(7.6, abs=0.1)
     assert rows[1].max_pct == pytest.approx(9.5, abs=0.1)
+    assert "--cross-fit" in CliRunner().invoke(app, ["validate", "--help"], terminal_width=200).output
