@@ -490,3 +490,119 @@ def test_cli_calibrate_bad_hardware_file(tmp_path: Path) -> None:
         app, ["calibrate", str(RECORDINGS / "rate1.json"), "--hardware", missing, "-o", str(out)]
     )
     assert res.exit_code == 2 and "cannot read" in res.output
+
+
+def _synthetic_fit(true: Efficiencies, n_contexts: int = 3, permute: bool = False, keep: int | None = None):
+    """A fit of five parameters to step times the roofline computes with ``true`` (prompts of
+    6 lengths, decode batches of 5 sizes x ``n_contexts`` contexts); ``permute`` shuffles the
+    measured times among the steps (nothing left to explain), ``keep`` keeps the first rows."""
+    from servesim.calibration.calibrate import fit
+
+    m, g = load_model("Llama-3.1-8B"), get_gpu("H100")
+    stats = [
+        BatchStats(num_prefill_tokens=p, prefill_attn_work=p * p / 2, num_prefill_reqs=1)
+        for p in (16, 64, 256, 1024, 4096, 16384)
+    ]
+    stats += [
+        BatchStats(num_decode_reqs=b, sum_decode_context=b * c)
+        for b in (1, 4, 16, 64, 256)
+        for c in (128, 512, 1024, 2048, 4096, 8192)[:n_contexts]
+    ]
+    stats = stats[:keep] if keep else stats
+    terms = iteration_terms(m, g, stats)
+    measured = predict(terms, true)
+    if permute:
+        measured = np.random.default_rng(0).permutation(measured)
+    names = ["linear_compute", "linear_memory", "attn_prefill_compute", "attn_decode_memory",
+             "launch_overhead_s"]
+    return fit(terms, measured, names)
+
+
+TRUE = Efficiencies(linear_compute=0.55, linear_memory=0.65, attn_prefill_compute=0.4,
+                    attn_decode_memory=0.5, launch_overhead_s=1e-3)
+
+
+def test_fit_warnings_none_on_a_well_posed_fit() -> None:
+    pytest.importorskip("scipy")
+    res = _synthetic_fit(TRUE, n_contexts=6)  # 36 points, 5 parameters, all inside their bounds
+    assert res.warnings() == []
+    assert res.at_bounds() == []
+
+
+def test_fit_warnings_a_parameter_at_its_bound() -> None:
+    pytest.importorskip("scipy")
+    from servesim.calibration.fitting import fit_warnings
+
+    res = _synthetic_fit(dataclasses.replace(TRUE, linear_memory=1.0), n_contexts=6)
+    assert res.at_bounds() == ["linear_memory"]
+    (w,) = fit_warnings(res)
+    assert w.startswith("linear_memory = 1 sits at its upper bound")
+
+
+def test_fit_warnings_a_fit_that_explains_little() -> None:
+    pytest.importorskip("scipy")
+    from servesim.calibration.fitting import MIN_R2
+
+    res = _synthetic_fit(TRUE, n_contexts=6, permute=True)
+    r2 = res.quality()["r2"]
+    assert r2 < MIN_R2
+    assert any(w.startswith(f"R2 {r2:.3f} is below {MIN_R2:g}") for w in res.warnings())
+
+
+def test_fit_warnings_few_points() -> None:
+    pytest.importorskip("scipy")
+    res = _synthetic_fit(TRUE, n_contexts=3, keep=20)  # 20 < 5 x 5 parameters
+    assert [w for w in res.warnings() if "fitted parameters" in w] == [
+        "20 measurements for 5 fitted parameters (fewer than 5 per parameter): each parameter rests "
+        "on few points, and their noise moves it"
+    ]
+
+
+def test_calibrate_records_and_prints_the_fit_warnings(tmp_path: Path) -> None:
+    """The CPU recording's fit: elementwise memory runs to its bound (1.0); the profile records
+    it in its fit (``fits[i].warnings`` and every fit's in ``warnings``), and calibrate prints it."""
+    pytest.importorskip("scipy")
+    from typer.testing import CliRunner
+
+    from servesim.cli import app
+
+    out = tmp_path / "cpu.json"
+    r = CliRunner().invoke(app, ["calibrate", str(RECORDINGS / "rate1.json"), "--hardware",
+                                 str(RECORDINGS / "cpu.yaml"), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "warning: elementwise_memory = 1 sits at its upper bound" in r.output
+    fit_info = json.loads(out.read_text())["fit"]
+    assert fit_info["fits"][0]["quality"]["r2"] > 0.99
+    assert fit_info["warnings"] == fit_info["fits"][0]["warnings"]
+    assert [w.split(" =")[0] for w in fit_info["warnings"]] == ["elementwise_memory"]
+
+
+def test_a_profile_used_on_other_hardware_than_it_was_fitted_on_is_warned_about() -> None:
+    import warnings
+
+    from servesim.config import gpu_config_from_dict
+    from servesim.perf.profiled import ProfileMismatchWarning, profile_mismatch
+    from servesim.sim import simulate
+
+    a100 = load_bundled_profile("a100_e2e")  # fitted on A100-80GB
+    assert profile_mismatch(a100, get_gpu("A100")) is None
+    msg = profile_mismatch(a100, get_gpu("H100"))
+    assert msg is not None and "fitted on A100-80GB but is used on H100-SXM" in msg
+    cpu = load_bundled_profile("cpu")  # its own hardware, cpu.yaml's CPU
+    assert profile_mismatch(cpu, get_gpu(cpu.gpu)) is None
+    faster = gpu_config_from_dict({**cpu.gpu.model_dump(), "mem_bw_tb_per_s": 0.04}, "test")
+    msg = profile_mismatch(cpu, get_gpu(faster))
+    assert msg is not None and "with other specs (memory bandwidth 40 vs 20 GB/s)" in msg
+    assert profile_mismatch(HardwareProfile("unsaid", Efficiencies()), get_gpu("H100")) is None
+
+    base = {
+        "model": {"name": "Llama-3.1-8B"},
+        "workload": {"type": "synthetic", "num_requests": 5, "arrival": {"rate": 5.0},
+                     "prompt_len": {"kind": "constant", "value": 64},
+                     "output_len": {"kind": "constant", "value": 4}},
+    }
+    with pytest.warns(ProfileMismatchWarning, match="fitted on A100-80GB but is used on H100-SXM"):
+        simulate({**base, "hardware": {"gpu": "H100", "profile": "a100_splitwise"}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ProfileMismatchWarning)
+        simulate({**base, "hardware": {"gpu": "A100", "profile": "a100_splitwise"}})

@@ -44,6 +44,8 @@ SKIP = {
     r"servesim calibrate prof/ .*": "reads what `servesim profile` writes",
     # Not missing, but slow: tests/test_validate.py computes the same checks (validate_all) and
     # runs the command line on them.
+    r"servesim validate --suite vllm-cpu --cross-fit": "fits every CPU recording in turn (about a minute); "
+                                                      "tests/test_validate.py runs a cheap cross-fit",
     r"servesim validate( --suite vllm-cpu)?": "replays the bundled CPU recordings (10-20 s of one core "
                                              "per command); tests/test_validate.py checks the same rows "
                                              "and the command",

@@ -249,6 +249,8 @@ def calibrate(
     """
     with _user_errors():
         from servesim.calibration.calibrate import calibrate_source
+        from rich.markup import escape
+
         from servesim.calibration.fitting import WEAK_PCT
         from servesim.config import read_gpu_config
 
@@ -274,6 +276,8 @@ def calibrate(
             console.print(f"  R2 {q['r2']:.3f}  MAPE {q['mape_pct']:.1f}%  "
                           f"median {q['median_ape_pct']:.1f}%  "
                           f"P90 {q['p90_ape_pct']:.1f}%  max {q['max_ape_pct']:.1f}%")
+            for w in r.warnings():
+                console.print(f"  [bold]warning[/bold]: {escape(w)}", soft_wrap=True)
             weak = r.weakly_constrained()
             if weak:
                 console.print(f"  weakly constrained (halving one moves no prediction by more than "
@@ -300,6 +304,9 @@ def validate(
     threshold: Annotated[float | None, typer.Option(
         help="Fail when any row's mean absolute error exceeds this percentage "
              "(default: each row's goal; rows known to miss theirs are reported, not failed).")] = None,
+    cross_fit: Annotated[bool, typer.Option(
+        "--cross-fit", help="vllm-cpu: also fit on each recording of a session in turn and report its "
+                            "held-out error on the others (needs scipy; ~30 s more).")] = False,
 ) -> None:
     """Predict every bundled measurement set and print predicted vs measured errors.
 
@@ -309,7 +316,7 @@ def validate(
         from servesim import validate as v
 
         suites = tuple(suite) if suite else ("operators", "splitwise", "distserve", "vllm-cpu")
-        checks, skipped = v.validate_all(data_dir, recordings, suites)
+        checks, skipped = v.validate_all(data_dir, recordings, suites, cross_fit=cross_fit)
         typer.echo(_validation_table(checks, threshold))
         if threshold is None:
             for line in v.known_bad_reasons(checks):

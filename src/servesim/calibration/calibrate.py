@@ -37,6 +37,7 @@ from servesim.calibration.fitting import (  # noqa: F401  (re-exported: the fitt
     fit_cost,
     fit_quality,
     fit_tiles,
+    fit_warnings,
 )
 from servesim.calibration.measurements import E2ETiming
 from servesim.catalog.gpus import GpuSpec
@@ -271,13 +272,14 @@ def file_sha256(path: Path) -> str:
 
 
 def _fit_record(r: FitResult) -> dict[str, object]:
-    """What a profile keeps of a fit: parameters, alternatives tried, quality, sensitivity
-    and the five worst cases."""
+    """What a profile keeps of a fit: parameters, alternatives tried, quality (R^2 among it),
+    sensitivity, warnings (``fit_warnings``) and the five worst cases."""
     return {
         "params": r.params,
         **({"gemm_tile_mape_pct": r.alternatives} if r.alternatives else {}),
         "quality": r.quality(),
         "sensitivity_pct": r.sensitivity_pct,
+        "warnings": r.warnings(),
         "worst": [{"case": c, "measured_s": m, "predicted_s": p, "error": e} for c, m, p, e in r.worst(5)],
     }
 
@@ -387,6 +389,8 @@ def calibrate_source(
     else:
         raise CalibrationError(f"unknown kind {kind!r}; expected auto, operators, splitwise or engine-log")
     info["fits"] = [_fit_record(r) for r in results]
+    # Every fit's warnings in one list (calibrate prints them; a reader of the profile finds them).
+    info["warnings"] = [w for r in results for w in r.warnings()]
     profile = HardwareProfile(
         name or f"{fitted_on} ({kind}: {' + '.join(p.name for p in sources)})",
         eff,

@@ -59,6 +59,18 @@ class CalibrationError(ServesimError):
 #: weakly constrained by the measurements.
 WEAK_PCT = 2.0
 
+#: ``fit_warnings``' rules. A fitted parameter within this fraction of its bounds' range of
+#: a bound sits at the bound (a bounded fit that runs into one ends on it; a looser rule would
+#: flag real sub-microsecond overheads, whose range is 0-1 ms): the fit wanted it beyond what
+#: is physical (or than the bound allows), so another parameter absorbs the rest and the
+#: profile extrapolates poorly.
+AT_BOUND_FRAC = 1e-6
+#: A fit whose R^2 (on seconds) is below this explains little of the measurements' spread.
+MIN_R2 = 0.9
+#: Fewer usable measurements than this many per fitted parameter are few: each parameter
+#: rests on a handful of points, and a point's noise moves it.
+MIN_POINTS_PER_PARAM = 5
+
 
 @dataclass(slots=True)
 class FitResult:
@@ -75,6 +87,20 @@ class FitResult:
     #: Fitted efficiency -> the largest change (%) of any prediction when it is halved: how
     #: much these measurements constrain it (near 0: they say almost nothing about it).
     sensitivity_pct: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def at_bounds(self) -> list[str]:
+        """Fitted parameters at (within ``AT_BOUND_FRAC`` of the range of) a bound of ``BOUNDS``."""
+        out = []
+        for n, v in self.params.items():
+            lo, hi = BOUNDS[n]
+            tol = AT_BOUND_FRAC * (hi - lo)
+            if v <= lo + tol or v >= hi - tol:
+                out.append(n)
+        return out
+
+    def warnings(self) -> list[str]:
+        """``fit_warnings`` of this fit."""
+        return fit_warnings(self)
 
     def weakly_constrained(self, threshold_pct: float = WEAK_PCT) -> list[str]:
         """Fitted efficiencies whose halving moves no prediction by more than threshold_pct:
@@ -96,6 +122,31 @@ class FitResult:
             (self.labels[i], float(self.measured_s[i]), float(self.predicted_s[i]), float(self.rel_err[i]))
             for i in idx
         ]
+
+
+def fit_warnings(res: FitResult) -> list[str]:
+    """What a user should know before trusting the fit, one sentence each (empty: nothing):
+
+    - a fitted parameter at a bound (``FitResult.at_bounds``);
+    - R^2 (on seconds) below ``MIN_R2``: the fit explains little of the measurements;
+    - fewer than ``MIN_POINTS_PER_PARAM`` usable measurements per fitted parameter.
+    """
+    out = []
+    for n in res.at_bounds():
+        lo, hi = BOUNDS[n]
+        v = res.params[n]
+        side = "lower" if v - lo <= hi - v else "upper"
+        out.append(f"{n} = {v:.4g} sits at its {side} bound ({lo:g}..{hi:g}): the measurements push it "
+                   "past what the bounds allow, so other parameters absorb the rest and the profile "
+                   "extrapolates poorly where it matters")
+    r2 = res.quality()["r2"]
+    if not r2 >= MIN_R2:  # (nan: the measurements have no spread to explain)
+        out.append(f"R2 {r2:.3f} is below {MIN_R2:g}: the fit explains little of the measured times")
+    n_ok, k = int(np.sum(res.measured_s > 0)), len(res.params)
+    if n_ok < MIN_POINTS_PER_PARAM * k:
+        out.append(f"{n_ok} measurements for {k} fitted parameters (fewer than {MIN_POINTS_PER_PARAM} "
+                   "per parameter): each parameter rests on few points, and their noise moves it")
+    return out
 
 
 def fit_cost(res: FitResult) -> float:

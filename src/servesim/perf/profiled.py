@@ -29,6 +29,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,12 +39,57 @@ import numpy as np
 from servesim.catalog.gpus import GpuSpec, LinkSpec, get_gpu
 from servesim.catalog.models import ModelSpec, from_hf_config
 from servesim.config import EngineConfig, GpuConfig, ModelConfig, ParallelConfig, gpu_config_from_dict
-from servesim.errors import ConfigError
+from servesim.errors import CatalogError, ConfigError
 from servesim.perf.base import BatchStats, decode_step_times
 from servesim.perf.operator_tables import OPERATOR_KERNELS, OperatorTable
 from servesim.perf.roofline import Efficiencies, RooflinePerfModel, RooflineWork, build_perf_model
 
 FORMAT = "servesim-hardware-profile/1"
+
+
+class ProfileMismatchWarning(UserWarning):
+    """A hardware profile applied to another GPU or machine than it was fitted on."""
+
+
+def _profile_hardware(profile: HardwareProfile) -> GpuSpec | None:
+    """The hardware a profile was fitted on: its own ``gpu``, else the catalog's ``fitted_on``
+    (None when that names no catalog GPU)."""
+    if profile.gpu is not None:
+        return get_gpu(profile.gpu)
+    try:
+        return get_gpu(profile.fitted_on) if profile.fitted_on else None
+    except CatalogError:  # a name the catalog does not know (a profile of other hardware)
+        return None
+
+
+#: Specs compared by ``profile_mismatch`` (the ones step times are made of), with their units.
+_SPECS = (("bf16 peak", lambda g: g.peak_flops.get("bfloat16", 0.0) / 1e12, "TFLOP/s"),
+          ("memory bandwidth", lambda g: g.mem_bw / 1e9, "GB/s"),
+          ("link bandwidth", lambda g: g.interconnect_bw / 1e9, "GB/s"))
+
+
+def profile_mismatch(profile: HardwareProfile, gpu: GpuSpec) -> str | None:
+    """A sentence when ``profile`` is used on other hardware than it was fitted on (another
+    GPU name, or the same name with other peak FLOP/s or bandwidths), else None (also when
+    the profile does not say what it was fitted on). Its efficiencies are fractions of the
+    fitting hardware's peaks; on other hardware they are an extrapolation (docs/fidelity.md:
+    the A100 end-to-end profile predicts H100 per-token times 17-31% too slow)."""
+    own = _profile_hardware(profile)
+    name = own.name if own is not None else profile.fitted_on
+    if not name:
+        return None
+    where = f"hardware profile {profile.name!r} was fitted on {name}"
+    if name.strip().lower() != gpu.name.strip().lower():
+        return (f"{where} but is used on {gpu.name}: its efficiencies are fractions of {name}'s peaks, "
+                f"applied to {gpu.name}'s, an extrapolation (calibrate on {gpu.name} to trust it)")
+    if own is None:
+        return None
+    diff = [f"{label} {get(gpu):.4g} vs {get(own):.4g} {unit}" for label, get, unit in _SPECS
+            if abs(get(gpu) - get(own)) > 1e-6 * max(abs(get(own)), 1e-12)]
+    if diff:
+        return (f"{where} but is used on a {gpu.name} with other specs ({', '.join(diff)}): another "
+                "machine than the one it was fitted on, an extrapolation")
+    return None
 
 
 @dataclass(slots=True)
@@ -60,11 +106,19 @@ class HardwareProfile:
 
     # ------------------------------------------------------------------ scenario hooks
 
-    def resolve_gpu(self, gpu: str | GpuConfig) -> GpuSpec:
-        """The profile's own hardware when the scenario names it, else the catalog's GPU."""
+    def resolve_gpu(self, gpu: str | GpuConfig, warn: bool = True) -> GpuSpec:
+        """The profile's own hardware when the scenario names it, else the catalog's GPU.
+        ``warn``: a ``ProfileMismatchWarning`` when that is not what the profile was fitted
+        on (``profile_mismatch``)."""
         if self.gpu is not None and isinstance(gpu, str) and gpu.strip().lower() == self.gpu.name.lower():
-            return get_gpu(self.gpu)
-        return get_gpu(gpu)
+            spec = get_gpu(self.gpu)
+        else:
+            spec = get_gpu(gpu)
+        if warn:
+            msg = profile_mismatch(self, spec)
+            if msg is not None:
+                warnings.warn(msg, ProfileMismatchWarning, stacklevel=2)
+        return spec
 
     def adjust_engine(self, engine: EngineConfig) -> EngineConfig:
         """Use the profile's CPU time per step unless the scenario set ``cpu_overhead_s``."""

@@ -13,7 +13,9 @@ Each suite predicts measurements that its profile was *not* fitted to where poss
 - ``vllm-cpu``: the real vLLM engine on a 2-core CPU (recordings of tiny-llama):
   servesim, calibrated on one recording, simulates the others from their arrivals and
   predicts mean and P90 TTFT, TPOT and E2E, the number of steps, and every recorded
-  step's time (replay of the recorded batches).
+  step's time (replay of the recorded batches); the fit recording's rows are in-sample,
+  the others held out. ``cross_fit`` fits on each recording in turn and reports the
+  held-out error of each fit on the others.
 
 Profiles are the ones bundled in ``servesim/data/profiles`` (made by ``servesim calibrate``;
 see docs/fidelity.md), so validation needs neither scipy nor refitting, except for a
@@ -43,10 +45,12 @@ from servesim.validate.common import (
 )
 from servesim.validate.cpu import (
     CPU_GOALS,
+    _can_fit,
     CPU_LIMITS,
     RecordedStepTimes,
     RecordingComparison,
     compare_recording,
+    cross_fit_vllm_cpu,
     validate_vllm_cpu,
 )
 from servesim.validate.gpu import (
@@ -62,7 +66,7 @@ from servesim.validate.limits import LATENCY, STEP_TIME, Goal
 
 __all__ = [
     "CPU_FIT_RECORDING", "CPU_GOALS", "CPU_LIMITS", "DISTSERVE_LIMITS", "LATENCY", "OPERATOR_GOALS", "PROFILES",
-    "SPLITWISE_LIMITS", "STEP_TIME", "Check", "Goal", "known_bad_reasons",
+    "SPLITWISE_LIMITS", "STEP_TIME", "Check", "Goal", "known_bad_reasons", "cross_fit_vllm_cpu",
     "RecordedStepTimes", "RecordingComparison", "compare_recording", "bundled_data", "distserve_grid", "load_bundled_profile", "validate_all", "validate_distserve",
     "validate_operators", "validate_splitwise", "validate_vllm_cpu",
 ]
@@ -94,10 +98,13 @@ def validate_all(
     data_dir: Path | None,
     recordings_dir: Path | None,
     suites: tuple[str, ...] = ("operators", "splitwise", "distserve", "vllm-cpu"),
+    cross_fit: bool = False,
 ) -> tuple[list[Check], list[str]]:
     """Run the suites whose data is present; returns the checks and notes on skipped suites.
     ``data_dir`` (measurement sets, laid out as ``measurements/<set>/...``) and
-    ``recordings_dir`` default to the data bundled with servesim."""
+    ``recordings_dir`` default to the data bundled with servesim. ``cross_fit``: vllm-cpu
+    also fits on each recording of a session in turn and reports its held-out error on the
+    others (``cpu.cross_fit_session``; needs scipy, ~30 s on the bundled recordings)."""
     checks: list[Check] = []
     skipped = []
     unknown = set(suites) - {*SUITES, "vllm-cpu"}
@@ -113,6 +120,12 @@ def validate_all(
                     skipped.append(f"vllm-cpu: no recordings (*.json) in {recordings_dir}")
                     continue
                 checks += validate_vllm_cpu(recordings_dir, skipped=skipped)
+                if cross_fit:
+                    if _can_fit():
+                        checks += cross_fit_vllm_cpu(recordings_dir)
+                    else:
+                        skipped.append("vllm-cpu cross-fit: fitting needs scipy "
+                                       "(pip install 'servesim[calibrate]')")
                 continue
             try:
                 checks += SUITES[name](data_dir)

@@ -60,7 +60,13 @@ def request_metrics(ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray) -> dict
     return out
 
 
-def compare_recording(path: Path, prof: HardwareProfile) -> RecordingComparison:
+def simulated_metrics(path: Path, prof: HardwareProfile) -> dict[str, float]:
+    """A recording's request metrics as servesim simulates them with ``prof`` from the
+    recording's arrivals (``compare_recording`` without the replays)."""
+    return compare_recording(path, prof, replay=False).simulated
+
+
+def compare_recording(path: Path, prof: HardwareProfile, replay: bool = True) -> RecordingComparison:
     """Simulate a record.py recording with the profile and compare."""
     from servesim.calibration.engine_logs import read_engine_log, steps_to_stats
     from servesim.config import EngineConfig, ParallelConfig
@@ -97,6 +103,8 @@ def compare_recording(path: Path, prof: HardwareProfile) -> RecordingComparison:
     res = run_engine(wl, engine, perf, blocks, max_len, reference=True)
     rec = res.records
     simulated = request_metrics(rec.ttft_s, rec.tpot_s, rec.e2e_s)
+    if not replay:
+        return RecordingComparison(path.stem, measured, simulated, np.zeros(0), (0, len(res.steps)), 0.0, 0.0)
     # Step by step: predicted times of the recorded batches, and the simulated schedules.
     prompt = {r["id"]: r["num_prompt_tokens"] for r in reqs}
     steps = [s for s in run["steps"] if s["scheduled"]]
@@ -202,19 +210,79 @@ def cpu_sessions(recordings_dir: Path) -> list[tuple[str, Path]]:
 
 
 def session_profile(
-    folder: Path, bundled: HardwareProfile, hardware: Path | None = None
+    folder: Path, bundled: HardwareProfile, hardware: Path | None = None, fit_file: str = CPU_FIT_RECORDING
 ) -> HardwareProfile:
-    """A profile fitted here on a session's CPU_FIT_RECORDING (needs scipy), on the hardware
-    described by ``hardware`` (a YAML of hardware.gpu fields, like the bundled cpu.yaml) or
-    else the bundled profile's (the CPU the bundled recordings ran on)."""
+    """A profile fitted here on a session's ``fit_file`` (default CPU_FIT_RECORDING; needs
+    scipy), on the hardware described by ``hardware`` (a YAML of hardware.gpu fields, like
+    the bundled cpu.yaml) or else the bundled profile's (the CPU the bundled recordings ran on)."""
     from servesim.calibration.calibrate import calibrate_source
     from servesim.config import read_gpu_config
 
     hw = read_gpu_config(hardware) if hardware is not None else bundled.gpu
     prof, _ = calibrate_source(
-        folder / CPU_FIT_RECORDING, "engine-log", hardware=hw, name=f"fitted on {folder.name}"
+        folder / fit_file, "engine-log", hardware=hw, name=f"fitted on {folder.name}/{fit_file}"
     )
     return prof
+
+
+#: The request metrics the cross-fit reports (mean and P90 TTFT, TPOT and E2E).
+CROSS_FIT_METRICS = ("mean_ttft_s", "p90_ttft_s", "mean_tpot_s", "p90_tpot_s", "mean_e2e_s", "p90_e2e_s")
+
+
+def _session_hardware(folder: Path, recordings_dir: Path) -> Path | None:
+    return next((d / CPU_HARDWARE for d in (folder, recordings_dir) if (d / CPU_HARDWARE).is_file()), None)
+
+
+def cross_fit_session(
+    folder: Path, bundled: HardwareProfile, hardware: Path | None = None, prefix: str = "",
+    fit_files: list[str] | None = None,
+) -> list[Check]:
+    """Fit on each recording of a session in turn (``fit_files``: those names only; default
+    every recording) and predict every other recording of the session (held out): per fit,
+    one row of the held-out errors of mean and P90 TTFT, TPOT, E2E (n = held-out recordings x
+    6; its note: their median and max and where the max is) and one of the fit recording's
+    own errors (in-sample). Needs scipy. Reference rows (no goal): what a profile fitted on
+    one run does on the runs it never saw."""
+    paths = sorted(folder.glob("*.json"))
+    names = fit_files if fit_files is not None else [p.name for p in paths]
+    measured = {p.name: _run_metrics(json.loads(p.read_text())["runs"][0])
+                for p in paths}
+    checks = []
+    for fit_name in names:
+        prof = session_profile(folder, bundled, hardware, fit_name)
+        errs: dict[str, list[tuple[str, float]]] = {"in-sample": [], "held out": []}
+        for p in paths:
+            sim = simulated_metrics(p, prof)
+            part = "in-sample" if p.name == fit_name else "held out"
+            errs[part] += [(f"{p.stem} {k}", (sim[k] / measured[p.name][k] - 1) * 100)
+                           for k in CROSS_FIT_METRICS]
+        fit_stem = Path(fit_name).stem
+        for part, rows in errs.items():
+            if not rows:
+                continue
+            e = np.array([v for _, v in rows])
+            worst = rows[int(np.argmax(np.abs(e)))][0]
+            n_rec = len(rows) // len(CROSS_FIT_METRICS)
+            checks.append(Check(
+                "vllm-cpu",
+                f"cross-fit: fit on {prefix}{fit_stem}, {part} ({n_rec} recording{'s' * (n_rec > 1)})",
+                "mean and P90 TTFT, TPOT, E2E",
+                e,
+                None,
+                note=f"median |error| {np.median(np.abs(e)):.1f}%, "
+                     f"max {np.max(np.abs(e)):.1f}% ({prefix}{worst})",
+            ))
+    return checks
+
+
+def cross_fit_vllm_cpu(recordings_dir: Path, fit_files: list[str] | None = None) -> list[Check]:
+    """``cross_fit_session`` for every session under ``recordings_dir`` (needs scipy)."""
+    bundled = load_bundled_profile("cpu")
+    checks: list[Check] = []
+    for prefix, folder in cpu_sessions(recordings_dir):
+        hardware = _session_hardware(folder, recordings_dir)
+        checks += cross_fit_session(folder, bundled, hardware, prefix, fit_files)
+    return checks
 
 
 def _can_fit() -> bool:
@@ -257,10 +325,7 @@ def validate_vllm_cpu(
                                "(pip install 'servesim[calibrate]')")
             continue
         else:
-            hardware = next(
-                (d / CPU_HARDWARE for d in (folder, recordings_dir) if (d / CPU_HARDWARE).is_file()), None
-            )
-            prof = session_profile(folder, bundled, hardware)
+            prof = session_profile(folder, bundled, _session_hardware(folder, recordings_dir))
         checks += _validate_session(folder, prof, limits or CPU_LIMITS, prefix)
     return checks
 
@@ -274,14 +339,14 @@ def _validate_session(
     for path, c in comparisons:
         c.name = prefix + path.stem
         if path.name == CPU_FIT_RECORDING:
-            role, case = "fit", f"{c.name} (fit)"
+            role, case = "fit", f"{c.name} (fit, in-sample)"
         elif c.max_prompt > fit_max_prompt:
             role = "longer"
-            case = f"{c.name} (predicted, longer prompts than the fit: busy {c.busy_frac:.0%})"
+            case = f"{c.name} (held out, longer prompts than the fit: busy {c.busy_frac:.0%})"
         elif c.busy_frac >= CPU_HEAVY_BUSY:
-            role, case = "heavy", f"{c.name} (predicted, heavy: busy {c.busy_frac:.0%})"
+            role, case = "heavy", f"{c.name} (held out, heavy: busy {c.busy_frac:.0%})"
         else:
-            role, case = "predicted", f"{c.name} (predicted, busy {c.busy_frac:.0%})"
+            role, case = "predicted", f"{c.name} (held out, busy {c.busy_frac:.0%})"
         for key, meas in c.measured.items():
             pred = c.simulated[key]
             checks.append(
