@@ -14,6 +14,10 @@ Each suite predicts measurements that its profile was *not* fitted to where poss
   servesim, calibrated on one recording, simulates the others from their arrivals and
   predicts mean and P90 TTFT, TPOT and E2E, the number of steps, and every recorded
   step's time (replay of the recorded batches).
+- ``silicon``: AIConfigurator's 1,093 measured ``vllm bench serve`` runs on H100, H200,
+  B200, B300 and GB200 (``validate.silicon``): mean TTFT and TPOT of each run, median and
+  P90 |error| per (model, GPU) group. Not in the default set (it simulates every run, about
+  a minute); ``--suite silicon``.
 
 Profiles are the ones bundled in ``servesim/data/profiles`` (made by ``servesim calibrate``;
 see docs/fidelity.md), so validation needs neither scipy nor refitting, except for a
@@ -94,15 +98,16 @@ def validate_all(
     data_dir: Path | None,
     recordings_dir: Path | None,
     suites: tuple[str, ...] = ("operators", "splitwise", "distserve", "vllm-cpu"),
+    output: Path | None = None,
 ) -> tuple[list[Check], list[str]]:
     """Run the suites whose data is present; returns the checks and notes on skipped suites.
     ``data_dir`` (measurement sets, laid out as ``measurements/<set>/...``) and
     ``recordings_dir`` default to the data bundled with servesim."""
     checks: list[Check] = []
     skipped = []
-    unknown = set(suites) - {*SUITES, "vllm-cpu"}
+    unknown = set(suites) - {*SUITES, "vllm-cpu", "silicon"}
     if unknown:
-        raise ServesimError(f"unknown validation suites {sorted(unknown)}; known: {[*SUITES, 'vllm-cpu']}")
+        raise ServesimError(f"unknown validation suites {sorted(unknown)}; known: {[*SUITES, 'vllm-cpu', 'silicon']}")
     with ExitStack() as stack:
         if data_dir is None or recordings_dir is None:
             bundled = stack.enter_context(bundled_data())
@@ -113,6 +118,11 @@ def validate_all(
                     skipped.append(f"vllm-cpu: no recordings (*.json) in {recordings_dir}")
                     continue
                 checks += validate_vllm_cpu(recordings_dir, skipped=skipped)
+                continue
+            if name == "silicon":
+                from servesim.validate.silicon import validate_silicon
+
+                checks += validate_silicon(data_dir, output, skipped=skipped)
                 continue
             try:
                 checks += SUITES[name](data_dir)
