@@ -141,3 +141,9 @@ def test_a_few_rows_end_to_end(tmp_path):
     with files[0].open() as f:
         assert len(list(csv.DictReader(f))) == len(cases)
     assert json.loads(files[1].read_text())["run"] == len(run)
+
+
+def test_known_bad_marks_name_groups_of_the_data():
+    groups = {s.group_label(r) for r in s.read_silicon()} | {"all runs"}
+    assert {g for g, _ in s.SILICON_KNOWN_BAD} <= groups
+    assert {m for _, m in s.SILICON_KNOWN_BAD} <= {"TTFT", "TPOT"}
