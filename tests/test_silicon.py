@@ -44,7 +44,8 @@ def test_row_to_scenario_fields():
     sc = case.scenario
     assert sc["model"] == {"name": "nvidia/Llama-3.1-70B-Instruct-FP8"}
     assert sc["hardware"] == {"gpu": "H200", "perf_model": "kernels", "kernel_version": "0.19.0"}
-    assert sc["parallel"] == {"tensor_parallel_size": 2, "pipeline_parallel_size": 1, "expert_parallel_size": 1}
+    assert sc["parallel"] == {"tensor_parallel_size": 2, "pipeline_parallel_size": 1,
+                              "expert_parallel_size": 1}
     assert sc["engine"]["max_model_len"] == 2048
     wl = sc["workload"]
     assert (wl["type"], wl["input_len"], wl["output_len"], wl["random_range_ratio"], wl["max_concurrency"],
@@ -63,7 +64,8 @@ def test_row_mapping_variants(tmp_path):
     # a dense model's empty MoE fields; bf16
     c = s.row_case(_row(model_path="Qwen/Qwen3-32B", precision="", tp_size="4", moe_tp_size="1",
                         moe_ep_size="1", attention_dp_size="", system="h100_sxm"))
-    assert c.scenario["model"]["name"] == "Qwen/Qwen3-32B" and c.scenario["parallel"]["tensor_parallel_size"] == 4
+    assert c.scenario["model"]["name"] == "Qwen/Qwen3-32B"
+    assert c.scenario["parallel"]["tensor_parallel_size"] == 4
     # NVFP4: a ModelOpt config written for the preset
     c = s.row_case(_row(precision="fp4", system="b200_sxm"), tmp_path)
     assert c.nvfp4 == "meta-llama/Llama-3.1-70B"

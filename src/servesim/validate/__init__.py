@@ -16,8 +16,8 @@ Each suite predicts measurements that its profile was *not* fitted to where poss
   step's time (replay of the recorded batches).
 - ``silicon``: AIConfigurator's 1,093 measured ``vllm bench serve`` runs on H100, H200,
   B200, B300 and GB200 (``validate.silicon``): mean TTFT and TPOT of each run, median and
-  P90 |error| per (model, GPU) group. Not in the default set (it simulates every run, about
-  a minute); ``--suite silicon``.
+  P90 |error| per (model, GPU) group. Not in the default set (it simulates 976 runs, a few
+  minutes); ``--suite silicon``.
 
 Profiles are the ones bundled in ``servesim/data/profiles`` (made by ``servesim calibrate``;
 see docs/fidelity.md), so validation needs neither scipy nor refitting, except for a
@@ -107,7 +107,8 @@ def validate_all(
     skipped = []
     unknown = set(suites) - {*SUITES, "vllm-cpu", "silicon"}
     if unknown:
-        raise ServesimError(f"unknown validation suites {sorted(unknown)}; known: {[*SUITES, 'vllm-cpu', 'silicon']}")
+        raise ServesimError(f"unknown validation suites {sorted(unknown)}; "
+                            f"known: {[*SUITES, 'vllm-cpu', 'silicon']}")
     with ExitStack() as stack:
         if data_dir is None or recordings_dir is None:
             bundled = stack.enter_context(bundled_data())

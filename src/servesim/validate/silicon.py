@@ -114,7 +114,8 @@ SILICON_KNOWN_BAD: dict[tuple[str, str], str] = {
     ("Kimi-K2.5 fp4 b200_sxm", "TPOT"): "59%, over-predicted: " + _NVFP4 + "; " + _MLA,
     ("Kimi-K2.5 fp4 b300_sxm", "TPOT"): "61%, over-predicted: " + _NVFP4 + "; " + _MLA,
     ("Kimi-K2.5 int4 b200_sxm", "TPOT"): "75%, over-predicted: " + _MLA + "; int4 experts at the 16-bit peak",
-    ("Kimi-K2.5 int4 h200_sxm", "TPOT"): "117%, over-predicted: " + _MLA + "; int4 experts at the 16-bit peak",
+    ("Kimi-K2.5 int4 h200_sxm", "TPOT"): ("117%, over-predicted: " + _MLA
+                                          + "; int4 experts at the 16-bit peak"),
     ("Llama-3.1-70B fp4 b200_sxm", "TPOT"): "59%, over-predicted: " + _NVFP4,
     ("MiniMax-M2.5 fp8 h100_sxm", "TPOT"): ("24%, over-predicted: every run uses expert parallelism, whose "
                                             "all-to-all has no table (roofline, NVLink at its link figures)"),
@@ -381,9 +382,11 @@ def checks_of(cases: list[SiliconCase], known_bad: dict[tuple[str, str], str] | 
                 goal = goal.missed(why)
             errs = np.array([getattr(c, f"{metric.lower()}_err_pct") for c in cases
                              if not c.skip and (g["group"] == "all runs" or c.group == g["group"])])
-            note = f"median |err|; P90 {g[f'{metric.lower()}_p90_abs']:.1f}%" + (f"; {g['note']}" if g["note"] else "")
-            out.append(MedianCheck.against("silicon", g["group"], f"mean {metric}", errs[np.isfinite(errs)], goal,
-                                           note=note))
+            note = f"median |err|; P90 {g[f'{metric.lower()}_p90_abs']:.1f}%"
+            if g["note"]:
+                note += f"; {g['note']}"
+            out.append(MedianCheck.against("silicon", g["group"], f"mean {metric}", errs[np.isfinite(errs)],
+                                           goal, note=note))
     return out
 
 
@@ -404,8 +407,8 @@ def write_report(cases: list[SiliconCase], folder: Path) -> list[Path]:
     ``silicon_groups.json`` and ``silicon_groups.md`` (the group table) in ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     runs = folder / "silicon_runs.csv"
-    with runs.open("w", newline="") as f:
-        w = csv.writer(f, lineterminator="\n")
+    with runs.open("w", newline="") as out:
+        w = csv.writer(out, lineterminator="\n")
         w.writerow(["id", "group", "model_path", "system", "precision", "backend_version", "tp", "ep",
                     "isl", "osl", "concurrency", "measured_ttft_ms", "predicted_ttft_ms", "ttft_err_pct",
                     "measured_tpot_ms", "predicted_tpot_ms", "tpot_err_pct", "kernel_version",
@@ -433,7 +436,8 @@ def write_report(cases: list[SiliconCase], folder: Path) -> list[Path]:
 
 
 def markdown_table(table: list[dict[str, Any]]) -> str:
-    lines = ["| group | runs | TTFT median abs err | P90 | median err | TPOT median abs err | P90 | median err |",
+    lines = ["| group | runs | TTFT median abs err | P90 | median err "
+             "| TPOT median abs err | P90 | median err |",
              "|---|---|---|---|---|---|---|---|"]
     for g in table:
         lines.append(f"| {g['group']} | {g['n']} | {g['ttft_median_abs']:.1f}% | {g['ttft_p90_abs']:.1f}% | "
