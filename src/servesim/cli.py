@@ -300,7 +300,11 @@ def validate(
         help="Real vLLM CPU recordings, one session per folder (the folder and each subfolder "
              "holding a rate1.json). Default: the recordings bundled with servesim.")] = None,
     suite: Annotated[list[str] | None, typer.Option(
-        help="Suites to run (repeatable): operators, splitwise, distserve, vllm-cpu. Default: all.")] = None,
+        help="Suites to run (repeatable): operators, splitwise, distserve, vllm-cpu, silicon. Default: "
+             "all but silicon (it simulates 976 measured GPU runs: a few minutes).")] = None,
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", file_okay=False,
+        help="A folder for report files (silicon: silicon_runs.csv, silicon_groups.json and .md).")] = None,
     threshold: Annotated[float | None, typer.Option(
         help="Fail when any row's mean absolute error exceeds this percentage "
              "(default: each row's goal; rows known to miss theirs are reported, not failed).")] = None,
@@ -316,13 +320,15 @@ def validate(
         from servesim import validate as v
 
         suites = tuple(suite) if suite else ("operators", "splitwise", "distserve", "vllm-cpu")
-        checks, skipped = v.validate_all(data_dir, recordings, suites, cross_fit=cross_fit)
+        checks, skipped = v.validate_all(data_dir, recordings, suites, cross_fit=cross_fit, output=output)
         typer.echo(_validation_table(checks, threshold))
         if threshold is None:
             for line in v.known_bad_reasons(checks):
                 typer.echo(line)
         for note in skipped:
             typer.echo(f"skipped {note}")
+        if output is not None and "silicon" in suites:
+            typer.echo(f"wrote {output}/silicon_runs.csv, silicon_groups.json, silicon_groups.md")
         if not checks:
             typer.echo("nothing validated: no measurement data or recordings found (check --data-dir "
                        "and --recordings)", err=True)

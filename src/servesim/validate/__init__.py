@@ -16,6 +16,10 @@ Each suite predicts measurements that its profile was *not* fitted to where poss
   step's time (replay of the recorded batches); the fit recording's rows are in-sample,
   the others held out. ``cross_fit`` fits on each recording in turn and reports the
   held-out error of each fit on the others.
+- ``silicon``: AIConfigurator's 1,093 measured ``vllm bench serve`` runs on H100, H200,
+  B200, B300 and GB200 (``validate.silicon``): mean TTFT and TPOT of each run, median and
+  P90 |error| per (model, GPU) group. Not in the default set (it simulates 976 runs, a few
+  minutes); ``--suite silicon``.
 
 Profiles are the ones bundled in ``servesim/data/profiles`` (made by ``servesim calibrate``;
 see docs/fidelity.md), so validation needs neither scipy nor refitting, except for a
@@ -99,6 +103,7 @@ def validate_all(
     recordings_dir: Path | None,
     suites: tuple[str, ...] = ("operators", "splitwise", "distserve", "vllm-cpu"),
     cross_fit: bool = False,
+    output: Path | None = None,
 ) -> tuple[list[Check], list[str]]:
     """Run the suites whose data is present; returns the checks and notes on skipped suites.
     ``data_dir`` (measurement sets, laid out as ``measurements/<set>/...``) and
@@ -107,9 +112,10 @@ def validate_all(
     others (``cpu.cross_fit_session``; needs scipy, ~30 s on the bundled recordings)."""
     checks: list[Check] = []
     skipped = []
-    unknown = set(suites) - {*SUITES, "vllm-cpu"}
+    unknown = set(suites) - {*SUITES, "vllm-cpu", "silicon"}
     if unknown:
-        raise ServesimError(f"unknown validation suites {sorted(unknown)}; known: {[*SUITES, 'vllm-cpu']}")
+        raise ServesimError(f"unknown validation suites {sorted(unknown)}; "
+                            f"known: {[*SUITES, 'vllm-cpu', 'silicon']}")
     with ExitStack() as stack:
         if data_dir is None or recordings_dir is None:
             bundled = stack.enter_context(bundled_data())
@@ -126,6 +132,11 @@ def validate_all(
                     else:
                         skipped.append("vllm-cpu cross-fit: fitting needs scipy "
                                        "(pip install 'servesim[calibrate]')")
+                continue
+            if name == "silicon":
+                from servesim.validate.silicon import validate_silicon
+
+                checks += validate_silicon(data_dir, output, skipped=skipped)
                 continue
             try:
                 checks += SUITES[name](data_dir)

@@ -1,0 +1,151 @@
+"""The ``silicon`` validation suite: rows of AIConfigurator's silicon_vllm.csv as scenarios."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import numpy as np
+import pytest
+
+from conftest import shared_data
+from servesim.config import Scenario
+from servesim.validate import silicon as s
+
+
+def _row(**kw: str) -> dict[str, str]:
+    base = dict.fromkeys(s.COLUMNS, "")
+    base.update(id="r", backend_version="0.19.0", model_path="meta-llama/Llama-3.1-70B", system="h200_sxm",
+                precision="fp8", mode="agg", isl="1024", osl="1024", gemm_quant_mode="fp8",
+                moe_quant_mode="fp8", batch_size="16", tp_size="2", pp_size="1", attention_dp_size="1",
+                moe_tp_size="2", moe_ep_size="1", silicon_ttft_ms="100", silicon_tpot_ms="20")
+    base.update(kw)
+    return base
+
+
+def test_bundled_rows():
+    rows = s.read_silicon()
+    assert len(rows) == 1093
+    assert set(rows[0]) == set(s.COLUMNS)
+
+
+@pytest.mark.shared_data
+def test_bundled_copy_equals_the_shared_csv():
+    path = shared_data("measurements/aiconfigurator/silicon_vllm.csv")
+    with path.open(newline="") as f:
+        full = [{c: r[c] for c in s.COLUMNS} for r in csv.DictReader(f)]
+    assert s.read_silicon() == full
+
+
+def test_row_to_scenario_fields():
+    case = s.row_case(_row())
+    assert not case.skip
+    sc = case.scenario
+    assert sc["model"] == {"name": "nvidia/Llama-3.1-70B-Instruct-FP8"}
+    assert sc["hardware"] == {"gpu": "H200", "perf_model": "kernels", "kernel_version": "0.19.0"}
+    assert sc["parallel"] == {"tensor_parallel_size": 2, "pipeline_parallel_size": 1,
+                              "expert_parallel_size": 1}
+    assert sc["engine"]["max_model_len"] == 2048
+    wl = sc["workload"]
+    assert (wl["type"], wl["input_len"], wl["output_len"], wl["random_range_ratio"], wl["max_concurrency"],
+            wl["num_warmups"]) == ("benchmark", 1024, 1024, 0.0, 16, 0)
+    assert wl["num_prompts"] == max(s.PROMPTS_PER_CLIENT * 16, s.MIN_PROMPTS)
+    Scenario.model_validate(sc)  # a valid scenario
+    assert case.group == "Llama-3.1-70B fp8 h200_sxm"
+
+
+def test_row_mapping_variants(tmp_path):
+    # expert parallelism; the old vLLM version takes the nearest kernel tables
+    c = s.row_case(_row(model_path="MiniMaxAI/MiniMax-M2.5", tp_size="4", moe_tp_size="1", moe_ep_size="4",
+                        backend_version="0.12.0", system="h100_sxm"))
+    assert c.scenario["parallel"]["expert_parallel_size"] == 4
+    assert c.scenario["hardware"]["kernel_version"] == "0.14.0"
+    # a dense model's empty MoE fields; bf16
+    c = s.row_case(_row(model_path="Qwen/Qwen3-32B", precision="", tp_size="4", moe_tp_size="1",
+                        moe_ep_size="1", attention_dp_size="", system="h100_sxm"))
+    assert c.scenario["model"]["name"] == "Qwen/Qwen3-32B"
+    assert c.scenario["parallel"]["tensor_parallel_size"] == 4
+    # NVFP4: a ModelOpt config written for the preset
+    c = s.row_case(_row(precision="fp4", system="b200_sxm"), tmp_path)
+    assert c.nvfp4 == "meta-llama/Llama-3.1-70B"
+    assert c.scenario["model"]["name"] == str(tmp_path / "Llama-3.1-70B-NVFP4")
+    # B300 runs as a B200, with a note
+    c = s.row_case(_row(system="b300_sxm", precision="fp4"))
+    assert c.scenario["hardware"]["gpu"] == "B200" and any("B300" in n for n in c.notes)
+
+
+def test_nvfp4_config_is_read_as_nvfp4():
+    from servesim.catalog.models import load_model
+
+    with s.nvfp4_configs({"meta-llama/Llama-3.1-70B"}) as tmp:
+        m = load_model(str(tmp / "Llama-3.1-70B-NVFP4"))
+    assert m.dtype == "nvfp4"
+
+
+@pytest.mark.parametrize("kw, reason", [
+    ({"mode": "disagg"}, "mode disagg"),
+    ({"attention_dp_size": "4", "moe_ep_size": "8", "moe_tp_size": "1", "tp_size": "2"},
+     "attention data parallelism (4)"),
+    ({"system": "mi300x"}, "system mi300x"),
+    ({"precision": "int8"}, "no preset"),
+])
+def test_skipped_rows_carry_reasons(kw, reason):
+    c = s.row_case(_row(**kw))
+    assert c.scenario is None and reason in c.skip
+
+
+def test_every_bundled_row_is_run_or_skipped_with_a_reason():
+    cases = [s.row_case(r) for r in s.read_silicon()]
+    assert all((c.scenario is None) == bool(c.skip) for c in cases)
+    assert sum(c.row["mode"] == "disagg" for c in cases if c.skip) == 17
+
+
+def test_group_statistics_on_a_hand_made_table():
+    def case(group: str, pt: float, pp: float) -> s.SiliconCase:
+        c = s.SiliconCase(_row(silicon_ttft_ms="100", silicon_tpot_ms="10"), {}, group=group)
+        c.predicted_ttft_ms, c.predicted_tpot_ms = pt, pp
+        return c
+
+    cases = [case("a", 110, 10), case("a", 80, 12), case("a", 100, 9), case("b", 150, 10)]
+    skipped = s.SiliconCase(_row(), None, skip="why", group="a")
+    table = {g["group"]: g for g in s.group_table([*cases, skipped])}
+    a = table["a"]
+    assert a["n"] == 3
+    assert a["ttft_median_abs"] == pytest.approx(10.0)  # |err| 10, 20, 0
+    assert a["ttft_p90_abs"] == pytest.approx(np.percentile([10, 20, 0], 90))
+    assert a["tpot_median_abs"] == pytest.approx(10.0)  # 0, 20, 10
+    assert a["tpot_median"] == pytest.approx(0.0)  # 0, +20, -10
+    assert table["all runs"]["n"] == 4
+    assert table["all runs"]["ttft_median_abs"] == pytest.approx(15.0)  # 10, 20, 0, 50
+    checks = s.checks_of(cases, known_bad={("b", "TTFT"): "hand-made"})
+    by = {(c.case, c.metric): c for c in checks}
+    assert by["all runs", "mean TTFT"].limit_pct == s.TTFT_GOAL.limit_pct
+    assert by["a", "mean TPOT"].limit_pct == s.GROUP_GOAL.limit_pct
+    assert by["a", "mean TTFT"].mape_pct == pytest.approx(10.0)  # the median, as the goal says
+    assert by["b", "mean TTFT"].status() == "known bad"
+    assert by["all runs", "mean TTFT"].status() == "NO"  # 15% > 12%
+
+
+def test_a_few_rows_end_to_end(tmp_path):
+    rows = s.read_silicon()
+    pick = [r for r in rows if r["mode"] == "agg" and r["attention_dp_size"] in ("1", "")]
+    pick = [pick[0], *(r for r in pick if r["precision"] == "fp4")][:3] + \
+        [r for r in pick if r["model_path"] == "Qwen/Qwen3-32B"][:2]
+    cases = s.run_cases(pick)
+    run = [c for c in cases if not c.skip]
+    assert len(run) >= 4
+    for c in run:
+        assert math.isfinite(c.ttft_err_pct) and math.isfinite(c.tpot_err_pct)
+        assert c.predicted_ttft_ms > 0 and c.predicted_tpot_ms > 0
+    files = s.write_report(cases, tmp_path)
+    assert [f.name for f in files] == ["silicon_runs.csv", "silicon_groups.json", "silicon_groups.md"]
+    with files[0].open() as f:
+        assert len(list(csv.DictReader(f))) == len(cases)
+    assert json.loads(files[1].read_text())["run"] == len(run)
+
+
+def test_known_bad_marks_name_groups_of_the_data():
+    groups = {s.group_label(r) for r in s.read_silicon()} | {"all runs"}
+    assert {g for g, _ in s.SILICON_KNOWN_BAD} <= groups
+    assert {m for _, m in s.SILICON_KNOWN_BAD} <= {"TTFT", "TPOT"}
