@@ -41,7 +41,8 @@ def _user_errors() -> Iterator[None]:
     try:
         yield
     except ServesimError as err:
-        Console(stderr=True, highlight=False, soft_wrap=True).print(f"error: {err}", markup=False)
+        Console(stderr=True, highlight=False, soft_wrap=True).print(f"error: {err}", markup=False,
+                                                                    emoji=False)
         raise typer.Exit(EXIT_USER_ERROR) from None
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_INTERRUPTED) from None
@@ -368,22 +369,26 @@ def profile(
     model: Annotated[str, typer.Argument(help="Model preset or path to a config.json.", show_default=False)],
     output: Annotated[Path, typer.Option("--output", "-o", file_okay=False,
                                          help="Directory to write compute/<device-name>/<model>/ into.")],
-    device: Annotated[str, typer.Option(help="torch device: cpu, cuda, cuda:1, ...")] = "cpu",
+    device: Annotated[str, typer.Option(help="torch device: cpu, cuda, cuda:1, mps, ...")] = "cpu",
     device_name: Annotated[str, typer.Option(help="Directory name of this device in the profile.")] = "cpu",
-    tp: Annotated[int, typer.Option(min=1, help="Tensor-parallel degree whose shard to time.")] = 1,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree whose shard to time.")] = 1,
     tokens: Annotated[str, typer.Option(help="Comma-separated token counts.")
                       ] = "1,2,4,8,16,32,64,128,256,512",
     contexts: Annotated[str, typer.Option(help="Comma-separated context lengths (attention).")
                         ] = "128,512,2048",
-    repeats: Annotated[int, typer.Option(min=1, help="Timed runs per point (after 2 warm-up runs).")] = 5,
+    repeats: Annotated[int, typer.Option(help="Timed runs per point (after 2 warm-up runs).")] = 5,
+    no_progress: Annotated[bool, typer.Option(
+        "--no-progress", help="Do not show a progress bar (with the time left) while timing.")] = False,
 ) -> None:
     """Time the model's operators on the local device (needs torch: servesim[profile]).
 
-    Writes Vidur's operator-profile format, ready for `servesim calibrate`.
+    Writes Vidur's operator-profile format, ready for `servesim calibrate`. Rows are kept
+    as they are measured (in *.partial.csv until the profile is complete), so Ctrl-C keeps
+    what was measured so far.
     """
     with _user_errors():
         from servesim.catalog.models import load_model
-        from servesim.profile_ops import profile_operators
+        from servesim.profile_ops import ProfileInterrupted, profile_operators
 
         def ints(text: str, what: str) -> tuple[int, ...]:
             try:
@@ -391,8 +396,13 @@ def profile(
             except ValueError:
                 raise ServesimError(f"--{what}: expected comma-separated integers, got {text!r}") from None
 
-        paths = profile_operators(load_model(model), output, device_name, device, tp, ints(tokens, "tokens"),
-                                  ints(contexts, "contexts"), repeats=repeats)
+        try:
+            paths = profile_operators(load_model(model), output, device_name, device, tp,
+                                      ints(tokens, "tokens"), ints(contexts, "contexts"), repeats=repeats,
+                                      progress=not no_progress)
+        except ProfileInterrupted as stop:
+            Console(stderr=True, highlight=False, soft_wrap=True).print(str(stop), markup=False, emoji=False)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         typer.echo("wrote " + ", ".join(str(p) for p in paths))
 
 

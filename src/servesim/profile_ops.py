@@ -9,21 +9,31 @@ activation and residual add. They are written in Vidur's operator-profile format
 of context lengths (prefill chunks and decode batches), into ``attention.csv`` beside it.
 
 Timing: ``repeats`` runs after ``warmup`` runs, each measured with ``time.perf_counter``
-around the operator (and ``torch.cuda.synchronize`` on a GPU); the table holds their
+around the operator (and the device's ``synchronize`` on a GPU); the table holds their
 statistics. This is the operator's wall time including framework dispatch, which on a CPU
 in eager mode is what the engine pays too.
+
+Before any timing the inputs are checked (the grid, the tensor-parallel degree against
+the model's heads) and so is the device: one the installed torch cannot use is refused
+in one line, with nothing written. While timing, each completed row is appended to
+``mlp.partial.csv`` / ``attention.partial.csv``; both are renamed to their final names
+only when the whole profile is measured, so an interrupted run keeps what it measured
+under names ``calibrate`` does not read, and never leaves a final pair from two runs.
 """
 
 from __future__ import annotations
 
 import csv
+import os
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from servesim.catalog.models import ModelSpec
-from servesim.errors import ServesimError
+from servesim.errors import ConfigError, ServesimError
 
 DEFAULT_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 DEFAULT_CONTEXTS = (128, 512, 2048)
@@ -43,20 +53,119 @@ OPS = (
     "add",
 )
 
+_STATS = ("min", "max", "mean", "median", "std")
+_MLP_META = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size", "use_gated_mlp",
+             "num_tokens", "num_tensor_parallel_workers")
+MLP_FIELDS = tuple(f"time_stats.{op}.{s}" for op in OPS for s in _STATS) + _MLP_META
+ATTENTION_FIELDS = (("kind", "num_tokens", "context_len", "batch_size")
+                    + tuple(f"time_stats.attention.{s}" for s in _STATS)
+                    + ("num_tensor_parallel_workers",))
+
+#: Device types this command times on (each has ``torch.<type>.synchronize``, but the CPU).
+_DEVICE_TYPES = {"cpu": "CPU", "cuda": "CUDA", "mps": "MPS", "xpu": "XPU"}
+
+
+class ProfileInterrupted(KeyboardInterrupt):
+    """Ctrl-C while timing; ``str()`` says what was kept (the rows measured so far)."""
+
 
 def _torch() -> Any:
     try:
         import torch
     except ImportError:
         raise ServesimError(
-            "servesim profile needs torch: pip install 'servesim[profile]' "
-            "(for a CPU-only machine: pip install torch==2.13.0)"
+            "servesim profile needs torch, which is not installed: pip install 'servesim[profile]' "
+            "(a CPU-only build: pip install torch --index-url https://download.pytorch.org/whl/cpu)"
         ) from None
     return torch
 
 
+def check_inputs(model: ModelSpec, tp: int, tokens: Sequence[int], contexts: Sequence[int],
+                 batches: Sequence[int], warmup: int, repeats: int) -> None:
+    """Raise a ServesimError naming the option when a profile of these inputs cannot run."""
+    if model.is_moe:
+        raise ServesimError(f"{model.name}: profiling MoE experts is not supported")
+    for what, values in (("--tokens", tokens), ("--contexts", contexts), ("batches", batches)):
+        if not values:
+            raise ServesimError(f"{what}: expected at least one positive integer, got none")
+        bad = [v for v in values if v < 1]
+        if bad:
+            raise ServesimError(f"{what}: {bad[0]} is not a positive integer (expected >= 1)")
+        dup = sorted({v for v in values if list(values).count(v) > 1})
+        if dup:
+            raise ServesimError(f"{what}: {dup[0]} is given more than once (expected distinct values)")
+    if repeats < 1:
+        raise ServesimError(f"--repeats: {repeats}; expected at least 1 timed run per point")
+    if warmup < 0:
+        raise ServesimError(f"warmup: {warmup}; expected 0 or more")
+    if tp < 1:
+        raise ServesimError(f"--tp: {tp}; expected a tensor-parallel degree of at least 1")
+    from servesim.catalog.parallel import check_parallel
+    from servesim.config import ParallelConfig
+
+    try:
+        check_parallel(model, ParallelConfig.model_construct(tensor_parallel_size=tp))
+    except ConfigError as err:
+        raise ServesimError("--tp: " + str(err).removeprefix("parallel.tensor_parallel_size: ")) from None
+    if model.intermediate_size % tp:
+        raise ServesimError(f"--tp: {tp} does not divide the MLP width {model.intermediate_size} of "
+                            f"{model.name} (each rank holds an equal shard)")
+
+
+def _devices_here(torch: Any) -> list[str]:
+    here = ["cpu"]
+    for kind in ("cuda", "xpu"):
+        mod = getattr(torch, kind, None)
+        try:
+            if mod is not None and mod.is_available():
+                here += [f"{kind}:{i}" for i in range(int(mod.device_count()))]
+        except Exception:  # a backend that cannot even be queried is not usable here
+            pass
+    try:
+        if torch.backends.mps.is_available():
+            here.append("mps")
+    except Exception:
+        pass
+    return here
+
+
+def check_device(torch: Any, device: str, option: str = "--device") -> None:
+    """Raise a ServesimError, in one line, when the installed torch cannot time on ``device``."""
+    kind, _, index = device.partition(":")
+    version = getattr(torch, "__version__", "unknown")
+
+    def refuse(why: str) -> ServesimError:
+        return ServesimError(f"{option} {device}: the installed torch (version {version}) cannot use it "
+                             f"({why}; devices here: {', '.join(_devices_here(torch))})")
+
+    if kind not in _DEVICE_TYPES or (index and not index.isdigit()):
+        raise refuse(f"expected one of {', '.join(_DEVICE_TYPES)}, optionally with an index such as cuda:1")
+    try:
+        torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise refuse("torch does not accept this device string") from None
+    if kind == "cpu":
+        return
+    label = _DEVICE_TYPES[kind]
+    if kind == "mps":
+        if not torch.backends.mps.is_available():
+            raise refuse("MPS not available")
+        return
+    mod = getattr(torch, kind, None)
+    if mod is None or not mod.is_available():
+        why, built = f"{label} not available", getattr(torch, "version", None)
+        if kind == "cuda" and getattr(built, "cuda", "") is None and getattr(built, "hip", None) is None:
+            why += ": this torch build has no CUDA support"
+        raise refuse(why)
+    count = int(mod.device_count())
+    if index and int(index) >= count:
+        raise refuse(f"{label} device {index} does not exist: {count} {label} device"
+                     f"{'' if count == 1 else 's'}, {kind}:0 to {kind}:{count - 1}")
+
+
 def _timer(torch: Any, device: str, warmup: int, repeats: int) -> Callable[[Callable[[], Any]], list[float]]:
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    kind = device.partition(":")[0]
+    sync = getattr(torch, kind).synchronize if kind != "cpu" else (lambda: None)
 
     def run(fn: Callable[[], Any]) -> list[float]:
         with torch.inference_mode():
@@ -88,6 +197,88 @@ def _stats(ms: list[float], name: str) -> dict[str, float]:
     }
 
 
+class _RowFile:
+    """A CSV written row by row to ``<stem>.partial.csv`` (flushed after each row, created
+    with its folder on the first), renamed to ``<stem>.csv`` by ``finish``."""
+
+    def __init__(self, final: Path, fields: Sequence[str]) -> None:
+        self.final, self.fields, self.rows = final, list(fields), 0
+        self.partial = final.with_name(f"{final.stem}.partial{final.suffix}")
+        self._file: IO[str] | None = None
+        self._writer: Any = None
+
+    def write(self, row: dict[str, Any]) -> None:
+        if self._file is None:
+            self.partial.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.partial.open("w", newline="")
+            self._writer = csv.DictWriter(self._file, fieldnames=self.fields)
+            self._writer.writeheader()
+        self._writer.writerow(row)
+        self._file.flush()
+        self.rows += 1
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+    def finish(self) -> Path:
+        self.close()
+        os.replace(self.partial, self.final)
+        return self.final
+
+
+def count_points(tokens: Sequence[int], contexts: Sequence[int], batches: Sequence[int]) -> int:
+    """How many timings a profile of this grid takes (each operator at each shape)."""
+    attention = sum(sum(1 for t in tokens if 1 < t <= c) + len(batches) for c in contexts)
+    return len(OPS) * len(tokens) + attention
+
+
+def _make_bar(total: int) -> Any:
+    """The rich progress bar of a profile, on stderr, with the time left."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    bar = Progress(TextColumn("profiling {task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
+                   console=Console(stderr=True), transient=True)
+    bar.add_task("", total=total)
+    return bar
+
+
+def _stderr_is_tty() -> bool:
+    return sys.stderr.isatty()
+
+
+@contextmanager
+def _progress(enabled: bool, total: int) -> Iterator[Callable[[str], None]]:
+    """Yield ``step(description)``, called before each timing; a bar only on a terminal."""
+    if not enabled or not _stderr_is_tty():
+        yield lambda what: None
+        return
+    bar = _make_bar(total)
+    (task,) = bar.task_ids
+    first = True
+
+    def step(what: str) -> None:
+        nonlocal first
+        bar.update(task, description=what, advance=0 if first else 1)
+        first = False
+
+    bar.start()
+    try:
+        yield step
+        bar.update(task, completed=total)
+    finally:
+        bar.stop()
+
+
 def profile_operators(
     model: ModelSpec,
     out_dir: Path,
@@ -99,15 +290,26 @@ def profile_operators(
     batches: Sequence[int] = DEFAULT_BATCHES,
     warmup: int = 2,
     repeats: int = 5,
+    progress: bool = False,
 ) -> list[Path]:
     """Time one layer's operators of ``model`` (one TP rank) and write the profile files.
 
     Returns the paths written: ``out_dir/compute/<device_name>/<model>/mlp.csv`` and
-    ``attention.csv`` beside it.
+    ``attention.csv`` beside it. Inputs and the device are checked first (a ServesimError,
+    nothing written). ``progress``: a bar with the time left on stderr (on a terminal).
+    Ctrl-C raises ProfileInterrupted saying which ``*.partial.csv`` rows were kept.
     """
+    check_inputs(model, tp, tokens, contexts, batches, warmup, repeats)
+    if not device_name or device_name in (".", "..") or any(c in device_name for c in "/\\"):
+        raise ServesimError(f"--device-name {device_name!r}: expected a plain directory name")
+    folder = out_dir / "compute" / device_name / model.name.lstrip("/").replace("..", "_")
+    for parent in (folder, *folder.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise ServesimError(f"--output {out_dir}: {parent} exists and is not a directory")
+            break
     torch = _torch()
-    if model.is_moe:
-        raise ServesimError(f"{model.name}: profiling MoE experts is not supported")
+    check_device(torch, device)
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}.get(
         model.dtype, torch.bfloat16
     )
@@ -120,38 +322,65 @@ def profile_operators(
     def rand(*shape: int) -> Any:
         return torch.randn(*shape, dtype=dtype, device=device) * 0.02
 
-    w_qkv, w_o, w_up, w_down = rand(h, q + 2 * kv), rand(q, h), rand(h, up), rand(width, h)
-    w_norm, emb = rand(h), rand(model.vocab_size // tp, h)
-    rows = []
-    for t in tokens:
-        ops = _layer_ops(torch, model, t, rand, (w_qkv, w_o, w_up, w_down, w_norm, emb), tp)
-        row: dict[str, Any] = {}
-        for name in OPS:
-            row.update(_stats(timed(ops[name]), name))
-        row.update(
-            {
-                "n_head": model.num_attention_heads,
-                "n_kv_head": model.num_kv_heads,
-                "n_embd": h,
-                "n_expanded_embd": model.intermediate_size,
-                "vocab_size": model.vocab_size,
-                "use_gated_mlp": model.mlp_gated,
-                "num_tokens": t,
-                "num_tensor_parallel_workers": tp,
-            }
-        )
-        rows.append(row)
-    folder = out_dir / "compute" / device_name / model.name.lstrip("/").replace("..", "_")
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = [
-        _write(folder / "mlp.csv", rows),
-        _write(
-            folder / "attention.csv",
-            _attention_rows(torch, timed, rand, model, tp, tokens, contexts, batches),
-        ),
-    ]
-    return paths
+    total = count_points(tokens, contexts, batches)
+    mlp = _RowFile(folder / "mlp.csv", MLP_FIELDS)
+    attention = _RowFile(folder / "attention.csv", ATTENTION_FIELDS)
+    done = 0
 
+    def kept(stopped: str) -> str:
+        files = [(f, n) for f, n in ((mlp, len(tokens)), (attention, total - len(OPS) * len(tokens)))
+                 if f.rows]
+        if not files:
+            return f"{stopped} after {done} of {total} timings; no row was complete, nothing was kept"
+        rows = " and ".join(f"{f.rows} of {n} {f.final.stem} rows ({f.partial.name})" for f, n in files)
+        names = " and ".join(f.final.name for f, _ in files)
+        return (f"{stopped} after {done} of {total} timings; kept {rows} in {folder} "
+                f"(calibrate reads them once renamed to {names})")
+
+    oom = tuple(c for c in (getattr(torch, "OutOfMemoryError", None),
+                            getattr(torch.cuda, "OutOfMemoryError", None))
+                if isinstance(c, type) and issubclass(c, Exception))
+    try:
+        with _progress(progress, total) as step:
+
+            def time_point(what: str, fn: Callable[[], Any]) -> list[float]:
+                nonlocal done
+                step(what)
+                ms = timed(fn)
+                done += 1
+                return ms
+
+            w_qkv, w_o, w_up, w_down = rand(h, q + 2 * kv), rand(q, h), rand(h, up), rand(width, h)
+            w_norm, emb = rand(h), rand(model.vocab_size // tp, h)
+            for t in tokens:
+                ops = _layer_ops(torch, model, t, rand, (w_qkv, w_o, w_up, w_down, w_norm, emb), tp)
+                row: dict[str, Any] = {}
+                for name in OPS:
+                    row.update(_stats(time_point(f"{name} at {t} tokens", ops[name]), name))
+                row.update(
+                    {
+                        "n_head": model.num_attention_heads,
+                        "n_kv_head": model.num_kv_heads,
+                        "n_embd": h,
+                        "n_expanded_embd": model.intermediate_size,
+                        "vocab_size": model.vocab_size,
+                        "use_gated_mlp": model.mlp_gated,
+                        "num_tokens": t,
+                        "num_tensor_parallel_workers": tp,
+                    }
+                )
+                mlp.write(row)
+            for row in _attention_rows(torch, time_point, rand, model, tp, tokens, contexts, batches):
+                attention.write(row)
+    except KeyboardInterrupt:
+        raise ProfileInterrupted(kept("interrupted")) from None
+    except oom as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ServesimError(f"{device} ran out of memory ({first}); " + kept("stopped")) from None
+    finally:
+        mlp.close()
+        attention.close()
+    return [mlp.finish(), attention.finish()]
 
 def _layer_ops(
     torch: Any, model: ModelSpec, t: int, rand: Callable[..., Any], weights: tuple[Any, ...], tp: int
@@ -196,18 +425,18 @@ def _layer_ops(
 
 def _attention_rows(
     torch: Any,
-    timed: Callable[..., list[float]],
+    timed: Callable[[str, Callable[[], Any]], list[float]],
     rand: Callable[..., Any],
     model: ModelSpec,
     tp: int,
     tokens: Sequence[int],
     contexts: Sequence[int],
     batches: Sequence[int],
-) -> list[dict[str, Any]]:
-    """Causal attention of a prefill chunk over its context, and decode over contexts."""
+) -> Iterator[dict[str, Any]]:
+    """Causal attention of a prefill chunk over its context, and decode over contexts, one
+    row at a time as each is timed (``timed(what, fn)``)."""
     sdpa = torch.nn.functional.scaled_dot_product_attention
     hd, nq, nkv = model.head_dim, model.num_attention_heads // tp, model.kv_heads_per_rank(tp)
-    rows = []
 
     def call(*args: Any, **kw: Any) -> Callable[[], Any]:
         return lambda: sdpa(*args, **kw)
@@ -219,34 +448,24 @@ def _attention_rows(
             qx = rand(1, nq, t, hd)
             # The chunk is the last t of the c tokens: a causal mask shifted by c - t.
             mask = torch.ones(t, c, dtype=torch.bool, device=qx.device).tril(c - t)
-            rows.append(
-                {
-                    "kind": "prefill",
-                    "num_tokens": t,
-                    "context_len": c - t,
-                    "batch_size": 1,
-                    **_stats(timed(call(qx, k, v, attn_mask=mask)), "attention"),
-                    "num_tensor_parallel_workers": tp,
-                }
-            )
+            yield {
+                "kind": "prefill",
+                "num_tokens": t,
+                "context_len": c - t,
+                "batch_size": 1,
+                **_stats(timed(f"attention, prefill of {t} tokens at context {c}",
+                               call(qx, k, v, attn_mask=mask)), "attention"),
+                "num_tensor_parallel_workers": tp,
+            }
         for b in batches:
             qx = rand(b, nq, 1, hd)
-            rows.append(
-                {
-                    "kind": "decode",
-                    "num_tokens": b,
-                    "context_len": c,
-                    "batch_size": b,
-                    **_stats(timed(call(qx, k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1))), "attention"),
-                    "num_tensor_parallel_workers": tp,
-                }
-            )
-    return rows
+            yield {
+                "kind": "decode",
+                "num_tokens": b,
+                "context_len": c,
+                "batch_size": b,
+                **_stats(timed(f"attention, decode of {b} at context {c}",
+                               call(qx, k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1))), "attention"),
+                "num_tensor_parallel_workers": tp,
+            }
 
-
-def _write(path: Path, rows: list[dict[str, Any]]) -> Path:
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    return path
