@@ -172,12 +172,13 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
         hw = HardwareProfile.load(sc.hardware.profile)
     gpu = hw.resolve_gpu(sc.hardware.gpu) if hw else get_gpu(sc.hardware.gpu)
     engine = resolve_engine(hw.adjust_engine(sc.engine) if hw else sc.engine, gpu.mem_bytes, gpu.name,
-                            sc.engine.max_model_len or model.max_position_embeddings)
+                            sc.engine.max_model_len or model.max_position_embeddings,
+                            pipeline_parallel_size=sc.parallel.pipeline_parallel_size)
     plan = plan_memory(model, gpu, engine, sc.parallel,
                        kv_dtype_bytes=resolve_kv_dtype_bytes(sc.model.kv_cache_dtype, model))
     check_budget(engine, plan.max_model_len)
     perf = (hw.perf_model(model, gpu, sc.parallel, sc.model) if hw
-            else build_step_model(model, gpu, sc.parallel, sc.hardware, sc.model))
+            else build_step_model(model, gpu, sc.parallel, sc.hardware, sc.model, engine=engine))
     wl = load_workload(sc.workload, sc.run.seed)
     num_gpus = sc.parallel.tensor_parallel_size * sc.parallel.pipeline_parallel_size
     with _progress_bar(progress, len(wl), t0) as report:

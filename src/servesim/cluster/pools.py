@@ -36,7 +36,8 @@ def build_pool(sc: Scenario, pool: PoolConfig, model: ModelSpec,
     if hw is not None:
         eng = hw.adjust_engine(eng)
     max_len = eng.max_model_len or model.max_position_embeddings
-    engine = resolve_engine(eng, gpu.mem_bytes, gpu.name, max_len)
+    engine = resolve_engine(eng, gpu.mem_bytes, gpu.name, max_len,
+                            pipeline_parallel_size=par.pipeline_parallel_size)
     kv_b = resolve_kv_dtype_bytes(sc.model.kv_cache_dtype, model)
     plan = plan_memory(model, gpu, engine, par, kv_dtype_bytes=kv_b)
     lk = pool.links
@@ -53,7 +54,7 @@ def build_pool(sc: Scenario, pool: PoolConfig, model: ModelSpec,
     return PoolSpec(
         name=pool.name, role=pool.role, num_replicas=pool.num_replicas, engine=engine,
         perf=(hw.perf_model(model, gpu, par, sc.model, links=links) if hw
-              else build_step_model(model, gpu, par, sc.hardware, sc.model, links=links)),
+              else build_step_model(model, gpu, par, sc.hardware, sc.model, links=links, engine=engine)),
         num_gpu_blocks=plan.num_gpu_blocks, max_model_len=plan.max_model_len,
         num_gpus=par.tensor_parallel_size * par.pipeline_parallel_size,
         kv_bytes_per_token=model.kv_bytes_per_token(1, kv_b, 1), net_bw=links.inter_bw,
