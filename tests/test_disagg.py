@@ -235,7 +235,8 @@ def test_request_state_after_hand_off() -> None:
 # --------------------------------------------------------------------------- DistServe
 
 
-def _goodput_per_gpu(pools: list[dict], prompt: dict, output: dict, slo: dict, hi: float) -> float:
+def _goodput_per_gpu(pools: list[dict], prompt: dict, output: dict, slo: dict, hi: float,
+                     engine: dict | None = None) -> float:
     """DistServe's metric: the highest Poisson rate whose SLO attainment is >= 90%, per GPU
     (bisection on a log scale, 20 s of traffic per trial)."""
     import servesim
@@ -256,6 +257,7 @@ def _goodput_per_gpu(pools: list[dict], prompt: dict, output: dict, slo: dict, h
                     "output_len": output,
                 },
                 "cluster": {"pools": pools, "router": "least_outstanding"},
+                **({"engine": engine} if engine else {}),
             }
         ).summary
         return s["slo"]["attainment"]["all"] >= 0.9
@@ -274,8 +276,8 @@ def _p(name: str, role: str, n: int, tp: int = 1) -> dict:
     return {"name": name, "role": role, "num_replicas": n, "parallel": {"tensor_parallel_size": tp}}
 
 
-def best(placements: dict[str, list[dict]], *args: object) -> tuple[str, float]:
-    scores = {k: _goodput_per_gpu(v, *args) for k, v in placements.items()}  # type: ignore[arg-type]
+def best(placements: dict[str, list[dict]], *args: object, engine: dict | None = None) -> tuple[str, float]:
+    scores = {k: _goodput_per_gpu(v, *args, engine=engine) for k, v in placements.items()}  # type: ignore[arg-type]
     k = max(scores, key=scores.__getitem__)
     return k, scores[k]
 
@@ -284,7 +286,13 @@ def test_distserve_disaggregation_wins_on_prompt_heavy_tight_slos() -> None:
     """OPT-13B on A100s, prompts of 1024-1792 tokens, 8-32 outputs, TTFT <= 300 ms and
     TPOT <= 25 ms at 90% attainment. Best of each family, per GPU (measured when written:
     colocated TP4 x2 2.05 req/s/GPU, disaggregated 5 x TP1 prefill + 1 x TP2 decode 2.58:
-    1.26x; the paper-setup test below compares against vLLM V0, as DistServe did)."""
+    1.26x; the paper-setup test below compares against vLLM V0, as DistServe did).
+
+    Timed as servesim timed it when this was written: sync scheduling and eager kernels
+    (``engine.version`` 0.13, ``enforce_eager``). With vLLM 0.19's async
+    scheduling and CUDA graphs (the default engine) colocated TP4 x2 reaches 2.72 req/s/GPU
+    and the best disaggregated placement (5p1d) 2.70: 0.99x, no win on this workload."""
+    old_engine = {"version": "0.13.0", "enforce_eager": True}
     args = (
         {"kind": "uniform", "low": 1024, "high": 1792},
         {"kind": "uniform", "low": 8, "high": 32},
@@ -297,14 +305,14 @@ def test_distserve_disaggregation_wins_on_prompt_heavy_tight_slos() -> None:
             "tp4": [_p("c", "colocated", 1, 4)],
             "tp4x2": [_p("c", "colocated", 2, 4)],
         },
-        *args,
+        *args, engine=old_engine,
     )
     dis = best(
         {
             "4p1d": [_p("p", "prefill", 4), _p("d", "decode", 1, 2)],
             "5p1d": [_p("p", "prefill", 5), _p("d", "decode", 1, 2)],
         },
-        *args,
+        *args, engine=old_engine,
     )
     print(f"colocated {colo}, disaggregated {dis}: {dis[1] / colo[1]:.2f}x")
     assert 1.26 / 1.1 <= dis[1] / colo[1] <= 1.26 * 1.1, (colo, dis)  # measured 1.26x (to ~10%)

@@ -126,13 +126,14 @@ def resolve_deployment(sc: Scenario, pool: PoolConfig | None = None, *, model: M
                                      f"the profile's {adjusted.cpu_overhead_s:g} s (set it in the scenario "
                                      "to keep it)"})
         eng = adjusted
-    engine = resolve_engine(eng, gpu.mem_bytes, gpu.name, eng.max_model_len or model.max_position_embeddings)
+    engine = resolve_engine(eng, gpu.mem_bytes, gpu.name, eng.max_model_len or model.max_position_embeddings,
+                            pipeline_parallel_size=par.pipeline_parallel_size)
     kv_b = resolve_kv_dtype_bytes(sc.model.kv_cache_dtype, model)
     plan = plan_memory(model, gpu, engine, par, kv_dtype_bytes=kv_b)
     check_budget(engine, plan.max_model_len)
     links = pool_links(gpu, pool.links if pool is not None else None)
     perf = (profile.perf_model(model, gpu, par, sc.model, links=links) if profile
-            else build_step_model(model, gpu, par, sc.hardware, sc.model, links=links))
+            else build_step_model(model, gpu, par, sc.hardware, sc.model, links=links, engine=engine))
     return Deployment(
         name=pool.name if pool is not None else "", role=pool.role if pool is not None else "colocated",
         num_replicas=pool.num_replicas if pool is not None else 1, model=model, gpu=gpu, parallel=par,

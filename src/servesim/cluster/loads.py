@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from servesim.cluster.router import ReplicaLoad
-from servesim.engine.replica import Replica
+from servesim.engine.replica import Replica, step_wall_s
 from servesim.engine.request import Request
 from servesim.engine.scheduler import Scheduler
 from servesim.perf.base import BatchStats
@@ -67,4 +67,5 @@ def predict_ttft(rep: Replica, req: Request, pending_tokens: int, hit_tokens: in
                     num_prefill_reqs=1, num_decode_reqs=n_dec,
                     sum_decode_context=rep.kv.num_used_blocks * rep.kv.block_size,
                     sum_prefill_context=hit_tokens)
-    return wait + math.ceil(tokens / budget) * (rep.perf.batch_time(st) + rep.cpu_overhead_s)
+    return wait + math.ceil(tokens / budget) * step_wall_s(rep.perf.batch_time(st), rep.cpu_overhead_s,
+                                                           rep.async_scheduling)

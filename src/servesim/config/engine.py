@@ -11,6 +11,31 @@ from servesim.errors import ConfigError
 
 # --------------------------------------------------------------------------- engine
 
+def version_tuple(version: str) -> tuple[int, ...]:
+    """'0.19.0' -> (0, 19, 0); 'v0.15' -> (0, 15). Non-numeric suffixes ('rc1') are dropped."""
+    out: list[int] = []
+    for part in version.lstrip("vV").split("."):
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        out.append(int(digits))
+    if not out:
+        raise ValueError(f"not a vLLM version: {version!r}")
+    return tuple(out)
+
+
+#: The newest vLLM version modelled (the newest the bundled kernel tables measure).
+VLLM_DEFAULT_VERSION = "0.19.0"
+#: vLLM turned async scheduling on by default in 0.14 (vllm-project/vllm#27614: "Enable
+#: async scheduling unless there is an incompatible option" in ``vllm/config/vllm.py``);
+#: pipeline parallelism and EAGLE/MTP speculative decoding joined in 0.15 (#32359, #31998).
+ASYNC_DEFAULT_FROM = (0, 14)
+ASYNC_PP_SPEC_FROM = (0, 15)
+
 #: KV block sizes vLLM accepts (``vllm/config/cache.py``: ``BlockSize``).
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 
@@ -37,9 +62,12 @@ class EngineConfig(_Strict):
 
     Defaults follow vLLM V1 (0.32, the version bundled with the CPU ground-truth tool)
     for the OpenAI-compatible server (`vllm serve`); ``None`` means "vLLM's default for
-    this GPU" and is resolved by ``servesim.sim.resolve_engine``. Modelled in sync mode:
-    vLLM 0.32 turns async scheduling on by default on GPUs (the next step is scheduled
-    while the current one runs); servesim charges ``cpu_overhead_s`` per step instead.
+    this GPU" and is resolved by ``servesim.sim.resolve_engine``.
+
+    The GPU execution follows ``version`` (docs/perf_model.md, "vLLM's GPU execution"):
+    async scheduling (``async_scheduling``, default on from vLLM 0.14 on GPUs: the CPU's
+    ``cpu_overhead_s`` of the next step overlaps the GPU's current one) and CUDA graphs
+    (``enforce_eager``; capture sizes and modes of ``perf.cuda_graphs``).
     """
 
     policy: Literal["vllm_v1", "vllm_v0", "sarathi", "orca", "static"] = Field("vllm_v1", description=(
@@ -75,7 +103,24 @@ class EngineConfig(_Strict):
     max_model_len: int | None = Field(None, ge=1, description="Longest sequence; default the model's own.",
                                       json_schema_extra={"unit": "tokens", "vllm": "--max-model-len"})
     cpu_overhead_s: float = Field(
-        0.003, ge=0, description="Fixed CPU time per iteration (scheduling, input prep, sampling glue).")
+        0.003, ge=0, description=(
+            "Host (CPU) time per iteration: scheduling, input preparation, output handling. Added "
+            "to the GPU's time in sync mode; with async scheduling the step lasts the larger of the "
+            "two (the host work of the next step hides behind the GPU's current one)."),
+        json_schema_extra={"unit": "s"})
+    version: str = Field(VLLM_DEFAULT_VERSION, description=(
+        "The vLLM version whose GPU execution is modelled: the async-scheduling default, the "
+        "CUDA-graph capture sizes and modes, and the kernel tables (hardware.kernel_version "
+        "defaults to the newest measured at or below it). See docs/perf_model.md."))
+    async_scheduling: bool | None = Field(None, description=(
+        "Overlap the CPU's scheduling of step n+1 with the GPU's step n (vLLM V1's "
+        "--async-scheduling). None: the version's default, on from vLLM 0.14 for vllm_v1 on a GPU "
+        "(off before 0.15 with pipeline parallelism or speculative decoding; off for other "
+        "policies, on the CPU backend and without hardware)."),
+        json_schema_extra={"vllm": "--async-scheduling"})
+    enforce_eager: bool = Field(False, description=(
+        "No CUDA graphs: every kernel pays its launch, no padding, eager all-reduce."),
+        json_schema_extra={"vllm": "--enforce-eager"})
     preemption_mode: Literal["recompute", "swap"] = Field("recompute", description=(
         "recompute: a victim's KV is dropped and recomputed; swap: copied to host memory over PCIe "
         "(vLLM V0's swap; falls back to recompute when swap_space_gib is full)."))
@@ -107,6 +152,12 @@ class EngineConfig(_Strict):
     scheduler_reserve_full_isl: bool = Field(
         True, description="Admit a waiting request only if its whole prompt fits the free KV blocks "
         "(vLLM's default admission gate), not just its first chunk.")
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        version_tuple(v)  # a ValueError names the bad input
+        return v
 
     @field_validator("block_size")
     @classmethod
@@ -192,16 +243,43 @@ def resolve_policy(engine: EngineConfig, max_model_len: int | None = None) -> En
     return engine.model_copy(update=upd)
 
 
+def async_default(engine: EngineConfig, on_gpu: bool, pipeline_parallel_size: int = 1) -> bool:
+    """vLLM's default for ``async_scheduling`` (``VllmConfig``'s check when it is None).
+
+    On from ``ASYNC_DEFAULT_FROM`` for the V1 engine on a GPU; before ``ASYNC_PP_SPEC_FROM``
+    it stays off with pipeline parallelism or speculative decoding. Off for the other
+    policies (vLLM V0, Sarathi, Orca, static batching have no async scheduler) and for the
+    CPU backend, whose recordings servesim replays in sync mode.
+    """
+    v = version_tuple(engine.version)
+    if not on_gpu or engine.policy != "vllm_v1" or v < ASYNC_DEFAULT_FROM:
+        return False
+    if v < ASYNC_PP_SPEC_FROM and (pipeline_parallel_size > 1 or engine.speculative.num_speculative_tokens):
+        return False
+    return True
+
+
+def resolve_execution(engine: EngineConfig, gpu_name: str, pipeline_parallel_size: int = 1) -> EngineConfig:
+    """Fill ``async_scheduling`` with the version's default for this device (``async_default``);
+    a device whose name starts with 'cpu' (vLLM's CPU backend) is not a GPU."""
+    if engine.async_scheduling is not None:
+        return engine
+    on_gpu = bool(gpu_name) and not gpu_name.lower().startswith("cpu")
+    return engine.model_copy(update={"async_scheduling": async_default(engine, on_gpu, pipeline_parallel_size)})
+
+
 def resolve_engine(engine: EngineConfig, gpu_mem_bytes: float | None = None, gpu_name: str = "",
-                   max_model_len: int | None = None, world_size: int = 1) -> EngineConfig:
+                   max_model_len: int | None = None, world_size: int = 1,
+                   pipeline_parallel_size: int = 1) -> EngineConfig:
     """Fill ``None`` batch knobs with vLLM 0.32's `vllm serve` defaults for this GPU.
 
     ``engine/arg_utils.py:get_batch_defaults``: >= 160 GiB: 16384 tokens / 1024 seqs;
     >= 70 GiB and not an A100: 8192 / 1024; otherwise 2048 / 256. With chunked prefill
     off, an unset budget is raised to max(max_model_len, default). Policies other than
-    vllm_v1 take their own defaults first (``resolve_policy``).
+    vllm_v1 take their own defaults first (``resolve_policy``); ``async_scheduling`` takes
+    the version's default for this device (``resolve_execution``; no GPU name: off).
     """
-    engine = resolve_policy(engine, max_model_len)
+    engine = resolve_execution(resolve_policy(engine, max_model_len), gpu_name, pipeline_parallel_size)
     if engine.max_num_seqs is not None and engine.max_num_batched_tokens is not None:
         return engine
     mem = gpu_mem_bytes or 0

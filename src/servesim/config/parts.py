@@ -54,7 +54,8 @@ class HardwareConfig(_Strict):
         "B200, L40S; the roofline for every operator without one). See docs/perf_model.md."))
     kernel_version: str | None = Field(None, description=(
         "perf_model 'kernels': the vLLM version whose measured kernels to use "
-        "(0.14.0 or 0.19.0 where measured; None: the newest this GPU has)."))
+        "(0.14.0 or 0.19.0 where measured; None: the newest measured at or below engine.version, "
+        "else the oldest this GPU has)."))
 
     @model_validator(mode="after")
     def _check(self) -> HardwareConfig:

@@ -112,7 +112,7 @@ def build_replica(replica_id: int, loop: EventLoop, engine: EngineConfig, perf: 
                                kv_bytes_per_block)
     return Replica(replica_id, loop, scheduler, policy_perf_model(engine, perf), engine.cpu_overhead_s,
                    steps, itl, totals, check_invariants=check_invariants, on_finish=on_finish,
-                   finishes_in_runs=finishes_in_runs)
+                   finishes_in_runs=finishes_in_runs, async_scheduling=bool(engine.async_scheduling))
 
 
 def closed_loop_feeder(wl: Workload, loop: EventLoop, deliver: Callable[[Request], None],

@@ -64,6 +64,7 @@ class Run:
     used: list[int] | None  # KV blocks in use
     starts: list[float] | None  # start time
     segments: list[tuple[int, int, int]]  # (pool size, steps, decode context sum of the first)
+    segment_gpu_s: list[float]  # per segment: the GPU's part of its steps (no CPU time)
     end_s: float  # end of the last step
     finished: list[Request]  # left at a step's end, in order
     total_s: float  # sum of the durations, in step order
@@ -75,6 +76,7 @@ class Run:
         self.used = [] if keep_steps else None
         self.starts = [] if keep_steps else None
         self.segments = []
+        self.segment_gpu_s = []
         self.end_s = end_s
         self.finished = []
         self.total_s = 0.0
@@ -175,7 +177,7 @@ class DecodePool(Scheduler):
 
     def extend_run(self, out: LazyOutput, start_s: float, first_step_s: float, next_event_s: float,
                    perf: PerfModel, overhead_s: float, through_finishes: bool = False,
-                   keep_steps: bool = True) -> Run | None:
+                   keep_steps: bool = True, overlap: bool = False) -> Run | None:
         """Extend a pure-decode step ``out`` into a run of steps that nothing can interrupt.
 
         ``out`` (just scheduled, lasting ``first_step_s``) ran only pooled decodes and
@@ -195,6 +197,8 @@ class DecodePool(Scheduler):
         when compiled), then in vectorized chunks (``decode_step_times``): only the decode
         context grows, by the pool size each step, and crossings repeat with period
         ``block_size``. The run's end is summed step by step, as the reference's clock does.
+        A step lasts its GPU time plus ``overhead_s``, or with ``overlap`` (async scheduling)
+        the larger of the two, as ``Replica.step`` times it.
         """
         if out.is_exact:
             return None
@@ -218,7 +222,7 @@ class DecodePool(Scheduler):
             if time_bound and run.end_s >= next_event_s:
                 break
             last = heap[0] if heap else j + (1 << 40)
-            k = self._run_segment(j, last, time_bound, next_event_s, perf, overhead_s, run)
+            k = self._run_segment(j, last, time_bound, next_event_s, perf, overhead_s, run, overlap)
             if not k:
                 break
             j += k
@@ -263,7 +267,7 @@ class DecodePool(Scheduler):
         return True
 
     def _run_segment(self, j: int, last: int, time_bound: bool, next_event_s: float, perf: PerfModel,
-                     overhead_s: float, run: Run) -> int:
+                     overhead_s: float, run: Run, overlap: bool = False) -> int:
         """Add steps j..last (at most) with the pool as it is; returns how many were added."""
         kv = self.ckv
         n = self.num_pool
@@ -285,13 +289,12 @@ class DecodePool(Scheduler):
             coef = self._affine[n] = affine(n) if affine is not None else None
         if coef is not None:
             rest, a, b, c = coef
-            rest += overhead_s
         else:
             stats = BatchStats(num_decode_reqs=n)
         stop = min(last, j + SCALAR_STEPS - 1)
         done = False
         add_d = durations.append
-        tot = kv_s = 0.0  # this segment's sums, in step order
+        tot = kv_s = gpu_tot = 0.0  # this segment's sums, in step order
         if not time_bound:
             next_event_s = float("inf")
         while j <= stop:
@@ -307,10 +310,15 @@ class DecodePool(Scheduler):
             s = pool_off + n * (j + 1)
             if coef is not None:  # batch_time's terms, the decode attention's written out
                 x, y = a * s, b * s + c
-                d = rest + (x if x > y else y)
+                g = rest + (x if x > y else y)
             else:
                 stats.sum_decode_context = s
-                d = perf.batch_time(stats) + overhead_s
+                g = perf.batch_time(stats)
+            if overlap:  # as replica.step_wall_s
+                d = g if g > overhead_s else overhead_s
+            else:
+                d = g + overhead_s
+            gpu_tot += g
             u = base_used + popped
             add_d(d)
             if starts is not None and used is not None:
@@ -321,12 +329,13 @@ class DecodePool(Scheduler):
             t += d
             j += 1
         if not done and j <= last:
-            j, t, popped, tot, kv_s = self._extend_vectorized(
+            j, t, popped, tot, kv_s, gpu_tot = self._extend_vectorized(
                 j, last, t, popped, free, time_bound, next_event_s, perf, overhead_s, run, base_used,
-                tot, kv_s)
+                tot, kv_s, gpu_tot, overlap)
         k = len(durations) - k0
         if k:
             run.segments.append((n, k, pool_off + n * (j - k + 1)))
+            run.segment_gpu_s.append(gpu_tot)
             run.end_s = t
             run.total_s += tot
             run.kv_block_s += kv_s
@@ -339,10 +348,11 @@ class DecodePool(Scheduler):
 
     def _extend_vectorized(self, j: int, last: int, t: float, popped: int, free: int,
                            time_bound: bool, next_event_s: float, perf: PerfModel, overhead_s: float,
-                           run: Run, base_used: int, tot: float,
-                           kv_s: float) -> tuple[int, float, int, float, float]:
+                           run: Run, base_used: int, tot: float, kv_s: float, gpu_tot: float,
+                           overlap: bool) -> tuple[int, float, int, float, float, float]:
         """Go on with ``_run_segment`` from step ``j`` in chunks of growing size (same rules);
-        returns the new (j, clock, blocks popped, sum of durations, sum of used * duration)."""
+        returns the new (j, clock, blocks popped, sum of durations, sum of used * duration,
+        sum of GPU times)."""
         n = self.num_pool
         bs = self.ckv.block_size
         phase = np.asarray(self.phase, np.int64)
@@ -352,7 +362,8 @@ class DecodePool(Scheduler):
             js = np.arange(j, j + m, dtype=np.int64)
             cum = np.cumsum(phase[(-js) % bs]) + popped
             k = int(np.searchsorted(cum, free, side="right"))  # steps whose crossings fit
-            d = decode_step_times(perf, n, self.pool_off + n * (js + 1)) + overhead_s
+            g = decode_step_times(perf, n, self.pool_off + n * (js + 1))
+            d = np.maximum(g, overhead_s) if overlap else g + overhead_s
             clock = np.cumsum(np.concatenate(([t], d)))  # clock[i]: start of the chunk's i-th step
             if time_bound:
                 k = min(k, int(np.searchsorted(clock[:m], next_event_s, side="left")))
@@ -363,6 +374,7 @@ class DecodePool(Scheduler):
                     run.starts.extend(clock[:k].tolist())
                     run.used.extend(uk.tolist())
                 tot += float(dk.sum())
+                gpu_tot += float(g[:k].sum())
                 kv_s += float(uk @ dk)
                 popped = int(cum[k - 1])
                 t = float(clock[k])
@@ -370,7 +382,7 @@ class DecodePool(Scheduler):
             if k < m:
                 break
             chunk *= 4
-        return j, t, popped, tot, kv_s
+        return j, t, popped, tot, kv_s, gpu_tot
 
     def _finish_in_run(self, j: int, run: Run) -> None:
         """Pooled requests whose last token came out of step j - 1 (ending at ``end_s``)

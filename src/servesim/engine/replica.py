@@ -3,8 +3,12 @@
 A step reads as a sentence::
 
     out = scheduler.schedule()
-    dt = perf.batch_time(out.stats) + cpu_overhead_s
+    dt = perf.batch_time(out.stats) + cpu_overhead_s   # max(gpu, cpu) with async scheduling
     loop.at(now + dt, self.on_batch_done, out)
+
+With async scheduling (vLLM's ``--async-scheduling``, ``engine.async_scheduling``) the CPU's
+scheduling and input preparation of the next step run while the GPU runs this one, so a
+step lasts the larger of the two, not their sum (``step_wall_s``).
 
 The replica is busy from the start of a step to its end; arrivals during a step wait
 for the next schedule, as in vLLM's engine-core loop (inputs are drained between steps).
@@ -24,13 +28,21 @@ from servesim.metrics.records import ItlSamples, ReplicaTotals, StepSeries
 from servesim.perf.base import BatchStats, PerfModel
 
 
+def step_wall_s(gpu_s: float, cpu_s: float, overlap: bool) -> float:
+    """Wall time of a step: GPU and CPU one after the other, or overlapped (async scheduling)."""
+    if overlap:
+        return gpu_s if gpu_s > cpu_s else cpu_s
+    return gpu_s + cpu_s
+
+
 class Replica:
     def __init__(self, replica_id: int, loop: EventLoop, scheduler: Scheduler, perf: PerfModel,
                  cpu_overhead_s: float, steps: StepSeries | None, itl: ItlSamples, totals: ReplicaTotals,
                  check_invariants: bool = False,
                  on_finish: Callable[[Request], None] | None = None,
-                 finishes_in_runs: bool = False) -> None:
+                 finishes_in_runs: bool = False, async_scheduling: bool = False) -> None:
         self.id = replica_id
+        self.async_scheduling = async_scheduling  # CPU work overlaps the GPU's (step_wall_s)
         self.loop = loop
         self.scheduler = scheduler
         self.kv = scheduler.kv
@@ -97,14 +109,14 @@ class Replica:
             if req.first_scheduled_s < 0:
                 req.first_scheduled_s = now
         gpu_s = self.perf.batch_time(out.stats)
-        dt = gpu_s + self.cpu_overhead_s
+        dt = step_wall_s(gpu_s, self.cpu_overhead_s, self.async_scheduling)
         self._account(out, now, dt, gpu_s)
         self.run = None
         end = now + dt
         if self.skip_ahead and (out.num_pool or out.reqs):
             run = sched.extend_run(out, now, dt, self.loop.next_time(),  # type: ignore[attr-defined]
                                    self.perf, self.cpu_overhead_s, self.finishes_in_runs,
-                                   self.steps is not None)
+                                   self.steps is not None, self.async_scheduling)
             if isinstance(out, LazyOutput) and out.first_tokens_done:
                 for req in out.reqs:  # the run produced their first tokens, at this step's end
                     req.first_token_s = end
@@ -191,8 +203,7 @@ class Replica:
         total = run.total_s
         t = self.totals
         t.busy_s += total
-        gpu = total - k_all * self.cpu_overhead_s
-        t.gpu_s += gpu
+        t.gpu_s += sum(run.segment_gpu_s)
         t.num_steps += k_all
         t.num_run_steps += k_all
         t.kv_block_s += run.kv_block_s
@@ -200,7 +211,7 @@ class Replica:
             t.peak_kv_blocks = run.peak_used
         s = self.steps
         i = 0
-        for n, k, s_first in run.segments:
+        for seg, (n, k, s_first) in enumerate(run.segments):
             # FLOPs and bytes are affine in the decode context, which grows by n per step:
             # k steps do k * work(their mean context).
             aff = self._run_work.get(n)
@@ -212,8 +223,7 @@ class Replica:
             t.flops += k * (aff[0] + aff[1] * mean_s)
             t.bytes += k * (aff[2] + aff[3] * mean_s)
             if self._bubble is not None:
-                busy = sum(durations[i:i + k]) - k * self.cpu_overhead_s
-                t.bubble_s += busy * self._bubble(BatchStats(num_decode_reqs=n))
+                t.bubble_s += run.segment_gpu_s[seg] * self._bubble(BatchStats(num_decode_reqs=n))
             if s is not None:
                 s.num_decode_reqs.extend([n] * k)
                 s.num_running.extend([n] * k)  # only pooled decodes run in a run

@@ -1,27 +1,57 @@
 """The step-time model of a scenario: ``hardware.perf_model`` chooses between the roofline
-(``roofline.build_perf_model``) and the measured-kernel model (``kernel_model``)."""
+(``roofline.build_perf_model``) and the measured-kernel model (``kernel_model``); the
+engine's vLLM version and knobs give both its CUDA graphs (``perf.cuda_graphs``) and the
+kernel tables' version."""
 
 from __future__ import annotations
 
 from servesim.catalog.gpus import GpuSpec, LinkSpec
 from servesim.catalog.models import ModelSpec, resolve_kv_dtype_bytes
-from servesim.config import HardwareConfig, ModelConfig, ParallelConfig
+from servesim.config import EngineConfig, HardwareConfig, ModelConfig, ParallelConfig
+from servesim.perf.cuda_graphs import GraphPlan, graph_plan, version_tuple
 from servesim.perf.kernel_model import KernelPerfModel, kernel_perf_model
+from servesim.perf.kernels import kernel_versions
 from servesim.perf.pipelined import PipelinedPerfModel
 from servesim.perf.roofline import RooflinePerfModel, build_perf_model
 
 
+def engine_graphs(engine: EngineConfig | None) -> GraphPlan | None:
+    """The CUDA graphs of a resolved engine (None without one: eager, as operators are measured)."""
+    if engine is None or engine.max_num_seqs is None or engine.max_num_batched_tokens is None:
+        return None
+    return graph_plan(engine.version, engine.max_num_seqs, engine.max_num_batched_tokens,
+                      engine.enforce_eager)
+
+
+def kernel_version_for(engine_version: str, gpu_name: str) -> str | None:
+    """The kernel tables for vLLM ``engine_version`` on this GPU: the newest measured at or
+    below it, else the oldest measured (None: no tables for this GPU)."""
+    versions = kernel_versions(gpu_name)
+    if not versions:
+        return None
+    want = version_tuple(engine_version)
+    below = [v for v in versions if version_tuple(v) <= want]
+    return max(below, key=version_tuple) if below else min(versions, key=version_tuple)
+
+
 def build_step_model(model: ModelSpec, gpu: GpuSpec, parallel: ParallelConfig, hardware: HardwareConfig,
-                     model_cfg: ModelConfig | None = None, links: LinkSpec | None = None
+                     model_cfg: ModelConfig | None = None, links: LinkSpec | None = None,
+                     engine: EngineConfig | None = None
                      ) -> RooflinePerfModel | PipelinedPerfModel | KernelPerfModel:
     """``build_perf_model``'s model, or with ``hardware.perf_model: kernels`` the measured
-    kernels of ``hardware.kernel_version`` (pipeline micro-batches wrap either)."""
+    kernels of ``hardware.kernel_version`` (default: ``kernel_version_for`` the engine's
+    version); pipeline micro-batches wrap either. ``engine`` (resolved) sets the CUDA graphs."""
+    graphs = engine_graphs(engine)
     if hardware.perf_model != "kernels":
-        return build_perf_model(model, gpu, parallel, model_cfg, links=links)
+        return build_perf_model(model, gpu, parallel, model_cfg, links=links, graphs=graphs)
     kv_b = resolve_kv_dtype_bytes(model_cfg.kv_cache_dtype if model_cfg else "auto", model)
-    perf = kernel_perf_model(model, gpu, hardware.kernel_version, tp=parallel.tensor_parallel_size,
+    version = hardware.kernel_version
+    if version is None and engine is not None:
+        version = kernel_version_for(engine.version, gpu.name)
+    perf = kernel_perf_model(model, gpu, version, tp=parallel.tensor_parallel_size,
                              pp=parallel.pipeline_parallel_size, kv_dtype_bytes=kv_b, links=links,
-                             ep=parallel.expert_parallel_size, expert_imbalance=parallel.expert_imbalance)
+                             ep=parallel.expert_parallel_size, expert_imbalance=parallel.expert_imbalance,
+                             graphs=graphs)
     if parallel.pipeline_parallel_size > 1 and parallel.num_microbatches > 1:
         return PipelinedPerfModel(perf, parallel.num_microbatches)  # type: ignore[arg-type]
     return perf

@@ -47,6 +47,7 @@ from servesim.catalog.gpus import GpuSpec, LinkSpec
 from servesim.catalog.models import ModelSpec
 from servesim.errors import ConfigError
 from servesim.perf.base import BatchStats
+from servesim.perf.cuda_graphs import EAGER_PLAN, GraphPlan
 from servesim.perf.efficiencies import GEMMS_PER_LAYER, KERNELS_PER_LAYER, Efficiencies
 from servesim.perf.kernels import (
     KernelDatabase,
@@ -72,7 +73,24 @@ _MAX_M = float(1 << 21)
 
 
 def _gemm_dtype(model: ModelSpec) -> str | None:
-    return {"bfloat16": "bfloat16", "float16": "bfloat16", "fp8": "fp8"}.get(model.dtype)
+    """The GEMM table of the model's linear layers: fp8 checkpoints with 128x128 weight blocks
+    (DeepSeek-style ``weight_block_size``) run vLLM's block-scaled fp8 GEMM, other fp8 ones
+    the per-tensor fp8 GEMM, NVFP4 the nvfp4 GEMM; weight-only schemes keep 16-bit GEMMs."""
+    if model.dtype == "fp8":
+        return "fp8_block" if "block" in model.quant_method else "fp8"
+    return {"bfloat16": "bfloat16", "float16": "bfloat16", "nvfp4": "nvfp4"}.get(model.dtype)
+
+
+def _moe_dtype(model: ModelSpec) -> str | None:
+    """The fused-MoE table of the routed experts: their own scheme (MXFP4, int4 weight-only)
+    where it differs from the rest, else the linear layers' GEMM dtype."""
+    if model.expert_dtype_bytes:
+        method = model.quant_method.lower()
+        if "mxfp4" in method:
+            return "w4a16_mxfp4"
+        if "int4" in method or "w4a16" in method:
+            return "int4_wo"
+    return _gemm_dtype(model)
 
 
 class KernelPerfModel(RooflineWork):
@@ -81,10 +99,19 @@ class KernelPerfModel(RooflineWork):
     def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1, pp: int = 1,
                  kv_dtype_bytes: float | None = None, *, version: str | None = None,
                  links: LinkSpec | None = None, ep: int = 1, expert_imbalance: float = 1.0,
-                 cuda_graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS) -> None:
+                 cuda_graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS,
+                 graphs: GraphPlan | None = None) -> None:
         """``version``: the vLLM version whose kernels to use (None: the newest with tables
-        for this GPU). Other arguments as ``RooflinePerfModel``'s, which times the operators
-        without tables and gives FLOPs and bytes (for MFU/MBU)."""
+        for this GPU). ``graphs``: the engine's CUDA-graph plan (``perf.cuda_graphs``; None:
+        eager, no padding, every kernel launched, all-reduces from the CUDA-graph table up to
+        ``cuda_graph_max_tokens``); with a plan, steps up to its largest capture size are
+        timed at the padded size and all-reduces use the CUDA-graph table exactly there.
+        Other arguments as ``RooflinePerfModel``'s, which times the operators without tables
+        and gives FLOPs and bytes (for MFU/MBU)."""
+        if graphs is not None:
+            cuda_graph_max_tokens = graphs.max_size if pp == 1 else 0
+        self.graphs = graphs if graphs is not None and pp == 1 else EAGER_PLAN
+        self._pad = np.asarray(self.graphs.padded_sizes() or [0], np.float64)
         self.roofline = RooflinePerfModel(model, gpu, tp=tp, pp=pp, kv_dtype_bytes=kv_dtype_bytes,
                                           links=links,
                                           ep=ep, expert_imbalance=expert_imbalance)
@@ -111,11 +138,19 @@ class KernelPerfModel(RooflineWork):
         self.sources["elementwise"] = "roofline (norms, rotary, activation, embedding)"
         self.sources["sampling"] = "roofline"
         e = self.eff
-        unmeasured = KERNELS_PER_LAYER - GEMMS_PER_LAYER - 1  # norms, rotary, KV write, activation
-        self._const = e.launch_overhead_s + L * unmeasured * e.kernel_overhead_s
+        # Launch costs (the tables hold kernel time): every kernel of every layer when eager,
+        # attention only between piecewise graphs, one launch for a full graph.
+        self._c_eager = e.launch_overhead_s + L * KERNELS_PER_LAYER * e.kernel_overhead_s
+        self._c_piece = e.launch_overhead_s + L * e.kernel_overhead_s
+        self._c_full = e.launch_overhead_s
+        self.sources["overhead"] = (f"launches: CUDA graphs up to {self.graphs.max_size} tokens "
+                                    f"({'full for decodes, ' if self.graphs.full_decode else ''}piecewise), "
+                                    "eager above" if self.graphs.max_size else "launches: eager")
         self.step = KernelStepTime([0.0], [0.0], self._token_table, self._request_table,
                                    lambda b: self._row(self._prefill, b),
                                    lambda b: self._row(self._decode, b))
+        self.step.graph_max = self.graphs.max_size
+        self.step.c_full, self.step.c_piece, self.step.c_eager = self._c_full, self._c_piece, self._c_eager
         self.step.tok = self._token_table(1023)
         self.step.req = self._request_table(255)
         if pp == 1:
@@ -169,7 +204,7 @@ class KernelPerfModel(RooflineWork):
                ("gemm_o_proj", self._gemm("gemm_o_proj", H, q, dt), L)]
         if m.is_moe:
             ops.append(("gemm_router", self._gemm("gemm_router", m.num_experts, H, "bfloat16"), L))
-            ops.append(("moe", self._moe(dt), L))
+            ops.append(("moe", self._moe(_moe_dtype(m)), L))
         else:
             width = m.intermediate_size // tp
             up = (2 if m.mlp_gated else 1) * width
@@ -300,8 +335,8 @@ class KernelPerfModel(RooflineWork):
 
     def _token_seconds(self, t: np.ndarray) -> np.ndarray:
         """Seconds of everything that depends on the token count ``t`` (> 0) alone."""
-        t = np.asarray(t, np.float64)
-        total = np.full(t.shape, self._const) + self._el_tok * t
+        t = self._padded(np.asarray(t, np.float64))
+        total = self._el_tok * t
         for _name, curve, mult in self._token_ops:
             total += mult * curve.at_many(t)
         if self.pp > 1:  # hidden states and residual between stages
@@ -310,6 +345,20 @@ class KernelPerfModel(RooflineWork):
                                       / (g.interconnect_bw * self.eff.comm)
                                       + g.interconnect_latency_s)
         return total
+
+    def _padded(self, t: np.ndarray) -> np.ndarray:
+        """Token counts as the CUDA graphs run them: the next capture size up to the largest."""
+        pad = self._pad
+        if len(pad) < 2:
+            return t
+        inside = t < len(pad)
+        return np.where(inside, pad[np.where(inside, t, 0).astype(np.int64)], t)
+
+    def _const_for(self, t: float, pt: float) -> float:
+        """Launch costs of a step of ``t`` tokens (``pt`` of them prefill)."""
+        if t <= self.graphs.max_size:
+            return self._c_piece if pt else self._c_full
+        return self._c_eager
 
     def _request_seconds(self, r: np.ndarray) -> np.ndarray:
         r = np.asarray(r, np.float64)
@@ -354,6 +403,7 @@ class KernelPerfModel(RooflineWork):
         if t == 0:
             return 0.0
         total = float(self._token_seconds(np.array([t]))[0] + self._request_seconds(np.array([r]))[0])
+        total += self._const_for(t, stats.num_prefill_tokens)
         if stats.num_prefill_tokens:
             pr = stats.num_prefill_reqs
             total += row_time(self._row(self._prefill, pr), 0.5 * log(2.0 * stats.prefill_attn_work / pr))
@@ -391,15 +441,16 @@ class KernelPerfModel(RooflineWork):
         t, r = pt + d, stats.num_prefill_reqs + d
         if t == 0:
             return {}
-        out = {name: mult * curve.at(t) for name, curve, mult in self._token_ops}
+        tg = float(self._padded(np.array([float(t)]))[0])  # the CUDA graph's size
+        out = {name: mult * curve.at(tg) for name, curve, mult in self._token_ops}
         out.update({name: mult * curve.at(r) for name, curve, mult in self._req_ops})
-        out["elementwise"] = self._el_tok * t
+        out["elementwise"] = self._el_tok * tg
         out["sampling"] = self._samp_req * r
-        out["other"] = float(self._token_seconds(np.array([float(t)]))[0] - self._const - self._el_tok * t
-                        - sum(mult * curve.at(t) for _n, curve, mult in self._token_ops)
+        out["other"] = float(self._token_seconds(np.array([float(t)]))[0] - self._el_tok * tg
+                        - sum(mult * curve.at(tg) for _n, curve, mult in self._token_ops)
                         + self._request_seconds(np.array([float(r)]))[0] - self._samp_req * r
                         - sum(mult * curve.at(r) for _n, curve, mult in self._req_ops))
-        out["overhead"] = self._const
+        out["overhead"] = self._const_for(t, pt)
         out["attn_prefill"] = (row_time(self._row(self._prefill, stats.num_prefill_reqs),
                                         0.5 * log(2.0 * stats.prefill_attn_work / stats.num_prefill_reqs))
                                if pt else 0.0)

@@ -43,6 +43,12 @@ class KernelStepTime:
     grow_requests: Callable[[int], list[float]]
     prefill_row: Callable[[int], Row]
     decode_row: Callable[[int], Row]
+    # Launch costs per step by CUDA-graph mode: steps of at most graph_max tokens replay a
+    # graph (full for pure decodes, piecewise otherwise; the tables hold their padded time).
+    graph_max: int
+    c_full: float
+    c_piece: float
+    c_eager: float
 
     def __init__(self, tok: list[float], req: list[float], grow_tokens: Callable[[int], list[float]],
                  grow_requests: Callable[[int], list[float]], prefill_row: Callable[[int], Row],
@@ -56,6 +62,8 @@ class KernelStepTime:
         self.decode_row = decode_row
         self.dec_rows = {}
         self.pf_rows = {}
+        self.graph_max = 0
+        self.c_full = self.c_piece = self.c_eager = 0.0
 
     def batch_time(self, stats: BatchStats) -> float:
         """Seconds of one iteration: per-T and per-request terms plus two attention lookups."""
@@ -70,6 +78,10 @@ class KernelStepTime:
         if r >= len(self.req):
             self.req = self.grow_requests(r)
         total = self.tok[t] + self.req[r]
+        if t <= self.graph_max:
+            total += self.c_piece if pt else self.c_full
+        else:
+            total += self.c_eager
         if pt:
             pr = stats.num_prefill_reqs
             row = self.pf_rows.get(pr)

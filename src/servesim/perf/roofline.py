@@ -26,6 +26,7 @@ from servesim.catalog.gpus import GpuSpec, LinkSpec
 from servesim.catalog.models import ModelSpec, resolve_kv_dtype_bytes
 from servesim.config import ModelConfig, ParallelConfig
 from servesim.perf.base import BatchStats
+from servesim.perf.cuda_graphs import EAGER_PLAN, GraphPlan
 from servesim.perf.efficiencies import (  # noqa: F401 - re-exported
     _CACHE_MAX,
     GEMMS_PER_LAYER,
@@ -50,18 +51,23 @@ class RooflinePerfModel:
         "_num_experts", "_top_k", "_miss", "_pf_f", "_pf_kv", "_pf_tok", "_dec_f", "_dec_kv", "_dec_req",
         "_el_tok", "_el_floor", "_lm_f", "_lm_w", "_lm_req", "_samp_req", "_comm_tok", "_comm_const",
         "_comm_req", "_fixed", "_coef", "_dtype_override", "ep", "expert_imbalance", "links", "_tiles",
+        "graphs", "_pad", "_c_full", "_c_piece",
     )
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1, pp: int = 1,
                  dtype_bytes: float | None = None, kv_dtype_bytes: float | None = None,
                  eff: Efficiencies | None = None, *, links: LinkSpec | None = None, ep: int = 1,
-                 expert_imbalance: float = 1.0) -> None:
+                 expert_imbalance: float = 1.0, graphs: GraphPlan | None = None) -> None:
         """``links`` (None: the GPU's interconnect for everything, the original model) place
         TP groups and pipeline stages on nodes of ``links.gpus_per_node`` GPUs: a group that
         spans nodes communicates over the network. ``ep`` > 1 (MoE only, dividing ``tp``)
         spreads the experts over ``ep`` groups of ``tp/ep`` ranks: whole experts per group,
         dispatch and combine all-to-alls per layer, and the busiest group carries
-        ``expert_imbalance`` (max/mean) times the mean token-expert pairs.
+        ``expert_imbalance`` (max/mean) times the mean token-expert pairs. ``graphs`` (None:
+        eager, every kernel launched, as operator measurements are timed) is the engine's
+        CUDA-graph plan: steps up to its largest capture size are padded to the next size
+        (their token-proportional work and all-reduces) and pay launch costs only where vLLM
+        launches kernels outside the graph (``perf.cuda_graphs``; not for pipeline stages).
         """
         if ep > 1 and (not model.is_moe or tp % ep):
             raise ValueError(f"expert parallelism {ep} needs an MoE model and must divide TP {tp}")
@@ -75,6 +81,7 @@ class RooflinePerfModel:
         self._work = work_coefficients(model, tp, ep, self.dtype_bytes, self.kv_dtype_bytes, bwe)
         self._compute_and_memory_costs()
         self._communication_costs()
+        self.graphs = graphs if graphs is not None and pp == 1 else EAGER_PLAN
         self._overheads_and_tiles()
         self._coef = self._hot_coefficients()
 
@@ -158,6 +165,11 @@ class RooflinePerfModel:
         gemm_k = e.kernel_overhead_s if e.gemm_kernel_overhead_s is None else e.gemm_kernel_overhead_s
         self._fixed = e.launch_overhead_s + L * ((KERNELS_PER_LAYER - GEMMS_PER_LAYER) * e.kernel_overhead_s
                                                  + GEMMS_PER_LAYER * gemm_k)
+        # Inside CUDA graphs the per-kernel costs are launches that the replay removes: a full
+        # graph (uniform decode) launches once; piecewise graphs leave attention outside.
+        self._pad = self.graphs.padded_sizes()
+        self._c_full = e.launch_overhead_s
+        self._c_piece = e.launch_overhead_s + L * e.kernel_overhead_s
         # Wave quantisation: per class, (seconds per output element of each GEMM, its N).
         self._tiles: tuple[tuple[tuple[float, int], ...], ...] | None = None
         if e.gemm_tile_m > 0 and e.gemm_tile_n > 0 and self.gpu.num_sms > 0 and not m.is_moe:
@@ -199,6 +211,10 @@ class RooflinePerfModel:
         (proj_f, proj_w, proj_a, mlp_f, mlp_w, mlp_a, router_f, router_w, num_experts, top_k, miss,
          pf_f, pf_kv, pf_tok, dec_f, dec_kv, dec_req, lm_f, lm_w, lm_req, per_tok, per_req,
          const, p, cache) = self._coef
+        pad = self._pad
+        if t < len(pad):  # a CUDA graph of the next capture size (pad is empty when eager)
+            t = pad[t]
+            const += (self._c_piece if pt else self._c_full) - self._fixed
         if cache is None:  # the classic roofline: a few multiplies
             x, y = proj_f * t, proj_w + proj_a * t
             total = x if x > y else y
@@ -311,6 +327,10 @@ class RooflinePerfModel:
             return {}
         pt, s = stats.num_prefill_tokens, stats.sum_decode_context
         bl = self.eff.roof_blend
+        fixed = self._fixed
+        if t < len(self._pad):  # CUDA graph: padded tokens, launches outside the graph only
+            t = self._pad[t]
+            fixed = self._c_piece if pt else self._c_full
         proj, mlp = self._gemm_classes(t)
         comm = self._comm_tok * t + self._comm_const + self._comm_req * r
         return {
@@ -324,7 +344,7 @@ class RooflinePerfModel:
             "lm_head": roof(self._lm_f * r, self._lm_w + self._lm_req * r, bl),
             "sampling": self._samp_req * r,
             "comm": comm,
-            "overhead": self._fixed,
+            "overhead": fixed,
         }
 
     def batch_work(self, stats: BatchStats) -> tuple[float, float]:
@@ -455,16 +475,19 @@ def _decodes(n: float) -> BatchStats:
 def build_perf_model(model: ModelSpec, gpu: GpuSpec, parallel: ParallelConfig,
                      model_cfg: ModelConfig | None = None,
                      eff: Efficiencies | None = None,
-                     links: LinkSpec | None = None) -> RooflinePerfModel | PipelinedPerfModel:
+                     links: LinkSpec | None = None,
+                     graphs: GraphPlan | None = None) -> RooflinePerfModel | PipelinedPerfModel:
     """The default perf model of a scenario (``model`` already loaded with ``model_cfg.dtype``).
 
     ``links`` None keeps the GPU's interconnect for every transfer (the single-replica
-    default); clusters pass the catalog links (``catalog.gpus.link_spec``).
+    default); clusters pass the catalog links (``catalog.gpus.link_spec``). ``graphs``: the
+    engine's CUDA graphs (None: eager).
     """
     kv_b = resolve_kv_dtype_bytes(model_cfg.kv_cache_dtype if model_cfg else "auto", model)
     perf = RooflinePerfModel(model, gpu, tp=parallel.tensor_parallel_size,
                              pp=parallel.pipeline_parallel_size, kv_dtype_bytes=kv_b, eff=eff, links=links,
-                             ep=parallel.expert_parallel_size, expert_imbalance=parallel.expert_imbalance)
+                             ep=parallel.expert_parallel_size, expert_imbalance=parallel.expert_imbalance,
+                             graphs=graphs)
     if parallel.pipeline_parallel_size > 1 and parallel.num_microbatches > 1:
         return PipelinedPerfModel(perf, parallel.num_microbatches)
     return perf

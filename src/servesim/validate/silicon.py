@@ -68,9 +68,9 @@ MODELS = {
     ("moonshotai/Kimi-K2.5", "fp4"): ("moonshotai/Kimi-K2.5", True, "NVFP4 linear layers"),
 }
 
-#: Pass the row's vLLM version into ``engine.version`` once the engine models versions:
-#: set to True (the field must exist in ``EngineConfig``).
-PASS_ENGINE_VERSION = False
+#: Pass the row's vLLM version into ``engine.version`` (its async-scheduling and CUDA-graph
+#: defaults); nightly builds and rows without a version run at the newest modelled version.
+PASS_ENGINE_VERSION = True
 
 #: Requests per run: ``PROMPTS_PER_CLIENT`` per client, at least ``MIN_PROMPTS``. vllm bench
 #: with fixed lengths keeps its clients in step (they start together and finish together),
@@ -244,7 +244,7 @@ def row_case(row: dict[str, str], nvfp4_dir: Path | None = None) -> SiliconCase:
     isl, osl = _int(row["isl"]), _int(row["osl"])
     version = kernel_version_for(gpu[0], row["backend_version"])
     engine: dict[str, Any] = {"max_model_len": isl + osl}
-    if PASS_ENGINE_VERSION and row["backend_version"]:
+    if PASS_ENGINE_VERSION and row["backend_version"][:1].isdigit():
         engine["version"] = row["backend_version"]
     case.scenario = {
         "name": row["id"],

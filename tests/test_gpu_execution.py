@@ -1,0 +1,197 @@
+"""vLLM's GPU execution: CUDA-graph capture sizes and padding, launch costs by graph mode,
+async scheduling's overlap of host and GPU time, and the version defaults behind them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from servesim.catalog.gpus import get_gpu
+from servesim.catalog.models import load_model
+from servesim.config import EngineConfig, resolve_engine
+from servesim.config.engine import async_default
+from servesim.engine.replica import step_wall_s
+from servesim.perf.base import BatchStats, ConstantPerfModel
+from servesim.perf.cuda_graphs import EAGER, EAGER_PLAN, FULL, PIECEWISE, graph_plan
+from servesim.perf.factory import kernel_version_for
+from servesim.perf.kernel_model import KernelPerfModel
+from servesim.perf.roofline import RooflinePerfModel
+from servesim.sim import run_engine
+from tests.test_differential import assert_same, synthetic
+
+LLAMA = "meta-llama/Llama-3.1-8B"
+
+
+# ----------------------------------------------------------------- capture sizes
+
+
+def test_capture_sizes_as_vllm_computes_them():
+    g = graph_plan("0.19.0", max_num_seqs=1024, max_num_batched_tokens=8192)
+    want = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 513, 16))
+    assert list(g.capture_sizes) == want and g.max_size == 512 and g.full_decode
+    # max_cudagraph_capture_size = min(max_num_seqs * 2, 512): 8 sequences capture up to 16.
+    assert graph_plan("0.19.0", 8, 8192).capture_sizes == (1, 2, 4, 8, 16)
+    assert graph_plan("0.19.0", 1024, 100).max_size == 96  # and never above the token budget
+    assert graph_plan("0.19.0", 1024, 8192, enforce_eager=True) is EAGER_PLAN
+    old = graph_plan("0.10.1", 1024, 8192)  # PIECEWISE only, every multiple of 8 to 512
+    assert not old.full_decode and old.capture_sizes[-2:] == (504, 512)
+
+
+def test_padding_table_and_modes():
+    g = graph_plan("0.19.0", 1024, 8192)
+    pad = g.padded_sizes()
+    assert pad[9] == 16 and pad[16] == 16 and pad[3] == 4 and pad[257] == 272 and len(pad) == 513
+    assert all(pad[t] >= t and pad[t] in g.capture_sizes for t in range(1, 513))
+    assert g.mode(9, True) == FULL and g.mode(9, False) == PIECEWISE and g.mode(513, True) == EAGER
+    assert EAGER_PLAN.padded_sizes() == [] and EAGER_PLAN.mode(1, True) == EAGER
+
+
+# ----------------------------------------------------------------- the roofline
+
+
+def _roof(graphs=None, **kw):
+    return RooflinePerfModel(load_model(LLAMA), get_gpu("H100-SXM"), graphs=graphs, **kw)
+
+
+def test_decode_of_9_is_timed_as_16_in_a_graph():
+    g = graph_plan("0.19.0", 1024, 8192)
+    pm, eager = _roof(g), _roof()
+    nine = pm.breakdown(BatchStats(num_decode_reqs=9, sum_decode_context=9 * 500))
+    sixteen = eager.breakdown(BatchStats(num_decode_reqs=16, sum_decode_context=9 * 500))
+    for k in ("proj", "mlp", "elementwise"):  # the GEMMs and norms run 16 rows
+        assert nine[k] == pytest.approx(sixteen[k], rel=1e-12)
+    # attention, the LM head and sampling see the 9 real requests
+    ref9 = eager.breakdown(BatchStats(num_decode_reqs=9, sum_decode_context=9 * 500))
+    for k in ("attn_decode", "lm_head", "sampling"):
+        assert nine[k] == pytest.approx(ref9[k], rel=1e-12)
+    assert sum(nine.values()) == pytest.approx(pm.batch_time(BatchStats(num_decode_reqs=9,
+                                                                        sum_decode_context=4500)))
+
+
+def test_launch_costs_by_graph_mode():
+    g = graph_plan("0.19.0", 1024, 8192)
+    pm, eager = _roof(g), _roof()
+    e, L = pm.eff, pm.model.num_layers
+    dec = BatchStats(num_decode_reqs=32, sum_decode_context=32 * 1000)
+    mixed = BatchStats(num_prefill_tokens=100, prefill_attn_work=5000.0, num_prefill_reqs=1,
+                       num_decode_reqs=31, sum_decode_context=31 * 1000)
+    big = BatchStats(num_prefill_tokens=2000, prefill_attn_work=2e6, num_prefill_reqs=1)
+    assert pm.breakdown(dec)["overhead"] == pytest.approx(e.launch_overhead_s)  # full graph: one launch
+    assert pm.breakdown(mixed)["overhead"] == pytest.approx(e.launch_overhead_s + L * e.kernel_overhead_s)
+    assert pm.breakdown(big)["overhead"] == eager.breakdown(big)["overhead"]  # above 512 tokens: eager
+    assert eager.breakdown(dec)["overhead"] == pytest.approx(
+        e.launch_overhead_s + L * 10 * e.kernel_overhead_s)
+    saved = eager.batch_time(dec) - pm.batch_time(dec)  # 32 is a capture size: launches only
+    assert saved == pytest.approx(L * 10 * e.kernel_overhead_s, rel=1e-9)
+    assert pm.batch_time(big) == eager.batch_time(big)
+    # the decode fast paths agree with batch_time under graphs
+    a, b, c, d = pm.decode_affine(9)
+    s = 9 * 700
+    assert a + max(b * s, c * s + d) == pytest.approx(pm.batch_time(BatchStats(num_decode_reqs=9,
+                                                                               sum_decode_context=s)))
+    got = pm.decode_step_times(9, np.array([float(s)]))[0]
+    assert got == pytest.approx(pm.batch_time(BatchStats(num_decode_reqs=9, sum_decode_context=s)))
+
+
+# ----------------------------------------------------------------- the kernel model
+
+
+def _kernels(graphs=None, tp=1):
+    return KernelPerfModel(load_model(LLAMA), get_gpu("H100-SXM"), tp=tp, graphs=graphs)
+
+
+def test_kernel_model_pads_gemm_m_and_picks_the_allreduce_backend():
+    g = graph_plan("0.19.0", 1024, 8192)
+    pm, eager = _kernels(g, tp=2), _kernels(tp=2)
+    st9 = BatchStats(num_decode_reqs=9, sum_decode_context=9 * 800)
+    st16 = BatchStats(num_decode_reqs=16, sum_decode_context=16 * 800)
+    p9, e16, e9 = pm.breakdown(st9), eager.breakdown(st16), eager.breakdown(st9)
+    for k in ("gemm_qkv", "gemm_o_proj", "gemm_gate_up", "gemm_down", "allreduce"):
+        assert p9[k] == pytest.approx(e16[k], rel=1e-9), k  # GEMM m = 16
+    assert p9["attn_decode"] == pytest.approx(e9["attn_decode"], rel=1e-9)
+    assert p9["overhead"] == pytest.approx(pm.eff.launch_overhead_s)
+    assert sum(p9.values()) == pytest.approx(pm.batch_time(st9), rel=1e-12)
+    assert pm.decode_step_times(9, np.array([9 * 800.0]))[0] == pytest.approx(pm.batch_time(st9), rel=1e-9)
+    # enforce_eager: every all-reduce from the eager custom all-reduce table
+    ea = _kernels(graph_plan("0.19.0", 1024, 8192, enforce_eager=True), tp=2)
+    assert ea.breakdown(st16)["allreduce"] != pytest.approx(p9["allreduce"], rel=1e-3)
+    assert ea.breakdown(st16)["overhead"] == pytest.approx(
+        ea.eff.launch_overhead_s + 32 * 10 * ea.eff.kernel_overhead_s)
+
+
+def test_fp8_checkpoints_pick_their_gemm_tables():
+    block = KernelPerfModel(load_model("Qwen/Qwen3-32B-FP8"), get_gpu("H100-SXM"))
+    assert block.sources["gemm_qkv"].startswith("table gemm fp8_block")
+    tensor = KernelPerfModel(load_model("nvidia/Llama-3.1-70B-Instruct-FP8"), get_gpu("H100-SXM"), tp=4)
+    assert tensor.sources["gemm_qkv"].startswith("table gemm fp8 ")
+    assert tensor.sources["attn_decode"].startswith("table gen fp8 KV")  # the checkpoint's FP8 KV cache
+
+
+# ----------------------------------------------------------------- async scheduling
+
+
+def test_step_wall_time_overlaps_with_async_scheduling():
+    assert step_wall_s(0.010, 0.003, False) == pytest.approx(0.013)
+    assert step_wall_s(0.010, 0.003, True) == 0.010
+    assert step_wall_s(0.002, 0.003, True) == 0.003
+
+
+@pytest.mark.parametrize("cpu", [0.003, 0.02])
+def test_async_steps_last_max_of_gpu_and_cpu(cpu):
+    wl = synthetic(11, 50, 5, prompt_max=200, out_max=50)
+    eng = EngineConfig(max_num_seqs=8, max_num_batched_tokens=512, cpu_overhead_s=cpu, async_scheduling=True)
+    for reference in (True, False):
+        run = run_engine(wl, eng, ConstantPerfModel(0.01), 2000, 4096, reference=reference)
+        d = np.asarray(run.steps.columns()["duration_s"])
+        np.testing.assert_allclose(d, max(0.01, cpu), rtol=1e-12)
+        assert run.totals.gpu_s == pytest.approx(0.01 * run.totals.num_steps, rel=1e-9)
+
+
+def test_differential_with_async_scheduling_and_graphs():
+    pm = _roof(graph_plan("0.19.0", 64, 1024))
+    wl = synthetic(12, 300, 8, out_max=600)
+    eng = EngineConfig(max_num_seqs=64, max_num_batched_tokens=1024, cpu_overhead_s=0.006,
+                       async_scheduling=True)
+    assert_same(wl, eng, 4000, perf=pm)
+    assert_same(wl, eng.model_copy(update={"cpu_overhead_s": 0.02}), 4000)  # the CPU binds
+
+
+@pytest.mark.parametrize("scalar_steps", [1, 5])
+def test_numpy_chunks_with_async_scheduling(monkeypatch: pytest.MonkeyPatch, scalar_steps: int) -> None:
+    from servesim.engine import decode_runs
+
+    monkeypatch.setattr(decode_runs, "SCALAR_STEPS", scalar_steps)
+    pm = _kernels(graph_plan("0.19.0", 32, 1024))  # not affine: vectorized decode_step_times
+    wl = synthetic(7, 200, 4, prompt_max=512, out_max=1200)
+    assert_same(wl, EngineConfig(max_num_seqs=32, max_num_batched_tokens=1024, cpu_overhead_s=0.009,
+                                 async_scheduling=True), 600, perf=pm)
+
+
+# ----------------------------------------------------------------- version defaults
+
+
+def test_async_default_by_version_policy_and_device():
+    on = EngineConfig()
+    assert on.version == "0.19.0" and async_default(on, on_gpu=True)
+    assert not async_default(EngineConfig(version="0.13.0"), True)
+    assert async_default(EngineConfig(version="0.14"), True)
+    assert not async_default(EngineConfig(version="0.14.1"), True, pipeline_parallel_size=2)
+    assert async_default(EngineConfig(version="0.15.1"), True, pipeline_parallel_size=2)
+    assert not async_default(EngineConfig(policy="sarathi"), True)
+    assert not async_default(on, on_gpu=False)
+    assert resolve_engine(on, 80e9, "H100-SXM").async_scheduling is True
+    assert resolve_engine(on, 8e9, "cpu-epyc-1core").async_scheduling is False
+    assert resolve_engine(on).async_scheduling is False  # no hardware (run_engine alone)
+    assert resolve_engine(EngineConfig(async_scheduling=False), 80e9, "H100-SXM").async_scheduling is False
+    with pytest.raises(ValueError):
+        EngineConfig(version="latest")
+
+
+def test_kernel_tables_nearest_at_or_below_the_version():
+    assert kernel_version_for("0.19.0", "H100-SXM") == "0.19.0"
+    assert kernel_version_for("0.21", "H100-SXM") == "0.19.0"
+    assert kernel_version_for("0.15.1", "H100-SXM") == "0.14.0"
+    assert kernel_version_for("0.12.0", "H100-SXM") == "0.14.0"  # none below: the oldest
+    assert kernel_version_for("0.19.0", "B200") == "0.19.0"
+    assert kernel_version_for("0.19.0", "A100-80GB") == "0.14.0"
+    assert kernel_version_for("0.19.0", "MI300X") is None
