@@ -109,6 +109,7 @@ def _key(r: dict) -> tuple:
     return tuple(v for k, v in r.items() if k != "latency" and not k.startswith("power"))
 
 
+@pytest.mark.shared_data
 def test_packed_gemm_and_attention_match_the_source():
     db = load_database("H100-SXM", "0.19.0")
     rows = _parquet("h100_sxm/gemm/vllm/0.19.0/gemm_perf.parquet")
@@ -130,6 +131,7 @@ def test_packed_gemm_and_attention_match_the_source():
             assert v == pytest.approx(row["latency"], rel=1e-6)
 
 
+@pytest.mark.shared_data
 def test_packed_comm_and_moe_match_the_source():
     db = load_database("H100-SXM", "0.19.0")
     for row in _parquet("h100_sxm/comm/vllm/0.19.0/custom_allreduce_perf.parquet"):
