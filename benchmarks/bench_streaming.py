@@ -21,7 +21,7 @@ def main() -> None:
     a = ap.parse_args()
 
     from servesim.catalog.gpus import get_gpu
-    from servesim.catalog.models import load_model
+    from servesim.catalog.hf_config import load_model
     from servesim.config import EngineConfig, LengthDist, ParallelConfig, SyntheticWorkload, resolve_engine
     from servesim.perf.memory import plan_memory
     from servesim.perf.roofline import RooflinePerfModel

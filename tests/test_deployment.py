@@ -9,7 +9,7 @@ import pytest
 
 import servesim
 from servesim.catalog.gpus import get_gpu
-from servesim.catalog.models import load_model
+from servesim.catalog.hf_config import load_model
 from servesim.config import ParallelConfig, scenario_from_dict
 from servesim.deployment import resolve_deployment, resolve_deployments
 from servesim.errors import ConfigError

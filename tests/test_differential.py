@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from servesim.catalog.gpus import get_gpu
-from servesim.catalog.models import load_model
+from servesim.catalog.hf_config import load_model
 from servesim.config import EngineConfig
 from servesim.perf.base import ConstantPerfModel
 from servesim.perf.roofline import RooflinePerfModel

@@ -373,7 +373,7 @@ def _distserve_pools(model: str, tps: tuple[tuple[str, int], ...]) -> tuple[Clus
     prefill instance 8192 tokens / 128 requests, its decode instance 1024 requests. Each pool
     is timed by its engine's fit at its TP degree (vLLM's fit for vLLM, DistServe's for
     DistServe), since the roofline does not know either engine's overheads."""
-    from servesim.catalog.models import load_model
+    from servesim.catalog.hf_config import load_model
     from servesim.cluster.pools import build_pool
     from servesim.config import Scenario
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from servesim.catalog.gpus import get_gpu
-from servesim.catalog.models import load_model
+from servesim.catalog.hf_config import load_model
 from servesim.config import EngineConfig, resolve_engine
 from servesim.config.engine import async_default
 from servesim.engine.replica import step_wall_s

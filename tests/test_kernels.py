@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from servesim.catalog.gpus import get_gpu
-from servesim.catalog.models import load_model
+from servesim.catalog.hf_config import load_model
 from servesim.config import HardwareConfig, ParallelConfig, load_scenario
 from servesim.errors import ConfigError
 from servesim.perf.base import BatchStats

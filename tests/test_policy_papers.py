@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from servesim.catalog.gpus import get_gpu
-from servesim.catalog.models import load_model
+from servesim.catalog.hf_config import load_model
 from servesim.config import EngineConfig, ParallelConfig, SpeculativeConfig, resolve_engine
 from servesim.metrics.summary import weighted_percentile
 from servesim.perf.memory import plan_memory

@@ -13,7 +13,8 @@ from conftest import shared_data  # tests/ is on sys.path (rootdir-relative, no 
 
 import servesim
 from servesim.catalog import get_gpu, load_model
-from servesim.catalog.models import from_hf_config, resolve_kv_dtype_bytes
+from servesim.catalog.models import resolve_kv_dtype_bytes
+from servesim.catalog.hf_config import from_hf_config
 from servesim.catalog.quantization import MXFP4_BYTES, NVFP4_BYTES, parse_quantization
 from servesim.config import EngineConfig, ParallelConfig
 from servesim.errors import CatalogError

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from servesim import profile_ops
 from servesim.calibration.measurements import read_operator_profiles
-from servesim.catalog.models import from_hf_config
+from servesim.catalog.hf_config import from_hf_config
 from servesim.cli import app
 from servesim.config import GpuConfig
 

@@ -76,7 +76,7 @@ def test_row_mapping_variants(tmp_path):
 
 
 def test_nvfp4_config_is_read_as_nvfp4():
-    from servesim.catalog.models import load_model
+    from servesim.catalog.hf_config import load_model
 
     with s.nvfp4_configs({"meta-llama/Llama-3.1-70B"}) as tmp:
         m = load_model(str(tmp / "Llama-3.1-70B-NVFP4"))

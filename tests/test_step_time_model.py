@@ -10,7 +10,7 @@ from rich.console import Console
 
 import servesim
 from servesim.catalog.gpus import get_gpu
-from servesim.catalog.models import load_model
+from servesim.catalog.hf_config import load_model
 from servesim.metrics.console import print_summary
 from servesim.perf.base import ConstantPerfModel
 from servesim.perf.describe import describe_perf_model

@@ -150,7 +150,7 @@ _DTYPE_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
 def _models_table() -> Table:
-    from servesim.catalog.models import list_models, load_model
+    from servesim.catalog.hf_config import list_models, load_model
     from servesim.perf.memory import weights_bytes_per_gpu
 
     title = ("Models (org/ prefix optional; heads: query/KV, MLA: latent; dtype: weights, /experts'"
@@ -259,7 +259,7 @@ def calibrate(
         names = [x.strip() for x in fit_params.split(",") if x.strip()] if fit_params else None
         spec = None
         if model is not None:
-            from servesim.catalog.models import load_model
+            from servesim.catalog.hf_config import load_model
 
             spec = load_model(model)
         profile, results = calibrate_source(
@@ -387,7 +387,7 @@ def profile(
     what was measured so far.
     """
     with _user_errors():
-        from servesim.catalog.models import load_model
+        from servesim.catalog.hf_config import load_model
         from servesim.profile_ops import ProfileInterrupted, profile_operators
 
         def ints(text: str, what: str) -> tuple[int, ...]:

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servesim.catalog.gpus import GpuSpec, LinkSpec, get_gpu, link_spec
-from servesim.catalog.models import ModelSpec, load_model, resolve_kv_dtype_bytes
+from servesim.catalog.models import ModelSpec, resolve_kv_dtype_bytes
+from servesim.catalog.hf_config import load_model
 from servesim.config import EngineConfig, LinksConfig, ParallelConfig, PoolConfig, Scenario, resolve_engine
 from servesim.errors import ConfigError
 from servesim.perf.base import PerfModel

@@ -189,7 +189,7 @@ def splitwise_fit_data(
     (``batched_prompts`` adds the batched ones, which Splitwise's engine runs far slower
     than one iteration: see docs/fidelity.md)."""
     from servesim.catalog.gpus import get_gpu
-    from servesim.catalog.models import load_model
+    from servesim.catalog.hf_config import load_model
 
     parts, meas, labels = [], [], []
     for r in rows:

@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 
 from servesim.catalog.gpus import GpuSpec, LinkSpec, get_gpu
-from servesim.catalog.models import ModelSpec, from_hf_config
+from servesim.catalog.models import ModelSpec
+from servesim.catalog.hf_config import from_hf_config
 from servesim.config import EngineConfig, GpuConfig, ModelConfig, ParallelConfig, gpu_config_from_dict
 from servesim.errors import CatalogError, ConfigError
 from servesim.perf.base import BatchStats, decode_step_times

@@ -147,7 +147,7 @@ def distserve_grid() -> tuple[list[list[int]], list[tuple[int, int]]]:
 def validate_distserve(data_dir: Path, limits: dict[tuple[str, str, str], Goal] | None = None) -> list[Check]:
     from servesim.calibration.measurements import read_distserve
     from servesim.catalog.gpus import get_gpu
-    from servesim.catalog.models import load_model
+    from servesim.catalog.hf_config import load_model
     from servesim.config import ParallelConfig
     from servesim.perf.base import BatchStats
 

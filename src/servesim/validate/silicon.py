@@ -268,7 +268,7 @@ def nvfp4_configs(presets: set[str]) -> Iterator[Path]:
     """A temporary folder with one ModelOpt NVFP4 checkpoint config per preset: the preset's
     ``config.json`` (its own quantization removed) and an ``hf_quant_config.json`` putting
     every linear layer but the LM head in NVFP4 (KV cache dtype: the model's)."""
-    from servesim.catalog.models import _lookup_preset, _presets
+    from servesim.catalog.hf_config import _lookup_preset, _presets
 
     with tempfile.TemporaryDirectory(prefix="servesim-silicon-") as tmp:
         for preset in sorted(presets):
@@ -291,7 +291,7 @@ def simulate_case(case: SiliconCase, fallback_cache: dict[tuple[Any, ...], tuple
     section), the operators the kernel model timed by the roofline; a scenario servesim
     refuses (does not fit, ...) becomes a skip with servesim's message."""
     from servesim.catalog.gpus import get_gpu
-    from servesim.catalog.models import load_model
+    from servesim.catalog.hf_config import load_model
     from servesim.config import Scenario
     from servesim.errors import ServesimError
     from servesim.perf.factory import build_step_model

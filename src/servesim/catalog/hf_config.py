@@ -1,0 +1,219 @@
+"""Reading a Hugging Face ``config.json`` into a ``ModelSpec``, and the bundled presets.
+
+Presets live in ``servesim/data/models/*.json`` as subsets of the public config files and
+go through the same parser (``from_hf_config``) as a user's own ``config.json``; the
+architecture facts and what is counted are ``catalog.models``'.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from servesim.catalog.models import _TIED_BY_DEFAULT, DTYPE_BYTES, ModelSpec, normalize_dtype
+from servesim.catalog.quantization import parse_quantization
+from servesim.errors import CatalogError
+
+
+def _pick(cfg: dict[str, Any], keys: tuple[str, ...], source: str, default: Any = ...) -> Any:
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    if default is ...:
+        alt = f" (or {', '.join(keys[1:])})" if len(keys) > 1 else ""
+        raise CatalogError(f"{source}: missing key {keys[0]!r}{alt}")
+    return default
+
+
+def _int(value: Any, key: str, source: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0 or value != int(value):
+        raise CatalogError(f"{source}: {key} must be a positive integer, found {value!r}")
+    return int(value)
+
+
+def _num_dense_layers(cfg: dict[str, Any], layers: int) -> int:
+    """Layers of an MoE config with a dense MLP: DeepSeek's ``first_k_dense_replace`` and
+    ``moe_layer_freq`` (layer i has experts when i >= k and i % freq == 0), Qwen-MoE's
+    ``mlp_only_layers`` and ``decoder_sparse_step`` (experts when (i + 1) % step == 0)."""
+    first_k = int(cfg.get("first_k_dense_replace") or 0)
+    freq = int(cfg.get("moe_layer_freq") or 1)
+    only = set(cfg.get("mlp_only_layers") or [])
+    step = int(cfg.get("decoder_sparse_step") or 1)
+    moe = sum(1 for i in range(layers)
+              if i >= first_k and i % freq == 0 and i not in only and (i + 1) % step == 0)
+    return layers - moe
+
+
+def _mla(cfg: dict[str, Any], src: str) -> dict[str, int]:
+    """MLA's dimensions (DeepSeek-V2/V3 keys), or {} for ordinary attention."""
+    if not cfg.get("kv_lora_rank"):
+        return {}
+    keys = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+    out = {k: _int(_pick(cfg, (k,), src), k, src) for k in keys}
+    out["q_lora_rank"] = _int(cfg["q_lora_rank"], "q_lora_rank", src) if cfg.get("q_lora_rank") else 0
+    return out
+
+
+def from_hf_config(cfg: dict[str, Any], name: str, dtype: str = "auto",
+                   source: str | None = None, hf_quant_config: dict[str, Any] | None = None) -> ModelSpec:
+    """Build a ModelSpec from a Hugging Face config dict (Llama/Mistral/Qwen2/Qwen3/Mixtral/OPT,
+    Qwen3-MoE, DeepSeek-V3/Kimi-K2 (MLA), gpt-oss and MiniMax-M2 keys).
+
+    ``source`` (default ``name``) is the file named in error messages. Multimodal configs
+    that nest the language model under ``text_config`` are read from there.
+    ``hf_quant_config`` is a ModelOpt ``hf_quant_config.json``; with ``dtype`` 'auto' the
+    checkpoint's quantization sets the weight bytes, another ``dtype`` replaces it.
+    """
+    src = source or name
+    if not isinstance(cfg, dict):
+        raise CatalogError(f"{src}: expected a JSON object, found {type(cfg).__name__}")
+    outer = cfg
+    if isinstance(cfg.get("text_config"), dict):
+        cfg = {**{k: v for k, v in outer.items() if k in ("torch_dtype", "dtype", "quantization_config")},
+               **cfg["text_config"]}
+    model_type = str(cfg.get("model_type", outer.get("model_type", ""))).lower()
+
+    def num(keys: tuple[str, ...], default: Any = ...) -> int:
+        return _int(_pick(cfg, keys, src, default), keys[0], src)
+
+    layers = num(("num_hidden_layers", "n_layer", "num_layers"))
+    hidden = num(("hidden_size", "d_model", "n_embd"))
+    heads = num(("num_attention_heads", "n_head"))
+    kv_heads = num(("num_key_value_heads",), heads)
+    mla = _mla(cfg, src)
+    head_dim = (mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"] if mla
+                else num(("head_dim",), hidden // heads))
+    inter = num(("intermediate_size", "ffn_dim", "n_inner"))
+    vocab = num(("vocab_size",))
+    # vLLM falls back to 2048 when a config gives no maximum length.
+    max_pos = num(("max_position_embeddings", "max_seq_len", "seq_length", "n_positions"), 2048)
+    experts = _pick(cfg, ("num_local_experts", "num_experts", "n_routed_experts"), src, 0)
+    experts = _int(experts, "num_local_experts", src) if experts else 0
+    top_k = num(("num_experts_per_tok", "experts_per_token")) if experts else 0
+    moe_inter = num(("moe_intermediate_size",), inter) if experts else 0
+    if experts and cfg.get("n_shared_experts"):
+        shared = _int(cfg["n_shared_experts"], "n_shared_experts", src) * moe_inter
+    else:
+        shared = int(cfg.get("shared_expert_intermediate_size") or 0) if experts else 0
+    dense_layers = _num_dense_layers(cfg, layers) if experts else 0
+    if heads % kv_heads:
+        raise CatalogError(f"{src}: num_attention_heads ({heads}) is not a multiple of "
+                           f"num_key_value_heads ({kv_heads})")
+    tied = cfg.get("tie_word_embeddings", outer.get("tie_word_embeddings", model_type in _TIED_BY_DEFAULT))
+    gated = "ffn_dim" not in cfg and model_type != "opt"
+
+    expert_bytes, method, kv_dtype = 0.0, "", ""
+    if dtype == "auto":
+        raw = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
+        dtype = normalize_dtype(raw, f"{src}: torch_dtype")
+        if dtype == "float32":  # vLLM's dtype='auto' serves fp32 checkpoints in 16 bits
+            dtype = "bfloat16"
+        quant = parse_quantization(cfg, hf_quant_config, dtype, src)
+        dtype_bytes = DTYPE_BYTES[dtype]
+        if quant is not None:
+            dtype, dtype_bytes, expert_bytes, method = (quant.dtype, quant.dtype_bytes,
+                                                        quant.expert_dtype_bytes, quant.method)
+            kv_dtype = quant.kv_cache_dtype
+    else:
+        dtype = normalize_dtype(dtype)
+        dtype_bytes = DTYPE_BYTES[dtype]
+    window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
+    layer_types = cfg.get("layer_types") or []
+    sliding_layers = sum(1 for t in layer_types if t == "sliding_attention") if window else 0
+    return ModelSpec(
+        name=name, num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+        num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=inter, vocab_size=vocab,
+        tie_word_embeddings=bool(tied), num_experts=experts, num_experts_per_tok=top_k,
+        moe_intermediate_size=moe_inter, dtype=dtype, dtype_bytes=dtype_bytes,
+        max_position_embeddings=max_pos, mlp_gated=gated,
+        sliding_window=int(window) if window else None,
+        shared_expert_intermediate_size=shared, num_dense_layers=dense_layers,
+        num_sliding_layers=sliding_layers, expert_dtype_bytes=expert_bytes, quant_method=method,
+        kv_cache_dtype=kv_dtype, **mla,
+    )
+
+
+# ---------------------------------------------------------------------- presets and loading
+
+
+@lru_cache(maxsize=1)
+def _presets() -> dict[str, dict[str, Any]]:
+    """Preset configs by canonical name (the Hugging Face id), read once from package data."""
+    out: dict[str, dict[str, Any]] = {}
+    for entry in resources.files("servesim").joinpath("data", "models").iterdir():
+        if entry.name.endswith(".json"):
+            cfg = json.loads(entry.read_text())
+            cfg["_servesim_short"] = entry.name.removesuffix(".json")
+            out[cfg["_name_or_path"]] = cfg
+    return out
+
+
+@lru_cache(maxsize=1)
+def _preset_index() -> dict[str, str]:
+    """Lower-cased names a user may type -> canonical name."""
+    index: dict[str, str] = {}
+    for canon, cfg in _presets().items():
+        names = [canon, canon.split("/")[-1], cfg["_servesim_short"], *cfg.get("_servesim_aliases", [])]
+        for n in names:
+            index[n.lower()] = canon
+            index[n.lower().split("/")[-1]] = canon
+    return index
+
+
+def list_models() -> list[str]:
+    """Canonical names (Hugging Face ids) of the built-in presets."""
+    return sorted(_presets())
+
+
+def _lookup_preset(name: str) -> str | None:
+    index = _preset_index()
+    key = name.strip().lower()
+    for cand in (key, key.split("/")[-1]):
+        if cand in index:
+            return index[cand]
+        for suffix in ("-instruct", "-chat", "-hf", "-it"):  # same architecture as the base model
+            if cand.endswith(suffix) and cand.removesuffix(suffix) in index:
+                return index[cand.removesuffix(suffix)]
+    return None
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise CatalogError(f"{path}: no such file (expected a config.json or a directory holding one)")
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CatalogError(f"{path}: cannot read JSON: {err}") from None
+    if not isinstance(cfg, dict):
+        raise CatalogError(f"{path}: expected a JSON object of model settings (a Hugging Face "
+                           f"config.json), found a {type(cfg).__name__}")
+    return cfg
+
+
+def load_model(name_or_path: str, dtype: str = "auto") -> ModelSpec:
+    """A preset by name (case-insensitive; 'meta-llama/Llama-3.1-8B' or 'Llama-3.1-8B'),
+    or a path to a ``config.json`` or a directory holding one."""
+    canon = _lookup_preset(name_or_path)
+    if canon is not None:
+        cfg = _presets()[canon]
+        return from_hf_config(cfg, canon, dtype, source=f"preset {canon}",
+                              hf_quant_config=cfg.get("_servesim_hf_quant_config"))
+    path = Path(name_or_path).expanduser()
+    if path.exists() or name_or_path.endswith(".json"):
+        cfg = _read_config(path)
+        cfg_path = path / "config.json" if path.is_dir() else path
+        label = cfg.get("_name_or_path") or (path.name if path.is_dir() else path.parent.name) or str(path)
+        quant_path = cfg_path.parent / "hf_quant_config.json"  # ModelOpt's, beside config.json
+        quant = _read_config(quant_path) if quant_path.is_file() else None
+        return from_hf_config(cfg, str(label), dtype, source=str(cfg_path), hf_quant_config=quant)
+    choices = sorted({*list_models(), *(c["_servesim_short"] for c in _presets().values())})
+    close = difflib.get_close_matches(name_or_path, choices, n=4, cutoff=0.4)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise CatalogError(f"unknown model {name_or_path!r} (not a preset and no such path){hint} "
+                       f"Presets: {', '.join(list_models())}")
