@@ -33,7 +33,7 @@ def test_one_replica_and_a_one_replica_pool_resolve_alike() -> None:
                                                    "cluster": {"pools": [{"name": "c"}]}}))[0]
     assert (one.engine, one.plan, one.links, one.gpu) == (pool.engine, pool.plan, pool.links, pool.gpu)
     assert one.step_time_model() == pool.step_time_model()
-    assert one.step_time_model()["kind"] == "roofline" and not one.step_time_model()["calibrated"]
+    assert one.step_time_model()["kind"] == "kernel_db" and one.step_time_model()["calibrated"]  # measured kernels
 
 
 @pytest.mark.parametrize("cluster", [None, {"pools": [{"name": "a", "num_replicas": 2}]}])
@@ -86,7 +86,7 @@ def test_links_inside_a_node_are_the_gpus_interconnect() -> None:
     for tp, pp, same in ((8, 1, True), (4, 2, True), (8, 2, False)):
         par = ParallelConfig(tensor_parallel_size=tp, pipeline_parallel_size=pp)
         sc = scenario_from_dict({"model": {"name": "Llama-3.1-70B"}, "parallel": par.model_dump(),
-                                 "engine": {"max_model_len": 8192}})
+                                 "hardware": {"perf_model": "roofline"}, "engine": {"max_model_len": 8192}})
         dep = resolve_deployment(sc)
         old = build_perf_model(m, g, par, sc.model)  # links=None: interconnect for everything
         assert (dep.perf.batch_time(stats) == old.batch_time(stats)) is same, (tp, pp)

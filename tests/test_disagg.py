@@ -245,7 +245,7 @@ def _goodput_per_gpu(pools: list[dict], prompt: dict, output: dict, slo: dict, h
         s = servesim.simulate(
             {
                 "model": {"name": "OPT-13B"},
-                "hardware": {"gpu": "A100-80GB"},
+                "hardware": {"gpu": "A100-80GB", "perf_model": "roofline"},
                 "slo": slo,
                 "workload": {
                     "type": "synthetic",

@@ -277,9 +277,13 @@ def test_nearest_attention_class_is_recorded():
 def test_config_chooses_the_model_and_version():
     m, g = load_model("Llama-3.1-8B"), get_gpu("H100-SXM")
     par = ParallelConfig()
-    assert isinstance(build_step_model(m, g, par, HardwareConfig()), RooflinePerfModel)
-    pm = build_step_model(m, g, par, HardwareConfig(perf_model="kernels"))
-    assert isinstance(pm, KernelPerfModel) and pm.version == kernel_versions("H100-SXM")[-1] == "0.19.0"
+    assert isinstance(build_step_model(m, g, par, HardwareConfig(perf_model="roofline")), RooflinePerfModel)
+    # The default: the kernels where the GPU has tables, the roofline elsewhere or under a profile.
+    assert isinstance(build_step_model(m, get_gpu("MI300X"), par, HardwareConfig()), RooflinePerfModel)
+    assert isinstance(build_step_model(m, g, par, HardwareConfig(profile="a100_splitwise")), RooflinePerfModel)
+    for hw in (HardwareConfig(), HardwareConfig(perf_model="kernels")):
+        pm = build_step_model(m, g, par, hw)
+        assert isinstance(pm, KernelPerfModel) and pm.version == kernel_versions("H100-SXM")[-1] == "0.19.0"
     old = build_step_model(m, g, par, HardwareConfig(perf_model="kernels", kernel_version="0.14.0"))
     assert old.version == "0.14.0"
     with pytest.raises(ConfigError, match="hardware.kernel_version.*0.13.0.*0.14.0, 0.19.0"):

@@ -100,7 +100,7 @@ def test_the_cli_reports_and_stores_every_section(tmp_path) -> None:
         out_dir = tmp_path / f"run{len(extra)}"
         res = CliRunner().invoke(app, ["simulate", "--no-progress", "--set", tiny, *extra, "-o", str(out_dir)])
         assert res.exit_code == 0, res.output
-        for word in ("step time: roofline", "Memory", "Headroom", "Saturation", "Notice"):
+        for word in ("step time: kernel database", "Memory", "Headroom", "Saturation", "Notice"):
             assert word in res.stdout, (word, res.stdout)
         doc = json.loads((out_dir / "summary.json").read_text())
         assert doc["saturation"]["saturated"] is False

@@ -24,7 +24,8 @@ SMALL = {"type": "synthetic", "num_requests": 30, "arrival": {"rate": 5},
 
 
 def test_the_roofline_says_it_is_uncalibrated() -> None:
-    r = servesim.simulate({"model": {"name": "Llama-3.1-8B"}, "workload": SMALL})
+    r = servesim.simulate({"model": {"name": "Llama-3.1-8B"}, "workload": SMALL,
+                           "hardware": {"perf_model": "roofline"}})
     (m,) = r.summary["step_time_model"]
     assert m["kind"] == "roofline" and not m["calibrated"] and m["warnings"] == []
     out = io.StringIO()

@@ -48,10 +48,11 @@ class HardwareConfig(_Strict):
     gpu: str | GpuConfig = Field(
         "H100-SXM", description="Catalog name (see `servesim catalog`) or a custom GPU.")
     profile: str | None = Field(None, description="Path of a calibrated hardware profile (JSON) to apply.")
-    perf_model: Literal["roofline", "kernels"] = Field("roofline", description=(
-        "Step-time model: 'roofline' (spec-sheet peaks x efficiencies, any GPU) or 'kernels' "
-        "(measured vLLM kernel latencies where the GPU has tables: A100-80GB, H100-SXM, H200, "
-        "B200, L40S; the roofline for every operator without one). See docs/perf_model.md."))
+    perf_model: Literal["roofline", "kernels"] | None = Field(None, description=(
+        "Step-time model: 'kernels' (measured vLLM kernel latencies where the GPU has tables: "
+        "A100-80GB, H100-SXM, H200, B200, L40S; the roofline for every operator without one) or "
+        "'roofline' (spec-sheet peaks x efficiencies, any GPU). None: 'kernels' where the GPU has "
+        "tables and no hardware.profile is given, else 'roofline'. See docs/perf_model.md."))
     kernel_version: str | None = Field(None, description=(
         "perf_model 'kernels': the vLLM version whose measured kernels to use "
         "(0.14.0 or 0.19.0 where measured; None: the newest measured at or below engine.version, "

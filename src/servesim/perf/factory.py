@@ -34,15 +34,25 @@ def kernel_version_for(engine_version: str, gpu_name: str) -> str | None:
     return max(below, key=version_tuple) if below else min(versions, key=version_tuple)
 
 
+def resolve_perf_model(hardware: HardwareConfig, gpu: GpuSpec) -> str:
+    """``hardware.perf_model`` as given, else 'kernels' where the GPU has measured tables and
+    no calibrated profile is applied, else 'roofline'."""
+    if hardware.perf_model is not None:
+        return hardware.perf_model
+    if hardware.profile is None and kernel_versions(gpu.name):
+        return "kernels"
+    return "roofline"
+
+
 def build_step_model(model: ModelSpec, gpu: GpuSpec, parallel: ParallelConfig, hardware: HardwareConfig,
                      model_cfg: ModelConfig | None = None, links: LinkSpec | None = None,
                      engine: EngineConfig | None = None
                      ) -> RooflinePerfModel | PipelinedPerfModel | KernelPerfModel:
-    """``build_perf_model``'s model, or with ``hardware.perf_model: kernels`` the measured
+    """``build_perf_model``'s model, or where ``resolve_perf_model`` says 'kernels' the measured
     kernels of ``hardware.kernel_version`` (default: ``kernel_version_for`` the engine's
     version); pipeline micro-batches wrap either. ``engine`` (resolved) sets the CUDA graphs."""
     graphs = engine_graphs(engine)
-    if hardware.perf_model != "kernels":
+    if resolve_perf_model(hardware, gpu) != "kernels":
         return build_perf_model(model, gpu, parallel, model_cfg, links=links, graphs=graphs)
     kv_b = resolve_kv_dtype_bytes(model_cfg.kv_cache_dtype if model_cfg else "auto", model)
     version = hardware.kernel_version
