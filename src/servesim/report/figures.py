@@ -227,7 +227,9 @@ def plan_plots(run: RunDir) -> list[Plot]:
             if mask.any():
                 plot.traces.append(Trace(label, _floats(cost[mask]), _floats(y[mask]), kind="markers",
                                          text=[d for d, m in zip(desc, mask) if m]))
-        for name, front in fronts.items():
+        named = {n: f for n, f in fronts.items() if metric in n}  # a front of this outcome
+        for name, front in (named or {n: f for n, f in fronts.items()
+                                      if not any(m in n for m in metric_columns(cols))}).items():
             k = sorted((row[c] for c in front if c in row), key=lambda i: cost[i])
             if k:
                 plot.traces.append(Trace(name, _floats(cost[k]), _floats(y[k]),

@@ -44,7 +44,8 @@ def save_plot(plot: Plot, path: Path) -> None:
         ax.grid(True, alpha=0.3)
         if plot.traces:
             ax.legend(fontsize=8)
-        fig.tight_layout()
+        # Fixed margins: tight_layout measures every tick label and costs as much as the drawing.
+        fig.subplots_adjust(left=0.1, right=0.97, top=0.92, bottom=0.22 if bars else 0.13)
         fig.savefig(path)
     finally:
         plt.close(fig)
