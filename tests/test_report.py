@@ -86,14 +86,17 @@ def test_itl_from_steps_is_the_engines_itl(runs) -> None:
 
 def test_itl_from_steps_on_a_disaggregated_run(runs) -> None:
     """Disaggregated: a request's first decode gap (prefill replica -> decode replica) is the only
-    difference, so the counts differ by at most one per request and the median hardly moves."""
+    difference, so the counts differ by at most one per request, the percentiles hardly move and
+    no gap is longer than the longest the engine saw (a decode replica's idle time is no gap)."""
     from servesim.metrics.summary import distribution
 
     run = open_run_dir(runs["disagg"])
     got = distribution(*sampling.itl_from_steps(run.tables["steps"]))
     want = run.summary["latency"]["itl_s"]
     assert abs(got["count"] - want["count"]) <= run.summary["counts"]["num_requests"]
-    assert got["p50"] == pytest.approx(want["p50"], rel=0.02)
+    for k in ("p50", "p90", "p99"):
+        assert got[k] == pytest.approx(want[k], rel=0.02), k
+    assert got["max"] <= want["max"]
 
 
 def test_time_series_conserve_the_runs_totals(runs) -> None:

@@ -43,15 +43,23 @@ def itl_from_steps(steps: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray
     their prompt, or a decode). So the gap between two consecutive step ends of a replica
     counts once per decode request of the later step: the same pairs the engine records
     (``metrics.records.ItlSamples``), except for a request's first decode step on a
-    disaggregated decode replica, whose previous token came from the prefill replica.
+    disaggregated decode replica, whose previous token came from the prefill replica: those are
+    left out where the replica sat idle before the step or its previous step ran fewer requests.
     """
     replica = np.asarray(steps["replica"])
     end = np.asarray(steps["start_s"], np.float64) + np.asarray(steps["duration_s"], np.float64)
     decodes = np.asarray(steps["num_decode_reqs"], np.float64)
+    start = np.asarray(steps["start_s"], np.float64)
+    running = np.asarray(steps["num_running"], np.float64)
     order = np.lexsort((end, replica))
-    replica, end, decodes = replica[order], end[order], decodes[order]
+    replica, start, end, decodes, running = (a[order] for a in (replica, start, end, decodes, running))
     same = replica[1:] == replica[:-1]
-    return np.diff(end)[same], decodes[1:][same]
+    # A decode of step i ran in step i - 1 too, unless it just arrived from elsewhere (a KV
+    # transfer): so at most as many as step i - 1 ran, and none after the replica sat idle
+    # (a running request is scheduled every step: idle means none was left running).
+    back_to_back = start[1:] <= end[:-1] + 1e-9 * np.maximum(1.0, end[:-1])
+    count = np.where(back_to_back, np.minimum(decodes[1:], running[:-1]), 0.0)
+    return np.diff(end)[same], count[same]
 
 
 def bin_edges(t_end_s: float, t_start_s: float = 0.0, max_bins: int = MAX_BINS) -> np.ndarray:
