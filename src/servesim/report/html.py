@@ -110,7 +110,8 @@ def _table(block: Block) -> str:
 
 def render_page(title: str, subtitle: str, blocks: list[Block]) -> str:
     """The whole page as text: styles, plotly.js, the blocks and the figures' data."""
-    parts, figs = [], []
+    parts: list[str] = []
+    figs: list[dict[str, Any]] = []
     for block in blocks:
         if block.kind == "h2":
             parts.append(f"<h2>{html.escape(block.text)}</h2>")
