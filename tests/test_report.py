@@ -192,6 +192,20 @@ def test_validation_folder_scatter_per_group(tmp_path) -> None:
     assert "all runs" in path.read_text(encoding="utf-8")  # the group table
 
 
+def test_notices_are_listed(runs, tmp_path) -> None:
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(runs["vllm_v1"], run_dir)
+    doc = json.loads((run_dir / "summary.json").read_text())
+    doc["notices"] = [{"code": "zero_length_raised", "source": "trace.csv", "count": 3,
+                       "message": "trace.csv: 3 rows had a prompt or output length of 0, raised to 1"}]
+    (run_dir / "summary.json").write_text(json.dumps(doc))
+    page = write_report(run_dir)[0].read_text(encoding="utf-8")
+    assert "<td>trace.csv: 3 rows had a prompt or output length of 0, raised to 1</td>" in page
+    assert (run_dir / "report.html").is_file()  # the default place
+
+
 def test_compare_overlays_the_runs(runs, tmp_path) -> None:
     [path] = write_comparison([runs["vllm_v1"], runs["sarathi"]], tmp_path / "c.html")
     figs = figures_of(path.read_text(encoding="utf-8"))
