@@ -192,6 +192,19 @@ def test_validation_folder_scatter_per_group(tmp_path) -> None:
     assert "all runs" in path.read_text(encoding="utf-8")  # the group table
 
 
+def test_csv_records_draw_the_same_plots(runs, tmp_path) -> None:
+    """--records-format csv: the same plots as from Parquet (empty cells are NaN, as written)."""
+    csv_run = simulate_to(tmp_path / "csv", *SYNTHETIC, "--records-format", "csv")
+    assert (csv_run / "requests.csv").is_file()
+    got = figures.run_plots(open_run_dir(csv_run))
+    want = figures.run_plots(open_run_dir(runs["vllm_v1"]))
+    assert [p.id for p in got] == [p.id for p in want]
+    for a, b in zip(got, want):
+        for ta, tb in zip(a.traces, b.traces, strict=True):
+            assert ta.x == pytest.approx(tb.x, rel=1e-5, nan_ok=True), a.id
+            assert ta.y == pytest.approx(tb.y, rel=1e-5, nan_ok=True), a.id
+
+
 def test_notices_are_listed(runs, tmp_path) -> None:
     import shutil
 
