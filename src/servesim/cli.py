@@ -137,6 +137,12 @@ def run_simulate(scenario_path: Path | None, overrides: list[str], output: Path 
     return result
 
 
+_FORMAT = Annotated[str, typer.Option("--format", metavar="html|png|svg",
+                                      help="html: one self-contained interactive page; png/svg: one "
+                                           "image per plot.")]
+_NO_PROGRESS = Annotated[bool, typer.Option("--no-progress", help="Do not show a progress bar.")]
+
+
 @app.command()
 def report(
     run_dir: Annotated[Path, typer.Argument(
@@ -145,18 +151,14 @@ def report(
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", help="The HTML file, or the folder for PNG/SVG files "
                                "(default RUN_DIR/report.html, RUN_DIR/plots).")] = None,
-    fmt: Annotated[str, typer.Option(
-        "--format", metavar="html|png|svg",
-        help="html: one self-contained interactive page; png/svg: one image per plot.")] = "html",
-    no_progress: Annotated[bool, typer.Option("--no-progress", help="Do not show a progress bar.")] = False,
+    fmt: _FORMAT = "html", no_progress: _NO_PROGRESS = False,
 ) -> None:
     """Write a report of an output folder: summary, latency CDFs, time series, utilization
     (a run); ranked candidates and Pareto fronts (a plan); predicted vs measured (a validation)."""
     with _user_errors():
-        from servesim.report import write_report
+        from servesim.report import paths_line, write_report
 
-        paths = write_report(run_dir, output, fmt, progress=not no_progress)  # type: ignore[arg-type]
-        typer.echo(f"wrote {_paths_line(paths)}")
+        typer.echo(paths_line(write_report(run_dir, output, fmt, progress=not no_progress)))  # type: ignore[arg-type]
 
 
 @app.command()
@@ -165,24 +167,14 @@ def compare(
         help="Two or more output folders of servesim simulate --output.", show_default=False)],
     output: Annotated[Path, typer.Option(
         "--output", "-o", help="The HTML file, or the folder for PNG/SVG files.")] = Path("compare.html"),
-    fmt: Annotated[str, typer.Option("--format", metavar="html|png|svg",
-                                     help="html: one interactive page; png/svg: one image per plot.")
-                   ] = "html",
-    no_progress: Annotated[bool, typer.Option("--no-progress", help="Do not show a progress bar.")] = False,
+    fmt: _FORMAT = "html", no_progress: _NO_PROGRESS = False,
 ) -> None:
     """Several runs side by side: their summaries in one table, their latency CDFs overlaid."""
     with _user_errors():
-        from servesim.report import write_comparison
+        from servesim.report import paths_line, write_comparison
 
-        paths = write_comparison(list(run_dirs), output, fmt,  # type: ignore[arg-type]
-                                 progress=not no_progress)
-        typer.echo(f"wrote {_paths_line(paths)}")
-
-
-def _paths_line(paths: list[Path]) -> str:
-    if len(paths) <= 3:
-        return ", ".join(str(p) for p in paths)
-    return f"{len(paths)} files in {paths[0].parent}"
+        typer.echo(paths_line(write_comparison(list(run_dirs), output, fmt,  # type: ignore[arg-type]
+                                               progress=not no_progress)))
 
 
 @app.command()

@@ -4,6 +4,6 @@
 are drawn with plotly (embedded, offline) or, for PNG/SVG, matplotlib: the ``report`` extra.
 """
 
-from servesim.report.build import write_comparison, write_report
+from servesim.report.build import paths_line, write_comparison, write_report
 
-__all__ = ["write_comparison", "write_report"]
+__all__ = ["paths_line", "write_comparison", "write_report"]

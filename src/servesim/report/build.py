@@ -106,6 +106,13 @@ def _save(title: str, subtitle: str, blocks: list[Block], plots: list[Plot], out
         raise ServesimError(f"{out}: cannot write the report: {err.strerror or err}") from None
 
 
+def paths_line(paths: list[Path]) -> str:
+    """'wrote a, b' (or 'wrote N files in DIR' for a folder of images)."""
+    if len(paths) <= 3:
+        return "wrote " + ", ".join(str(p) for p in paths)
+    return f"wrote {len(paths)} files in {paths[0].parent}"
+
+
 def _check_format(fmt: str) -> None:
     if fmt not in FORMATS:
         raise ServesimError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
