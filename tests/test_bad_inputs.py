@@ -21,7 +21,7 @@ from servesim.cli import app
 
 HERE = Path(__file__).parent / "bad_inputs"
 CASES: list[dict[str, Any]] = yaml.safe_load((HERE / "cases.yaml").read_text())
-_KEYS = {"id", "file", "text", "suffix", "set", "exit", "message", "names_file", "xfail"}
+_KEYS = {"id", "file", "text", "suffix", "set", "argv", "exit", "message", "names_file", "xfail"}
 
 
 def _params() -> list[Any]:
@@ -38,6 +38,7 @@ def test_cases_are_well_formed() -> None:
     for c in CASES:
         assert set(c) <= _KEYS, f"{c['id']}: unknown keys {set(c) - _KEYS}"
         assert not ("file" in c and "text" in c), f"{c['id']}: give file or text, not both"
+        assert not ("argv" in c and ({"file", "text", "set"} & set(c))), f"{c['id']}: argv stands alone"
         assert c["exit"] in (0, 2), c["id"]
         assert c["exit"] == 0 or c.get("message"), f"{c['id']}: an error case names its message"
         if "file" in c:
@@ -58,8 +59,25 @@ def _scenario_path(case: dict[str, Any], tmp_path: Path) -> Path | None:
     return None
 
 
+def _other_command(case: dict[str, Any]) -> None:
+    """A case of another command (``argv``): its words naming files of this folder point there."""
+    argv = [str(HERE / a) if (HERE / a).exists() or a.startswith("no_such") else a for a in case["argv"]]
+    res = CliRunner().invoke(app, argv)
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert "Traceback" not in res.output
+    assert res.exit_code == case["exit"], res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    assert case["message"] in lines[0]
+    named = [a for a in case["argv"][1:] if (HERE / a).exists() or a.startswith("no_such")]
+    if named and case.get("names_file", True):
+        assert named[0] in lines[0]
+
+
 @pytest.mark.parametrize("case", _params())
 def test_bad_input(case: dict[str, Any], tmp_path: Path) -> None:
+    if "argv" in case:
+        return _other_command(case)
     scenario = _scenario_path(case, tmp_path)
     out_dir = tmp_path / "out"
     args = ["simulate", "--quiet", "--no-progress", "--output", str(out_dir)]

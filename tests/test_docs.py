@@ -41,6 +41,9 @@ SKIP = {
     r"servesim validate --data-dir path/to/data": "the full public measurement sets, not bundled",
     r"servesim validate --suite vllm-cpu --recordings mine/": "recordings of the user's own",
     r"servesim profile .*": "needs torch and a CUDA device",
+    r"servesim (report|compare) runs/.*": "reads the run folders that the simulate commands above it write "
+                                          "(each doc command runs in a folder of its own); "
+                                          "tests/test_report.py runs report and compare on such folders",
     r"servesim calibrate prof/ .*": "reads what `servesim profile` writes",
     # Not missing, but slow: tests/test_validate.py computes the same checks (validate_all) and
     # runs the command line on them.

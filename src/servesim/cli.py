@@ -81,6 +81,8 @@ def simulate(
         "--quiet", "-q", help="Print nothing but errors (and the JSON with --json).")] = False,
     no_progress: Annotated[bool, typer.Option(
         "--no-progress", help="Do not show a progress bar while simulating.")] = False,
+    report: Annotated[bool, typer.Option(
+        "--report", help="Also write OUTPUT/report.html (needs --output; see servesim report).")] = False,
 ) -> None:
     """Run one simulation and report latency, throughput, SLOs, utilization, energy and cost.
 
@@ -93,8 +95,16 @@ def simulate(
     docs/scenario_reference.md.
     """
     with _user_errors():
+        if report and output is None:
+            raise ServesimError("--report: give --output DIR (the report is written to DIR/report.html)")
         run_simulate(scenario, overrides or [], output, records_format.value, json_out=json_out,
                      quiet=quiet, progress=not (no_progress or quiet or json_out))
+        if report and output is not None:
+            from servesim.report import write_report
+
+            paths = write_report(output, progress=not (no_progress or quiet or json_out))
+            if not (quiet or json_out):
+                typer.echo(f"wrote {paths[0]}")
 
 
 def run_simulate(scenario_path: Path | None, overrides: list[str], output: Path | None,
@@ -125,6 +135,46 @@ def run_simulate(scenario_path: Path | None, overrides: list[str], output: Path 
         if paths:
             console.print(f"wrote {', '.join(str(p) for p in paths)}", highlight=False, soft_wrap=True)
     return result
+
+
+_FORMAT = Annotated[str, typer.Option("--format", metavar="html|png|svg",
+                                      help="html: one self-contained interactive page; png/svg: one "
+                                           "image per plot.")]
+_NO_PROGRESS = Annotated[bool, typer.Option("--no-progress", help="Do not show a progress bar.")]
+
+
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(
+        help="An output folder: of servesim simulate --output, of a plan (candidates.*, pareto.json) "
+             "or of servesim validate --output (silicon_runs.csv).", show_default=False)],
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="The HTML file, or the folder for PNG/SVG files "
+                               "(default RUN_DIR/report.html, RUN_DIR/plots).")] = None,
+    fmt: _FORMAT = "html", no_progress: _NO_PROGRESS = False,
+) -> None:
+    """Write a report of an output folder: summary, latency CDFs, time series, utilization
+    (a run); ranked candidates and Pareto fronts (a plan); predicted vs measured (a validation)."""
+    with _user_errors():
+        from servesim.report import paths_line, write_report
+
+        typer.echo(paths_line(write_report(run_dir, output, fmt, progress=not no_progress)))  # type: ignore[arg-type]
+
+
+@app.command()
+def compare(
+    run_dirs: Annotated[list[Path], typer.Argument(
+        help="Two or more output folders of servesim simulate --output.", show_default=False)],
+    output: Annotated[Path, typer.Option(
+        "--output", "-o", help="The HTML file, or the folder for PNG/SVG files.")] = Path("compare.html"),
+    fmt: _FORMAT = "html", no_progress: _NO_PROGRESS = False,
+) -> None:
+    """Several runs side by side: their summaries in one table, their latency CDFs overlaid."""
+    with _user_errors():
+        from servesim.report import paths_line, write_comparison
+
+        typer.echo(paths_line(write_comparison(list(run_dirs), output, fmt,  # type: ignore[arg-type]
+                                               progress=not no_progress)))
 
 
 @app.command()

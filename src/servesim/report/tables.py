@@ -1,0 +1,129 @@
+"""The tables of a report: a run's key figures (one column per run when comparing), a plan's
+ranked candidates, a validation's groups. Rows of strings, rendered by ``report.html``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from servesim.report.rundir import Columns, RunDir
+
+MAX_CANDIDATE_ROWS = 200
+
+
+def _get(doc: Any, *keys: str) -> Any:
+    for k in keys:
+        if not isinstance(doc, dict):
+            return None
+        doc = doc.get(k)
+    return doc
+
+
+def _num(x: Any, fmt: str = ",.3g", scale: float = 1.0, unit: str = "") -> str:
+    if x is None or isinstance(x, str):
+        return "-" if x is None else x
+    x = float(x) * scale
+    if not np.isfinite(x):
+        return "-"
+    if fmt == ",.3g" and abs(x) >= 1000:
+        fmt = ",.0f"  # 2,140 rather than 2.14e+03
+    return f"{x:{fmt}}" + unit
+
+
+def run_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, value) of a run's key figures, from its summary.json."""
+    sc = summary.get("scenario") or {}
+    pools = summary.get("pools") or []
+    hardware = ", ".join(f"{p['name']}: {p['num_replicas']} x {p['gpu']}" for p in pools) \
+        or str(_get(sc, "hardware", "gpu") or "-")
+    engine = _get(sc, "engine") or {}
+    c = summary.get("counts") or {}
+    rows = [("model", str(_get(sc, "model", "name") or "-")), ("hardware", hardware),
+            ("engine", f"{engine.get('policy', '-')} (vLLM {engine.get('version', '-')})"),
+            ("requests", f"{c.get('num_requests', 0):,} ({c.get('num_finished', 0):,} finished, "
+                         f"{c.get('num_unfinished', 0):,} unfinished, {c.get('num_rejected', 0):,} rejected)")]
+    for metric, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E"),
+                          ("queue_s", "queue")):
+        d = _get(summary, "latency", metric) or {}
+        rows.append((f"{label} mean / p50 / p90 / p99 (ms)",
+                     " / ".join(_num(d.get(k), scale=1e3) for k in ("mean", "p50", "p90", "p99"))))
+    t = summary.get("throughput") or {}
+    rows.append(("throughput", f"{_num(t.get('requests_per_s'))} req/s, "
+                               f"{_num(t.get('output_tokens_per_s'), ',.0f')} output tok/s, "
+                               f"{_num(t.get('total_tokens_per_s'), ',.0f')} tok/s"))
+    slo = summary.get("slo") or {}
+    limits = ", ".join(f"{k.removesuffix('_s').upper()} <= {_num(v, scale=1e3)} ms"
+                       for k, v in (slo.get("limits") or {}).items() if v is not None)
+    rows.append(("SLO attainment", f"{_num(_get(slo, 'attainment', 'all'), '.1%')} ({limits or 'none'})"))
+    rows.append(("goodput", f"{_num(slo.get('goodput_rps'))} req/s "
+                            f"({_num(slo.get('goodput_rps_per_gpu'))} per GPU)"))
+    u = _get(summary, "utilization", "overall") or {}
+    rows.append(("utilization", f"busy {_num(u.get('busy_fraction'), '.1%')}, MFU {_num(u.get('mfu'), '.1%')}, "
+                                f"MBU {_num(u.get('mbu'), '.1%')}, KV mean {_num(u.get('kv_mean'), '.1%')} "
+                                f"peak {_num(u.get('kv_peak'), '.1%')}, preemptions "
+                                f"{_num(u.get('num_preemptions'), ',.0f')}"))
+    e, cost = summary.get("energy") or {}, summary.get("cost") or {}
+    rows.append(("energy", f"{_num(e.get('j_per_output_token'))} J/output token, "
+                           f"{_num(e.get('avg_power_w'), ',.0f')} W mean"))
+    rows.append(("cost", f"${_num(cost.get('usd_per_million_output_tokens'))} per million output tokens"))
+    sat = summary.get("saturation") or {}
+    if sat:
+        rows.append(("saturated", f"{'yes' if sat.get('saturated') else 'no'}: {sat.get('hint', '')}"))
+    models = summary.get("step_time_model") or []
+    if models:
+        rows.append(("step time", "; ".join(dict.fromkeys(str(m.get("label")) for m in models))))
+    return rows
+
+
+def comparison_rows(runs: list[RunDir]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the side-by-side table: one column per run."""
+    per_run = [dict(run_rows(r.summary)) for r in runs]
+    labels = list(dict.fromkeys(k for rows in per_run for k in rows))
+    return ["", *(r.label for r in runs)], [[k, *(rows.get(k, "-") for rows in per_run)] for k in labels]
+
+
+def pool_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
+    """Per-pool utilization of a cluster run (None for a single replica)."""
+    pools = summary.get("pools") or []
+    if not pools:
+        return None
+    keys = [k for k in pools[0] if k not in ("name",)]
+    rows = [[str(p.get("name")), *(_cell(p.get(k)) for k in keys)] for p in pools]
+    return ["pool", *keys], rows
+
+
+def _cell(x: Any) -> str:
+    if isinstance(x, bool) or x is None or isinstance(x, str):
+        return "-" if x is None else str(x)
+    if isinstance(x, float | int | np.integer | np.floating):
+        return _num(x, ",.4g")
+    return str(x)
+
+
+def ranked_order(cols: Columns) -> np.ndarray:
+    """Row order of a candidates table: by its ``rank`` column, else SLO met first, then cost."""
+    n = len(next(iter(cols.values()))) if cols else 0
+    if "rank" in cols:
+        return np.argsort(np.asarray(cols["rank"], np.float64), kind="stable")
+    meets = np.asarray(cols["meets_slo"], bool) if "meets_slo" in cols else np.ones(n, bool)
+    cost = np.asarray(cols["cost_per_hour"], np.float64) if "cost_per_hour" in cols else np.zeros(n)
+    return np.lexsort((np.nan_to_num(cost, nan=np.inf), ~meets))
+
+
+def candidate_rows(cols: Columns) -> tuple[list[str], list[list[str]], int]:
+    """Header, the first rows of the ranked candidates, and how many candidates there are."""
+    header = list(cols)
+    order = ranked_order(cols)
+    rows = [[_cell(cols[c][i].item() if hasattr(cols[c][i], "item") else cols[c][i]) for c in header]
+            for i in order[:MAX_CANDIDATE_ROWS]]
+    return header, rows, len(order)
+
+
+def group_rows(doc: Any) -> tuple[list[str], list[list[str]]] | None:
+    """The group table of ``silicon_groups.json`` (errors of each group of measured runs)."""
+    groups = doc.get("groups") if isinstance(doc, dict) else None
+    if not isinstance(groups, list) or not groups or not isinstance(groups[0], dict):
+        return None
+    header = list(groups[0])
+    return header, [[_cell(g.get(k)) for k in header] for g in groups]

@@ -1,0 +1,294 @@
+"""``servesim report`` and ``servesim compare``: what the plots draw is what the run measured.
+
+The runs are real simulations (a short synthetic workload; the disaggregated example, capped);
+the plan and validation folders are tests/fixtures/report/ (plan/ from real simulations by
+make_plan_fixture.py, validate/ from five-odd measured runs per group of the silicon suite).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+pytest.importorskip("plotly")
+pytest.importorskip("matplotlib")
+
+from servesim.cli import app  # noqa: E402
+from servesim.report import write_comparison, write_report  # noqa: E402
+from servesim.report import figures, sampling  # noqa: E402
+from servesim.report.rundir import open_run_dir  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "report"
+SYNTHETIC = ["--set", "workload={type: synthetic, num_requests: 400, seed: 3, arrival: {process: poisson, "
+             "rate: 12}, prompt_len: {kind: lognormal, mean: 900, std: 600, max: 6000}, "
+             "output_len: {kind: lognormal, mean: 160, std: 120, max: 1000}}"]
+
+
+def simulate_to(out: Path, *args: str) -> Path:
+    res = CliRunner().invoke(app, ["simulate", *args, "--no-progress", "-q", "-o", str(out)],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("runs")
+    return {
+        "vllm_v1": simulate_to(base / "vllm_v1", *SYNTHETIC),
+        "sarathi": simulate_to(base / "sarathi", *SYNTHETIC, "--set", "engine.policy=sarathi"),
+        "disagg": simulate_to(base / "disagg", str(ROOT / "examples" / "disaggregated.yaml"),
+                              "--set", "workload.num_requests=300"),
+    }
+
+
+def figures_of(page: str) -> list[dict]:
+    data = re.search(r'<script type="application/json" id="figures">(.*?)</script>', page, re.S)
+    assert data, "no figures in the page"
+    return json.loads(data[1].replace("<\\/", "</"))
+
+
+# --------------------------------------------------------------------------- the numbers
+
+
+def test_cdfs_pass_through_the_summarys_percentiles(runs) -> None:
+    """Same quantile definition as metrics.summary (inverted CDF): the curve hits p50/p90/p99 exactly."""
+    run = open_run_dir(runs["vllm_v1"])
+    for metric in ("ttft", "tpot", "e2e", "queue"):
+        if metric == "queue":
+            req = run.tables["requests"]
+            values, weights = req["first_scheduled_s"] - req["arrival_s"], None
+        else:
+            values, weights = figures.latency_values(run, metric)
+        for p in (0.5, 0.9, 0.99):
+            x, _ = sampling.cdf(values, weights, np.array([p]))
+            assert x[0] == pytest.approx(run.summary["latency"][f"{metric}_s"][f"p{round(p * 100)}"], rel=1e-12)
+
+
+def test_itl_from_steps_is_the_engines_itl(runs) -> None:
+    """On one replica the step records give exactly the engine's ITL samples (count and percentiles)."""
+    from servesim.metrics.summary import distribution
+
+    run = open_run_dir(runs["vllm_v1"])
+    got = distribution(*sampling.itl_from_steps(run.tables["steps"]))
+    want = run.summary["latency"]["itl_s"]
+    assert got["count"] == want["count"]
+    for k in ("mean", "p50", "p90", "p99", "max"):
+        assert got[k] == pytest.approx(want[k], rel=1e-9), k
+
+
+def test_itl_from_steps_on_a_disaggregated_run(runs) -> None:
+    """Disaggregated: a request's first decode gap (prefill replica -> decode replica) is the only
+    difference, so the counts differ by at most one per request, the percentiles hardly move and
+    no gap is longer than the longest the engine saw (a decode replica's idle time is no gap)."""
+    from servesim.metrics.summary import distribution
+
+    run = open_run_dir(runs["disagg"])
+    got = distribution(*sampling.itl_from_steps(run.tables["steps"]))
+    want = run.summary["latency"]["itl_s"]
+    assert abs(got["count"] - want["count"]) <= run.summary["counts"]["num_requests"]
+    for k in ("p50", "p90", "p99"):
+        assert got[k] == pytest.approx(want[k], rel=0.02), k
+    assert got["max"] <= want["max"]
+
+
+def test_time_series_conserve_the_runs_totals(runs) -> None:
+    run = open_run_dir(runs["disagg"])
+    plots = {p.id: p for p in figures.run_plots(run)}
+    flow = plots["arrivals"]
+    width = flow.traces[0].x[1] - flow.traces[0].x[0]
+    for tr in flow.traces:  # arrivals and completions: every request once
+        assert sum(tr.y) * width == pytest.approx(run.summary["counts"]["num_requests"], rel=1e-6)
+    assert [t.name for t in plots["kv_use"].traces] == ["prefill", "decode"]
+    peak = run.summary["utilization"]["overall"]["kv_peak"]
+    for tr in plots["kv_use"].traces:  # a bin's mean never passes the run's peak
+        assert 0 <= np.nanmax(np.array(tr.y, float)) <= peak + 1e-9
+    util = plots["utilization"]
+    busy = next(t for t in util.traces if t.name == "busy")
+    assert busy.x == ["prefill 0", "prefill 1", "decode 2"]
+    assert busy.y == pytest.approx([r["busy_fraction"] for r in run.summary["utilization"]["replicas"]],
+                                   rel=1e-5)
+
+
+def test_timeseries_file_is_plotted_per_pool(runs, tmp_path) -> None:
+    """A run folder's timeseries.csv (t_s, pool, metrics): one plot per metric, one line per pool,
+    binned to at most MAX_BINS points when longer."""
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(runs["disagg"], run_dir)
+    t = np.arange(0, 120, 0.1)
+    cols = ["arrivals", "queue_len", "running", "batch_tokens", "kv_util", "replicas", "power_w", "slo_attainment"]
+    lines = ["t_s,pool," + ",".join(cols)]
+    for pool, scale in (("prefill", 1.0), ("decode", 2.0)):
+        lines += [f"{x:.1f},{pool}," + ",".join(f"{scale * (k + 1):g}" for k in range(len(cols))) for x in t]
+    (run_dir / "timeseries.csv").write_text("\n".join(lines) + "\n")
+    plots = {p.id: p for p in figures.run_plots(open_run_dir(run_dir))}
+    for k, col in enumerate(cols):
+        p = plots[f"ts_{col}"]
+        assert [tr.name for tr in p.traces] == ["prefill", "decode"]
+        for tr, scale in zip(p.traces, (1.0, 2.0)):
+            assert len(tr.x) <= sampling.MAX_BINS
+            assert np.nanmax(np.array(tr.y, float)) == pytest.approx(scale * (k + 1))
+
+
+# --------------------------------------------------------------------------- the files
+
+
+def test_run_report_is_one_offline_page_with_every_plot(runs, tmp_path) -> None:
+    [path] = write_report(runs["disagg"], tmp_path / "r.html")
+    page = path.read_text(encoding="utf-8")
+    markup = re.sub(r"<script[^>]*>.*?</script>", "", page, flags=re.S)
+    assert "src=" not in markup and "http" not in markup  # nothing fetched: scripts and styles inline
+    assert "<script src=" not in page
+    assert page.count("Plotly.newPlot") == 1 and len(re.findall(r"plotly\.js v\d", page)) == 1
+    ids = [f["div"].split("-", 2)[2] for f in figures_of(page)]
+    assert ids == ["cdf_ttft", "cdf_tpot", "cdf_itl", "cdf_e2e", "arrivals", "queue", "batch",
+                   "batch_tokens", "kv_use", "utilization"]
+    assert "prefill: 2 x H100-SXM, decode: 1 x A100-80GB" in page  # the summary table
+
+
+def test_plan_folder_ranked_table_and_fronts(tmp_path) -> None:
+    run = open_run_dir(FIXTURES / "plan")
+    [path] = write_report(FIXTURES / "plan", tmp_path / "plan.html")
+    page = path.read_text(encoding="utf-8")
+    rows = json.loads((FIXTURES / "plan" / "candidates.json").read_text())
+    ranked = sorted(rows, key=lambda r: (not r["meets_slo"], r["cost_per_hour"]))
+    order = [m.start() for m in (re.search(f"<td>{r['candidate_id']}</td>", page) for r in ranked)]
+    assert order == sorted(order)  # SLO met first, then cheapest first
+    plots = {p.id: p for p in figures.run_plots(run)}
+    fronts = json.loads((FIXTURES / "plan" / "pareto.json").read_text())
+    ttft = plots["pareto_ttft_p99_s"]
+    front = next(t for t in ttft.traces if t.name == "cost_vs_ttft_p99_s")
+    by_id = {r["candidate_id"]: r for r in rows}
+    assert front.x == sorted(by_id[c]["cost_per_hour"] for c in fronts["cost_vs_ttft_p99_s"])
+    assert "cost_vs_j_per_output_token" not in {t.name for t in ttft.traces}  # each front on its plot
+    n_points = sum(len(t.x) for t in ttft.traces if t.kind == "markers")
+    assert n_points == len(rows)
+
+
+def test_validation_folder_scatter_per_group(tmp_path) -> None:
+    import csv
+
+    with (FIXTURES / "validate" / "silicon_runs.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if not r["skipped"]]
+    plots = {p.id: p for p in figures.run_plots(open_run_dir(FIXTURES / "validate"))}
+    for metric in ("ttft", "tpot"):
+        p = plots[f"validate_{metric}"]
+        groups = [t for t in p.traces if t.kind == "markers"]
+        assert {t.name for t in groups} == {r["group"] for r in rows}
+        assert sum(len(t.x) for t in groups) == len(rows)
+        one = groups[0]
+        meas = [float(r[f"measured_{metric}_ms"]) for r in rows if r["group"] == one.name]
+        assert one.x == pytest.approx(meas, rel=1e-5)
+    [path] = write_report(FIXTURES / "validate", tmp_path / "v.html")
+    assert "all runs" in path.read_text(encoding="utf-8")  # the group table
+
+
+def test_csv_records_draw_the_same_plots(runs, tmp_path) -> None:
+    """--records-format csv: the same plots as from Parquet (empty cells are NaN, as written)."""
+    csv_run = simulate_to(tmp_path / "csv", *SYNTHETIC, "--records-format", "csv")
+    assert (csv_run / "requests.csv").is_file()
+    got = figures.run_plots(open_run_dir(csv_run))
+    want = figures.run_plots(open_run_dir(runs["vllm_v1"]))
+    assert [p.id for p in got] == [p.id for p in want]
+    for a, b in zip(got, want):
+        for ta, tb in zip(a.traces, b.traces, strict=True):
+            assert ta.x == pytest.approx(tb.x, rel=1e-5, nan_ok=True), a.id
+            assert ta.y == pytest.approx(tb.y, rel=1e-5, nan_ok=True), a.id
+
+
+def test_notices_are_listed(runs, tmp_path) -> None:
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(runs["vllm_v1"], run_dir)
+    doc = json.loads((run_dir / "summary.json").read_text())
+    doc["notices"] = [{"code": "zero_length_raised", "source": "trace.csv", "count": 3,
+                       "message": "trace.csv: 3 rows had a prompt or output length of 0, raised to 1"}]
+    (run_dir / "summary.json").write_text(json.dumps(doc))
+    page = write_report(run_dir)[0].read_text(encoding="utf-8")
+    assert "<td>trace.csv: 3 rows had a prompt or output length of 0, raised to 1</td>" in page
+    assert (run_dir / "report.html").is_file()  # the default place
+
+
+def test_compare_overlays_the_runs(runs, tmp_path) -> None:
+    [path] = write_comparison([runs["vllm_v1"], runs["sarathi"]], tmp_path / "c.html")
+    figs = figures_of(path.read_text(encoding="utf-8"))
+    assert len(figs) == 4 and all(len(f["data"]) == 2 for f in figs)
+    assert [d["name"] for d in figs[0]["data"]] == [str(runs["vllm_v1"]), str(runs["sarathi"])]
+
+
+def test_static_images(runs, tmp_path) -> None:
+    """PNG: every plot of a cluster run (lines and bars); SVG: a comparison's CDFs."""
+    paths = write_report(runs["disagg"], tmp_path / "plots", "png")
+    assert [p.stem for p in paths] == [p.id for p in figures.run_plots(open_run_dir(runs["disagg"]))]
+    assert all(p.read_bytes()[:4] == b"\x89PNG" and p.stat().st_size > 10_000 for p in paths)
+    svgs = write_comparison([runs["vllm_v1"], runs["sarathi"]], tmp_path / "svg", "svg")
+    assert [p.name for p in svgs] == ["cdf_ttft.svg", "cdf_tpot.svg", "cdf_itl.svg", "cdf_e2e.svg"]
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(svgs[0]).getroot()
+    assert root.tag.endswith("svg") and len(root.findall(".//{http://www.w3.org/2000/svg}path")) > 10
+
+
+def test_cli_report_compare_and_simulate_report(runs, tmp_path) -> None:
+    res = CliRunner().invoke(app, ["report", str(runs["vllm_v1"]), "-o", str(tmp_path / "a.html")])
+    assert res.exit_code == 0 and (tmp_path / "a.html").is_file(), res.output
+    res = CliRunner().invoke(app, ["compare", str(runs["vllm_v1"]), str(runs["disagg"]),
+                                   "-o", str(tmp_path / "c.html"), "--no-progress"])
+    assert res.exit_code == 0 and (tmp_path / "c.html").is_file(), res.output
+    out = simulate_to(tmp_path / "s", *SYNTHETIC[:1], SYNTHETIC[1].replace("400", "50"), "--report")
+    assert (out / "report.html").is_file()
+
+
+# --------------------------------------------------------------------------- a million requests
+
+
+@pytest.mark.slow
+def test_a_million_request_report_stays_small_and_fast(runs, tmp_path) -> None:
+    """1M requests and 1M steps (records built here, not simulated): the page is the size of a
+    small run's (plots are sampled), under 6 MB with plotly.js, built in seconds."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    n, n_steps, span = 1_000_000, 1_000_000, 3600.0
+    arrival = np.sort(rng.uniform(0, span, n))
+    ttft = rng.lognormal(np.log(0.2), 0.8, n)
+    n_out = rng.integers(1, 800, n)
+    tpot = rng.lognormal(np.log(0.02), 0.3, n)
+    req = {"arrival_s": arrival, "first_scheduled_s": arrival + ttft / 2, "first_token_s": arrival + ttft,
+           "finished_s": arrival + ttft + tpot * (n_out - 1), "num_prompt_tokens": rng.integers(10, 4000, n),
+           "num_output_tokens": n_out, "num_cached_tokens": np.zeros(n, np.int64),
+           "num_preemptions": np.zeros(n, np.int64), "replica": rng.integers(0, 4, n),
+           "status": np.zeros(n, np.int8)}
+    replica = np.repeat(np.arange(4), n_steps // 4)
+    start = np.tile(np.sort(rng.uniform(0, span, n_steps // 4)), 4)
+    steps = {"replica": replica, "start_s": start, "duration_s": np.full(n_steps, 0.0018),
+             "num_prefill_tokens": rng.integers(0, 8192, n_steps), "num_decode_reqs": rng.integers(0, 256, n_steps),
+             "num_running": rng.integers(0, 256, n_steps), "num_waiting": rng.integers(0, 50, n_steps),
+             "kv_blocks_used": rng.integers(0, 28000, n_steps), "num_preempted": np.zeros(n_steps, np.int64)}
+    big = tmp_path / "big"
+    big.mkdir()
+    pq.write_table(pa.table(req), big / "requests.parquet")
+    pq.write_table(pa.table(steps), big / "steps.parquet")
+    summary = json.loads((runs["vllm_v1"] / "summary.json").read_text())
+    summary["counts"] = {**summary["counts"], "num_requests": n, "num_finished": n, "end_s": span}
+    summary["utilization"]["replicas"] = summary["utilization"]["replicas"] * 4
+    (big / "summary.json").write_text(json.dumps(summary))
+    t0 = time.perf_counter()
+    [path] = write_report(big, tmp_path / "big.html")
+    elapsed = time.perf_counter() - t0
+    size = path.stat().st_size
+    small = write_report(runs["vllm_v1"], tmp_path / "small.html")[0].stat().st_size
+    assert size < 6e6, f"{size / 1e6:.1f} MB"
+    assert size < small + 0.5e6  # no more than the extra utilization plot: sampling, not per request
+    assert elapsed < 30, f"{elapsed:.1f} s"
