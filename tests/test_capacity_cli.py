@@ -46,3 +46,31 @@ def test_no_rate_meets_exits_1_with_the_closest_probe() -> None:
     assert "closest probe: " in err[0] and "all attainment 0 < 0.9" in err[0]
     assert "misses" in res.stdout  # the probes were shown
     assert "Traceback" not in res.output
+
+
+def test_the_progress_bar_counts_probes_against_the_bisection_left(monkeypatch) -> None:
+    import io
+    import sys
+
+    from servesim.planner.capacity import Probe
+    from servesim.planner.capacity_report import probe_progress, probes_left
+    from servesim.planner.targets import TargetCheck, Verdict
+
+    # From [10, 20] to 5%: halving log(2) down to log(1.05) takes ceil(log2(14.2)) = 4 steps.
+    assert probes_left(10.0, 20.0, 0.05) == 4 and probes_left(10.0, 10.4, 0.05) == 0
+    assert probes_left(None, 20.0, 0.05) == 0
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    check = TargetCheck("attainment", "all", 0.9, 0.5, False, -0.4)
+    probe = Probe(20.0, 20.0, Verdict(False, -0.4, (check,), 10, 10), None, 10, {})
+    with probe_progress(True, 0.05) as report:
+        assert report is not None
+        report(probe, 10.0, 20.0)
+    shown = sys.stderr.getvalue()
+    assert "capacity probes" in shown and "1/5" in shown and "bracket [10, 20] req/s" in shown
+    with probe_progress(False, 0.05) as report:
+        assert report is None
