@@ -16,7 +16,8 @@ SMALL = ["--set", "workload.type=synthetic", "--set", "workload.num_requests=60"
 
 
 def test_json_and_files_agree(tmp_path: Path) -> None:
-    res = CliRunner().invoke(app, ["capacity", *SMALL, "--json", "--max-rate", "16", "--output", str(tmp_path)])
+    res = CliRunner().invoke(app, ["capacity", *SMALL, "--json", "--max-rate", "16",
+                                   "--output", str(tmp_path)])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc == json.loads((tmp_path / "capacity.json").read_text())
@@ -35,14 +36,16 @@ def test_report_names_the_bracket_and_the_precision() -> None:
     assert res.exit_code == 0, res.output
     line = next(x for x in res.stdout.splitlines() if x.startswith("capacity: "))
     assert "bracket [" in line and "(precision 20%)" in line
-    assert "good requests per $" in res.stdout and "Probes (rate set through workload.arrival.rate" in res.stdout
+    assert "good requests per $" in res.stdout
+    assert "Probes (rate set through workload.arrival.rate" in res.stdout
 
 
 def test_no_rate_meets_exits_1_with_the_closest_probe() -> None:
     res = CliRunner().invoke(app, ["capacity", *SMALL, "--set", "slo.ttft_s=0.0001", "--min-rate", "0.5"])
     assert res.exit_code == 1
     err = res.stderr.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: capacity: the SLO targets are missed even at 0.5 req/s")
+    assert len(err) == 1
+    assert err[0].startswith("error: capacity: the SLO targets are missed even at 0.5 req/s")
     assert "closest probe: " in err[0] and "all attainment 0 < 0.9" in err[0]
     assert "misses" in res.stdout  # the probes were shown
     assert "Traceback" not in res.output

@@ -280,7 +280,8 @@ class SloConfig(_Strict):
     def _check(self) -> SloConfig:
         for metric, target in self.attainment.items():
             if metric not in ("ttft_s", "tpot_s", "e2e_s", "all"):
-                raise ValueError(f"attainment.{metric}: unknown metric; expected ttft_s, tpot_s, e2e_s or all")
+                raise ValueError(f"attainment.{metric}: unknown metric; expected ttft_s, tpot_s, "
+                                 "e2e_s or all")
             if not 0.0 < target <= 1.0:
                 raise ValueError(f"attainment.{metric}: expected a fraction in (0, 1], found {target}")
             if metric == "all" and not self.limits():

@@ -101,7 +101,8 @@ def print_capacity(cap: Capacity, console: Console) -> None:
     console.print(f"  throughput {_num(f['capacity_total_tokens_per_s'], ',.0f')} tokens/s "
                   f"({_num(f['capacity_output_tokens_per_s'], ',.0f')} output); goodput "
                   f"{_num(f['goodput_rps'])} req/s, {_num(f['goodput_rps_per_gpu'])} per GPU "
-                  f"({f['num_gpus']} GPU{'' if f['num_gpus'] == 1 else 's'}), {_num(f['good_requests_per_usd'], ',.0f')} good requests per $ "
+                  f"({f['num_gpus']} GPU{'' if f['num_gpus'] == 1 else 's'}), "
+                  f"{_num(f['good_requests_per_usd'], ',.0f')} good requests per $ "
                   f"at ${_num(f['usd_per_hour'], '.2f')}/hour", soft_wrap=True)
 
 
