@@ -187,3 +187,24 @@ def test_the_default_deployment_on_the_azure_trace() -> None:
     assert lo.rate_rps <= lo.metrics["headroom_capacity_rps"]
     f = cap.figures()
     assert f["good_requests_per_usd"] == pytest.approx(f["goodput_rps"] * 3600 / f["usd_per_hour"])
+
+
+@pytest.mark.parametrize("workload", [
+    {"type": "synthetic", "num_requests": None, "duration_s": 100, "arrival": {"rate": 5},
+     "prompt_len": {"kind": "uniform", "low": 1, "high": 999}},
+    {"type": "synthetic", "num_requests": 400, "arrival": {"process": "gamma", "rate": 5, "cv": 3},
+     "prompt_len": {"kind": "lognormal"}},
+    {"type": "trace", "path": "builtin:azure_conv", "limit": 800, "rate_scale": 3},
+])
+def test_the_early_stop_prefix_is_the_first_requests_of_the_whole_run(workload: dict) -> None:
+    from servesim.planner.capacity import _prefix
+    from servesim.workload import load_workload
+
+    sc = scenario_from_dict({"workload": workload})
+    full = load_workload(sc.workload, 0)
+    head = load_workload(_prefix(sc, SCREEN_FRACTION, len(full)).workload, 0)
+    k = len(head)
+    assert k == math.ceil(len(full) * SCREEN_FRACTION)
+    assert np.array_equal(full.arrival_s[:k], head.arrival_s)
+    assert np.array_equal(full.num_prompt_tokens[:k], head.num_prompt_tokens)
+    assert np.array_equal(full.num_output_tokens[:k], head.num_output_tokens)

@@ -120,11 +120,8 @@ def _prefix(scenario: Scenario, fraction: float, num_requests: int) -> Scenario:
     new: TraceWorkload | SyntheticWorkload | BenchmarkWorkload
     if isinstance(wl, TraceWorkload):
         new = wl.model_copy(update={"limit": k})
-    elif isinstance(wl, SyntheticWorkload):
-        upd: dict[str, Any] = {"num_requests": min(k, wl.num_requests)} if wl.num_requests else {}
-        if wl.duration_s is not None:
-            upd["duration_s"] = wl.duration_s * fraction
-        new = wl.model_copy(update=upd)
+    elif isinstance(wl, SyntheticWorkload):  # k requests (before duration_s): the same draws
+        new = wl.model_copy(update={"num_requests": k})
     else:
         new = wl.model_copy(update={"num_prompts": k})
     return scenario.model_copy(update={"workload": new})
