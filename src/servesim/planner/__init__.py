@@ -1,0 +1,6 @@
+"""The planner: answers built from many simulations (docs/planning.md).
+
+``targets`` judges one run against the scenario's SLO targets; ``capacity`` searches the
+highest arrival rate a deployment sustains while meeting them. Each simulation is one
+pure ``servesim.simulate`` call.
+"""
