@@ -37,7 +37,7 @@ LAYERS = {
     "engine": 2, "perf": 2, "metrics": 2, "workload": 2,
     "cluster": 3, "calibration": 3, "profile_ops": 3, "deployment": 3,
     "sim": 4,
-    "validate": 5,
+    "validate": 5, "planner": 5,
     "cli": 6, "__main__": 6, "": 6,  # "": servesim/__init__.py
 }
 

@@ -1,0 +1,2 @@
+"""The planner: configuration search (``space``, ``bounds``, ``backends``, ``cache``,
+``search``, ``output``) over many ``simulate()`` calls."""
