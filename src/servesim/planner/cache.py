@@ -31,10 +31,20 @@ _SCHEMA = """CREATE TABLE IF NOT EXISTS results (
 )"""
 
 
+def servesim_version() -> str:
+    """The installed servesim's version (its package metadata; the top-level package is a
+    layer above the planner)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("servesim")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def scenario_key(scenario: Scenario) -> str:
     """The cache key of a scenario: sha256 of the servesim version and its canonical JSON."""
-    from servesim import __version__
-
+    __version__ = servesim_version()
     text = json.dumps(scenario.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(f"servesim {__version__}\n{text}".encode()).hexdigest()
 
@@ -45,10 +55,8 @@ class ResultCache:
     FILE = "cache.sqlite"
 
     def __init__(self, directory: str | Path) -> None:
-        from servesim import __version__
-
         self.path = Path(directory) / self.FILE
-        self.version = __version__
+        self.version = servesim_version()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path)
