@@ -93,6 +93,12 @@ def write_outputs(result: Result, out_dir: Path | str,
         (f"requests.{records_format}", lambda p: write_table(p, request_columns(result))),
         (f"steps.{records_format}", lambda p: write_table(p, result.steps.columns())),
     ]
+    return write_files(out_dir, jobs)
+
+
+def write_files(out_dir: Path, jobs: list[tuple[str, Callable[[Path], None]]]) -> list[Path]:
+    """Run each ``(name, write(path))`` into a temporary file of ``out_dir``, then rename
+    them all into place; on failure remove the temporaries (all or nothing)."""
     temps: list[tuple[Path, Path]] = []
     try:
         for name, write in jobs:
