@@ -246,12 +246,51 @@ WorkloadConfig = Annotated[SyntheticWorkload | TraceWorkload | BenchmarkWorkload
 # --------------------------------------------------------------------------- SLOs / run
 
 
+SloMetric = Literal["ttft_s", "tpot_s", "e2e_s"]
+PercentileMetric = Literal["ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s"]
+
+
+class PercentileLimit(_Strict):
+    """A percentile limit: the p-th percentile of ``metric`` over all requests is at most
+    ``max_s`` (requests that did not finish count as infinitely late)."""
+
+    metric: PercentileMetric = Field(description=(
+        "The latency: ttft_s, tpot_s, itl_s (per token gap), e2e_s or queue_s."))
+    p: float = Field(99.0, gt=0, le=100, description="The percentile, in percent (99 = P99).")
+    max_s: float = Field(gt=0, description="The largest value the percentile may take.")
+
+
 class SloConfig(_Strict):
-    """Latency objectives: attainment and goodput count the requests meeting all of them."""
+    """Latency objectives: attainment and goodput count the requests meeting all of them.
+
+    The limits say when one request meets its objective; ``attainment`` and ``percentiles``
+    say how many must, the targets that ``servesim capacity`` holds a deployment to
+    (docs/planning.md)."""
 
     ttft_s: float | None = Field(None, gt=0, description="Time-to-first-token limit.")
     tpot_s: float | None = Field(None, gt=0, description="Mean time-per-output-token limit.")
     e2e_s: float | None = Field(None, gt=0, description="End-to-end latency limit.")
+    attainment: dict[SloMetric | Literal["all"], float] = Field(default_factory=dict, description=(
+        "Attainment targets: the fraction of all requests (0 to 1) that must meet a metric's "
+        "limit above, e.g. {ttft_s: 0.9}; 'all': the fraction meeting every limit at once "
+        "(DistServe's SLO attainment). Empty with a limit set: {all: 0.9}."))
+    percentiles: list[PercentileLimit] = Field(default_factory=list, description=(
+        "Percentile limits, e.g. [{metric: ttft_s, p: 99, max_s: 5}]."))
+
+    @model_validator(mode="after")
+    def _check(self) -> SloConfig:
+        for metric, target in self.attainment.items():
+            if not 0.0 < target <= 1.0:
+                raise ValueError(f"attainment.{metric}: expected a fraction in (0, 1], found {target}")
+            if metric == "all" and not self.limits():
+                raise ValueError("attainment.all: no limit is set (give ttft_s, tpot_s or e2e_s)")
+            if metric != "all" and getattr(self, metric) is None:
+                raise ValueError(f"attainment.{metric}: needs the limit slo.{metric}")
+        return self
+
+    def limits(self) -> dict[str, float]:
+        """The per-request limits that are set, by metric."""
+        return {m: v for m in ("ttft_s", "tpot_s", "e2e_s") if (v := getattr(self, m)) is not None}
 
 
 class RunConfig(_Strict):

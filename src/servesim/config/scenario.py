@@ -70,6 +70,9 @@ def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>",
         # Overriding a field of the default workload: start from the default's fields.
         data["workload"] = Scenario.model_fields["workload"].default.model_dump(exclude_defaults=True)
         data["workload"]["type"] = "trace"
+    if parsed and "slo" not in data and any(k.startswith("slo.") for k, _ in parsed):
+        # Overriding one objective of the default SLOs keeps the others.
+        data["slo"] = Scenario.model_fields["slo"].default.model_dump(exclude_defaults=True)
     for key, value in parsed:
         if key == "workload.type" and value != _workload_type(data.get("workload")):
             data["workload"] = {"type": value}

@@ -152,6 +152,18 @@ def _throughput(result: Result, span_s: float | None) -> dict[str, Any]:
     }
 
 
+def meets_limit(rec: Any, metric: str, limit: float) -> np.ndarray:
+    """Which requests of ``rec`` (``RequestRecords``) meet one SLO limit: finished, with
+    ``metric`` at most ``limit``; a finished request with one output token has no TPOT and
+    meets a TPOT limit. Unfinished and rejected requests miss."""
+    finished = rec.status == RequestStatus.FINISHED
+    value = getattr(rec, metric)
+    ok = finished & (value <= limit)  # NaN compares False: a miss
+    if metric == "tpot_s":
+        ok |= finished & np.isnan(value)
+    return np.asarray(ok)
+
+
 def _slo(result: Result, span_s: float | None, num_gpus: int) -> dict[str, Any]:
     """Attainment is over ALL requests: unfinished and rejected ones miss every SLO.
 
@@ -168,10 +180,7 @@ def _slo(result: Result, span_s: float | None, num_gpus: int) -> dict[str, Any]:
         if limit is None:
             attainment[metric] = None
             continue
-        value = getattr(rec, metric)
-        ok = finished & (value <= limit)  # NaN compares False: a miss
-        if metric == "tpot_s":
-            ok |= finished & np.isnan(value)
+        ok = meets_limit(rec, metric, limit)
         attainment[metric] = _ratio(int(ok.sum()), n)
         meets_all &= ok
     num_good = int(meets_all.sum())
