@@ -54,9 +54,6 @@ class PlanConfig(_Strict):
         "Routers to try for candidates of more than one replica; None: the scenario's (round_robin)."))
     objective: Literal["cost", "gpus", "energy"] = Field("cost", description=(
         "Ranks the candidates meeting the SLOs: $/hour, GPUs, or joules per output token."))
-    attainment: float = Field(0.9, gt=0, le=1, json_schema_extra={"unit": "fraction"}, description=(
-        "Share of requests that must meet every SLO of the scenario's slo section."))
-
     @field_validator("tensor_parallel_sizes", "pipeline_parallel_sizes", "replicas",
                      "prefill_tensor_parallel_sizes", "decode_tensor_parallel_sizes")
     @classmethod

@@ -71,7 +71,7 @@ def candidate_rows(result: PlanResult) -> list[dict[str, Any]]:
             row.update(status="simulated", message="")
         row.update({m: (e.metrics.get(m) if e else None) for m in metric_names})
         row.update(meets_slo=bool(e and e.meets), margin=None if e is None or e.summary is None else e.margin,
-                   rank=rank.get(c.id), cached=bool(e and e.cached))
+                   rank=rank.get(c.id), cached=bool(e and e.cached), verdict=e.verdict if e else "")
         rows.append(row)
     return rows
 
@@ -150,7 +150,7 @@ def write_plan(result: PlanResult, out_dir: str | Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     rows = candidate_rows(result)
     fr = fronts(result)
-    doc = {"counts": result.counts(), "objective": result.plan.objective, "attainment": result.plan.attainment,
+    doc = {"counts": result.counts(), "objective": result.plan.objective,
            "wall_s": result.wall_s, "backend": result.backend, "candidates": rows}
     jobs = [("candidates.parquet", lambda p: pq.write_table(pa.Table.from_pylist(rows), p)),
             ("candidates.json", lambda p: p.write_text(json.dumps(doc, indent=1, default=str) + "\n")),
@@ -178,7 +178,7 @@ def console_report(result: PlanResult, top: int = 10) -> Any:
     pruned = ", ".join(f"{k} {v}" for k, v in counts["pruned_by"].items() if v)
     head = Text(f"{counts['candidates']} candidates: {counts['pruned']} pruned ({pruned or 'none'}), "
                 f"{counts['simulated']} simulated, {counts['cached']} from the cache, "
-                f"{counts['meeting_slo']} meet the SLOs at {result.plan.attainment:.0%} "
+                f"{counts['meeting_slo']} meet the SLO targets "
                 f"({result.wall_s:.1f} s, {result.backend} backend)")
     ranked = result.ranked()
     rows = ranked[:top] if ranked else result.closest(top)
@@ -202,3 +202,73 @@ def console_report(result: PlanResult, top: int = 10) -> Any:
 
 def _f(x: float | None, fmt: str) -> str:
     return "-" if x is None else fmt.format(x)
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def progress_display(enabled: bool) -> Any:
+    """A factory for ``run_plan``'s progress: a rich bar on stderr with ETA and the
+    pruned/simulated counts (only on a terminal, and not with ``--no-progress``)."""
+    import sys
+
+    if not enabled or not sys.stderr.isatty():
+        return None, None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                   console=Console(stderr=True), transient=True)
+
+    def start(pruning: Any, total: int) -> Any:
+        pruned = sum(pruning.counts().values())
+        task = bar.add_task(f"simulating ({pruned} pruned)", total=total)
+        bar.start()
+
+        def tick(done: int, total: int, cached: int) -> None:
+            bar.update(task, completed=done, description=f"simulating ({pruned} pruned, {cached} cached)")
+        return tick
+
+    return start, bar
+
+
+def plan_command(plan_file: str | None, overrides: list[str], options: dict[str, Any], *, backend: str,
+                 workers: int | None, address: str | None, output: str | None, cache: str | None,
+                 top: int, progress: bool, json_out: bool) -> int:
+    """`servesim plan`: read the plan (file or short form), search, show, write. Returns the
+    exit code: 0 when a candidate meets the SLOs, 1 when none does."""
+    from rich.console import Console
+
+    from servesim.planner.search import run_plan
+    from servesim.planner.space import load_plan, plan_config, plan_from_options
+
+    if plan_file is not None:
+        base, plan = load_plan(plan_file, overrides)
+    else:
+        base, plan = plan_from_options(**options)
+        if overrides:
+            plan = plan_config(plan.model_dump(exclude_defaults=True), "plan options",
+                               [o if o.startswith("plan.") else f"plan.{o}" for o in overrides])
+    start, bar = progress_display(progress and not json_out)
+    try:
+        result = run_plan(base, plan, backend=backend, workers=workers, address=address,  # type: ignore[arg-type]
+                          cache_dir=cache or output, progress=start)
+    finally:
+        if bar is not None:
+            bar.stop()
+    paths = write_plan(result, output) if output else []
+    if json_out:
+        ranked = result.ranked()
+        doc = {"counts": result.counts(), "best": candidate_rows(result)[ranked[0].candidate.id] if ranked else None,
+               "pareto": fronts(result)}
+        print(json.dumps(doc, indent=1, default=str))
+    else:
+        console = Console(highlight=False)
+        console.print(console_report(result, top))
+        if paths:
+            console.print(f"wrote {', '.join(p.name for p in paths)} to {output}")
+    if not result.ranked():
+        Console(stderr=True, highlight=False).print(
+            "error: no candidate meets the SLO targets; the closest are shown above", markup=False)
+        return 1
+    return 0

@@ -24,6 +24,7 @@ from typing import Any
 from servesim.catalog.gpus import get_gpu
 from servesim.config import Scenario
 from servesim.config.plan import PlanConfig
+from servesim.errors import ConfigError
 from servesim.planner.backends import Backend, evaluate
 from servesim.planner.bounds import Pruning, prune, workload_demand
 from servesim.planner.cache import ResultCache, scenario_key
@@ -40,7 +41,8 @@ class Evaluated:
     wall_s: float
     cached: bool
     meets: bool = False
-    margin: float = float("-inf")  # attainment above the target (negative: short of it)
+    margin: float = float("-inf")  # planner.targets' margin (negative: short of the targets)
+    verdict: str = ""
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
@@ -110,17 +112,20 @@ def candidate_metrics(c: Candidate, summary: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def judge(summary: dict[str, Any], attainment: float) -> tuple[bool, float]:
-    """(meets, margin): every SLO attained by ``attainment`` of the requests, queue bounded.
+def judge(slo: Any, summary: dict[str, Any]) -> tuple[bool, float, str]:
+    """(meets, margin, verdict line) of one run: the scenario's SLO targets
+    (``planner.targets.check_summary``), and a queue that kept up with the arrivals.
 
-    The margin is the attainment above the target (below zero: short of it); a saturated
-    run (its queue grew all run) misses whatever its attainment, with its margin lowered
-    by one so that it ranks after every run that kept up.
+    A saturated run (its queue grew all run) misses whatever its attainment says, since
+    a longer run would miss more; its margin is lowered by one so that it ranks after
+    every run that kept up.
     """
-    got = summary["slo"]["attainment"].get("all") or 0.0
+    from servesim.planner.targets import check_summary
+
+    verdict = check_summary(slo, summary)
     saturated = bool((summary.get("saturation") or {}).get("saturated"))
-    margin = got - attainment - (1.0 if saturated else 0.0)
-    return margin >= 0.0, margin
+    line = verdict.describe() + ("; saturated: the queue grew all run" if saturated else "")
+    return verdict.meets and not saturated, verdict.margin - (1.0 if saturated else 0.0), line
 
 
 ProgressFn = Callable[[int, int, int], None]  # (done, total, cached)
@@ -134,6 +139,11 @@ def run_plan(base: Scenario, plan: PlanConfig, *, backend: Backend = "process", 
     ``progress(pruning, num_to_simulate)`` returns a callback told (done, total, cached)
     as results arrive. ``cache_dir`` None keeps no cache.
     """
+    from servesim.planner.targets import has_slo
+
+    if not has_slo(base.slo):
+        raise ConfigError("plan: the scenario sets no SLO (slo.ttft_s, slo.tpot_s, slo.e2e_s or "
+                          "slo.percentiles); a plan ranks the deployments that meet one")
     t0 = time.perf_counter()
     candidates = enumerate_candidates(base, plan)
     pruning = prune(candidates, workload_demand(base), base.slo.tpot_s)
@@ -165,5 +175,5 @@ def run_plan(base: Scenario, plan: PlanConfig, *, backend: Backend = "process", 
     for e in evaluated:
         if e.summary is not None:
             e.metrics = candidate_metrics(e.candidate, e.summary)
-            e.meets, e.margin = judge(e.summary, plan.attainment)
+            e.meets, e.margin, e.verdict = judge(base.slo, e.summary)
     return PlanResult(base, plan, candidates, pruning, evaluated, time.perf_counter() - t0, backend)

@@ -55,6 +55,7 @@ class Candidate:
     pools: tuple[PoolShape, ...]
     knobs: tuple[tuple[str, Any], ...]  # engine knobs and router, as (name, value)
     scenario: Scenario
+    shown: tuple[str, ...] = ()  # the knobs the plan varies (in the label)
 
     @property
     def num_gpus(self) -> int:
@@ -63,7 +64,7 @@ class Candidate:
     def label(self) -> str:
         pools = " + ".join(f"{p.role[0].upper()} {p.label()}" if p.role != "colocated" else p.label()
                            for p in self.pools)
-        knobs = " ".join(f"{k}={v}" for k, v in self.knobs if v is not None)
+        knobs = " ".join(f"{k}={v}" for k, v in self.knobs if k in self.shown and v is not None)
         return f"{self.gpu} {pools}" + (f" {knobs}" if knobs else "")
 
     def describe(self) -> dict[str, Any]:
@@ -206,13 +207,14 @@ def enumerate_candidates(base: Scenario, plan: PlanConfig) -> list[Candidate]:
             "enable_chunked_prefill": plan.enable_chunked_prefill or [eng.enable_chunked_prefill],
             "enable_prefix_caching": plan.enable_prefix_caching or [eng.enable_prefix_caching]}
     routers = plan.routers or [base.cluster.router if base.cluster else "round_robin"]
+    shown = tuple(k for k, v in axes.items() if len(v) > 1) + (("router",) if len(routers) > 1 else ())
     out: list[Candidate] = []
     for gpu, shape in itertools.product(gpus, shapes):
         many = sum(p.num_replicas for p in shape) > 1
         for values in itertools.product(*axes.values(), routers if many else [None]):
             knobs = tuple(zip([*axes, "router"], values))
             out.append(Candidate(len(out), gpu, "disaggregated" if shape[0].role == "prefill" else "colocated",
-                                 shape, knobs, candidate_scenario(base, gpu, shape, dict(knobs))))
+                                 shape, knobs, candidate_scenario(base, gpu, shape, dict(knobs)), shown))
     return out
 
 
