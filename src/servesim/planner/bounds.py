@@ -19,8 +19,10 @@ plan), then bounded with the pool's own perf model, in this order:
     request's context is never shorter than its prompt) and ``t(B)`` their decode step.
     Prefill: at most ``budget / t(budget)`` tokens/s, the token budget as one chunk on an
     empty context, against the prompt tokens no prefix-cache hit can cover
-    (``Demand.mean_uncached_prompt``; with caching off, every prompt token). A colocated pool needs
-    decode time + prefill time <= 1 s per second; a disaggregated one, each pool its own.
+    (``Demand.mean_uncached_prompt``; with caching off, every prompt token). A colocated
+    pool needs max(decode time, prefill time) <= 1 s per second, not their sum: chunked
+    prefill mixes decodes into prefill steps, which share one read of the weights, so the
+    sum would overstate the time needed; a disaggregated pool needs its own part <= 1.
     A deployment over this bound cannot keep up: its queue grows for as long as the
     traffic lasts, whatever a short run's attainment says.
 
@@ -152,16 +154,16 @@ def bound_candidate(c: Candidate, demand: Demand, tpot_s: float | None,
         group = [(d, n) for d, r, n in deps if r == role]
         if not group:
             continue
-        need = 0.0
+        need = 0.0  # busy seconds per second at best: the larger part (see the module docstring)
         if role != "prefill":
             cap = sum(decode_capacity(d, demand) * n for d, n in group)
             figures[f"{role}_decode_tokens_per_s_max"] = cap
-            need += demand.rate * demand.mean_output / cap
+            need = max(need, demand.rate * demand.mean_output / cap)
         if role != "decode":
             cap = sum(prefill_capacity(d) * n for d, n in group)
             figures[f"{role}_prefill_tokens_per_s_max"] = cap
             cached = any(d.engine.enable_prefix_caching for d, _ in group)
-            need += demand.rate * (demand.mean_uncached_prompt if cached else demand.mean_prompt) / cap
+            need = max(need, demand.rate * (demand.mean_uncached_prompt if cached else demand.mean_prompt) / cap)
         load[role] = need
     figures["load_bound"] = max(load.values())
     if figures["load_bound"] > 1.0:

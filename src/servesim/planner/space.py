@@ -195,7 +195,11 @@ def _layouts(tps: list[int], plan: PlanConfig) -> list[tuple[int, int, int]]:
 
 def enumerate_candidates(base: Scenario, plan: PlanConfig) -> list[Candidate]:
     """Every candidate of the plan, in a fixed order (ids 0, 1, ...), GPU budget applied."""
-    gpus = plan.gpus or [base.hardware.gpu if isinstance(base.hardware.gpu, str) else base.hardware.gpu.name]
+    from servesim.catalog.gpus import get_gpu
+
+    # Catalog names (an alias such as 'h100' becomes 'H100-SXM'; an unknown name is an error).
+    gpus = [get_gpu(g).name for g in plan.gpus] if plan.gpus else [
+        base.hardware.gpu if isinstance(base.hardware.gpu, str) else base.hardware.gpu.name]
     shapes: list[tuple[PoolShape, ...]] = []
     if "colocated" in plan.modes:
         shapes += _pool_shapes(plan, _layouts(plan.tensor_parallel_sizes, plan))
