@@ -437,8 +437,6 @@ def plan(
     from servesim.planner.output import plan_command
 
     with _user_errors():
-        if plan_file is None and model is None:
-            raise _config_error("plan: give a plan file, or --model with --gpus, --isl/--osl or --trace")
         opts = {"model": model, "gpus": [g.strip() for g in gpus.split(",") if g.strip()], "total_gpus": total_gpus,
                 "isl": isl, "osl": osl, "trace": trace, "rate": rate, "ttft_s": ttft, "tpot_s": tpot,
                 "num_requests": num_requests}
@@ -447,12 +445,6 @@ def plan(
                             cache=str(cache) if cache else None, top=top, progress=not no_progress,
                             json_out=json_out)
     raise typer.Exit(code)
-
-
-def _config_error(message: str) -> Exception:
-    from servesim.errors import ConfigError
-
-    return ConfigError(message)
 
 
 @app.command()

@@ -21,6 +21,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from servesim.errors import ConfigError
 from servesim.planner.search import Evaluated, PlanResult
 
 #: vLLM's KV connector for disaggregated prefill/decode (NIXL; each side is kv_both and the
@@ -133,7 +134,8 @@ def _plot(path: Path, result: PlanResult, fr: dict[str, Any]) -> None:
             ax.plot([p["usd_per_hour"] for p in line], [p[metric] for p in line], "o-", c="tab:red", label="Pareto front")
         ax.set_xlabel("$ per hour")
         ax.set_ylabel(ylabel)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=110)
     plt.close(fig)
@@ -244,6 +246,8 @@ def plan_command(plan_file: str | None, overrides: list[str], options: dict[str,
 
     if plan_file is not None:
         base, plan = load_plan(plan_file, overrides)
+    elif options.get("model") is None:
+        raise ConfigError("plan: give a plan file, or --model with --gpus, --isl/--osl or --trace")
     else:
         base, plan = plan_from_options(**options)
         if overrides:
