@@ -179,3 +179,17 @@ def test_command_short_form_and_an_impossible_request(tmp_path):
     res = runner.invoke(app, bad)
     assert res.exit_code == 1
     assert "no candidate meets the SLO targets" in res.output
+
+
+@pytest.mark.parametrize("text, message", [
+    ("model: {name: Llama-3.1-8B}\n", "no plan: section"),
+    ("model: {name: Llama-3.1-8B}\nplan: {gpus: [H100], max_total_gpu: 2}\n", "plan.max_total_gpu"),
+    ("model: {name: Llama-3.1-8B}\nplan: {gpus: [H1000]}\n", "H1000"),
+    ("model: {name: Llama-3.1-8B}\nslo: {ttft_s: null, tpot_s: null}\nplan: {gpus: [H100]}\n", "sets no SLO"),
+])
+def test_bad_plan_files_get_one_line_errors(tmp_path, text, message):
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    res = CliRunner().invoke(app, ["plan", str(path), "--backend", "inprocess", "--no-progress"])
+    assert res.exit_code == 2, res.output
+    assert message in res.output and "Traceback" not in res.output
