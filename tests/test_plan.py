@@ -145,6 +145,11 @@ def test_output_files_and_the_winner_runs(tmp_path):
 
     assert load_scenario(tmp_path / "best.yaml") == best.candidate.scenario
     assert json.loads((tmp_path / "pareto.json").read_text())["cost_vs_latency"][0]["id"] == best.candidate.id
+    from dataclasses import replace
+
+    by_energy = replace(result, plan=result.plan.model_copy(update={"objective": "energy"})).ranked()
+    joules = [e.metrics["j_per_output_token"] for e in by_energy]
+    assert joules == sorted(joules) and len(joules) == len(result.ranked())
 
 
 def test_vllm_serve_lines_use_vllm_flag_names():
@@ -166,10 +171,10 @@ def test_command_short_form_and_an_impossible_request(tmp_path):
     runner = CliRunner()
     args = ["plan", "--model", "Llama-3.1-8B", "--gpus", "H100", "--total-gpus", "2", "--isl", "256",
             "--osl", "32", "--rate", "4", "--num-requests", "40", "--ttft", "1", "--tpot", "0.05",
-            "--backend", "inprocess", "--no-progress", "-o", str(tmp_path / "ok")]
+            "--backend", "inprocess", "--no-progress", "--objective", "energy", "-o", str(tmp_path / "ok")]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
-    assert "best by cost" in res.output and "vllm serve" in res.output
+    assert "best by energy" in res.output and "vllm serve" in res.output
     from servesim.config import load_scenario
 
     best = load_scenario(tmp_path / "ok" / "best.yaml")

@@ -429,6 +429,7 @@ def plan(
     output: Annotated[Path | None, typer.Option("--output", "-o", file_okay=False,
                                                 help="Directory for the plan's files and cache.")] = None,
     cache: Annotated[Path | None, typer.Option(help="Result cache directory (default: --output).")] = None,
+    objective: Annotated[str | None, typer.Option(help="Rank by cost ($/hour), gpus or energy (J/token).")] = None,
     top: Annotated[int, typer.Option(help="Rows of the ranked table.")] = 10,
     json_out: Annotated[bool, typer.Option("--json", help="Print counts, best and Pareto fronts as JSON.")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
@@ -440,7 +441,8 @@ def plan(
         opts = {"model": model, "gpus": [g.strip() for g in gpus.split(",") if g.strip()], "total_gpus": total_gpus,
                 "isl": isl, "osl": osl, "trace": trace, "rate": rate, "ttft_s": ttft, "tpot_s": tpot,
                 "num_requests": num_requests}
-        code = plan_command(str(plan_file) if plan_file else None, overrides or [], opts, backend=backend,
+        sets = [*(overrides or []), *([f"plan.objective={objective}"] if objective else [])]
+        code = plan_command(str(plan_file) if plan_file else None, sets, opts, backend=backend,
                             workers=workers, address=address, output=str(output) if output else None,
                             cache=str(cache) if cache else None, top=top, progress=not no_progress,
                             json_out=json_out)
