@@ -21,9 +21,9 @@ PLAN = {"gpus": ["H100-SXM"], "max_total_gpus": 4, "tensor_parallel_sizes": [1, 
         "modes": ["colocated", "disaggregated"], "prefill_decode_ratios": ["1:1", "2:1", "1:2"]}
 
 
-def plan(isl: int, osl: int, rate: float, tpot_s: float, **kw):
+def plan(isl: int, osl: int, rate: float, tpot_s: float, ttft_s: float = 1.5, **kw):
     base = scenario_from_dict({"model": {"name": "Llama-3.1-8B"}, "engine": {"max_model_len": 16384},
-                               "workload": workload(isl, osl, rate), "slo": {"ttft_s": 1.5, "tpot_s": tpot_s},
+                               "workload": workload(isl, osl, rate), "slo": {"ttft_s": ttft_s, "tpot_s": tpot_s},
                                "run": {"record_steps": False}})
     return run_plan(base, plan_config({**PLAN, **kw}, "test"), backend="process", workers=2)
 
@@ -75,3 +75,25 @@ def test_energy_optimal_is_not_latency_optimal(summarization):
     # the fastest spends more GPUs on the same traffic, so more joules per token
     assert by_latency.candidate.num_gpus > by_energy.candidate.num_gpus
     assert by_latency.metrics["j_per_output_token"] > 1.1 * by_energy.metrics["j_per_output_token"]
+
+
+@pytest.mark.slow
+def test_distserve_placement_gives_prefill_and_decode_different_parallelism():
+    """A TTFT limit below one long prompt's prefill time on one GPU needs tensor-parallel
+    prefill (intra-op parallelism cuts a prompt's own latency, more replicas do not); the
+    TPOT limit is loose, so decode stays on one GPU (DistServe's per-phase placement)."""
+    from servesim.perf.base import BatchStats
+    from servesim.planner.bounds import _resolve_pools
+
+    result = plan(8000, 150, 1.0, 0.03, ttft_s=0.2, modes=["disaggregated"])
+    one_prompt = BatchStats()
+    one_prompt.add_chunk(8000, 0)
+    prefill_s = {}
+    for c in result.candidates:
+        (dep, _, _), _ = _resolve_pools(c, {})
+        prefill_s[dep.parallel.tensor_parallel_size] = dep.perf.batch_time(one_prompt)
+    assert prefill_s[1] > 0.2 > prefill_s[2]  # the premise, from the perf model
+    best = result.ranked()[0].candidate
+    prefill, decode = best.pools
+    assert (prefill.tp, decode.tp) == (2, 1)
+    assert not any(e.meets for e in result.evaluated if e.candidate.pools[0].tp == 1)
