@@ -1,6 +1,7 @@
 """The battery of malformed, impossible and unusual inputs (tests/bad_inputs/cases.yaml).
 
-Each case runs ``servesim simulate`` in-process through the CLI with ``--output`` set. A
+Each case runs ``servesim simulate`` (or the case's ``command``, with its extra ``args``)
+in-process through the CLI with ``--output`` set. A
 case expecting exit 2 must print exactly one line, ``error: ...``, holding the case's
 ``message`` (and the scenario file's name, when the case has a file), no traceback, and
 write nothing. A case expecting exit 0 must run and write its outputs. ``xfail`` names
@@ -21,7 +22,10 @@ from servesim.cli import app
 
 HERE = Path(__file__).parent / "bad_inputs"
 CASES: list[dict[str, Any]] = yaml.safe_load((HERE / "cases.yaml").read_text())
-_KEYS = {"id", "file", "text", "suffix", "set", "exit", "message", "names_file", "xfail"}
+_KEYS = {"id", "command", "args", "file", "text", "suffix", "set", "exit", "message", "names_file",
+         "xfail"}
+#: What a command that ran writes into --output (the check of an exit-0 case).
+WRITES = {"simulate": "summary.json", "capacity": "capacity.json"}
 
 
 def _params() -> list[Any]:
@@ -62,7 +66,8 @@ def _scenario_path(case: dict[str, Any], tmp_path: Path) -> Path | None:
 def test_bad_input(case: dict[str, Any], tmp_path: Path) -> None:
     scenario = _scenario_path(case, tmp_path)
     out_dir = tmp_path / "out"
-    args = ["simulate", "--quiet", "--no-progress", "--output", str(out_dir)]
+    command = case.get("command", "simulate")
+    args = [command, "--quiet", "--no-progress", "--output", str(out_dir), *case.get("args", [])]
     if scenario is not None:
         args.insert(1, str(scenario))
     for override in case.get("set", []):
@@ -72,7 +77,7 @@ def test_bad_input(case: dict[str, Any], tmp_path: Path) -> None:
     assert "Traceback" not in res.output
     assert res.exit_code == case["exit"], res.output
     if case["exit"] == 0:
-        assert (out_dir / "summary.json").exists()
+        assert (out_dir / WRITES[command]).exists()
         return
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr

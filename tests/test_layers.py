@@ -11,7 +11,7 @@ an edge to ``servesim.a.b`` only, not to the package ``servesim.a`` around it.
 The layers, lowest first (a module may import its own layer and those below)::
 
     cli, __main__, servesim/__init__     the command and the top-level API
-    validate                             measured vs predicted, over whole runs
+    validate, planner                    measured vs predicted, over whole runs; SLO targets and capacity
     sim                                  simulate(scenario) -> Result
     cluster, calibration, profile_ops,   many replicas; fitting perf models; timing operators;
     deployment                           a scenario's deployment, resolved once

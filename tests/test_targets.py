@@ -11,7 +11,14 @@ import pytest
 from servesim import simulate
 from servesim.config import SloConfig, scenario_from_dict
 from servesim.errors import ConfigError
-from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, RequestStatus, Result, StepSeries
+from servesim.metrics.records import (
+    ItlSamples,
+    ReplicaTotals,
+    RequestRecords,
+    RequestStatus,
+    Result,
+    StepSeries,
+)
 from servesim.metrics.summary import summarize
 from servesim.planner.targets import (
     DEFAULT_ATTAINMENT,

@@ -128,6 +128,44 @@ def run_simulate(scenario_path: Path | None, overrides: list[str], output: Path 
 
 
 @app.command()
+def capacity(
+    scenario: Annotated[Path | None, typer.Argument(
+        help="Scenario file (YAML or TOML); omit for the built-in default.", show_default=False)] = None,
+    overrides: Annotated[list[str] | None, typer.Option(
+        "--set", metavar="KEY=VALUE", help="Override one scenario field (repeatable).")] = None,
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", file_okay=False, help="Directory to write capacity.json and probes.csv into.")
+    ] = None,
+    precision: Annotated[float, typer.Option(
+        help="Stop when the bracket's width is at most this share of its low end.")] = 0.05,
+    max_rate: Annotated[float | None, typer.Option(help="Highest rate to try, requests/s.")] = None,
+    min_rate: Annotated[float | None, typer.Option(
+        help="Lowest rate to try, requests/s (default: the scenario's rate / 1024).")] = None,
+    no_early_stop: Annotated[bool, typer.Option(
+        "--no-early-stop", help="Run every probe whole (no cut on a prefix's clear miss).")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
+) -> None:
+    """Find the highest arrival rate the deployment sustains while meeting its SLO targets.
+
+    Scales the workload's rate (a trace's rate_scale, a synthetic arrival.rate), bracketing
+    then bisecting; exits 1 when even the lowest rate misses. See docs/planning.md.
+    """
+    from servesim.planner.capacity import CapacityNotFound
+    from servesim.planner.capacity_report import run_capacity
+
+    with _user_errors():
+        try:
+            run_capacity(scenario, overrides or [], output, precision=precision, max_rate=max_rate,
+                         min_rate=min_rate, early_stop=not no_early_stop, json_out=json_out, quiet=quiet,
+                         progress=not (no_progress or quiet or json_out))
+        except CapacityNotFound as err:
+            Console(stderr=True, highlight=False, soft_wrap=True).print(f"error: {err}", markup=False)
+            raise typer.Exit(1) from None
+
+
+@app.command()
 def catalog(
     kind: Annotated[CatalogKind, typer.Argument(help="Which presets to list.")] = CatalogKind.all,
 ) -> None:

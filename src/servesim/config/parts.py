@@ -246,7 +246,6 @@ WorkloadConfig = Annotated[SyntheticWorkload | TraceWorkload | BenchmarkWorkload
 # --------------------------------------------------------------------------- SLOs / run
 
 
-SloMetric = Literal["ttft_s", "tpot_s", "e2e_s"]
 PercentileMetric = Literal["ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s"]
 
 
@@ -270,7 +269,7 @@ class SloConfig(_Strict):
     ttft_s: float | None = Field(None, gt=0, description="Time-to-first-token limit.")
     tpot_s: float | None = Field(None, gt=0, description="Mean time-per-output-token limit.")
     e2e_s: float | None = Field(None, gt=0, description="End-to-end latency limit.")
-    attainment: dict[SloMetric | Literal["all"], float] = Field(default_factory=dict, description=(
+    attainment: dict[str, float] = Field(default_factory=dict, description=(
         "Attainment targets: the fraction of all requests (0 to 1) that must meet a metric's "
         "limit above, e.g. {ttft_s: 0.9}; 'all': the fraction meeting every limit at once "
         "(DistServe's SLO attainment). Empty with a limit set: {all: 0.9}."))
@@ -280,6 +279,9 @@ class SloConfig(_Strict):
     @model_validator(mode="after")
     def _check(self) -> SloConfig:
         for metric, target in self.attainment.items():
+            if metric not in ("ttft_s", "tpot_s", "e2e_s", "all"):
+                raise ValueError(f"attainment.{metric}: unknown metric; expected ttft_s, tpot_s, "
+                                 "e2e_s or all")
             if not 0.0 < target <= 1.0:
                 raise ValueError(f"attainment.{metric}: expected a fraction in (0, 1], found {target}")
             if metric == "all" and not self.limits():

@@ -88,17 +88,26 @@ def write_outputs(result: Result, out_dir: Path | str,
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_table = _write_parquet if records_format == "parquet" else _write_csv
-    jobs: list[tuple[str, Callable[[Path], None]]] = [
+    return write_files(out_dir, [
         ("summary.json", lambda p: _write_json(p, summary_document(result))),
         (f"requests.{records_format}", lambda p: write_table(p, request_columns(result))),
         (f"steps.{records_format}", lambda p: write_table(p, result.steps.columns())),
-    ]
-    return write_files(out_dir, jobs)
+    ])
+
+
+def write_json(path: Path, doc: dict[str, Any]) -> None:
+    """``doc`` as indented JSON (no NaN or infinity), for ``write_files``."""
+    _write_json(path, doc)
+
+
+def write_csv(path: Path, cols: dict[str, np.ndarray]) -> None:
+    """Columns as CSV (NaN as an empty cell), for ``write_files``."""
+    _write_csv(path, cols)
 
 
 def write_files(out_dir: Path, jobs: list[tuple[str, Callable[[Path], None]]]) -> list[Path]:
-    """Run each ``(name, write(path))`` into a temporary file of ``out_dir``, then rename
-    them all into place; on failure remove the temporaries (all or nothing)."""
+    """Each ``(name, write)`` of ``jobs`` writes its file at a temporary path in ``out_dir``;
+    all are renamed into place once every one was written (see the module docstring)."""
     temps: list[tuple[Path, Path]] = []
     try:
         for name, write in jobs:

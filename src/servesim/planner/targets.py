@@ -81,6 +81,12 @@ class TargetCheck:
         """The share of requests that must be within the limit for the target to hold."""
         return self.target if self.kind == "attainment" else (self.p or 100.0) / 100.0
 
+    def target_text(self) -> str:
+        """The target alone: ``ttft_s attainment >= 0.9`` / ``P99 ttft_s <= 5 s``."""
+        if self.kind == "attainment":
+            return f"{self.metric} attainment >= {self.target:g}"
+        return f"P{self.p:g} {self.metric} <= {self.target:g} s"
+
     def describe(self) -> str:
         """``ttft_s attainment 0.87 < 0.9`` / ``P99 ttft_s 6.1 s > 5 s``."""
         ok = ">=" if self.meets else "<"
@@ -128,7 +134,7 @@ def attainment_targets(slo: SloConfig) -> dict[str, float]:
     """The attainment targets in force: the configured ones, else ``{all: 0.9}`` when a
     limit is set (DEFAULT_ATTAINMENT), else none."""
     if slo.attainment:
-        return dict(slo.attainment)
+        return {str(k): v for k, v in slo.attainment.items()}
     return {"all": DEFAULT_ATTAINMENT} if slo.limits() else {}
 
 
