@@ -495,6 +495,49 @@ def profile(
 
 
 @app.command()
+def plan(
+    plan_file: Annotated[Path | None, typer.Argument(
+        help="Plan file: a scenario with a plan: section of ranges (docs/planning.md). Omit for the "
+             "short form (--model, --gpus, ...).", show_default=False)] = None,
+    overrides: Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help=(
+        "Override a scenario field, or a range with plan.X (repeatable)."))] = None,
+    model: Annotated[str | None, typer.Option(help="Short form: model preset or config.json.")] = None,
+    gpus: Annotated[str, typer.Option(help="Short form: GPU names to try, comma-separated.")] = "H100-SXM",
+    total_gpus: Annotated[int, typer.Option(help="Short form: GPUs a deployment may use at most.")] = 8,
+    isl: Annotated[int | None, typer.Option(help="Short form: prompt tokens of each request.")] = None,
+    osl: Annotated[int | None, typer.Option(help="Short form: output tokens of each request.")] = None,
+    trace: Annotated[str | None, typer.Option(help="Short form: a trace instead of --isl/--osl.")] = None,
+    rate: Annotated[float, typer.Option(help="Short form: target arrival rate, requests/s.")] = 1.0,
+    ttft: Annotated[float | None, typer.Option(help="Short form: TTFT limit, seconds.")] = None,
+    tpot: Annotated[float | None, typer.Option(help="Short form: TPOT limit, seconds.")] = None,
+    num_requests: Annotated[int, typer.Option(help="Short form: requests simulated per candidate.")] = 400,
+    backend: Annotated[str, typer.Option(help="inprocess, process (all cores) or ray.")] = "process",
+    workers: Annotated[int | None, typer.Option(help="Processes / Ray CPUs (default: all cores).")] = None,
+    address: Annotated[str | None, typer.Option(help="--backend ray: the cluster (default: a local one).")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", file_okay=False,
+                                                help="Directory for the plan's files and cache.")] = None,
+    cache: Annotated[Path | None, typer.Option(help="Result cache directory (default: --output).")] = None,
+    objective: Annotated[str | None, typer.Option(help="Rank by cost ($/hour), gpus or energy (J/token).")] = None,
+    top: Annotated[int, typer.Option(help="Rows of the ranked table.")] = 10,
+    json_out: Annotated[bool, typer.Option("--json", help="Print counts, best and Pareto fronts as JSON.")] = False,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
+) -> None:
+    """Search deployments (GPU, TP/PP/EP, replicas, disaggregation, engine knobs) for the cheapest meeting the SLOs."""
+    from servesim.planner.output import plan_command
+
+    with _user_errors():
+        opts = {"model": model, "gpus": [g.strip() for g in gpus.split(",") if g.strip()], "total_gpus": total_gpus,
+                "isl": isl, "osl": osl, "trace": trace, "rate": rate, "ttft_s": ttft, "tpot_s": tpot,
+                "num_requests": num_requests}
+        sets = [*(overrides or []), *([f"plan.objective={objective}"] if objective else [])]
+        code = plan_command(str(plan_file) if plan_file else None, sets, opts, backend=backend,
+                            workers=workers, address=address, output=str(output) if output else None,
+                            cache=str(cache) if cache else None, top=top, progress=not no_progress,
+                            json_out=json_out)
+    raise typer.Exit(code)
+
+
+@app.command()
 def version() -> None:
     """Print the servesim version."""
     from servesim import __version__, compiled

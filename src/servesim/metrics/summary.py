@@ -67,7 +67,9 @@ def distribution(values: np.ndarray, weights: np.ndarray | None = None) -> dict[
     if total == 0:
         out.update({"mean": None, **{f"p{p}": None for p in PERCENTILES}, "max": None})
         return out
-    out["mean"] = float(np.dot(values, w) / total)
+    # fsum: exactly rounded, so the mean does not depend on how many threads BLAS's dot
+    # product used (a Ray worker runs with one, a process-pool worker with all).
+    out["mean"] = math.fsum((values * w).tolist()) / total
     order = np.argsort(values, kind="stable")  # once for all the percentiles
     pct = _sorted_percentiles(values[order], np.cumsum(w[order]), tuple(PERCENTILES))
     out.update({f"p{p}": x for p, x in zip(PERCENTILES, pct)})
