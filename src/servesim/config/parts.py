@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_serializer, model_validator
 
 from servesim.config._base import _Strict
+from servesim.config.arrival import ArrivalConfig, Seconds
 
 # --------------------------------------------------------------------------- model / hardware
 
@@ -143,16 +144,6 @@ class LengthDist(_Strict):
         return self
 
 
-class ArrivalConfig(_Strict):
-    """When requests arrive."""
-
-    process: Literal["poisson", "gamma", "constant", "burst"] = Field(
-        "poisson", description="poisson; gamma (with cv); constant spacing; burst = all at t=0.")
-    rate: float = Field(1.0, gt=0, description="Mean arrivals per second.",
-                        json_schema_extra={"unit": "requests/s"})
-    cv: float = Field(1.0, gt=0, description="gamma: coefficient of variation of inter-arrival times.")
-
-
 class SyntheticWorkload(_Strict):
     """Requests drawn from distributions (docs/workloads.md)."""
 
@@ -162,7 +153,7 @@ class SyntheticWorkload(_Strict):
     output_len: LengthDist = Field(LengthDist(kind="constant", value=128), description=(
         "Output lengths (tokens generated per request)."))
     num_requests: int | None = Field(1000, ge=1, description="How many requests (or use duration_s).")
-    duration_s: float | None = Field(None, gt=0, description="Generate arrivals until this time.")
+    duration_s: Seconds | None = Field(None, gt=0, description="Generate arrivals until this time (seconds, or '8h').")
     prefix_groups: int = Field(0, ge=0, description="Requests share one of N prompt prefixes (0 = none).")
     prefix_len: int = Field(0, ge=0, description="Shared prefix length in tokens.", json_schema_extra=_TOKENS)
     n: int = Field(1, ge=1, le=64, description=(
