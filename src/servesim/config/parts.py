@@ -176,8 +176,13 @@ class TraceWorkload(_Strict):
 
     type: Literal["trace"] = Field("trace", description="Selects this kind of workload.")
     path: str = Field(description="Trace file; 'builtin:azure_conv' names the bundled Azure trace.")
-    format: Literal["auto", "azure", "mooncake", "generic"] = Field(
-        "auto", description="The trace's layout; auto decides by extension and header.")
+    format: Literal["auto", "azure", "mooncake", "generic", "burstgpt", "vllm_bench", "sharegpt"] = Field(
+        "auto", description=(
+            "The trace's layout; auto decides by extension and header (CSV columns, JSON keys). "
+            "azure reads the 2023 and 2024 traces."))
+    failed: Literal["keep", "drop"] = Field("keep", description=(
+        "burstgpt / vllm_bench: keep the failed requests the file records (0 response tokens, "
+        "served as a 1-token response) or drop them."))
     rate_scale: float = Field(1.0, gt=0, description="Multiply the arrival rate (divide timestamps).")
     limit: int | None = Field(None, ge=1, description="Take the first N requests.")
     start_s: float | None = Field(None, ge=0, description="Keep requests arriving at or after this time.")
