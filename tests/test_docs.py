@@ -59,7 +59,7 @@ SKIP = {
 # which a short run checks). The README's default run is compared in full below.
 CAP = 200
 CAP_FIELD = {"trace": "workload.limit", "synthetic": "workload.num_requests",
-             "benchmark": "workload.num_prompts"}
+             "benchmark": "workload.num_prompts", "sessions": "workload.num_sessions"}
 
 
 @dataclass(frozen=True)

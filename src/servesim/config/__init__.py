@@ -14,7 +14,7 @@ it is read); ``files`` reads a scenario file, ``overrides`` applies ``--set``,
 ``servesim.config``.
 """
 
-from servesim.config.arrival import RateProfileConfig
+from servesim.config.arrival import DelayDist, RateProfileConfig
 from servesim.config.cluster import (
     ClusterConfig,
     DisaggConfig,
@@ -44,9 +44,9 @@ from servesim.config.parts import (
     SloConfig,
     SyntheticWorkload,
     TraceWorkload,
-    WorkloadConfig,
 )
 from servesim.config.overrides import parse_override
+from servesim.config.workload_kinds import SessionWorkload, WorkloadConfig
 from servesim.config.scenario import (
     Scenario,
     gpu_config_from_dict,
@@ -56,11 +56,12 @@ from servesim.config.scenario import (
 )
 
 __all__ = [
-    "GIB", "POLICY_DEFAULTS", "ArrivalConfig", "BenchmarkWorkload", "ClusterConfig", "DisaggConfig",
+    "GIB", "POLICY_DEFAULTS", "ArrivalConfig", "BenchmarkWorkload", "ClusterConfig", "DelayDist",
+    "DisaggConfig",
     "EngineConfig",
     "GpuConfig", "HardwareConfig", "KvLinkConfig", "LengthDist", "LinksConfig", "MigrationConfig",
     "ModelConfig", "ParallelConfig", "PoolConfig", "RateProfileConfig", "RouterName", "RunConfig", "Scenario",
-    "SloConfig", "SpeculativeConfig", "SyntheticWorkload", "TraceWorkload", "WorkloadConfig",
+    "SessionWorkload", "SloConfig", "SpeculativeConfig", "SyntheticWorkload", "TraceWorkload", "WorkloadConfig",
     "gpu_config_from_dict", "load_scenario", "parse_override", "read_gpu_config", "resolve_engine",
     "resolve_policy", "scenario_from_dict",
 ]

@@ -93,3 +93,12 @@ class ArrivalConfig(_Strict):
         if self.process == "weibull" and not 0.05 <= self.cv <= 20.0:
             raise ValueError(f"weibull: expected 0.05 <= cv <= 20, found {self.cv}")
         return self
+
+
+class DelayDist(_Strict):
+    """A duration drawn per use: a think time between turns, a tool call's wait."""
+
+    kind: Literal["constant", "exponential", "gamma", "lognormal"] = Field("exponential", description=(
+        "constant (mean_s); exponential (mean_s); gamma or lognormal (mean_s and cv)."))
+    mean_s: Seconds = Field(10.0, ge=0, description="Mean duration, seconds.")
+    cv: float = Field(1.0, gt=0, description="gamma/lognormal: coefficient of variation.")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import Field, field_serializer, model_validator
 
@@ -234,9 +234,6 @@ class BenchmarkWorkload(_Strict):
                              f"{self.num_special_tokens} and random_range_ratio {r} a prompt may have "
                              "no sampled token (vllm bench refuses it too)")
         return self
-
-
-WorkloadConfig = Annotated[SyntheticWorkload | TraceWorkload | BenchmarkWorkload, Field(discriminator="type")]
 
 
 # --------------------------------------------------------------------------- SLOs / run

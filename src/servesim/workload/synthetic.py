@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from servesim.config import ArrivalConfig, LengthDist, SyntheticWorkload
+from servesim.config import ArrivalConfig, DelayDist, LengthDist, SyntheticWorkload
 from servesim.errors import WorkloadError
 from servesim.workload.base import Workload
 from servesim.workload.notices import clipped
@@ -177,3 +177,18 @@ def sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator, name: str
     if found is not None and (item := clipped(x, dist.min, dist.max, name)) is not None:
         found.append(item)
     return np.clip(x, dist.min, dist.max).astype(np.int64)
+
+
+def sample_delays(dist: DelayDist, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` durations in seconds with mean ``mean_s`` (gamma: shape 1/cv^2; lognormal: the
+    mean and CV of the duration itself, as ``sample_lengths`` takes them)."""
+    m = dist.mean_s
+    if dist.kind == "constant" or m == 0:
+        return np.full(n, float(m))
+    if dist.kind == "exponential":
+        return rng.exponential(m, size=n)
+    if dist.kind == "gamma":
+        shape = 1.0 / dist.cv**2
+        return rng.gamma(shape, m / shape, size=n)
+    sigma2 = math.log1p(dist.cv**2)
+    return rng.lognormal(math.log(m) - sigma2 / 2.0, math.sqrt(sigma2), size=n)

@@ -1,0 +1,55 @@
+"""Workloads built of parts: client mixtures, multi-turn sessions, agent task graphs, and
+the union of every workload type a scenario takes (``WorkloadConfig``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from servesim.config._base import _Strict
+from servesim.config.arrival import ArrivalConfig, DelayDist, Seconds
+from servesim.config.parts import BenchmarkWorkload, LengthDist, SyntheticWorkload, TraceWorkload
+
+_TOKENS = {"unit": "tokens"}
+
+
+class SessionWorkload(_Strict):
+    """Multi-turn conversations (docs/workloads.md, Sessions): each turn's prompt holds the
+    previous turns, so a turn can reuse the previous prompt's KV blocks from the prefix cache."""
+
+    type: Literal["sessions"] = Field("sessions", description="Selects this kind of workload.")
+    arrival: ArrivalConfig = Field(ArrivalConfig(rate=0.5), description="When sessions start.")
+    num_sessions: int | None = Field(200, ge=1, description="How many sessions (or use duration_s).")
+    duration_s: Seconds | None = Field(None, gt=0, description="Start sessions until this time.")
+    turns: LengthDist = Field(LengthDist(kind="constant", value=3), description="Turns per session.")
+    first_prompt_len: LengthDist = Field(LengthDist(kind="lognormal", mean=2000, std=2000), description=(
+        "The first turn's prompt (the system prompt included)."))
+    system_prompt_len: int = Field(0, ge=0, description=(
+        "Leading tokens every session shares (a common system prompt; at most the first prompt)."),
+        json_schema_extra=_TOKENS)
+    user_len: LengthDist = Field(LengthDist(kind="lognormal", mean=200, std=300), description=(
+        "New user tokens of each later turn (added after the previous answer)."))
+    output_len: LengthDist = Field(LengthDist(kind="lognormal", mean=300, std=250), description=(
+        "Output tokens of each turn."))
+    think_time: DelayDist = Field(DelayDist(kind="exponential", mean_s=60.0), description=(
+        "closed: from an answer to the next turn; open: between the sends of two turns."))
+    loop: Literal["closed", "open"] = Field("closed", description=(
+        "closed: a turn is sent think_time after the previous answer; open: at fixed gaps, "
+        "whatever the answers."))
+    max_prompt_len: int = Field(131072, ge=2, description=(
+        "A session ends before a turn whose prompt would pass this."), json_schema_extra=_TOKENS)
+    hash_block_tokens: int = Field(512, ge=1, description=(
+        "Tokens per prompt-identity unit (Mooncake's hash_ids: 512)."), json_schema_extra=_TOKENS)
+    seed: int = Field(0, description="Seed of the generator (with run.seed).")
+
+    @model_validator(mode="after")
+    def _check(self) -> SessionWorkload:
+        if self.num_sessions is None and self.duration_s is None:
+            raise ValueError("give num_sessions or duration_s")
+        return self
+
+
+WorkloadConfig = Annotated[
+    SyntheticWorkload | TraceWorkload | BenchmarkWorkload | SessionWorkload,
+    Field(discriminator="type")]
