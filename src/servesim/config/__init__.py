@@ -46,7 +46,7 @@ from servesim.config.parts import (
     TraceWorkload,
 )
 from servesim.config.overrides import parse_override
-from servesim.config.workload_kinds import SessionWorkload, WorkloadConfig
+from servesim.config.workload_kinds import ClientConfig, MixtureWorkload, SessionWorkload, WorkloadConfig
 from servesim.config.scenario import (
     Scenario,
     gpu_config_from_dict,
@@ -56,11 +56,11 @@ from servesim.config.scenario import (
 )
 
 __all__ = [
-    "GIB", "POLICY_DEFAULTS", "ArrivalConfig", "BenchmarkWorkload", "ClusterConfig", "DelayDist",
+    "GIB", "POLICY_DEFAULTS", "ArrivalConfig", "BenchmarkWorkload", "ClientConfig", "ClusterConfig", "DelayDist",
     "DisaggConfig",
     "EngineConfig",
     "GpuConfig", "HardwareConfig", "KvLinkConfig", "LengthDist", "LinksConfig", "MigrationConfig",
-    "ModelConfig", "ParallelConfig", "PoolConfig", "RateProfileConfig", "RouterName", "RunConfig", "Scenario",
+    "MixtureWorkload", "ModelConfig", "ParallelConfig", "PoolConfig", "RateProfileConfig", "RouterName", "RunConfig", "Scenario",
     "SessionWorkload", "SloConfig", "SpeculativeConfig", "SyntheticWorkload", "TraceWorkload", "WorkloadConfig",
     "gpu_config_from_dict", "load_scenario", "parse_override", "read_gpu_config", "resolve_engine",
     "resolve_policy", "scenario_from_dict",

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from servesim.config.parts import SyntheticWorkload, TraceWorkload
-from servesim.config.workload_kinds import SessionWorkload
+from servesim.config.workload_kinds import MixtureWorkload, SessionWorkload
 
 
 #: Fields renamed so that their unit reads one way: old name -> (new name, unit).
@@ -28,7 +28,8 @@ RENAMED = {
     "mem_bw_tbps": ("mem_bw_tb_per_s", "TB/s"),
     "swap_space_gb": ("swap_space_gib", "GiB, 2^30 bytes, as vLLM's --swap-space"),
 }
-_WORKLOAD_TYPES = {"synthetic": SyntheticWorkload, "trace": TraceWorkload, "sessions": SessionWorkload}
+_WORKLOAD_TYPES = {"synthetic": SyntheticWorkload, "trace": TraceWorkload, "sessions": SessionWorkload,
+                   "mixture": MixtureWorkload}
 _SCALAR_TAGS = ("str", "int", "float", "bool")
 
 

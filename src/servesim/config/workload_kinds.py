@@ -50,6 +50,39 @@ class SessionWorkload(_Strict):
         return self
 
 
+class ClientConfig(_Strict):
+    """One client of a mixture: its own arrival process (rate profile, burstiness) and lengths."""
+
+    name: str = Field(min_length=1, description="The client's name (reports, meta['clients']).")
+    arrival: ArrivalConfig = Field(ArrivalConfig(), description="The client's arrival process.")
+    prompt_len: LengthDist = Field(LengthDist(kind="constant", value=512), description="Prompt lengths.")
+    output_len: LengthDist = Field(LengthDist(kind="constant", value=128), description="Output lengths.")
+    prefix_groups: int = Field(0, ge=0, description="The client's requests share one of N prefixes (0 = none).")
+    prefix_len: int = Field(0, ge=0, description="Shared prefix length in tokens.", json_schema_extra=_TOKENS)
+
+
+class MixtureWorkload(_Strict):
+    """A workload as a sum of clients (ServeGen-style; docs/workloads.md, Client mixtures)."""
+
+    type: Literal["mixture"] = Field("mixture", description="Selects this kind of workload.")
+    clients: list[ClientConfig] = Field(min_length=1, description="The clients, each generated on its own.")
+    num_requests: int | None = Field(None, ge=1, description=(
+        "Keep the first N requests of the merged stream (or use duration_s)."))
+    duration_s: Seconds | None = Field(None, gt=0, description="Generate every client until this time.")
+    seed: int = Field(0, description="Seed of the generator (with run.seed).")
+
+    @model_validator(mode="after")
+    def _check(self) -> MixtureWorkload:
+        if self.num_requests is None and self.duration_s is None:
+            raise ValueError("give num_requests or duration_s")
+        names = [c.name for c in self.clients]
+        if len(set(names)) != len(names):
+            raise ValueError(f"clients: names must differ, found {names}")
+        if any(c.arrival.process == "burst" for c in self.clients):
+            raise ValueError("clients: process burst has no rate to mix; use constant or poisson")
+        return self
+
+
 WorkloadConfig = Annotated[
-    SyntheticWorkload | TraceWorkload | BenchmarkWorkload | SessionWorkload,
+    SyntheticWorkload | TraceWorkload | BenchmarkWorkload | SessionWorkload | MixtureWorkload,
     Field(discriminator="type")]
