@@ -60,7 +60,7 @@ SKIP = {
 CAP = 200
 CAP_FIELD = {"trace": "workload.limit", "synthetic": "workload.num_requests",
              "benchmark": "workload.num_prompts", "sessions": "workload.num_sessions",
-             "mixture": "workload.num_requests"}
+             "mixture": "workload.num_requests", "agents": "workload.num_tasks"}
 
 
 @dataclass(frozen=True)

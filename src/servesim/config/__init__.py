@@ -46,7 +46,14 @@ from servesim.config.parts import (
     TraceWorkload,
 )
 from servesim.config.overrides import parse_override
-from servesim.config.workload_kinds import ClientConfig, MixtureWorkload, SessionWorkload, WorkloadConfig
+from servesim.config.workload_kinds import (
+    AgentNode,
+    AgentWorkload,
+    ClientConfig,
+    MixtureWorkload,
+    SessionWorkload,
+    WorkloadConfig,
+)
 from servesim.config.scenario import (
     Scenario,
     gpu_config_from_dict,
@@ -56,7 +63,7 @@ from servesim.config.scenario import (
 )
 
 __all__ = [
-    "GIB", "POLICY_DEFAULTS", "ArrivalConfig", "BenchmarkWorkload", "ClientConfig", "ClusterConfig", "DelayDist",
+    "GIB", "POLICY_DEFAULTS", "AgentNode", "AgentWorkload", "ArrivalConfig", "BenchmarkWorkload", "ClientConfig", "ClusterConfig", "DelayDist",
     "DisaggConfig",
     "EngineConfig",
     "GpuConfig", "HardwareConfig", "KvLinkConfig", "LengthDist", "LinksConfig", "MigrationConfig",

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from servesim.config.parts import SyntheticWorkload, TraceWorkload
-from servesim.config.workload_kinds import MixtureWorkload, SessionWorkload
+from servesim.config.workload_kinds import AgentWorkload, MixtureWorkload, SessionWorkload
 
 
 #: Fields renamed so that their unit reads one way: old name -> (new name, unit).
@@ -29,7 +29,7 @@ RENAMED = {
     "swap_space_gb": ("swap_space_gib", "GiB, 2^30 bytes, as vLLM's --swap-space"),
 }
 _WORKLOAD_TYPES = {"synthetic": SyntheticWorkload, "trace": TraceWorkload, "sessions": SessionWorkload,
-                   "mixture": MixtureWorkload}
+                   "mixture": MixtureWorkload, "agents": AgentWorkload}
 _SCALAR_TAGS = ("str", "int", "float", "bool")
 
 

@@ -83,6 +83,53 @@ class MixtureWorkload(_Strict):
         return self
 
 
+class AgentNode(_Strict):
+    """One step of an agent's task: an LLM call, or a tool whose wait delays its successors."""
+
+    name: str = Field(min_length=1, description="The step's name (what 'after' refers to).")
+    kind: Literal["llm", "tool"] = Field("llm", description="llm: a request; tool: a wait of 'duration'.")
+    after: list[str] = Field(default_factory=list, description="Steps that must finish first.")
+    prompt_len: LengthDist = Field(LengthDist(kind="constant", value=1024), description="llm: prompt lengths.")
+    output_len: LengthDist = Field(LengthDist(kind="constant", value=128), description="llm: output lengths.")
+    duration: DelayDist = Field(DelayDist(kind="constant", mean_s=1.0), description="tool: how long it takes.")
+
+
+class AgentWorkload(_Strict):
+    """Agentic tasks (docs/workloads.md, Agents): each task runs a graph of LLM calls and tool
+    waits; a call is sent when its predecessors are done."""
+
+    type: Literal["agents"] = Field("agents", description="Selects this kind of workload.")
+    arrival: ArrivalConfig = Field(ArrivalConfig(rate=0.2), description="When tasks start.")
+    num_tasks: int | None = Field(100, ge=1, description="How many tasks (or use duration_s).")
+    duration_s: Seconds | None = Field(None, gt=0, description="Start tasks until this time.")
+    nodes: list[AgentNode] = Field(min_length=1, description="The steps of every task, a DAG by 'after'.")
+    system_prompt_len: int = Field(0, ge=0, description=(
+        "Leading prompt tokens every call shares (the agent's instructions; prefix caching)."),
+        json_schema_extra=_TOKENS)
+    seed: int = Field(0, description="Seed of the generator (with run.seed).")
+
+    @model_validator(mode="after")
+    def _check(self) -> AgentWorkload:
+        if self.num_tasks is None and self.duration_s is None:
+            raise ValueError("give num_tasks or duration_s")
+        names = [n.name for n in self.nodes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"nodes: names must differ, found {names}")
+        for n in self.nodes:
+            for a in n.after:
+                if a not in names:
+                    raise ValueError(f"nodes.{n.name}.after: no step named {a!r} (steps: {', '.join(names)})")
+        if not any(n.kind == "llm" for n in self.nodes):
+            raise ValueError("nodes: a task needs at least one llm step")
+        done: set[str] = set()
+        while len(done) < len(names):  # Kahn's order: a step is placed once its predecessors are
+            ready = [n.name for n in self.nodes if n.name not in done and set(n.after) <= done]
+            if not ready:
+                raise ValueError(f"nodes: 'after' has a cycle among {sorted(set(names) - done)}")
+            done.update(ready)
+        return self
+
+
 WorkloadConfig = Annotated[
-    SyntheticWorkload | TraceWorkload | BenchmarkWorkload | SessionWorkload | MixtureWorkload,
+    SyntheticWorkload | TraceWorkload | BenchmarkWorkload | SessionWorkload | MixtureWorkload | AgentWorkload,
     Field(discriminator="type")]

@@ -76,6 +76,9 @@ def _workload_source(scenario: Any) -> str:
         names = ", ".join(c.name for c in wl.clients)
         return f"mixture of {len(wl.clients)} clients ({names}), {sum(c.arrival.rate for c in wl.clients):g} req/s"
     arr = wl.arrival
+    if getattr(wl, "type", None) == "agents":
+        calls = sum(n.kind == "llm" for n in wl.nodes)
+        return f"agents ({calls} llm calls a task), {arr.process} {arr.rate:g} tasks/s"
     if getattr(wl, "type", None) == "sessions":
         return f"sessions ({wl.loop} loop), {arr.process} {arr.rate:g} sessions/s"
     return f"synthetic {arr.process} {arr.rate:g} req/s"

@@ -57,16 +57,17 @@ class Dependencies:
     succ: np.ndarray  # int64, per edge
     delay_s: np.ndarray  # float64, per edge
     task: np.ndarray  # int64, per row
+    task_start_s: np.ndarray  # float64, per task: when it began (end-to-end task latency)
 
     @classmethod
     def from_edges(cls, n: int, src: np.ndarray, dst: np.ndarray, delay_s: np.ndarray,
-                   task: np.ndarray) -> Dependencies:
+                   task: np.ndarray, task_start_s: np.ndarray) -> Dependencies:
         order = np.argsort(src, kind="stable")
         start = np.zeros(n + 1, np.int64)
         np.add.at(start, np.asarray(src, np.int64) + 1, 1)
         return cls(num_preds=np.bincount(dst, minlength=n).astype(np.int64), succ_start=np.cumsum(start),
                    succ=np.asarray(dst, np.int64)[order], delay_s=np.asarray(delay_s, np.float64)[order],
-                   task=np.asarray(task, np.int64))
+                   task=np.asarray(task, np.int64), task_start_s=np.asarray(task_start_s, np.float64))
 
     def permuted(self, order: np.ndarray) -> Dependencies:
         """The same graph with rows renumbered: new row k is old row ``order[k]``."""
@@ -75,7 +76,8 @@ class Dependencies:
         new_of[order] = np.arange(n)
         counts = np.diff(self.succ_start)
         src = np.repeat(np.arange(n), counts)
-        return Dependencies.from_edges(n, new_of[src], new_of[self.succ], self.delay_s, self.task[order])
+        return Dependencies.from_edges(n, new_of[src], new_of[self.succ], self.delay_s, self.task[order],
+                                       self.task_start_s)
 
 
 @dataclass(slots=True)

@@ -63,7 +63,7 @@ def generate_sessions(cfg: SessionWorkload, seed: int = 0) -> Workload:
     after = None
     if cfg.loop == "closed":
         follow = np.flatnonzero(k[1:] > 0) + 1  # rows whose previous row is the session's last turn
-        after = Dependencies.from_edges(len(rows), follow - 1, follow, think[rows][follow], session)
+        after = Dependencies.from_edges(len(rows), follow - 1, follow, think[rows][follow], session, start)
     order = np.argsort(arrival, kind="stable")
     wl = Workload(arrival_s=arrival, num_prompt_tokens=prompt, num_output_tokens=output,
                   hash_ids=hash_ids, hash_block_tokens=cfg.hash_block_tokens, after=after,
