@@ -62,7 +62,8 @@ SKIP = {
 # which a short run checks). The README's default run is compared in full below.
 CAP = 200
 CAP_FIELD = {"trace": "workload.limit", "synthetic": "workload.num_requests",
-             "benchmark": "workload.num_prompts"}
+             "benchmark": "workload.num_prompts", "sessions": "workload.num_sessions",
+             "mixture": "workload.num_requests", "agents": "workload.num_tasks"}
 
 
 @dataclass(frozen=True)

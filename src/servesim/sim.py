@@ -21,6 +21,7 @@ from servesim.config import EngineConfig, Scenario, load_scenario, resolve_engin
 from servesim.deployment import check_budget  # noqa: F401 (re-exported: its old home)
 from servesim.engine.arrivals import ArrivalFeeder, ClosedLoopFeeder, iter_requests, rejection_reason
 from servesim.engine.build import build_replica, closed_loop_feeder
+from servesim.engine.dependencies import DependencyFeeder
 from servesim.engine.events import EventLoop
 from servesim.engine.lazy import LazyScheduler
 from servesim.engine.request import ReqStatus, Request
@@ -69,7 +70,7 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
     itl = ItlSamples() if record_steps else ItlSamples(gap_s=array("f"), count=array("i"))  # type: ignore[arg-type]
     totals = ReplicaTotals(num_gpus=num_gpus, num_gpu_blocks=num_gpu_blocks)
     records = RequestRecords.empty(len(wl))
-    closed = wl.clients is not None  # arrivals are the send times of closed-loop clients
+    closed = wl.is_closed_loop  # arrivals are the send times of closed-loop clients
     if not closed:
         records.arrival_s = np.asarray(wl.arrival_s, dtype=np.float64).copy()
     records.num_prompt_tokens = np.asarray(wl.num_prompt_tokens, dtype=np.int64).copy()
@@ -86,7 +87,7 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
     def reject(r: Request, why: str) -> None:
         write_record(records, r, why)
 
-    feeder: ArrivalFeeder | ClosedLoopFeeder
+    feeder: ArrivalFeeder | ClosedLoopFeeder | DependencyFeeder
     if closed:
         feeder = closed_loop_feeder(wl, loop, replica.on_arrival, reject,
                                     lambda r: rejection_reason(r, max_model_len, usable_tokens), itl)
@@ -155,7 +156,8 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
     result = Result(scenario=sc.model_copy(update={"engine": engine}), records=run.records,
                     steps=run.steps, itl=run.itl,
                     replicas=[run.totals], end_s=run.end_s, gpu=dep.gpu, deployments=[dep],
-                    notices=run_notices(wl.meta, [dep]), workload_stats=workload_stats(wl))
+                    notices=run_notices(wl.meta, [dep]), workload_stats=workload_stats(wl),
+                    tasks=None if wl.after is None else (wl.after.task, wl.after.task_start_s))
     result.wall_s = time.perf_counter() - t0
     result.summary = summarize(result)
     return result

@@ -48,6 +48,7 @@ from servesim.cluster.transfer import Link
 from servesim.config import ClusterConfig, EngineConfig
 from servesim.engine.arrivals import ClosedLoopFeeder, iter_requests, rejection_reason
 from servesim.engine.build import build_replica, closed_loop_feeder
+from servesim.engine.dependencies import DependencyFeeder
 from servesim.engine.events import ARRIVAL, EventLoop
 from servesim.engine.lazy import LazyScheduler
 from servesim.engine.replica import Replica
@@ -328,7 +329,7 @@ class _Feeder:
         self.next()
 
 
-def _closed_loop(cluster: Cluster, wl: Workload) -> ClosedLoopFeeder:
+def _closed_loop(cluster: Cluster, wl: Workload) -> ClosedLoopFeeder | DependencyFeeder:
     """Closed-loop clients in front of the cluster's router; a request is done when it
     finishes where it ends (after any hand-off) or is rejected."""
     if cluster.cfg.staleness_s > 0:
@@ -354,11 +355,11 @@ def run_cluster(wl: Workload, pools: list[PoolSpec], cfg: ClusterConfig, *, seed
     """
     loop = EventLoop()
     records = RequestRecords.empty(len(wl))
-    if wl.clients is None:  # else the arrivals are the clients' send times, written as they go
+    if not wl.is_closed_loop:  # else the arrivals are the clients' send times, written as they go
         records.arrival_s = np.asarray(wl.arrival_s, dtype=np.float64).copy()
     records.num_prompt_tokens = np.asarray(wl.num_prompt_tokens, dtype=np.int64).copy()
     cluster = Cluster(loop, pools, cfg, records, seed, check_invariants, record_steps, wl)
-    if wl.clients is not None:
+    if wl.is_closed_loop:
         _closed_loop(cluster, wl).start()
     else:
         _Feeder(cluster, wl, cfg.staleness_s).next()
@@ -366,7 +367,7 @@ def run_cluster(wl: Workload, pools: list[PoolSpec], cfg: ClusterConfig, *, seed
         cluster.migrator.start()
     horizon = float(wl.arrival_s[-1]) if len(wl) else 0.0
     end = run_in_slices(loop, horizon, until_s, progress, lambda: cluster.num_done,
-                        grows=wl.clients is not None)
+                        grows=wl.is_closed_loop)
     cluster.finish_run()
     for rep in cluster.replicas:
         rep.totals.num_prefix_query_tokens = rep.kv.num_query_tokens

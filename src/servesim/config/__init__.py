@@ -5,7 +5,8 @@ scenario is resolved once (file, then ``--set`` overrides, then validation); der
 values (number of KV blocks, perf-model coefficients) come from pure functions of it and
 are never written back.
 
-The parts live in ``parts`` (model, hardware, parallelism, workload, SLOs, run), ``engine``
+The parts live in ``parts`` (model, hardware, parallelism, workload, SLOs, run), ``arrival``
+(arrival processes and rate profiles), ``engine``
 (and the resolution of its defaults), ``cluster`` and ``scenario`` (the whole, and how
 it is read); ``files`` reads a scenario file, ``overrides`` applies ``--set``,
 ``messages`` words validation errors, ``layout`` checks a layout against its model and
@@ -13,6 +14,7 @@ it is read); ``files`` reads a scenario file, ``overrides`` applies ``--set``,
 ``servesim.config``.
 """
 
+from servesim.config.arrival import DelayDist, RateProfileConfig
 from servesim.config.cluster import (
     ClusterConfig,
     DisaggConfig,
@@ -43,9 +45,16 @@ from servesim.config.parts import (
     SloConfig,
     SyntheticWorkload,
     TraceWorkload,
-    WorkloadConfig,
 )
 from servesim.config.overrides import parse_override
+from servesim.config.workload_kinds import (
+    AgentNode,
+    AgentWorkload,
+    ClientConfig,
+    MixtureWorkload,
+    SessionWorkload,
+    WorkloadConfig,
+)
 from servesim.config.scenario import (
     Scenario,
     gpu_config_from_dict,
@@ -55,11 +64,12 @@ from servesim.config.scenario import (
 )
 
 __all__ = [
-    "GIB", "POLICY_DEFAULTS", "ArrivalConfig", "BenchmarkWorkload", "ClusterConfig", "DisaggConfig",
+    "GIB", "POLICY_DEFAULTS", "AgentNode", "AgentWorkload", "ArrivalConfig", "BenchmarkWorkload", "ClientConfig", "ClusterConfig", "DelayDist",
+    "DisaggConfig",
     "EngineConfig",
     "GpuConfig", "HardwareConfig", "KvLinkConfig", "LengthDist", "LinksConfig", "MigrationConfig",
-    "ModelConfig", "ParallelConfig", "PercentileLimit", "PoolConfig", "RouterName", "RunConfig", "Scenario",
-    "SloConfig", "SpeculativeConfig", "SyntheticWorkload", "TraceWorkload", "WorkloadConfig",
+    "MixtureWorkload", "ModelConfig", "ParallelConfig", "PercentileLimit", "PoolConfig", "RateProfileConfig", "RouterName", "RunConfig", "Scenario",
+    "SessionWorkload", "SloConfig", "SpeculativeConfig", "SyntheticWorkload", "TraceWorkload", "WorkloadConfig",
     "gpu_config_from_dict", "load_scenario", "parse_override", "read_gpu_config", "resolve_engine",
     "resolve_policy", "scenario_from_dict",
 ]

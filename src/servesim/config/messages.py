@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from servesim.config.parts import SyntheticWorkload, TraceWorkload
+from servesim.config.workload_kinds import AgentWorkload, MixtureWorkload, SessionWorkload
 
 
 #: Fields renamed so that their unit reads one way: old name -> (new name, unit).
@@ -27,7 +28,8 @@ RENAMED = {
     "mem_bw_tbps": ("mem_bw_tb_per_s", "TB/s"),
     "swap_space_gb": ("swap_space_gib", "GiB, 2^30 bytes, as vLLM's --swap-space"),
 }
-_WORKLOAD_TYPES = {"synthetic": SyntheticWorkload, "trace": TraceWorkload}
+_WORKLOAD_TYPES = {"synthetic": SyntheticWorkload, "trace": TraceWorkload, "sessions": SessionWorkload,
+                   "mixture": MixtureWorkload, "agents": AgentWorkload}
 _SCALAR_TAGS = ("str", "int", "float", "bool")
 
 

@@ -22,8 +22,8 @@ from servesim.config.parts import (
     SloConfig,
     SyntheticWorkload,
     TraceWorkload,
-    WorkloadConfig,
 )
+from servesim.config.workload_kinds import SessionWorkload, WorkloadConfig
 from servesim.errors import ConfigError
 
 
@@ -145,9 +145,11 @@ def _resolve_relative_paths(s: Scenario, base: Path) -> Scenario:
     wl = s.workload
     if isinstance(wl, TraceWorkload):
         updates["workload"] = wl.model_copy(update={"path": fix(wl.path)})
-    elif isinstance(wl, SyntheticWorkload):
+    elif isinstance(wl, SyntheticWorkload | SessionWorkload):
         upd = {}
-        for fld in ("prompt_len", "output_len"):
+        for fld in ("prompt_len", "output_len", "first_prompt_len", "user_len", "turns"):
+            if fld not in type(wl).model_fields:
+                continue
             dist = getattr(wl, fld)
             if dist.trace:
                 upd[fld] = dist.model_copy(update={"trace": fix(dist.trace)})

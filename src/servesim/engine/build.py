@@ -13,6 +13,7 @@ from typing import Any
 
 from servesim.config import EngineConfig
 from servesim.engine.arrivals import ClosedLoopFeeder
+from servesim.engine.dependencies import DependencyFeeder
 from servesim.engine.events import EventLoop
 from servesim.engine.kv_cache import KVCacheManager
 from servesim.engine.kv_counting import CountingKVCache
@@ -117,8 +118,11 @@ def build_replica(replica_id: int, loop: EventLoop, engine: EngineConfig, perf: 
 
 def closed_loop_feeder(wl: Workload, loop: EventLoop, deliver: Callable[[Request], None],
                        on_reject: Callable[[Request, str], None], rejection: Callable[[Request], str],
-                       itl: ItlSamples) -> ClosedLoopFeeder:
-    """The clients of a benchmark workload; ``itl`` learns where the measured run starts."""
+                       itl: ItlSamples) -> ClosedLoopFeeder | DependencyFeeder:
+    """The clients of a benchmark workload (``itl`` learns where the measured run starts),
+    or the feeder of a workload whose requests release each other (``Workload.after``)."""
+    if wl.after is not None:
+        return DependencyFeeder(wl, loop, deliver, on_reject, rejection)
 
     def measured_run_starts() -> None:
         itl.measured_from = len(itl.gap_s)

@@ -72,7 +72,15 @@ def _workload_source(scenario: Any) -> str:
     if getattr(wl, "type", None) == "benchmark":
         return (f"vllm bench serve, random {wl.input_len}/{wl.output_len} tokens, "
                 f"concurrency {wl.max_concurrency}, {wl.request_rate:g} req/s")
+    if getattr(wl, "type", None) == "mixture":
+        names = ", ".join(c.name for c in wl.clients)
+        return f"mixture of {len(wl.clients)} clients ({names}), {sum(c.arrival.rate for c in wl.clients):g} req/s"
     arr = wl.arrival
+    if getattr(wl, "type", None) == "agents":
+        calls = sum(n.kind == "llm" for n in wl.nodes)
+        return f"agents ({calls} llm calls a task), {arr.process} {arr.rate:g} tasks/s"
+    if getattr(wl, "type", None) == "sessions":
+        return f"sessions ({wl.loop} loop), {arr.process} {arr.rate:g} sessions/s"
     return f"synthetic {arr.process} {arr.rate:g} req/s"
 
 

@@ -182,3 +182,5 @@ class Result:
     deployments: list[Any] = field(default_factory=list)
     notices: list[dict[str, Any]] = field(default_factory=list)
     workload_stats: dict[str, float] = field(default_factory=dict)  # mean_prompt_tokens, mean_output_tokens
+    # Requests grouped into tasks (sessions, agent runs): (task of each row, start of each task).
+    tasks: tuple[Any, Any] | None = None

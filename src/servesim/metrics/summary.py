@@ -362,6 +362,10 @@ def summarize(result: Result) -> dict[str, Any]:
     bench = benchmark_section(result)
     if bench is not None:
         summary["benchmark"] = bench
+    if result.tasks is not None:  # sessions, agent runs: end-to-end task latency
+        from servesim.metrics.tasks import task_summary
+
+        summary["tasks"] = task_summary(result.records, *result.tasks)
     summary.update(_trust(result, window_s, throughput))
     return _clean(summary)
 

@@ -6,24 +6,35 @@ generators are public for notebooks and tests.
 
 from __future__ import annotations
 
-from servesim.config import BenchmarkWorkload, SyntheticWorkload, TraceWorkload
+from servesim.config import (
+    AgentWorkload,
+    BenchmarkWorkload,
+    MixtureWorkload,
+    SessionWorkload,
+    SyntheticWorkload,
+    TraceWorkload,
+)
+from servesim.workload.agents import generate_agents
 from servesim.workload.base import BenchmarkClients, Workload
 from servesim.workload.benchmark import generate_benchmark
 from servesim.workload.containers import BUILTIN_TRACES
+from servesim.workload.mixture import generate_mixture
+from servesim.workload.sessions import generate_sessions
 from servesim.workload.synthetic import arrival_times, generate_synthetic, sample_lengths
 from servesim.workload.traces import load_trace, read_lengths, read_trace, select
 
 __all__ = [
-    "BUILTIN_TRACES", "BenchmarkClients", "Workload", "arrival_times", "generate_benchmark",
-    "generate_synthetic", "load_trace", "load_workload", "read_lengths", "read_trace", "sample_lengths",
+    "BUILTIN_TRACES", "BenchmarkClients", "Workload", "arrival_times", "generate_agents", "generate_benchmark", "generate_mixture",
+    "generate_sessions", "generate_synthetic", "load_trace", "load_workload", "read_lengths", "read_trace", "sample_lengths",
     "select",
 ]
 
 
-def load_workload(cfg: SyntheticWorkload | TraceWorkload | BenchmarkWorkload, seed: int = 0) -> Workload:
+def load_workload(cfg: SyntheticWorkload | TraceWorkload | BenchmarkWorkload | SessionWorkload | MixtureWorkload
+                  | AgentWorkload, seed: int = 0) -> Workload:
     """The requests of a workload config.
 
-    Synthetic and benchmark: ``seed`` is added to ``cfg.seed`` (a run's seed varies the
+    Synthetic, benchmark, sessions, mixtures and agents: ``seed`` is added to ``cfg.seed`` (a run's seed varies the
     draw). Traces are deterministic and ignore ``seed``.
     """
     if isinstance(cfg, SyntheticWorkload):
@@ -32,5 +43,11 @@ def load_workload(cfg: SyntheticWorkload | TraceWorkload | BenchmarkWorkload, se
         return generate_benchmark(cfg, seed)
     if isinstance(cfg, TraceWorkload):
         return load_trace(cfg)
+    if isinstance(cfg, SessionWorkload):
+        return generate_sessions(cfg, seed)
+    if isinstance(cfg, MixtureWorkload):
+        return generate_mixture(cfg, seed)
+    if isinstance(cfg, AgentWorkload):
+        return generate_agents(cfg, seed)
     raise TypeError(f"expected a SyntheticWorkload, TraceWorkload or BenchmarkWorkload, "
                     f"got {type(cfg).__name__}")

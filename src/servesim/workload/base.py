@@ -39,6 +39,47 @@ class BenchmarkClients:
         return self.phase_starts[-1]
 
 
+@dataclass(frozen=True, slots=True)
+class Dependencies:
+    """Requests sent when others finish: session turns, agent calls, reasoning probes.
+
+    Row i is sent once its ``num_preds[i]`` predecessors have finished, at the latest of
+    (predecessor's finish + the edge's ``delay_s``): a think time or a tool call. Rows with
+    no predecessor are sent at their ``arrival_s``; a row's ``arrival_s`` with
+    predecessors is the earliest it could be sent (the graph's delays from its root, no
+    service time), which keeps the rows sorted. Successors of row i are
+    ``succ[succ_start[i]:succ_start[i + 1]]`` (a CSR list). ``task`` groups the rows of
+    one session or agent run, for the end-to-end task latency.
+    """
+
+    num_preds: np.ndarray  # int64, per row
+    succ_start: np.ndarray  # int64, n + 1
+    succ: np.ndarray  # int64, per edge
+    delay_s: np.ndarray  # float64, per edge
+    task: np.ndarray  # int64, per row
+    task_start_s: np.ndarray  # float64, per task: when it began (end-to-end task latency)
+
+    @classmethod
+    def from_edges(cls, n: int, src: np.ndarray, dst: np.ndarray, delay_s: np.ndarray,
+                   task: np.ndarray, task_start_s: np.ndarray) -> Dependencies:
+        order = np.argsort(src, kind="stable")
+        start = np.zeros(n + 1, np.int64)
+        np.add.at(start, np.asarray(src, np.int64) + 1, 1)
+        return cls(num_preds=np.bincount(dst, minlength=n).astype(np.int64), succ_start=np.cumsum(start),
+                   succ=np.asarray(dst, np.int64)[order], delay_s=np.asarray(delay_s, np.float64)[order],
+                   task=np.asarray(task, np.int64), task_start_s=np.asarray(task_start_s, np.float64))
+
+    def permuted(self, order: np.ndarray) -> Dependencies:
+        """The same graph with rows renumbered: new row k is old row ``order[k]``."""
+        n = len(order)
+        new_of = np.empty(n, np.int64)
+        new_of[order] = np.arange(n)
+        counts = np.diff(self.succ_start)
+        src = np.repeat(np.arange(n), counts)
+        return Dependencies.from_edges(n, new_of[src], new_of[self.succ], self.delay_s, self.task[order],
+                                       self.task_start_s)
+
+
 @dataclass(slots=True)
 class Workload:
     arrival_s: np.ndarray  # float64, sorted ascending
@@ -56,11 +97,18 @@ class Workload:
     num_kept_samples: int = 1
     # Closed-loop clients (None: every request arrives at its arrival_s, open loop).
     clients: BenchmarkClients | None = None
+    # Requests sent when others finish (None: none are).
+    after: Dependencies | None = None
     source: str = ""  # where it came from, for reports
     meta: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
+
+    @property
+    def is_closed_loop(self) -> bool:
+        """Some requests are sent when others finish (benchmark clients, dependencies)."""
+        return self.clients is not None or self.after is not None
 
     def validate(self) -> None:
         n = len(self)
@@ -77,6 +125,8 @@ class Workload:
 
     def subset(self, idx: np.ndarray | slice) -> Workload:
         """Rows ``idx`` (a slice or an index array in arrival order)."""
+        if self.after is not None:
+            raise ValueError("a workload with dependencies cannot be cut: its requests release each other")
         if self.hash_ids is None:
             hash_ids = None
         elif isinstance(idx, slice):

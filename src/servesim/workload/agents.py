@@ -1,0 +1,93 @@
+"""Agentic tasks: every task runs the same graph of LLM calls and tool waits.
+
+A tool step is no request: its duration (drawn per task) delays its successors. So an LLM
+call's release is, over its predecessors, the latest of
+
+* an LLM predecessor's finish + the longest chain of tool waits between the two, and
+* the task's start + the longest chain of tool waits from the start (for calls reached
+  from the start through tools only, or with no predecessor at all),
+
+which is ``Workload.after`` (edge delays) plus the row's ``arrival_s`` (the dependency
+feeder never sends a row before it). ``arrival_s`` of every call is its earliest possible
+send (tool waits only, no service), so the rows sort by it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from servesim.config import AgentWorkload
+from servesim.errors import WorkloadError
+from servesim.workload.base import Dependencies, Workload
+from servesim.workload.synthetic import arrival_times, sample_delays, sample_lengths
+
+START = ""  # the key of the task's start in the delay maps
+
+
+def generate_agents(cfg: AgentWorkload, seed: int = 0) -> Workload:
+    """The LLM calls of ``cfg``'s tasks, sorted by earliest send time."""
+    total_seed = cfg.seed + seed
+    if total_seed < 0:
+        raise WorkloadError(f"workload.seed: expected seed + run seed >= 0, found {total_seed}")
+    rng_arrival, rng_steps = (np.random.default_rng(s) for s in np.random.SeedSequence(total_seed).spawn(2))
+    start = arrival_times(cfg.arrival, cfg.num_tasks, cfg.duration_s, rng_arrival)
+    t = len(start)
+    if t == 0:
+        raise WorkloadError(f"workload: no task starts before duration_s={cfg.duration_s}")
+    order = _topological(cfg)
+    llm = [n.name for n in order if n.kind == "llm"]
+    col = {name: j for j, name in enumerate(llm)}
+    found: list[dict] = []
+    prompt, output = np.zeros((t, len(llm)), np.int64), np.zeros((t, len(llm)), np.int64)
+    inbound: dict[str, dict[str, np.ndarray]] = {}  # step -> {LLM predecessor or START: delay per task}
+    outbound: dict[str, dict[str, np.ndarray]] = {}
+    earliest: dict[str, np.ndarray] = {}  # LLM step -> earliest send per task
+    src, dst, delay = [], [], []
+    for n in order:  # one draw per step for every task (vectorised over tasks)
+        step_rng = np.random.default_rng(rng_steps.integers(1 << 62))
+        inn: dict[str, np.ndarray] = {} if n.after else {START: np.zeros(t)}
+        for p in n.after:
+            for k, d in outbound[p].items():
+                inn[k] = np.maximum(inn[k], d) if k in inn else d
+        inbound[n.name] = inn
+        if n.kind == "tool":
+            wait = sample_delays(n.duration, t, step_rng)
+            outbound[n.name] = {k: d + wait for k, d in inn.items()}
+            continue
+        j = col[n.name]
+        prompt[:, j] = sample_lengths(n.prompt_len, t, step_rng, f"workload.nodes.{n.name}.prompt_len", found)
+        output[:, j] = sample_lengths(n.output_len, t, step_rng, f"workload.nodes.{n.name}.output_len", found)
+        outbound[n.name] = {n.name: np.zeros(t)}
+        lb = start + inn.get(START, 0.0)
+        for k, d in inn.items():
+            if k != START:
+                lb = np.maximum(lb, earliest[k] + d)
+                src.append(np.arange(t) * len(llm) + col[k])
+                dst.append(np.arange(t) * len(llm) + j)
+                delay.append(d)
+        earliest[n.name] = lb
+    arrival = np.stack([earliest[name] for name in llm], axis=1).ravel()
+    task = np.repeat(np.arange(t), len(llm))
+    cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
+    after = Dependencies.from_edges(t * len(llm), cat(src, np.int64), cat(dst, np.int64),
+                                    cat(delay, np.float64), task, start)
+    rows = np.argsort(arrival, kind="stable")
+    group = np.zeros(t * len(llm), np.int64) if cfg.system_prompt_len else None
+    return Workload(
+        arrival_s=arrival[rows], num_prompt_tokens=np.maximum(prompt.ravel(), cfg.system_prompt_len + 1)[rows],
+        num_output_tokens=output.ravel()[rows], after=after.permuted(rows),
+        prefix_group=group, prefix_len=cfg.system_prompt_len,
+        source=f"agents({len(llm)} llm calls a task, {t} tasks, seed={total_seed})",
+        meta={"seed": total_seed, "num_tasks": t, "step": np.tile(np.arange(len(llm)), t)[rows],
+              "steps": llm, "notices": found})
+
+
+def _topological(cfg: AgentWorkload) -> list:
+    done: set[str] = set()
+    out = []
+    while len(out) < len(cfg.nodes):
+        for n in cfg.nodes:
+            if n.name not in done and set(n.after) <= done:
+                out.append(n)
+                done.add(n.name)
+    return out
