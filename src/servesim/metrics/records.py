@@ -138,6 +138,9 @@ class ReplicaTotals:
     kv_transfer_bytes: float = 0.0
     kv_transfer_s: float = 0.0  # sum over received transfers of send-to-delivery time
     num_migrations_out: int = 0
+    # Autoscaled or failed replicas: seconds their GPUs were provisioned (loading weights,
+    # serving, draining); -1: the whole run (a static fleet).
+    provisioned_s: float = -1.0
 
 
 @dataclass(slots=True)
