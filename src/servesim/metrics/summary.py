@@ -308,7 +308,8 @@ def _energy_cost(result: Result, window_s: float | None, num_out: int, num_in: i
     def held(r: Any) -> float:  # seconds the replica's GPUs were provisioned
         return window_s if r.provisioned_s < 0 else r.provisioned_s
 
-    energy_j = sum(replica_energy_j(g(r), r.num_gpus, held(r), r.gpu_s, r.flops, r.bytes, dtype)
+    energy_j = sum(r.energy_j if r.energy_j >= 0 else
+                   replica_energy_j(g(r), r.num_gpus, held(r), r.gpu_s, r.flops, r.bytes, dtype)
                    for r in result.replicas)
     usd = sum(g(r).usd_per_hour * r.num_gpus * held(r) for r in result.replicas) / 3600.0
     energy = {
@@ -354,6 +355,8 @@ def summarize(result: Result) -> dict[str, Any]:
     pools = _pools(result, window_s)
     if pools:
         summary["pools"] = pools
+    if result.operations:  # autoscaling, failures, power capping (servesim.cluster.operations)
+        summary["operations"] = result.operations
     bench = benchmark_section(result)
     if bench is not None:
         summary["benchmark"] = bench
