@@ -5,7 +5,8 @@ scenario is resolved once (file, then ``--set`` overrides, then validation); der
 values (number of KV blocks, perf-model coefficients) come from pure functions of it and
 are never written back.
 
-The parts live in ``parts`` (model, hardware, parallelism, workload, SLOs, run), ``engine``
+The parts live in ``parts`` (model, hardware, parallelism, workload, SLOs, run), ``arrival``
+(arrival processes and rate profiles), ``engine``
 (and the resolution of its defaults), ``cluster`` and ``scenario`` (the whole, and how
 it is read); ``files`` reads a scenario file, ``overrides`` applies ``--set``,
 ``messages`` words validation errors, ``layout`` checks a layout against its model and
@@ -13,6 +14,7 @@ it is read); ``files`` reads a scenario file, ``overrides`` applies ``--set``,
 ``servesim.config``.
 """
 
+from servesim.config.arrival import RateProfileConfig
 from servesim.config.cluster import (
     ClusterConfig,
     DisaggConfig,
@@ -57,7 +59,7 @@ __all__ = [
     "GIB", "POLICY_DEFAULTS", "ArrivalConfig", "BenchmarkWorkload", "ClusterConfig", "DisaggConfig",
     "EngineConfig",
     "GpuConfig", "HardwareConfig", "KvLinkConfig", "LengthDist", "LinksConfig", "MigrationConfig",
-    "ModelConfig", "ParallelConfig", "PoolConfig", "RouterName", "RunConfig", "Scenario",
+    "ModelConfig", "ParallelConfig", "PoolConfig", "RateProfileConfig", "RouterName", "RunConfig", "Scenario",
     "SloConfig", "SpeculativeConfig", "SyntheticWorkload", "TraceWorkload", "WorkloadConfig",
     "gpu_config_from_dict", "load_scenario", "parse_override", "read_gpu_config", "resolve_engine",
     "resolve_policy", "scenario_from_dict",

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_serializer, model_validator
 
 from servesim.config._base import _Strict
+from servesim.config.arrival import ArrivalConfig, Seconds
 
 # --------------------------------------------------------------------------- model / hardware
 
@@ -143,16 +144,6 @@ class LengthDist(_Strict):
         return self
 
 
-class ArrivalConfig(_Strict):
-    """When requests arrive."""
-
-    process: Literal["poisson", "gamma", "constant", "burst"] = Field(
-        "poisson", description="poisson; gamma (with cv); constant spacing; burst = all at t=0.")
-    rate: float = Field(1.0, gt=0, description="Mean arrivals per second.",
-                        json_schema_extra={"unit": "requests/s"})
-    cv: float = Field(1.0, gt=0, description="gamma: coefficient of variation of inter-arrival times.")
-
-
 class SyntheticWorkload(_Strict):
     """Requests drawn from distributions (docs/workloads.md)."""
 
@@ -162,7 +153,7 @@ class SyntheticWorkload(_Strict):
     output_len: LengthDist = Field(LengthDist(kind="constant", value=128), description=(
         "Output lengths (tokens generated per request)."))
     num_requests: int | None = Field(1000, ge=1, description="How many requests (or use duration_s).")
-    duration_s: float | None = Field(None, gt=0, description="Generate arrivals until this time.")
+    duration_s: Seconds | None = Field(None, gt=0, description="Generate arrivals until this time (seconds, or '8h').")
     prefix_groups: int = Field(0, ge=0, description="Requests share one of N prompt prefixes (0 = none).")
     prefix_len: int = Field(0, ge=0, description="Shared prefix length in tokens.", json_schema_extra=_TOKENS)
     n: int = Field(1, ge=1, le=64, description=(
@@ -185,8 +176,13 @@ class TraceWorkload(_Strict):
 
     type: Literal["trace"] = Field("trace", description="Selects this kind of workload.")
     path: str = Field(description="Trace file; 'builtin:azure_conv' names the bundled Azure trace.")
-    format: Literal["auto", "azure", "mooncake", "generic"] = Field(
-        "auto", description="The trace's layout; auto decides by extension and header.")
+    format: Literal["auto", "azure", "mooncake", "generic", "burstgpt", "vllm_bench", "sharegpt"] = Field(
+        "auto", description=(
+            "The trace's layout; auto decides by extension and header (CSV columns, JSON keys). "
+            "azure reads the 2023 and 2024 traces."))
+    failed: Literal["keep", "drop"] = Field("keep", description=(
+        "burstgpt / vllm_bench: keep the failed requests the file records (0 response tokens, "
+        "served as a 1-token response) or drop them."))
     rate_scale: float = Field(1.0, gt=0, description="Multiply the arrival rate (divide timestamps).")
     limit: int | None = Field(None, ge=1, description="Take the first N requests.")
     start_s: float | None = Field(None, ge=0, description="Keep requests arriving at or after this time.")

@@ -4,7 +4,8 @@ Arrival times are the partial sums of i.i.d. inter-arrival gaps, so the first re
 arrives one gap after t=0 (as the vLLM CPU recorder does); ``burst`` puts every request at
 t=0. Arrivals, prompt lengths, output lengths and prefix groups each draw from their own
 child of one ``SeedSequence``: changing the length distribution leaves the arrival times
-unchanged (common random numbers across compared scenarios).
+unchanged (common random numbers across compared scenarios). A rate profile maps the
+arrival times through the inverse of its integral (time rescaling, ``rate_profile.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from servesim.config import ArrivalConfig, LengthDist, SyntheticWorkload
 from servesim.errors import WorkloadError
 from servesim.workload.base import Workload
 from servesim.workload.notices import clipped
+from servesim.workload.rate_profile import RateProfile
 
 
 def generate_synthetic(cfg: SyntheticWorkload, seed: int = 0) -> Workload:
@@ -57,13 +59,17 @@ def inter_arrival_gaps(arrival: ArrivalConfig, n: int, rng: np.random.Generator)
     """``n`` gaps in seconds, mean ``1/rate``.
 
     gamma: shape k = 1/cv^2 and scale = 1/(rate k), so mean = k * scale = 1/rate and
-    CV = 1/sqrt(k) = cv; cv = 1 is the exponential (Poisson) case.
+    CV = 1/sqrt(k) = cv; cv = 1 is the exponential (Poisson) case. weibull: the shape k
+    whose CV is cv (``weibull_shape``) and scale 1/(rate Gamma(1 + 1/k)), so mean 1/rate.
     """
     if arrival.process == "poisson":
         return rng.exponential(1.0 / arrival.rate, size=n)
     if arrival.process == "gamma":
         shape = 1.0 / arrival.cv**2
         return rng.gamma(shape, 1.0 / (arrival.rate * shape), size=n)
+    if arrival.process == "weibull":
+        k = weibull_shape(arrival.cv)
+        return rng.weibull(k, size=n) / (arrival.rate * math.gamma(1.0 + 1.0 / k))
     if arrival.process == "constant":
         return np.full(n, 1.0 / arrival.rate)
     return np.zeros(n)  # burst
@@ -82,6 +88,9 @@ def arrival_times(arrival: ArrivalConfig, num_requests: int | None, duration_s: 
                 "duration_s alone would be unbounded")
         return np.zeros(num_requests)
     limit_s = math.inf if duration_s is None else duration_s
+    profile = None if arrival.rate_profile is None else RateProfile.from_config(arrival.rate_profile)
+    if profile is not None and duration_s is not None:
+        limit_s = float(profile.cumulative(duration_s))  # generate in operational time
     if arrival.process == "constant":
         # i/rate rather than a running sum, so no rounding drift on long runs.
         n = num_requests if num_requests is not None else math.ceil(limit_s * arrival.rate) + 1
@@ -90,7 +99,31 @@ def arrival_times(arrival: ArrivalConfig, num_requests: int | None, duration_s: 
         t = np.cumsum(inter_arrival_gaps(arrival, num_requests, rng))
     else:
         t = _until(arrival, limit_s, rng)
-    return t[t < limit_s]
+    t = t[t < limit_s]
+    if profile is None:
+        return t
+    t = profile.inverse(t)  # time rescaling (rate_profile.py)
+    if not np.isfinite(t[-1:]).all():
+        raise WorkloadError(
+            f"workload.arrival.rate_profile ends at multiplier 0 after {int(np.isfinite(t).sum())} "
+            f"of {len(t)} requests: give duration_s, or a profile that does not end at 0")
+    return t if duration_s is None else t[t < duration_s]
+
+
+def weibull_shape(cv: float) -> float:
+    """The Weibull shape k whose coefficient of variation is ``cv``.
+
+    CV^2 = Gamma(1 + 2/k) / Gamma(1 + 1/k)^2 - 1 decreases in k; solved by bisection on
+    log k (k = 1 is the exponential, CV 1).
+    """
+    def cv_of(k: float) -> float:
+        return math.sqrt(math.exp(math.lgamma(1 + 2 / k) - 2 * math.lgamma(1 + 1 / k)) - 1.0)
+
+    lo, hi = math.log(0.02), math.log(200.0)
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if cv_of(math.exp(mid)) > cv else (lo, mid)
+    return math.exp(0.5 * (lo + hi))
 
 
 def _until(arrival: ArrivalConfig, duration_s: float, rng: np.random.Generator) -> np.ndarray:

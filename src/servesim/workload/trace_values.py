@@ -1,13 +1,17 @@
 """Parsing of single trace values (numbers, hash-id lists, Azure timestamps) with errors
-that name the file, line and column: ``trace.csv:17: num_prompt_tokens: expected ...``."""
+that name the file, line and column: ``trace.csv:17: num_prompt_tokens: expected ...``,
+and the columns the format parsers fill (``_Rows``)."""
 
 from __future__ import annotations
 
 import json
 import math
 import re
+from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
+
+import numpy as np
 
 from servesim.errors import WorkloadError
 
@@ -97,3 +101,57 @@ def _azure_ns(raw: Any, where: str, days: dict[str, int]) -> int:
 
 
 # --------------------------------------------------------------------------- to a Workload
+
+
+# --------------------------------------------------------------------------- columns
+
+
+@dataclass(slots=True)
+class _Rows:
+    """Columns parsed so far, as Python lists (appending beats growing numpy arrays)."""
+
+    name: str
+    format: str = ""
+    arrival: list[Any] = field(default_factory=list)  # seconds (float) or, for azure, ns (int)
+    prompt: list[int] = field(default_factory=list)
+    output: list[int] = field(default_factory=list)
+    hash_ids: list[tuple[int, ...]] | None = None
+    group: list[int] | None = None
+    group_ids: dict[str, int] = field(default_factory=dict)
+    prefix_len: int | None = None
+    priority: list[int] | None = None
+    clamped: int = 0
+    lengths_only: bool = False
+    columns: tuple[str, ...] = ()
+    arrival_s: np.ndarray | None = None  # relative arrivals, when fast_csv parsed the file
+    drop_failed: bool = False  # burstgpt / vllm_bench: leave out failed requests
+    dropped: int = 0
+    bench: dict[str, Any] | None = None  # vllm_bench: the run's rate, burstiness, concurrency
+    counted: str = ""  # sharegpt: how the lengths were counted
+
+
+def _require(columns: tuple[str, ...], wanted: tuple[str, ...], where: str, need: str) -> None:
+    for c in wanted:
+        if c not in columns:
+            raise WorkloadError(
+                f"{where}: missing column '{c}' ({need}; found {', '.join(columns) or 'none'})")
+
+
+def _need(rec: dict[str, Any], key: str, where: str) -> Any:
+    try:
+        return rec[key]
+    except KeyError:
+        raise WorkloadError(f"{where}: missing key '{key}'") from None
+
+
+def _add_lengths(rows: _Rows, where: str, p_raw: Any, p_col: str, o_raw: Any, o_col: str) -> None:
+    p, o = _int(p_raw), _int(o_raw)
+    if p is None or p < 0:
+        raise _bad(where, p_col, "a positive integer", p_raw)
+    if o is None or o < 0:
+        raise _bad(where, o_col, "a positive integer", o_raw)
+    if p == 0 or o == 0:
+        rows.clamped += 1
+        p, o = max(p, 1), max(o, 1)
+    rows.prompt.append(p)
+    rows.output.append(o)

@@ -1,11 +1,13 @@
-"""Trace readers: Azure 2023 CSV, Mooncake JSONL, and a generic CSV / JSONL / Parquet format.
+"""Trace readers: Azure 2023/2024 CSV, Mooncake JSONL, BurstGPT CSV, vllm bench result JSON,
+ShareGPT JSON (``trace_formats``), and a generic CSV / JSONL / Parquet format.
 
 Every reader returns a :class:`Workload` sorted by arrival. A file is read in two layers:
 
 * a *container* (CSV, JSONL or Parquet; ``servesim.workload.containers``) yields
   ``(where, record)`` pairs, ``where`` being ``file:line`` (CSV counts the header as
   line 1) or ``file: row N`` for Parquet;
-* a *format* (azure, mooncake, generic; here) turns records into columns, checking each value.
+* a *format* (azure, mooncake, generic here; burstgpt, vllm_bench, sharegpt in
+  ``trace_formats``) turns records into columns, checking each value.
 
 Every bad value raises :class:`WorkloadError` naming the file, the line, the column, what
 was expected and what was found. Lengths of 0 are raised to 1 and counted in
@@ -22,7 +24,6 @@ refuses them.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,8 @@ import numpy as np
 
 from servesim.config import TraceWorkload
 from servesim.errors import WorkloadError
-from servesim.workload.base import Workload
+from servesim.workload.base import BenchmarkClients, Workload
+from servesim.workload.benchmark import due_times
 from servesim.workload.containers import (
     Records,
     container_kind,
@@ -48,7 +50,28 @@ from servesim.workload.notices import (
     unknown_columns,
     zero_lengths,
 )
-from servesim.workload.trace_values import _azure_ns, _bad, _hash_ids, _int, _number, _priority
+from servesim.workload.trace_formats import (
+    BURSTGPT_ALL,
+    BURSTGPT_COLUMNS,
+    document_format,
+    format_notices,
+    parse_burstgpt,
+    parse_sharegpt,
+    parse_vllm_bench,
+    read_json_document,
+)
+from servesim.workload.trace_values import (
+    _add_lengths,
+    _azure_ns,
+    _bad,
+    _hash_ids,
+    _int,
+    _need,
+    _number,
+    _priority,
+    _require,
+    _Rows,
+)
 
 DEFAULT_PREFIX_LEN = 256  # shared tokens per prefix_group: record.py's --prefix-len (tests/fixtures/vllm)
 
@@ -60,39 +83,24 @@ GENERIC_PROMPT = ("num_prompt_tokens", "num_prefill_tokens")  # the second: Vidu
 GENERIC_OUTPUT = ("num_output_tokens", "num_decode_tokens")
 GENERIC_OPTIONAL = ("hash_ids", "prefix_group", "prefix_len", "priority")
 KNOWN_COLUMNS = {"azure": AZURE_COLUMNS, "mooncake": (*MOONCAKE_KEYS, "hash_ids"),
-                 "generic": (GENERIC_ARRIVAL, *GENERIC_PROMPT, *GENERIC_OUTPUT, *GENERIC_OPTIONAL)}
-
-@dataclass(slots=True)
-class _Rows:
-    """Columns parsed so far, as Python lists (appending beats growing numpy arrays)."""
-
-    name: str
-    format: str = ""
-    arrival: list[Any] = field(default_factory=list)  # seconds (float) or, for azure, ns (int)
-    prompt: list[int] = field(default_factory=list)
-    output: list[int] = field(default_factory=list)
-    hash_ids: list[tuple[int, ...]] | None = None
-    group: list[int] | None = None
-    group_ids: dict[str, int] = field(default_factory=dict)
-    prefix_len: int | None = None
-    priority: list[int] | None = None
-    clamped: int = 0
-    lengths_only: bool = False
-    columns: tuple[str, ...] = ()
-    arrival_s: np.ndarray | None = None  # relative arrivals, when fast_csv parsed the file
-
+                 "generic": (GENERIC_ARRIVAL, *GENERIC_PROMPT, *GENERIC_OUTPUT, *GENERIC_OPTIONAL),
+                 "burstgpt": BURSTGPT_ALL}
+FORMATS = ("auto", "azure", "mooncake", "generic", "burstgpt", "vllm_bench", "sharegpt")
 
 # --------------------------------------------------------------------------- public API
 
 
-def read_trace(path: str | Path, format: str = "auto", hash_block_tokens: int = 512) -> Workload:
+def read_trace(path: str | Path, format: str = "auto", hash_block_tokens: int = 512,
+               failed: str = "keep") -> Workload:
     """Read a whole trace file (or ``builtin:azure_conv`` / ``builtin:azure_code``).
 
-    ``format`` is ``auto`` (by extension, then header or keys), ``azure``, ``mooncake`` or
-    ``generic``. Arrivals: Azure in seconds since its earliest row, Mooncake ``timestamp``
-    ms / 1000, generic ``arrived_at_s`` as written.
+    ``format`` is ``auto`` (by extension, then header or keys) or one of ``FORMATS``.
+    Arrivals: Azure in seconds since its earliest row, Mooncake ``timestamp`` ms / 1000,
+    BurstGPT ``Timestamp`` and generic ``arrived_at_s`` as written, vllm bench drawn as the
+    benchmark sends them. ``failed``: ``keep`` or ``drop`` the failed requests a BurstGPT or
+    vllm bench file records.
     """
-    rows = _read(str(path), format)
+    rows = _read(str(path), format, failed)
     if rows.lengths_only:
         name = rows.name
         raise WorkloadError(
@@ -103,12 +111,13 @@ def read_trace(path: str | Path, format: str = "auto", hash_block_tokens: int = 
     return _to_workload(rows, hash_block_tokens)
 
 
-def read_lengths(path: str | Path, column: str = "prompt", format: str = "auto") -> np.ndarray:
+def read_lengths(path: str | Path, column: str = "prompt", format: str = "auto",
+                 failed: str = "keep") -> np.ndarray:
     """The prompt or output lengths (int64, >= 1) of any file :func:`read_trace` reads, in
     file order, plus lengths-only files (no arrival column)."""
     if column not in ("prompt", "output"):
         raise WorkloadError(f"{path}: column: expected 'prompt' or 'output', found {column!r}")
-    rows = _read(str(path), format)
+    rows = _read(str(path), format, failed)
     return np.asarray(rows.prompt if column == "prompt" else rows.output, dtype=np.int64)
 
 
@@ -139,17 +148,21 @@ def select(wl: Workload, rate_scale: float = 1.0, start_s: float | None = None,
 
 def load_trace(cfg: TraceWorkload) -> Workload:
     """Read ``cfg.path`` and apply the selection options of ``cfg``."""
-    wl = read_trace(cfg.path, cfg.format, cfg.hash_block_tokens)
+    wl = read_trace(cfg.path, cfg.format, cfg.hash_block_tokens, cfg.failed)
     if cfg.rate_scale == 1.0 and cfg.start_s is None and cfg.end_s is None and cfg.limit is None:
         return wl
     return select(wl, cfg.rate_scale, cfg.start_s, cfg.end_s, cfg.limit)
 
 
-def _read(name: str, format: str) -> _Rows:
-    if format not in ("auto", "azure", "mooncake", "generic"):
-        raise WorkloadError(f"{name}: format: expected auto, azure, mooncake or generic, found {format!r}")
+def _read(name: str, format: str, failed: str = "keep") -> _Rows:
+    if format not in FORMATS:
+        raise WorkloadError(f"{name}: format: expected one of {', '.join(FORMATS)}, found {format!r}")
+    if failed not in ("keep", "drop"):
+        raise WorkloadError(f"{name}: failed: expected keep or drop, found {failed!r}")
     kind = container_kind(name)
-    rows = _Rows(name)
+    rows = _Rows(name, drop_failed=failed == "drop")
+    if kind == "jsonl" and _read_document(rows, format):
+        return rows
     if kind == "csv" and format in ("auto", "azure"):
         with open_binary(name) as binary:
             try:
@@ -176,6 +189,35 @@ def _read(name: str, format: str) -> _Rows:
         else:
             _parse(rows, format, None, "", jsonl_records(f, name))
     return rows
+
+
+def _read_document(rows: _Rows, format: str) -> bool:
+    """A whole-document ``.json`` file (vllm bench result, ShareGPT) into ``rows``; False
+    when the file is JSON Lines."""
+    name = rows.name
+    if not name.lower().removesuffix(".gz").endswith(".json") and format not in ("vllm_bench", "sharegpt"):
+        return False
+    doc = read_json_document(name)
+    if doc is None and format not in ("vllm_bench", "sharegpt"):
+        return False
+    found = document_format(doc)
+    if format in ("vllm_bench", "sharegpt") and found != format:
+        want = "an object with input_lens and output_lens" if format == "vllm_bench" else (
+            "a list of objects with 'conversations'")
+        raise WorkloadError(f"{name}: format {format}: expected {want}")
+    if found is None:
+        if isinstance(doc, dict):
+            return False  # one JSON object on one line: a one-record JSON Lines file
+        raise WorkloadError(f"{name}: expected a vllm bench result (input_lens, output_lens), a "
+                            "ShareGPT list (conversations) or one JSON object per line")
+    rows.format = found
+    if found == "vllm_bench":
+        rows.bench = parse_vllm_bench(rows, doc)
+    else:
+        rows.counted = parse_sharegpt(rows, doc)
+    if not rows.prompt:
+        raise WorkloadError(f"{name}: no requests")
+    return True
 
 
 def _worth_pyarrow(name: str) -> bool:
@@ -209,10 +251,15 @@ def _parse(rows: _Rows, format: str, columns: tuple[str, ...] | None, head: str,
             format = "azure"
         elif all(c in columns for c in MOONCAKE_KEYS):
             format = "mooncake"
+        elif all(c in columns for c in BURSTGPT_COLUMNS):
+            format = "burstgpt"
         else:
             format = "generic"
     rows.format, rows.columns = format, columns
-    parser = {"azure": _parse_azure, "mooncake": _parse_mooncake, "generic": _parse_generic}[format]
+    if format in ("vllm_bench", "sharegpt"):
+        raise WorkloadError(f"{rows.name}: format {format}: expected a .json document")
+    parser = {"azure": _parse_azure, "mooncake": _parse_mooncake, "generic": _parse_generic,
+              "burstgpt": parse_burstgpt}[format]
     parser(rows, columns, head, records)
     if not rows.prompt:
         raise WorkloadError(f"{rows.name}: no requests (the file has a header but no rows)")
@@ -221,20 +268,6 @@ def _parse(rows: _Rows, format: str, columns: tuple[str, ...] | None, head: str,
 def _chain(first: tuple[str, dict[str, Any]], rest: Records) -> Records:
     yield first
     yield from rest
-
-
-def _require(columns: tuple[str, ...], wanted: tuple[str, ...], where: str, need: str) -> None:
-    for c in wanted:
-        if c not in columns:
-            raise WorkloadError(
-                f"{where}: missing column '{c}' ({need}; found {', '.join(columns) or 'none'})")
-
-
-def _need(rec: dict[str, Any], key: str, where: str) -> Any:
-    try:
-        return rec[key]
-    except KeyError:
-        raise WorkloadError(f"{where}: missing key '{key}'") from None
 
 
 def _parse_azure(rows: _Rows, columns: tuple[str, ...], head: str, records: Records) -> None:
@@ -287,19 +320,6 @@ def _parse_generic(rows: _Rows, columns: tuple[str, ...], head: str, records: Re
 # --------------------------------------------------------------------------- values
 
 
-def _add_lengths(rows: _Rows, where: str, p_raw: Any, p_col: str, o_raw: Any, o_col: str) -> None:
-    p, o = _int(p_raw), _int(o_raw)
-    if p is None or p < 0:
-        raise _bad(where, p_col, "a positive integer", p_raw)
-    if o is None or o < 0:
-        raise _bad(where, o_col, "a positive integer", o_raw)
-    if p == 0 or o == 0:
-        rows.clamped += 1
-        p, o = max(p, 1), max(o, 1)
-    rows.prompt.append(p)
-    rows.output.append(o)
-
-
 def _group(rows: _Rows, raw: Any) -> int:
     """Distinct non-empty group values become 0, 1, 2, ... in order of first appearance."""
     if raw is None:
@@ -331,6 +351,9 @@ def _to_workload(rows: _Rows, hash_block_tokens: int) -> Workload:
     elif rows.format == "azure":
         t0 = min(rows.arrival)
         arrival = np.array([t - t0 for t in rows.arrival], dtype=np.int64) / 1e9
+    elif rows.bench is not None:
+        arrival = due_times(len(rows.prompt), rows.bench["request_rate"], rows.bench["burstiness"],
+                            np.random.default_rng(0))
     else:
         arrival = np.asarray(rows.arrival, dtype=np.float64)
     meta: dict[str, Any] = {"format": rows.format, "num_rows": len(rows.prompt),
@@ -348,7 +371,12 @@ def _to_workload(rows: _Rows, hash_block_tokens: int) -> Workload:
         prefix_group=group,
         prefix_len=prefix_len,
         priority=None if rows.priority is None else np.asarray(rows.priority, dtype=np.int64),
+        clients=None if rows.bench is None else BenchmarkClients(rows.bench["max_concurrency"]),
         source=rows.name, meta=meta)
+    if rows.bench is not None:
+        meta["vllm_bench"] = rows.bench
+    if rows.dropped:
+        meta["dropped_failed"] = rows.dropped
     _notices(rows, wl, arrival)
     if len(arrival) > 1 and np.any(np.diff(arrival) < 0):
         wl = wl.subset(np.argsort(arrival, kind="stable"))
@@ -363,5 +391,7 @@ def _notices(rows: _Rows, wl: Workload, arrival: np.ndarray) -> None:
     add_notice(wl.meta, reordered(arrival, name))
     what = "key" if container_kind(name) == "jsonl" else "column"
     for n in unknown_columns(rows.columns, KNOWN_COLUMNS.get(rows.format, ()), name, what):
+        add_notice(wl.meta, n)
+    for n in format_notices(rows):
         add_notice(wl.meta, n)
     add_notice(wl.meta, hash_ids_beyond_prompt(wl.hash_ids, wl.num_prompt_tokens, wl.hash_block_tokens, name))
