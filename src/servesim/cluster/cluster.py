@@ -93,6 +93,7 @@ class ClusterRun:
     links: dict[Any, Link] = field(default_factory=dict)
     timeseries: Any = None  # metrics.timeseries.TimeSeries, with operations
     operations: dict[str, Any] = field(default_factory=dict)
+    fleet: Any = None  # cluster.fleet.Fleet: each replica's start, ready and end times
 
 
 class Cluster:
@@ -427,6 +428,8 @@ def run_cluster(wl: Workload, pools: list[PoolSpec], cfg: ClusterConfig, *, seed
     horizon = float(wl.arrival_s[-1]) if len(wl) else 0.0
     end = run_in_slices(loop, horizon, until_s, progress, lambda: cluster.num_done,
                         grows=wl.clients is not None)
+    if ops is not None and ops.done_at is not None:
+        end = ops.done_at
     cluster.finish_run()
     ops_counts = ops.finish(end) if ops is not None else {}
     for rep in cluster.replicas:
@@ -435,4 +438,4 @@ def run_cluster(wl: Workload, pools: list[PoolSpec], cfg: ClusterConfig, *, seed
     return ClusterRun(records, cluster.steps or StepSeries(), cluster.itl,
                       [r.totals for r in cluster.replicas], end, cluster.num_handoffs,
                       cluster.migrator.num_migrations if cluster.migrator is not None else 0, cluster.links,
-                      ops.series if ops is not None else None, ops_counts)
+                      ops.series if ops is not None else None, ops_counts, ops.fleet if ops is not None else None)

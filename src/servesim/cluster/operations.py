@@ -77,9 +77,12 @@ class Operations:
         self.capped_s = {p.name: 0.0 for p in pools}
         self.num_cap_changes = 0
         self.last_t = 0.0
+        # When the last request was done: the run's end (drain timeouts and repairs still
+        # pending then change nothing that is reported).
+        self.done_at: float | None = None
         self.power_w = 0.0
         self._carry = [(0.0, 0.0, 0.0)]  # per replica: (gpu_s, flops, bytes) not yet priced
-        self._seen: list[tuple[float, float, float, int, int, int]] = []  # per replica: last totals read
+        self._seen: list[tuple[float, ...]] = []  # per replica: the totals read at the last tick
         self._done: dict[str, list[int]] = {p.name: [0, 0, 0] for p in pools}  # finished, met SLO, tokens
         self._interval_done = self._done
         for rep in cluster.replicas:
@@ -110,6 +113,8 @@ class Operations:
         self.fleet.on_idle_check(i)
 
     def on_done(self, req: Request) -> None:
+        if self.cluster.num_done >= self.num_requests:
+            self.done_at = self.loop.now
         d = self._done[self.cluster.pool_of[req.replica].name]
         d[0] += 1
         d[1] += self._meets_slo(req)
@@ -151,14 +156,15 @@ class Operations:
         c, fleet, dt = self.cluster, self.fleet, t1 - t0
         coef = bundled_coefficients()
         while len(self._seen) < len(c.replicas):
-            self._seen.append((0.0, 0.0, 0.0, 0, 0, 0))
+            self._seen.append((0.0, 0.0, 0.0, 0, 0, 0, 0.0))
             self._carry.append((0.0, 0.0, 0.0))
         energy = {p.name: 0.0 for p in self.pools}
         stats = {p.name: [0, 0, 0, 0, 0.0, 0, 0] for p in self.pools}  # arrivals, queue, running, steps, kv, n_kv, tok
         for i, rep in enumerate(c.replicas):
             pool, t = c.pool_of[i], rep.totals
-            g, f, b, routed, steps, tokens = self._seen[i]
-            self._seen[i] = (t.gpu_s, t.flops, t.bytes, t.num_routed, t.num_steps, t.num_batched_tokens)
+            g, f, b, routed, steps, tokens, kv_s = self._seen[i]
+            self._seen[i] = (t.gpu_s, t.flops, t.bytes, t.num_routed, t.num_steps, t.num_batched_tokens,
+                             t.kv_block_s)
             s = stats[pool.name]
             s[0] += t.num_routed - routed
             s[3] += t.num_steps - steps
@@ -182,7 +188,9 @@ class Operations:
             if fleet.phase[i] in (ReplicaPhase.SERVING, ReplicaPhase.DRAINING):
                 s[1] += len(rep.scheduler.waiting)
                 s[2] += len(rep.scheduler.running)
-                s[4] += rep.kv.usage
+                # Blocks in use, averaged over the interval (a run's block-seconds are
+                # counted when it starts: capped at a full cache).
+                s[4] += min((t.kv_block_s - kv_s) / (dt * t.num_gpu_blocks), 1.0) if dt > 0 else 0.0
                 s[5] += 1
         front_pool = c.pool_of[c.front[0]].name if c.front else None
         self.power_w = sum(energy.values()) / dt if dt > 0 else 0.0

@@ -9,7 +9,8 @@ Columns (``timeseries.<fmt>`` beside the other outputs; reports plot exactly the
                     for the first stage those waiting for a serving replica)
     running         requests running at the interval's end
     batch_tokens    mean tokens per step over the interval (prefill chunks + decodes)
-    kv_util         mean fraction of KV blocks in use over the pool's serving replicas, at the end
+    kv_util         fraction of KV blocks in use, averaged over the interval and the pool's
+                    serving replicas
     replicas        replicas provisioned at the end (starting, serving or draining)
     power_w         mean GPU power of the pool over the interval (servesim.perf.power)
     slo_attainment  fraction of the requests finished in the pool in the interval that met
