@@ -127,3 +127,24 @@ def test_autoscaling_a_diurnal_day_holds_slo_with_fewer_gpu_hours() -> None:
     assert auto["slo_attainment"] >= six["slo_attainment"] - 0.05
     assert auto["gpu_hours"] <= 0.85 * six["gpu_hours"]
     assert auto["j_per_output_token"] < six["j_per_output_token"]  # idle GPUs are not paid for
+
+
+@pytest.mark.slow
+def test_polca_more_servers_under_the_same_budget() -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_power_cap.py"
+    spec = importlib.util.spec_from_file_location("bench_power_cap", path)
+    bench = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(bench)  # type: ignore[union-attr]
+    base, more, capped = bench.compare(4, 5)  # the budget of 4 servers; 5 servers (25 % more)
+    assert base["over_budget"] == 0.0  # a nameplate budget: its own servers never reach it
+    assert more["mean_power_w"] > 4 * 4 * 400 > capped["mean_power_w"]  # 5 uncapped do not fit; capped do
+    assert capped["over_budget"] < more["over_budget"] / 3
+    assert capped["capped_s"]["lo"] >= capped["capped_s"]["hi"] > 0  # low priority first
+    # The latency cost: at most the clock's slowdown of compute-bound work (1/0.77 = 1.30x)
+    # on TTFT, and little on the memory-bound decode (POLCA: small impact for inference).
+    assert capped["ttft_p50_s"] < 1.30 * base["ttft_p50_s"]
+    assert capped["tpot_p50_s"] < 1.10 * base["tpot_p50_s"]
+    assert capped["slo_attainment"] >= base["slo_attainment"] - 0.01
