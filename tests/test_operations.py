@@ -148,3 +148,50 @@ def test_polca_more_servers_under_the_same_budget() -> None:
     assert capped["ttft_p50_s"] < 1.30 * base["ttft_p50_s"]
     assert capped["tpot_p50_s"] < 1.10 * base["tpot_p50_s"]
     assert capped["slo_attainment"] >= base["slo_attainment"] - 0.01
+
+
+def test_timeseries_written_beside_the_other_outputs(tmp_path) -> None:  # noqa: ANN001
+    import csv
+
+    from typer.testing import CliRunner
+
+    from servesim.cli import app
+
+    sc = tmp_path / "ops.yaml"
+    sc.write_text(
+        "model: {name: Llama-3.1-8B}\n"
+        "workload: {type: synthetic, num_requests: 200, arrival: {rate: 40}, prompt_len: {value: 256},"
+        " output_len: {value: 32}}\n"
+        "cluster: {pools: [{name: a, num_replicas: 2}, {name: b, gpu: A100-80GB}],"
+        " operations: {interval_s: 1.0}}\n")
+    res = CliRunner().invoke(app, ["simulate", str(sc), "--output", str(tmp_path / "out"),
+                                   "--records-format", "csv", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    with open(tmp_path / "out" / "timeseries.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert tuple(rows[0]) == COLUMNS
+    assert {r["pool"] for r in rows} == {"a", "b"} and len(rows) % 2 == 0
+    # Every request is routed once (no hand-offs, no failures): the arrivals add up.
+    assert sum(int(r["arrivals"]) for r in rows) == 200
+    assert all(int(r["replicas"]) == (2 if r["pool"] == "a" else 1) for r in rows)
+    # Pool b's one A100 draws at least its idle power and at most its TDP.
+    assert all(90 <= float(r["power_w"]) <= 400 for r in rows if r["pool"] == "b")
+
+
+def test_prefill_follows_the_decode_pool_at_the_ratio() -> None:
+    wl = make_workload(list(np.arange(400) / 200), 256, 200)
+    ops = OperationsConfig(interval_s=0.2, autoscaling=AutoscalingConfig(
+        pools=[PoolScaling(pool="d", metric="running", target=8, min_replicas=1, max_replicas=6,
+                           scale_in_grace_s=0.4)], prefill_decode_ratio=0.5, startup_s=0.1))
+    cfg = ClusterConfig(pools=[PoolConfig(name="p", role="prefill"), PoolConfig(name="d", role="decode")],
+                        router="least_outstanding", operations=ops)
+    run = run_cluster(wl, [pool("p", 1, "prefill"), pool("d", 1, "decode")], cfg)
+    ts = run.timeseries
+    pre, dec = ts.of_pool("p")["replicas"], ts.of_pool("d")["replicas"]
+    assert dec.max() > 1  # the decode pool scaled out
+    # Each decision sets prefill = ceil(0.5 x decode's desired count): at the peak 3 for 6
+    # (a draining decode replica still counts in the series until its requests finish, an
+    # idle prefill one stops at once, so the two need not match row by row on the way down).
+    assert pre.max() == math.ceil(0.5 * dec.max())
+    assert (pre <= np.ceil(0.5 * dec)).all()
+    assert outcome(run) == (400, 0, 0)

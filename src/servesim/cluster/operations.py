@@ -32,7 +32,6 @@ import numpy as np
 from servesim.cluster.fleet import Fleet, ReplicaPhase
 from servesim.config.operations import OperationsConfig, PoolScaling
 from servesim.engine.request import Request
-from servesim.errors import ConfigError
 from servesim.metrics.timeseries import TimeSeries
 from servesim.perf.power import ClockedPerf, bundled_coefficients, busy_energy_j
 
@@ -87,12 +86,7 @@ class Operations:
         self._interval_done = self._done
         for rep in cluster.replicas:
             rep.totals.energy_j = 0.0
-        for e in f.events if f else []:
-            limit = max(next(p.num_replicas for p in pools if p.name == e.pool),
-                        self.rules[e.pool].max_replicas if e.pool in self.rules else 0)
-            if e.replica >= limit:
-                raise ConfigError(f"cluster.operations.failures.events: pool {e.pool!r} never has a "
-                                  f"replica {e.replica} (at most {limit})")
+        for e in f.events if f else []:  # replica indexes checked by ClusterConfig
             self.loop.at(e.at_s, self._on_failure_event, e)
 
     def start(self) -> None:

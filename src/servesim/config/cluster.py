@@ -106,5 +106,13 @@ class ClusterConfig(_Strict):
         for where, name in named:
             if name not in names:
                 raise ValueError(f"operations.{where}: no pool named {name!r} (pools: {sorted(names)})")
+        sizes = {p.name: p.num_replicas for p in self.pools}
+        if ops.autoscaling is not None:
+            for rule in ops.autoscaling.pools:
+                sizes[rule.pool] = max(sizes[rule.pool], rule.max_replicas)
+        for e in ops.failures.events if ops.failures is not None else []:
+            if e.replica >= sizes[e.pool]:
+                raise ValueError(f"operations.failures.events: pool {e.pool!r} never has a replica {e.replica} "
+                                 f"(it has at most {sizes[e.pool]}, numbered from 0)")
         if self.migration.enabled:
             raise ValueError("operations and migration.enabled do not combine: migration assumes a fixed fleet")
