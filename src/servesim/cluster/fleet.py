@@ -220,7 +220,7 @@ class Fleet:
     def finish(self, end_s: float) -> None:
         """At the end of the run: each replica's provisioned seconds."""
         for i, rep in enumerate(self.cluster.replicas):
-            end = self.ended_at[i] if self.ended_at[i] >= 0 else end_s
+            end = min(self.ended_at[i], end_s) if self.ended_at[i] >= 0 else end_s
             rep.totals.provisioned_s = max(end - self.started_at[i], 0.0)
 
     def counts(self) -> dict[str, Any]:

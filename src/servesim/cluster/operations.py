@@ -125,6 +125,8 @@ class Operations:
                 and (slo.e2e_s is None or e2e <= slo.e2e_s))
 
     def _on_failure_event(self, e: Any) -> None:
+        if self.done_at is not None:  # after the last request: nothing left to report
+            return
         members = self.fleet.members[e.pool]
         if e.replica < len(members):
             self.fleet.fail(members[e.replica], e.recover_after_s)
