@@ -79,6 +79,7 @@ class PoolSpec:
     gpu: Any = None
     reference: bool = False  # step-by-step scheduler (migration needs it)
     kv_bytes_per_block: float = 0.0  # per GPU, from the memory plan (swap-preemption policies)
+    weights_bytes_per_gpu: float = 0.0  # what a cold start loads (cluster.operations)
 
 
 @dataclass(slots=True)
@@ -91,6 +92,9 @@ class ClusterRun:
     num_handoffs: int = 0
     num_migrations: int = 0
     links: dict[Any, Link] = field(default_factory=dict)
+    timeseries: Any = None  # metrics.timeseries.TimeSeries, with operations
+    operations: dict[str, Any] = field(default_factory=dict)
+    fleet: Any = None  # cluster.fleet.Fleet: each replica's start, ready and end times
 
 
 class Cluster:
@@ -106,14 +110,18 @@ class Cluster:
         self.replicas: list[Replica] = []
         self.pool_of: list[PoolSpec] = []
         migrating = {p.name for p in pools if p.role != "prefill"} if cfg.migration.enabled else set()
+        self.check_invariants = check_invariants
         for pool in pools:
             for _ in range(pool.num_replicas):
                 self._add_replica(pool, check_invariants, pool.reference or pool.name in migrating)
-        ids = {role: [i for i, p in enumerate(self.pool_of) if p.role == role]
-               for role in ("colocated", "prefill", "decode")}
-        self.is_disagg = bool(ids["prefill"])
-        self.front = ids["prefill"] if self.is_disagg else ids["colocated"]
-        self.back = ids["decode"]
+        self.is_disagg = any(p.role == "prefill" for p in pools)
+        # Which replicas the routers pick among (all, unless operations start, drain or fail them).
+        self.serving = [True] * len(self.replicas)
+        self.front: list[int] = []
+        self.back: list[int] = []
+        self.refresh_routes()
+        self.ops: Any = None  # servesim.cluster.operations.Operations, when configured
+        self.in_transit: set[int] = set()  # request ids whose KV is on a link
         rng = np.random.default_rng(seed)
         cap = cfg.prefix_load_cap
         self.front_state = RouterState(np.random.default_rng(rng.integers(1 << 63)), prefix_load_cap=cap)
@@ -135,6 +143,20 @@ class Cluster:
         if migrating:
             groups = [[i for i, p in enumerate(self.pool_of) if p.name == name] for name in sorted(migrating)]
             self.migrator = Migrator(self, cfg.migration, [g for g in groups if len(g) > 1])
+
+    def refresh_routes(self) -> None:
+        """The routers' candidates: the serving replicas of each stage."""
+        roles = ("prefill", "decode") if self.is_disagg else ("colocated", "decode")
+        ids = {role: [i for i, p in enumerate(self.pool_of) if p.role == role and self.serving[i]]
+               for role in roles}
+        self.front, self.back = ids[roles[0]], ids["decode"]
+
+    def add_replica(self, pool: PoolSpec) -> int:
+        """A new replica of ``pool`` (not yet serving: ``serving`` and ``refresh_routes`` say when)."""
+        self._add_replica(pool, self.check_invariants, pool.reference)
+        self.outstanding.append(0)
+        self.serving.append(False)
+        return len(self.replicas) - 1
 
     def _add_replica(self, pool: PoolSpec, check_invariants: bool, reference: bool) -> None:
         totals = ReplicaTotals(num_gpus=pool.num_gpus, num_gpu_blocks=pool.num_gpu_blocks, pool=pool.name,
@@ -166,7 +188,13 @@ class Cluster:
         self.live[req.idx] = req
         dis = self.cfg.disaggregation
         if self.is_disagg and req.num_prompt_tokens < dis.colocate_below_tokens:
+            if not self.back:
+                self.ops.park(req)
+                return
             self._deliver(self._route_back(req), req)  # served whole by a decode replica
+            return
+        if not self.front:  # every replica of the stage is starting, failed or stopped
+            self.ops.park(req)
             return
         view = self.stale_views.pop(req.idx, None)
         if view is None:
@@ -195,6 +223,13 @@ class Cluster:
         saved = self.handoff.pop(req.idx, None)
         if saved is None or (saved[1] <= 1 and req.num_prompt_tokens == saved[0]):
             self._done(req)
+            if self.ops is not None:
+                self.ops.on_replica_idle_check(src)
+            return
+        if self.ops is not None and not self.back:  # no decode replica serves: sent again
+            req.num_prompt_tokens, req.max_tokens = saved
+            self.ops.on_lost(req, src)
+            self.ops.on_replica_idle_check(src)
             return
         prompt, max_tokens = saved
         computed = req.num_prompt_tokens
@@ -213,6 +248,8 @@ class Cluster:
         self.outstanding[dst] += 1
         self.replicas[dst].totals.num_routed += 1
         self.send_kv(src, dst, req, computed)
+        if self.ops is not None:
+            self.ops.on_replica_idle_check(src)
 
     def _done(self, req: Request) -> None:
         self.live.pop(req.idx, None)
@@ -220,14 +257,21 @@ class Cluster:
         self.num_done += 1
         if self.on_done is not None:
             self.on_done(req)
+        if self.ops is not None:
+            self.ops.on_done(req)
 
     def send_kv(self, src: int, dst: int, req: Request, num_tokens: int) -> None:
         """Move ``num_tokens`` of ``req``'s KV from replica ``src`` to ``dst``, then queue it there."""
         num_bytes = num_tokens * self.pool_of[src].kv_bytes_per_token
+        self.in_transit.add(req.idx)
         self.link(src, dst).send(num_bytes, self._on_kv_arrived, (req, dst, self.loop.now, num_bytes))
 
     def _on_kv_arrived(self, arg: tuple[Request, int, float, float]) -> None:
         req, dst, sent_s, num_bytes = arg
+        self.in_transit.discard(req.idx)
+        if self.replicas[dst].failed:  # the receiver failed while the KV was on the link
+            self.ops.on_lost(req, dst)
+            return
         t = self.replicas[dst].totals
         t.num_kv_transfers += 1
         t.kv_transfer_bytes += num_bytes
@@ -278,15 +322,17 @@ class Cluster:
 
     def finish_run(self) -> None:
         """Record requests still in flight (running, waiting or in transit) as unfinished."""
-        for rep in self.replicas:
+        alive = [rep for rep in self.replicas if not rep.failed]  # a failed one's requests moved on
+        for rep in alive:
             if isinstance(rep.scheduler, LazyScheduler):
                 rep.scheduler.materialize_all()
+        parked = self.ops.parked_ids() if self.ops is not None else set()
         for idx, r in self.live.items():
             saved = self.handoff.get(idx)
             if saved is not None:
                 r.num_prompt_tokens, r.max_tokens = saved
-            where = "in transit" if r.status == ReqStatus.WAITING and not any(
-                r in rep.scheduler.waiting for rep in self.replicas) else (
+            where = "waiting for a serving replica" if idx in parked else "in transit" if (
+                r.status == ReqStatus.WAITING and not any(r in rep.scheduler.waiting for rep in alive)) else (
                 "running" if r.status == ReqStatus.RUNNING else "waiting")
             write_record(self.records, r, f"still {where} when the run ended")
 
@@ -347,18 +393,33 @@ def _closed_loop(cluster: Cluster, wl: Workload) -> ClosedLoopFeeder | Dependenc
 
 def run_cluster(wl: Workload, pools: list[PoolSpec], cfg: ClusterConfig, *, seed: int = 0,
                 check_invariants: bool = False, until_s: float = float("inf"),
-                record_steps: bool = True, progress: Callable[[int], None] | None = None) -> ClusterRun:
+                record_steps: bool = True, progress: Callable[[int], None] | None = None,
+                slo: Any = None) -> ClusterRun:
     """Run ``wl`` on a cluster of ``pools`` (no catalog needed: tests use this).
 
     ``record_steps=False`` drops the per-step series (long runs); ``progress(num_done)``
-    is called about 200 times over the run when given, as for one replica.
+    is called about 200 times over the run when given, as for one replica. With
+    ``cfg.operations`` the fleet changes over time (``servesim.cluster.operations``; ``slo``
+    is what its SLO attainment counts).
     """
+    from servesim.cluster.operations import Operations, clocked_pools
+
+    ops_cfg = cfg.operations
+    if ops_cfg is not None:
+        if wl.is_closed_loop:
+            raise ConfigError("cluster.operations needs arrival times (a trace or synthetic workload), "
+                              "not a closed loop (benchmark clients, sessions or agent tasks)")
+        pools = clocked_pools(pools, ops_cfg)
     loop = EventLoop()
     records = RequestRecords.empty(len(wl))
     if not wl.is_closed_loop:  # else the arrivals are the clients' send times, written as they go
         records.arrival_s = np.asarray(wl.arrival_s, dtype=np.float64).copy()
     records.num_prompt_tokens = np.asarray(wl.num_prompt_tokens, dtype=np.int64).copy()
     cluster = Cluster(loop, pools, cfg, records, seed, check_invariants, record_steps, wl)
+    ops = None
+    if ops_cfg is not None:
+        ops = cluster.ops = Operations(cluster, pools, ops_cfg, slo, len(wl), seed)
+        ops.start()
     if wl.is_closed_loop:
         _closed_loop(cluster, wl).start()
     else:
@@ -368,10 +429,14 @@ def run_cluster(wl: Workload, pools: list[PoolSpec], cfg: ClusterConfig, *, seed
     horizon = float(wl.arrival_s[-1]) if len(wl) else 0.0
     end = run_in_slices(loop, horizon, until_s, progress, lambda: cluster.num_done,
                         grows=wl.is_closed_loop)
+    if ops is not None and ops.done_at is not None:
+        end = ops.done_at
     cluster.finish_run()
+    ops_counts = ops.finish(end) if ops is not None else {}
     for rep in cluster.replicas:
         rep.totals.num_prefix_query_tokens = rep.kv.num_query_tokens
         rep.totals.num_prefix_hit_tokens = rep.kv.num_hit_tokens
     return ClusterRun(records, cluster.steps or StepSeries(), cluster.itl,
                       [r.totals for r in cluster.replicas], end, cluster.num_handoffs,
-                      cluster.migrator.num_migrations if cluster.migrator is not None else 0, cluster.links)
+                      cluster.migrator.num_migrations if cluster.migrator is not None else 0, cluster.links,
+                      ops.series if ops is not None else None, ops_counts, ops.fleet if ops is not None else None)

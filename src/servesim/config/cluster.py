@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from servesim.config._base import _Strict
 from servesim.config.engine import EngineConfig
+from servesim.config.operations import OperationsConfig
 from servesim.config.parts import GpuConfig, LinksConfig, ParallelConfig
 
 # --------------------------------------------------------------------------- cluster
@@ -74,6 +75,8 @@ class ClusterConfig(_Strict):
     link: KvLinkConfig = Field(KvLinkConfig(), description="The link KV caches cross between replicas.")
     disaggregation: DisaggConfig = Field(DisaggConfig(), description="Prefill/decode split options.")
     migration: MigrationConfig = Field(MigrationConfig(), description="Live migration (off by default).")
+    operations: OperationsConfig | None = Field(None, description=(
+        "Autoscaling, failures, power capping and time series (docs/operations.md); None: a fixed fleet."))
 
     @model_validator(mode="after")
     def _check(self) -> ClusterConfig:
@@ -86,4 +89,30 @@ class ClusterConfig(_Strict):
         if "prefill" in roles and "colocated" in roles:
             raise ValueError("mixing colocated and prefill/decode pools is not supported; use "
                              "disaggregation.colocate_below_tokens to serve short prompts on decode replicas")
+        if self.operations is not None:
+            self._check_operations(self.operations, set(names))
         return self
+
+    def _check_operations(self, ops: OperationsConfig, names: set[str]) -> None:
+        """Every pool an operation names exists; live migration does not mix with them."""
+        named: list[tuple[str, str]] = []
+        if ops.autoscaling is not None:
+            named += [("autoscaling.pools", s.pool) for s in ops.autoscaling.pools]
+            named += [("autoscaling.schedule", n) for n in ops.autoscaling.schedule]
+        if ops.failures is not None:
+            named += [("failures.events", e.pool) for e in ops.failures.events]
+        if ops.power is not None:
+            named += [("power.low_priority_pools", n) for n in ops.power.low_priority_pools]
+        for where, name in named:
+            if name not in names:
+                raise ValueError(f"operations.{where}: no pool named {name!r} (pools: {sorted(names)})")
+        sizes = {p.name: p.num_replicas for p in self.pools}
+        if ops.autoscaling is not None:
+            for rule in ops.autoscaling.pools:
+                sizes[rule.pool] = max(sizes[rule.pool], rule.max_replicas)
+        for e in ops.failures.events if ops.failures is not None else []:
+            if e.replica >= sizes[e.pool]:
+                raise ValueError(f"operations.failures.events: pool {e.pool!r} never has a replica {e.replica} "
+                                 f"(it has at most {sizes[e.pool]}, numbered from 0)")
+        if self.migration.enabled:
+            raise ValueError("operations and migration.enabled do not combine: migration assumes a fixed fleet")

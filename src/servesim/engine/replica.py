@@ -65,6 +65,9 @@ class Replica:
         self.last_step_end_s = -1.0
         self.step_end_s = 0.0  # end of the batch in flight (routers predict with it)
         self.num_finished = 0
+        # Set when the cluster's operations fail this replica: its pending events do nothing
+        # (its requests were moved on by the cluster).
+        self.failed = False
         # Cluster hook: the instant between two steps, when no batch is in flight (live
         # migration takes running requests out of the scheduler there).
         self.on_step_end: Callable[[Replica], None] | None = None
@@ -94,7 +97,7 @@ class Replica:
 
     def on_wake(self, _: object) -> None:
         self.wake_pending = False
-        if not self.busy:
+        if not self.busy and not self.failed:
             self.step()
 
     def step(self) -> None:
@@ -130,6 +133,8 @@ class Replica:
         self.loop.at(end, self.on_batch_done, out, BATCH_DONE)
 
     def on_batch_done(self, out: SchedulerOutput) -> None:
+        if self.failed:
+            return
         now = self.loop.now
         produced, finished = self.scheduler.update_from_output(out, now)
         last = self.last_step_end_s
@@ -177,6 +182,7 @@ class Replica:
         t.flops += f
         t.bytes += b
         t.num_steps += 1
+        t.num_batched_tokens += st.num_prefill_tokens + st.num_decode_reqs
         t.num_preemptions += len(out.preempted)
         t.kv_block_s += used * dt
         if self._bubble is not None:
@@ -206,6 +212,7 @@ class Replica:
         t.gpu_s += sum(run.segment_gpu_s)
         t.num_steps += k_all
         t.num_run_steps += k_all
+        t.num_batched_tokens += sum(n * k for n, k, _ in run.segments)
         t.kv_block_s += run.kv_block_s
         if run.peak_used > t.peak_kv_blocks:
             t.peak_kv_blocks = run.peak_used

@@ -160,6 +160,13 @@ def _lines(s: dict[str, Any]) -> Table:
                                f"{_num(e['j_per_output_token'])} J/out tok, {_num(e['j_per_token'])} J/tok")
         grid.add_row("Cost", f"${cost['usd']:.4g}, ${_num(cost['usd_per_million_output_tokens'])}/M out tok, "
                              f"${_num(cost['usd_per_million_tokens'])}/M tok")
+    ops = s.get("operations")
+    if ops:  # cluster.operations: autoscaling, failures, power capping
+        capped = sum(ops["capped_s"].values())
+        grid.add_row("Operations", f"{_num(ops['gpu_hours'])} GPU-h, {ops['num_replicas_started']} started, "
+                                   f"{ops['num_replicas_stopped']} stopped, {ops['num_failures']} failed "
+                                   f"({ops['num_retried']} requests retried, {ops['num_failed_requests']} failed), "
+                                   f"capped {_duration(capped) if capped else 'never'}")
     return grid
 
 

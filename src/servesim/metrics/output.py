@@ -79,7 +79,8 @@ def _write_csv(path: Path, cols: dict[str, np.ndarray]) -> None:
 
 def write_outputs(result: Result, out_dir: Path | str,
                   records_format: RecordsFormat = "parquet") -> list[Path]:
-    """Write summary.json, requests.<fmt> and steps.<fmt> into ``out_dir`` (created if needed).
+    """Write summary.json, requests.<fmt>, steps.<fmt> (and timeseries.<fmt> for a cluster
+    with operations) into ``out_dir`` (created if needed).
 
     Returns the final paths. If anything fails no new file is left behind.
     """
@@ -88,11 +89,15 @@ def write_outputs(result: Result, out_dir: Path | str,
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_table = _write_parquet if records_format == "parquet" else _write_csv
-    return write_files(out_dir, [
+    jobs: list[tuple[str, Callable[[Path], None]]] = [
         ("summary.json", lambda p: _write_json(p, summary_document(result))),
         (f"requests.{records_format}", lambda p: write_table(p, request_columns(result))),
         (f"steps.{records_format}", lambda p: write_table(p, result.steps.columns())),
-    ])
+    ]
+    ts = result.timeseries  # a cluster with operations: per pool and interval
+    if ts is not None and len(ts):
+        jobs.append((f"timeseries.{records_format}", lambda p: write_table(p, ts.columns())))
+    return write_files(out_dir, jobs)
 
 
 def write_json(path: Path, doc: dict[str, Any]) -> None:

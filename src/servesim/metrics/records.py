@@ -121,6 +121,7 @@ class ReplicaTotals:
     flops: float = 0.0  # per GPU
     bytes: float = 0.0  # HBM bytes per GPU
     num_steps: int = 0
+    num_batched_tokens: int = 0  # tokens scheduled over all steps (prefill chunks + decodes)
     num_run_steps: int = 0  # of which simulated inside skip-ahead runs (lazy engine: no event each)
     num_preemptions: int = 0
     kv_block_s: float = 0.0  # integral of used KV blocks over time (block-seconds)
@@ -138,6 +139,12 @@ class ReplicaTotals:
     kv_transfer_bytes: float = 0.0
     kv_transfer_s: float = 0.0  # sum over received transfers of send-to-delivery time
     num_migrations_out: int = 0
+    # Autoscaled or failed replicas: seconds their GPUs were provisioned (loading weights,
+    # serving, draining); -1: the whole run (a static fleet).
+    provisioned_s: float = -1.0
+    # Energy (J) of its GPUs when the cluster's operations priced it interval by interval
+    # (power capping changes the clock); -1: the summary prices it from the totals.
+    energy_j: float = -1.0
 
 
 @dataclass(slots=True)
@@ -184,3 +191,7 @@ class Result:
     workload_stats: dict[str, float] = field(default_factory=dict)  # mean_prompt_tokens, mean_output_tokens
     # Requests grouped into tasks (sessions, agent runs): (task of each row, start of each task).
     tasks: tuple[Any, Any] | None = None
+    # A cluster with operations (servesim.cluster.operations): the per-pool, per-interval
+    # series (metrics.timeseries.TimeSeries) and the operations' counts.
+    timeseries: Any = None
+    operations: dict[str, Any] = field(default_factory=dict)

@@ -28,6 +28,7 @@ import numpy as np
 
 from servesim.metrics.benchmark import benchmark_section, measured_run
 from servesim.metrics.records import RequestStatus, Result
+from servesim.perf.power import replica_energy_j
 
 PERCENTILES = (50, 90, 95, 99)
 LATENCY_METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s")
@@ -302,7 +303,10 @@ def _pools(result: Result, window_s: float | None) -> list[dict[str, Any]]:
 
 
 def _energy_cost(result: Result, window_s: float | None, num_out: int, num_in: int) -> dict[str, Any]:
-    """Linear power model per GPU, P = idle + (max - idle) * gpu_s / window, over the window."""
+    """Per GPU, the power model of ``servesim.perf.power`` (fitted to the Splitwise
+    measurements) over its busy time and idle power for the rest of the time it is
+    provisioned: the whole window, or ``provisioned_s`` for replicas an autoscaler started
+    or stopped. Cost is the provisioned GPU-hours at the GPU's price."""
     gpu = result.gpu
     none_e = {"energy_j": None, "avg_power_w": None, "j_per_output_token": None, "j_per_token": None}
     none_c = {"usd": None, "usd_per_million_output_tokens": None, "usd_per_million_tokens": None}
@@ -311,11 +315,14 @@ def _energy_cost(result: Result, window_s: float | None, num_out: int, num_in: i
     def g(r: Any) -> Any:  # a cluster pool's GPU, else the run's
         return r.gpu if getattr(r, "gpu", None) is not None else gpu
 
-    # Energy (J) = sum over GPUs of idle_w * window + (max_w - idle_w) * gpu_s.
-    energy_j = sum(r.num_gpus * (g(r).idle_power_w * window_s
-                                 + (g(r).max_power_w - g(r).idle_power_w) * min(r.gpu_s, window_s))
+    dtype = _model_dtype(result.scenario)
+    def held(r: Any) -> float:  # seconds the replica's GPUs were provisioned
+        return window_s if r.provisioned_s < 0 else r.provisioned_s
+
+    energy_j = sum(r.energy_j if r.energy_j >= 0 else
+                   replica_energy_j(g(r), r.num_gpus, held(r), r.gpu_s, r.flops, r.bytes, dtype)
                    for r in result.replicas)
-    usd = sum(g(r).usd_per_hour * r.num_gpus for r in result.replicas) * window_s / 3600.0
+    usd = sum(g(r).usd_per_hour * r.num_gpus * held(r) for r in result.replicas) / 3600.0
     energy = {
         "energy_j": energy_j,
         "avg_power_w": energy_j / window_s,
@@ -359,6 +366,8 @@ def summarize(result: Result) -> dict[str, Any]:
     pools = _pools(result, window_s)
     if pools:
         summary["pools"] = pools
+    if result.operations:  # autoscaling, failures, power capping (servesim.cluster.operations)
+        summary["operations"] = result.operations
     bench = benchmark_section(result)
     if bench is not None:
         summary["benchmark"] = bench

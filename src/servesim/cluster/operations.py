@@ -1,0 +1,330 @@
+"""Operations over time on the cluster's event loop: autoscaling, failures, power capping,
+and the per-pool time series. One periodic event (every ``operations.interval_s``) reads
+each pool's state, prices the interval's energy, writes the series rows, then decides
+scaling and capping; failures at given times are events of their own. No second loop.
+
+**Autoscaling** (Kubernetes HPA's rule, HeteroScale's coordinated prefill:decode scaling,
+ByteDance 2025): per pool, desired = ceil(current x metric / target) over its serving
+replicas, within [floor, max_replicas] where the floor is ``min_replicas`` raised by the
+time-of-day ``schedule``; scale out at once (cold start: ``startup_s`` plus the weight
+shard at ``load_gb_per_s``), scale in only after ``scale_in_grace_s`` below, by draining.
+With ``prefill_decode_ratio`` the prefill pool follows the decode pool's count.
+
+**Power capping** (POLCA, Patel et al., ASPLOS'24): the row's GPU power over the last
+interval is compared with ``budget_w``: above ``cap_low_at`` the low-priority pools run
+at ``capped_clock``, above ``cap_all_at`` every pool does; a cap is lifted when power falls
+``hysteresis`` below its threshold. The clock slows compute-bound work and draws less
+power as ``servesim.perf.power`` models it. Simplification: POLCA reacts within seconds
+through the GPU's power brake as well; here the capper acts once per interval.
+
+**Failures**: ``Fleet.fail`` at the configured times, and with ``rate_per_hour`` each
+serving replica fails in an interval with probability 1 - exp(-rate x interval), at a
+uniform instant within it (seeded: the run stays a pure function of its seed).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from servesim.cluster.fleet import Fleet, ReplicaPhase
+from servesim.config.operations import OperationsConfig, PoolScaling
+from servesim.engine.request import Request
+from servesim.metrics.timeseries import TimeSeries
+from servesim.perf.power import ClockedPerf, bundled_coefficients, busy_energy_j
+
+# The cluster (servesim.cluster.cluster.Cluster) and its pools (PoolSpec) are typed Any here:
+# the cluster module imports this one to run its operations.
+Cluster = Any
+PoolSpec = Any
+
+
+def clocked_pools(pools: list[PoolSpec], cfg: OperationsConfig) -> list[PoolSpec]:
+    """``pools`` with perf models whose clock the power capper sets (when there is a budget)."""
+    from dataclasses import replace
+
+    if cfg.power is None:
+        return pools
+    out = []
+    for p in pools:
+        peak = p.gpu.flops_for("bfloat16") if p.gpu is not None else float("inf")
+        out.append(replace(p, perf=ClockedPerf(p.perf, peak)))
+    return out
+
+
+class Operations:
+    """The periodic controller of one cluster run (see the module docstring)."""
+
+    def __init__(self, cluster: Cluster, pools: list[PoolSpec], cfg: OperationsConfig, slo: Any,
+                 num_requests: int, seed: int = 0) -> None:
+        a, f = cfg.autoscaling, cfg.failures
+        self.cluster, self.cfg, self.slo = cluster, cfg, slo
+        self.loop = cluster.loop
+        self.num_requests = num_requests
+        self.fleet = Fleet(cluster, pools,
+                           load_gb_per_s=a.load_gb_per_s if a else 2.0, startup_s=a.startup_s if a else 30.0,
+                           drain_timeout_s=a.drain_timeout_s if a else 600.0,
+                           on_failure=f.on_failure if f else "retry", max_retries=f.max_retries if f else 3)
+        self.pools = pools
+        self.rng = np.random.default_rng(seed + 0x5EED)
+        self.series = TimeSeries()
+        self.rules = {s.pool: s for s in a.pools} if a else {}
+        self.below_since: dict[str, float | None] = {p.name: None for p in pools}
+        self.cap_level = 0  # 0 none, 1 low-priority pools capped, 2 every pool
+        self.capped_s = {p.name: 0.0 for p in pools}
+        self.num_cap_changes = 0
+        self.last_t = 0.0
+        # When the last request was done: the run's end (drain timeouts and repairs still
+        # pending then change nothing that is reported).
+        self.done_at: float | None = None
+        self.power_w = 0.0
+        self._carry = [(0.0, 0.0, 0.0)]  # per replica: (gpu_s, flops, bytes) not yet priced
+        self._seen: list[tuple[float, ...]] = []  # per replica: the totals read at the last tick
+        self._done: dict[str, list[int]] = {p.name: [0, 0, 0] for p in pools}  # finished, met SLO, tokens
+        self._interval_done = self._done
+        for rep in cluster.replicas:
+            rep.totals.energy_j = 0.0
+        for e in f.events if f else []:  # replica indexes checked by ClusterConfig
+            self.loop.at(e.at_s, self._on_failure_event, e)
+
+    def start(self) -> None:
+        self.loop.at(self.cfg.interval_s, self._tick)
+
+    # ----------------------------------------------------------------- cluster hooks
+
+    def park(self, req: Request) -> None:
+        self.fleet.park(req)
+
+    def parked_ids(self) -> set[int]:
+        return self.fleet.parked_ids()
+
+    def on_lost(self, req: Request, i: int) -> None:
+        self.fleet.on_lost(req, i)
+
+    def on_replica_idle_check(self, i: int) -> None:
+        self.fleet.on_idle_check(i)
+
+    def on_done(self, req: Request) -> None:
+        if self.cluster.num_done >= self.num_requests:
+            self.done_at = self.loop.now
+        d = self._done[self.cluster.pool_of[req.replica].name]
+        d[0] += 1
+        d[1] += self._meets_slo(req)
+        d[2] += req.num_output_tokens
+
+    def _meets_slo(self, r: Request) -> bool:
+        slo = self.slo
+        if slo is None:
+            return True
+        ttft = r.first_token_s - r.arrival_s
+        e2e = r.finished_s - r.arrival_s
+        tpot = (r.finished_s - r.first_token_s) / (r.num_output_tokens - 1) if r.num_output_tokens > 1 else 0.0
+        return ((slo.ttft_s is None or ttft <= slo.ttft_s) and (slo.tpot_s is None or tpot <= slo.tpot_s)
+                and (slo.e2e_s is None or e2e <= slo.e2e_s))
+
+    def _on_failure_event(self, e: Any) -> None:
+        if self.done_at is not None:  # after the last request: nothing left to report
+            return
+        members = self.fleet.members[e.pool]
+        if e.replica < len(members):
+            self.fleet.fail(members[e.replica], e.recover_after_s)
+
+    # ----------------------------------------------------------------- the tick
+
+    def _tick(self, _: object = None) -> None:
+        now = self.loop.now
+        self._account(self.last_t, now)
+        if self.cfg.autoscaling is not None:
+            self._autoscale(now)
+        if self.cfg.power is not None:
+            self._cap()
+        if self.cfg.failures is not None and self.cfg.failures.rate_per_hour > 0:
+            self._random_failures(now)
+        self.last_t = now
+        c = self.cluster
+        if c.num_done < self.num_requests and (len(self.loop) or self.cfg.autoscaling is not None):
+            self.loop.at(now + self.cfg.interval_s, self._tick)
+
+    def _account(self, t0: float, t1: float) -> None:
+        """Price each replica's GPU time of [t0, t1] and write one series row per pool."""
+        c, fleet, dt = self.cluster, self.fleet, t1 - t0
+        coef = bundled_coefficients()
+        while len(self._seen) < len(c.replicas):
+            self._seen.append((0.0, 0.0, 0.0, 0, 0, 0, 0.0))
+            self._carry.append((0.0, 0.0, 0.0))
+        energy = {p.name: 0.0 for p in self.pools}
+        stats = {p.name: [0, 0, 0, 0, 0.0, 0, 0] for p in self.pools}  # arrivals, queue, running, steps, kv, n_kv, tok
+        for i, rep in enumerate(c.replicas):
+            pool, t = c.pool_of[i], rep.totals
+            g, f, b, routed, steps, tokens, kv_s = self._seen[i]
+            self._seen[i] = (t.gpu_s, t.flops, t.bytes, t.num_routed, t.num_steps, t.num_batched_tokens,
+                             t.kv_block_s)
+            s = stats[pool.name]
+            s[0] += t.num_routed - routed
+            s[3] += t.num_steps - steps
+            s[6] += t.num_batched_tokens - tokens
+            end = fleet.ended_at[i] if fleet.ended_at[i] >= 0 else t1
+            held = max(0.0, min(t1, end) - max(t0, fleet.started_at[i]))
+            cg, cf, cb = self._carry[i]
+            cg, cf, cb = cg + t.gpu_s - g, cf + t.flops - f, cb + t.bytes - b
+            # A skip-ahead run is accounted when it starts; its GPU time past this interval
+            # is priced in the next ones.
+            share = min(1.0, held / cg) if cg > 0 else 0.0
+            busy = cg * share
+            e = 0.0
+            if pool.gpu is not None and held > 0:
+                clock = getattr(pool.perf, "clock", 1.0)
+                e = pool.num_gpus * (busy_energy_j(pool.gpu, busy, cf * share, cb * share, coef, clock=clock)
+                                     + pool.gpu.idle_power_w * (held - busy))
+            self._carry[i] = (cg - busy, cf * (1 - share), cb * (1 - share))
+            t.energy_j += e
+            energy[pool.name] += e
+            if fleet.phase[i] in (ReplicaPhase.SERVING, ReplicaPhase.DRAINING):
+                s[1] += len(rep.scheduler.waiting)
+                s[2] += len(rep.scheduler.running)
+                # Blocks in use, averaged over the interval (a run's block-seconds are
+                # counted when it starts: capped at a full cache).
+                s[4] += min((t.kv_block_s - kv_s) / (dt * t.num_gpu_blocks), 1.0) if dt > 0 else 0.0
+                s[5] += 1
+        front_pool = c.pool_of[c.front[0]].name if c.front else None
+        self.power_w = sum(energy.values()) / dt if dt > 0 else 0.0
+        for p in self.pools:
+            s, d = stats[p.name], self._done[p.name]
+            parked = len(fleet.parked) if p.name == front_pool or (front_pool is None and p.role != "decode") else 0
+            self.series.add(t0, p.name, s[0], s[1] + parked, s[2], s[6] / s[3] if s[3] else 0.0,
+                            s[4] / s[5] if s[5] else math.nan, fleet.provisioned(p.name),
+                            energy[p.name] / dt if dt > 0 else 0.0, d[1] / d[0] if d[0] else math.nan)
+        self._interval_done = {k: list(v) for k, v in self._done.items()}
+        self._done = {p.name: [0, 0, 0] for p in self.pools}
+
+    # ----------------------------------------------------------------- autoscaling
+
+    def _autoscale(self, now: float) -> None:
+        a = self.cfg.autoscaling
+        assert a is not None
+        desired = {name: self._desired(rule, now) for name, rule in self.rules.items()}
+        if a.prefill_decode_ratio is not None:
+            dec = next((p.name for p in self.pools if p.role == "decode"), None)
+            pre = next((p.name for p in self.pools if p.role == "prefill"), None)
+            if dec is not None and pre is not None:
+                n_dec = desired.get(dec, self.fleet.count(dec, ReplicaPhase.STARTING, ReplicaPhase.SERVING))
+                n = max(1, math.ceil(a.prefill_decode_ratio * n_dec))
+                rule = self.rules.get(pre)
+                desired[pre] = min(max(n, rule.min_replicas), rule.max_replicas) if rule else n
+        for name, n in desired.items():
+            self._scale_to(name, n, now)
+
+    def _desired(self, rule: PoolScaling, now: float) -> int:
+        fleet, name = self.fleet, rule.pool
+        current = fleet.count(name, ReplicaPhase.STARTING, ReplicaPhase.SERVING)
+        row = len(self.series) - len(self.pools) + [p.name for p in self.pools].index(name)  # this tick's
+        serving = max(fleet.count(name, ReplicaPhase.SERVING), 1)
+        queue = self.series.queue_len[row]
+        if rule.metric == "slo_attainment":
+            att = self.series.slo_attainment[row]
+            if math.isnan(att):
+                want = current if queue == 0 else current + 1
+            elif att < rule.target:
+                want = math.ceil(current * (1 - att) / (1 - rule.target)) if rule.target < 1 else current + 1
+            else:
+                want = current - 1 if queue == 0 else current
+        else:
+            value = {"queue_len": queue / serving, "running": self.series.running[row] / serving,
+                     "kv_util": 0.0 if math.isnan(self.series.kv_util[row]) else self.series.kv_util[row],
+                     "decode_tokens_per_s": self._interval_done[name][2] / self.cfg.interval_s / serving,
+                     }[rule.metric]
+            want = math.ceil(max(current, 1) * value / rule.target - 1e-9)
+            if current == 0 and queue > 0:
+                want = max(want, 1)
+        floor = max(rule.min_replicas, self._scheduled_floor(name, now))
+        return min(max(want, floor), rule.max_replicas)
+
+    def _scheduled_floor(self, name: str, now: float) -> int:
+        a = self.cfg.autoscaling
+        assert a is not None
+        entries = a.schedule.get(name, [])
+        t = now % a.day_s
+        active = [e for e in entries if e.at_s <= t] or entries[-1:]  # before the first: the day's last
+        return max(active, key=lambda e: e.at_s).min_replicas if active else 0
+
+    def _scale_to(self, name: str, n: int, now: float) -> None:
+        fleet = self.fleet
+        current = fleet.count(name, ReplicaPhase.STARTING, ReplicaPhase.SERVING)
+        if n > current:
+            self.below_since[name] = None
+            for _ in range(n - current):
+                fleet.start(name)
+        elif n < current:
+            since = self.below_since[name]
+            rule = self.rules.get(name)
+            grace = rule.scale_in_grace_s if rule else 0.0
+            if since is None:
+                self.below_since[name] = since = now
+            if now - since >= grace:
+                for _ in range(current - n):
+                    fleet.drain(name)
+                self.below_since[name] = None
+        else:
+            self.below_since[name] = None
+
+    # ----------------------------------------------------------------- power capping
+
+    def _cap(self) -> None:
+        pw = self.cfg.power
+        assert pw is not None
+        frac = self.power_w / pw.budget_w
+        level = self.cap_level
+        if frac > pw.cap_all_at:
+            level = 2
+        elif frac > pw.cap_low_at:
+            level = max(level, 1)
+        if level == self.cap_level:  # lift one level at a time, below its threshold less hysteresis
+            if level == 2 and frac < pw.cap_all_at - pw.hysteresis:
+                level = 1
+            if level >= 1 and frac < pw.cap_low_at - pw.hysteresis:
+                level = 0
+        if level != self.cap_level:
+            self.num_cap_changes += 1
+            self.cap_level = level
+        clock = pw.capped_clock or bundled_coefficients().capped_clock
+        low = set(pw.low_priority_pools)
+        for p in self.pools:
+            capped = level == 2 or (level == 1 and p.name in low)
+            p.perf.clock = clock if capped else 1.0  # type: ignore[attr-defined]  # ClockedPerf
+            if capped:
+                self.capped_s[p.name] += self.cfg.interval_s
+
+    # ----------------------------------------------------------------- failures at a rate
+
+    def _random_failures(self, now: float) -> None:
+        f = self.cfg.failures
+        assert f is not None
+        p_fail = 1 - math.exp(-f.rate_per_hour * self.cfg.interval_s / 3600)
+        for name in self.fleet.members:
+            for i in self.fleet.serving_ids(name):
+                if self.rng.random() < p_fail:
+                    at = now + self.rng.uniform(0, self.cfg.interval_s)
+                    self.loop.at(at, lambda i: self.fleet.fail(i, f.repair_s), i)
+
+    # ----------------------------------------------------------------- the end
+
+    def finish(self, end_s: float) -> dict[str, Any]:
+        """Close the last interval; the operations' counts for the summary."""
+        if end_s > self.last_t:
+            self._account(self.last_t, end_s)
+            self.last_t = end_s
+        self.fleet.finish(end_s)
+        gpu_s = sum(r.totals.provisioned_s * r.totals.num_gpus for r in self.cluster.replicas)
+        peak = {p.name: int(self.series.of_pool(p.name)["replicas"].max()) if len(self.series) else 0
+                for p in self.pools}
+        return {**self.fleet.counts(), "gpu_hours": gpu_s / 3600, "peak_replicas": peak,
+                "num_cap_changes": self.num_cap_changes, "capped_s": dict(self.capped_s),
+                "max_interval_power_w": float(max(self.series_power())) if len(self.series) else 0.0}
+
+    def series_power(self) -> list[float]:
+        """Total power of each interval (all pools)."""
+        n = len(self.pools)
+        p = self.series.power_w
+        return [sum(p[k:k + n]) for k in range(0, len(p), n)]
