@@ -168,7 +168,9 @@ def build_app(sim: LiveSim, model_name: str, tokenizer: Tokenizer | None = None,
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on ``host:port`` (port 0: a free one); OSError when it is taken."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named: asyncio sets TCP_NODELAY on accepted sockets only then, and without
+    # it Nagle's algorithm holds each small SSE chunk until the client's delayed ACK (~40 ms).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))

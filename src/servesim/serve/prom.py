@@ -48,6 +48,9 @@ class ServeMetrics:
                                          registry=reg)
         self.finished = Counter("vllm:request_success", "Finished requests.", labels + ["finished_reason"],
                                 registry=reg)
+        for metric in (self.ttft, self.itl, self.tpot, self.e2e, self.prompt_tokens, self.generation_tokens):
+            metric.labels(model_name)  # exported from the start, as vLLM's are
+        self.finished.labels(model_name, "length")
         glabels = ["model_name", "engine"]
         gauges = {
             "vllm:num_requests_running": ("Requests in the running batch.", lambda r: len(r.scheduler.running)),
