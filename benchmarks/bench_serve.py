@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import subprocess
 import sys
@@ -132,10 +131,11 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def start_server(scenario_path: Path, port: int) -> subprocess.Popen:
-    env = dict(os.environ)
-    return subprocess.Popen([sys.executable, "-m", "servesim", "serve", str(scenario_path), "--host", "127.0.0.1",
-                             "--port", str(port), "--no-progress"], env=env, stderr=subprocess.PIPE)
+def start_server(scenario_path: Path, port: int, log_path: Path) -> subprocess.Popen:
+    """`servesim serve` on 127.0.0.1:port, its stderr to ``log_path``."""
+    with open(log_path, "w") as log:
+        return subprocess.Popen([sys.executable, "-m", "servesim", "serve", str(scenario_path), "--host",
+                                 "127.0.0.1", "--port", str(port), "--no-progress"], stderr=log)
 
 
 def free_port() -> int:
@@ -161,6 +161,20 @@ async def wait_healthy(base_url: str, timeout_s: float = 60.0) -> None:
     raise RuntimeError(f"{base_url} did not become healthy in {timeout_s} s")
 
 
+async def release_lag(base_url: str) -> tuple[float, float]:
+    """(mean, fraction over 5 ms) of the server's ``servesim:token_release_lag_seconds``."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with httpx.AsyncClient() as c:
+        text = (await c.get(f"{base_url}/metrics")).text
+    v = {(s.name, s.labels.get("le")): s.value for f in text_string_to_metric_families(text)
+         for s in f.samples if s.name.startswith("servesim:token_release_lag_seconds")}
+    n = v[("servesim:token_release_lag_seconds_count", None)]
+    mean = v[("servesim:token_release_lag_seconds_sum", None)] / max(n, 1)
+    return mean, 1 - v[("servesim:token_release_lag_seconds_bucket", "0.005")] / max(n, 1)
+
+
 async def _sample_rss(pid: int, out: list[tuple[float, float]], stop: asyncio.Event) -> None:
     t0 = time.perf_counter()
     while not stop.is_set():
@@ -178,7 +192,8 @@ async def bench(rate: float, duration_s: float, tmp: Path) -> None:
     path.write_text(yaml.safe_dump(SCENARIO))
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    proc = start_server(path, port)
+    log = tmp / "server.log"
+    proc = start_server(path, port, log)
     try:
         await wait_healthy(base)
         overhead = await http_overhead_s(base, int(np.median(arrivals(rate, duration_s)[1])))
@@ -193,6 +208,10 @@ async def bench(rate: float, duration_s: float, tmp: Path) -> None:
         stop.set()
         await sampler
         await wait_healthy(base, 5.0)
+        lag = await release_lag(base)
+    except BaseException:
+        print(f"the server's log:\n{log.read_text()[-4000:]}", file=sys.stderr)
+        raise
     finally:
         proc.terminate()
         proc.wait(10)
@@ -209,9 +228,12 @@ async def bench(rate: float, duration_s: float, tmp: Path) -> None:
           f"{np.percentile(d_ttft, 90) * 1e3:.2f} ms, max {d_ttft.max() * 1e3:.2f} ms "
           f"(predicted median {np.median(ttft_p) * 1e3:.1f} ms)")
     print(f"TPOT measured - predicted: median {np.median(d_tpot) * 1e3:.3f} ms, p90 |.| "
-          f"{np.percentile(np.abs(d_tpot), 90) * 1e3:.3f} ms (predicted median {np.nanmedian(tpot_p) * 1e3:.2f} ms)")
-    print(f"server RSS: {samples[q][1]:.1f} MiB after {samples[q][0]:.0f} s, {samples[-1][1]:.1f} MiB at the end "
-          f"({samples[-1][0]:.0f} s); healthy at the end")
+          f"{np.percentile(np.abs(d_tpot), 90) * 1e3:.3f} ms "
+          f"(predicted median {np.nanmedian(tpot_p) * 1e3:.2f} ms)")
+    print(f"server's token release lag behind simulated time: mean {lag[0] * 1e3:.2f} ms, "
+          f"{100 * lag[1]:.1f}% of tokens over 5 ms")
+    print(f"server RSS: {samples[q][1]:.1f} MiB after {samples[q][0]:.0f} s, {samples[-1][1]:.1f} MiB "
+          f"at the end ({samples[-1][0]:.0f} s); healthy at the end")
 
 
 def main() -> None:

@@ -41,6 +41,7 @@ SKIP = {
     r"servesim validate --data-dir path/to/data": "the full public measurement sets, not bundled",
     r"servesim validate --suite vllm-cpu --recordings mine/": "recordings of the user's own",
     r"servesim profile .*": "needs torch and a CUDA device",
+    r"servesim serve .*": "serves until interrupted; tests/test_serve.py starts the server and talks to it",
     r"servesim calibrate prof/ .*": "reads what `servesim profile` writes",
     # Not missing, but slow: tests/test_validate.py computes the same checks (validate_all) and
     # runs the command line on them.

@@ -35,7 +35,8 @@ sys.modules["bench_serve"] = bench  # its dataclass looks its module up
 _spec.loader.exec_module(bench)  # type: ignore[union-attr]
 
 MODEL = bench.MODEL
-SCENARIO = "model: {name: meta-llama/Llama-3.1-8B}\nhardware: {gpu: H100-SXM}\nengine: {max_model_len: 4096}\n"
+SCENARIO = ("model: {name: meta-llama/Llama-3.1-8B}\nhardware: {gpu: H100-SXM}\n"
+            "engine: {max_model_len: 4096}\n")
 
 
 def start(path: Path, *args: str) -> tuple[subprocess.Popen, str]:
@@ -177,6 +178,9 @@ def test_metrics_parse_and_count(server, client) -> None:
     # 8 gaps a request; the deprecated alias observes the same samples
     for name in ("vllm:inter_token_latency_seconds_count", "vllm:time_per_output_token_seconds_count"):
         assert value(after, name) - value(before, name) == 16
+    # one release a token here (one token a step); each is observed for how late it went out
+    name = "servesim:token_release_lag_seconds_count"
+    assert value(after, name) - value(before, name) == 18
     for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
                  "vllm:gpu_cache_usage_perc"):
         assert value(after, name, engine="0") == 0.0
@@ -219,13 +223,15 @@ def test_disconnect_aborts_and_frees_kv(server, stream) -> None:
 # ------------------------------------------------------------------ timing vs the offline simulation
 
 
+@pytest.mark.slow
 def test_measured_latency_matches_offline_simulation(server) -> None:
     """At --speed 1, one request at a time, streamed through the openai client: a token never
     reaches the client before the offline simulation of the same arrivals says it is made; the
     median TTFT excess over each request's HTTP overhead (the median round trip of a refused
     request of its size, through the same client) is within 10 ms of CPU work, stretched by
     how much slower this machine runs a busy loop than an unshared core would
-    (``bench.cpu_stretch``: 1 on an idle machine, several where many processes share it); TPOT (a request's mean gap, the overhead cancels) is the simulated one within
+    (``bench.cpu_stretch``: 1 on an idle machine, several where many processes share it); TPOT
+    (a request's mean gap, the overhead cancels) is the simulated one within
     1.5 ms in the median (the simulated TPOT is ~6 ms: unpaced tokens would show ~0)."""
     sent_at = np.array([0.0, 0.8, 1.6, 2.4, 3.2])  # one at a time: no chunk of another to parse
     prompts = np.array([200, 1600, 400, 800, 100])

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from servesim.cluster.cluster import Cluster, PoolSpec
-from servesim.config import ClusterConfig, PoolConfig
+from servesim.config import ClusterConfig
 from servesim.engine.events import ARRIVAL, EventLoop
 from servesim.engine.replica import Replica
 from servesim.engine.request import ReqStatus, Request
@@ -121,7 +121,7 @@ class LiveCluster(Cluster):
 
 def single_pool_config() -> ClusterConfig:
     """The cluster of a scenario without one: a colocated pool of one replica."""
-    return ClusterConfig(pools=[PoolConfig(name="engine")])
+    return ClusterConfig.model_validate({"pools": [{"name": "engine"}]})
 
 
 class LiveSim:

@@ -26,6 +26,8 @@ ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
                240.0, 480.0, 960.0, 1920.0, 7680.0)
 
+LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+
 
 class ServeMetrics:
     """The server's metrics, fed by the live simulation's token and finish observers."""
@@ -46,14 +48,22 @@ class ServeMetrics:
         self.prompt_tokens = Counter("vllm:prompt_tokens", "Prefill tokens processed.", labels, registry=reg)
         self.generation_tokens = Counter("vllm:generation_tokens", "Generation tokens processed.", labels,
                                          registry=reg)
+        # Not vLLM's: how late the server hands a token to its connection, behind the simulated
+        # time of the step that made it (0 when the machine keeps up with --speed).
+        self.lag = Histogram("servesim:token_release_lag_seconds",
+                             "Wall delay (x speed) between a token's simulated time and its release.",
+                             labels, buckets=LAG_BUCKETS, registry=reg)
+        self.sim = sim
         self.finished = Counter("vllm:request_success", "Finished requests.", labels + ["finished_reason"],
                                 registry=reg)
-        for metric in (self.ttft, self.itl, self.tpot, self.e2e, self.prompt_tokens, self.generation_tokens):
+        for metric in (self.ttft, self.itl, self.tpot, self.e2e, self.prompt_tokens, self.generation_tokens,
+                       self.lag):
             metric.labels(model_name)  # exported from the start, as vLLM's are
         self.finished.labels(model_name, "length")
         glabels = ["model_name", "engine"]
         gauges = {
-            "vllm:num_requests_running": ("Requests in the running batch.", lambda r: len(r.scheduler.running)),
+            "vllm:num_requests_running": ("Requests in the running batch.",
+                                          lambda r: len(r.scheduler.running)),
             "vllm:num_requests_waiting": ("Requests waiting to be scheduled.",
                                           lambda r: len(r.scheduler.waiting)),
             "vllm:kv_cache_usage_perc": ("KV-cache usage, a fraction (1 = full).", lambda r: r.kv.usage),
@@ -71,6 +81,7 @@ class ServeMetrics:
         step, as vLLM observes one per request per iteration)."""
         m = self.model
         self.generation_tokens.labels(m).inc(k)
+        self.lag.labels(m).observe(self.sim.now() - now)
         if s.last_token_s < 0:  # its first token
             self.ttft.labels(m).observe(now - s.arrival_s)
             self.prompt_tokens.labels(m).inc(s.req.num_prompt_tokens)

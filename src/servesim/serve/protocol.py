@@ -20,6 +20,7 @@ assistant's header.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import time
@@ -56,10 +57,8 @@ class Tokenizer:
     def __init__(self) -> None:
         self._enc: Any = None
         self.name = "estimate:chars/4"
-        try:
-            import tiktoken
-
-            self._enc = tiktoken.get_encoding("cl100k_base")
+        try:  # optional: not a dependency of servesim
+            self._enc = importlib.import_module("tiktoken").get_encoding("cl100k_base")
             self.name = "tiktoken:cl100k_base"
         except Exception:  # not installed, or its encoding file cannot be fetched offline
             self._enc = None

@@ -55,8 +55,10 @@ def make_server(sc: Scenario, host: str = "127.0.0.1", port: int = 8000, speed: 
                 f"{len(sim.cluster.replicas)} replica(s), prompt tokens by {tok.name}")
 
     app = build_app(sim, model, tok, on_start=started)
+    # Idle keep-alive connections are kept 65 s (uvicorn's default is 5): a pooling client that
+    # reuses one just as the server closes it sees a connection error.
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=1)
+                            timeout_graceful_shutdown=1, timeout_keep_alive=65)
     return uvicorn.Server(config), sock, sim
 
 
