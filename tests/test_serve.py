@@ -310,3 +310,47 @@ def test_disaggregated_cluster_serves_through_its_router(tmp_path) -> None:
         assert value(m, "vllm:time_to_first_token_seconds_count") == 3
     finally:
         stop(proc)
+
+
+# ------------------------------------------------------------------ the live driver, in process
+
+
+def test_live_simulation_makes_the_offline_decisions_at_speed() -> None:
+    """Requests entered live at --speed 20 get, in simulated time, exactly the token times the
+    offline engine run gives the same arrivals (the live driver steps the same engine; the
+    offline run uses the fast engine, tests/test_differential.py holds the two together), and
+    no request is done before the simulated clock (wall time x 20) reaches its finish."""
+    from servesim.config import scenario_from_dict
+    from servesim.serve.server import live_sim
+
+    speed = 20.0
+    sim = live_sim(scenario_from_dict(bench.SCENARIO), speed)
+    prompts, outputs = [300, 2500, 900, 60], [40, 30, 50, 20]
+
+    received: list[float] = []
+
+    async def main() -> list:
+        task = asyncio.ensure_future(sim.run())
+        handles = []
+        for k, (p, o) in enumerate(zip(prompts, outputs)):
+            handles.append(sim.submit([(p, k)], o))
+            await asyncio.sleep(0.004)  # 80 ms simulated apart: they overlap in the batch
+        for h in handles:
+            done = False
+            while not done:
+                _, _, done = await asyncio.wait_for(h.queue.get(), 10)
+            received.append(sim.now())
+        sim.close()
+        await task
+        return [h.streams[0] for h in handles]
+
+    streams = asyncio.run(main())
+    arrivals = np.array([s.arrival_s for s in streams])
+    ttft, tpot = bench.predict(bench.SCENARIO, arrivals, np.array(prompts), np.array(outputs))
+    for s, t, p in zip(streams, ttft, tpot):
+        r = s.req  # its times are the step ends the engine gave it
+        assert r.first_token_s - r.arrival_s == pytest.approx(t, abs=1e-9)
+        assert (r.finished_s - r.first_token_s) / (r.num_output_tokens - 1) == pytest.approx(p, abs=1e-9)
+        assert s.num_sent == s.req.max_tokens
+    assert all(got >= s.req.finished_s for got, s in zip(received, streams))
+    assert sim.cluster.replicas[0].kv.usage == 0.0 and not sim.handles
