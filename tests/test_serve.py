@@ -293,6 +293,9 @@ def test_cli_refuses_a_taken_port_and_a_bad_scenario(tmp_path) -> None:
     assert r.exit_code == 2 and "engine_typo" in r.output and "bad.yaml" in r.output
     r = runner.invoke(app, ["serve", str(path), "--speed", "0", "--port", "0", "--no-progress"])
     assert r.exit_code == 2 and "--speed: expected a number > 0" in r.output
+    r = runner.invoke(app, ["serve", str(ROOT / "examples" / "disaggregated.yaml"), "--port", "0",
+                            "--set", "cluster.migration.enabled=true", "--no-progress"])
+    assert r.exit_code == 2 and "cluster.migration.enabled" in r.output
 
 
 @pytest.mark.slow

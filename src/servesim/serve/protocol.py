@@ -11,8 +11,8 @@ with ``type`` BadRequestError (400: bad JSON, a field of the wrong type or value
 plus ``max_tokens`` over ``max_model_len``) or NotFoundError (404: an unknown model or
 route). vLLM answers request-validation errors with 400, not FastAPI's 422.
 
-Prompt tokens are counted with ``tiktoken``'s ``cl100k_base`` when it is installed and its
-encoding is available offline, else estimated as ``ceil(characters / 4)``; ``Tokenizer.name``
+Prompt tokens are counted with ``tiktoken``'s ``cl100k_base`` when it is installed (it
+fetches its encoding file on first use), else estimated as ``ceil(characters / 4)``; ``Tokenizer.name``
 says which (the server sends it in the ``x-servesim-tokenizer`` header). Chat messages add
 the framing tokens of Llama 3's chat template: 4 per message and 4 for the start and the
 assistant's header.

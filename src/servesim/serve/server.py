@@ -30,6 +30,9 @@ def live_sim(sc: Scenario, speed: float = 1.0) -> LiveSim:
     """The live simulation of scenario ``sc``'s deployment (its workload is not read)."""
     if not speed > 0:
         raise ServesimError(f"--speed: expected a number > 0, got {speed}")
+    if sc.cluster is not None and sc.cluster.migration.enabled:
+        raise ServesimError("cluster.migration.enabled: live migration is not served (its watcher "
+                            "runs only while events are pending); set it to false, or use servesim simulate")
     pools = [pool_spec(d, reference=True) for d in resolve_deployments(sc)]
     return LiveSim(pools, sc.cluster or single_pool_config(), speed=speed, seed=sc.run.seed)
 
