@@ -357,3 +357,36 @@ def test_live_simulation_makes_the_offline_decisions_at_speed() -> None:
         assert s.num_sent == s.req.max_tokens
     assert all(got >= s.req.finished_s for got, s in zip(received, streams))
     assert sim.cluster.replicas[0].kv.usage == 0.0 and not sim.handles
+
+
+@pytest.mark.parametrize("abort_after_tokens", [0, 1, 3])
+def test_aborts_in_a_disaggregated_cluster_free_every_replica(abort_after_tokens) -> None:
+    """Aborted while prefilling (0 tokens), on the KV link or just queued at the decode replica
+    (1: the first token comes from the prefill replica), or decoding (3): in every case the
+    request leaves the cluster and every replica's KV blocks and load counts return to zero."""
+    from servesim.config import load_scenario
+    from servesim.serve.server import live_sim
+
+    sim = live_sim(load_scenario(ROOT / "examples" / "disaggregated.yaml"), speed=1.0)
+    cluster = sim.cluster
+
+    async def main() -> None:
+        task = asyncio.ensure_future(sim.run())
+        h = sim.submit([(3000, 1)], 500)
+        got = 0
+        while got < abort_after_tokens:
+            _, n, _ = await asyncio.wait_for(h.queue.get(), 10)
+            got += n
+        sim.abort(h)
+        for _ in range(200):  # until it has landed wherever it was going, and been dropped
+            await asyncio.sleep(0.01)
+            if not cluster.live and not cluster.aborting:
+                break
+        sim.close()
+        await task
+
+    asyncio.run(main())
+    assert not cluster.live and not cluster.aborting and not cluster.handoff
+    assert cluster.outstanding == [0] * len(cluster.replicas)
+    assert all(rep.kv.usage == 0.0 and not rep.scheduler.running and not rep.scheduler.waiting
+               for rep in cluster.replicas)

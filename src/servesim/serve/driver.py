@@ -93,8 +93,8 @@ class LiveCluster(Cluster):
 
     def abort(self, req: Request) -> None:
         """Abort ``req`` now if its replica is between steps, else at its next step end."""
-        if req.idx not in self.live:
-            return
+        if req.idx not in self.live and req.status != ReqStatus.WAITING:
+            return  # done already (a request not yet arrived is waiting, and not live)
         self.aborting[req.idx] = req
         rep = self.replicas[req.replica]
         if not rep.busy:
