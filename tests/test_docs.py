@@ -44,6 +44,7 @@ SKIP = {
     r"servesim (report|compare) runs/.*": "reads the run folders that the simulate commands above it write "
                                           "(each doc command runs in a folder of its own); "
                                           "tests/test_report.py runs report and compare on such folders",
+    r"servesim serve .*": "serves until interrupted; tests/test_serve.py starts the server and talks to it",
     r"servesim calibrate prof/ .*": "reads what `servesim profile` writes",
     # Not missing, but slow: tests/test_validate.py computes the same checks (validate_all) and
     # runs the command line on them.

@@ -535,6 +535,24 @@ def plan(
                             cache=str(cache) if cache else None, top=top, progress=not no_progress,
                             json_out=json_out)
     raise typer.Exit(code)
+def serve(
+    scenario: Annotated[Path | None, typer.Argument(
+        help="Scenario file (its deployment; its workload is not read). Omit for the default.",
+        show_default=False)] = None,
+    overrides: Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE",
+                                                        help="Override one scenario field.")] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on (0: any free port).")] = 8000,
+    speed: Annotated[float, typer.Option(help="Simulated seconds per wall second.")] = 1.0,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="No live status line.")] = False,
+) -> None:
+    """Serve an OpenAI-compatible API whose requests run in a live simulation (docs/serve.md)."""
+    with _user_errors():
+        try:
+            from servesim.serve.server import run_serve
+        except ImportError as err:
+            raise ServesimError(f"servesim serve needs {err.name}: pip install 'servesim[serve]'") from None
+        run_serve(scenario, overrides or [], host, port, speed, progress=not no_progress)
 
 
 @app.command()

@@ -152,6 +152,24 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def abort_request(self, req: Request) -> bool:
+        """Take ``req`` out of the queues and free its KV blocks (its client went away).
+
+        vLLM's ``Scheduler.finish_requests(..., FINISHED_ABORTED)``: the engine core applies
+        aborts between steps, so call this between steps only (never for a request of the
+        batch in flight). Returns False, changing nothing, if ``req`` is in neither queue.
+        """
+        if req.status == ReqStatus.RUNNING and req in self.running:
+            self.running.remove(req)
+        elif req.status < ReqStatus.RUNNING and req in self.waiting:
+            self.waiting.remove(req)
+        else:
+            return False
+        self.kv.free(req)
+        req.prev_blocks = None
+        req.status = ReqStatus.FINISHED
+        return True
+
     def check_invariants(self) -> None:
         """The KV cache's block accounting (between steps)."""
         self.kv.check_invariants()

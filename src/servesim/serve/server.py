@@ -1,0 +1,101 @@
+"""``servesim serve SCENARIO``: resolve the scenario, bind the port, run the server.
+
+The scenario's deployment is resolved by ``servesim.deployment.resolve_deployments`` (one
+pool per cluster pool, or the single replica) into the cluster's pools
+(``servesim.cluster.pools.pool_spec``); its workload section is not read (the clients are
+the workload). The live status (requests done, running, waiting, KV usage) is shown on a
+terminal unless ``--no-progress``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import uvicorn
+
+from servesim.cluster.pools import pool_spec
+from servesim.config import Scenario, load_scenario
+from servesim.deployment import resolve_deployments
+from servesim.errors import ServesimError
+from servesim.serve.app import bind, build_app, log
+from servesim.serve.driver import LiveSim, single_pool_config
+from servesim.serve.protocol import Tokenizer
+
+
+def live_sim(sc: Scenario, speed: float = 1.0) -> LiveSim:
+    """The live simulation of scenario ``sc``'s deployment (its workload is not read)."""
+    if not speed > 0:
+        raise ServesimError(f"--speed: expected a number > 0, got {speed}")
+    if sc.cluster is not None and sc.cluster.migration.enabled:
+        raise ServesimError("cluster.migration.enabled: live migration is not served (its watcher "
+                            "runs only while events are pending); set it to false, or use servesim simulate")
+    pools = [pool_spec(d, reference=True) for d in resolve_deployments(sc)]
+    return LiveSim(pools, sc.cluster or single_pool_config(), speed=speed, seed=sc.run.seed)
+
+
+def make_server(sc: Scenario, host: str = "127.0.0.1", port: int = 8000, speed: float = 1.0,
+                *, quiet: bool = False) -> tuple[uvicorn.Server, socket.socket, LiveSim]:
+    """The server of ``sc`` on a socket bound to ``host:port`` (0: a free port), not started."""
+    sim = live_sim(sc, speed)
+    try:
+        sock = bind(host, port)
+    except socket.gaierror as err:
+        raise ServesimError(f"--host {host}: not an address of this machine ({err.strerror})") from None
+    except OSError as err:
+        raise ServesimError(f"--port {port}: cannot listen on {host}:{port}: {err.strerror}; "
+                            f"choose another port or stop what listens there") from None
+    tok = Tokenizer()
+    bound = sock.getsockname()[1]
+    model = sc.model.name
+
+    def started() -> None:
+        if not quiet:
+            log(f"servesim serve: {model} on http://{host}:{bound} at {speed:g}x simulated speed, "
+                f"{len(sim.cluster.replicas)} replica(s), prompt tokens by {tok.name}")
+
+    app = build_app(sim, model, tok, on_start=started)
+    # Idle keep-alive connections are kept 65 s (uvicorn's default is 5): a pooling client that
+    # reuses one just as the server closes it sees a connection error.
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                            timeout_graceful_shutdown=1, timeout_keep_alive=65)
+    return uvicorn.Server(config), sock, sim
+
+
+def run_serve(scenario_path: Path | None, overrides: list[str], host: str, port: int, speed: float,
+              *, progress: bool = True) -> None:
+    """Serve until interrupted (Ctrl-C)."""
+    sc = load_scenario(scenario_path, overrides)
+    server, sock, sim = make_server(sc, host, port, speed)
+    with _status(progress, sim):
+        server.run(sockets=[sock])
+
+
+@contextlib.contextmanager
+def _status(enabled: bool, sim: LiveSim) -> Iterator[None]:
+    """A live status line on a terminal's stderr, redrawn twice a second by rich's refresh
+    thread (it only reads counts of the simulation)."""
+    if not enabled or not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+    from rich.progress import Progress, ProgressColumn, Task, TimeElapsedColumn
+    from rich.text import Text
+
+    class SimColumn(ProgressColumn):
+        def render(self, task: Task) -> Text:
+            reps = sim.cluster.replicas
+            running = sum(len(r.scheduler.running) for r in reps)
+            waiting = sum(len(r.scheduler.waiting) for r in reps)
+            kv = max(r.kv.usage for r in reps)
+            return Text(f"serving: {sim.cluster.num_done} done, {running} running, {waiting} waiting, "
+                        f"KV {100 * kv:.0f}% (fullest replica)")
+
+    bar = Progress(SimColumn(), TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+                   refresh_per_second=2)
+    bar.add_task("serving", total=None)
+    with bar:
+        yield
