@@ -36,8 +36,9 @@ def _moe_roof(t: float, params: float, wbytes: float, experts: float, topk: int,
 
 
 def test_gpt_oss_experts_on_the_roofline_at_mxfp4_bytes():
-    # H100 has no MXFP4 MoE table: 36 layers x the roofline at 4.25-bit weights (not 16-bit).
-    m, g = load_model("openai/gpt-oss-120b"), get_gpu("H100-SXM")
+    # L40S has no MXFP4 MoE table (nor a sibling GPU): 36 layers x the roofline at 4.25-bit
+    # weights (not 16-bit).
+    m, g = load_model("openai/gpt-oss-120b"), get_gpu("L40S")
     assert m.expert_weight_bytes == pytest.approx(4.25 / 8)
     pm = KernelPerfModel(m, g, tp=4)
     assert pm.sources["moe"].startswith("roofline")
@@ -60,11 +61,26 @@ def test_mxfp4_table_exact_and_nearest_sharding_on_h200():
     # TP 4: no moe_tp 4 table; the nearest measured (2) scaled by the roofline of the two shardings.
     _, lat2 = db.moe(*GPT_OSS, 2, 1, "w4a16_mxfp4")
     pm4 = KernelPerfModel(m, g, tp=4, version="0.19.0")
-    assert "tp=2 ep=1 (nearest moe_tp, roofline-scaled to tp=4)" in pm4.sources["moe"]
+    assert pm4.sources["moe"] == "table moe w4a16_mxfp4 tp=2 ep=1 (roofline-scaled to H200 tp=4)"
     bf, pk, bw = 4.25 / 8, g.flops_for("bfloat16"), g.mem_bw
     ratio = (_moe_roof(16, 3 * 2880 * 2880 / 4, bf, 128, 4, 2880, pk, bw)
              / _moe_roof(16, 3 * 2880 * 2880 / 2, bf, 128, 4, 2880, pk, bw))
     assert _decode(pm4, 16, 1000)["moe"] == pytest.approx(36 * float(lat2[i]) * 1e-3 * ratio, rel=1e-6)
+
+
+def test_h100_takes_the_h200_table_of_its_die_scaled_by_the_roofline():
+    # H100 SXM has no MXFP4 MoE table; H200 (the same GH100 die, more HBM bandwidth) has:
+    # its moe_tp 2 table times the roofline ratio H100 / H200 (memory-bound: the bandwidths).
+    m, h100, h200 = load_model("openai/gpt-oss-120b"), get_gpu("H100-SXM"), get_gpu("H200")
+    tokens, lat = load_database("H200", "0.19.0").moe(*GPT_OSS, 2, 1, "w4a16_mxfp4")
+    i = int(np.searchsorted(tokens, 8))
+    pm = KernelPerfModel(m, h100, tp=2, version="0.19.0")
+    assert pm.sources["moe"] == "table moe w4a16_mxfp4 tp=2 ep=1 of H200 (roofline-scaled to H100-SXM tp=2)"
+    p = 3 * 2880 * 2880 / 2
+    ratio = (_moe_roof(8, p, 4.25 / 8, 128, 4, 2880, h100.flops_for("bfloat16"), h100.mem_bw)
+             / _moe_roof(8, p, 4.25 / 8, 128, 4, 2880, h200.flops_for("bfloat16"), h200.mem_bw))
+    assert ratio == pytest.approx(h200.mem_bw / h100.mem_bw, rel=1e-9)
+    assert _decode(pm, 8, 1000)["moe"] == pytest.approx(36 * float(lat[i]) * 1e-3 * ratio, rel=1e-6)
 
 
 def test_mxfp4_table_of_b200_is_not_vllms_sm100_kernel():

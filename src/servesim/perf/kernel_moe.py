@@ -5,7 +5,8 @@ One MoE layer on one rank (``moe_tp`` = TP / EP, ``moe_ep`` = EP) takes, in this
 1. the table of exactly its shape and expert dtype;
 2. the same shape and dtype measured at another ``moe_tp`` (the nearest, in log distance),
    scaled by the roofline ratio of the two shardings (the table's kernel efficiency at the
-   wanted weight bytes and FLOPs);
+   wanted weight bytes and FLOPs); failing that, the same lookup on the GPU's sibling
+   (``SIBLINGS``: the same die with other HBM), scaled by the two GPUs' roofline ratio;
 3. for weight-only 4-bit experts (``int4_wo``, ``w4a16_mxfp4``): the 16-bit table of the
    same shape and sharding, scaled by the roofline ratio of 4-bit to 16-bit weights (the
    kernels do the same 16-bit math on a quarter of the weight bytes);
@@ -31,16 +32,29 @@ from math import log
 
 import numpy as np
 
-from servesim.catalog.gpus import GpuSpec
+from servesim.catalog.gpus import GpuSpec, get_gpu
 from servesim.catalog.models import ModelSpec
 from servesim.perf.efficiencies import Efficiencies
-from servesim.perf.kernels import KernelDatabase, LogCurve, RoofFn, extended_axis, log_curve, roof_time
+from servesim.perf.kernels import (
+    KernelDatabase,
+    LogCurve,
+    RoofFn,
+    extended_axis,
+    kernel_versions,
+    load_database,
+    log_curve,
+    roof_time,
+)
 
 #: (catalog GPU, expert dtype) -> why the packed table is not the kernel vLLM serves with.
 UNSERVED: dict[tuple[str, str], str] = {
     ("B200", "w4a16_mxfp4"): "vLLM serves MXFP4 experts on SM100 with FlashInfer's TRTLLM-gen MoE; "
                              "the table (slower than H200's) times another path",
 }
+#: GPUs of the same SM architecture and SM count, differing in HBM only (H100 SXM and H200:
+#: one GH100 die): a MoE shape measured on one is scaled to the other by the roofline
+#: (the bandwidth ratio where memory-bound) when the GPU's own tables lack it.
+SIBLINGS = {"H100-SXM": "H200", "H200": "H100-SXM"}
 #: Weight-only expert dtypes (16-bit activations and math).
 WEIGHT_ONLY = ("int4_wo", "w4a16_mxfp4")
 #: Token counts at which a weight-only table is compared with the 16-bit one (decode sizes).
@@ -99,6 +113,25 @@ def unserved_reason(db: KernelDatabase, model: ModelSpec, gpu: GpuSpec, moe_tp: 
     return None
 
 
+def _nearest(db: KernelDatabase, tgpu: GpuSpec, model: ModelSpec, gpu: GpuSpec, eff: Efficiencies,
+             moe_tp: int, ep: int, dtype: str, roof: RoofFn) -> tuple[LogCurve, str] | None:
+    """The table of ``db`` (measured on ``tgpu``) at this shape and the nearest moe_tp,
+    scaled by the roofline ratio of this GPU and sharding to the table's."""
+    m = model
+    hit = db.moe_nearest(m.hidden_size, m.moe_intermediate_size, m.num_experts_per_tok, m.num_experts,
+                         moe_tp, ep, dtype)
+    if hit is None:
+        return None
+    tokens, lat, t_tp = hit
+    where = "" if tgpu.name == gpu.name else f" of {tgpu.name}"
+    if t_tp == moe_tp and not where:
+        return _curve(tokens, lat, roof), f"table moe {dtype} tp={moe_tp} ep={ep}"
+    ref = moe_roofline(m, tgpu, eff, t_tp, ep, dtype)
+    tf = tokens.astype(float)
+    return (_curve(tokens, lat * roof(tf) / ref(tf), roof),
+            f"table moe {dtype} tp={t_tp} ep={ep}{where} (roofline-scaled to {gpu.name} tp={moe_tp})")
+
+
 def moe_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int, ep: int,
               dtype: str | None, eff: Efficiencies) -> tuple[LogCurve, str]:
     """Seconds of one MoE layer vs tokens T of the step, and where it comes from."""
@@ -111,16 +144,12 @@ def moe_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int
         if why is not None:
             skipped = f"; {dtype} table not used: {why}"
         else:
-            hit = db.moe_nearest(m.hidden_size, m.moe_intermediate_size, m.num_experts_per_tok,
-                                 m.num_experts, moe_tp, ep, dtype)
-            if hit is not None:
-                tokens, lat, t_tp = hit
-                if t_tp == moe_tp:
-                    return _curve(tokens, lat, roof), f"table moe {dtype} tp={moe_tp} ep={ep}"
-                ref = moe_roofline(m, gpu, eff, t_tp, ep, dtype)
-                tf = tokens.astype(float)
-                return (_curve(tokens, lat * roof(tf) / ref(tf), roof),
-                        f"table moe {dtype} tp={t_tp} ep={ep} (nearest moe_tp, roofline-scaled to tp={moe_tp})")
+            found = _nearest(db, gpu, m, gpu, eff, moe_tp, ep, dtype, roof)
+            sib = SIBLINGS.get(gpu.name)
+            if found is None and sib is not None and db.version in kernel_versions(sib):
+                found = _nearest(load_database(sib, db.version), get_gpu(sib), m, gpu, eff, moe_tp, ep, dtype, roof)
+            if found is not None:
+                return found
         if dtype in WEIGHT_ONLY:
             base = db.moe(m.hidden_size, m.moe_intermediate_size, m.num_experts_per_tok, m.num_experts,
                           moe_tp, ep, "bfloat16")
