@@ -5,7 +5,9 @@ from aggregate ``BatchStats``, O(1)) but times each operator of the forward pass
 kernel database (``perf.kernels``: NVIDIA AIConfigurator's measurements of vLLM 0.14.0 and
 0.19.0 kernels), on one TP rank, all layers::
 
-    step = L x (QKV GEMM + o_proj GEMM + [gate_up + down GEMMs | router GEMM + fused MoE])
+    step = L x (QKV GEMM + o_proj GEMM)     (MLA: q_a/kv_a, q_b, absorbed k/v, o_proj GEMMs)
+         + dense layers x (gate_up + down GEMMs)
+         + MoE layers x (router GEMM + fused MoE [+ shared-expert gate_up + down GEMMs])
          + L x 2 all-reduces of T x hidden (TP > 1; custom all-reduce below 8 MiB, NCCL above)
          + L x prefill attention + L x decode attention
          + LM head GEMM (one row per request) + sampling + logits gather
@@ -29,7 +31,8 @@ How the aggregate statistics map onto the tables:
 - all-reduce: inside a CUDA graph for steps of at most ``cuda_graph_max_tokens`` tokens
   (vLLM's largest capture size, 512 by default), eager above.
 
-Every operator without a table (GPU, dtype, shape class, MoE shape, TP size) is timed by
+The fused MoE (``perf.kernel_moe``) and attention (``perf.kernel_attention``: sliding-window
+layers, MLA's latent decode) say there which table they take. Every operator without a table (GPU, dtype, shape class, MoE shape, TP size) is timed by
 the roofline formula for that operator; ``sources`` says where each operator's time comes
 from and ``fallbacks`` lists the ones on the roofline. The T-dependent terms are tabulated
 per token count (grown by doubling on demand) and the attention rows per batch size, so a
@@ -60,6 +63,8 @@ from servesim.perf.kernels import (
     log_curve,
     roof_time,
 )
+from servesim.perf.kernel_attention import attention_grid
+from servesim.perf.kernel_moe import moe_curve, moe_dtype
 from servesim.perf.kernel_step import KernelStepTime, row_time
 from servesim.perf.pipelined import MicroBatchShare
 from servesim.perf.roofline import RooflinePerfModel, RooflineWork
@@ -79,18 +84,6 @@ def _gemm_dtype(model: ModelSpec) -> str | None:
     if model.dtype == "fp8":
         return "fp8_block" if "block" in model.quant_method else "fp8"
     return {"bfloat16": "bfloat16", "float16": "bfloat16", "nvfp4": "nvfp4"}.get(model.dtype)
-
-
-def _moe_dtype(model: ModelSpec) -> str | None:
-    """The fused-MoE table of the routed experts: their own scheme (MXFP4, int4 weight-only)
-    where it differs from the rest, else the linear layers' GEMM dtype."""
-    if model.expert_dtype_bytes:
-        method = model.quant_method.lower()
-        if "mxfp4" in method:
-            return "w4a16_mxfp4"
-        if "int4" in method or "w4a16" in method:
-            return "int4_wo"
-    return _gemm_dtype(model)
 
 
 class KernelPerfModel(RooflineWork):
@@ -200,21 +193,48 @@ class KernelPerfModel(RooflineWork):
         H = m.hidden_size
         q = m.num_attention_heads // tp * m.head_dim
         kv = m.kv_heads_per_rank(tp) * m.head_dim
-        ops: list[tuple[str, LogCurve, float]] = [("gemm_qkv", self._gemm("gemm_qkv", q + 2 * kv, H, dt), L),
-               ("gemm_o_proj", self._gemm("gemm_o_proj", H, q, dt), L)]
+        ops: list[tuple[str, LogCurve, float]] = (
+            self._mla_ops(dt) if m.is_mla else [("gemm_qkv", self._gemm("gemm_qkv", q + 2 * kv, H, dt), L),
+                                                 ("gemm_o_proj", self._gemm("gemm_o_proj", H, q, dt), L)])
+        gate = 2 if m.mlp_gated else 1
+        dense_layers = L - m.num_moe_layers
         if m.is_moe:
-            ops.append(("gemm_router", self._gemm("gemm_router", m.num_experts, H, "bfloat16"), L))
-            ops.append(("moe", self._moe(_moe_dtype(m)), L))
-        else:
+            moe_layers = m.num_moe_layers
+            ops.append(("gemm_router", self._gemm("gemm_router", m.num_experts, H, "bfloat16"), moe_layers))
+            ops.append(("moe", self._moe(moe_dtype(m, _gemm_dtype(m))), moe_layers))
+            if m.shared_expert_intermediate_size:  # every token through the shared expert(s)
+                sw = m.shared_expert_intermediate_size // tp
+                ops.append(("gemm_shared_gate_up", self._gemm("gemm_shared_gate_up", gate * sw, H, dt), moe_layers))
+                ops.append(("gemm_shared_down", self._gemm("gemm_shared_down", H, sw, dt), moe_layers))
+        if dense_layers:
             width = m.intermediate_size // tp
-            up = (2 if m.mlp_gated else 1) * width
-            ops.append(("gemm_gate_up", self._gemm("gemm_gate_up", up, H, dt), L))
-            ops.append(("gemm_down", self._gemm("gemm_down", H, width, dt), L))
+            ops.append(("gemm_gate_up", self._gemm("gemm_gate_up", gate * width, H, dt), dense_layers))
+            ops.append(("gemm_down", self._gemm("gemm_down", H, width, dt), dense_layers))
         if tp > 1:
             ops.append(("allreduce", self._allreduce(), 2 * L))
         if self.ep > 1:
             ops.append(("alltoall", self._alltoall(), 2 * L))
         return ops
+
+    def _mla_ops(self, dt: str | None) -> list[tuple[str, LogCurve, float]]:
+        """MLA's projections as vLLM's DeepSeek-V2/V3 layers run them at decode: the fused
+        query and latent down-projection (``fused_qkv_a_proj``, replicated on every rank),
+        the query up-projection ``q_b`` (split by heads), the absorbed key and value
+        up-projections (two per-head batched GEMMs of kv_lora_rank x qk_nope and v_head_dim x
+        kv_lora_rank, priced as one GEMM of the same weights) and the output projection."""
+        m, tp, L, H = self.model, self.tp, self.model.num_layers, self.model.hidden_size
+        heads = m.num_attention_heads // tp
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        latent = m.kv_lora_rank + m.qk_rope_head_dim
+        if m.q_lora_rank:
+            ops = [("gemm_qkv_a", self._gemm("gemm_qkv_a", m.q_lora_rank + latent, H, dt), L),
+                   ("gemm_q_b", self._gemm("gemm_q_b", heads * qk, m.q_lora_rank, dt), L)]
+        else:
+            ops = [("gemm_qkv_a", self._gemm("gemm_qkv_a", heads * qk + latent, H, dt), L)]
+        return [*ops,
+                ("gemm_uk", self._gemm("gemm_uk", heads * m.kv_lora_rank, m.qk_nope_head_dim, "bfloat16"), L),
+                ("gemm_uv", self._gemm("gemm_uv", heads * m.v_head_dim, m.kv_lora_rank, "bfloat16"), L),
+                ("gemm_o_proj", self._gemm("gemm_o_proj", H, heads * m.v_head_dim, dt), L)]
 
     def _alltoall(self) -> LogCurve:
         """Seconds of one expert-parallel dispatch (or combine) all-to-all vs T: the roofline's
@@ -229,29 +249,8 @@ class KernelPerfModel(RooflineWork):
         return LogCurve(ts, np.log(sec))
 
     def _moe(self, dtype: str | None) -> LogCurve:
-        m, ep = self.model, self.ep
-        table = (self.db.moe(m.hidden_size, m.moe_intermediate_size, m.num_experts_per_tok, m.num_experts,
-                             self.tp // ep, ep, dtype) if self.db is not None and dtype else None)
-        ts = extended_axis(np.array([1.0]), 1.0, _MAX_M)
-        E, k = m.num_experts / ep, m.num_experts_per_tok
-        wb = self.roofline.dtype_bytes
-        per_expert = m.expert_params(self.tp // ep)
-        e, gpu = self.eff, self.gpu
-        peak = gpu.flops_for("fp8" if wb < 2 else "bfloat16")
-
-        def roof(t: np.ndarray) -> np.ndarray:
-            pairs = t * k / ep
-            touched = E * (1.0 - (1.0 - k / m.num_experts) ** t)
-            return roof_time(2.0 * per_expert * pairs,
-                             per_expert * wb * touched + pairs * m.hidden_size * 2.0 * 4, peak, gpu.mem_bw,
-                             e.linear_compute, e.linear_memory)
-        if table is None:
-            self.sources["moe"] = "roofline (no fused-MoE table for this shape)"
-            return LogCurve(ts, np.log(roof(ts)))
-        tokens, lat = table
-        ts = extended_axis(tokens, 1.0, _MAX_M)
-        self.sources["moe"] = f"table moe {dtype} tp={self.tp // ep} ep={ep}"
-        return LogCurve(ts, log_curve(tokens.astype(float), lat, ts, roof) + log(1e-3))
+        curve, self.sources["moe"] = moe_curve(self.model, self.gpu, self.db, self.tp, self.ep, dtype, self.eff)
+        return curve
 
     def _allreduce(self) -> LogCurve:
         """Seconds of one all-reduce of T x hidden bf16 elements, vs T."""
@@ -292,44 +291,11 @@ class KernelPerfModel(RooflineWork):
         return [("lm_head", self._gemm("lm_head", vt, m.hidden_size, "bfloat16"), 1.0)]
 
     def _attention(self, prefix: str, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """(log batch axis, length axis, log seconds [batch, length]) of all layers' attention."""
-        m, tp, gpu, e = self.model, self.tp, self.gpu, self.eff
-        h, kv, hd = m.num_attention_heads // tp, m.kv_heads_per_rank(tp), m.head_dim
-        kvb = self.kv_dtype_bytes
-        kv_dtype = "fp8" if kvb < 2 else "bfloat16"
-        peak = gpu.flops_for("bfloat16")
-        if prefix == "ctx":
-            ce, me = e.attn_prefill_compute, e.attn_prefill_memory
-
-            def roof_h(b: np.ndarray, s: np.ndarray, h: float, kv: float) -> np.ndarray:
-                return roof_time(2.0 * b * h * hd * s * s, b * s * hd * (2 * h + 4 * kv) * 2.0, peak,
-                                 gpu.mem_bw, ce, me)
-        else:
-            ce, me = e.attn_decode_compute, e.attn_decode_memory
-
-            def roof_h(b: np.ndarray, s: np.ndarray, h: float, kv: float) -> np.ndarray:
-                return roof_time(4.0 * b * h * hd * s, b * (s * 2 * kv * hd * kvb + 4 * h * hd), peak,
-                                 gpu.mem_bw, ce, me)
-
-        def roof(b: np.ndarray, s: np.ndarray) -> np.ndarray:
-            return roof_h(b, s, h, kv)
-        cls = self.db.attention_class(prefix, kv_dtype, hd, h, kv) if self.db is not None else None
-        ext_b = extended_axis(np.array([1.0]), 1.0, float(1 << 16))
-        ext_s = extended_axis(np.array([1.0]), 1.0, float(1 << 22))
-        if cls is None:
-            self.sources[name] = f"roofline (no {kv_dtype} KV, head_dim {hd} attention table)"
-            grid = np.log(roof(ext_b[:, None], ext_s[None, :]))
-        else:
-            batch, lens, lat, (ch, ckv) = cls
-            ext_b, ext_s = extended_axis(batch, 1.0, float(1 << 16)), extended_axis(lens, 1.0, float(1 << 22))
-            lat = lat.astype(np.float64)
-            if (ch, ckv) != (h, kv):  # the nearest measured class, scaled by the roofline
-                bb, ss = np.meshgrid(batch.astype(float), lens.astype(float), indexing="ij")
-                lat = lat * roof_h(bb, ss, h, kv) / roof_h(bb, ss, ch, ckv)
-            grid = ext_grid(batch, lens, lat, ext_b, ext_s, roof) + log(1e-3)
-            note = "" if (ch, ckv) == (h, kv) else f" (nearest class heads={ch} kv={ckv}, roofline-scaled)"
-            self.sources[name] = f"table {prefix} {kv_dtype} KV heads={h} kv={kv} head_dim={hd}{note}"
-        return np.log(ext_b), ext_s, grid + log(self.model.num_layers)
+        """(log batch axis, length axis, log seconds [batch, length]) of all layers' attention
+        (``perf.kernel_attention``: tables, sliding-window layers, MLA's latent decode)."""
+        grid, self.sources[name] = attention_grid(prefix, self.model, self.gpu, self.db, self.tp,
+                                                  self.kv_dtype_bytes, self.eff)
+        return grid
 
     # ------------------------------------------------------------------ tables on demand
 

@@ -151,6 +151,23 @@ class KernelDatabase:
         hit = np.flatnonzero((a["moe.keys"] == want).all(axis=1))
         return (a["moe.tokens"], a["moe.lat"][hit[0]]) if len(hit) else None
 
+    def moe_nearest(self, hidden: int, inter: int, topk: int, num_experts: int, moe_tp: int, moe_ep: int,
+                    dtype: str) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """(tokens, latency ms, the table's moe_tp) of the fused MoE of this shape, dtype and
+        ``moe_ep`` at ``moe_tp`` or, when that is not measured, the nearest measured moe_tp
+        (log distance, the smaller on a tie); None when no moe_tp is."""
+        a = self.arrays
+        if "moe.lat" not in a or dtype not in DTYPES:
+            return None
+        keys = a["moe.keys"]
+        want = np.array([hidden, inter, topk, num_experts, moe_ep, DTYPES.index(dtype)])
+        hit = [i for i in np.flatnonzero((keys[:, [0, 1, 2, 3, 5, 6]] == want).all(axis=1))
+               if np.isfinite(a["moe.lat"][i]).sum() >= 2]
+        if not len(hit):
+            return None
+        c = min(hit, key=lambda i: (abs(log(keys[i, 4] / moe_tp)), keys[i, 4]))
+        return a["moe.tokens"], a["moe.lat"][c], int(keys[c, 4])
+
 
 # --------------------------------------------------------------------------- interpolation
 

@@ -1,0 +1,167 @@
+"""The attention operators of ``KernelPerfModel``: prefill ('ctx') and decode ('gen') grids.
+
+Each grid holds the log seconds of all layers' attention on one TP rank over (batch,
+length), from the attention tables of ``perf.kernels`` (nearest shape class, scaled by the
+roofline where the class differs) or, without a table, the roofline. Two layer kinds:
+
+- **full-attention layers** attend to the whole context;
+- **sliding-window layers** (gpt-oss's alternating ``sliding_attention`` layers, window
+  ``W`` = 128): FlashAttention skips the key blocks outside the window and vLLM's
+  sliding-window KV manager frees them, so a decode reads at most ``W`` keys: the
+  window class of the table where one is measured (``window_size`` = W), else the
+  full-attention grid at length min(s, W). A causal prefill of ``s`` > W tokens covers
+  s W - W^2/2 (query, key) pairs instead of s^2/2: the full grid at length W times
+  (2 s / W - 1). gpt-oss's attention sinks (one learned logit per head added to the
+  softmax denominator) cost one extra term per row and are not priced.
+
+Multi-head latent attention (DeepSeek-V3, Kimi-K2): vLLM's MLA decode backends (FlashMLA
+on Hopper, CUTLASS / FlashInfer MLA on Blackwell) absorb the key and value
+up-projections, so a decode step reads each token's cached latent once
+(``kv_lora_rank + qk_rope_head_dim`` elements, shared by all heads) and does
+``attn_flops_per_pair(decode=True)`` per key. No MLA table is measured: the decode is
+priced from the GQA decode table class of head_dim 128 whose KV bytes per token are
+nearest the latent's (2 x KV heads x 128 elements), at this rank's heads, scaled by the
+roofline ratio of the latent's bytes and FLOPs to the class's, i.e. at the measured
+bandwidth efficiency (and latency floor) of the decode kernel at each (batch, length).
+The padding of heads to the kernel's tile (64 or 128 on these backends) is not modelled.
+MLA prefill (multi-head attention at head_dim 192, no table) stays on the roofline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from math import log
+
+import numpy as np
+
+from servesim.catalog.gpus import GpuSpec
+from servesim.catalog.models import ModelSpec
+from servesim.perf.efficiencies import Efficiencies
+from servesim.perf.kernels import KernelDatabase, ext_grid, extended_axis, roof_time
+
+#: (log batch axis, length axis, log seconds [batch, length]) of all layers.
+Grid = tuple[np.ndarray, np.ndarray, np.ndarray]
+Roof3 = Callable[[np.ndarray, np.ndarray, float, float], np.ndarray]
+#: The head size of the GQA decode class MLA's latent read is priced from.
+MLA_PROXY_HEAD_DIM = 128
+_MAX_B, _MAX_S = float(1 << 16), float(1 << 22)
+
+
+def _gqa_roof(prefix: str, model: ModelSpec, gpu: GpuSpec, eff: Efficiencies, kvb: float, hd: int) -> Roof3:
+    """Roofline seconds of one layer's attention at (batch, length, heads, KV heads)."""
+    peak = gpu.flops_for("bfloat16")
+    if prefix == "ctx":
+        ce, me = eff.attn_prefill_compute, eff.attn_prefill_memory
+
+        def roof_p(b: np.ndarray, s: np.ndarray, h: float, kv: float) -> np.ndarray:
+            return roof_time(2.0 * b * h * hd * s * s, b * s * hd * (2 * h + 4 * kv) * 2.0, peak, gpu.mem_bw, ce, me)
+        return roof_p
+    ce, me = eff.attn_decode_compute, eff.attn_decode_memory
+
+    def roof_d(b: np.ndarray, s: np.ndarray, h: float, kv: float) -> np.ndarray:
+        return roof_time(4.0 * b * h * hd * s, b * (s * 2 * kv * hd * kvb + 4 * h * hd), peak, gpu.mem_bw, ce, me)
+    return roof_d
+
+
+def _mla_decode_roof(model: ModelSpec, gpu: GpuSpec, eff: Efficiencies, tp: int, kvb: float
+                     ) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """Roofline seconds of one layer's absorbed MLA decode: the latent once per key, the
+    query and output latents per head."""
+    m = model
+    latent = m.kv_lora_rank + m.qk_rope_head_dim
+    flops_key = m.attn_flops_per_pair(tp, decode=True)
+    heads = m.num_attention_heads // tp
+    peak = gpu.flops_for("bfloat16")
+
+    def roof(b: np.ndarray, s: np.ndarray) -> np.ndarray:
+        return roof_time(b * s * flops_key, b * (s * latent * kvb + heads * (latent + m.kv_lora_rank) * 2.0), peak,
+                         gpu.mem_bw, eff.attn_decode_compute, eff.attn_decode_memory)
+    return roof
+
+
+def _layer_grid(prefix: str, model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int, kvb: float,
+                eff: Efficiencies, window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, str] | None:
+    """(batch axis, length axis, log seconds of one layer, source) from a table class, or None."""
+    m = model
+    kv_dtype = "fp8" if kvb < 2 else "bfloat16"
+    h = m.num_attention_heads // tp
+    mla = m.is_mla and prefix == "gen"
+    hd = MLA_PROXY_HEAD_DIM if mla else m.head_dim
+    kv: float = (m.kv_lora_rank + m.qk_rope_head_dim) / (2 * hd) if mla else m.kv_heads_per_rank(tp)
+    if db is None or (m.is_mla and not mla):
+        return None
+    cls = db.attention_class(prefix, kv_dtype, hd, h, max(1, round(kv)), window)
+    if cls is None:
+        return None
+    batch, lens, lat, (ch, ckv) = cls
+    roof_h = _gqa_roof(prefix, m, gpu, eff, kvb, hd)
+    target: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    target = _mla_decode_roof(m, gpu, eff, tp, kvb) if mla else (lambda b, s: roof_h(b, s, h, kv))
+    lat = lat.astype(np.float64)
+    bb, ss = np.meshgrid(batch.astype(float), lens.astype(float), indexing="ij")
+    exact = not mla and (ch, ckv) == (h, kv)
+    if not exact:
+        lat = lat * target(bb, ss) / roof_h(bb, ss, ch, ckv)
+    ext_b, ext_s = extended_axis(batch, 1.0, _MAX_B), extended_axis(lens, 1.0, _MAX_S)
+    grid = ext_grid(batch, lens, lat, ext_b, ext_s, target) + log(1e-3)
+    win = f" window={window}" if window else ""
+    if mla:
+        src = (f"table {prefix} {kv_dtype} KV heads={ch} kv={ckv} head_dim={hd}{win} "
+               f"(MLA latent {m.kv_lora_rank}+{m.qk_rope_head_dim}, heads={h}: roofline-scaled)")
+    else:
+        note = "" if exact else f" (nearest class heads={ch} kv={ckv}, roofline-scaled)"
+        src = f"table {prefix} {kv_dtype} KV heads={h} kv={kv} head_dim={hd}{win}{note}"
+    return ext_b, ext_s, grid, src
+
+
+def _roof_grid(prefix: str, model: ModelSpec, gpu: GpuSpec, tp: int, kvb: float, eff: Efficiencies
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    m = model
+    ext_b = extended_axis(np.array([1.0]), 1.0, _MAX_B)
+    ext_s = extended_axis(np.array([1.0]), 1.0, _MAX_S)
+    bb, ss = ext_b[:, None], ext_s[None, :]
+    if m.is_mla and prefix == "gen":
+        sec = _mla_decode_roof(m, gpu, eff, tp, kvb)(bb, ss)
+    else:
+        sec = _gqa_roof(prefix, m, gpu, eff, kvb, m.head_dim)(bb, ss, m.num_attention_heads // tp,
+                                                                 m.kv_heads_per_rank(tp))
+    return ext_b, ext_s, np.log(sec)
+
+
+def _windowed(prefix: str, ls: np.ndarray, grid: np.ndarray, window: int) -> np.ndarray:
+    """A full-attention grid (log seconds over log length ``ls``) as a sliding-window layer's."""
+    lw = log(window)
+    at_w = np.array([np.interp(lw, ls, row) for row in grid])[:, None]
+    clipped = np.minimum(ls, lw)[None, :]
+    out = np.array([np.interp(clipped[0], ls, row) for row in grid])
+    if prefix == "ctx":  # s W - W^2 / 2 pairs instead of W^2 / 2 at length W
+        s = np.exp(ls)[None, :]
+        out = np.where(s > window, at_w + np.log(np.maximum(2.0 * s / window - 1.0, 1.0)), out)
+    return out
+
+
+def attention_grid(prefix: str, model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int, kvb: float,
+                   eff: Efficiencies) -> tuple[Grid, str]:
+    """All layers' attention of ``prefix`` ('ctx' prefill, 'gen' decode), and its source."""
+    m = model
+    kv_dtype = "fp8" if kvb < 2 else "bfloat16"
+    full = _layer_grid(prefix, m, gpu, db, tp, kvb, eff, 0)
+    if full is None:
+        hd = m.head_dim
+        why = "MLA prefill at head_dim" if m.is_mla and prefix == "ctx" else f"no {kv_dtype} KV, head_dim"
+        b, s, g = _roof_grid(prefix, m, gpu, tp, kvb, eff)
+        src = f"roofline ({why} {hd} attention table)" if not (m.is_mla and prefix == "gen") else \
+            "roofline (MLA latent decode; no head_dim 128 decode table)"
+    else:
+        b, s, g, src = full
+    ls = np.log(s)
+    n_full, n_win, window = m.num_full_attention_layers, m.num_sliding_layers, m.sliding_window or 0
+    if not (n_win and window):
+        return (np.log(b), s, g + log(m.num_layers)), src
+    win = _layer_grid(prefix, m, gpu, db, tp, kvb, eff, window)
+    if win is not None and np.array_equal(win[0], b) and np.array_equal(win[1], s):
+        gw, wsrc = win[2], f"{n_win} layers {win[3]}"
+    else:
+        gw, wsrc = _windowed(prefix, ls, g, window), f"{n_win} layers windowed to {window} keys"
+    total = np.logaddexp(g + log(n_full), gw + log(n_win))
+    return (np.log(b), s, total), f"{src} ({n_full} full layers; {wsrc})"

@@ -1,0 +1,166 @@
+"""The fused-MoE operator of ``KernelPerfModel``: which measured table times it, and how.
+
+One MoE layer on one rank (``moe_tp`` = TP / EP, ``moe_ep`` = EP) takes, in this order:
+
+1. the table of exactly its shape and expert dtype;
+2. the same shape and dtype measured at another ``moe_tp`` (the nearest, in log distance),
+   scaled by the roofline ratio of the two shardings (the table's kernel efficiency at the
+   wanted weight bytes and FLOPs); failing that, the same lookup on the GPU's sibling
+   (``SIBLINGS``: the same die with other HBM), scaled by the two GPUs' roofline ratio;
+3. for weight-only 4-bit experts (``int4_wo``, ``w4a16_mxfp4``): the 16-bit table of the
+   same shape and sharding, scaled by the roofline ratio of 4-bit to 16-bit weights (the
+   kernels do the same 16-bit math on a quarter of the weight bytes);
+4. the roofline: the experts the step's tokens touch read once at the experts' own weight
+   bytes (4.25 bits for MXFP4, 4 for int4, ...), 16-bit math for weight-only schemes.
+
+Tables that do not time the kernel vLLM serves with are skipped (``unserved_reason``):
+
+- a weight-only 4-bit table slower than the same GPU's 16-bit table of that shape at
+  every measured decode token count (up to 64): it reads a quarter of the weight bytes
+  for the same math, so a slower kernel is not the one a serving engine picks (vLLM
+  0.19.0's ``vllm_marlin_int4_moe`` tables; the 0.14.0 ``vllm_marlin_moe`` tables are
+  2-4x faster on the same GPU and shape and pass);
+- MXFP4 experts on B200 (``UNSERVED``): vLLM serves them on SM100 with FlashInfer's
+  TRTLLM-gen MXFP4 x BF16 MoE (``Mxfp4Backend.SM100_FI_MXFP4_BF16``, the default since
+  vLLM 0.10.2); the packed B200 table is slower than the H200 table of the same kernel
+  and shape at every token count from 4 up, so it times another path.
+"""
+
+from __future__ import annotations
+
+from math import log
+
+import numpy as np
+
+from servesim.catalog.gpus import GpuSpec, get_gpu
+from servesim.catalog.models import ModelSpec
+from servesim.perf.efficiencies import Efficiencies
+from servesim.perf.kernels import (
+    KernelDatabase,
+    LogCurve,
+    RoofFn,
+    extended_axis,
+    kernel_versions,
+    load_database,
+    log_curve,
+    roof_time,
+)
+
+#: (catalog GPU, expert dtype) -> why the packed table is not the kernel vLLM serves with.
+UNSERVED: dict[tuple[str, str], str] = {
+    ("B200", "w4a16_mxfp4"): "vLLM serves MXFP4 experts on SM100 with FlashInfer's TRTLLM-gen MoE; "
+                             "the table (slower than H200's) times another path",
+}
+#: GPUs of the same SM architecture and SM count, differing in HBM only (H100 SXM and H200:
+#: one GH100 die): a MoE shape measured on one is scaled to the other by the roofline
+#: (the bandwidth ratio where memory-bound) when the GPU's own tables lack it.
+SIBLINGS = {"H100-SXM": "H200", "H200": "H100-SXM"}
+#: Weight-only expert dtypes (16-bit activations and math).
+WEIGHT_ONLY = ("int4_wo", "w4a16_mxfp4")
+#: Token counts at which a weight-only table is compared with the 16-bit one (decode sizes).
+DECODE_TOKENS = 64
+_MAX_T = float(1 << 21)
+
+
+def moe_dtype(model: ModelSpec, gemm_dtype: str | None) -> str | None:
+    """The fused-MoE table of the routed experts: their own scheme (MXFP4, int4 weight-only)
+    where it differs from the rest, else the linear layers' GEMM dtype."""
+    if model.expert_dtype_bytes:
+        method = model.quant_method.lower()
+        if "mxfp4" in method:
+            return "w4a16_mxfp4"
+        if "int4" in method or "w4a16" in method:
+            return "int4_wo"
+    return gemm_dtype
+
+
+def moe_roofline(model: ModelSpec, gpu: GpuSpec, eff: Efficiencies, moe_tp: int, ep: int, dtype: str | None,
+                 weight_bytes: float | None = None) -> RoofFn:
+    """Seconds of one MoE layer vs tokens (vectorized): the touched experts' weights once,
+    the token copies' activations in and out, 2 FLOPs per weight per token copy."""
+    m = model
+    E, k = m.num_experts / ep, m.num_experts_per_tok
+    wb = m.expert_weight_bytes if weight_bytes is None else weight_bytes
+    per_expert = m.expert_params(moe_tp)
+    peak = gpu.flops_for("bfloat16" if dtype in WEIGHT_ONLY or wb >= 2 or dtype is None else "fp8")
+
+    def roof(t: np.ndarray) -> np.ndarray:
+        pairs = t * k / ep
+        touched = E * (1.0 - (1.0 - k / m.num_experts) ** t)
+        return roof_time(2.0 * per_expert * pairs, per_expert * wb * touched + pairs * m.hidden_size * 2.0 * 4,
+                         peak, gpu.mem_bw, eff.linear_compute, eff.linear_memory)
+    return roof
+
+
+def unserved_reason(db: KernelDatabase, model: ModelSpec, gpu: GpuSpec, moe_tp: int, ep: int,
+                    dtype: str) -> str | None:
+    """Why the table of ``dtype`` for this shape is not used (None: it is)."""
+    if (gpu.name, dtype) in UNSERVED:
+        return UNSERVED[(gpu.name, dtype)]
+    if dtype not in WEIGHT_ONLY:
+        return None
+    m = model
+    shape = (m.hidden_size, m.moe_intermediate_size, m.num_experts_per_tok, m.num_experts, moe_tp, ep)
+    q, ref = db.moe(*shape, dtype), db.moe(*shape, "bfloat16")
+    if q is None or ref is None:
+        return None
+    small = q[0] <= DECODE_TOKENS
+    with np.errstate(invalid="ignore"):
+        slower = q[1][small] > ref[1][small]
+    ok = np.isfinite(q[1][small]) & np.isfinite(ref[1][small])
+    if ok.any() and bool(slower[ok].all()):
+        return f"slower than the 16-bit table at every decode size up to {DECODE_TOKENS} tokens"
+    return None
+
+
+def _nearest(db: KernelDatabase, tgpu: GpuSpec, model: ModelSpec, gpu: GpuSpec, eff: Efficiencies,
+             moe_tp: int, ep: int, dtype: str, roof: RoofFn) -> tuple[LogCurve, str] | None:
+    """The table of ``db`` (measured on ``tgpu``) at this shape and the nearest moe_tp,
+    scaled by the roofline ratio of this GPU and sharding to the table's."""
+    m = model
+    hit = db.moe_nearest(m.hidden_size, m.moe_intermediate_size, m.num_experts_per_tok, m.num_experts,
+                         moe_tp, ep, dtype)
+    if hit is None:
+        return None
+    tokens, lat, t_tp = hit
+    where = "" if tgpu.name == gpu.name else f" of {tgpu.name}"
+    if t_tp == moe_tp and not where:
+        return _curve(tokens, lat, roof), f"table moe {dtype} tp={moe_tp} ep={ep}"
+    ref = moe_roofline(m, tgpu, eff, t_tp, ep, dtype)
+    tf = tokens.astype(float)
+    return (_curve(tokens, lat * roof(tf) / ref(tf), roof),
+            f"table moe {dtype} tp={t_tp} ep={ep}{where} (roofline-scaled to {gpu.name} tp={moe_tp})")
+
+
+def moe_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int, ep: int,
+              dtype: str | None, eff: Efficiencies) -> tuple[LogCurve, str]:
+    """Seconds of one MoE layer vs tokens T of the step, and where it comes from."""
+    m, moe_tp = model, tp // ep
+    roof = moe_roofline(m, gpu, eff, moe_tp, ep, dtype)
+    ts = extended_axis(np.array([1.0]), 1.0, _MAX_T)
+    skipped = ""
+    if db is not None and dtype is not None:
+        why = unserved_reason(db, m, gpu, moe_tp, ep, dtype)
+        if why is not None:
+            skipped = f"; {dtype} table not used: {why}"
+        else:
+            found = _nearest(db, gpu, m, gpu, eff, moe_tp, ep, dtype, roof)
+            sib = SIBLINGS.get(gpu.name)
+            if found is None and sib is not None and db.version in kernel_versions(sib):
+                found = _nearest(load_database(sib, db.version), get_gpu(sib), m, gpu, eff, moe_tp, ep, dtype, roof)
+            if found is not None:
+                return found
+        if dtype in WEIGHT_ONLY:
+            base = db.moe(m.hidden_size, m.moe_intermediate_size, m.num_experts_per_tok, m.num_experts,
+                          moe_tp, ep, "bfloat16")
+            if base is not None:
+                ref = moe_roofline(m, gpu, eff, moe_tp, ep, "bfloat16", weight_bytes=2.0)
+                tf = base[0].astype(float)
+                return (_curve(base[0], base[1] * roof(tf) / ref(tf), roof),
+                        f"table moe bfloat16 tp={moe_tp} ep={ep} (roofline-scaled to {dtype} weights{skipped})")
+    return LogCurve(ts, np.log(roof(ts))), f"roofline (no fused-MoE table for this shape{skipped})"
+
+
+def _curve(tokens: np.ndarray, lat_ms: np.ndarray, roof: RoofFn) -> LogCurve:
+    ts = extended_axis(tokens, 1.0, _MAX_T)
+    return LogCurve(ts, log_curve(tokens.astype(float), lat_ms, ts, roof) + log(1e-3))

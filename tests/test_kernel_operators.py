@@ -1,0 +1,197 @@
+"""KernelPerfModel's operators against hand computations from the packed kernel tables:
+the fused MoE (exact, nearest sharding, weight-only fallbacks, tables not used), the
+sliding-window layers' attention and MLA's latent decode."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from servesim.catalog.gpus import get_gpu
+from servesim.catalog.hf_config import load_model
+from servesim.perf.base import BatchStats
+from servesim.perf.efficiencies import Efficiencies
+from servesim.perf.kernel_model import KernelPerfModel
+from servesim.perf.kernel_moe import DECODE_TOKENS
+from servesim.perf.kernels import load_database
+
+E = Efficiencies()
+GPT_OSS = (2880, 2880, 4, 128)  # hidden, expert width, top-k, experts
+KIMI = (7168, 2048, 8, 384)
+
+
+def _decode(pm: KernelPerfModel, batch: int, ctx: int) -> dict[str, float]:
+    return pm.breakdown(BatchStats(num_decode_reqs=batch, sum_decode_context=batch * ctx))
+
+
+def _moe_roof(t: float, params: float, wbytes: float, experts: float, topk: int, hidden: int,
+              peak: float, bw: float) -> float:
+    """One MoE layer's roofline by hand: the touched experts' weights, 4 activation passes."""
+    touched = experts * (1.0 - (1.0 - topk / experts) ** t)
+    mem = (params * wbytes * touched + t * topk * hidden * 2.0 * 4) / (bw * E.linear_memory)
+    return max(2.0 * params * t * topk / (peak * E.linear_compute), mem)
+
+
+# --------------------------------------------------------------------------- fused MoE
+
+
+def test_gpt_oss_experts_on_the_roofline_at_mxfp4_bytes():
+    # L40S has no MXFP4 MoE table (nor a sibling GPU): 36 layers x the roofline at 4.25-bit
+    # weights (not 16-bit).
+    m, g = load_model("openai/gpt-oss-120b"), get_gpu("L40S")
+    assert m.expert_weight_bytes == pytest.approx(4.25 / 8)
+    pm = KernelPerfModel(m, g, tp=4)
+    assert pm.sources["moe"].startswith("roofline")
+    params = 3 * 2880 * 2880 / 4  # gate, up, down of one expert on one of 4 ranks
+    want = 36 * _moe_roof(64, params, 4.25 / 8, 128, 4, 2880, g.flops_for("bfloat16"), g.mem_bw)
+    assert _decode(pm, 64, 1000)["moe"] == pytest.approx(want, rel=1e-9)
+    # Memory-bound: about a quarter of what 16-bit experts would cost.
+    as_bf16 = 36 * _moe_roof(64, params, 2.0, 128, 4, 2880, g.flops_for("bfloat16"), g.mem_bw)
+    assert 0.25 < want / as_bf16 < 0.3
+
+
+def test_mxfp4_table_exact_and_nearest_sharding_on_h200():
+    m, g = load_model("openai/gpt-oss-120b"), get_gpu("H200")
+    db = load_database("H200", "0.19.0")
+    tokens, lat = db.moe(*GPT_OSS, 1, 1, "w4a16_mxfp4")
+    i = int(np.searchsorted(tokens, 16))
+    pm1 = KernelPerfModel(m, g, tp=1, version="0.19.0")
+    assert pm1.sources["moe"] == "table moe w4a16_mxfp4 tp=1 ep=1"
+    assert _decode(pm1, 16, 1000)["moe"] == pytest.approx(36 * float(lat[i]) * 1e-3, rel=1e-6)
+    # TP 4: no moe_tp 4 table; the nearest measured (2) scaled by the roofline of the two shardings.
+    _, lat2 = db.moe(*GPT_OSS, 2, 1, "w4a16_mxfp4")
+    pm4 = KernelPerfModel(m, g, tp=4, version="0.19.0")
+    assert pm4.sources["moe"] == "table moe w4a16_mxfp4 tp=2 ep=1 (roofline-scaled to H200 tp=4)"
+    bf, pk, bw = 4.25 / 8, g.flops_for("bfloat16"), g.mem_bw
+    ratio = (_moe_roof(16, 3 * 2880 * 2880 / 4, bf, 128, 4, 2880, pk, bw)
+             / _moe_roof(16, 3 * 2880 * 2880 / 2, bf, 128, 4, 2880, pk, bw))
+    assert _decode(pm4, 16, 1000)["moe"] == pytest.approx(36 * float(lat2[i]) * 1e-3 * ratio, rel=1e-6)
+
+
+def test_h100_takes_the_h200_table_of_its_die_scaled_by_the_roofline():
+    # H100 SXM has no MXFP4 MoE table; H200 (the same GH100 die, more HBM bandwidth) has:
+    # its moe_tp 2 table times the roofline ratio H100 / H200 (memory-bound: the bandwidths).
+    m, h100, h200 = load_model("openai/gpt-oss-120b"), get_gpu("H100-SXM"), get_gpu("H200")
+    tokens, lat = load_database("H200", "0.19.0").moe(*GPT_OSS, 2, 1, "w4a16_mxfp4")
+    i = int(np.searchsorted(tokens, 8))
+    pm = KernelPerfModel(m, h100, tp=2, version="0.19.0")
+    assert pm.sources["moe"] == "table moe w4a16_mxfp4 tp=2 ep=1 of H200 (roofline-scaled to H100-SXM tp=2)"
+    p = 3 * 2880 * 2880 / 2
+    ratio = (_moe_roof(8, p, 4.25 / 8, 128, 4, 2880, h100.flops_for("bfloat16"), h100.mem_bw)
+             / _moe_roof(8, p, 4.25 / 8, 128, 4, 2880, h200.flops_for("bfloat16"), h200.mem_bw))
+    assert ratio == pytest.approx(h200.mem_bw / h100.mem_bw, rel=1e-9)
+    assert _decode(pm, 8, 1000)["moe"] == pytest.approx(36 * float(lat[i]) * 1e-3 * ratio, rel=1e-6)
+
+
+def test_mxfp4_table_of_b200_is_not_vllms_sm100_kernel():
+    # The evidence: the same kernel and shape measure slower on B200 than on H200 (which has
+    # 60% of its bandwidth) at every token count from 4 up; vLLM runs FlashInfer's MoE there.
+    tb, lb = load_database("B200", "0.19.0").moe(*GPT_OSS, 1, 1, "w4a16_mxfp4")
+    th, lh = load_database("H200", "0.19.0").moe(*GPT_OSS, 1, 1, "w4a16_mxfp4")
+    assert np.array_equal(tb, th)
+    assert (lb[tb >= 4] > lh[th >= 4]).all()
+    pm = KernelPerfModel(load_model("openai/gpt-oss-120b"), get_gpu("B200"), tp=1)
+    assert pm.sources["moe"].startswith("roofline") and "w4a16_mxfp4 table not used" in pm.sources["moe"]
+
+
+def test_int4_table_slower_than_bf16_is_replaced_by_the_scaled_bf16_table():
+    m, g = load_model("moonshotai/Kimi-K2.5"), get_gpu("B200")
+    db = load_database("B200", "0.19.0")
+    tq, lq = db.moe(*KIMI, 8, 1, "int4_wo")
+    tb, lb = db.moe(*KIMI, 8, 1, "bfloat16")
+    small = tq <= DECODE_TOKENS
+    assert (lq[small] > lb[small]).all()  # 0.19.0's int4 kernel: slower than 16-bit weights
+    pm = KernelPerfModel(m, g, tp=8)
+    assert pm.sources["moe"].startswith("table moe bfloat16 tp=8 ep=1 (roofline-scaled to int4_wo")
+    i = int(np.searchsorted(tb, 32))
+    params, pk, bw = 3 * 7168 * 2048 / 8, g.flops_for("bfloat16"), g.mem_bw
+    wq = m.expert_weight_bytes  # int4 plus one 16-bit scale per group of 32: 4.5 bits
+    assert wq == pytest.approx(4.5 / 8)
+    ratio = (_moe_roof(32, params, wq, 384, 8, 7168, pk, bw) / _moe_roof(32, params, 2.0, 384, 8, 7168, pk, bw))
+    got = _decode(pm, 32, 1000)["moe"] / m.num_moe_layers
+    assert got == pytest.approx(float(lb[i]) * 1e-3 * ratio, rel=1e-6)
+    # vLLM 0.14.0's Marlin MoE on H200 is faster than its 16-bit MoE: that table is used as is.
+    h = KernelPerfModel(m, get_gpu("H200"), tp=8, version="0.14.0")
+    assert h.sources["moe"] == "table moe int4_wo tp=8 ep=1"
+
+
+# --------------------------------------------------------------------------- attention
+
+
+def test_sliding_window_layers_read_the_window_class():
+    # gpt-oss on H100 (vLLM 0.19.0 tables): 18 full layers at the full context, 18 layers of
+    # the measured window-128 class, at batch 16 and context 4096 (grid points of both).
+    db = load_database("H100-SXM", "0.19.0")
+    b, s, full, _ = db.attention_class("gen", "bfloat16", 64, 16, 2, 0)
+    _, _, win, _ = db.attention_class("gen", "bfloat16", 64, 16, 2, 128)
+    i, j = int(np.searchsorted(b, 16)), int(np.searchsorted(s, 4096))
+    pm = KernelPerfModel(load_model("openai/gpt-oss-120b"), get_gpu("H100-SXM"), tp=4)
+    assert "18 full layers; 18 layers table gen" in pm.sources["attn_decode"]
+    want = (18 * float(full[i, j]) + 18 * float(win[i, j])) * 1e-3
+    assert _decode(pm, 16, 4096)["attn_decode"] == pytest.approx(want, rel=1e-6)
+    # The window layers read 128 keys however long the context: flat from 256 on, below the full.
+    k = int(np.searchsorted(s, 256))
+    assert win[i, j] == pytest.approx(float(win[i, k]), rel=0.05)
+    assert full[i, j] > 1.3 * win[i, j]
+
+
+def test_sliding_window_without_a_window_class_reads_w_keys():
+    # B200 has no head_dim-64 table: the roofline, the window layers at length 128.
+    m, g = load_model("openai/gpt-oss-120b"), get_gpu("B200")
+    pm = KernelPerfModel(m, g, tp=2)
+    assert "windowed to 128 keys" in pm.sources["attn_decode"]
+    h, kv, hd = 32, 4, 64
+
+    def roof(batch: int, length: int) -> float:
+        return max(4.0 * batch * h * hd * length / (g.flops_for("bfloat16") * E.attn_decode_compute),
+                   batch * (length * 2 * kv * hd * 2.0 + 4 * h * hd) / (g.mem_bw * E.attn_decode_memory))
+    want = 18 * roof(8, 4096) + 18 * roof(8, 128)
+    assert _decode(pm, 8, 4096)["attn_decode"] == pytest.approx(want, rel=1e-6)
+
+
+def test_mla_decode_reads_the_latent_at_the_tables_efficiency():
+    # Kimi-K2.5 on B200, TP 8: 8 heads per rank share one 512 + 64 latent per token. Priced
+    # from the GQA decode class heads 8, KV heads 2, head_dim 128 (512 elements per token),
+    # scaled by the ratio of the two rooflines, at grid points batch 32, context 4096.
+    m, g = load_model("moonshotai/Kimi-K2.5"), get_gpu("B200")
+    db = load_database("B200", "0.19.0")
+    b, s, lat, cls = db.attention_class("gen", "bfloat16", 128, 8, 2, 0)
+    assert cls == (8, 2)
+    i, j = int(np.searchsorted(b, 32)), int(np.searchsorted(s, 4096))
+    B, S, pk, bw = 32, 4096, g.flops_for("bfloat16"), g.mem_bw
+    mla = max(B * S * 2 * 8 * (2 * 512 + 64) / (pk * E.attn_decode_compute),
+              B * (S * 576 * 2.0 + 8 * (576 + 512) * 2.0) / (bw * E.attn_decode_memory))
+    gqa = max(4.0 * B * 8 * 128 * S / (pk * E.attn_decode_compute),
+              B * (S * 2 * 2 * 128 * 2.0 + 4 * 8 * 128) / (bw * E.attn_decode_memory))
+    pm = KernelPerfModel(m, g, tp=8)
+    assert "MLA latent 512+64" in pm.sources["attn_decode"] and "attn_decode" not in pm.fallbacks
+    got = _decode(pm, B, S)["attn_decode"]
+    assert got == pytest.approx(m.num_layers * float(lat[i, j]) * 1e-3 * mla / gqa, rel=1e-6)
+    # It reads every latent once: never faster than the HBM peak allows.
+    assert m.num_layers * B * S * 576 * 2.0 / got < bw
+
+
+# --------------------------------------------------------------------------- MoE models' GEMMs
+
+
+def test_mla_shared_expert_and_dense_layer_gemms():
+    # Kimi-K2.5 on B200, TP 8, 16 decode tokens: 61 layers of MLA projections, 60 MoE layers
+    # with the shared expert (2048 wide, split by TP), 1 dense layer; bf16 GEMMs (int4 experts).
+    m, g = load_model("moonshotai/Kimi-K2.5"), get_gpu("B200")
+    assert (m.num_layers, m.num_moe_layers, m.shared_expert_intermediate_size) == (61, 60, 2048)
+    ms, ns, ks, lat = load_database("B200", "0.19.0").gemm("bfloat16")
+
+    def table_ms(m_: int, n: int, k: int) -> float:
+        i, j, l = (int(np.searchsorted(a, v)) for a, v in ((ms, m_), (ns, n), (ks, k)))
+        assert (ms[i], ns[j], ks[l]) == (m_, n, k)  # grid points: no interpolation
+        return float(lat[i, j, l])
+    pm = KernelPerfModel(m, g, tp=8)
+    bd = _decode(pm, 16, 1000)
+    want = {"gemm_shared_gate_up": 60 * table_ms(16, 2 * 256, 7168),
+            "gemm_o_proj": 61 * table_ms(16, 7168, 8 * 128),
+            "gemm_uv": 61 * table_ms(16, 8 * 128, 512)}
+    for op, ms_ in want.items():
+        assert bd[op] == pytest.approx(ms_ * 1e-3, rel=1e-6), op
+    assert pm.sources["gemm_qkv_a"] == "table gemm bfloat16 n=2112 k=7168"  # q_a + kv_a, replicated
+    assert pm.sources["gemm_down"] == "table gemm bfloat16 n=7168 k=2304"  # the dense layer, 18432 / 8
+    assert "gemm_qkv" not in bd  # no GQA projection for MLA
