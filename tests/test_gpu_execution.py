@@ -187,6 +187,22 @@ def test_async_default_by_version_policy_and_device():
         EngineConfig(version="latest")
 
 
+def test_token_budget_default_by_gpu_memory_and_version():
+    """vLLM's get_batch_defaults for the API server: 8192 on >= 70 GiB GPUs (not A100); the
+    16384 tier for >= 160 GiB arrived in vLLM 0.28 (before it a B200 had 8192 too)."""
+    from servesim.catalog.gpus import get_gpu
+
+    def budget(version: str, gpu: str) -> tuple[int | None, int | None]:
+        g = get_gpu(gpu)
+        e = resolve_engine(EngineConfig(version=version), g.mem_bytes, g.name)
+        return e.max_num_batched_tokens, e.max_num_seqs
+
+    assert budget("0.19.0", "B200") == budget("0.27.0", "B300") == budget("0.19.0", "H200") == (8192, 1024)
+    assert budget("0.28.0", "B200") == budget("0.28.0", "GB200") == (16384, 1024)
+    assert budget("0.28.0", "H200") == (8192, 1024)  # 139.8 GiB: under the 160 GiB tier
+    assert budget("0.28.0", "A100-80GB") == budget("0.19.0", "L40S") == (2048, 256)
+
+
 def test_kernel_tables_nearest_at_or_below_the_version():
     assert kernel_version_for("0.19.0", "H100-SXM") == "0.19.0"
     assert kernel_version_for("0.21", "H100-SXM") == "0.19.0"
