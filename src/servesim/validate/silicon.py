@@ -1,8 +1,9 @@
 """Suite ``silicon``: AIConfigurator's measured vLLM serving runs (``silicon_vllm.csv``).
 
-Each row is one ``vllm bench serve`` run: a model checkpoint on one GPU type with its
-tensor/expert/attention-data parallelism, random prompts of ``isl`` tokens and outputs of
-``osl`` tokens from ``batch_size`` closed-loop clients, and the run's mean TTFT and mean
+Each row is one closed-loop benchmark run (``vllm bench serve`` or the older
+``benchmark_serving.py``, by the row's source: ``bench_harness``): a model checkpoint on one
+GPU type with its tensor/expert/attention-data parallelism, random prompts of about ``isl``
+tokens and outputs of about ``osl`` tokens from ``batch_size`` clients, and the run's mean TTFT and mean
 TPOT (AIConfigurator's collection fills ``silicon_ttft_ms`` / ``silicon_tpot_ms`` from
 the benchmark's ``mean_ttft`` / ``mean_tpot``). Each row becomes a scenario
 (``row_case``): the model preset of its checkpoint and precision, the GPU, the
@@ -31,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from servesim.validate.bench_harness import bench_workload
 from servesim.validate.common import Check
 from servesim.validate.limits import Goal
 
@@ -38,17 +40,17 @@ from servesim.validate.limits import Goal
 BUNDLED_CSV = "silicon_vllm.csv.gz"
 COLUMNS = ("id", "backend_version", "model_path", "system", "precision", "mode", "isl", "osl",
            "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size", "attention_dp_size",
-           "moe_tp_size", "moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms")
+           "moe_tp_size", "moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms", "silicon_data_source")
 
-#: The measured system -> (servesim GPU, note). B300 and GB200 are not in the GPU catalog:
-#: they run as a B200 (same HBM bandwidth and dense fp8/bf16 peaks; B300 has more memory
-#: and a higher fp4 peak, GB200's GPU a higher power limit), and their groups say so.
+#: The measured system -> (servesim GPU, note). B300 and GB200 have no kernel tables of
+#: their own: they run on B200's (same dense fp8/bf16 peaks and HBM bandwidth; B300's fp4
+#: peak is higher), with their own memory, and their groups say so.
 GPUS = {
     "h100_sxm": ("H100-SXM", ""),
     "h200_sxm": ("H200", ""),
     "b200_sxm": ("B200", ""),
-    "b300_sxm": ("B200", "B300 run as a B200 (not in the GPU catalog)"),
-    "gb200": ("B200", "GB200 run as a B200 (not in the GPU catalog)"),
+    "b300_sxm": ("B300", "B300 with B200's kernel tables"),
+    "gb200": ("GB200", "GB200 with B200's kernel tables"),
 }
 
 #: (model_path, precision) -> (servesim preset, NVFP4 variant of it?, note).
@@ -71,12 +73,6 @@ MODELS = {
 #: Pass the row's vLLM version into ``engine.version`` (its async-scheduling and CUDA-graph
 #: defaults); nightly builds and rows without a version run at the newest modelled version.
 PASS_ENGINE_VERSION = True
-
-#: Requests per run: ``PROMPTS_PER_CLIENT`` per client, at least ``MIN_PROMPTS``. vllm bench
-#: with fixed lengths keeps its clients in step (they start together and finish together),
-#: so a few rounds give the steady state; more add run time, not information.
-PROMPTS_PER_CLIENT = 10
-MIN_PROMPTS = 32
 
 _REAL = "the target for real vLLM runs on GPUs: median |error| of mean "
 TTFT_GOAL = Goal(12.0, _REAL + "TTFT over all runs within 12% (published serving simulators report "
@@ -250,9 +246,7 @@ def row_case(row: dict[str, str], nvfp4_dir: Path | None = None) -> SiliconCase:
         "hardware": {"gpu": gpu[0], "perf_model": "kernels", "kernel_version": version},
         "parallel": {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "expert_parallel_size": ep},
         "engine": engine,
-        "workload": {"type": "benchmark", "num_prompts": max(PROMPTS_PER_CLIENT * conc, MIN_PROMPTS),
-                     "input_len": isl, "output_len": osl, "random_range_ratio": 0.0,
-                     "max_concurrency": conc, "num_warmups": 0, "seed": 0},
+        "workload": bench_workload(row["silicon_data_source"], isl, osl, conc),
         "slo": {"ttft_s": None, "tpot_s": None},
         "run": {"record_steps": False},
     }
@@ -355,7 +349,7 @@ def group_table(cases: list[SiliconCase]) -> list[dict[str, Any]]:
         for metric in ("ttft", "tpot"):
             s = abs_err_stats(np.array([getattr(c, f"{metric}_err_pct") for c in cs]))
             row.update({f"{metric}_{k}": v for k, v in s.items() if k != "n"})
-        notes = sorted({n for c in cs for n in c.notes if "run as" in n})
+        notes = sorted({n for c in cs for n in c.notes if "kernel tables" in n})
         row["note"] = "; ".join(notes)
         out.append(row)
     return out
