@@ -167,6 +167,26 @@ def test_numpy_chunks_with_async_scheduling(monkeypatch: pytest.MonkeyPatch, sca
                                  async_scheduling=True), 600, perf=pm)
 
 
+@pytest.mark.parametrize("reference", [True, False])
+def test_async_scheduling_admits_an_arrival_one_step_later(reference: bool) -> None:
+    """vLLM's step_with_batch_queue schedules step k+1 while step k runs: a request arriving
+    during step k is scheduled into step k+2 (sync: k+1); an idle engine takes it at once."""
+    from servesim.workload.base import Workload
+
+    # request 0 decodes alone in 10 ms steps; request 1 arrives 15 ms in (inside its second step)
+    wl = Workload(np.array([0.0, 0.015]), np.array([16, 16]), np.array([40, 4]))
+    firsts = {}
+    for mode in (False, True):
+        eng = EngineConfig(max_num_seqs=8, max_num_batched_tokens=256, cpu_overhead_s=0.0, async_scheduling=mode)
+        res = run_engine(wl, eng, ConstantPerfModel(0.01, 0.0), 100, 4096, reference=reference)
+        starts = np.asarray(res.steps.columns()["start_s"])
+        after = starts[starts > 0.015]
+        firsts[mode] = res.records.first_scheduled_s[1]
+        assert firsts[mode] == pytest.approx(after[1] if mode else after[0])
+        assert res.records.first_scheduled_s[0] == 0.0  # the idle engine's first arrival: at once
+    assert firsts[True] == pytest.approx(firsts[False] + 0.01)  # one 10 ms step later
+
+
 # ----------------------------------------------------------------- version defaults
 
 
