@@ -211,7 +211,7 @@ class BenchmarkWorkload(_Strict):
         "(output at least 1)."))
     client: Literal["vllm_bench", "benchmark_serving"] = Field("vllm_bench", description=(
         "The benchmark client: vllm_bench (`vllm bench serve`, vLLM main) or benchmark_serving "
-        "(vLLM's older benchmarks/benchmark_serving.py and its forks, such as InferenceMAX's "
+        "(vLLM's older benchmark_serving.py script and its forks, such as InferenceMAX's "
         "bench_serving: lengths at most L, drawn by numpy's legacy generator; no warm-ups)."))
     num_special_tokens: int = Field(0, ge=0, description=(
         "Special tokens the tokenizer adds to a prompt (tokenizer.num_special_tokens_to_add(), "
