@@ -70,6 +70,36 @@ def test_lengths_follow_vllm_random_dataset_ranges() -> None:
     np.testing.assert_array_equal(load_workload(bench(seed=7, ready_check=False)).num_prompt_tokens, ref)
 
 
+def test_benchmark_serving_lengths_lie_below_the_mean_length() -> None:
+    """The older benchmark_serving.py (InferenceMAX's client): uniform in [int(L r), L], the
+    legacy global generator (np.random.seed), prompts then outputs; r = 1 is fixed."""
+    wl = load_workload(bench(client="benchmark_serving", random_range_ratio=0.8, num_prompts=4000,
+                             input_len=1024, output_len=1024, num_special_tokens=1, ready_check=False))
+    # int(0.8 x 1024) = 819 sampled tokens at least, 1024 at most, plus the server's BOS
+    assert (wl.num_prompt_tokens.min(), wl.num_prompt_tokens.max()) == (820, 1025)
+    assert (wl.num_output_tokens.min(), wl.num_output_tokens.max()) == (819, 1024)
+    assert wl.num_output_tokens.mean() == pytest.approx((819 + 1024) / 2, abs=5)  # not the vllm_bench mean
+    legacy = np.random.RandomState(3)
+    ref_in = legacy.randint(409, 512 + 1, size=300)
+    ref_out = legacy.randint(51, 64 + 1, size=300)
+    got = load_workload(bench(client="benchmark_serving", random_range_ratio=0.8, seed=3, ready_check=False))
+    np.testing.assert_array_equal(got.num_prompt_tokens, ref_in)
+    np.testing.assert_array_equal(got.num_output_tokens, ref_out)
+    fixed = load_workload(bench(client="benchmark_serving", random_range_ratio=1.0, ready_check=False))
+    assert (fixed.num_prompt_tokens == 512).all() and (fixed.num_output_tokens == 64).all()
+    tiny = load_workload(bench(client="benchmark_serving", random_range_ratio=0.5, output_len=1, ready_check=False))
+    assert tiny.num_output_tokens.min() == 1  # int(0.5) = 0 tokens raised to one
+
+
+def test_benchmark_serving_refuses_what_that_script_lacks() -> None:
+    with pytest.raises(ValidationError, match="no warm-ups"):
+        bench(client="benchmark_serving", random_range_ratio=0.8, num_warmups=2)
+    with pytest.raises(ValidationError, match=r"in \[0, 1\] for client benchmark_serving"):
+        bench(client="benchmark_serving", random_range_ratio=1.2)
+    with pytest.raises(ValidationError, match="may have no token"):
+        bench(client="benchmark_serving", random_range_ratio=0.0)
+
+
 @pytest.mark.parametrize("ratio", [-0.1, 1.0, 1.5])
 def test_range_ratio_outside_zero_one_is_a_clean_error(ratio: float) -> None:
     with pytest.raises(ValidationError, match="random_range_ratio"):

@@ -140,7 +140,8 @@ def test_missing_key_error_names_file_and_key(tmp_path: Path) -> None:
 
 
 def test_gpu_lookup_and_aliases() -> None:
-    assert list_gpus() == ["A100-80GB", "H100-SXM", "H200", "B200", "MI300X", "L40S", "L4"]
+    assert list_gpus() == ["A100-80GB", "H100-SXM", "H200", "B200", "B300", "GB200", "MI300X", "L40S", "L4"]
+    assert get_gpu("b300_sxm").name == "B300" and get_gpu("GB200").name == "GB200"
     assert get_gpu("h100").name == "H100-SXM"
     assert get_gpu("a100").name == "A100-80GB"
     assert get_gpu("H100 SXM").name == "H100-SXM"
@@ -152,10 +153,29 @@ def test_gpu_lookup_and_aliases() -> None:
 def test_sm_counts_from_the_spec_sheets() -> None:
     """Streaming multiprocessors (AMD: compute units) that each product enables."""
     sms = {g: get_gpu(g).num_sms for g in list_gpus()}
-    assert sms == {"A100-80GB": 108, "H100-SXM": 132, "H200": 132, "B200": 148, "MI300X": 304,
+    assert sms == {"A100-80GB": 108, "H100-SXM": 132, "H200": 132, "B200": 148, "B300": 148, "GB200": 148,
+                   "MI300X": 304,
                    "L40S": 142, "L4": 58}
     # Custom hardware has none (wave quantisation is off there).
     assert get_gpu(GpuConfig(name="X", bf16_tflops=100, mem_gb=40, mem_bw_tb_per_s=1.5)).num_sms == 0
+
+
+def test_blackwell_variants_from_nvidia_specs() -> None:
+    """B300 (HGX B300 datasheet, per 8 GPUs) and GB200 (GB200 NVL72, per 72 GPUs), per GPU."""
+    from servesim.perf.kernels import kernel_versions
+
+    b200, b300, gb200 = get_gpu("B200"), get_gpu("B300"), get_gpu("GB200")
+    assert b300.flops_for("bfloat16") == 18e15 / 8 and b300.flops_for("fp8") == 36e15 / 8
+    assert gb200.flops_for("bfloat16") == 180e15 / 72 and gb200.flops_for("fp8") == 360e15 / 72
+    assert b300.mem_bw == gb200.mem_bw == 8e12 == 576e12 / 72
+    # 288 GB and 186 GB of HBM3e per GPU, read as GiB as for the other parts; the driver sees less
+    assert 0.9 * 288 * 2**30 <= b300.mem_bytes <= 288 * 2**30
+    assert 0.9 * 186 * 2**30 <= gb200.mem_bytes <= 186 * 2**30
+    assert b300.mem_bytes > 1.4 * b200.mem_bytes
+    assert (b300.max_power_w, gb200.max_power_w) == (1100, 1200)
+    assert b300.interconnect_bw == gb200.interconnect_bw == b200.interconnect_bw == 1.8e12 / 2
+    # no tables of their own: B200's
+    assert kernel_versions("B300") == kernel_versions("GB200") == kernel_versions("B200") != ()
 
 
 def test_flops_for_falls_back_to_bf16_without_fp8() -> None:

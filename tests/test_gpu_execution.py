@@ -167,6 +167,26 @@ def test_numpy_chunks_with_async_scheduling(monkeypatch: pytest.MonkeyPatch, sca
                                  async_scheduling=True), 600, perf=pm)
 
 
+@pytest.mark.parametrize("reference", [True, False])
+def test_async_scheduling_admits_an_arrival_one_step_later(reference: bool) -> None:
+    """vLLM's step_with_batch_queue schedules step k+1 while step k runs: a request arriving
+    during step k is scheduled into step k+2 (sync: k+1); an idle engine takes it at once."""
+    from servesim.workload.base import Workload
+
+    # request 0 decodes alone in 10 ms steps; request 1 arrives 15 ms in (inside its second step)
+    wl = Workload(np.array([0.0, 0.015]), np.array([16, 16]), np.array([40, 4]))
+    firsts = {}
+    for mode in (False, True):
+        eng = EngineConfig(max_num_seqs=8, max_num_batched_tokens=256, cpu_overhead_s=0.0, async_scheduling=mode)
+        res = run_engine(wl, eng, ConstantPerfModel(0.01, 0.0), 100, 4096, reference=reference)
+        starts = np.asarray(res.steps.columns()["start_s"])
+        after = starts[starts > 0.015]
+        firsts[mode] = res.records.first_scheduled_s[1]
+        assert firsts[mode] == pytest.approx(after[1] if mode else after[0])
+        assert res.records.first_scheduled_s[0] == 0.0  # the idle engine's first arrival: at once
+    assert firsts[True] == pytest.approx(firsts[False] + 0.01)  # one 10 ms step later
+
+
 # ----------------------------------------------------------------- version defaults
 
 
@@ -185,6 +205,22 @@ def test_async_default_by_version_policy_and_device():
     assert resolve_engine(EngineConfig(async_scheduling=False), 80e9, "H100-SXM").async_scheduling is False
     with pytest.raises(ValueError):
         EngineConfig(version="latest")
+
+
+def test_token_budget_default_by_gpu_memory_and_version():
+    """vLLM's get_batch_defaults for the API server: 8192 on >= 70 GiB GPUs (not A100); the
+    16384 tier for >= 160 GiB arrived in vLLM 0.28 (before it a B200 had 8192 too)."""
+    from servesim.catalog.gpus import get_gpu
+
+    def budget(version: str, gpu: str) -> tuple[int | None, int | None]:
+        g = get_gpu(gpu)
+        e = resolve_engine(EngineConfig(version=version), g.mem_bytes, g.name)
+        return e.max_num_batched_tokens, e.max_num_seqs
+
+    assert budget("0.19.0", "B200") == budget("0.27.0", "B300") == budget("0.19.0", "H200") == (8192, 1024)
+    assert budget("0.28.0", "B200") == budget("0.28.0", "GB200") == (16384, 1024)
+    assert budget("0.28.0", "H200") == (8192, 1024)  # 139.8 GiB: under the 160 GiB tier
+    assert budget("0.28.0", "A100-80GB") == budget("0.19.0", "L40S") == (2048, 256)
 
 
 def test_kernel_tables_nearest_at_or_below_the_version():

@@ -47,10 +47,10 @@ def test_row_to_scenario_fields():
     assert sc["parallel"] == {"tensor_parallel_size": 2, "pipeline_parallel_size": 1,
                               "expert_parallel_size": 1}
     assert sc["engine"]["max_model_len"] == 2048
-    wl = sc["workload"]
-    assert (wl["type"], wl["input_len"], wl["output_len"], wl["random_range_ratio"], wl["max_concurrency"],
-            wl["num_warmups"]) == ("benchmark", 1024, 1024, 0.0, 16, 0)
-    assert wl["num_prompts"] == max(s.PROMPTS_PER_CLIENT * 16, s.MIN_PROMPTS)
+    wl = sc["workload"]  # an InferenceMAX run (no source of AIConfigurator's own collection)
+    assert (wl["type"], wl["client"], wl["input_len"], wl["output_len"], wl["random_range_ratio"],
+            wl["max_concurrency"], wl["num_warmups"], wl["num_prompts"]) == (
+        "benchmark", "benchmark_serving", 1024, 1024, 0.8, 16, 0, 160)
     Scenario.model_validate(sc)  # a valid scenario
     assert case.group == "Llama-3.1-70B fp8 h200_sxm"
 
@@ -70,9 +70,29 @@ def test_row_mapping_variants(tmp_path):
     c = s.row_case(_row(precision="fp4", system="b200_sxm"), tmp_path)
     assert c.nvfp4 == "meta-llama/Llama-3.1-70B"
     assert c.scenario["model"]["name"] == str(tmp_path / "Llama-3.1-70B-NVFP4")
-    # B300 runs as a B200, with a note
+    # B300 and GB200 run on B200's kernel tables, with a note
     c = s.row_case(_row(system="b300_sxm", precision="fp4"))
-    assert c.scenario["hardware"]["gpu"] == "B200" and any("B300" in n for n in c.notes)
+    assert c.scenario["hardware"] == {"gpu": "B300", "perf_model": "kernels", "kernel_version": "0.19.0"}
+    assert any("B200's kernel tables" in n for n in c.notes)
+    assert s.row_case(_row(system="gb200")).scenario["hardware"]["gpu"] == "GB200"
+
+
+def test_each_row_runs_the_client_of_its_harness():
+    """InferenceMAX's bench_serving (lengths in [0.8 L, L], 10 requests per client) for every
+    source but AIConfigurator's own per-GPU files (fixed lengths)."""
+    from servesim.validate.bench_harness import MIN_PROMPTS, PROMPTS_PER_CLIENT, is_inferencemax
+
+    own = "source_file=h100_sxm/vllm/0.12.0/Qwen_Qwen3-32B.csv; silicon_concurrency=8"
+    c = s.row_case(_row(silicon_data_source=own, batch_size="2"))
+    wl = c.scenario["workload"]
+    assert "client" not in wl and wl["random_range_ratio"] == 0.0
+    assert wl["num_prompts"] == max(PROMPTS_PER_CLIENT * 2, MIN_PROMPTS)
+    rows = s.read_silicon()
+    imax = [r for r in rows if is_inferencemax(r["silicon_data_source"])]
+    assert len(rows) - len(imax) == 96  # the three files of AIConfigurator's H100 collection
+    # every InferenceMAX row is one of its client table's (ISL, OSL) pairs
+    assert {(r["isl"], r["osl"]) for r in imax} == {("1024", "1024"), ("1024", "8192"), ("8192", "1024")}
+    Scenario.model_validate(s.row_case(imax[0]).scenario)
 
 
 def test_nvfp4_config_is_read_as_nvfp4():

@@ -85,6 +85,21 @@ _GPUS: tuple[GpuSpec, ...] = (
     # B200 (HGX, 1000 W): 180 GB visible; NVLink 5 1.8 TB/s bidir; $3.75 vendor claim.
     # SMs: 148 (two dies of 74 enabled SMs; Chips and Cheese, "Nvidia's B200", 2025).
     GpuSpec("B200", _flops(2250, 4500, 75), 179.0 * _GIB, 8.0e12, 900e9, 5e-6, 200, 1000, 3.75, 148),
+    # B300 (HGX B300, Blackwell Ultra; not in gpu_specs.csv): NVIDIA's HGX B300 datasheet per
+    # 8 GPUs: BF16 18 PFLOPS dense (2.25 per GPU), FP8 36 (4.5), FP4 108 (13.5, not a catalog
+    # dtype: fp4 runs at the fp8 peak), 2.3 TB HBM3e (288 GB per GPU; 268 GiB visible,
+    # approximate), 8 TB/s, NVLink 5 1.8 TB/s bidir; TDP 1100 W (1100-1400 W by
+    # system). SMs: 148 assumed as B200's (the full two-die part has 160). Price: no published
+    # quote, B200's x 1.2 as a placeholder. The kernel database has no B300 tables;
+    # ``perf.kernels`` borrows B200's (same dense BF16/FP8 peaks and HBM bandwidth).
+    GpuSpec("B300", _flops(2250, 4500, 75), 268.0 * _GIB, 8.0e12, 900e9, 5e-6, 220, 1100, 4.50, 148),
+    # GB200 (one Blackwell GPU of a GB200 NVL72; not in gpu_specs.csv): NVIDIA's GB200 NVL72
+    # spec per 72 GPUs: BF16 180 PFLOPS dense (2.5 per GPU), FP8 360 (5.0), 13.4 TB HBM3e
+    # (186 GB per GPU; 184 GiB visible, approximate), 576 TB/s (8 TB/s per GPU), NVLink 5
+    # 1.8 TB/s bidir; 1200 W per GPU (the superchip's 2700 W less the Grace CPU). SMs: 148
+    # assumed as B200's. Its NVLink domain is the rack: 72 GPUs per node in ``_LINKS``.
+    # Price: B200's x 1.2 as a placeholder. Kernel tables: B200's (``perf.kernels``).
+    GpuSpec("GB200", _flops(2500, 5000, 80), 184.0 * _GIB, 8.0e12, 900e9, 5e-6, 240, 1200, 4.50, 148),
     # MI300X: figures approximate (sources conflict); XGMI 896 GB/s; $1.71-1.85 -> 1.78.
     # Compute units: 304 (AMD Instinct MI300X datasheet).
     GpuSpec("MI300X", _flops(1300, 2610, 163.4), 191.5 * _GIB, 5.3e12, 448e9, 8e-6, 170, 750, 1.78, 304),
@@ -103,7 +118,8 @@ _ALIASES = {
     "a100": "A100-80GB", "a10080gb": "A100-80GB", "a100sxm": "A100-80GB", "a100sxm480gb": "A100-80GB",
     "h100": "H100-SXM", "h100sxm": "H100-SXM", "h10080gb": "H100-SXM", "h100sxm5": "H100-SXM",
     "h100sxm80gb": "H100-SXM", "h200": "H200", "h200sxm": "H200", "h200141gb": "H200",
-    "b200": "B200", "mi300x": "MI300X", "l40s": "L40S", "l4": "L4",
+    "b200": "B200", "b200sxm": "B200", "b300": "B300", "b300sxm": "B300", "gb200": "GB200",
+    "gb200nvl72": "GB200", "mi300x": "MI300X", "l40s": "L40S", "l4": "L4",
 }
 
 
@@ -176,6 +192,8 @@ _LINKS: dict[str, tuple[str, str, float, int]] = {
     "H100-SXM": ("NVLink4", "InfiniBand NDR 400G", 50e9, 8),
     "H200": ("NVLink4", "InfiniBand NDR 400G", 50e9, 8),
     "B200": ("NVLink5", "InfiniBand NDR 400G", 50e9, 8),
+    "B300": ("NVLink5", "InfiniBand XDR 800G", 100e9, 8),
+    "GB200": ("NVLink5 (NVL72)", "InfiniBand NDR 400G", 50e9, 72),
     "MI300X": ("xGMI", "RoCE 400G", 50e9, 8),
     "L40S": ("PCIe Gen4 x16", "Ethernet 200G", 25e9, 8),
     "L4": ("PCIe Gen4 x16", "Ethernet 100G", 12.5e9, 8),

@@ -35,6 +35,10 @@ VLLM_DEFAULT_VERSION = "0.19.0"
 #: pipeline parallelism and EAGLE/MTP speculative decoding joined in 0.15 (#32359, #31998).
 ASYNC_DEFAULT_FROM = (0, 14)
 ASYNC_PP_SPEC_FROM = (0, 15)
+#: vLLM's ``get_batch_defaults`` gave GPUs of >= 160 GiB (B200, B300, GB200, MI300X) a
+#: 16384-token budget from vllm-project/vllm#51726 (merged 2026-08; in v0.28.0's
+#: ``vllm/engine/arg_utils.py``); before it every GPU of >= 70 GiB but the A100 had 8192.
+LARGE_GPU_BUDGET_FROM = (0, 28)
 
 #: KV block sizes vLLM accepts (``vllm/config/cache.py``: ``BlockSize``).
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
@@ -82,8 +86,9 @@ class EngineConfig(_Strict):
         "Most requests in one batch. Default as `vllm serve` 0.32: 1024 on GPUs with >= 70 GiB "
         "(not A100), else 256."), json_schema_extra={"unit": "requests", "vllm": "--max-num-seqs"})
     max_num_batched_tokens: int | None = Field(None, ge=1, description=(
-        "Token budget of one iteration. Default as `vllm serve` 0.32: 16384 on >= 160 GiB GPUs, "
-        "8192 on >= 70 GiB (not A100), else 2048; raised to max_model_len when chunked prefill is off."),
+        "Token budget of one iteration. Default as `vllm serve`: 16384 on >= 160 GiB GPUs from "
+        "vLLM 0.28 (engine.version), 8192 on >= 70 GiB (not A100), else 2048; raised to "
+        "max_model_len when chunked prefill is off."),
         json_schema_extra={"unit": "tokens", "vllm": "--max-num-batched-tokens"})
     enable_chunked_prefill: bool = Field(
         True, description="Split prompts across iterations under the budget.",
@@ -273,8 +278,9 @@ def resolve_engine(engine: EngineConfig, gpu_mem_bytes: float | None = None, gpu
                    pipeline_parallel_size: int = 1) -> EngineConfig:
     """Fill ``None`` batch knobs with vLLM 0.32's `vllm serve` defaults for this GPU.
 
-    ``engine/arg_utils.py:get_batch_defaults``: >= 160 GiB: 16384 tokens / 1024 seqs;
-    >= 70 GiB and not an A100: 8192 / 1024; otherwise 2048 / 256. With chunked prefill
+    ``engine/arg_utils.py:get_batch_defaults``: >= 160 GiB: 16384 tokens / 1024 seqs
+    (from vLLM 0.28, ``LARGE_GPU_BUDGET_FROM``; 8192 before); >= 70 GiB and not an A100:
+    8192 / 1024; otherwise 2048 / 256. With chunked prefill
     off, an unset budget is raised to max(max_model_len, default). Policies other than
     vllm_v1 take their own defaults first (``resolve_policy``); ``async_scheduling`` takes
     the version's default for this device (``resolve_execution``; no GPU name: off).
@@ -283,7 +289,7 @@ def resolve_engine(engine: EngineConfig, gpu_mem_bytes: float | None = None, gpu
     if engine.max_num_seqs is not None and engine.max_num_batched_tokens is not None:
         return engine
     mem = gpu_mem_bytes or 0
-    if mem >= 160 * GIB:
+    if mem >= 160 * GIB and version_tuple(engine.version) >= LARGE_GPU_BUDGET_FROM:
         tokens, seqs = 16384, 1024
     elif mem >= 70 * GIB and "a100" not in gpu_name.lower():
         tokens, seqs = 8192, 1024

@@ -51,7 +51,7 @@ class HardwareConfig(_Strict):
     profile: str | None = Field(None, description="Path of a calibrated hardware profile (JSON) to apply.")
     perf_model: Literal["roofline", "kernels"] | None = Field(None, description=(
         "Step-time model: 'kernels' (measured vLLM kernel latencies where the GPU has tables: "
-        "A100-80GB, H100-SXM, H200, B200, L40S; the roofline for every operator without one) or "
+        "A100-80GB, H100-SXM, H200, B200 (B300 and GB200 borrow its tables), L40S; the roofline for every operator without one) or "
         "'roofline' (spec-sheet peaks x efficiencies, any GPU). None: 'kernels' where the GPU has "
         "tables and no hardware.profile is given, else 'roofline'. See docs/perf_model.md."))
     kernel_version: str | None = Field(None, description=(
@@ -202,8 +202,13 @@ class BenchmarkWorkload(_Strict):
         "--random-input-len: mean prompt length in tokens, special tokens included."))
     output_len: int = Field(128, ge=1, description="--random-output-len: mean output length in tokens.")
     random_range_ratio: float = Field(0.0, description=(
-        "--random-range-ratio r in [0, 1): lengths are uniform integers in "
-        "[floor(L(1-r)), ceil(L(1+r))] (output at least 1)."))
+        "--random-range-ratio r. vllm_bench: r in [0, 1), lengths uniform integers in "
+        "[floor(L(1-r)), ceil(L(1+r))]; benchmark_serving: r in [0, 1], lengths in [int(L r), L] "
+        "(output at least 1)."))
+    client: Literal["vllm_bench", "benchmark_serving"] = Field("vllm_bench", description=(
+        "The benchmark client: vllm_bench (`vllm bench serve`, vLLM main) or benchmark_serving "
+        "(vLLM's older benchmark_serving.py script and its forks, such as InferenceMAX's "
+        "bench_serving: lengths at most L, drawn by numpy's legacy generator; no warm-ups)."))
     num_special_tokens: int = Field(0, ge=0, description=(
         "Special tokens the tokenizer adds to a prompt (tokenizer.num_special_tokens_to_add(), "
         "1 for Llama's BOS): taken off input_len before sampling and added back by the server."))
@@ -228,6 +233,16 @@ class BenchmarkWorkload(_Strict):
     @model_validator(mode="after")
     def _check(self) -> BenchmarkWorkload:
         r = self.random_range_ratio
+        if self.client == "benchmark_serving":
+            if not 0.0 <= r <= 1.0:
+                raise ValueError(f"random_range_ratio must be in [0, 1] for client benchmark_serving, found {r}")
+            if int(self.input_len * r) < 1:
+                raise ValueError(f"input_len {self.input_len} x random_range_ratio {r} < 1: a prompt of "
+                                 "benchmark_serving may have no token")
+            if self.num_warmups:
+                raise ValueError("num_warmups: benchmark_serving has no warm-ups (--num-warmups is "
+                                 "vllm bench's); expected 0")
+            return self
         if not 0.0 <= r < 1.0:
             raise ValueError(f"random_range_ratio must be in [0, 1) (as vllm bench), found {r}")
         if math.floor(max(0, self.input_len - self.num_special_tokens) * (1.0 - r)) < 1:

@@ -12,7 +12,10 @@ step lasts the larger of the two, not their sum (``step_wall_s``).
 
 The replica is busy from the start of a step to its end; arrivals during a step wait
 for the next schedule, as in vLLM's engine-core loop (inputs are drained between steps).
-Token times are the end of the step that produced them.
+With async scheduling they wait one step more: vLLM V1's ``EngineCore.step_with_batch_queue``
+keeps two batches in flight, so step k+1 is scheduled (and submitted) while step k runs,
+and the inputs drained when step k ends go into step k+2 (vLLM 0.14-0.19; an idle engine
+schedules an arrival at once). Token times are the end of the step that produced them.
 """
 
 from __future__ import annotations
@@ -72,6 +75,10 @@ class Replica:
         # migration takes running requests out of the scheduler there).
         self.on_step_end: Callable[[Replica], None] | None = None
         self._run_work: dict[int, tuple[float, float, float, float]] = {}  # see _account_run
+        # Async scheduling: arrivals not yet seen by the scheduler, in arrival order; a step
+        # admits those that arrived before the step before it started (the module's docstring).
+        self._staged: list[Request] = []
+        self._prev_start_s = 0.0  # start of the last step scheduled
         work = getattr(perf, "batch_work", None)  # (FLOPs, bytes) in one call where offered
         self._work: Callable[[BatchStats], tuple[float, float]] = work if work is not None else (
             lambda st: (perf.batch_flops(st), perf.batch_bytes(st)))
@@ -88,6 +95,9 @@ class Replica:
     def on_arrival(self, req: Request) -> None:
         req.replica = self.id
         req.queued_s = self.loop.now
+        if self.busy and self.async_scheduling:
+            self._staged.append(req)  # the next step is already scheduled
+            return
         self.scheduler.add_request(req)
         if not self.busy and not self.wake_pending:
             # Start the step after every arrival of this instant is queued (WAKE runs
@@ -103,10 +113,16 @@ class Replica:
     def step(self) -> None:
         now = self.loop.now
         sched = self.scheduler
+        if self._staged:
+            self._admit_staged(self._prev_start_s)
         out = sched.schedule()
+        if not out.reqs and not out.num_pool and self._staged:
+            self._admit_staged(now + 1.0)  # an idle engine schedules what it has at once
+            out = sched.schedule()
         if not out.reqs and not out.num_pool:
             self.busy = False
             return
+        self._prev_start_s = now
         self.busy = True
         for req in out.reqs:
             if req.first_scheduled_s < 0:
@@ -117,7 +133,8 @@ class Replica:
         self.run = None
         end = now + dt
         if self.skip_ahead and (out.num_pool or out.reqs):
-            run = sched.extend_run(out, now, dt, self.loop.next_time(),  # type: ignore[attr-defined]
+            next_event_s = now if self._staged else self.loop.next_time()  # staged: no run
+            run = sched.extend_run(out, now, dt, next_event_s,  # type: ignore[attr-defined]
                                    self.perf, self.cpu_overhead_s, self.finishes_in_runs,
                                    self.steps is not None, self.async_scheduling)
             if isinstance(out, LazyOutput) and out.first_tokens_done:
@@ -129,6 +146,7 @@ class Replica:
                 self.run_waiting0 = len(sched.waiting)
                 self._account_run(run)
                 end = run.end_s  # summed step by step, as the reference engine's clock does
+                self._prev_start_s = end - run.durations[-1]
         self.step_end_s = end
         self.loop.at(end, self.on_batch_done, out, BATCH_DONE)
 
@@ -149,8 +167,11 @@ class Replica:
                 itl.add(now - req.last_token_s, 1)
             req.last_token_s = now
         run = self.run
-        if run is not None and self.steps is not None and len(self.scheduler.waiting) > self.run_waiting0:
-            self._count_arrivals_during_run(len(run.durations))
+        if run is not None and self.steps is not None:
+            if len(self.scheduler.waiting) > self.run_waiting0:
+                self._count_arrivals_during_run(len(run.durations))
+            if self._staged:
+                self._count_staged_during_run(len(run.durations))
         if run is None:
             itl.add(now - last, n_same + out.num_pool)
         else:  # a run of pure-decode steps: one gap per step for the whole pool
@@ -169,6 +190,17 @@ class Replica:
         if self.check_invariants:
             self._check()
         self.step()
+
+    def _admit_staged(self, before_s: float) -> None:
+        """Async scheduling: the staged requests that arrived before ``before_s`` (the start
+        of the step that just ended) join the scheduler; later ones wait a step more."""
+        staged = self._staged
+        i = 0
+        while i < len(staged) and staged[i].queued_s < before_s:
+            self.scheduler.add_request(staged[i])
+            i += 1
+        if i:
+            del staged[:i]
 
     # ----------------------------------------------------------------- accounting
 
@@ -255,6 +287,17 @@ class Replica:
         end = len(starts)
         for q in queued:  # usually none starts after the arrival: the run stopped before it
             for row in range(bisect.bisect_left(starts, q, end - k, end), end):
+                col[row] += 1
+
+    def _count_staged_during_run(self, k: int) -> None:
+        """Async scheduling: a request staged during the run joined the waiting queue at the
+        start of the second step after its arrival; count it in the rows from there on."""
+        starts = self.steps.start_s  # type: ignore[union-attr]
+        col = self.steps.num_waiting  # type: ignore[union-attr]
+        end = len(starts)
+        for r in self._staged:
+            # from the run's first step (its row is end - k - 1): the step after the one it arrived in
+            for row in range(bisect.bisect_left(starts, r.queued_s, end - k - 1, end) + 1, end):
                 col[row] += 1
 
     def _check(self) -> None:

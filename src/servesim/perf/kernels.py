@@ -41,8 +41,10 @@ from typing import Any
 import numpy as np
 
 #: servesim catalog GPU name -> the database's GPU folder.
+#: B300 and GB200 have no tables of their own: they borrow B200's (same dense BF16/FP8
+#: peaks and HBM bandwidth; B300's FP4 peak is higher, so its NVFP4 GEMMs read slow).
 GPU_TABLES = {"A100-80GB": "a100_sxm", "H100-SXM": "h100_sxm", "H200": "h200_sxm", "B200": "b200_sxm",
-              "L40S": "l40s"}
+              "B300": "b200_sxm", "GB200": "b200_sxm", "L40S": "l40s"}
 #: Dtype codes of the packed key arrays (``tools/pack_kernels.py`` writes the same tuple).
 DTYPES = ("bfloat16", "fp8", "fp8_block", "nvfp4", "int4_wo", "w4a16_mxfp4", "float16")
 

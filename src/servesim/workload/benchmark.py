@@ -12,6 +12,12 @@ Modelled on vLLM's ``vllm/benchmarks/datasets.py`` (``RandomDataset``) and
   the engine's prompt is ``sampled + num_special_tokens``. vLLM then decodes and
   re-encodes each prompt, which can move its length by a token or two; that is not
   modelled. Every request produces exactly its sampled output (``--ignore-eos``).
+  ``client: benchmark_serving`` samples as vLLM's older ``benchmarks/benchmark_serving.py``
+  (``sample_random_requests``, kept by forks such as InferenceMAX's ``bench_serving``):
+  ``np.random.seed(seed)``, then ``randint(int(L r), L + 1)`` for the prompts and then
+  the outputs, so lengths lie in ``[int(L r), L]``, at most ``L`` (r = 1: fixed); the
+  sampled prompt length is the engine's prompt less the special tokens the server adds.
+  An output of 0 tokens (``int(L r) = 0``) is raised to 1, as a server needs one.
 * **Due times** (``get_request``): ``request_rate`` inf puts every request at the start;
   otherwise gaps are gamma(shape = burstiness, scale = 1/(rate x burstiness)) (constant
   1/rate for burstiness inf), summed, and rescaled so that the last request is due at
@@ -55,22 +61,38 @@ def due_times(n: int, request_rate: float, burstiness: float, rng: np.random.Gen
     return t
 
 
+def sampled_lengths(cfg: BenchmarkWorkload, n: int, seed: int
+                    ) -> tuple[np.ndarray, np.ndarray, tuple[int, int], tuple[int, int]]:
+    """Prompt lengths (special tokens included), output lengths and the sampled (not
+    special-token) bounds of each, as ``cfg.client`` draws them."""
+    r = cfg.random_range_ratio
+    if cfg.client == "benchmark_serving":
+        in_lo, in_hi = int(cfg.input_len * r), cfg.input_len
+        out_lo, out_hi = int(cfg.output_len * r), cfg.output_len
+        legacy = np.random.RandomState(seed)  # np.random.seed(args.seed) in that script
+        prompt = legacy.randint(in_lo, in_hi + 1, size=n).astype(np.int64)
+        output = np.maximum(legacy.randint(out_lo, out_hi + 1, size=n).astype(np.int64), 1)
+        out_lo = max(out_lo, 1)
+    else:
+        real_input = max(0, cfg.input_len - cfg.num_special_tokens)
+        in_lo, in_hi = length_bounds(real_input, r)
+        out_lo, out_hi = length_bounds(cfg.output_len, r, 1)
+        rng = np.random.default_rng(seed)  # the dataset's generator: prompts, then outputs
+        prompt = rng.integers(in_lo, in_hi + 1, size=n).astype(np.int64)
+        output = rng.integers(out_lo, out_hi + 1, size=n).astype(np.int64)
+    if in_lo < 1:
+        raise WorkloadError(f"workload.input_len: {cfg.input_len} leaves prompts with no sampled "
+                            f"token (num_special_tokens {cfg.num_special_tokens}, random_range_ratio {r})")
+    return prompt + cfg.num_special_tokens, output, (in_lo, in_hi), (out_lo, out_hi)
+
+
 def generate_benchmark(cfg: BenchmarkWorkload, seed: int = 0) -> Workload:
     """The requests of ``cfg``: the ready check and warm-ups first, then the measured run."""
     total_seed = cfg.seed + seed
     if total_seed < 0:
         raise WorkloadError(f"workload.seed: expected seed + run seed >= 0, found {total_seed}")
     n = cfg.num_prompts
-    real_input = max(0, cfg.input_len - cfg.num_special_tokens)
-    in_lo, in_hi = length_bounds(real_input, cfg.random_range_ratio)
-    out_lo, out_hi = length_bounds(cfg.output_len, cfg.random_range_ratio, 1)
-    if in_lo < 1:
-        raise WorkloadError(f"workload.input_len: {cfg.input_len} leaves prompts with no sampled "
-                            f"token (num_special_tokens {cfg.num_special_tokens}, random_range_ratio "
-                            f"{cfg.random_range_ratio})")
-    rng = np.random.default_rng(total_seed)  # the dataset's generator: prompts, then outputs
-    prompt = rng.integers(in_lo, in_hi + 1, size=n).astype(np.int64) + cfg.num_special_tokens
-    output = rng.integers(out_lo, out_hi + 1, size=n).astype(np.int64)
+    prompt, output, (in_lo, in_hi), (out_lo, out_hi) = sampled_lengths(cfg, n, total_seed)
     due = due_times(n, cfg.request_rate, cfg.burstiness,
                     np.random.default_rng(np.random.SeedSequence(total_seed).spawn(1)[0]))
     starts = [0]
@@ -89,7 +111,8 @@ def generate_benchmark(cfg: BenchmarkWorkload, seed: int = 0) -> Workload:
         num_output_tokens=np.concatenate([np.full(k, output[0]), output]),
         prefix_group=group, prefix_len=int(prompt[0]) if k else 0,
         clients=BenchmarkClients(cfg.max_concurrency, tuple(dict.fromkeys(starts))),
-        source=f"vllm bench serve (random {cfg.input_len}/{cfg.output_len}, concurrency "
+        source=f"{'vllm bench serve' if cfg.client == 'vllm_bench' else 'benchmark_serving.py'} "
+               f"(random {cfg.input_len}/{cfg.output_len}, concurrency "
                f"{cfg.max_concurrency}, rate {cfg.request_rate:g}/s, seed={total_seed})",
         meta={"seed": total_seed, "input_bounds": (int(in_lo + cfg.num_special_tokens),
                                                    int(in_hi + cfg.num_special_tokens)),
