@@ -535,6 +535,9 @@ def plan(
                             cache=str(cache) if cache else None, top=top, progress=not no_progress,
                             json_out=json_out)
     raise typer.Exit(code)
+
+
+@app.command()
 def serve(
     scenario: Annotated[Path | None, typer.Argument(
         help="Scenario file (its deployment; its workload is not read). Omit for the default.",
