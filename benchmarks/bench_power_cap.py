@@ -23,7 +23,7 @@ TDP_A100_W = 400.0
 GPUS_PER_SERVER = 4
 
 
-def scenario(num_servers: int, budget_w: float | None, *, rate_per_server: float = 1.5,
+def scenario(num_servers: int, budget_w: float | None, *, rate_per_server: float = 1.8,
              duration_s: float = 300.0, seed: int = 2) -> dict[str, Any]:
     ops: dict[str, Any] = {"interval_s": 1.0}
     if budget_w is not None:
@@ -74,7 +74,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--budget-servers", type=int, default=4, help="the budget: this many servers' GPU TDP")
     ap.add_argument("--servers", type=int, default=5, help="servers put under the budget")
-    ap.add_argument("--rate-per-server", type=float, default=1.5)
+    ap.add_argument("--rate-per-server", type=float, default=1.8)
     ap.add_argument("--duration-s", type=float, default=300.0)
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args()
