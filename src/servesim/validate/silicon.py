@@ -35,6 +35,7 @@ import numpy as np
 from servesim.validate.bench_harness import bench_workload
 from servesim.validate.common import Check
 from servesim.validate.limits import Goal
+from servesim.validate.silicon_marks import SILICON_KNOWN_BAD
 
 #: Package data: every row of ``silicon_vllm.csv``, the columns below (tools/pack_silicon.py).
 BUNDLED_CSV = "silicon_vllm.csv.gz"
@@ -81,44 +82,6 @@ TPOT_GOAL = Goal(8.0, _REAL + "TPOT over all runs within 8%")
 GROUP_GOAL = Goal(20.0, "no (model, GPU) group may be far worse than the whole: median |error| within 20% "
                         "in every group")
 
-#: Known misses, by (group label or "all runs", metric): the reason (docs/fidelity.md,
-#: "Real GPUs"). Filled from what the suite measured, never by moving a goal.
-_QUEUE = ("under-predicted: with InferenceMAX's random lengths and vLLM's async admission the "
-          "closed-loop queue is modelled, but the measured TTFT keeps 25-85 ms more than the predicted "
-          "prefill and queue on fast (fp4, MoE, high-TP) configurations: host time per request (HTTP, "
-          "tokenization, detokenization, streaming) that servesim does not model, and prefill steps "
-          "from tables that miss the varlen mixed-batch kernel")
-_FIXED = ("AIConfigurator's own H100 collection, whose client and lengths the data does not give: fixed "
-          "lengths keep the clients in step (lockstep prefill queues at 8-64 clients, +35-110%)")
-_MARLIN = ("vLLM's Marlin int4 MoE has no B200 table of the runs' version; the bf16 table scaled to "
-           "4.5-bit weights is a bandwidth bound Marlin does not reach there (the measured B200 runs are "
-           "about as fast as the H200 ones)")
-_GPT_OSS_H100 = ("over-predicted at the tail: the vLLM 0.11.2 runs at 512 clients measure TPOTs below "
-                 "what reading the weights and KV once per step takes (+150-930%, a KV format or "
-                 "batching the data does not record); small steps sit at the engine's per-step CPU time")
-#: Known misses, by (group or "all runs", metric), measured by this suite (median |error|,
-#: ``servesim validate --suite silicon``), with the reason servesim misses the goal.
-SILICON_KNOWN_BAD: dict[tuple[str, str], str] = {
-    ("all runs", "TTFT"): "31% over 979 runs (median -26%): " + _QUEUE,
-    ("all runs", "TPOT"): ("12% over 979 runs (median -6%): Kimi-K2.5 int4 on B200 (-39%, Marlin) "
-                           "and Qwen3-32B fp8 (+155%, 3 runs) are far off; 14 of 16 groups are within "
-                           "20%, Llama-3.1-70B, Qwen3-32B bf16 and Kimi on H200 within 10%"),
-    **{(g, "TTFT"): f"{e}, " + _QUEUE for g, e in (
-        ("Kimi-K2.5 fp4 b200_sxm", "42%"), ("Kimi-K2.5 fp4 b300_sxm", "23%"),
-        ("Llama-3.1-70B fp4 b200_sxm", "36%"),
-        ("MiniMax-M2.5 fp4 b200_sxm", "48%"), ("MiniMax-M2.5 fp4 b300_sxm", "36%"),
-        ("MiniMax-M2.5 fp8 h200_sxm", "31%"), ("gpt-oss-120b fp4 b200_sxm", "53%"),
-        ("gpt-oss-120b fp4 h100_sxm", "37%"))},
-    ("Kimi-K2.5 int4 b200_sxm", "TTFT"): "56%, " + _QUEUE + "; and " + _MARLIN,
-    ("Qwen3-32B bf16 h100_sxm", "TTFT"): "30% (median -1%, P90 92%): " + _FIXED,
-    ("Qwen3-32B fp8 h100_sxm", "TTFT"): "354%, 3 runs: " + _FIXED + "; not analysed",
-    ("Kimi-K2.5 int4 b200_sxm", "TPOT"): "39%, under-predicted: " + _MARLIN,
-    ("Qwen3-32B fp8 h100_sxm", "TPOT"): ("155%, 3 runs (ISL 4000, OSL 1000, 24-144 clients, vLLM 0.11.2): "
-                                         "the measured TPOT is below the time to read the weights and a "
-                                         "bf16 KV cache once per step; the runs must have used a KV "
-                                         "format the data does not record (fp8, likely)"),
-    ("gpt-oss-120b fp4 h100_sxm", "TPOT"): "21% (median +16%), " + _GPT_OSS_H100,
-}
 
 
 def _num(text: str, default: float = 0.0) -> float:
