@@ -41,9 +41,6 @@ SKIP = {
     r"servesim validate --data-dir path/to/data": "the full public measurement sets, not bundled",
     r"servesim validate --suite vllm-cpu --recordings mine/": "recordings of the user's own",
     r"servesim profile .*": "needs torch and a CUDA device",
-    r"servesim (report|compare) runs/.*": "reads the run folders that the simulate commands above it write "
-                                          "(each doc command runs in a folder of its own); "
-                                          "tests/test_report.py runs report and compare on such folders",
     r"servesim serve .*": "serves until interrupted; tests/test_serve.py starts the server and talks to it",
     r"servesim calibrate prof/ .*": "reads what `servesim profile` writes",
     # Not missing, but slow: tests/test_validate.py computes the same checks (validate_all) and
@@ -192,12 +189,32 @@ def test_the_docs_have_commands_and_every_skip_is_used() -> None:
         assert any(re.fullmatch(pattern, t) for t in texts), f"unused skip: {pattern}"
 
 
+def with_run_folders(cmd: DocCommand, argv: list[str], tmp_path: Path, monkeypatch) -> list[str]:
+    """A report or compare of ``runs/NAME``: first run (capped) the command above it in the same
+    doc that writes ``--output runs/NAME``, as a reader would, then point the argument there."""
+    file, line = cmd.where.rsplit(":", 1)
+    out = list(argv)
+    for k, a in enumerate(argv[1:], 1):
+        if not a.startswith("runs/") or argv[k - 1] in ("-o", "--output"):
+            continue
+        writers = [c for c in COMMANDS if c.where.rsplit(":", 1)[0] == file
+                   and int(c.where.rsplit(":", 1)[1]) < int(line) and c.argv[0] == "simulate"
+                   and a in c.argv and c.argv[list(c.argv).index(a) - 1] in ("-o", "--output")]
+        assert writers, f"{cmd.where}: no command above it writes {a}"
+        res = invoke([*capped(list(writers[-1].argv)), "--no-progress"], tmp_path, monkeypatch)
+        assert res.exit_code == 0, f"{writers[-1].where}: {res.output[-2000:]}"
+        out[k] = str(tmp_path / Path(a).name)
+    return out
+
+
 @pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: c.where)
 def test_doc_command_runs(cmd: DocCommand, tmp_path, monkeypatch) -> None:
     reason = skip_reason(cmd)
     if reason:
         pytest.skip(reason)
     argv = list(cmd.argv)
+    if argv[0] in ("report", "compare"):
+        argv = with_run_folders(cmd, argv, tmp_path, monkeypatch)
     if argv[0] == "simulate":
         argv = capped(argv)
         if "--json" not in argv:
