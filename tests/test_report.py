@@ -192,6 +192,34 @@ def test_validation_folder_scatter_per_group(tmp_path) -> None:
     assert "all runs" in path.read_text(encoding="utf-8")  # the group table
 
 
+def test_capacity_folder_plots_every_probe(tmp_path) -> None:
+    """servesim capacity --report: the result table and each probe, passing and failing apart."""
+    import csv
+
+    from typer.testing import CliRunner
+
+    from servesim.cli import app
+
+    out = tmp_path / "cap"
+    res = CliRunner().invoke(app, ["capacity", str(ROOT / "examples" / "capacity_slo.yaml"), "--precision",
+                                   "0.3", "--no-progress", "--output", str(out), "--report"])
+    assert res.exit_code == 0, res.output
+    with (out / "probes.csv").open() as f:
+        probes = list(csv.DictReader(f))
+    result = json.loads((out / "capacity.json").read_text())["result"]
+    plots = {p.id: p for p in figures.run_plots(open_run_dir(out))}
+    att = plots["capacity_attainment"]
+    by_name = {t.name: t for t in att.traces}
+    passed = sorted(float(p["rate_rps"]) for p in probes if p["meets"] == "True")
+    assert sorted(by_name["meets the SLO"].x) == pytest.approx(passed)
+    assert sum(len(t.x) for t in att.traces) == len(probes)
+    assert max(passed) == pytest.approx(result["capacity_rps"])
+    page = (out / "report.html").read_text(encoding="utf-8")
+    drawn = {f["div"].split("-", 2)[2] for f in figures_of(page)}
+    assert drawn >= {"capacity_attainment", "capacity_ttft_p99_s"}
+    assert page.count("<tr>") >= len(probes) + len(result)
+
+
 def test_csv_records_draw_the_same_plots(runs, tmp_path) -> None:
     """--records-format csv: the same plots as from Parquet (empty cells are NaN, as written)."""
     csv_run = simulate_to(tmp_path / "csv", *SYNTHETIC, "--records-format", "csv")

@@ -19,6 +19,21 @@ _FORMAT = Annotated[str, typer.Option("--format", metavar="html|png|svg",
                                       help="html: one self-contained interactive page; png/svg: one "
                                            "image per plot.")]
 _NO_PROGRESS = Annotated[bool, typer.Option("--no-progress", help="Do not show a progress bar.")]
+_REPORT = Annotated[bool, typer.Option(
+    "--report", help="Also write OUTPUT/report.html (needs --output; see servesim report).")]
+
+
+def _check_report(report: bool, output: Path | None) -> None:
+    if report and output is None:
+        raise ServesimError("--report: give --output DIR (the report is written to DIR/report.html)")
+
+
+def _write_report(output: Path, quiet: bool = False) -> None:
+    from servesim.report import paths_line, write_report
+
+    line = paths_line(write_report(output))
+    if not quiet:
+        typer.echo(line)
 
 
 def report(
@@ -71,6 +86,7 @@ def capacity(
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
+    report: _REPORT = False,
 ) -> None:
     """Find the highest arrival rate the deployment sustains while meeting its SLO targets.
 
@@ -81,6 +97,7 @@ def capacity(
     from servesim.planner.capacity_report import run_capacity
 
     with user_errors():
+        _check_report(report, output)
         try:
             run_capacity(scenario, overrides or [], output, precision=precision, max_rate=max_rate,
                          min_rate=min_rate, early_stop=not no_early_stop, json_out=json_out, quiet=quiet,
@@ -88,6 +105,8 @@ def capacity(
         except CapacityNotFound as err:
             Console(stderr=True, highlight=False, soft_wrap=True).print(f"error: {err}", markup=False)
             raise typer.Exit(1) from None
+        if report and output is not None:
+            _write_report(output, quiet or json_out)
 
 
 def plan(
@@ -116,11 +135,13 @@ def plan(
     top: Annotated[int, typer.Option(help="Rows of the ranked table.")] = 10,
     json_out: Annotated[bool, typer.Option("--json", help="Print counts, best and Pareto fronts as JSON.")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
+    report: _REPORT = False,
 ) -> None:
     """Search deployments (GPU, TP/PP/EP, replicas, disaggregation, engine knobs) for the cheapest meeting the SLOs."""
     from servesim.planner.output import plan_command
 
     with user_errors():
+        _check_report(report, output)
         opts = {"model": model, "gpus": [g.strip() for g in gpus.split(",") if g.strip()], "total_gpus": total_gpus,
                 "isl": isl, "osl": osl, "trace": trace, "rate": rate, "ttft_s": ttft, "tpot_s": tpot,
                 "num_requests": num_requests}
@@ -129,6 +150,8 @@ def plan(
                             workers=workers, address=address, output=str(output) if output else None,
                             cache=str(cache) if cache else None, top=top, progress=not no_progress,
                             json_out=json_out)
+        if report and output is not None:
+            _write_report(output, json_out)
     raise typer.Exit(code)
 
 

@@ -61,6 +61,21 @@ def _plan_blocks(run: RunDir, plots: list[Plot]) -> list[Block]:
     return blocks + [Block("h2", "Pareto fronts"), Block("plots", plots=plots)]
 
 
+def _capacity_blocks(run: RunDir, plots: list[Plot]) -> list[Block]:
+    result = (run.documents.get("capacity") or {}).get("result") or {}
+    rows = [[k.replace("_", " "), tables.cell(v)] for k, v in result.items()]
+    blocks = [Block("h2", "Capacity"), Block("table", rows=rows, key_column=True),
+              Block("h2", "Probes"), Block("plots", plots=plots)]
+    probes = run.tables.get("probes")
+    if probes:
+        names = [c for c in ("rate_rps", "meets", "margin", "cut_short", "attainment", "ttft_p99_s",
+                             "tpot_p99_s", "goodput_rps") if c in probes]
+        blocks.append(Block("table", header=names,
+                            rows=[[tables.cell(probes[c][i]) for c in names]
+                                  for i in range(len(probes[names[0]]))]))
+    return blocks
+
+
 def _validate_blocks(run: RunDir, plots: list[Plot]) -> list[Block]:
     blocks = [Block("h2", "Predicted against measured"), Block("plots", plots=plots)]
     groups = tables.group_rows(run.documents.get("groups"))
@@ -71,8 +86,9 @@ def _validate_blocks(run: RunDir, plots: list[Plot]) -> list[Block]:
 
 
 BLOCKS: dict[str, Callable[[RunDir, list[Plot]], list[Block]]] = {
-    "run": _run_blocks, "plan": _plan_blocks, "validate": _validate_blocks}
-TITLES = {"run": "servesim run", "plan": "servesim plan", "validate": "servesim validation"}
+    "run": _run_blocks, "plan": _plan_blocks, "capacity": _capacity_blocks, "validate": _validate_blocks}
+TITLES = {"run": "servesim run", "plan": "servesim plan", "capacity": "servesim capacity",
+          "validate": "servesim validation"}
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
@@ -125,7 +141,8 @@ def default_output(run_dir: Path, fmt: str) -> Path:
 
 def write_report(run_dir: Path | str, out_path: Path | str | None = None, fmt: Format = "html",
                  progress: bool = False) -> list[Path]:
-    """Report of one output folder (a run, a plan or a validation); returns the files written."""
+    """Report of one output folder (a run, a plan, a capacity search or a validation); returns
+    the files written."""
     _check_format(fmt)
     run_dir = Path(run_dir)
     out = Path(out_path) if out_path is not None else default_output(run_dir, fmt)

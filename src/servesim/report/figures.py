@@ -267,10 +267,33 @@ def validation_plots(run: RunDir) -> list[Plot]:
     return plots
 
 
+def capacity_plots(run: RunDir) -> list[Plot]:
+    """SLO attainment and latency of each probed rate, passing and failing probes apart."""
+    cols = run.tables.get("probes") or {}
+    if "rate_rps" not in cols:
+        return []
+    rate = np.asarray(cols["rate_rps"], np.float64)
+    meets = np.asarray([str(x).lower() == "true" for x in cols.get("meets", [])], bool)
+    plots = []
+    for metric, title, unit, scale in (("attainment", "SLO attainment", "fraction of requests", 1.0),
+                                       ("ttft_p99_s", "TTFT p99", "ms", 1e3),
+                                       ("tpot_p99_s", "TPOT p99", "ms", 1e3)):
+        if metric not in cols:
+            continue
+        y = np.asarray(cols[metric], np.float64) * scale
+        traces = [Trace(name, _floats(rate[m]), _floats(y[m]), "markers")
+                  for name, m in (("meets the SLO", meets), ("misses", ~meets)) if m.any()]
+        plots.append(Plot(f"capacity_{metric}", f"{title} by arrival rate", "arrival rate (req/s)", unit,
+                          traces, log_x=True))
+    return plots
+
+
 def run_plots(run: RunDir) -> list[Plot]:
     """Every plot of one output folder, by its kind."""
     if run.kind == "plan":
         return plan_plots(run)
+    if run.kind == "capacity":
+        return capacity_plots(run)
     if run.kind == "validate":
         return validation_plots(run)
     plots = [cdf_plot(m, title, [run]) for m, title in LATENCIES]

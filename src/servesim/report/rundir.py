@@ -4,6 +4,8 @@
   and, where the run wrote it, ``timeseries.*`` (one row per pool and time bin);
 - a **plan** (``servesim plan``): ``candidates.parquet`` or ``candidates.json`` (one row per
   candidate deployment) and ``pareto.json``;
+- a **capacity search** (``servesim capacity --output DIR``): ``capacity.json`` (the result
+  and its bracket) and ``probes.csv`` (one row per probed rate);
 - a **validation** (``servesim validate --suite silicon --output DIR``): ``silicon_runs.csv``
   (one row per measured run, predicted beside measured) and ``silicon_groups.json``.
 
@@ -22,11 +24,11 @@ import numpy as np
 
 from servesim.errors import ServesimError
 
-Kind = Literal["run", "plan", "validate"]
+Kind = Literal["run", "plan", "capacity", "validate"]
 Columns = dict[str, np.ndarray]
 
 EXPECTED = ("summary.json (servesim simulate --output DIR), candidates.parquet/.json and pareto.json "
-            "(servesim plan), or silicon_runs.csv (servesim validate --suite silicon --output DIR)")
+            "(servesim plan), capacity.json (servesim capacity), or silicon_runs.csv (servesim validate --suite silicon --output DIR)")
 
 
 @dataclass
@@ -114,6 +116,10 @@ def open_run_dir(path: Path | str) -> RunDir:
         docs = {"pareto": read_json(path / "pareto.json")} if (path / "pareto.json").is_file() else {}
         return RunDir(path, "plan", tables={k: v for k, v in tables.items() if v is not None},
                       documents=docs)
+    if (path / "capacity.json").is_file():
+        probes = read_table(path, "probes")
+        return RunDir(path, "capacity", tables={"probes": probes} if probes is not None else {},
+                      documents={"capacity": read_json(path / "capacity.json")})
     if (path / "silicon_runs.csv").is_file():
         runs = read_table(path, "silicon_runs")
         docs = {}

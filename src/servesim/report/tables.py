@@ -89,11 +89,11 @@ def pool_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]] | No
     if not pools:
         return None
     keys = [k for k in pools[0] if k not in ("name",)]
-    rows = [[str(p.get("name")), *(_cell(p.get(k)) for k in keys)] for p in pools]
+    rows = [[str(p.get("name")), *(cell(p.get(k)) for k in keys)] for p in pools]
     return ["pool", *keys], rows
 
 
-def _cell(x: Any) -> str:
+def cell(x: Any) -> str:
     if isinstance(x, bool) or x is None or isinstance(x, str):
         return "-" if x is None else str(x)
     if isinstance(x, float | int | np.integer | np.floating):
@@ -115,7 +115,7 @@ def candidate_rows(cols: Columns) -> tuple[list[str], list[list[str]], int]:
     """Header, the first rows of the ranked candidates, and how many candidates there are."""
     header = list(cols)
     order = ranked_order(cols)
-    rows = [[_cell(cols[c][i].item() if hasattr(cols[c][i], "item") else cols[c][i]) for c in header]
+    rows = [[cell(cols[c][i].item() if hasattr(cols[c][i], "item") else cols[c][i]) for c in header]
             for i in order[:MAX_CANDIDATE_ROWS]]
     return header, rows, len(order)
 
@@ -126,4 +126,4 @@ def group_rows(doc: Any) -> tuple[list[str], list[list[str]]] | None:
     if not isinstance(groups, list) or not groups or not isinstance(groups[0], dict):
         return None
     header = list(groups[0])
-    return header, [[_cell(g.get(k)) for k in header] for g in groups]
+    return header, [[cell(g.get(k)) for k in header] for g in groups]
