@@ -14,7 +14,7 @@ from conftest import shared_data
 
 import servesim
 from servesim.catalog.gpus import get_gpu
-from servesim.perf.base import BatchStats, ConstantPerfModel
+from servesim.perf.base import BatchStats
 from servesim.perf.power import ClockedPerf, bundled_coefficients, busy_energy_j, step_power_frac
 
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "fit_power.py"
@@ -98,11 +98,21 @@ def test_busy_energy_is_linear_in_the_totals() -> None:
 
 
 def test_clock_slows_compute_bound_work_more_than_memory_bound() -> None:
-    class Work(ConstantPerfModel):  # 1 s per step; prefill tokens are compute, decodes memory
+    class Work:  # 1 s per step; prefill tokens are compute, decodes memory (a plain class:
+        # the compiled build's perf models take no interpreted subclass)
+        def batch_time(self, stats: BatchStats) -> float:
+            return 1.0
+
+        def decode_step_times(self, num_decode_reqs: int, sum_decode_context: np.ndarray) -> np.ndarray:
+            return np.full(len(sum_decode_context), 1.0)
+
         def batch_flops(self, stats: BatchStats) -> float:
             return 1e12 * stats.num_prefill_tokens
 
-    perf = ClockedPerf(Work(step_s=1.0), peak_flops=1e12)
+        def batch_bytes(self, stats: BatchStats) -> float:
+            return 0.0
+
+    perf = ClockedPerf(Work(), peak_flops=1e12)
     prefill, decode = BatchStats(num_prefill_tokens=1), BatchStats(num_decode_reqs=8)
     perf.clock = bundled_coefficients().capped_clock
     # A compute-bound step slows by 1 / clock (1.30 as Splitwise's capped H100 prefill);
