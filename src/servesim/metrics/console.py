@@ -79,6 +79,9 @@ def _workload_source(scenario: Any) -> str:
     if getattr(wl, "type", None) == "agents":
         calls = sum(n.kind == "llm" for n in wl.nodes)
         return f"agents ({calls} llm calls a task), {arr.process} {arr.rate:g} tasks/s"
+    if getattr(wl, "type", None) == "reasoning":
+        exit_ = ", Dynasor early exit" if wl.early_exit else ""
+        return f"reasoning (best-of-{wl.samples}{exit_}), {arr.process} {arr.rate:g} questions/s"
     if getattr(wl, "type", None) == "sessions":
         return f"sessions ({wl.loop} loop), {arr.process} {arr.rate:g} sessions/s"
     return f"synthetic {arr.process} {arr.rate:g} req/s"
