@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from pydantic import ValidationError
@@ -36,7 +38,8 @@ def test_hand_case_token_accounting():
 
 
 def test_requests_of_one_sample_chain_segments_and_probes():
-    cfg = reasoning(num_questions=1, early_exit=True, segment_tokens=100, probe_tokens=8, probe_prompt_tokens=20,
+    cfg = reasoning(num_questions=1, early_exit=True, segment_tokens=100, probe_tokens=8,
+                    probe_prompt_tokens=20,
                     quick_len={"kind": "constant", "value": 1000}, long_weight=0.0)
     wl = load_workload(cfg)
     wl.validate()
@@ -55,7 +58,8 @@ def test_requests_of_one_sample_chain_segments_and_probes():
         full = wl.num_prompt_tokens[i] // 64
         assert wl.hash_ids[i][:full] == wl.hash_ids[i - 1][:full]
     r = wl.meta["reasoning"]
-    assert r["reasoning_tokens"] == stop and r["probe_tokens"] == 8 * probes and r["fixed_length_tokens"] == 1000
+    assert r["reasoning_tokens"] == stop and r["probe_tokens"] == 8 * probes
+    assert r["fixed_length_tokens"] == 1000
 
 
 def test_bimodal_lengths_match_the_mixture_moments():
@@ -80,7 +84,8 @@ def test_best_of_n_task_finishes_with_its_last_sample():
     cfg = reasoning(num_questions=2, samples=4, arrival={"process": "constant", "rate": 0.01},
                     quick_len={"kind": "uniform", "low": 20, "high": 60}, long_weight=0.0)
     wl = load_workload(cfg)
-    assert len(wl) == 8 and all(h[:3] == wl.hash_ids[0][:3] for h in wl.hash_ids[:4])  # 200 tokens: 3 full units
+    assert len(wl) == 8  # 200 prompt tokens: 3 full 64-token units, shared by a question's samples
+    assert all(h[:3] == wl.hash_ids[0][:3] for h in wl.hash_ids[:4])
     run = run_engine(wl, EngineConfig(max_num_seqs=16, max_num_batched_tokens=4096), ConstantPerfModel(0.01),
                      num_gpu_blocks=4000, max_model_len=4096)
     rec, task = run.records, wl.after.task
@@ -143,3 +148,20 @@ def test_bad_config():
         reasoning(num_questions=None)
     with pytest.raises(ValidationError, match="long_weight"):
         reasoning(long_weight=1.5)
+
+
+def test_the_example_reports_its_tokens_against_fixed_length():
+    """The bundled example, cut to 8 questions, on its model preset: the summary's
+    ``reasoning`` section is the workload's accounting and the run generated those tokens."""
+    import yaml
+
+    from servesim.sim import simulate
+
+    with open(Path(__file__).parent.parent / "examples" / "reasoning_dynasor.yaml") as f:
+        doc = yaml.safe_load(f)
+    doc["workload"]["num_questions"] = 8
+    s = simulate(doc).summary
+    r = s["reasoning"]
+    assert r["reasoning_tokens"] + r["probe_tokens"] == s["throughput"]["num_output_tokens"]
+    assert 0 < r["saving"] < 1 - 2.0 / 5.0  # below 1 - E[u]
+    assert s["tasks"]["num_tasks"] == s["tasks"]["num_finished"] == 8

@@ -89,8 +89,9 @@ def generate_reasoning(cfg: ReasoningWorkload, seed: int = 0) -> Workload:
     row_q = np.asarray(rows.question, np.int64)
     after = Dependencies.from_edges(n, np.asarray(rows.src, np.int64), np.asarray(rows.dst, np.int64),
                                     np.zeros(len(rows.src)), row_q, start)
-    accounting = {"reasoning_tokens": int(stop.sum()), "probe_tokens": int(probes.sum()) * cfg.probe_tokens,
-                  "num_probes": int(probes.sum()), "fixed_length_tokens": int(length.sum())}
+    accounting: dict[str, float] = {"reasoning_tokens": int(stop.sum()),
+                                    "probe_tokens": int(probes.sum()) * cfg.probe_tokens,
+                                    "num_probes": int(probes.sum()), "fixed_length_tokens": int(length.sum())}
     accounting["saving"] = 1.0 - (accounting["reasoning_tokens"] + accounting["probe_tokens"]) / max(
         1, accounting["fixed_length_tokens"])
     mode = f", early exit every {cfg.segment_tokens} tokens" if cfg.early_exit else ""
