@@ -165,3 +165,19 @@ def test_the_example_reports_its_tokens_against_fixed_length():
     assert r["reasoning_tokens"] + r["probe_tokens"] == s["throughput"]["num_output_tokens"]
     assert 0 < r["saving"] < 1 - 2.0 / 5.0  # below 1 - E[u]
     assert s["tasks"]["num_tasks"] == s["tasks"]["num_finished"] == 8
+
+
+def test_questions_arrive_open_loop_and_each_sample_is_one_root():
+    """Poisson questions at 2/s: mean gap 0.5 s within sampling error; with early exit every
+    sample's chain has one root, sent at its question's arrival."""
+    n = 2000
+    cfg = reasoning(num_questions=n, samples=3, arrival={"process": "poisson", "rate": 2.0}, early_exit=True,
+                    quick_len={"kind": "constant", "value": 300}, long_weight=0.0)
+    wl = load_workload(cfg)
+    start = wl.after.task_start_s
+    gaps = np.diff(start)
+    assert abs(gaps.mean() - 0.5) < 4 * 0.5 / np.sqrt(n - 1)
+    roots = np.flatnonzero(wl.after.num_preds == 0)
+    assert len(roots) == 3 * n
+    np.testing.assert_array_equal(wl.arrival_s[roots], np.repeat(start, 3))
+    np.testing.assert_array_equal(wl.arrival_s, start[wl.after.task])
