@@ -61,7 +61,8 @@ SKIP = {
 CAP = 200
 CAP_FIELD = {"trace": "workload.limit", "synthetic": "workload.num_requests",
              "benchmark": "workload.num_prompts", "sessions": "workload.num_sessions",
-             "mixture": "workload.num_requests", "agents": "workload.num_tasks"}
+             "mixture": "workload.num_requests", "agents": "workload.num_tasks",
+             "reasoning": "workload.num_questions"}
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ from servesim.config.workload_kinds import (
     AgentWorkload,
     ClientConfig,
     MixtureWorkload,
+    ReasoningWorkload,
     SessionWorkload,
     WorkloadConfig,
 )
@@ -64,7 +65,7 @@ from servesim.config.scenario import (
 )
 
 __all__ = [
-    "GIB", "POLICY_DEFAULTS", "AgentNode", "AgentWorkload", "ArrivalConfig", "BenchmarkWorkload", "ClientConfig", "ClusterConfig", "DelayDist",
+    "GIB", "POLICY_DEFAULTS", "AgentNode", "AgentWorkload", "ReasoningWorkload", "ArrivalConfig", "BenchmarkWorkload", "ClientConfig", "ClusterConfig", "DelayDist",
     "DisaggConfig",
     "EngineConfig",
     "GpuConfig", "HardwareConfig", "KvLinkConfig", "LengthDist", "LinksConfig", "MigrationConfig",

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from servesim.config.parts import SyntheticWorkload, TraceWorkload
-from servesim.config.workload_kinds import AgentWorkload, MixtureWorkload, SessionWorkload
+from servesim.config.workload_kinds import AgentWorkload, MixtureWorkload, ReasoningWorkload, SessionWorkload
 
 
 #: Fields renamed so that their unit reads one way: old name -> (new name, unit).
@@ -29,7 +29,8 @@ RENAMED = {
     "swap_space_gb": ("swap_space_gib", "GiB, 2^30 bytes, as vLLM's --swap-space"),
 }
 _WORKLOAD_TYPES = {"synthetic": SyntheticWorkload, "trace": TraceWorkload, "sessions": SessionWorkload,
-                   "mixture": MixtureWorkload, "agents": AgentWorkload}
+                   "mixture": MixtureWorkload, "agents": AgentWorkload,
+                   "reasoning": ReasoningWorkload}
 _SCALAR_TAGS = ("str", "int", "float", "bool")
 
 

@@ -130,6 +130,49 @@ class AgentWorkload(_Strict):
         return self
 
 
+class ReasoningWorkload(_Strict):
+    """Reasoning models and test-time compute (docs/workloads.md, Reasoning): questions with
+    long, bimodal reasoning lengths, N samples a question sharing its prompt (best-of-N), and
+    optional Dynasor-style early exit by probing the answer after every segment."""
+
+    type: Literal["reasoning"] = Field("reasoning", description="Selects this kind of workload.")
+    arrival: ArrivalConfig = Field(ArrivalConfig(rate=0.5), description="When questions arrive (open loop).")
+    num_questions: int | None = Field(100, ge=1, description="How many questions (or use duration_s).")
+    duration_s: Seconds | None = Field(None, gt=0, description="Send questions until this time.")
+    prompt_len: LengthDist = Field(LengthDist(kind="lognormal", mean=300, std=200), description=(
+        "The question's prompt."))
+    quick_len: LengthDist = Field(LengthDist(kind="lognormal", mean=1500, std=800), description=(
+        "Reasoning length of the quick mode."))
+    long_len: LengthDist = Field(LengthDist(kind="lognormal", mean=8000, std=3000), description=(
+        "Reasoning length of the long-think mode."))
+    long_weight: float = Field(0.4, ge=0, le=1, description="Share of samples in the long-think mode.")
+    samples: int = Field(1, ge=1, description="Samples a question (best-of-N); they share the prompt.")
+    early_exit: bool = Field(False, description=(
+        "Dynasor early exit: probe the answer after every segment, stop once 'agree' probes agree."))
+    segment_tokens: int = Field(256, ge=1, description="early_exit: reasoning tokens between probes (k).",
+                                json_schema_extra=_TOKENS)
+    probe_prompt_tokens: int = Field(20, ge=0, description=(
+        "early_exit: tokens a probe appends to the reasoning so far (the 'final answer' cue)."),
+        json_schema_extra=_TOKENS)
+    probe_tokens: int = Field(16, ge=1, description="early_exit: output tokens of a probe.",
+                              json_schema_extra=_TOKENS)
+    agree: int = Field(2, ge=1, description="early_exit: consecutive probes that must agree.")
+    stabilize_alpha: float = Field(2.0, gt=0, description=(
+        "Beta(alpha, beta) of u: a sample's answer is final after u x its reasoning length."))
+    stabilize_beta: float = Field(3.0, gt=0, description="Beta(alpha, beta) of u: the beta.")
+    hash_block_tokens: int = Field(64, ge=1, description=(
+        "Tokens per prompt-identity unit (prefix-cache reuse of the prompt and the reasoning so far)."),
+        json_schema_extra=_TOKENS)
+    seed: int = Field(0, description="Seed of the generator (with run.seed).")
+
+    @model_validator(mode="after")
+    def _check(self) -> ReasoningWorkload:
+        if self.num_questions is None and self.duration_s is None:
+            raise ValueError("give num_questions or duration_s")
+        return self
+
+
 WorkloadConfig = Annotated[
-    SyntheticWorkload | TraceWorkload | BenchmarkWorkload | SessionWorkload | MixtureWorkload | AgentWorkload,
+    SyntheticWorkload | TraceWorkload | BenchmarkWorkload | SessionWorkload | MixtureWorkload | AgentWorkload
+    | ReasoningWorkload,
     Field(discriminator="type")]

@@ -79,6 +79,9 @@ def _workload_source(scenario: Any) -> str:
     if getattr(wl, "type", None) == "agents":
         calls = sum(n.kind == "llm" for n in wl.nodes)
         return f"agents ({calls} llm calls a task), {arr.process} {arr.rate:g} tasks/s"
+    if getattr(wl, "type", None) == "reasoning":
+        exit_ = ", Dynasor early exit" if wl.early_exit else ""
+        return f"reasoning (best-of-{wl.samples}{exit_}), {arr.process} {arr.rate:g} questions/s"
     if getattr(wl, "type", None) == "sessions":
         return f"sessions ({wl.loop} loop), {arr.process} {arr.rate:g} sessions/s"
     return f"synthetic {arr.process} {arr.rate:g} req/s"
@@ -154,6 +157,13 @@ def _lines(s: dict[str, Any]) -> Table:
                                 f"MBU {_pct(u['mbu'])}, {kv}{bubble}")
     grid.add_row("Scheduler", f"preemptions {u['num_preemptions']:,}, prefix-cache hit rate "
                               f"{_pct(u['prefix_hit_rate'])}")
+    r = s.get("reasoning")
+    if r:  # reasoning workloads: tokens against fixed-length reasoning, question latency
+        lat = s.get("tasks", {}).get("latency_s", {}).get("mean")
+        grid.add_row("Reasoning", f"{r['reasoning_tokens'] + r['probe_tokens']:,} tokens generated "
+                                  f"({r['probe_tokens']:,} in {r['num_probes']:,} probes) against "
+                                  f"{r['fixed_length_tokens']:,} fixed-length, saving {_pct(r['saving'])}"
+                                  + (f"; question latency {_num(lat)} s mean" if lat is not None else ""))
     e, cost = s["energy"], s["cost"]
     if e["energy_j"] is not None:
         grid.add_row("Energy", f"{_si(e['energy_j'], 'J')} ({_num(e['avg_power_w'])} W avg), "

@@ -375,6 +375,10 @@ def summarize(result: Result) -> dict[str, Any]:
         from servesim.metrics.tasks import task_summary
 
         summary["tasks"] = task_summary(result.records, *result.tasks)
+    reasoning = {k.removeprefix("reasoning_"): v for k, v in result.workload_stats.items()
+                 if k.startswith("reasoning_")}
+    if reasoning:  # tokens generated (reasoning + probes) against fixed-length reasoning
+        summary["reasoning"] = reasoning
     summary.update(_trust(result, window_s, throughput))
     return _clean(summary)
 

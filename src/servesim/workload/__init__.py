@@ -10,6 +10,7 @@ from servesim.config import (
     AgentWorkload,
     BenchmarkWorkload,
     MixtureWorkload,
+    ReasoningWorkload,
     SessionWorkload,
     SyntheticWorkload,
     TraceWorkload,
@@ -19,22 +20,23 @@ from servesim.workload.base import BenchmarkClients, Workload
 from servesim.workload.benchmark import generate_benchmark
 from servesim.workload.containers import BUILTIN_TRACES
 from servesim.workload.mixture import generate_mixture
+from servesim.workload.reasoning import generate_reasoning
 from servesim.workload.sessions import generate_sessions
 from servesim.workload.synthetic import arrival_times, generate_synthetic, sample_lengths
 from servesim.workload.traces import load_trace, read_lengths, read_trace, select
 
 __all__ = [
-    "BUILTIN_TRACES", "BenchmarkClients", "Workload", "arrival_times", "generate_agents", "generate_benchmark", "generate_mixture",
+    "BUILTIN_TRACES", "BenchmarkClients", "Workload", "arrival_times", "generate_agents", "generate_benchmark", "generate_mixture", "generate_reasoning",
     "generate_sessions", "generate_synthetic", "load_trace", "load_workload", "read_lengths", "read_trace", "sample_lengths",
     "select",
 ]
 
 
 def load_workload(cfg: SyntheticWorkload | TraceWorkload | BenchmarkWorkload | SessionWorkload | MixtureWorkload
-                  | AgentWorkload, seed: int = 0) -> Workload:
+                  | AgentWorkload | ReasoningWorkload, seed: int = 0) -> Workload:
     """The requests of a workload config.
 
-    Synthetic, benchmark, sessions, mixtures and agents: ``seed`` is added to ``cfg.seed`` (a run's seed varies the
+    Synthetic, benchmark, sessions, mixtures, agents and reasoning: ``seed`` is added to ``cfg.seed`` (a run's seed varies the
     draw). Traces are deterministic and ignore ``seed``.
     """
     if isinstance(cfg, SyntheticWorkload):
@@ -49,5 +51,7 @@ def load_workload(cfg: SyntheticWorkload | TraceWorkload | BenchmarkWorkload | S
         return generate_mixture(cfg, seed)
     if isinstance(cfg, AgentWorkload):
         return generate_agents(cfg, seed)
+    if isinstance(cfg, ReasoningWorkload):
+        return generate_reasoning(cfg, seed)
     raise TypeError(f"expected a SyntheticWorkload, TraceWorkload or BenchmarkWorkload, "
                     f"got {type(cfg).__name__}")

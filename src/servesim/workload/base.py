@@ -146,8 +146,12 @@ class Workload:
 
 
 def workload_stats(wl: Workload) -> dict[str, float]:
-    """The workload's size and mean lengths, as a report quotes them."""
+    """The workload's size and mean lengths, as a report quotes them (and a reasoning
+    workload's token accounting, ``reasoning_*``)."""
     n = len(wl)
-    return {"num_requests": n,
-            "mean_prompt_tokens": float(wl.num_prompt_tokens.mean()) if n else 0.0,
-            "mean_output_tokens": float(wl.num_output_tokens.mean()) if n else 0.0}
+    out = {"num_requests": n,
+           "mean_prompt_tokens": float(wl.num_prompt_tokens.mean()) if n else 0.0,
+           "mean_output_tokens": float(wl.num_output_tokens.mean()) if n else 0.0}
+    for key, value in wl.meta.get("reasoning", {}).items():  # reasoning: tokens against fixed-length runs
+        out[f"reasoning_{key}"] = value
+    return out
