@@ -36,7 +36,7 @@ LAYERS = {
     "errors": 0,
     "config": 1, "catalog": 1,
     "engine": 2, "perf": 2, "metrics": 2, "workload": 2,
-    "cluster": 3, "calibration": 3, "profile_ops": 3, "deployment": 3,
+    "cluster": 3, "calibration": 3, "profile_ops": 3, "profile_layers": 3, "deployment": 3,
     "sim": 4,
     "validate": 5, "report": 5, "planner": 5, "serve": 5,
     "cli": 6, "cli_base": 6, "cli_commands": 6, "__main__": 6, "": 6,  # "": servesim/__init__.py

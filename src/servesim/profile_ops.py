@@ -34,6 +34,7 @@ from typing import IO, Any
 
 from servesim.catalog.models import ModelSpec
 from servesim.errors import ConfigError, ServesimError
+from servesim.profile_layers import attention_rows, layer_ops, time_stats
 
 DEFAULT_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 DEFAULT_CONTEXTS = (128, 512, 2048)
@@ -183,20 +184,6 @@ def _timer(torch: Any, device: str, warmup: int, repeats: int) -> Callable[[Call
     return run
 
 
-def _stats(ms: list[float], name: str) -> dict[str, float]:
-    s = sorted(ms)
-    mean = sum(s) / len(s)
-    std = (sum((x - mean) ** 2 for x in s) / len(s)) ** 0.5
-    mid = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
-    return {
-        f"time_stats.{name}.min": s[0],
-        f"time_stats.{name}.max": s[-1],
-        f"time_stats.{name}.mean": mean,
-        f"time_stats.{name}.median": mid,
-        f"time_stats.{name}.std": std,
-    }
-
-
 class _RowFile:
     """A CSV written row by row to ``<stem>.partial.csv`` (flushed after each row, created
     with its folder on the first), renamed to ``<stem>.csv`` by ``finish``."""
@@ -279,6 +266,34 @@ def _progress(enabled: bool, total: int) -> Iterator[Callable[[str], None]]:
         bar.stop()
 
 
+def _profile_folder(out_dir: Path, device_name: str, model: ModelSpec) -> Path:
+    """``out_dir/compute/<device_name>/<model>``, refused before anything is timed when the
+    name is not a plain directory name or a file stands in its way."""
+    if not device_name or device_name in (".", "..") or any(c in device_name for c in "/\\"):
+        raise ServesimError(f"--device-name {device_name!r}: expected a plain directory name")
+    folder = out_dir / "compute" / device_name / model.name.lstrip("/").replace("..", "_")
+    for parent in (folder, *folder.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise ServesimError(f"--output {out_dir}: {parent} exists and is not a directory")
+            break
+    return folder
+
+
+def _mlp_row_keys(model: ModelSpec, num_tokens: int, tp: int) -> dict[str, Any]:
+    """The model's columns of an mlp.csv row (Vidur's names)."""
+    return {
+        "n_head": model.num_attention_heads,
+        "n_kv_head": model.num_kv_heads,
+        "n_embd": model.hidden_size,
+        "n_expanded_embd": model.intermediate_size,
+        "vocab_size": model.vocab_size,
+        "use_gated_mlp": model.mlp_gated,
+        "num_tokens": num_tokens,
+        "num_tensor_parallel_workers": tp,
+    }
+
+
 def profile_operators(
     model: ModelSpec,
     out_dir: Path,
@@ -300,14 +315,7 @@ def profile_operators(
     Ctrl-C raises ProfileInterrupted saying which ``*.partial.csv`` rows were kept.
     """
     check_inputs(model, tp, tokens, contexts, batches, warmup, repeats)
-    if not device_name or device_name in (".", "..") or any(c in device_name for c in "/\\"):
-        raise ServesimError(f"--device-name {device_name!r}: expected a plain directory name")
-    folder = out_dir / "compute" / device_name / model.name.lstrip("/").replace("..", "_")
-    for parent in (folder, *folder.parents):
-        if parent.exists():
-            if not parent.is_dir():
-                raise ServesimError(f"--output {out_dir}: {parent} exists and is not a directory")
-            break
+    folder = _profile_folder(out_dir, device_name, model)
     torch = _torch()
     check_device(torch, device)
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}.get(
@@ -353,24 +361,12 @@ def profile_operators(
             w_qkv, w_o, w_up, w_down = rand(h, q + 2 * kv), rand(q, h), rand(h, up), rand(width, h)
             w_norm, emb = rand(h), rand(model.vocab_size // tp, h)
             for t in tokens:
-                ops = _layer_ops(torch, model, t, rand, (w_qkv, w_o, w_up, w_down, w_norm, emb), tp)
+                ops = layer_ops(torch, model, t, rand, (w_qkv, w_o, w_up, w_down, w_norm, emb), tp)
                 row: dict[str, Any] = {}
                 for name in OPS:
-                    row.update(_stats(time_point(f"{name} at {t} tokens", ops[name]), name))
-                row.update(
-                    {
-                        "n_head": model.num_attention_heads,
-                        "n_kv_head": model.num_kv_heads,
-                        "n_embd": h,
-                        "n_expanded_embd": model.intermediate_size,
-                        "vocab_size": model.vocab_size,
-                        "use_gated_mlp": model.mlp_gated,
-                        "num_tokens": t,
-                        "num_tensor_parallel_workers": tp,
-                    }
-                )
-                mlp.write(row)
-            for row in _attention_rows(torch, time_point, rand, model, tp, tokens, contexts, batches):
+                    row.update(time_stats(time_point(f"{name} at {t} tokens", ops[name]), name))
+                mlp.write(row | _mlp_row_keys(model, t, tp))
+            for row in attention_rows(torch, time_point, rand, model, tp, tokens, contexts, batches):
                 attention.write(row)
     except KeyboardInterrupt:
         raise ProfileInterrupted(kept("interrupted")) from None
@@ -381,91 +377,3 @@ def profile_operators(
         mlp.close()
         attention.close()
     return [mlp.finish(), attention.finish()]
-
-def _layer_ops(
-    torch: Any, model: ModelSpec, t: int, rand: Callable[..., Any], weights: tuple[Any, ...], tp: int
-) -> dict[str, Callable[[], Any]]:
-    """One layer's operators on ``t`` tokens, as closures over fresh inputs."""
-    w_qkv, w_o, w_up, w_down, w_norm, emb = weights
-    hd, h = model.head_dim, model.hidden_size
-    nq, nkv = model.num_attention_heads // tp, model.kv_heads_per_rank(tp)
-    width = model.intermediate_size // tp
-    x, res, a = rand(t, h), rand(t, h), rand(t, nq * hd)
-    ids = torch.randint(0, emb.shape[0], (t,), device=x.device)
-    qk = rand(t, nq + nkv, hd)
-    cos, sin = rand(t, 1, hd // 2), rand(t, 1, hd // 2)
-    gu = rand(t, w_up.shape[1])
-
-    def norm() -> Any:
-        y = x + res
-        return y * torch.rsqrt(y.float().pow(2).mean(-1, keepdim=True) + 1e-5).to(x.dtype) * w_norm
-
-    def rope() -> Any:
-        a1, a2 = qk[..., : hd // 2], qk[..., hd // 2 :]
-        return torch.cat((a1 * cos - a2 * sin, a2 * cos + a1 * sin), dim=-1)
-
-    def act() -> Any:
-        if model.mlp_gated:
-            return torch.nn.functional.silu(gu[:, :width]) * gu[:, width:]
-        return torch.relu(gu)
-
-    return {
-        "emb": lambda: torch.nn.functional.embedding(ids, emb),
-        "input_layernorm": norm,
-        "attn_pre_proj": lambda: x @ w_qkv,
-        "attn_rope": rope,
-        "attn_post_proj": lambda: a @ w_o,
-        "post_attention_layernorm": norm,
-        "mlp_up_proj": lambda: x @ w_up,
-        "mlp_act": act,
-        "mlp_down_proj": lambda: gu[:, :width] @ w_down,
-        "add": lambda: x + res,
-    }
-
-
-def _attention_rows(
-    torch: Any,
-    timed: Callable[[str, Callable[[], Any]], list[float]],
-    rand: Callable[..., Any],
-    model: ModelSpec,
-    tp: int,
-    tokens: Sequence[int],
-    contexts: Sequence[int],
-    batches: Sequence[int],
-) -> Iterator[dict[str, Any]]:
-    """Causal attention of a prefill chunk over its context, and decode over contexts, one
-    row at a time as each is timed (``timed(what, fn)``)."""
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-    hd, nq, nkv = model.head_dim, model.num_attention_heads // tp, model.kv_heads_per_rank(tp)
-
-    def call(*args: Any, **kw: Any) -> Callable[[], Any]:
-        return lambda: sdpa(*args, **kw)
-
-    for c in contexts:
-        k = rand(1, nkv, c, hd).repeat_interleave(nq // nkv, 1)
-        v = rand(1, nkv, c, hd).repeat_interleave(nq // nkv, 1)
-        for t in (t for t in tokens if 1 < t <= c):
-            qx = rand(1, nq, t, hd)
-            # The chunk is the last t of the c tokens: a causal mask shifted by c - t.
-            mask = torch.ones(t, c, dtype=torch.bool, device=qx.device).tril(c - t)
-            yield {
-                "kind": "prefill",
-                "num_tokens": t,
-                "context_len": c - t,
-                "batch_size": 1,
-                **_stats(timed(f"attention, prefill of {t} tokens at context {c}",
-                               call(qx, k, v, attn_mask=mask)), "attention"),
-                "num_tensor_parallel_workers": tp,
-            }
-        for b in batches:
-            qx = rand(b, nq, 1, hd)
-            yield {
-                "kind": "decode",
-                "num_tokens": b,
-                "context_len": c,
-                "batch_size": b,
-                **_stats(timed(f"attention, decode of {b} at context {c}",
-                               call(qx, k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1))), "attention"),
-                "num_tensor_parallel_workers": tp,
-            }
-
