@@ -266,6 +266,13 @@ def _progress(enabled: bool, total: int) -> Iterator[Callable[[str], None]]:
         bar.stop()
 
 
+def _oom_errors(torch: Any) -> tuple[type[Exception], ...]:
+    """The installed torch's out-of-memory exceptions (caught to keep what was measured)."""
+    return tuple(c for c in (getattr(torch, "OutOfMemoryError", None),
+                             getattr(torch.cuda, "OutOfMemoryError", None))
+                 if isinstance(c, type) and issubclass(c, Exception))
+
+
 def _profile_folder(out_dir: Path, device_name: str, model: ModelSpec) -> Path:
     """``out_dir/compute/<device_name>/<model>``, refused before anything is timed when the
     name is not a plain directory name or a file stands in its way."""
@@ -318,9 +325,7 @@ def profile_operators(
     folder = _profile_folder(out_dir, device_name, model)
     torch = _torch()
     check_device(torch, device)
-    dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}.get(
-        model.dtype, torch.bfloat16
-    )
+    dtype = getattr(torch, model.dtype if model.dtype in ("bfloat16", "float16", "float32") else "bfloat16")
     h, hd = model.hidden_size, model.head_dim
     nq, nkv = model.num_attention_heads // tp, model.kv_heads_per_rank(tp)
     q, kv, width = nq * hd, nkv * hd, model.intermediate_size // tp
@@ -345,9 +350,7 @@ def profile_operators(
         return (f"{stopped} after {done} of {total} timings; kept {rows} in {folder} "
                 f"(calibrate reads them once renamed to {names})")
 
-    oom = tuple(c for c in (getattr(torch, "OutOfMemoryError", None),
-                            getattr(torch.cuda, "OutOfMemoryError", None))
-                if isinstance(c, type) and issubclass(c, Exception))
+    oom = _oom_errors(torch)
     try:
         with _progress(progress, total) as step:
 
