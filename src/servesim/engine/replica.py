@@ -117,7 +117,7 @@ class Replica:
             self._admit_staged(self._prev_start_s)
         out = sched.schedule()
         if not out.reqs and not out.num_pool and self._staged:
-            self._admit_staged(now + 1.0)  # an idle engine schedules what it has at once
+            self._admit_staged(float("inf"))  # an idle engine schedules what it has at once
             out = sched.schedule()
         if not out.reqs and not out.num_pool:
             self.busy = False
