@@ -99,6 +99,17 @@ def test_roofline_timed_low_load():
                 20000, perf=perf)
 
 
+def test_kernel_timed_low_load():
+    """The default step model (measured kernels): decode runs time their steps from the
+    model's per-pool-size terms (``decode_terms``), equal to its ``batch_time``."""
+    from servesim.perf.kernel_model import KernelPerfModel
+
+    perf = KernelPerfModel(load_model("meta-llama/Llama-3.1-8B"), get_gpu("H100-SXM"))
+    assert_same(synthetic(6, 300, 2, out_max=600),
+                EngineConfig(max_num_seqs=256, max_num_batched_tokens=8192),
+                20000, perf=perf)
+
+
 def test_azure_slice_at_high_rate():
     from servesim.workload.traces import read_trace, select
 

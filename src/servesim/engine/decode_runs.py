@@ -11,6 +11,7 @@ nothing can change the schedule are timed in one go, and no request is touched. 
 from __future__ import annotations
 
 import heapq
+from math import log
 from dataclasses import dataclass
 from types import FunctionType
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ import numpy as np
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import Scheduler, SchedulerOutput
 from servesim.perf.base import BatchStats, PerfModel, decode_step_times
+from servesim.perf.kernel_step import Row, row_time
 
 if TYPE_CHECKING:
     from servesim.engine.kv_counting import CountingKVCache
@@ -108,6 +110,7 @@ class DecodePool(Scheduler):
         self._run_finished: list[Request] = []  # finished inside a run, not reported yet
         self._affine: dict[int, Any] = {}  # pool size -> perf.decode_affine(pool size)
         self._affine_perf: Any = None
+        self._rows: dict[int, Any] = {}  # pool size -> perf.decode_terms(pool size)
 
     # ----------------------------------------------------------------- pool bookkeeping
 
@@ -283,13 +286,22 @@ class DecodePool(Scheduler):
         if perf is not self._affine_perf:
             self._affine_perf = perf
             self._affine.clear()
+            self._rows.clear()
         coef = self._affine.get(n, False)
         if coef is False:
             affine = getattr(perf, "decode_affine", None)
             coef = self._affine[n] = affine(n) if affine is not None else None
+        rest = a = b = c = 0.0
+        row: Row | None = None
         if coef is not None:
             rest, a, b, c = coef
         else:
+            rc = self._rows.get(n, False)
+            if rc is False:
+                by_row = getattr(perf, "decode_terms", None)
+                rc = self._rows[n] = by_row(n) if by_row is not None else None
+            if rc is not None:
+                rest, row = rc
             stats = BatchStats(num_decode_reqs=n)
         stop = min(last, j + SCALAR_STEPS - 1)
         done = False
@@ -311,6 +323,8 @@ class DecodePool(Scheduler):
             if coef is not None:  # batch_time's terms, the decode attention's written out
                 x, y = a * s, b * s + c
                 g = rest + (x if x > y else y)
+            elif row is not None:  # batch_time's terms, one attention lookup
+                g = rest + row_time(row, log(s / n))
             else:
                 stats.sum_decode_context = s
                 g = perf.batch_time(stats)

@@ -65,7 +65,7 @@ from servesim.perf.kernels import (
 )
 from servesim.perf.kernel_attention import attention_grid
 from servesim.perf.kernel_moe import moe_curve, moe_dtype
-from servesim.perf.kernel_step import KernelStepTime, row_time
+from servesim.perf.kernel_step import KernelStepTime, Row, row_time
 from servesim.perf.pipelined import MicroBatchShare
 from servesim.perf.roofline import RooflinePerfModel, RooflineWork
 
@@ -382,6 +382,14 @@ class KernelPerfModel(RooflineWork):
         """Not affine in the context sum: the engine times decode runs with ``batch_time``
         and ``decode_step_times``."""
         return None
+
+    def decode_terms(self, num_decode_reqs: int) -> tuple[float, Row] | None:
+        """(rest, row) with ``batch_time = rest + row_time(row, log(s / n))`` for a pure-decode
+        batch of ``n = num_decode_reqs`` requests and context sum ``s`` (the engine's decode
+        runs time their steps with it, without a call per step); None for a fractional share."""
+        if type(num_decode_reqs) is not int:
+            return None
+        return self.step.decode_terms(num_decode_reqs)
 
     def decode_step_times(self, num_decode_reqs: int, sum_decode_context: np.ndarray) -> np.ndarray:
         """``batch_time`` of pure-decode batches of ``num_decode_reqs`` requests, vectorized

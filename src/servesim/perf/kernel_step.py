@@ -94,6 +94,17 @@ class KernelStepTime:
             total += row_time(self.decode(d), log(stats.sum_decode_context / d))
         return total
 
+    def decode_terms(self, d: int) -> tuple[float, Row]:
+        """(rest, row): a pure-decode step of ``d`` requests at context sum ``s`` takes
+        ``rest + row_time(row, log(s / d))`` seconds, the same sums as ``batch_time``'s."""
+        if d >= len(self.tok):
+            self.tok = self.grow_tokens(d)
+        if d >= len(self.req):
+            self.req = self.grow_requests(d)
+        rest = self.tok[d] + self.req[d]
+        rest += self.c_full if d <= self.graph_max else self.c_eager
+        return rest, self.decode(d)
+
     def decode(self, d: int) -> Row:
         """The decode-attention row at batch ``d``."""
         row = self.dec_rows.get(d)
