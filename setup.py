@@ -25,6 +25,7 @@ COMPILED = [
     "servesim/engine/replica.py",
     "servesim/perf/base.py",
     "servesim/perf/kernel_step.py",
+    "servesim/perf/work_step.py",
 ]
 BUILDS = {"build", "build_ext", "bdist_wheel", "install", "develop", "editable_wheel"}
 

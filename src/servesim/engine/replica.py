@@ -29,6 +29,7 @@ from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import Scheduler, SchedulerOutput
 from servesim.metrics.records import ItlSamples, ReplicaTotals, StepSeries
 from servesim.perf.base import BatchStats, PerfModel
+from servesim.perf.work_step import WorkCounter
 
 
 def step_wall_s(gpu_s: float, cpu_s: float, overlap: bool) -> float:
@@ -82,6 +83,9 @@ class Replica:
         work = getattr(perf, "batch_work", None)  # (FLOPs, bytes) in one call where offered
         self._work: Callable[[BatchStats], tuple[float, float]] = work if work is not None else (
             lambda st: (perf.batch_flops(st), perf.batch_bytes(st)))
+        # The roofline's count itself where the model offers it: a compiled call, no frame.
+        counter = getattr(perf, "work_counter", None)
+        self._counter: WorkCounter | None = counter if isinstance(counter, WorkCounter) else None
         # Pipeline bubbles, for utilization (only perf models with stages report them).
         self._bubble: Callable[[BatchStats], float] | None = (
             getattr(perf, "bubble_fraction", None) if getattr(perf, "pp", 1) > 1 else None)
@@ -210,7 +214,7 @@ class Replica:
         used = self.kv.num_used_blocks
         t.busy_s += dt
         t.gpu_s += gpu_s
-        f, b = self._work(st)
+        f, b = self._work(st) if self._counter is None else self._counter.batch_work(st)
         t.flops += f
         t.bytes += b
         t.num_steps += 1
