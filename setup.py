@@ -22,6 +22,7 @@ COMPILED = [
     "servesim/engine/scheduler.py",
     "servesim/engine/decode_runs.py",
     "servesim/engine/lazy.py",
+    "servesim/engine/run_rows.py",
     "servesim/engine/replica.py",
     "servesim/perf/base.py",
     "servesim/perf/kernel_step.py",

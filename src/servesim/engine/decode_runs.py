@@ -63,22 +63,25 @@ class Run:
     """Steps added to a pure-decode step by ``LazyScheduler.extend_run``."""
 
     durations: list[float]
-    # Per step, for the step series only (None when steps are not recorded):
-    used: list[int] | None  # KV blocks in use
-    starts: list[float] | None  # start time
+    start_s: float  # start of the first step
     segments: list[tuple[int, int, int]]  # (pool size, steps, decode context sum of the first)
+    # Per segment, for the step series' KV column (``run_rows.RunRows``; empty when steps
+    # are not recorded): (first step, blocks in use before it, the pool's block phases).
+    phases: list[tuple[int, int, list[int]]]
     segment_gpu_s: list[float]  # per segment: the GPU's part of its steps (no CPU time)
     end_s: float  # end of the last step
     finished: list[Request]  # left at a step's end, in order
     total_s: float  # sum of the durations, in step order
     kv_block_s: float  # sum of used * duration, in step order
     peak_used: int  # most KV blocks in use in a step
+    keep_steps: bool  # the step series is recorded (``phases`` kept)
 
     def __init__(self, end_s: float, keep_steps: bool = True) -> None:
         self.durations = []
-        self.used = [] if keep_steps else None
-        self.starts = [] if keep_steps else None
+        self.start_s = end_s
+        self.keep_steps = keep_steps
         self.segments = []
+        self.phases = []
         self.segment_gpu_s = []
         self.end_s = end_s
         self.finished = []
@@ -280,7 +283,7 @@ class DecodePool(Scheduler):
         free = kv.num_free_blocks
         base_used = kv.num_gpu_blocks - free
         pool_off = self.pool_off
-        durations, used, starts = run.durations, run.used, run.starts
+        durations = run.durations
         k0 = len(durations)
         t = run.end_s
         popped = 0
@@ -331,9 +334,6 @@ class DecodePool(Scheduler):
             gpu_tot += g
             u = base_used + popped
             add_d(d)
-            if starts is not None and used is not None:
-                starts.append(t)
-                used.append(u)
             tot += d
             kv_s += u * d
             t += d
@@ -345,6 +345,8 @@ class DecodePool(Scheduler):
         k = len(durations) - k0
         if k:
             run.segments.append((n, k, pool_off + n * (j - k + 1)))
+            if run.keep_steps:
+                run.phases.append((j - k, base_used, list(phase)))
             run.segment_gpu_s.append(gpu_tot)
             run.end_s = t
             run.total_s += tot
@@ -400,9 +402,6 @@ class DecodePool(Scheduler):
             if k:
                 dk, uk = d[:k], cum[:k] + base_used
                 run.durations.extend(dk.tolist())
-                if run.starts is not None and run.used is not None:
-                    run.starts.extend(clock[:k].tolist())
-                    run.used.extend(uk.tolist())
                 tot += float(dk.sum())
                 gpu_tot += float(g[:k].sum())
                 kv_s += float(uk @ dk)
