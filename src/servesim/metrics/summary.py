@@ -77,7 +77,7 @@ def distribution(values: np.ndarray, weights: np.ndarray | None = None) -> dict[
     # product used (a Ray worker runs with one, a process-pool worker with all). Over a
     # memoryview: the same floats without building a list of them.
     terms = np.ascontiguousarray(values if w is None else values * w)
-    out["mean"] = math.fsum(memoryview(terms)) / total
+    out["mean"] = math.fsum(terms.data) / total
     if w is None:
         pct = _selected_percentiles(values, PERCENTILES)
     else:
