@@ -22,9 +22,11 @@ COMPILED = [
     "servesim/engine/scheduler.py",
     "servesim/engine/decode_runs.py",
     "servesim/engine/lazy.py",
+    "servesim/engine/run_rows.py",
     "servesim/engine/replica.py",
     "servesim/perf/base.py",
     "servesim/perf/kernel_step.py",
+    "servesim/perf/work_step.py",
 ]
 BUILDS = {"build", "build_ext", "bdist_wheel", "install", "develop", "editable_wheel"}
 

@@ -31,7 +31,7 @@ from servesim.metrics.records import (
     Result,
     StepSeries,
 )
-from servesim.metrics.summary import summarize, weighted_percentile
+from servesim.metrics.summary import distribution, summarize, weighted_percentile
 
 NAN = math.nan
 
@@ -238,3 +238,26 @@ def test_nothing_finished() -> None:
     assert s["slo"]["goodput_rps"] is None
     assert s["energy"]["energy_j"] == approx(5040.0)
     assert s["energy"]["j_per_output_token"] is None
+
+
+def test_distribution_selects_the_inverted_cdf_percentiles() -> None:
+    """Unit weights take the percentiles by selection, weights by an unstable sort: both are
+    the inverted CDF of the samples (ties and NaNs included), as a stable sort gives it."""
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 3, 7, 100, 101, 1000):
+        x = np.round(rng.exponential(size=n), 1)  # many ties
+        x[rng.random(n) < 0.1] = np.nan
+        kept = x[~np.isnan(x)]
+        if not kept.size:
+            continue
+        d = distribution(x)
+        assert d["count"] == kept.size
+        for p in (50, 90, 95, 99):
+            assert d[f"p{p}"] == np.percentile(kept, p, method="inverted_cdf")
+        w = rng.integers(0, 5, size=n)
+        dw = distribution(x, w)
+        keep = ~np.isnan(x) & (w > 0)
+        for p in (50, 90, 95, 99):
+            expected = (np.percentile(np.repeat(x[keep], w[keep]), p, method="inverted_cdf")
+                        if keep.any() else None)
+            assert dw[f"p{p}"] == expected

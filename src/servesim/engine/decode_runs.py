@@ -11,6 +11,7 @@ nothing can change the schedule are timed in one go, and no request is touched. 
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from math import log
 from dataclasses import dataclass
 from types import FunctionType
@@ -21,7 +22,7 @@ import numpy as np
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import Scheduler, SchedulerOutput
 from servesim.perf.base import BatchStats, PerfModel, decode_step_times
-from servesim.perf.kernel_step import Row, row_time
+from servesim.perf.kernel_step import Row, row_time_at
 
 if TYPE_CHECKING:
     from servesim.engine.kv_counting import CountingKVCache
@@ -62,22 +63,25 @@ class Run:
     """Steps added to a pure-decode step by ``LazyScheduler.extend_run``."""
 
     durations: list[float]
-    # Per step, for the step series only (None when steps are not recorded):
-    used: list[int] | None  # KV blocks in use
-    starts: list[float] | None  # start time
+    start_s: float  # start of the first step
     segments: list[tuple[int, int, int]]  # (pool size, steps, decode context sum of the first)
+    # Per segment, for the step series' KV column (``run_rows.RunRows``; empty when steps
+    # are not recorded): (first step, blocks in use before it, the pool's block phases).
+    phases: list[tuple[int, int, list[int]]]
     segment_gpu_s: list[float]  # per segment: the GPU's part of its steps (no CPU time)
     end_s: float  # end of the last step
     finished: list[Request]  # left at a step's end, in order
     total_s: float  # sum of the durations, in step order
     kv_block_s: float  # sum of used * duration, in step order
     peak_used: int  # most KV blocks in use in a step
+    keep_steps: bool  # the step series is recorded (``phases`` kept)
 
     def __init__(self, end_s: float, keep_steps: bool = True) -> None:
         self.durations = []
-        self.used = [] if keep_steps else None
-        self.starts = [] if keep_steps else None
+        self.start_s = end_s
+        self.keep_steps = keep_steps
         self.segments = []
+        self.phases = []
         self.segment_gpu_s = []
         self.end_s = end_s
         self.finished = []
@@ -279,30 +283,22 @@ class DecodePool(Scheduler):
         free = kv.num_free_blocks
         base_used = kv.num_gpu_blocks - free
         pool_off = self.pool_off
-        durations, used, starts = run.durations, run.used, run.starts
+        durations = run.durations
         k0 = len(durations)
         t = run.end_s
         popped = 0
-        if perf is not self._affine_perf:
-            self._affine_perf = perf
-            self._affine.clear()
-            self._rows.clear()
-        coef = self._affine.get(n, False)
-        if coef is False:
-            affine = getattr(perf, "decode_affine", None)
-            coef = self._affine[n] = affine(n) if affine is not None else None
+        coef, rc = self._decode_terms(perf, n)
         rest = a = b = c = 0.0
         row: Row | None = None
+        xs: list[float] = []
+        i_row = 0  # bisect_right(xs, log length): only grows, as the context does
         if coef is not None:
             rest, a, b, c = coef
-        else:
-            rc = self._rows.get(n, False)
-            if rc is False:
-                by_row = getattr(perf, "decode_terms", None)
-                rc = self._rows[n] = by_row(n) if by_row is not None else None
-            if rc is not None:
-                rest, row = rc
-            stats = BatchStats(num_decode_reqs=n)
+        elif rc is not None:
+            rest, row = rc
+            xs = row[0]
+            i_row = bisect_right(xs, log((pool_off + n * (j + 1)) / n))
+        stats = BatchStats(num_decode_reqs=n)
         stop = min(last, j + SCALAR_STEPS - 1)
         done = False
         add_d = durations.append
@@ -324,7 +320,10 @@ class DecodePool(Scheduler):
                 x, y = a * s, b * s + c
                 g = rest + (x if x > y else y)
             elif row is not None:  # batch_time's terms, one attention lookup
-                g = rest + row_time(row, log(s / n))
+                x = log(s / n)
+                while i_row < len(xs) and xs[i_row] <= x:
+                    i_row += 1
+                g = rest + row_time_at(row, x, i_row)
             else:
                 stats.sum_decode_context = s
                 g = perf.batch_time(stats)
@@ -335,9 +334,6 @@ class DecodePool(Scheduler):
             gpu_tot += g
             u = base_used + popped
             add_d(d)
-            if starts is not None and used is not None:
-                starts.append(t)
-                used.append(u)
             tot += d
             kv_s += u * d
             t += d
@@ -349,6 +345,8 @@ class DecodePool(Scheduler):
         k = len(durations) - k0
         if k:
             run.segments.append((n, k, pool_off + n * (j - k + 1)))
+            if run.keep_steps:
+                run.phases.append((j - k, base_used, list(phase)))
             run.segment_gpu_s.append(gpu_tot)
             run.end_s = t
             run.total_s += tot
@@ -359,6 +357,26 @@ class DecodePool(Scheduler):
         if popped:
             kv.pop_anonymous(popped)
         return k
+
+    def _decode_terms(self, perf: PerfModel, n: int) -> tuple[Any, Any]:
+        """The perf model's pure-decode step of ``n`` requests in closed form, cached per
+        pool size: ``decode_affine(n)`` where offered (else None), and where not,
+        ``decode_terms(n)`` (else None: ``batch_time`` every step)."""
+        if perf is not self._affine_perf:
+            self._affine_perf = perf
+            self._affine.clear()
+            self._rows.clear()
+        coef = self._affine.get(n, False)
+        if coef is False:
+            affine = getattr(perf, "decode_affine", None)
+            coef = self._affine[n] = affine(n) if affine is not None else None
+        if coef is not None:
+            return coef, None
+        rc = self._rows.get(n, False)
+        if rc is False:
+            by_row = getattr(perf, "decode_terms", None)
+            rc = self._rows[n] = by_row(n) if by_row is not None else None
+        return None, rc
 
     def _extend_vectorized(self, j: int, last: int, t: float, popped: int, free: int,
                            time_bound: bool, next_event_s: float, perf: PerfModel, overhead_s: float,
@@ -384,9 +402,6 @@ class DecodePool(Scheduler):
             if k:
                 dk, uk = d[:k], cum[:k] + base_used
                 run.durations.extend(dk.tolist())
-                if run.starts is not None and run.used is not None:
-                    run.starts.extend(clock[:k].tolist())
-                    run.used.extend(uk.tolist())
                 tot += float(dk.sum())
                 gpu_tot += float(g[:k].sum())
                 kv_s += float(uk @ dk)

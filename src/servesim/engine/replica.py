@@ -20,15 +20,16 @@ schedules an arrival at once). Token times are the end of the step that produced
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable
 
 from servesim.engine.decode_runs import LazyOutput, Run
 from servesim.engine.events import ARRIVAL, BATCH_DONE, WAKE, EventLoop
 from servesim.engine.request import ReqStatus, Request
+from servesim.engine.run_rows import RunRows
 from servesim.engine.scheduler import Scheduler, SchedulerOutput
 from servesim.metrics.records import ItlSamples, ReplicaTotals, StepSeries
 from servesim.perf.base import BatchStats, PerfModel
+from servesim.perf.work_step import WorkCounter
 
 
 def step_wall_s(gpu_s: float, cpu_s: float, overlap: bool) -> float:
@@ -58,6 +59,7 @@ class Replica:
         self.check_invariants = check_invariants
         self.skip_ahead = hasattr(scheduler, "extend_run") and not check_invariants
         self.run: Run | None = None  # the run of pure-decode steps in flight, if any
+        self.run_rows: RunRows | None = None  # its step-series rows (steps recorded)
         # A finish inside a run is only seen at the run's end (on_finish is called then):
         # right for a lone replica, not where a router watches the finishes.
         self.finishes_in_runs = finishes_in_runs
@@ -82,6 +84,9 @@ class Replica:
         work = getattr(perf, "batch_work", None)  # (FLOPs, bytes) in one call where offered
         self._work: Callable[[BatchStats], tuple[float, float]] = work if work is not None else (
             lambda st: (perf.batch_flops(st), perf.batch_bytes(st)))
+        # The roofline's count itself where the model offers it: a compiled call, no frame.
+        counter = getattr(perf, "work_counter", None)
+        self._counter: WorkCounter | None = counter if isinstance(counter, WorkCounter) else None
         # Pipeline bubbles, for utilization (only perf models with stages report them).
         self._bubble: Callable[[BatchStats], float] | None = (
             getattr(perf, "bubble_fraction", None) if getattr(perf, "pp", 1) > 1 else None)
@@ -131,6 +136,7 @@ class Replica:
         dt = step_wall_s(gpu_s, self.cpu_overhead_s, self.async_scheduling)
         self._account(out, now, dt, gpu_s)
         self.run = None
+        self.run_rows = None
         end = now + dt
         if self.skip_ahead and (out.num_pool or out.reqs):
             next_event_s = now if self._staged else self.loop.next_time()  # staged: no run
@@ -167,11 +173,8 @@ class Replica:
                 itl.add(now - req.last_token_s, 1)
             req.last_token_s = now
         run = self.run
-        if run is not None and self.steps is not None:
-            if len(self.scheduler.waiting) > self.run_waiting0:
-                self._count_arrivals_during_run(len(run.durations))
-            if self._staged:
-                self._count_staged_during_run(len(run.durations))
+        if run is not None and self.run_rows is not None:
+            self._count_waiting_during_run(self.run_rows)
         if run is None:
             itl.add(now - last, n_same + out.num_pool)
         else:  # a run of pure-decode steps: one gap per step for the whole pool
@@ -210,7 +213,7 @@ class Replica:
         used = self.kv.num_used_blocks
         t.busy_s += dt
         t.gpu_s += gpu_s
-        f, b = self._work(st)
+        f, b = self._work(st) if self._counter is None else self._counter.batch_work(st)
         t.flops += f
         t.bytes += b
         t.num_steps += 1
@@ -221,18 +224,10 @@ class Replica:
             t.bubble_s += gpu_s * self._bubble(st)
         if used > t.peak_kv_blocks:
             t.peak_kv_blocks = used
-        s = self.steps
-        if s is None:
-            return
-        s.replica.append(self.id)
-        s.start_s.append(now)
-        s.duration_s.append(dt)
-        s.num_prefill_tokens.append(st.num_prefill_tokens)
-        s.num_decode_reqs.append(st.num_decode_reqs)
-        s.num_running.append(len(self.scheduler.running))
-        s.num_waiting.append(len(self.scheduler.waiting))
-        s.kv_blocks_used.append(used)
-        s.num_preempted.append(len(out.preempted))
+        if self.steps is not None:
+            self.steps.add_step(self.id, now, dt, st.num_prefill_tokens, st.num_decode_reqs,
+                                len(self.scheduler.running), len(self.scheduler.waiting), used,
+                                len(out.preempted))
 
     def _account_run(self, run: Run) -> None:
         """Account the extra steps of a run of pure-decode steps, segment by segment."""
@@ -248,8 +243,6 @@ class Replica:
         t.kv_block_s += run.kv_block_s
         if run.peak_used > t.peak_kv_blocks:
             t.peak_kv_blocks = run.peak_used
-        s = self.steps
-        i = 0
         for seg, (n, k, s_first) in enumerate(run.segments):
             # FLOPs and bytes are affine in the decode context, which grows by n per step:
             # k steps do k * work(their mean context).
@@ -263,42 +256,17 @@ class Replica:
             t.bytes += k * (aff[2] + aff[3] * mean_s)
             if self._bubble is not None:
                 t.bubble_s += run.segment_gpu_s[seg] * self._bubble(BatchStats(num_decode_reqs=n))
-            if s is not None:
-                s.num_decode_reqs.extend([n] * k)
-                s.num_running.extend([n] * k)  # only pooled decodes run in a run
-            i += k
-        if s is None:
-            return
-        s.replica.extend([self.id] * k_all)
-        s.start_s.extend(run.starts)  # type: ignore[arg-type]  # kept when steps are recorded
-        s.duration_s.extend(durations)
-        s.num_prefill_tokens.extend([0] * k_all)
-        s.num_waiting.extend([len(self.scheduler.waiting)] * k_all)  # as of the run's start
-        s.kv_blocks_used.extend(run.used)  # type: ignore[arg-type]
-        s.num_preempted.extend([0] * k_all)
+        if self.steps is not None:  # rows written when read; waiting as of the run's start
+            self.run_rows = RunRows(self.id, run, len(self.scheduler.waiting), self.kv.block_size)
+            self.steps.add_rows(self.run_rows)
 
-    def _count_arrivals_during_run(self, k: int) -> None:
-        """The run's step rows recorded the waiting queue as of its start; add the requests
-        queued during the run to the rows of the steps that started after they arrived."""
+    def _count_waiting_during_run(self, rows: RunRows) -> None:
+        """The run's rows hold the waiting queue as of its start: add the requests queued
+        during the run, and with async scheduling those staged during it (``RunRows``)."""
         waiting = self.scheduler.waiting
-        queued = sorted(waiting[i].queued_s for i in range(self.run_waiting0, len(waiting)))
-        starts = self.steps.start_s  # type: ignore[union-attr]
-        col = self.steps.num_waiting  # type: ignore[union-attr]
-        end = len(starts)
-        for q in queued:  # usually none starts after the arrival: the run stopped before it
-            for row in range(bisect.bisect_left(starts, q, end - k, end), end):
-                col[row] += 1
-
-    def _count_staged_during_run(self, k: int) -> None:
-        """Async scheduling: a request staged during the run joined the waiting queue at the
-        start of the second step after its arrival; count it in the rows from there on."""
-        starts = self.steps.start_s  # type: ignore[union-attr]
-        col = self.steps.num_waiting  # type: ignore[union-attr]
-        end = len(starts)
-        for r in self._staged:
-            # from the run's first step (its row is end - k - 1): the step after the one it arrived in
-            for row in range(bisect.bisect_left(starts, r.queued_s, end - k - 1, end) + 1, end):
-                col[row] += 1
+        if len(waiting) > self.run_waiting0 or self._staged:
+            rows.add_waiting(sorted(waiting[i].queued_s for i in range(self.run_waiting0, len(waiting))),
+                             [r.queued_s for r in self._staged])
 
     def _check(self) -> None:
         sched = self.scheduler

@@ -6,6 +6,7 @@ between slices of simulated time (``run_in_slices``), never in its hot loop.
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -49,6 +50,30 @@ def run_in_slices(loop: Any, horizon_s: float, until_s: float, progress: Callabl
     (no cost in the hot loop). ``grows``: the horizon is not known ahead (closed-loop
     clients send as requests finish), so slices grow with the clock. Returns the time of
     the last event."""
+    with gc_paused():
+        return _run(loop, horizon_s, until_s, progress, num_done, grows)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for the event loop (restored after, as it was).
+
+    The loop allocates millions of short-lived container objects (step outputs, lists,
+    requests) and few reference cycles (a few hundred on the Azure hour's 19,366 requests),
+    so the collector's passes, every 700 allocations, cost about a tenth of the run and
+    free next to nothing; memory is still freed by reference counting, and the cycles
+    the loop leaves are collected once the collector is back on."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _run(loop: Any, horizon_s: float, until_s: float, progress: Callable[[int], None] | None,
+         num_done: Callable[[], int], grows: bool) -> float:
     if progress is None:
         return float(loop.run(until_s))
     dt = max(horizon_s / 200, 1e-3)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -80,34 +80,106 @@ class RequestRecords:
             return np.where(n > 1, (self.finished_s - self.first_token_s) / (n - 1), np.nan)
 
 
-@dataclass(slots=True)
-class StepSeries:
-    """One row per engine iteration (per replica), appended during the run."""
+STEP_COLUMNS = ("replica", "start_s", "duration_s", "num_prefill_tokens", "num_decode_reqs",
+                "num_running", "num_waiting", "kv_blocks_used", "num_preempted")
 
-    replica: list[int] = field(default_factory=list)
-    start_s: list[float] = field(default_factory=list)
-    duration_s: list[float] = field(default_factory=list)  # GPU time + CPU overhead
-    num_prefill_tokens: list[int] = field(default_factory=list)
-    num_decode_reqs: list[int] = field(default_factory=list)
-    num_running: list[int] = field(default_factory=list)
-    num_waiting: list[int] = field(default_factory=list)
-    kv_blocks_used: list[int] = field(default_factory=list)
-    num_preempted: list[int] = field(default_factory=list)
+
+class StepRows(Protocol):
+    """Rows of the step series kept compactly (a run of the lazy engine's decode steps,
+    ``engine.run_rows.RunRows``) until the series is read."""
+
+    num_rows: int
+
+    def write(self, cols: dict[str, list[Any]]) -> None:
+        """Append the rows to ``cols`` (the series' columns by name, in ``STEP_COLUMNS``)."""
+
+
+def _column(name: str) -> property:
+    def get(self: StepSeries) -> list[Any]:
+        return self._materialized()[name]
+
+    return property(get, doc=f"The ``{name}`` column, one value a step (rows of runs written out first).")
+
+
+class StepSeries:
+    """One row per engine iteration (per replica), in the order the steps ran.
+
+    Event steps are appended as rows (``add_step``). The steps of a skip-ahead run (most of
+    them, on a lone replica) are kept as the run (``add_rows``: its step times, pool sizes
+    and KV phases) and written out as rows the first time a column is read: a simulation
+    that reads no step column never builds them. The columns are lists; ``columns()``
+    gives them as numpy arrays.
+
+    Columns: ``replica``, ``start_s``, ``duration_s`` (GPU time + CPU overhead, or their
+    maximum with async scheduling), ``num_prefill_tokens``, ``num_decode_reqs``,
+    ``num_running``, ``num_waiting``, ``kv_blocks_used``, ``num_preempted``.
+    """
+
+    __slots__ = ("_cols", "_pending", "_num_pending_rows")
+
+    def __init__(self, **columns: list[Any]) -> None:
+        unknown = set(columns) - set(STEP_COLUMNS)
+        if unknown:
+            raise TypeError(f"StepSeries has no column {sorted(unknown)[0]!r}")
+        self._cols: dict[str, list[Any]] = {name: list(columns.get(name, ())) for name in STEP_COLUMNS}
+        self._pending: list[tuple[int, StepRows]] = []  # (event rows before them, rows)
+        self._num_pending_rows = 0
+
+    def add_step(self, replica: int, start_s: float, duration_s: float, num_prefill_tokens: int,
+                 num_decode_reqs: int, num_running: int, num_waiting: int, kv_blocks_used: int,
+                 num_preempted: int) -> None:
+        """Append one step's row (after any rows held compactly)."""
+        c = self._cols
+        c["replica"].append(replica)
+        c["start_s"].append(start_s)
+        c["duration_s"].append(duration_s)
+        c["num_prefill_tokens"].append(num_prefill_tokens)
+        c["num_decode_reqs"].append(num_decode_reqs)
+        c["num_running"].append(num_running)
+        c["num_waiting"].append(num_waiting)
+        c["kv_blocks_used"].append(kv_blocks_used)
+        c["num_preempted"].append(num_preempted)
+
+    def add_rows(self, rows: StepRows) -> None:
+        """Append rows kept compactly until a column is read (they may still change until
+        then: the run's waiting counts are completed when it ends)."""
+        self._pending.append((len(self._cols["start_s"]), rows))
+        self._num_pending_rows += rows.num_rows
+
+    def _materialized(self) -> dict[str, list[Any]]:
+        if not self._pending:
+            return self._cols
+        old = self._cols
+        cols: dict[str, list[Any]] = {name: [] for name in STEP_COLUMNS}
+        done = 0
+        for at, rows in self._pending:
+            if at > done:
+                for name in STEP_COLUMNS:
+                    cols[name].extend(old[name][done:at])
+                done = at
+            rows.write(cols)
+        for name in STEP_COLUMNS:
+            cols[name].extend(old[name][done:])
+        self._cols, self._pending, self._num_pending_rows = cols, [], 0
+        return cols
+
+    replica = _column("replica")
+    start_s = _column("start_s")
+    duration_s = _column("duration_s")
+    num_prefill_tokens = _column("num_prefill_tokens")
+    num_decode_reqs = _column("num_decode_reqs")
+    num_running = _column("num_running")
+    num_waiting = _column("num_waiting")
+    kv_blocks_used = _column("kv_blocks_used")
+    num_preempted = _column("num_preempted")
 
     def columns(self) -> dict[str, np.ndarray]:
-        return {
-            "replica": np.asarray(self.replica, np.int64), "start_s": np.asarray(self.start_s),
-            "duration_s": np.asarray(self.duration_s),
-            "num_prefill_tokens": np.asarray(self.num_prefill_tokens, np.int64),
-            "num_decode_reqs": np.asarray(self.num_decode_reqs, np.int64),
-            "num_running": np.asarray(self.num_running, np.int64),
-            "num_waiting": np.asarray(self.num_waiting, np.int64),
-            "kv_blocks_used": np.asarray(self.kv_blocks_used, np.int64),
-            "num_preempted": np.asarray(self.num_preempted, np.int64),
-        }
+        c = self._materialized()
+        return {name: np.asarray(c[name], np.float64 if name in ("start_s", "duration_s") else np.int64)
+                for name in STEP_COLUMNS}
 
     def __len__(self) -> int:
-        return len(self.start_s)
+        return len(self._cols["start_s"]) + self._num_pending_rows
 
 
 @dataclass(slots=True)

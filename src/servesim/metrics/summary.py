@@ -60,22 +60,43 @@ def _sorted_percentiles(v: np.ndarray, cum: np.ndarray, ps: tuple[float, ...]) -
 def distribution(values: np.ndarray, weights: np.ndarray | None = None) -> dict[str, Any]:
     """count, mean, p50, p90, p95, p99, max of the non-NaN values (optionally weighted)."""
     values = np.asarray(values, np.float64)
-    w = np.ones(values.shape, np.int64) if weights is None else np.asarray(weights)
-    keep = ~np.isnan(values) & (w > 0)
-    values, w = values[keep], w[keep]
-    total = int(w.sum()) if w.size else 0
+    if weights is None:  # unit weights: the percentiles by selection, no sort
+        values = values[~np.isnan(values)]
+        w = None
+        total = int(values.size)
+    else:
+        w = np.asarray(weights)
+        keep = ~np.isnan(values) & (w > 0)
+        values, w = values[keep], w[keep]
+        total = int(w.sum()) if w.size else 0
     out: dict[str, Any] = {"count": total}
     if total == 0:
         out.update({"mean": None, **{f"p{p}": None for p in PERCENTILES}, "max": None})
         return out
     # fsum: exactly rounded, so the mean does not depend on how many threads BLAS's dot
-    # product used (a Ray worker runs with one, a process-pool worker with all).
-    out["mean"] = math.fsum((values * w).tolist()) / total
-    order = np.argsort(values, kind="stable")  # once for all the percentiles
-    pct = _sorted_percentiles(values[order], np.cumsum(w[order]), tuple(PERCENTILES))
+    # product used (a Ray worker runs with one, a process-pool worker with all). Over a
+    # memoryview: the same floats without building a list of them.
+    terms = np.ascontiguousarray(values if w is None else values * w)
+    out["mean"] = math.fsum(terms.data) / total
+    if w is None:
+        pct = _selected_percentiles(values, PERCENTILES)
+    else:
+        # Once for all the percentiles. Equal values may come in any order: the value where
+        # the cumulative weight crosses p% is the same whichever of them comes first.
+        order = np.argsort(values)
+        pct = _sorted_percentiles(values[order], np.cumsum(w[order]), tuple(PERCENTILES))
     out.update({f"p{p}": x for p, x in zip(PERCENTILES, pct)})
     out["max"] = float(values.max())
     return out
+
+
+def _selected_percentiles(values: np.ndarray, ps: tuple[int, ...]) -> list[float]:
+    """``weighted_percentile`` with unit weights for each integer ``p`` of ``ps``: the value
+    of rank ceil(p n / 100) (1-based), found by selection (``np.partition``), not a sort."""
+    n = int(values.size)
+    ranks = [max(-(-p * n // 100) - 1, 0) for p in ps]
+    picked = np.partition(values, ranks)
+    return [float(picked[k]) for k in ranks]
 
 
 def _ratio(num: float, den: float | None) -> float | None:

@@ -46,10 +46,12 @@ class RecordWriter:
         rec.first_token_s[idx] = times([r.first_token_s for r in buf])
         rec.finished_s[idx] = times([r.finished_s for r in buf])
         rec.num_output_tokens[idx] = [r.num_output_tokens for r in buf]
-        rec.num_cached_tokens[idx] = [max(r.num_cached_tokens, 0) for r in buf]
+        rec.num_cached_tokens[idx] = np.maximum(np.fromiter([r.num_cached_tokens for r in buf], np.int64, n), 0)
         rec.num_preemptions[idx] = [r.num_preemptions for r in buf]
         rec.replica[idx] = [r.replica for r in buf]
-        rec.status[idx] = [record_status(r) for r in buf]
+        status = np.fromiter([r.status for r in buf], np.int64, n)  # as record_status, for the batch
+        rec.status[idx] = np.where(status == ReqStatus.FINISHED, RequestStatus.FINISHED, np.where(
+            status == ReqStatus.REJECTED, RequestStatus.REJECTED, RequestStatus.UNFINISHED))
 
 
 def record_status(r: Request) -> int:

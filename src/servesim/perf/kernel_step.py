@@ -23,8 +23,13 @@ Row = tuple[list[float], list[float]]
 def row_time(row: Row, x: float) -> float:
     """Seconds at log length ``x``: linear in log-log between the row's points, clamped at
     its ends (which the model extends far past any real length)."""
+    return row_time_at(row, x, bisect_right(row[0], x))
+
+
+def row_time_at(row: Row, x: float, i: int) -> float:
+    """``row_time(row, x)`` given ``i = bisect_right(row[0], x)`` (a run of decode steps
+    keeps ``i`` as its context grows instead of searching every step)."""
     xs, ys = row
-    i = bisect_right(xs, x)
     if i <= 0:
         return exp(ys[0])
     if i >= len(xs):

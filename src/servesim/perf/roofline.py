@@ -41,6 +41,7 @@ from servesim.perf.efficiencies import (  # noqa: F401 - re-exported
 )
 from servesim.perf.pipelined import MicroBatchShare, PipelinedPerfModel  # noqa: F401 - PipelinedPerfModel re-exported
 from servesim.perf.work import activation_dtype, work_coefficients  # noqa: F401 - activation_dtype re-exported
+from servesim.perf.work_step import WorkCounter
 
 
 class RooflinePerfModel:
@@ -52,7 +53,7 @@ class RooflinePerfModel:
         "_num_experts", "_top_k", "_miss", "_pf_f", "_pf_kv", "_pf_tok", "_dec_f", "_dec_kv", "_dec_req",
         "_el_tok", "_el_floor", "_lm_f", "_lm_w", "_lm_req", "_samp_req", "_comm_tok", "_comm_const",
         "_comm_req", "_fixed", "_coef", "_dtype_override", "ep", "expert_imbalance", "links", "_tiles",
-        "graphs", "_pad", "_c_full", "_c_piece",
+        "graphs", "_pad", "_c_full", "_c_piece", "work_counter",
     )
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1, pp: int = 1,
@@ -125,6 +126,7 @@ class RooflinePerfModel:
         self._el_floor = w["el_rows"] * e.row_pass_s
         self._lm_f, self._lm_w, self._lm_req = w["lm_f"] * act_f, w["lm_w"] * lm_mem, w["lm_req"] * lm_mem
         self._samp_req = w["samp_req"] * el_m
+        self.work_counter = WorkCounter(w, self._num_experts, self._top_k, self._miss, self.pp)
 
     def _communication_costs(self) -> None:
         """All-reduces, the logits gather, pipeline sends and expert all-to-alls.
@@ -349,36 +351,11 @@ class RooflinePerfModel:
         }
 
     def batch_work(self, stats: BatchStats) -> tuple[float, float]:
-        """(FLOPs, HBM bytes) on one GPU: the sums of ``_classes``, without building it."""
-        w, d = self._work, stats.num_decode_reqs
-        pt = stats.num_prefill_tokens
-        t = pt + d
-        r = stats.num_prefill_reqs + d
-        f = w["proj_f"] * t + w["lm_f"] * r
-        b = (w["proj_a"] + w["el_tok"]) * t + (w["lm_req"] + w["samp_req"]) * r
-        if self._num_experts:
-            pairs = t * self._top_k
-            f += w["mlp_f"] * pairs + w["router_f"] * t
-            b += w["mlp_a"] * pairs
-            if t:
-                b += w["mlp_w"] * self._num_experts * (1.0 - self._miss ** t) + w["router_w"]
-        else:
-            f += w["mlp_f"] * t
-            b += w["mlp_a"] * t
-            if t:
-                b += w["mlp_w"]
-        if t:
-            b += w["proj_w"]
-        if r:
-            b += w["lm_w"]
-        if pt:
-            f += w["pf_f"] * stats.prefill_attn_work
-            b += w["kv_tok"] * (stats.sum_prefill_context + 2 * pt) + w["qo_tok"] * pt
-        if d:
-            s = stats.sum_decode_context
-            f += w["dec_f"] * s
-            b += w["kv_tok"] * (s + d) + w["qo_tok"] * d
-        return f / self.pp, b / self.pp
+        """(FLOPs, HBM bytes) on one GPU: the sums of ``_classes``, without building it
+        (``perf.work_step.WorkCounter``; a micro-batch's fractional share too)."""
+        return self.work_counter.work(stats.num_prefill_tokens, stats.prefill_attn_work,
+                                      stats.num_prefill_reqs, stats.num_decode_reqs,
+                                      stats.sum_decode_context, stats.sum_prefill_context)
 
     def batch_flops(self, stats: BatchStats) -> float:
         """FLOPs on one GPU: one TP rank's share, averaged over pipeline stages."""
@@ -400,6 +377,11 @@ class RooflineWork:
 
     __slots__ = ()
     roofline: RooflinePerfModel
+
+    @property
+    def work_counter(self) -> WorkCounter:
+        """The roofline's counter, which the replica calls directly (no frame per step)."""
+        return self.roofline.work_counter
 
     def batch_work(self, stats: BatchStats) -> tuple[float, float]:
         """(FLOPs, HBM bytes) on one GPU: the roofline's count."""

@@ -1,0 +1,89 @@
+"""The step-series rows of a run of pure-decode steps, kept as the run until they are read.
+
+A run (``decode_runs.Run``) of k steps would be k rows of the step series, nine values
+each; most simulations never read them (the summary needs none on a lone replica). So the
+replica hands the series a ``RunRows`` (``metrics.records.StepSeries.add_rows``), which
+writes the same rows, value for value, when a column is first read: start times summed
+step by step from the run's start, as the engine's clock did; KV blocks in use from the
+blocks each step's crossings took, from the pool's block phases at the segment's start;
+and the waiting counts of the steps after requests queued during the run.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import Any
+
+from servesim.engine.decode_runs import Run
+
+
+class RunRows:
+    """The rows of one run's steps (the step that started it has its own row, just before)."""
+
+    replica_id: int
+    num_rows: int
+
+    def __init__(self, replica_id: int, run: Run, num_waiting: int, block_size: int) -> None:
+        """``num_waiting``: the waiting queue at the run's start (every step's, until
+        ``add_waiting`` says who queued during it)."""
+        self.replica_id = replica_id
+        self.start_s = run.start_s
+        self.durations = run.durations
+        self.segments = run.segments
+        self.phases = run.phases
+        self.block_size = block_size
+        self.num_waiting = num_waiting
+        self.num_rows = len(run.durations)
+        self._queued: list[float] = []  # queued during the run (the waiting queue), sorted
+        self._staged: list[float] = []  # arrived during the run, staged (async scheduling)
+        self._written: dict[str, list[Any]] | None = None
+        self._first = 0  # index of the first row in the columns written
+
+    def add_waiting(self, queued_s: list[float], staged_s: list[float]) -> None:
+        """Requests that queued during the run (``queued_s``, sorted) count as waiting in
+        the rows of the steps that started after they arrived; those staged by async
+        scheduling (``staged_s``) from the step after that (they join the waiting queue
+        at the start of the second step after their arrival)."""
+        self._queued.extend(queued_s)
+        self._staged.extend(staged_s)
+        if self._written is not None:
+            self._count_waiting(self._written, queued_s, staged_s)
+
+    def write(self, cols: dict[str, list[Any]]) -> None:
+        """Append the run's rows to the series' columns."""
+        starts, used = cols["start_s"], cols["kv_blocks_used"]
+        decodes, running = cols["num_decode_reqs"], cols["num_running"]
+        durations = self.durations
+        first = len(starts)
+        bs = self.block_size
+        t = self.start_s
+        i = 0
+        for (n, k, _), (j0, base_used, phase) in zip(self.segments, self.phases):
+            popped = 0
+            for j in range(j0, j0 + k):
+                starts.append(t)
+                t += durations[i]
+                popped += phase[-j % bs]
+                used.append(base_used + popped)
+                i += 1
+            decodes.extend([n] * k)
+            running.extend([n] * k)  # only pooled decodes run in a run
+        m = self.num_rows
+        cols["duration_s"].extend(durations)
+        cols["replica"].extend([self.replica_id] * m)
+        cols["num_prefill_tokens"].extend([0] * m)
+        cols["num_waiting"].extend([self.num_waiting] * m)
+        cols["num_preempted"].extend([0] * m)
+        self._written, self._first = cols, first
+        self._count_waiting(cols, self._queued, self._staged)
+
+    def _count_waiting(self, cols: dict[str, list[Any]], queued_s: list[float],
+                       staged_s: list[float]) -> None:
+        starts, col = cols["start_s"], cols["num_waiting"]
+        lo, end = self._first, self._first + self.num_rows
+        for q in queued_s:  # usually none starts after the arrival: the run stopped before it
+            for row in range(bisect_left(starts, q, lo, end), end):
+                col[row] += 1
+        for q in staged_s:  # from the run's first step (its row is lo - 1): the step after its arrival's
+            for row in range(bisect_left(starts, q, lo - 1, end) + 1, end):
+                col[row] += 1
