@@ -109,6 +109,7 @@ class Replica:
 
     def on_engine_arrival(self, req: Request) -> None:
         """``req`` reaches the engine core's input queue."""
+        req.replica = self.id
         req.queued_s = self.loop.now
         if self.busy and self.async_scheduling:
             self._staged.append(req)  # the next step is already scheduled
