@@ -37,10 +37,11 @@ PROMPT = 512
 def md1(rate: float, n: int = 3000, ttft_s: float = 1.0, **slo: object) -> dict:
     """One replica, one request at a time (max_num_seqs 1), fixed 512-token prompts and one
     output token: every request is one prefill step of the same length, so the replica is
-    an M/D/1 queue (Poisson arrivals, deterministic service, FIFO) and TTFT = wait + D."""
+    an M/D/1 queue (Poisson arrivals, deterministic service, FIFO) and TTFT = wait + D
+    (the engine alone: no API-server front end, which is a second queue before it)."""
     return {"workload": {"type": "synthetic", "num_requests": n, "arrival": {"rate": rate},
                          "prompt_len": {"value": PROMPT}, "output_len": {"value": 1}},
-            "engine": {"max_num_seqs": 1}, "slo": {"ttft_s": ttft_s, **slo}}
+            "engine": {"max_num_seqs": 1, "frontend": {"enabled": False}}, "slo": {"ttft_s": ttft_s, **slo}}
 
 
 def service_s() -> float:

@@ -97,6 +97,8 @@ def test_pipeline_bubbles_visible_in_utilization() -> None:
                 "model": {"name": "Llama-3.1-8B"},
                 "hardware": {"gpu": "H100"},
                 "parallel": {"pipeline_parallel_size": pp, "num_microbatches": m},
+                # the burst reaches the engine at once (no API-server queue spreading it)
+                "engine": {"frontend": {"enabled": False}},
                 "workload": {
                     "type": "synthetic",
                     "num_requests": 200,

@@ -276,7 +276,7 @@ class Cluster:
         t.num_kv_transfers += 1
         t.kv_transfer_bytes += num_bytes
         t.kv_transfer_s += self.loop.now - sent_s
-        self.replicas[dst].on_arrival(req)
+        self.replicas[dst].on_engine_arrival(req)  # the KV is in: no front end again
 
     def link(self, src: int, dst: int) -> Link:
         """The link a transfer from ``src`` to ``dst`` uses (``link.shared_by`` picks the key)."""

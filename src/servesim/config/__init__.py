@@ -27,6 +27,7 @@ from servesim.config.engine import (
     GIB,
     POLICY_DEFAULTS,
     EngineConfig,
+    FrontendConfig,
     SpeculativeConfig,
     resolve_engine,
     resolve_policy,
@@ -67,7 +68,7 @@ from servesim.config.scenario import (
 __all__ = [
     "GIB", "POLICY_DEFAULTS", "AgentNode", "AgentWorkload", "ReasoningWorkload", "ArrivalConfig", "BenchmarkWorkload", "ClientConfig", "ClusterConfig", "DelayDist",
     "DisaggConfig",
-    "EngineConfig",
+    "EngineConfig", "FrontendConfig",
     "GpuConfig", "HardwareConfig", "KvLinkConfig", "LengthDist", "LinksConfig", "MigrationConfig",
     "MixtureWorkload", "ModelConfig", "ParallelConfig", "PercentileLimit", "PoolConfig", "RateProfileConfig", "RouterName", "RunConfig", "Scenario",
     "SessionWorkload", "SloConfig", "SpeculativeConfig", "SyntheticWorkload", "TraceWorkload", "WorkloadConfig",

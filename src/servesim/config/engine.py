@@ -61,6 +61,39 @@ class SpeculativeConfig(_Strict):
     seed: int = Field(0, description="Seed of the acceptance draws.")
 
 
+#: vLLM's API-server process in front of the engine core, measured on the CPU-build tool's
+#: ``vllm serve`` (docs/fidelity.md, section 5, "The front end"): the client's TTFT minus
+#: vLLM's own TTFT (which starts after tokenization) at 17-token prompts (per request) and
+#: its growth to 1.1k and 2.2k-token prompts of the benchmark's random-token text (per token).
+FRONTEND_PER_REQUEST_S = 3.6e-3
+FRONTEND_PER_PROMPT_TOKEN_S = 2.6e-6
+
+
+class FrontendConfig(_Strict):
+    """vLLM's OpenAI API server (the front-end process of ``vllm serve``) before the engine.
+
+    One process and one tokenizer worker serve every request in turn (vLLM 0.10-0.19: the
+    ``AsyncMicrobatchTokenizer``'s single-thread executor; 0.32: the renderer's pool of
+    ``renderer_num_workers`` = 1), so each request's HTTP handling, validation and
+    tokenization is a first-come first-served queue in front of the scheduler: a request
+    reaches the engine ``per_request_s + per_prompt_token_s x prompt tokens`` after the
+    front end is free. Its TTFT still counts from the client's send. Output detokenization
+    and streaming, also in this process, overlap the GPU and are not modelled.
+    """
+
+    enabled: bool | None = Field(None, description=(
+        "Model the API server's per-request queue. None: on for the vllm_v1 and vllm_v0 policies "
+        "on a GPU (`vllm serve`), off on the CPU backend (the bundled recordings are offline runs "
+        "without an API server) and without hardware."))
+    per_request_s: float = Field(FRONTEND_PER_REQUEST_S, ge=0, json_schema_extra={"unit": "s"}, description=(
+        "Front-end time of one request besides tokenization (HTTP, validation, input "
+        "processing, the first chunk's streaming), measured on vLLM 0.32's `vllm serve`."))
+    per_prompt_token_s: float = Field(FRONTEND_PER_PROMPT_TOKEN_S, ge=0, json_schema_extra={"unit": "s"},
+                                      description=(
+        "Front-end time per prompt token (tokenizing the prompt text), measured on vLLM 0.32's "
+        "`vllm serve` with a byte-level BPE on random-token text, as the benchmark sends."))
+
+
 class EngineConfig(_Strict):
     """Knobs of the serving engine, named as vLLM names them.
 
@@ -157,6 +190,9 @@ class EngineConfig(_Strict):
     scheduler_reserve_full_isl: bool = Field(
         True, description="Admit a waiting request only if its whole prompt fits the free KV blocks "
         "(vLLM's default admission gate), not just its first chunk.")
+    frontend: FrontendConfig = Field(default_factory=lambda: FrontendConfig(), description=(
+        "vLLM's API-server front end: a per-request queue before the scheduler (on by default "
+        "on GPUs)."))
 
     @field_validator("version")
     @classmethod
@@ -265,12 +301,17 @@ def async_default(engine: EngineConfig, on_gpu: bool, pipeline_parallel_size: in
 
 
 def resolve_execution(engine: EngineConfig, gpu_name: str, pipeline_parallel_size: int = 1) -> EngineConfig:
-    """Fill ``async_scheduling`` with the version's default for this device (``async_default``);
-    a device whose name starts with 'cpu' (vLLM's CPU backend) is not a GPU."""
-    if engine.async_scheduling is not None:
-        return engine
+    """Fill ``async_scheduling`` with the version's default for this device (``async_default``)
+    and ``frontend.enabled`` (on for vLLM's policies on a GPU); a device whose name starts
+    with 'cpu' (vLLM's CPU backend) is not a GPU."""
     on_gpu = bool(gpu_name) and not gpu_name.lower().startswith("cpu")
-    return engine.model_copy(update={"async_scheduling": async_default(engine, on_gpu, pipeline_parallel_size)})
+    upd: dict[str, Any] = {}
+    if engine.async_scheduling is None:
+        upd["async_scheduling"] = async_default(engine, on_gpu, pipeline_parallel_size)
+    if engine.frontend.enabled is None:
+        on = on_gpu and engine.policy in ("vllm_v1", "vllm_v0")
+        upd["frontend"] = engine.frontend.model_copy(update={"enabled": on})
+    return engine.model_copy(update=upd) if upd else engine
 
 
 def resolve_engine(engine: EngineConfig, gpu_mem_bytes: float | None = None, gpu_name: str = "",

@@ -14,6 +14,7 @@ from typing import Any
 from servesim.config import EngineConfig
 from servesim.engine.arrivals import ClosedLoopFeeder
 from servesim.engine.dependencies import DependencyFeeder
+from servesim.engine.frontend import Frontend
 from servesim.engine.events import EventLoop
 from servesim.engine.kv_cache import KVCacheManager
 from servesim.engine.kv_counting import CountingKVCache
@@ -111,9 +112,12 @@ def build_replica(replica_id: int, loop: EventLoop, engine: EngineConfig, perf: 
     kv = make_kv_cache(engine, num_gpu_blocks, max_model_len, lazy)
     scheduler = make_scheduler(engine, scheduler_config(engine, max_model_len), kv, wl, reference,
                                kv_bytes_per_block)
+    fe = engine.frontend
+    frontend = Frontend(fe.per_request_s, fe.per_prompt_token_s) if fe.enabled else None
     return Replica(replica_id, loop, scheduler, policy_perf_model(engine, perf), engine.cpu_overhead_s,
                    steps, itl, totals, check_invariants=check_invariants, on_finish=on_finish,
-                   finishes_in_runs=finishes_in_runs, async_scheduling=bool(engine.async_scheduling))
+                   finishes_in_runs=finishes_in_runs, async_scheduling=bool(engine.async_scheduling),
+                   frontend=frontend)
 
 
 def closed_loop_feeder(wl: Workload, loop: EventLoop, deliver: Callable[[Request], None],

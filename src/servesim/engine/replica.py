@@ -16,6 +16,9 @@ With async scheduling they wait one step more: vLLM V1's ``EngineCore.step_with_
 keeps two batches in flight, so step k+1 is scheduled (and submitted) while step k runs,
 and the inputs drained when step k ends go into step k+2 (vLLM 0.14-0.19; an idle engine
 schedules an arrival at once). Token times are the end of the step that produced them.
+
+With a front end (``engine.frontend``, ``engine/frontend.py``) an arrival first queues in
+vLLM's API-server process and reaches the engine (``queued_s``) when that is done with it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections.abc import Callable
 
 from servesim.engine.decode_runs import LazyOutput, Run
 from servesim.engine.events import ARRIVAL, BATCH_DONE, WAKE, EventLoop
+from servesim.engine.frontend import Frontend
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.run_rows import RunRows
 from servesim.engine.scheduler import Scheduler, SchedulerOutput
@@ -44,8 +48,10 @@ class Replica:
                  cpu_overhead_s: float, steps: StepSeries | None, itl: ItlSamples, totals: ReplicaTotals,
                  check_invariants: bool = False,
                  on_finish: Callable[[Request], None] | None = None,
-                 finishes_in_runs: bool = False, async_scheduling: bool = False) -> None:
+                 finishes_in_runs: bool = False, async_scheduling: bool = False,
+                 frontend: Frontend | None = None) -> None:
         self.id = replica_id
+        self.frontend = frontend  # vLLM's API server before the scheduler (None: arrivals go straight in)
         self.async_scheduling = async_scheduling  # CPU work overlaps the GPU's (step_wall_s)
         self.loop = loop
         self.scheduler = scheduler
@@ -98,6 +104,16 @@ class Replica:
         self.loop.at(req.arrival_s, self.on_arrival, req, ARRIVAL)
 
     def on_arrival(self, req: Request) -> None:
+        req.replica = self.id
+        fe = self.frontend
+        if fe is not None:
+            at = fe.admit_at(self.loop.now, req.num_prompt_tokens)
+            self.loop.at(at, self.on_engine_arrival, req, ARRIVAL)
+            return
+        self.on_engine_arrival(req)
+
+    def on_engine_arrival(self, req: Request) -> None:
+        """``req`` reaches the engine core's input queue."""
         req.replica = self.id
         req.queued_s = self.loop.now
         if self.busy and self.async_scheduling:

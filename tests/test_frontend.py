@@ -1,0 +1,95 @@
+"""vLLM's API-server front end (``engine.frontend``): a FIFO queue before the scheduler."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import servesim
+from servesim.config import EngineConfig, FrontendConfig, resolve_engine
+from servesim.perf.base import ConstantPerfModel
+from servesim.sim import run_engine
+from servesim.workload.base import Workload
+
+A_S, B_S = 0.01, 1e-4  # per request, per prompt token
+STEP_S = 0.05
+
+
+def engine(enabled: bool | None) -> EngineConfig:
+    return EngineConfig(cpu_overhead_s=0.0, max_num_batched_tokens=2048, max_num_seqs=8,
+                        frontend=FrontendConfig(enabled=enabled, per_request_s=A_S, per_prompt_token_s=B_S))
+
+
+@pytest.mark.parametrize("reference", [False, True])
+def test_three_simultaneous_arrivals_queue_through_the_front_end(reference: bool) -> None:
+    # Prompts of 100, 200, 300 tokens sent at t=0, one output token each, 50 ms steps.
+    # Front end (one at a time): done at 0.01+0.01=0.02, 0.02+0.01+0.02=0.05, 0.05+0.01+0.03=0.09.
+    # Engine: r0 at 0.02 finds it idle (step 0.02-0.07); r1 (0.05) waits for it (0.07-0.12);
+    # r2 (0.09) waits for r1's (0.12-0.17). TTFT counts from the send (t=0).
+    wl = Workload(np.zeros(3), np.array([100, 200, 300]), np.ones(3, dtype=np.int64))
+    run = run_engine(wl, engine(True), ConstantPerfModel(STEP_S), 1000, 4096, reference=reference)
+    rec = run.records
+    np.testing.assert_allclose(rec.first_scheduled_s, [0.02, 0.07, 0.12], atol=1e-12)
+    np.testing.assert_allclose(rec.first_token_s, [0.07, 0.12, 0.17], atol=1e-12)
+    np.testing.assert_allclose(rec.arrival_s, [0.0, 0.0, 0.0])
+    # Without it the three share one step: every first token at 0.05.
+    off = run_engine(wl, engine(False), ConstantPerfModel(STEP_S), 1000, 4096, reference=reference)
+    np.testing.assert_allclose(off.records.first_token_s, [0.05] * 3, atol=1e-12)
+
+
+def test_off_is_todays_engine_and_the_lazy_engine_matches_the_reference() -> None:
+    rng = np.random.default_rng(3)
+    n = 300
+    wl = Workload(np.cumsum(rng.exponential(1 / 40, n)), rng.integers(1, 1500, n), rng.integers(1, 200, n))
+    perf = ConstantPerfModel(0.01, 2e-5)
+    base = run_engine(wl, EngineConfig(), perf, 600, 4096)  # no GPU: the front end resolves off
+    off = run_engine(wl, EngineConfig(frontend=FrontendConfig(enabled=False)), perf, 600, 4096)
+    for col in ("first_scheduled_s", "first_token_s", "finished_s", "num_preemptions"):
+        np.testing.assert_array_equal(getattr(off.records, col), getattr(base.records, col), err_msg=col)
+    on = EngineConfig(frontend=FrontendConfig(enabled=True))
+    fast = run_engine(wl, on, perf, 600, 4096)
+    ref = run_engine(wl, on, perf, 600, 4096, reference=True)
+    for col in ("first_scheduled_s", "first_token_s", "finished_s"):
+        np.testing.assert_allclose(getattr(fast.records, col), getattr(ref.records, col), rtol=1e-9, atol=1e-9)
+    np.testing.assert_array_equal(fast.records.num_preemptions, ref.records.num_preemptions)
+    # Each request waits at least its own service time before the engine sees it.
+    fe = on.frontend
+    own = fe.per_request_s + fe.per_prompt_token_s * wl.num_prompt_tokens
+    assert np.all(fast.records.first_scheduled_s - fast.records.arrival_s >= own - 1e-12)
+    assert fast.records.first_token_s.mean() > base.records.first_token_s.mean()
+
+
+def test_default_is_on_for_vllm_on_a_gpu_only() -> None:
+    def enabled(eng: EngineConfig, gpu: str) -> bool | None:
+        return resolve_engine(eng, 80 * 2**30, gpu, max_model_len=4096).frontend.enabled
+
+    assert enabled(EngineConfig(), "H100-SXM") is True
+    assert enabled(EngineConfig(policy="vllm_v0"), "H100-SXM") is True
+    assert enabled(EngineConfig(policy="sarathi"), "H100-SXM") is False
+    assert enabled(EngineConfig(), "cpu-2core") is False
+    assert enabled(EngineConfig(), "") is False
+    assert enabled(EngineConfig(frontend=FrontendConfig(enabled=False)), "H100-SXM") is False
+
+
+def test_one_client_pays_exactly_its_own_front_end_time_on_a_real_preset() -> None:
+    # One closed-loop client: the engine is idle at every send, so the front end shifts each
+    # request by exactly per_request_s + per_prompt_token_s x its prompt, nothing else.
+    def run(enabled: bool) -> servesim.Result:
+        return servesim.simulate({
+            "model": {"name": "meta-llama/Llama-3.1-8B"},
+            "hardware": {"gpu": "H100-SXM"},
+            "engine": {"frontend": {"enabled": enabled}},
+            "workload": {"type": "benchmark", "input_len": 2048, "output_len": 16, "num_prompts": 12,
+                         "max_concurrency": 1, "random_range_ratio": 0.5, "num_warmups": 0, "seed": 1},
+            "run": {"record_steps": False}})
+
+    on, off = run(True), run(False)
+    fe = FrontendConfig()
+    prompts = on.records.num_prompt_tokens
+    np.testing.assert_array_equal(prompts, off.records.num_prompt_tokens)
+    ttft_on = on.records.first_token_s - on.records.arrival_s
+    ttft_off = off.records.first_token_s - off.records.arrival_s
+    np.testing.assert_allclose(ttft_on - ttft_off, fe.per_request_s + fe.per_prompt_token_s * prompts,
+                               rtol=1e-6, atol=1e-9)
+    tpot = on.summary["benchmark"]["mean_tpot_ms"], off.summary["benchmark"]["mean_tpot_ms"]
+    assert tpot[0] == pytest.approx(tpot[1], rel=1e-9)
