@@ -2,12 +2,22 @@
 
 Starts ``servesim serve`` (a subprocess on 127.0.0.1, a free port) for Llama-3.1-8B on one
 H100, sends Poisson arrivals with the official ``openai`` client (asyncio, streamed
-completions, prompts given as token ids so their lengths are exact), and compares each
-request's measured TTFT and TPOT with what ``servesim.sim.run_engine`` predicts for the same
-arrival times and lengths. The HTTP overhead is measured as the median round trip of a
-completion of the median prompt's size that the server refuses at once (unknown model),
-through the same client. Memory: the server's RSS is sampled every
-second; the report gives it after the first quarter of the run and at the end.
+completions, prompts given as token ids so their lengths are exact; ``--max-concurrency``
+caps the requests in flight as ``vllm bench serve`` does, and ``--rate inf`` with
+``--num-prompts`` makes that a closed loop), and compares each request's measured TTFT and
+TPOT with what ``servesim.sim.run_engine`` predicts for the same arrival times and lengths.
+
+Times are taken from the instant the client hands a request to its HTTP transport (an httpx
+request hook): before that the ``openai`` client builds the request, and for a prompt of
+token ids that takes tens of microseconds a token (its ``maybe_transform`` walks every id),
+tens of milliseconds for the prompts here; it is reported apart, as the client's own work.
+The HTTP overhead is the median round trip, from that same instant, of a completion of the
+median prompt's size that the server refuses at once (unknown model: no simulation), measured
+before and after the load; a streamed 1-token request of that size on the idle server, less
+its simulated TTFT, gives the overhead of the streamed path with the server's pacing in it.
+The server's RSS and ``/health`` are sampled every second; the report gives the RSS after the
+first quarter of the run and at the end, and the run fails (exit status 1) when the RSS grew
+by more than ``--rss-bound-mib`` (``RSS_BOUND_MIB``) or a health check failed.
 
     python benchmarks/bench_serve.py --rate 4 --duration 30
 """
@@ -16,58 +26,99 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import math
 import statistics
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 MODEL = "meta-llama/Llama-3.1-8B"
 SCENARIO = {"model": {"name": MODEL}, "hardware": {"gpu": "H100-SXM"}, "engine": {"max_model_len": 4096}}
+ID_HEADER = "x-bench-request"  # names a request to the hand-off hook
+#: The server's RSS may grow by the prefix cache's table of cached blocks, which fills from
+#: empty to one entry a KV block (28,478 blocks here; 11 MiB measured in process, after about
+#: 600 requests of these lengths), plus 2 MiB; past that it is flat (about 1 MiB over 2,100 more).
+RSS_BOUND_MIB = 13.0
 
 
 @dataclass
 class Measured:
-    sent_s: float  # since the first send
-    ttft_s: float
+    sent_s: float  # when the request was handed to the HTTP transport, since the first send
+    build_s: float  # the client's building of the request, before that
+    ttft_s: float  # from the hand-off
     tpot_s: float  # mean gap after the first token (NaN with one token)
     num_tokens: int
 
 
-def arrivals(rate: float, duration_s: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Poisson arrival times over ``duration_s``, prompt and output lengths (lognormal, shaped
-    like the Azure conversation trace, capped to keep each request under a few seconds)."""
+def arrivals(rate: float, duration_s: float, seed: int = 0, num_prompts: int | None = None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Poisson arrival times over ``duration_s`` (all at 0 for an infinite rate), at most
+    ``num_prompts`` of them; prompt and output lengths (lognormal, shaped like the Azure
+    conversation trace, capped to keep each request under a few seconds)."""
     rng = np.random.default_rng(seed)
-    gaps = rng.exponential(1 / rate, size=int(rate * duration_s * 2) + 8)
-    t = np.cumsum(gaps) - gaps[0]
-    t = t[t < duration_s]
+    if math.isinf(rate):
+        if num_prompts is None:
+            raise ValueError("an infinite rate needs a number of prompts")
+        t = np.zeros(num_prompts)
+    else:
+        gaps = rng.exponential(1 / rate, size=int(rate * duration_s * 2) + 8)
+        t = np.cumsum(gaps) - gaps[0]
+        t = t[t < duration_s][:num_prompts]
     prompts = np.clip(rng.lognormal(6.6, 0.8, t.size), 16, 3000).astype(int)
     outputs = np.clip(rng.lognormal(4.5, 0.7, t.size), 2, 400).astype(int)
     return t, prompts, outputs
 
 
-async def drive(base_url: str, sent_at: np.ndarray, prompts: np.ndarray, outputs: np.ndarray,
-                timeout_s: float = 120.0) -> list[Measured]:
-    """Send request i at ``sent_at[i]`` (seconds from now), streamed; time its tokens."""
-    from openai import AsyncOpenAI
+class HandOff:
+    """An httpx request hook: the instant each named request goes to the transport."""
 
-    client = AsyncOpenAI(base_url=f"{base_url}/v1", api_key="none", max_retries=0, timeout=timeout_s)
+    def __init__(self) -> None:
+        self.at: dict[str, float] = {}
+
+    async def __call__(self, request: Any) -> None:
+        key = request.headers.get(ID_HEADER)
+        if key is not None:
+            self.at[key] = time.perf_counter()
+
+
+def openai_client(base_url: str, timeout_s: float) -> tuple[Any, HandOff]:
+    """The official async client (its own httpx defaults) with the hand-off hook."""
+    from openai import AsyncOpenAI, DefaultAsyncHttpxClient
+
+    hook = HandOff()
+    http = DefaultAsyncHttpxClient(event_hooks={"request": [hook]}, timeout=timeout_s)
+    return AsyncOpenAI(base_url=f"{base_url}/v1", api_key="none", max_retries=0, timeout=timeout_s,
+                       http_client=http), hook
+
+
+async def drive(base_url: str, sent_at: np.ndarray, prompts: np.ndarray, outputs: np.ndarray,
+                timeout_s: float = 120.0, max_concurrency: int | None = None) -> list[Measured]:
+    """Send request i at ``sent_at[i]`` (seconds from now; with ``max_concurrency``, once one
+    of that many slots is free too), streamed; time its tokens."""
+    client, hook = openai_client(base_url, timeout_s)
+    slots = asyncio.Semaphore(max_concurrency) if max_concurrency else contextlib.nullcontext()
     t0 = time.perf_counter() + 0.05
 
     async def one(i: int) -> Measured:
         await asyncio.sleep(max(0.0, t0 + float(sent_at[i]) - time.perf_counter()))
-        sent = time.perf_counter()
-        stream = await client.completions.create(model=MODEL, prompt=[i % 50000 + 1] * int(prompts[i]),
-                                                 max_tokens=int(outputs[i]), stream=True)
-        times = []
-        async for ch in stream:
-            if ch.choices and ch.choices[0].text:
-                times.append(time.perf_counter())
+        async with slots:
+            start = time.perf_counter()
+            stream = await client.completions.create(
+                model=MODEL, prompt=[i % 50000 + 1] * int(prompts[i]), max_tokens=int(outputs[i]),
+                stream=True, extra_headers={ID_HEADER: str(i)})
+            times = []
+            async for ch in stream:
+                if ch.choices and ch.choices[0].text:
+                    times.append(time.perf_counter())
+        sent = hook.at.pop(str(i))
         tpot = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else float("nan")
-        return Measured(sent - t0, times[0] - sent, tpot, len(times))
+        return Measured(sent - t0, sent - start, times[0] - sent, tpot, len(times))
 
     try:
         return list(await asyncio.gather(*(one(i) for i in range(len(sent_at)))))
@@ -76,21 +127,44 @@ async def drive(base_url: str, sent_at: np.ndarray, prompts: np.ndarray, outputs
 
 
 async def http_overhead_s(base_url: str, num_prompt_tokens: int, n: int = 10) -> float:
-    """The HTTP path's own latency: the median round trip of a completion of the same size
-    that the server refuses at once (an unknown model: 404), through the same client."""
-    from openai import AsyncOpenAI, NotFoundError
+    """The HTTP path's own latency: the median round trip, from the hand-off, of a streamed
+    completion of that size that the server refuses at once (an unknown model: 404)."""
+    from openai import NotFoundError
 
-    client = AsyncOpenAI(base_url=f"{base_url}/v1", api_key="none", max_retries=0, timeout=10)
+    client, hook = openai_client(base_url, 10.0)
     try:
         rtts = []
-        for _ in range(n):
-            t = time.perf_counter()
+        for k in range(n):
             try:
                 await client.completions.create(model="no-such-model", prompt=[1] * num_prompt_tokens,
-                                                max_tokens=1, stream=True)
+                                                max_tokens=1, stream=True, extra_headers={ID_HEADER: str(k)})
             except NotFoundError:
-                rtts.append(time.perf_counter() - t)
+                rtts.append(time.perf_counter() - hook.at[str(k)])
         return statistics.median(rtts)
+    finally:
+        await client.close()
+
+
+async def stream_overhead_s(base_url: str, num_prompt_tokens: int, n: int = 5) -> float:
+    """The streamed path's latency with the server's pacing in it: the median TTFT, from the
+    hand-off, of a streamed 1-token request of that size, one at a time on the idle server,
+    less the simulated TTFT of that lone request."""
+    client, hook = openai_client(base_url, 10.0)
+    ttft, _ = predict(SCENARIO, np.zeros(1), np.array([num_prompt_tokens]), np.ones(1, np.int64))
+    try:
+        got = []
+        for k in range(n):
+            stream = await client.completions.create(
+                model=MODEL, prompt=[50001 + k] * num_prompt_tokens, max_tokens=1, stream=True,
+                extra_headers={ID_HEADER: str(k)})
+            first = None
+            async for ch in stream:
+                if first is None and ch.choices and ch.choices[0].text:
+                    first = time.perf_counter()
+            assert first is not None
+            got.append(first - hook.at[str(k)] - float(ttft[0]))
+            await asyncio.sleep(0.05)
+        return statistics.median(got)
     finally:
         await client.close()
 
@@ -175,17 +249,50 @@ async def release_lag(base_url: str) -> tuple[float, float]:
     return mean, 1 - v[("servesim:token_release_lag_seconds_bucket", "0.005")] / max(n, 1)
 
 
-async def _sample_rss(pid: int, out: list[tuple[float, float]], stop: asyncio.Event) -> None:
-    t0 = time.perf_counter()
-    while not stop.is_set():
-        out.append((time.perf_counter() - t0, rss_mib(pid)))
-        try:
-            await asyncio.wait_for(stop.wait(), 1.0)
-        except TimeoutError:
-            pass
+@dataclass
+class Watch:
+    """The server's RSS (MiB) and its /health answers, sampled every second."""
+
+    samples: list[tuple[float, float]]  # (seconds since the start, RSS MiB)
+    num_health: int = 0
+    num_unhealthy: int = 0
+    worst_health_s: float = 0.0
+
+    async def run(self, pid: int, base_url: str, stop: asyncio.Event) -> None:
+        import httpx
+
+        t0 = time.perf_counter()
+        async with httpx.AsyncClient(timeout=5.0) as c:
+            while not stop.is_set():
+                self.samples.append((time.perf_counter() - t0, rss_mib(pid)))
+                t = time.perf_counter()
+                try:
+                    ok = (await c.get(f"{base_url}/health")).status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                self.num_health += 1
+                self.num_unhealthy += not ok
+                self.worst_health_s = max(self.worst_health_s, time.perf_counter() - t)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 1.0)
 
 
-async def bench(rate: float, duration_s: float, tmp: Path) -> None:
+@dataclass
+class Run:
+    """What one benchmark run measured."""
+
+    got: list[Measured]
+    wall_s: float
+    overhead_s: float  # refused round trip, before and after the load
+    stream_overhead_s: float
+    stretch: float
+    lag: tuple[float, float]
+    watch: Watch
+
+
+async def measure(rate: float, duration_s: float, tmp: Path, num_prompts: int | None,
+                  max_concurrency: int | None) -> tuple[Run, np.ndarray, np.ndarray]:
+    """Start the server, measure the overheads, run the load, measure them again."""
     import yaml
 
     path = tmp / "serve_bench.yaml"
@@ -194,57 +301,90 @@ async def bench(rate: float, duration_s: float, tmp: Path) -> None:
     base = f"http://127.0.0.1:{port}"
     log = tmp / "server.log"
     proc = start_server(path, port, log)
+    sent, prompts, outputs = arrivals(rate, duration_s, num_prompts=num_prompts)
+    size = int(np.median(prompts))
     try:
         await wait_healthy(base)
-        overhead = await http_overhead_s(base, int(np.median(arrivals(rate, duration_s)[1])))
+        overheads = [await http_overhead_s(base, size)]
+        streamed = [await stream_overhead_s(base, size)]
         stretch = cpu_stretch()
-        sent, prompts, outputs = arrivals(rate, duration_s)
-        samples: list[tuple[float, float]] = []
+        watch = Watch([])
         stop = asyncio.Event()
-        sampler = asyncio.ensure_future(_sample_rss(proc.pid, samples, stop))
+        watcher = asyncio.ensure_future(watch.run(proc.pid, base, stop))
         t = time.perf_counter()
-        got = await drive(base, sent, prompts, outputs)
+        got = await drive(base, sent, prompts, outputs, max_concurrency=max_concurrency)
         wall = time.perf_counter() - t
         stop.set()
-        await sampler
+        await watcher
         await wait_healthy(base, 5.0)
         lag = await release_lag(base)
+        overheads.append(await http_overhead_s(base, size))
+        streamed.append(await stream_overhead_s(base, size))
+        stretch = (stretch + cpu_stretch()) / 2
     except BaseException:
         print(f"the server's log:\n{log.read_text()[-4000:]}", file=sys.stderr)
         raise
     finally:
         proc.terminate()
         proc.wait(10)
-    # Predict from the send times as they happened (the client's own lateness included).
+    return Run(got, wall, float(np.mean(overheads)), float(np.mean(streamed)), stretch, lag, watch), \
+        prompts, outputs
+
+
+def report(rate: float, duration_s: float, run: Run, prompts: np.ndarray, outputs: np.ndarray,
+           rss_bound_mib: float) -> bool:
+    """Print the comparison; True when the server stayed healthy and its memory flat."""
+    got, w = run.got, run.watch
+    # Predict from the hand-off times as they happened (the client's own lateness included).
     ttft_p, tpot_p = predict(SCENARIO, np.array([m.sent_s for m in got]), prompts, outputs)
     d_ttft = np.array([m.ttft_s for m in got]) - ttft_p
     d_tpot = np.array([m.tpot_s for m in got]) - tpot_p
     d_tpot = d_tpot[~np.isnan(d_tpot)]
-    q = len(samples) // 4
-    print(f"{len(got)} requests at {rate:g}/s over {duration_s:g} s (wall {wall:.1f} s); "
-          f"HTTP overhead (median refused completion of the median prompt) {overhead * 1e3:.2f} ms, "
-          f"CPU stretch {stretch:.1f}x")
-    print(f"TTFT measured - predicted: median {np.median(d_ttft) * 1e3:.2f} ms, p90 "
+    build = np.array([m.build_s for m in got])
+    b, a = np.polyfit(prompts, build, 1)
+    print(f"{len(got)} requests at {rate:g}/s over {duration_s:g} s (wall {run.wall_s:.1f} s), CPU stretch "
+          f"{run.stretch:.1f}x; the client built each request in {np.median(build) * 1e3:.1f} ms "
+          f"(median; {a * 1e3:.1f} ms + {b * 1e6:.1f} us a prompt token), before the times below")
+    print(f"HTTP overhead (refused completion of the median prompt, before and after): "
+          f"{run.overhead_s * 1e3:.2f} ms; streamed 1-token request less its simulated TTFT: "
+          f"{run.stream_overhead_s * 1e3:.2f} ms")
+    print(f"TTFT measured - predicted: median {np.median(d_ttft) * 1e3:.2f} ms "
+          f"(over the HTTP overhead {(np.median(d_ttft) - run.overhead_s) * 1e3:+.2f} ms), p90 "
           f"{np.percentile(d_ttft, 90) * 1e3:.2f} ms, max {d_ttft.max() * 1e3:.2f} ms "
           f"(predicted median {np.median(ttft_p) * 1e3:.1f} ms)")
     print(f"TPOT measured - predicted: median {np.median(d_tpot) * 1e3:.3f} ms, p90 |.| "
           f"{np.percentile(np.abs(d_tpot), 90) * 1e3:.3f} ms "
           f"(predicted median {np.nanmedian(tpot_p) * 1e3:.2f} ms)")
-    print(f"server's token release lag behind simulated time: mean {lag[0] * 1e3:.2f} ms, "
-          f"{100 * lag[1]:.1f}% of tokens over 5 ms")
-    print(f"server RSS: {samples[q][1]:.1f} MiB after {samples[q][0]:.0f} s, {samples[-1][1]:.1f} MiB "
-          f"at the end ({samples[-1][0]:.0f} s); healthy at the end")
+    print(f"server's token release lag behind simulated time: mean {run.lag[0] * 1e3:.2f} ms, "
+          f"{100 * run.lag[1]:.1f}% of tokens over 5 ms")
+    q = w.samples[len(w.samples) // 4]
+    growth = w.samples[-1][1] - q[1]
+    flat = growth <= rss_bound_mib
+    print(f"server RSS: {q[1]:.1f} MiB after {q[0]:.0f} s, {w.samples[-1][1]:.1f} MiB at the end "
+          f"({w.samples[-1][0]:.0f} s): {growth:+.1f} MiB ({'within' if flat else 'OVER'} the bound "
+          f"{rss_bound_mib:g} MiB); /health {w.num_health - w.num_unhealthy}/{w.num_health} OK, slowest "
+          f"{w.worst_health_s * 1e3:.0f} ms")
+    return flat and w.num_unhealthy == 0
 
 
 def main() -> None:
     import tempfile
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rate", type=float, default=4.0, help="requests per second")
+    ap.add_argument("--rate", type=float, default=4.0, help="requests per second (inf: all at once)")
     ap.add_argument("--duration", type=float, default=30.0, help="seconds of arrivals")
+    ap.add_argument("--num-prompts", type=int, default=None, help="at most this many requests")
+    ap.add_argument("--max-concurrency", type=int, default=None, help="at most this many in flight")
+    ap.add_argument("--rss-bound-mib", type=float, default=RSS_BOUND_MIB,
+                    help="the most the server's RSS may grow from the first quarter of the run to its end")
     a = ap.parse_args()
+    if math.isinf(a.rate) and a.num_prompts is None:
+        ap.error("--rate inf needs --num-prompts")
     with tempfile.TemporaryDirectory() as tmp:
-        asyncio.run(bench(a.rate, a.duration, Path(tmp)))
+        run, prompts, outputs = asyncio.run(measure(a.rate, a.duration, Path(tmp), a.num_prompts,
+                                                    a.max_concurrency))
+    if not report(a.rate, a.duration, run, prompts, outputs, a.rss_bound_mib):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,8 @@ from servesim.workload.base import Workload
 
 #: The driver sleeps at most this long (wall seconds) between two looks at the clock.
 MAX_SLEEP_S = 0.5
+#: The driver's timer is set this much early and the rest slept precisely (see ``LiveSim._sleep``).
+TIMER_SLACK_S = 0.0015
 
 
 @dataclass(slots=True, eq=False)
@@ -140,7 +142,7 @@ class LiveSim:
         self.streams: dict[int, Stream] = {}
         self._next_idx = 0
         self._wall0 = time.perf_counter()
-        self._wake: asyncio.Event | None = None
+        self._waiter: asyncio.Future | None = None  # the driver's sleep, woken by _poke
         self._closed = False
         # Observers (the Prometheus metrics): per released token batch and per finish.
         self.on_tokens: Callable[[Stream, int, float], None] | None = None
@@ -237,23 +239,52 @@ class LiveSim:
 
     async def run(self) -> None:
         """Drive the simulation until ``close``: tick, then sleep until the next event is due."""
-        self._wake = asyncio.Event()
         while not self._closed:
             self.tick()
             delay = (self.loop.next_time() - self.now()) / self.speed
-            self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=max(0.0, min(delay, MAX_SLEEP_S)))
-            except TimeoutError:
-                pass
+            await self._sleep(min(delay, MAX_SLEEP_S))
+
+    async def _sleep(self, delay_s: float) -> None:
+        """Sleep ``delay_s`` wall seconds, or until ``_poke``.
+
+        A plain future on a loop timer (``asyncio.wait_for`` would create a task per sleep and
+        spend one more loop turn cancelling it). The selector waits whole milliseconds, rounded
+        up (``selectors.EpollSelector``), which would release every step's tokens up to 1 ms
+        late, 0.5 ms on average: so the timer is set ``TIMER_SLACK_S`` early and the rest is
+        slept with ``time.sleep`` (precise to tens of microseconds; it holds the server's
+        other connections for at most that remainder, which they would otherwise have waited
+        for the timer's rounding anyway)."""
+        if delay_s <= 0:
+            await asyncio.sleep(0)  # let the connections run between two ticks
+            return
+        loop = asyncio.get_running_loop()
+        due = time.perf_counter() + delay_s
+        self._waiter = waiter = loop.create_future()
+        timer = loop.call_later(max(0.0, delay_s - TIMER_SLACK_S), _wake_up, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+        rest = due - time.perf_counter()
+        if 0 < rest <= TIMER_SLACK_S and waiter.result() is _TIMER:
+            time.sleep(rest)
 
     def close(self) -> None:
         self._closed = True
         self._poke()
 
     def _poke(self) -> None:
-        if self._wake is not None:
-            self._wake.set()
+        """Wake the driver now (an arrival, an abort, ``close``)."""
+        _wake_up(self._waiter, _POKED)
+
+
+_TIMER, _POKED = "timer", "poked"
+
+
+def _wake_up(waiter: asyncio.Future | None, why: str = _TIMER) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(why)
 
 
 def _empty_workload() -> Workload:
