@@ -116,8 +116,9 @@ def test_autoscaling_a_diurnal_day_holds_slo_with_fewer_gpu_hours() -> None:
     # A compressed day (480 s for 24 h: a diurnal cosine, trough 0.3 of the peak, gamma
     # arrivals of CV 2) on Llama-3.1-70B TP 4 / A100 (benchmarks/bench_autoscale.py).
     bench = _bench()
-    five, six = (bench.measure(bench.scenario(n, False)) for n in (5, 6))
-    auto = bench.measure(bench.scenario(6, True))
+    day = bench.COMPRESSED_DAY
+    five, six = (bench.measure(bench.scenario(n, False, **day)) for n in (5, 6))
+    auto = bench.measure(bench.scenario(6, True, **day))
     # Six static replicas are the smallest fleet that meets the SLOs at the peak (99 %).
     assert five["slo_attainment"] < 0.99 <= six["slo_attainment"]
     # Autoscaled between 1 and 6: attainment within 5 points of the static fleet's, and
