@@ -412,9 +412,6 @@ def run_cluster(wl: Workload, pools: list[PoolSpec], cfg: ClusterConfig, *, seed
 
     ops_cfg = cfg.operations
     if ops_cfg is not None:
-        if wl.is_closed_loop:
-            raise ConfigError("cluster.operations needs arrival times (a trace or synthetic workload), "
-                              "not a closed loop (benchmark clients, sessions or agent tasks)")
         pools = clocked_pools(pools, ops_cfg)
     loop = EventLoop()
     records = RequestRecords.empty(len(wl))
