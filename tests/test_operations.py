@@ -116,8 +116,9 @@ def test_autoscaling_a_diurnal_day_holds_slo_with_fewer_gpu_hours() -> None:
     # A compressed day (480 s for 24 h: a diurnal cosine, trough 0.3 of the peak, gamma
     # arrivals of CV 2) on Llama-3.1-70B TP 4 / A100 (benchmarks/bench_autoscale.py).
     bench = _bench()
-    five, six = (bench.measure(bench.scenario(n, False)) for n in (5, 6))
-    auto = bench.measure(bench.scenario(6, True))
+    day = bench.COMPRESSED_DAY
+    five, six = (bench.measure(bench.scenario(n, False, **day)) for n in (5, 6))
+    auto = bench.measure(bench.scenario(6, True, **day))
     # Six static replicas are the smallest fleet that meets the SLOs at the peak (99 %).
     assert five["slo_attainment"] < 0.99 <= six["slo_attainment"]
     # Autoscaled between 1 and 6: attainment within 5 points of the static fleet's, and
@@ -195,3 +196,62 @@ def test_prefill_follows_the_decode_pool_at_the_ratio() -> None:
     assert pre.max() == math.ceil(0.5 * dec.max())
     assert (pre <= np.ceil(0.5 * dec)).all()
     assert outcome(run) == (400, 0, 0)
+
+
+def _closed_loop(num: int, concurrency: int):  # noqa: ANN202
+    from servesim.config import BenchmarkWorkload
+    from servesim.workload.benchmark import generate_benchmark
+
+    cfg = BenchmarkWorkload(num_prompts=num, input_len=256, output_len=100, max_concurrency=concurrency,
+                            num_warmups=0)
+    return generate_benchmark(cfg, seed=0)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_closed_loop_clients_under_autoscaling_and_failures(fail: bool) -> None:
+    # 64 clients (vllm bench serve --max-concurrency 64) on one replica that scales out to 4
+    # on its queue; optionally replica 0 fails at 3 s, its requests retried elsewhere.
+    conc = 64
+    wl = _closed_loop(3000, conc)
+    n = len(wl)  # the 3000 and vllm bench's ready check before them
+    ops = OperationsConfig(
+        interval_s=0.5,
+        autoscaling=AutoscalingConfig(pools=[PoolScaling(pool="c", metric="queue_len", target=4, min_replicas=1,
+                                                         max_replicas=4, scale_in_grace_s=2.0)],
+                                      startup_s=1.0, load_gb_per_s=10.0),
+        failures=FailuresConfig(events=[FailureEvent(pool="c", replica=0, at_s=3.0, recover_after_s=1.0)])
+        if fail else None)
+    eng = resolve_engine(EngineConfig(max_num_seqs=16, max_num_batched_tokens=4096, cpu_overhead_s=0.0),
+                         max_model_len=2048)
+    p = PoolSpec("c", "colocated", 1, eng, ConstantPerfModel(0.01), num_gpu_blocks=4000, max_model_len=2048,
+                 kv_bytes_per_token=1000.0)
+    run = run_cluster(wl, [p], cluster(ops, 1, "least_outstanding"))
+    rec = run.records
+    fin, failed, other = outcome(run)
+    assert other == 0 and fin + failed == n and failed == 0  # every request accounted for, none lost
+    # The autoscaler saw the clients' queue (64 clients, 16 slots a replica): out to 4 (and a
+    # replacement starting while the failed one's successor scales)
+    assert run.timeseries.of_pool("c")["replicas"].max() >= 4
+    if fail:
+        assert run.operations["num_failures"] == 1 and run.operations["num_retried"] > 0
+    # No more than 64 requests in flight at any instant (each client one at a time): the
+    # count of sends minus finishes, over the sorted events, never exceeds it.
+    t = np.concatenate([rec.arrival_s, rec.finished_s])
+    d = np.concatenate([np.ones(n), -np.ones(n)])
+    order = np.lexsort((d, t))  # a finish before a send at the same instant
+    assert np.cumsum(d[order]).max() == conc
+    # Little's law over the run, scale-out included: the mean number in flight (64, the
+    # clients are never idle: zero think time) = throughput x mean E2E latency.
+    span = rec.finished_s.max()
+    e2e = rec.finished_s - rec.arrival_s
+    in_flight = e2e.sum() / span
+    assert in_flight == pytest.approx(n / span * e2e.mean())
+    # All 64 slots are busy but for the ready check (one request alone, 1 s) and the last
+    # requests draining (at most the longest E2E).
+    assert conc * (span - 1.0 - e2e.max()) / span <= in_flight <= conc
+    # The scale-out showed: on one replica (16 slots for 64 clients) the first requests wait
+    # for a full batch or more before theirs (E2E at least 2 x 1 s) until the new replicas
+    # serve; on four, about none (1 s: 100 steps of 10 ms; the failure run re-fills the
+    # replaced replica later).
+    first, last = e2e[rec.arrival_s < 1.5].max(), e2e[rec.arrival_s > span - 5].mean()
+    assert first >= 2.0 and last < 0.5 * first and last >= 1.0

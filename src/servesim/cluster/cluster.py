@@ -100,7 +100,7 @@ class ClusterRun:
 class Cluster:
     def __init__(self, loop: EventLoop, pools: list[PoolSpec], cfg: ClusterConfig, records: RequestRecords,
                  seed: int = 0, check_invariants: bool = False, record_steps: bool = True,
-                 wl: Workload | None = None) -> None:
+                 wl: Workload | None = None, quiet_steps: bool = False) -> None:
         self.loop = loop
         self.wl = wl
         self.cfg = cfg
@@ -111,6 +111,12 @@ class Cluster:
         self.pool_of: list[PoolSpec] = []
         migrating = {p.name for p in pools if p.role != "prefill"} if cfg.migration.enabled else set()
         self.check_invariants = check_invariants
+        # Replicas whose finishes route nothing (all but prefill replicas, unless requests
+        # are sent when others finish or migrate) step on quiet events (engine.events).
+        self.quiet_steps = quiet_steps and not migrating
+        # The smallest model length and KV cache over the replicas' pools (``rejection``),
+        # kept as replicas are added.
+        self.max_model_len = self.usable_tokens = 1 << 62
         for pool in pools:
             for _ in range(pool.num_replicas):
                 self._add_replica(pool, check_invariants, pool.reference or pool.name in migrating)
@@ -168,6 +174,9 @@ class Cluster:
                             pool.max_model_len, self.wl, self.steps, self.itl, totals, reference=reference,
                             kv_bytes_per_block=pool.kv_bytes_per_block, check_invariants=check_invariants,
                             on_finish=self.on_finish)
+        rep.quiet = self.quiet_steps and pool.role != "prefill"
+        self.max_model_len = min(self.max_model_len, pool.max_model_len)
+        self.usable_tokens = min(self.usable_tokens, (pool.num_gpu_blocks - 1) * pool.engine.block_size)
         self.replicas.append(rep)
         self.pool_of.append(pool)
 
@@ -175,10 +184,7 @@ class Cluster:
 
     def rejection(self, r: Request) -> str:
         """Why ``r`` can never be served on every pool it may visit ('' if it can)."""
-        pools = self.pool_of
-        max_len = min(p.max_model_len for p in pools)
-        usable = min((p.num_gpu_blocks - 1) * p.engine.block_size for p in pools)
-        return rejection_reason(r, max_len, usable)
+        return rejection_reason(r, self.max_model_len, self.usable_tokens)
 
     def on_look_ahead(self, req: Request) -> None:
         """``staleness_s`` before ``req`` arrives: capture the first stage's view for it."""
@@ -406,16 +412,15 @@ def run_cluster(wl: Workload, pools: list[PoolSpec], cfg: ClusterConfig, *, seed
 
     ops_cfg = cfg.operations
     if ops_cfg is not None:
-        if wl.is_closed_loop:
-            raise ConfigError("cluster.operations needs arrival times (a trace or synthetic workload), "
-                              "not a closed loop (benchmark clients, sessions or agent tasks)")
         pools = clocked_pools(pools, ops_cfg)
     loop = EventLoop()
     records = RequestRecords.empty(len(wl))
     if not wl.is_closed_loop:  # else the arrivals are the clients' send times, written as they go
         records.arrival_s = np.asarray(wl.arrival_s, dtype=np.float64).copy()
     records.num_prompt_tokens = np.asarray(wl.num_prompt_tokens, dtype=np.int64).copy()
-    cluster = Cluster(loop, pools, cfg, records, seed, check_invariants, record_steps, wl)
+    # Step ends are quiet unless a finish sends a request (closed-loop clients).
+    cluster = Cluster(loop, pools, cfg, records, seed, check_invariants, record_steps, wl,
+                      quiet_steps=not wl.is_closed_loop)
     ops = None
     if ops_cfg is not None:
         ops = cluster.ops = Operations(cluster, pools, ops_cfg, slo, len(wl), seed)

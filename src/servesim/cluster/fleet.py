@@ -17,7 +17,9 @@ recomputed from the prompt and their tokens generated again, as when a gateway r
 request whose stream broke (TTFT still counts from the original arrival); past
 ``max_retries``, or with ``on_failure: fail``, a request is recorded as failed with the
 reason. Requests that arrive while no replica of their stage serves wait in the cluster
-(``park``) and go out when one is ready. Simplification: a retried request gets no
+(``park``) and go out when one is ready. Closed-loop clients (benchmark clients, sessions,
+agent tasks) see the same: a retried request keeps its client's slot until its retry
+finishes (the client waits, as for a resent request), and a failed one frees it. Simplification: a retried request gets no
 prefix-cache hits (its block hashes are recomputed for the new replica only).
 """
 
@@ -183,6 +185,8 @@ class Fleet:
             write_record(c.records, req, f"failed: {why} (pool {c.pool_of[i].name}, replica {i}, "
                                          f"after {n} retries)")
             c.num_done += 1
+            if c.on_done is not None:  # a closed-loop client's request is over: it sends its next
+                c.on_done(req)
             return
         self.retries[req.idx] = n + 1
         self.num_retried += 1

@@ -5,6 +5,17 @@ at the same time and priority run in the order they were scheduled, which makes 
 run deterministic. Priorities are defined once here (lower runs first at equal time):
 an arrival at the same instant as a batch completion is seen by the schedule that the
 completion triggers, as in a real engine whose input queue is drained before each step.
+
+**Quiet events.** A replica's run of decode steps (``engine/decode_runs.py``) must end
+before the next event that could give it a request. In a cluster most pending events are
+other replicas' step ends, which give nobody a request; a replica whose step ends (and
+wakes) cannot route a request anywhere schedules them with ``at_quiet``, and runs are
+bounded by ``next_loud_time``, the next event that is not quiet (an arrival, a KV
+transfer, a control tick, a failure, any other replica's step end). Every event is loud
+unless scheduled quiet, so with no quiet events ``next_loud_time`` is ``next_time``.
+The loud events are a subset of the heap kept in a second heap of ``(time, priority,
+seq)``; both pop in the same order, so the loud heap's top is dropped when the main loop
+pops the event with its ``seq``.
 """
 
 from __future__ import annotations
@@ -21,15 +32,26 @@ WAKE = 2
 class EventLoop:
     """Discrete-event loop owned by one simulation (no global state)."""
 
-    __slots__ = ("now", "_heap", "_seq")
+    __slots__ = ("now", "_heap", "_seq", "_loud")
 
     def __init__(self) -> None:
         self.now = 0.0
         self._heap: list[tuple[float, int, int, Callable[[Any], None], Any]] = []
         self._seq = 0
+        self._loud: list[tuple[float, int, int]] = []  # the events not scheduled quiet
 
     def at(self, time: float, callback: Callable[[Any], None], arg: Any = None, priority: int = WAKE) -> None:
         """Run ``callback(arg)`` at ``time`` (never earlier than now)."""
+        if time < self.now:
+            raise ValueError(f"event at {time} is before now ({self.now})")
+        self._seq += 1
+        heapq.heappush(self._heap, (time, priority, self._seq, callback, arg))
+        heapq.heappush(self._loud, (time, priority, self._seq))
+
+    def at_quiet(self, time: float, callback: Callable[[Any], None], arg: Any = None,
+                 priority: int = WAKE) -> None:
+        """``at`` for an event that gives no replica a request, now or later (see the module
+        docstring): it does not bound ``next_loud_time``."""
         if time < self.now:
             raise ValueError(f"event at {time} is before now ({self.now})")
         self._seq += 1
@@ -42,14 +64,21 @@ class EventLoop:
         """Time of the next pending event (inf when none)."""
         return self._heap[0][0] if self._heap else float("inf")
 
+    def next_loud_time(self) -> float:
+        """Time of the next pending event not scheduled quiet (inf when none)."""
+        return self._loud[0][0] if self._loud else float("inf")
+
     def run(self, until: float = float("inf")) -> float:
         """Process events in order until none are left or the next is past ``until``."""
         heap = self._heap
+        loud = self._loud
         pop = heapq.heappop
         while heap:
             if heap[0][0] > until:
                 break
-            t, _, _, cb, arg = pop(heap)
+            t, _, seq, cb, arg = pop(heap)
+            if loud and loud[0][2] == seq:
+                pop(loud)
             self.now = t
             cb(arg)
         return self.now

@@ -69,6 +69,10 @@ class Replica:
         # A finish inside a run is only seen at the run's end (on_finish is called then):
         # right for a lone replica, not where a router watches the finishes.
         self.finishes_in_runs = finishes_in_runs
+        # Set by a cluster when this replica's step ends give no replica a request (its
+        # finishes route nothing): they are then quiet events and do not cut other
+        # replicas' runs (``engine.events``).
+        self.quiet = False
         self.run_first_end_s = 0.0
         self.run_waiting0 = 0
         self.busy = False
@@ -124,7 +128,7 @@ class Replica:
             # Start the step after every arrival of this instant is queued (WAKE runs
             # after ARRIVAL at equal times), as the engine drains its input queue first.
             self.wake_pending = True
-            self.loop.at(self.loop.now, self.on_wake, None, WAKE)
+            (self.loop.at_quiet if self.quiet else self.loop.at)(self.loop.now, self.on_wake, None, WAKE)
 
     def on_wake(self, _: object) -> None:
         self.wake_pending = False
@@ -155,7 +159,7 @@ class Replica:
         self.run_rows = None
         end = now + dt
         if self.skip_ahead and (out.num_pool or out.reqs):
-            next_event_s = now if self._staged else self.loop.next_time()  # staged: no run
+            next_event_s = now if self._staged else self.loop.next_loud_time()  # staged: no run
             run = sched.extend_run(out, now, dt, next_event_s,  # type: ignore[attr-defined]
                                    self.perf, self.cpu_overhead_s, self.finishes_in_runs,
                                    self.steps is not None, self.async_scheduling)
@@ -170,7 +174,7 @@ class Replica:
                 end = run.end_s  # summed step by step, as the reference engine's clock does
                 self._prev_start_s = end - run.durations[-1]
         self.step_end_s = end
-        self.loop.at(end, self.on_batch_done, out, BATCH_DONE)
+        (self.loop.at_quiet if self.quiet else self.loop.at)(end, self.on_batch_done, out, BATCH_DONE)
 
     def on_batch_done(self, out: SchedulerOutput) -> None:
         if self.failed:
