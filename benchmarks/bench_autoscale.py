@@ -28,7 +28,7 @@ import numpy as np
 SLO = {"ttft_s": 2.0, "tpot_s": 0.1}
 
 
-REAL_DAY = {"day_s": 86400.0, "interval_s": 60.0, "grace_s": 600.0, "target_running": 16.0,
+REAL_DAY = {"day_s": 86400.0, "interval_s": 60.0, "grace_s": 600.0, "target_running": 24.0,
             "load_gb_per_s": 2.0, "startup_s": 60.0}
 COMPRESSED_DAY = {"day_s": 480.0, "interval_s": 2.0, "grace_s": 10.0, "target_running": 32.0,
                   "load_gb_per_s": 20.0, "startup_s": 0.0}
@@ -36,7 +36,7 @@ TROUGH = 0.3  # of the peak
 
 
 def scenario(num_replicas: int, autoscale: bool, *, day_s: float = 86400.0, peak_rate: float = 16.0,
-             interval_s: float = 60.0, grace_s: float = 600.0, target_running: float = 16.0,
+             interval_s: float = 60.0, grace_s: float = 600.0, target_running: float = 24.0,
              load_gb_per_s: float = 2.0, startup_s: float = 60.0, seed: int = 1) -> dict[str, Any]:
     """The day's scenario: a static fleet of ``num_replicas``, or autoscaled between 1 and it."""
     ops: dict[str, Any] = {"interval_s": interval_s}
