@@ -51,11 +51,10 @@ from servesim.catalog.models import ModelSpec
 from servesim.errors import ConfigError
 from servesim.perf.base import BatchStats
 from servesim.perf.cuda_graphs import EAGER_PLAN, GraphPlan
-from servesim.perf.efficiencies import GEMMS_PER_LAYER, KERNELS_PER_LAYER, Efficiencies
+from servesim.perf.efficiencies import KERNELS_PER_LAYER, Efficiencies
 from servesim.perf.kernels import (
     KernelDatabase,
     LogCurve,
-    ext_grid,
     extended_axis,
     gemm_m_curve,
     kernel_versions,
