@@ -14,7 +14,7 @@ from servesim.engine.replica import step_wall_s
 from servesim.perf.base import BatchStats, ConstantPerfModel
 from servesim.perf.cuda_graphs import EAGER, EAGER_PLAN, FULL, PIECEWISE, graph_plan
 from servesim.perf.factory import kernel_version_for
-from servesim.perf.kernel_model import KernelPerfModel
+from servesim.perf.kernel_model import EAGER_HOST_S_PER_LAYER, KernelPerfModel
 from servesim.perf.roofline import RooflinePerfModel
 from servesim.sim import run_engine
 from tests.test_differential import assert_same, synthetic
@@ -117,6 +117,50 @@ def test_kernel_model_pads_gemm_m_and_picks_the_allreduce_backend():
     assert ea.breakdown(st16)["allreduce"] != pytest.approx(p9["allreduce"], rel=1e-3)
     assert ea.breakdown(st16)["overhead"] == pytest.approx(
         ea.eff.launch_overhead_s + 32 * 10 * ea.eff.kernel_overhead_s)
+
+
+def test_a_step_without_graphs_lasts_at_least_the_host_launches():
+    """Above the largest capture size vLLM runs the layers eagerly: the step lasts the GPU's
+    time or the host's L x EAGER_HOST_S_PER_LAYER, whichever is longer; graph steps are
+    untouched, and the floor is a lower bound, not an addition."""
+    g = graph_plan("0.19.0", 1024, 8192)
+    floor, off = _kernels(g), KernelPerfModel(load_model(LLAMA), get_gpu("H100-SXM"), graphs=g,
+                                              eager_host_s_per_layer=0.0)
+    assert floor.eager_floor == pytest.approx(32 * EAGER_HOST_S_PER_LAYER)
+    small = BatchStats(num_prefill_tokens=400, num_prefill_reqs=1, prefill_attn_work=400 * 200)
+    assert floor.batch_time(small) == off.batch_time(small)  # 400 tokens: a piecewise graph
+    short = BatchStats(num_prefill_tokens=600, num_prefill_reqs=1, prefill_attn_work=600 * 300)
+    assert off.batch_time(short) < floor.eager_floor  # an 8B model's 600 tokens: host-bound
+    assert floor.batch_time(short) == floor.eager_floor
+    bd = floor.breakdown(short)
+    assert bd["eager_host"] == pytest.approx(floor.eager_floor - off.batch_time(short), rel=1e-9)
+    assert sum(bd.values()) == pytest.approx(floor.batch_time(short), rel=1e-12)
+    long = BatchStats(num_prefill_tokens=8000, num_prefill_reqs=1, prefill_attn_work=8000 * 4000)
+    assert off.batch_time(long) > floor.eager_floor  # GPU-bound: unchanged
+    assert floor.batch_time(long) == off.batch_time(long)
+    # Pure decodes above the capture size (1024 clients): batch_time per step, and the
+    # vectorized decode times agree with it.
+    n = 600
+    assert floor.decode_terms(n) is None and off.decode_terms(n) is not None
+    ctx = np.array([n * 10.0, n * 3000.0])
+    want = [floor.batch_time(BatchStats(num_decode_reqs=n, sum_decode_context=float(c))) for c in ctx]
+    assert floor.decode_step_times(n, ctx) == pytest.approx(want, rel=1e-9)
+    assert min(want) >= floor.eager_floor
+    # No plan (operators as measured, eager, outside an engine): no floor.
+    assert _kernels().eager_floor == 0.0
+
+
+def test_minimax_qk_norm_allreduce_per_layer():
+    """MiniMax-M2.5 under TP: one more all-reduce per layer, of the q and k variances (two
+    fp32 per token), from the same custom all-reduce table; none at TP 1."""
+    m = load_model("MiniMax-M2.5")
+    tp4 = KernelPerfModel(m, get_gpu("H200"), tp=4, graphs=graph_plan("0.19.0", 1024, 8192))
+    st = BatchStats(num_decode_reqs=8, sum_decode_context=8 * 1000)
+    bd = tp4.breakdown(st)
+    ar = tp4._allreduce(4)
+    assert bd["allreduce_qk_norm"] == pytest.approx(62 * ar.at(8.0), rel=1e-12)
+    assert 0 < bd["allreduce_qk_norm"] < bd["allreduce"]  # 4 elements a token against 3072, half as many
+    assert "allreduce_qk_norm" not in KernelPerfModel(m, get_gpu("H200"), tp=1).breakdown(st)
 
 
 def test_fp8_checkpoints_pick_their_gemm_tables():

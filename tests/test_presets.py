@@ -184,6 +184,41 @@ def test_minimax_m25() -> None:
     assert weights_bytes_per_gpu(m, tp=4) == want
 
 
+def test_nvidia_nvfp4_checkpoints() -> None:
+    """NVIDIA's NVFP4 MiniMax-M2.5 and Kimi-K2.5: routed experts in NVFP4 (4 bits and an fp8
+    scale per 16), attention (and MiniMax's router, Kimi's shared experts and dense MLP,
+    which servesim keeps 16-bit: see models.md) in bf16, an FP8 KV cache."""
+    mm = load_model("nvidia/MiniMax-M2.5-NVFP4")
+    assert mm.dtype == "bfloat16" and mm.expert_dtype_bytes == NVFP4_BYTES == 0.5625
+    assert mm.kv_cache_dtype == "fp8" and resolve_kv_dtype_bytes("auto", mm) == 1.0
+    assert mm.quant_method == "modelopt NVFP4 experts" and mm.qk_norm_allreduce
+    h = 3072
+    attn = h * (48 * 128 + 2 * 8 * 128) + 48 * 128 * h
+    expert, router = 3 * h * 1536, h * 256
+    want = (62 * 256 * expert // 4 * 0.5625 + (62 * attn // 4 + 62 * router) * 2
+            + _embed_and_norms(200064, h, 62, tp=4))
+    assert weights_bytes_per_gpu(mm, tp=4) == want
+    assert mm.kv_bytes_per_token(4, kv_dtype_bytes=1.0) == 62 * 2 * 2 * 128 * 1 == 31_744
+    kimi = load_model("Kimi-K2.5-NVFP4")
+    assert kimi.is_mla and kimi.dtype == "bfloat16" and kimi.expert_dtype_bytes == NVFP4_BYTES
+    assert kimi.kv_cache_dtype == "fp8"  # kv_cache_scheme: 8-bit float
+    assert kimi.num_params() == load_model("Kimi-K2.5").num_params()
+    h, expert = 7168, 3 * 7168 * 2048
+    attn, router, dense = _mla_attn(h, 64), 7168 * 384, 3 * 7168 * 18432
+    experts_b = 60 * 384 * expert * 0.5625
+    rest_b = (61 * attn + 60 * (expert + router) + dense) * 2 + _embed_and_norms(163840, h, 61)
+    assert weights_bytes_per_gpu(kimi) == experts_b + rest_b
+    assert kimi.kv_bytes_per_token(8, kv_dtype_bytes=1.0) == 61 * 576 * 1
+
+
+def test_qk_norm_across_heads() -> None:
+    """MiniMax-M2's q/k norms span the layer's heads (qk_norm_type per_layer): under TP
+    vLLM all-reduces their variances; Qwen3's per-head norms need no communication."""
+    assert load_model("MiniMax-M2.5").qk_norm_allreduce
+    assert not load_model("Qwen3-32B").qk_norm_allreduce
+    assert not load_model("Llama-3.1-70B").qk_norm_allreduce
+
+
 def test_llama31_70b_fp8_modelopt() -> None:
     m = load_model("nvidia/Llama-3.1-70B-Instruct-FP8")
     assert m.dtype == "fp8" and m.quant_method == "modelopt FP8"
@@ -224,6 +259,14 @@ def test_quantization_schemes() -> None:
     experts_only = {"quantization": {"quant_algo": "NVFP4", "exclude_modules": ["lm_head", "model.layers.*.self_attn*"]}}
     q = parse_quantization({}, experts_only, "bfloat16", "x")
     assert q is not None and q.dtype == "bfloat16" and q.expert_dtype_bytes == NVFP4_BYTES
+    # A config.json's own ModelOpt block (nvidia/Kimi-K2.5-NVFP4): ``ignore`` patterns with
+    # the text model's language_model. prefix, an 8-bit float kv_cache_scheme.
+    own = {"quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4",
+                                   "ignore": ["language_model.lm_head", "language_model.model.layers.1.self_attn*"],
+                                   "kv_cache_scheme": {"num_bits": 8, "type": "float", "dynamic": False}}}
+    q = parse_quantization(own, None, "bfloat16", "x")
+    assert q is not None and q.dtype == "bfloat16" and q.expert_dtype_bytes == NVFP4_BYTES
+    assert q.kv_cache_dtype == "fp8"
     with pytest.raises(CatalogError, match="awq"):
         parse_quantization({"quantization_config": {"quant_method": "awq"}}, None, "bfloat16", "cfg.json")
 
@@ -258,6 +301,7 @@ PRESET_SOURCES = {
     "Qwen--Qwen3-32B": "Qwen3-32B", "Qwen--Qwen3-32B-FP8": "Qwen3-32B-FP8",
     "nvidia--Llama-3.1-70B-Instruct-FP8": "Llama-3.1-70B-Instruct-FP8",
     "meta-llama--Meta-Llama-3.1-8B": "Llama-3.1-8B", "meta-llama--Meta-Llama-3.1-70B": "Llama-3.1-70B",
+    "nvidia--MiniMax-M2.5-NVFP4": "MiniMax-M2.5-NVFP4", "nvidia--Kimi-K2.5-NVFP4": "Kimi-K2.5-NVFP4",
 }
 
 
@@ -295,7 +339,8 @@ RUNS = [  # GPU x TP as in the measured vLLM runs
     ("Llama-3.1-70B-Instruct-FP8", "H200", 1), ("Qwen3-32B", "H100", 2), ("Qwen3-32B-FP8", "H100", 1),
     ("Qwen3-235B-A22B", "H200", 8), ("Qwen3-235B-A22B-FP8", "H100", 4), ("gpt-oss-120b", "H100", 2),
     ("gpt-oss-120b", "B200", 1), ("MiniMax-M2.5", "H200", 4), ("Kimi-K2.5", "H200", 8),
-    ("DeepSeek-V3", "H200", 8), ("DeepSeek-V3", "B200", 8),
+    ("DeepSeek-V3", "H200", 8), ("DeepSeek-V3", "B200", 8), ("MiniMax-M2.5-NVFP4", "B200", 2),
+    ("Kimi-K2.5-NVFP4", "B200", 4),
 ]
 
 

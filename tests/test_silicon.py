@@ -70,6 +70,12 @@ def test_row_mapping_variants(tmp_path):
     c = s.row_case(_row(precision="fp4", system="b200_sxm"), tmp_path)
     assert c.nvfp4 == "meta-llama/Llama-3.1-70B"
     assert c.scenario["model"]["name"] == str(tmp_path / "Llama-3.1-70B-NVFP4")
+    # MiniMax-M2.5 and Kimi-K2.5 at fp4: NVIDIA's NVFP4 checkpoints (bf16 attention, FP8 KV)
+    for path, preset in (("MiniMaxAI/MiniMax-M2.5", "nvidia/MiniMax-M2.5-NVFP4"),
+                         ("moonshotai/Kimi-K2.5", "nvidia/Kimi-K2.5-NVFP4")):
+        c = s.row_case(_row(model_path=path, precision="fp4", system="b200_sxm", tp_size="4",
+                            moe_tp_size="4", moe_ep_size="1"), tmp_path)
+        assert c.scenario["model"]["name"] == preset and not c.nvfp4
     # B300 and GB200 run on B200's kernel tables, with a note
     c = s.row_case(_row(system="b300_sxm", precision="fp4"))
     assert c.scenario["hardware"] == {"gpu": "B300", "perf_model": "kernels", "kernel_version": "0.19.0"}

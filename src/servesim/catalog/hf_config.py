@@ -124,6 +124,7 @@ def from_hf_config(cfg: dict[str, Any], name: str, dtype: str = "auto",
     window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
     layer_types = cfg.get("layer_types") or []
     sliding_layers = sum(1 for t in layer_types if t == "sliding_attention") if window else 0
+    qk_norm_ar = bool(cfg.get("use_qk_norm")) and cfg.get("qk_norm_type") == "per_layer"
     return ModelSpec(
         name=name, num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
         num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=inter, vocab_size=vocab,
@@ -133,7 +134,7 @@ def from_hf_config(cfg: dict[str, Any], name: str, dtype: str = "auto",
         sliding_window=int(window) if window else None,
         shared_expert_intermediate_size=shared, num_dense_layers=dense_layers,
         num_sliding_layers=sliding_layers, expert_dtype_bytes=expert_bytes, quant_method=method,
-        kv_cache_dtype=kv_dtype, **mla,
+        kv_cache_dtype=kv_dtype, qk_norm_allreduce=qk_norm_ar, **mla,
     )
 
 

@@ -104,6 +104,11 @@ class ModelSpec:
     # The checkpoint's KV-cache dtype (ModelOpt's kv_cache_quant_algo), which vLLM's
     # kv_cache_dtype 'auto' resolves to; "": the activation dtype.
     kv_cache_dtype: str = ""
+    # The q and k norms span all heads of the layer (MiniMax-M2's ``qk_norm_type: per_layer``),
+    # so under TP vLLM all-reduces their variances (``MiniMaxText01RMSNormTP.forward_qk``):
+    # one more all-reduce per layer, of two fp32 values per token. Per-head qk-norms
+    # (Qwen3) are rank-local.
+    qk_norm_allreduce: bool = False
 
     # ------------------------------------------------------------------ shapes per TP rank
 

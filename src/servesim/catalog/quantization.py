@@ -119,10 +119,18 @@ def parse_quantization(cfg: dict[str, Any], hf_quant: dict[str, Any] | None, bas
                                f"expected FP8 or NVFP4")
         per_param = 1.0 if algo == "FP8" else NVFP4_BYTES
         dtype = "fp8" if algo == "FP8" else "nvfp4"
-        excluded = list(qc.get("exclude_modules") or [])
+        # hf_quant_config.json names exclusions exclude_modules; a config.json's own ModelOpt
+        # block (nvidia/Kimi-K2.5-NVFP4) names them ignore, prefixed by the text model's
+        # ``language_model.``.
+        excluded = [str(p).removeprefix("language_model.")
+                    for p in (qc.get("exclude_modules") or qc.get("ignore") or [])]
         q = _by_part(dtype, per_param, base_dtype, excluded, ["Linear"], f"modelopt {algo}", source)
-        # vLLM's kv_cache_dtype 'auto' takes the checkpoint's kv_cache_quant_algo (FP8).
-        kv = "fp8" if str(qc.get("kv_cache_quant_algo") or "").upper() == "FP8" else ""
+        # vLLM's kv_cache_dtype 'auto' takes the checkpoint's KV quantization (FP8):
+        # kv_cache_quant_algo, or in a config.json's block an 8-bit float kv_cache_scheme.
+        scheme = qc.get("kv_cache_scheme") or {}
+        fp8_kv = (str(qc.get("kv_cache_quant_algo") or "").upper() == "FP8"
+                  or (isinstance(scheme, dict) and scheme.get("num_bits") == 8 and scheme.get("type") == "float"))
+        kv = "fp8" if fp8_kv else ""
         return Quantization(q.dtype, q.dtype_bytes, q.expert_dtype_bytes, q.method, kv)
     if method == "compressed-tensors":
         per_param, dtype, label, targets = _compressed_tensors(qc, source)

@@ -71,6 +71,8 @@ def moe_dtype(model: ModelSpec, gemm_dtype: str | None) -> str | None:
             return "w4a16_mxfp4"
         if "int4" in method or "w4a16" in method:
             return "int4_wo"
+        if "nvfp4" in method:  # NVFP4 experts beside 16-bit attention (NVIDIA's MoE checkpoints)
+            return "nvfp4"
     return gemm_dtype
 
 

@@ -54,6 +54,9 @@ class KernelStepTime:
     c_full: float
     c_piece: float
     c_eager: float
+    # Host floor of a step run without CUDA graphs (t > graph_max): the CPU launches every
+    # kernel of every layer itself, and the step cannot end before it has (0: no floor).
+    eager_floor: float
 
     def __init__(self, tok: list[float], req: list[float], grow_tokens: Callable[[int], list[float]],
                  grow_requests: Callable[[int], list[float]], prefill_row: Callable[[int], Row],
@@ -69,6 +72,7 @@ class KernelStepTime:
         self.pf_rows = {}
         self.graph_max = 0
         self.c_full = self.c_piece = self.c_eager = 0.0
+        self.eager_floor = 0.0
 
     def batch_time(self, stats: BatchStats) -> float:
         """Seconds of one iteration: per-T and per-request terms plus two attention lookups."""
@@ -97,6 +101,8 @@ class KernelStepTime:
             total += row_time(row, 0.5 * log(2.0 * stats.prefill_attn_work / pr))
         if d:
             total += row_time(self.decode(d), log(stats.sum_decode_context / d))
+        if t > self.graph_max and total < self.eager_floor:
+            return self.eager_floor
         return total
 
     def decode_terms(self, d: int) -> tuple[float, Row]:

@@ -55,8 +55,10 @@ GPUS = {
 }
 
 #: (model_path, precision) -> (servesim preset, NVFP4 variant of it?, note).
-#: ``fp4`` rows of ModelOpt-style checkpoints (gemm and MoE quant mode nvfp4) are the preset
-#: with every linear layer but the LM head in NVFP4; gpt-oss's fp4 is its own MXFP4 experts.
+#: ``fp4`` rows of MiniMax-M2.5 and Kimi-K2.5 are NVIDIA's NVFP4 checkpoints (their configs:
+#: experts in NVFP4, attention and router in bf16, FP8 KV cache); Llama-3.1-70B's is the
+#: preset with every linear layer but the LM head in NVFP4 (its checkpoint config is not in
+#: the data); gpt-oss's fp4 is its own MXFP4 experts.
 MODELS = {
     ("meta-llama/Llama-3.1-70B", "fp8"): ("nvidia/Llama-3.1-70B-Instruct-FP8", False, ""),
     ("meta-llama/Llama-3.1-70B", "fp4"): ("meta-llama/Llama-3.1-70B", True, "NVFP4 linear layers"),
@@ -66,9 +68,9 @@ MODELS = {
     ("Qwen/Qwen3-235B-A22B-FP8", "fp8"): ("Qwen/Qwen3-235B-A22B-FP8", False, ""),
     ("openai/gpt-oss-120b", "fp4"): ("openai/gpt-oss-120b", False, "the checkpoint's MXFP4 experts"),
     ("MiniMaxAI/MiniMax-M2.5", "fp8"): ("MiniMaxAI/MiniMax-M2.5", False, ""),
-    ("MiniMaxAI/MiniMax-M2.5", "fp4"): ("MiniMaxAI/MiniMax-M2.5", True, "NVFP4 linear layers"),
+    ("MiniMaxAI/MiniMax-M2.5", "fp4"): ("nvidia/MiniMax-M2.5-NVFP4", False, "NVIDIA's NVFP4 checkpoint"),
     ("moonshotai/Kimi-K2.5", "int4"): ("moonshotai/Kimi-K2.5", False, "the checkpoint's int4 experts"),
-    ("moonshotai/Kimi-K2.5", "fp4"): ("moonshotai/Kimi-K2.5", True, "NVFP4 linear layers"),
+    ("moonshotai/Kimi-K2.5", "fp4"): ("nvidia/Kimi-K2.5-NVFP4", False, "NVIDIA's NVFP4 checkpoint"),
 }
 
 #: Pass the row's vLLM version into ``engine.version`` (its async-scheduling and CUDA-graph
