@@ -143,7 +143,7 @@ def test_a_step_without_graphs_lasts_at_least_the_host_launches():
     n = 600
     assert floor.decode_terms(n) is None and off.decode_terms(n) is not None
     ctx = np.array([n * 10.0, n * 3000.0])
-    want = [floor.batch_time(BatchStats(num_decode_reqs=n, sum_decode_context=float(c))) for c in ctx]
+    want = [floor.batch_time(BatchStats(num_decode_reqs=n, sum_decode_context=int(c))) for c in ctx]
     assert floor.decode_step_times(n, ctx) == pytest.approx(want, rel=1e-9)
     assert min(want) >= floor.eager_floor
     # No plan (operators as measured, eager, outside an engine): no floor.
