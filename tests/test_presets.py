@@ -262,7 +262,8 @@ def test_quantization_schemes() -> None:
     # A config.json's own ModelOpt block (nvidia/Kimi-K2.5-NVFP4): ``ignore`` patterns with
     # the text model's language_model. prefix, an 8-bit float kv_cache_scheme.
     own = {"quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4",
-                                   "ignore": ["language_model.lm_head", "language_model.model.layers.1.self_attn*"],
+                                   "ignore": ["language_model.lm_head",
+                                              "language_model.model.layers.1.self_attn*"],
                                    "kv_cache_scheme": {"num_bits": 8, "type": "float", "dynamic": False}}}
     q = parse_quantization(own, None, "bfloat16", "x")
     assert q is not None and q.dtype == "bfloat16" and q.expert_dtype_bytes == NVFP4_BYTES

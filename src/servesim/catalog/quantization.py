@@ -129,7 +129,8 @@ def parse_quantization(cfg: dict[str, Any], hf_quant: dict[str, Any] | None, bas
         # kv_cache_quant_algo, or in a config.json's block an 8-bit float kv_cache_scheme.
         scheme = qc.get("kv_cache_scheme") or {}
         fp8_kv = (str(qc.get("kv_cache_quant_algo") or "").upper() == "FP8"
-                  or (isinstance(scheme, dict) and scheme.get("num_bits") == 8 and scheme.get("type") == "float"))
+                  or (isinstance(scheme, dict) and scheme.get("num_bits") == 8
+                      and scheme.get("type") == "float"))
         kv = "fp8" if fp8_kv else ""
         return Quantization(q.dtype, q.dtype_bytes, q.expert_dtype_bytes, q.method, kv)
     if method == "compressed-tensors":

@@ -32,8 +32,9 @@ How the aggregate statistics map onto the tables:
   (vLLM's largest capture size, 512 by default), eager above.
 
 The fused MoE (``perf.kernel_moe``) and attention (``perf.kernel_attention``: sliding-window
-layers, MLA's latent decode) say there which table they take. Every operator without a table (GPU, dtype, shape class, MoE shape, TP size) is timed by
-the roofline formula for that operator; ``sources`` says where each operator's time comes
+layers, MLA's latent decode) and the collectives (``perf.kernel_comm``) say there which
+table they take. Every operator without a table (GPU, dtype, shape class, MoE shape, TP
+size) is timed by the roofline formula for that operator; ``sources`` says where each operator's time comes
 from and ``fallbacks`` lists the ones on the roofline. The T-dependent terms are tabulated
 per token count (grown by doubling on demand) and the attention rows per batch size, so a
 step costs a few list reads and two 1-D interpolations.
@@ -52,6 +53,10 @@ from servesim.errors import ConfigError
 from servesim.perf.base import BatchStats
 from servesim.perf.cuda_graphs import EAGER_PLAN, GraphPlan
 from servesim.perf.efficiencies import KERNELS_PER_LAYER, Efficiencies
+from servesim.perf.kernel_attention import attention_grid
+from servesim.perf.kernel_comm import allreduce_curve, alltoall_curve
+from servesim.perf.kernel_moe import moe_curve, moe_dtype
+from servesim.perf.kernel_step import KernelStepTime, Row, row_time
 from servesim.perf.kernels import (
     KernelDatabase,
     LogCurve,
@@ -59,18 +64,11 @@ from servesim.perf.kernels import (
     gemm_m_curve,
     kernel_versions,
     load_database,
-    log_curve,
     roof_time,
 )
-from servesim.perf.kernel_attention import attention_grid
-from servesim.perf.kernel_moe import moe_curve, moe_dtype
-from servesim.perf.kernel_step import KernelStepTime, Row, row_time
 from servesim.perf.pipelined import MicroBatchShare
 from servesim.perf.roofline import RooflinePerfModel, RooflineWork
 
-#: vLLM's custom all-reduce handles messages below this size (``CustomAllreduce.max_size``);
-#: larger ones go to NCCL.
-CUSTOM_AR_MAX_BYTES = 8 * 2**20
 #: vLLM's largest CUDA-graph capture size by default (``max_cudagraph_capture_size``).
 CUDA_GRAPH_MAX_TOKENS = 512
 #: Host time per layer to launch a step that runs without CUDA graphs (more tokens than the
@@ -219,8 +217,10 @@ class KernelPerfModel(RooflineWork):
             ops.append(("moe", self._moe(moe_dtype(m, _gemm_dtype(m))), moe_layers))
             if m.shared_expert_intermediate_size:  # every token through the shared expert(s)
                 sw = m.shared_expert_intermediate_size // tp
-                ops.append(("gemm_shared_gate_up", self._gemm("gemm_shared_gate_up", gate * sw, H, dt), moe_layers))
-                ops.append(("gemm_shared_down", self._gemm("gemm_shared_down", H, sw, dt), moe_layers))
+                gate_up = self._gemm("gemm_shared_gate_up", gate * sw, H, dt)
+                ops.append(("gemm_shared_gate_up", gate_up, moe_layers))
+                down = self._gemm("gemm_shared_down", H, sw, dt)
+                ops.append(("gemm_shared_down", down, moe_layers))
         if dense_layers:
             width = m.intermediate_size // tp
             ops.append(("gemm_gate_up", self._gemm("gemm_gate_up", gate * width, H, dt), dense_layers))
@@ -254,53 +254,20 @@ class KernelPerfModel(RooflineWork):
                 ("gemm_o_proj", self._gemm("gemm_o_proj", H, heads * m.v_head_dim, dt), L)]
 
     def _alltoall(self) -> LogCurve:
-        """Seconds of one expert-parallel dispatch (or combine) all-to-all vs T: the roofline's
-        (no all-to-all tables are packed): each rank sends (ep - 1)/ep of its share of the T k
-        token copies."""
-        m, ep, e = self.model, self.ep, self.eff
-        ts = extended_axis(np.array([1.0]), 1.0, _MAX_M)
-        link = self.gpu.interconnect_bw * e.comm
-        copies = m.num_experts_per_tok * (ep - 1) / ep / ep * ts  # token copies leaving one rank
-        sec = copies * m.hidden_size * 2.0 / link + e.allreduce_latency_s
-        self.sources["alltoall"] = "roofline (expert-parallel dispatch and combine)"
-        return LogCurve(ts, np.log(sec))
+        curve, self.sources["alltoall"] = alltoall_curve(self.model, self.gpu, self.ep, self.eff)
+        return curve
 
     def _moe(self, dtype: str | None) -> LogCurve:
-        curve, self.sources["moe"] = moe_curve(self.model, self.gpu, self.db, self.tp, self.ep, dtype, self.eff)
+        curve, self.sources["moe"] = moe_curve(self.model, self.gpu, self.db, self.tp, self.ep, dtype,
+                                               self.eff)
         return curve
 
     def _allreduce(self, width: int) -> LogCurve:
-        """Seconds of one all-reduce of T x ``width`` bf16 elements, vs T."""
-        tp, H, gpu = self.tp, width, self.gpu
-        ts = extended_axis(np.array([1.0]), 1.0, _MAX_M)
-        link = gpu.interconnect_bw * self.eff.comm
-        lat_s = self.eff.allreduce_latency_s
-
-        def roof(size: np.ndarray) -> np.ndarray:
-            return 2.0 * (tp - 1) / tp * size * 2.0 / link + lat_s
-        spans = self.links is not None and tp > self.links.gpus_per_node
-        db = None if spans else self.db
-        pcie_only = gpu.name == "L40S"
-        custom_ok = tp in (2, 4, 6, 8) and (tp == 2 or not pcie_only)
-        graph = db.allreduce(tp, True) if db is not None and custom_ok else None
-        eager = db.allreduce(tp, False) if db is not None and custom_ok else None
-        nccl = db.nccl("all_reduce", tp) if db is not None else None
-        size = ts * H
-        out = np.log(roof(size))
-        if nccl is not None:
-            out = log_curve(nccl[0].astype(float), nccl[1], size, roof) + log(1e-3)
-        small = size * 2.0 < CUSTOM_AR_MAX_BYTES
-        for table, sel in ((graph, small & (ts <= self.cuda_graph_max_tokens)),
-                           (eager, small & (ts > self.cuda_graph_max_tokens))):
-            if table is not None and sel.any():
-                out[sel] = log_curve(table[0].astype(float), table[1], size[sel], roof) + log(1e-3)
-        if nccl is None and graph is None:
-            self.sources["allreduce"] = "roofline (ring; no all-reduce table for this TP size or link)"
-        else:
-            parts = (["custom (CUDA graph <= %d tokens, else eager) below 8 MiB" % self.cuda_graph_max_tokens]
-                     if graph is not None else []) + (["NCCL"] if nccl is not None else [])
-            self.sources["allreduce"] = "table " + ", ".join(parts)
-        return LogCurve(ts, out)
+        """Seconds of one all-reduce of T x ``width`` bf16 elements, vs T (``kernel_comm``)."""
+        spans = self.links is not None and self.tp > self.links.gpus_per_node
+        curve, self.sources["allreduce"] = allreduce_curve(
+            self.gpu, None if spans else self.db, self.tp, width, self.eff, self.cuda_graph_max_tokens)
+        return curve
 
     def _build_request_ops(self) -> list[tuple[str, LogCurve, float]]:
         m = self.model
