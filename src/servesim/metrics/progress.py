@@ -62,13 +62,24 @@ def gc_paused() -> Iterator[None]:
     requests) and few reference cycles (a few hundred on the Azure hour's 19,366 requests),
     so the collector's passes, every 700 allocations, cost about a tenth of the run and
     free next to nothing; memory is still freed by reference counting, and the cycles
-    the loop leaves are collected once the collector is back on."""
+    the loop leaves are collected once the collector is back on.
+
+    Turned back on, the collector's first pass would scan every object the loop left
+    alive (the requests, their records, the step series: a tenth of the run again), all
+    in its youngest generation. They move to the oldest generation unscanned instead
+    (``gc.freeze`` then ``gc.unfreeze``, which merges the frozen objects into it), where
+    the next full collection, on the collector's usual schedule, sees them like any other
+    long-lived data. Skipped where the process has frozen objects of its own (a fork
+    server's ``gc.freeze``), which unfreezing would release."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was_enabled:
+            if not gc.get_freeze_count():
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 
