@@ -17,19 +17,18 @@ import numpy as np
 from servesim.catalog.gpus import GpuSpec
 from servesim.catalog.models import ModelSpec
 from servesim.perf.efficiencies import Efficiencies
-from servesim.perf.kernels import KernelDatabase, LogCurve, extended_axis, log_curve
+from servesim.perf.kernels import MAX_TOKENS, KernelDatabase, LogCurve, extended_axis, log_curve
 
 #: vLLM's custom all-reduce handles messages below this size (``CustomAllreduce.max_size``);
 #: larger ones go to NCCL.
 CUSTOM_AR_MAX_BYTES = 8 * 2**20
-_MAX_M = float(1 << 21)
 
 
 def allreduce_curve(gpu: GpuSpec, db: KernelDatabase | None, tp: int, width: int, eff: Efficiencies,
                     graph_max_tokens: int) -> tuple[LogCurve, str]:
     """(seconds of one all-reduce of T x ``width`` bf16 elements vs T, where it comes from);
     ``db`` None: the ring roofline (no tables, or a group across nodes)."""
-    ts = extended_axis(np.array([1.0]), 1.0, _MAX_M)
+    ts = extended_axis(np.array([1.0]), 1.0, MAX_TOKENS)
     link = gpu.interconnect_bw * eff.comm
     lat_s = eff.allreduce_latency_s
 
@@ -59,7 +58,7 @@ def allreduce_curve(gpu: GpuSpec, db: KernelDatabase | None, tp: int, width: int
 def alltoall_curve(model: ModelSpec, gpu: GpuSpec, ep: int, eff: Efficiencies) -> tuple[LogCurve, str]:
     """Seconds of one expert-parallel dispatch (or combine) all-to-all vs T: each rank sends
     (ep - 1)/ep of its share of the T k token copies over the link."""
-    ts = extended_axis(np.array([1.0]), 1.0, _MAX_M)
+    ts = extended_axis(np.array([1.0]), 1.0, MAX_TOKENS)
     link = gpu.interconnect_bw * eff.comm
     copies = model.num_experts_per_tok * (ep - 1) / ep / ep * ts  # token copies leaving one rank
     sec = copies * model.hidden_size * 2.0 / link + eff.allreduce_latency_s

@@ -34,8 +34,8 @@ How the aggregate statistics map onto the tables:
 The fused MoE (``perf.kernel_moe``) and attention (``perf.kernel_attention``: sliding-window
 layers, MLA's latent decode) and the collectives (``perf.kernel_comm``) say there which
 table they take. Every operator without a table (GPU, dtype, shape class, MoE shape, TP
-size) is timed by the roofline formula for that operator; ``sources`` says where each operator's time comes
-from and ``fallbacks`` lists the ones on the roofline. The T-dependent terms are tabulated
+size) is timed by the roofline formula for that operator; ``sources`` says where each
+operator's time comes from and ``fallbacks`` lists the ones on the roofline. The T-dependent terms are tabulated
 per token count (grown by doubling on demand) and the attention rows per batch size, so a
 step costs a few list reads and two 1-D interpolations.
 """
@@ -58,6 +58,7 @@ from servesim.perf.kernel_comm import allreduce_curve, alltoall_curve
 from servesim.perf.kernel_moe import moe_curve, moe_dtype
 from servesim.perf.kernel_step import KernelStepTime, Row, row_time
 from servesim.perf.kernels import (
+    MAX_TOKENS,
     KernelDatabase,
     LogCurve,
     extended_axis,
@@ -79,7 +80,6 @@ CUDA_GRAPH_MAX_TOKENS = 512
 #: the measured Llama-3.1-70B serving runs alone (docs/fidelity.md section 5: the other
 #: models' runs are its held-out check); it bounds a step from below, it is not added.
 EAGER_HOST_S_PER_LAYER = 0.9e-3
-_MAX_M = float(1 << 21)
 
 
 def _gemm_dtype(model: ModelSpec) -> str | None:
@@ -152,8 +152,7 @@ class KernelPerfModel(RooflineWork):
                                    lambda b: self._row(self._decode, b))
         self.step.graph_max = self.graphs.max_size
         self.step.c_full, self.step.c_piece, self.step.c_eager = self._c_full, self._c_piece, self._c_eager
-        self.eager_floor = L * eager_host_s_per_layer if graphs is not None and pp == 1 else 0.0
-        self.step.eager_floor = self.eager_floor
+        self.step.eager_floor = L * eager_host_s_per_layer if graphs is not None and pp == 1 else 0.0
         if self.eager_floor:
             self.sources["overhead"] += (f"; a step without graphs lasts at least {L} layers x "
                                          f"{eager_host_s_per_layer * 1e3:.2f} ms of host launches")
@@ -166,6 +165,11 @@ class KernelPerfModel(RooflineWork):
             self.batch_time = self.step.batch_time  # type: ignore[method-assign]
 
     # ------------------------------------------------------------------ construction
+
+    @property
+    def eager_floor(self) -> float:
+        """Seconds a step without CUDA graphs lasts at least (0: no floor)."""
+        return self.step.eager_floor
 
     @property
     def fallbacks(self) -> tuple[str, ...]:
@@ -189,10 +193,10 @@ class KernelPerfModel(RooflineWork):
         table = self.db.gemm(dtype) if self.db is not None and dtype else None
         roof = self._gemm_roof(dtype or "bfloat16")
         if table is None:
-            ms = extended_axis(np.array([1.0]), 1.0, _MAX_M)
+            ms = extended_axis(np.array([1.0]), 1.0, MAX_TOKENS)
             self.sources[name] = f"roofline (no {dtype or self.model.dtype} GEMM table)"
             return LogCurve(ms, np.log(roof(ms, n, k)))
-        ms = extended_axis(table[0], 1.0, _MAX_M)
+        ms = extended_axis(table[0], 1.0, MAX_TOKENS)
         off = [f"{a}={v} outside {int(ax[0])}-{int(ax[-1])}"
                for a, v, ax in (("n", n, table[1]), ("k", k, table[2])) if v > ax[-1] or v < ax[0]]
         self.sources[name] = f"table gemm {dtype} n={n} k={k}" + (f" ({', '.join(off)}: roofline-scaled)"

@@ -36,6 +36,7 @@ from servesim.catalog.gpus import GpuSpec, get_gpu
 from servesim.catalog.models import ModelSpec
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.kernels import (
+    MAX_TOKENS,
     KernelDatabase,
     LogCurve,
     RoofFn,
@@ -59,7 +60,6 @@ SIBLINGS = {"H100-SXM": "H200", "H200": "H100-SXM"}
 WEIGHT_ONLY = ("int4_wo", "w4a16_mxfp4")
 #: Token counts at which a weight-only table is compared with the 16-bit one (decode sizes).
 DECODE_TOKENS = 64
-_MAX_T = float(1 << 21)
 
 
 def moe_dtype(model: ModelSpec, gemm_dtype: str | None) -> str | None:
@@ -139,7 +139,7 @@ def moe_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int
     """Seconds of one MoE layer vs tokens T of the step, and where it comes from."""
     m, moe_tp = model, tp // ep
     roof = moe_roofline(m, gpu, eff, moe_tp, ep, dtype)
-    ts = extended_axis(np.array([1.0]), 1.0, _MAX_T)
+    ts = extended_axis(np.array([1.0]), 1.0, MAX_TOKENS)
     skipped = ""
     if db is not None and dtype is not None:
         why = unserved_reason(db, m, gpu, moe_tp, ep, dtype)
@@ -164,5 +164,5 @@ def moe_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int
 
 
 def _curve(tokens: np.ndarray, lat_ms: np.ndarray, roof: RoofFn) -> LogCurve:
-    ts = extended_axis(tokens, 1.0, _MAX_T)
+    ts = extended_axis(tokens, 1.0, MAX_TOKENS)
     return LogCurve(ts, log_curve(tokens.astype(float), lat_ms, ts, roof) + log(1e-3))

@@ -290,6 +290,10 @@ class LogCurve:
         return np.exp(np.interp(np.log(x), self.lx, self.ly))
 
 
+#: The largest token count the kernel model's per-token curves reach (extended_axis's ``hi``).
+MAX_TOKENS = float(1 << 21)
+
+
 def extended_axis(xs: np.ndarray, lo: float = 1.0, hi: float = float(1 << 22)) -> np.ndarray:
     """The measured axis plus powers of two down to ``lo`` and up to ``hi`` (the points where
     ``LogCurve`` holds the roofline-scaled values beyond the measurements)."""
