@@ -1,5 +1,6 @@
 """KernelPerfModel's operators against hand computations from the packed kernel tables:
-the fused MoE (exact, nearest sharding, weight-only fallbacks, tables not used), the
+the fused MoE (exact, nearest sharding, weight-only fallbacks, tables not used, a table
+carried from another GPU by a measured ratio), the prefill table check, the
 sliding-window layers' attention and MLA's latent decode."""
 
 from __future__ import annotations
@@ -94,15 +95,44 @@ def test_mxfp4_table_of_b200_is_not_vllms_sm100_kernel():
     assert pm.sources["moe"].startswith("roofline") and "w4a16_mxfp4 table not used" in pm.sources["moe"]
 
 
-def test_int4_table_slower_than_bf16_is_replaced_by_the_scaled_bf16_table():
+def test_int4_table_vllm_does_not_serve_is_carried_from_h200_by_the_measured_ratio():
+    # B200 has only vLLM 0.19.0 tables, whose Marlin int4 MoE is slower than 16-bit weights
+    # (not what vLLM serves). H200 has that same kernel at 0.19.0 and the served 0.14.0 one:
+    # B200 = H200's 0.14.0 table x (B200 / H200 at 0.19.0), token count by token count.
     m, g = load_model("moonshotai/Kimi-K2.5"), get_gpu("B200")
-    db = load_database("B200", "0.19.0")
-    tq, lq = db.moe(*KIMI, 8, 1, "int4_wo")
-    tb, lb = db.moe(*KIMI, 8, 1, "bfloat16")
+    b19, h19, h14 = load_database("B200", "0.19.0"), load_database("H200", "0.19.0"), load_database("H200", "0.14.0")
+    tq, lq = b19.moe(*KIMI, 8, 1, "int4_wo")
+    tb, lb = b19.moe(*KIMI, 8, 1, "bfloat16")
     small = tq <= DECODE_TOKENS
     assert (lq[small] > lb[small]).all()  # 0.19.0's int4 kernel: slower than 16-bit weights
     pm = KernelPerfModel(m, g, tp=8)
-    assert pm.sources["moe"].startswith("table moe bfloat16 tp=8 ep=1 (roofline-scaled to int4_wo")
+    assert pm.sources["moe"] == ("table moe int4_wo tp=8 ep=1 of H200 0.14.0, times the measured B200/H200 "
+                                 "ratio of the same kernel at 0.19.0")
+    t14, l14 = h14.moe(*KIMI, 8, 1, "int4_wo")
+    t19, l19 = h19.moe(*KIMI, 8, 1, "int4_wo")
+    for tokens in (1, 8, 32):
+        i, j, k = (int(np.searchsorted(t, tokens)) for t in (t14, t19, tq))
+        assert t14[i] == t19[j] == tq[k] == tokens  # grid points of all three tables
+        want = float(l14[i]) * float(lq[k]) / float(l19[j]) * 1e-3
+        got = _decode(pm, tokens, 1000)["moe"] / m.num_moe_layers
+        assert got == pytest.approx(want, rel=1e-6)
+        # The measured ratio, not the roofline's: Marlin on B200 is much less than its 1.67x
+        # bandwidth faster than on H200.
+        assert float(lq[k]) / float(l19[j]) > 1.3 * get_gpu("H200").mem_bw / g.mem_bw
+    # vLLM 0.14.0's Marlin MoE on H200 is faster than its 16-bit MoE: that table is used as is.
+    h = KernelPerfModel(m, get_gpu("H200"), tp=8, version="0.14.0")
+    assert h.sources["moe"] == "table moe int4_wo tp=8 ep=1"
+
+
+def test_int4_experts_without_an_int4_table_take_the_bf16_table_at_int4_bytes():
+    # A100 has a 16-bit MoE table of Kimi's shape and no int4 one (nor does any GPU carry
+    # one there): the 16-bit table scaled by the roofline ratio of 4.5-bit to 16-bit weights.
+    m, g = load_model("moonshotai/Kimi-K2.5"), get_gpu("A100-80GB")
+    db = load_database("A100-80GB", "0.14.0")
+    assert db.moe(*KIMI, 8, 1, "int4_wo") is None
+    tb, lb = db.moe(*KIMI, 8, 1, "bfloat16")
+    pm = KernelPerfModel(m, g, tp=8)
+    assert pm.sources["moe"] == "table moe bfloat16 tp=8 ep=1 (roofline-scaled to int4_wo weights)"
     i = int(np.searchsorted(tb, 32))
     params, pk, bw = 3 * 7168 * 2048 / 8, g.flops_for("bfloat16"), g.mem_bw
     wq = m.expert_weight_bytes  # int4 plus one 16-bit scale per group of 32: 4.5 bits
@@ -110,9 +140,49 @@ def test_int4_table_slower_than_bf16_is_replaced_by_the_scaled_bf16_table():
     ratio = (_moe_roof(32, params, wq, 384, 8, 7168, pk, bw) / _moe_roof(32, params, 2.0, 384, 8, 7168, pk, bw))
     got = _decode(pm, 32, 1000)["moe"] / m.num_moe_layers
     assert got == pytest.approx(float(lb[i]) * 1e-3 * ratio, rel=1e-6)
-    # vLLM 0.14.0's Marlin MoE on H200 is faster than its 16-bit MoE: that table is used as is.
-    h = KernelPerfModel(m, get_gpu("H200"), tp=8, version="0.14.0")
-    assert h.sources["moe"] == "table moe int4_wo tp=8 ep=1"
+
+
+def test_prefill_table_faster_than_the_gpu_is_replaced_by_the_siblings():
+    # H200's vLLM 0.19.0 prefill-attention table has points far above H200's peak FLOP/s
+    # (an 8k causal prefill of 64 heads in 0.14 ms: 7.7 PFLOP/s); no other packed table
+    # has one. Llama-3.1-70B's prefill on H200 at 0.19.0 takes H100's table of that version
+    # (one die; compute-bound at 8k, so the roofline ratio of the two GPUs is 1).
+    from servesim.perf.kernel_moe import CANONICAL
+    from servesim.perf.kernels import kernel_versions
+
+    for name in CANONICAL:
+        gpu = get_gpu(name)
+        for version in kernel_versions(name):
+            for kv in ("bfloat16", "fp8"):
+                frac = load_database(name, version).prefill_peak_fraction(kv, gpu.flops_for(kv))
+                if (name, version) == ("H200", "0.19.0"):
+                    assert frac > 100
+                elif (name, kv) == ("L40S", "fp8"):  # L40S's fp8-KV classes: up to 9.5x its fp8 peak
+                    assert 5 < frac < 20
+                elif (name, kv) == ("A100-80GB", "fp8"):
+                    assert frac == 0.0  # no fp8 classes
+                else:
+                    assert 0.3 < frac <= 1.0, (name, version, kv)
+    m, g = load_model("meta-llama/Llama-3.1-70B"), get_gpu("H200")
+    pm = KernelPerfModel(m, g, tp=1, version="0.19.0")
+    assert pm.sources["attn_prefill"].startswith("table ctx bfloat16 KV heads=64 kv=8 head_dim=128 of H100-SXM "
+                                                 "(H200's vLLM 0.19.0 bfloat16 prefill table not used: ")
+    b, s, lat, cls = load_database("H100-SXM", "0.19.0").attention_class("ctx", "bfloat16", 128, 64, 8, 0)
+    assert cls == (64, 8)
+    i, j = int(np.searchsorted(b, 1)), int(np.searchsorted(s, 8192))
+    assert (b[i], s[j]) == (1, 8192)
+    got = pm.breakdown(BatchStats(num_prefill_tokens=8192, num_prefill_reqs=1,
+                                  prefill_attn_work=8192 * 8192 / 2))["attn_prefill"]
+    assert got == pytest.approx(80 * float(lat[i, j]) * 1e-3, rel=1e-6)
+    assert 80 * 2.0 * 64 * 128 * 8192.0 ** 2 / got < g.flops_for("bfloat16")  # below the peak now
+    # Decode attention keeps H200's own table (it passes: HBM-bound, below the bandwidth).
+    assert pm.sources["attn_decode"] == "table gen bfloat16 KV heads=64 kv=8 head_dim=128"
+    # L40S has no sibling: its fp8-KV prefill is timed by the roofline, its bf16 one by its table.
+    l40 = get_gpu("L40S")
+    fp8_kv = KernelPerfModel(m, l40, tp=4, kv_dtype_bytes=1.0)
+    assert fp8_kv.sources["attn_prefill"].startswith("roofline") and "fp8 prefill table not used" in \
+        fp8_kv.sources["attn_prefill"]
+    assert KernelPerfModel(m, l40, tp=4).sources["attn_prefill"].startswith("table ctx bfloat16")
 
 
 # --------------------------------------------------------------------------- attention

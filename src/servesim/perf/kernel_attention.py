@@ -34,10 +34,18 @@ from math import log
 
 import numpy as np
 
-from servesim.catalog.gpus import GpuSpec
+from servesim.catalog.gpus import GpuSpec, get_gpu
 from servesim.catalog.models import ModelSpec
 from servesim.perf.efficiencies import Efficiencies
-from servesim.perf.kernels import KernelDatabase, ext_grid, extended_axis, roof_time
+from servesim.perf.kernels import (
+    SIBLINGS,
+    KernelDatabase,
+    ext_grid,
+    extended_axis,
+    kernel_versions,
+    load_database,
+    roof_time,
+)
 
 #: (log batch axis, length axis, log seconds [batch, length]) of all layers.
 Grid = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -80,8 +88,10 @@ def _mla_decode_roof(model: ModelSpec, gpu: GpuSpec, eff: Efficiencies, tp: int,
 
 
 def _layer_grid(prefix: str, model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int, kvb: float,
-                eff: Efficiencies, window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, str] | None:
-    """(batch axis, length axis, log seconds of one layer, source) from a table class, or None."""
+                eff: Efficiencies, window: int, table_gpu: GpuSpec | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, str] | None:
+    """(batch axis, length axis, log seconds of one layer, source) from a table class, or None.
+    ``table_gpu``: the GPU ``db`` was measured on, when not ``gpu`` (scaled by the roofline)."""
     m = model
     kv_dtype = "fp8" if kvb < 2 else "bfloat16"
     h = m.num_attention_heads // tp
@@ -95,13 +105,14 @@ def _layer_grid(prefix: str, model: ModelSpec, gpu: GpuSpec, db: KernelDatabase 
         return None
     batch, lens, lat, (ch, ckv) = cls
     roof_h = _gqa_roof(prefix, m, gpu, eff, kvb, hd)
+    roof_t = roof_h if table_gpu is None else _gqa_roof(prefix, m, table_gpu, eff, kvb, hd)
     target: Callable[[np.ndarray, np.ndarray], np.ndarray]
     target = _mla_decode_roof(m, gpu, eff, tp, kvb) if mla else (lambda b, s: roof_h(b, s, h, kv))
     lat = lat.astype(np.float64)
     bb, ss = np.meshgrid(batch.astype(float), lens.astype(float), indexing="ij")
-    exact = not mla and (ch, ckv) == (h, kv)
+    exact = not mla and (ch, ckv) == (h, kv) and table_gpu is None
     if not exact:
-        lat = lat * target(bb, ss) / roof_h(bb, ss, ch, ckv)
+        lat = lat * target(bb, ss) / roof_t(bb, ss, ch, ckv)
     ext_b, ext_s = extended_axis(batch, 1.0, _MAX_B), extended_axis(lens, 1.0, _MAX_S)
     grid = ext_grid(batch, lens, lat, ext_b, ext_s, target) + log(1e-3)
     win = f" window={window}" if window else ""
@@ -109,7 +120,7 @@ def _layer_grid(prefix: str, model: ModelSpec, gpu: GpuSpec, db: KernelDatabase 
         src = (f"table {prefix} {kv_dtype} KV heads={ch} kv={ckv} head_dim={hd}{win} "
                f"(MLA latent {m.kv_lora_rank}+{m.qk_rope_head_dim}, heads={h}: roofline-scaled)")
     else:
-        note = "" if exact else f" (nearest class heads={ch} kv={ckv}, roofline-scaled)"
+        note = "" if (ch, ckv) == (h, kv) else f" (nearest class heads={ch} kv={ckv}, roofline-scaled)"
         src = f"table {prefix} {kv_dtype} KV heads={h} kv={kv} head_dim={hd}{win}{note}"
     return ext_b, ext_s, grid, src
 
@@ -140,12 +151,42 @@ def _windowed(prefix: str, ls: np.ndarray, grid: np.ndarray, window: int) -> np.
     return out
 
 
+def checked_prefill_table(db: KernelDatabase | None, gpu: GpuSpec, kv_dtype: str
+                          ) -> tuple[KernelDatabase | None, GpuSpec | None, str]:
+    """The database whose prefill-attention classes of ``kv_dtype`` time this GPU, the GPU
+    they were measured on (None: ``gpu`` itself) and a note: ``db`` unless its classes imply
+    points faster than the GPU's peak FLOP/s (``KernelDatabase.prefill_peak_fraction`` above
+    1; the fp8 peak for an fp8 KV cache), then the sibling GPU's of the same vLLM version
+    where they pass (the same die: prefill attention is compute-bound, the roofline scales
+    the rest), else none (the roofline).
+
+    What this rejects in the packed tables: H200's vLLM 0.19.0 prefill attention, 7-13x
+    faster than the same version on H100 and than 0.14.0 on H200 from 1k tokens up (up to
+    260x the peak), and L40S's fp8-KV prefill classes (up to 9.5x its fp8 peak)."""
+    if db is None or not db.has("ctx"):
+        return db, None, ""
+    frac = db.prefill_peak_fraction(kv_dtype, gpu.flops_for(kv_dtype))
+    if frac <= 1.0:
+        return db, None, ""
+    why = (f"{gpu.name}'s vLLM {db.version} {kv_dtype} prefill table not used: {frac:.1f}x the GPU's peak "
+           f"FLOP/s at its fastest")
+    sib = SIBLINGS.get(gpu.name)
+    if sib is not None and db.version in kernel_versions(sib):
+        sdb, sgpu = load_database(sib, db.version), get_gpu(sib)
+        if sdb.prefill_peak_fraction(kv_dtype, sgpu.flops_for(kv_dtype)) <= 1.0:
+            return sdb, sgpu, f" of {sib} ({why})"
+    return None, None, f" ({why})"
+
+
 def attention_grid(prefix: str, model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int, kvb: float,
                    eff: Efficiencies) -> tuple[Grid, str]:
     """All layers' attention of ``prefix`` ('ctx' prefill, 'gen' decode), and its source."""
     m = model
     kv_dtype = "fp8" if kvb < 2 else "bfloat16"
-    full = _layer_grid(prefix, m, gpu, db, tp, kvb, eff, 0)
+    table_gpu, note = None, ""
+    if prefix == "ctx":
+        db, table_gpu, note = checked_prefill_table(db, gpu, kv_dtype)
+    full = _layer_grid(prefix, m, gpu, db, tp, kvb, eff, 0, table_gpu)
     if full is None:
         hd = m.head_dim
         why = "MLA prefill at head_dim" if m.is_mla and prefix == "ctx" else f"no {kv_dtype} KV, head_dim"
@@ -154,11 +195,12 @@ def attention_grid(prefix: str, model: ModelSpec, gpu: GpuSpec, db: KernelDataba
             "roofline (MLA latent decode; no head_dim 128 decode table)"
     else:
         b, s, g, src = full
+    src += note
     ls = np.log(s)
     n_full, n_win, window = m.num_full_attention_layers, m.num_sliding_layers, m.sliding_window or 0
     if not (n_win and window):
         return (np.log(b), s, g + log(m.num_layers)), src
-    win = _layer_grid(prefix, m, gpu, db, tp, kvb, eff, window)
+    win = _layer_grid(prefix, m, gpu, db, tp, kvb, eff, window, table_gpu)
     if win is not None and np.array_equal(win[0], b) and np.array_equal(win[1], s):
         gw, wsrc = win[2], f"{n_win} layers {win[3]}"
     else:

@@ -5,12 +5,16 @@ One MoE layer on one rank (``moe_tp`` = TP / EP, ``moe_ep`` = EP) takes, in this
 1. the table of exactly its shape and expert dtype;
 2. the same shape and dtype measured at another ``moe_tp`` (the nearest, in log distance),
    scaled by the roofline ratio of the two shardings (the table's kernel efficiency at the
-   wanted weight bytes and FLOPs); failing that, the same lookup on the GPU's sibling
-   (``SIBLINGS``: the same die with other HBM), scaled by the two GPUs' roofline ratio;
-3. for weight-only 4-bit experts (``int4_wo``, ``w4a16_mxfp4``): the 16-bit table of the
+   wanted weight bytes and FLOPs); failing that (or where the GPU's own table is not
+   used), the same lookup on the GPU's sibling (``SIBLINGS``: the same die with other
+   HBM) where its table is used, scaled by the two GPUs' roofline ratio;
+3. where the GPU's own table is one vLLM does not serve (below) but times the same kernel
+   as another GPU's table of that version: that other GPU's served table (another
+   version), times the measured ratio of the two GPUs on the same kernel (``_transferred``);
+4. for weight-only 4-bit experts (``int4_wo``, ``w4a16_mxfp4``): the 16-bit table of the
    same shape and sharding, scaled by the roofline ratio of 4-bit to 16-bit weights (the
    kernels do the same 16-bit math on a quarter of the weight bytes);
-4. the roofline: the experts the step's tokens touch read once at the experts' own weight
+5. the roofline: the experts the step's tokens touch read once at the experts' own weight
    bytes (4.25 bits for MXFP4, 4 for int4, ...), 16-bit math for weight-only schemes.
 
 Tables that do not time the kernel vLLM serves with are skipped (``unserved_reason``):
@@ -36,7 +40,9 @@ from servesim.catalog.gpus import GpuSpec, get_gpu
 from servesim.catalog.models import ModelSpec
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.kernels import (
+    GPU_TABLES,
     MAX_TOKENS,
+    SIBLINGS,
     KernelDatabase,
     LogCurve,
     RoofFn,
@@ -52,10 +58,9 @@ UNSERVED: dict[tuple[str, str], str] = {
     ("B200", "w4a16_mxfp4"): "vLLM serves MXFP4 experts on SM100 with FlashInfer's TRTLLM-gen MoE; "
                              "the table (slower than H200's) times another path",
 }
-#: GPUs of the same SM architecture and SM count, differing in HBM only (H100 SXM and H200:
-#: one GH100 die): a MoE shape measured on one is scaled to the other by the roofline
-#: (the bandwidth ratio where memory-bound) when the GPU's own tables lack it.
-SIBLINGS = {"H100-SXM": "H200", "H200": "H100-SXM"}
+#: One catalog GPU per table folder (B300 and GB200 read B200's tables): the GPUs whose
+#: served tables ``_transferred`` may carry to another GPU.
+CANONICAL = ("A100-80GB", "H100-SXM", "H200", "B200", "L40S")
 #: Weight-only expert dtypes (16-bit activations and math).
 WEIGHT_ONLY = ("int4_wo", "w4a16_mxfp4")
 #: Token counts at which a weight-only table is compared with the 16-bit one (decode sizes).
@@ -134,6 +139,57 @@ def _nearest(db: KernelDatabase, tgpu: GpuSpec, model: ModelSpec, gpu: GpuSpec, 
             f"table moe {dtype} tp={t_tp} ep={ep}{where} (roofline-scaled to {gpu.name} tp={moe_tp})")
 
 
+def _transferred(db: KernelDatabase, model: ModelSpec, gpu: GpuSpec, eff: Efficiencies, moe_tp: int, ep: int,
+                 dtype: str, roof: RoofFn) -> tuple[LogCurve, str] | None:
+    """Another GPU's served table of this shape and dtype (at the vLLM version nearest
+    ``db``'s where that GPU's table passes ``unserved_reason``), times the measured ratio
+    of this GPU to that one for the same kernel at ``db``'s version, token count by token
+    count: ``log t = log t_other,served + log t_this,v - log t_other,v``.
+
+    It is for a kernel this GPU's own tables time, but only at a version whose collector
+    timed a path vLLM does not serve (0.19.0's ``vllm_marlin_int4_moe``: slower than the
+    16-bit table everywhere). The ratio of the two GPUs on that same kernel is a measured
+    figure and the roofline's bandwidth ratio is not: Marlin's int4 MoE on B200 takes
+    0.78-0.96x the H200's time at every token count (the roofline says 0.6x), since it
+    runs the same pre-Hopper tensor-core instructions on both."""
+    m = model
+    here = GPU_TABLES.get(gpu.name)
+    others = sorted({name for name, folder in GPU_TABLES.items() if folder != here and name in CANONICAL},
+                    key=lambda name: abs(log(get_gpu(name).mem_bw / gpu.mem_bw)))
+    mine = _nearest(db, gpu, m, gpu, eff, moe_tp, ep, dtype, roof)
+    if mine is None:
+        return None
+    for other in others:
+        versions = kernel_versions(other)
+        if db.version not in versions:
+            continue
+        ogpu = get_gpu(other)
+        oroof = moe_roofline(m, ogpu, eff, moe_tp, ep, dtype)
+        theirs = _nearest(load_database(other, db.version), ogpu, m, ogpu, eff, moe_tp, ep, dtype, oroof)
+        if theirs is None:
+            continue
+        for v in sorted((v for v in versions if v != db.version), key=lambda v: _version_gap(v, db.version)):
+            odb = load_database(other, v)
+            if unserved_reason(odb, m, ogpu, moe_tp, ep, dtype) is not None:
+                continue
+            served = _nearest(odb, ogpu, m, ogpu, eff, moe_tp, ep, dtype, oroof)
+            if served is None:
+                continue
+            xs = np.exp(served[0].lx)
+            ly = served[0].ly + np.log(mine[0].at_many(xs)) - np.log(theirs[0].at_many(xs))
+            return (LogCurve(xs, ly), f"table moe {dtype} tp={moe_tp} ep={ep} of {other} {v}, times the measured "
+                                      f"{gpu.name}/{other} ratio of the same kernel at {db.version}")
+    return None
+
+
+def _version_gap(a: str, b: str) -> float:
+    """Distance of two vLLM versions (major.minor.patch as one number)."""
+    def num(v: str) -> float:
+        parts = [int(p) for p in v.split(".")[:3] if p.isdigit()] + [0, 0, 0]
+        return parts[0] * 1e6 + parts[1] * 1e3 + parts[2]
+    return abs(num(a) - num(b))
+
+
 def moe_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int, ep: int,
               dtype: str | None, eff: Efficiencies) -> tuple[LogCurve, str]:
     """Seconds of one MoE layer vs tokens T of the step, and where it comes from."""
@@ -145,13 +201,16 @@ def moe_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int
         why = unserved_reason(db, m, gpu, moe_tp, ep, dtype)
         if why is not None:
             skipped = f"; {dtype} table not used: {why}"
-        else:
-            found = _nearest(db, gpu, m, gpu, eff, moe_tp, ep, dtype, roof)
-            sib = SIBLINGS.get(gpu.name)
-            if found is None and sib is not None and db.version in kernel_versions(sib):
-                found = _nearest(load_database(sib, db.version), get_gpu(sib), m, gpu, eff, moe_tp, ep, dtype, roof)
-            if found is not None:
-                return found
+        found = None if why is not None else _nearest(db, gpu, m, gpu, eff, moe_tp, ep, dtype, roof)
+        sib = SIBLINGS.get(gpu.name)
+        if found is None and sib is not None and db.version in kernel_versions(sib):
+            sdb, sgpu = load_database(sib, db.version), get_gpu(sib)
+            if unserved_reason(sdb, m, sgpu, moe_tp, ep, dtype) is None:
+                found = _nearest(sdb, sgpu, m, gpu, eff, moe_tp, ep, dtype, roof)
+        if found is None and why is not None and (gpu.name, dtype) not in UNSERVED:
+            found = _transferred(db, m, gpu, eff, moe_tp, ep, dtype, roof)
+        if found is not None:
+            return found
         if dtype in WEIGHT_ONLY:
             base = db.moe(m.hidden_size, m.moe_intermediate_size, m.num_experts_per_tok, m.num_experts,
                           moe_tp, ep, "bfloat16")

@@ -45,6 +45,10 @@ import numpy as np
 #: peaks and HBM bandwidth; B300's FP4 peak is higher, so its NVFP4 GEMMs read slow).
 GPU_TABLES = {"A100-80GB": "a100_sxm", "H100-SXM": "h100_sxm", "H200": "h200_sxm", "B200": "b200_sxm",
               "B300": "b200_sxm", "GB200": "b200_sxm", "L40S": "l40s"}
+#: GPUs of the same SM architecture and SM count, differing in HBM only (H100 SXM and H200:
+#: one GH100 die): a shape measured on one is scaled to the other by the roofline (the
+#: bandwidth ratio where memory-bound) when the GPU's own table lacks it or fails a check.
+SIBLINGS = {"H100-SXM": "H200", "H200": "H100-SXM"}
 #: Dtype codes of the packed key arrays (``tools/pack_kernels.py`` writes the same tuple).
 DTYPES = ("bfloat16", "fp8", "fp8_block", "nvfp4", "int4_wo", "w4a16_mxfp4", "float16")
 
@@ -127,6 +131,29 @@ class KernelDatabase:
         c = min(dist)[2]
         lens = a[f"{prefix}.isl"] if prefix == "ctx" else a[f"{prefix}.ctx"]
         return a[f"{prefix}.batch"], lens, a[f"{prefix}.lat"][c], (int(keys[c, 2]), int(keys[c, 3]))
+
+    def prefill_peak_fraction(self, kv_dtype: str, peak: float) -> float:
+        """The largest fraction of the peak FLOP/s ``peak`` any full-attention prefill point
+        of this table's ``kv_dtype`` classes implies (2 b h d s^2 FLOPs of a causal
+        prefill): above 1, a point ran faster than the GPU can, so those classes did not
+        time the kernel they name. 0 without such classes. Cached on the database."""
+        cache: dict[tuple[str, float], float] = self.__dict__.setdefault("_prefill_peak", {})
+        if (kv_dtype, peak) in cache:
+            return cache[(kv_dtype, peak)]
+        a = self.arrays
+        worst = 0.0
+        if self.has("ctx") and kv_dtype in DTYPES:
+            b = a["ctx.batch"].astype(np.float64)[:, None]
+            s = a["ctx.isl"].astype(np.float64)[None, :]
+            for key, lat in zip(a["ctx.keys"], a["ctx.lat"]):
+                if key[0] != DTYPES.index(kv_dtype) or key[4]:  # sliding-window classes: not checked
+                    continue
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    frac = 2.0 * b * float(key[2]) * float(key[1]) * s * s / (lat.astype(np.float64) * 1e-3) / peak
+                if np.isfinite(frac).any():
+                    worst = max(worst, float(np.nanmax(frac)))
+        cache[(kv_dtype, peak)] = worst
+        return worst
 
     def allreduce(self, num_gpus: int, graph: bool) -> tuple[np.ndarray, np.ndarray] | None:
         """(sizes in elements, latency ms) of vLLM's custom all-reduce on ``num_gpus``, or None."""
