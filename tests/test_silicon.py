@@ -144,8 +144,9 @@ def test_group_statistics_on_a_hand_made_table():
     assert a["tpot_median"] == pytest.approx(0.0)  # 0, +20, -10
     assert table["all runs"]["n"] == 4
     assert table["all runs"]["ttft_median_abs"] == pytest.approx(15.0)  # 10, 20, 0, 50
-    checks = s.checks_of(cases, known_bad={("b", "TTFT"): "hand-made"})
+    checks = s.checks_of(cases, known_bad={("b", "TTFT"): "hand-made", ("a", "TTFT"): "no longer true"})
     by = {(c.case, c.metric): c for c in checks}
+    assert "stale" in by["a", "mean TTFT"].note and "stale" not in by["b", "mean TTFT"].note
     assert by["all runs", "mean TTFT"].limit_pct == s.TTFT_GOAL.limit_pct
     assert by["a", "mean TPOT"].limit_pct == s.GROUP_GOAL.limit_pct
     assert by["a", "mean TTFT"].mape_pct == pytest.approx(10.0)  # the median, as the goal says

@@ -343,6 +343,8 @@ def checks_of(cases: list[SiliconCase], known_bad: dict[tuple[str, str], str] | 
             note = f"median |err|; P90 {g[f'{metric.lower()}_p90_abs']:.1f}%"
             if g["note"]:
                 note += f"; {g['note']}"
+            if why and goal.limit_pct is not None and g[f"{metric.lower()}_median_abs"] <= goal.limit_pct:
+                note += "; its known-bad mark is stale: the row meets its goal (remove it)"
             out.append(MedianCheck.against("silicon", g["group"], f"mean {metric}", errs[np.isfinite(errs)],
                                            goal, note=note))
     return out
