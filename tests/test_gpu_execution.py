@@ -37,6 +37,41 @@ def test_capture_sizes_as_vllm_computes_them():
     assert not old.full_decode and old.capture_sizes[-2:] == (504, 512)
 
 
+def test_capture_size_flag_and_graph_modes():
+    # --max-cudagraph-capture-size 2048: sizes by 16 from 256 to 2048, capped by the budget.
+    g = graph_plan("0.19.0", 4, 8192, max_capture_size=2048)
+    assert g.max_size == 2048 and g.capture_sizes[-2:] == (2032, 2048) and 1040 in g.capture_sizes
+    assert graph_plan("0.19.0", 4, 1024, max_capture_size=2048).max_size == 1024
+    assert graph_plan("0.19.0", 4, 8192).max_size == 8  # without the flag: 2 x max_num_seqs
+    # cudagraph_mode: FULL_DECODE_ONLY runs every step with a prefill eager; PIECEWISE has no
+    # full graph; NONE captures nothing.
+    fdo = graph_plan("0.19.0", 512, 8192, mode="full_decode_only")
+    assert fdo.full_decode and not fdo.mixed and fdo.mixed_max_size == 0 and fdo.max_size == 512
+    assert fdo.mode(32, True) == FULL and fdo.mode(32, False) == EAGER
+    pw = graph_plan("0.19.0", 512, 8192, mode="piecewise")
+    assert not pw.full_decode and pw.mixed and pw.mode(32, True) == PIECEWISE
+    assert graph_plan("0.19.0", 512, 8192, mode="none") is EAGER_PLAN
+
+
+def test_full_decode_only_steps_with_a_prefill_are_eager():
+    # Llama-3.1-70B fp4 as InferenceMAX served it on B200 (FULL_DECODE_ONLY): a 1k-token
+    # prefill step inside the capture range pays the eager launches and the host floor,
+    # while under FULL_AND_PIECEWISE with a 2048 capture size it replays piecewise graphs.
+    m, g = load_model("meta-llama/Llama-3.1-70B"), get_gpu("B200")
+    fdo = KernelPerfModel(m, g, tp=8, graphs=graph_plan("0.19.0", 512, 8192, mode="full_decode_only"))
+    fap = KernelPerfModel(m, g, tp=8, graphs=graph_plan("0.19.0", 512, 8192, max_capture_size=2048))
+    mixed = BatchStats(num_prefill_tokens=1024, prefill_attn_work=1024 * 512.0, num_prefill_reqs=1,
+                       num_decode_reqs=3, sum_decode_context=3 * 1500)
+    assert fdo.batch_time(mixed) == pytest.approx(80 * EAGER_HOST_S_PER_LAYER)  # the floor binds
+    assert fdo.breakdown(mixed)["overhead"] == pytest.approx(fdo._c_eager)
+    assert fap.breakdown(mixed)["overhead"] == pytest.approx(fap._c_piece)
+    assert fap.batch_time(mixed) < 0.6 * fdo.batch_time(mixed) and fap.eager_floor > 0
+    # a pure decode step replays the full graph in both
+    dec = BatchStats(num_decode_reqs=64, sum_decode_context=64 * 1500)
+    assert fdo.batch_time(dec) == pytest.approx(fap.batch_time(dec), rel=1e-12)
+    assert fdo.breakdown(dec)["overhead"] == pytest.approx(fdo.eff.launch_overhead_s)
+
+
 def test_padding_table_and_modes():
     g = graph_plan("0.19.0", 1024, 8192)
     pad = g.padded_sizes()
@@ -189,6 +224,32 @@ def test_async_steps_last_max_of_gpu_and_cpu(cpu):
         d = np.asarray(run.steps.columns()["duration_s"])
         np.testing.assert_allclose(d, max(0.01, cpu), rtol=1e-12)
         assert run.totals.gpu_s == pytest.approx(0.01 * run.totals.num_steps, rel=1e-9)
+
+
+def test_host_time_grows_with_the_requests_of_a_step():
+    # cpu_overhead_s + cpu_overhead_per_req_s per scheduled request; with async scheduling a
+    # step lasts the larger of that and the GPU's 5 ms. Decode steps: n = num_decode_reqs.
+    wl = synthetic(11, 60, 5, prompt_max=200, out_max=80)
+    eng = EngineConfig(max_num_seqs=8, max_num_batched_tokens=512, cpu_overhead_s=0.003,
+                       cpu_overhead_per_req_s=0.0005, async_scheduling=True)
+    for reference in (True, False):
+        run = run_engine(wl, eng, ConstantPerfModel(0.005), 2000, 4096, reference=reference)
+        c = run.steps.columns()
+        dec = c["num_prefill_tokens"] == 0
+        want = np.maximum(0.005, 0.003 + 0.0005 * c["num_decode_reqs"][dec])
+        np.testing.assert_allclose(c["duration_s"][dec], want, rtol=1e-12)
+        assert (want > 0.005).any() and (want == 0.005).any()  # both regimes occur
+    assert_same(wl, eng, 2000)  # the lazy engine's decode runs add it as the reference does
+
+
+def test_host_time_per_request_defaults():
+    gpu = resolve_engine(EngineConfig(), 80 * 2**30, "H100-SXM")
+    from servesim.config.engine import CPU_PER_REQ_S
+    assert gpu.cpu_overhead_per_req_s == CPU_PER_REQ_S == pytest.approx(33e-6)
+    assert resolve_engine(EngineConfig(), 64 * 2**30, "cpu-epyc").cpu_overhead_per_req_s == 0.0
+    assert resolve_engine(EngineConfig(policy="orca"), 80 * 2**30, "H100-SXM").cpu_overhead_per_req_s == 0.0
+    assert resolve_engine(EngineConfig(cpu_overhead_per_req_s=1e-5), 80 * 2**30,
+                          "H100-SXM").cpu_overhead_per_req_s == 1e-5
 
 
 def test_differential_with_async_scheduling_and_graphs():

@@ -39,14 +39,17 @@ def test_bundled_copy_equals_the_shared_csv():
 
 
 def test_row_to_scenario_fields():
-    case = s.row_case(_row())
+    case = s.row_case(_row(silicon_data_source="source_file=2025-10-29.csv; measured=2025-10-29"))
     assert not case.skip
     sc = case.scenario
-    assert sc["model"] == {"name": "nvidia/Llama-3.1-70B-Instruct-FP8"}
+    # an InferenceMAX row: its launch script's settings (FP8 KV cache, max-num-seqs = clients)
+    assert sc["model"] == {"name": "nvidia/Llama-3.1-70B-Instruct-FP8", "kv_cache_dtype": "fp8"}
     assert sc["hardware"] == {"gpu": "H200", "perf_model": "kernels", "kernel_version": "0.19.0"}
     assert sc["parallel"] == {"tensor_parallel_size": 2, "pipeline_parallel_size": 1,
                               "expert_parallel_size": 1}
     assert sc["engine"]["max_model_len"] == 2048
+    assert (sc["engine"]["max_num_seqs"], sc["engine"]["max_num_batched_tokens"],
+            sc["engine"]["gpu_memory_utilization"]) == (16, 8192, 0.9)
     wl = sc["workload"]  # an InferenceMAX run (no source of AIConfigurator's own collection)
     assert (wl["type"], wl["client"], wl["input_len"], wl["output_len"], wl["random_range_ratio"],
             wl["max_concurrency"], wl["num_warmups"], wl["num_prompts"]) == (
@@ -99,6 +102,73 @@ def test_each_row_runs_the_client_of_its_harness():
     # every InferenceMAX row is one of its client table's (ISL, OSL) pairs
     assert {(r["isl"], r["osl"]) for r in imax} == {("1024", "1024"), ("1024", "8192"), ("8192", "1024")}
     Scenario.model_validate(s.row_case(imax[0]).scenario)
+
+
+def test_inferencemax_rows_run_their_launch_scripts_settings():
+    from servesim.validate.bench_harness import measured_at, server_settings
+
+    # MiniMax-M2.5 FP8 on B200 in March: 0.95 of memory, 32-token blocks, FlashInfer's and
+    # DeepGEMM's MoE switched off (recorded, not modelled: the tables time one MoE kernel)
+    eng, mod, note = server_settings("minimaxm2.5_fp8_b200", "2026-03-11T19:00:00Z", 1024, 1024, 64)
+    assert eng == {"gpu_memory_utilization": 0.95, "block_size": 32} and mod == {}
+    assert "f342df18e" in note and "VLLM_USE_FLASHINFER_MOE_FP8=0" in note
+    # from 2026-04-03: FP8 KV, graphs up to 2048 tokens, a budget of twice the prompt
+    eng, mod, note = server_settings("minimaxm2.5_fp8_b200", "2026-04-03T20:00:00Z", 8192, 1024, 64)
+    assert (eng["max_num_batched_tokens"], eng["max_cudagraph_capture_size"], eng["gpu_memory_utilization"],
+            eng["enable_prefix_caching"]) == (16384, 2048, 0.9, False)
+    assert mod == {"kv_cache_dtype": "fp8"} and "--stream-interval 20" in note
+    # a run before the script's first commit takes that first version (its pull request's)
+    assert "at 79bd988e9" in server_settings("minimaxm2.5_fp4_b200", "2026-04-03T00:00:00Z", 1024, 1024, 4)[2]
+    # counts in the run's clients; Llama-3.1-70B fp4's FULL_DECODE_ONLY and async scheduling
+    assert server_settings("kimik2.5_int4_h200", "2026-03-27T23:00:00Z", 1024, 1024, 16)[0]["max_num_seqs"] == 16
+    eng, mod, _ = server_settings("70b_fp4_b200", measured_at("measured=2025-10-29"), 1024, 1024, 4)
+    assert eng["cudagraph_mode"] == "full_decode_only" and eng["async_scheduling"] and mod["kv_cache_dtype"] == "fp8"
+    assert measured_at("x; measured=2026-03-24T20:03:09Z; wip=False") == "2026-03-24T23:59:59Z"
+    assert measured_at("measured=2025-10-29") == "2025-10-29T23:59:59Z" and measured_at("x") is None
+    # row_case applies them; AIConfigurator's own rows keep vLLM's defaults
+    rows = [r for r in s.read_silicon() if r["model_path"] == "MiniMaxAI/MiniMax-M2.5" and r["system"] == "b200_sxm"
+            and "measured=2026-04-03T02" in r["silicon_data_source"] and r["attention_dp_size"] in ("", "1")]
+    c = s.row_case(rows[0])
+    assert c.scenario["model"]["kv_cache_dtype"] == "fp8"
+    assert c.scenario["engine"]["max_cudagraph_capture_size"] == 2048
+    assert any(n.startswith("server: minimaxm2.5_fp8_b200.sh at bddbf4031") for n in c.notes)
+    Scenario.model_validate(c.scenario)
+    own = s.row_case(_row(silicon_data_source="source_file=h100_sxm/vllm/0.12.0/Qwen_Qwen3-32B.csv",
+                          model_path="Qwen/Qwen3-32B", precision="", system="h100_sxm"))
+    assert "gpu_memory_utilization" not in own.scenario["engine"] and not any("server:" in n for n in own.notes)
+
+
+SCRIPT = r"""GMU=0.85
+cat > config.yaml << EOF
+kv-cache-dtype: fp8
+max-num-batched-tokens: 8192
+compilation-config: '{"cudagraph_mode":"FULL_DECODE_ONLY"}'
+async-scheduling: true
+EOF
+export VLLM_USE_FLASHINFER_MOE_FP8=0
+vllm serve $MODEL --config config.yaml --gpu-memory-utilization $GMU --max-num-seqs $CONC \
+--max-cudagraph-capture-size "$((ISL * 2 ))" --block-size=32 --no-enable-prefix-caching --stream-interval 20
+"""
+
+
+def test_launch_script_parser():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "pack_inferencemax_servers.py"
+    spec = importlib.util.spec_from_file_location("pack_inferencemax_servers", path)
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    got = tool.parse(SCRIPT)
+    assert got["engine"] == {"gpu_memory_utilization": 0.85, "block_size": 32, "max_num_batched_tokens": 8192,
+                             "max_num_seqs": "CONC", "max_cudagraph_capture_size": "2*ISL",
+                             "cudagraph_mode": "full_decode_only", "async_scheduling": True,
+                             "enable_prefix_caching": False}
+    assert got["model"] == {"kv_cache_dtype": "fp8"} and got["env"] == {"VLLM_USE_FLASHINFER_MOE_FP8": "0"}
+    assert got["recorded"] == {"stream-interval": "20"} and got["conflicts"] == []
+    # a setting given two ways in one script is a conflict the tool reports
+    assert tool.parse("vllm serve m --block-size 16\nvllm serve m --block-size 32")["conflicts"]
 
 
 def test_nvfp4_config_is_read_as_nvfp4():

@@ -146,6 +146,12 @@ class EngineConfig(_Strict):
             "to the GPU's time in sync mode; with async scheduling the step lasts the larger of the "
             "two (the host work of the next step hides behind the GPU's current one)."),
         json_schema_extra={"unit": "s"})
+    cpu_overhead_per_req_s: float | None = Field(None, ge=0, description=(
+        "Host time per request scheduled in a step, on top of cpu_overhead_s: vLLM's scheduler "
+        "(schedule, update_from_output) and the model runner's bookkeeping, each a loop over the "
+        "batch's requests. None: CPU_PER_REQ_S (measured on vLLM's engine) for vLLM's policies on "
+        "a GPU, else 0 (a profile's fitted cpu_overhead_s holds it)."),
+        json_schema_extra={"unit": "s"})
     version: str = Field(VLLM_DEFAULT_VERSION, description=(
         "The vLLM version whose GPU execution is modelled: the async-scheduling default, the "
         "CUDA-graph capture sizes and modes, and the kernel tables (hardware.kernel_version "
@@ -159,6 +165,18 @@ class EngineConfig(_Strict):
     enforce_eager: bool = Field(False, description=(
         "No CUDA graphs: every kernel pays its launch, no padding, eager all-reduce."),
         json_schema_extra={"vllm": "--enforce-eager"})
+    max_cudagraph_capture_size: int | None = Field(None, ge=1, description=(
+        "Largest step, in tokens, captured in a CUDA graph (vLLM 0.11+; None: min(2 x "
+        "max_num_seqs, 512)); never above max_num_batched_tokens. Larger steps run eager."),
+        json_schema_extra={"unit": "tokens", "vllm": "--max-cudagraph-capture-size"})
+    cudagraph_mode: Literal["full_and_piecewise", "piecewise", "full_decode_only", "none"] | None = Field(
+        None, description=(
+            "vLLM's compilation_config.cudagraph_mode: full_and_piecewise (full graphs for "
+            "uniform decode steps, piecewise graphs for the rest: the default from vLLM 0.11), "
+            "piecewise (every step piecewise: the default before), full_decode_only (full graphs "
+            "for uniform decode steps, every other step eager), none (no graphs). None: the "
+            "version's default."),
+        json_schema_extra={"vllm": "--compilation-config '{\"cudagraph_mode\": ...}'"})
     preemption_mode: Literal["recompute", "swap"] = Field("recompute", description=(
         "recompute: a victim's KV is dropped and recomputed; swap: copied to host memory over PCIe "
         "(vLLM V0's swap; falls back to recompute when swap_space_gib is full)."))
@@ -284,6 +302,15 @@ def resolve_policy(engine: EngineConfig, max_model_len: int | None = None) -> En
     return engine.model_copy(update=upd)
 
 
+#: The engine's host time per scheduled request and step (``cpu_overhead_per_req_s``),
+#: measured on vLLM 0.32's V1 engine (the CPU build of ``../shared/tools/vllm-cpu``, a 4-layer
+#: model, decode-only steps of 8 to 128 requests, median step of each size, on this project's
+#: 2-core development machine): ``Scheduler.schedule`` 17.7 us, ``update_from_output`` 11.2 us,
+#: the model runner's ``_bookkeeping_sync`` 4.0 us per request (slopes from 8 to 128 requests).
+#: The detokenizer's 9.6 us runs in the API-server process, beside the engine: not in it.
+CPU_PER_REQ_S = 33e-6
+
+
 def async_default(engine: EngineConfig, on_gpu: bool, pipeline_parallel_size: int = 1) -> bool:
     """vLLM's default for ``async_scheduling`` (``VllmConfig``'s check when it is None).
 
@@ -311,6 +338,9 @@ def resolve_execution(engine: EngineConfig, gpu_name: str, pipeline_parallel_siz
     if engine.frontend.enabled is None:
         on = on_gpu and engine.policy in ("vllm_v1", "vllm_v0")
         upd["frontend"] = engine.frontend.model_copy(update={"enabled": on})
+    if engine.cpu_overhead_per_req_s is None:
+        upd["cpu_overhead_per_req_s"] = CPU_PER_REQ_S if on_gpu and engine.policy in ("vllm_v1", "vllm_v0") \
+            else 0.0
     return engine.model_copy(update=upd) if upd else engine
 
 

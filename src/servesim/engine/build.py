@@ -117,7 +117,7 @@ def build_replica(replica_id: int, loop: EventLoop, engine: EngineConfig, perf: 
     return Replica(replica_id, loop, scheduler, policy_perf_model(engine, perf), engine.cpu_overhead_s,
                    steps, itl, totals, check_invariants=check_invariants, on_finish=on_finish,
                    finishes_in_runs=finishes_in_runs, async_scheduling=bool(engine.async_scheduling),
-                   frontend=frontend)
+                   frontend=frontend, cpu_per_req_s=engine.cpu_overhead_per_req_s or 0.0)
 
 
 def closed_loop_feeder(wl: Workload, loop: EventLoop, deliver: Callable[[Request], None],

@@ -103,6 +103,7 @@ class DecodePool(Scheduler):
         self.ckv = kv  # = self.kv, typed as the counting cache (a subclass may not narrow kv)
         self.it = 0  # index of the next step
         self.num_pool = 0
+        self.cpu_per_req_s = 0.0  # the engine's host time per scheduled request and step
         self.pool_off = 0  # sum over the pool of (num_computed_tokens - lazy_it)
         self.pool_max_seq = -1  # an upper bound of the pool's largest seq
         self.individual: list[Request] = []  # running requests not in the pool, by seq
@@ -204,8 +205,9 @@ class DecodePool(Scheduler):
         when compiled), then in vectorized chunks (``decode_step_times``): only the decode
         context grows, by the pool size each step, and crossings repeat with period
         ``block_size``. The run's end is summed step by step, as the reference's clock does.
-        A step lasts its GPU time plus ``overhead_s``, or with ``overlap`` (async scheduling)
-        the larger of the two, as ``Replica.step`` times it.
+        A step lasts its GPU time plus its host time (``overhead_s`` plus ``cpu_per_req_s``
+        per pooled request), or with ``overlap`` (async scheduling) the larger of the two, as
+        ``Replica.step`` times it.
         """
         if out.is_exact:
             return None
@@ -278,6 +280,7 @@ class DecodePool(Scheduler):
         """Add steps j..last (at most) with the pool as it is; returns how many were added."""
         kv = self.ckv
         n = self.num_pool
+        overhead_s += self.cpu_per_req_s * n  # as Replica.step's host time of n requests
         bs = kv.block_size
         phase = self.phase
         free = kv.num_free_blocks

@@ -3,7 +3,10 @@
 A step reads as a sentence::
 
     out = scheduler.schedule()
-    dt = perf.batch_time(out.stats) + cpu_overhead_s   # max(gpu, cpu) with async scheduling
+    dt = perf.batch_time(out.stats) + cpu_s   # max(gpu, cpu) with async scheduling
+
+where ``cpu_s`` is the engine's host time of the step: ``cpu_overhead_s`` plus
+``cpu_per_req_s`` per scheduled request.
     loop.at(now + dt, self.on_batch_done, out)
 
 With async scheduling (vLLM's ``--async-scheduling``, ``engine.async_scheduling``) the CPU's
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from servesim.engine.decode_runs import LazyOutput, Run
+from servesim.engine.decode_runs import DecodePool, LazyOutput, Run
 from servesim.engine.events import ARRIVAL, BATCH_DONE, WAKE, EventLoop
 from servesim.engine.frontend import Frontend
 from servesim.engine.request import ReqStatus, Request
@@ -49,7 +52,7 @@ class Replica:
                  check_invariants: bool = False,
                  on_finish: Callable[[Request], None] | None = None,
                  finishes_in_runs: bool = False, async_scheduling: bool = False,
-                 frontend: Frontend | None = None) -> None:
+                 frontend: Frontend | None = None, cpu_per_req_s: float = 0.0) -> None:
         self.id = replica_id
         self.frontend = frontend  # vLLM's API server before the scheduler (None: arrivals go straight in)
         self.async_scheduling = async_scheduling  # CPU work overlaps the GPU's (step_wall_s)
@@ -58,6 +61,9 @@ class Replica:
         self.kv = scheduler.kv
         self.perf = perf
         self.cpu_overhead_s = cpu_overhead_s
+        self.cpu_per_req_s = cpu_per_req_s  # host time per scheduled request and step
+        if isinstance(scheduler, DecodePool):  # the lazy engine's decode runs add it per step
+            scheduler.cpu_per_req_s = cpu_per_req_s
         self.steps = steps  # None: no per-step series (streaming runs)
         self.on_finish = on_finish  # called once per finished request (its record is final)
         self.itl = itl
@@ -153,7 +159,9 @@ class Replica:
             if req.first_scheduled_s < 0:
                 req.first_scheduled_s = now
         gpu_s = self.perf.batch_time(out.stats)
-        dt = step_wall_s(gpu_s, self.cpu_overhead_s, self.async_scheduling)
+        st = out.stats
+        cpu_s = self.cpu_overhead_s + self.cpu_per_req_s * (st.num_decode_reqs + st.num_prefill_reqs)
+        dt = step_wall_s(gpu_s, cpu_s, self.async_scheduling)
         self._account(out, now, dt, gpu_s)
         self.run = None
         self.run_rows = None

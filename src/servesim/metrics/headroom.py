@@ -12,7 +12,9 @@ running decode keeps the engine stepping; it says nothing about room to grow. Tw
   computes ``B x P / O`` prompt tokens (mean prompt ``P`` over mean output ``O``):
 
       step_s       = perf.batch_time(B decodes at mean context P + O/2, B*P/O prefill tokens)
-                     + cpu_overhead_s
+                     and the host's cpu_overhead_s + cpu_overhead_per_req_s x B, one after
+                     the other, or the larger of the two with async scheduling (as the
+                     engine times a step)
       capacity     = B / step_s output tokens per second, per replica
       load_fraction = served output tokens per second / capacity (summed over replicas)
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from servesim.engine.replica import step_wall_s
 from servesim.perf.base import BatchStats
 
 
@@ -43,7 +46,8 @@ def sustainable_rate(dep: Any, mean_prompt: float, mean_output: float) -> dict[s
     stats = BatchStats(num_prefill_tokens=int(round(pf)), prefill_attn_work=pf * mean_prompt / 2,
                        num_prefill_reqs=max(1, int(round(b / mean_output))), num_decode_reqs=b,
                        sum_decode_context=int(b * (mean_prompt + mean_output / 2)))
-    step_s = float(dep.perf.batch_time(stats)) + eng.cpu_overhead_s
+    cpu_s = eng.cpu_overhead_s + (eng.cpu_overhead_per_req_s or 0.0) * b
+    step_s = step_wall_s(float(dep.perf.batch_time(stats)), cpu_s, bool(eng.async_scheduling))
     limit = "max_num_seqs" if b == eng.max_num_seqs else "kv_cache" if b == fit else "token_budget"
     return {"num_running": b, "limited_by": limit, "step_s": step_s, "output_tokens_per_s": b / step_s,
             "requests_per_s": b / step_s / mean_output}

@@ -8,12 +8,18 @@ docs/design/cuda_graphs.md) captures graphs for a list of batch sizes in tokens:
     sizes = [1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16), each <= max
 
 A step of T <= max tokens is padded to the next size and replays that size's graph; a larger
-step runs without graphs (eager). With the default ``cudagraph_mode`` FULL_AND_PIECEWISE
+step runs without graphs (eager); ``--max-cudagraph-capture-size`` (``engine.
+max_cudagraph_capture_size``) sets ``max`` instead of ``min(max_num_seqs * 2, 512)``, still
+capped at the token budget. With the default ``cudagraph_mode`` FULL_AND_PIECEWISE
 (optimization level O2, from vLLM 0.11) a uniform decode batch (one token per request) replays
 a *full* graph, attention included; any other batch replays *piecewise* graphs, attention run
 between them. ``--enforce-eager`` (``engine.enforce_eager``) captures nothing. Before 0.11
 the default mode was PIECEWISE for every batch (decode too), with sizes [1, 2, 4] and every
-multiple of 8 up to 512.
+multiple of 8 up to 512. ``engine.cudagraph_mode`` picks another mode: PIECEWISE, or
+FULL_DECODE_ONLY (full graphs for uniform decode batches, every other batch eager), or
+NONE. A mixed batch under FULL_DECODE_ONLY is timed at its padded size when it is small
+enough to have one (the table's time at up to 16 more tokens), an over-estimate of at most
+a few percent.
 
 ``graph_plan`` is a pure function of the engine knobs; ``padded_sizes`` tabulates the padded
 size of every T up to the largest capture size, so the hot path pads with one list read.
@@ -34,7 +40,8 @@ class GraphPlan:
     """The capture sizes of one engine, and whether uniform decode batches run full graphs."""
 
     capture_sizes: tuple[int, ...]  # ascending; empty: eager (enforce_eager)
-    full_decode: bool  # FULL_AND_PIECEWISE: uniform decode batches replay a full graph
+    full_decode: bool  # FULL_AND_PIECEWISE, FULL_DECODE_ONLY: uniform decode batches replay a full graph
+    mixed: bool = True  # other batches replay piecewise graphs (False: FULL_DECODE_ONLY, they run eager)
 
     @property
     def max_size(self) -> int:
@@ -58,7 +65,14 @@ class GraphPlan:
         """FULL, PIECEWISE or EAGER for a step of ``num_tokens`` tokens."""
         if num_tokens > self.max_size or not self.capture_sizes:
             return EAGER
-        return FULL if uniform_decode and self.full_decode else PIECEWISE
+        if uniform_decode and self.full_decode:
+            return FULL
+        return PIECEWISE if self.mixed else EAGER
+
+    @property
+    def mixed_max_size(self) -> int:
+        """The largest step holding a prefill that replays a graph (0: such steps run eager)."""
+        return self.max_size if self.mixed else 0
 
 
 #: No graphs: every kernel launched one by one (``--enforce-eager``).
@@ -66,18 +80,24 @@ EAGER_PLAN = GraphPlan((), False)
 
 
 def graph_plan(version: str, max_num_seqs: int, max_num_batched_tokens: int,
-               enforce_eager: bool = False) -> GraphPlan:
-    """The CUDA graphs vLLM ``version`` captures for these engine knobs (see the module doc)."""
-    if enforce_eager:
+               enforce_eager: bool = False, max_capture_size: int | None = None,
+               mode: str | None = None) -> GraphPlan:
+    """The CUDA graphs vLLM ``version`` captures for these engine knobs (see the module doc):
+    ``max_capture_size`` is ``--max-cudagraph-capture-size`` (vLLM 0.11+; None: min(2 x
+    max_num_seqs, 512)), ``mode`` the ``cudagraph_mode`` (None: the version's default)."""
+    if enforce_eager or mode == "none":
         return EAGER_PLAN
     v = version_tuple(version)
     if v >= (0, 11):
-        top = min(max_num_seqs * 2, 512, max_num_batched_tokens)
+        top = min(max_num_seqs * 2, 512) if max_capture_size is None else max_capture_size
+        top = min(top, max_num_batched_tokens)
         sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, top + 1, 16))
-        full = True
+        mode = mode or "full_and_piecewise"
     else:
-        top = min(512, max_num_batched_tokens)
+        top = min(512 if max_capture_size is None else max_capture_size, max_num_batched_tokens)
         sizes = [1, 2, 4] + list(range(8, top + 1, 8))
-        full = False
+        mode = mode or "piecewise"
     kept = tuple(s for s in sizes if s <= top)
-    return GraphPlan(kept, full) if kept else EAGER_PLAN
+    if not kept:
+        return EAGER_PLAN
+    return GraphPlan(kept, full_decode=mode != "piecewise", mixed=mode != "full_decode_only")

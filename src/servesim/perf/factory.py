@@ -20,7 +20,7 @@ def engine_graphs(engine: EngineConfig | None) -> GraphPlan | None:
     if engine is None or engine.max_num_seqs is None or engine.max_num_batched_tokens is None:
         return None
     return graph_plan(engine.version, engine.max_num_seqs, engine.max_num_batched_tokens,
-                      engine.enforce_eager)
+                      engine.enforce_eager, engine.max_cudagraph_capture_size, engine.cudagraph_mode)
 
 
 def kernel_version_for(engine_version: str, gpu_name: str) -> str | None:

@@ -73,13 +73,15 @@ from servesim.perf.roofline import RooflinePerfModel, RooflineWork
 #: vLLM's largest CUDA-graph capture size by default (``max_cudagraph_capture_size``).
 CUDA_GRAPH_MAX_TOKENS = 512
 #: Host time per layer to launch a step that runs without CUDA graphs (more tokens than the
-#: largest capture size, or ``enforce_eager``): vLLM then runs the torch.compile'd layers
-#: eagerly, the CPU issuing every kernel (Inductor's Triton launches, attention's metadata,
-#: eager all-reduces), and the GPU cannot finish the step before the host has issued it. The
-#: kernel tables are timed inside CUDA graphs or in isolation and do not hold it. Fitted on
-#: the measured Llama-3.1-70B serving runs alone (docs/fidelity.md section 5: the other
-#: models' runs are its held-out check); it bounds a step from below, it is not added.
-EAGER_HOST_S_PER_LAYER = 0.9e-3
+#: largest capture size, a step holding a prefill under FULL_DECODE_ONLY, or
+#: ``enforce_eager``): vLLM then runs the torch.compile'd layers eagerly, the CPU issuing
+#: every kernel (Inductor's Triton launches, attention's metadata, eager all-reduces), and the
+#: GPU cannot finish the step before the host has issued it. The kernel tables are timed
+#: inside CUDA graphs or in isolation and do not hold it. Fitted on the measured
+#: Llama-3.1-70B serving runs alone, with their launch scripts' settings (docs/fidelity.md
+#: section 5: the other models' runs are its held-out check); it bounds a step from below,
+#: it is not added.
+EAGER_HOST_S_PER_LAYER = 0.8e-3
 
 
 def _gemm_dtype(model: ModelSpec) -> str | None:
@@ -142,15 +144,18 @@ class KernelPerfModel(RooflineWork):
         # Launch costs (the tables hold kernel time): every kernel of every layer when eager,
         # attention only between piecewise graphs, one launch for a full graph.
         self._c_eager = e.launch_overhead_s + L * KERNELS_PER_LAYER * e.kernel_overhead_s
-        self._c_piece = e.launch_overhead_s + L * e.kernel_overhead_s
-        self._c_full = e.launch_overhead_s
-        self.sources["overhead"] = (f"launches: CUDA graphs up to {self.graphs.max_size} tokens "
-                                    f"({'full for decodes, ' if self.graphs.full_decode else ''}piecewise), "
+        self._c_piece = e.launch_overhead_s + L * e.kernel_overhead_s if self.graphs.mixed else self._c_eager
+        self._c_full = e.launch_overhead_s if self.graphs.full_decode else self._c_piece
+        kinds = ", ".join(k for k, on in (("full for decodes", self.graphs.full_decode),
+                                          ("piecewise", self.graphs.mixed)) if on)
+        self.sources["overhead"] = (f"launches: CUDA graphs up to {self.graphs.max_size} tokens ({kinds}"
+                                    f"{'' if self.graphs.mixed else '; steps with a prefill eager'}), "
                                     "eager above" if self.graphs.max_size else "launches: eager")
         self.step = KernelStepTime([0.0], [0.0], self._token_table, self._request_table,
                                    lambda b: self._row(self._prefill, b),
                                    lambda b: self._row(self._decode, b))
         self.step.graph_max = self.graphs.max_size
+        self.step.mixed_max = self.graphs.mixed_max_size
         self.step.c_full, self.step.c_piece, self.step.c_eager = self._c_full, self._c_piece, self._c_eager
         self.step.eager_floor = L * eager_host_s_per_layer if graphs is not None and pp == 1 else 0.0
         if self.eager_floor:
@@ -310,7 +315,7 @@ class KernelPerfModel(RooflineWork):
 
     def _const_for(self, t: float, pt: float) -> float:
         """Launch costs of a step of ``t`` tokens (``pt`` of them prefill)."""
-        if t <= self.graphs.max_size:
+        if t <= (self.graphs.mixed_max_size if pt else self.graphs.max_size):
             return self._c_piece if pt else self._c_full
         return self._c_eager
 
@@ -421,7 +426,8 @@ class KernelPerfModel(RooflineWork):
                                if pt else 0.0)
         out["attn_decode"] = (row_time(self._row(self._decode, d), log(stats.sum_decode_context / d))
                               if d else 0.0)
-        if self.eager_floor and t > self.graphs.max_size:  # the host's launches outlast the GPU
+        if self.eager_floor and t > (self.graphs.mixed_max_size if pt else self.graphs.max_size):
+            # the host's launches outlast the GPU
             out["eager_host"] = max(0.0, self.eager_floor - sum(out.values()))
         return out
 

@@ -51,10 +51,12 @@ class KernelStepTime:
     # Launch costs per step by CUDA-graph mode: steps of at most graph_max tokens replay a
     # graph (full for pure decodes, piecewise otherwise; the tables hold their padded time).
     graph_max: int
+    mixed_max: int  # the largest step holding a prefill that replays a graph (0: FULL_DECODE_ONLY)
     c_full: float
     c_piece: float
     c_eager: float
-    # Host floor of a step run without CUDA graphs (t > graph_max): the CPU launches every
+    # Host floor of a step run without CUDA graphs (t > graph_max, or a step holding a prefill
+    # above mixed_max): the CPU launches every
     # kernel of every layer itself, and the step cannot end before it has (0: no floor).
     eager_floor: float
 
@@ -71,6 +73,7 @@ class KernelStepTime:
         self.dec_rows = {}
         self.pf_rows = {}
         self.graph_max = 0
+        self.mixed_max = 0
         self.c_full = self.c_piece = self.c_eager = 0.0
         self.eager_floor = 0.0
 
@@ -87,7 +90,8 @@ class KernelStepTime:
         if r >= len(self.req):
             self.req = self.grow_requests(r)
         total = self.tok[t] + self.req[r]
-        if t <= self.graph_max:
+        graphed = t <= (self.mixed_max if pt else self.graph_max)
+        if graphed:
             total += self.c_piece if pt else self.c_full
         else:
             total += self.c_eager
@@ -101,7 +105,7 @@ class KernelStepTime:
             total += row_time(row, 0.5 * log(2.0 * stats.prefill_attn_work / pr))
         if d:
             total += row_time(self.decode(d), log(stats.sum_decode_context / d))
-        if t > self.graph_max and total < self.eager_floor:
+        if not graphed and total < self.eager_floor:
             return self.eager_floor
         return total
 

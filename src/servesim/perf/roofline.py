@@ -171,8 +171,8 @@ class RooflinePerfModel:
         # Inside CUDA graphs the per-kernel costs are launches that the replay removes: a full
         # graph (uniform decode) launches once; piecewise graphs leave attention outside.
         self._pad = self.graphs.padded_sizes()
-        self._c_full = e.launch_overhead_s
-        self._c_piece = e.launch_overhead_s + L * e.kernel_overhead_s
+        self._c_piece = e.launch_overhead_s + L * e.kernel_overhead_s if self.graphs.mixed else self._fixed
+        self._c_full = e.launch_overhead_s if self.graphs.full_decode else self._c_piece
         # Wave quantisation: per class, (seconds per output element of each GEMM, its N).
         self._tiles: tuple[tuple[tuple[float, int], ...], ...] | None = None
         if e.gemm_tile_m > 0 and e.gemm_tile_n > 0 and self.gpu.num_sms > 0 and not m.is_moe:

@@ -23,6 +23,10 @@ names the upstream file or database dump of each row, which tells them apart:
 
 from __future__ import annotations
 
+import json
+import re
+from functools import cache
+from importlib import resources
 from typing import Any
 
 #: InferenceMAX's benchmark client: ``--random-range-ratio`` and requests per client.
@@ -53,3 +57,74 @@ def bench_workload(source: str, isl: int, osl: int, concurrency: int) -> dict[st
     else:
         wl.update(random_range_ratio=0.0, num_prompts=max(PROMPTS_PER_CLIENT * concurrency, MIN_PROMPTS))
     return wl
+
+
+# --------------------------------------------------------------------------- the servers
+
+#: Package data: every version of InferenceMAX's vLLM launch scripts for the silicon groups
+#: (tools/pack_inferencemax_servers.py), their ``vllm serve`` settings.
+SERVERS_FILE = "inferencemax_servers.json"
+#: Engine fields a script sets that ``server_settings`` passes on (the rest is recorded only).
+ENGINE_FIELDS = ("gpu_memory_utilization", "block_size", "max_num_batched_tokens", "max_num_seqs",
+                 "max_cudagraph_capture_size", "cudagraph_mode", "async_scheduling",
+                 "enable_prefix_caching", "enforce_eager")
+
+
+@cache
+def _servers() -> dict[str, Any]:
+    raw = resources.files("servesim").joinpath("data", SERVERS_FILE).read_text()
+    return dict(json.loads(raw)["scripts"])
+
+
+def script_for(model_path: str, precision: str, system: str) -> str | None:
+    """The name of the InferenceMAX launch script of one (model, precision, GPU), or None."""
+    for name, s in _servers().items():
+        if (s["model_path"], s["precision"], s["system"]) == (model_path, precision, system):
+            return name
+    return None
+
+
+def measured_at(source: str) -> str | None:
+    """The end of the row's ``measured=`` day, ``YYYY-MM-DDT23:59:59Z`` (None without one).
+
+    A day, not the time: a pull request's benchmark runs before its merge (MiniMax-M2.5 FP8
+    on B200 with vLLM 0.19.0 measured at 02:34 on 2026-04-03, the script moving to 0.19.0
+    merged at 16:31), and some sources give midnight for the whole day."""
+    m = re.search(r"measured=(\d{4}-\d{2}-\d{2})", source)
+    return None if m is None else m.group(1) + "T23:59:59Z"
+
+
+def _count(value: int | str, isl: int, osl: int, concurrency: int) -> int | None:
+    """A token or request count of a script: a number, or ``ISL``/``OSL``/``CONC`` times one."""
+    if isinstance(value, int):
+        return value
+    names = {"ISL": isl, "OSL": osl, "CONC": concurrency}
+    m = re.fullmatch(r"(?:(\d+)\*)?(ISL|OSL|CONC)", value)
+    return None if m is None else int(m.group(1) or 1) * names[m.group(2)]
+
+
+def server_settings(script: str, when: str | None, isl: int, osl: int, concurrency: int
+                    ) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """(engine fields, model fields, a note) of the version of ``script`` in force at ``when``
+    (the latest committed at or before it; the first version for a run before it, which its
+    pull request measured, and when ``when`` is None). Counts in ISL, OSL and
+    CONC are evaluated for this run; settings servesim does not model are named in the note."""
+    versions = _servers()[script]["versions"]
+    before = [v for v in versions if when is not None and v["from"] <= when]
+    v = before[-1] if before else versions[0]
+    engine: dict[str, Any] = {}
+    for key in ENGINE_FIELDS:
+        if key in v["engine"]:
+            val = v["engine"][key]
+            if key in ("max_num_batched_tokens", "max_num_seqs", "max_cudagraph_capture_size"):
+                val = _count(val, isl, osl, concurrency)
+            if val is not None:
+                engine[key] = val
+    model = {k: v["model"][k] for k in ("kv_cache_dtype",) if k in v["model"]}
+    unmodelled = [f"{k}={val}" for k, val in v["env"].items()] + \
+        [f"--{k}" + ("" if val is True else f" {val}") for k, val in v["recorded"].items()
+         if k not in ("enable-expert-parallel", "data-parallel-size")]  # the row's parallelism decides
+    note = f"server: {script}.sh at {v['commit'][:9]} ({v['from'][:10]})"
+    if unmodelled:
+        note += "; not modelled: " + ", ".join(unmodelled)
+    return engine, model, note

@@ -23,6 +23,7 @@ import io
 import json
 import math
 import tempfile
+from functools import cache
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from servesim.validate.bench_harness import bench_workload
+from servesim.validate.bench_harness import bench_workload, is_inferencemax, measured_at, script_for, server_settings
 from servesim.validate.common import Check
 from servesim.validate.limits import Goal
 from servesim.validate.silicon_marks import SILICON_KNOWN_BAD
@@ -76,6 +77,10 @@ MODELS = {
 #: Pass the row's vLLM version into ``engine.version`` (its async-scheduling and CUDA-graph
 #: defaults); nightly builds and rows without a version run at the newest modelled version.
 PASS_ENGINE_VERSION = True
+#: InferenceMAX rows run with the ``vllm serve`` settings of their launch script's version at
+#: the row's time (``bench_harness.server_settings``): token budget, CUDA-graph capture size
+#: and mode, KV-cache dtype, memory fraction, block size, request cap.
+USE_SERVER_SCRIPTS = True
 
 _REAL = "the target for real vLLM runs on GPUs: median |error| of mean "
 TTFT_GOAL = Goal(12.0, _REAL + "TTFT over all runs within 12% (published serving simulators report "
@@ -203,9 +208,17 @@ def row_case(row: dict[str, str], nvfp4_dir: Path | None = None) -> SiliconCase:
     engine: dict[str, Any] = {"max_model_len": isl + osl}
     if PASS_ENGINE_VERSION and row["backend_version"][:1].isdigit():
         engine["version"] = row["backend_version"]
+    model_cfg: dict[str, Any] = {"name": name}
+    script = script_for(row["model_path"], row["precision"], row["system"])
+    if USE_SERVER_SCRIPTS and script is not None and is_inferencemax(row["silicon_data_source"]):
+        when = measured_at(row["silicon_data_source"]) or _undated_time(script, row["backend_version"])
+        eng, mod, note = server_settings(script, when, isl, osl, conc)
+        engine.update(eng)
+        model_cfg.update(mod)
+        case.notes.append(note)
     case.scenario = {
         "name": row["id"],
-        "model": {"name": name},
+        "model": model_cfg,
         "hardware": {"gpu": gpu[0], "perf_model": "kernels", "kernel_version": version},
         "parallel": {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "expert_parallel_size": ep},
         "engine": engine,
@@ -214,6 +227,25 @@ def row_case(row: dict[str, str], nvfp4_dir: Path | None = None) -> SiliconCase:
         "run": {"record_steps": False},
     }
     return case
+
+
+@cache
+def _undated_times() -> dict[tuple[str, str], str]:
+    """(script, vLLM version) -> the earliest ``measured=`` time of the bundled rows of that
+    script and version: the time a row without one (the Kimi gap-analysis sheet) is taken
+    to have run at."""
+    out: dict[tuple[str, str], str] = {}
+    for r in read_silicon():
+        script = script_for(r["model_path"], r["precision"], r["system"])
+        when = measured_at(r["silicon_data_source"])
+        if script is not None and when is not None:
+            key = (script, r["backend_version"])
+            out[key] = min(out.get(key, when), when)
+    return out
+
+
+def _undated_time(script: str, backend_version: str) -> str | None:
+    return _undated_times().get((script, backend_version))
 
 
 def _nvfp4_dirname(preset: str) -> str:
