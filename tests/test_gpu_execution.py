@@ -72,6 +72,25 @@ def test_full_decode_only_steps_with_a_prefill_are_eager():
     assert fdo.breakdown(dec)["overhead"] == pytest.approx(fdo.eff.launch_overhead_s)
 
 
+def test_host_floor_scales_with_each_layers_kernels():
+    # The floor is per kernel a layer launches eagerly, fitted per dense GQA layer (Llama's):
+    # Llama 4 attention + 2 norms + 3 MLP (+2 all-reduces under TP) = 9 / 11; Kimi-K2.5 (MLA,
+    # 60 of 61 layers MoE with a shared expert) 10 + 2 + (60 x 10 + 3) / 61 (+2);
+    # MiniMax-M2.5 4 + 2 + 2 q/k norms + 7 (+2 + its q/k all-reduce); gpt-oss 4 + 2 + 7 (+2).
+    from servesim.perf.kernel_model import eager_kernels_per_layer
+
+    cases = {"meta-llama/Llama-3.1-70B": (9, 11), "moonshotai/Kimi-K2.5": (12 + 603 / 61, 14 + 603 / 61),
+             "MiniMaxAI/MiniMax-M2.5": (15, 18), "openai/gpt-oss-120b": (13, 15)}
+    for name, (tp1, tp8) in cases.items():
+        m = load_model(name)
+        assert eager_kernels_per_layer(m, 1) == pytest.approx(tp1), name
+        assert eager_kernels_per_layer(m, 8) == pytest.approx(tp8), name
+    assert eager_kernels_per_layer(load_model("MiniMaxAI/MiniMax-M2.5"), 8, ep=8) == pytest.approx(20)
+    g = graph_plan("0.19.0", 512, 8192)
+    kimi = KernelPerfModel(load_model("moonshotai/Kimi-K2.5"), get_gpu("B200"), tp=8, graphs=g)
+    assert kimi.eager_floor == pytest.approx(61 * EAGER_HOST_S_PER_LAYER * (14 + 603 / 61) / 11)
+
+
 def test_padding_table_and_modes():
     g = graph_plan("0.19.0", 1024, 8192)
     pad = g.padded_sizes()

@@ -84,6 +84,34 @@ CUDA_GRAPH_MAX_TOKENS = 512
 EAGER_HOST_S_PER_LAYER = 0.8e-3
 
 
+def eager_kernels_per_layer(model: ModelSpec, tp: int, ep: int = 1) -> float:
+    """Kernels one layer launches when run eagerly, on average over the layers (the count the
+    host floor scales with; a dense GQA layer, Llama's, is its reference).
+
+    Counted as vLLM's layers issue them, elementwise work fused as torch.compile fuses it
+    (an RMS norm with its residual add is one kernel): GQA attention 4 (QKV GEMM, rotary,
+    attention, O GEMM), MLA 10 (q_a, its norm, q_b, kv_a, its norm, rotary, the absorbed k
+    and v GEMMs, attention, O); 2 norms; a dense MLP 3 (gate/up, activation, down); a fused
+    MoE 7 (router GEMM, top-k, token sorting, two grouped GEMMs, activation, combine), a
+    shared expert 3 more, expert parallelism 2 all-to-alls more; under TP 2 all-reduces, and
+    MiniMax-M2's q/k norms 2 kernels and 1 all-reduce more. A simplification: the fused
+    kernels of a quantization scheme (activation quantization, scale layouts) are not
+    counted apart."""
+    m = model
+    L = m.num_layers
+    per = (10 if m.is_mla else 4) + 2 + (2 if tp > 1 else 0)
+    if m.qk_norm_allreduce:
+        per += 2 + (1 if tp > 1 else 0)
+    moe = 7 + (3 if m.shared_expert_intermediate_size else 0) + (2 if ep > 1 else 0)
+    mlp = (m.num_moe_layers * moe + (L - m.num_moe_layers) * 3) / L if m.is_moe else 3
+    return per + mlp
+
+
+def _reference_kernels(tp: int) -> float:
+    """A dense GQA layer's eager kernels at this TP (what ``EAGER_HOST_S_PER_LAYER`` is per)."""
+    return 4 + 2 + (2 if tp > 1 else 0) + 3
+
+
 def _gemm_dtype(model: ModelSpec) -> str | None:
     """The GEMM table of the model's linear layers: fp8 checkpoints with 128x128 weight blocks
     (DeepSeek-style ``weight_block_size``) run vLLM's block-scaled fp8 GEMM, other fp8 ones
@@ -157,10 +185,11 @@ class KernelPerfModel(RooflineWork):
         self.step.graph_max = self.graphs.max_size
         self.step.mixed_max = self.graphs.mixed_max_size
         self.step.c_full, self.step.c_piece, self.step.c_eager = self._c_full, self._c_piece, self._c_eager
-        self.step.eager_floor = L * eager_host_s_per_layer if graphs is not None and pp == 1 else 0.0
+        per_layer = eager_host_s_per_layer * eager_kernels_per_layer(model, tp, ep) / _reference_kernels(tp)
+        self.step.eager_floor = L * per_layer if graphs is not None and pp == 1 else 0.0
         if self.eager_floor:
             self.sources["overhead"] += (f"; a step without graphs lasts at least {L} layers x "
-                                         f"{eager_host_s_per_layer * 1e3:.2f} ms of host launches")
+                                         f"{per_layer * 1e3:.2f} ms of host launches")
         self.step.tok = self._token_table(1023)
         self.step.req = self._request_table(255)
         if pp == 1:
