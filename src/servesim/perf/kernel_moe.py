@@ -38,6 +38,7 @@ import numpy as np
 
 from servesim.catalog.gpus import GpuSpec, get_gpu
 from servesim.catalog.models import ModelSpec
+from servesim.config.engine import version_tuple
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.kernels import (
     GPU_TABLES,
@@ -185,8 +186,8 @@ def _transferred(db: KernelDatabase, model: ModelSpec, gpu: GpuSpec, eff: Effici
 def _version_gap(a: str, b: str) -> float:
     """Distance of two vLLM versions (major.minor.patch as one number)."""
     def num(v: str) -> float:
-        parts = [int(p) for p in v.split(".")[:3] if p.isdigit()] + [0, 0, 0]
-        return parts[0] * 1e6 + parts[1] * 1e3 + parts[2]
+        t = (*version_tuple(v), 0, 0)
+        return t[0] * 1e6 + t[1] * 1e3 + t[2]
     return abs(num(a) - num(b))
 
 
