@@ -77,7 +77,7 @@ def test_host_floor_scales_with_each_layers_kernels():
     # Llama 4 attention + 2 norms + 3 MLP (+2 all-reduces under TP) = 9 / 11; Kimi-K2.5 (MLA,
     # 60 of 61 layers MoE with a shared expert) 10 + 2 + (60 x 10 + 3) / 61 (+2);
     # MiniMax-M2.5 4 + 2 + 2 q/k norms + 7 (+2 + its q/k all-reduce); gpt-oss 4 + 2 + 7 (+2).
-    from servesim.perf.kernel_model import eager_kernels_per_layer
+    from servesim.perf.cuda_graphs import eager_kernels_per_layer
 
     cases = {"meta-llama/Llama-3.1-70B": (9, 11), "moonshotai/Kimi-K2.5": (12 + 603 / 61, 14 + 603 / 61),
              "MiniMaxAI/MiniMax-M2.5": (15, 18), "openai/gpt-oss-120b": (13, 15)}

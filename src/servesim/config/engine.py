@@ -303,7 +303,7 @@ def resolve_policy(engine: EngineConfig, max_model_len: int | None = None) -> En
 
 
 #: The engine's host time per scheduled request and step (``cpu_overhead_per_req_s``),
-#: measured on vLLM 0.32's V1 engine (the CPU build of ``../shared/tools/vllm-cpu``, a 4-layer
+#: measured on vLLM 0.32's V1 engine (its CPU build, the same scheduler code, a 4-layer
 #: model, decode-only steps of 8 to 128 requests, median step of each size, on this project's
 #: 2-core development machine): ``Scheduler.schedule`` 17.7 us, ``update_from_output`` 11.2 us,
 #: the model runner's ``_bookkeeping_sync`` 4.0 us per request (slopes from 8 to 128 requests).

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from servesim.catalog.models import ModelSpec
 from servesim.config.engine import version_tuple
 
 #: Modes of a step, as vLLM's CUDA-graph dispatcher picks them.
@@ -101,3 +102,31 @@ def graph_plan(version: str, max_num_seqs: int, max_num_batched_tokens: int,
     if not kept:
         return EAGER_PLAN
     return GraphPlan(kept, full_decode=mode != "piecewise", mixed=mode != "full_decode_only")
+
+
+def eager_kernels_per_layer(model: ModelSpec, tp: int, ep: int = 1) -> float:
+    """Kernels one layer launches when run eagerly, on average over the layers (the count the
+    host floor scales with; a dense GQA layer, Llama's, is its reference).
+
+    Counted as vLLM's layers issue them, elementwise work fused as torch.compile fuses it
+    (an RMS norm with its residual add is one kernel): GQA attention 4 (QKV GEMM, rotary,
+    attention, O GEMM), MLA 10 (q_a, its norm, q_b, kv_a, its norm, rotary, the absorbed k
+    and v GEMMs, attention, O); 2 norms; a dense MLP 3 (gate/up, activation, down); a fused
+    MoE 7 (router GEMM, top-k, token sorting, two grouped GEMMs, activation, combine), a
+    shared expert 3 more, expert parallelism 2 all-to-alls more; under TP 2 all-reduces, and
+    MiniMax-M2's q/k norms 2 kernels and 1 all-reduce more. A simplification: the fused
+    kernels of a quantization scheme (activation quantization, scale layouts) are not
+    counted apart."""
+    m = model
+    L = m.num_layers
+    per = (10 if m.is_mla else 4) + 2 + (2 if tp > 1 else 0)
+    if m.qk_norm_allreduce:
+        per += 2 + (1 if tp > 1 else 0)
+    moe = 7 + (3 if m.shared_expert_intermediate_size else 0) + (2 if ep > 1 else 0)
+    mlp = (m.num_moe_layers * moe + (L - m.num_moe_layers) * 3) / L if m.is_moe else 3
+    return per + mlp
+
+
+def reference_kernels(tp: int) -> float:
+    """A dense GQA layer's eager kernels at this TP (what ``EAGER_HOST_S_PER_LAYER`` is per)."""
+    return 4 + 2 + (2 if tp > 1 else 0) + 3

@@ -51,7 +51,7 @@ from servesim.catalog.gpus import GpuSpec, LinkSpec
 from servesim.catalog.models import ModelSpec
 from servesim.errors import ConfigError
 from servesim.perf.base import BatchStats
-from servesim.perf.cuda_graphs import EAGER_PLAN, GraphPlan
+from servesim.perf.cuda_graphs import EAGER_PLAN, GraphPlan, eager_kernels_per_layer, reference_kernels
 from servesim.perf.efficiencies import KERNELS_PER_LAYER, Efficiencies
 from servesim.perf.kernel_attention import attention_grid
 from servesim.perf.kernel_comm import allreduce_curve, alltoall_curve
@@ -82,34 +82,6 @@ CUDA_GRAPH_MAX_TOKENS = 512
 #: section 5: the other models' runs are its held-out check); it bounds a step from below,
 #: it is not added.
 EAGER_HOST_S_PER_LAYER = 0.8e-3
-
-
-def eager_kernels_per_layer(model: ModelSpec, tp: int, ep: int = 1) -> float:
-    """Kernels one layer launches when run eagerly, on average over the layers (the count the
-    host floor scales with; a dense GQA layer, Llama's, is its reference).
-
-    Counted as vLLM's layers issue them, elementwise work fused as torch.compile fuses it
-    (an RMS norm with its residual add is one kernel): GQA attention 4 (QKV GEMM, rotary,
-    attention, O GEMM), MLA 10 (q_a, its norm, q_b, kv_a, its norm, rotary, the absorbed k
-    and v GEMMs, attention, O); 2 norms; a dense MLP 3 (gate/up, activation, down); a fused
-    MoE 7 (router GEMM, top-k, token sorting, two grouped GEMMs, activation, combine), a
-    shared expert 3 more, expert parallelism 2 all-to-alls more; under TP 2 all-reduces, and
-    MiniMax-M2's q/k norms 2 kernels and 1 all-reduce more. A simplification: the fused
-    kernels of a quantization scheme (activation quantization, scale layouts) are not
-    counted apart."""
-    m = model
-    L = m.num_layers
-    per = (10 if m.is_mla else 4) + 2 + (2 if tp > 1 else 0)
-    if m.qk_norm_allreduce:
-        per += 2 + (1 if tp > 1 else 0)
-    moe = 7 + (3 if m.shared_expert_intermediate_size else 0) + (2 if ep > 1 else 0)
-    mlp = (m.num_moe_layers * moe + (L - m.num_moe_layers) * 3) / L if m.is_moe else 3
-    return per + mlp
-
-
-def _reference_kernels(tp: int) -> float:
-    """A dense GQA layer's eager kernels at this TP (what ``EAGER_HOST_S_PER_LAYER`` is per)."""
-    return 4 + 2 + (2 if tp > 1 else 0) + 3
 
 
 def _gemm_dtype(model: ModelSpec) -> str | None:
@@ -185,7 +157,7 @@ class KernelPerfModel(RooflineWork):
         self.step.graph_max = self.graphs.max_size
         self.step.mixed_max = self.graphs.mixed_max_size
         self.step.c_full, self.step.c_piece, self.step.c_eager = self._c_full, self._c_piece, self._c_eager
-        per_layer = eager_host_s_per_layer * eager_kernels_per_layer(model, tp, ep) / _reference_kernels(tp)
+        per_layer = eager_host_s_per_layer * eager_kernels_per_layer(model, tp, ep) / reference_kernels(tp)
         self.step.eager_floor = L * per_layer if graphs is not None and pp == 1 else 0.0
         if self.eager_floor:
             self.sources["overhead"] += (f"; a step without graphs lasts at least {L} layers x "
