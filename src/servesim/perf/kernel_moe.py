@@ -61,7 +61,8 @@ UNSERVED: dict[tuple[str, str], str] = {
 }
 #: One catalog GPU per table folder (B300 and GB200 read B200's tables): the GPUs whose
 #: served tables ``_transferred`` may carry to another GPU.
-CANONICAL = ("A100-80GB", "H100-SXM", "H200", "B200", "L40S")
+CANONICAL = tuple(name for i, (name, folder) in enumerate(GPU_TABLES.items())
+                  if folder not in list(GPU_TABLES.values())[:i])
 #: Weight-only expert dtypes (16-bit activations and math).
 WEIGHT_ONLY = ("int4_wo", "w4a16_mxfp4")
 #: Token counts at which a weight-only table is compared with the 16-bit one (decode sizes).
