@@ -301,11 +301,15 @@ def test_simulate_with_kernels():
     assert r.summary["latency"]["tpot_s"]["p50"] > 0
 
 
-def test_expert_parallel_all_to_all_is_a_recorded_fallback():
-    # vLLM's expert parallelism over the TP ranks: experts whole on each rank (moe_tp 1).
+def test_expert_parallel_over_the_tp_ranks_exchanges_no_tokens():
+    # vLLM's expert parallelism over the TP ranks: experts whole on each rank (moe_tp 1),
+    # each rank running its experts on the whole batch; the MoE block's all-reduce sums
+    # them (FusedMoE's all-to-all kernels need dp_size > 1): no operator beyond TP's.
     pm = KernelPerfModel(load_model("Mixtral-8x7B"), get_gpu("H100-SXM"), tp=4, ep=4)
+    tp4 = KernelPerfModel(load_model("Mixtral-8x7B"), get_gpu("H100-SXM"), tp=4)
     assert pm.sources["moe"].startswith("table moe bfloat16 tp=1 ep=4")
-    assert pm.fallbacks == ("alltoall",)
+    assert pm.fallbacks == ()
+    assert [n for n, _, _ in pm._token_ops] == [n for n, _, _ in tp4._token_ops]
     st = BatchStats(num_decode_reqs=16, sum_decode_context=16 * 500)
     assert sum(pm.breakdown(st).values()) == pytest.approx(pm.batch_time(st), rel=1e-12)
 

@@ -46,7 +46,7 @@ def test_row_to_scenario_fields():
     assert sc["model"] == {"name": "nvidia/Llama-3.1-70B-Instruct-FP8", "kv_cache_dtype": "fp8"}
     assert sc["hardware"] == {"gpu": "H200", "perf_model": "kernels", "kernel_version": "0.19.0"}
     assert sc["parallel"] == {"tensor_parallel_size": 2, "pipeline_parallel_size": 1,
-                              "expert_parallel_size": 1}
+                              "expert_parallel_size": 1, "data_parallel_size": 1}
     assert sc["engine"]["max_model_len"] == 2048
     assert (sc["engine"]["max_num_seqs"], sc["engine"]["max_num_batched_tokens"],
             sc["engine"]["gpu_memory_utilization"]) == (16, 8192, 0.9)
@@ -182,13 +182,25 @@ def test_nvfp4_config_is_read_as_nvfp4():
 @pytest.mark.parametrize("kw, reason", [
     ({"mode": "disagg"}, "mode disagg"),
     ({"attention_dp_size": "4", "moe_ep_size": "8", "moe_tp_size": "1", "tp_size": "2"},
-     "attention data parallelism (4)"),
+     "attention data parallelism 4 does not divide tp 2"),
     ({"system": "mi300x"}, "system mi300x"),
     ({"precision": "int8"}, "no preset"),
 ])
 def test_skipped_rows_carry_reasons(kw, reason):
     c = s.row_case(_row(**kw))
     assert c.scenario is None and reason in c.skip
+
+
+def test_a_data_parallel_row_runs_as_its_launch_script_starts_vllm():
+    # InferenceMAX's DP attention: --tensor-parallel-size 1 --data-parallel-size $TP
+    # --enable-expert-parallel on TP GPUs; the row's batch_size is one rank's clients.
+    c = s.row_case(_row(model_path="MiniMaxAI/MiniMax-M2.5", precision="fp8", system="b200_sxm",
+                        tp_size="4", attention_dp_size="4", moe_tp_size="1", moe_ep_size="16",
+                        batch_size="8"))
+    assert not c.skip
+    assert c.scenario["parallel"] == {"tensor_parallel_size": 1, "pipeline_parallel_size": 1,
+                                      "expert_parallel_size": 4, "data_parallel_size": 4}
+    assert c.scenario["workload"]["max_concurrency"] == 32
 
 
 def test_every_bundled_row_is_run_or_skipped_with_a_reason():

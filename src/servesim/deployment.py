@@ -39,7 +39,7 @@ class Deployment:
 
     name: str  # the pool's name; "" for a single-replica run
     role: str  # colocated | prefill | decode
-    num_replicas: int
+    num_replicas: int  # engines: the pool's replicas x their data-parallel ranks
     model: ModelSpec
     gpu: GpuSpec
     parallel: ParallelConfig
@@ -54,7 +54,7 @@ class Deployment:
 
     @property
     def num_gpus(self) -> int:
-        """GPUs of one replica (TP x PP)."""
+        """GPUs of one engine (TP x PP; a DP rank's with data parallelism)."""
         return self.parallel.tensor_parallel_size * self.parallel.pipeline_parallel_size
 
     def step_time_model(self) -> dict[str, Any]:
@@ -137,7 +137,8 @@ def resolve_deployment(sc: Scenario, pool: PoolConfig | None = None, *, model: M
             else build_step_model(model, gpu, par, sc.hardware, sc.model, links=links, engine=engine))
     return Deployment(
         name=pool.name if pool is not None else "", role=pool.role if pool is not None else "colocated",
-        num_replicas=pool.num_replicas if pool is not None else 1, model=model, gpu=gpu, parallel=par,
+        num_replicas=(pool.num_replicas if pool is not None else 1) * par.data_parallel_size,
+        model=model, gpu=gpu, parallel=par,
         engine=engine, plan=plan, links=links, perf=perf, kv_dtype_bytes=kv_b, profile=profile, notices=found)
 
 
@@ -152,4 +153,12 @@ def resolve_deployments(sc: Scenario) -> list[Deployment]:
         return [resolve_deployment(sc)]
     model = load_model(sc.model.name, sc.model.dtype)
     profile = load_profile(sc)
-    return [resolve_deployment(sc, p, model=model, profile=profile) for p in sc.cluster.pools]
+    deps = [resolve_deployment(sc, p, model=model, profile=profile) for p in sc.cluster.pools]
+    for d in deps:
+        if d.parallel.data_parallel_size > 1 and (d.role != "colocated" or sc.cluster.operations is not None
+                                                  or sc.cluster.migration.enabled):
+            field = f"cluster.pools[{d.name}].parallel" if d.name != "dp" else "parallel"
+            raise ConfigError(f"{field}.data_parallel_size: {d.parallel.data_parallel_size} DP ranks run in "
+                              "colocated pools of a fixed fleet only (not in prefill/decode pools, under "
+                              "cluster.operations or with migration); expected 1 there")
+    return deps

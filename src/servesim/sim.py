@@ -127,6 +127,20 @@ def _resolve(scenario: Scenario | dict | str | Path | None) -> Scenario:
     return scenario_from_dict(scenario)
 
 
+def data_parallel_cluster(sc: Scenario) -> Scenario:
+    """A single server of ``parallel.data_parallel_size`` DP ranks, as the cluster it runs as:
+    one pool of that many engines behind vLLM's own balancing (router ``vllm_dp``).
+
+    A simplification of vLLM's DP: each rank is an engine of its own (scheduler, KV cache,
+    steps), and an MoE model's ranks are timed as if the others held a batch like theirs
+    (``perf.kernel_model``); vLLM steps them in lockstep, padding every rank's batch to the
+    largest, which balanced ranks make the same."""
+    from servesim.config import ClusterConfig, PoolConfig
+
+    cluster = ClusterConfig(pools=[PoolConfig(name="dp")], router="vllm_dp")
+    return sc.model_copy(update={"cluster": cluster})
+
+
 def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
              progress: bool = False) -> Result:
     """Run the scenario and return its Result with ``summary`` filled.
@@ -140,6 +154,8 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
 
     t0 = time.perf_counter()
     sc = _resolve(scenario)
+    if sc.cluster is None and sc.parallel.data_parallel_size > 1:
+        sc = data_parallel_cluster(sc)
     if sc.cluster is not None:  # pools, routers, disaggregation: servesim.cluster
         from servesim.cluster.pools import simulate_cluster
 

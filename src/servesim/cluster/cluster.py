@@ -51,6 +51,7 @@ from servesim.engine.build import build_replica, closed_loop_feeder
 from servesim.engine.dependencies import DependencyFeeder
 from servesim.engine.events import ARRIVAL, EventLoop
 from servesim.engine.lazy import LazyScheduler
+from servesim.engine.lockstep import LockstepGroup
 from servesim.engine.replica import Replica
 from servesim.engine.request import ReqStatus, Request
 from servesim.errors import ConfigError
@@ -80,6 +81,9 @@ class PoolSpec:
     reference: bool = False  # step-by-step scheduler (migration needs it)
     kv_bytes_per_block: float = 0.0  # per GPU, from the memory plan (swap-preemption policies)
     weights_bytes_per_gpu: float = 0.0  # what a cold start loads (cluster.operations)
+    # Data-parallel ranks of one server that step in lockstep (an MoE model's; 1: each
+    # replica on its own). Consecutive replicas form a server, sharing its API front end.
+    dp: int = 1
 
 
 @dataclass(slots=True)
@@ -118,8 +122,11 @@ class Cluster:
         # kept as replicas are added.
         self.max_model_len = self.usable_tokens = 1 << 62
         for pool in pools:
+            first = len(self.replicas)
             for _ in range(pool.num_replicas):
                 self._add_replica(pool, check_invariants, pool.reference or pool.name in migrating)
+            if pool.dp > 1:
+                self._group_ranks(self.replicas[first:], pool.dp)
         self.is_disagg = any(p.role == "prefill" for p in pools)
         # Which replicas the routers pick among (all, unless operations start, drain or fail them).
         self.serving = [True] * len(self.replicas)
@@ -149,6 +156,15 @@ class Cluster:
         if migrating:
             groups = [[i for i, p in enumerate(self.pool_of) if p.name == name] for name in sorted(migrating)]
             self.migrator = Migrator(self, cfg.migration, [g for g in groups if len(g) > 1])
+
+    def _group_ranks(self, replicas: list[Replica], dp: int) -> None:
+        """Each ``dp`` consecutive replicas are the DP ranks of one server: they step in
+        lockstep and share its API front end."""
+        for k in range(0, len(replicas), dp):
+            ranks = replicas[k:k + dp]
+            for r in ranks:
+                r.frontend = ranks[0].frontend
+            LockstepGroup(self.loop, ranks)
 
     def refresh_routes(self) -> None:
         """The routers' candidates: the serving replicas of each stage."""

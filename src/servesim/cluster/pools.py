@@ -27,7 +27,8 @@ def pool_spec(dep: Deployment, reference: bool = False) -> PoolSpec:
         num_gpu_blocks=dep.plan.num_gpu_blocks, max_model_len=dep.plan.max_model_len, num_gpus=dep.num_gpus,
         kv_bytes_per_token=dep.model.kv_bytes_per_token(1, dep.kv_dtype_bytes, 1), net_bw=dep.links.inter_bw,
         net_latency_s=dep.links.inter_latency_s, gpu=dep.gpu, reference=reference,
-        kv_bytes_per_block=dep.plan.kv_bytes_per_block, weights_bytes_per_gpu=dep.plan.weights_bytes)
+        kv_bytes_per_block=dep.plan.kv_bytes_per_block, weights_bytes_per_gpu=dep.plan.weights_bytes,
+        dp=dep.parallel.data_parallel_size if dep.model.is_moe else 1)
 
 
 def build_pool(sc: Scenario, pool: PoolConfig, model: ModelSpec, hw: object = None) -> PoolSpec:

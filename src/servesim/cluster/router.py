@@ -125,6 +125,16 @@ def predicted_ttft(req: Request, loads: Sequence[ReplicaLoad], st: RouterState) 
     return _argmin([(x.predicted_ttft_s, x.num_outstanding) for x in loads])
 
 
+def vllm_dp(req: Request, loads: Sequence[ReplicaLoad], st: RouterState) -> int:
+    """vLLM's balancing over the data-parallel ranks of one server (``DPLBAsyncMPClient.
+    get_core_engine_for_request``, vLLM 0.10-0.19): the least ``4 x waiting + running``,
+    ties to the first rank. vLLM counts a request as waiting on its rank from the moment it
+    is sent there (the API server's own increment between the coordinator's 100 ms
+    updates); here waiting is every routed request not running yet (``num_outstanding -
+    num_running``) and the counts are current."""
+    return _argmin([4 * (x.num_outstanding - x.num_running) + x.num_running for x in loads])
+
+
 ROUTERS: dict[str, Router] = {
     "round_robin": round_robin,
     "random": random,
@@ -134,4 +144,5 @@ ROUTERS: dict[str, Router] = {
     "power_of_two": power_of_two,
     "prefix_affinity": prefix_affinity,
     "predicted_ttft": predicted_ttft,
+    "vllm_dp": vllm_dp,
 }

@@ -14,7 +14,7 @@ from servesim.config.parts import GpuConfig, LinksConfig, ParallelConfig
 # --------------------------------------------------------------------------- cluster
 
 RouterName = Literal["round_robin", "random", "least_outstanding", "least_kv", "least_work",
-                     "power_of_two", "prefix_affinity", "predicted_ttft"]
+                     "power_of_two", "prefix_affinity", "predicted_ttft", "vllm_dp"]
 
 
 class PoolConfig(_Strict):
@@ -23,7 +23,9 @@ class PoolConfig(_Strict):
     name: str = Field(description="Unique name of the pool (in reports and records).")
     role: Literal["colocated", "prefill", "decode"] = Field(
         "colocated", description="colocated serves whole requests; prefill/decode split them.")
-    num_replicas: int = Field(1, ge=1, description="Identical replicas (engines) in the pool.")
+    num_replicas: int = Field(1, ge=1, description=(
+        "Identical replicas in the pool; with parallel.data_parallel_size > 1 each is a server "
+        "of that many engines (DP ranks), and the pool runs num_replicas x data_parallel_size."))
     gpu: str | GpuConfig | None = Field(None, description="Catalog name or custom GPU; None: hardware.gpu.")
     parallel: ParallelConfig | None = Field(None, description="None: the scenario's parallel section.")
     engine: EngineConfig | None = Field(None, description="None: the scenario's engine section.")

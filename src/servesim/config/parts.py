@@ -82,17 +82,34 @@ class ParallelConfig(_Strict):
     num_microbatches: int = Field(1, ge=1, description=(
         "Pipeline micro-batches per step (GPipe schedule, bubble (pp-1)/(m+pp-1)); 1 = the "
         "batch goes through the stages whole."))
+    data_parallel_size: int = Field(1, ge=1, le=64, description=(
+        "Data-parallel ranks of one vLLM server, each with its own scheduler, KV cache and "
+        "TP group (a replica of TP x PP GPUs each; the server's API process balances requests "
+        "over them). An MoE model's expert layers span all data_parallel_size x "
+        "tensor_parallel_size GPUs, the ranks exchanging their tokens each layer ('data-"
+        "parallel attention'); a dense model's ranks are independent."),
+        json_schema_extra={"vllm": "--data-parallel-size"})
     expert_parallel_size: int = Field(1, ge=1, le=64, description=(
-        "MoE only: spread the experts over this many groups of the TP ranks (must divide TP)."),
+        "MoE only: spread the experts over this many groups of the data_parallel_size x "
+        "tensor_parallel_size GPUs (must divide that product; vLLM's --enable-expert-parallel "
+        "is the product itself, and without it 1: every expert split over all the GPUs)."),
         json_schema_extra={"vllm": "--enable-expert-parallel"})
     expert_imbalance: float = Field(1.0, ge=1.0, description=(
         "Expert parallelism: token-expert pairs of the busiest group / the mean (1 = uniform)."))
 
+    @property
+    def moe_gpus(self) -> int:
+        """GPUs an expert layer spans: the TP group, times the DP ranks that share it."""
+        return self.tensor_parallel_size * self.data_parallel_size
+
     @model_validator(mode="after")
     def _check(self) -> ParallelConfig:
-        if self.tensor_parallel_size % self.expert_parallel_size:
+        if self.moe_gpus % self.expert_parallel_size:
             raise ValueError(f"expert_parallel_size ({self.expert_parallel_size}) must divide "
-                             f"tensor_parallel_size ({self.tensor_parallel_size})")
+                             f"data_parallel_size x tensor_parallel_size ({self.moe_gpus})")
+        if self.data_parallel_size > 1 and self.pipeline_parallel_size > 1:
+            raise ValueError("data_parallel_size > 1 with pipeline_parallel_size > 1 is not modelled; "
+                             "use one of the two")
         return self
 
 

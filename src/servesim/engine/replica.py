@@ -27,6 +27,7 @@ vLLM's API-server process and reaches the engine (``queued_s``) when that is don
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from servesim.engine.decode_runs import DecodePool, LazyOutput, Run
 from servesim.engine.events import ARRIVAL, BATCH_DONE, WAKE, EventLoop
@@ -37,6 +38,9 @@ from servesim.engine.scheduler import Scheduler, SchedulerOutput
 from servesim.metrics.records import ItlSamples, ReplicaTotals, StepSeries
 from servesim.perf.base import BatchStats, PerfModel
 from servesim.perf.work_step import WorkCounter
+
+if TYPE_CHECKING:
+    from servesim.engine.lockstep import LockstepGroup
 
 
 def step_wall_s(gpu_s: float, cpu_s: float, overlap: bool) -> float:
@@ -92,6 +96,8 @@ class Replica:
         # Cluster hook: the instant between two steps, when no batch is in flight (live
         # migration takes running requests out of the scheduler there).
         self.on_step_end: Callable[[Replica], None] | None = None
+        # The data-parallel ranks this replica steps in lockstep with (engine.lockstep).
+        self.group: LockstepGroup | None = None
         self._run_work: dict[int, tuple[float, float, float, float]] = {}  # see _account_run
         # Async scheduling: arrivals not yet seen by the scheduler, in arrival order; a step
         # admits those that arrived before the step before it started (the module's docstring).
@@ -142,6 +148,18 @@ class Replica:
             self.step()
 
     def step(self) -> None:
+        if self.group is not None:
+            self.group.wake()
+            return
+        plan = self.plan_step()
+        if plan is None:
+            self.busy = False
+            return
+        self.launch_step(*plan)
+
+    def plan_step(self) -> tuple[SchedulerOutput, float, float] | None:
+        """Schedule the next step: (its output, GPU seconds, wall seconds), None when there
+        is nothing to run."""
         now = self.loop.now
         sched = self.scheduler
         if self._staged:
@@ -151,17 +169,22 @@ class Replica:
             self._admit_staged(float("inf"))  # an idle engine schedules what it has at once
             out = sched.schedule()
         if not out.reqs and not out.num_pool:
-            self.busy = False
-            return
-        self._prev_start_s = now
-        self.busy = True
+            return None
         for req in out.reqs:
             if req.first_scheduled_s < 0:
                 req.first_scheduled_s = now
         gpu_s = self.perf.batch_time(out.stats)
         st = out.stats
         cpu_s = self.cpu_overhead_s + self.cpu_per_req_s * (st.num_decode_reqs + st.num_prefill_reqs)
-        dt = step_wall_s(gpu_s, cpu_s, self.async_scheduling)
+        return out, gpu_s, step_wall_s(gpu_s, cpu_s, self.async_scheduling)
+
+    def launch_step(self, out: SchedulerOutput, gpu_s: float, dt: float) -> None:
+        """Run the scheduled step for ``dt`` seconds (longer than its own in a lockstep
+        group, whose slowest rank sets the pace)."""
+        now = self.loop.now
+        sched = self.scheduler
+        self._prev_start_s = now
+        self.busy = True
         self._account(out, now, dt, gpu_s)
         self.run = None
         self.run_rows = None
@@ -183,6 +206,18 @@ class Replica:
                 self._prev_start_s = end - run.durations[-1]
         self.step_end_s = end
         (self.loop.at_quiet if self.quiet else self.loop.at)(end, self.on_batch_done, out, BATCH_DONE)
+
+    def idle_step(self, dt: float) -> None:
+        """A lockstep group's step in which this rank has no request: it runs vLLM's dummy
+        batch, so that the other ranks' collectives complete, for the step's ``dt``."""
+        self.busy = True
+        self._prev_start_s = self.loop.now
+        self.step_end_s = self.loop.now + dt
+        self.loop.at(self.step_end_s, self._on_idle_done, None, BATCH_DONE)
+
+    def _on_idle_done(self, _: object) -> None:
+        if self.group is not None:
+            self.group.rank_done()
 
     def on_batch_done(self, out: SchedulerOutput) -> None:
         if self.failed:
@@ -220,7 +255,10 @@ class Replica:
             self.on_step_end(self)
         if self.check_invariants:
             self._check()
-        self.step()
+        if self.group is not None:
+            self.group.rank_done()
+        else:
+            self.step()
 
     def _admit_staged(self, before_s: float) -> None:
         """Async scheduling: the staged requests that arrived before ``before_s`` (the start

@@ -104,7 +104,7 @@ def graph_plan(version: str, max_num_seqs: int, max_num_batched_tokens: int,
     return GraphPlan(kept, full_decode=mode != "piecewise", mixed=mode != "full_decode_only")
 
 
-def eager_kernels_per_layer(model: ModelSpec, tp: int, ep: int = 1) -> float:
+def eager_kernels_per_layer(model: ModelSpec, tp: int, dp: int = 1) -> float:
     """Kernels one layer launches when run eagerly, on average over the layers (the count the
     host floor scales with; a dense GQA layer, Llama's, is its reference).
 
@@ -113,18 +113,22 @@ def eager_kernels_per_layer(model: ModelSpec, tp: int, ep: int = 1) -> float:
     attention, O GEMM), MLA 10 (q_a, its norm, q_b, kv_a, its norm, rotary, the absorbed k
     and v GEMMs, attention, O); 2 norms; a dense MLP 3 (gate/up, activation, down); a fused
     MoE 7 (router GEMM, top-k, token sorting, two grouped GEMMs, activation, combine), a
-    shared expert 3 more, expert parallelism 2 all-to-alls more; under TP 2 all-reduces, and
-    MiniMax-M2's q/k norms 2 kernels and 1 all-reduce more. A simplification: the fused
-    kernels of a quantization scheme (activation quantization, scale layouts) are not
-    counted apart."""
+    shared expert 3 more (expert parallelism inside the TP group adds none: vLLM's ranks
+    each run their experts on the whole batch); under TP an all-reduce after attention and
+    one after the MLP; MiniMax-M2's q/k norms 2 kernels and 1 all-reduce more. ``dp`` > 1
+    data-parallel ranks of an MoE model gather and scatter their tokens around each MoE
+    layer (2 collectives, in place of its all-reduce). A simplification: the fused kernels
+    of a quantization scheme (activation quantization, scale layouts) are not counted apart."""
     m = model
     L = m.num_layers
-    per = (10 if m.is_mla else 4) + 2 + (2 if tp > 1 else 0)
+    per = (10 if m.is_mla else 4) + 2 + (1 if tp > 1 else 0)
     if m.qk_norm_allreduce:
         per += 2 + (1 if tp > 1 else 0)
-    moe = 7 + (3 if m.shared_expert_intermediate_size else 0) + (2 if ep > 1 else 0)
-    mlp = (m.num_moe_layers * moe + (L - m.num_moe_layers) * 3) / L if m.is_moe else 3
-    return per + mlp
+    dense = 3 + (1 if tp > 1 else 0)
+    if not m.is_moe:
+        return per + dense
+    moe = 7 + (3 if m.shared_expert_intermediate_size else 0) + (2 if dp > 1 else 1 if tp > 1 else 0)
+    return per + (m.num_moe_layers * moe + (L - m.num_moe_layers) * dense) / L
 
 
 def reference_kernels(tp: int) -> float:

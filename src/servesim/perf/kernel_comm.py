@@ -1,11 +1,14 @@
-"""The kernel model's collectives: tensor-parallel all-reduce and expert-parallel all-to-all.
+"""The kernel model's collectives: tensor-parallel all-reduce and the token exchange of
+data-parallel ranks around an MoE layer.
 
 The all-reduce follows vLLM (0.14-0.19): its custom all-reduce for messages below 8 MiB
 (``CustomAllreduce.max_size``) on 2, 4, 6 or 8 GPUs of one node (off for more than two
 PCIe-only GPUs, L40S), from the CUDA-graph table for steps that replay a graph (at most
 ``graph_max_tokens`` tokens) and the eager table above, NCCL for larger messages, and the
-ring roofline where no table covers the TP size or the group spans nodes. Expert-parallel
-dispatch and combine have no packed tables: the roofline's.
+ring roofline where no table covers the TP size or the group spans nodes. Expert
+parallelism inside one TP group exchanges no tokens (vLLM's FusedMoE runs each rank's
+experts on the whole batch and the all-reduce sums them); data-parallel ranks gather and
+scatter theirs with NCCL's all-gather and reduce-scatter (the packed NCCL tables).
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from math import log
 import numpy as np
 
 from servesim.catalog.gpus import GpuSpec
-from servesim.catalog.models import ModelSpec
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.kernels import MAX_TOKENS, KernelDatabase, LogCurve, extended_axis, log_curve
 
@@ -55,11 +57,20 @@ def allreduce_curve(gpu: GpuSpec, db: KernelDatabase | None, tp: int, width: int
     return LogCurve(ts, out), source
 
 
-def alltoall_curve(model: ModelSpec, gpu: GpuSpec, ep: int, eff: Efficiencies) -> tuple[LogCurve, str]:
-    """Seconds of one expert-parallel dispatch (or combine) all-to-all vs T: each rank sends
-    (ep - 1)/ep of its share of the T k token copies over the link."""
+def gather_scatter_curve(gpu: GpuSpec, db: KernelDatabase | None, num_gpus: int, width: int,
+                         eff: Efficiencies) -> tuple[LogCurve, str]:
+    """(seconds of an all-gather and a reduce-scatter of T x ``width`` bf16 elements over
+    ``num_gpus`` GPUs vs the gathered tokens T, where it comes from): the token exchange of
+    an MoE layer between vLLM's data-parallel ranks (its default ``allgather_reducescatter``
+    backend, NCCL collectives). ``db`` None or no table for ``num_gpus``: the ring roofline."""
     ts = extended_axis(np.array([1.0]), 1.0, MAX_TOKENS)
+    size = ts * width
     link = gpu.interconnect_bw * eff.comm
-    copies = model.num_experts_per_tok * (ep - 1) / ep / ep * ts  # token copies leaving one rank
-    sec = copies * model.hidden_size * 2.0 / link + eff.allreduce_latency_s
-    return LogCurve(ts, np.log(sec)), "roofline (expert-parallel dispatch and combine)"
+
+    def roof(n: np.ndarray) -> np.ndarray:
+        return (num_gpus - 1) / num_gpus * n * 2.0 / link + eff.allreduce_latency_s
+    tables = [db.nccl(op, num_gpus) for op in ("all_gather", "reduce_scatter")] if db is not None else []
+    if not tables or any(t is None for t in tables):
+        return LogCurve(ts, np.log(2.0 * roof(size))), "roofline (ring all-gather and reduce-scatter)"
+    sec = sum(np.exp(log_curve(t[0].astype(float), t[1], size, roof)) * 1e-3 for t in tables if t is not None)
+    return LogCurve(ts, np.log(sec)), "table NCCL all_gather + reduce_scatter"

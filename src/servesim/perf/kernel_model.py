@@ -54,7 +54,7 @@ from servesim.perf.base import BatchStats
 from servesim.perf.cuda_graphs import EAGER_PLAN, GraphPlan, eager_kernels_per_layer, reference_kernels
 from servesim.perf.efficiencies import KERNELS_PER_LAYER, Efficiencies
 from servesim.perf.kernel_attention import attention_grid
-from servesim.perf.kernel_comm import allreduce_curve, alltoall_curve
+from servesim.perf.kernel_comm import allreduce_curve, gather_scatter_curve
 from servesim.perf.kernel_moe import moe_curve, moe_dtype
 from servesim.perf.kernel_step import KernelStepTime, Row, row_time
 from servesim.perf.kernels import (
@@ -93,6 +93,11 @@ def _gemm_dtype(model: ModelSpec) -> str | None:
     return {"bfloat16": "bfloat16", "float16": "bfloat16", "nvfp4": "nvfp4"}.get(model.dtype)
 
 
+def _per_rank(curve: LogCurve, dp: int) -> LogCurve:
+    """``curve`` of the tokens of all ``dp`` ranks as a curve of one rank's tokens."""
+    return curve if dp == 1 else LogCurve(np.exp(curve.lx) / dp, curve.ly)
+
+
 class KernelPerfModel(RooflineWork):
     """Step time of ``model`` on ``tp`` x ``pp`` GPUs from measured vLLM kernels (PerfModel)."""
 
@@ -101,7 +106,7 @@ class KernelPerfModel(RooflineWork):
                  links: LinkSpec | None = None, ep: int = 1, expert_imbalance: float = 1.0,
                  cuda_graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS,
                  graphs: GraphPlan | None = None,
-                 eager_host_s_per_layer: float = EAGER_HOST_S_PER_LAYER) -> None:
+                 eager_host_s_per_layer: float = EAGER_HOST_S_PER_LAYER, dp: int = 1) -> None:
         """``version``: the vLLM version whose kernels to use (None: the newest with tables
         for this GPU). ``graphs``: the engine's CUDA-graph plan (``perf.cuda_graphs``; None:
         eager, no padding, every kernel launched, all-reduces from the CUDA-graph table up to
@@ -109,6 +114,9 @@ class KernelPerfModel(RooflineWork):
         timed at the padded size and all-reduces use the CUDA-graph table exactly there,
         and a step above it lasts at least ``eager_host_s_per_layer`` x layers (the host
         launching every kernel itself: ``EAGER_HOST_S_PER_LAYER``).
+        ``dp`` > 1: one of vLLM's data-parallel ranks of an MoE model, its expert layers run
+        on the tokens of all ``dp`` ranks (each taken to hold a batch like this one) over the
+        ``dp x tp`` GPUs, the tokens gathered and scattered back around each.
         Other arguments as ``RooflinePerfModel``'s, which times the operators without tables
         and gives FLOPs and bytes (for MFU/MBU)."""
         if graphs is not None:
@@ -117,8 +125,9 @@ class KernelPerfModel(RooflineWork):
         self._pad = np.asarray(self.graphs.padded_sizes() or [0], np.float64)
         self.roofline = RooflinePerfModel(model, gpu, tp=tp, pp=pp, kv_dtype_bytes=kv_dtype_bytes,
                                           links=links,
-                                          ep=ep, expert_imbalance=expert_imbalance)
+                                          ep=ep, expert_imbalance=expert_imbalance, dp=dp)
         self.model, self.gpu, self.tp, self.pp, self.ep = model, gpu, tp, pp, ep
+        self.dp = self.roofline.dp  # 1 for a dense model, whose DP ranks share nothing
         self.links, self.cuda_graph_max_tokens = links, cuda_graph_max_tokens
         self.kv_dtype_bytes = self.roofline.kv_dtype_bytes
         self.eff = Efficiencies()
@@ -157,7 +166,7 @@ class KernelPerfModel(RooflineWork):
         self.step.graph_max = self.graphs.max_size
         self.step.mixed_max = self.graphs.mixed_max_size
         self.step.c_full, self.step.c_piece, self.step.c_eager = self._c_full, self._c_piece, self._c_eager
-        per_layer = eager_host_s_per_layer * eager_kernels_per_layer(model, tp, ep) / reference_kernels(tp)
+        per_layer = eager_host_s_per_layer * eager_kernels_per_layer(model, tp, self.dp) / reference_kernels(tp)
         self.step.eager_floor = L * per_layer if graphs is not None and pp == 1 else 0.0
         if self.eager_floor:
             self.sources["overhead"] += (f"; a step without graphs lasts at least {L} layers x "
@@ -235,12 +244,18 @@ class KernelPerfModel(RooflineWork):
             width = m.intermediate_size // tp
             ops.append(("gemm_gate_up", self._gemm("gemm_gate_up", gate * width, H, dt), dense_layers))
             ops.append(("gemm_down", self._gemm("gemm_down", H, width, dt), dense_layers))
-        if tp > 1:
-            ops.append(("allreduce", self._allreduce(H), 2 * L))
+        if self.dp > 1:  # the ranks' tokens gathered and scattered back around each MoE layer
+            curve, self.sources["gather_scatter"] = gather_scatter_curve(
+                self.gpu, self._comm_db(self.dp * tp), self.dp * tp, H, self.eff)
+            ops.append(("gather_scatter", _per_rank(curve, self.dp), m.num_moe_layers))
+        if tp > 1:  # attention's and the MLP's (with DP ranks, the dense layers' only)
+            ops.append(("allreduce", self._allreduce(H), 2 * L - (m.num_moe_layers if self.dp > 1 else 0)))
             if m.qk_norm_allreduce:  # q and k variances: 2 fp32 per token = 4 bf16 elements
                 ops.append(("allreduce_qk_norm", self._allreduce(4), L))
-        if self.ep > 1:
-            ops.append(("alltoall", self._alltoall(), 2 * L))
+        # Expert parallelism inside the TP group (vLLM's FusedMoE with dp_size 1) moves no
+        # tokens: every rank holds the whole batch after the attention all-reduce, runs its
+        # own experts on it, and the MoE block's all-reduce (counted above) sums the ranks'
+        # outputs (``FusedMoEParallelConfig.use_all2all_kernels`` needs dp_size > 1).
         return ops
 
     def _mla_ops(self, dt: str | None) -> list[tuple[str, LogCurve, float]]:
@@ -263,20 +278,21 @@ class KernelPerfModel(RooflineWork):
                 ("gemm_uv", self._gemm("gemm_uv", heads * m.v_head_dim, m.kv_lora_rank, "bfloat16"), L),
                 ("gemm_o_proj", self._gemm("gemm_o_proj", H, heads * m.v_head_dim, dt), L)]
 
-    def _alltoall(self) -> LogCurve:
-        curve, self.sources["alltoall"] = alltoall_curve(self.model, self.gpu, self.ep, self.eff)
-        return curve
-
     def _moe(self, dtype: str | None) -> LogCurve:
-        curve, self.sources["moe"] = moe_curve(self.model, self.gpu, self.db, self.tp, self.ep, dtype,
-                                               self.eff)
-        return curve
+        """One MoE layer vs this rank's tokens: with DP ranks, the experts of all ``dp x tp``
+        GPUs run on ``dp`` times as many."""
+        curve, self.sources["moe"] = moe_curve(self.model, self.gpu, self.db, self.tp * self.dp, self.ep,
+                                               dtype, self.eff)
+        return _per_rank(curve, self.dp)
+
+    def _comm_db(self, num_gpus: int) -> KernelDatabase | None:
+        """The tables for a collective over ``num_gpus`` GPUs (None: a group across nodes)."""
+        return None if self.links is not None and num_gpus > self.links.gpus_per_node else self.db
 
     def _allreduce(self, width: int) -> LogCurve:
         """Seconds of one all-reduce of T x ``width`` bf16 elements, vs T (``kernel_comm``)."""
-        spans = self.links is not None and self.tp > self.links.gpus_per_node
         curve, self.sources["allreduce"] = allreduce_curve(
-            self.gpu, None if spans else self.db, self.tp, width, self.eff, self.cuda_graph_max_tokens)
+            self.gpu, self._comm_db(self.tp), self.tp, width, self.eff, self.cuda_graph_max_tokens)
         return curve
 
     def _build_request_ops(self) -> list[tuple[str, LogCurve, float]]:

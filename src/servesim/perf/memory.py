@@ -78,8 +78,8 @@ def weights_bytes_per_gpu(model: ModelSpec, tp: int = 1, pp: int = 1, attention_
     last the LM head (a copy of it when tied), so the largest stage holds one vocab x hidden
     matrix. Embeddings, norms and routers stay 16-bit when the linear layers are quantized,
     as in vLLM's fp8, MXFP4, int4 and NVFP4 checkpoints (``ModelSpec.linear_weight_bytes``).
-    ``attention_dp`` > 1: vLLM's data-parallel attention with expert parallelism over all
-    ``attention_dp x tp`` GPUs (the scenario's parallelism does not have it yet).
+    ``attention_dp`` > 1: vLLM's data-parallel ranks (``parallel.data_parallel_size``) of an
+    MoE model, its experts over all ``attention_dp x tp`` GPUs.
     """
     layers = model.layers_per_stage(pp)
     vocab = model.embedding_params(tp) + (model.lm_head_params(tp) if pp == 1 else 0)
@@ -159,7 +159,8 @@ def _kv_tokens(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: P
     tp, pp = parallel.tensor_parallel_size, parallel.pipeline_parallel_size
     max_len = engine.max_model_len or model.max_position_embeddings
     engine = resolve_engine(engine, gpu.mem_bytes, gpu.name, max_len)
-    available = (engine.gpu_memory_utilization * gpu.mem_bytes - weights_bytes_per_gpu(model, tp, pp)
+    weights = weights_bytes_per_gpu(model, tp, pp, parallel.data_parallel_size)
+    available = (engine.gpu_memory_utilization * gpu.mem_bytes - weights
                  - activation_peak_bytes(model, engine, tp) - NON_TORCH_RESERVE_BYTES)
     per_block = model.kv_bytes_per_token(tp, kv_dtype_bytes, pp) * engine.block_size
     return max(0, math.floor(available / per_block)) * engine.block_size
@@ -206,7 +207,7 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: 
                           f"max_position_embeddings ({model.max_position_embeddings}); vLLM rejects it too")
     check_gpu_blocks_override(engine, max_model_len)
     usable = engine.gpu_memory_utilization * gpu.mem_bytes
-    weights = weights_bytes_per_gpu(model, tp, pp)
+    weights = weights_bytes_per_gpu(model, tp, pp, parallel.data_parallel_size)
     activation = activation_peak_bytes(model, engine, tp)
     reserve = NON_TORCH_RESERVE_BYTES
     kv_per_token = model.kv_bytes_per_token(tp, kv_dtype_bytes, pp)

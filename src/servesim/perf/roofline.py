@@ -53,26 +53,33 @@ class RooflinePerfModel:
         "_num_experts", "_top_k", "_miss", "_pf_f", "_pf_kv", "_pf_tok", "_dec_f", "_dec_kv", "_dec_req",
         "_el_tok", "_el_floor", "_lm_f", "_lm_w", "_lm_req", "_samp_req", "_comm_tok", "_comm_const",
         "_comm_req", "_fixed", "_coef", "_dtype_override", "ep", "expert_imbalance", "links", "_tiles",
-        "graphs", "_pad", "_c_full", "_c_piece", "work_counter",
+        "graphs", "_pad", "_c_full", "_c_piece", "work_counter", "dp",
     )
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1, pp: int = 1,
                  dtype_bytes: float | None = None, kv_dtype_bytes: float | None = None,
                  eff: Efficiencies | None = None, *, links: LinkSpec | None = None, ep: int = 1,
-                 expert_imbalance: float = 1.0, graphs: GraphPlan | None = None) -> None:
+                 expert_imbalance: float = 1.0, graphs: GraphPlan | None = None, dp: int = 1) -> None:
         """``links`` (None: the GPU's interconnect for everything, the original model) place
         TP groups and pipeline stages on nodes of ``links.gpus_per_node`` GPUs: a group that
-        spans nodes communicates over the network. ``ep`` > 1 (MoE only, dividing ``tp``)
-        spreads the experts over ``ep`` groups of ``tp/ep`` ranks: whole experts per group,
-        dispatch and combine all-to-alls per layer, and the busiest group carries
-        ``expert_imbalance`` (max/mean) times the mean token-expert pairs. ``graphs`` (None:
+        spans nodes communicates over the network. ``ep`` > 1 (MoE only, dividing ``dp x
+        tp``) spreads the experts over ``ep`` groups of ``dp x tp / ep`` GPUs: whole experts
+        per group, no token exchange beyond the all-reduces when ``dp`` is 1 (each rank runs
+        its experts on the whole batch, as vLLM does without data parallelism), and the
+        busiest group carries ``expert_imbalance`` (max/mean) times the mean token-expert
+        pairs. ``dp`` > 1 (vLLM's data-parallel ranks sharing an MoE model's experts): this
+        model times one rank whose expert layers run on the tokens of all ``dp`` ranks, each
+        taken to hold a batch like this one (``dp x T`` tokens), gathered and scattered back
+        every MoE layer (the bytes of a ring all-reduce of ``dp x T`` tokens over the ``dp x
+        tp`` GPUs). ``graphs`` (None:
         eager, every kernel launched, as operator measurements are timed) is the engine's
         CUDA-graph plan: steps up to its largest capture size are padded to the next size
         (their token-proportional work and all-reduces) and pay launch costs only where vLLM
         launches kernels outside the graph (``perf.cuda_graphs``; not for pipeline stages).
         """
-        if ep > 1 and (not model.is_moe or tp % ep):
-            raise ValueError(f"expert parallelism {ep} needs an MoE model and must divide TP {tp}")
+        if ep > 1 and (not model.is_moe or (tp * dp) % ep):
+            raise ValueError(f"expert parallelism {ep} needs an MoE model and must divide DP x TP {dp * tp}")
+        self.dp = dp if model.is_moe else 1  # a dense model's DP ranks share nothing
         self.model, self.gpu, self.tp, self.pp = model, gpu, tp, pp
         self.ep, self.expert_imbalance, self.links = ep, expert_imbalance, links
         self.eff = eff or Efficiencies()
@@ -80,7 +87,7 @@ class RooflinePerfModel:
         self._dtype_override = dtype_bytes is not None
         bwe = model.expert_weight_bytes if dtype_bytes is None else dtype_bytes  # routed experts
         self.kv_dtype_bytes = model.default_kv_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
-        self._work = work_coefficients(model, tp, ep, self.dtype_bytes, self.kv_dtype_bytes, bwe)
+        self._work = work_coefficients(model, tp, ep, self.dtype_bytes, self.kv_dtype_bytes, bwe, dp=self.dp)
         self._compute_and_memory_costs()
         self._communication_costs()
         self.graphs = graphs if graphs is not None and pp == 1 else EAGER_PLAN
@@ -114,8 +121,10 @@ class RooflinePerfModel:
         self._mlp_f, self._mlp_w = w["mlp_f"] * lin_f * imb, w["mlp_w"] * lin_m
         self._mlp_a = w["mlp_a"] * lin_m * imb
         self._router_f, self._router_w = w["router_f"] * lin_f, w["router_w"] * lin_m
-        self._num_experts, self._top_k = m.num_experts / ep, m.num_experts_per_tok  # experts on one rank
-        self._miss = 1.0 - m.num_experts_per_tok / m.num_experts if m.is_moe else 0.0
+        # Experts on one GPU, and the token-expert pairs and expert misses of one token of this
+        # rank's batch: with DP ranks the experts see dp tokens for each of it.
+        self._num_experts, self._top_k = m.num_experts / ep, m.num_experts_per_tok * self.dp
+        self._miss = (1.0 - m.num_experts_per_tok / m.num_experts) ** self.dp if m.is_moe else 0.0
         self._pf_f = w["pf_f"] * pf_f
         self._pf_kv = w["kv_tok"] * pf_m                       # per context token read
         self._pf_tok = (2 * w["kv_tok"] + w["qo_tok"]) * pf_m  # per new token: KV read+write, Q, O
@@ -129,7 +138,7 @@ class RooflinePerfModel:
         self.work_counter = WorkCounter(w, self._num_experts, self._top_k, self._miss, self.pp)
 
     def _communication_costs(self) -> None:
-        """All-reduces, the logits gather, pipeline sends and expert all-to-alls.
+        """All-reduces, the logits gather and pipeline sends.
 
         Without ``links`` every transfer uses the GPU's interconnect. With them, a TP group
         larger than a node rings over the network, and of the pp - 1 stage boundaries, those
@@ -156,11 +165,20 @@ class RooflinePerfModel:
         # Pipeline: hidden states and residual cross pp - 1 stage boundaries.
         self._comm_tok += 2 * H * ba * ((pp - 1 - num_net) * link_pp + num_net * link_net)
         self._comm_const += (pp - 1 - num_net) * lat_pp + num_net * lat_net
-        if ep > 1:
-            # Expert parallelism: dispatch and combine all-to-alls per layer; tokens are
-            # spread over the ep groups and (ep - 1)/ep of each token's k copies leave.
-            self._comm_tok += 2 * L * m.num_experts_per_tok * H * ba * (ep - 1) / ep / ep * link_tp
-            self._comm_const += 2 * L * lat_tp
+        # Expert parallelism inside the TP group moves no tokens: every rank holds the batch
+        # after the attention all-reduce and the MoE block's all-reduce (above) sums the
+        # ranks' expert outputs, as vLLM's FusedMoE does with dp_size 1. DP ranks gather
+        # their tokens before each MoE layer and scatter the sums back (vLLM's default
+        # allgather_reducescatter backend): a ring all-reduce's bytes of dp x T tokens over
+        # the dp x tp GPUs, in place of the MoE block's TP all-reduce.
+        if self.dp > 1:
+            g, le = self.dp * tp, m.num_moe_layers
+            if tp > 1:
+                self._comm_tok -= le * ring * H * ba * link_tp
+                self._comm_const -= le * lat_tp
+            across = links is not None and g > links.gpus_per_node
+            self._comm_tok += le * 2.0 * (g - 1) / g * self.dp * H * ba * (link_net if across else link_tp)
+            self._comm_const += le * (e.allreduce_latency_s + 2 * (g - 1) * e.allreduce_hop_s)
 
     def _overheads_and_tiles(self) -> None:
         """Kernel and launch overheads, and the GEMM shapes of wave quantisation."""
@@ -417,7 +435,7 @@ def build_perf_model(model: ModelSpec, gpu: GpuSpec, parallel: ParallelConfig,
     perf = RooflinePerfModel(model, gpu, tp=parallel.tensor_parallel_size,
                              pp=parallel.pipeline_parallel_size, kv_dtype_bytes=kv_b, eff=eff, links=links,
                              ep=parallel.expert_parallel_size, expert_imbalance=parallel.expert_imbalance,
-                             graphs=graphs)
+                             graphs=graphs, dp=parallel.data_parallel_size)
     if parallel.pipeline_parallel_size > 1 and parallel.num_microbatches > 1:
         return PipelinedPerfModel(perf, parallel.num_microbatches)
     return perf

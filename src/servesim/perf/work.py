@@ -15,7 +15,7 @@ def activation_dtype(model: ModelSpec) -> str:
 
 
 def work_coefficients(m: ModelSpec, tp: int, ep: int, bw_: float, bkv: float,
-                      bwe: float | None = None) -> dict[str, float]:
+                      bwe: float | None = None, dp: int = 1) -> dict[str, float]:
     """Raw work coefficients: FLOPs and bytes, summed over all layers, of one TP rank, with
     weights of ``bw_`` (routed experts ``bwe``, default ``bw_``) and KV cache of ``bkv``
     bytes per element.
@@ -24,13 +24,15 @@ def work_coefficients(m: ModelSpec, tp: int, ep: int, bw_: float, bkv: float,
     weights every token passes through in an MoE model (shared experts, dense layers; timed
     with the router), full-attention layers (MLA: latent KV, absorbed decode) and
     sliding-window layers (a window of keys per new token: FLOPs booked with the
-    projections, KV reads with each new token's attention bytes).
+    projections, KV reads with each new token's attention bytes). Routed experts are split
+    over ``ep`` groups of the ``dp x tp`` GPUs their layers span (``dp`` data-parallel ranks).
     """
     bwe = bw_ if bwe is None else bwe
     L, H, ba = m.num_layers, m.hidden_size, m.activation_dtype_bytes
     q = m.num_attention_heads // tp * m.head_dim            # query width on this rank
     kv = m.kv_heads_per_rank(tp) * m.head_dim               # K (or V) width on this rank
-    width = (m.moe_intermediate_size if m.is_moe else m.intermediate_size) // (tp // ep)
+    moe_tp = tp * dp // ep if m.is_moe else tp              # GPUs one expert is split over
+    width = (m.moe_intermediate_size if m.is_moe else m.intermediate_size) // moe_tp
     up = (2 if m.mlp_gated else 1) * width                  # gate+up (or up) output width
     vt = m.vocab_size / tp
     Le, Lf = (m.num_moe_layers if m.is_moe else L), m.num_full_attention_layers
@@ -40,8 +42,8 @@ def work_coefficients(m: ModelSpec, tp: int, ep: int, bw_: float, bkv: float,
         "proj_f": 2.0 * m.attn_params_per_layer(tp) * L + win_f,       # per token
         "proj_w": m.attn_params_per_layer(tp) * L * bw_,               # weight bytes
         "proj_a": L * ba * (H + (q + 2 * kv) + q + H),                 # per token in/out
-        "mlp_f": 2.0 * m.expert_params(tp // ep) * Le / ep,            # per token-expert pair
-        "mlp_w": m.expert_params(tp // ep) * Le * (bwe if m.is_moe else bw_),  # per expert touched
+        "mlp_f": 2.0 * m.expert_params(moe_tp) * Le / ep,              # per token-expert pair
+        "mlp_w": m.expert_params(moe_tp) * Le * (bwe if m.is_moe else bw_),  # per expert touched
         "mlp_a": Le * ba * (H + up + width + H) / ep,                  # per pair in/out
         "router_f": 2.0 * (m.router_params() * Le + every_tok),
         "router_w": m.router_params() * Le * ba + every_tok * bw_,

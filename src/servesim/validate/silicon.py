@@ -186,13 +186,18 @@ def row_case(row: dict[str, str], nvfp4_dir: Path | None = None) -> SiliconCase:
     if key not in MODELS:
         return skip(f"{row['model_path']} at precision {row['precision'] or 'bf16'}: no preset")
     preset, nvfp4, mnote = MODELS[key]
-    dp = _int(row["attention_dp_size"])
-    if dp > 1:
-        return skip(f"attention data parallelism ({dp}): not in the scenario's parallelism "
-                    f"(docs/models.md)")
     tp, pp = _int(row["tp_size"]), _int(row["pp_size"])
     moe_tp, ep = _int(row["moe_tp_size"]), _int(row["moe_ep_size"])
-    if ep > 1 and moe_tp * ep != tp:
+    dp = _int(row["attention_dp_size"])
+    if dp > 1:
+        # InferenceMAX's launch scripts run "DP attention" as --tensor-parallel-size 1
+        # --data-parallel-size $TP --enable-expert-parallel: tp_size GPUs in all, one a
+        # rank, the experts spread over all of them (the rows' moe_ep_size is tp x dp, and
+        # batch_size the clients per rank: silicon_concurrency / dp).
+        if tp % dp:
+            return skip(f"attention data parallelism {dp} does not divide tp {tp}")
+        tp, ep = tp // dp, (tp if ep > 1 else 1)
+    elif ep > 1 and moe_tp * ep != tp:
         return skip(f"moe_tp {moe_tp} x moe_ep {ep} != tp {tp}: an expert layout vLLM's TP/EP does not give")
     if gpu[1]:
         case.notes.append(gpu[1])
@@ -202,7 +207,7 @@ def row_case(row: dict[str, str], nvfp4_dir: Path | None = None) -> SiliconCase:
     if nvfp4:
         case.nvfp4 = preset
         name = str((nvfp4_dir or Path(".")) / _nvfp4_dirname(preset))
-    conc = _int(row["batch_size"])
+    conc = _int(row["batch_size"]) * dp  # a DP row's batch_size is one rank's share of the clients
     isl, osl = _int(row["isl"]), _int(row["osl"])
     version = kernel_version_for(gpu[0], row["backend_version"])
     engine: dict[str, Any] = {"max_model_len": isl + osl}
@@ -220,7 +225,8 @@ def row_case(row: dict[str, str], nvfp4_dir: Path | None = None) -> SiliconCase:
         "name": row["id"],
         "model": model_cfg,
         "hardware": {"gpu": gpu[0], "perf_model": "kernels", "kernel_version": version},
-        "parallel": {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "expert_parallel_size": ep},
+        "parallel": {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "expert_parallel_size": ep,
+                     "data_parallel_size": dp},
         "engine": engine,
         "workload": bench_workload(row["silicon_data_source"], isl, osl, conc),
         "slo": {"ttft_s": None, "tpot_s": None},
@@ -297,7 +303,7 @@ def simulate_case(case: SiliconCase, fallback_cache: dict[tuple[Any, ...], tuple
     case.predicted_ttft_ms = float(bench["mean_ttft_ms"])
     case.predicted_tpot_ms = float(bench["mean_tpot_ms"])
     key = (sc.model.name, sc.hardware.gpu, sc.hardware.kernel_version, sc.parallel.tensor_parallel_size,
-           sc.parallel.pipeline_parallel_size, sc.parallel.expert_parallel_size)
+           sc.parallel.pipeline_parallel_size, sc.parallel.expert_parallel_size, sc.parallel.data_parallel_size)
     cache = fallback_cache if fallback_cache is not None else {}
     if key not in cache:
         perf = build_step_model(load_model(sc.model.name), get_gpu(sc.hardware.gpu), sc.parallel,
