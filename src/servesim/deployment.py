@@ -154,10 +154,10 @@ def resolve_deployments(sc: Scenario) -> list[Deployment]:
     model = load_model(sc.model.name, sc.model.dtype)
     profile = load_profile(sc)
     deps = [resolve_deployment(sc, p, model=model, profile=profile) for p in sc.cluster.pools]
-    for d in deps:
+    for pool, d in zip(sc.cluster.pools, deps):
         if d.parallel.data_parallel_size > 1 and (d.role != "colocated" or sc.cluster.operations is not None
                                                   or sc.cluster.migration.enabled):
-            field = f"cluster.pools[{d.name}].parallel" if d.name != "dp" else "parallel"
+            field = f"cluster.pools[{pool.name}].parallel" if pool.parallel else "parallel"
             raise ConfigError(f"{field}.data_parallel_size: {d.parallel.data_parallel_size} DP ranks run in "
                               "colocated pools of a fixed fleet only (not in prefill/decode pools, under "
                               "cluster.operations or with migration); expected 1 there")

@@ -11,10 +11,9 @@ every rank at once, each schedules its own batch, and all last as long as the sl
 rank's step (each timed by a perf model whose expert layers see ``dp`` times the rank's
 tokens, ``perf.kernel_model``); an idle rank waits the step out.
 
-Simplifications: the group steps only while some rank has work (vLLM keeps a "wave" going
-until every rank has finished, at no cost here since a dummy batch of an idle group is
-never waited on); pure-decode runs are stepped one by one (no skip-ahead), since the
-ranks' steps interleave.
+Simplifications: the group steps only while some rank has work (vLLM's ranks run dummy
+batches until every rank's "wave" has ended, which delays nobody's request); pure-decode
+runs are stepped one by one (no skip-ahead), since every rank's step ends with the group's.
 """
 
 from __future__ import annotations
@@ -48,7 +47,6 @@ class LockstepGroup:
         self.ranks: list[Rank] = list(ranks)
         self.in_flight = 0  # ranks whose part of the current step has not ended
         self.start_pending = False
-        self.num_steps = 0
         for r in ranks:
             r.group = self
             r.skip_ahead = False
@@ -76,7 +74,6 @@ class LockstepGroup:
                 r.busy = False
             return
         dt = max(p[2] for p in plans if p is not None)
-        self.num_steps += 1
         self.in_flight = len(self.ranks)
         for r, p in zip(self.ranks, plans):
             if p is None:
