@@ -82,6 +82,13 @@ CUDA_GRAPH_MAX_TOKENS = 512
 #: section 5: the other models' runs are its held-out check); it bounds a step from below,
 #: it is not added.
 EAGER_HOST_S_PER_LAYER = 0.8e-3
+#: Fixed time of one memory-bound elementwise kernel (a fused residual add and RMSNorm, the
+#: gated activation, the embedding gather) on top of its bytes: the tables' own authors
+#: compose a layer from their GEMM, attention, MoE and collective tables plus such "memory
+#: ops", each ``bytes / (0.8 x HBM bandwidth) + 3 us`` (AIConfigurator's system files,
+#: ``mem_empirical_constant_latency``, the same 3 us on A100, H100, H200, B200 and L40S).
+#: At decode sizes the bytes are nothing and this latency is all a small kernel costs.
+MEM_OP_LATENCY_S = 3e-6
 
 
 def _gemm_dtype(model: ModelSpec) -> str | None:
@@ -91,6 +98,14 @@ def _gemm_dtype(model: ModelSpec) -> str | None:
     if model.dtype == "fp8":
         return "fp8_block" if "block" in model.quant_method else "fp8"
     return {"bfloat16": "bfloat16", "float16": "bfloat16", "nvfp4": "nvfp4"}.get(model.dtype)
+
+
+def mem_ops_per_step(model: ModelSpec) -> int:
+    """The memory-bound elementwise kernels of one forward pass that no table times, as
+    AIConfigurator composes a vLLM layer: two fused residual-add + RMSNorm kernels a layer,
+    the gated activation of a dense MLP (an MoE layer's is inside the fused-MoE kernel),
+    and the embedding gather."""
+    return 2 * model.num_layers + (model.num_layers - model.num_moe_layers) + 1
 
 
 def _per_rank(curve: LogCurve, dp: int) -> LogCurve:
@@ -146,8 +161,11 @@ class KernelPerfModel(RooflineWork):
         self._decode = self._attention("gen", "attn_decode")
         one = self.roofline.breakdown(BatchStats(num_prefill_tokens=1, num_prefill_reqs=1))
         self._el_tok = one["elementwise"]  # the default roofline's elementwise class is linear in T
+        self._el_const = MEM_OP_LATENCY_S * mem_ops_per_step(model)
         self._samp_req = one["sampling"]
-        self.sources["elementwise"] = "roofline (norms, rotary, activation, embedding)"
+        ops = mem_ops_per_step(model)
+        self.sources["elementwise"] = (f"roofline bytes (norms, rotary, activation, embedding) + {ops} "
+                                       f"memory ops x {MEM_OP_LATENCY_S * 1e6:g} us")
         self.sources["sampling"] = "roofline"
         e = self.eff
         # Launch costs (the tables hold kernel time): every kernel of every layer when eager,
@@ -312,7 +330,7 @@ class KernelPerfModel(RooflineWork):
     def _token_seconds(self, t: np.ndarray) -> np.ndarray:
         """Seconds of everything that depends on the token count ``t`` (> 0) alone."""
         t = self._padded(np.asarray(t, np.float64))
-        total = self._el_tok * t
+        total = self._el_tok * t + self._el_const
         for _name, curve, mult in self._token_ops:
             total += mult * curve.at_many(t)
         if self.pp > 1:  # hidden states and residual between stages
@@ -431,9 +449,9 @@ class KernelPerfModel(RooflineWork):
         tg = float(self._padded(np.array([float(t)]))[0])  # the CUDA graph's size
         out = {name: mult * curve.at(tg) for name, curve, mult in self._token_ops}
         out.update({name: mult * curve.at(r) for name, curve, mult in self._req_ops})
-        out["elementwise"] = self._el_tok * tg
+        out["elementwise"] = self._el_tok * tg + self._el_const
         out["sampling"] = self._samp_req * r
-        out["other"] = float(self._token_seconds(np.array([float(t)]))[0] - self._el_tok * tg
+        out["other"] = float(self._token_seconds(np.array([float(t)]))[0] - out["elementwise"]
                         - sum(mult * curve.at(tg) for _n, curve, mult in self._token_ops)
                         + self._request_seconds(np.array([float(r)]))[0] - self._samp_req * r
                         - sum(mult * curve.at(r) for _n, curve, mult in self._req_ops))
