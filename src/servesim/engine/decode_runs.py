@@ -347,19 +347,25 @@ class DecodePool(Scheduler):
                 tot, kv_s, gpu_tot, overlap)
         k = len(durations) - k0
         if k:
-            run.segments.append((n, k, pool_off + n * (j - k + 1)))
-            if run.keep_steps:
-                run.phases.append((j - k, base_used, list(phase)))
-            run.segment_gpu_s.append(gpu_tot)
-            run.end_s = t
-            run.total_s += tot
-            run.kv_block_s += kv_s
-            u = base_used + popped  # blocks in use only grow within a segment: its last step's
-            if u > run.peak_used:
-                run.peak_used = u
+            self._record_segment(run, n, k, j, base_used, popped, t, tot, kv_s, gpu_tot)
         if popped:
             kv.pop_anonymous(popped)
         return k
+
+    def _record_segment(self, run: Run, n: int, k: int, j: int, base_used: int, popped: int, end_s: float,
+                        total_s: float, kv_block_s: float, gpu_s: float) -> None:
+        """Add ``_run_segment``'s k steps of n requests, ending before step j, to ``run``
+        (``base_used`` blocks in use before them, ``popped`` more by their end)."""
+        run.segments.append((n, k, self.pool_off + n * (j - k + 1)))
+        if run.keep_steps:
+            run.phases.append((j - k, base_used, list(self.phase)))
+        run.segment_gpu_s.append(gpu_s)
+        run.end_s = end_s
+        run.total_s += total_s
+        run.kv_block_s += kv_block_s
+        used = base_used + popped  # blocks in use only grow within a segment: its last step's
+        if used > run.peak_used:
+            run.peak_used = used
 
     def _decode_terms(self, perf: PerfModel, n: int) -> tuple[Any, Any]:
         """The perf model's pure-decode step of ``n`` requests in closed form, cached per

@@ -1,0 +1,51 @@
+"""What a cluster run is given and gives back: one pool of replicas, resolved from the
+scenario (``PoolSpec``), and the run's records, steps and totals (``ClusterRun``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from servesim.cluster.transfer import Link
+from servesim.config import EngineConfig
+from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, StepSeries
+from servesim.perf.base import PerfModel
+
+
+@dataclass(slots=True)
+class PoolSpec:
+    """One pool, resolved from the scenario (tests build these directly, no catalog)."""
+
+    name: str
+    role: str  # colocated | prefill | decode
+    num_replicas: int
+    engine: EngineConfig  # resolved (no None batch knobs)
+    perf: PerfModel
+    num_gpu_blocks: int
+    max_model_len: int
+    num_gpus: int = 1  # per replica (tp x pp)
+    kv_bytes_per_token: float = 0.0  # the whole model's KV per token (all layers and heads)
+    net_bw: float = 50e9  # per GPU, bytes/s (KV transfers)
+    net_latency_s: float = 8e-6
+    gpu: Any = None
+    reference: bool = False  # step-by-step scheduler (migration needs it)
+    kv_bytes_per_block: float = 0.0  # per GPU, from the memory plan (swap-preemption policies)
+    weights_bytes_per_gpu: float = 0.0  # what a cold start loads (cluster.operations)
+    # Data-parallel ranks of one server that step in lockstep (an MoE model's; 1: each
+    # replica on its own). Consecutive replicas form a server, sharing its API front end.
+    dp: int = 1
+
+
+@dataclass(slots=True)
+class ClusterRun:
+    records: RequestRecords
+    steps: StepSeries
+    itl: ItlSamples
+    totals: list[ReplicaTotals]
+    end_s: float
+    num_handoffs: int = 0
+    num_migrations: int = 0
+    links: dict[Any, Link] = field(default_factory=dict)
+    timeseries: Any = None  # metrics.timeseries.TimeSeries, with operations
+    operations: dict[str, Any] = field(default_factory=dict)
+    fleet: Any = None  # cluster.fleet.Fleet: each replica's start, ready and end times

@@ -1,0 +1,187 @@
+"""How ``KernelPerfModel`` composes one forward pass from the kernel tables: which GEMM,
+attention, fused-MoE and collective curve times each operator of a layer, sharded as vLLM
+shards it, and the elementwise kernels no table times (``MEM_OP_LATENCY_S``). The timing
+of a step from these curves (tables on demand, the hot path) is ``perf.kernel_model``'s.
+"""
+
+from __future__ import annotations
+
+from math import log
+from typing import Any
+
+import numpy as np
+
+from servesim.catalog.gpus import GpuSpec, LinkSpec
+from servesim.catalog.models import ModelSpec
+from servesim.perf.efficiencies import Efficiencies
+from servesim.perf.kernel_attention import attention_grid
+from servesim.perf.kernel_comm import allreduce_curve, gather_scatter_curve
+from servesim.perf.kernel_moe import moe_curve, moe_dtype
+from servesim.perf.kernels import (
+    MAX_TOKENS,
+    KernelDatabase,
+    LogCurve,
+    extended_axis,
+    gemm_m_curve,
+    roof_time,
+)
+
+#: Fixed time of one memory-bound elementwise kernel (a fused residual add and RMSNorm, the
+#: gated activation, the embedding gather) on top of its bytes: the tables' own authors
+#: compose a layer from their GEMM, attention, MoE and collective tables plus such "memory
+#: ops", each ``bytes / (0.8 x HBM bandwidth) + 3 us`` (AIConfigurator's system files,
+#: ``mem_empirical_constant_latency``, the same 3 us on A100, H100, H200, B200 and L40S).
+#: At decode sizes the bytes are nothing and this latency is all a small kernel costs.
+MEM_OP_LATENCY_S = 3e-6
+def _gemm_dtype(model: ModelSpec) -> str | None:
+    """The GEMM table of the model's linear layers: fp8 checkpoints with 128x128 weight blocks
+    (DeepSeek-style ``weight_block_size``) run vLLM's block-scaled fp8 GEMM, other fp8 ones
+    the per-tensor fp8 GEMM, NVFP4 the nvfp4 GEMM; weight-only schemes keep 16-bit GEMMs."""
+    if model.dtype == "fp8":
+        return "fp8_block" if "block" in model.quant_method else "fp8"
+    return {"bfloat16": "bfloat16", "float16": "bfloat16", "nvfp4": "nvfp4"}.get(model.dtype)
+
+
+def mem_ops_per_step(model: ModelSpec) -> int:
+    """The memory-bound elementwise kernels of one forward pass that no table times, as
+    AIConfigurator composes a vLLM layer: two fused residual-add + RMSNorm kernels a layer,
+    the gated activation of a dense MLP (an MoE layer's is inside the fused-MoE kernel),
+    and the embedding gather."""
+    return 2 * model.num_layers + (model.num_layers - model.num_moe_layers) + 1
+
+
+def _per_rank(curve: LogCurve, dp: int) -> LogCurve:
+    """``curve`` of the tokens of all ``dp`` ranks as a curve of one rank's tokens."""
+    return curve if dp == 1 else LogCurve(np.exp(curve.lx) / dp, curve.ly)
+
+
+class KernelLayerOps:
+    """The operator curves of one forward pass (mixed into ``KernelPerfModel``, whose
+    constructor sets the attributes below before it builds them)."""
+
+    model: ModelSpec
+    gpu: GpuSpec
+    tp: int
+    ep: int
+    dp: int
+    eff: Efficiencies
+    db: KernelDatabase | None
+    links: LinkSpec | None
+    kv_dtype_bytes: float
+    cuda_graph_max_tokens: int
+    sources: dict[str, str]
+
+    def _gemm_roof(self, dtype: str) -> Any:
+        wb = 2.0 if dtype == "bfloat16" else 1.0
+        ab = 2.0 if dtype == "bfloat16" else 1.0
+        peak = self.gpu.flops_for("bfloat16" if dtype == "bfloat16" else "fp8")
+        bw, e = self.gpu.mem_bw, self.eff
+
+        def roof(m: np.ndarray, n: float, k: float) -> np.ndarray:
+            return roof_time(2.0 * m * n * k, m * k * ab + n * k * wb + m * n * 2.0, peak, bw,
+                             e.linear_compute, e.linear_memory)
+        return roof
+
+    def _gemm(self, name: str, n: int, k: int, dtype: str | None) -> LogCurve:
+        """The seconds-vs-m curve of one GEMM per layer (table, else roofline)."""
+        table = self.db.gemm(dtype) if self.db is not None and dtype else None
+        roof = self._gemm_roof(dtype or "bfloat16")
+        if table is None:
+            ms = extended_axis(np.array([1.0]), 1.0, MAX_TOKENS)
+            self.sources[name] = f"roofline (no {dtype or self.model.dtype} GEMM table)"
+            return LogCurve(ms, np.log(roof(ms, n, k)))
+        ms = extended_axis(table[0], 1.0, MAX_TOKENS)
+        off = [f"{a}={v} outside {int(ax[0])}-{int(ax[-1])}"
+               for a, v, ax in (("n", n, table[1]), ("k", k, table[2])) if v > ax[-1] or v < ax[0]]
+        self.sources[name] = f"table gemm {dtype} n={n} k={k}" + (f" ({', '.join(off)}: roofline-scaled)"
+                                                                  if off else "")
+        return LogCurve(ms, gemm_m_curve(table, n, k, ms, roof) + log(1e-3))
+
+    def _build_token_ops(self) -> list[tuple[str, LogCurve, float]]:
+        """(name, seconds-vs-T curve, multiplier) of every operator whose time depends on T alone."""
+        m, tp, L = self.model, self.tp, self.model.num_layers
+        dt = _gemm_dtype(m)
+        H = m.hidden_size
+        q = m.num_attention_heads // tp * m.head_dim
+        kv = m.kv_heads_per_rank(tp) * m.head_dim
+        ops: list[tuple[str, LogCurve, float]] = (
+            self._mla_ops(dt) if m.is_mla else [("gemm_qkv", self._gemm("gemm_qkv", q + 2 * kv, H, dt), L),
+                                                 ("gemm_o_proj", self._gemm("gemm_o_proj", H, q, dt), L)])
+        gate = 2 if m.mlp_gated else 1
+        dense_layers = L - m.num_moe_layers
+        if m.is_moe:
+            moe_layers = m.num_moe_layers
+            ops.append(("gemm_router", self._gemm("gemm_router", m.num_experts, H, "bfloat16"), moe_layers))
+            ops.append(("moe", self._moe(moe_dtype(m, _gemm_dtype(m))), moe_layers))
+            if m.shared_expert_intermediate_size:  # every token through the shared expert(s)
+                sw = m.shared_expert_intermediate_size // tp
+                gate_up = self._gemm("gemm_shared_gate_up", gate * sw, H, dt)
+                ops.append(("gemm_shared_gate_up", gate_up, moe_layers))
+                down = self._gemm("gemm_shared_down", H, sw, dt)
+                ops.append(("gemm_shared_down", down, moe_layers))
+        if dense_layers:
+            width = m.intermediate_size // tp
+            ops.append(("gemm_gate_up", self._gemm("gemm_gate_up", gate * width, H, dt), dense_layers))
+            ops.append(("gemm_down", self._gemm("gemm_down", H, width, dt), dense_layers))
+        if self.dp > 1:  # the ranks' tokens gathered and scattered back around each MoE layer
+            curve, self.sources["gather_scatter"] = gather_scatter_curve(
+                self.gpu, self._comm_db(self.dp * tp), self.dp * tp, H, self.eff)
+            ops.append(("gather_scatter", _per_rank(curve, self.dp), m.num_moe_layers))
+        if tp > 1:  # attention's and the MLP's (with DP ranks, the dense layers' only)
+            ops.append(("allreduce", self._allreduce(H), 2 * L - (m.num_moe_layers if self.dp > 1 else 0)))
+            if m.qk_norm_allreduce:  # q and k variances: 2 fp32 per token = 4 bf16 elements
+                ops.append(("allreduce_qk_norm", self._allreduce(4), L))
+        # Expert parallelism inside the TP group (vLLM's FusedMoE with dp_size 1) moves no
+        # tokens: every rank holds the whole batch after the attention all-reduce, runs its
+        # own experts on it, and the MoE block's all-reduce (counted above) sums the ranks'
+        # outputs (``FusedMoEParallelConfig.use_all2all_kernels`` needs dp_size > 1).
+        return ops
+
+    def _mla_ops(self, dt: str | None) -> list[tuple[str, LogCurve, float]]:
+        """MLA's projections as vLLM's DeepSeek-V2/V3 layers run them at decode: the fused
+        query and latent down-projection (``fused_qkv_a_proj``, replicated on every rank),
+        the query up-projection ``q_b`` (split by heads), the absorbed key and value
+        up-projections (two per-head batched GEMMs of kv_lora_rank x qk_nope and v_head_dim x
+        kv_lora_rank, priced as one GEMM of the same weights) and the output projection."""
+        m, tp, L, H = self.model, self.tp, self.model.num_layers, self.model.hidden_size
+        heads = m.num_attention_heads // tp
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        latent = m.kv_lora_rank + m.qk_rope_head_dim
+        if m.q_lora_rank:
+            ops = [("gemm_qkv_a", self._gemm("gemm_qkv_a", m.q_lora_rank + latent, H, dt), L),
+                   ("gemm_q_b", self._gemm("gemm_q_b", heads * qk, m.q_lora_rank, dt), L)]
+        else:
+            ops = [("gemm_qkv_a", self._gemm("gemm_qkv_a", heads * qk + latent, H, dt), L)]
+        return [*ops,
+                ("gemm_uk", self._gemm("gemm_uk", heads * m.kv_lora_rank, m.qk_nope_head_dim, "bfloat16"), L),
+                ("gemm_uv", self._gemm("gemm_uv", heads * m.v_head_dim, m.kv_lora_rank, "bfloat16"), L),
+                ("gemm_o_proj", self._gemm("gemm_o_proj", H, heads * m.v_head_dim, dt), L)]
+
+    def _moe(self, dtype: str | None) -> LogCurve:
+        """One MoE layer vs this rank's tokens: with DP ranks, the experts of all ``dp x tp``
+        GPUs run on ``dp`` times as many."""
+        curve, self.sources["moe"] = moe_curve(self.model, self.gpu, self.db, self.tp * self.dp, self.ep,
+                                               dtype, self.eff)
+        return _per_rank(curve, self.dp)
+
+    def _comm_db(self, num_gpus: int) -> KernelDatabase | None:
+        """The tables for a collective over ``num_gpus`` GPUs (None: a group across nodes)."""
+        return None if self.links is not None and num_gpus > self.links.gpus_per_node else self.db
+
+    def _allreduce(self, width: int) -> LogCurve:
+        """Seconds of one all-reduce of T x ``width`` bf16 elements, vs T (``kernel_comm``)."""
+        curve, self.sources["allreduce"] = allreduce_curve(
+            self.gpu, self._comm_db(self.tp), self.tp, width, self.eff, self.cuda_graph_max_tokens)
+        return curve
+
+    def _build_request_ops(self) -> list[tuple[str, LogCurve, float]]:
+        m = self.model
+        vt = -(-m.vocab_size // self.tp)
+        return [("lm_head", self._gemm("lm_head", vt, m.hidden_size, "bfloat16"), 1.0)]
+
+    def _attention(self, prefix: str, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(log batch axis, length axis, log seconds [batch, length]) of all layers' attention
+        (``perf.kernel_attention``: tables, sliding-window layers, MLA's latent decode)."""
+        grid, self.sources[name] = attention_grid(prefix, self.model, self.gpu, self.db, self.tp,
+                                                  self.kv_dtype_bytes, self.eff)
+        return grid
