@@ -198,3 +198,32 @@ def test_bad_plan_files_get_one_line_errors(tmp_path, text, message):
     res = CliRunner().invoke(app, ["plan", str(path), "--backend", "inprocess", "--no-progress"])
     assert res.exit_code == 2, res.output
     assert message in res.output and "Traceback" not in res.output
+
+
+def test_data_parallel_servers_are_searched_for_moe_models_only():
+    moe = scenario_from_dict({**SMALL, "model": {"name": "MiniMaxAI/MiniMax-M2.5"}, "hardware": {"gpu": "B200"}})
+    plan = plan_config({"max_total_gpus": 4, "tensor_parallel_sizes": [1, 2], "data_parallel_sizes": [1, 2],
+                        "expert_parallel": [True], "replicas": [1]}, "test")
+    cands = enumerate_candidates(moe, plan)
+    # tp1 and tp2, each with 1 and 2 ranks; EP spans all the server's GPUs (dp x tp)
+    assert [(c.label(), c.num_gpus) for c in cands] == [
+        ("B200 1x tp1", 1), ("B200 1x tp1dp2ep2", 2), ("B200 1x tp2ep2", 2), ("B200 1x tp2dp2ep4", 4)]
+    par = cands[3].scenario.parallel
+    assert (par.tensor_parallel_size, par.data_parallel_size, par.expert_parallel_size) == (2, 2, 4)
+    assert cands[3].describe()["dp"] == 2
+    # the bounds count the capacity of every rank: the one server is two engines
+    (dep, role, engines), = _resolve_pools(cands[3], {})
+    assert role == "colocated" and engines == 2 and dep.parallel.data_parallel_size == 2
+    from servesim.planner.search import Evaluated
+
+    cmd = [ln for ln in vllm_serve_lines(Evaluated(cands[3], None, None, 0.0, False)) if ln.startswith("vllm")]
+    assert "--tensor-parallel-size 2 --data-parallel-size 2 --enable-expert-parallel" in cmd[0]
+    head = [ln for ln in vllm_serve_lines(Evaluated(cands[3], None, None, 0.0, False)) if ln.startswith("#")]
+    assert head == ["# each replica: 1 x 4 B200"]
+    # a dense model's ranks would be replicas: the plan says so instead of searching them
+    with pytest.raises(ConfigError, match="dense model.*plan.replicas"):
+        enumerate_candidates(scenario_from_dict(SMALL), plan)
+    # data-parallel ranks are not tried with pipeline stages
+    plan_pp = plan_config({"max_total_gpus": 4, "tensor_parallel_sizes": [1], "pipeline_parallel_sizes": [1, 2],
+                           "data_parallel_sizes": [2], "replicas": [1]}, "test")
+    assert [c.label() for c in enumerate_candidates(moe, plan_pp)] == ["B200 1x tp1dp2"]

@@ -29,6 +29,11 @@ class PlanConfig(_Strict):
     expert_parallel: list[bool] = Field([False], min_length=1, description=(
         "MoE: try expert parallelism over the TP ranks (EP = TP, vLLM's --enable-expert-parallel)."),
         json_schema_extra={"vllm": "--enable-expert-parallel"})
+    data_parallel_sizes: list[int] = Field([1], min_length=1, description=(
+        "MoE models, colocated mode: data-parallel ranks per server to try (each rank its own "
+        "attention and KV cache, the experts over DP x TP GPUs, the ranks in lockstep; with "
+        "expert_parallel, EP = DP x TP). A dense model's ranks would be plain replicas: keep 1."),
+        json_schema_extra={"vllm": "--data-parallel-size"})
     replicas: list[int] | None = Field(None, min_length=1, description=(
         "Colocated replicas to try; None: 1, 2, 4, ... and the most the GPU budget allows."))
     modes: list[Literal["colocated", "disaggregated"]] = Field(["colocated"], min_length=1, description=(
@@ -54,7 +59,7 @@ class PlanConfig(_Strict):
         "Routers to try for candidates of more than one replica; None: the scenario's (round_robin)."))
     objective: Literal["cost", "gpus", "energy"] = Field("cost", description=(
         "Ranks the candidates meeting the SLOs: $/hour, GPUs, or joules per output token."))
-    @field_validator("tensor_parallel_sizes", "pipeline_parallel_sizes", "replicas",
+    @field_validator("tensor_parallel_sizes", "pipeline_parallel_sizes", "data_parallel_sizes", "replicas",
                      "prefill_tensor_parallel_sizes", "decode_tensor_parallel_sizes")
     @classmethod
     def _positive(cls, v: list[int] | None) -> list[int] | None:

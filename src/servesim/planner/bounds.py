@@ -133,7 +133,7 @@ def _resolve_pools(c: Candidate, memo: dict[str, Any]) -> list[tuple[Deployment,
         if isinstance(memo[key], Exception):
             raise memo[key]
         out.append(memo[key])
-    return [(d, shape.role, shape.num_replicas) for d, shape in zip(out, c.pools)]
+    return [(d, shape.role, shape.num_replicas * shape.dp) for d, shape in zip(out, c.pools)]
 
 
 def bound_candidate(c: Candidate, demand: Demand, tpot_s: float | None,

@@ -87,6 +87,9 @@ def vllm_serve_lines(e: Evaluated) -> list[str]:
         args = ["vllm", "serve", dep.model.name, "--tensor-parallel-size", str(par.tensor_parallel_size)]
         if par.pipeline_parallel_size > 1:
             args += ["--pipeline-parallel-size", str(par.pipeline_parallel_size)]
+        dp = par.data_parallel_size
+        if dp > 1:
+            args += ["--data-parallel-size", str(dp)]
         if par.expert_parallel_size > 1:
             args.append("--enable-expert-parallel")
         args += ["--max-num-seqs", str(eng.max_num_seqs), "--max-num-batched-tokens", str(eng.max_num_batched_tokens),
@@ -98,7 +101,7 @@ def vllm_serve_lines(e: Evaluated) -> list[str]:
         if dep.role in ("prefill", "decode"):
             args += ["--kv-transfer-config", KV_TRANSFER_CONFIG]
         where = f"{dep.role} pool" if dep.role != "colocated" else "each replica"
-        lines.append(f"# {where}: {dep.num_replicas} x {dep.num_gpus} {dep.gpu.name}")
+        lines.append(f"# {where}: {dep.num_replicas // dp} x {dep.num_gpus * dp} {dep.gpu.name}")
         lines.append(shlex.join(args))
     return lines
 

@@ -2,7 +2,7 @@
 
 A candidate is one complete, validated ``Scenario`` (what ``servesim simulate`` would run)
 plus the shape that names it: GPU, colocated or disaggregated, each pool's replicas and
-TP/PP/EP, and the engine knobs. Candidates are numbered in a fixed enumeration order, so
+TP/PP/EP/DP, and the engine knobs. Candidates are numbered in a fixed enumeration order, so
 the same plan always yields the same ids; every result is reported by id.
 
 Two ways in: a plan file (a scenario file with a ``plan:`` section, ``load_plan``), or the
@@ -34,15 +34,17 @@ class PoolShape:
     tp: int
     pp: int = 1
     ep: int = 1
+    dp: int = 1  # data-parallel ranks of each replica (a vLLM server of dp x tp GPUs)
 
     @property
     def num_gpus(self) -> int:
-        return self.num_replicas * self.tp * self.pp
+        return self.num_replicas * self.tp * self.pp * self.dp
 
     def label(self) -> str:
         ep = f"ep{self.ep}" if self.ep > 1 else ""
         pp = f"pp{self.pp}" if self.pp > 1 else ""
-        return f"{self.num_replicas}x tp{self.tp}{pp}{ep}"
+        dp = f"dp{self.dp}" if self.dp > 1 else ""
+        return f"{self.num_replicas}x tp{self.tp}{pp}{dp}{ep}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +75,8 @@ class Candidate:
                                "num_gpus": self.num_gpus}
         for p in self.pools:
             key = "" if p.role == "colocated" else f"{p.role}_"
-            out.update({f"{key}replicas": p.num_replicas, f"{key}tp": p.tp, f"{key}pp": p.pp, f"{key}ep": p.ep})
+            out.update({f"{key}replicas": p.num_replicas, f"{key}tp": p.tp, f"{key}pp": p.pp, f"{key}ep": p.ep,
+                        f"{key}dp": p.dp})
         out.update(dict(self.knobs))
         return out
 
@@ -165,17 +168,17 @@ def _replica_counts(plan: PlanConfig, gpus_per_replica: int) -> list[int]:
     return sorted({*counts, most}) if most else []
 
 
-def _pool_shapes(plan: PlanConfig, layouts: list[tuple[int, int, int]]) -> list[tuple[PoolShape, ...]]:
+def _pool_shapes(plan: PlanConfig, layouts: list[tuple[int, int, int, int]]) -> list[tuple[PoolShape, ...]]:
     """Colocated shapes: each layout times each replica count."""
-    return [(PoolShape("colocated", r, tp, pp, ep),) for tp, pp, ep in layouts
-            for r in _replica_counts(plan, tp * pp)]
+    return [(PoolShape("colocated", r, tp, pp, ep, dp),) for tp, pp, ep, dp in layouts
+            for r in _replica_counts(plan, tp * pp * dp)]
 
 
-def _disagg_shapes(plan: PlanConfig, pre: list[tuple[int, int, int]],
-                   dec: list[tuple[int, int, int]]) -> list[tuple[PoolShape, ...]]:
+def _disagg_shapes(plan: PlanConfig, pre: list[tuple[int, int, int, int]],
+                   dec: list[tuple[int, int, int, int]]) -> list[tuple[PoolShape, ...]]:
     """Disaggregated shapes: each prefill and decode layout, each ratio scaled while it fits."""
     out = []
-    for (ptp, ppp, pep), (dtp, dpp, dep) in itertools.product(pre, dec):
+    for (ptp, ppp, pep, _), (dtp, dpp, dep, _) in itertools.product(pre, dec):
         seen = set()
         for a, b in plan.ratios():
             k = 1
@@ -188,9 +191,24 @@ def _disagg_shapes(plan: PlanConfig, pre: list[tuple[int, int, int]],
     return out
 
 
-def _layouts(tps: list[int], plan: PlanConfig) -> list[tuple[int, int, int]]:
-    return [(tp, pp, tp if ep else 1) for tp in tps for pp in plan.pipeline_parallel_sizes
-            for ep in plan.expert_parallel]
+def _layouts(tps: list[int], plan: PlanConfig, dps: list[int] | None = None) -> list[tuple[int, int, int, int]]:
+    """(tp, pp, ep, dp) of each replica layout: EP over all the server's GPUs (dp x tp) when
+    tried; data-parallel ranks without pipeline stages (vLLM refuses DP with PP here)."""
+    return [(tp, pp, tp * dp if ep else 1, dp) for tp in tps for pp in plan.pipeline_parallel_sizes
+            for dp in (dps or [1]) if dp == 1 or pp == 1 for ep in plan.expert_parallel]
+
+
+def _data_parallel_sizes(base: Scenario, plan: PlanConfig) -> list[int]:
+    """The plan's DP sizes, refused for a dense model (its ranks would be plain replicas)."""
+    if plan.data_parallel_sizes == [1]:
+        return [1]
+    from servesim.catalog.hf_config import load_model
+
+    if not load_model(base.model.name).is_moe:
+        raise ConfigError(f"plan.data_parallel_sizes {plan.data_parallel_sizes}: {base.model.name} is a "
+                          "dense model, whose data-parallel ranks share nothing and are replicas: search "
+                          "plan.replicas instead (data-parallel ranks pay off for MoE models)")
+    return plan.data_parallel_sizes
 
 
 def enumerate_candidates(base: Scenario, plan: PlanConfig) -> list[Candidate]:
@@ -202,7 +220,7 @@ def enumerate_candidates(base: Scenario, plan: PlanConfig) -> list[Candidate]:
         base.hardware.gpu if isinstance(base.hardware.gpu, str) else base.hardware.gpu.name]
     shapes: list[tuple[PoolShape, ...]] = []
     if "colocated" in plan.modes:
-        shapes += _pool_shapes(plan, _layouts(plan.tensor_parallel_sizes, plan))
+        shapes += _pool_shapes(plan, _layouts(plan.tensor_parallel_sizes, plan, _data_parallel_sizes(base, plan)))
     if "disaggregated" in plan.modes:
         shapes += _disagg_shapes(plan, _layouts(plan.prefill_tensor_parallel_sizes or plan.tensor_parallel_sizes, plan),
                                  _layouts(plan.decode_tensor_parallel_sizes or plan.tensor_parallel_sizes, plan))
@@ -229,7 +247,7 @@ def candidate_scenario(base: Scenario, gpu: str, shape: tuple[PoolShape, ...], k
 
     def par(p: PoolShape) -> ParallelConfig:
         return base.parallel.model_copy(update={"tensor_parallel_size": p.tp, "pipeline_parallel_size": p.pp,
-                                                "expert_parallel_size": p.ep})
+                                                "expert_parallel_size": p.ep, "data_parallel_size": p.dp})
 
     upd: dict[str, Any] = {"hardware": base.hardware.model_copy(update={"gpu": gpu}), "engine": engine,
                            "name": f"{base.name}-{gpu}-" + "-".join(p.label().replace(" ", "") for p in shape)}
