@@ -59,29 +59,44 @@ def test_mxfp4_table_exact_and_nearest_sharding_on_h200():
     pm1 = KernelPerfModel(m, g, tp=1, version="0.19.0")
     assert pm1.sources["moe"] == "table moe w4a16_mxfp4 tp=1 ep=1"
     assert _decode(pm1, 16, 1000)["moe"] == pytest.approx(36 * float(lat[i]) * 1e-3, rel=1e-6)
-    # TP 4: no moe_tp 4 table; the nearest measured (2) scaled by the roofline of the two shardings.
-    _, lat2 = db.moe(*GPT_OSS, 2, 1, "w4a16_mxfp4")
+    # TP 4: no moe_tp 4 table; the nearest measured (2) scaled by the roofline of the two
+    # shardings, all but the kernel's fixed latency (its time at 1 token over its roof there).
+    t2, lat2 = db.moe(*GPT_OSS, 2, 1, "w4a16_mxfp4")
     pm4 = KernelPerfModel(m, g, tp=4, version="0.19.0")
     assert pm4.sources["moe"] == "table moe w4a16_mxfp4 tp=2 ep=1 (roofline-scaled to H200 tp=4)"
     bf, pk, bw = 4.25 / 8, g.flops_for("bfloat16"), g.mem_bw
-    ratio = (_moe_roof(16, 3 * 2880 * 2880 / 4, bf, 128, 4, 2880, pk, bw)
-             / _moe_roof(16, 3 * 2880 * 2880 / 2, bf, 128, 4, 2880, pk, bw))
-    assert _decode(pm4, 16, 1000)["moe"] == pytest.approx(36 * float(lat2[i]) * 1e-3 * ratio, rel=1e-6)
+    at_tp2 = _moe_roof(16, 3 * 2880 * 2880 / 2, bf, 128, 4, 2880, pk, bw)
+    at_tp4 = _moe_roof(16, 3 * 2880 * 2880 / 4, bf, 128, 4, 2880, pk, bw)
+    assert t2[0] == 1
+    one = _moe_roof(1, 3 * 2880 * 2880 / 2, bf, 128, 4, 2880, pk, bw)
+    fixed = float(lat2[0]) * 1e-3 - one
+    assert fixed > 5 * one  # at one token the kernel is latency-bound, not at its roof
+    table = 36 * float(lat2[i]) * 1e-3
+    want = table * (at_tp4 + fixed) / (at_tp2 + fixed)
+    assert _decode(pm4, 16, 1000)["moe"] == pytest.approx(want, rel=1e-6)
+    assert table * at_tp4 / at_tp2 < want < table  # it shrinks with TP, less than its roofline
 
 
 def test_h100_takes_the_h200_table_of_its_die_scaled_by_the_roofline():
     # H100 SXM has no MXFP4 MoE table; H200 (the same GH100 die, more HBM bandwidth) has:
-    # its moe_tp 2 table times the roofline ratio H100 / H200 (memory-bound: the bandwidths).
+    # its moe_tp 2 table, the part above the kernel's fixed latency times the roofline ratio
+    # H100 / H200 (memory-bound: the bandwidths); the fixed latency is the same die's.
     m, h100, h200 = load_model("openai/gpt-oss-120b"), get_gpu("H100-SXM"), get_gpu("H200")
     tokens, lat = load_database("H200", "0.19.0").moe(*GPT_OSS, 2, 1, "w4a16_mxfp4")
     i = int(np.searchsorted(tokens, 8))
     pm = KernelPerfModel(m, h100, tp=2, version="0.19.0")
     assert pm.sources["moe"] == "table moe w4a16_mxfp4 tp=2 ep=1 of H200 (roofline-scaled to H100-SXM tp=2)"
     p = 3 * 2880 * 2880 / 2
-    ratio = (_moe_roof(8, p, 4.25 / 8, 128, 4, 2880, h100.flops_for("bfloat16"), h100.mem_bw)
-             / _moe_roof(8, p, 4.25 / 8, 128, 4, 2880, h200.flops_for("bfloat16"), h200.mem_bw))
-    assert ratio == pytest.approx(h200.mem_bw / h100.mem_bw, rel=1e-9)
-    assert _decode(pm, 8, 1000)["moe"] == pytest.approx(36 * float(lat[i]) * 1e-3 * ratio, rel=1e-6)
+
+    def roof(gpu, t):
+        return _moe_roof(t, p, 4.25 / 8, 128, 4, 2880, gpu.flops_for("bfloat16"), gpu.mem_bw)
+
+    assert roof(h100, 8) / roof(h200, 8) == pytest.approx(h200.mem_bw / h100.mem_bw, rel=1e-9)
+    fixed = float(lat[0]) * 1e-3 - roof(h200, 1)
+    want = 36 * float(lat[i]) * 1e-3 * (roof(h100, 8) + fixed) / (roof(h200, 8) + fixed)
+    assert _decode(pm, 8, 1000)["moe"] == pytest.approx(want, rel=1e-6)
+    # slower than on H200, less so than the bandwidths alone say (the fixed part does not scale)
+    assert 36 * float(lat[i]) * 1e-3 < want < 36 * float(lat[i]) * 1e-3 * h200.mem_bw / h100.mem_bw
 
 
 def test_mxfp4_table_of_b200_is_not_vllms_sm100_kernel():

@@ -7,7 +7,11 @@ One MoE layer on one rank (``moe_tp`` = TP / EP, ``moe_ep`` = EP) takes, in this
    scaled by the roofline ratio of the two shardings (the table's kernel efficiency at the
    wanted weight bytes and FLOPs); failing that (or where the GPU's own table is not
    used), the same lookup on the GPU's sibling (``SIBLINGS``: the same die with other
-   HBM) where its table is used, scaled by the two GPUs' roofline ratio;
+   HBM) where its table is used, scaled by the two GPUs' roofline ratio. Only the part of
+   the measured time above the kernel's fixed latency scales: that latency (the table's
+   time at its fewest tokens less its roof there: 76 us a layer for gpt-oss's MXFP4 MoE on
+   H200, 12x the bytes' time at one token) is the kernel's launch-to-finish floor, which
+   neither a narrower shard nor more bandwidth shortens;
 3. where the GPU's own table is one vLLM does not serve (below) but times the same kernel
    as another GPU's table of that version: that other GPU's served table (another
    version), times the measured ratio of the two GPUs on the same kernel (``_transferred``);
@@ -137,7 +141,11 @@ def _nearest(db: KernelDatabase, tgpu: GpuSpec, model: ModelSpec, gpu: GpuSpec, 
         return _curve(tokens, lat, roof), f"table moe {dtype} tp={moe_tp} ep={ep}"
     ref = moe_roofline(m, tgpu, eff, t_tp, ep, dtype)
     tf = tokens.astype(float)
-    return (_curve(tokens, lat * roof(tf) / ref(tf), roof),
+    # The kernel's fixed latency (its time at the fewest tokens measured above its roof there)
+    # does not scale with the sharding or the GPU; the rest scales as the roofline does.
+    fixed = max(0.0, float(lat[0]) * 1e-3 - float(ref(tf[:1])[0]))
+    scale = (roof(tf) + fixed) / (ref(tf) + fixed)
+    return (_curve(tokens, lat * scale, roof),
             f"table moe {dtype} tp={t_tp} ep={ep}{where} (roofline-scaled to {gpu.name} tp={moe_tp})")
 
 
