@@ -17,7 +17,8 @@ One MoE layer on one rank (``moe_tp`` = TP / EP, ``moe_ep`` = EP) takes, in this
    version), times the measured ratio of the two GPUs on the same kernel (``_transferred``);
 4. for weight-only 4-bit experts (``int4_wo``, ``w4a16_mxfp4``): the 16-bit table of the
    same shape and sharding, scaled by the roofline ratio of 4-bit to 16-bit weights (the
-   kernels do the same 16-bit math on a quarter of the weight bytes);
+   kernels do the same 16-bit math on a quarter of the weight bytes), its fixed latency
+   kept as in 2;
 5. the roofline: the experts the step's tokens touch read once at the experts' own weight
    bytes (4.25 bits for MXFP4, 4 for int4, ...), 16-bit math for weight-only schemes.
 
@@ -140,12 +141,7 @@ def _nearest(db: KernelDatabase, tgpu: GpuSpec, model: ModelSpec, gpu: GpuSpec, 
     if t_tp == moe_tp and not where:
         return _curve(tokens, lat, roof), f"table moe {dtype} tp={moe_tp} ep={ep}"
     ref = moe_roofline(m, tgpu, eff, t_tp, ep, dtype)
-    tf = tokens.astype(float)
-    # The kernel's fixed latency (its time at the fewest tokens measured above its roof there)
-    # does not scale with the sharding or the GPU; the rest scales as the roofline does.
-    fixed = max(0.0, float(lat[0]) * 1e-3 - float(ref(tf[:1])[0]))
-    scale = (roof(tf) + fixed) / (ref(tf) + fixed)
-    return (_curve(tokens, lat * scale, roof),
+    return (_curve(tokens, _rescaled(tokens, lat, roof, ref), roof),
             f"table moe {dtype} tp={t_tp} ep={ep}{where} (roofline-scaled to {gpu.name} tp={moe_tp})")
 
 
@@ -226,10 +222,18 @@ def moe_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int
                           moe_tp, ep, "bfloat16")
             if base is not None:
                 ref = moe_roofline(m, gpu, eff, moe_tp, ep, "bfloat16", weight_bytes=2.0)
-                tf = base[0].astype(float)
-                return (_curve(base[0], base[1] * roof(tf) / ref(tf), roof),
+                return (_curve(base[0], _rescaled(base[0], base[1], roof, ref), roof),
                         f"table moe bfloat16 tp={moe_tp} ep={ep} (roofline-scaled to {dtype} weights{skipped})")
     return LogCurve(ts, np.log(roof(ts))), f"roofline (no fused-MoE table for this shape{skipped})"
+
+
+def _rescaled(tokens: np.ndarray, lat_ms: np.ndarray, roof: RoofFn, ref: RoofFn) -> np.ndarray:
+    """A table measured where ``ref`` is the roofline, carried to where ``roof`` is: the
+    kernel's fixed latency (its time at the fewest tokens over its roof there) kept, the
+    rest scaled by the roofline ratio (milliseconds, as the table)."""
+    tf = tokens.astype(float)
+    fixed = max(0.0, float(lat_ms[0]) * 1e-3 - float(ref(tf[:1])[0]))
+    return lat_ms * (roof(tf) + fixed) / (ref(tf) + fixed)
 
 
 def _curve(tokens: np.ndarray, lat_ms: np.ndarray, roof: RoofFn) -> LogCurve:
