@@ -33,6 +33,8 @@ from servesim.perf.kernels import (
 #: ``mem_empirical_constant_latency``, the same 3 us on A100, H100, H200, B200 and L40S).
 #: At decode sizes the bytes are nothing and this latency is all a small kernel costs.
 MEM_OP_LATENCY_S = 3e-6
+
+
 def _gemm_dtype(model: ModelSpec) -> str | None:
     """The GEMM table of the model's linear layers: fp8 checkpoints with 128x128 weight blocks
     (DeepSeek-style ``weight_block_size``) run vLLM's block-scaled fp8 GEMM, other fp8 ones
