@@ -122,9 +122,9 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         self._decode = self._attention("gen", "attn_decode")
         one = self.roofline.breakdown(BatchStats(num_prefill_tokens=1, num_prefill_reqs=1))
         self._el_tok = one["elementwise"]  # the default roofline's elementwise class is linear in T
-        self._el_const = MEM_OP_LATENCY_S * mem_ops_per_step(model)
-        self._samp_req = one["sampling"]
         ops = mem_ops_per_step(model)
+        self._el_const = MEM_OP_LATENCY_S * ops
+        self._samp_req = one["sampling"]
         self.sources["elementwise"] = (f"roofline bytes (norms, rotary, activation, embedding) + {ops} "
                                        f"memory ops x {MEM_OP_LATENCY_S * 1e6:g} us")
         self.sources["sampling"] = "roofline"

@@ -200,7 +200,7 @@ def _layouts(tps: list[int], plan: PlanConfig, dps: list[int] | None = None) -> 
 
 def _data_parallel_sizes(base: Scenario, plan: PlanConfig) -> list[int]:
     """The plan's DP sizes, refused for a dense model (its ranks would be plain replicas)."""
-    if plan.data_parallel_sizes == [1]:
+    if all(d == 1 for d in plan.data_parallel_sizes):
         return [1]
     from servesim.catalog.hf_config import load_model
 
