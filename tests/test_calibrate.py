@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from servesim.calibration.calibrate import (
     BOUNDS,
@@ -559,22 +560,41 @@ def test_fit_warnings_few_points() -> None:
 
 
 def test_calibrate_records_and_prints_the_fit_warnings(tmp_path: Path) -> None:
-    """The CPU recording's fit: elementwise memory runs to its bound (1.0); the profile records
-    it in its fit (``fits[i].warnings`` and every fit's in ``warnings``), and calibrate prints it."""
+    """The CPU recording fitted against a spec with a quarter of the machine's memory
+    bandwidth: the GEMMs' weight streaming (linear_memory 0.64 of the true spec, a parameter
+    the recording pins down) would need 2.5x the spec's bandwidth, so it runs to its bound
+    (1.0); the profile records the warning in its fit (``fits[i].warnings`` and every fit's
+    in ``warnings``), and calibrate prints it. (The weakly constrained parameters may or may
+    not reach a bound, by the optimizer's path: the test does not depend on them.)"""
     pytest.importorskip("scipy")
     from typer.testing import CliRunner
 
     from servesim.cli import app
 
+    spec = yaml.safe_load((RECORDINGS / "cpu.yaml").read_text())
+    spec.update(name="cpu-quarter-bandwidth", mem_bw_tb_per_s=spec["mem_bw_tb_per_s"] / 4)
+    hw = tmp_path / "slow.yaml"
+    hw.write_text(yaml.safe_dump(spec))
     out = tmp_path / "cpu.json"
+    r = CliRunner().invoke(app, ["calibrate", str(RECORDINGS / "rate1.json"), "--hardware", str(hw),
+                                 "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    fit_info = json.loads(out.read_text())["fit"]
+    assert fit_info["fits"][0]["params"]["linear_memory"] == pytest.approx(1.0)
+    assert fit_info["warnings"] == fit_info["fits"][0]["warnings"]
+    names = [w.split(" =")[0] for w in fit_info["warnings"]]
+    assert "linear_memory" in names
+    for w in fit_info["warnings"]:
+        assert f"warning: {w}" in " ".join(r.output.split())
+    # On the machine's own spec the fit explains the recording (R2 > 0.99) and the GEMMs'
+    # memory efficiency sits inside its bounds.
     r = CliRunner().invoke(app, ["calibrate", str(RECORDINGS / "rate1.json"), "--hardware",
                                  str(RECORDINGS / "cpu.yaml"), "-o", str(out)])
     assert r.exit_code == 0, r.output
-    assert "warning: elementwise_memory = 1 sits at its upper bound" in r.output
     fit_info = json.loads(out.read_text())["fit"]
     assert fit_info["fits"][0]["quality"]["r2"] > 0.99
-    assert fit_info["warnings"] == fit_info["fits"][0]["warnings"]
-    assert [w.split(" =")[0] for w in fit_info["warnings"]] == ["elementwise_memory"]
+    assert 0.3 < fit_info["fits"][0]["params"]["linear_memory"] < 0.95
+    assert not any(w.startswith("linear_memory") for w in fit_info["warnings"])
 
 
 def test_a_profile_used_on_other_hardware_than_it_was_fitted_on_is_warned_about() -> None:

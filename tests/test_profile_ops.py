@@ -213,7 +213,7 @@ def test_fake_profile_writes_what_calibrate_reads(tmp_path: Path, monkeypatch: p
     assert [r["num_tokens"] for r in rows] == ["1", "4", "16", "64"]
     assert (folder / "mlp.csv").read_bytes().count(b"\r\n") == 5  # csv's line ends, as before
     (table,) = read_operator_profiles(tmp_path / "out", ("cpu",))
-    assert table.model == "tiny" and table.num_tokens.tolist() == [1, 4, 16, 2048]
+    assert table.model == "tiny" and table.num_tokens.tolist() == [1, 4, 16, 64]
     assert table.attention is not None and table.attention.is_prefill.any()
 
 
@@ -249,7 +249,7 @@ def test_ctrl_c_in_attention_keeps_both_tables(tmp_path: Path, monkeypatch: pyte
     for stem in ("mlp", "attention"):
         (folder / f"{stem}.partial.csv").rename(folder / f"{stem}.csv")
     (table,) = read_operator_profiles(tmp_path / "out", ("cpu",))
-    assert table.num_tokens.tolist() == [1, 4, 16, 2048]
+    assert table.num_tokens.tolist() == [1, 4, 16, 64]
 
 
 def test_ctrl_c_before_a_row_is_complete_keeps_nothing(tmp_path: Path,

@@ -279,7 +279,10 @@ def test_cross_fit_reports_in_sample_and_held_out_errors_apart() -> None:
     want = f"median |error| {np.median(held):.1f}%, max {held.max():.1f}% (rate2.5 mean_ttft_s)"
     assert rows[1].note == want
     # The figures docs/fidelity.md states: in-sample up to 7.6% (its own P90 E2E), held out up
-    # to 9.5% (rate2.5's mean TTFT), as with the bundled profile fitted on the same run.
+    # to 9.5% (rate2.5's mean TTFT), as with the bundled profile fitted on the same run. The
+    # fit stops in a flat valley of its weakly constrained parameters, at a point that depends
+    # on the machine's BLAS: the held-out max moves by about 0.1 point (9.4% on another
+    # machine), so it is held to 0.2 of the stated figure.
     assert rows[0].max_pct == pytest.approx(7.6, abs=0.1)
-    assert rows[1].max_pct == pytest.approx(9.5, abs=0.1)
+    assert rows[1].max_pct == pytest.approx(9.5, abs=0.2)
     assert "--cross-fit" in CliRunner().invoke(app, ["validate", "--help"], terminal_width=200).output
