@@ -111,8 +111,9 @@ def test_mxfp4_table_of_b200_is_not_vllms_sm100_kernel():
 
 
 def test_int4_table_vllm_does_not_serve_is_carried_from_h200_by_the_measured_ratio():
-    # B200 has only vLLM 0.19.0 tables, whose Marlin int4 MoE is slower than 16-bit weights
-    # (not what vLLM serves). H200 has that same kernel at 0.19.0 and the served 0.14.0 one:
+    # B200 has only vLLM 0.19.0 tables, whose "Marlin" int4 MoE (Triton's int4 W4A16
+    # fused_experts, as the collector runs it) is slower than 16-bit weights (not served).
+    # H200 has that same kernel at 0.19.0 and the served 0.14.0 one:
     # B200 = H200's 0.14.0 table x (B200 / H200 at 0.19.0), token count by token count.
     m, g = load_model("moonshotai/Kimi-K2.5"), get_gpu("B200")
     b19, h19, h14 = load_database("B200", "0.19.0"), load_database("H200", "0.19.0"), load_database("H200", "0.14.0")
@@ -131,12 +132,49 @@ def test_int4_table_vllm_does_not_serve_is_carried_from_h200_by_the_measured_rat
         want = float(l14[i]) * float(lq[k]) / float(l19[j]) * 1e-3
         got = _decode(pm, tokens, 1000)["moe"] / m.num_moe_layers
         assert got == pytest.approx(want, rel=1e-6)
-        # The measured ratio, not the roofline's: Marlin on B200 is much less than its 1.67x
-        # bandwidth faster than on H200.
+        # The measured ratio, not the roofline's: that kernel on B200 is much less than its
+        # 1.67x bandwidth faster than on H200.
         assert float(lq[k]) / float(l19[j]) > 1.3 * get_gpu("H200").mem_bw / g.mem_bw
     # vLLM 0.14.0's Marlin MoE on H200 is faster than its 16-bit MoE: that table is used as is.
     h = KernelPerfModel(m, get_gpu("H200"), tp=8, version="0.14.0")
     assert h.sources["moe"] == "table moe int4_wo tp=8 ep=1"
+
+
+def test_marlin_backend_times_mxfp4_experts_from_the_nearest_marlin_int4_table():
+    # engine.moe_backend: marlin (VLLM_MXFP4_USE_MARLIN=1): gpt-oss's MXFP4 experts on H100
+    # run vLLM's fused_marlin_moe, which only vLLM 0.14.0's int4_wo tables time (the 0.19.0
+    # collector runs Triton's int4 W4A16 fused_experts under the Marlin name). The nearest
+    # measured shape (4096 x 1536, top-8 of 128: same expert count) is carried to gpt-oss's
+    # by the roofline ratio at each one's weight bytes, its fixed latency kept.
+    m, g = load_model("openai/gpt-oss-120b"), get_gpu("H100-SXM")
+    ref_shape = (4096, 1536, 8, 128)
+    tokens, lat = load_database("H100-SXM", "0.14.0").moe(*ref_shape, 2, 1, "int4_wo")
+    pm = KernelPerfModel(m, g, tp=2, version="0.19.0", moe_backend="marlin")
+    assert pm.sources["moe"] == ("Marlin MoE: table moe int4_wo 4096x1536 top-8 of 128 experts tp=2 ep=1 of "
+                                 "vLLM 0.14.0 (roofline-scaled to this shape, tp=2 and its weight bytes)")
+    pk, bw = g.flops_for("bfloat16"), g.mem_bw
+
+    def roof(t: float) -> float:
+        return _moe_roof(t, 3 * 2880 * 2880 / 2, 4.25 / 8, 128, 4, 2880, pk, bw)
+
+    def ref(t: float) -> float:
+        return _moe_roof(t, 3 * 4096 * 1536 / 2, 4.125 / 8, 128, 8, 4096, pk, bw)
+
+    fixed = float(lat[0]) * 1e-3 - ref(1)
+    i = int(np.searchsorted(tokens, 8))
+    assert tokens[0] == 1 and tokens[i] == 8
+    want = float(lat[i]) * 1e-3 * (roof(8) + fixed) / (ref(8) + fixed)
+    assert _decode(pm, 8, 1000)["moe"] / m.num_moe_layers == pytest.approx(want, rel=1e-6)
+    # Against the default (Triton's matmul_ogs, H200's MXFP4 table): Marlin is faster at
+    # decode sizes and slower at a long prefill (16-bit math on dequantized weights).
+    auto = KernelPerfModel(m, g, tp=2, version="0.19.0")
+    assert _decode(pm, 8, 1000)["moe"] < 0.7 * _decode(auto, 8, 1000)["moe"]
+    prefill = BatchStats(num_prefill_tokens=8192, num_prefill_reqs=1, prefill_attn_work=8192 * 8192 / 2)
+    assert pm.breakdown(prefill)["moe"] > 1.2 * auto.breakdown(prefill)["moe"]
+    # Experts that are not weight-only keep their own tables.
+    mm = load_model("MiniMaxAI/MiniMax-M2.5")
+    fp8 = KernelPerfModel(mm, get_gpu("H200"), tp=4, version="0.19.0", moe_backend="marlin")
+    assert fp8.sources["moe"] == KernelPerfModel(mm, get_gpu("H200"), tp=4, version="0.19.0").sources["moe"]
 
 
 def test_int4_experts_without_an_int4_table_take_the_bf16_table_at_int4_bytes():

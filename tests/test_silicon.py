@@ -121,6 +121,10 @@ def test_inferencemax_rows_run_their_launch_scripts_settings():
     assert "at 79bd988e9" in server_settings("minimaxm2.5_fp4_b200", "2026-04-03T00:00:00Z", 1024, 1024, 4)[2]
     # counts in the run's clients; Llama-3.1-70B fp4's FULL_DECODE_ONLY and async scheduling
     assert server_settings("kimik2.5_int4_h200", "2026-03-27T23:00:00Z", 1024, 1024, 16)[0]["max_num_seqs"] == 16
+    # VLLM_MXFP4_USE_MARLIN=1 (gpt-oss on H100 from January 2026) is engine.moe_backend: marlin
+    eng, _, note = server_settings("gptoss_fp4_h100", "2026-03-28T12:00:00Z", 1024, 1024, 16)
+    assert eng["moe_backend"] == "marlin" and "VLLM_MXFP4_USE_MARLIN" not in note
+    assert "moe_backend" not in server_settings("gptoss_fp4_h100", "2025-12-10T00:00:00Z", 1024, 1024, 16)[0]
     eng, mod, _ = server_settings("70b_fp4_b200", measured_at("measured=2025-10-29"), 1024, 1024, 4)
     assert eng["cudagraph_mode"] == "full_decode_only" and eng["async_scheduling"] and mod["kv_cache_dtype"] == "fp8"
     assert measured_at("x; measured=2026-03-24T20:03:09Z; wip=False") == "2026-03-24T23:59:59Z"

@@ -177,6 +177,12 @@ class EngineConfig(_Strict):
             "for uniform decode steps, every other step eager), none (no graphs). None: the "
             "version's default."),
         json_schema_extra={"vllm": "--compilation-config '{\"cudagraph_mode\": ...}'"})
+    moe_backend: Literal["auto", "marlin"] = Field("auto", description=(
+        "The fused-MoE kernel of weight-only 4-bit experts (MXFP4, int4) in the kernel model: "
+        "auto (the kernel vLLM picks by default, e.g. Triton's matmul_ogs for MXFP4 on Hopper), "
+        "or marlin (vLLM's Marlin MoE: VLLM_MXFP4_USE_MARLIN=1 for MXFP4 experts), timed from "
+        "the GPU's Marlin int4 MoE tables carried to the model's shape. See docs/perf_model.md."),
+        json_schema_extra={"vllm": "VLLM_MXFP4_USE_MARLIN=1 (env)"})
     preemption_mode: Literal["recompute", "swap"] = Field("recompute", description=(
         "recompute: a victim's KV is dropped and recomputed; swap: copied to host memory over PCIe "
         "(vLLM V0's swap; falls back to recompute when swap_space_gib is full)."))

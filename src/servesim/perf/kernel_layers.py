@@ -67,6 +67,7 @@ class KernelLayerOps:
     ep: int
     dp: int
     eff: Efficiencies
+    moe_backend: str
     db: KernelDatabase | None
     links: LinkSpec | None
     kv_dtype_bytes: float
@@ -163,7 +164,7 @@ class KernelLayerOps:
         """One MoE layer vs this rank's tokens: with DP ranks, the experts of all ``dp x tp``
         GPUs run on ``dp`` times as many."""
         curve, self.sources["moe"] = moe_curve(self.model, self.gpu, self.db, self.tp * self.dp, self.ep,
-                                               dtype, self.eff)
+                                               dtype, self.eff, self.moe_backend)
         return _per_rank(curve, self.dp)
 
     def _comm_db(self, num_gpus: int) -> KernelDatabase | None:

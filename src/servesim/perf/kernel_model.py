@@ -82,7 +82,8 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
                  links: LinkSpec | None = None, ep: int = 1, expert_imbalance: float = 1.0,
                  cuda_graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS,
                  graphs: GraphPlan | None = None,
-                 eager_host_s_per_layer: float = EAGER_HOST_S_PER_LAYER, dp: int = 1) -> None:
+                 eager_host_s_per_layer: float = EAGER_HOST_S_PER_LAYER, dp: int = 1,
+                 moe_backend: str = "auto") -> None:
         """``version``: the vLLM version whose kernels to use (None: the newest with tables
         for this GPU). ``graphs``: the engine's CUDA-graph plan (``perf.cuda_graphs``; None:
         eager, no padding, every kernel launched, all-reduces from the CUDA-graph table up to
@@ -93,6 +94,7 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         ``dp`` > 1: one of vLLM's data-parallel ranks of an MoE model, its expert layers run
         on the tokens of all ``dp`` ranks (each taken to hold a batch like this one) over the
         ``dp x tp`` GPUs, the tokens gathered and scattered back around each.
+        ``moe_backend``: ``engine.moe_backend`` (the kernel of weight-only experts).
         Other arguments as ``RooflinePerfModel``'s, which times the operators without tables
         and gives FLOPs and bytes (for MFU/MBU)."""
         if graphs is not None:
@@ -103,6 +105,7 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
                                           links=links,
                                           ep=ep, expert_imbalance=expert_imbalance, dp=dp)
         self.model, self.gpu, self.tp, self.pp, self.ep = model, gpu, tp, pp, ep
+        self.moe_backend = moe_backend
         self.dp = self.roofline.dp  # 1 for a dense model, whose DP ranks share nothing
         self.links, self.cuda_graph_max_tokens = links, cuda_graph_max_tokens
         self.kv_dtype_bytes = self.roofline.kv_dtype_bytes

@@ -22,13 +22,19 @@ One MoE layer on one rank (``moe_tp`` = TP / EP, ``moe_ep`` = EP) takes, in this
 5. the roofline: the experts the step's tokens touch read once at the experts' own weight
    bytes (4.25 bits for MXFP4, 4 for int4, ...), 16-bit math for weight-only schemes.
 
+With ``engine.moe_backend: marlin``, weight-only 4-bit experts are timed first from the
+Marlin tables (``marlin_curve``: vLLM 0.14.0's ``int4_wo`` tables, the only ones that time
+``fused_marlin_moe``, carried from the nearest measured shape).
+
 Tables that do not time the kernel vLLM serves with are skipped (``unserved_reason``):
 
 - a weight-only 4-bit table slower than the same GPU's 16-bit table of that shape at
   every measured decode token count (up to 64): it reads a quarter of the weight bytes
   for the same math, so a slower kernel is not the one a serving engine picks (vLLM
-  0.19.0's ``vllm_marlin_int4_moe`` tables; the 0.14.0 ``vllm_marlin_moe`` tables are
-  2-4x faster on the same GPU and shape and pass);
+  0.19.0's ``vllm_marlin_int4_moe`` tables, which despite the name time vLLM's Triton
+  ``fused_experts`` with an int4 W4A16 config, as AIConfigurator's collector for vLLM 0.17
+  on runs it; the 0.14.0 tables time ``fused_marlin_moe``, 2-4x faster on the same GPU and
+  shape, and pass);
 - MXFP4 experts on B200 (``UNSERVED``): vLLM serves them on SM100 with FlashInfer's
   TRTLLM-gen MXFP4 x BF16 MoE (``Mxfp4Backend.SM100_FI_MXFP4_BF16``, the default since
   vLLM 0.10.2); the packed B200 table is slower than the H200 table of the same kernel
@@ -37,6 +43,7 @@ Tables that do not time the kernel vLLM serves with are skipped (``unserved_reas
 
 from __future__ import annotations
 
+from dataclasses import replace
 from math import log
 
 import numpy as np
@@ -46,6 +53,7 @@ from servesim.catalog.models import ModelSpec
 from servesim.config.engine import version_tuple
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.kernels import (
+    DTYPES,
     GPU_TABLES,
     MAX_TOKENS,
     SIBLINGS,
@@ -72,6 +80,13 @@ CANONICAL = tuple(name for i, (name, folder) in enumerate(GPU_TABLES.items())
 WEIGHT_ONLY = ("int4_wo", "w4a16_mxfp4")
 #: Token counts at which a weight-only table is compared with the 16-bit one (decode sizes).
 DECODE_TOKENS = 64
+#: ``engine.moe_backend`` values.
+MOE_BACKENDS = ("auto", "marlin")
+#: Bytes per weight of the Marlin int4 MoE tables (AIConfigurator's collector: 4-bit weights
+#: with one 16-bit scale per group of 128).
+MARLIN_TABLE_WEIGHT_BYTES = (4 + 16 / 128) / 8
+#: The ``int4_wo`` tables of vLLM versions below this one time ``fused_marlin_moe``.
+MARLIN_TABLES_BEFORE = (0, 17, 0)
 
 
 def moe_dtype(model: ModelSpec, gemm_dtype: str | None) -> str | None:
@@ -153,11 +168,12 @@ def _transferred(db: KernelDatabase, model: ModelSpec, gpu: GpuSpec, eff: Effici
     count: ``log t = log t_other,served + log t_this,v - log t_other,v``.
 
     It is for a kernel this GPU's own tables time, but only at a version whose collector
-    timed a path vLLM does not serve (0.19.0's ``vllm_marlin_int4_moe``: slower than the
-    16-bit table everywhere). The ratio of the two GPUs on that same kernel is a measured
-    figure and the roofline's bandwidth ratio is not: Marlin's int4 MoE on B200 takes
-    0.78-0.96x the H200's time at every token count (the roofline says 0.6x), since it
-    runs the same pre-Hopper tensor-core instructions on both."""
+    timed a path vLLM does not serve (0.19.0's ``vllm_marlin_int4_moe``: Triton's int4
+    W4A16 ``fused_experts``, slower than the 16-bit table everywhere). The ratio of the two
+    GPUs on that same kernel is a measured figure and the roofline's bandwidth ratio is
+    not: that kernel on B200 takes 0.78-0.96x the H200's time at every token count (the
+    roofline says 0.6x). Simplified: the ratio of the Triton kernel stands for that of the
+    served one."""
     m = model
     here = GPU_TABLES.get(gpu.name)
     others = sorted({name for name, folder in GPU_TABLES.items() if folder != here and name in CANONICAL},
@@ -196,17 +212,68 @@ def _version_gap(a: str, b: str) -> float:
     return abs(num(a) - num(b))
 
 
+def _shape_distance(model: ModelSpec, shape: tuple[int, int, int, int]) -> float:
+    """How far a table's (hidden, width, top-k, experts) is from the model's: log ratios of
+    the expert's weights, the expert count and top-k, summed."""
+    h, i, k, e = shape
+    return (abs(log(h * i / (model.hidden_size * model.moe_intermediate_size)))
+            + abs(log(e / model.num_experts)) + abs(log(k / model.num_experts_per_tok)))
+
+
+def marlin_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase, moe_tp: int, ep: int,
+                 eff: Efficiencies, roof: RoofFn) -> tuple[LogCurve, str] | None:
+    """4-bit weight-only experts run by vLLM's Marlin MoE (``engine.moe_backend: marlin``).
+
+    vLLM's ``fused_marlin_moe`` is one kernel for the 4-bit weight types it takes (int4 with
+    group scales, MXFP4 with e8m0 scales): the weights dequantized to 16 bits in registers,
+    16-bit tensor-core math. MXFP4 experts on Hopper run it with ``VLLM_MXFP4_USE_MARLIN=1``
+    (by default vLLM 0.10-0.19 run them with Triton's ``matmul_ogs``, the kernel the
+    ``w4a16_mxfp4`` tables time). Of the ``int4_wo`` tables only those of vLLM before 0.17
+    (``MARLIN_TABLES_BEFORE``) time Marlin: AIConfigurator's first MoE collector ran
+    ``fused_marlin_moe`` (GPTQ weights repacked, groups of 128); its second (vLLM 0.17 on)
+    runs vLLM's Triton ``fused_experts`` with an int4 W4A16 config under the same kernel
+    name, 2-4x slower at decode sizes. The table of the shape nearest the model's
+    (``_shape_distance``) is carried to the model's shape, sharding and weight bytes by the
+    roofline ratio, its fixed latency kept (``_rescaled``). None where this GPU has none."""
+    code = DTYPES.index("int4_wo")
+    versions = [v for v in kernel_versions(gpu.name) if version_tuple(v) < MARLIN_TABLES_BEFORE]
+    for version in sorted(versions, key=lambda v: _version_gap(v, db.version)):
+        vdb = load_database(gpu.name, version)
+        keys = vdb.arrays.get("moe.keys")
+        if keys is None:
+            continue
+        shapes = {(int(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in keys if r[6] == code and r[5] == ep}
+        for h, i, k, e in sorted(shapes, key=lambda s: (_shape_distance(model, s), s)):
+            hit = vdb.moe_nearest(h, i, k, e, moe_tp, ep, "int4_wo")
+            if hit is None:
+                continue
+            tokens, lat, t_tp = hit
+            proxy = replace(model, hidden_size=h, moe_intermediate_size=i, num_experts_per_tok=k,
+                            num_experts=e)
+            ref = moe_roofline(proxy, gpu, eff, t_tp, ep, "int4_wo", weight_bytes=MARLIN_TABLE_WEIGHT_BYTES)
+            return (_curve(tokens, _rescaled(tokens, lat, roof, ref), roof),
+                    f"Marlin MoE: table moe int4_wo {h}x{i} top-{k} of {e} experts tp={t_tp} ep={ep} of vLLM "
+                    f"{version} (roofline-scaled to this shape, tp={moe_tp} and its weight bytes)")
+    return None
+
+
 def moe_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int, ep: int,
-              dtype: str | None, eff: Efficiencies) -> tuple[LogCurve, str]:
-    """Seconds of one MoE layer vs tokens T of the step, and where it comes from."""
+              dtype: str | None, eff: Efficiencies, backend: str = "auto") -> tuple[LogCurve, str]:
+    """Seconds of one MoE layer vs tokens T of the step, and where it comes from.
+    ``backend``: ``engine.moe_backend`` ('marlin': ``marlin_curve`` for weight-only experts)."""
     m, moe_tp = model, tp // ep
     roof = moe_roofline(m, gpu, eff, moe_tp, ep, dtype)
     ts = extended_axis(np.array([1.0]), 1.0, MAX_TOKENS)
     skipped = ""
+    if db is not None and dtype in WEIGHT_ONLY and backend == "marlin":
+        hit = marlin_curve(m, gpu, db, moe_tp, ep, eff, roof)
+        if hit is not None:
+            return hit
+        skipped = "; no Marlin MoE table on this GPU"
     if db is not None and dtype is not None:
         why = unserved_reason(db, m, gpu, moe_tp, ep, dtype)
         if why is not None:
-            skipped = f"; {dtype} table not used: {why}"
+            skipped += f"; {dtype} table not used: {why}"
         found = None if why is not None else _nearest(db, gpu, m, gpu, eff, moe_tp, ep, dtype, roof)
         sib = SIBLINGS.get(gpu.name)
         if found is None and sib is not None and db.version in kernel_versions(sib):

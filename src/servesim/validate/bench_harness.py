@@ -121,7 +121,10 @@ def server_settings(script: str, when: str | None, isl: int, osl: int, concurren
             if val is not None:
                 engine[key] = val
     model = {k: v["model"][k] for k in ("kv_cache_dtype",) if k in v["model"]}
-    unmodelled = [f"{k}={val}" for k, val in v["env"].items()] + \
+    env = dict(v["env"])
+    if env.pop("VLLM_MXFP4_USE_MARLIN", "0") == "1":
+        engine["moe_backend"] = "marlin"
+    unmodelled = [f"{k}={val}" for k, val in env.items()] + \
         [f"--{k}" + ("" if val is True else f" {val}") for k, val in v["recorded"].items()
          if k not in ("enable-expert-parallel", "data-parallel-size")]  # the row's parallelism decides
     note = f"server: {script}.sh at {v['commit'][:9]} ({v['from'][:10]})"

@@ -16,12 +16,6 @@ _QUEUE = ("under-predicted: with InferenceMAX's random lengths, each run's launc
 _FIXED = ("AIConfigurator's own H100 collection, whose client and lengths the data does not give: fixed "
           "lengths keep the clients in step (lockstep prefill queues at 8-64 clients, and the front "
           "end's queue of their simultaneous sends, +35-150%)")
-_GPT_OSS_H100 = ("over-predicted at every TP degree (+20-45% at 4-64 clients): its experts run Marlin's "
-                 "MXFP4 MoE (VLLM_MXFP4_USE_MARLIN=1) and are timed from H200's vllm_mxfp4_moe table, "
-                 "another kernel, whose fixed latency (76 us a layer) Marlin's decode does not show; "
-                 "and at the tail the vLLM 0.11.2 runs at 512 clients measure TPOTs below what reading "
-                 "the weights and KV once per step takes (+150-930%, a KV format or batching the data "
-                 "does not record)")
 _DP_FP8 = ("over-predicted on its DP-attention runs (+46% TTFT, +18% TPOT; its 15 TP-4 runs 21%, "
            "+14%): one rank's step runs its fp8 block-quantized experts on every rank's tokens, past "
            "64 tokens where the packed fused-MoE table jumps 1.7x (a Triton configuration; the "
@@ -29,12 +23,12 @@ _DP_FP8 = ("over-predicted on its DP-attention runs (+46% TTFT, +18% TPOT; its 1
 #: Known misses, by (group or "all runs", metric), measured by this suite (median |error|,
 #: ``servesim validate --suite silicon``), with the reason servesim misses the goal.
 SILICON_KNOWN_BAD: dict[tuple[str, str], str] = {
-    ("all runs", "TTFT"): "18% over 1,076 runs (median -7.5%): " + _QUEUE,
-    ("all runs", "TPOT"): ("9% over 1,076 runs (median -1%): Qwen3-32B fp8 (+159%, 3 runs) is far off; "
-                           "14 of 16 groups are within 20% (gpt-oss-120b on H100 35%), Kimi-K2.5 fp4 on "
-                           "B200 and B300, Llama-3.1-70B, "
+    ("all runs", "TTFT"): "17% over 1,076 runs (median -7.7%): " + _QUEUE,
+    ("all runs", "TPOT"): ("9% over 1,076 runs (median -2%): Qwen3-32B fp8 (+159%, 3 runs) is far off; "
+                           "15 of 16 groups are within 20%, Kimi-K2.5 fp4 on B200 and B300, Llama-3.1-70B, "
                            "Qwen3-32B bf16, Kimi-K2.5 int4 on H200, MiniMax-M2.5 fp4 on B300, fp8 on B200, "
-                           "B300 and H200 and gpt-oss-120b on B200 within 10%"),
+                           "B300 and H200, gpt-oss-120b on B200 and H100 within 10%; under-predicted on "
+                           "Kimi-K2.5 int4 and MiniMax-M2.5 fp4 on B200 (-12%, -13%)"),
     **{(g, "TTFT"): f"{e}, " + _QUEUE for g, e in (
         ("MiniMax-M2.5 fp4 b200_sxm", "29%"), ("gpt-oss-120b fp4 b200_sxm", "37%"))},
     ("MiniMax-M2.5 fp8 h100_sxm", "TTFT"): "33% (30 runs), " + _DP_FP8,
@@ -44,5 +38,4 @@ SILICON_KNOWN_BAD: dict[tuple[str, str], str] = {
                                          "the measured TPOT is below the time to read the weights and a "
                                          "bf16 KV cache once per step; the runs must have used a KV "
                                          "format the data does not record (fp8, likely)"),
-    ("gpt-oss-120b fp4 h100_sxm", "TPOT"): "35% (median +34%), " + _GPT_OSS_H100,
 }
