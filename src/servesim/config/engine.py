@@ -179,8 +179,8 @@ class EngineConfig(_Strict):
         json_schema_extra={"vllm": "--compilation-config '{\"cudagraph_mode\": ...}'"})
     moe_backend: Literal["auto", "marlin"] = Field("auto", description=(
         "The fused-MoE kernel of weight-only 4-bit experts (MXFP4, int4) in the kernel model: "
-        "auto (the kernel vLLM picks by default, e.g. Triton's matmul_ogs for MXFP4 on Hopper), "
-        "or marlin (vLLM's Marlin MoE: VLLM_MXFP4_USE_MARLIN=1 for MXFP4 experts), timed from "
+        "auto (vLLM's default: Marlin for int4 experts, Triton's matmul_ogs for MXFP4 on Hopper), "
+        "or marlin (Marlin for MXFP4 experts too: VLLM_MXFP4_USE_MARLIN=1). Marlin is timed from "
         "the GPU's Marlin int4 MoE tables carried to the model's shape. See docs/perf_model.md."),
         json_schema_extra={"vllm": "VLLM_MXFP4_USE_MARLIN=1 (env)"})
     preemption_mode: Literal["recompute", "swap"] = Field("recompute", description=(

@@ -251,21 +251,30 @@ def marlin_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase, moe_tp: int
             proxy = replace(model, hidden_size=h, moe_intermediate_size=i, num_experts_per_tok=k,
                             num_experts=e)
             ref = moe_roofline(proxy, gpu, eff, t_tp, ep, "int4_wo", weight_bytes=MARLIN_TABLE_WEIGHT_BYTES)
+            exact = (h, i, k, e) == (model.hidden_size, model.moe_intermediate_size,
+                                     model.num_experts_per_tok, model.num_experts)
+            to = [*(() if exact else ("this shape",)), *(() if t_tp == moe_tp else (f"tp={moe_tp}",)),
+                  "its weight bytes"]
             return (_curve(tokens, _rescaled(tokens, lat, roof, ref), roof),
                     f"Marlin MoE: table moe int4_wo {h}x{i} top-{k} of {e} experts tp={t_tp} ep={ep} of vLLM "
-                    f"{version} (roofline-scaled to this shape, tp={moe_tp} and its weight bytes)")
+                    f"{version} (roofline-scaled to {', '.join(to)})")
     return None
 
 
 def moe_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int, ep: int,
               dtype: str | None, eff: Efficiencies, backend: str = "auto") -> tuple[LogCurve, str]:
     """Seconds of one MoE layer vs tokens T of the step, and where it comes from.
-    ``backend``: ``engine.moe_backend`` ('marlin': ``marlin_curve`` for weight-only experts)."""
+
+    int4 weight-only experts (GPTQ, AWQ, compressed-tensors W4A16) take ``marlin_curve``
+    first: vLLM runs them with its Marlin MoE wherever Marlin supports the layer
+    (``GPTQMarlinMoEMethod``, ``CompressedTensorsWNA16MarlinMoEMethod``; Triton's W4A16
+    ``fused_experts`` is the fallback). MXFP4 experts do with ``backend`` 'marlin'
+    (``engine.moe_backend``; vLLM's default for them on Hopper is Triton's ``matmul_ogs``)."""
     m, moe_tp = model, tp // ep
     roof = moe_roofline(m, gpu, eff, moe_tp, ep, dtype)
     ts = extended_axis(np.array([1.0]), 1.0, MAX_TOKENS)
     skipped = ""
-    if db is not None and dtype in WEIGHT_ONLY and backend == "marlin":
+    if db is not None and (dtype == "int4_wo" or (dtype in WEIGHT_ONLY and backend == "marlin")):
         hit = marlin_curve(m, gpu, db, moe_tp, ep, eff, roof)
         if hit is not None:
             return hit
