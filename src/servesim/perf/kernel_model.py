@@ -93,17 +93,15 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         launching every kernel itself: ``EAGER_HOST_S_PER_LAYER``).
         ``dp`` > 1: one of vLLM's data-parallel ranks of an MoE model, its expert layers run
         on the tokens of all ``dp`` ranks (each taken to hold a batch like this one) over the
-        ``dp x tp`` GPUs, the tokens gathered and scattered back around each.
-        ``moe_backend``: ``engine.moe_backend`` (the kernel of weight-only experts).
-        Other arguments as ``RooflinePerfModel``'s, which times the operators without tables
-        and gives FLOPs and bytes (for MFU/MBU)."""
+        ``dp x tp`` GPUs, the tokens gathered and scattered back around each. ``moe_backend``:
+        ``engine.moe_backend``. Other arguments as ``RooflinePerfModel``'s, which times the
+        operators without tables and gives FLOPs and bytes (for MFU/MBU)."""
         if graphs is not None:
             cuda_graph_max_tokens = graphs.max_size if pp == 1 else 0
         self.graphs = graphs if graphs is not None and pp == 1 else EAGER_PLAN
         self._pad = np.asarray(self.graphs.padded_sizes() or [0], np.float64)
         self.roofline = RooflinePerfModel(model, gpu, tp=tp, pp=pp, kv_dtype_bytes=kv_dtype_bytes,
-                                          links=links,
-                                          ep=ep, expert_imbalance=expert_imbalance, dp=dp)
+                                          links=links, ep=ep, expert_imbalance=expert_imbalance, dp=dp)
         self.model, self.gpu, self.tp, self.pp, self.ep = model, gpu, tp, pp, ep
         self.moe_backend = moe_backend
         self.dp = self.roofline.dp  # 1 for a dense model, whose DP ranks share nothing
@@ -117,8 +115,7 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         self.version = version or (versions[-1] if versions else None)
         self.db: KernelDatabase | None = load_database(gpu.name, self.version) if self.version else None
         self.sources: dict[str, str] = {}
-        L = model.num_layers
-        self._layers = L
+        self._layers = L = model.num_layers
         self._token_ops = self._build_token_ops()
         self._req_ops = self._build_request_ops()
         self._prefill = self._attention("ctx", "attn_prefill")

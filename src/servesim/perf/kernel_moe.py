@@ -22,9 +22,10 @@ One MoE layer on one rank (``moe_tp`` = TP / EP, ``moe_ep`` = EP) takes, in this
 5. the roofline: the experts the step's tokens touch read once at the experts' own weight
    bytes (4.25 bits for MXFP4, 4 for int4, ...), 16-bit math for weight-only schemes.
 
-With ``engine.moe_backend: marlin``, weight-only 4-bit experts are timed first from the
+int4 experts, and MXFP4 ones with ``engine.moe_backend: marlin``, are timed first from the
 Marlin tables (``marlin_curve``: vLLM 0.14.0's ``int4_wo`` tables, the only ones that time
-``fused_marlin_moe``, carried from the nearest measured shape).
+``fused_marlin_moe``, carried from the nearest measured shape); without one on the GPU,
+the order above.
 
 Tables that do not time the kernel vLLM serves with are skipped (``unserved_reason``):
 
@@ -80,8 +81,6 @@ CANONICAL = tuple(name for i, (name, folder) in enumerate(GPU_TABLES.items())
 WEIGHT_ONLY = ("int4_wo", "w4a16_mxfp4")
 #: Token counts at which a weight-only table is compared with the 16-bit one (decode sizes).
 DECODE_TOKENS = 64
-#: ``engine.moe_backend`` values.
-MOE_BACKENDS = ("auto", "marlin")
 #: Bytes per weight of the Marlin int4 MoE tables (AIConfigurator's collector: 4-bit weights
 #: with one 16-bit scale per group of 128).
 MARLIN_TABLE_WEIGHT_BYTES = (4 + 16 / 128) / 8
@@ -222,7 +221,8 @@ def _shape_distance(model: ModelSpec, shape: tuple[int, int, int, int]) -> float
 
 def marlin_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase, moe_tp: int, ep: int,
                  eff: Efficiencies, roof: RoofFn) -> tuple[LogCurve, str] | None:
-    """4-bit weight-only experts run by vLLM's Marlin MoE (``engine.moe_backend: marlin``).
+    """4-bit weight-only experts run by vLLM's Marlin MoE (int4 experts; MXFP4 ones with
+    ``engine.moe_backend: marlin``).
 
     vLLM's ``fused_marlin_moe`` is one kernel for the 4-bit weight types it takes (int4 with
     group scales, MXFP4 with e8m0 scales): the weights dequantized to 16 bits in registers,
