@@ -211,12 +211,11 @@ def _version_gap(a: str, b: str) -> float:
     return abs(num(a) - num(b))
 
 
-def _shape_distance(model: ModelSpec, shape: tuple[int, int, int, int]) -> float:
-    """How far a table's (hidden, width, top-k, experts) is from the model's: log ratios of
-    the expert's weights, the expert count and top-k, summed."""
-    h, i, k, e = shape
-    return (abs(log(h * i / (model.hidden_size * model.moe_intermediate_size)))
-            + abs(log(e / model.num_experts)) + abs(log(k / model.num_experts_per_tok)))
+def _shape_distance(own: tuple[int, int, int, int], shape: tuple[int, int, int, int]) -> float:
+    """How far a table's (hidden, width, top-k, experts) is from the model's ``own``: log
+    ratios of the expert's weights, the top-k and the expert count, summed."""
+    (h, i, k, e), (oh, oi, ok, oe) = shape, own
+    return abs(log(h * i / (oh * oi))) + abs(log(k / ok)) + abs(log(e / oe))
 
 
 def marlin_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase, moe_tp: int, ep: int,
@@ -236,6 +235,7 @@ def marlin_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase, moe_tp: int
     (``_shape_distance``) is carried to the model's shape, sharding and weight bytes by the
     roofline ratio, its fixed latency kept (``_rescaled``). None where this GPU has none."""
     code = DTYPES.index("int4_wo")
+    own = (model.hidden_size, model.moe_intermediate_size, model.num_experts_per_tok, model.num_experts)
     versions = [v for v in kernel_versions(gpu.name) if version_tuple(v) < MARLIN_TABLES_BEFORE]
     for version in sorted(versions, key=lambda v: _version_gap(v, db.version)):
         vdb = load_database(gpu.name, version)
@@ -243,7 +243,7 @@ def marlin_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase, moe_tp: int
         if keys is None:
             continue
         shapes = {(int(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in keys if r[6] == code and r[5] == ep}
-        for h, i, k, e in sorted(shapes, key=lambda s: (_shape_distance(model, s), s)):
+        for h, i, k, e in sorted(shapes, key=lambda s: (_shape_distance(own, s), s)):
             hit = vdb.moe_nearest(h, i, k, e, moe_tp, ep, "int4_wo")
             if hit is None:
                 continue
@@ -251,9 +251,7 @@ def marlin_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase, moe_tp: int
             proxy = replace(model, hidden_size=h, moe_intermediate_size=i, num_experts_per_tok=k,
                             num_experts=e)
             ref = moe_roofline(proxy, gpu, eff, t_tp, ep, "int4_wo", weight_bytes=MARLIN_TABLE_WEIGHT_BYTES)
-            exact = (h, i, k, e) == (model.hidden_size, model.moe_intermediate_size,
-                                     model.num_experts_per_tok, model.num_experts)
-            to = [*(() if exact else ("this shape",)), *(() if t_tp == moe_tp else (f"tp={moe_tp}",)),
+            to = [*(() if (h, i, k, e) == own else ("this shape",)), *(() if t_tp == moe_tp else (f"tp={moe_tp}",)),
                   "its weight bytes"]
             return (_curve(tokens, _rescaled(tokens, lat, roof, ref), roof),
                     f"Marlin MoE: table moe int4_wo {h}x{i} top-{k} of {e} experts tp={t_tp} ep={ep} of vLLM "
