@@ -173,6 +173,15 @@ def test_launch_script_parser():
     assert got["recorded"] == {"stream-interval": "20"} and got["conflicts"] == []
     # a setting given two ways in one script is a conflict the tool reports
     assert tool.parse("vllm serve m --block-size 16\nvllm serve m --block-size 32")["conflicts"]
+    # when the script passes --enable-expert-parallel: behind an EP-size test above 1, or
+    # for every run (no test, or the -ge 1 test every EP size passes)
+    def ep(guard: str) -> object:
+        text = f'if [ "$EP_SIZE" {guard} ]; then EP=" --enable-expert-parallel"; fi\nvllm serve m $EP'
+        return tool.parse(text)["recorded"].get("enable-expert-parallel")
+    assert (ep("-gt 1"), ep("-ge 1"), ep("-ge 2")) == ("ep>1", "always", "ep>1")
+    always = tool.parse("vllm serve m --enable-expert-parallel")["recorded"]
+    assert always["enable-expert-parallel"] == "always"
+    assert "enable-expert-parallel" not in tool.parse("vllm serve m --tensor-parallel-size=$TP")["recorded"]
 
 
 def test_nvfp4_config_is_read_as_nvfp4():
@@ -185,7 +194,8 @@ def test_nvfp4_config_is_read_as_nvfp4():
 
 @pytest.mark.parametrize("kw, reason", [
     ({"mode": "disagg"}, "mode disagg"),
-    ({"attention_dp_size": "4", "moe_ep_size": "8", "moe_tp_size": "1", "tp_size": "2"},
+    ({"attention_dp_size": "4", "moe_ep_size": "8", "moe_tp_size": "1", "tp_size": "2",
+      "silicon_data_source": "source_file=h200_sxm/vllm/0.19.0/runs.csv"},  # no launch script
      "attention data parallelism 4 does not divide tp 2"),
     ({"system": "mi300x"}, "system mi300x"),
     ({"precision": "int8"}, "no preset"),
@@ -196,15 +206,51 @@ def test_skipped_rows_carry_reasons(kw, reason):
 
 
 def test_a_data_parallel_row_runs_as_its_launch_script_starts_vllm():
-    # InferenceMAX's DP attention: --tensor-parallel-size 1 --data-parallel-size $TP
-    # --enable-expert-parallel on TP GPUs; the row's batch_size is one rank's clients.
-    c = s.row_case(_row(model_path="MiniMaxAI/MiniMax-M2.5", precision="fp8", system="b200_sxm",
+    # InferenceMAX's DP attention (the MiniMax-M2.5 FP4 B200 script): --tensor-parallel-size 1
+    # --data-parallel-size $TP --enable-expert-parallel on TP GPUs; the row's batch_size is
+    # one rank's clients.
+    c = s.row_case(_row(model_path="MiniMaxAI/MiniMax-M2.5", precision="fp4", system="b200_sxm",
                         tp_size="4", attention_dp_size="4", moe_tp_size="1", moe_ep_size="16",
-                        batch_size="8"))
+                        batch_size="8", silicon_data_source="db-dump; measured=2026-04-20T00:00:00.000Z"))
     assert not c.skip
     assert c.scenario["parallel"] == {"tensor_parallel_size": 1, "pipeline_parallel_size": 1,
                                       "expert_parallel_size": 4, "data_parallel_size": 4}
     assert c.scenario["workload"]["max_concurrency"] == 32
+
+
+def test_the_launch_script_not_the_matrix_decides_the_parallel_layout():
+    # The MiniMax-M2.5 FP8 H100 script serves --tensor-parallel-size=$TP, with
+    # --enable-expert-parallel when EP_SIZE > 1, and has no --data-parallel-size: a row the
+    # benchmark matrix marks DP attention (attention_dp 4, moe_ep 16) ran as TP 4 + EP 4,
+    # every client on the one engine.
+    src = "db-dump; measured=2026-04-20T00:00:00.000Z"
+    c = s.row_case(_row(model_path="MiniMaxAI/MiniMax-M2.5", precision="fp8", system="h100_sxm",
+                        tp_size="4", attention_dp_size="4", moe_tp_size="1", moe_ep_size="16",
+                        batch_size="8", silicon_data_source=src))
+    assert c.scenario["parallel"] == {"tensor_parallel_size": 4, "pipeline_parallel_size": 1,
+                                      "expert_parallel_size": 4, "data_parallel_size": 1}
+    assert c.scenario["workload"]["max_concurrency"] == 32
+    assert any("run as TP 4 + EP 4 (32 clients): the script passes no --data-parallel-size" in n
+               for n in c.notes)
+    # The Kimi-K2.5 FP4 B200 script of March 2026 passes neither flag: its "EP 4" rows ran
+    # as plain TP 4 (the experts split 4 ways, not spread); its August version passes both.
+    kimi = dict(model_path="moonshotai/Kimi-K2.5", precision="fp4", system="b200_sxm", tp_size="4",
+                attention_dp_size="1", moe_tp_size="1", moe_ep_size="4", batch_size="8")
+    march = s.row_case(_row(**kimi, silicon_data_source="db-dump; measured=2026-03-27T00:00:00.000Z"))
+    assert march.scenario["parallel"]["expert_parallel_size"] == 1
+    assert any("--enable-expert-parallel" in n and "data-parallel" not in n for n in march.notes)
+    august = s.row_case(_row(**kimi, silicon_data_source="db-dump; measured=2026-08-10T00:00:00.000Z"))
+    assert august.scenario["parallel"]["expert_parallel_size"] == 4
+    assert not any(n.startswith("run as") for n in august.notes)
+    # The MiniMax-M2.5 FP8 H200 script of March-May 2026 tests [ "$EP_SIZE" -ge 1 ]: its
+    # "EP 1" rows ran with experts spread over the 8 GPUs; from its May 26 version, -gt 1.
+    h200 = dict(model_path="MiniMaxAI/MiniMax-M2.5", precision="fp8", system="h200_sxm", tp_size="8",
+                moe_tp_size="8", moe_ep_size="1")
+    ge = s.row_case(_row(**h200, silicon_data_source="db-dump; measured=2026-03-28T00:00:00.000Z"))
+    assert ge.scenario["parallel"]["expert_parallel_size"] == 8
+    assert any("at every EP size" in n for n in ge.notes)
+    gt = s.row_case(_row(**h200, silicon_data_source="db-dump; measured=2026-05-28T00:00:00.000Z"))
+    assert gt.scenario["parallel"]["expert_parallel_size"] == 1
 
 
 def test_every_bundled_row_is_run_or_skipped_with_a_reason():

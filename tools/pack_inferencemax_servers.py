@@ -108,6 +108,14 @@ def _tokens(expr: str) -> int | str:
     return f"unparsed: {expr}"
 
 
+def _ep_when(text: str) -> str:
+    """When a script that has ``--enable-expert-parallel`` passes it: ``"ep>1"`` behind a test
+    of the run's EP size above 1 (``[ "$EP_SIZE" -gt 1 ]``), else ``"always"`` (no test, or
+    ``-ge 1``, which every run's EP size passes: the MiniMax-M2.5 FP8 scripts of March 2026)."""
+    guards = re.findall(r'\$\{?EP_SIZE(?::-\d+)?\}?"?\s+-(ge|gt)\s+(\d+)', text)
+    return "ep>1" if guards and all(int(n) + (op == "gt") > 1 for op, n in guards) else "always"
+
+
 def parse(text: str) -> dict[str, Any]:
     """The settings of one version of a script (see the module doc)."""
     conflicts: list[str] = []
@@ -142,7 +150,7 @@ def parse(text: str) -> dict[str, Any]:
         if (v := _one(text, name, conflicts)) is not None:
             recorded[name] = v
     if _present(text, "enable-expert-parallel"):
-        recorded["enable-expert-parallel"] = True
+        recorded["enable-expert-parallel"] = _ep_when(text)
     if "fuse_allreduce_rms" in text or "enable_fi_allreduce_fusion" in text:
         recorded["allreduce-rms-fusion"] = True
     env = dict(sorted(set(re.findall(r"^\s*(?:export\s+)?(VLLM_[A-Z0-9_]+)=(\S+)", text, flags=re.MULTILINE))))

@@ -103,15 +103,36 @@ def _count(value: int | str, isl: int, osl: int, concurrency: int) -> int | None
     return None if m is None else int(m.group(1) or 1) * names[m.group(2)]
 
 
+def _version(script: str, when: str | None) -> dict[str, Any]:
+    """The version of ``script`` in force at ``when`` (see ``server_settings``)."""
+    versions = _servers()[script]["versions"]
+    before = [v for v in versions if when is not None and v["from"] <= when]
+    return dict(before[-1] if before else versions[0])
+
+
+def server_parallelism(script: str, when: str | None) -> tuple[str | None, bool]:
+    """How the version of ``script`` in force at ``when`` lays vLLM out: when it passes
+    ``--enable-expert-parallel`` (None: never; ``"ep>1"``: for a run of EP size above 1;
+    ``"always"``: for every run) and whether it can pass ``--data-parallel-size``.
+
+    The script, not the benchmark matrix, decides: one without a flag serves
+    ``--tensor-parallel-size $TP`` whatever the matrix gives as the run's EP size or
+    DP-attention switch (the Kimi-K2.5 FP4 B200 script until August 2026, whose "EP 4" and
+    "DP attention" rows ran as plain TP 4; the MiniMax-M2.5 FP8 scripts pass EP but never
+    DP), and the MiniMax-M2.5 FP8 B200 and H200 scripts of March 2026 test
+    ``[ "$EP_SIZE" -ge 1 ]``, so their "EP 1" rows ran with expert parallelism."""
+    rec = _version(script, when)["recorded"]
+    ep = rec.get("enable-expert-parallel")
+    return (None if ep is None else str(ep)), "data-parallel-size" in rec
+
+
 def server_settings(script: str, when: str | None, isl: int, osl: int, concurrency: int
                     ) -> tuple[dict[str, Any], dict[str, Any], str]:
     """(engine fields, model fields, a note) of the version of ``script`` in force at ``when``
     (the latest committed at or before it; the first version for a run before it, which its
     pull request measured, and when ``when`` is None). Counts in ISL, OSL and
     CONC are evaluated for this run; settings servesim does not model are named in the note."""
-    versions = _servers()[script]["versions"]
-    before = [v for v in versions if when is not None and v["from"] <= when]
-    v = before[-1] if before else versions[0]
+    v = _version(script, when)
     engine: dict[str, Any] = {}
     for key in ENGINE_FIELDS:
         if key in v["engine"]:
@@ -126,7 +147,7 @@ def server_settings(script: str, when: str | None, isl: int, osl: int, concurren
         engine["moe_backend"] = "marlin"
     unmodelled = [f"{k}={val}" for k, val in env.items()] + \
         [f"--{k}" + ("" if val is True else f" {val}") for k, val in v["recorded"].items()
-         if k not in ("enable-expert-parallel", "data-parallel-size")]  # the row's parallelism decides
+         if k not in ("enable-expert-parallel", "data-parallel-size")]  # server_parallelism
     note = f"server: {script}.sh at {v['commit'][:9]} ({v['from'][:10]})"
     if unmodelled:
         note += "; not modelled: " + ", ".join(unmodelled)

@@ -33,7 +33,14 @@ from typing import Any
 
 import numpy as np
 
-from servesim.validate.bench_harness import bench_workload, is_inferencemax, measured_at, script_for, server_settings
+from servesim.validate.bench_harness import (
+    bench_workload,
+    is_inferencemax,
+    measured_at,
+    script_for,
+    server_parallelism,
+    server_settings,
+)
 from servesim.validate.common import Check
 from servesim.validate.limits import Goal
 from servesim.validate.silicon_marks import SILICON_KNOWN_BAD
@@ -155,6 +162,37 @@ def row_case(row: dict[str, str], nvfp4_dir: Path | None = None) -> SiliconCase:
     tp, pp = _int(row["tp_size"]), _int(row["pp_size"])
     moe_tp, ep = _int(row["moe_tp_size"]), _int(row["moe_ep_size"])
     dp = _int(row["attention_dp_size"])
+    conc = _int(row["batch_size"]) * dp  # a DP row's batch_size is one rank's share of the clients
+    script = script_for(row["model_path"], row["precision"], row["system"])
+    scripted = USE_SERVER_SCRIPTS and script is not None and is_inferencemax(row["silicon_data_source"])
+    when = None
+    if scripted:
+        assert script is not None
+        when = measured_at(row["silicon_data_source"]) or _undated_time(script, row["backend_version"])
+        ep_when, can_dp = server_parallelism(script, when)
+        # The launch script decides the layout, not the benchmark matrix: without
+        # --data-parallel-size it serves --tensor-parallel-size $TP, with the experts
+        # spread over the TP ranks (vLLM's EP size is TP x DP) where it passes
+        # --enable-expert-parallel for this run.
+        run_dp = dp if can_dp else 1
+        run_ep = ep if run_dp > 1 else (
+            tp if ep_when == "always" or (ep_when == "ep>1" and ep > 1) else 1)
+        if (run_dp, run_ep) != (dp, ep):
+            was = f"TP {tp}" + (f", attention DP {dp}" if dp > 1 else "") + f", EP {ep}"
+            why = []
+            if dp > 1 and not can_dp:
+                why.append("passes no --data-parallel-size")
+            if ep > 1 and run_ep == 1:
+                why.append("passes no --enable-expert-parallel")
+            if ep == 1 and run_ep > 1:
+                why.append("passes --enable-expert-parallel at every EP size")
+            if not why:
+                why.append("passes --enable-expert-parallel, and vLLM's EP size is its TP size")
+            now = f"TP {tp}" + (f" + EP {run_ep}" if run_ep > 1 else "")
+            case.notes.append(f"run as {now} ({conc} clients): the script {' and '.join(why)} "
+                              f"(the matrix gave {was})")
+            ep, dp = run_ep, run_dp
+            moe_tp = tp // ep
     if dp > 1:
         # InferenceMAX's launch scripts run "DP attention" as --tensor-parallel-size 1
         # --data-parallel-size $TP --enable-expert-parallel: tp_size GPUs in all, one a
@@ -173,16 +211,14 @@ def row_case(row: dict[str, str], nvfp4_dir: Path | None = None) -> SiliconCase:
     if nvfp4:
         case.nvfp4 = preset
         name = str((nvfp4_dir or Path(".")) / _nvfp4_dirname(preset))
-    conc = _int(row["batch_size"]) * dp  # a DP row's batch_size is one rank's share of the clients
     isl, osl = _int(row["isl"]), _int(row["osl"])
     version = kernel_version_for(gpu[0], row["backend_version"])
     engine: dict[str, Any] = {"max_model_len": isl + osl}
     if PASS_ENGINE_VERSION and row["backend_version"][:1].isdigit():
         engine["version"] = row["backend_version"]
     model_cfg: dict[str, Any] = {"name": name}
-    script = script_for(row["model_path"], row["precision"], row["system"])
-    if USE_SERVER_SCRIPTS and script is not None and is_inferencemax(row["silicon_data_source"]):
-        when = measured_at(row["silicon_data_source"]) or _undated_time(script, row["backend_version"])
+    if scripted:
+        assert script is not None
         eng, mod, note = server_settings(script, when, isl, osl, conc)
         engine.update(eng)
         model_cfg.update(mod)
