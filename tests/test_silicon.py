@@ -117,8 +117,17 @@ def test_inferencemax_rows_run_their_launch_scripts_settings():
     assert (eng["max_num_batched_tokens"], eng["max_cudagraph_capture_size"], eng["gpu_memory_utilization"],
             eng["enable_prefix_caching"]) == (16384, 2048, 0.9, False)
     assert mod == {"kv_cache_dtype": "fp8"} and "--stream-interval 20" in note
-    # a run before the script's first commit takes that first version (its pull request's)
-    assert "at 79bd988e9" in server_settings("minimaxm2.5_fp4_b200", "2026-04-03T00:00:00Z", 1024, 1024, 4)[2]
+    # a run before the script's merge takes the version of its pull request's branch at
+    # that time: MiniMax-M2.5 FP4 B200's nightly runs of 2026-04-03, without the token
+    # budget and capture size the merged version (79bd988e9, 2026-04-08) added
+    eng, mod, note = server_settings("minimaxm2.5_fp4_b200", "2026-04-03T23:59:59Z", 1024, 1024, 4)
+    assert "at 08bcde8f1 (2026-04-02, a pull request's branch)" in note
+    assert eng == {"gpu_memory_utilization": 0.95, "block_size": 32, "enable_prefix_caching": False}
+    assert mod == {"kv_cache_dtype": "fp8"}
+    assert "at 79bd988e9" in server_settings("minimaxm2.5_fp4_b200", "2026-04-08T23:59:59Z", 1024, 1024, 4)[2]
+    # a run before every version takes the first
+    assert "a pull request's branch" in server_settings("minimaxm2.5_fp4_b200", "2026-01-01T00:00:00Z",
+                                                          1024, 1024, 4)[2]
     # counts in the run's clients; Llama-3.1-70B fp4's FULL_DECODE_ONLY and async scheduling
     assert server_settings("kimik2.5_int4_h200", "2026-03-27T23:00:00Z", 1024, 1024, 16)[0]["max_num_seqs"] == 16
     # VLLM_MXFP4_USE_MARLIN=1 (gpt-oss on H100 from January 2026) is engine.moe_backend: marlin
@@ -179,6 +188,10 @@ def test_launch_script_parser():
         text = f'if [ "$EP_SIZE" {guard} ]; then EP=" --enable-expert-parallel"; fi\nvllm serve m $EP'
         return tool.parse(text)["recorded"].get("enable-expert-parallel")
     assert (ep("-gt 1"), ep("-ge 1"), ep("-ge 2")) == ("ep>1", "always", "ep>1")
+    # a variable's default, also where the script assigns the variable its own default
+    for text in ("vllm serve m --block-size ${BLOCK_SIZE:-32}",
+                 "BLOCK_SIZE=${BLOCK_SIZE:-32}\nvllm serve m --block-size $BLOCK_SIZE"):
+        assert tool.parse(text)["engine"]["block_size"] == 32
     always = tool.parse("vllm serve m --enable-expert-parallel")["recorded"]
     assert always["enable-expert-parallel"] == "always"
     assert "enable-expert-parallel" not in tool.parse("vllm serve m --tensor-parallel-size=$TP")["recorded"]

@@ -76,6 +76,8 @@ def _resolve(text: str, value: str, conflicts: list[str], depth: int = 0) -> str
                    re.findall(rf"^\s*(?:export\s+)?{m.group(1)}={_VALUE}", text, flags=re.MULTILINE)})
     if len(vals) > 1:
         conflicts.append(f"${m.group(1)}: {', '.join(vals)}")
+    if vals and vals[0] == value and m.group(2) is not None:
+        return m.group(2)  # NAME=${NAME:-default}: the default
     if vals:
         return vals[0] if vals[0] == value or depth > 2 else _resolve(text, vals[0], conflicts, depth + 1)
     if m.group(2) is not None:
@@ -161,10 +163,10 @@ def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
 
 
-def versions(repo: Path, base: str) -> list[dict[str, Any]]:
-    """Every version of one script: commit, UTC commit time, path, settings (oldest first)."""
-    paths = [p.format(base) for p in LOCATIONS]
-    log = _git(repo, "log", "--format=%H %cI", "--name-only", "--", *paths)
+def _logged(repo: Path, paths: list[str], *refs: str) -> list[dict[str, Any]]:
+    """The versions of the script at ``paths`` in the history of ``refs`` (default HEAD),
+    one per commit time: the docker and slurm variants of a commit agree (checked)."""
+    log = _git(repo, "log", *refs, "--format=%H %cI", "--name-only", "--", *paths)
     out: list[dict[str, Any]] = []
     commit = when = ""
     for line in log.splitlines():
@@ -180,13 +182,30 @@ def versions(repo: Path, base: str) -> list[dict[str, Any]]:
             if "vllm serve" not in text:
                 continue
             out.append({"from": when, "commit": commit, "path": line.strip(), **parse(text)})
-    # One version per commit time: the docker and slurm variants of a commit agree (checked).
     by_time: dict[str, dict[str, Any]] = {}
     for v in sorted(out, key=lambda v: (v["from"], v["path"])):
         kept = by_time.setdefault(v["from"], v)
         if kept is not v and (kept["engine"], kept["model"]) != (v["engine"], v["model"]):
             kept["conflicts"].append(f"{v['path']} differs from {kept['path']}")
     return list(by_time.values())
+
+
+def versions(repo: Path, base: str) -> list[dict[str, Any]]:
+    """Every version of one script: commit, UTC commit time, path, settings (oldest first).
+
+    The versions of the main line, and before its first one the versions of the pull-request
+    branches that added the script (``"branch": true``): a run measured before the script
+    was merged is the pull request's own benchmark, of the branch's script at that time
+    (MiniMax-M2.5 FP4 B200's vLLM-nightly runs of 3 April 2026, five days before the merge,
+    ran without the later token budget and CUDA-graph capture size)."""
+    paths = [p.format(base) for p in LOCATIONS]
+    main = _logged(repo, paths)
+    if not main:
+        return []
+    on_main = {v["commit"] for v in main}
+    early = [dict(v, branch=True) for v in _logged(repo, paths, "--all")
+             if v["commit"] not in on_main and v["from"] < main[0]["from"]]
+    return early + main
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -106,7 +106,9 @@ def _count(value: int | str, isl: int, osl: int, concurrency: int) -> int | None
 def _version(script: str, when: str | None) -> dict[str, Any]:
     """The version of ``script`` in force at ``when`` (see ``server_settings``)."""
     versions = _servers()[script]["versions"]
-    before = [v for v in versions if when is not None and v["from"] <= when]
+    if when is None:  # the script as merged
+        return dict(next(v for v in versions if not v.get("branch")))
+    before = [v for v in versions if v["from"] <= when]
     return dict(before[-1] if before else versions[0])
 
 
@@ -129,8 +131,10 @@ def server_parallelism(script: str, when: str | None) -> tuple[str | None, bool]
 def server_settings(script: str, when: str | None, isl: int, osl: int, concurrency: int
                     ) -> tuple[dict[str, Any], dict[str, Any], str]:
     """(engine fields, model fields, a note) of the version of ``script`` in force at ``when``
-    (the latest committed at or before it; the first version for a run before it, which its
-    pull request measured, and when ``when`` is None). Counts in ISL, OSL and
+    (the latest committed at or before it, on the main line or, before the script's merge,
+    on the branch of the pull request that added it, whose benchmark such a run is; the
+    first version for a run before every version; the first merged one when ``when`` is
+    None). Counts in ISL, OSL and
     CONC are evaluated for this run; settings servesim does not model are named in the note."""
     v = _version(script, when)
     engine: dict[str, Any] = {}
@@ -148,7 +152,8 @@ def server_settings(script: str, when: str | None, isl: int, osl: int, concurren
     unmodelled = [f"{k}={val}" for k, val in env.items()] + \
         [f"--{k}" + ("" if val is True else f" {val}") for k, val in v["recorded"].items()
          if k not in ("enable-expert-parallel", "data-parallel-size")]  # server_parallelism
-    note = f"server: {script}.sh at {v['commit'][:9]} ({v['from'][:10]})"
+    branch = ", a pull request's branch" if v.get("branch") else ""
+    note = f"server: {script}.sh at {v['commit'][:9]} ({v['from'][:10]}{branch})"
     if unmodelled:
         note += "; not modelled: " + ", ".join(unmodelled)
     return engine, model, note
