@@ -106,8 +106,62 @@ def test_mxfp4_table_of_b200_is_not_vllms_sm100_kernel():
     th, lh = load_database("H200", "0.19.0").moe(*GPT_OSS, 1, 1, "w4a16_mxfp4")
     assert np.array_equal(tb, th)
     assert (lb[tb >= 4] > lh[th >= 4]).all()
-    pm = KernelPerfModel(load_model("openai/gpt-oss-120b"), get_gpu("B200"), tp=1)
-    assert pm.sources["moe"].startswith("roofline") and "w4a16_mxfp4 table not used" in pm.sources["moe"]
+    # So it times them from the table of the kernel vLLM serves (FlashInfer's TRTLLM-gen MXFP4
+    # MoE, 16-bit activations: SM100_FI_MXFP4_BF16), measured at gpt-oss's own shape: the
+    # measured value at every grid point, and above the roofline the table replaced.
+    m, g = load_model("openai/gpt-oss-120b"), get_gpu("B200")
+    series = _served_series("flashinfer_trtllm_mxfp4_bf16", GPT_OSS, 2, 1)
+    pm = KernelPerfModel(m, g, tp=2)
+    assert pm.sources["moe"] == ("table moe flashinfer_trtllm_mxfp4_bf16 2880x2880 top-4 of 128 experts tp=2 "
+                                 "ep=1 of vLLM 0.24.0")
+    for t, ms in zip(series["tokens"], series["latency_ms"]):
+        step = BatchStats(num_decode_reqs=t, sum_decode_context=t * 1000)
+        assert pm.breakdown(step)["moe"] == pytest.approx(36 * ms * 1e-3, rel=1e-6)
+    roof = 36 * _moe_roof(1024, 3 * 2880 * 1440, 4.25 / 8, 128, 4, 2880, g.flops_for("bfloat16"), g.mem_bw)
+    assert _decode(pm, 1024, 1000)["moe"] > 2 * roof  # 3.1x the roofline at 1,024 tokens
+
+
+def _served_series(kernel: str, shape: tuple[int, int, int, int], moe_tp: int, ep: int) -> dict:
+    import json
+    from importlib import resources
+
+    raw = json.loads(resources.files("servesim").joinpath("data", "kernels", "served_moe.json").read_text())
+    table = next(t for t in raw["tables"] if t["kernel"] == kernel)
+    return next(s for s in table["series"]
+                if (tuple(s["shape"]), s["moe_tp"], s["moe_ep"]) == (shape, moe_tp, ep))
+
+
+def test_mxfp8_activations_time_mxfp4_experts_from_that_kernels_nearest_table():
+    # engine.moe_backend: flashinfer_mxfp4_mxfp8 (VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1) on B200:
+    # the TRTLLM-gen MoE with MXFP8 activations, measured at DeepSeek-like shapes only; the
+    # nearest (4096 x 2048, top-6 of 256) carried to gpt-oss's by the roofline ratio at FP8
+    # math, its fixed latency kept.
+    m, g = load_model("openai/gpt-oss-120b"), get_gpu("B200")
+    src = _served_series("flashinfer_trtllm_mxfp4_mxfp8", (4096, 2048, 6, 256), 1, 1)
+    pm = KernelPerfModel(m, g, tp=1, moe_backend="flashinfer_mxfp4_mxfp8")
+    assert pm.sources["moe"] == ("table moe flashinfer_trtllm_mxfp4_mxfp8 4096x2048 top-6 of 256 experts "
+                                 "tp=1 ep=1 of vLLM 0.24.0 (roofline-scaled to this shape)")
+    pk, bw = g.flops_for("fp8"), g.mem_bw
+
+    def roof(t: float) -> float:
+        return _moe_roof(t, 3 * 2880 * 2880, 4.25 / 8, 128, 4, 2880, pk, bw)
+
+    def ref(t: float) -> float:
+        return _moe_roof(t, 3 * 4096 * 2048, 4.25 / 8, 256, 6, 4096, pk, bw)
+
+    tokens, lat = src["tokens"], src["latency_ms"]
+    fixed = lat[0] * 1e-3 - ref(1)
+    i = tokens.index(16)
+    want = 36 * lat[i] * 1e-3 * (roof(16) + fixed) / (ref(16) + fixed)
+    assert _decode(pm, 16, 1000)["moe"] == pytest.approx(want, rel=1e-6)
+    # Against 16-bit activations (the default): faster on a long prefill (FP8 math).
+    auto = KernelPerfModel(m, g, tp=1)
+    prefill = BatchStats(num_prefill_tokens=8192, num_prefill_reqs=1, prefill_attn_work=8192 * 8192 / 2)
+    assert pm.breakdown(prefill)["moe"] < 0.9 * auto.breakdown(prefill)["moe"]
+    # Off Blackwell the switch does nothing (vLLM reads it on SM100 only).
+    h = get_gpu("H100-SXM")
+    assert (KernelPerfModel(m, h, tp=2, moe_backend="flashinfer_mxfp4_mxfp8").sources["moe"]
+            == KernelPerfModel(m, h, tp=2).sources["moe"])
 
 
 def test_int4_table_vllm_does_not_serve_is_carried_from_h200_by_the_measured_ratio():

@@ -134,6 +134,11 @@ def test_inferencemax_rows_run_their_launch_scripts_settings():
     eng, _, note = server_settings("gptoss_fp4_h100", "2026-03-28T12:00:00Z", 1024, 1024, 16)
     assert eng["moe_backend"] == "marlin" and "VLLM_MXFP4_USE_MARLIN" not in note
     assert "moe_backend" not in server_settings("gptoss_fp4_h100", "2025-12-10T00:00:00Z", 1024, 1024, 16)[0]
+    # VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 (gpt-oss on B200 from September 2025) is
+    # engine.moe_backend: flashinfer_mxfp4_mxfp8
+    eng, _, note = server_settings("gptoss_fp4_b200", "2026-02-25T23:59:59Z", 1024, 1024, 16)
+    assert eng["moe_backend"] == "flashinfer_mxfp4_mxfp8" and "MXFP4_MXFP8" not in note
+    assert "moe_backend" not in server_settings("gptoss_fp4_b200", "2025-09-20T00:00:00Z", 1024, 1024, 16)[0]
     eng, mod, _ = server_settings("70b_fp4_b200", measured_at("measured=2025-10-29"), 1024, 1024, 4)
     assert eng["cudagraph_mode"] == "full_decode_only" and eng["async_scheduling"] and mod["kv_cache_dtype"] == "fp8"
     assert measured_at("x; measured=2026-03-24T20:03:09Z; wip=False") == "2026-03-24T23:59:59Z"

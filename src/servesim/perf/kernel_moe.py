@@ -25,7 +25,11 @@ One MoE layer on one rank (``moe_tp`` = TP / EP, ``moe_ep`` = EP) takes, in this
 int4 experts, and MXFP4 ones with ``engine.moe_backend: marlin``, are timed first from the
 Marlin tables (``marlin_curve``: vLLM 0.14.0's ``int4_wo`` tables, the only ones that time
 ``fused_marlin_moe``, carried from the nearest measured shape); without one on the GPU,
-the order above.
+the order above. MXFP4 experts on Blackwell (B200's tables) are timed first from the table
+of the kernel vLLM serves them with (``served_curve``: FlashInfer's TRTLLM-gen MoE, 16-bit
+activations by default, MXFP8 ones with ``engine.moe_backend: flashinfer_mxfp4_mxfp8``;
+AIConfigurator's vLLM 0.24.0 table, each row naming its kernel, carried from the nearest
+measured shape).
 
 Tables that do not time the kernel vLLM serves with are skipped (``unserved_reason``):
 
@@ -39,13 +43,18 @@ Tables that do not time the kernel vLLM serves with are skipped (``unserved_reas
 - MXFP4 experts on B200 (``UNSERVED``): vLLM serves them on SM100 with FlashInfer's
   TRTLLM-gen MXFP4 x BF16 MoE (``Mxfp4Backend.SM100_FI_MXFP4_BF16``, the default since
   vLLM 0.10.2); the packed B200 table is slower than the H200 table of the same kernel
-  and shape at every token count from 4 up, so it times another path.
+  and shape at every token count from 4 up, so it times another path (``served_curve``
+  times the served kernel instead).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from functools import cache
+from importlib import resources
 from math import log
+from typing import Any
 
 import numpy as np
 
@@ -86,6 +95,61 @@ DECODE_TOKENS = 64
 MARLIN_TABLE_WEIGHT_BYTES = (4 + 16 / 128) / 8
 #: The ``int4_wo`` tables of vLLM versions below this one time ``fused_marlin_moe``.
 MARLIN_TABLES_BEFORE = (0, 17, 0)
+
+
+#: Package data (``tools/pack_served_moe.py``): fused-MoE tables of kernels vLLM serves where
+#: the packed tables time another, each row naming its kernel (AIConfigurator's vLLM 0.24.0
+#: MoE table of B200, at the packed tables' source commit).
+SERVED_FILE = "served_moe.json"
+#: ``engine.moe_backend`` -> the kernel vLLM serves MXFP4 experts with on SM100
+#: (``Mxfp4Backend``): FlashInfer's TRTLLM-gen MoE with 16-bit activations by default
+#: (``SM100_FI_MXFP4_BF16``), with MXFP8 ones under ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``.
+SM100_MXFP4 = {"auto": "flashinfer_trtllm_mxfp4_bf16",
+               "flashinfer_mxfp4_mxfp8": "flashinfer_trtllm_mxfp4_mxfp8"}
+#: The math of each served kernel, the peak of its roofline (16-bit or FP8 tensor cores).
+SERVED_MATH = {"flashinfer_trtllm_mxfp4_bf16": "w4a16_mxfp4", "flashinfer_trtllm_mxfp4_mxfp8": "fp8"}
+
+
+@cache
+def _served() -> dict[tuple[str, str], dict[str, Any]]:
+    raw = json.loads(resources.files("servesim").joinpath("data", "kernels", SERVED_FILE).read_text())
+    return {(t["gpu"], t["kernel"]): t for t in raw["tables"]}
+
+
+def served_curve(model: ModelSpec, gpu: GpuSpec, kernel: str, moe_tp: int, ep: int,
+                 eff: Efficiencies) -> tuple[LogCurve, str] | None:
+    """One MoE layer timed from the served kernel's own table (``SERVED_FILE``): the series
+    of the shape nearest the model's (``_shape_distance``) and, in it, the nearest moe_tp at
+    this EP size, carried to the model's shape and sharding by the roofline ratio of the
+    kernel's math (``SERVED_MATH``) with its fixed latency kept (``_rescaled``), as
+    ``marlin_curve`` carries Marlin's. None where the GPU's tables have no such series.
+
+    The tables are vLLM 0.24.0's measurements of the kernels; runs of earlier versions are
+    timed from them too (the TRTLLM-gen MXFP4 MoE has been vLLM's SM100 kernel since 0.10.2,
+    with older FlashInfer builds: a simplification)."""
+    table = _served().get((GPU_TABLES.get(gpu.name, ""), kernel))
+    if table is None:
+        return None
+    series = [s for s in table["series"] if s["moe_ep"] == ep]
+    if not series:
+        return None
+    own = (model.hidden_size, model.moe_intermediate_size, model.num_experts_per_tok, model.num_experts)
+    best = min(series, key=lambda s: (_shape_distance(own, tuple(s["shape"])), abs(log(s["moe_tp"] / moe_tp)),
+                                      s["moe_tp"]))
+    (h, i, k, e), t_tp = best["shape"], best["moe_tp"]
+    math = SERVED_MATH[kernel]
+    roof = moe_roofline(model, gpu, eff, moe_tp, ep, math)
+    tokens, lat = np.array(best["tokens"], dtype=float), np.array(best["latency_ms"], dtype=float)
+    where = (f"table moe {kernel} {h}x{i} top-{k} of {e} experts tp={t_tp} ep={ep} "
+             f"of vLLM {table['vllm_version']}")
+    same = (h, i, k, e) == own
+    if same and t_tp == moe_tp:
+        return _curve(tokens, lat, roof), where
+    proxy = replace(model, hidden_size=h, moe_intermediate_size=i, num_experts_per_tok=k, num_experts=e)
+    ref = moe_roofline(proxy, gpu, eff, t_tp, ep, math)
+    to = [*(() if same else ("this shape",)), *(() if t_tp == moe_tp else (f"tp={moe_tp}",))]
+    return (_curve(tokens, _rescaled(tokens, lat, roof, ref), roof),
+            f"{where} (roofline-scaled to {', '.join(to)})")
 
 
 def moe_dtype(model: ModelSpec, gemm_dtype: str | None) -> str | None:
@@ -277,6 +341,10 @@ def moe_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int
         if hit is not None:
             return hit
         skipped = "; no Marlin MoE table on this GPU"
+    if db is not None and dtype == "w4a16_mxfp4" and backend in SM100_MXFP4:
+        hit = served_curve(m, gpu, SM100_MXFP4[backend], moe_tp, ep, eff)
+        if hit is not None:
+            return hit
     if db is not None and dtype is not None:
         why = unserved_reason(db, m, gpu, moe_tp, ep, dtype)
         if why is not None:

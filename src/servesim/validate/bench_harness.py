@@ -149,6 +149,8 @@ def server_settings(script: str, when: str | None, isl: int, osl: int, concurren
     env = dict(v["env"])
     if env.pop("VLLM_MXFP4_USE_MARLIN", "0") == "1":
         engine["moe_backend"] = "marlin"
+    if env.pop("VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8", "0") == "1":
+        engine["moe_backend"] = "flashinfer_mxfp4_mxfp8"
     unmodelled = [f"{k}={val}" for k, val in env.items()] + \
         [f"--{k}" + ("" if val is True else f" {val}") for k, val in v["recorded"].items()
          if k not in ("enable-expert-parallel", "data-parallel-size")]  # server_parallelism

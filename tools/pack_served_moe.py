@@ -1,0 +1,105 @@
+"""Pack the fused-MoE tables of the kernels vLLM serves MXFP4 experts with on Blackwell.
+
+The kernel tables ``tools/pack_kernels.py`` packs (vLLM 0.14.0 and 0.19.0) time one MoE
+kernel per expert dtype; for MXFP4 experts on B200 that is not the kernel vLLM serves
+(``servesim.perf.kernel_moe``, ``UNSERVED``). AIConfigurator's vLLM 0.24.0 MoE table of
+B200, at the same source commit, names the kernel of each row (its ``kernel_source``) and
+has the two FlashInfer TRTLLM-gen MXFP4 kernels vLLM picks on SM100 (``Mxfp4Backend``):
+
+- ``flashinfer_trtllm_mxfp4_bf16``: MXFP4 weights, 16-bit activations (vLLM's default on
+  SM100, ``SM100_FI_MXFP4_BF16``), measured at gpt-oss's expert shapes;
+- ``flashinfer_trtllm_mxfp4_mxfp8``: MXFP4 weights, MXFP8 activations
+  (``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``), measured at two DeepSeek-like shapes.
+
+This tool writes their rows of token distribution ``power_law_1.01`` (as the packed
+tables) into ``src/servesim/data/kernels/served_moe.json``: per kernel and (shape, moe_tp,
+moe_ep), the token counts and latencies in milliseconds as measured (repeats averaged,
+nothing fitted). The installed package reads only that file.
+
+    python tools/pack_served_moe.py AICONFIGURATOR_REPO [--rev REV]
+
+``AICONFIGURATOR_REPO`` is a clone of github.com/ai-dynamo/aiconfigurator (a bare one
+does); the tables are read from ``REV`` (default HEAD) with ``git show``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+OUT = Path(__file__).resolve().parents[1] / "src" / "servesim" / "data" / "kernels" / "served_moe.json"
+TABLE = "aic-core/src/aiconfigurator_core/systems/data/{gpu}/moe/vllm/{version}/moe_perf.parquet"
+DISTRIBUTION = "power_law_1.01"
+#: (GPU folder, vLLM version, the table's kernel_source) -> the kernel's name in servesim.
+SERVED = {
+    ("b200_sxm", "0.24.0", "vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic"):
+        "flashinfer_trtllm_mxfp4_bf16",
+    ("b200_sxm", "0.24.0", "vllm_mxfp4moe_flashinfer_trtllm_mxfp4_mxfp8_trtllmmxfp4expertsmodular"):
+        "flashinfer_trtllm_mxfp4_mxfp8",
+}
+
+
+def _git(repo: Path, *args: str) -> bytes:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=True).stdout
+
+
+def pack(repo: Path, rev: str) -> dict[str, Any]:
+    commit = _git(repo, "rev-parse", rev).decode().strip()
+    tables: list[dict[str, Any]] = []
+    for (gpu, version), kernels in sorted(_by_table().items()):
+        path = TABLE.format(gpu=gpu, version=version)
+        rows = pq.read_table(io.BytesIO(_git(repo, "show", f"{commit}:{path}"))).to_pylist()
+        for source, name in sorted(kernels.items()):
+            sums: dict[tuple[int, ...], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+            dtypes = set()
+            for r in rows:
+                if r["kernel_source"] == source and r["distribution"] == DISTRIBUTION:
+                    key = (r["hidden_size"], r["inter_size"], r["topk"], r["num_experts"], r["moe_tp_size"],
+                           r["moe_ep_size"])
+                    sums[key][int(r["num_tokens"])].append(float(r["latency"]))
+                    dtypes.add(r["moe_dtype"])
+            if not sums:
+                raise SystemExit(f"{path}: no {DISTRIBUTION} row of {source}")
+            series = [{"shape": list(k[:4]), "moe_tp": k[4], "moe_ep": k[5], "tokens": sorted(pts),
+                       "latency_ms": [round(sum(pts[t]) / len(pts[t]), 6) for t in sorted(pts)]}
+                      for k, pts in sorted(sums.items())]
+            tables.append({"gpu": gpu, "vllm_version": version, "kernel": name, "kernel_source": source,
+                           "moe_dtype": sorted(dtypes), "table": path, "series": series})
+    return {"source": "NVIDIA AIConfigurator, github.com/ai-dynamo/aiconfigurator (Apache-2.0), "
+                      "copyright NVIDIA CORPORATION & AFFILIATES",
+            "commit": commit, "distribution": DISTRIBUTION, "tables": tables}
+
+
+def _by_table() -> dict[tuple[str, str], dict[str, str]]:
+    out: dict[tuple[str, str], dict[str, str]] = defaultdict(dict)
+    for (gpu, version, source), name in SERVED.items():
+        out[(gpu, version)][source] = name
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("repo", type=Path, help="a clone of github.com/ai-dynamo/aiconfigurator")
+    ap.add_argument("--rev", default="HEAD", help="the commit to read the tables from (default HEAD)")
+    a = ap.parse_args(argv)
+    try:
+        data = pack(a.repo, a.rev)
+    except subprocess.CalledProcessError as err:
+        print(f"{a.repo}: {err.stderr.decode().strip()}", file=sys.stderr)
+        return 1
+    OUT.write_text(json.dumps(data, separators=(",", ":")) + "\n")
+    n = sum(len(t["series"]) for t in data["tables"])
+    print(f"wrote {OUT} ({n} series of {len(data['tables'])} kernels)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
