@@ -131,23 +131,27 @@ def _served_series(kernel: str, shape: tuple[int, int, int, int], moe_tp: int, e
                 if (tuple(s["shape"]), s["moe_tp"], s["moe_ep"]) == (shape, moe_tp, ep))
 
 
-def test_mxfp8_activations_time_mxfp4_experts_from_that_kernels_nearest_table():
+@pytest.mark.parametrize(("tp", "rank_inter"), [(1, 3072), (8, 512)])
+def test_mxfp8_activations_time_mxfp4_experts_from_that_kernels_nearest_table(tp: int, rank_inter: int):
     # engine.moe_backend: flashinfer_mxfp4_mxfp8 (VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1) on B200:
     # the TRTLLM-gen MoE with MXFP8 activations, measured at DeepSeek-like shapes only; the
     # nearest (4096 x 2048, top-6 of 256) carried to gpt-oss's by the roofline ratio at FP8
-    # math, its fixed latency kept.
+    # math, its fixed latency kept. The kernel computes on padded experts (vLLM's
+    # Mxfp4MoEMethod rounds hidden and a rank's intermediate size up to 256): gpt-oss's
+    # 2880 x 2880 runs as 3072 x 3072 at TP 1, a TP-8 rank's 360 columns as 512; the table's
+    # shape needs none (2048 / 8 = 256).
     m, g = load_model("openai/gpt-oss-120b"), get_gpu("B200")
-    src = _served_series("flashinfer_trtllm_mxfp4_mxfp8", (4096, 2048, 6, 256), 1, 1)
-    pm = KernelPerfModel(m, g, tp=1, moe_backend="flashinfer_mxfp4_mxfp8")
+    src = _served_series("flashinfer_trtllm_mxfp4_mxfp8", (4096, 2048, 6, 256), tp, 1)
+    pm = KernelPerfModel(m, g, tp=tp, moe_backend="flashinfer_mxfp4_mxfp8")
     assert pm.sources["moe"] == ("table moe flashinfer_trtllm_mxfp4_mxfp8 4096x2048 top-6 of 256 experts "
-                                 "tp=1 ep=1 of vLLM 0.24.0 (roofline-scaled to this shape)")
+                                 f"tp={tp} ep=1 of vLLM 0.24.0 (roofline-scaled to this shape)")
     pk, bw = g.flops_for("fp8"), g.mem_bw
 
     def roof(t: float) -> float:
-        return _moe_roof(t, 3 * 2880 * 2880, 4.25 / 8, 128, 4, 2880, pk, bw)
+        return _moe_roof(t, 3 * 3072 * rank_inter, 4.25 / 8, 128, 4, 3072, pk, bw)
 
     def ref(t: float) -> float:
-        return _moe_roof(t, 3 * 4096 * 2048, 4.25 / 8, 256, 6, 4096, pk, bw)
+        return _moe_roof(t, 3 * 4096 * 2048 // tp, 4.25 / 8, 256, 6, 4096, pk, bw)
 
     tokens, lat = src["tokens"], src["latency_ms"]
     fixed = lat[0] * 1e-3 - ref(1)
@@ -155,7 +159,7 @@ def test_mxfp8_activations_time_mxfp4_experts_from_that_kernels_nearest_table():
     want = 36 * lat[i] * 1e-3 * (roof(16) + fixed) / (ref(16) + fixed)
     assert _decode(pm, 16, 1000)["moe"] == pytest.approx(want, rel=1e-6)
     # Against 16-bit activations (the default): faster on a long prefill (FP8 math).
-    auto = KernelPerfModel(m, g, tp=1)
+    auto = KernelPerfModel(m, g, tp=tp)
     prefill = BatchStats(num_prefill_tokens=8192, num_prefill_reqs=1, prefill_attn_work=8192 * 8192 / 2)
     assert pm.breakdown(prefill)["moe"] < 0.9 * auto.breakdown(prefill)["moe"]
     # Off Blackwell the switch does nothing (vLLM reads it on SM100 only).
@@ -203,7 +207,9 @@ def test_marlin_backend_times_mxfp4_experts_from_the_nearest_marlin_int4_table()
     # run vLLM's fused_marlin_moe, which only vLLM 0.14.0's int4_wo tables time (the 0.19.0
     # collector runs Triton's int4 W4A16 fused_experts under the Marlin name). The nearest
     # measured shape (4096 x 1536, top-8 of 128: same expert count) is carried to gpt-oss's
-    # by the roofline ratio at each one's weight bytes, its fixed latency kept.
+    # by the roofline ratio at each one's weight bytes, its fixed latency kept; gpt-oss's as
+    # Marlin runs it: vLLM's Mxfp4MoEMethod pads hidden to 256 (2880 -> 3072) and a rank's
+    # intermediate size to 128 (TP 2: 1440 -> 1536).
     m, g = load_model("openai/gpt-oss-120b"), get_gpu("H100-SXM")
     ref_shape = (4096, 1536, 8, 128)
     tokens, lat = load_database("H100-SXM", "0.14.0").moe(*ref_shape, 2, 1, "int4_wo")
@@ -213,7 +219,7 @@ def test_marlin_backend_times_mxfp4_experts_from_the_nearest_marlin_int4_table()
     pk, bw = g.flops_for("bfloat16"), g.mem_bw
 
     def roof(t: float) -> float:
-        return _moe_roof(t, 3 * 2880 * 2880 / 2, 4.25 / 8, 128, 4, 2880, pk, bw)
+        return _moe_roof(t, 3 * 3072 * 1536, 4.25 / 8, 128, 4, 3072, pk, bw)
 
     def ref(t: float) -> float:
         return _moe_roof(t, 3 * 4096 * 1536 / 2, 4.125 / 8, 128, 8, 4096, pk, bw)

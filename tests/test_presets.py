@@ -19,7 +19,7 @@ from servesim.catalog.quantization import MXFP4_BYTES, NVFP4_BYTES, parse_quanti
 from servesim.config import EngineConfig, ParallelConfig
 from servesim.errors import CatalogError
 from servesim.perf.base import BatchStats
-from servesim.perf.memory import plan_memory, weights_bytes_per_gpu
+from servesim.perf.memory import plan_memory, served_weights_bytes, weights_bytes_per_gpu
 from servesim.perf.roofline import RooflinePerfModel
 
 HF_CONFIGS = "models/hf_configs"  # under the public data sets (conftest.shared_data)
@@ -121,6 +121,29 @@ def test_gpt_oss_120b_mxfp4_and_sliding_window() -> None:
     assert m.kv_bytes_per_token(8) == 18 * 2 * 1 * 64 * 2
     window = m.kv_window_bytes_per_request(1, block_size=16)
     assert window == 18 * 2 * 8 * 64 * 2 * (8 + 1) * 16  # cdiv(127, 16) + 1 blocks of 16 tokens
+
+
+@pytest.mark.parametrize(("gpu", "backend", "tp", "ep", "hidden", "rank_inter"), [
+    ("B200", "auto", 8, 1, 3072, 512),                       # TRTLLM-gen MoE: both to 256
+    ("B200", "flashinfer_mxfp4_mxfp8", 1, 1, 3072, 3072),
+    ("B200", "auto", 8, 8, 3072, 3072),                      # expert parallel: whole experts
+    ("H100-SXM", "marlin", 2, 1, 3072, 1536),                # Marlin: hidden to 256, width to 128
+    ("H100-SXM", "auto", 8, 1, 2880, 384),                   # Triton matmul_ogs: width to 64
+    ("H100-SXM", "auto", 1, 1, 2880, 2880),
+])
+def test_gpt_oss_experts_held_padded_as_vllm_pads_them(gpu: str, backend: str, tp: int, ep: int,
+                                                        hidden: int, rank_inter: int) -> None:
+    # vLLM's Mxfp4MoEMethod.create_weights pads MXFP4 experts by backend; the memory plan
+    # holds the padded experts, the rest of the weights as the checkpoint has them.
+    m, g = load_model("openai/gpt-oss-120b"), get_gpu(gpu)
+    par = ParallelConfig(tensor_parallel_size=tp, expert_parallel_size=ep)
+    eng = EngineConfig(moe_backend=backend)
+    experts = 36 * 128 * 3 * 2880 * 2880 // tp * 4.25 / 8
+    padded = 36 * (128 // ep) * 3 * hidden * rank_inter * 4.25 / 8
+    want = weights_bytes_per_gpu(m, tp) - experts + padded
+    assert served_weights_bytes(m, g, eng, par) == pytest.approx(want, rel=1e-12)
+    plan = plan_memory(m, g, eng, par)
+    assert plan.weights_bytes == served_weights_bytes(m, g, eng, par)
 
 
 def test_gpt_oss_sliding_layers_bounded_in_memory_and_time() -> None:

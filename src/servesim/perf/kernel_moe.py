@@ -108,6 +108,40 @@ SM100_MXFP4 = {"auto": "flashinfer_trtllm_mxfp4_bf16",
                "flashinfer_mxfp4_mxfp8": "flashinfer_trtllm_mxfp4_mxfp8"}
 #: The math of each served kernel, the peak of its roofline (16-bit or FP8 tensor cores).
 SERVED_MATH = {"flashinfer_trtllm_mxfp4_bf16": "w4a16_mxfp4", "flashinfer_trtllm_mxfp4_mxfp8": "fp8"}
+#: MXFP4 experts run on padded weights: vLLM's ``Mxfp4MoEMethod.create_weights`` (0.10.2 on)
+#: rounds the hidden size and each rank's intermediate size up to multiples of, by backend,
+#: (256, 256) for SM100_FI_MXFP4_MXFP8_TRTLLM and SM100_FI_MXFP4_BF16 (the TRTLLM-gen MoE of
+#: Blackwell), (256, 128) for MARLIN (its kernel needs n % 256 and k % 128) and (1, 64) for
+#: the rest (Triton's ``matmul_ogs``, Hopper's default). gpt-oss: hidden 2880 -> 3072 on the
+#: first two; a TP-8 rank's intermediate 360 -> 512, 384 and 384.
+SERVED_PAD = (256, 256)
+MARLIN_MXFP4_PAD = (256, 128)
+TRITON_MXFP4_PAD = (1, 64)
+
+
+def mxfp4_pad(gpu: GpuSpec, backend: str) -> tuple[int, int]:
+    """The (hidden, per-rank intermediate) alignment vLLM pads MXFP4 experts to on ``gpu``
+    with ``engine.moe_backend`` ``backend`` (see ``SERVED_PAD``)."""
+    if backend == "marlin":
+        return MARLIN_MXFP4_PAD
+    if GPU_TABLES.get(gpu.name) == "b200_sxm" and backend in SM100_MXFP4:
+        return SERVED_PAD
+    return TRITON_MXFP4_PAD
+
+
+def padded_experts(model: ModelSpec, moe_tp: int, pad: tuple[int, int]) -> ModelSpec:
+    """``model`` with the expert shape the kernel computes on: hidden and per-rank
+    intermediate sizes rounded up to ``pad`` (the intermediate size given back as the sum
+    over ``moe_tp`` ranks, as ``ModelSpec`` holds it)."""
+    def up(x: int, to: int) -> int:
+        return -(-x // to) * to
+    return replace(model, hidden_size=up(model.hidden_size, pad[0]),
+                   moe_intermediate_size=up(-(-model.moe_intermediate_size // moe_tp), pad[1]) * moe_tp)
+
+
+def has_mxfp4_experts(model: ModelSpec) -> bool:
+    """Whether the routed experts are MXFP4 (``moe_dtype`` 'w4a16_mxfp4')."""
+    return bool(model.is_moe and model.expert_dtype_bytes and "mxfp4" in model.quant_method.lower())
 
 
 @cache
@@ -122,7 +156,9 @@ def served_curve(model: ModelSpec, gpu: GpuSpec, kernel: str, moe_tp: int, ep: i
     of the shape nearest the model's (``_shape_distance``) and, in it, the nearest moe_tp at
     this EP size, carried to the model's shape and sharding by the roofline ratio of the
     kernel's math (``SERVED_MATH``) with its fixed latency kept (``_rescaled``), as
-    ``marlin_curve`` carries Marlin's. None where the GPU's tables have no such series.
+    ``marlin_curve`` carries Marlin's. Both rooflines are of the padded shapes the kernel
+    computes on (``padded_experts``): the tables name the checkpoint's shape, and vLLM pads
+    inside the layer they time. None where the GPU's tables have no such series.
 
     The tables are vLLM 0.24.0's measurements of the kernels; runs of earlier versions are
     timed from them too (the TRTLLM-gen MXFP4 MoE has been vLLM's SM100 kernel since 0.10.2,
@@ -138,7 +174,7 @@ def served_curve(model: ModelSpec, gpu: GpuSpec, kernel: str, moe_tp: int, ep: i
                                       s["moe_tp"]))
     (h, i, k, e), t_tp = best["shape"], best["moe_tp"]
     math = SERVED_MATH[kernel]
-    roof = moe_roofline(model, gpu, eff, moe_tp, ep, math)
+    roof = moe_roofline(padded_experts(model, moe_tp, SERVED_PAD), gpu, eff, moe_tp, ep, math)
     tokens, lat = np.array(best["tokens"], dtype=float), np.array(best["latency_ms"], dtype=float)
     where = (f"table moe {kernel} {h}x{i} top-{k} of {e} experts tp={t_tp} ep={ep} "
              f"of vLLM {table['vllm_version']}")
@@ -146,7 +182,7 @@ def served_curve(model: ModelSpec, gpu: GpuSpec, kernel: str, moe_tp: int, ep: i
     if same and t_tp == moe_tp:
         return _curve(tokens, lat, roof), where
     proxy = replace(model, hidden_size=h, moe_intermediate_size=i, num_experts_per_tok=k, num_experts=e)
-    ref = moe_roofline(proxy, gpu, eff, t_tp, ep, math)
+    ref = moe_roofline(padded_experts(proxy, t_tp, SERVED_PAD), gpu, eff, t_tp, ep, math)
     to = [*(() if same else ("this shape",)), *(() if t_tp == moe_tp else (f"tp={moe_tp}",))]
     return (_curve(tokens, _rescaled(tokens, lat, roof, ref), roof),
             f"{where} (roofline-scaled to {', '.join(to)})")
@@ -157,7 +193,7 @@ def moe_dtype(model: ModelSpec, gemm_dtype: str | None) -> str | None:
     where it differs from the rest, else the linear layers' GEMM dtype."""
     if model.expert_dtype_bytes:
         method = model.quant_method.lower()
-        if "mxfp4" in method:
+        if "mxfp4" in method:  # has_mxfp4_experts
             return "w4a16_mxfp4"
         if "int4" in method or "w4a16" in method:
             return "int4_wo"
@@ -297,7 +333,9 @@ def marlin_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase, moe_tp: int
     runs vLLM's Triton ``fused_experts`` with an int4 W4A16 config under the same kernel
     name, 2-4x slower at decode sizes. The table of the shape nearest the model's
     (``_shape_distance``) is carried to the model's shape, sharding and weight bytes by the
-    roofline ratio, its fixed latency kept (``_rescaled``). None where this GPU has none."""
+    roofline ratio, its fixed latency kept (``_rescaled``); ``roof`` is the model's roofline
+    (``moe_curve`` gives MXFP4 experts that of their padded shape, ``MARLIN_MXFP4_PAD``).
+    None where this GPU has none."""
     code = DTYPES.index("int4_wo")
     own = (model.hidden_size, model.moe_intermediate_size, model.num_experts_per_tok, model.num_experts)
     versions = [v for v in kernel_versions(gpu.name) if version_tuple(v) < MARLIN_TABLES_BEFORE]
@@ -337,7 +375,9 @@ def moe_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int
     ts = extended_axis(np.array([1.0]), 1.0, MAX_TOKENS)
     skipped = ""
     if db is not None and (dtype == "int4_wo" or (dtype in WEIGHT_ONLY and backend == "marlin")):
-        hit = marlin_curve(m, gpu, db, moe_tp, ep, eff, roof)
+        mroof = (roof if dtype != "w4a16_mxfp4"
+                 else moe_roofline(padded_experts(m, moe_tp, MARLIN_MXFP4_PAD), gpu, eff, moe_tp, ep, dtype))
+        hit = marlin_curve(m, gpu, db, moe_tp, ep, eff, mroof)
         if hit is not None:
             return hit
         skipped = "; no Marlin MoE table on this GPU"

@@ -87,6 +87,28 @@ def weights_bytes_per_gpu(model: ModelSpec, tp: int = 1, pp: int = 1, attention_
     return model.linear_weight_bytes(tp, pp, attention_dp) + (vocab + norms) * model.activation_dtype_bytes
 
 
+def served_weights_bytes(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig,
+                         parallel: ParallelConfig) -> float:
+    """``weights_bytes_per_gpu`` of the weights as vLLM lays them out on ``gpu``: MXFP4
+    experts padded as its ``Mxfp4MoEMethod`` pads them for the backend
+    (``engine.moe_backend``; ``kernel_moe.mxfp4_pad``): gpt-oss-120b at TP 8 on Blackwell
+    holds 11.6 GB of experts per GPU (a rank's 360 columns padded to 512), not 7.6 GB."""
+    from servesim.perf.kernel_moe import has_mxfp4_experts, mxfp4_pad, padded_experts
+
+    tp, pp, dp = parallel.tensor_parallel_size, parallel.pipeline_parallel_size, parallel.data_parallel_size
+    weights = weights_bytes_per_gpu(model, tp, pp, dp)
+    if not has_mxfp4_experts(model):
+        return weights
+    ep = parallel.expert_parallel_size
+    moe_tp = max(1, tp * dp // ep) if ep > 1 else tp * dp  # a rank's share of each expert's width
+    padded = padded_experts(model, moe_tp, mxfp4_pad(gpu, engine.moe_backend))
+    layers = min(model.layers_per_stage(pp), model.num_moe_layers)
+
+    def experts(m: ModelSpec) -> float:  # as ModelSpec.linear_weight_bytes counts them
+        return layers * m.num_experts * m.expert_params(tp * dp) * m.expert_weight_bytes
+    return weights - experts(model) + experts(padded)
+
+
 def activation_peak_bytes(model: ModelSpec, engine: EngineConfig, tp: int = 1) -> float:
     """Peak of vLLM's profiling run: the larger of the forward pass and the sampler pass.
 
@@ -159,7 +181,7 @@ def _kv_tokens(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: P
     tp, pp = parallel.tensor_parallel_size, parallel.pipeline_parallel_size
     max_len = engine.max_model_len or model.max_position_embeddings
     engine = resolve_engine(engine, gpu.mem_bytes, gpu.name, max_len)
-    weights = weights_bytes_per_gpu(model, tp, pp, parallel.data_parallel_size)
+    weights = served_weights_bytes(model, gpu, engine, parallel)
     available = (engine.gpu_memory_utilization * gpu.mem_bytes - weights
                  - activation_peak_bytes(model, engine, tp) - NON_TORCH_RESERVE_BYTES)
     per_block = model.kv_bytes_per_token(tp, kv_dtype_bytes, pp) * engine.block_size
@@ -207,7 +229,7 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: 
                           f"max_position_embeddings ({model.max_position_embeddings}); vLLM rejects it too")
     check_gpu_blocks_override(engine, max_model_len)
     usable = engine.gpu_memory_utilization * gpu.mem_bytes
-    weights = weights_bytes_per_gpu(model, tp, pp, parallel.data_parallel_size)
+    weights = served_weights_bytes(model, gpu, engine, parallel)
     activation = activation_peak_bytes(model, engine, tp)
     reserve = NON_TORCH_RESERVE_BYTES
     kv_per_token = model.kv_bytes_per_token(tp, kv_dtype_bytes, pp)
