@@ -13,7 +13,7 @@ from servesim.catalog.hf_config import load_model
 from servesim.perf.base import BatchStats
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.kernel_model import KernelPerfModel
-from servesim.perf.kernel_moe import DECODE_TOKENS
+from servesim.perf.kernel_moe import DECODE_TOKENS, _transferred, moe_roofline
 from servesim.perf.kernels import load_database
 
 E = Efficiencies()
@@ -168,28 +168,47 @@ def test_mxfp8_activations_time_mxfp4_experts_from_that_kernels_nearest_table(tp
             == KernelPerfModel(m, h, tp=2).sources["moe"])
 
 
-def test_int4_table_vllm_does_not_serve_is_carried_from_h200_by_the_measured_ratio():
+def test_int4_experts_on_b200_take_its_own_marlin_measurement():
     # B200 has only vLLM 0.19.0 tables, whose "Marlin" int4 MoE (Triton's int4 W4A16
     # fused_experts, as the collector runs it) is slower than 16-bit weights (not served).
-    # H200 has that same kernel at 0.19.0 and the served 0.14.0 one:
-    # B200 = H200's 0.14.0 table x (B200 / H200 at 0.19.0), token count by token count.
+    # Its served table (AIConfigurator's vLLM 0.24.0 collection) times vLLM's Marlin MoE
+    # (CompressedTensorsWNA16MarlinMoEMethod) at Kimi's own shape: read as measured.
     m, g = load_model("moonshotai/Kimi-K2.5"), get_gpu("B200")
-    b19, h19, h14 = load_database("B200", "0.19.0"), load_database("H200", "0.19.0"), load_database("H200", "0.14.0")
+    b19 = load_database("B200", "0.19.0")
     tq, lq = b19.moe(*KIMI, 8, 1, "int4_wo")
     tb, lb = b19.moe(*KIMI, 8, 1, "bfloat16")
     small = tq <= DECODE_TOKENS
     assert (lq[small] > lb[small]).all()  # 0.19.0's int4 kernel: slower than 16-bit weights
+    src = _served_series("marlin_int4", KIMI, 8, 1)
     pm = KernelPerfModel(m, g, tp=8)
-    assert pm.sources["moe"] == ("table moe int4_wo tp=8 ep=1 of H200 0.14.0, times the measured B200/H200 "
-                                 "ratio of the same kernel at 0.19.0")
+    assert pm.sources["moe"] == ("Marlin MoE: table moe marlin_int4 7168x2048 top-8 of 384 experts tp=8 ep=1 "
+                                 "of vLLM 0.24.0")
+    for tokens in (1, 8, 32):
+        want = src["latency_ms"][src["tokens"].index(tokens)] * 1e-3
+        assert _decode(pm, tokens, 1000)["moe"] / m.num_moe_layers == pytest.approx(want, rel=1e-9)
+
+
+def test_int4_table_vllm_does_not_serve_is_carried_from_h200_by_the_measured_ratio():
+    # Where no served table has the run's sharding, a table failing the "slower than 16-bit"
+    # check is replaced by another GPU's served one times the measured ratio of the two GPUs
+    # on the unserved kernel: B200 = H200's 0.14.0 table x (B200 / H200 at 0.19.0), token
+    # count by token count.
+    m, g = load_model("moonshotai/Kimi-K2.5"), get_gpu("B200")
+    b19, h19, h14 = load_database("B200", "0.19.0"), load_database("H200", "0.19.0"), load_database("H200", "0.14.0")
+    tq, lq = b19.moe(*KIMI, 8, 1, "int4_wo")
+    roof = moe_roofline(m, g, E, 8, 1, "int4_wo")
+    hit = _transferred(b19, m, g, E, 8, 1, "int4_wo", roof)
+    assert hit is not None
+    curve, where = hit
+    assert where == ("table moe int4_wo tp=8 ep=1 of H200 0.14.0, times the measured B200/H200 ratio of "
+                     "the same kernel at 0.19.0")
     t14, l14 = h14.moe(*KIMI, 8, 1, "int4_wo")
     t19, l19 = h19.moe(*KIMI, 8, 1, "int4_wo")
     for tokens in (1, 8, 32):
         i, j, k = (int(np.searchsorted(t, tokens)) for t in (t14, t19, tq))
         assert t14[i] == t19[j] == tq[k] == tokens  # grid points of all three tables
         want = float(l14[i]) * float(lq[k]) / float(l19[j]) * 1e-3
-        got = _decode(pm, tokens, 1000)["moe"] / m.num_moe_layers
-        assert got == pytest.approx(want, rel=1e-6)
+        assert curve.at(tokens) == pytest.approx(want, rel=1e-6)
         # The measured ratio, not the roofline's: that kernel on B200 is much less than its
         # 1.67x bandwidth faster than on H200.
         assert float(lq[k]) / float(l19[j]) > 1.3 * get_gpu("H200").mem_bw / g.mem_bw

@@ -1,15 +1,19 @@
-"""Pack the fused-MoE tables of the kernels vLLM serves MXFP4 experts with on Blackwell.
+"""Pack the fused-MoE tables of the kernels vLLM serves 4-bit experts with on Blackwell.
 
 The kernel tables ``tools/pack_kernels.py`` packs (vLLM 0.14.0 and 0.19.0) time one MoE
 kernel per expert dtype; for MXFP4 experts on B200 that is not the kernel vLLM serves
 (``servesim.perf.kernel_moe``, ``UNSERVED``). AIConfigurator's vLLM 0.24.0 MoE table of
 B200, at the same source commit, names the kernel of each row (its ``kernel_source``) and
-has the two FlashInfer TRTLLM-gen MXFP4 kernels vLLM picks on SM100 (``Mxfp4Backend``):
+has the two FlashInfer TRTLLM-gen MXFP4 kernels vLLM picks on SM100 (``Mxfp4Backend``) and
+the Marlin MoE it runs int4 experts with (B200's own int4 tables of vLLM 0.19.0 time
+Triton's W4A16 ``fused_experts`` under the Marlin name):
 
 - ``flashinfer_trtllm_mxfp4_bf16``: MXFP4 weights, 16-bit activations (vLLM's default on
   SM100, ``SM100_FI_MXFP4_BF16``), measured at gpt-oss's expert shapes;
 - ``flashinfer_trtllm_mxfp4_mxfp8``: MXFP4 weights, MXFP8 activations
-  (``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``), measured at two DeepSeek-like shapes.
+  (``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``), measured at two DeepSeek-like shapes;
+- ``marlin_int4``: vLLM's ``CompressedTensorsWNA16MarlinMoEMethod`` (``fused_marlin_moe``),
+  int4 weights and 16-bit activations, measured at Kimi-K2.5's expert shape.
 
 This tool writes their rows of token distribution ``power_law_1.01`` (as the packed
 tables) into ``src/servesim/data/kernels/served_moe.json``: per kernel and (shape, moe_tp,
@@ -44,6 +48,7 @@ SERVED = {
         "flashinfer_trtllm_mxfp4_bf16",
     ("b200_sxm", "0.24.0", "vllm_mxfp4moe_flashinfer_trtllm_mxfp4_mxfp8_trtllmmxfp4expertsmodular"):
         "flashinfer_trtllm_mxfp4_mxfp8",
+    ("b200_sxm", "0.24.0", "vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts"): "marlin_int4",
 }
 
 

@@ -99,7 +99,8 @@ MARLIN_TABLES_BEFORE = (0, 17, 0)
 
 #: Package data (``tools/pack_served_moe.py``): fused-MoE tables of kernels vLLM serves where
 #: the packed tables time another, each row naming its kernel (AIConfigurator's vLLM 0.24.0
-#: MoE table of B200, at the packed tables' source commit).
+#: MoE table of B200, at the packed tables' source commit): the two TRTLLM-gen MXFP4 MoEs and
+#: Marlin's int4 MoE (``MARLIN_SERVED``).
 SERVED_FILE = "served_moe.json"
 #: ``engine.moe_backend`` -> the kernel vLLM serves MXFP4 experts with on SM100
 #: (``Mxfp4Backend``): FlashInfer's TRTLLM-gen MoE with 16-bit activations by default
@@ -107,7 +108,12 @@ SERVED_FILE = "served_moe.json"
 SM100_MXFP4 = {"auto": "flashinfer_trtllm_mxfp4_bf16",
                "flashinfer_mxfp4_mxfp8": "flashinfer_trtllm_mxfp4_mxfp8"}
 #: The math of each served kernel, the peak of its roofline (16-bit or FP8 tensor cores).
-SERVED_MATH = {"flashinfer_trtllm_mxfp4_bf16": "w4a16_mxfp4", "flashinfer_trtllm_mxfp4_mxfp8": "fp8"}
+SERVED_MATH = {"flashinfer_trtllm_mxfp4_bf16": "w4a16_mxfp4", "flashinfer_trtllm_mxfp4_mxfp8": "fp8",
+               "marlin_int4": "int4_wo"}
+#: vLLM's Marlin MoE of int4 experts (``CompressedTensorsWNA16MarlinMoEMethod``,
+#: ``fused_marlin_moe``) as the served table names it: B200's only Marlin measurement (its
+#: ``int4_wo`` tables of vLLM 0.19.0 time Triton's W4A16 ``fused_experts``, ``marlin_curve``).
+MARLIN_SERVED = "marlin_int4"
 #: MXFP4 experts run on padded weights: vLLM's ``Mxfp4MoEMethod.create_weights`` (0.10.2 on)
 #: rounds the hidden size and each rank's intermediate size up to multiples of, by backend,
 #: (256, 256) for SM100_FI_MXFP4_MXFP8_TRTLLM and SM100_FI_MXFP4_BF16 (the TRTLLM-gen MoE of
@@ -117,6 +123,8 @@ SERVED_MATH = {"flashinfer_trtllm_mxfp4_bf16": "w4a16_mxfp4", "flashinfer_trtllm
 SERVED_PAD = (256, 256)
 MARLIN_MXFP4_PAD = (256, 128)
 TRITON_MXFP4_PAD = (1, 64)
+#: The padding each served kernel's experts get (none for int4 ones: ``(1, 1)``).
+SERVED_PADS = {"flashinfer_trtllm_mxfp4_bf16": SERVED_PAD, "flashinfer_trtllm_mxfp4_mxfp8": SERVED_PAD}
 
 
 def mxfp4_pad(gpu: GpuSpec, backend: str) -> tuple[int, int]:
@@ -173,8 +181,8 @@ def served_curve(model: ModelSpec, gpu: GpuSpec, kernel: str, moe_tp: int, ep: i
     best = min(series, key=lambda s: (_shape_distance(own, tuple(s["shape"])), abs(log(s["moe_tp"] / moe_tp)),
                                       s["moe_tp"]))
     (h, i, k, e), t_tp = best["shape"], best["moe_tp"]
-    math = SERVED_MATH[kernel]
-    roof = moe_roofline(padded_experts(model, moe_tp, SERVED_PAD), gpu, eff, moe_tp, ep, math)
+    math, pad = SERVED_MATH[kernel], SERVED_PADS.get(kernel, (1, 1))
+    roof = moe_roofline(padded_experts(model, moe_tp, pad), gpu, eff, moe_tp, ep, math)
     tokens, lat = np.array(best["tokens"], dtype=float), np.array(best["latency_ms"], dtype=float)
     where = (f"table moe {kernel} {h}x{i} top-{k} of {e} experts tp={t_tp} ep={ep} "
              f"of vLLM {table['vllm_version']}")
@@ -182,7 +190,7 @@ def served_curve(model: ModelSpec, gpu: GpuSpec, kernel: str, moe_tp: int, ep: i
     if same and t_tp == moe_tp:
         return _curve(tokens, lat, roof), where
     proxy = replace(model, hidden_size=h, moe_intermediate_size=i, num_experts_per_tok=k, num_experts=e)
-    ref = moe_roofline(padded_experts(proxy, t_tp, SERVED_PAD), gpu, eff, t_tp, ep, math)
+    ref = moe_roofline(padded_experts(proxy, t_tp, pad), gpu, eff, t_tp, ep, math)
     to = [*(() if same else ("this shape",)), *(() if t_tp == moe_tp else (f"tp={moe_tp}",))]
     return (_curve(tokens, _rescaled(tokens, lat, roof, ref), roof),
             f"{where} (roofline-scaled to {', '.join(to)})")
@@ -368,8 +376,10 @@ def moe_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int
     int4 weight-only experts (GPTQ, AWQ, compressed-tensors W4A16) take ``marlin_curve``
     first: vLLM runs them with its Marlin MoE wherever Marlin supports the layer
     (``GPTQMarlinMoEMethod``, ``CompressedTensorsWNA16MarlinMoEMethod``; Triton's W4A16
-    ``fused_experts`` is the fallback). MXFP4 experts do with ``backend`` 'marlin'
-    (``engine.moe_backend``; vLLM's default for them on Hopper is Triton's ``matmul_ogs``)."""
+    ``fused_experts`` is the fallback); where the GPU's packed tables have no Marlin
+    measurement (B200), its served table's (``MARLIN_SERVED``). MXFP4 experts do with
+    ``backend`` 'marlin' (``engine.moe_backend``; vLLM's default for them on Hopper is
+    Triton's ``matmul_ogs``)."""
     m, moe_tp = model, tp // ep
     roof = moe_roofline(m, gpu, eff, moe_tp, ep, dtype)
     ts = extended_axis(np.array([1.0]), 1.0, MAX_TOKENS)
@@ -378,6 +388,9 @@ def moe_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int
         mroof = (roof if dtype != "w4a16_mxfp4"
                  else moe_roofline(padded_experts(m, moe_tp, MARLIN_MXFP4_PAD), gpu, eff, moe_tp, ep, dtype))
         hit = marlin_curve(m, gpu, db, moe_tp, ep, eff, mroof)
+        if hit is None and dtype == "int4_wo":
+            hit = served_curve(m, gpu, MARLIN_SERVED, moe_tp, ep, eff)
+            hit = None if hit is None else (hit[0], f"Marlin MoE: {hit[1]}")
         if hit is not None:
             return hit
         skipped = "; no Marlin MoE table on this GPU"
