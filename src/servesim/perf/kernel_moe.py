@@ -149,7 +149,7 @@ def padded_experts(model: ModelSpec, moe_tp: int, pad: tuple[int, int]) -> Model
 
 def has_mxfp4_experts(model: ModelSpec) -> bool:
     """Whether the routed experts are MXFP4 (``moe_dtype`` 'w4a16_mxfp4')."""
-    return bool(model.is_moe and model.expert_dtype_bytes and "mxfp4" in model.quant_method.lower())
+    return model.is_moe and moe_dtype(model, None) == "w4a16_mxfp4"
 
 
 @cache
@@ -201,7 +201,7 @@ def moe_dtype(model: ModelSpec, gemm_dtype: str | None) -> str | None:
     where it differs from the rest, else the linear layers' GEMM dtype."""
     if model.expert_dtype_bytes:
         method = model.quant_method.lower()
-        if "mxfp4" in method:  # has_mxfp4_experts
+        if "mxfp4" in method:
             return "w4a16_mxfp4"
         if "int4" in method or "w4a16" in method:
             return "int4_wo"

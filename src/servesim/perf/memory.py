@@ -99,8 +99,7 @@ def served_weights_bytes(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig,
     weights = weights_bytes_per_gpu(model, tp, pp, dp)
     if not has_mxfp4_experts(model):
         return weights
-    ep = parallel.expert_parallel_size
-    moe_tp = max(1, tp * dp // ep) if ep > 1 else tp * dp  # a rank's share of each expert's width
+    moe_tp = max(1, tp * dp // parallel.expert_parallel_size)  # ranks sharing each expert's width
     padded = padded_experts(model, moe_tp, mxfp4_pad(gpu, engine.moe_backend))
     layers = min(model.layers_per_stage(pp), model.num_moe_layers)
 
