@@ -140,6 +140,34 @@ def group_label(row: dict[str, str]) -> str:
     return f"{model} {prec} {row['system']}"
 
 
+def _scripted_layout(script: str, when: str | None, tp: int, dp: int, ep: int, conc: int
+                     ) -> tuple[int, int, str]:
+    """The (attention DP, EP) a run's launch script started vLLM with, and a note where it
+    differs from the benchmark matrix's (else '').
+
+    The launch script decides the layout, not the matrix: without --data-parallel-size it
+    serves --tensor-parallel-size $TP, with the experts spread over the TP ranks (vLLM's EP
+    size is TP x DP) where it passes --enable-expert-parallel for this run."""
+    ep_when, can_dp = server_parallelism(script, when)
+    run_dp = dp if can_dp else 1
+    run_ep = ep if run_dp > 1 else (tp if ep_when == "always" or (ep_when == "ep>1" and ep > 1) else 1)
+    if (run_dp, run_ep) == (dp, ep):
+        return dp, ep, ""
+    was = f"TP {tp}" + (f", attention DP {dp}" if dp > 1 else "") + f", EP {ep}"
+    why = []
+    if dp > 1 and not can_dp:
+        why.append("passes no --data-parallel-size")
+    if ep > 1 and run_ep == 1:
+        why.append("passes no --enable-expert-parallel")
+    if ep == 1 and run_ep > 1:
+        why.append("passes --enable-expert-parallel at every EP size")
+    if not why:
+        why.append("passes --enable-expert-parallel, and vLLM's EP size is its TP size")
+    now = f"TP {tp}" + (f" + EP {run_ep}" if run_ep > 1 else "")
+    return run_dp, run_ep, (f"run as {now} ({conc} clients): the script {' and '.join(why)} "
+                            f"(the matrix gave {was})")
+
+
 def row_case(row: dict[str, str], nvfp4_dir: Path | None = None) -> SiliconCase:
     """The scenario (as a dict for ``Scenario.model_validate``) of one measured run, or the
     reason it is skipped. ``nvfp4_dir`` holds the NVFP4 configs (``nvfp4_configs``)."""
@@ -169,28 +197,9 @@ def row_case(row: dict[str, str], nvfp4_dir: Path | None = None) -> SiliconCase:
     if scripted:
         assert script is not None
         when = measured_at(row["silicon_data_source"]) or _undated_time(script, row["backend_version"])
-        ep_when, can_dp = server_parallelism(script, when)
-        # The launch script decides the layout, not the benchmark matrix: without
-        # --data-parallel-size it serves --tensor-parallel-size $TP, with the experts
-        # spread over the TP ranks (vLLM's EP size is TP x DP) where it passes
-        # --enable-expert-parallel for this run.
-        run_dp = dp if can_dp else 1
-        run_ep = ep if run_dp > 1 else (
-            tp if ep_when == "always" or (ep_when == "ep>1" and ep > 1) else 1)
-        if (run_dp, run_ep) != (dp, ep):
-            was = f"TP {tp}" + (f", attention DP {dp}" if dp > 1 else "") + f", EP {ep}"
-            why = []
-            if dp > 1 and not can_dp:
-                why.append("passes no --data-parallel-size")
-            if ep > 1 and run_ep == 1:
-                why.append("passes no --enable-expert-parallel")
-            if ep == 1 and run_ep > 1:
-                why.append("passes --enable-expert-parallel at every EP size")
-            if not why:
-                why.append("passes --enable-expert-parallel, and vLLM's EP size is its TP size")
-            now = f"TP {tp}" + (f" + EP {run_ep}" if run_ep > 1 else "")
-            case.notes.append(f"run as {now} ({conc} clients): the script {' and '.join(why)} "
-                              f"(the matrix gave {was})")
+        run_dp, run_ep, note = _scripted_layout(script, when, tp, dp, ep, conc)
+        if note:
+            case.notes.append(note)
             ep, dp = run_ep, run_dp
             moe_tp = tp // ep
     if dp > 1:
