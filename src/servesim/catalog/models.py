@@ -259,9 +259,17 @@ class ModelSpec:
         if not self.is_moe:
             return attn + layers * self.expert_params(tp) * b
         moe = min(layers, self.num_moe_layers)
-        per_moe = (self.num_experts * self.expert_params(tp * attention_dp) * self.expert_weight_bytes
-                   + self.shared_expert_params(tp) * b + self.router_params() * self.activation_dtype_bytes)
-        return attn + moe * per_moe + (layers - moe) * self.dense_mlp_params(tp) * b
+        per_moe = self.shared_expert_params(tp) * b + self.router_params() * self.activation_dtype_bytes
+        return (attn + self.routed_expert_bytes(tp, pp, attention_dp) + moe * per_moe
+                + (layers - moe) * self.dense_mlp_params(tp) * b)
+
+    def routed_expert_bytes(self, tp: int = 1, pp: int = 1, attention_dp: int = 1) -> float:
+        """The routed experts' share of ``linear_weight_bytes``: 1/(dp x tp) of every MoE
+        layer's experts of the largest pipeline stage (0 for a dense model)."""
+        if not self.is_moe:
+            return 0.0
+        moe = min(self.layers_per_stage(pp), self.num_moe_layers)
+        return moe * self.num_experts * self.expert_params(tp * attention_dp) * self.expert_weight_bytes
 
     # ------------------------------------------------------------------ KV cache and attention
 

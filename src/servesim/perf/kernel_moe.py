@@ -123,13 +123,13 @@ MARLIN_SERVED = "marlin_int4"
 SERVED_PAD = (256, 256)
 MARLIN_MXFP4_PAD = (256, 128)
 TRITON_MXFP4_PAD = (1, 64)
-#: The padding each served kernel's experts get (none for int4 ones: ``(1, 1)``).
-SERVED_PADS = {"flashinfer_trtllm_mxfp4_bf16": SERVED_PAD, "flashinfer_trtllm_mxfp4_mxfp8": SERVED_PAD}
+NO_PAD = (1, 1)
 
 
 def mxfp4_pad(gpu: GpuSpec, backend: str) -> tuple[int, int]:
     """The (hidden, per-rank intermediate) alignment vLLM pads MXFP4 experts to on ``gpu``
-    with ``engine.moe_backend`` ``backend`` (see ``SERVED_PAD``)."""
+    with ``engine.moe_backend`` ``backend`` (see ``SERVED_PAD``); the kernel model and the
+    memory plan both read it."""
     if backend == "marlin":
         return MARLIN_MXFP4_PAD
     if GPU_TABLES.get(gpu.name) == "b200_sxm" and backend in SM100_MXFP4:
@@ -159,14 +159,15 @@ def _served() -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def served_curve(model: ModelSpec, gpu: GpuSpec, kernel: str, moe_tp: int, ep: int,
-                 eff: Efficiencies) -> tuple[LogCurve, str] | None:
+                 eff: Efficiencies, pad: tuple[int, int] = NO_PAD) -> tuple[LogCurve, str] | None:
     """One MoE layer timed from the served kernel's own table (``SERVED_FILE``): the series
     of the shape nearest the model's (``_shape_distance``) and, in it, the nearest moe_tp at
     this EP size, carried to the model's shape and sharding by the roofline ratio of the
     kernel's math (``SERVED_MATH``) with its fixed latency kept (``_rescaled``), as
-    ``marlin_curve`` carries Marlin's. Both rooflines are of the padded shapes the kernel
-    computes on (``padded_experts``): the tables name the checkpoint's shape, and vLLM pads
-    inside the layer they time. None where the GPU's tables have no such series.
+    ``marlin_curve`` carries Marlin's. Both rooflines are of the shapes the kernel computes
+    on, padded to ``pad`` (``padded_experts``, ``mxfp4_pad``): the tables name the
+    checkpoint's shape, and vLLM pads inside the layer they time. None where the GPU's
+    tables have no such series.
 
     The tables are vLLM 0.24.0's measurements of the kernels; runs of earlier versions are
     timed from them too (the TRTLLM-gen MXFP4 MoE has been vLLM's SM100 kernel since 0.10.2,
@@ -181,7 +182,7 @@ def served_curve(model: ModelSpec, gpu: GpuSpec, kernel: str, moe_tp: int, ep: i
     best = min(series, key=lambda s: (_shape_distance(own, tuple(s["shape"])), abs(log(s["moe_tp"] / moe_tp)),
                                       s["moe_tp"]))
     (h, i, k, e), t_tp = best["shape"], best["moe_tp"]
-    math, pad = SERVED_MATH[kernel], SERVED_PADS.get(kernel, (1, 1))
+    math = SERVED_MATH[kernel]
     roof = moe_roofline(padded_experts(model, moe_tp, pad), gpu, eff, moe_tp, ep, math)
     tokens, lat = np.array(best["tokens"], dtype=float), np.array(best["latency_ms"], dtype=float)
     where = (f"table moe {kernel} {h}x{i} top-{k} of {e} experts tp={t_tp} ep={ep} "
@@ -342,7 +343,7 @@ def marlin_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase, moe_tp: int
     name, 2-4x slower at decode sizes. The table of the shape nearest the model's
     (``_shape_distance``) is carried to the model's shape, sharding and weight bytes by the
     roofline ratio, its fixed latency kept (``_rescaled``); ``roof`` is the model's roofline
-    (``moe_curve`` gives MXFP4 experts that of their padded shape, ``MARLIN_MXFP4_PAD``).
+    (``moe_curve`` gives MXFP4 experts that of their padded shape, ``mxfp4_pad``).
     None where this GPU has none."""
     code = DTYPES.index("int4_wo")
     own = (model.hidden_size, model.moe_intermediate_size, model.num_experts_per_tok, model.num_experts)
@@ -382,11 +383,12 @@ def moe_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int
     Triton's ``matmul_ogs``)."""
     m, moe_tp = model, tp // ep
     roof = moe_roofline(m, gpu, eff, moe_tp, ep, dtype)
+    pad = mxfp4_pad(gpu, backend) if dtype == "w4a16_mxfp4" else NO_PAD  # the kernels' expert shape
     ts = extended_axis(np.array([1.0]), 1.0, MAX_TOKENS)
     skipped = ""
     if db is not None and (dtype == "int4_wo" or (dtype in WEIGHT_ONLY and backend == "marlin")):
-        mroof = (roof if dtype != "w4a16_mxfp4"
-                 else moe_roofline(padded_experts(m, moe_tp, MARLIN_MXFP4_PAD), gpu, eff, moe_tp, ep, dtype))
+        mroof = (roof if pad == NO_PAD
+                 else moe_roofline(padded_experts(m, moe_tp, pad), gpu, eff, moe_tp, ep, dtype))
         hit = marlin_curve(m, gpu, db, moe_tp, ep, eff, mroof)
         if hit is None and dtype == "int4_wo":
             hit = served_curve(m, gpu, MARLIN_SERVED, moe_tp, ep, eff)
@@ -395,7 +397,7 @@ def moe_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int
             return hit
         skipped = "; no Marlin MoE table on this GPU"
     if db is not None and dtype == "w4a16_mxfp4" and backend in SM100_MXFP4:
-        hit = served_curve(m, gpu, SM100_MXFP4[backend], moe_tp, ep, eff)
+        hit = served_curve(m, gpu, SM100_MXFP4[backend], moe_tp, ep, eff, pad)
         if hit is not None:
             return hit
     if db is not None and dtype is not None:

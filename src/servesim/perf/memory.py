@@ -101,11 +101,7 @@ def served_weights_bytes(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig,
         return weights
     moe_tp = max(1, tp * dp // parallel.expert_parallel_size)  # ranks sharing each expert's width
     padded = padded_experts(model, moe_tp, mxfp4_pad(gpu, engine.moe_backend))
-    layers = min(model.layers_per_stage(pp), model.num_moe_layers)
-
-    def experts(m: ModelSpec) -> float:  # as ModelSpec.linear_weight_bytes counts them
-        return layers * m.num_experts * m.expert_params(tp * dp) * m.expert_weight_bytes
-    return weights - experts(model) + experts(padded)
+    return weights - model.routed_expert_bytes(tp, pp, dp) + padded.routed_expert_bytes(tp, pp, dp)
 
 
 def activation_peak_bytes(model: ModelSpec, engine: EngineConfig, tp: int = 1) -> float:
