@@ -21,6 +21,9 @@ Interpolation (the same rule for every table):
   extrapolating a local slope. The source skips very large batch x length combinations:
   there the last measured batch is the edge and the same rule applies; an isolated
   missing point inside a grid is skipped (its measured neighbours are interpolated).
+- **faulty GEMM points dropped.** A GEMM measurement more than ``DIP_FACTOR`` times slower
+  than its neighbours' interpolation along at least two of (m, n, k) is treated as missing
+  (``without_dips``; H100's 0.14.0 table has 64 such points, the others 0-15).
 - **categorical axes: nearest shape class.** Attention tables are per (heads, KV heads)
   pair on one rank; a model whose pair is not measured takes the nearest measured pair
   (KV heads first, then heads, in log distance) scaled by the roofline ratio. Head size,
@@ -100,6 +103,8 @@ class KernelDatabase:
             if k in self.meta["float_arrays"]:  # stored byte-planed: undo it
                 v = np.ascontiguousarray(v.T).view(np.float32).reshape(tuple(raw[f"shape.{k}"]))
             self.arrays[k] = v
+        #: The GEMM grids as interpolated: measured, less their faulty points (``without_dips``).
+        self._clean: dict[str, np.ndarray] = {}
 
     @property
     def version(self) -> str:
@@ -113,7 +118,11 @@ class KernelDatabase:
         a = self.arrays
         if f"gemm.{dtype}.lat" not in a:
             return None
-        return a[f"gemm.{dtype}.m"], a[f"gemm.{dtype}.n"], a[f"gemm.{dtype}.k"], a[f"gemm.{dtype}.lat"]
+        axes = (a[f"gemm.{dtype}.m"], a[f"gemm.{dtype}.n"], a[f"gemm.{dtype}.k"])
+        lat = self._clean.get(dtype)
+        if lat is None:
+            lat = self._clean[dtype] = without_dips(a[f"gemm.{dtype}.lat"], axes)
+        return axes[0], axes[1], axes[2], lat
 
     def attention_class(self, prefix: str, kv_dtype: str, head_dim: int, heads: int, kv_heads: int,
                         window: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]] | None:
@@ -196,6 +205,39 @@ class KernelDatabase:
             return None
         c = min(hit, key=lambda i: (abs(log(keys[i, 4] / moe_tp)), keys[i, 4]))
         return a["moe.tokens"], a["moe.lat"][c], int(keys[c, 4])
+
+
+#: A measured GEMM this many times slower than the log-log interpolation of its two
+#: neighbours along at least two of its axes is taken as a faulty measurement and dropped.
+DIP_FACTOR = 2.0
+
+
+def without_dips(lat: np.ndarray, axes: tuple[np.ndarray, ...],
+                          factor: float | None = None) -> np.ndarray:
+    """``lat`` (a grid over ``axes``, NaN where not measured) with its dips set to NaN,
+    repeatedly, so that a run of faulty points along one axis goes too."""
+    limit = log(DIP_FACTOR if factor is None else factor)
+    v = np.log(np.where(np.isfinite(lat) & (lat > 0), lat, np.nan).astype(np.float64))
+    for _ in range(4):
+        slow = np.zeros(v.shape, np.int64)  # axes along which the point is a dip
+        for ax, xs in enumerate(axes):
+            if len(xs) < 3:
+                continue
+            lx = np.log(np.asarray(xs, np.float64))
+            shape = [1] * v.ndim
+            shape[ax] = len(xs) - 2
+            w = ((lx[1:-1] - lx[:-2]) / (lx[2:] - lx[:-2])).reshape(shape)
+            lo, mid, hi = (np.take(v, range(a, a + len(xs) - 2), axis=ax) for a in (0, 1, 2))
+            with np.errstate(invalid="ignore"):
+                dip = (mid - ((1 - w) * lo + w * hi)) > limit
+            pad = [(0, 0)] * v.ndim
+            pad[ax] = (1, 1)
+            slow += np.pad(dip, pad)
+        bad = slow >= 2
+        if not bad.any():
+            break
+        v[bad] = np.nan
+    return np.where(np.isfinite(v), lat, np.nan).astype(lat.dtype)
 
 
 # --------------------------------------------------------------------------- interpolation
