@@ -185,6 +185,9 @@ def test_launch_script_parser():
                              "enable_prefix_caching": False}
     assert got["model"] == {"kv_cache_dtype": "fp8"} and got["env"] == {"VLLM_USE_FLASHINFER_MOE_FP8": "0"}
     assert got["recorded"] == {"stream-interval": "20"} and got["conflicts"] == []
+    # the client's --max-concurrency where a version fixes it, not where it is the run's $CONC
+    assert got["client"] == {} and tool.parse(SCRIPT + 'bench --max-concurrency "$CONC"\n')["client"] == {}
+    assert tool.parse(SCRIPT + "bench --max-concurrency 512\n")["client"] == {"max_concurrency": 512}
     # a setting given two ways in one script is a conflict the tool reports
     assert tool.parse("vllm serve m --block-size 16\nvllm serve m --block-size 32")["conflicts"]
     # when the script passes --enable-expert-parallel: behind an EP-size test above 1, or
@@ -200,6 +203,27 @@ def test_launch_script_parser():
     always = tool.parse("vllm serve m --enable-expert-parallel")["recorded"]
     assert always["enable-expert-parallel"] == "always"
     assert "enable-expert-parallel" not in tool.parse("vllm serve m --tensor-parallel-size=$TP")["recorded"]
+
+
+def test_a_row_at_the_clients_fixed_concurrency_is_not_identified():
+    """gpt-oss-120b's H100 script of 21 November to 8 December 2025 ran its client at a fixed
+    --max-concurrency 512 and its server at --max-num-seqs $CONC (4-64 in the benchmark
+    matrix, which has no 512) with $CONC x 10 prompts. Its rows record 512: their measured
+    TTFT (20-460 s) is the wait for ten waves of $CONC requests and their TPOT (3.6-27 ms)
+    that of $CONC running, a $CONC they do not record; they are skipped."""
+    from servesim.validate.bench_harness import fixed_client_concurrency
+
+    assert fixed_client_concurrency("gptoss_fp4_h100", "measured=2025-12-05T00:00:00.000Z") == 512
+    # the day the fix landed: the version of its first second still fixed 512
+    assert fixed_client_concurrency("gptoss_fp4_h100", "measured=2025-12-08T00:00:00.000Z") == 512
+    assert fixed_client_concurrency("gptoss_fp4_h100", "measured=2025-12-09T00:00:00.000Z") is None
+    assert fixed_client_concurrency("gptoss_fp4_b200", "measured=2025-12-05T00:00:00.000Z") is None
+    rows = [r for r in s.read_silicon() if r["model_path"] == "openai/gpt-oss-120b" and r["system"] == "h100_sxm"]
+    skipped = [r for r in rows if "fixed --max-concurrency" in (s.row_case(r).skip or "")]
+    assert len(skipped) == 9 and {r["batch_size"] for r in skipped} == {"512"}
+    for r in skipped:  # TTFT longer than the request's decode: it waited in the server's queue
+        assert float(r["silicon_ttft_ms"]) > int(r["osl"]) * float(r["silicon_tpot_ms"])
+    assert all(not s.row_case(r).skip for r in rows if r["batch_size"] != "512")
 
 
 def test_nvfp4_config_is_read_as_nvfp4():

@@ -8,7 +8,9 @@ token budget of twice the prompt, ...), so a row ran with the flags of the scrip
 version at the row's ``measured=`` time. This tool reads every version of the scripts named
 in ``SCRIPTS`` from a local clone's git history and writes, per script, the versions'
 commit, commit time and the settings servesim models (engine and model fields), with the
-flags and environment variables it records but does not model, into
+flags and environment variables it records but does not model, and the benchmark client's
+``--max-concurrency`` where a version fixes it to a number instead of the run's ``$CONC``
+(``client``), into
 ``src/servesim/data/inferencemax_servers.json``. The package reads only that file.
 
     python tools/pack_inferencemax_servers.py PATH_TO_INFERENCEX_CLONE
@@ -156,7 +158,11 @@ def parse(text: str) -> dict[str, Any]:
     if "fuse_allreduce_rms" in text or "enable_fi_allreduce_fusion" in text:
         recorded["allreduce-rms-fusion"] = True
     env = dict(sorted(set(re.findall(r"^\s*(?:export\s+)?(VLLM_[A-Z0-9_]+)=(\S+)", text, flags=re.MULTILINE))))
-    return {"engine": engine, "model": model, "recorded": recorded, "env": env, "conflicts": conflicts}
+    client: dict[str, Any] = {}
+    if (v := _one(text, "max-concurrency", conflicts)) is not None and v.isdigit():
+        client["max_concurrency"] = int(v)  # a fixed number, not the run's $CONC
+    return {"engine": engine, "model": model, "recorded": recorded, "env": env, "client": client,
+            "conflicts": conflicts}
 
 
 def _git(repo: Path, *args: str) -> str:

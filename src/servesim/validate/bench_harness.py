@@ -94,6 +94,27 @@ def measured_at(source: str) -> str | None:
     return None if m is None else m.group(1) + "T23:59:59Z"
 
 
+def fixed_client_concurrency(script: str, source: str) -> int | None:
+    """The benchmark client's ``--max-concurrency`` where a version of ``script`` in force
+    on the row's ``measured=`` day (the one of its first second, or one committed during it)
+    fixes it to a number instead of the run's ``$CONC``; else None.
+
+    Such a version starts the client at that number (512: gpt-oss-120b on H100 from 21
+    November to 8 December 2025) and the server at ``--max-num-seqs $CONC`` with ``$CONC``
+    x 10 prompts, ``$CONC`` being the benchmark matrix's (4-64 for that script): a row
+    recording the fixed number as its concurrency does not say the ``$CONC`` its server
+    ran with."""
+    m = re.search(r"measured=(\d{4}-\d{2}-\d{2})", source)
+    if m is None:
+        return None
+    start, end = m.group(1) + "T00:00:00Z", m.group(1) + "T23:59:59Z"
+    versions = [v for v in _servers()[script]["versions"] if not v.get("branch")]
+    before = [v for v in versions if v["from"] <= start]
+    day = before[-1:] + [v for v in versions if start < v["from"] <= end]
+    fixed = [v["client"]["max_concurrency"] for v in day if v.get("client", {}).get("max_concurrency")]
+    return fixed[0] if fixed else None
+
+
 def _count(value: int | str, isl: int, osl: int, concurrency: int) -> int | None:
     """A token or request count of a script: a number, or ``ISL``/``OSL``/``CONC`` times one."""
     if isinstance(value, int):

@@ -35,6 +35,7 @@ import numpy as np
 
 from servesim.validate.bench_harness import (
     bench_workload,
+    fixed_client_concurrency,
     is_inferencemax,
     measured_at,
     script_for,
@@ -197,6 +198,10 @@ def row_case(row: dict[str, str], nvfp4_dir: Path | None = None) -> SiliconCase:
     if scripted:
         assert script is not None
         when = measured_at(row["silicon_data_source"]) or _undated_time(script, row["backend_version"])
+        if fixed_client_concurrency(script, row["silicon_data_source"]) == conc:
+            return skip(f"concurrency {conc} is the client's fixed --max-concurrency of the day's "
+                        f"{script}.sh, whose server ran --max-num-seqs $CONC and $CONC x 10 prompts "
+                        "for a $CONC the row does not record")
         run_dp, run_ep, note = _scripted_layout(script, when, tp, dp, ep, conc)
         if note:
             case.notes.append(note)

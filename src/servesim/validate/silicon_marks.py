@@ -23,7 +23,7 @@ _EAGER_H100 = ("over-predicted on its 1k prompts (median +21%; the 8k ones -20%)
 #: Known misses, by (group or "all runs", metric), measured by this suite (median |error|,
 #: ``servesim validate --suite silicon``), with the reason servesim misses the goal.
 SILICON_KNOWN_BAD: dict[tuple[str, str], str] = {
-    ("all runs", "TTFT"): "15% over 1,076 runs (median -5.4%): " + _QUEUE,
+    ("all runs", "TTFT"): "15% over 1,067 runs (median -5.2%): " + _QUEUE,
     **{(g, "TTFT"): f"{e}, " + _QUEUE for g, e in (
         ("MiniMax-M2.5 fp4 b200_sxm", "22%"), ("gpt-oss-120b fp4 b200_sxm", "26%"),
         ("Kimi-K2.5 fp4 b200_sxm", "21%"))},
