@@ -293,7 +293,7 @@ def validate(
              "holding a rate1.json). Default: the recordings bundled with servesim.")] = None,
     suite: Annotated[list[str] | None, typer.Option(
         help="Suites to run (repeatable): operators, splitwise, distserve, vllm-cpu, silicon. Default: "
-             "all but silicon (it simulates 1,076 measured GPU runs: a few minutes).")] = None,
+             "all but silicon (it simulates 1,067 measured GPU runs: a few minutes).")] = None,
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", file_okay=False,
         help="A folder for report files (silicon: silicon_runs.csv, silicon_groups.json and .md).")] = None,
@@ -303,12 +303,29 @@ def validate(
     cross_fit: Annotated[bool, typer.Option(
         "--cross-fit", help="vllm-cpu: also fit on each recording of a session in turn and report its "
                             "held-out error on the others (needs scipy; ~30 s more).")] = False,
+    bench: Annotated[list[Path] | None, typer.Option(
+        "--bench", dir_okay=False,
+        help="Instead of the bundled sets: a result file of your own `vllm bench serve --save-result` "
+             "run (repeatable), replayed on --scenario and compared figure by figure.")] = None,
+    scenario: Annotated[Path | None, typer.Option(
+        "--scenario", dir_okay=False,
+        help="With --bench: the scenario of the deployment the benchmark ran against (model, GPU, "
+             "parallelism, engine, vLLM version); its workload is replaced by the run's.")] = None,
+    overrides: Annotated[list[str] | None, typer.Option(
+        "--set", metavar="KEY=VALUE", help="With --bench: override one scenario field (repeatable).")] = None,
 ) -> None:
     """Predict every bundled measurement set and print predicted vs measured errors.
 
     Exits 1 when an error passes its goal and is not a known miss (or passes --threshold).
+    With --bench, compares your own vllm bench runs instead (exits 1 when a mean's error
+    passes --threshold).
     """
     with _user_errors():
+        if bench:
+            _validate_own_bench(bench, scenario, overrides or [], output, threshold)
+            return
+        if scenario is not None or overrides:
+            raise ServesimError("--scenario and --set go with --bench (a vllm bench result file to compare)")
         from servesim import validate as v
 
         suites = tuple(suite) if suite else ("operators", "splitwise", "distserve", "vllm-cpu")
@@ -332,6 +349,31 @@ def validate(
         known = sum(c.status(threshold) == "known bad" for c in checks)
         typer.echo(f"{len(checks) - known} of {len(checks)} checks within their goals"
                    + (f", {known} known to miss theirs (reasons above)" if known else ""))
+
+
+def _validate_own_bench(results: list[Path], scenario: Path | None, overrides: list[str],
+                        output: Path | None, threshold: float | None) -> None:
+    """``validate --bench``: each result file replayed on the scenario, predicted vs measured."""
+    from servesim.validate.own_bench import compare, comparison_text, write_comparisons
+
+    if scenario is None:
+        raise ServesimError("--bench: give --scenario FILE, the deployment the benchmark ran against "
+                            "(model, GPU, parallelism, engine settings)")
+    done = [compare(scenario, r, overrides) for r in results]
+    typer.echo("error = predicted / measured - 1")
+    for c in done:
+        typer.echo(comparison_text(c))
+    if output is not None:
+        try:
+            typer.echo(f"wrote {write_comparisons(done, output)}")
+        except OSError as err:
+            why = err.strerror or err
+            raise ServesimError(f"{output}: cannot write bench_comparison.csv: {why}") from None
+    if threshold is not None:
+        over = [c for c in done if c.worst_mean_error() > threshold]
+        if over:
+            typer.echo(f"{len(over)} of {len(done)} runs with a mean's error over {threshold:g}%")
+            raise typer.Exit(1)
 
 
 def _validation_table(checks: list[Any], threshold: float | None) -> str:

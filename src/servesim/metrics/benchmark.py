@@ -101,13 +101,22 @@ def benchmark_section(result: Result) -> dict[str, Any] | None:
     if not is_benchmark(result):
         return None
     cfg = result.scenario.workload
-    k = num_before(result)
+    figures = run_figures(result, num_before(result), cfg.num_special_tokens)
+    config = {"max_concurrency": cfg.max_concurrency, "request_rate": cfg.request_rate,
+              "burstiness": cfg.burstiness, "num_warmups": cfg.num_warmups}
+    head = ("duration", "start_s", "completed", "failed")
+    return {**{k: figures[k] for k in head}, **config, **{k: v for k, v in figures.items() if k not in head}}
+
+
+def run_figures(result: Result, k: int = 0, num_special_tokens: int = 0) -> dict[str, Any]:
+    """vllm bench's figures (``calculate_metrics``) of any run: the requests after its first
+    ``k`` (sent before the measured run), prompts counted less ``num_special_tokens``."""
     rec = result.records
     finished = rec.status == RequestStatus.FINISHED
     rejected = rec.status == RequestStatus.REJECTED
     done_at = np.where(finished, rec.finished_s, np.where(rejected, rec.arrival_s, np.nan))
     start_s = float(done_at[:k].max()) if k else 0.0  # NaN: a warm-up never ended
-    m = measured_run(result)
+    m = measured_run(result) if k else result
     r = m.records
     ok = r.status == RequestStatus.FINISHED
     main_done = done_at[k:]
@@ -118,7 +127,7 @@ def benchmark_section(result: Result) -> dict[str, Any] | None:
     out = r.num_output_tokens[ok]
     multi = out > 1
     tpot = (e2el[multi] - ttft[multi]) / (out[multi] - 1)
-    total_in = int((r.num_prompt_tokens[ok] - cfg.num_special_tokens).sum())
+    total_in = int((r.num_prompt_tokens[ok] - num_special_tokens).sum())
     total_out = int(out.sum())
     completed = int(ok.sum())
 
@@ -127,8 +136,6 @@ def benchmark_section(result: Result) -> dict[str, Any] | None:
 
     section: dict[str, Any] = {
         "duration": duration, "start_s": start_s, "completed": completed, "failed": len(r) - completed,
-        "max_concurrency": cfg.max_concurrency, "request_rate": cfg.request_rate,
-        "burstiness": cfg.burstiness, "num_warmups": cfg.num_warmups,
         "total_input_tokens": total_in, "total_output_tokens": total_out,
         "request_throughput": per_s(completed), "request_goodput": _goodput(result, ttft, tpot, e2el,
                                                                              out, per_s),
