@@ -93,3 +93,48 @@ def test_one_client_pays_exactly_its_own_front_end_time_on_a_real_preset() -> No
                                rtol=1e-6, atol=1e-9)
     tpot = on.summary["benchmark"]["mean_tpot_ms"], off.summary["benchmark"]["mean_tpot_ms"]
     assert tpot[0] == pytest.approx(tpot[1], rel=1e-9)
+
+
+# --------------------------------------------------------------------------- streaming
+
+T_TOK, T_CHUNK = 1e-3, 2e-3  # per generated token, per streamed chunk (large, to read off)
+
+
+def streaming(interval: int = 1) -> EngineConfig:
+    return EngineConfig(cpu_overhead_s=0.0, max_num_batched_tokens=2048, max_num_seqs=8,
+                        stream_interval=interval,
+                        frontend=FrontendConfig(enabled=True, per_request_s=A_S, per_prompt_token_s=B_S,
+                                                per_output_token_s=T_TOK, per_chunk_s=T_CHUNK))
+
+
+def test_frontend_streaming_work_by_hand() -> None:
+    from servesim.engine.frontend import Frontend
+
+    fe = Frontend(A_S, B_S, T_TOK, T_CHUNK, stream_interval=4)
+    # 10 tokens, 2 of them a first or last (always a chunk), the other 8 a chunk every 4th
+    assert fe.output_work(10, 2) == pytest.approx(10 * T_TOK + (2 + 8 / 4) * T_CHUNK)
+    assert fe.deliver_at(1.0, 10, 2) == pytest.approx(1.0 + fe.output_work(10, 2))
+    # an arrival now waits for those outputs: the same one server
+    assert fe.admit_at(1.0, 0) == pytest.approx(1.0 + fe.output_work(10, 2) + A_S)
+    # a run of 5 steps of 3 tokens, 2.0 -> 2.5 s: each step's work (3 ms) is done after it
+    fe.after_run(2.0, 2.5, 5, 3)
+    assert fe.free_at_s == pytest.approx(2.5 + fe.output_work(3, 0))
+    # a server that cannot keep up ends the run behind: 5 steps of 200 tokens in 0.1 s
+    fe.after_run(3.0, 3.1, 5, 200)
+    assert fe.free_at_s == pytest.approx(3.0 + 5 * fe.output_work(200, 0))
+
+
+@pytest.mark.parametrize("reference", [False, True])
+def test_a_client_sees_a_token_when_its_step_is_streamed(reference: bool) -> None:
+    # One request of 100 prompt tokens and 3 output tokens, alone: the front end hands it to
+    # the engine at 0.01 + 0.01 = 0.02; steps of 50 ms end at 0.07, 0.12, 0.17. Each step's
+    # one token costs T_TOK + T_CHUNK (the first and the last always stream; the middle one
+    # too at interval 1): the client sees the first at 0.07 + 0.003, the last at 0.17 + 0.003.
+    wl = Workload(np.zeros(1), np.array([100]), np.array([3], dtype=np.int64))
+    rec = run_engine(wl, streaming(), ConstantPerfModel(STEP_S), 1000, 4096, reference=reference).records
+    np.testing.assert_allclose(rec.first_token_s, [0.07 + T_TOK + T_CHUNK], atol=1e-12)
+    np.testing.assert_allclose(rec.finished_s, [0.17 + T_TOK + T_CHUNK], atol=1e-12)
+    # off (both costs 0, the default): the engine's times
+    off = run_engine(wl, engine(True), ConstantPerfModel(STEP_S), 1000, 4096, reference=reference).records
+    np.testing.assert_allclose(off.first_token_s, [0.07], atol=1e-12)
+    np.testing.assert_allclose(off.finished_s, [0.17], atol=1e-12)

@@ -22,7 +22,7 @@ from servesim.deployment import check_budget  # noqa: F401 (re-exported: its old
 from servesim.engine.arrivals import ArrivalFeeder, ClosedLoopFeeder, iter_requests, rejection_reason
 from servesim.engine.build import build_replica, closed_loop_feeder
 from servesim.engine.dependencies import DependencyFeeder
-from servesim.engine.events import EventLoop
+from servesim.engine.events import ARRIVAL, EventLoop
 from servesim.engine.lazy import LazyScheduler
 from servesim.engine.request import ReqStatus, Request
 from servesim.metrics.progress import progress_bar, run_in_slices
@@ -94,7 +94,10 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
 
         def finish(r: Request) -> None:
             writer.add(r)
-            feeder.on_request_done(r)  # type: ignore[union-attr]
+            if r.finished_s > loop.now:  # the API server streams the last token later
+                loop.at(r.finished_s, feeder.on_request_done, r, ARRIVAL)  # type: ignore[union-attr]
+            else:
+                feeder.on_request_done(r)  # type: ignore[union-attr]
 
         replica.on_finish = finish
     else:

@@ -67,6 +67,14 @@ class SpeculativeConfig(_Strict):
 #: its growth to 1.1k and 2.2k-token prompts of the benchmark's random-token text (per token).
 FRONTEND_PER_REQUEST_S = 3.6e-3
 FRONTEND_PER_PROMPT_TOKEN_S = 2.6e-6
+#: The API server's CPU time per generated token of a request (its output processor:
+#: detokenization and bookkeeping) and per streamed chunk (the response object, its JSON,
+#: the write), as measured on vLLM 0.32's CPU-build `vllm serve` on this project's
+#: development machine (docs/perf_model.md, "Streaming"). Not the defaults: at these costs
+#: gpt-oss-120b's silicon runs at 128 clients on B200 would saturate their API servers, which
+#: they did not.
+MEASURED_PER_OUTPUT_TOKEN_S = 33e-6
+MEASURED_PER_CHUNK_S = 69e-6
 
 
 class FrontendConfig(_Strict):
@@ -92,6 +100,16 @@ class FrontendConfig(_Strict):
                                       description=(
         "Front-end time per prompt token (tokenizing the prompt text), measured on vLLM 0.32's "
         "`vllm serve` with a byte-level BPE on random-token text, as the benchmark sends."))
+    per_output_token_s: float = Field(0.0, ge=0, json_schema_extra={"unit": "s"}, description=(
+        "Front-end time per generated token of each request (the output processor's "
+        "detokenization and bookkeeping), on the same one server as the requests' handling, "
+        "so that streaming delays arrivals and a client sees a token when its step's outputs "
+        "are processed. 0 (default) with per_chunk_s 0: streaming is not modelled. vLLM 0.32's "
+        "CPU-build server measured 33e-6 on a 2-core development machine (docs/perf_model.md)."))
+    per_chunk_s: float = Field(0.0, ge=0, json_schema_extra={"unit": "s"}, description=(
+        "Front-end time per streamed chunk (a response object, its JSON and the write): one at a "
+        "request's first and last token and one every engine.stream_interval tokens between "
+        "(measured as above: 69e-6)."))
 
 
 class EngineConfig(_Strict):
@@ -220,6 +238,9 @@ class EngineConfig(_Strict):
     frontend: FrontendConfig = Field(default_factory=lambda: FrontendConfig(), description=(
         "vLLM's API-server front end: a per-request queue before the scheduler (on by default "
         "on GPUs)."))
+    stream_interval: int = Field(1, ge=1, description=(
+        "Tokens between two streamed chunks of a request (its first and last always go out); "
+        "with engine.frontend, the API server's work per token."), json_schema_extra={"vllm": "--stream-interval"})
 
     @field_validator("version")
     @classmethod

@@ -113,7 +113,8 @@ def build_replica(replica_id: int, loop: EventLoop, engine: EngineConfig, perf: 
     scheduler = make_scheduler(engine, scheduler_config(engine, max_model_len), kv, wl, reference,
                                kv_bytes_per_block)
     fe = engine.frontend
-    frontend = Frontend(fe.per_request_s, fe.per_prompt_token_s) if fe.enabled else None
+    frontend = (Frontend(fe.per_request_s, fe.per_prompt_token_s, fe.per_output_token_s, fe.per_chunk_s,
+                         engine.stream_interval) if fe.enabled else None)
     return Replica(replica_id, loop, scheduler, policy_perf_model(engine, perf), engine.cpu_overhead_s,
                    steps, itl, totals, check_invariants=check_invariants, on_finish=on_finish,
                    finishes_in_runs=finishes_in_runs, async_scheduling=bool(engine.async_scheduling),

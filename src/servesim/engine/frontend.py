@@ -12,10 +12,15 @@ The model is that single server, with a deterministic service time of
 
     client send ──► [ front end: FIFO, one at a time ] ──► engine (scheduler's queue)
 
+With streaming costs (``FrontendConfig.per_output_token_s``, ``per_chunk_s``; 0 by
+default) the same server also processes every step's outputs (``deliver_at``,
+``after_run``): detokenizing each token and sending a chunk every ``stream_interval``
+tokens (the first and last always), so an arrival waits behind that work and a client sees
+a token when its step's outputs are processed. Without them those outputs are taken as free.
+
 Simplified: micro-batching of simultaneous prompts is one queue (a batch is still
-encoded by one worker); detokenization and SSE streaming of output chunks, in the same
-process, overlap the GPU's steps and are left out, so they neither delay the engine nor
-take the server's time from tokenization.
+encoded by one worker); a step's outputs are processed as one block, every request of the
+step seen when the block is done.
 """
 
 from __future__ import annotations
@@ -23,16 +28,47 @@ from __future__ import annotations
 
 class Frontend:
     """The FIFO server: ``admit_at(now, n)`` is when a request of ``n`` prompt tokens that
-    arrives at ``now`` reaches the engine (arrivals must come in time order)."""
+    arrives at ``now`` reaches the engine (arrivals must come in time order);
+    ``deliver_at(now, ...)`` is when the server has processed the outputs of a step that
+    ended at ``now`` (the clients see its tokens then), the same server's time."""
 
-    __slots__ = ("per_request_s", "per_prompt_token_s", "free_at_s")
+    __slots__ = ("per_request_s", "per_prompt_token_s", "per_output_token_s", "per_chunk_s",
+                 "stream_interval", "free_at_s", "streams")
 
-    def __init__(self, per_request_s: float, per_prompt_token_s: float) -> None:
+    def __init__(self, per_request_s: float, per_prompt_token_s: float, per_output_token_s: float = 0.0,
+                 per_chunk_s: float = 0.0, stream_interval: int = 1) -> None:
         self.per_request_s = per_request_s
         self.per_prompt_token_s = per_prompt_token_s
-        self.free_at_s = 0.0  # when the request being served leaves the front end
+        self.per_output_token_s = per_output_token_s
+        self.per_chunk_s = per_chunk_s
+        self.stream_interval = stream_interval if stream_interval > 1 else 1
+        self.free_at_s = 0.0  # when the work in hand is done
+        self.streams = per_output_token_s > 0 or per_chunk_s > 0  # output streaming is modelled
 
     def admit_at(self, now: float, num_prompt_tokens: int) -> float:
         start = now if now > self.free_at_s else self.free_at_s
         self.free_at_s = start + self.per_request_s + self.per_prompt_token_s * num_prompt_tokens
         return self.free_at_s
+
+    def output_work(self, num_tokens: int, num_edges: int) -> float:
+        """Seconds to process one step's ``num_tokens`` new tokens, of which ``num_edges``
+        are a request's first or last (always streamed; the rest every
+        ``stream_interval``-th)."""
+        chunks = num_edges + (num_tokens - num_edges) / self.stream_interval
+        return self.per_output_token_s * num_tokens + self.per_chunk_s * chunks
+
+    def deliver_at(self, now: float, num_tokens: int, num_edges: int) -> float:
+        """When the outputs of a step that ended at ``now`` have been processed."""
+        start = now if now > self.free_at_s else self.free_at_s
+        self.free_at_s = start + self.output_work(num_tokens, num_edges)
+        return self.free_at_s
+
+    def after_run(self, start_s: float, end_s: float, num_steps: int, tokens_per_step: int) -> None:
+        """A run of ``num_steps`` pure-decode steps from ``start_s`` to ``end_s``, each of
+        ``tokens_per_step`` tokens: each step's outputs are processed after it, so the
+        server is free one step's work after the run, or later if it fell behind."""
+        w = self.output_work(tokens_per_step, 0)
+        begin = start_s if start_s > self.free_at_s else self.free_at_s
+        behind = begin + w * num_steps
+        caught_up = end_s + w
+        self.free_at_s = behind if behind > caught_up else caught_up

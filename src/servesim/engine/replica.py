@@ -227,6 +227,8 @@ class Replica:
         last = self.last_step_end_s
         n_same = 0
         itl = self.itl
+        fe = self.frontend
+        streams = fe is not None and fe.streams
         for req in produced:
             if req.first_token_s < 0:
                 req.first_token_s = now
@@ -247,6 +249,8 @@ class Replica:
                 itl.extend(run.durations[i:i + k] if len(run.segments) > 1 else run.durations, n)
                 i += k
         self.last_step_end_s = now
+        if streams:
+            self._stream(out, produced, finished, now)
         self.num_finished += len(finished)
         if self.on_finish is not None:
             for r in finished:
@@ -259,6 +263,35 @@ class Replica:
             self.group.rank_done()
         else:
             self.step()
+
+    def _stream(self, out: SchedulerOutput, produced: list[Request], finished: list[Request],
+                now: float) -> None:
+        """The API server streams the step's tokens (``Frontend.deliver_at``): a client sees
+        a first or last token when the server has processed its step's outputs (the step's
+        first tokens at the end of its batch: vLLM lists the new requests last)."""
+        fe = self.frontend
+        assert fe is not None
+        run = self.run
+        first_end = now if run is None else self.run_first_end_s
+        new_first = [req for req in out.reqs if req.first_token_s == first_end]
+        edges = len(new_first) + (len(finished) if run is None else 0)
+        n_tok = len(produced) + out.num_pool
+        if n_tok < edges:  # a lazy step's first tokens are not among ``produced``
+            n_tok = edges
+        if run is None:
+            d = fe.deliver_at(now, n_tok, edges)
+        else:
+            d = fe.deliver_at(first_end, n_tok, edges)
+            steps = len(run.durations)
+            if steps:
+                per_step = sum(n * k for n, k, _ in run.segments) // steps
+                fe.after_run(first_end, now, steps, per_step)
+        for req in new_first:
+            req.first_token_s = d
+        if finished:
+            done = fe.free_at_s if run is not None else d
+            for req in finished:
+                req.finished_s = done
 
     def _admit_staged(self, before_s: float) -> None:
         """Async scheduling: the staged requests that arrived before ``before_s`` (the start
