@@ -322,7 +322,11 @@ def validate(
     """
     with _user_errors():
         if bench:
-            _validate_own_bench(bench, scenario, overrides or [], output, threshold)
+            from servesim.validate.own_bench import run_checks
+
+            code = run_checks(bench, scenario, overrides or [], output, threshold, typer.echo)
+            if code:
+                raise typer.Exit(code)
             return
         if scenario is not None or overrides:
             raise ServesimError("--scenario and --set go with --bench (a vllm bench result file to compare)")
@@ -349,31 +353,6 @@ def validate(
         known = sum(c.status(threshold) == "known bad" for c in checks)
         typer.echo(f"{len(checks) - known} of {len(checks)} checks within their goals"
                    + (f", {known} known to miss theirs (reasons above)" if known else ""))
-
-
-def _validate_own_bench(results: list[Path], scenario: Path | None, overrides: list[str],
-                        output: Path | None, threshold: float | None) -> None:
-    """``validate --bench``: each result file replayed on the scenario, predicted vs measured."""
-    from servesim.validate.own_bench import compare, comparison_text, write_comparisons
-
-    if scenario is None:
-        raise ServesimError("--bench: give --scenario FILE, the deployment the benchmark ran against "
-                            "(model, GPU, parallelism, engine settings)")
-    done = [compare(scenario, r, overrides) for r in results]
-    typer.echo("error = predicted / measured - 1")
-    for c in done:
-        typer.echo(comparison_text(c))
-    if output is not None:
-        try:
-            typer.echo(f"wrote {write_comparisons(done, output)}")
-        except OSError as err:
-            why = err.strerror or err
-            raise ServesimError(f"{output}: cannot write bench_comparison.csv: {why}") from None
-    if threshold is not None:
-        over = [c for c in done if c.worst_mean_error() > threshold]
-        if over:
-            typer.echo(f"{len(over)} of {len(done)} runs with a mean's error over {threshold:g}%")
-            raise typer.Exit(1)
 
 
 def _validation_table(checks: list[Any], threshold: float | None) -> str:

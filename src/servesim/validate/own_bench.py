@@ -24,11 +24,12 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from servesim.errors import ConfigError, WorkloadError
+from servesim.errors import ConfigError, ServesimError, WorkloadError
 
 #: The figures compared, in ``vllm bench``'s key names (milliseconds; throughputs per s).
 STATS = ("mean", "median", "p90", "p95", "p99")
@@ -168,3 +169,28 @@ def _number(x: Any) -> float | None:
     if isinstance(x, bool) or not isinstance(x, int | float):
         return None
     return float(x) if math.isfinite(x) else None
+
+
+def run_checks(results: list[Path], scenario: Path | None, overrides: list[str], output: Path | None,
+               threshold: float | None, echo: Callable[[str], Any]) -> int:
+    """``servesim validate --bench``: each result file replayed on the scenario and printed
+    with ``echo``; the exit code (1 when a mean's error passes ``threshold``)."""
+    if scenario is None:
+        raise ServesimError("--bench: give --scenario FILE, the deployment the benchmark ran against "
+                            "(model, GPU, parallelism, engine settings)")
+    done = [compare(scenario, r, overrides) for r in results]
+    echo("error = predicted / measured - 1")
+    for c in done:
+        echo(comparison_text(c))
+    if output is not None:
+        try:
+            echo(f"wrote {write_comparisons(done, output)}")
+        except OSError as err:
+            why = err.strerror or err
+            raise ServesimError(f"{output}: cannot write bench_comparison.csv: {why}") from None
+    if threshold is not None:
+        over = [c for c in done if c.worst_mean_error() > threshold]
+        if over:
+            echo(f"{len(over)} of {len(done)} runs with a mean's error over {threshold:g}%")
+            return 1
+    return 0
