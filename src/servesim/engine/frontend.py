@@ -45,10 +45,14 @@ class Frontend:
         self.free_at_s = 0.0  # when the work in hand is done
         self.streams = per_output_token_s > 0 or per_chunk_s > 0  # output streaming is modelled
 
-    def admit_at(self, now: float, num_prompt_tokens: int) -> float:
+    def _serve(self, now: float, work_s: float) -> float:
+        """Take ``work_s`` of work that came in at ``now``; when it is done."""
         start = now if now > self.free_at_s else self.free_at_s
-        self.free_at_s = start + self.per_request_s + self.per_prompt_token_s * num_prompt_tokens
+        self.free_at_s = start + work_s
         return self.free_at_s
+
+    def admit_at(self, now: float, num_prompt_tokens: int) -> float:
+        return self._serve(now, self.per_request_s + self.per_prompt_token_s * num_prompt_tokens)
 
     def output_work(self, num_tokens: int, num_edges: int) -> float:
         """Seconds to process one step's ``num_tokens`` new tokens, of which ``num_edges``
@@ -59,9 +63,7 @@ class Frontend:
 
     def deliver_at(self, now: float, num_tokens: int, num_edges: int) -> float:
         """When the outputs of a step that ended at ``now`` have been processed."""
-        start = now if now > self.free_at_s else self.free_at_s
-        self.free_at_s = start + self.output_work(num_tokens, num_edges)
-        return self.free_at_s
+        return self._serve(now, self.output_work(num_tokens, num_edges))
 
     def after_run(self, start_s: float, end_s: float, num_steps: int, tokens_per_step: int) -> None:
         """A run of ``num_steps`` pure-decode steps from ``start_s`` to ``end_s``, each of

@@ -278,20 +278,14 @@ class Replica:
         n_tok = len(produced) + out.num_pool
         if n_tok < edges:  # a lazy step's first tokens are not among ``produced``
             n_tok = edges
-        if run is None:
-            d = fe.deliver_at(now, n_tok, edges)
-        else:
-            d = fe.deliver_at(first_end, n_tok, edges)
+        d = fe.deliver_at(first_end, n_tok, edges)
+        if run is not None and run.durations:
             steps = len(run.durations)
-            if steps:
-                per_step = sum(n * k for n, k, _ in run.segments) // steps
-                fe.after_run(first_end, now, steps, per_step)
+            fe.after_run(first_end, now, steps, sum(n * k for n, k, _ in run.segments) // steps)
         for req in new_first:
             req.first_token_s = d
-        if finished:
-            done = fe.free_at_s if run is not None else d
-            for req in finished:
-                req.finished_s = done
+        for req in finished:  # seen once the last step's outputs are processed
+            req.finished_s = fe.free_at_s
 
     def _admit_staged(self, before_s: float) -> None:
         """Async scheduling: the staged requests that arrived before ``before_s`` (the start

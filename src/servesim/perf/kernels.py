@@ -212,11 +212,10 @@ class KernelDatabase:
 DIP_FACTOR = 2.0
 
 
-def without_dips(lat: np.ndarray, axes: tuple[np.ndarray, ...],
-                          factor: float | None = None) -> np.ndarray:
+def without_dips(lat: np.ndarray, axes: tuple[np.ndarray, ...], factor: float = DIP_FACTOR) -> np.ndarray:
     """``lat`` (a grid over ``axes``, NaN where not measured) with its dips set to NaN,
     repeatedly, so that a run of faulty points along one axis goes too."""
-    limit = log(DIP_FACTOR if factor is None else factor)
+    limit = log(factor)
     v = np.log(np.where(np.isfinite(lat) & (lat > 0), lat, np.nan).astype(np.float64))
     for _ in range(4):
         slow = np.zeros(v.shape, np.int64)  # axes along which the point is a dip
