@@ -116,13 +116,14 @@ def test_inferencemax_rows_run_their_launch_scripts_settings():
     eng, mod, note = server_settings("minimaxm2.5_fp8_b200", "2026-04-03T20:00:00Z", 8192, 1024, 64)
     assert (eng["max_num_batched_tokens"], eng["max_cudagraph_capture_size"], eng["gpu_memory_utilization"],
             eng["enable_prefix_caching"]) == (16384, 2048, 0.9, False)
-    assert mod == {"kv_cache_dtype": "fp8"} and "--stream-interval 20" in note
+    assert mod == {"kv_cache_dtype": "fp8"} and eng["stream_interval"] == 20 and "stream-interval" not in note
     # a run before the script's merge takes the version of its pull request's branch at
     # that time: MiniMax-M2.5 FP4 B200's nightly runs of 2026-04-03, without the token
     # budget and capture size the merged version (79bd988e9, 2026-04-08) added
     eng, mod, note = server_settings("minimaxm2.5_fp4_b200", "2026-04-03T23:59:59Z", 1024, 1024, 4)
     assert "at 08bcde8f1 (2026-04-02, a pull request's branch)" in note
-    assert eng == {"gpu_memory_utilization": 0.95, "block_size": 32, "enable_prefix_caching": False}
+    assert eng == {"gpu_memory_utilization": 0.95, "block_size": 32, "enable_prefix_caching": False,
+                   "stream_interval": 20}
     assert mod == {"kv_cache_dtype": "fp8"}
     assert "at 79bd988e9" in server_settings("minimaxm2.5_fp4_b200", "2026-04-08T23:59:59Z", 1024, 1024, 4)[2]
     # a run before every version takes the first

@@ -238,7 +238,10 @@ class Cluster:
         write_record(self.records, req)
         self.num_done += 1
         if self.on_done is not None:
-            self.on_done(req)
+            if req.finished_s > self.loop.now:  # its API server streams the last token later
+                self.loop.at(req.finished_s, self.on_done, req, ARRIVAL)
+            else:
+                self.on_done(req)
         if self.ops is not None:
             self.ops.on_done(req)
 

@@ -70,9 +70,10 @@ FRONTEND_PER_PROMPT_TOKEN_S = 2.6e-6
 #: The API server's CPU time per generated token of a request (its output processor:
 #: detokenization and bookkeeping) and per streamed chunk (the response object, its JSON,
 #: the write), as measured on vLLM 0.32's CPU-build `vllm serve` on this project's
-#: development machine (docs/perf_model.md, "Streaming"). Not the defaults: at these costs
-#: gpt-oss-120b's silicon runs at 128 clients on B200 would saturate their API servers, which
-#: they did not.
+#: development machine (docs/perf_model.md, "Streaming"). A server that falls behind merges
+#: each request's pending outputs into one chunk, as vLLM's output collector does
+#: (``engine/frontend.py``), so these costs delay tokens but do not saturate the server until
+#: the per-token work alone exceeds the step time.
 MEASURED_PER_OUTPUT_TOKEN_S = 33e-6
 MEASURED_PER_CHUNK_S = 69e-6
 
@@ -85,8 +86,10 @@ class FrontendConfig(_Strict):
     ``renderer_num_workers`` = 1), so each request's HTTP handling, validation and
     tokenization is a first-come first-served queue in front of the scheduler: a request
     reaches the engine ``per_request_s + per_prompt_token_s x prompt tokens`` after the
-    front end is free. Its TTFT still counts from the client's send. Output detokenization
-    and streaming, also in this process, overlap the GPU and are not modelled.
+    front end is free. Its TTFT still counts from the client's send. The same process
+    detokenizes and streams every step's outputs (``per_output_token_s``, ``per_chunk_s``):
+    arrivals wait behind that work and a client sees a token when its step's outputs are
+    processed (``engine/frontend.py``).
     """
 
     enabled: bool | None = Field(None, description=(
@@ -100,16 +103,18 @@ class FrontendConfig(_Strict):
                                       description=(
         "Front-end time per prompt token (tokenizing the prompt text), measured on vLLM 0.32's "
         "`vllm serve` with a byte-level BPE on random-token text, as the benchmark sends."))
-    per_output_token_s: float = Field(0.0, ge=0, json_schema_extra={"unit": "s"}, description=(
+    per_output_token_s: float = Field(MEASURED_PER_OUTPUT_TOKEN_S, ge=0, json_schema_extra={"unit": "s"},
+                                      description=(
         "Front-end time per generated token of each request (the output processor's "
         "detokenization and bookkeeping), on the same one server as the requests' handling, "
         "so that streaming delays arrivals and a client sees a token when its step's outputs "
-        "are processed. 0 (default) with per_chunk_s 0: streaming is not modelled. vLLM 0.32's "
-        "CPU-build server measured 33e-6 on a 2-core development machine (docs/perf_model.md)."))
-    per_chunk_s: float = Field(0.0, ge=0, json_schema_extra={"unit": "s"}, description=(
+        "are processed; measured on vLLM 0.32's CPU-build `vllm serve` (docs/perf_model.md, "
+        "\"Streaming\"). 0 with per_chunk_s 0: the outputs are taken as free."))
+    per_chunk_s: float = Field(MEASURED_PER_CHUNK_S, ge=0, json_schema_extra={"unit": "s"}, description=(
         "Front-end time per streamed chunk (a response object, its JSON and the write): one at a "
-        "request's first and last token and one every engine.stream_interval tokens between "
-        "(measured as above: 69e-6)."))
+        "request's first and last token and one every engine.stream_interval tokens between, "
+        "fewer when the server falls behind (a request's pending outputs merge into one chunk); "
+        "measured as per_output_token_s."))
 
 
 class EngineConfig(_Strict):

@@ -85,6 +85,14 @@ class Replica:
         self.quiet = False
         self.run_first_end_s = 0.0
         self.run_waiting0 = 0
+        # Streaming a run's outputs as its steps end (``_stream_run``): the run's first step
+        # (``out``), the next segment, the next step's index and end, the finishes streamed.
+        self._rs_out: SchedulerOutput | None = None
+        self._rs_seg = -1  # -1: the first step's outputs are still to stream
+        self._rs_seg_i0 = 0  # the first step of segment ``_rs_seg`` (index in run.durations)
+        self._rs_i = 0
+        self._rs_t = 0.0  # end of the last step streamed
+        self._rs_f = 0
         self.busy = False
         self.wake_pending = False
         self.last_step_end_s = -1.0
@@ -123,6 +131,8 @@ class Replica:
         req.replica = self.id
         fe = self.frontend
         if fe is not None:
+            if self.run is not None and self._rs_out is not None:  # outputs before this arrival
+                self._stream_run(self.loop.now, None)
             at = fe.admit_at(self.loop.now, req.num_prompt_tokens)
             self.loop.at(at, self.on_engine_arrival, req, ARRIVAL)
             return
@@ -200,6 +210,11 @@ class Replica:
             if run is not None:
                 self.run = run
                 self.run_first_end_s = end
+                if self.frontend is not None and self.frontend.streams:
+                    self._rs_out = out
+                    self._rs_seg = -1
+                    self._rs_seg_i0 = self._rs_i = self._rs_f = 0
+                    self._rs_t = end
                 self.run_waiting0 = len(sched.waiting)
                 self._account_run(run)
                 end = run.end_s  # summed step by step, as the reference engine's clock does
@@ -268,24 +283,99 @@ class Replica:
                 now: float) -> None:
         """The API server streams the step's tokens (``Frontend.deliver_at``): a client sees
         a first or last token when the server has processed its step's outputs (the step's
-        first tokens at the end of its batch: vLLM lists the new requests last)."""
+        first tokens at the end of its batch: vLLM lists the new requests last). A run's
+        steps are streamed by ``_stream_run``."""
         fe = self.frontend
         assert fe is not None
-        run = self.run
-        first_end = now if run is None else self.run_first_end_s
-        new_first = [req for req in out.reqs if req.first_token_s == first_end]
-        edges = len(new_first) + (len(finished) if run is None else 0)
-        n_tok = len(produced) + out.num_pool
-        if n_tok < edges:  # a lazy step's first tokens are not among ``produced``
-            n_tok = edges
-        d = fe.deliver_at(first_end, n_tok, edges)
-        if run is not None and run.durations:
-            steps = len(run.durations)
-            fe.after_run(first_end, now, steps, sum(n * k for n, k, _ in run.segments) // steps)
+        if self.run is not None and self._rs_out is not None:
+            self._stream_run(float("inf"), finished)
+            self._rs_out = None
+            return
+        new_first = [req for req in out.reqs if req.first_token_s == now]
+        n_tok = len(produced) + out.num_pool  # a lazy step's first tokens are not among produced
+        for req in new_first:
+            if req not in produced:
+                n_tok += 1
+        d = fe.deliver_at(now, n_tok, len(new_first) + len(finished))
         for req in new_first:
             req.first_token_s = d
         for req in finished:  # seen once the last step's outputs are processed
-            req.finished_s = fe.free_at_s
+            req.finished_s = d
+
+    def _stream_run(self, upto: float, finished: list[Request] | None) -> None:
+        """Stream the outputs of the run in flight whose steps ended by ``upto``, as the
+        step-by-step engine streams each step (so an arrival at ``upto`` finds the server as
+        there): its first step (``out``: the pool and the new requests' first tokens), then
+        segment by segment, each one's steps but its last in closed form
+        (``Frontend.after_steps``) and its last, where requests finish, as a step. With
+        ``finished`` (the run's end: its steps all streamed), the requests that finished in
+        it, those inside it first (``run.finished``), in order."""
+        fe = self.frontend
+        run = self.run
+        out = self._rs_out
+        assert fe is not None and run is not None and out is not None
+        segments = run.segments
+        durations = run.durations
+        done = run.finished if finished is None else finished
+        if self._rs_seg < 0:
+            first_end = self.run_first_end_s
+            if first_end > upto:
+                return
+            n0 = out.num_pool + len(out.reqs)  # the pool and the new requests' first tokens
+            gone = n0 - segments[0][0] if segments else 0  # finished in the first step
+            if gone < 0:
+                gone = 0
+            d = fe.deliver_at(first_end, n0, len(out.reqs) + gone)
+            for req in out.reqs:
+                if req.first_token_s == first_end:
+                    req.first_token_s = d
+            f = 0
+            while f < gone and f < len(done):
+                done[f].finished_s = d
+                f += 1
+            self._rs_f = f
+            self._rs_seg = 0
+        while self._rs_seg < len(segments):
+            s = self._rs_seg
+            n, k, _ = segments[s]
+            last_i = self._rs_seg_i0 + k - 1  # the segment's last step
+            t = self._rs_t
+            i = self._rs_i
+            m = 0
+            while i < last_i and t + durations[i] <= upto:
+                t += durations[i]
+                i += 1
+                m += 1
+            if m:
+                fe.after_steps(self._rs_t, durations, self._rs_i, i, n)
+                self._rs_t = t
+                self._rs_i = i
+            if i < last_i or t + durations[i] > upto:
+                return
+            t += durations[i]
+            if s + 1 < len(segments):
+                ends = n - segments[s + 1][0]
+            elif finished is not None:
+                ends = len(done) - self._rs_f
+            else:
+                ends = 0  # not yet known: the run's end streams its last step
+                return
+            d = fe.deliver_at(t, n, ends if ends > 0 else 0)
+            f = self._rs_f
+            while ends > 0 and f < len(done):
+                done[f].finished_s = d
+                f += 1
+                ends -= 1
+            self._rs_f = f
+            self._rs_t = t
+            self._rs_i = i + 1
+            self._rs_seg_i0 = i + 1
+            self._rs_seg = s + 1
+        if finished is not None:
+            f = self._rs_f
+            while f < len(finished):
+                finished[f].finished_s = fe.free_at_s
+                f += 1
 
     def _admit_staged(self, before_s: float) -> None:
         """Async scheduling: the staged requests that arrived before ``before_s`` (the start

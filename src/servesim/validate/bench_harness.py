@@ -167,13 +167,17 @@ def server_settings(script: str, when: str | None, isl: int, osl: int, concurren
             if val is not None:
                 engine[key] = val
     model = {k: v["model"][k] for k in ("kv_cache_dtype",) if k in v["model"]}
+    recorded = dict(v["recorded"])
+    interval = recorded.pop("stream-interval", None)
+    if interval is not None:  # the API server streams a chunk every N tokens
+        engine["stream_interval"] = int(interval)
     env = dict(v["env"])
     if env.pop("VLLM_MXFP4_USE_MARLIN", "0") == "1":
         engine["moe_backend"] = "marlin"
     if env.pop("VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8", "0") == "1":
         engine["moe_backend"] = "flashinfer_mxfp4_mxfp8"
     unmodelled = [f"{k}={val}" for k, val in env.items()] + \
-        [f"--{k}" + ("" if val is True else f" {val}") for k, val in v["recorded"].items()
+        [f"--{k}" + ("" if val is True else f" {val}") for k, val in recorded.items()
          if k not in ("enable-expert-parallel", "data-parallel-size")]  # server_parallelism
     branch = ", a pull request's branch" if v.get("branch") else ""
     note = f"server: {script}.sh at {v['commit'][:9]} ({v['from'][:10]}{branch})"
