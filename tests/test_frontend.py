@@ -234,3 +234,35 @@ def test_the_lazy_engine_streams_as_the_reference_under_closed_loop(clients: int
     ref = run_engine(wl, eng, perf, 2000, 4096, reference=True).records
     for col in ("arrival_s", "first_scheduled_s", "first_token_s", "finished_s"):
         np.testing.assert_allclose(getattr(fast, col), getattr(ref, col), rtol=1e-9, atol=1e-9, err_msg=col)
+
+
+def test_the_api_servers_busy_share_is_its_work_over_the_window_and_a_busy_one_is_noticed() -> None:
+    def run(**fe: float) -> servesim.Result:
+        return servesim.simulate({
+            "model": {"name": "meta-llama/Llama-3.1-8B"},
+            "hardware": {"gpu": "H100-SXM"},
+            "engine": {"frontend": {"enabled": True, **fe}},
+            "workload": {"type": "benchmark", "input_len": 512, "output_len": 32, "num_prompts": 10,
+                         "max_concurrency": 1, "random_range_ratio": 0.5, "num_warmups": 0, "seed": 2},
+            "run": {"record_steps": False}})
+
+    # One client: the server never falls behind, so its work is each request's handling and
+    # tokenization plus, at stream interval 1, one token and one chunk per generated token.
+    res = run()
+    fe, rec = FrontendConfig(), res.records
+    work = (len(rec) * fe.per_request_s + fe.per_prompt_token_s * rec.num_prompt_tokens.sum()
+            + (fe.per_output_token_s + fe.per_chunk_s) * rec.num_output_tokens.sum())
+    room = res.summary["headroom"]
+    assert room["api_server_fraction"] == pytest.approx(work / res.summary["counts"]["window_s"], rel=1e-9)
+    assert not [n for n in res.summary["notices"] if n["code"] == "api_server_busy"]
+    # 20 ms a chunk, longer than a decode step: the server works most of the run (merging
+    # each request's pending tokens into one chunk keeps it from falling behind for good)
+    busy = run(per_chunk_s=2e-2).summary
+    assert busy["headroom"]["api_server_fraction"] > 0.8
+    assert [n for n in busy["notices"] if n["code"] == "api_server_busy"]
+    # without a front end there is no such share
+    off = servesim.simulate({"model": {"name": "meta-llama/Llama-3.1-8B"}, "hardware": {"gpu": "H100-SXM"},
+                             "engine": {"frontend": {"enabled": False}},
+                             "workload": {"type": "benchmark", "input_len": 512, "output_len": 32,
+                                          "num_prompts": 4, "max_concurrency": 1}})
+    assert off.summary["headroom"]["api_server_fraction"] is None

@@ -108,6 +108,8 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
                         lambda: replica.num_finished + feeder.num_rejected, grows=closed)
     writer.flush()
     totals.num_prefix_query_tokens = kv.num_query_tokens
+    if replica.frontend is not None:
+        totals.frontend_busy_s = replica.frontend.busy_s
     totals.num_prefix_hit_tokens = kv.num_hit_tokens
     if isinstance(scheduler, LazyScheduler):
         scheduler.materialize_all()  # exact counts for requests still running at the end

@@ -417,9 +417,14 @@ def run_cluster(wl: Workload, pools: list[PoolSpec], cfg: ClusterConfig, *, seed
         end = ops.done_at
     cluster.finish_run()
     ops_counts = ops.finish(end) if ops is not None else {}
+    counted: set[int] = set()  # front ends already counted (data-parallel ranks share one)
     for rep in cluster.replicas:
         rep.totals.num_prefix_query_tokens = rep.kv.num_query_tokens
         rep.totals.num_prefix_hit_tokens = rep.kv.num_hit_tokens
+        fe = rep.frontend
+        if fe is not None and id(fe) not in counted:
+            counted.add(id(fe))
+            rep.totals.frontend_busy_s = fe.busy_s
     return ClusterRun(records, cluster.steps or StepSeries(), cluster.itl,
                       [r.totals for r in cluster.replicas], end, cluster.num_handoffs,
                       cluster.migrator.num_migrations if cluster.migrator is not None else 0, cluster.links,

@@ -49,7 +49,7 @@ class Frontend:
     ended at ``now`` (the clients see its tokens then), the same server's time."""
 
     __slots__ = ("per_request_s", "per_prompt_token_s", "per_output_token_s", "per_chunk_s",
-                 "stream_interval", "free_at_s", "round_end_s", "next_chunks", "streams")
+                 "stream_interval", "free_at_s", "round_end_s", "next_chunks", "streams", "busy_s")
 
     def __init__(self, per_request_s: float, per_prompt_token_s: float, per_output_token_s: float = 0.0,
                  per_chunk_s: float = 0.0, stream_interval: int = 1) -> None:
@@ -62,11 +62,13 @@ class Frontend:
         self.round_end_s = 0.0  # when the output round in service ends (later outputs: the next)
         self.next_chunks = 0.0  # chunks the next round already sends
         self.streams = per_output_token_s > 0 or per_chunk_s > 0  # output streaming is modelled
+        self.busy_s = 0.0  # the server's work so far (requests and outputs), seconds
 
     def _serve(self, now: float, work_s: float) -> float:
         """Take ``work_s`` of work that came in at ``now``; when it is done."""
         start = now if now > self.free_at_s else self.free_at_s
         self.free_at_s = start + work_s
+        self.busy_s += work_s
         return self.free_at_s
 
     def admit_at(self, now: float, num_prompt_tokens: int) -> float:
@@ -87,8 +89,10 @@ class Frontend:
         chunks = self._chunks(num_tokens, num_edges)
         tok_s = self.per_output_token_s * num_tokens
         if now >= self.free_at_s:  # free: a round of this step alone, from now
-            self.free_at_s = self.round_end_s = now + tok_s + self.per_chunk_s * chunks
+            work = tok_s + self.per_chunk_s * chunks
+            self.free_at_s = self.round_end_s = now + work
             self.next_chunks = 0.0
+            self.busy_s += work
             return self.free_at_s
         if now >= self.round_end_s:  # the next round is in service: this step opens another
             self.round_end_s = self.free_at_s
@@ -98,6 +102,7 @@ class Frontend:
             self.next_chunks = chunks
             tok_s += self.per_chunk_s * extra
         self.free_at_s += tok_s
+        self.busy_s += tok_s
         return self.free_at_s
 
     def after_steps(self, start_s: float, durations: list[float], i0: int, i1: int,
@@ -120,6 +125,7 @@ class Frontend:
         if keeps_up:
             self.free_at_s = self.round_end_s = t + w
             self.next_chunks = 0.0
+            self.busy_s += w * (i1 - i0)
             return
         t = start_s
         for i in range(i0, i1):

@@ -240,6 +240,8 @@ def _trust_lines(s: dict[str, Any], grid: Table) -> None:
     if h and h["gpu_fraction"] is not None:
         text = (f"GPU model work {_pct(h['gpu_fraction'])}, CPU {_pct(h['cpu_fraction'])}, "
                 f"idle {_pct(h['idle_fraction'])}")
+        if h.get("api_server_fraction") is not None:
+            text += f"; API server {_pct(h['api_server_fraction'])} busy"
         if h["load_fraction"] is not None:
             limits = sorted({p["limited_by"].replace("_", " ") for p in h["per_replica"]})
             text += (f"; load {_pct(h['load_fraction'])} of ~{_num(h['capacity_requests_per_s'])} req/s "

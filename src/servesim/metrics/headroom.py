@@ -5,6 +5,9 @@ running decode keeps the engine stepping; it says nothing about room to grow. Tw
 
 * **time shares** of the window: ``gpu_fraction`` (the GPU doing model work),
   ``cpu_fraction`` (per-step CPU overhead with the GPU waiting), ``idle_fraction``;
+* ``api_server_fraction``: the busiest API server's work (``engine.frontend``: requests'
+  handling and tokenization, outputs' detokenizing and streaming) over the window; near 1
+  its queue, not the GPU, sets TTFT;
 * **load against capacity**: the served output-token rate against what this batch mix
   could sustain with the engine full. With ``B`` requests running at once (the smaller of
   ``max_num_seqs``, the requests of mean length the KV cache holds, and what the token
@@ -59,10 +62,12 @@ def headroom(result: Any, window_s: float | None, mean_prompt: float, mean_outpu
     busy = sum(r.busy_s for r in reps)
     gpu = sum(r.gpu_s for r in reps)
     den = window_s * len(reps) if window_s else None
+    servers = [r.frontend_busy_s for r in reps if r.frontend_busy_s >= 0]
     out: dict[str, Any] = {
         "gpu_fraction": gpu / den if den else None,
         "cpu_fraction": (busy - gpu) / den if den else None,
         "idle_fraction": 1 - busy / den if den else None,
+        "api_server_fraction": max(servers) / window_s if servers and window_s else None,
         "capacity_output_tokens_per_s": None, "capacity_requests_per_s": None, "load_fraction": None,
         "per_replica": [],
     }

@@ -206,6 +206,10 @@ class ReplicaTotals:
     role: str = ""
     gpu: Any = None
     bubble_s: float = 0.0  # GPU time idle in pipeline bubbles (pp > 1)
+    # vLLM's API server in front of it (engine.frontend): seconds of work (requests' handling,
+    # outputs' detokenizing and streaming); a server shared by data-parallel ranks counts on
+    # its first rank only; -1: no front end.
+    frontend_busy_s: float = -1.0
     num_routed: int = 0  # requests the router sent here (incl. hand-offs and migrations)
     num_kv_transfers: int = 0  # KV caches received (disaggregation, migration)
     kv_transfer_bytes: float = 0.0
