@@ -85,7 +85,7 @@ def test_the_command_prints_writes_and_refuses(scenario: Path, tmp_path: Path):
 CPU = Path(__file__).parent / "fixtures" / "vllm_bench_cpu"
 
 
-@pytest.mark.parametrize("run, ttft, tpot", [("bench_c1.json", 0.7, -6.3), ("bench_c4.json", -5.1, -3.2)])
+@pytest.mark.parametrize("run, ttft, tpot", [("bench_c1.json", 0.9, -6.3), ("bench_c4.json", -5.1, -3.2)])
 def test_a_real_vllm_serve_run_held_out(run: str, ttft: float, tpot: float):
     """A real `vllm serve` + `vllm bench serve` run of vLLM's CPU build (fixtures README):
     the step times fitted on an offline recording of the same engine on the same machine,
@@ -113,3 +113,19 @@ def test_the_committed_profile_is_the_fit_of_the_offline_recording(tmp_path: Pat
     for k, v in want["efficiencies"].items():
         assert got["efficiencies"][k] == pytest.approx(v, rel=2e-2, abs=1e-6), k
     assert got["cpu_overhead_s"] == pytest.approx(want["cpu_overhead_s"], rel=2e-2)
+
+
+def test_a_real_vllm_serve_run_at_32_clients_where_the_api_server_streams_most():
+    """32 clients of 16-token prompts and 256-token outputs (fixtures README): the server
+    streams 950 tokens a second. The front end's streaming costs (measured from this run's
+    API-server CPU time, not from its latencies) bring the mean TTFT closer, 35% -> 32% short;
+    the rest, a step and a half, is not modelled (client, API server and engine share the
+    machine's 2 cores). TPOT is 7% short either way."""
+    on = dict((n, e) for n, _, _, e in compare(CPU / "deploy.yaml", CPU / "bench_c32.json").rows)
+    off = dict((n, e) for n, _, _, e in compare(CPU / "deploy.yaml", CPU / "bench_c32.json",
+                                                 ["engine.frontend.per_output_token_s=0",
+                                                  "engine.frontend.per_chunk_s=0"]).rows)
+    assert on["mean_ttft_ms"] == pytest.approx(-31.8, abs=0.5)
+    assert off["mean_ttft_ms"] == pytest.approx(-34.6, abs=0.5)
+    assert on["mean_tpot_ms"] == pytest.approx(-6.8, abs=0.5)
+    assert off["mean_tpot_ms"] == pytest.approx(-6.8, abs=0.5)
