@@ -175,6 +175,25 @@ def test_a_data_parallel_scenario_runs_as_its_ranks() -> None:
     assert set(r.records.replica.tolist()) == {0, 1}
 
 
+def test_from_vllm_0_16_each_rank_has_an_api_server_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    # vllm serve --data-parallel-size N defaults --api-server-count to N from 0.16 (its
+    # serve.py); 0.12 ran one API server for all ranks.
+    from servesim.cluster import cluster
+
+    assert cluster.api_servers_per_rank("0.16.0") and cluster.api_servers_per_rank("0.19.0")
+    assert not cluster.api_servers_per_rank("0.12.0") and not cluster.api_servers_per_rank("0.15.1")
+    own = simulate(scenario(2, engine={"max_model_len": 4096, "version": "0.19.0"}))
+    monkeypatch.setattr(cluster, "api_servers_per_rank", lambda version: False)  # else the same
+    one = simulate(scenario(2, engine={"max_model_len": 4096, "version": "0.19.0"}))
+    assert all(t.frontend_busy_s > 0 for t in own.replicas)
+    assert one.replicas[0].frontend_busy_s > 0 and one.replicas[1].frontend_busy_s == -1.0
+    # the same work, split over two servers: each busy about half as long as the one
+    total = sum(t.frontend_busy_s for t in own.replicas)
+    assert total == pytest.approx(one.replicas[0].frontend_busy_s, rel=0.05)
+    ttft = [r.summary["benchmark"]["mean_ttft_ms"] for r in (own, one)]
+    assert ttft[0] < ttft[1]  # 8 clients' sends no longer queue for one server
+
+
 def test_data_parallel_is_refused_where_it_is_not_modelled() -> None:
     sc = scenario(2, cluster={"pools": [{"name": "c", "num_replicas": 1}],
                               "operations": {"autoscaling": {"pools": [

@@ -46,6 +46,7 @@ from servesim.cluster.router import ROUTERS, ReplicaLoad, RouterState
 from servesim.cluster.spec import ClusterRun, PoolSpec
 from servesim.cluster.transfer import Link
 from servesim.config import ClusterConfig
+from servesim.config.engine import version_tuple
 from servesim.engine.arrivals import ClosedLoopFeeder, iter_requests, rejection_reason
 from servesim.engine.build import build_replica, closed_loop_feeder
 from servesim.engine.dependencies import DependencyFeeder
@@ -59,6 +60,20 @@ from servesim.metrics.progress import run_in_slices
 from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, StepSeries
 from servesim.metrics.writer import write_record
 from servesim.workload.base import Workload
+
+
+#: From this vLLM version ``vllm serve --data-parallel-size N`` starts N API-server
+#: processes (``entrypoints/cli/serve.py``: ``--api-server-count`` defaults to the DP size
+#: with its internal load balancer; read in 0.16.0 and 0.32.0; 0.12.0 starts one).
+API_SERVER_PER_RANK_FROM = (0, 16)
+
+
+def api_servers_per_rank(version: str) -> bool:
+    """Does a DP server of vLLM ``version`` run one API server per rank (not one for all)?
+    Simplified: vLLM's API servers take connections as the kernel hands them out and send
+    each request to the least loaded rank, not one server a rank; the model gives each rank
+    its own, the same load on each."""
+    return version_tuple(version)[:2] >= API_SERVER_PER_RANK_FROM
 
 
 class Cluster:
@@ -86,7 +101,7 @@ class Cluster:
             for _ in range(pool.num_replicas):
                 self._add_replica(pool, check_invariants, pool.reference or pool.name in migrating)
             if pool.dp > 1:
-                self._group_ranks(self.replicas[first:], pool.dp)
+                self._group_ranks(self.replicas[first:], pool.dp, api_servers_per_rank(pool.engine.version))
         self.is_disagg = any(p.role == "prefill" for p in pools)
         # Which replicas the routers pick among (all, unless operations start, drain or fail them).
         self.serving = [True] * len(self.replicas)
@@ -117,13 +132,15 @@ class Cluster:
             groups = [[i for i, p in enumerate(self.pool_of) if p.name == name] for name in sorted(migrating)]
             self.migrator = Migrator(self, cfg.migration, [g for g in groups if len(g) > 1])
 
-    def _group_ranks(self, replicas: list[Replica], dp: int) -> None:
+    def _group_ranks(self, replicas: list[Replica], dp: int, own_servers: bool) -> None:
         """Each ``dp`` consecutive replicas are the DP ranks of one server: they step in
-        lockstep and share its API front end."""
+        lockstep; with ``own_servers`` each keeps its own API front end, else they share
+        the first rank's (``api_servers_per_rank``)."""
         for k in range(0, len(replicas), dp):
             ranks = replicas[k:k + dp]
-            for r in ranks:
-                r.frontend = ranks[0].frontend
+            if not own_servers:
+                for r in ranks:
+                    r.frontend = ranks[0].frontend
             LockstepGroup(self.loop, ranks)
 
     def refresh_routes(self) -> None:

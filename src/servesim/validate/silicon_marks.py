@@ -24,7 +24,7 @@ _EAGER_H100 = ("over-predicted on its 1k prompts (median +21%; the 8k ones -20%)
 #: Known misses, by (group or "all runs", metric), measured by this suite (median |error|,
 #: ``servesim validate --suite silicon``), with the reason servesim misses the goal.
 SILICON_KNOWN_BAD: dict[tuple[str, str], str] = {
-    ("all runs", "TTFT"): "14% over 1,067 runs (median -3.4%): " + _QUEUE,
+    ("all runs", "TTFT"): "14% over 1,067 runs (median -3.5%): " + _QUEUE,
     ("Kimi-K2.5 fp4 b200_sxm", "TTFT"): "20%, " + _QUEUE,
     ("Kimi-K2.5 fp4 b300_sxm", "TTFT"): (
         "20% (22 runs; median +20%, its 1k prompts +25-56%): the B200 recipe these runs served, with "
