@@ -61,7 +61,6 @@ from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, 
 from servesim.metrics.writer import write_record
 from servesim.workload.base import Workload
 
-
 #: From this vLLM version ``vllm serve --data-parallel-size N`` starts N API-server
 #: processes (``entrypoints/cli/serve.py``: ``--api-server-count`` defaults to the DP size
 #: with its internal load balancer; read in 0.16.0 and 0.32.0; 0.12.0 starts one).
