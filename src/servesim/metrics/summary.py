@@ -428,8 +428,8 @@ def _api_server_notice(fraction: float | None) -> list[dict[str, Any]]:
              "message": f"the API server is busy {fraction:.0%} of the run (requests' handling and "
                         "tokenization, every token's detokenizing and streaming): its queue adds to TTFT "
                         "and ITL; a larger engine.stream_interval (vLLM --stream-interval) cuts its "
-                        "per-chunk work (vLLM's --api-server-count, more server processes, is not "
-                        "modelled)"}]
+                        "per-chunk work (more API-server processes, vLLM's --api-server-count, are "
+                        "modelled only as one per data-parallel rank, its default from vLLM 0.16)"}]
 
 
 def _trust(result: Result, window_s: float | None, throughput: dict[str, Any]) -> dict[str, Any]:
