@@ -33,15 +33,22 @@ TINY = {
 
 
 def test_profile_tiny_model_on_cpu_and_calibrate(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    torch = pytest.importorskip("torch")
     pytest.importorskip("scipy")
     from servesim.calibration.calibrate import calibrate_operators
     from servesim.profile_ops import profile_operators
 
     model = from_hf_config(TINY, "tiny")
-    paths = profile_operators(
-        model, tmp_path, "cpu", tokens=(1, 4, 16, 2048), contexts=(64,), batches=(1, 4), warmup=1, repeats=3
-    )
+    # One intra-op thread: on a machine whose cores are busy, torch's thread pool can make a
+    # 1-token op wait milliseconds for its threads (a loaded CI host timed 16 ms for it).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        paths = profile_operators(
+            model, tmp_path, "cpu", tokens=(1, 4, 16, 2048), contexts=(64,), batches=(1, 4), warmup=2,
+            repeats=5)
+    finally:
+        torch.set_num_threads(threads)
     assert [p.name for p in paths] == ["mlp.csv", "attention.csv"]
     (table,) = read_operator_profiles(tmp_path, ("cpu",))
     assert table.model == "tiny" and table.tp == 1 and table.num_tokens.tolist() == [1, 4, 16, 2048]
