@@ -63,7 +63,8 @@ from servesim.workload.base import Workload
 
 #: From this vLLM version ``vllm serve --data-parallel-size N`` starts N API-server
 #: processes (``entrypoints/cli/serve.py``: ``--api-server-count`` defaults to the DP size
-#: with its internal load balancer; read in 0.16.0 and 0.32.0; 0.12.0 starts one).
+#: with its internal load balancer; read in 0.16.0 and 0.32.0; 0.12.0 starts one; 0.13-0.15
+#: not read, taken as one).
 API_SERVER_PER_RANK_FROM = (0, 16)
 
 
