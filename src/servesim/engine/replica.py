@@ -341,12 +341,10 @@ class Replica:
             last_i = self._rs_seg_i0 + k - 1  # the segment's last step
             t = self._rs_t
             i = self._rs_i
-            m = 0
             while i < last_i and t + durations[i] <= upto:
                 t += durations[i]
                 i += 1
-                m += 1
-            if m:
+            if i > self._rs_i:
                 fe.after_steps(self._rs_t, durations, self._rs_i, i, n)
                 self._rs_t = t
                 self._rs_i = i
@@ -357,8 +355,7 @@ class Replica:
                 ends = n - segments[s + 1][0]
             elif finished is not None:
                 ends = len(done) - self._rs_f
-            else:
-                ends = 0  # not yet known: the run's end streams its last step
+            else:  # its finishes are not known yet: the run's end streams its last step
                 return
             d = fe.deliver_at(t, n, ends if ends > 0 else 0)
             f = self._rs_f
