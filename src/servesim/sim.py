@@ -19,10 +19,16 @@ import numpy as np
 
 from servesim.config import EngineConfig, Scenario, load_scenario, resolve_engine, scenario_from_dict
 from servesim.deployment import check_budget  # noqa: F401 (re-exported: its old home)
-from servesim.engine.arrivals import ArrivalFeeder, ClosedLoopFeeder, iter_requests, rejection_reason
+from servesim.engine.arrivals import (
+    ArrivalFeeder,
+    ClosedLoopFeeder,
+    done_when_seen,
+    iter_requests,
+    rejection_reason,
+)
 from servesim.engine.build import build_replica, closed_loop_feeder
 from servesim.engine.dependencies import DependencyFeeder
-from servesim.engine.events import ARRIVAL, EventLoop
+from servesim.engine.events import EventLoop
 from servesim.engine.lazy import LazyScheduler
 from servesim.engine.request import ReqStatus, Request
 from servesim.metrics.progress import progress_bar, run_in_slices
@@ -94,10 +100,7 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
 
         def finish(r: Request) -> None:
             writer.add(r)
-            if r.finished_s > loop.now:  # the API server streams the last token later
-                loop.at(r.finished_s, feeder.on_request_done, r, ARRIVAL)  # type: ignore[union-attr]
-            else:
-                feeder.on_request_done(r)  # type: ignore[union-attr]
+            done_when_seen(loop, feeder.on_request_done, r)  # type: ignore[union-attr]
 
         replica.on_finish = finish
     else:

@@ -47,7 +47,7 @@ from servesim.cluster.spec import ClusterRun, PoolSpec
 from servesim.cluster.transfer import Link
 from servesim.config import ClusterConfig
 from servesim.config.engine import version_tuple
-from servesim.engine.arrivals import ClosedLoopFeeder, iter_requests, rejection_reason
+from servesim.engine.arrivals import ClosedLoopFeeder, done_when_seen, iter_requests, rejection_reason
 from servesim.engine.build import build_replica, closed_loop_feeder
 from servesim.engine.dependencies import DependencyFeeder
 from servesim.engine.events import ARRIVAL, EventLoop
@@ -255,10 +255,7 @@ class Cluster:
         write_record(self.records, req)
         self.num_done += 1
         if self.on_done is not None:
-            if req.finished_s > self.loop.now:  # its API server streams the last token later
-                self.loop.at(req.finished_s, self.on_done, req, ARRIVAL)
-            else:
-                self.on_done(req)
+            done_when_seen(self.loop, self.on_done, req)
         if self.ops is not None:
             self.ops.on_done(req)
 

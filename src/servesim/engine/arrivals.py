@@ -18,6 +18,16 @@ from servesim.engine.request import ReqStatus, Request
 from servesim.workload.base import Workload
 
 
+def done_when_seen(loop: EventLoop, done: Callable[[Request], None], r: Request) -> None:
+    """Tell a closed-loop client's ``done`` of ``r`` when the client sees its last token:
+    at its streamed finish (``finished_s``, after now where the API server streams it,
+    ``engine.frontend``), else now."""
+    if r.finished_s > loop.now:
+        loop.at(r.finished_s, done, r, ARRIVAL)
+    else:
+        done(r)
+
+
 def iter_requests(wl: Workload) -> Iterator[Request]:
     """The workload's requests, created one by one in arrival order."""
     arrival: list[float] = wl.arrival_s.tolist()
