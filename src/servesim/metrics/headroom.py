@@ -83,3 +83,21 @@ def headroom(result: Any, window_s: float | None, mean_prompt: float, mean_outpu
     out["capacity_requests_per_s"] = cap / mean_output
     out["load_fraction"] = served_output_tps / cap if served_output_tps is not None and cap else None
     return out
+
+
+#: An API server busier than this over the run is named in a notice.
+API_SERVER_BUSY = 0.8
+
+
+def api_server_notices(room: dict[str, Any]) -> list[dict[str, Any]]:
+    """A notice where the busiest API server works most of the run (``room``, the
+    ``headroom``): its queue, not the GPU, then sets TTFT and the delivery of tokens."""
+    fraction = room.get("api_server_fraction")
+    if fraction is None or fraction < API_SERVER_BUSY:
+        return []
+    return [{"code": "api_server_busy", "source": "engine.frontend", "count": None,
+             "message": f"the API server is busy {fraction:.0%} of the run (requests' handling and "
+                        "tokenization, every token's detokenizing and streaming): its queue adds to TTFT "
+                        "and ITL; a larger engine.stream_interval (vLLM --stream-interval) cuts its "
+                        "per-chunk work (more API-server processes, vLLM's --api-server-count, are "
+                        "modelled only as one per data-parallel rank, its default from vLLM 0.16)"}]

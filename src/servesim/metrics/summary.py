@@ -415,28 +415,11 @@ def _mean_lengths(result: Result) -> tuple[float, float]:
     return prompt, float(rec.num_output_tokens[done].mean()) if done.any() else 0.0
 
 
-#: An API server busier than this over the run is named in a notice.
-API_SERVER_BUSY = 0.8
-
-
-def _api_server_notice(fraction: float | None) -> list[dict[str, Any]]:
-    """A notice where the busiest API server works most of the run: its queue, not the
-    GPU, then sets TTFT and the delivery of tokens."""
-    if fraction is None or fraction < API_SERVER_BUSY:
-        return []
-    return [{"code": "api_server_busy", "source": "engine.frontend", "count": None,
-             "message": f"the API server is busy {fraction:.0%} of the run (requests' handling and "
-                        "tokenization, every token's detokenizing and streaming): its queue adds to TTFT "
-                        "and ITL; a larger engine.stream_interval (vLLM --stream-interval) cuts its "
-                        "per-chunk work (more API-server processes, vLLM's --api-server-count, are "
-                        "modelled only as one per data-parallel rank, its default from vLLM 0.16)"}]
-
-
 def _trust(result: Result, window_s: float | None, throughput: dict[str, Any]) -> dict[str, Any]:
     """What a user needs to trust the numbers: headroom, saturation, memory plan, step-time
     model, notices (``metrics.headroom``, ``metrics.saturation``, ``metrics.deployment_report``)."""
     from servesim.metrics.deployment_report import deployment_sections
-    from servesim.metrics.headroom import headroom
+    from servesim.metrics.headroom import api_server_notices, headroom
     from servesim.metrics.saturation import saturation
 
     prompt, output = _mean_lengths(result)
@@ -446,7 +429,7 @@ def _trust(result: Result, window_s: float | None, throughput: dict[str, Any]) -
         "headroom": room,
         "saturation": saturation(rec.arrival_s, rec.first_scheduled_s, rec.finished_s,
                                  room["capacity_requests_per_s"]),
-        "notices": list(result.notices) + _api_server_notice(room.get("api_server_fraction")),
+        "notices": list(result.notices) + api_server_notices(room),
     }
     if result.deployments:
         out.update(deployment_sections(result, prompt + output if prompt else None))
