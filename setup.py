@@ -25,6 +25,7 @@ COMPILED = [
     "servesim/engine/run_rows.py",
     "servesim/engine/replica.py",
     "servesim/engine/frontend.py",
+    "servesim/engine/run_stream.py",
     "servesim/engine/lockstep.py",
     "servesim/perf/base.py",
     "servesim/perf/kernel_step.py",

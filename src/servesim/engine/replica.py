@@ -34,6 +34,7 @@ from servesim.engine.events import ARRIVAL, BATCH_DONE, WAKE, EventLoop
 from servesim.engine.frontend import Frontend
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.run_rows import RunRows
+from servesim.engine.run_stream import RunStream
 from servesim.engine.scheduler import Scheduler, SchedulerOutput
 from servesim.metrics.records import ItlSamples, ReplicaTotals, StepSeries
 from servesim.perf.base import BatchStats, PerfModel
@@ -85,14 +86,7 @@ class Replica:
         self.quiet = False
         self.run_first_end_s = 0.0
         self.run_waiting0 = 0
-        # Streaming a run's outputs as its steps end (``_stream_run``): the run's first step
-        # (``out``), the next segment, the next step's index and end, the finishes streamed.
-        self._rs_out: SchedulerOutput | None = None
-        self._rs_seg = -1  # -1: the first step's outputs are still to stream
-        self._rs_seg_i0 = 0  # the first step of segment ``_rs_seg`` (index in run.durations)
-        self._rs_i = 0
-        self._rs_t = 0.0  # end of the last step streamed
-        self._rs_f = 0
+        self._run_stream: RunStream | None = None  # the API server's streaming of the run in flight
         self.busy = False
         self.wake_pending = False
         self.last_step_end_s = -1.0
@@ -131,8 +125,8 @@ class Replica:
         req.replica = self.id
         fe = self.frontend
         if fe is not None:
-            if self.run is not None and self._rs_out is not None:  # outputs before this arrival
-                self._stream_run(self.loop.now, None)
+            if self.run is not None and self._run_stream is not None:  # outputs before this arrival
+                self._run_stream.upto(self.loop.now, None)
             at = fe.admit_at(self.loop.now, req.num_prompt_tokens)
             self.loop.at(at, self.on_engine_arrival, req, ARRIVAL)
             return
@@ -211,10 +205,7 @@ class Replica:
                 self.run = run
                 self.run_first_end_s = end
                 if self.frontend is not None and self.frontend.streams:
-                    self._rs_out = out
-                    self._rs_seg = -1
-                    self._rs_seg_i0 = self._rs_i = self._rs_f = 0
-                    self._rs_t = end
+                    self._run_stream = RunStream(self.frontend, out, run, end)
                 self.run_waiting0 = len(sched.waiting)
                 self._account_run(run)
                 end = run.end_s  # summed step by step, as the reference engine's clock does
@@ -284,12 +275,12 @@ class Replica:
         """The API server streams the step's tokens (``Frontend.deliver_at``): a client sees
         a first or last token when the server has processed its step's outputs (the step's
         first tokens at the end of its batch: vLLM lists the new requests last). A run's
-        steps are streamed by ``_stream_run``."""
+        steps are streamed by ``RunStream``."""
         fe = self.frontend
         assert fe is not None
-        if self.run is not None and self._rs_out is not None:
-            self._stream_run(float("inf"), finished)
-            self._rs_out = None
+        if self.run is not None and self._run_stream is not None:
+            self._run_stream.upto(float("inf"), finished)
+            self._run_stream = None
             return
         new_first = [req for req in out.reqs if req.first_token_s == now]
         n_tok = len(produced) + out.num_pool  # a lazy step's first tokens are not among produced
@@ -301,78 +292,6 @@ class Replica:
             req.first_token_s = d
         for req in finished:  # seen once the last step's outputs are processed
             req.finished_s = d
-
-    def _stream_run(self, upto: float, finished: list[Request] | None) -> None:
-        """Stream the outputs of the run in flight whose steps ended by ``upto``, as the
-        step-by-step engine streams each step (so an arrival at ``upto`` finds the server as
-        there): its first step (``out``: the pool and the new requests' first tokens), then
-        segment by segment, each one's steps but its last in closed form
-        (``Frontend.after_steps``) and its last, where requests finish, as a step. With
-        ``finished`` (the run's end: its steps all streamed), the requests that finished in
-        it, those inside it first (``run.finished``), in order."""
-        fe = self.frontend
-        run = self.run
-        out = self._rs_out
-        assert fe is not None and run is not None and out is not None
-        segments = run.segments
-        durations = run.durations
-        done = run.finished if finished is None else finished
-        if self._rs_seg < 0:
-            first_end = self.run_first_end_s
-            if first_end > upto:
-                return
-            n0 = out.num_pool + len(out.reqs)  # the pool and the new requests' first tokens
-            gone = n0 - segments[0][0] if segments else 0  # finished in the first step
-            if gone < 0:
-                gone = 0
-            d = fe.deliver_at(first_end, n0, len(out.reqs) + gone)
-            for req in out.reqs:
-                if req.first_token_s == first_end:
-                    req.first_token_s = d
-            f = 0
-            while f < gone and f < len(done):
-                done[f].finished_s = d
-                f += 1
-            self._rs_f = f
-            self._rs_seg = 0
-        while self._rs_seg < len(segments):
-            s = self._rs_seg
-            n, k, _ = segments[s]
-            last_i = self._rs_seg_i0 + k - 1  # the segment's last step
-            t = self._rs_t
-            i = self._rs_i
-            while i < last_i and t + durations[i] <= upto:
-                t += durations[i]
-                i += 1
-            if i > self._rs_i:
-                fe.after_steps(self._rs_t, durations, self._rs_i, i, n)
-                self._rs_t = t
-                self._rs_i = i
-            if i < last_i or t + durations[i] > upto:
-                return
-            t += durations[i]
-            if s + 1 < len(segments):
-                ends = n - segments[s + 1][0]
-            elif finished is not None:
-                ends = len(done) - self._rs_f
-            else:  # its finishes are not known yet: the run's end streams its last step
-                return
-            d = fe.deliver_at(t, n, ends if ends > 0 else 0)
-            f = self._rs_f
-            while ends > 0 and f < len(done):
-                done[f].finished_s = d
-                f += 1
-                ends -= 1
-            self._rs_f = f
-            self._rs_t = t
-            self._rs_i = i + 1
-            self._rs_seg_i0 = i + 1
-            self._rs_seg = s + 1
-        if finished is not None:
-            f = self._rs_f
-            while f < len(finished):
-                finished[f].finished_s = fe.free_at_s
-                f += 1
 
     def _admit_staged(self, before_s: float) -> None:
         """Async scheduling: the staged requests that arrived before ``before_s`` (the start
