@@ -96,6 +96,18 @@ def test_each_row_runs_the_client_of_its_harness():
     wl = c.scenario["workload"]
     assert "client" not in wl and wl["random_range_ratio"] == 0.0
     assert wl["num_prompts"] == max(PROMPTS_PER_CLIENT * 2, MIN_PROMPTS)
+    # ... and the worker AIConfigurator's generator deploys: a budget of batch + ISL + 1500
+    # tokens (2 + 1024 + 1500), the batch as --max-num-seqs, ISL + OSL + 1500 as model length
+    eng = c.scenario["engine"]
+    assert (eng["max_num_batched_tokens"], eng["max_num_seqs"], eng["max_model_len"]) == (2526, 2, 3548)
+    assert any("AIConfigurator's generated Dynamo vLLM worker" in n for n in c.notes)
+    # an InferenceMAX row keeps vLLM's default budget (its script sets none)
+    imax_row = s.row_case(_row(silicon_data_source="source_file=2025-10-29.csv; measured=2025-10-29"))
+    assert imax_row.scenario["engine"]["max_num_batched_tokens"] == 8192
+    # a row of the collection without its benchmark's concurrency is not identified
+    c = s.row_case(_row(silicon_data_source="source_file=h100_sxm/vllm/0.12.0/qwen3_32b.csv; "
+                        "measured=2026-01-23", batch_size="144"))
+    assert c.scenario is None and "no silicon_concurrency" in c.skip
     rows = s.read_silicon()
     imax = [r for r in rows if is_inferencemax(r["silicon_data_source"])]
     assert len(rows) - len(imax) == 96  # the three files of AIConfigurator's H100 collection
@@ -152,9 +164,11 @@ def test_inferencemax_rows_run_their_launch_scripts_settings():
     assert c.scenario["engine"]["max_cudagraph_capture_size"] == 2048
     assert any(n.startswith("server: minimaxm2.5_fp8_b200.sh at bddbf4031") for n in c.notes)
     Scenario.model_validate(c.scenario)
-    own = s.row_case(_row(silicon_data_source="source_file=h100_sxm/vllm/0.12.0/Qwen_Qwen3-32B.csv",
-                          model_path="Qwen/Qwen3-32B", precision="", system="h100_sxm"))
-    assert "gpu_memory_utilization" not in own.scenario["engine"] and not any("server:" in n for n in own.notes)
+    own = s.row_case(_row(silicon_data_source="source_file=h100_sxm/vllm/0.12.0/Qwen_Qwen3-32B.csv; "
+                          "silicon_concurrency=16", model_path="Qwen/Qwen3-32B", precision="",
+                          system="h100_sxm"))
+    assert "gpu_memory_utilization" not in own.scenario["engine"]
+    assert not any(n.startswith("server: ") and ".sh at" in n for n in own.notes)
 
 
 SCRIPT = r"""GMU=0.85
@@ -238,7 +252,7 @@ def test_nvfp4_config_is_read_as_nvfp4():
 @pytest.mark.parametrize("kw, reason", [
     ({"mode": "disagg"}, "mode disagg"),
     ({"attention_dp_size": "4", "moe_ep_size": "8", "moe_tp_size": "1", "tp_size": "2",
-      "silicon_data_source": "source_file=h200_sxm/vllm/0.19.0/runs.csv"},  # no launch script
+      "silicon_data_source": "source_file=h200_sxm/vllm/0.19.0/runs.csv; silicon_concurrency=16"},  # no launch script
      "attention data parallelism 4 does not divide tp 2"),
     ({"system": "mi300x"}, "system mi300x"),
     ({"precision": "int8"}, "no preset"),
@@ -300,6 +314,7 @@ def test_every_bundled_row_is_run_or_skipped_with_a_reason():
     cases = [s.row_case(r) for r in s.read_silicon()]
     assert all((c.scenario is None) == bool(c.skip) for c in cases)
     assert sum(c.row["mode"] == "disagg" for c in cases if c.skip) == 17
+    assert sum("no silicon_concurrency" in c.skip for c in cases if c.skip) == 3
 
 
 def test_group_statistics_on_a_hand_made_table():

@@ -293,7 +293,7 @@ def validate(
              "holding a rate1.json). Default: the recordings bundled with servesim.")] = None,
     suite: Annotated[list[str] | None, typer.Option(
         help="Suites to run (repeatable): operators, splitwise, distserve, vllm-cpu, silicon. Default: "
-             "all but silicon (it simulates 1,067 measured GPU runs: a few minutes).")] = None,
+             "all but silicon (it simulates 1,064 measured GPU runs: a few minutes).")] = None,
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", file_okay=False,
         help="A folder for report files (silicon: silicon_runs.csv, silicon_groups.json and .md).")] = None,

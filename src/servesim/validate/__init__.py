@@ -18,7 +18,7 @@ Each suite predicts measurements that its profile was *not* fitted to where poss
   held-out error of each fit on the others.
 - ``silicon``: AIConfigurator's 1,093 measured ``vllm bench serve`` runs on H100, H200,
   B200, B300 and GB200 (``validate.silicon``): mean TTFT and TPOT of each run, median and
-  P90 |error| per (model, GPU) group. Not in the default set (it simulates 1,067 runs, a few
+  P90 |error| per (model, GPU) group. Not in the default set (it simulates 1,064 runs, a few
   minutes); ``--suite silicon``.
 
 Profiles are the ones bundled in ``servesim/data/profiles`` (made by ``servesim calibrate``;

@@ -17,8 +17,18 @@ names the upstream file or database dump of each row, which tells them apart:
   measured run. Later versions of the script add ``--num-warmups 2*CONC``; the rows do
   not say which version ran, and warm-ups end before the measured run starts either way.
 * **AIConfigurator's own collection** (``source_file=<gpu>/vllm/<version>/<model>.csv``):
-  the rows do not say the client or its lengths; they run as before, fixed lengths
-  (``random_range_ratio`` 0) and ``PROMPTS_PER_CLIENT`` requests per client.
+  the rows do not say their server or client. The rows of the same collection that do
+  (its ``qwen3_32b.csv`` beside the ``Qwen_Qwen3-32B.csv`` of the 90 Qwen3-32B H100 runs,
+  and every other file of it that names an image) ran a Dynamo runtime image, vLLM 0.12.0
+  being the vLLM of ``ai-dynamo/vllm-runtime:0.8.0``: deployments written by
+  AIConfigurator's generator and measured by its evaluation runner. So they run as that
+  generator and runner of January 2026 set them (``aiconfigurator_settings``): fixed
+  lengths (``--synthetic-input-tokens-stddev 0``, ``--output-tokens-stddev 0``,
+  ``ignore_eos``), ``10 x N`` requests at concurrency N after ``2 x N`` warm-ups (which
+  end before the measured requests, all N clients then starting together as in servesim's
+  run), and the worker's token budget and limits. Simplified: Dynamo's front end (its HTTP
+  server and tokenizer in Rust, the worker streaming token ids) is taken as vLLM's API
+  server at its measured costs, and the chat template's few prompt tokens are left out.
 """
 
 from __future__ import annotations
@@ -33,11 +43,14 @@ from typing import Any
 INFERENCEMAX_RANGE_RATIO = 0.8
 INFERENCEMAX_PROMPTS_PER_CLIENT = 10
 
-#: Other rows: requests per client, at least ``MIN_PROMPTS``. With fixed lengths the
-#: clients stay in step (they start together and finish together), so a few rounds give
-#: the steady state; more add run time, not information.
+#: AIConfigurator's own collection: requests per client (its evaluation runner's aiperf
+#: ``--request-count 10 x N``), at least ``MIN_PROMPTS``.
 PROMPTS_PER_CLIENT = 10
 MIN_PROMPTS = 32
+#: AIConfigurator's generator (``generator/rule_plugin/vllm.rule`` of January 2026) gives an
+#: aggregated vLLM worker ``max_num_tokens = max_batch_size + ISL + 1500`` and
+#: ``max_seq_len = ISL + OSL + 1500``: its ``--max-num-batched-tokens`` and ``--max-model-len``.
+AICONFIGURATOR_EXTRA_TOKENS = 1500
 
 
 def is_inferencemax(source: str) -> bool:
@@ -57,6 +70,20 @@ def bench_workload(source: str, isl: int, osl: int, concurrency: int) -> dict[st
     else:
         wl.update(random_range_ratio=0.0, num_prompts=max(PROMPTS_PER_CLIENT * concurrency, MIN_PROMPTS))
     return wl
+
+
+def aiconfigurator_settings(isl: int, osl: int, concurrency: int) -> tuple[dict[str, Any], str]:
+    """(engine fields, a note) of a run of AIConfigurator's own collection: the vLLM worker
+    its generator deploys for ``concurrency`` clients (``--max-num-seqs`` the batch size, the
+    token budget and model length of ``AICONFIGURATOR_EXTRA_TOKENS``; the rest vLLM's
+    defaults). The budget holds about two prompts of 1k tokens a step, not vLLM's 8,192."""
+    engine = {"max_num_seqs": concurrency,
+              "max_num_batched_tokens": concurrency + isl + AICONFIGURATOR_EXTRA_TOKENS,
+              "max_model_len": isl + osl + AICONFIGURATOR_EXTRA_TOKENS}
+    note = (f"server: AIConfigurator's generated Dynamo vLLM worker (--max-num-seqs {concurrency} "
+            f"--max-num-batched-tokens {engine['max_num_batched_tokens']} --max-model-len "
+            f"{engine['max_model_len']}), inferred from its collection; front end as vLLM's API server")
+    return engine, note
 
 
 # --------------------------------------------------------------------------- the servers

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from servesim.validate.bench_harness import (
+    aiconfigurator_settings,
     bench_workload,
     fixed_client_concurrency,
     is_inferencemax,
@@ -181,6 +182,12 @@ def row_case(row: dict[str, str], nvfp4_dir: Path | None = None) -> SiliconCase:
     if row["mode"] != "agg":
         return skip(f"mode {row['mode']}: disaggregated prefill/decode workers are not an aggregated "
                     f"vllm bench run (this suite simulates one engine)")
+    own = not is_inferencemax(row["silicon_data_source"])
+    if own and "silicon_concurrency=" not in row["silicon_data_source"]:
+        # AIConfigurator's qwen3_32b.csv: batch_size 24-144 is the deployment's largest batch;
+        # the measured TPOT (11.6 ms at TP 2) is below what 48 clients of 4k prompts allow.
+        return skip("no silicon_concurrency in the source: batch_size is the deployment's largest "
+                    "batch, not the benchmark's clients, and the run's client count is unknown")
     gpu = GPUS.get(row["system"])
     if gpu is None:
         return skip(f"system {row['system']}: no GPU of the catalog")
@@ -236,6 +243,10 @@ def row_case(row: dict[str, str], nvfp4_dir: Path | None = None) -> SiliconCase:
         eng, mod, note = server_settings(script, when, isl, osl, conc)
         engine.update(eng)
         model_cfg.update(mod)
+        case.notes.append(note)
+    elif own:
+        eng, note = aiconfigurator_settings(isl, osl, conc)
+        engine.update(eng)
         case.notes.append(note)
     case.scenario = {
         "name": row["id"],

@@ -14,9 +14,6 @@ _QUEUE = ("under-predicted: with InferenceMAX's random lengths, each run's launc
           "ms (8k) more than predicted on fast (fp4, MoE, high-TP) configurations at few clients: host "
           "work the kernel count does not carry, the GPU hosts' own CPU speed, the models' own "
           "tokenizers, and long prefills that the tables under-time")
-_FIXED = ("AIConfigurator's own H100 collection, whose client and lengths the data does not give: fixed "
-          "lengths keep the clients in step (lockstep prefill queues at 8-64 clients, and the front "
-          "end's queue of their simultaneous sends, +35-150%)")
 _EAGER_H100 = ("over-predicted on its 1k prompts (median +21%; the 8k ones -20%): a 1,024-token "
                "prefill is above the 512-token CUDA-graph capture of its PIECEWISE mode and runs "
                "without graphs, and the host floor of such steps (fitted on Llama-3.1-70B's runs "
@@ -24,7 +21,7 @@ _EAGER_H100 = ("over-predicted on its 1k prompts (median +21%; the 8k ones -20%)
 #: Known misses, by (group or "all runs", metric), measured by this suite (median |error|,
 #: ``servesim validate --suite silicon``), with the reason servesim misses the goal.
 SILICON_KNOWN_BAD: dict[tuple[str, str], str] = {
-    ("all runs", "TTFT"): "14% over 1,067 runs (median -3.5%): " + _QUEUE,
+    ("all runs", "TTFT"): "12.4% over 1,064 runs (547 above 12%; median -3.9%): " + _QUEUE,
     ("Kimi-K2.5 fp4 b200_sxm", "TTFT"): "20%, " + _QUEUE,
     ("Kimi-K2.5 fp4 b300_sxm", "TTFT"): (
         "20% (22 runs; median +20%, its 1k prompts +25-56%): the B200 recipe these runs served, with "
@@ -32,10 +29,4 @@ SILICON_KNOWN_BAD: dict[tuple[str, str], str] = {
         "B300 (TP 4, vLLM 0.17.0); servesim's host floor of steps without graphs is one figure for "
         "every machine and puts both at 129 ms"),
     ("MiniMax-M2.5 fp8 h100_sxm", "TTFT"): "22% (30 runs), " + _EAGER_H100,
-    ("Qwen3-32B bf16 h100_sxm", "TTFT"): "61% (median +61%, P90 138%): " + _FIXED,
-    ("Qwen3-32B fp8 h100_sxm", "TTFT"): "563%, 3 runs: " + _FIXED + "; not analysed",
-    ("Qwen3-32B fp8 h100_sxm", "TPOT"): ("159%, 3 runs (ISL 4000, OSL 1000, 24-144 clients, vLLM 0.11.2): "
-                                         "the measured TPOT is below the time to read the weights and a "
-                                         "bf16 KV cache once per step; the runs must have used a KV "
-                                         "format the data does not record (fp8, likely)"),
 }
