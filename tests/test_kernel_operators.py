@@ -131,6 +131,33 @@ def test_mxfp4_table_of_b200_is_not_vllms_sm100_kernel():
     assert _decode(pm, 1024, 1000)["moe"] > 2 * roof  # 3.1x the roofline at 1,024 tokens
 
 
+def test_block_fp8_experts_on_blackwell_take_flashinfers_trtllm_moe():
+    # vLLM's FP8 MoE oracle serves block-FP8 experts on SM100 with FlashInfer's TRTLLM-gen
+    # MoE (the first of its priority list there); the packed 0.19.0 B200 table times Triton's
+    # fused_experts. MiniMax-M2.5's own shape is measured: its value at every grid point.
+    m, g = load_model("MiniMaxAI/MiniMax-M2.5"), get_gpu("B200")
+    shape = (3072, 1536, 8, 256)
+    series = _served_series("flashinfer_trtllm_fp8_block", shape, 2, 1)
+    pm = KernelPerfModel(m, g, tp=2)
+    assert pm.sources["moe"] == ("table moe flashinfer_trtllm_fp8_block 3072x1536 top-8 of 256 experts tp=2 "
+                                 "ep=1 of vLLM 0.24.0")
+    for t, ms in zip(series["tokens"], series["latency_ms"]):
+        assert _decode(pm, t, 1000)["moe"] == pytest.approx(62 * ms * 1e-3, rel=1e-6)
+    # VLLM_USE_FLASHINFER_MOE_FP8=0 with VLLM_MOE_USE_DEEP_GEMM=0 (engine.moe_backend triton):
+    # Triton's experts, the packed table, whose step from 64 to 80 tokens (a larger tile
+    # configuration) the served kernel does not have
+    tri = KernelPerfModel(m, g, tp=2, moe_backend="triton")
+    assert tri.sources["moe"] == "table moe fp8_block tp=2 ep=1"
+    tokens, lat = load_database("B200", "0.19.0").moe(*shape, 2, 1, "fp8_block")
+    at = dict(zip(tokens.astype(int), lat))
+    fi = dict(zip(series["tokens"], series["latency_ms"]))
+    assert at[80] / at[64] > 1.6 and fi[80] / fi[64] < 1.05
+    assert _decode(tri, 128, 1000)["moe"] > 1.9 * _decode(pm, 128, 1000)["moe"]
+    # B300 reads B200's tables; Hopper keeps its own (Triton for TP, as vLLM's oracle there)
+    assert KernelPerfModel(m, get_gpu("B300"), tp=2).sources["moe"] == pm.sources["moe"]
+    assert KernelPerfModel(m, get_gpu("H200"), tp=2).sources["moe"] == "table moe fp8_block tp=2 ep=1"
+
+
 def _served_series(kernel: str, shape: tuple[int, int, int, int], moe_tp: int, ep: int) -> dict:
     import json
     from importlib import resources

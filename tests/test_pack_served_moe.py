@@ -25,12 +25,12 @@ def _tool():
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_packs_the_served_kernels_rows_as_measured(tmp_path):
     tool = _tool()
-    (bf16, _), (mxfp8, _), (marlin, _) = sorted(tool.SERVED.items(), key=lambda kv: kv[1])
+    (fp8, _), (bf16, _), (mxfp8, _), (marlin, _) = sorted(tool.SERVED.items(), key=lambda kv: kv[1])
     rows = [  # kernel_source, distribution, tokens, latency
         (bf16[2], "power_law_1.01", 1, 0.03), (bf16[2], "power_law_1.01", 1, 0.05),  # a repeat: averaged
         (bf16[2], "power_law_1.01", 8, 0.09), (bf16[2], "balanced", 8, 9.0),           # another distribution
         (mxfp8[2], "power_law_1.01", 4, 0.02), ("vllm_other_kernel", "power_law_1.01", 4, 7.0),
-        (marlin[2], "power_law_1.01", 2, 0.07),
+        (marlin[2], "power_law_1.01", 2, 0.07), (fp8[2], "power_law_1.01", 16, 0.11),
     ]
     table = pa.table({
         "kernel_source": [r[0] for r in rows], "distribution": [r[1] for r in rows],
@@ -51,4 +51,5 @@ def test_packs_the_served_kernels_rows_as_measured(tmp_path):
                                                     "tokens": [1, 8], "latency_ms": [0.04, 0.09]}]
     assert got["flashinfer_trtllm_mxfp4_mxfp8"][0]["latency_ms"] == [0.02]
     assert got["marlin_int4"][0]["tokens"] == [2] and got["marlin_int4"][0]["latency_ms"] == [0.07]
+    assert got["flashinfer_trtllm_fp8_block"][0]["tokens"] == [16]
     assert len(out["commit"]) == 40 and out["distribution"] == "power_law_1.01"

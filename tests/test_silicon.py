@@ -120,15 +120,16 @@ def test_inferencemax_rows_run_their_launch_scripts_settings():
     from servesim.validate.bench_harness import measured_at, server_settings
 
     # MiniMax-M2.5 FP8 on B200 in March: 0.95 of memory, 32-token blocks, FlashInfer's and
-    # DeepGEMM's MoE switched off (recorded, not modelled: the tables time one MoE kernel)
+    # DeepGEMM's MoE switched off: vLLM's FP8 oracle then serves Triton's experts
     eng, mod, note = server_settings("minimaxm2.5_fp8_b200", "2026-03-11T19:00:00Z", 1024, 1024, 64)
-    assert eng == {"gpu_memory_utilization": 0.95, "block_size": 32} and mod == {}
-    assert "f342df18e" in note and "VLLM_USE_FLASHINFER_MOE_FP8=0" in note
+    assert eng == {"gpu_memory_utilization": 0.95, "block_size": 32, "moe_backend": "triton"} and mod == {}
+    assert "f342df18e" in note and "VLLM_USE_FLASHINFER_MOE_FP8" not in note
     # from 2026-04-03: FP8 KV, graphs up to 2048 tokens, a budget of twice the prompt
     eng, mod, note = server_settings("minimaxm2.5_fp8_b200", "2026-04-03T20:00:00Z", 8192, 1024, 64)
     assert (eng["max_num_batched_tokens"], eng["max_cudagraph_capture_size"], eng["gpu_memory_utilization"],
             eng["enable_prefix_caching"]) == (16384, 2048, 0.9, False)
     assert mod == {"kv_cache_dtype": "fp8"} and eng["stream_interval"] == 20 and "stream-interval" not in note
+    assert "moe_backend" not in eng  # the oracle's default on SM100: FlashInfer's TRTLLM-gen MoE
     # a run before the script's merge takes the version of its pull request's branch at
     # that time: MiniMax-M2.5 FP4 B200's nightly runs of 2026-04-03, without the token
     # budget and capture size the merged version (79bd988e9, 2026-04-08) added

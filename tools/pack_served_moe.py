@@ -1,4 +1,4 @@
-"""Pack the fused-MoE tables of the kernels vLLM serves 4-bit experts with on Blackwell.
+"""Pack the fused-MoE tables of the kernels vLLM serves 4-bit and block-FP8 experts with on Blackwell.
 
 The kernel tables ``tools/pack_kernels.py`` packs (vLLM 0.14.0 and 0.19.0) time one MoE
 kernel per expert dtype; for MXFP4 experts on B200 that is not the kernel vLLM serves
@@ -13,7 +13,13 @@ Triton's W4A16 ``fused_experts`` under the Marlin name):
 - ``flashinfer_trtllm_mxfp4_mxfp8``: MXFP4 weights, MXFP8 activations
   (``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``), measured at two DeepSeek-like shapes;
 - ``marlin_int4``: vLLM's ``CompressedTensorsWNA16MarlinMoEMethod`` (``fused_marlin_moe``),
-  int4 weights and 16-bit activations, measured at Kimi-K2.5's expert shape.
+  int4 weights and 16-bit activations, measured at Kimi-K2.5's expert shape;
+- ``flashinfer_trtllm_fp8_block``: FlashInfer's TRTLLM-gen MoE of block-FP8 experts (128 x
+  128 weight blocks, activations quantized per 128), its monolithic kernel (routing inside),
+  which vLLM's FP8 MoE oracle picks first on SM100 (``Fp8MoeBackend.FLASHINFER_TRTLLM``);
+  the packed B200 tables of vLLM 0.19.0 time Triton's ``fused_experts`` for block FP8, the
+  kernel of runs that set ``VLLM_USE_FLASHINFER_MOE_FP8=0``. Measured at 17 shapes
+  (MiniMax-M2's 3072 x 1536 top-8 of 256, DeepSeek-V3's 7168 x 2048 top-8 of 256, ...).
 
 This tool writes their rows of token distribution ``power_law_1.01`` (as the packed
 tables) into ``src/servesim/data/kernels/served_moe.json``: per kernel and (shape, moe_tp,
@@ -49,6 +55,8 @@ SERVED = {
     ("b200_sxm", "0.24.0", "vllm_mxfp4moe_flashinfer_trtllm_mxfp4_mxfp8_trtllmmxfp4expertsmodular"):
         "flashinfer_trtllm_mxfp4_mxfp8",
     ("b200_sxm", "0.24.0", "vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts"): "marlin_int4",
+    ("b200_sxm", "0.24.0", "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic"):
+        "flashinfer_trtllm_fp8_block",
 }
 
 

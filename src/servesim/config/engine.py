@@ -201,15 +201,20 @@ class EngineConfig(_Strict):
             "for uniform decode steps, every other step eager), none (no graphs). None: the "
             "version's default."),
         json_schema_extra={"vllm": "--compilation-config '{\"cudagraph_mode\": ...}'"})
-    moe_backend: Literal["auto", "marlin", "flashinfer_mxfp4_mxfp8"] = Field("auto", description=(
-        "The fused-MoE kernel of weight-only 4-bit experts (MXFP4, int4) in the kernel model: "
-        "auto (vLLM's default: Marlin for int4 experts; for MXFP4 Triton's matmul_ogs on Hopper, "
-        "FlashInfer's TRTLLM-gen MoE with 16-bit activations on Blackwell), marlin (Marlin for "
-        "MXFP4 experts too: VLLM_MXFP4_USE_MARLIN=1), or flashinfer_mxfp4_mxfp8 (Blackwell: the "
-        "TRTLLM-gen MoE with MXFP8 activations, VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1; elsewhere as "
-        "auto). Each is timed from its own measured table carried to the model's shape. See "
-        "docs/perf_model.md."),
-        json_schema_extra={"vllm": "VLLM_MXFP4_USE_MARLIN=1, VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 (env)"})
+    moe_backend: Literal["auto", "marlin", "flashinfer_mxfp4_mxfp8", "flashinfer_trtllm", "triton"] = Field(
+        "auto", description=(
+        "The fused-MoE kernel of 4-bit and block-FP8 experts in the kernel model: auto (vLLM's "
+        "default: Marlin for int4 experts; for MXFP4 Triton's matmul_ogs on Hopper, FlashInfer's "
+        "TRTLLM-gen MoE with 16-bit activations on Blackwell; for block-FP8 FlashInfer's TRTLLM-gen "
+        "MoE on Blackwell, the first choice of vLLM's FP8 MoE oracle, and the measured tables' "
+        "Triton fused_experts elsewhere), marlin (Marlin for MXFP4 experts too: "
+        "VLLM_MXFP4_USE_MARLIN=1), flashinfer_mxfp4_mxfp8 (Blackwell: the TRTLLM-gen MoE with "
+        "MXFP8 activations, VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1; elsewhere as auto), "
+        "flashinfer_trtllm (as auto), or triton (block-FP8 experts on Triton's fused_experts on "
+        "Blackwell too: VLLM_USE_FLASHINFER_MOE_FP8=0 with VLLM_MOE_USE_DEEP_GEMM=0). Each is timed "
+        "from its own measured table carried to the model's shape. See docs/perf_model.md."),
+        json_schema_extra={"vllm": "VLLM_MXFP4_USE_MARLIN=1, VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1, "
+                                   "VLLM_USE_FLASHINFER_MOE_FP8=0 (env)"})
     preemption_mode: Literal["recompute", "swap"] = Field("recompute", description=(
         "recompute: a victim's KV is dropped and recomputed; swap: copied to host memory over PCIe "
         "(vLLM V0's swap; falls back to recompute when swap_space_gib is full)."))

@@ -29,7 +29,16 @@ the order above. MXFP4 experts on Blackwell (B200's tables) are timed first from
 of the kernel vLLM serves them with (``served_curve``: FlashInfer's TRTLLM-gen MoE, 16-bit
 activations by default, MXFP8 ones with ``engine.moe_backend: flashinfer_mxfp4_mxfp8``;
 AIConfigurator's vLLM 0.24.0 table, each row naming its kernel, carried from the nearest
-measured shape).
+measured shape). Block-FP8 experts on Blackwell are too (``SM100_FP8_BLOCK``): vLLM's FP8
+MoE oracle (``fused_moe/oracle/fp8.py``, ``select_fp8_moe_backend``; since January 2026) takes
+the first backend of its priority list that supports the layer, FlashInfer's TRTLLM-gen MoE
+on SM100 (``FLASHINFER_TRTLLM``, ahead of FlashInfer's CUTLASS MoE, DeepGEMM and Triton);
+``VLLM_USE_FLASHINFER_MOE_FP8=0`` (``engine.moe_backend: triton``) removes the FlashInfer
+backends, and with DeepGEMM off too (``VLLM_MOE_USE_DEEP_GEMM=0``) Triton's
+``fused_experts`` serves them, which the packed 0.19.0 tables time. Earlier versions chose
+DeepGEMM by default on SM100 (not modelled: timed as ``auto``). The kernel routes inside
+(monolithic); a vLLM whose FlashInfer cannot route the model (MiniMax-M2 before vLLM took
+up FlashInfer 0.6.8, after 0.19.0) runs its router kernels first, not timed.
 
 Tables that do not time the kernel vLLM serves with are skipped (``unserved_reason``):
 
@@ -105,11 +114,15 @@ SERVED_FILE = "served_moe.json"
 #: ``engine.moe_backend`` -> the kernel vLLM serves MXFP4 experts with on SM100
 #: (``Mxfp4Backend``): FlashInfer's TRTLLM-gen MoE with 16-bit activations by default
 #: (``SM100_FI_MXFP4_BF16``), with MXFP8 ones under ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``.
-SM100_MXFP4 = {"auto": "flashinfer_trtllm_mxfp4_bf16",
+SM100_MXFP4 = {"auto": "flashinfer_trtllm_mxfp4_bf16", "flashinfer_trtllm": "flashinfer_trtllm_mxfp4_bf16",
                "flashinfer_mxfp4_mxfp8": "flashinfer_trtllm_mxfp4_mxfp8"}
+#: ``engine.moe_backend`` -> the kernel vLLM serves block-FP8 experts with on SM100: FlashInfer's
+#: TRTLLM-gen MoE, the first of the FP8 oracle's priority list there (its monolithic kernel,
+#: routing inside). ``triton`` is not in it: Triton's ``fused_experts``, the packed tables'.
+SM100_FP8_BLOCK = {"auto": "flashinfer_trtllm_fp8_block", "flashinfer_trtllm": "flashinfer_trtllm_fp8_block"}
 #: The math of each served kernel, the peak of its roofline (16-bit or FP8 tensor cores).
 SERVED_MATH = {"flashinfer_trtllm_mxfp4_bf16": "w4a16_mxfp4", "flashinfer_trtllm_mxfp4_mxfp8": "fp8",
-               "marlin_int4": "int4_wo"}
+               "marlin_int4": "int4_wo", "flashinfer_trtllm_fp8_block": "fp8"}
 #: vLLM's Marlin MoE of int4 experts (``CompressedTensorsWNA16MarlinMoEMethod``,
 #: ``fused_marlin_moe``) as the served table names it: B200's only Marlin measurement (its
 #: ``int4_wo`` tables of vLLM 0.19.0 time Triton's W4A16 ``fused_experts``, ``marlin_curve``).
@@ -398,6 +411,10 @@ def moe_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int
         skipped = "; no Marlin MoE table on this GPU"
     if db is not None and dtype == "w4a16_mxfp4" and backend in SM100_MXFP4:
         hit = served_curve(m, gpu, SM100_MXFP4[backend], moe_tp, ep, eff, pad)
+        if hit is not None:
+            return hit
+    if db is not None and dtype == "fp8_block" and backend in SM100_FP8_BLOCK:
+        hit = served_curve(m, gpu, SM100_FP8_BLOCK[backend], moe_tp, ep, eff)  # None off Blackwell
         if hit is not None:
             return hit
     if db is not None and dtype is not None:

@@ -203,6 +203,10 @@ def server_settings(script: str, when: str | None, isl: int, osl: int, concurren
         engine["moe_backend"] = "marlin"
     if env.pop("VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8", "0") == "1":
         engine["moe_backend"] = "flashinfer_mxfp4_mxfp8"
+    if env.get("VLLM_USE_FLASHINFER_MOE_FP8") == "0" and env.get("VLLM_MOE_USE_DEEP_GEMM") == "0":
+        # vLLM's FP8 MoE oracle without its FlashInfer and DeepGEMM backends: Triton's experts
+        del env["VLLM_USE_FLASHINFER_MOE_FP8"], env["VLLM_MOE_USE_DEEP_GEMM"]
+        engine["moe_backend"] = "triton"
     unmodelled = [f"{k}={val}" for k, val in env.items()] + \
         [f"--{k}" + ("" if val is True else f" {val}") for k, val in recorded.items()
          if k not in ("enable-expert-parallel", "data-parallel-size")]  # server_parallelism
