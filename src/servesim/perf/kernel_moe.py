@@ -29,16 +29,10 @@ the order above. MXFP4 experts on Blackwell (B200's tables) are timed first from
 of the kernel vLLM serves them with (``served_curve``: FlashInfer's TRTLLM-gen MoE, 16-bit
 activations by default, MXFP8 ones with ``engine.moe_backend: flashinfer_mxfp4_mxfp8``;
 AIConfigurator's vLLM 0.24.0 table, each row naming its kernel, carried from the nearest
-measured shape). Block-FP8 experts on Blackwell are too (``SM100_FP8_BLOCK``): vLLM's FP8
-MoE oracle (``fused_moe/oracle/fp8.py``, ``select_fp8_moe_backend``; since January 2026) takes
-the first backend of its priority list that supports the layer, FlashInfer's TRTLLM-gen MoE
-on SM100 (``FLASHINFER_TRTLLM``, ahead of FlashInfer's CUTLASS MoE, DeepGEMM and Triton);
-``VLLM_USE_FLASHINFER_MOE_FP8=0`` (``engine.moe_backend: triton``) removes the FlashInfer
-backends, and with DeepGEMM off too (``VLLM_MOE_USE_DEEP_GEMM=0``) Triton's
-``fused_experts`` serves them, which the packed 0.19.0 tables time. Earlier versions chose
-DeepGEMM by default on SM100 (not modelled: timed as ``auto``). The kernel routes inside
-(monolithic); a vLLM whose FlashInfer cannot route the model (MiniMax-M2 before vLLM took
-up FlashInfer 0.6.8, after 0.19.0) runs its router kernels first, not timed.
+measured shape). Block-FP8 experts on Blackwell are too (``SM100_FP8_BLOCK``: FlashInfer's
+TRTLLM-gen MoE, the first backend of vLLM's FP8 MoE oracle on SM100; ``engine.moe_backend:
+triton``, for servers that turn FlashInfer and DeepGEMM off, keeps the packed tables, which
+time Triton's ``fused_experts``; docs/perf_model.md, "The served block-FP8 MoE of Blackwell").
 
 Tables that do not time the kernel vLLM serves with are skipped (``unserved_reason``):
 

@@ -72,6 +72,17 @@ def bench_workload(source: str, isl: int, osl: int, concurrency: int) -> dict[st
     return wl
 
 
+def unknown_client_count(source: str) -> str | None:
+    """Why a row of AIConfigurator's own collection does not say its benchmark's clients, or
+    None: a source without ``silicon_concurrency`` (its ``qwen3_32b.csv``) gives as
+    ``batch_size`` the deployment's largest batch (24-144), and its measured TPOT (11.6 ms
+    at TP 2) is below what 48 clients of 4k prompts allow."""
+    if "silicon_concurrency=" in source:
+        return None
+    return ("no silicon_concurrency in the source: batch_size is the deployment's largest batch, "
+            "not the benchmark's clients, and the run's client count is unknown")
+
+
 def aiconfigurator_settings(isl: int, osl: int, concurrency: int) -> tuple[dict[str, Any], str]:
     """(engine fields, a note) of a run of AIConfigurator's own collection: the vLLM worker
     its generator deploys for ``concurrency`` clients (``--max-num-seqs`` the batch size, the

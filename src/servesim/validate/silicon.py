@@ -42,6 +42,7 @@ from servesim.validate.bench_harness import (
     script_for,
     server_parallelism,
     server_settings,
+    unknown_client_count,
 )
 from servesim.validate.common import Check
 from servesim.validate.limits import Goal
@@ -170,6 +171,22 @@ def _scripted_layout(script: str, when: str | None, tp: int, dp: int, ep: int, c
                             f"(the matrix gave {was})")
 
 
+def _vllm_layout(tp: int, dp: int, ep: int, moe_tp: int) -> tuple[int, int] | str:
+    """(TP per engine, EP) of a row's layout as vLLM runs it, or why vLLM cannot.
+
+    InferenceMAX's launch scripts run "DP attention" as --tensor-parallel-size 1
+    --data-parallel-size $TP --enable-expert-parallel: tp_size GPUs in all, one a rank, the
+    experts spread over all of them (the rows' moe_ep_size is tp x dp, and batch_size the
+    clients per rank: silicon_concurrency / dp)."""
+    if dp > 1:
+        if tp % dp:
+            return f"attention data parallelism {dp} does not divide tp {tp}"
+        return tp // dp, (tp if ep > 1 else 1)
+    if ep > 1 and moe_tp * ep != tp:
+        return f"moe_tp {moe_tp} x moe_ep {ep} != tp {tp}: an expert layout vLLM's TP/EP does not give"
+    return tp, ep
+
+
 def row_case(row: dict[str, str], nvfp4_dir: Path | None = None) -> SiliconCase:
     """The scenario (as a dict for ``Scenario.model_validate``) of one measured run, or the
     reason it is skipped. ``nvfp4_dir`` holds the NVFP4 configs (``nvfp4_configs``)."""
@@ -183,11 +200,8 @@ def row_case(row: dict[str, str], nvfp4_dir: Path | None = None) -> SiliconCase:
         return skip(f"mode {row['mode']}: disaggregated prefill/decode workers are not an aggregated "
                     f"vllm bench run (this suite simulates one engine)")
     own = not is_inferencemax(row["silicon_data_source"])
-    if own and "silicon_concurrency=" not in row["silicon_data_source"]:
-        # AIConfigurator's qwen3_32b.csv: batch_size 24-144 is the deployment's largest batch;
-        # the measured TPOT (11.6 ms at TP 2) is below what 48 clients of 4k prompts allow.
-        return skip("no silicon_concurrency in the source: batch_size is the deployment's largest "
-                    "batch, not the benchmark's clients, and the run's client count is unknown")
+    if own and (why := unknown_client_count(row["silicon_data_source"])):
+        return skip(why)
     gpu = GPUS.get(row["system"])
     if gpu is None:
         return skip(f"system {row['system']}: no GPU of the catalog")
@@ -200,7 +214,7 @@ def row_case(row: dict[str, str], nvfp4_dir: Path | None = None) -> SiliconCase:
     dp = _int(row["attention_dp_size"])
     conc = _int(row["batch_size"]) * dp  # a DP row's batch_size is one rank's share of the clients
     script = script_for(row["model_path"], row["precision"], row["system"])
-    scripted = USE_SERVER_SCRIPTS and script is not None and is_inferencemax(row["silicon_data_source"])
+    scripted = USE_SERVER_SCRIPTS and script is not None and not own
     when = None
     if scripted:
         assert script is not None
@@ -214,16 +228,10 @@ def row_case(row: dict[str, str], nvfp4_dir: Path | None = None) -> SiliconCase:
             case.notes.append(note)
             ep, dp = run_ep, run_dp
             moe_tp = tp // ep
-    if dp > 1:
-        # InferenceMAX's launch scripts run "DP attention" as --tensor-parallel-size 1
-        # --data-parallel-size $TP --enable-expert-parallel: tp_size GPUs in all, one a
-        # rank, the experts spread over all of them (the rows' moe_ep_size is tp x dp, and
-        # batch_size the clients per rank: silicon_concurrency / dp).
-        if tp % dp:
-            return skip(f"attention data parallelism {dp} does not divide tp {tp}")
-        tp, ep = tp // dp, (tp if ep > 1 else 1)
-    elif ep > 1 and moe_tp * ep != tp:
-        return skip(f"moe_tp {moe_tp} x moe_ep {ep} != tp {tp}: an expert layout vLLM's TP/EP does not give")
+    layout = _vllm_layout(tp, dp, ep, moe_tp)
+    if isinstance(layout, str):
+        return skip(layout)
+    tp, ep = layout
     if gpu[1]:
         case.notes.append(gpu[1])
     if mnote:
