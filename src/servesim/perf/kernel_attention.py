@@ -24,7 +24,9 @@ nearest the latent's (2 x KV heads x 128 elements), at this rank's heads, scaled
 roofline ratio of the latent's bytes and FLOPs to the class's, i.e. at the measured
 bandwidth efficiency (and latency floor) of the decode kernel at each (batch, length).
 The padding of heads to the kernel's tile (64 or 128 on these backends) is not modelled.
-MLA prefill (multi-head attention at head_dim 192, no table) stays on the roofline.
+MLA prefill (multi-head attention at head_dim 192, no GQA class) is timed from the measured
+MLA attention module where its shape is the model's (``perf.kernel_mla``), else here by the
+roofline.
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ import numpy as np
 from servesim.catalog.gpus import GpuSpec, LinkSpec
 from servesim.catalog.models import ModelSpec
 from servesim.perf.efficiencies import Efficiencies
-from servesim.perf.kernel_attention import attention_grid
+from servesim.perf.kernel_attention import _gqa_roof, attention_grid
 from servesim.perf.kernel_comm import allreduce_curve, gather_scatter_curve
+from servesim.perf.kernel_mla import mla_prefill_grid
 from servesim.perf.kernel_moe import moe_curve, moe_dtype
 from servesim.perf.kernels import (
     MAX_TOKENS,
@@ -33,6 +34,8 @@ from servesim.perf.kernels import (
 #: ``mem_empirical_constant_latency``, the same 3 us on A100, H100, H200, B200 and L40S).
 #: At decode sizes the bytes are nothing and this latency is all a small kernel costs.
 MEM_OP_LATENCY_S = 3e-6
+#: MLA's projections (``_mla_ops``), which its measured prefill module holds too.
+MLA_PROJECTIONS = ("gemm_qkv_a", "gemm_q_b", "gemm_uk", "gemm_uv", "gemm_o_proj")
 
 
 def _gemm_dtype(model: ModelSpec) -> str | None:
@@ -184,7 +187,19 @@ class KernelLayerOps:
 
     def _attention(self, prefix: str, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """(log batch axis, length axis, log seconds [batch, length]) of all layers' attention
-        (``perf.kernel_attention``: tables, sliding-window layers, MLA's latent decode)."""
-        grid, self.sources[name] = attention_grid(prefix, self.model, self.gpu, self.db, self.tp,
+        (``perf.kernel_attention``: tables, sliding-window layers, MLA's latent decode; an MLA
+        prefill from the measured module less its projections, ``perf.kernel_mla``)."""
+        m = self.model
+        if prefix == "ctx" and m.is_mla and self.db is not None:
+            proj = [c for n, c, _ in self._token_ops if n in MLA_PROJECTIONS]
+            roof = _gqa_roof("ctx", m, self.gpu, self.eff, self.kv_dtype_bytes, m.head_dim)
+            heads = m.num_attention_heads // self.tp
+            hit = mla_prefill_grid(m, self.gpu, self.tp, "fp8" if self.kv_dtype_bytes < 2 else "bfloat16",
+                                   _gemm_dtype(m) or "bfloat16", lambda t: sum(c.at_many(t) for c in proj),
+                                   lambda b, s: roof(b, s, heads, heads))
+            if hit is not None:
+                self.sources[name] = hit[1]
+                return hit[0]
+        grid, self.sources[name] = attention_grid(prefix, m, self.gpu, self.db, self.tp,
                                                   self.kv_dtype_bytes, self.eff)
         return grid
