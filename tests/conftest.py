@@ -8,9 +8,12 @@ and skip, saying so, where it is absent. ``pytest -m "not shared_data"`` leaves 
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
@@ -31,6 +34,19 @@ def shared_data(rel: str) -> Path:
     if not path.exists():
         pytest.skip(f"the public data sets are not here: {path} (set SERVESIM_SHARED_DATA to their folder)")
     return path
+
+
+def load_script(path: Path) -> ModuleType:
+    """A script of the repository (``tools/``, ``benchmarks/``) imported as a module, its
+    folder on ``sys.path`` as when it runs (``tools/pack_*.py`` import ``tools/_aic.py``)."""
+    folder = str(path.parent)
+    if folder not in sys.path:
+        sys.path.append(folder)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def make_workload(arrivals: Sequence[float], prompts: Sequence[int] | int, outputs: Sequence[int] | int,

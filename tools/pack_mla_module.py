@@ -24,16 +24,13 @@ does); the tables are read from ``REV`` (default HEAD) with ``git show``.
 
 from __future__ import annotations
 
-import argparse
 import io
-import json
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+from _aic import git, run
 
 OUT = Path(__file__).resolve().parents[1] / "src" / "servesim" / "data" / "kernels" / "mla_context.json"
 TABLE = ("aic-core/src/aiconfigurator_core/systems/data/{gpu}/mla/vllm/{version}/"
@@ -44,10 +41,6 @@ VERSION = "0.19.0"
 #: kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim), with the heads varied.
 MODULE = {"model": "deepseek-ai/DeepSeek-V3", "hidden_size": 7168, "q_lora_rank": 1536, "kv_lora_rank": 512,
           "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}
-
-
-def _git(repo: Path, *args: str) -> bytes:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=True).stdout
 
 
 def _sig(x: float) -> float:
@@ -73,11 +66,11 @@ def pack_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def pack(repo: Path, rev: str) -> dict[str, Any]:
-    commit = _git(repo, "rev-parse", rev).decode().strip()
+    commit = git(repo, "rev-parse", rev).decode().strip()
     gpus = {}
     for gpu in GPUS:
         path = TABLE.format(gpu=gpu, version=VERSION)
-        rows = pq.read_table(io.BytesIO(_git(repo, "show", f"{commit}:{path}"))).to_pylist()
+        rows = pq.read_table(io.BytesIO(git(repo, "show", f"{commit}:{path}"))).to_pylist()
         gpus[gpu] = {"table": path, "series": pack_rows(rows)}
     return {"source": "NVIDIA AIConfigurator, github.com/ai-dynamo/aiconfigurator (Apache-2.0), "
                       "copyright NVIDIA CORPORATION & AFFILIATES",
@@ -85,19 +78,9 @@ def pack(repo: Path, rev: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("repo", type=Path, help="a clone of github.com/ai-dynamo/aiconfigurator")
-    ap.add_argument("--rev", default="HEAD", help="the commit to read the tables from (default HEAD)")
-    a = ap.parse_args(argv)
-    try:
-        data = pack(a.repo, a.rev)
-    except subprocess.CalledProcessError as err:
-        print(f"{a.repo}: {err.stderr.decode().strip()}", file=sys.stderr)
-        return 1
-    OUT.write_text(json.dumps(data, separators=(",", ":")) + "\n")
-    n = sum(len(g["series"]) for g in data["gpus"].values())
-    print(f"wrote {OUT} ({n} series of {len(data['gpus'])} GPUs)")
-    return 0
+    def summary(d: dict[str, Any]) -> str:
+        return f"{sum(len(g['series']) for g in d['gpus'].values())} series of {len(d['gpus'])} GPUs"
+    return run(__doc__, pack, OUT, summary, argv)
 
 
 if __name__ == "__main__":

@@ -34,16 +34,13 @@ does); the tables are read from ``REV`` (default HEAD) with ``git show``.
 
 from __future__ import annotations
 
-import argparse
 import io
-import json
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+from _aic import git, run
 
 OUT = Path(__file__).resolve().parents[1] / "src" / "servesim" / "data" / "kernels" / "served_moe.json"
 TABLE = "aic-core/src/aiconfigurator_core/systems/data/{gpu}/moe/vllm/{version}/moe_perf.parquet"
@@ -60,16 +57,12 @@ SERVED = {
 }
 
 
-def _git(repo: Path, *args: str) -> bytes:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=True).stdout
-
-
 def pack(repo: Path, rev: str) -> dict[str, Any]:
-    commit = _git(repo, "rev-parse", rev).decode().strip()
+    commit = git(repo, "rev-parse", rev).decode().strip()
     tables: list[dict[str, Any]] = []
     for (gpu, version), kernels in sorted(_by_table().items()):
         path = TABLE.format(gpu=gpu, version=version)
-        rows = pq.read_table(io.BytesIO(_git(repo, "show", f"{commit}:{path}"))).to_pylist()
+        rows = pq.read_table(io.BytesIO(git(repo, "show", f"{commit}:{path}"))).to_pylist()
         for source, name in sorted(kernels.items()):
             sums: dict[tuple[int, ...], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
             dtypes = set()
@@ -99,19 +92,9 @@ def _by_table() -> dict[tuple[str, str], dict[str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("repo", type=Path, help="a clone of github.com/ai-dynamo/aiconfigurator")
-    ap.add_argument("--rev", default="HEAD", help="the commit to read the tables from (default HEAD)")
-    a = ap.parse_args(argv)
-    try:
-        data = pack(a.repo, a.rev)
-    except subprocess.CalledProcessError as err:
-        print(f"{a.repo}: {err.stderr.decode().strip()}", file=sys.stderr)
-        return 1
-    OUT.write_text(json.dumps(data, separators=(",", ":")) + "\n")
-    n = sum(len(t["series"]) for t in data["tables"])
-    print(f"wrote {OUT} ({n} series of {len(data['tables'])} kernels)")
-    return 0
+    def summary(d: dict[str, Any]) -> str:
+        return f"{sum(len(t['series']) for t in d['tables'])} series of {len(d['tables'])} kernels"
+    return run(__doc__, pack, OUT, summary, argv)
 
 
 if __name__ == "__main__":
