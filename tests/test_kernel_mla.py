@@ -12,7 +12,7 @@ import pytest
 from servesim.catalog.gpus import get_gpu
 from servesim.catalog.hf_config import load_model
 from servesim.perf.base import BatchStats
-from servesim.perf.kernel_attention import _gqa_roof
+from servesim.perf.kernel_attention import gqa_roof
 from servesim.perf.kernel_layers import MLA_PROJECTIONS
 from servesim.perf.kernel_mla import module_series
 from servesim.perf.kernel_model import KernelPerfModel
@@ -49,7 +49,7 @@ def test_the_prefill_attention_is_the_measured_module_less_its_projections(name,
     # a 1k prompt: the module's attention and small kernels are over 10x what the roofline
     # gave the attention alone (0.11-0.12 ms a layer against 0.006-0.007 ms): the norms,
     # rotary, cache write and split of the up-projected keys the GQA tables do not hold
-    roof = _gqa_roof("ctx", m, g, pm.eff, pm.kv_dtype_bytes, m.head_dim)
+    roof = gqa_roof("ctx", m, g, pm.eff, pm.kv_dtype_bytes, m.head_dim)
     alone = float(roof(np.array([1.0]), np.array([1024.0]), heads, heads)[0])
     assert _prefill(pm, 1, 1024)["attn_prefill"] / m.num_layers > 10 * alone
 

@@ -54,10 +54,11 @@ Grid = tuple[np.ndarray, np.ndarray, np.ndarray]
 Roof3 = Callable[[np.ndarray, np.ndarray, float, float], np.ndarray]
 #: The head size of the GQA decode class MLA's latent read is priced from.
 MLA_PROXY_HEAD_DIM = 128
-_MAX_B, _MAX_S = float(1 << 16), float(1 << 22)
+#: How far the grids' batch and length axes are extended beyond the measurements.
+MAX_BATCH, MAX_LENGTH = float(1 << 16), float(1 << 22)
 
 
-def _gqa_roof(prefix: str, model: ModelSpec, gpu: GpuSpec, eff: Efficiencies, kvb: float, hd: int) -> Roof3:
+def gqa_roof(prefix: str, model: ModelSpec, gpu: GpuSpec, eff: Efficiencies, kvb: float, hd: int) -> Roof3:
     """Roofline seconds of one layer's attention at (batch, length, heads, KV heads)."""
     peak = gpu.flops_for("bfloat16")
     if prefix == "ctx":
@@ -106,8 +107,8 @@ def _layer_grid(prefix: str, model: ModelSpec, gpu: GpuSpec, db: KernelDatabase 
     if cls is None:
         return None
     batch, lens, lat, (ch, ckv) = cls
-    roof_h = _gqa_roof(prefix, m, gpu, eff, kvb, hd)
-    roof_t = roof_h if table_gpu is None else _gqa_roof(prefix, m, table_gpu, eff, kvb, hd)
+    roof_h = gqa_roof(prefix, m, gpu, eff, kvb, hd)
+    roof_t = roof_h if table_gpu is None else gqa_roof(prefix, m, table_gpu, eff, kvb, hd)
     target: Callable[[np.ndarray, np.ndarray], np.ndarray]
     target = _mla_decode_roof(m, gpu, eff, tp, kvb) if mla else (lambda b, s: roof_h(b, s, h, kv))
     lat = lat.astype(np.float64)
@@ -115,7 +116,7 @@ def _layer_grid(prefix: str, model: ModelSpec, gpu: GpuSpec, db: KernelDatabase 
     exact = not mla and (ch, ckv) == (h, kv) and table_gpu is None
     if not exact:
         lat = lat * target(bb, ss) / roof_t(bb, ss, ch, ckv)
-    ext_b, ext_s = extended_axis(batch, 1.0, _MAX_B), extended_axis(lens, 1.0, _MAX_S)
+    ext_b, ext_s = extended_axis(batch, 1.0, MAX_BATCH), extended_axis(lens, 1.0, MAX_LENGTH)
     grid = ext_grid(batch, lens, lat, ext_b, ext_s, target) + log(1e-3)
     win = f" window={window}" if window else ""
     if mla:
@@ -130,13 +131,13 @@ def _layer_grid(prefix: str, model: ModelSpec, gpu: GpuSpec, db: KernelDatabase 
 def _roof_grid(prefix: str, model: ModelSpec, gpu: GpuSpec, tp: int, kvb: float, eff: Efficiencies
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     m = model
-    ext_b = extended_axis(np.array([1.0]), 1.0, _MAX_B)
-    ext_s = extended_axis(np.array([1.0]), 1.0, _MAX_S)
+    ext_b = extended_axis(np.array([1.0]), 1.0, MAX_BATCH)
+    ext_s = extended_axis(np.array([1.0]), 1.0, MAX_LENGTH)
     bb, ss = ext_b[:, None], ext_s[None, :]
     if m.is_mla and prefix == "gen":
         sec = _mla_decode_roof(m, gpu, eff, tp, kvb)(bb, ss)
     else:
-        sec = _gqa_roof(prefix, m, gpu, eff, kvb, m.head_dim)(bb, ss, m.num_attention_heads // tp,
+        sec = gqa_roof(prefix, m, gpu, eff, kvb, m.head_dim)(bb, ss, m.num_attention_heads // tp,
                                                                  m.kv_heads_per_rank(tp))
     return ext_b, ext_s, np.log(sec)
 

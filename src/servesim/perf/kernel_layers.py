@@ -14,7 +14,7 @@ import numpy as np
 from servesim.catalog.gpus import GpuSpec, LinkSpec
 from servesim.catalog.models import ModelSpec
 from servesim.perf.efficiencies import Efficiencies
-from servesim.perf.kernel_attention import _gqa_roof, attention_grid
+from servesim.perf.kernel_attention import attention_grid
 from servesim.perf.kernel_comm import allreduce_curve, gather_scatter_curve
 from servesim.perf.kernel_mla import mla_prefill_grid
 from servesim.perf.kernel_moe import moe_curve, moe_dtype
@@ -192,11 +192,8 @@ class KernelLayerOps:
         m = self.model
         if prefix == "ctx" and m.is_mla and self.db is not None:
             proj = [c for n, c, _ in self._token_ops if n in MLA_PROJECTIONS]
-            roof = _gqa_roof("ctx", m, self.gpu, self.eff, self.kv_dtype_bytes, m.head_dim)
-            heads = m.num_attention_heads // self.tp
-            hit = mla_prefill_grid(m, self.gpu, self.tp, "fp8" if self.kv_dtype_bytes < 2 else "bfloat16",
-                                   _gemm_dtype(m) or "bfloat16", lambda t: sum(c.at_many(t) for c in proj),
-                                   lambda b, s: roof(b, s, heads, heads))
+            hit = mla_prefill_grid(m, self.gpu, self.tp, self.kv_dtype_bytes, _gemm_dtype(m) or "bfloat16",
+                                   lambda t: sum(c.at_many(t) for c in proj), self.eff)
             if hit is not None:
                 self.sources[name] = hit[1]
                 return hit[0]

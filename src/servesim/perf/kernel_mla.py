@@ -37,16 +37,14 @@ import numpy as np
 
 from servesim.catalog.gpus import GpuSpec
 from servesim.catalog.models import ModelSpec
+from servesim.perf.efficiencies import Efficiencies
+from servesim.perf.kernel_attention import MAX_BATCH, MAX_LENGTH, Grid, gqa_roof
 from servesim.perf.kernels import GPU_TABLES, ext_grid, extended_axis
 
 MLA_FILE = "mla_context.json"
 #: The model fields that must equal the measured module's for its table to time the model.
 MODULE_FIELDS = ("hidden_size", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
                  "v_head_dim")
-_MAX_B, _MAX_S = float(1 << 16), float(1 << 22)
-
-Grid = tuple[np.ndarray, np.ndarray, np.ndarray]
-Roof2 = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 @cache
@@ -69,36 +67,40 @@ def module_series(model: ModelSpec, gpu: GpuSpec, tp: int, kv_dtype: str, gemm_d
     return None if series is None else dict(series)
 
 
-def mla_prefill_grid(model: ModelSpec, gpu: GpuSpec, tp: int, kv_dtype: str, gemm_dtype: str,
-                     projections: Callable[[np.ndarray], np.ndarray], roof: Roof2) -> tuple[Grid, str] | None:
-    """All layers' MLA prefill attention on one rank, as ``attention_grid`` returns it: the
-    measured module less ``projections(tokens)`` (seconds of one layer's five projections at
-    that many tokens), at least the attention's FLOPs at the GPU's peak, extended beyond the
-    measured axes by ``roof(batch, length)`` (one layer's attention roofline, seconds). None
+def mla_prefill_grid(model: ModelSpec, gpu: GpuSpec, tp: int, kvb: float, gemm_dtype: str,
+                     projections: Callable[[np.ndarray], np.ndarray], eff: Efficiencies
+                     ) -> tuple[Grid, str] | None:
+    """All layers' MLA prefill attention on one rank (KV bytes per element ``kvb``), as
+    ``attention_grid`` returns it: the measured module less ``projections(tokens)`` (seconds
+    of one layer's five projections at that many tokens), at least the attention's FLOPs at
+    the GPU's peak, extended beyond the measured axes by the attention's roofline. None
     where ``module_series`` has no table."""
-    s = module_series(model, gpu, tp, kv_dtype, gemm_dtype)
+    m = model
+    kv_dtype = "fp8" if kvb < 2 else "bfloat16"
+    s = module_series(m, gpu, tp, kv_dtype, gemm_dtype)
     if s is None:
         return None
+    heads = m.num_attention_heads // tp
+    mha = gqa_roof("ctx", m, gpu, eff, kvb, m.head_dim)  # multi-head: as many KV heads as heads
+
+    def roof(b: np.ndarray, length: np.ndarray) -> np.ndarray:
+        return mha(b, length, heads, heads)
     batch, lens = np.array(s["batch"], np.float64), np.array(s["isl"], np.float64)
     lat = np.array([[np.nan if v is None else v for v in row] for row in s["latency_ms"]], np.float64)
     bb, ss = np.meshgrid(batch, lens, indexing="ij")
-    # at least the attention's FLOPs at the GPU's peak (one point of the packed tables is below
-    # it: H200, 128 heads, block-FP8 projections, one token, where the GEMM tables exceed the
-    # module): b h s^2 (qk + v) for a causal prefill
-    m = model
-    peak_s = ((m.num_attention_heads // tp) * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
-              / gpu.flops_for("bfloat16"))
-    proj_ms = projections((bb * ss).ravel()).reshape(bb.shape) * 1e3
-    rest = np.maximum(lat - proj_ms, bb * ss * ss * peak_s * 1e3)
+    # at least the attention's FLOPs (b s^2 / 2 causal pairs) at the GPU's peak: one point of
+    # the packed tables is below it (H200, 128 heads, block-FP8 projections, one token, where
+    # the GEMM tables exceed the module)
+    peak_ms = bb * ss * ss / 2 * m.attn_flops_per_pair(tp) / gpu.flops_for("bfloat16") * 1e3
+    rest = np.maximum(lat - projections((bb * ss).ravel()).reshape(bb.shape) * 1e3, peak_ms)
     for i in range(len(batch)):  # unmeasured tails (too many tokens): the roofline's growth
         ok = np.isfinite(rest[i])
         last = int(np.flatnonzero(ok)[-1])
         for j in np.flatnonzero(~ok):
             rest[i, j] = rest[i, last] * float(roof(batch[i:i + 1], lens[j:j + 1])[0]
                                                / roof(batch[i:i + 1], lens[last:last + 1])[0])
-    ext_b, ext_s = extended_axis(batch, 1.0, _MAX_B), extended_axis(lens, 1.0, _MAX_S)
-    grid = ext_grid(batch, lens, rest, ext_b, ext_s, roof) + log(1e-3) + log(model.num_layers)
-    folder = GPU_TABLES[gpu.name]
-    src = (f"table mla_context_module {folder} vLLM {_tables()['vllm_version']} {kv_dtype} KV "
-           f"{gemm_dtype} heads={model.num_attention_heads // tp}, less its projections")
+    ext_b, ext_s = extended_axis(batch, 1.0, MAX_BATCH), extended_axis(lens, 1.0, MAX_LENGTH)
+    grid = ext_grid(batch, lens, rest, ext_b, ext_s, roof) + log(1e-3) + log(m.num_layers)
+    src = (f"table mla_context_module {GPU_TABLES[gpu.name]} vLLM {_tables()['vllm_version']} {kv_dtype} "
+           f"KV {gemm_dtype} heads={heads}, less its projections")
     return (np.log(ext_b), ext_s, grid), src
