@@ -59,6 +59,11 @@ class HardwareConfig(_Strict):
         "perf_model 'kernels': the vLLM version whose measured kernels to use "
         "(0.14.0 or 0.19.0 where measured; None: the newest measured at or below engine.version, "
         "else the oldest this GPU has)."))
+    sustained_clocks: bool = Field(True, description=(
+        "perf_model 'kernels': time a prefill step's compute-bound work past the GPU's measured "
+        "onset (25-55 ms) at the slower clocks it sustains at its power limit (B200, H200, GB200, "
+        "from paired burst and sustained GEMM measurements); false: full clocks throughout. "
+        "See docs/perf_model.md."))
 
     @model_validator(mode="after")
     def _check(self) -> HardwareConfig:

@@ -62,7 +62,8 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, parallel: ParallelConfig, h
                              pp=parallel.pipeline_parallel_size, kv_dtype_bytes=kv_b, links=links,
                              ep=parallel.expert_parallel_size, expert_imbalance=parallel.expert_imbalance,
                              graphs=graphs, dp=parallel.data_parallel_size,
-                             moe_backend=engine.moe_backend if engine is not None else "auto")
+                             moe_backend=engine.moe_backend if engine is not None else "auto",
+                             sustained=hardware.sustained_clocks)
     if parallel.pipeline_parallel_size > 1 and parallel.num_microbatches > 1:
         return PipelinedPerfModel(perf, parallel.num_microbatches)  # type: ignore[arg-type]
     return perf

@@ -26,6 +26,7 @@ from servesim.perf.kernels import (
     gemm_m_curve,
     roof_time,
 )
+from servesim.perf.sustained import SustainedClocks
 
 #: Fixed time of one memory-bound elementwise kernel (a fused residual add and RMSNorm, the
 #: gated activation, the embedding gather) on top of its bytes: the tables' own authors
@@ -76,6 +77,25 @@ class KernelLayerOps:
     kv_dtype_bytes: float
     cuda_graph_max_tokens: int
     sources: dict[str, str]
+    clocks: SustainedClocks | None  # the GPU's sustained clocks (None: full clocks throughout)
+    hot: dict[str, LogCurve]  # the operators' curves at sustained clocks, by name
+
+    def _peak(self, dtype: str | None) -> float:
+        """The dense peak of the tensor cores a dtype's matmuls run on: NVFP4 at twice FP8's,
+        MXFP4 weights with MXFP8 activations at FP8's, weight-only schemes (16-bit
+        activations) at bf16's."""
+        g = self.gpu
+        if dtype == "nvfp4":
+            return 2.0 * g.flops_for("fp8")
+        return g.flops_for("fp8" if dtype in ("fp8", "fp8_block", "w4a8_mxfp4_mxfp8") else "bfloat16")
+
+    def _keep_hot(self, name: str, curve: LogCurve, flops_per_x: float, dtype: str | None) -> LogCurve:
+        """``curve`` as measured; its sustained-clock twin kept in ``hot`` (``perf.sustained``)."""
+        if self.clocks is not None:
+            xs = np.exp(curve.lx)
+            hot = self.clocks.slowed(np.exp(curve.ly), flops_per_x * xs, self._peak(dtype))
+            self.hot[name] = LogCurve(xs, np.log(hot))
+        return curve
 
     def _gemm_roof(self, dtype: str) -> Any:
         wb = 2.0 if dtype == "bfloat16" else 1.0
@@ -101,7 +121,8 @@ class KernelLayerOps:
                for a, v, ax in (("n", n, table[1]), ("k", k, table[2])) if v > ax[-1] or v < ax[0]]
         self.sources[name] = f"table gemm {dtype} n={n} k={k}" + (f" ({', '.join(off)}: roofline-scaled)"
                                                                   if off else "")
-        return LogCurve(ms, gemm_m_curve(table, n, k, ms, roof) + log(1e-3))
+        return self._keep_hot(name, LogCurve(ms, gemm_m_curve(table, n, k, ms, roof) + log(1e-3)),
+                              2.0 * n * k, dtype)
 
     def _build_token_ops(self) -> list[tuple[str, LogCurve, float]]:
         """(name, seconds-vs-T curve, multiplier) of every operator whose time depends on T alone."""
@@ -166,9 +187,19 @@ class KernelLayerOps:
     def _moe(self, dtype: str | None) -> LogCurve:
         """One MoE layer vs this rank's tokens: with DP ranks, the experts of all ``dp x tp``
         GPUs run on ``dp`` times as many."""
-        curve, self.sources["moe"] = moe_curve(self.model, self.gpu, self.db, self.tp * self.dp, self.ep,
-                                               dtype, self.eff, self.moe_backend)
-        return _per_rank(curve, self.dp)
+        m, g = self.model, self.tp * self.dp
+        curve, self.sources["moe"] = moe_curve(m, self.gpu, self.db, g, self.ep, dtype, self.eff,
+                                               self.moe_backend)
+        # Per token of the step: its top-k experts' gate/up and down GEMMs, the experts spread
+        # over the group's GPUs.
+        gate = 3 if m.mlp_gated else 2
+        flops = 2.0 * m.num_experts_per_tok * m.hidden_size * gate * m.moe_intermediate_size / g
+        if not self.sources["moe"].startswith("roofline"):
+            self._keep_hot("moe", curve, flops, dtype)
+        curve = _per_rank(curve, self.dp)
+        if "moe" in self.hot:
+            self.hot["moe"] = _per_rank(self.hot["moe"], self.dp)
+        return curve
 
     def _comm_db(self, num_gpus: int) -> KernelDatabase | None:
         """The tables for a collective over ``num_gpus`` GPUs (None: a group across nodes)."""

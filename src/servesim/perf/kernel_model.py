@@ -14,6 +14,10 @@ kernel database (``perf.kernels``: NVIDIA AIConfigurator's measurements of vLLM 
          + elementwise kernels (norms, rotary, activation: the roofline's class)
          + launch and per-kernel overheads of the kernels not measured (the roofline's)
 
+and a step holding a prefill runs its compute-bound work past the GPU's onset (25-55 ms) at
+the slower clocks it sustains at its power limit (``perf.sustained``: every GEMM, fused-MoE
+and prefill-attention curve has a twin at those clocks).
+
 Shapes are sharded as vLLM shards them: column-parallel QKV and gate/up (N divided by TP),
 row-parallel o_proj and down (K divided by TP), vocabulary-parallel LM head, and for MoE
 the fused-MoE table's ``moe_tp`` = TP / EP and ``moe_ep`` = EP.
@@ -59,6 +63,7 @@ from servesim.perf.kernel_step import KernelStepTime, Row, row_time
 from servesim.perf.kernels import KernelDatabase, kernel_versions, load_database
 from servesim.perf.pipelined import MicroBatchShare
 from servesim.perf.roofline import RooflinePerfModel, RooflineWork
+from servesim.perf.sustained import sustained_clocks
 
 #: vLLM's largest CUDA-graph capture size by default (``max_cudagraph_capture_size``).
 CUDA_GRAPH_MAX_TOKENS = 512
@@ -83,7 +88,7 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
                  cuda_graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS,
                  graphs: GraphPlan | None = None,
                  eager_host_s_per_layer: float = EAGER_HOST_S_PER_LAYER, dp: int = 1,
-                 moe_backend: str = "auto") -> None:
+                 moe_backend: str = "auto", sustained: bool = True) -> None:
         """``version``: the vLLM version whose kernels to use (None: the newest with tables
         for this GPU). ``graphs``: the engine's CUDA-graph plan (``perf.cuda_graphs``; None:
         eager, no padding, every kernel launched, all-reduces from the CUDA-graph table up to
@@ -94,8 +99,10 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         ``dp`` > 1: one of vLLM's data-parallel ranks of an MoE model, its expert layers run
         on the tokens of all ``dp`` ranks (each taken to hold a batch like this one) over the
         ``dp x tp`` GPUs, the tokens gathered and scattered back around each. ``moe_backend``:
-        ``engine.moe_backend``. Other arguments as ``RooflinePerfModel``'s, which times the
-        operators without tables and gives FLOPs and bytes (for MFU/MBU)."""
+        ``engine.moe_backend``. ``sustained``: a step's compute-bound work past the GPU's
+        onset runs at its sustained clocks where they are measured (``perf.sustained``;
+        ``hardware.sustained_clocks``). Other arguments as ``RooflinePerfModel``'s, which
+        times the operators without tables and gives FLOPs and bytes (for MFU/MBU)."""
         if graphs is not None:
             cuda_graph_max_tokens = graphs.max_size if pp == 1 else 0
         self.graphs = graphs if graphs is not None and pp == 1 else EAGER_PLAN
@@ -115,6 +122,8 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         self.version = version or (versions[-1] if versions else None)
         self.db: KernelDatabase | None = load_database(gpu.name, self.version) if self.version else None
         self.sources: dict[str, str] = {}
+        self.clocks = sustained_clocks(gpu.name) if sustained and self.db is not None else None
+        self.hot: dict[str, Any] = {}
         self._layers = L = model.num_layers
         self._token_ops = self._build_token_ops()
         self._req_ops = self._build_request_ops()
@@ -152,6 +161,16 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
                                          f"{per_layer * 1e3:.2f} ms of host launches")
         self.step.tok = self._token_table(1023)
         self.step.req = self._request_table(255)
+        if self.clocks is not None and self.hot:
+            self._hot_token_ops = [(n, self.hot.get(n, c), k) for n, c, k in self._token_ops]
+            self._prefill_hot = self._hot_grid(self._prefill)
+            hot = KernelStepTime([0.0], [0.0], self._hot_token_table, self._request_table,
+                                 lambda b: self._row(self._prefill_hot, b),
+                                 lambda b: self._row(self._decode, b))
+            hot.graph_max, hot.mixed_max = self.step.graph_max, self.step.mixed_max
+            hot.c_full, hot.c_piece, hot.c_eager = self._c_full, self._c_piece, self._c_eager
+            self.step.hot, self.step.onset_s = hot, self.clocks.onset_s
+            self.sources["sustained_clocks"] = self.clocks.describe()
         if pp == 1:
             # Whole-count steps go straight to the (compiled) step function: the engine calls
             # it without an interpreted frame. (A pipeline micro-batch's fractional share
@@ -173,11 +192,12 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
 
     # ------------------------------------------------------------------ tables on demand
 
-    def _token_seconds(self, t: np.ndarray) -> np.ndarray:
-        """Seconds of everything that depends on the token count ``t`` (> 0) alone."""
+    def _token_seconds(self, t: np.ndarray, hot: bool = False) -> np.ndarray:
+        """Seconds of everything that depends on the token count ``t`` (> 0) alone (``hot``:
+        at sustained clocks)."""
         t = self._padded(np.asarray(t, np.float64))
         total = self._el_tok * t + self._el_const
-        for _name, curve, mult in self._token_ops:
+        for _name, curve, mult in (self._hot_token_ops if hot else self._token_ops):
             total += mult * curve.at_many(t)
         if self.pp > 1:  # hidden states and residual between stages
             g = self.gpu
@@ -215,6 +235,28 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         size = max(n + 1, 2 * len(self.step.tok))
         return [0.0, *self._token_seconds(np.arange(1, size)).tolist()]
 
+    def _hot_token_table(self, n: int) -> list[float]:
+        assert self.step.hot is not None
+        size = max(n + 1, 2 * len(self.step.hot.tok))
+        return [0.0, *self._token_seconds(np.arange(1, size), hot=True).tolist()]
+
+    def _hot_grid(self, grid: tuple[np.ndarray, np.ndarray, np.ndarray] | None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The prefill-attention grid at sustained clocks: each (batch, length) point slowed
+        at its utilization of the bf16 peak (causal pairs of the full layers, the windowed
+        layers' at most ``s W - W^2 / 2``)."""
+        if grid is None or self.clocks is None or self.sources.get("attn_prefill", "").startswith("roofline"):
+            return grid
+        lb, ls, g = grid
+        m = self.model
+        b, s = np.exp(lb)[:, None], ls[None, :]
+        w = float(m.sliding_window or 0)
+        pairs = m.num_full_attention_layers * s * s / 2
+        if m.num_sliding_layers and w:
+            pairs = pairs + m.num_sliding_layers * np.where(s > w, s * w - w * w / 2, s * s / 2)
+        flops = b * pairs * m.attn_flops_per_pair(self.tp)
+        return lb, ls, np.log(self.clocks.slowed(np.exp(g), flops, self.gpu.flops_for("bfloat16")))
+
     def _request_table(self, n: int) -> list[float]:
         size = max(n + 1, 2 * len(self.step.req))
         return [0.0, *self._request_seconds(np.arange(1, size)).tolist()]
@@ -242,11 +284,23 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
             return self.step.batch_time(stats)
         if t == 0:
             return 0.0
-        total = float(self._token_seconds(np.array([t]))[0] + self._request_seconds(np.array([r]))[0])
+        total = self._curves_time(stats, False)
+        if stats.num_prefill_tokens and self.step.hot is not None and total > self.step.onset_s:
+            hot = self._curves_time(stats, True)
+            total += max(0.0, (total - self.step.onset_s) / total * (hot - total))
+        return total
+
+    def _curves_time(self, stats: BatchStats, hot: bool) -> float:
+        """``batch_time`` of any (fractional) statistics from the curves, at full clocks or
+        (``hot``) at sustained ones."""
+        t = stats.num_prefill_tokens + stats.num_decode_reqs
+        r = stats.num_prefill_reqs + stats.num_decode_reqs
+        total = float(self._token_seconds(np.array([t]), hot)[0] + self._request_seconds(np.array([r]))[0])
         total += self._const_for(t, stats.num_prefill_tokens)
         if stats.num_prefill_tokens:
             pr = stats.num_prefill_reqs
-            total += row_time(self._row(self._prefill, pr), 0.5 * log(2.0 * stats.prefill_attn_work / pr))
+            grid = self._prefill_hot if hot else self._prefill
+            total += row_time(self._row(grid, pr), 0.5 * log(2.0 * stats.prefill_attn_work / pr))
         if stats.num_decode_reqs:
             d = stats.num_decode_reqs
             total += row_time(self._row(self._decode, d), log(stats.sum_decode_context / d))
@@ -307,6 +361,10 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
                                if pt else 0.0)
         out["attn_decode"] = (row_time(self._row(self._decode, d), log(stats.sum_decode_context / d))
                               if d else 0.0)
+        gpu = sum(out.values())
+        if pt and self.step.hot is not None and gpu > self.step.onset_s:  # past the onset, slower clocks
+            out["sustained_clocks"] = max(0.0, (gpu - self.step.onset_s) / gpu
+                                          * (self._curves_time(stats, True) - gpu))
         if self.eager_floor and t > (self.graphs.mixed_max_size if pt else self.graphs.max_size):
             # the host's launches outlast the GPU
             out["eager_host"] = max(0.0, self.eager_floor - sum(out.values()))

@@ -59,6 +59,11 @@ class KernelStepTime:
     # above mixed_max): the CPU launches every
     # kernel of every layer itself, and the step cannot end before it has (0: no floor).
     eager_floor: float
+    # The same tables at the GPU's sustained clocks (``perf.sustained``; None: full clocks
+    # throughout): a step holding a prefill whose time exceeds ``onset_s`` runs the rest of
+    # it at those clocks.
+    hot: KernelStepTime | None
+    onset_s: float
 
     def __init__(self, tok: list[float], req: list[float], grow_tokens: Callable[[int], list[float]],
                  grow_requests: Callable[[int], list[float]], prefill_row: Callable[[int], Row],
@@ -76,9 +81,27 @@ class KernelStepTime:
         self.mixed_max = 0
         self.c_full = self.c_piece = self.c_eager = 0.0
         self.eager_floor = 0.0
+        self.hot = None
+        self.onset_s = float("inf")
 
     def batch_time(self, stats: BatchStats) -> float:
-        """Seconds of one iteration: per-T and per-request terms plus two attention lookups."""
+        """Seconds of one iteration: the GPU's (``gpu_time``), its part past ``onset_s`` at
+        sustained clocks if it holds a prefill, and at least the host's floor when it runs
+        without CUDA graphs."""
+        total = self.gpu_time(stats)
+        pt = stats.num_prefill_tokens
+        if pt and total > self.onset_s and self.hot is not None:
+            hot = self.hot.gpu_time(stats)
+            if hot > total:
+                total += (total - self.onset_s) / total * (hot - total)
+        if total < self.eager_floor and pt + stats.num_decode_reqs > (self.mixed_max if pt
+                                                                      else self.graph_max):
+            return self.eager_floor
+        return total
+
+    def gpu_time(self, stats: BatchStats) -> float:
+        """Seconds of one iteration's kernels and launches at full clocks: per-T and
+        per-request terms plus two attention lookups."""
         d = stats.num_decode_reqs
         pt = stats.num_prefill_tokens
         t = pt + d
@@ -105,8 +128,6 @@ class KernelStepTime:
             total += row_time(row, 0.5 * log(2.0 * stats.prefill_attn_work / pr))
         if d:
             total += row_time(self.decode(d), log(stats.sum_decode_context / d))
-        if not graphed and total < self.eager_floor:
-            return self.eager_floor
         return total
 
     def decode_terms(self, d: int) -> tuple[float, Row]:
