@@ -17,13 +17,14 @@ from servesim.catalog.gpus import get_gpu
 from servesim.catalog.hf_config import load_model
 from servesim.perf.base import BatchStats
 from servesim.perf.kernel_model import KernelPerfModel
+from servesim.perf.pipelined import MicroBatchShare
 from servesim.perf.sustained import sustained_clocks
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _prefill(tokens: float, prompts: float = 1, decodes: int = 0) -> BatchStats:
-    return BatchStats(num_prefill_tokens=tokens, prefill_attn_work=prompts * (tokens / prompts) ** 2 / 2,
+def _prefill(tokens: int, prompts: int = 1, decodes: int = 0) -> BatchStats:
+    return BatchStats(num_prefill_tokens=tokens, prefill_attn_work=prompts * (tokens // prompts) ** 2 / 2,
                       num_prefill_reqs=prompts, num_decode_reqs=decodes, sum_decode_context=decodes * 1000)
 
 
@@ -74,8 +75,8 @@ def test_a_long_prefill_runs_past_the_onset_at_sustained_clocks(h200):
     parts = h200.breakdown(st)
     assert parts["sustained_clocks"] == pytest.approx(want - cold, rel=1e-9)
     assert sum(parts.values()) == pytest.approx(want, rel=1e-9)
-    # a fractional share (the interpreted path) agrees with the compiled one
-    frac = _prefill(8192.0, 1.0)
+    # a fractional share (a pipeline micro-batch's, the interpreted path) agrees with the step's
+    frac = MicroBatchShare(8192.0, 8192.0 ** 2 / 2, 1.0, 0.0, 0.0, 0.0)
     assert KernelPerfModel.batch_time(h200, frac) == pytest.approx(want, rel=1e-9)
 
 
