@@ -130,6 +130,10 @@ def test_inferencemax_rows_run_their_launch_scripts_settings():
             eng["enable_prefix_caching"]) == (16384, 2048, 0.9, False)
     assert mod == {"kv_cache_dtype": "fp8"} and eng["stream_interval"] == 20 and "stream-interval" not in note
     assert "moe_backend" not in eng  # the oracle's default on SM100: FlashInfer's TRTLLM-gen MoE
+    assert "float32_matmul_precision" not in eng
+    # from 2026-04-22: VLLM_FLOAT32_MATMUL_PRECISION=high, the fp32 router on TF32 tensor cores
+    eng, _, note = server_settings("minimaxm2.5_fp8_b200", "2026-04-22T12:00:00Z", 1024, 1024, 64)
+    assert eng["float32_matmul_precision"] == "high" and "FLOAT32_MATMUL" not in note
     # a run before the script's merge takes the version of its pull request's branch at
     # that time: MiniMax-M2.5 FP4 B200's nightly runs of 2026-04-03, without the token
     # budget and capture size the merged version (79bd988e9, 2026-04-08) added

@@ -18,6 +18,10 @@ from servesim.catalog.models import _TIED_BY_DEFAULT, DTYPE_BYTES, ModelSpec, no
 from servesim.catalog.quantization import parse_quantization
 from servesim.errors import CatalogError
 
+#: Architectures whose MoE router vLLM runs in fp32 (``ModelSpec.router_fp32``): MiniMax-M2's
+#: ``MiniMaxM2MoE`` builds its gate with fp32 weights and casts the hidden states to fp32.
+_FP32_ROUTER = {"minimax_m2"}
+
 
 def _pick(cfg: dict[str, Any], keys: tuple[str, ...], source: str, default: Any = ...) -> Any:
     for k in keys:
@@ -134,7 +138,8 @@ def from_hf_config(cfg: dict[str, Any], name: str, dtype: str = "auto",
         sliding_window=int(window) if window else None,
         shared_expert_intermediate_size=shared, num_dense_layers=dense_layers,
         num_sliding_layers=sliding_layers, expert_dtype_bytes=expert_bytes, quant_method=method,
-        kv_cache_dtype=kv_dtype, qk_norm_allreduce=qk_norm_ar, **mla,
+        kv_cache_dtype=kv_dtype, qk_norm_allreduce=qk_norm_ar, router_fp32=model_type in _FP32_ROUTER,
+        **mla,
     )
 
 

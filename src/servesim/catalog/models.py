@@ -109,6 +109,10 @@ class ModelSpec:
     # one more all-reduce per layer, of two fp32 values per token. Per-head qk-norms
     # (Qwen3) are rank-local.
     qk_norm_allreduce: bool = False
+    # The MoE router runs in fp32: its weight is fp32 and the hidden states are cast to fp32
+    # before it (vLLM's ``MiniMaxM2MoE``: ``params_dtype=torch.float32``,
+    # ``self.gate(hidden_states.to(torch.float32))``), one cast kernel and an fp32 GEMM a layer.
+    router_fp32: bool = False
 
     # ------------------------------------------------------------------ shapes per TP rank
 

@@ -215,6 +215,12 @@ class EngineConfig(_Strict):
         "from its own measured table carried to the model's shape. See docs/perf_model.md."),
         json_schema_extra={"vllm": "VLLM_MXFP4_USE_MARLIN=1, VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1, "
                                    "VLLM_USE_FLASHINFER_MOE_FP8=0 (env)"})
+    float32_matmul_precision: Literal["highest", "high", "medium"] = Field("highest", description=(
+        "vLLM's VLLM_FLOAT32_MATMUL_PRECISION (torch.set_float32_matmul_precision; vLLM sets "
+        "'highest' by default): the precision of the fp32 GEMMs a model runs (MiniMax-M2's MoE "
+        "router). highest: fp32 on the CUDA cores; high or medium: TF32 on the tensor cores. "
+        "See docs/perf_model.md."),
+        json_schema_extra={"vllm": "VLLM_FLOAT32_MATMUL_PRECISION (env)"})
     preemption_mode: Literal["recompute", "swap"] = Field("recompute", description=(
         "recompute: a victim's KV is dropped and recomputed; swap: copied to host memory over PCIe "
         "(vLLM V0's swap; falls back to recompute when swap_space_gib is full)."))

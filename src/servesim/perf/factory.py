@@ -63,7 +63,9 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, parallel: ParallelConfig, h
                              ep=parallel.expert_parallel_size, expert_imbalance=parallel.expert_imbalance,
                              graphs=graphs, dp=parallel.data_parallel_size,
                              moe_backend=engine.moe_backend if engine is not None else "auto",
-                             sustained=hardware.sustained_clocks)
+                             sustained=hardware.sustained_clocks,
+                             fp32_matmul=(engine.float32_matmul_precision if engine is not None
+                                          else "highest"))
     if parallel.pipeline_parallel_size > 1 and parallel.num_microbatches > 1:
         return PipelinedPerfModel(perf, parallel.num_microbatches)  # type: ignore[arg-type]
     return perf

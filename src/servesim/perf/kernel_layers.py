@@ -35,6 +35,19 @@ from servesim.perf.sustained import SustainedClocks
 #: ``mem_empirical_constant_latency``, the same 3 us on A100, H100, H200, B200 and L40S).
 #: At decode sizes the bytes are nothing and this latency is all a small kernel costs.
 MEM_OP_LATENCY_S = 3e-6
+#: cuBLAS's fp32 GEMM of a router's shape on Blackwell, measured: torch's ``F.linear`` of an
+#: (M, 6144) by (6144, 256) product on GB200, in a CUDA graph, fp32 on the CUDA cores
+#: ('highest' precision) and as TF32 ('high'), microseconds by M (the benchmark of vLLM's
+#: BF16x3 router GEMM, vllm-project/vllm#47973, before its own kernel). Small M leaves most
+#: SMs idle over a long K loop: 20 us at 4 tokens, 63 us from 32, where the bf16 tables take
+#: about 4 us; the time is carried to the model's hidden size in proportion to K.
+FP32_ROUTER_SM100_K = 6144
+FP32_ROUTER_SM100 = {  # M: (fp32 us, TF32 us)
+    1: (7.52, 10.9), 4: (20.2, 12.0), 8: (16.7, 12.0), 16: (22.3, 12.2), 32: (63.2, 19.9),
+    48: (63.4, 20.0), 64: (63.3, 20.1), 96: (64.1, 20.2), 128: (69.3, 20.2), 256: (77.8, 22.6),
+    512: (96.8, 25.8), 1024: (111.0, 32.8)}
+#: The GPUs of that architecture (SM100), whose fp32 router GEMM the measurement times.
+SM100_GPUS = ("B200", "B300", "GB200")
 #: MLA's projections (``_mla_ops``), which its measured prefill module holds too.
 MLA_PROJECTIONS = ("gemm_qkv_a", "gemm_q_b", "gemm_uk", "gemm_uv", "gemm_o_proj")
 
@@ -77,6 +90,7 @@ class KernelLayerOps:
     kv_dtype_bytes: float
     cuda_graph_max_tokens: int
     sources: dict[str, str]
+    fp32_matmul: str  # engine.float32_matmul_precision
     clocks: SustainedClocks | None  # the GPU's sustained clocks (None: full clocks throughout)
     hot: dict[str, LogCurve]  # the operators' curves at sustained clocks, by name
 
@@ -138,7 +152,7 @@ class KernelLayerOps:
         dense_layers = L - m.num_moe_layers
         if m.is_moe:
             moe_layers = m.num_moe_layers
-            ops.append(("gemm_router", self._gemm("gemm_router", m.num_experts, H, "bfloat16"), moe_layers))
+            ops.append(("gemm_router", self._router(), moe_layers))
             ops.append(("moe", self._moe(moe_dtype(m, _gemm_dtype(m))), moe_layers))
             if m.shared_expert_intermediate_size:  # every token through the shared expert(s)
                 sw = m.shared_expert_intermediate_size // tp
@@ -163,6 +177,40 @@ class KernelLayerOps:
         # own experts on it, and the MoE block's all-reduce (counted above) sums the ranks'
         # outputs (``FusedMoEParallelConfig.use_all2all_kernels`` needs dp_size > 1).
         return ops
+
+    def _router(self) -> LogCurve:
+        """The MoE router's GEMM (hidden size to experts, replicated on every rank), bf16 from
+        the tables. An fp32 router (``ModelSpec.router_fp32``, vLLM 0.17-0.19's ``F.linear``
+        of fp32 weights) casts the hidden states to fp32 (fused by torch.compile into the
+        norm before it: its bytes, 2 read and 4 written an element, no kernel of its own) and
+        multiplies in fp32, under vLLM's default 'highest' precision on the CUDA cores, as
+        TF32 ('high', 'medium') on the tensor cores: on Blackwell as cuBLAS measured on GB200
+        (``FP32_ROUTER_SM100``, carried to the hidden size in proportion to K), elsewhere at
+        the fp32 peak (TF32: half the bf16 peak; ``Efficiencies``'s linear fractions); at least
+        the bf16 table's time at the shape. Simplified: Hopper's fp32 GEMMs are unmeasured,
+        the roofline a lower bound at decode sizes; vLLM's later fp32 router kernels (a GEMV
+        for small batches, BF16x3) are not modelled."""
+        m, g, e = self.model, self.gpu, self.eff
+        E, H = m.num_experts, m.hidden_size
+        curve = self._gemm("gemm_router", E, H, "bfloat16")
+        if not m.router_fp32:
+            return curve
+        xs = np.exp(curve.lx)
+        simt = self.fp32_matmul == "highest"
+        peak = g.flops_for("float32") if simt else g.flops_for("bfloat16") / 2
+        gemm = np.maximum(np.exp(curve.ly), roof_time(2.0 * xs * E * H, 4.0 * (xs * H + E * H + xs * E),
+                                                      peak, g.mem_bw, e.linear_compute, e.linear_memory))
+        if g.name in SM100_GPUS:
+            ms = sorted(FP32_ROUTER_SM100)
+            us = [FP32_ROUTER_SM100[k][0 if simt else 1] for k in ms]
+            measured = np.interp(np.log(xs), np.log(ms), us) * 1e-6 * H / FP32_ROUTER_SM100_K
+            gemm = np.maximum(gemm, measured)  # past 1024 tokens: the roofline at the fp32 peak
+        cast = xs * H * 6.0 / (0.8 * g.mem_bw)
+        self.hot.pop("gemm_router", None)  # at sustained clocks as timed here
+        self.sources["gemm_router"] += (f"; fp32 router: the GEMM in {'fp32' if simt else 'TF32'}"
+                                        + (", cuBLAS as measured on GB200" if g.name in SM100_GPUS
+                                           else " at the roofline"))
+        return LogCurve(xs, np.log(gemm + cast))
 
     def _mla_ops(self, dt: str | None) -> list[tuple[str, LogCurve, float]]:
         """MLA's projections as vLLM's DeepSeek-V2/V3 layers run them at decode: the fused

@@ -88,7 +88,7 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
                  cuda_graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS,
                  graphs: GraphPlan | None = None,
                  eager_host_s_per_layer: float = EAGER_HOST_S_PER_LAYER, dp: int = 1,
-                 moe_backend: str = "auto", sustained: bool = True) -> None:
+                 moe_backend: str = "auto", sustained: bool = True, fp32_matmul: str = "highest") -> None:
         """``version``: the vLLM version whose kernels to use (None: the newest with tables
         for this GPU). ``graphs``: the engine's CUDA-graph plan (``perf.cuda_graphs``; None:
         eager, no padding, every kernel launched, all-reduces from the CUDA-graph table up to
@@ -101,7 +101,8 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         ``dp x tp`` GPUs, the tokens gathered and scattered back around each. ``moe_backend``:
         ``engine.moe_backend``. ``sustained``: a step's compute-bound work past the GPU's
         onset runs at its sustained clocks where they are measured (``perf.sustained``;
-        ``hardware.sustained_clocks``). Other arguments as ``RooflinePerfModel``'s, which
+        ``hardware.sustained_clocks``). ``fp32_matmul``: ``engine.float32_matmul_precision``
+        (an fp32 router on the CUDA cores, or TF32). Other arguments as ``RooflinePerfModel``'s, which
         times the operators without tables and gives FLOPs and bytes (for MFU/MBU)."""
         if graphs is not None:
             cuda_graph_max_tokens = graphs.max_size if pp == 1 else 0
@@ -110,7 +111,7 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         self.roofline = RooflinePerfModel(model, gpu, tp=tp, pp=pp, kv_dtype_bytes=kv_dtype_bytes,
                                           links=links, ep=ep, expert_imbalance=expert_imbalance, dp=dp)
         self.model, self.gpu, self.tp, self.pp, self.ep = model, gpu, tp, pp, ep
-        self.moe_backend = moe_backend
+        self.moe_backend, self.fp32_matmul = moe_backend, fp32_matmul
         self.dp = self.roofline.dp  # 1 for a dense model, whose DP ranks share nothing
         self.links, self.cuda_graph_max_tokens = links, cuda_graph_max_tokens
         self.kv_dtype_bytes = self.roofline.kv_dtype_bytes

@@ -214,6 +214,11 @@ def server_settings(script: str, when: str | None, isl: int, osl: int, concurren
         engine["moe_backend"] = "marlin"
     if env.pop("VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8", "0") == "1":
         engine["moe_backend"] = "flashinfer_mxfp4_mxfp8"
+    precision = env.pop("VLLM_FLOAT32_MATMUL_PRECISION", None)
+    if precision in ("highest", "high", "medium"):
+        engine["float32_matmul_precision"] = precision
+    elif precision is not None:
+        env["VLLM_FLOAT32_MATMUL_PRECISION"] = precision  # not a value vLLM takes: named below
     if env.get("VLLM_USE_FLASHINFER_MOE_FP8") == "0" and env.get("VLLM_MOE_USE_DEEP_GEMM") == "0":
         # vLLM's FP8 MoE oracle without its FlashInfer and DeepGEMM backends: Triton's experts
         del env["VLLM_USE_FLASHINFER_MOE_FP8"], env["VLLM_MOE_USE_DEEP_GEMM"]
