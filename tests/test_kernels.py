@@ -18,6 +18,7 @@ from servesim.perf.base import BatchStats
 from servesim.perf.kernel_model import KernelPerfModel
 from servesim.perf.kernels import (
     DTYPES,
+    GPU_TABLES,
     gemm_m_curve,
     kernel_versions,
     load_database,
@@ -380,3 +381,18 @@ def test_pipeline_micro_batches_take_fractional_shares():
     s = np.array([6 * 700, 6 * 900])
     want = [pm.batch_time(BatchStats(num_decode_reqs=6, sum_decode_context=int(x))) for x in s]
     np.testing.assert_allclose(pm.decode_step_times(6, s), want, rtol=1e-12)
+
+
+def test_b300_and_gb200_read_their_own_tables_and_b200s_served_ones():
+    assert (GPU_TABLES["B300"], GPU_TABLES["GB200"]) == ("b300_sxm", "gb200")
+    assert "0.19.0" in kernel_versions("B300") and "0.19.0" in kernel_versions("GB200")
+    b200, b300 = load_database("B200", "0.19.0"), load_database("B300", "0.19.0")
+    # their own measurements: B300's bf16 GEMMs at prefill sizes a few percent faster than B200's
+    g2, g3 = b200.gemm("bfloat16"), b300.gemm("bfloat16")
+    assert g2 is not None and g3 is not None and not np.array_equal(g2[3], g3[3])
+    # the kernels measured on B200 alone (FlashInfer's TRTLLM-gen MoE) time the SM100 family
+    pm = KernelPerfModel(load_model("MiniMaxAI/MiniMax-M2.5"), get_gpu("B300"), tp=4)
+    assert "flashinfer_trtllm_fp8_block" in pm.sources["moe"] and not pm.fallbacks
+    # GB200's trays hold 4 GPUs: a TP-8 all-reduce reads B200's 8-GPU table, not the roofline
+    pm = KernelPerfModel(load_model("meta-llama/Llama-3.1-70B"), get_gpu("GB200"), tp=8)
+    assert pm.sources["allreduce"].endswith("of B200") and "allreduce" not in pm.fallbacks

@@ -79,10 +79,10 @@ def test_row_mapping_variants(tmp_path):
         c = s.row_case(_row(model_path=path, precision="fp4", system="b200_sxm", tp_size="4",
                             moe_tp_size="4", moe_ep_size="1"), tmp_path)
         assert c.scenario["model"]["name"] == preset and not c.nvfp4
-    # B300 and GB200 run on B200's kernel tables, with a note
+    # B300 and GB200 run on their own kernel tables
     c = s.row_case(_row(system="b300_sxm", precision="fp4"))
     assert c.scenario["hardware"] == {"gpu": "B300", "perf_model": "kernels", "kernel_version": "0.19.0"}
-    assert any("B200's kernel tables" in n for n in c.notes)
+    assert not any("B200's kernel tables" in n for n in c.notes)
     assert s.row_case(_row(system="gb200")).scenario["hardware"]["gpu"] == "GB200"
 
 

@@ -24,6 +24,12 @@ Float arrays are stored byte-planed (the four bytes of every float32 in four run
 roughly halves the compressed size of smooth latency grids; ``KernelDatabase`` undoes it.
 
     python tools/pack_kernels.py [SOURCE_DIR]   # default: ../shared/data/measurements/aiconfigurator
+
+``SOURCE_DIR/kernels/<gpu>/<op>/vllm/<version>/*.parquet`` (and ``comm/nccl/<version>/``).
+The packed B300 and GB200 files come from AIConfigurator's repository at the same commit
+(``aic-core/src/aiconfigurator_core/systems/data/{b300_sxm,gb200}/``, their vLLM 0.19.0
+GEMM, attention, MoE and all-reduce tables and NCCL folders), copied into such a folder
+beside the other GPUs'.
 """
 
 from __future__ import annotations

@@ -90,15 +90,14 @@ _GPUS: tuple[GpuSpec, ...] = (
     # dtype: fp4 runs at the fp8 peak), 2.3 TB HBM3e (288 GB per GPU; 268 GiB visible,
     # approximate), 8 TB/s, NVLink 5 1.8 TB/s bidir; TDP 1100 W (1100-1400 W by
     # system). SMs: 148 assumed as B200's (the full two-die part has 160). Price: no published
-    # quote, B200's x 1.2 as a placeholder. The kernel database has no B300 tables;
-    # ``perf.kernels`` borrows B200's (same dense BF16/FP8 peaks and HBM bandwidth).
+    # quote, B200's x 1.2 as a placeholder. Kernel tables: its own (``perf.kernels``).
     GpuSpec("B300", _flops(2250, 4500, 75), 268.0 * _GIB, 8.0e12, 900e9, 5e-6, 220, 1100, 4.50, 148),
     # GB200 (one Blackwell GPU of a GB200 NVL72; not in gpu_specs.csv): NVIDIA's GB200 NVL72
     # spec per 72 GPUs: BF16 180 PFLOPS dense (2.5 per GPU), FP8 360 (5.0), 13.4 TB HBM3e
     # (186 GB per GPU; 184 GiB visible, approximate), 576 TB/s (8 TB/s per GPU), NVLink 5
     # 1.8 TB/s bidir; 1200 W per GPU (the superchip's 2700 W less the Grace CPU). SMs: 148
     # assumed as B200's. Its NVLink domain is the rack: 72 GPUs per node in ``_LINKS``.
-    # Price: B200's x 1.2 as a placeholder. Kernel tables: B200's (``perf.kernels``).
+    # Price: B200's x 1.2 as a placeholder. Kernel tables: its own (``perf.kernels``).
     GpuSpec("GB200", _flops(2500, 5000, 80), 184.0 * _GIB, 8.0e12, 900e9, 5e-6, 240, 1200, 4.50, 148),
     # MI300X: figures approximate (sources conflict); XGMI 896 GB/s; $1.71-1.85 -> 1.78.
     # Compute units: 304 (AMD Instinct MI300X datasheet).

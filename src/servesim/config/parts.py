@@ -51,7 +51,7 @@ class HardwareConfig(_Strict):
     profile: str | None = Field(None, description="Path of a calibrated hardware profile (JSON) to apply.")
     perf_model: Literal["roofline", "kernels"] | None = Field(None, description=(
         "Step-time model: 'kernels' (measured vLLM kernel latencies where the GPU has tables: "
-        "A100-80GB, H100-SXM, H200, B200 (B300 and GB200 borrow its tables), L40S; the roofline "
+        "A100-80GB, H100-SXM, H200, B200, B300, GB200, L40S; the roofline "
         "for every operator without one) or "
         "'roofline' (spec-sheet peaks x efficiencies, any GPU). None: 'kernels' where the GPU has "
         "tables and no hardware.profile is given, else 'roofline'. See docs/perf_model.md."))

@@ -20,10 +20,13 @@ from servesim.perf.kernel_mla import mla_prefill_grid
 from servesim.perf.kernel_moe import moe_curve, moe_dtype
 from servesim.perf.kernels import (
     MAX_TOKENS,
+    SM100_GPUS,
     KernelDatabase,
     LogCurve,
     extended_axis,
     gemm_m_curve,
+    kernel_versions,
+    load_database,
     roof_time,
 )
 from servesim.perf.sustained import SustainedClocks
@@ -46,8 +49,6 @@ FP32_ROUTER_SM100 = {  # M: (fp32 us, TF32 us)
     1: (7.52, 10.9), 4: (20.2, 12.0), 8: (16.7, 12.0), 16: (22.3, 12.2), 32: (63.2, 19.9),
     48: (63.4, 20.0), 64: (63.3, 20.1), 96: (64.1, 20.2), 128: (69.3, 20.2), 256: (77.8, 22.6),
     512: (96.8, 25.8), 1024: (111.0, 32.8)}
-#: The GPUs of that architecture (SM100), whose fp32 router GEMM the measurement times.
-SM100_GPUS = ("B200", "B300", "GB200")
 #: MLA's projections (``_mla_ops``), which its measured prefill module holds too.
 MLA_PROJECTIONS = ("gemm_qkv_a", "gemm_q_b", "gemm_uk", "gemm_uv", "gemm_o_proj")
 
@@ -254,9 +255,17 @@ class KernelLayerOps:
         return None if self.links is not None and num_gpus > self.links.gpus_per_node else self.db
 
     def _allreduce(self, width: int) -> LogCurve:
-        """Seconds of one all-reduce of T x ``width`` bf16 elements, vs T (``kernel_comm``)."""
-        curve, self.sources["allreduce"] = allreduce_curve(
-            self.gpu, self._comm_db(self.tp), self.tp, width, self.eff, self.cuda_graph_max_tokens)
+        """Seconds of one all-reduce of T x ``width`` bf16 elements, vs T (``kernel_comm``); a
+        Blackwell GPU whose own tables lack the group size (GB200's trays of 4 GPUs at TP 8)
+        reads B200's (NVLink 5 within an 8-GPU board)."""
+        db = self._comm_db(self.tp)
+        curve, src = allreduce_curve(self.gpu, db, self.tp, width, self.eff, self.cuda_graph_max_tokens)
+        if (src.startswith("roofline") and db is not None and self.gpu.name in SM100_GPUS
+                and self.gpu.name != "B200" and db.version in kernel_versions("B200")):
+            curve, src = allreduce_curve(self.gpu, load_database("B200", db.version), self.tp, width,
+                                         self.eff, self.cuda_graph_max_tokens)
+            src += " of B200"
+        self.sources["allreduce"] = src
         return curve
 
     def _build_request_ops(self) -> list[tuple[str, LogCurve, float]]:

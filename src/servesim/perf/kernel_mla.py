@@ -21,7 +21,7 @@ sizes: DeepSeek-V3/R1, Kimi-K2/K2.5) at a measured head count, KV dtype and GEMM
 elsewhere the roofline stays. Simplified: the
 0.19.0 tables time every vLLM version; a table point the collector did not measure (more
 than 131,072 prompt tokens in one step) is the last measured length's, scaled by the
-attention roofline; B300 and GB200 read B200's tables, as for the other operators.
+attention roofline; B300 and GB200 read B200's module tables (``kernels.sm100_folder``).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from servesim.catalog.gpus import GpuSpec
 from servesim.catalog.models import ModelSpec
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.kernel_attention import MAX_BATCH, MAX_LENGTH, Grid, gqa_roof
-from servesim.perf.kernels import GPU_TABLES, ext_grid, extended_axis
+from servesim.perf.kernels import ext_grid, extended_axis, sm100_folder
 
 MLA_FILE = "mla_context.json"
 #: The model fields that must equal the measured module's for its table to time the model.
@@ -60,7 +60,7 @@ def module_series(model: ModelSpec, gpu: GpuSpec, tp: int, kv_dtype: str, gemm_d
     mod = data["module"]
     if not model.is_mla or any(getattr(model, f) != mod[f] for f in MODULE_FIELDS):
         return None
-    per_gpu = data["gpus"].get(GPU_TABLES.get(gpu.name, ""))
+    per_gpu = data["gpus"].get(sm100_folder(gpu.name))
     if per_gpu is None or model.num_attention_heads % tp:
         return None
     series = per_gpu["series"].get(f"{kv_dtype}|{gemm_dtype}|{model.num_attention_heads // tp}")
@@ -101,6 +101,6 @@ def mla_prefill_grid(model: ModelSpec, gpu: GpuSpec, tp: int, kvb: float, gemm_d
                                                / roof(batch[i:i + 1], lens[last:last + 1])[0])
     ext_b, ext_s = extended_axis(batch, 1.0, MAX_BATCH), extended_axis(lens, 1.0, MAX_LENGTH)
     grid = ext_grid(batch, lens, rest, ext_b, ext_s, roof) + log(1e-3) + log(m.num_layers)
-    src = (f"table mla_context_module {GPU_TABLES[gpu.name]} vLLM {_tables()['vllm_version']} {kv_dtype} "
+    src = (f"table mla_context_module {sm100_folder(gpu.name)} vLLM {_tables()['vllm_version']} {kv_dtype} "
            f"KV {gemm_dtype} heads={heads}, less its projections")
     return (np.log(ext_b), ext_s, grid), src

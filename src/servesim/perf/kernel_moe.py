@@ -70,6 +70,7 @@ from servesim.perf.kernels import (
     GPU_TABLES,
     MAX_TOKENS,
     SIBLINGS,
+    SM100_GPUS,
     KernelDatabase,
     LogCurve,
     RoofFn,
@@ -78,15 +79,16 @@ from servesim.perf.kernels import (
     load_database,
     log_curve,
     roof_time,
+    sm100_folder,
 )
 
 #: (catalog GPU, expert dtype) -> why the packed table is not the kernel vLLM serves with.
 UNSERVED: dict[tuple[str, str], str] = {
-    ("B200", "w4a16_mxfp4"): "vLLM serves MXFP4 experts on SM100 with FlashInfer's TRTLLM-gen MoE; "
-                             "the table (slower than H200's) times another path",
+    (name, "w4a16_mxfp4"): "vLLM serves MXFP4 experts on SM100 with FlashInfer's TRTLLM-gen MoE; "
+                           "the table (slower than H200's) times another path" for name in SM100_GPUS
 }
-#: One catalog GPU per table folder (B300 and GB200 read B200's tables): the GPUs whose
-#: served tables ``_transferred`` may carry to another GPU.
+#: One catalog GPU per table folder: the GPUs whose served tables ``_transferred`` may carry
+#: to another GPU.
 CANONICAL = tuple(name for i, (name, folder) in enumerate(GPU_TABLES.items())
                   if folder not in list(GPU_TABLES.values())[:i])
 #: Weight-only expert dtypes (16-bit activations and math).
@@ -139,7 +141,7 @@ def mxfp4_pad(gpu: GpuSpec, backend: str) -> tuple[int, int]:
     memory plan both read it."""
     if backend == "marlin":
         return MARLIN_MXFP4_PAD
-    if GPU_TABLES.get(gpu.name) == "b200_sxm" and backend in SM100_MXFP4:
+    if gpu.name in SM100_GPUS and backend in SM100_MXFP4:
         return SERVED_PAD
     return TRITON_MXFP4_PAD
 
@@ -179,7 +181,7 @@ def served_curve(model: ModelSpec, gpu: GpuSpec, kernel: str, moe_tp: int, ep: i
     The tables are vLLM 0.24.0's measurements of the kernels; runs of earlier versions are
     timed from them too (the TRTLLM-gen MXFP4 MoE has been vLLM's SM100 kernel since 0.10.2,
     with older FlashInfer builds: a simplification)."""
-    table = _served().get((GPU_TABLES.get(gpu.name, ""), kernel))
+    table = _served().get((sm100_folder(gpu.name), kernel))
     if table is None:
         return None
     series = [s for s in table["series"] if s["moe_ep"] == ep]

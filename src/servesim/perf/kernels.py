@@ -44,10 +44,16 @@ from typing import Any
 import numpy as np
 
 #: servesim catalog GPU name -> the database's GPU folder.
-#: B300 and GB200 have no tables of their own: they borrow B200's (same dense BF16/FP8
-#: peaks and HBM bandwidth; B300's FP4 peak is higher, so its NVFP4 GEMMs read slow).
 GPU_TABLES = {"A100-80GB": "a100_sxm", "H100-SXM": "h100_sxm", "H200": "h200_sxm", "B200": "b200_sxm",
-              "B300": "b200_sxm", "GB200": "b200_sxm", "L40S": "l40s"}
+              "B300": "b300_sxm", "GB200": "gb200", "L40S": "l40s"}
+#: Blackwell data-centre GPUs (SM100 family): the tables measured on B200 alone (the served
+#: MoE kernels' and the MLA module's) time the others too.
+SM100_GPUS = ("B200", "B300", "GB200")
+
+
+def sm100_folder(gpu_name: str) -> str:
+    """The folder of tables measured on B200 alone that ``gpu_name`` reads (its own else)."""
+    return "b200_sxm" if gpu_name in SM100_GPUS else GPU_TABLES.get(gpu_name, "")
 #: GPUs of the same SM architecture and SM count, differing in HBM only (H100 SXM and H200:
 #: one GH100 die): a shape measured on one is scaled to the other by the roofline (the
 #: bandwidth ratio where memory-bound) when the GPU's own table lacks it or fails a check.

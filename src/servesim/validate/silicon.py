@@ -55,15 +55,14 @@ COLUMNS = ("id", "backend_version", "model_path", "system", "precision", "mode",
            "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size", "attention_dp_size",
            "moe_tp_size", "moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms", "silicon_data_source")
 
-#: The measured system -> (servesim GPU, note). B300 and GB200 have no kernel tables of
-#: their own: they run on B200's (same dense fp8/bf16 peaks and HBM bandwidth; B300's fp4
-#: peak is higher), with their own memory, and their groups say so.
+#: The measured system -> (servesim GPU, note): each runs on its own kernel tables (B300 and
+#: GB200 on B200's served-MoE and MLA-module tables, ``perf.kernels.sm100_folder``).
 GPUS = {
     "h100_sxm": ("H100-SXM", ""),
     "h200_sxm": ("H200", ""),
     "b200_sxm": ("B200", ""),
-    "b300_sxm": ("B300", "B300 with B200's kernel tables"),
-    "gb200": ("GB200", "GB200 with B200's kernel tables"),
+    "b300_sxm": ("B300", ""),
+    "gb200": ("GB200", ""),
 }
 
 #: (model_path, precision) -> (servesim preset, NVFP4 variant of it?, note).

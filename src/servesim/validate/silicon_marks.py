@@ -13,7 +13,7 @@ _EAGER_H100 = ("over-predicted on its 1k prompts (median +24%; the 8k ones -18%)
 #: ``servesim validate --suite silicon``), with the reason servesim misses the goal.
 SILICON_KNOWN_BAD: dict[tuple[str, str], str] = {
     ("Kimi-K2.5 fp4 b300_sxm", "TTFT"): (
-        "24% (22 runs; median +23%, its 1k prompts +23-57%): the B200 recipe these runs served, with "
+        "23% (22 runs; median +23%, its 1k prompts +23-59%): the B200 recipe these runs served, with "
         "CUDA graphs only up to 2 x CONC tokens, measured 170 ms at 4 clients on B200 and 84 ms on "
         "B300 (TP 4, vLLM 0.17.0); servesim's host floor of steps without graphs is one figure for "
         "every machine and puts both at 129 ms"),
