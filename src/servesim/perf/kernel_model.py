@@ -63,7 +63,7 @@ from servesim.perf.kernel_step import KernelStepTime, Row, row_time
 from servesim.perf.kernels import KernelDatabase, kernel_versions, load_database
 from servesim.perf.pipelined import MicroBatchShare
 from servesim.perf.roofline import RooflinePerfModel, RooflineWork
-from servesim.perf.sustained import sustained_clocks
+from servesim.perf.sustained import SustainedClocks, sustained_clocks
 
 #: vLLM's largest CUDA-graph capture size by default (``max_cudagraph_capture_size``).
 CUDA_GRAPH_MAX_TOKENS = 512
@@ -163,15 +163,7 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         self.step.tok = self._token_table(1023)
         self.step.req = self._request_table(255)
         if self.clocks is not None and self.hot:
-            self._hot_token_ops = [(n, self.hot.get(n, c), k) for n, c, k in self._token_ops]
-            self._prefill_hot = self._hot_grid(self._prefill)
-            hot = KernelStepTime([0.0], [0.0], self._hot_token_table, self._request_table,
-                                 lambda b: self._row(self._prefill_hot, b),
-                                 lambda b: self._row(self._decode, b))
-            hot.graph_max, hot.mixed_max = self.step.graph_max, self.step.mixed_max
-            hot.c_full, hot.c_piece, hot.c_eager = self._c_full, self._c_piece, self._c_eager
-            self.step.hot, self.step.onset_s = hot, self.clocks.onset_s
-            self.sources["sustained_clocks"] = self.clocks.describe()
+            self._build_sustained(self.clocks)
         if pp == 1:
             # Whole-count steps go straight to the (compiled) step function: the engine calls
             # it without an interpreted frame. (A pipeline micro-batch's fractional share
@@ -179,6 +171,18 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
             self.batch_time = self.step.batch_time  # type: ignore[method-assign]
 
     # ------------------------------------------------------------------ construction
+
+    def _build_sustained(self, clocks: SustainedClocks) -> None:
+        """The step's twin at the GPU's sustained clocks (``perf.sustained``): the operators'
+        slowed curves where ``hot`` has them, the same launches, graphs and decode rows."""
+        self._hot_token_ops = [(n, self.hot.get(n, c), k) for n, c, k in self._token_ops]
+        self._prefill_hot = self._hot_grid(self._prefill)
+        hot = KernelStepTime([0.0], [0.0], self._hot_token_table, self._request_table,
+                             lambda b: self._row(self._prefill_hot, b), lambda b: self._row(self._decode, b))
+        hot.graph_max, hot.mixed_max = self.step.graph_max, self.step.mixed_max
+        hot.c_full, hot.c_piece, hot.c_eager = self._c_full, self._c_piece, self._c_eager
+        self.step.hot, self.step.onset_s = hot, clocks.onset_s
+        self.sources["sustained_clocks"] = clocks.describe()
 
     @property
     def eager_floor(self) -> float:
