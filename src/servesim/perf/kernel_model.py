@@ -59,7 +59,7 @@ from servesim.perf.base import BatchStats
 from servesim.perf.cuda_graphs import EAGER_PLAN, GraphPlan, eager_kernels_per_layer, reference_kernels
 from servesim.perf.efficiencies import KERNELS_PER_LAYER, Efficiencies
 from servesim.perf.kernel_layers import MEM_OP_LATENCY_S, KernelLayerOps, mem_ops_per_step
-from servesim.perf.kernel_step import KernelStepTime, Row, row_time
+from servesim.perf.kernel_step import KernelStepTime, Row, past_onset, row_time
 from servesim.perf.kernels import KernelDatabase, kernel_versions, load_database
 from servesim.perf.pipelined import MicroBatchShare
 from servesim.perf.roofline import RooflinePerfModel, RooflineWork
@@ -124,7 +124,7 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         self.db: KernelDatabase | None = load_database(gpu.name, self.version) if self.version else None
         self.sources: dict[str, str] = {}
         self.clocks = sustained_clocks(gpu.name) if sustained and self.db is not None else None
-        self.hot: dict[str, Any] = {}
+        self.hot = {}
         self._layers = L = model.num_layers
         self._token_ops = self._build_token_ops()
         self._req_ops = self._build_request_ops()
@@ -177,7 +177,7 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         slowed curves where ``hot`` has them, the same launches, graphs and decode rows."""
         self._hot_token_ops = [(n, self.hot.get(n, c), k) for n, c, k in self._token_ops]
         self._prefill_hot = self._hot_grid(self._prefill)
-        hot = KernelStepTime([0.0], [0.0], self._hot_token_table, self._request_table,
+        hot = KernelStepTime([0.0], [0.0], lambda n: self._token_table(n, True), self._request_table,
                              lambda b: self._row(self._prefill_hot, b), lambda b: self._row(self._decode, b))
         hot.graph_max, hot.mixed_max = self.step.graph_max, self.step.mixed_max
         hot.c_full, hot.c_piece, hot.c_eager = self._c_full, self._c_piece, self._c_eager
@@ -235,15 +235,13 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
                       / (self.gpu.interconnect_bw * self.eff.comm) + self.eff.allreduce_latency_s)
         return total
 
-    def _token_table(self, n: int) -> list[float]:
-        """Seconds of the per-T terms for T = 0 .. at least n (twice the current table)."""
-        size = max(n + 1, 2 * len(self.step.tok))
-        return [0.0, *self._token_seconds(np.arange(1, size)).tolist()]
-
-    def _hot_token_table(self, n: int) -> list[float]:
-        assert self.step.hot is not None
-        size = max(n + 1, 2 * len(self.step.hot.tok))
-        return [0.0, *self._token_seconds(np.arange(1, size), hot=True).tolist()]
+    def _token_table(self, n: int, hot: bool = False) -> list[float]:
+        """Seconds of the per-T terms for T = 0 .. at least n (twice the current table; ``hot``:
+        at sustained clocks, the twin step's)."""
+        step = self.step.hot if hot else self.step
+        assert step is not None
+        size = max(n + 1, 2 * len(step.tok))
+        return [0.0, *self._token_seconds(np.arange(1, size), hot).tolist()]
 
     def _hot_grid(self, grid: tuple[np.ndarray, np.ndarray, np.ndarray] | None
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -291,8 +289,7 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
             return 0.0
         total = self._curves_time(stats, False)
         if stats.num_prefill_tokens and self.step.hot is not None and total > self.step.onset_s:
-            hot = self._curves_time(stats, True)
-            total += max(0.0, (total - self.step.onset_s) / total * (hot - total))
+            total += past_onset(total, self._curves_time(stats, True), self.step.onset_s)
         return total
 
     def _curves_time(self, stats: BatchStats, hot: bool) -> float:
@@ -368,8 +365,7 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
                               if d else 0.0)
         gpu = sum(out.values())
         if pt and self.step.hot is not None and gpu > self.step.onset_s:  # past the onset, slower clocks
-            out["sustained_clocks"] = max(0.0, (gpu - self.step.onset_s) / gpu
-                                          * (self._curves_time(stats, True) - gpu))
+            out["sustained_clocks"] = past_onset(gpu, self._curves_time(stats, True), self.step.onset_s)
         if self.eager_floor and t > (self.graphs.mixed_max_size if pt else self.graphs.max_size):
             # the host's launches outlast the GPU
             out["eager_host"] = max(0.0, self.eager_floor - sum(out.values()))

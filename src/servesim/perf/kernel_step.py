@@ -20,6 +20,12 @@ from servesim.perf.base import BatchStats
 Row = tuple[list[float], list[float]]
 
 
+def past_onset(total: float, hot: float, onset_s: float) -> float:
+    """Seconds a step of ``total`` seconds at full clocks (``hot`` at sustained ones) gains
+    when everything past its first ``onset_s`` runs at the sustained clocks."""
+    return (total - onset_s) / total * (hot - total) if total > onset_s and hot > total else 0.0
+
+
 def row_time(row: Row, x: float) -> float:
     """Seconds at log length ``x``: linear in log-log between the row's points, clamped at
     its ends (which the model extends far past any real length)."""
@@ -91,9 +97,7 @@ class KernelStepTime:
         total = self.gpu_time(stats)
         pt = stats.num_prefill_tokens
         if pt and total > self.onset_s and self.hot is not None:
-            hot = self.hot.gpu_time(stats)
-            if hot > total:
-                total += (total - self.onset_s) / total * (hot - total)
+            total += past_onset(total, self.hot.gpu_time(stats), self.onset_s)
         if total < self.eager_floor and pt + stats.num_decode_reqs > (self.mixed_max if pt
                                                                       else self.graph_max):
             return self.eager_floor
