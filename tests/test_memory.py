@@ -28,12 +28,25 @@ def test_llama31_8b_on_h100_by_hand() -> None:
     activation = 8192 * 4096 * 2 + 1024 * 128256 * 14
     assert plan.activation_bytes == activation
     assert plan.kv_bytes_per_token == 131072 and plan.kv_bytes_per_block == 2 * 2**20
-    usable = 0.92 * 79.19 * GIB  # vLLM 0.32 default gpu_memory_utilization
+    usable = 0.9 * 79.19 * GIB  # vLLM 0.19's default gpu_memory_utilization (the default version)
     blocks = math.floor((usable - weights - activation - NON_TORCH_RESERVE_BYTES) / (2 * 2**20))
     assert plan.num_gpu_blocks == blocks
     assert 27_000 < blocks < 30_000  # ~460k tokens, as vLLM reports for this model on an H100
     assert plan.max_model_len == 131072 and plan.block_size == 16
     assert "blocks" in plan.describe()
+
+
+def test_gpu_memory_utilization_default_follows_the_version() -> None:
+    """0.9 before vLLM 0.21, 0.92 from it (vllm-project/vllm#38284); a set value is kept."""
+    m, g = load_model("Llama-3.1-8B"), get_gpu("H100-SXM")
+    old = plan_memory(m, g, EngineConfig(version="0.20.2"), ParallelConfig())
+    new = plan_memory(m, g, EngineConfig(version="0.21.0"), ParallelConfig())
+    assert old.usable_bytes == pytest.approx(0.9 * g.mem_bytes)
+    assert new.usable_bytes == pytest.approx(0.92 * g.mem_bytes)
+    # The 0.02 of an H100 go to the KV cache whole: 0.02 x 79.19 GiB / 2 MiB blocks.
+    assert new.num_gpu_blocks - old.num_gpu_blocks in (810, 811)
+    kept = plan_memory(m, g, EngineConfig(version="0.21.0", gpu_memory_utilization=0.8), ParallelConfig())
+    assert kept.usable_bytes == pytest.approx(0.8 * g.mem_bytes)
 
 
 def test_tensor_parallel_shards_weights_and_kv() -> None:

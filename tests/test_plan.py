@@ -162,7 +162,7 @@ def test_vllm_serve_lines_use_vllm_flag_names():
     assert len(cmds) == 2
     for cmd in cmds:
         for flag in ("--tensor-parallel-size 1", "--max-num-seqs 1024", "--max-num-batched-tokens 8192",
-                     "--enable-chunked-prefill", "--enable-prefix-caching", "--gpu-memory-utilization 0.92",
+                     "--enable-chunked-prefill", "--enable-prefix-caching", "--gpu-memory-utilization 0.9",
                      "--max-model-len 4096", "--kv-transfer-config"):
             assert flag in cmd
 

@@ -39,6 +39,11 @@ ASYNC_PP_SPEC_FROM = (0, 15)
 #: 16384-token budget from vllm-project/vllm#51726 (merged 2026-08; in v0.28.0's
 #: ``vllm/engine/arg_utils.py``); before it every GPU of >= 70 GiB but the A100 had 8192.
 LARGE_GPU_BUDGET_FROM = (0, 28)
+#: vLLM's default ``--gpu-memory-utilization``: 0.9, raised to 0.92 in v0.21.0 when CUDA-graph
+#: memory profiling (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``) was turned on by default
+#: (vllm-project/vllm#38284: the estimate of the graphs' memory is taken from the KV cache's
+#: budget and the 0.02 makes up for it).
+GPU_MEMORY_UTILIZATION_DEFAULTS = ((0, 21), 0.9, 0.92)
 
 #: KV block sizes vLLM accepts (``vllm/config/cache.py``: ``BlockSize``).
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
@@ -155,10 +160,11 @@ class EngineConfig(_Strict):
         json_schema_extra={"unit": "tokens", "vllm": "--long-prefill-token-threshold"})
     enable_prefix_caching: bool = Field(True, description="Reuse KV blocks of identical prompt prefixes.",
                                         json_schema_extra={"vllm": "--enable-prefix-caching"})
-    gpu_memory_utilization: float = Field(0.92, gt=0, le=1.0, description="Fraction of device memory "
-                                          "vLLM may use (0.92 in vLLM 0.32).",
-                                          json_schema_extra={"unit": "fraction",
-                                                             "vllm": "--gpu-memory-utilization"})
+    gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=1.0, description=(
+            "Fraction of device memory vLLM may use. None: the version's default, 0.9 before "
+            "vLLM 0.21 and 0.92 from it."),
+        json_schema_extra={"unit": "fraction", "vllm": "--gpu-memory-utilization"})
     num_gpu_blocks_override: int | None = Field(None, ge=1, description=(
         "Force the number of KV blocks (at least one max_model_len sequence's, plus the null block)."),
         json_schema_extra={"unit": "blocks", "vllm": "--num-gpu-blocks-override"})
@@ -374,8 +380,15 @@ def async_default(engine: EngineConfig, on_gpu: bool, pipeline_parallel_size: in
     return True
 
 
+def default_gpu_memory_utilization(version: str) -> float:
+    """vLLM's default ``--gpu-memory-utilization`` in ``version`` (``GPU_MEMORY_UTILIZATION_DEFAULTS``)."""
+    since, before, after = GPU_MEMORY_UTILIZATION_DEFAULTS
+    return after if version_tuple(version) >= since else before
+
+
 def resolve_execution(engine: EngineConfig, gpu_name: str, pipeline_parallel_size: int = 1) -> EngineConfig:
-    """Fill ``async_scheduling`` with the version's default for this device (``async_default``)
+    """Fill ``async_scheduling`` with the version's default for this device (``async_default``),
+    ``gpu_memory_utilization`` with the version's (``default_gpu_memory_utilization``)
     and ``frontend.enabled`` (on for vLLM's policies on a GPU); a device whose name starts
     with 'cpu' (vLLM's CPU backend) is not a GPU."""
     on_gpu = bool(gpu_name) and not gpu_name.lower().startswith("cpu")
@@ -385,6 +398,8 @@ def resolve_execution(engine: EngineConfig, gpu_name: str, pipeline_parallel_siz
     if engine.frontend.enabled is None:
         on = on_gpu and engine.policy in ("vllm_v1", "vllm_v0")
         upd["frontend"] = engine.frontend.model_copy(update={"enabled": on})
+    if engine.gpu_memory_utilization is None:
+        upd["gpu_memory_utilization"] = default_gpu_memory_utilization(engine.version)
     if engine.cpu_overhead_per_req_s is None:
         upd["cpu_overhead_per_req_s"] = CPU_PER_REQ_S if on_gpu and engine.policy in ("vllm_v1", "vllm_v0") \
             else 0.0

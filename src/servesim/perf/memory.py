@@ -13,7 +13,12 @@ A model with sliding-window layers (gpt-oss) counts only its full-attention laye
 
 All numbers are for one GPU: the largest pipeline stage, this tensor-parallel rank's shard.
 The CUDA context (~0.5 GiB) and CUDA graphs live in the ``1 - gpu_memory_utilization``
-headroom in vLLM's accounting and are not subtracted here either.
+headroom in vLLM's accounting and are not subtracted here either. A simplification for
+vLLM 0.21 and later: there vLLM profiles the CUDA graphs' memory by default
+(``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``), takes its estimate from the KV budget and
+raised the default utilization from 0.9 to 0.92 to make up for it; servesim takes the
+version's default utilization and no graph estimate, so where the estimate exceeds 0.02
+of the memory (it grows with the number of capture sizes) vLLM holds fewer KV blocks.
 """
 
 from __future__ import annotations
