@@ -39,11 +39,11 @@ ASYNC_PP_SPEC_FROM = (0, 15)
 #: 16384-token budget from vllm-project/vllm#51726 (merged 2026-08; in v0.28.0's
 #: ``vllm/engine/arg_utils.py``); before it every GPU of >= 70 GiB but the A100 had 8192.
 LARGE_GPU_BUDGET_FROM = (0, 28)
-#: vLLM's default ``--gpu-memory-utilization``: 0.9, raised to 0.92 in v0.21.0 when CUDA-graph
-#: memory profiling (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``) was turned on by default
-#: (vllm-project/vllm#38284: the estimate of the graphs' memory is taken from the KV cache's
-#: budget and the 0.02 makes up for it).
-GPU_MEMORY_UTILIZATION_DEFAULTS = ((0, 21), 0.9, 0.92)
+#: vLLM's default ``--gpu-memory-utilization`` was 0.9 until v0.21.0 turned CUDA-graph memory
+#: profiling (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``) on by default and raised it to 0.92
+#: (vllm-project/vllm#38284: the graphs' estimated memory is taken from the KV cache's budget
+#: and the 0.02 makes up for it).
+GPU_MEMORY_UTILIZATION_092_FROM = (0, 21)
 
 #: KV block sizes vLLM accepts (``vllm/config/cache.py``: ``BlockSize``).
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
@@ -381,9 +381,8 @@ def async_default(engine: EngineConfig, on_gpu: bool, pipeline_parallel_size: in
 
 
 def default_gpu_memory_utilization(version: str) -> float:
-    """vLLM's default ``--gpu-memory-utilization`` in ``version`` (``GPU_MEMORY_UTILIZATION_DEFAULTS``)."""
-    since, before, after = GPU_MEMORY_UTILIZATION_DEFAULTS
-    return after if version_tuple(version) >= since else before
+    """vLLM's default ``--gpu-memory-utilization`` in ``version`` (``GPU_MEMORY_UTILIZATION_092_FROM``)."""
+    return 0.92 if version_tuple(version) >= GPU_MEMORY_UTILIZATION_092_FROM else 0.9
 
 
 def resolve_execution(engine: EngineConfig, gpu_name: str, pipeline_parallel_size: int = 1) -> EngineConfig:

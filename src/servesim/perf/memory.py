@@ -17,8 +17,8 @@ headroom in vLLM's accounting and are not subtracted here either. A simplificati
 vLLM 0.21 and later: there vLLM profiles the CUDA graphs' memory by default
 (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``), takes its estimate from the KV budget and
 raised the default utilization from 0.9 to 0.92 to make up for it; servesim takes the
-version's default utilization and no graph estimate, so where the estimate exceeds 0.02
-of the memory (it grows with the number of capture sizes) vLLM holds fewer KV blocks.
+version's default utilization and no graph estimate, so for those versions vLLM holds fewer
+KV blocks than this plan, by the estimate (which grows with the number of capture sizes).
 """
 
 from __future__ import annotations
