@@ -307,12 +307,20 @@ def validate(
         "--bench", dir_okay=False,
         help="Instead of the bundled sets: a result file of your own `vllm bench serve --save-result` "
              "run (repeatable), replayed on --scenario and compared figure by figure.")] = None,
+    open_loop: Annotated[list[Path] | None, typer.Option(
+        "--open-loop", file_okay=False,
+        help="Instead of the bundled sets: a folder of real open-loop runs of inference-perf against "
+             "vllm serve (repeatable; each run a folder of exp-config.yaml, config.yaml, replay.json, "
+             "ground_truth.json and model_config.json, docs/fidelity.md), replayed on --scenario's GPU "
+             "and vLLM version.")] = None,
     scenario: Annotated[Path | None, typer.Option(
         "--scenario", dir_okay=False,
         help="With --bench: the scenario of the deployment the benchmark ran against (model, GPU, "
-             "parallelism, engine, vLLM version); its workload is replaced by the run's.")] = None,
+             "parallelism, engine, vLLM version); its workload is replaced by the run's. With "
+             "--open-loop: the GPU and vLLM version (the run folder gives the rest).")] = None,
     overrides: Annotated[list[str] | None, typer.Option(
-        "--set", metavar="KEY=VALUE", help="With --bench: override one scenario field (repeatable).")] = None,
+        "--set", metavar="KEY=VALUE",
+        help="With --bench or --open-loop: override one scenario field (repeatable).")] = None,
 ) -> None:
     """Predict every bundled measurement set and print predicted vs measured errors.
 
@@ -321,6 +329,13 @@ def validate(
     passes --threshold).
     """
     with _user_errors():
+        if open_loop:
+            from servesim.validate.openloop import run_checks as open_loop_checks
+
+            code = open_loop_checks(open_loop, scenario, overrides or [], output, threshold, typer.echo)
+            if code:
+                raise typer.Exit(code)
+            return
         if bench:
             from servesim.validate.own_bench import run_checks
 
@@ -329,7 +344,8 @@ def validate(
                 raise typer.Exit(code)
             return
         if scenario is not None or overrides:
-            raise ServesimError("--scenario and --set go with --bench (a vllm bench result file to compare)")
+            raise ServesimError("--scenario and --set go with --bench (a vllm bench result file to compare) "
+                                "or --open-loop (a folder of open-loop runs)")
         from servesim import validate as v
 
         suites = tuple(suite) if suite else ("operators", "splitwise", "distserve", "vllm-cpu")

@@ -15,7 +15,13 @@ from typing import Any
 from pydantic import BaseModel
 
 from servesim.config.parts import SyntheticWorkload, TraceWorkload
-from servesim.config.workload_kinds import AgentWorkload, MixtureWorkload, ReasoningWorkload, SessionWorkload
+from servesim.config.workload_kinds import (
+    AgentWorkload,
+    InferencePerfWorkload,
+    MixtureWorkload,
+    ReasoningWorkload,
+    SessionWorkload,
+)
 
 
 #: Fields renamed so that their unit reads one way: old name -> (new name, unit).
@@ -30,7 +36,7 @@ RENAMED = {
 }
 _WORKLOAD_TYPES = {"synthetic": SyntheticWorkload, "trace": TraceWorkload, "sessions": SessionWorkload,
                    "mixture": MixtureWorkload, "agents": AgentWorkload,
-                   "reasoning": ReasoningWorkload}
+                   "reasoning": ReasoningWorkload, "inference-perf": InferencePerfWorkload}
 _SCALAR_TAGS = ("str", "int", "float", "bool")
 
 

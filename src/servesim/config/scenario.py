@@ -23,7 +23,7 @@ from servesim.config.parts import (
     SyntheticWorkload,
     TraceWorkload,
 )
-from servesim.config.workload_kinds import SessionWorkload, WorkloadConfig
+from servesim.config.workload_kinds import InferencePerfWorkload, SessionWorkload, WorkloadConfig
 from servesim.errors import ConfigError
 
 
@@ -145,6 +145,8 @@ def _resolve_relative_paths(s: Scenario, base: Path) -> Scenario:
     wl = s.workload
     if isinstance(wl, TraceWorkload):
         updates["workload"] = wl.model_copy(update={"path": fix(wl.path)})
+    elif isinstance(wl, InferencePerfWorkload):
+        updates["workload"] = wl.model_copy(update={"config": fix(wl.config)})
     elif isinstance(wl, SyntheticWorkload | SessionWorkload):
         upd = {}
         for fld in ("prompt_len", "output_len", "first_prompt_len", "user_len", "turns"):

@@ -172,7 +172,21 @@ class ReasoningWorkload(_Strict):
         return self
 
 
+class InferencePerfWorkload(_Strict):
+    """The requests an inference-perf run sends, read from inference-perf's own config file
+    (its profile, or the resolved config.yaml in its results folder; docs/workloads.md)."""
+
+    type: Literal["inference-perf"] = Field("inference-perf", description="Selects this kind of workload.")
+    config: str = Field(description=(
+        "inference-perf's YAML config: data (shared_prefix, random or synthetic) and load (constant or "
+        "poisson stages); relative paths are relative to the scenario file."))
+    num_special_tokens: int = Field(1, ge=0, description=(
+        "Special tokens the server's tokenizer adds to each prompt (1 for Llama's BOS)."),
+        json_schema_extra=_TOKENS)
+    seed: int = Field(0, description="Seed of the arrival and length draws (with run.seed).")
+
+
 WorkloadConfig = Annotated[
     SyntheticWorkload | TraceWorkload | BenchmarkWorkload | SessionWorkload | MixtureWorkload | AgentWorkload
-    | ReasoningWorkload,
+    | ReasoningWorkload | InferencePerfWorkload,
     Field(discriminator="type")]

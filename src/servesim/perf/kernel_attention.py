@@ -115,7 +115,11 @@ def _layer_grid(prefix: str, model: ModelSpec, gpu: GpuSpec, db: KernelDatabase 
     bb, ss = np.meshgrid(batch.astype(float), lens.astype(float), indexing="ij")
     exact = not mla and (ch, ckv) == (h, kv) and table_gpu is None
     if not exact:
-        lat = lat * target(bb, ss) / roof_t(bb, ss, ch, ckv)
+        # The kernel's fixed time (launch, the split-KV reduction, the tail) does not grow
+        # with heads or bytes: only the part above the table's smallest latency is carried
+        # to this shape by the roofline ratio.
+        floor = float(np.nanmin(lat))
+        lat = floor + (lat - floor) * target(bb, ss) / roof_t(bb, ss, ch, ckv)
     ext_b, ext_s = extended_axis(batch, 1.0, MAX_BATCH), extended_axis(lens, 1.0, MAX_LENGTH)
     grid = ext_grid(batch, lens, lat, ext_b, ext_s, target) + log(1e-3)
     win = f" window={window}" if window else ""

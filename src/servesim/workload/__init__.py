@@ -9,6 +9,7 @@ from __future__ import annotations
 from servesim.config import (
     AgentWorkload,
     BenchmarkWorkload,
+    InferencePerfWorkload,
     MixtureWorkload,
     ReasoningWorkload,
     SessionWorkload,
@@ -19,6 +20,7 @@ from servesim.workload.agents import generate_agents
 from servesim.workload.base import BenchmarkClients, Workload
 from servesim.workload.benchmark import generate_benchmark
 from servesim.workload.containers import BUILTIN_TRACES
+from servesim.workload.inference_perf import generate_inference_perf
 from servesim.workload.mixture import generate_mixture
 from servesim.workload.reasoning import generate_reasoning
 from servesim.workload.sessions import generate_sessions
@@ -26,7 +28,7 @@ from servesim.workload.synthetic import arrival_times, generate_synthetic, sampl
 from servesim.workload.traces import load_trace, read_lengths, read_trace, select
 
 __all__ = [
-    "BUILTIN_TRACES", "BenchmarkClients", "Workload", "arrival_times", "generate_agents", "generate_benchmark", "generate_mixture", "generate_reasoning",
+    "BUILTIN_TRACES", "BenchmarkClients", "Workload", "arrival_times", "generate_agents", "generate_benchmark", "generate_inference_perf", "generate_mixture", "generate_reasoning",
     "generate_sessions", "generate_synthetic", "load_trace", "load_workload", "read_lengths", "read_trace", "sample_lengths",
     "select",
 ]
@@ -53,5 +55,7 @@ def load_workload(cfg: SyntheticWorkload | TraceWorkload | BenchmarkWorkload | S
         return generate_agents(cfg, seed)
     if isinstance(cfg, ReasoningWorkload):
         return generate_reasoning(cfg, seed)
+    if isinstance(cfg, InferencePerfWorkload):
+        return generate_inference_perf(cfg.config, cfg.seed + seed, cfg.num_special_tokens)
     raise TypeError(f"expected a SyntheticWorkload, TraceWorkload or BenchmarkWorkload, "
                     f"got {type(cfg).__name__}")
