@@ -468,7 +468,8 @@ def test_sliding_window_without_a_window_class_reads_w_keys():
 def test_mla_decode_reads_the_latent_at_the_tables_efficiency():
     # Kimi-K2.5 on B200, TP 8: 8 heads per rank share one 512 + 64 latent per token. Priced
     # from the GQA decode class heads 8, KV heads 2, head_dim 128 (512 elements per token),
-    # scaled by the ratio of the two rooflines, at grid points batch 32, context 4096.
+    # the part above the table's fixed time (its smallest latency) scaled by the ratio of the
+    # two rooflines, at grid points batch 32, context 4096.
     m, g = load_model("moonshotai/Kimi-K2.5"), get_gpu("B200")
     db = load_database("B200", "0.19.0")
     b, s, lat, cls = db.attention_class("gen", "bfloat16", 128, 8, 2, 0)
@@ -482,7 +483,8 @@ def test_mla_decode_reads_the_latent_at_the_tables_efficiency():
     pm = KernelPerfModel(m, g, tp=8)
     assert "MLA latent 512+64" in pm.sources["attn_decode"] and "attn_decode" not in pm.fallbacks
     got = _decode(pm, B, S)["attn_decode"]
-    assert got == pytest.approx(m.num_layers * float(lat[i, j]) * 1e-3 * mla / gqa, rel=1e-6)
+    floor = float(np.nanmin(lat))
+    assert got == pytest.approx(m.num_layers * (floor + (float(lat[i, j]) - floor) * mla / gqa) * 1e-3, rel=1e-6)
     # It reads every latent once: never faster than the HBM peak allows.
     assert m.num_layers * B * S * 576 * 2.0 / got < bw
 

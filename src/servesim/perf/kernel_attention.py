@@ -1,8 +1,13 @@
 """The attention operators of ``KernelPerfModel``: prefill ('ctx') and decode ('gen') grids.
 
 Each grid holds the log seconds of all layers' attention on one TP rank over (batch,
-length), from the attention tables of ``perf.kernels`` (nearest shape class, scaled by the
-roofline where the class differs) or, without a table, the roofline. Two layer kinds:
+length), from the attention tables of ``perf.kernels`` or, without a table, the roofline.
+Where the model's shape class (heads, KV heads) is not measured, the nearest class is
+carried to it: the table's smallest latency is the kernel's fixed time (launch, the
+split-KV reduction, the tail), kept as it is, and only the part above it is scaled by the
+ratio of the two shapes' rooflines. (Scaling the whole latency multiplied the fixed time
+too: a 7B without GQA, 32 KV heads carried from the 8-KV-head class, was charged 1.7 ms
+for one 900-token decode, twelve times its KV bytes at HBM bandwidth.) Two layer kinds:
 
 - **full-attention layers** attend to the whole context;
 - **sliding-window layers** (gpt-oss's alternating ``sliding_attention`` layers, window
