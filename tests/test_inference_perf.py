@@ -180,6 +180,30 @@ def test_blis_roleplay_runs_within_the_open_loop_goals():
     assert max(abs(r.error("ttft_mean")) for r in runs) < 15.0
 
 
+@pytest.mark.shared_data
+def test_blis_runs_kv_blocks_match_vllm_0_15_1():
+    """vLLM's KV blocks as its start-up logged them (replay.json's config) against servesim's
+    memory plan for the same deployment: within 1% for all four models."""
+    from servesim.deployment import resolve_deployment
+    from servesim.config import Scenario
+
+    root = Path(os.environ["SERVESIM_OPENLOOP_DATA"]) if os.environ.get("SERVESIM_OPENLOOP_DATA") \
+        else shared_data("measurements/openloop")
+    if not root.exists():
+        pytest.skip(f"no open-loop runs at {root}")
+    from servesim.validate.openloop import run_folders
+    for folder in run_folders(root):
+        cfg = json.loads((folder / "replay.json").read_text())["config"]
+        sc = Scenario.model_validate({
+            "model": {"name": str(folder / "model_config.json")}, "hardware": {"gpu": "H100-SXM"},
+            "parallel": {"tensor_parallel_size": cfg["tensor_parallelism"]},
+            "engine": {"version": "0.15.1", "max_model_len": 4096, "max_num_batched_tokens": 2048,
+                       "max_num_seqs": 128},
+            "workload": {"type": "synthetic", "num_requests": 1}})
+        blocks = resolve_deployment(sc).plan.num_gpu_blocks
+        assert abs(blocks / cfg["kv_blocks_total_gpu"] - 1) < 0.01, (folder.name, blocks)
+
+
 def test_config_errors_exit_cleanly(tmp_path):
     sc = tmp_path / "s.yaml"
     sc.write_text(f"workload: {{type: inference-perf, config: {FIX / 'sweep.yaml'}}}\n")
