@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import time
 from pathlib import Path
 
 import numpy as np
@@ -285,9 +284,10 @@ def test_cli_report_compare_and_simulate_report(runs, tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_a_million_request_report_stays_small_and_fast(runs, tmp_path) -> None:
+def test_a_million_request_report_stays_small(runs, tmp_path) -> None:
     """1M requests and 1M steps (records built here, not simulated): the page is the size of a
-    small run's (plots are sampled), under 6 MB with plotly.js, built in seconds."""
+    small run's (plots are sampled), under 6 MB with plotly.js. How fast it is built is a
+    benchmark (benchmarks/bench_report.py), not asserted here."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -316,11 +316,8 @@ def test_a_million_request_report_stays_small_and_fast(runs, tmp_path) -> None:
     summary["counts"] = {**summary["counts"], "num_requests": n, "num_finished": n, "end_s": span}
     summary["utilization"]["replicas"] = summary["utilization"]["replicas"] * 4
     (big / "summary.json").write_text(json.dumps(summary))
-    t0 = time.perf_counter()
     [path] = write_report(big, tmp_path / "big.html")
-    elapsed = time.perf_counter() - t0
     size = path.stat().st_size
     small = write_report(runs["vllm_v1"], tmp_path / "small.html")[0].stat().st_size
     assert size < 6e6, f"{size / 1e6:.1f} MB"
     assert size < small + 0.5e6  # no more than the extra utilization plot: sampling, not per request
-    assert elapsed < 30, f"{elapsed:.1f} s"
