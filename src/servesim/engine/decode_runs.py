@@ -209,7 +209,9 @@ class DecodePool(Scheduler):
         per pooled request), or with ``overlap`` (async scheduling) the larger of the two, as
         ``Replica.step`` times it.
         """
-        if out.is_exact:
+        if out.is_exact or out.preempted:
+            # A step that preempted admitted nobody by rule (vLLM V1), not for want of blocks:
+            # its victims, waiting now, may be admitted at the next step.
             return None
         if out.reqs:
             if not self._first_tokens_now(out, through_finishes):
