@@ -104,6 +104,30 @@ def test_cache_reuses_and_resumes(tmp_path):
     assert resumed.counts()["cached"] == h100 and resumed.counts()["simulated"] == n - h100
 
 
+def test_a_code_change_invalidates_the_cache(tmp_path, monkeypatch):
+    """Rows are keyed on the code's fingerprint, not the package version (which stays the same
+    over many changes to the step models and the catalog): a plan resumed after a change of
+    the code simulates again instead of reusing the old answers."""
+    from servesim.planner import cache
+
+    base, plan = small_plan(gpus=["H100-SXM"], max_total_gpus=1, tensor_parallel_sizes=[1])
+    first = run_plan(base, plan, backend="inprocess", cache_dir=tmp_path)
+    n = first.counts()["simulated"]
+    assert n >= 1 and run_plan(base, plan, backend="inprocess", cache_dir=tmp_path).counts()["cached"] == n
+    monkeypatch.setattr(cache, "code_fingerprint", lambda: "0" * 64)  # the code changed
+    again = run_plan(base, plan, backend="inprocess", cache_dir=tmp_path)
+    assert again.counts()["cached"] == 0 and again.counts()["simulated"] == n
+
+
+def test_code_fingerprint_covers_sources_and_data():
+    from servesim.planner import cache
+
+    fp = cache.code_fingerprint()
+    assert len(fp) == 64 and cache.code_fingerprint() is fp  # computed once a process
+    assert cache.code_version().endswith("+" + fp[:16])
+    assert (cache.PACKAGE_DIR / "planner" / "cache.py").is_file() and (cache.PACKAGE_DIR / "data").is_dir()
+
+
 def test_process_pool_results_equal_in_process():
     base, plan = small_plan()
     a = run_plan(base, plan, backend="inprocess")
