@@ -117,10 +117,6 @@ class Replica:
 
     # ----------------------------------------------------------------- events
 
-    def submit(self, req: Request) -> None:
-        """Schedule ``req``'s arrival at its arrival time."""
-        self.loop.at(req.arrival_s, self.on_arrival, req, ARRIVAL)
-
     def on_arrival(self, req: Request) -> None:
         req.replica = self.id
         fe = self.frontend

@@ -119,10 +119,6 @@ class RateProfile:
         r = self._diurnal_inverse(x) if self.shape == "diurnal" else self._points_inverse(x)
         return r if self.period_s is None else k * self.period_s + r
 
-    def expected_arrivals(self, rate: float, start_s: float, end_s: float) -> float:
-        """Mean number of arrivals in [start_s, end_s) at base ``rate``."""
-        return rate * float(self.cumulative(end_s) - self.cumulative(start_s))
-
     # ------------------------------------------------------------------ inside a period
 
     def _segment(self, r: np.ndarray) -> np.ndarray:
