@@ -33,6 +33,7 @@ from servesim.cluster.fleet import Fleet, ReplicaPhase
 from servesim.config.operations import OperationsConfig, PoolScaling
 from servesim.engine.request import Request
 from servesim.metrics.timeseries import TimeSeries
+from servesim.perf.capabilities import Clocked
 from servesim.perf.power import ClockedPerf, bundled_coefficients, busy_energy_j
 
 # The cluster (servesim.cluster.cluster.Cluster) and its pools (PoolSpec) are typed Any here:
@@ -175,7 +176,7 @@ class Operations:
             busy = cg * share
             e = 0.0
             if pool.gpu is not None and held > 0:
-                clock = getattr(pool.perf, "clock", 1.0)
+                clock = pool.perf.clock if isinstance(pool.perf, Clocked) else 1.0
                 e = pool.num_gpus * (busy_energy_j(pool.gpu, busy, cf * share, cb * share, coef, clock=clock)
                                      + pool.gpu.idle_power_w * (held - busy))
             self._carry[i] = (cg - busy, cf * (1 - share), cb * (1 - share))
