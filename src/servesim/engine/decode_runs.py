@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_right
-from math import log
 from dataclasses import dataclass
+from math import log
 from types import FunctionType
 from typing import TYPE_CHECKING, Any
 

@@ -103,7 +103,8 @@ class ResultCache:
                             "error": error, "wall_s": wall}
         return out
 
-    def put(self, key: str, label: str, summary: dict[str, Any] | None, error: str | None, wall_s: float) -> None:
+    def put(self, key: str, label: str, summary: dict[str, Any] | None, error: str | None,
+            wall_s: float) -> None:
         """Store one result and commit it (so an interrupted sweep keeps it)."""
         self._db.execute("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?)",
                          (key, self.version, label, None if summary is None else json.dumps(summary),

@@ -129,7 +129,8 @@ class RateProfile:
         """Lambda(r) for 0 <= r < period (or any r >= 0 without a period)."""
         if self.shape == "diurnal":
             w = 2.0 * np.pi / self.period_s
-            return self.mid * r + self.amp / w * (np.sin(w * (r - self.peak_at_s)) + math.sin(w * self.peak_at_s))
+            return self.mid * r + self.amp / w * (np.sin(w * (r - self.peak_at_s))
+                                                  + math.sin(w * self.peak_at_s))
         i = self._segment(r)
         dt = r - self.knots[i]
         return self.cum[i] + self.m0[i] * dt + 0.5 * self.slope[i] * dt * dt
