@@ -3,15 +3,19 @@
 The lazy scheduler must make exactly the reference's decisions: identical first-scheduled,
 first-token and finish times (up to float rounding of summed step times), identical
 preemptions and prefix-cache hits, on Poisson and bursty traffic, short and long prompts,
-prefix caching on and off, KV pressure with preemption, and slices of the real traces.
+prefix caching on and off, KV pressure with preemption, and slices of the real traces;
+then on small cases hypothesis generates (workload and engine knobs together).
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from servesim.catalog.gpus import get_gpu
 from servesim.catalog.hf_config import load_model
@@ -179,3 +183,67 @@ def test_closed_loop_benchmark_clients():
                                          request_rate=30.0, burstiness=0.5))
     ref = assert_same(wl, EngineConfig(max_num_seqs=32, max_num_batched_tokens=512), 500)
     assert ref.records.num_preemptions.sum() > 0
+
+
+def test_a_preempting_step_starts_no_run():
+    """Found by the generated cases: a step that preempts admits nobody by rule, so the lazy
+    engine must not extend it into a run of decode steps (which assumes the waiting requests
+    cannot be admitted): the victim here is re-admitted at the very next step."""
+    n = 20
+    wl = Workload(np.zeros(n), np.array([1] * 19 + [17]), np.array([1] * 18 + [3, 1]))
+    engine = EngineConfig(block_size=1, max_num_seqs=2, max_num_batched_tokens=16,
+                          enable_prefix_caching=False, cpu_overhead_s=0.0, scheduler_reserve_full_isl=False)
+    ref = assert_same(wl, engine, 19, max_model_len=1024)
+    assert ref.records.num_preemptions[19] == 1
+
+
+# ------------------------------------------------------------------ generated cases
+
+
+@st.composite
+def differential_cases(draw) -> tuple[Workload, EngineConfig, int, int, str]:
+    """A small workload and the lazy engine's knobs (plain vLLM V1, FCFS, recompute): arrivals
+    in bursts and gaps, prompts up to 600 tokens, outputs up to 300 (long pure-decode runs are
+    what the lazy engine skips ahead over), prefix groups, block sizes, chunked prefill on and
+    off, long-prefill thresholds, and KV from barely one request's worth (preemption,
+    rejection) to plenty."""
+    n = draw(st.integers(1, 30))
+    gaps = draw(st.lists(st.sampled_from([0.0, 0.0, 0.002, 0.01, 0.03, 0.2, 1.0]), min_size=n, max_size=n))
+    prompts = draw(st.lists(st.integers(1, 600), min_size=n, max_size=n))
+    outputs = draw(st.lists(st.integers(1, 300), min_size=n, max_size=n))
+    caching = draw(st.booleans())
+    groups = draw(st.lists(st.integers(-1, 2), min_size=n, max_size=n)) if caching else None
+    wl = Workload(np.cumsum(gaps), np.array(prompts, np.int64), np.array(outputs, np.int64),
+                  prefix_group=None if groups is None else np.array(groups, np.int64),
+                  prefix_len=draw(st.sampled_from([0, 16, 100, 256])))
+    max_model_len = draw(st.sampled_from([1024, 1024, 256]))
+    block_size = draw(st.sampled_from([1, 16, 32]))
+    chunked = draw(st.booleans())
+    if chunked:
+        budget = draw(st.sampled_from([16, 64, 512, 2048]))
+        threshold = draw(st.sampled_from([0, 0, 32, 256]))
+    else:  # vLLM requires the budget to hold the longest sequence without chunking
+        budget, threshold = draw(st.sampled_from([max_model_len, 4096])), 0
+    engine = EngineConfig(block_size=block_size, max_num_seqs=draw(st.integers(1, 32)),
+                          max_num_batched_tokens=budget, enable_chunked_prefill=chunked,
+                          long_prefill_token_threshold=threshold, enable_prefix_caching=caching,
+                          cpu_overhead_s=draw(st.sampled_from([0.0, 0.003])),
+                          scheduler_reserve_full_isl=draw(st.booleans()))
+    longest = max(min(p + o, max_model_len) for p, o in zip(prompts, outputs, strict=True))
+    blocks = -(-longest // block_size) + 1 + draw(st.sampled_from([0, 2, 10, 100, 5000]))
+    return wl, engine, blocks, max_model_len, draw(st.sampled_from(["constant", "roofline"]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(differential_cases())
+def test_generated_cases(case) -> None:
+    """The fast engine makes the reference's decisions on generated cases, timed by a constant
+    step model or by the roofline (whose decode runs the lazy engine times in closed form)."""
+    wl, engine, blocks, max_model_len, timing = case
+    perf = roofline() if timing == "roofline" else ConstantPerfModel(0.01, 2e-5)
+    assert_same(wl, engine, blocks, perf=perf, max_model_len=max_model_len)
+
+
+@functools.cache
+def roofline() -> RooflinePerfModel:
+    return RooflinePerfModel(load_model("meta-llama/Llama-3.1-8B"), get_gpu("H100-SXM"))

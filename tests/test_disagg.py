@@ -1,6 +1,7 @@
 """Prefill/decode disaggregation: exact hand-off timing on tiny clusters, the shared KV
 link, decode-side admission, balanced and per-request strategies, a property test that
-no request is lost or duplicated, and the DistServe reproduction in servesim's terms."""
+no request is lost or duplicated, and the DistServe reproduction in servesim's terms (its
+placement searches are characterization tests: they pin servesim's own earlier output)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from conftest import make_workload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from servesim.calibration.measurements import DistServeFit, read_distserve
 from servesim.cluster.cluster import PoolSpec, run_cluster
 from servesim.config import (
     ClusterConfig,
@@ -25,7 +27,6 @@ from servesim.config import (
 from servesim.engine.request import ReqStatus
 from servesim.metrics.records import RequestStatus
 from servesim.perf.base import BatchStats, ConstantPerfModel
-from servesim.calibration.measurements import DistServeFit, read_distserve
 from servesim.workload.base import Workload
 
 KV_BYTES = 1000.0  # per token
@@ -282,17 +283,17 @@ def best(placements: dict[str, list[dict]], *args: object, engine: dict | None =
     return k, scores[k]
 
 
-def test_distserve_disaggregation_wins_on_prompt_heavy_tight_slos() -> None:
-    """OPT-13B on A100s, prompts of 1024-1792 tokens, 8-32 outputs, TTFT <= 300 ms and
-    TPOT <= 25 ms at 90% attainment. Best of each family, per GPU (measured when written:
-    colocated TP4 x2 2.05 req/s/GPU, disaggregated 5 x TP1 prefill + 1 x TP2 decode 2.58:
-    1.26x; the paper-setup test below compares against vLLM V0, as DistServe did).
+@pytest.mark.characterization
+def test_characterization_distserve_no_disaggregation_gain_on_prompt_heavy_tight_slos() -> None:
+    """Characterization: pins servesim's own output, not DistServe's result.
 
-    Timed as servesim timed it when this was written: sync scheduling and eager kernels
-    (``engine.version`` 0.13, ``enforce_eager``). With vLLM 0.19's async
-    scheduling and CUDA graphs (the default engine) colocated TP4 x2 reaches 2.72 req/s/GPU
-    and the best disaggregated placement (5p1d) 2.70: 0.99x, no win on this workload."""
-    old_engine = {"version": "0.13.0", "enforce_eager": True}
+    OPT-13B on A100s, prompts of 1024-1792 tokens, 8-32 outputs, TTFT <= 300 ms and TPOT <=
+    25 ms at 90% attainment. Best of each family, per GPU, with the default engine (vLLM
+    0.19: async scheduling, CUDA graphs): colocated TP4 x2 2.60 req/s/GPU, the best
+    disaggregated placement (5 x TP1 prefill + 1 x TP2 decode) 2.58: 0.99x, no win on this
+    workload. (With the timing servesim had when this test was first written, sync scheduling
+    and eager kernels, the same search gave 1.26x; the paper-setup test below compares against
+    vLLM V0, as DistServe did.)"""
     args = (
         {"kind": "uniform", "low": 1024, "high": 1792},
         {"kind": "uniform", "low": 8, "high": 32},
@@ -305,21 +306,24 @@ def test_distserve_disaggregation_wins_on_prompt_heavy_tight_slos() -> None:
             "tp4": [_p("c", "colocated", 1, 4)],
             "tp4x2": [_p("c", "colocated", 2, 4)],
         },
-        *args, engine=old_engine,
+        *args,
     )
     dis = best(
         {
             "4p1d": [_p("p", "prefill", 4), _p("d", "decode", 1, 2)],
             "5p1d": [_p("p", "prefill", 5), _p("d", "decode", 1, 2)],
         },
-        *args, engine=old_engine,
+        *args,
     )
     print(f"colocated {colo}, disaggregated {dis}: {dis[1] / colo[1]:.2f}x")
-    assert 1.26 / 1.1 <= dis[1] / colo[1] <= 1.26 * 1.1, (colo, dis)  # measured 1.26x (to ~10%)
+    assert 0.99 / 1.1 <= dis[1] / colo[1] <= 0.99 * 1.1, (colo, dis)  # measured 0.99x (to ~10%)
 
 
-def test_colocation_wins_on_short_prompts_loose_slos() -> None:
-    """Short prompts (32-128), long outputs (128-384), TTFT <= 2 s, TPOT <= 100 ms: a prefill
+@pytest.mark.characterization
+def test_characterization_colocation_wins_on_short_prompts_loose_slos() -> None:
+    """Characterization: pins servesim's own output (the measured ratio below).
+
+    Short prompts (32-128), long outputs (128-384), TTFT <= 2 s, TPOT <= 100 ms: a prefill
     GPU has little to do (measured: colocated 19.8 req/s/GPU, 1P1D 13.7: 1.45x)."""
     args = (
         {"kind": "uniform", "low": 32, "high": 128},
@@ -377,7 +381,8 @@ def _distserve_pools(model: str, tps: tuple[tuple[str, int], ...]) -> tuple[Clus
     from servesim.cluster.pools import build_pool
     from servesim.config import Scenario
 
-    engines = {"colocated": _engine(16384, 1024), "prefill": _engine(8192, 128), "decode": _engine(65536, 1024)}
+    engines = {"colocated": _engine(16384, 1024), "prefill": _engine(8192, 128),
+               "decode": _engine(65536, 1024)}
     pools = [{"name": role, "role": role, "num_replicas": 1, "engine": engines[role],
               "parallel": {"tensor_parallel_size": tp}} for role, tp in tps]
     sc = Scenario.model_validate({"model": {"name": model}, "hardware": {"gpu": "A100-80GB"},
@@ -421,14 +426,17 @@ def _distserve_goodput_per_gpu(model: str, tps: tuple[tuple[str, int], ...], pro
 
 
 @pytest.mark.slow
+@pytest.mark.characterization
 @pytest.mark.parametrize(("model", "slo", "tps", "prompt_median", "hi", "measured"), [
     ("OPT-13B", (0.25, 0.1), (1, 2, 1), 107, 12.0, 0.47),  # vLLM 9.35, DistServe 4.42 req/s/GPU
     ("OPT-13B", (0.25, 0.1), (1, 2, 1), 600, 4.0, 1.79),  # 1.02, 1.82
     ("OPT-66B", (0.4, 0.1), (4, 4, 4), 600, 4.0, 2.49),  # 0.179, 0.446 (prompt median 107: 1.18x)
 ])
-def test_distserve_paper_setup_gain_depends_on_prompt_length(model, slo, tps, prompt_median, hi,
-                                                             measured) -> None:
-    """DistServe (Zhong et al., OSDI'24), chatbot on ShareGPT: per-GPU goodput at 90% SLO
+def test_characterization_distserve_paper_setup_gain_depends_on_prompt_length(
+        model, slo, tps, prompt_median, hi, measured) -> None:
+    """Characterization: pins servesim's own gains (``measured``), not the paper's 2.0-4.6x.
+
+    DistServe (Zhong et al., OSDI'24), chatbot on ShareGPT: per-GPU goodput at 90% SLO
     attainment, DistServe 2.0-4.6x vLLM (see docs/cluster.md for the whole finding).
 
     The paper's setup, from its artifact (LLMServe/DistServe, evaluation/ae-scripts/e2e/

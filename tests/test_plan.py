@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from servesim.cli import app
 from servesim.config import scenario_from_dict
 from servesim.errors import ConfigError
-from servesim.planner.bounds import decode_capacity, prefill_capacity, prune, workload_demand, _resolve_pools
+from servesim.planner.bounds import _resolve_pools, decode_capacity, prefill_capacity, prune, workload_demand
 from servesim.planner.output import pareto, vllm_serve_lines, write_plan
 from servesim.planner.search import run_plan
 from servesim.planner.space import enumerate_candidates, plan_config, plan_from_options
@@ -104,11 +104,36 @@ def test_cache_reuses_and_resumes(tmp_path):
     assert resumed.counts()["cached"] == h100 and resumed.counts()["simulated"] == n - h100
 
 
+def test_a_code_change_invalidates_the_cache(tmp_path, monkeypatch):
+    """Rows are keyed on the code's fingerprint, not the package version (which stays the same
+    over many changes to the step models and the catalog): a plan resumed after a change of
+    the code simulates again instead of reusing the old answers."""
+    from servesim.planner import cache
+
+    base, plan = small_plan(gpus=["H100-SXM"], max_total_gpus=1, tensor_parallel_sizes=[1])
+    first = run_plan(base, plan, backend="inprocess", cache_dir=tmp_path)
+    n = first.counts()["simulated"]
+    assert n >= 1 and run_plan(base, plan, backend="inprocess", cache_dir=tmp_path).counts()["cached"] == n
+    monkeypatch.setattr(cache, "code_fingerprint", lambda: "0" * 64)  # the code changed
+    again = run_plan(base, plan, backend="inprocess", cache_dir=tmp_path)
+    assert again.counts()["cached"] == 0 and again.counts()["simulated"] == n
+
+
+def test_code_fingerprint_covers_sources_and_data():
+    from servesim.planner import cache
+
+    fp = cache.code_fingerprint()
+    assert len(fp) == 64 and cache.code_fingerprint() is fp  # computed once a process
+    assert cache.code_version().endswith("+" + fp[:16])
+    assert (cache.PACKAGE_DIR / "planner" / "cache.py").is_file() and (cache.PACKAGE_DIR / "data").is_dir()
+
+
 def test_process_pool_results_equal_in_process():
     base, plan = small_plan()
     a = run_plan(base, plan, backend="inprocess")
     b = run_plan(base, plan, backend="process", workers=2)
-    assert [(e.candidate.id, e.summary) for e in a.evaluated] == [(e.candidate.id, e.summary) for e in b.evaluated]
+    assert [(e.candidate.id, e.summary) for e in a.evaluated] == [
+        (e.candidate.id, e.summary) for e in b.evaluated]
 
 
 @pytest.mark.slow
@@ -122,7 +147,8 @@ def test_ray_results_equal_the_process_pool():
     finally:
         ray.shutdown()
     assert len(a.evaluated) >= 2
-    assert [(e.candidate.id, e.summary) for e in a.evaluated] == [(e.candidate.id, e.summary) for e in b.evaluated]
+    assert [(e.candidate.id, e.summary) for e in a.evaluated] == [
+        (e.candidate.id, e.summary) for e in b.evaluated]
 
 
 def test_pareto_front():
@@ -201,7 +227,8 @@ def test_bad_plan_files_get_one_line_errors(tmp_path, text, message):
 
 
 def test_data_parallel_servers_are_searched_for_moe_models_only():
-    moe = scenario_from_dict({**SMALL, "model": {"name": "MiniMaxAI/MiniMax-M2.5"}, "hardware": {"gpu": "B200"}})
+    moe = scenario_from_dict({**SMALL, "model": {"name": "MiniMaxAI/MiniMax-M2.5"},
+                              "hardware": {"gpu": "B200"}})
     plan = plan_config({"max_total_gpus": 4, "tensor_parallel_sizes": [1, 2], "data_parallel_sizes": [1, 2],
                         "expert_parallel": [True], "replicas": [1]}, "test")
     cands = enumerate_candidates(moe, plan)
@@ -216,14 +243,16 @@ def test_data_parallel_servers_are_searched_for_moe_models_only():
     assert role == "colocated" and engines == 2 and dep.parallel.data_parallel_size == 2
     from servesim.planner.search import Evaluated
 
-    cmd = [ln for ln in vllm_serve_lines(Evaluated(cands[3], None, None, 0.0, False)) if ln.startswith("vllm")]
+    lines = vllm_serve_lines(Evaluated(cands[3], None, None, 0.0, False))
+    cmd = [ln for ln in lines if ln.startswith("vllm")]
     assert "--tensor-parallel-size 2 --data-parallel-size 2 --enable-expert-parallel" in cmd[0]
-    head = [ln for ln in vllm_serve_lines(Evaluated(cands[3], None, None, 0.0, False)) if ln.startswith("#")]
+    head = [ln for ln in lines if ln.startswith("#")]
     assert head == ["# each replica: 1 x 4 B200"]
     # a dense model's ranks would be replicas: the plan says so instead of searching them
     with pytest.raises(ConfigError, match="dense model.*plan.replicas"):
         enumerate_candidates(scenario_from_dict(SMALL), plan)
     # data-parallel ranks are not tried with pipeline stages
-    plan_pp = plan_config({"max_total_gpus": 4, "tensor_parallel_sizes": [1], "pipeline_parallel_sizes": [1, 2],
-                           "data_parallel_sizes": [2], "replicas": [1]}, "test")
+    plan_pp = plan_config({"max_total_gpus": 4, "tensor_parallel_sizes": [1],
+                           "pipeline_parallel_sizes": [1, 2], "data_parallel_sizes": [2], "replicas": [1]},
+                          "test")
     assert [c.label() for c in enumerate_candidates(moe, plan_pp)] == ["B200 1x tp1dp2"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +20,7 @@ pytest.importorskip("plotly")
 pytest.importorskip("matplotlib")
 
 from servesim.cli import app  # noqa: E402
-from servesim.report import write_comparison, write_report  # noqa: E402
-from servesim.report import figures, sampling  # noqa: E402
+from servesim.report import figures, sampling, write_comparison, write_report  # noqa: E402
 from servesim.report.rundir import open_run_dir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,7 +68,8 @@ def test_cdfs_pass_through_the_summarys_percentiles(runs) -> None:
             values, weights = figures.latency_values(run, metric)
         for p in (0.5, 0.9, 0.99):
             x, _ = sampling.cdf(values, weights, np.array([p]))
-            assert x[0] == pytest.approx(run.summary["latency"][f"{metric}_s"][f"p{round(p * 100)}"], rel=1e-12)
+            want = run.summary["latency"][f"{metric}_s"][f"p{round(p * 100)}"]
+            assert x[0] == pytest.approx(want, rel=1e-12)
 
 
 def test_itl_from_steps_is_the_engines_itl(runs) -> None:
@@ -126,7 +125,8 @@ def test_timeseries_file_is_plotted_per_pool(runs, tmp_path) -> None:
     run_dir = tmp_path / "run"
     shutil.copytree(runs["disagg"], run_dir)
     t = np.arange(0, 120, 0.1)
-    cols = ["arrivals", "queue_len", "running", "batch_tokens", "kv_util", "replicas", "power_w", "slo_attainment"]
+    cols = ["arrivals", "queue_len", "running", "batch_tokens", "kv_util", "replicas", "power_w",
+            "slo_attainment"]
     lines = ["t_s,pool," + ",".join(cols)]
     for pool, scale in (("prefill", 1.0), ("decode", 2.0)):
         lines += [f"{x:.1f},{pool}," + ",".join(f"{scale * (k + 1):g}" for k in range(len(cols))) for x in t]
@@ -285,9 +285,10 @@ def test_cli_report_compare_and_simulate_report(runs, tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_a_million_request_report_stays_small_and_fast(runs, tmp_path) -> None:
+def test_a_million_request_report_stays_small(runs, tmp_path) -> None:
     """1M requests and 1M steps (records built here, not simulated): the page is the size of a
-    small run's (plots are sampled), under 6 MB with plotly.js, built in seconds."""
+    small run's (plots are sampled), under 6 MB with plotly.js. How fast it is built is a
+    benchmark (benchmarks/bench_report.py), not asserted here."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -305,7 +306,8 @@ def test_a_million_request_report_stays_small_and_fast(runs, tmp_path) -> None:
     replica = np.repeat(np.arange(4), n_steps // 4)
     start = np.tile(np.sort(rng.uniform(0, span, n_steps // 4)), 4)
     steps = {"replica": replica, "start_s": start, "duration_s": np.full(n_steps, 0.0018),
-             "num_prefill_tokens": rng.integers(0, 8192, n_steps), "num_decode_reqs": rng.integers(0, 256, n_steps),
+             "num_prefill_tokens": rng.integers(0, 8192, n_steps),
+             "num_decode_reqs": rng.integers(0, 256, n_steps),
              "num_running": rng.integers(0, 256, n_steps), "num_waiting": rng.integers(0, 50, n_steps),
              "kv_blocks_used": rng.integers(0, 28000, n_steps), "num_preempted": np.zeros(n_steps, np.int64)}
     big = tmp_path / "big"
@@ -316,11 +318,8 @@ def test_a_million_request_report_stays_small_and_fast(runs, tmp_path) -> None:
     summary["counts"] = {**summary["counts"], "num_requests": n, "num_finished": n, "end_s": span}
     summary["utilization"]["replicas"] = summary["utilization"]["replicas"] * 4
     (big / "summary.json").write_text(json.dumps(summary))
-    t0 = time.perf_counter()
     [path] = write_report(big, tmp_path / "big.html")
-    elapsed = time.perf_counter() - t0
     size = path.stat().st_size
     small = write_report(runs["vllm_v1"], tmp_path / "small.html")[0].stat().st_size
     assert size < 6e6, f"{size / 1e6:.1f} MB"
     assert size < small + 0.5e6  # no more than the extra utilization plot: sampling, not per request
-    assert elapsed < 30, f"{elapsed:.1f} s"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import time
 from pathlib import Path
 
 import numpy as np
@@ -225,16 +224,13 @@ REAL = [
 @pytest.mark.shared_data
 @pytest.mark.parametrize(("rel", "rows", "fmt"), REAL, ids=[r[0].split("/")[1] for r in REAL])
 def test_real_traces_row_counts(rel, rows, fmt):
-    t0 = time.perf_counter()
     wl = read_trace(shared(rel))
-    elapsed = time.perf_counter() - t0
     wl.validate()
     assert len(wl) == rows and wl.meta["format"] == fmt and wl.meta["clamped"] == 0
     assert wl.arrival_s[0] == 0.0
     if fmt == "mooncake":
         # One hash id per started 512-token block.
         assert all(len(h) == -(-p // 512) for h, p in zip(wl.hash_ids, wl.num_prompt_tokens, strict=True))
-    assert elapsed < 5.0  # generous: a sanity bound, not a benchmark (~0.15 s here)
 
 
 def test_azure_conv_statistics():

@@ -205,13 +205,6 @@ class ModelSpec:
     def router_params(self) -> int:
         return self.hidden_size * self.num_experts
 
-    def mlp_params_per_layer(self, tp: int = 1) -> int:
-        """All MLP weights of one layer (an MoE layer: every routed expert, the shared
-        experts and the router) on one TP rank."""
-        if self.is_moe:
-            return self.num_experts * self.expert_params(tp) + self.shared_expert_params(tp) + self.router_params()
-        return self.expert_params(tp)
-
     def every_token_mlp_params(self, tp: int = 1) -> int:
         """MoE models: the MLP weights of all layers that every token passes through on one
         TP rank (shared experts of the MoE layers, dense MLPs of the dense layers)."""

@@ -33,6 +33,7 @@ from servesim.cluster.fleet import Fleet, ReplicaPhase
 from servesim.config.operations import OperationsConfig, PoolScaling
 from servesim.engine.request import Request
 from servesim.metrics.timeseries import TimeSeries
+from servesim.perf.capabilities import Clocked
 from servesim.perf.power import ClockedPerf, bundled_coefficients, busy_energy_j
 
 # The cluster (servesim.cluster.cluster.Cluster) and its pools (PoolSpec) are typed Any here:
@@ -120,7 +121,8 @@ class Operations:
             return True
         ttft = r.first_token_s - r.arrival_s
         e2e = r.finished_s - r.arrival_s
-        tpot = (r.finished_s - r.first_token_s) / (r.num_output_tokens - 1) if r.num_output_tokens > 1 else 0.0
+        n_out = r.num_output_tokens
+        tpot = (r.finished_s - r.first_token_s) / (n_out - 1) if n_out > 1 else 0.0
         return ((slo.ttft_s is None or ttft <= slo.ttft_s) and (slo.tpot_s is None or tpot <= slo.tpot_s)
                 and (slo.e2e_s is None or e2e <= slo.e2e_s))
 
@@ -155,7 +157,8 @@ class Operations:
             self._seen.append((0.0, 0.0, 0.0, 0, 0, 0, 0.0))
             self._carry.append((0.0, 0.0, 0.0))
         energy = {p.name: 0.0 for p in self.pools}
-        stats = {p.name: [0, 0, 0, 0, 0.0, 0, 0] for p in self.pools}  # arrivals, queue, running, steps, kv, n_kv, tok
+        # arrivals, queue, running, steps, kv, n_kv, tok
+        stats = {p.name: [0, 0, 0, 0, 0.0, 0, 0] for p in self.pools}
         for i, rep in enumerate(c.replicas):
             pool, t = c.pool_of[i], rep.totals
             g, f, b, routed, steps, tokens, kv_s = self._seen[i]
@@ -175,7 +178,7 @@ class Operations:
             busy = cg * share
             e = 0.0
             if pool.gpu is not None and held > 0:
-                clock = getattr(pool.perf, "clock", 1.0)
+                clock = pool.perf.clock if isinstance(pool.perf, Clocked) else 1.0
                 e = pool.num_gpus * (busy_energy_j(pool.gpu, busy, cf * share, cb * share, coef, clock=clock)
                                      + pool.gpu.idle_power_w * (held - busy))
             self._carry[i] = (cg - busy, cf * (1 - share), cb * (1 - share))
@@ -192,7 +195,8 @@ class Operations:
         self.power_w = sum(energy.values()) / dt if dt > 0 else 0.0
         for p in self.pools:
             s, d = stats[p.name], self._done[p.name]
-            parked = len(fleet.parked) if p.name == front_pool or (front_pool is None and p.role != "decode") else 0
+            fronts = p.name == front_pool or (front_pool is None and p.role != "decode")
+            parked = len(fleet.parked) if fronts else 0
             self.series.add(t0, p.name, s[0], s[1] + parked, s[2], s[6] / s[3] if s[3] else 0.0,
                             s[4] / s[5] if s[5] else math.nan, fleet.provisioned(p.name),
                             energy[p.name] / dt if dt > 0 else 0.0, d[1] / d[0] if d[0] else math.nan)

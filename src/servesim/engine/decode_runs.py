@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_right
-from math import log
 from dataclasses import dataclass
+from math import log
 from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,7 @@ import numpy as np
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import Scheduler, SchedulerOutput
 from servesim.perf.base import BatchStats, PerfModel, decode_step_times
+from servesim.perf.capabilities import AffineDecode, DecodeTerms
 from servesim.perf.kernel_step import Row, row_time_at
 
 if TYPE_CHECKING:
@@ -209,7 +210,9 @@ class DecodePool(Scheduler):
         per pooled request), or with ``overlap`` (async scheduling) the larger of the two, as
         ``Replica.step`` times it.
         """
-        if out.is_exact:
+        if out.is_exact or out.preempted:
+            # A step that preempted admitted nobody by rule (vLLM V1), not for want of blocks:
+            # its victims, waiting now, may be admitted at the next step.
             return None
         if out.reqs:
             if not self._first_tokens_now(out, through_finishes):
@@ -377,14 +380,12 @@ class DecodePool(Scheduler):
             self._rows.clear()
         coef = self._affine.get(n, False)
         if coef is False:
-            affine = getattr(perf, "decode_affine", None)
-            coef = self._affine[n] = affine(n) if affine is not None else None
+            coef = self._affine[n] = perf.decode_affine(n) if isinstance(perf, AffineDecode) else None
         if coef is not None:
             return coef, None
         rc = self._rows.get(n, False)
         if rc is False:
-            by_row = getattr(perf, "decode_terms", None)
-            rc = self._rows[n] = by_row(n) if by_row is not None else None
+            rc = self._rows[n] = perf.decode_terms(n) if isinstance(perf, DecodeTerms) else None
         return None, rc
 
     def _extend_vectorized(self, j: int, last: int, t: float, popped: int, free: int,

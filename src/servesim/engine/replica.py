@@ -38,6 +38,7 @@ from servesim.engine.run_stream import RunStream
 from servesim.engine.scheduler import Scheduler, SchedulerOutput
 from servesim.metrics.records import ItlSamples, ReplicaTotals, StepSeries
 from servesim.perf.base import BatchStats, PerfModel
+from servesim.perf.capabilities import BatchWork, CountsWork, PipelineStages
 from servesim.perf.work_step import WorkCounter
 
 if TYPE_CHECKING:
@@ -105,21 +106,18 @@ class Replica:
         # admits those that arrived before the step before it started (the module's docstring).
         self._staged: list[Request] = []
         self._prev_start_s = 0.0  # start of the last step scheduled
-        work = getattr(perf, "batch_work", None)  # (FLOPs, bytes) in one call where offered
-        self._work: Callable[[BatchStats], tuple[float, float]] = work if work is not None else (
-            lambda st: (perf.batch_flops(st), perf.batch_bytes(st)))
+        # (FLOPs, bytes) in one call where offered
+        self._work: Callable[[BatchStats], tuple[float, float]] = (
+            perf.batch_work if isinstance(perf, BatchWork)
+            else lambda st: (perf.batch_flops(st), perf.batch_bytes(st)))
         # The roofline's count itself where the model offers it: a compiled call, no frame.
-        counter = getattr(perf, "work_counter", None)
+        counter = perf.work_counter if isinstance(perf, CountsWork) else None
         self._counter: WorkCounter | None = counter if isinstance(counter, WorkCounter) else None
         # Pipeline bubbles, for utilization (only perf models with stages report them).
         self._bubble: Callable[[BatchStats], float] | None = (
-            getattr(perf, "bubble_fraction", None) if getattr(perf, "pp", 1) > 1 else None)
+            perf.bubble_fraction if isinstance(perf, PipelineStages) and perf.pp > 1 else None)
 
     # ----------------------------------------------------------------- events
-
-    def submit(self, req: Request) -> None:
-        """Schedule ``req``'s arrival at its arrival time."""
-        self.loop.at(req.arrival_s, self.on_arrival, req, ARRIVAL)
 
     def on_arrival(self, req: Request) -> None:
         req.replica = self.id

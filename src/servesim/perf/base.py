@@ -12,6 +12,8 @@ from typing import Protocol
 
 import numpy as np
 
+from servesim.perf.capabilities import VectorDecode
+
 
 @dataclass(slots=True, init=False)
 class BatchStats:
@@ -102,9 +104,8 @@ def decode_step_times(perf: PerfModel, num_decode_reqs: int, sum_decode_context:
     Uses the model's vectorized ``decode_step_times`` where it has one (the same terms as
     its ``batch_time``, summed in another order: equal to rounding), else a scalar loop.
     """
-    fast = getattr(perf, "decode_step_times", None)
-    if fast is not None:
-        return fast(num_decode_reqs, sum_decode_context)
+    if isinstance(perf, VectorDecode):
+        return perf.decode_step_times(num_decode_reqs, sum_decode_context)
     st = BatchStats(num_decode_reqs=num_decode_reqs)
     out = np.empty(len(sum_decode_context))
     for i, s in enumerate(sum_decode_context.tolist()):

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from servesim.perf.capabilities import RooflineFallbacks, SelfDescribing
+
 
 def _unwrap(perf: Any) -> tuple[Any, list[str]]:
     """The model under the wrappers that add costs on top (policy costs, micro-batches)."""
@@ -36,8 +38,7 @@ def _unwrap(perf: Any) -> tuple[Any, list[str]]:
 
 def _own_description(perf: Any) -> dict[str, Any] | None:
     """``perf.describe()`` when it returns a dict (a model describing itself), else None."""
-    own = getattr(perf, "describe", None)
-    out = own() if callable(own) else None
+    out = perf.describe() if isinstance(perf, SelfDescribing) else None
     return dict(out) if isinstance(out, dict) else None
 
 
@@ -46,13 +47,13 @@ def describe_perf_model(perf: Any, gpu_name: str, profile: Any = None) -> dict[s
     core, notes = _unwrap(perf)
     name = type(core).__name__
     if name == "KernelPerfModel":
-        fallbacks = list(getattr(core, "fallbacks", ()))
+        fallbacks = list(core.fallbacks) if isinstance(core, RooflineFallbacks) else []
         version = core.version or "none"
         d = {"kind": "kernel_db", "label": f"kernel database ({core.gpu.name}, vLLM {version})"
              + (f"; roofline for {', '.join(fallbacks)}" if fallbacks else ""),
              "source": f"measured kernels of vLLM {version} on {core.gpu.name}", "engine_version": version,
              "roofline_operators": fallbacks}
-        if callable(getattr(core, "describe", None)):
+        if isinstance(core, SelfDescribing):
             d["detail"] = str(core.describe())  # each operator's source, one a line
         if core.db is None:
             d["warnings"] = [f"no kernel tables for {core.gpu.name}: every operator is the roofline's"]

@@ -119,10 +119,6 @@ class RateProfile:
         r = self._diurnal_inverse(x) if self.shape == "diurnal" else self._points_inverse(x)
         return r if self.period_s is None else k * self.period_s + r
 
-    def expected_arrivals(self, rate: float, start_s: float, end_s: float) -> float:
-        """Mean number of arrivals in [start_s, end_s) at base ``rate``."""
-        return rate * float(self.cumulative(end_s) - self.cumulative(start_s))
-
     # ------------------------------------------------------------------ inside a period
 
     def _segment(self, r: np.ndarray) -> np.ndarray:
@@ -133,7 +129,8 @@ class RateProfile:
         """Lambda(r) for 0 <= r < period (or any r >= 0 without a period)."""
         if self.shape == "diurnal":
             w = 2.0 * np.pi / self.period_s
-            return self.mid * r + self.amp / w * (np.sin(w * (r - self.peak_at_s)) + math.sin(w * self.peak_at_s))
+            return self.mid * r + self.amp / w * (np.sin(w * (r - self.peak_at_s))
+                                                  + math.sin(w * self.peak_at_s))
         i = self._segment(r)
         dt = r - self.knots[i]
         return self.cum[i] + self.m0[i] * dt + 0.5 * self.slope[i] * dt * dt
