@@ -110,6 +110,28 @@ def test_report_file_and_throughput(tmp_path):
     assert len(wl) == 40 and wl.clients.max_concurrency == 16  # 0.6: throughput's rate is its cap
 
 
+def test_spec_concurrent_streams_and_capped_constant(tmp_path):
+    data = [{"kind": "synthetic_text", "prompt_tokens": 64, "output_tokens": 8}]
+    doc = {
+        "spec": {
+            "profile": {"kind": "concurrent", "streams": [6]},
+            "data": data,
+            "constraints": [{"kind": "max_requests", "count": 30}],
+        }
+    }
+    (tmp_path / "c.json").write_text(json.dumps(doc))
+    wl = generate_guidellm(tmp_path / "c.json")
+    assert len(wl) == 30 and wl.clients.max_concurrency == 6
+    doc["spec"]["profile"] = {"kind": "async", "rate": 10, "max_concurrency": 3}
+    (tmp_path / "a.json").write_text(json.dumps(doc))
+    wl = generate_guidellm(tmp_path / "a.json")
+    assert wl.clients.max_concurrency == 3 and wl.arrival_s[:3].tolist() == pytest.approx([0.1, 0.2, 0.3])
+    doc["spec"]["profile"] = {"kind": "concurrent", "streams": [2, 4]}
+    (tmp_path / "b.json").write_text(json.dumps(doc))
+    with pytest.raises(ConfigError, match="spec.profile.streams: 2 stream counts"):
+        generate_guidellm(tmp_path / "b.json")
+
+
 def test_scenario_file_reads_the_config_relative_to_itself(tmp_path):
     (tmp_path / "g").mkdir()
     (tmp_path / "g" / "c.json").write_text((FIX / "constant.json").read_text())
@@ -148,6 +170,10 @@ def test_scenario_file_reads_the_config_relative_to_itself(tmp_path):
             "over_saturation",
         ),
         ({"profile": "constant", "rate": 1, "max_seconds": 9, "request_samples": 3}, "request_samples"),
+        (
+            {"profile": "constant", "rate": 1, "max_seconds": 9, "max_concurrency": 4},
+            "max_concurrency is not",
+        ),
         (
             {"spec": {"profile": {"kind": "replay"}, "data": [{"prompt_tokens": 9, "output_tokens": 4}]}},
             "replay",

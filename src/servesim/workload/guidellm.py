@@ -341,7 +341,6 @@ def _spec_settings(doc: dict[str, Any], src: str) -> dict[str, Any]:
         "value": value,
         "cap": None if cap is None else int(_num(cap, "spec.profile.max_concurrency", src, integer=True)),
         "rampup": float(prof.get("rampup_duration") or 0.0),
-        "cap_field": "spec.profile.max_concurrency",
         "seed": int(seed.get("value", DEFAULT_SEED)) if isinstance(seed, dict) else int(seed),
         "data": data,
         "data_field": "spec.data",
@@ -367,9 +366,14 @@ def _flat_settings(doc: dict[str, Any], src: str) -> dict[str, Any]:
         "warmup",
         "cooldown",
         "over_saturation",
-        "max_concurrency",
     }
     for key in doc:
+        if key.replace("-", "_") == "max_concurrency":
+            raise ConfigError(
+                f"{src}: max_concurrency is not a field of guidellm 0.6's scenario (it ignores "
+                "it: its cap is the GUIDELLM__MAX_CONCURRENCY setting, 512 by default); use "
+                "0.7's spec.profile.max_concurrency, or profile throughput with its rate"
+            )
         k = key.replace("-", "_")
         if k not in known and k not in _FLAT_IGNORED:
             raise ConfigError(f"{src}: {key} is not a guidellm scenario field servesim models")
@@ -381,9 +385,7 @@ def _flat_settings(doc: dict[str, Any], src: str) -> dict[str, Any]:
             raise ConfigError(f"{src}: {key}: leaving a phase out of the figures is not modelled")
     kind = str(d.get("profile", d.get("rate_type", "sweep")))
     value = _one(d.get("rate"), "rate", src, "rate")
-    cap = d.get("max_concurrency")
-    if kind == "throughput" and value is not None:
-        cap = value  # 0.6's ThroughputProfile takes rate[0] as its max_concurrency
+    cap = value if kind == "throughput" else None  # 0.6's ThroughputProfile: rate[0] is its max_concurrency
     data = d.get("data")
     if data is None or data == []:
         raise ConfigError(f"{src}: data is required (e.g. 'prompt_tokens=512,output_tokens=128')")
@@ -392,11 +394,8 @@ def _flat_settings(doc: dict[str, Any], src: str) -> dict[str, Any]:
     return {
         "kind": kind,
         "value": value,
-        "cap": None
-        if cap is None
-        else int(_num(cap, "rate" if kind == "throughput" else "max_concurrency", src, integer=True)),
+        "cap": None if cap is None else int(_num(cap, "rate", src, integer=True)),
         "rampup": float(d.get("rampup") or 0.0),
-        "cap_field": "max_concurrency",
         "seed": int(d.get("random_seed", DEFAULT_SEED)),
         "data": data if isinstance(data, list) else [data],
         "data_field": "data",
