@@ -306,7 +306,9 @@ def validate(
     bench: Annotated[list[Path] | None, typer.Option(
         "--bench", dir_okay=False,
         help="Instead of the bundled sets: a result file of your own `vllm bench serve --save-result` "
-             "run (repeatable), replayed on --scenario and compared figure by figure.")] = None,
+             "run, or an inference-perf stage_N_lifecycle_metrics.json or summary_lifecycle_metrics.json "
+             "(the config.yaml beside it gives the load) (repeatable), replayed on --scenario and compared "
+             "figure by figure.")] = None,
     open_loop: Annotated[list[Path] | None, typer.Option(
         "--open-loop", file_okay=False,
         help="Instead of the bundled sets: a folder of real open-loop runs of inference-perf against "
@@ -325,8 +327,8 @@ def validate(
     """Predict every bundled measurement set and print predicted vs measured errors.
 
     Exits 1 when an error passes its goal and is not a known miss (or passes --threshold).
-    With --bench, compares your own vllm bench runs instead (exits 1 when a mean's error
-    passes --threshold).
+    With --bench, compares your own vllm bench or inference-perf runs instead (exits 1 when a
+    mean's error passes --threshold).
     """
     with _user_errors():
         if open_loop:
@@ -344,7 +346,8 @@ def validate(
                 raise typer.Exit(code)
             return
         if scenario is not None or overrides:
-            raise ServesimError("--scenario and --set go with --bench (a vllm bench result file to compare) "
+            raise ServesimError("--scenario and --set go with --bench (a vllm bench or inference-perf result "
+                                "file to compare) "
                                 "or --open-loop (a folder of open-loop runs)")
         from servesim import validate as v
 

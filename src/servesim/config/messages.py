@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from servesim.config.parts import SyntheticWorkload, TraceWorkload
 from servesim.config.workload_kinds import (
     AgentWorkload,
+    GuidellmWorkload,
     InferencePerfWorkload,
     MixtureWorkload,
     ReasoningWorkload,
@@ -36,7 +37,8 @@ RENAMED = {
 }
 _WORKLOAD_TYPES = {"synthetic": SyntheticWorkload, "trace": TraceWorkload, "sessions": SessionWorkload,
                    "mixture": MixtureWorkload, "agents": AgentWorkload,
-                   "reasoning": ReasoningWorkload, "inference-perf": InferencePerfWorkload}
+                   "reasoning": ReasoningWorkload, "inference-perf": InferencePerfWorkload,
+                   "guidellm": GuidellmWorkload}
 _SCALAR_TAGS = ("str", "int", "float", "bool")
 
 

@@ -23,7 +23,12 @@ from servesim.config.parts import (
     SyntheticWorkload,
     TraceWorkload,
 )
-from servesim.config.workload_kinds import InferencePerfWorkload, SessionWorkload, WorkloadConfig
+from servesim.config.workload_kinds import (
+    GuidellmWorkload,
+    InferencePerfWorkload,
+    SessionWorkload,
+    WorkloadConfig,
+)
 from servesim.errors import ConfigError
 
 
@@ -145,7 +150,7 @@ def _resolve_relative_paths(s: Scenario, base: Path) -> Scenario:
     wl = s.workload
     if isinstance(wl, TraceWorkload):
         updates["workload"] = wl.model_copy(update={"path": fix(wl.path)})
-    elif isinstance(wl, InferencePerfWorkload):
+    elif isinstance(wl, InferencePerfWorkload | GuidellmWorkload):
         updates["workload"] = wl.model_copy(update={"config": fix(wl.config)})
     elif isinstance(wl, SyntheticWorkload | SessionWorkload):
         upd = {}

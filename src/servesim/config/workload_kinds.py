@@ -186,7 +186,23 @@ class InferencePerfWorkload(_Strict):
     seed: int = Field(0, description="Seed of the arrival and length draws (with run.seed).")
 
 
+class GuidellmWorkload(_Strict):
+    """The requests a guidellm benchmark sends, read from guidellm's own scenario file (the JSON
+    or YAML ``guidellm benchmark --scenario`` takes; docs/workloads.md)."""
+
+    type: Literal["guidellm"] = Field("guidellm", description="Selects this kind of workload.")
+    config: str = Field(description=(
+        "guidellm's scenario file (JSON or YAML; flat 0.3-0.6 layout or 0.7's spec): profile constant, "
+        "poisson, concurrent, synchronous or throughput with one rate, synthetic data, max_seconds or "
+        "max_requests; relative paths are relative to the scenario file."))
+    num_special_tokens: int = Field(1, ge=0, description=(
+        "Tokens the server adds to each prompt: the tokenizer's special tokens, or on guidellm's default "
+        "chat endpoint the chat template's."), json_schema_extra=_TOKENS)
+    seed: int = Field(0, description=(
+        "Added to the scenario's random_seed (0: guidellm's own length and Poisson draws; with run.seed)."))
+
+
 WorkloadConfig = Annotated[
     SyntheticWorkload | TraceWorkload | BenchmarkWorkload | SessionWorkload | MixtureWorkload | AgentWorkload
-    | ReasoningWorkload | InferencePerfWorkload,
+    | ReasoningWorkload | InferencePerfWorkload | GuidellmWorkload,
     Field(discriminator="type")]

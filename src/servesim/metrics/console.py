@@ -77,6 +77,8 @@ def _workload_source(scenario: Any) -> str:
         return f"mixture of {len(wl.clients)} clients ({names}), {sum(c.arrival.rate for c in wl.clients):g} req/s"
     if getattr(wl, "type", None) == "inference-perf":
         return f"inference-perf {wl.config}"
+    if getattr(wl, "type", None) == "guidellm":
+        return f"guidellm {wl.config}"
     arr = wl.arrival
     if getattr(wl, "type", None) == "agents":
         calls = sum(n.kind == "llm" for n in wl.nodes)

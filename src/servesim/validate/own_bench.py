@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from servesim.errors import ConfigError, ServesimError, WorkloadError
+from servesim.validate.ip_bench import compare_lifecycle, is_lifecycle_file
 
 #: The figures compared, in ``vllm bench``'s key names (milliseconds; throughputs per s).
 STATS = ("mean", "median", "p90", "p95", "p99")
@@ -59,7 +60,8 @@ def read_result(path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file (a `vllm bench serve --save-result` JSON file)") from None
+        raise ConfigError(f"{path}: no such file (a `vllm bench serve --save-result` JSON file or an "
+                          "inference-perf lifecycle metrics file)") from None
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: cannot read: {err}") from None
     except json.JSONDecodeError as err:
@@ -68,6 +70,8 @@ def read_result(path: Path) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise WorkloadError(f"{path}: expected one JSON object (a vllm bench result), found "
                             f"{type(doc).__name__}")
+    if is_lifecycle_file(doc):  # inference-perf's stage or summary file (validate.ip_bench)
+        return doc
     measured = [f"{s}_{m}_ms" for m in METRICS for s in STATS] + list(RATES)
     if not any(_number(doc.get(k)) is not None for k in measured):
         raise WorkloadError(f"{path}: no measured figure (mean_ttft_ms, mean_tpot_ms, ...): "
@@ -102,14 +106,19 @@ def replay_workload(path: Path, doc: dict[str, Any]) -> tuple[dict[str, Any], li
 
 
 def compare(scenario_path: Path | None, result_path: Path, overrides: list[str] | None = None,
-            progress: bool = False) -> BenchComparison:
-    """Replay the run of ``result_path`` on the deployment of ``scenario_path``."""
+            progress: bool = False, cache: dict[Any, Any] | None = None) -> BenchComparison:
+    """Replay the run of ``result_path`` on the deployment of ``scenario_path`` (an
+    inference-perf lifecycle metrics file: ``validate.ip_bench``; ``cache`` keeps its
+    simulated run for the other stage files of the same run)."""
     from servesim import sim
     from servesim.config.files import read_scenario_file
     from servesim.config.scenario import _resolve_relative_paths, scenario_from_dict
     from servesim.metrics.benchmark import num_before, run_figures
 
     doc = read_result(result_path)
+    if is_lifecycle_file(doc):
+        rows, notes = compare_lifecycle(result_path, doc, scenario_path, overrides, progress, cache)
+        return BenchComparison(result_path, rows, notes)
     workload, notes = replay_workload(result_path, doc)
     raw: dict[str, Any] = dict(read_scenario_file(scenario_path)) if scenario_path is not None else {}
     source = str(scenario_path) if scenario_path is not None else "<default scenario>"
@@ -178,7 +187,8 @@ def run_checks(results: list[Path], scenario: Path | None, overrides: list[str],
     if scenario is None:
         raise ServesimError("--bench: give --scenario FILE, the deployment the benchmark ran against "
                             "(model, GPU, parallelism, engine settings)")
-    done = [compare(scenario, r, overrides) for r in results]
+    cache: dict[Any, Any] = {}  # one simulation per inference-perf run, whatever its stage files
+    done = [compare(scenario, r, overrides, cache=cache) for r in results]
     echo("error = predicted / measured - 1")
     for c in done:
         echo(comparison_text(c))

@@ -9,6 +9,7 @@ from __future__ import annotations
 from servesim.config import (
     AgentWorkload,
     BenchmarkWorkload,
+    GuidellmWorkload,
     InferencePerfWorkload,
     MixtureWorkload,
     ReasoningWorkload,
@@ -20,6 +21,7 @@ from servesim.workload.agents import generate_agents
 from servesim.workload.base import BenchmarkClients, Workload
 from servesim.workload.benchmark import generate_benchmark
 from servesim.workload.containers import BUILTIN_TRACES
+from servesim.workload.guidellm import generate_guidellm
 from servesim.workload.inference_perf import generate_inference_perf
 from servesim.workload.mixture import generate_mixture
 from servesim.workload.reasoning import generate_reasoning
@@ -28,14 +30,15 @@ from servesim.workload.synthetic import arrival_times, generate_synthetic, sampl
 from servesim.workload.traces import load_trace, read_lengths, read_trace, select
 
 __all__ = [
-    "BUILTIN_TRACES", "BenchmarkClients", "Workload", "arrival_times", "generate_agents", "generate_benchmark", "generate_inference_perf", "generate_mixture", "generate_reasoning",
+    "BUILTIN_TRACES", "BenchmarkClients", "Workload", "arrival_times", "generate_agents", "generate_benchmark", "generate_guidellm", "generate_inference_perf", "generate_mixture", "generate_reasoning",
     "generate_sessions", "generate_synthetic", "load_trace", "load_workload", "read_lengths", "read_trace", "sample_lengths",
     "select",
 ]
 
 
 def load_workload(cfg: SyntheticWorkload | TraceWorkload | BenchmarkWorkload | SessionWorkload | MixtureWorkload
-                  | AgentWorkload | ReasoningWorkload, seed: int = 0) -> Workload:
+                  | AgentWorkload | ReasoningWorkload | InferencePerfWorkload
+                  | GuidellmWorkload, seed: int = 0) -> Workload:
     """The requests of a workload config.
 
     Synthetic, benchmark, sessions, mixtures, agents and reasoning: ``seed`` is added to ``cfg.seed`` (a run's seed varies the
@@ -57,5 +60,7 @@ def load_workload(cfg: SyntheticWorkload | TraceWorkload | BenchmarkWorkload | S
         return generate_reasoning(cfg, seed)
     if isinstance(cfg, InferencePerfWorkload):
         return generate_inference_perf(cfg.config, cfg.seed + seed, cfg.num_special_tokens)
+    if isinstance(cfg, GuidellmWorkload):
+        return generate_guidellm(cfg.config, cfg.seed + seed, cfg.num_special_tokens)
     raise TypeError(f"expected a SyntheticWorkload, TraceWorkload or BenchmarkWorkload, "
                     f"got {type(cfg).__name__}")
