@@ -112,6 +112,9 @@ def _layer_grid(prefix: str, model: ModelSpec, gpu: GpuSpec, db: KernelDatabase 
     if cls is None:
         return None
     batch, lens, lat, (ch, ckv) = cls
+    bound = ""
+    if prefix == "gen" and table_gpu is None:
+        lat, bound = _sibling_bound(db, gpu, kv_dtype, hd, ch, ckv, window, batch, lens, lat)
     roof_h = gqa_roof(prefix, m, gpu, eff, kvb, hd)
     roof_t = roof_h if table_gpu is None else gqa_roof(prefix, m, table_gpu, eff, kvb, hd)
     target: Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -133,8 +136,35 @@ def _layer_grid(prefix: str, model: ModelSpec, gpu: GpuSpec, db: KernelDatabase 
                f"(MLA latent {m.kv_lora_rank}+{m.qk_rope_head_dim}, heads={h}: roofline-scaled)")
     else:
         note = "" if (ch, ckv) == (h, kv) else f" (nearest class heads={ch} kv={ckv}, roofline-scaled)"
-        src = f"table {prefix} {kv_dtype} KV heads={h} kv={kv} head_dim={hd}{win}{note}"
+        src = f"table {prefix} {kv_dtype} KV heads={h} kv={kv} head_dim={hd}{win}{note}{bound}"
     return ext_b, ext_s, grid, src
+
+
+def _sibling_bound(db: KernelDatabase, gpu: GpuSpec, kv_dtype: str, hd: int, heads: int, kv_heads: int,
+                   window: int, batch: np.ndarray, lens: np.ndarray, lat: np.ndarray) -> tuple[np.ndarray, str]:
+    """A decode class's latencies (ms) bounded by its sibling GPU's, and a note.
+
+    The sibling (``SIBLINGS``) is the same die with other HBM: the same SMs at the same
+    clocks run the same vLLM version's kernel, so the GPU with more memory bandwidth cannot
+    take longer at any (batch, length). Where its table does (H200's vLLM 0.19.0 decode
+    tables against H100's: one KV head per rank at batch 8 and 32k tokens takes 151 us on
+    H200 and 58 us on H100, 2.6x where the bandwidth says 0.7x; the sliding-window classes
+    2-4x at every size), it did not time the kernel as vLLM runs it there (the split of the
+    KV sequence across thread blocks), and the sibling's time bounds it from above."""
+    sib = SIBLINGS.get(gpu.name)
+    if sib is None or db.version not in kernel_versions(sib) or get_gpu(sib).mem_bw >= gpu.mem_bw:
+        return lat, ""
+    other = load_database(sib, db.version).attention_class("gen", kv_dtype, hd, heads, kv_heads, window)
+    if other is None or other[3] != (heads, kv_heads) or not (
+            np.array_equal(other[0], batch) and np.array_equal(other[1], lens)):
+        return lat, ""
+    with np.errstate(invalid="ignore"):
+        slower = np.isfinite(lat) & np.isfinite(other[2]) & (lat > other[2])
+    if not slower.any():
+        return lat, ""
+    worst = float(np.nanmax(np.where(slower, lat / other[2], np.nan)))
+    out = np.where(slower, other[2], lat)
+    return out, f" (bounded by {sib}'s table at {int(slower.sum())} points where it was up to {worst:.1f}x slower)"
 
 
 def _roof_grid(prefix: str, model: ModelSpec, gpu: GpuSpec, tp: int, kvb: float, eff: Efficiencies
