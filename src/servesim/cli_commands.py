@@ -1,6 +1,6 @@
 """The ``servesim`` commands that work over many runs or keep running: ``report`` and
 ``compare`` (output folders), ``capacity`` and ``plan`` (many simulations), ``serve`` (a live
-simulation behind an HTTP server). ``servesim.cli`` registers them on its app; like every
+simulation behind an HTTP server), ``reproduce`` (a paper's headline experiment). ``servesim.cli`` registers them on its app; like every
 command they only parse options and call one typed function.
 """
 
@@ -173,3 +173,24 @@ def serve(
         except ImportError as err:
             raise ServesimError(f"servesim serve needs {err.name}: pip install 'servesim[serve]'") from None
         run_serve(scenario, overrides or [], host, port, speed, progress=not no_progress)
+
+
+def reproduce(
+    name: Annotated[str | None, typer.Argument(
+        help="The paper (servesim reproduce --list names them).", show_default=False)] = None,
+    show_list: Annotated[bool, typer.Option("--list", help="List every paper with its published headline.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="A smaller run (fewer requests, a coarser search).")] = False,
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", file_okay=False,
+        help="Directory to write reproduce.json, figures.csv and rows.csv into.")] = None,
+) -> None:
+    """Run one paper's headline experiment in its own setup and print its figure beside servesim's.
+
+    Exits 0 when every servesim figure lands in the paper's range, 1 when one does not.
+    See docs/papers.md.
+    """
+    from servesim.papers.reproduce import reproduce as run_reproduce
+
+    with user_errors():
+        code = run_reproduce(name, quick=quick, output=output, show_list=show_list)
+    raise typer.Exit(code)
