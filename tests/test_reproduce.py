@@ -47,7 +47,7 @@ def test_names_resolve_and_unknown_ones_are_refused():
 
 
 def _quick(name: str, tmp_path) -> dict:  # noqa: ANN001
-    res = CliRunner().invoke(app, ["reproduce", name, "--quick", "--output", str(tmp_path)])
+    res = CliRunner().invoke(app, ["reproduce", name, "--quick", "--strict", "--output", str(tmp_path)])
     assert res.exit_code in (0, 1), res.output
     out = json.loads((tmp_path / "reproduce.json").read_text())
     assert (tmp_path / "rows.csv").exists() and (tmp_path / "figures.csv").exists()
@@ -56,14 +56,40 @@ def _quick(name: str, tmp_path) -> dict:  # noqa: ANN001
 
 
 def test_vllm_against_orca_lands_in_the_papers_ranges(tmp_path):
-    """vLLM, Fig. 12: 1.7-2.7x Orca (Oracle), 2.7-8x Orca (Max)."""
+    """vLLM, Sec. 6.2 and Fig. 12: 1.7-2.7x the rate of Orca (Oracle), 2.7-8x Orca (Max)."""
     figs = _quick("vllm", tmp_path)
     assert 1.7 <= figs["vs_orca_oracle"]["servesim"] <= 2.7
     assert 2.7 <= figs["vs_orca_max"]["servesim"] <= 8.0
 
 
-def test_orca_quick_run_reports_its_figure_out_of_range(tmp_path):
-    """Orca's 36.9x is throughput at equal latency; servesim's saturation ratio is the
-    E[max]/E[mean] bound of request-level batching, and the command says it is out of range."""
-    figs = _quick("orca", tmp_path)
-    assert figs["throughput"]["in_range"] is False and figs["throughput"]["servesim"] > 1.0
+def test_polca_holds_the_slo_with_30_percent_more_servers(tmp_path):
+    """POLCA: 30% more servers under the same power budget, SLO attainment ~0.999."""
+    figs = _quick("polca", tmp_path)
+    assert 0.995 <= figs["slo_attainment"]["servesim"] <= 1.0
+
+
+def test_dynasor_saves_about_half_the_reasoning(tmp_path):
+    """Dynasor: up to 50% of the reasoning compute saved (the figure +-25%)."""
+    figs = _quick("dynasor", tmp_path)
+    assert 50 / 1.25 <= figs["saving"]["servesim"] <= 50 * 1.25
+
+
+@pytest.mark.slow
+def test_sarathi_serve_capacity_gain_on_mistral_7b(tmp_path):
+    """Sarathi-Serve, Fig. 10: 2.6x vLLM's capacity for Mistral-7B on one A100 (+-25%)."""
+    figs = _quick("sarathi-serve", tmp_path)
+    assert 2.6 / 1.25 <= figs["capacity"]["servesim"] <= 2.6 * 1.25
+
+
+@pytest.mark.parametrize("name", ["orca", "mc-sf", "distserve"])
+def test_runs_out_of_range_still_report_their_figure(name, tmp_path):
+    """Papers whose quick run servesim does not (yet) bring into the paper's range: the command
+    still runs their experiment, prints and writes the figure, and --strict says so by its exit code."""
+    figs = _quick(name, tmp_path)
+    assert all(f["servesim"] is not None for f in figs.values())
+
+
+@pytest.mark.slow
+def test_llumnix_runs_its_rate_sweep(tmp_path):
+    figs = _quick("llumnix", tmp_path)
+    assert figs["p99_ratio"]["servesim"] > 0

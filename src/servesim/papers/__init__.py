@@ -28,7 +28,7 @@ _PAPERS = [
          "metric": "capacity: the highest rate meeting the SLO, Sarathi-Serve / vLLM"},
         (around("capacity", "capacity, Sarathi-Serve / vLLM (Mistral-7B, openchat)", "2.6x", 2.6),),
         "Mistral-7B on a modelled A100-80GB, openchat_sharegpt4-like lengths (Table 2's medians and P90s); "
-        "vLLM as servesim's vllm_v0; 2,048 requests (--quick: 400). Yi-34B and Falcon-180B: no model preset.",
+        "vLLM as servesim's vllm_v0; 2,048 requests (--quick: 1,000). Yi-34B and Falcon-180B: no model preset.",
         sarathi.run,
         "vLLM's capacity is bound by P99 TBT (prefill-only steps stall decodes), Sarathi-Serve's by "
         "throughput; a short run overstates a throughput-bound capacity, so --quick reads higher.",
