@@ -74,6 +74,12 @@ def test_dynasor_saves_about_half_the_reasoning(tmp_path):
     assert 50 / 1.25 <= figs["saving"]["servesim"] <= 50 * 1.25
 
 
+def test_apex_energy_optimal_plan_saves_energy_against_the_latency_optimal(tmp_path):
+    """APEX: the energy-optimal plan uses up to 45% less energy than the latency-optimal (+-25%)."""
+    figs = _quick("apex", tmp_path)
+    assert 45 / 1.25 <= figs["energy_cut"]["servesim"] <= 45 * 1.25
+
+
 @pytest.mark.slow
 def test_sarathi_serve_capacity_gain_on_mistral_7b(tmp_path):
     """Sarathi-Serve, Fig. 10: 2.6x vLLM's capacity for Mistral-7B on one A100 (+-25%)."""
