@@ -1,6 +1,7 @@
 """The ``servesim`` commands that work over many runs or keep running: ``report`` and
 ``compare`` (output folders), ``capacity`` and ``plan`` (many simulations), ``serve`` (a live
-simulation behind an HTTP server), ``reproduce`` (a paper's headline experiment). ``servesim.cli`` registers them on its app; like every
+simulation behind an HTTP server), ``reproduce`` (a paper's headline experiment).
+``servesim.cli`` registers them on its app; like every
 command they only parse options and call one typed function.
 """
 
@@ -178,8 +179,10 @@ def serve(
 def reproduce(
     name: Annotated[str | None, typer.Argument(
         help="The paper (servesim reproduce --list names them).", show_default=False)] = None,
-    show_list: Annotated[bool, typer.Option("--list", help="List every paper with its published headline.")] = False,
-    quick: Annotated[bool, typer.Option("--quick", help="A smaller run (fewer requests, a coarser search).")] = False,
+    show_list: Annotated[bool, typer.Option(
+        "--list", help="List every paper with its published headline.")] = False,
+    quick: Annotated[bool, typer.Option(
+        "--quick", help="A smaller run (fewer requests, a coarser search).")] = False,
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", file_okay=False,
         help="Directory to write reproduce.json, figures.csv and rows.csv into.")] = None,

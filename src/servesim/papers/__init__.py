@@ -28,7 +28,8 @@ _PAPERS = [
          "metric": "capacity: the highest rate meeting the SLO, Sarathi-Serve / vLLM"},
         (around("capacity", "capacity, Sarathi-Serve / vLLM (Mistral-7B, openchat)", "2.6x", 2.6),),
         "Mistral-7B on a modelled A100-80GB, openchat_sharegpt4-like lengths (Table 2's medians and P90s); "
-        "vLLM as servesim's vllm_v0; 2,048 requests (--quick: 1,000). Yi-34B and Falcon-180B: no model preset.",
+        "vLLM as servesim's vllm_v0; 2,048 requests (--quick: 1,000). Yi-34B and Falcon-180B: no model "
+        "preset.",
         sarathi.run,
         "vLLM's capacity is bound by P99 TBT (prefill-only steps stall decodes), Sarathi-Serve's by "
         "throughput; a short run overstates a throughput-bound capacity, so --quick reads higher.",
@@ -43,9 +44,11 @@ _PAPERS = [
          "workload": "production inference traces", "slo": "latency SLOs of the inference service",
          "baseline": "the row with as many servers as its nameplate power allows",
          "metric": "servers added under the budget, SLO attainment, time over budget"},
-        (Figure("slo_attainment", "SLO attainment of the oversubscribed, capped row", "~0.999", 0.995, 1.0, ""),),
-        "Llama-3.1-70B on 4 A100s per server, half high- and half low-priority; the budget is 10 servers' GPU "
-        "TDP and 13 servers (+30%) run under it, capped at 85% (low priority) and 95% (all) of the budget; "
+        (Figure("slo_attainment", "SLO attainment of the oversubscribed, capped row", "~0.999", 0.995, 1.0,
+                ""),),
+        "Llama-3.1-70B on 4 A100s per server, half high- and half low-priority; the budget is 10 "
+        "servers' GPU TDP and 13 servers (+30%) run under it, capped at 85% (low priority) and 95% (all) of "
+        "the budget; "
         "Gamma (CV 2) arrivals at 1.8 req/s per server, 300 s (--quick: 100 s).",
         polca.run,
     ),
@@ -72,7 +75,8 @@ _PAPERS = [
     ),
     Paper(
         "orca", "Orca",
-        "Yu et al., Orca: A Distributed Serving System for Transformer-Based Generative Models, OSDI'22, Fig. 10",
+        "Yu et al., Orca: A Distributed Serving System for Transformer-Based Generative Models, OSDI'22, "
+        "Fig. 10",
         "36.9x the throughput of FasterTransformer at the same latency (GPT-3 175B)",
         {"model": "GPT-3 13B / 101B / 175B / 341B", "gpus": "A100-40GB, 175B on 16 GPUs (2 nodes)",
          "workload": "synthetic, uniform lengths", "slo": "equal median normalized latency",
@@ -89,15 +93,16 @@ _PAPERS = [
         "vllm", "vLLM",
         "Kwon et al., Efficient Memory Management for Large Language Model Serving with PagedAttention, "
         "SOSP'23, Sec. 6.2, Fig. 12",
-        "1.7-2.7x the request rate of Orca (Oracle) and 2.7-8x that of Orca (Max) at the same normalized latency",
+        "1.7-2.7x the request rate of Orca (Oracle) and 2.7-8x that of Orca (Max) at the same normalized "
+        "latency",
         {"model": "OPT-13B (1x A100-40GB), OPT-66B (4x A100), OPT-175B (8x A100-80GB)", "gpus": "A100",
          "workload": "ShareGPT (mean 161 in, 338 out), Poisson", "slo": "equal normalized latency (s/token)",
          "baseline": "Orca (Oracle), Orca (Pow2), Orca (Max), FasterTransformer",
          "metric": "sustained request rate, vLLM / baseline"},
         (Figure("vs_orca_oracle", "rate, vLLM / Orca (Oracle)", "1.7-2.7x", 1.7, 2.7),
          Figure("vs_orca_max", "rate, vLLM / Orca (Max)", "2.7-8x", 2.7, 8.0)),
-        "OPT-13B on a modelled A100-40GB, ShareGPT's mean lengths (lognormal), 1,000 requests (--quick: 200); "
-        "capacity at mean normalized latency <= 0.1 s/token.",
+        "OPT-13B on a modelled A100-40GB, ShareGPT's mean lengths (lognormal), 1,000 requests (--quick: "
+        "200); capacity at mean normalized latency <= 0.1 s/token.",
         vllm.run,
     ),
     Paper(
@@ -112,8 +117,8 @@ _PAPERS = [
         (Figure("goodput", "per-GPU goodput, DistServe / vLLM (OPT-13B chatbot)",
                 "2.0-4.6x (chatbot; up to 7.4x overall)", 2.0, 4.6),),
         "OPT-13B chatbot: vLLM (V0) TP1 against DistServe prefill TP2 + decode TP1, step times from "
-        "DistServe's own A100 fits of each engine (bundled), prompts lognormal median 600, outputs median 150, "
-        "TTFT <= 0.25 s, TPOT <= 0.1 s; 120 s of Poisson traffic (--quick: 60 s).",
+        "DistServe's own A100 fits of each engine (bundled), prompts lognormal median 600, outputs median "
+        "150, TTFT <= 0.25 s, TPOT <= 0.1 s; 120 s of Poisson traffic (--quick: 60 s).",
         distserve.run,
         "The gain is steep in the prompt length, which DistServe's preprocessing sets and does not publish; "
         "the chatbot's 2.0-4.6x is its range on ShareGPT, the 7.4x its best case across "
@@ -124,7 +129,8 @@ _PAPERS = [
         "Patel et al., Splitwise: Efficient Generative LLM Inference Using Phase Splitting, ISCA'24",
         "1.4x the throughput at 20% lower cost, or 2.35x the throughput at the same cost and power",
         {"model": "Llama-2-70B, BLOOM-176B", "gpus": "DGX-A100 and DGX-H100 machines",
-         "workload": "Azure LLM inference traces 2023 (coding, conversation)", "slo": "TTFT, TBT, E2E P50/P90/P99",
+         "workload": "Azure LLM inference traces 2023 (coding, conversation)",
+         "slo": "TTFT, TBT, E2E P50/P90/P99",
          "baseline": "a homogeneous colocated cluster (Baseline-A100 / Baseline-H100)",
          "metric": "throughput at iso-cost / iso-power"},
         (around("iso_cost_throughput", "throughput at 20% lower cost", "1.4x", 1.4),
@@ -145,7 +151,8 @@ _PAPERS = [
         "long-tailed lengths; least-KV dispatch with and without migration over 4 rates around the knee.",
         llumnix.run,
         "servesim's migration moves the decode with the fewest tokens when the KV-usage gap passes 20%; "
-        "it does not model Llumnix's priorities, its freeing of space for queued long prompts, or A10 timing.",
+        "it does not model Llumnix's priorities, its freeing of space for queued long prompts, or A10 "
+        "timing.",
     ),
     Paper(
         "heteroscale", "HeteroScale",
@@ -163,10 +170,13 @@ _PAPERS = [
         "Lin et al., APEX: An Extensible and Dynamism-Aware Simulator for Automated Parallel Execution in "
         "LLM Serving, arXiv 2411.17651 (2024)",
         "energy-optimal parallel plans use up to 45% less energy than latency-optimal ones",
-        {"model": "Llama, Mixtral families", "gpus": "H100 / A100 nodes", "workload": "chat and summarization",
+        {"model": "Llama, Mixtral families", "gpus": "H100 / A100 nodes",
+         "workload": "chat and summarization",
          "slo": "-", "baseline": "the latency-optimal plan", "metric": "energy per request"},
-        (around("energy_cut", "energy per token, energy-optimal below latency-optimal plan", "up to 45%", 45.0, "%"),),
-        "servesim's plan search as a stand-in for the paper's: Llama-3.1-70B on up to 8 H100s, TP 2/4/8 x PP 1/2 x "
+        (around("energy_cut", "energy per token, energy-optimal below latency-optimal plan", "up to 45%",
+                45.0, "%"),),
+        "servesim's plan search as a stand-in for the paper's: Llama-3.1-70B on up to 8 H100s, TP 2/4/8 x "
+        "PP 1/2 x "
         "1-4 replicas, chat-like lengths, Poisson at 2 req/s, TTFT <= 2 s and TPOT <= 100 ms; 1,000 requests "
         "per plan (--quick: 200).",
         apex.run,
@@ -192,7 +202,8 @@ _PAPERS = [
         "Wang et al., BurstGPT: A Real-world Workload Dataset to Optimize LLM Serving Systems, "
         "arXiv 2401.17644 (2024)",
         "LLM request inter-arrivals fit a Gamma distribution (bursty), request lengths a Zipf",
-        {"model": "ChatGPT / GPT-4 on Azure OpenAI", "gpus": "-", "workload": "121 days of Azure OpenAI traffic",
+        {"model": "ChatGPT / GPT-4 on Azure OpenAI", "gpus": "-",
+         "workload": "121 days of Azure OpenAI traffic",
          "slo": "-", "baseline": "Poisson arrivals", "metric": "fitted distributions"},
         (),
         note="A characterization with no single figure to reproduce; servesim generates Gamma arrivals "
@@ -200,7 +211,8 @@ _PAPERS = [
     ),
     Paper(
         "mc-sf", "MC-SF",
-        "Jaillet et al., Online Scheduling for LLM Inference with KV Cache Constraints, arXiv 2502.07115 (2025)",
+        "Jaillet et al., Online Scheduling for LLM Inference with KV Cache Constraints, arXiv 2502.07115 "
+        "(2025)",
         "31% lower mean latency than a memory-aware benchmark algorithm",
         {"model": "Llama2-70B", "gpus": "A100 (simulated)", "workload": "LMSYS-Chat-1M",
          "slo": "-", "baseline": "memory-aware admission in arrival order", "metric": "mean latency"},

@@ -49,6 +49,8 @@ def run(quick: bool) -> Outcome:
     cut = 100 * (1 - by_energy.metrics["j_per_output_token"] / by_latency.metrics["j_per_output_token"])
     return Outcome({"energy_cut": cut}, rows,
                    [f"{len(ok)} of {len(res.evaluated)} plans meet the SLO; energy-optimal "
-                    f"{by_energy.metrics['j_per_output_token']:.2f} J/token on {by_energy.candidate.num_gpus} GPUs, "
+                    f"{by_energy.metrics['j_per_output_token']:.2f} J/token on "
+                    f"{by_energy.candidate.num_gpus} GPUs, "
                     f"latency-optimal {by_latency.metrics['j_per_output_token']:.2f} J/token on "
-                    f"{by_latency.candidate.num_gpus} GPUs (P90 E2E {by_latency.metrics['e2e_p90_s']:.2f} s)"])
+                    f"{by_latency.candidate.num_gpus} GPUs (P90 E2E {by_latency.metrics['e2e_p90_s']:.2f} "
+                    f"s)"])

@@ -85,7 +85,8 @@ def pools(tps: tuple[tuple[str, int], ...]) -> tuple[Any, list[Any]]:
     from servesim.cluster.pools import build_pool
     from servesim.config import Scenario
 
-    engines = {"colocated": _engine(16384, 1024), "prefill": _engine(8192, 128), "decode": _engine(65536, 1024)}
+    engines = {"colocated": _engine(16384, 1024), "prefill": _engine(8192, 128),
+               "decode": _engine(65536, 1024)}
     spec = [{"name": role, "role": role, "num_replicas": 1, "engine": engines[role],
              "parallel": {"tensor_parallel_size": tp}} for role, tp in tps]
     sc = Scenario.model_validate({"model": {"name": MODEL}, "hardware": {"gpu": "A100-80GB"},
@@ -115,7 +116,8 @@ def goodput_per_gpu(system: str, tps: tuple[tuple[str, int], ...], duration_s: f
 
     def ok(rate: float) -> bool:
         k = int(np.searchsorted(unit / rate, duration_s))
-        rec = run_cluster(Workload(unit[:k] / rate, prompt[:k], output[:k]), specs, cfg, record_steps=False).records
+        wl = Workload(unit[:k] / rate, prompt[:k], output[:k])
+        rec = run_cluster(wl, specs, cfg, record_steps=False).records
         att = float(((rec.ttft_s <= SLO[0]) & ~(rec.tpot_s > SLO[1])).mean())
         rows.append({"system": system, "rate_req_s": rate, "rate_per_gpu": rate / gpus, "attainment": att,
                      "meets": att >= 0.9})

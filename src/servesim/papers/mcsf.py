@@ -41,4 +41,5 @@ def run(quick: bool) -> Outcome:
         rows.append({"system": system, "mean_e2e_s": mean_e2e[system],
                      "preemptions": int(rec.num_preemptions.sum())})
     return Outcome({"mean_latency_cut": 100 * (1 - mean_e2e["mc_sf"] / mean_e2e["memory_aware_fcfs"])}, rows,
-                   [f"MC-SF against vLLM V1: {100 * (1 - mean_e2e['mc_sf'] / mean_e2e['vllm_v1']):.0f}% lower mean latency"])
+                   [f"MC-SF against vLLM V1: {100 * (1 - mean_e2e['mc_sf'] / mean_e2e['vllm_v1']):.0f}% "
+                    f"lower mean latency"])

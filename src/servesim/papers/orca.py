@@ -37,4 +37,5 @@ def run(quick: bool) -> Outcome:
         rows.append({"system": system, "output_tokens_per_s": thr[system],
                      "mean_e2e_s": float(np.nanmean(rec.e2e_s))})
     return Outcome({"throughput": thr["orca"] / thr["fastertransformer"]}, rows,
-                   [f"throughput: iteration-level {thr['orca']:.0f} tok/s, static {thr['fastertransformer']:.0f} tok/s"])
+                   [f"throughput: iteration-level {thr['orca']:.0f} tok/s, static "
+                    f"{thr['fastertransformer']:.0f} tok/s"])

@@ -40,7 +40,8 @@ def scenario(num_servers: int, budget_w: float | None, duration_s: float, rate_p
                      "output_len": {"kind": "lognormal", "mean": 200, "std": 150, "max": 1500}},
         "slo": {"ttft_s": 2.0, "tpot_s": 0.1},
         "cluster": {"router": "least_outstanding",
-                    "pools": [{"name": "hi", "num_replicas": hi}, {"name": "lo", "num_replicas": num_servers - hi}],
+                    "pools": [{"name": "hi", "num_replicas": hi},
+                              {"name": "lo", "num_replicas": num_servers - hi}],
                     "operations": ops},
     }
 
@@ -69,7 +70,9 @@ def run(quick: bool) -> Outcome:
             measure(scenario(servers, budget, duration), budget)]
     base, more, capped = rows
     return Outcome({"slo_attainment": capped["slo_attainment"]}, rows,
-                   [f"budget {budget:.0f} W: {servers} servers (+{servers / base_servers - 1:.0%}) uncapped are "
-                    f"over it {more['over_budget_share']:.1%} of the time, capped {capped['over_budget_share']:.1%}; "
+                   [f"budget {budget:.0f} W: {servers} servers (+{servers / base_servers - 1:.0%}) uncapped "
+                    f"are "
+                    f"over it {more['over_budget_share']:.1%} of the time, capped "
+                    f"{capped['over_budget_share']:.1%}; "
                     f"attainment {base['slo_attainment']:.3f} ({base_servers} servers) -> "
                     f"{capped['slo_attainment']:.3f} (capped)"])

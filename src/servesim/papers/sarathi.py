@@ -40,8 +40,10 @@ def run(quick: bool) -> Outcome:
     unit_arrivals = np.cumsum(rng.exponential(1.0, n))
     prompt, output = trace_like_lengths(rng, n, (1730, 5696), (415, 834), mml)
     engines = {
-        "vllm": EngineConfig(policy="vllm_v0", max_num_seqs=128, max_num_batched_tokens=mml, max_model_len=mml),
-        "sarathi": EngineConfig(policy="sarathi", max_num_seqs=128, max_num_batched_tokens=512, max_model_len=mml),
+        "vllm": EngineConfig(policy="vllm_v0", max_num_seqs=128, max_num_batched_tokens=mml,
+                             max_model_len=mml),
+        "sarathi": EngineConfig(policy="sarathi", max_num_seqs=128, max_num_batched_tokens=512,
+                                max_model_len=mml),
     }
     blocks = {k: plan_memory(model, gpu, e, ParallelConfig()).num_gpu_blocks for k, e in engines.items()}
     rows = []
