@@ -99,10 +99,15 @@ _PAPERS = [
          "workload": "ShareGPT (mean 161 in, 338 out), Poisson", "slo": "equal normalized latency (s/token)",
          "baseline": "Orca (Oracle), Orca (Pow2), Orca (Max), FasterTransformer",
          "metric": "sustained request rate, vLLM / baseline"},
-        (Figure("vs_orca_oracle", "rate, vLLM / Orca (Oracle)", "1.7-2.7x", 1.7, 2.7),
-         Figure("vs_orca_max", "rate, vLLM / Orca (Max)", "2.7-8x", 2.7, 8.0)),
-        "OPT-13B on a modelled A100-40GB, ShareGPT's mean lengths (lognormal), 1,000 requests (--quick: "
-        "200); capacity at mean normalized latency <= 0.1 s/token.",
+        (Figure("vs_orca_oracle", "rate, vLLM / Orca (Oracle), OPT-13B", "1.7-2.7x", 1.7, 2.7),
+         Figure("vs_orca_max", "rate, vLLM / Orca (Max), OPT-13B", "2.7-8x", 2.7, 8.0),
+         Figure("vs_orca_oracle_66b", "rate, vLLM / Orca (Oracle), OPT-66B", "1.7-2.7x", 1.7, 2.7),
+         Figure("vs_orca_max_66b", "rate, vLLM / Orca (Max), OPT-66B", "2.7-8x", 2.7, 8.0),
+         Figure("vs_orca_oracle_175b", "rate, vLLM / Orca (Oracle), OPT-175B", "1.7-2.7x", 1.7, 2.7),
+         Figure("vs_orca_max_175b", "rate, vLLM / Orca (Max), OPT-175B", "2.7-8x", 2.7, 8.0)),
+        "Table 1's models and GPUs (OPT-13B on an A100-40GB, OPT-66B on 4, OPT-175B on 8 A100-80GB; --quick: "
+        "OPT-13B only), ShareGPT's mean lengths (lognormal), 1,000 requests (--quick: 200); capacity at mean "
+        "normalized latency <= 0.1 s/token.",
         vllm.run,
     ),
     Paper(

@@ -111,10 +111,13 @@ def reproduce(name: str | None, *, quick: bool = False, output: Path | None = No
     for col in ("figure", "paper", "in range if", "servesim", "in range"):
         t.add_column(col)
     for f in paper.figures:
-        v = outcome.values.get(f.key, float("nan"))
-        t.add_row(f.label, f.published, f"{fmt(f.lo, f.unit)} - {fmt(f.hi, f.unit)}", fmt(v, f.unit),
-                  "yes" if f.within(v) else "no")
+        v = outcome.values.get(f.key)
+        verdict = "-" if v is None else "yes" if f.within(v) else "no"
+        t.add_row(f.label, f.published, f"{fmt(f.lo, f.unit)} - {fmt(f.hi, f.unit)}",
+                  "not run" if v is None else fmt(v, f.unit), verdict)
     console.print(t)
+    if any(f.key not in outcome.values for f in paper.figures):
+        console.print("not run: figures of the full run only (drop --quick)")
     for n in outcome.notes:
         console.print(n, markup=False)
     if paper.note:
@@ -123,5 +126,5 @@ def reproduce(name: str | None, *, quick: bool = False, output: Path | None = No
     if output is not None:
         paths = write(output, paper, quick, outcome, wall)
         console.print(f"wrote {', '.join(str(p) for p in paths)}", markup=False)
-    ok = all(f.within(outcome.values.get(f.key, float("nan"))) for f in paper.figures)
+    ok = all(f.within(outcome.values[f.key]) for f in paper.figures if f.key in outcome.values)
     return 1 if strict and not ok else 0
