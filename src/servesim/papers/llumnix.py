@@ -1,8 +1,8 @@
 """Llumnix (Sun et al., "Llumnix: Dynamic Scheduling for Large Language Model Serving",
 OSDI'24): live migration of running requests between instances (de-fragmenting KV memory,
-relieving the loaded instance) cuts tail latency by an order of magnitude against INFaaS++,
-a load-aware dispatcher without migration (prefill P99 up to 15x), over a sweep of request
-rates with LLaMA-7B on 16 A10 instances.
+relieving the loaded instance) cuts tail latencies by an order of magnitude against INFaaS++,
+a load-aware dispatcher without migration, over a sweep of request rates with LLaMA-7B on 16
+A10 instances.
 
 Here: Llama-2-7B on L4s (24 GB-class like the A10; servesim's catalog has no A10), 4
 instances (--quick) or 16; Gamma arrivals (CV 2) with long-tailed lengths (lognormal, prompt
