@@ -69,7 +69,7 @@ _PAPERS = [
         "Jin et al., A System for Microserving of LLMs, arXiv 2412.12488 (2024)",
         "balanced prefill-decode disaggregation: up to 47% lower P99 job completion time than data-parallel "
         "serving on long-input workloads",
-        {"model": "Llama-class models on MLC-LLM engines (see paper)", "gpus": "H100s",
+        {"model": "LLMs on MLC-LLM engines (see paper)", "gpus": "multi-GPU nodes (see paper)",
          "workload": "long-input (LooGLE-like) and short-chat workloads", "slo": "-",
          "baseline": "data-parallel engines", "metric": "P99 job completion time"},
         (around("p99_jct_cut", "P99 job completion time cut, balanced PD vs data parallel", "up to 47%", 47.0,
@@ -184,8 +184,8 @@ _PAPERS = [
         "Lin et al., APEX: An Extensible and Dynamism-Aware Simulator for Automated Parallel Execution in "
         "LLM Serving, arXiv 2411.17651 (2024)",
         "energy-optimal parallel plans use up to 45% less energy than latency-optimal ones",
-        {"model": "Llama, Mixtral families", "gpus": "H100 / A100 nodes",
-         "workload": "chat and summarization",
+        {"model": "diverse LLMs, up to trillion scale (see paper)", "gpus": "various device clusters",
+         "workload": "long-prompt and long-generation workloads",
          "slo": "-", "baseline": "the latency-optimal plan", "metric": "energy per request"},
         (around("energy_cut", "energy per token, energy-optimal below latency-optimal plan", "up to 45%",
                 45.0, "%"),),
@@ -200,9 +200,10 @@ _PAPERS = [
     Paper(
         "dynasor", "Dynasor",
         "Fu et al., Efficiently Serving LLM Reasoning Programs with Certaindex, arXiv 2412.20993 (2024)",
-        "up to 50% of the reasoning compute saved by stopping samples whose answer has settled (Certaindex)",
-        {"model": "DeepSeek-R1-Distill, QwQ-32B", "gpus": "A100 / H100",
-         "workload": "MATH, AIME, GSM8K, LiveCodeBench", "slo": "same accuracy",
+        "up to 50% of the compute saved in batch processing by stopping reasoning whose answer has settled "
+        "(Certaindex)",
+        {"model": "reasoning LLMs (see paper)", "gpus": "GPU servers (see paper)",
+         "workload": "math and code reasoning benchmarks, batch and online", "slo": "same accuracy",
          "baseline": "every sample reasons to its full length", "metric": "tokens (compute) saved"},
         (around("saving", "reasoning tokens saved", "up to 50%", 50.0, "%"),),
         "servesim's reasoning workload (examples/reasoning_dynasor.yaml: probes every 256 tokens, "
@@ -217,7 +218,7 @@ _PAPERS = [
         "arXiv 2401.17644 (2024)",
         "LLM request inter-arrivals fit a Gamma distribution (bursty), request lengths a Zipf",
         {"model": "ChatGPT / GPT-4 on Azure OpenAI", "gpus": "-",
-         "workload": "121 days of Azure OpenAI traffic",
+         "workload": "Azure OpenAI GPT service traces",
          "slo": "-", "baseline": "Poisson arrivals", "metric": "fitted distributions"},
         (),
         note="A characterization with no single figure to reproduce; servesim generates Gamma arrivals "
