@@ -21,7 +21,8 @@ _PAPERS = [
         "(arXiv 2403.02310), Sec. 5.1, Fig. 10",
         "2.6x the serving capacity of vLLM for Mistral-7B on one A100; up to 3.7x for Yi-34B on two A100s; "
         "up to 5.6x for Falcon-180B with pipeline parallelism",
-        {"model": "Mistral-7B (also Yi-34B TP2, Llama-2-70B, Falcon-180B TP4-PP2)", "gpus": "1x A100-80GB",
+        {"model": "Mistral-7B (also Yi-34B TP2, Llama-2-70B, Falcon-180B with pipeline parallelism)",
+         "gpus": "A100-80GB PCIe, NVLinked in pairs (Mistral-7B on 1, Yi-34B on 2; Llama-2-70B on A40s)",
          "workload": "openchat_sharegpt4 and arxiv_summarization (Table 2), Poisson arrivals, 2,048 requests",
          "slo": "strict: P99 TBT <= 100 ms (Table 3), median scheduling delay <= 2 s",
          "baseline": "vLLM (prefill-prioritizing, no chunking), batch 128",

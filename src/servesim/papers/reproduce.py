@@ -21,10 +21,11 @@ from servesim.papers.base import Outcome, Paper
 
 def list_table() -> Table:
     t = Table(box=box.SIMPLE_HEAD, title="servesim reproduce NAME (docs/papers.md)")
-    for col in ("name", "system", "published headline", "runs"):
+    for col in ("name", "system", "published headline", "in range if", "runs"):
         t.add_column(col, overflow="fold")
     for p in PAPERS.values():
-        t.add_row(p.key, p.name, p.headline, "yes" if p.runnable else "listed")
+        ranges = "; ".join(f"{fmt(f.lo, f.unit)}-{fmt(f.hi, f.unit)}" for f in p.figures) or "-"
+        t.add_row(p.key, p.name, p.headline, ranges, "yes" if p.runnable else "listed")
     return t
 
 
@@ -86,7 +87,7 @@ def run_paper(name: str, quick: bool) -> tuple[Paper, Outcome, float]:
 
 def print_paper(paper: Paper, console: Console) -> None:
     console.print(f"[bold]{paper.name}[/bold]: {paper.citation}")
-    console.print(f"published: {paper.headline}")
+    console.print(f"published: {paper.headline}", markup=False)
     for k, v in paper.setup.items():
         console.print(f"  {k:<9} {v}", markup=False)
     if paper.here:
