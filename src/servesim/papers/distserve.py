@@ -13,6 +13,9 @@ validation data), since the roofline knows neither engine's overheads; vLLM is V
 prompt; its distribution is not published). Goodput: the highest Poisson rate per GPU with
 >= 90% of requests meeting both SLOs, 120 s of traffic (--quick: 60 s), bisection on a log
 scale (to ~3%; --quick ~6%).
+
+The full run adds OPT-66B (TTFT <= 0.4 s, TPOT <= 0.1 s): vLLM TP4 against prefill TP4 and
+decode TP4 (the artifact's decode is TP2 x PP2; DistServe publishes no pipeline fit).
 """
 
 from __future__ import annotations
@@ -28,8 +31,10 @@ import numpy as np
 from servesim.papers.base import Outcome
 from servesim.perf.base import BatchStats
 
-MODEL = "OPT-13B"
-SLO = (0.25, 0.1)
+#: The artifact's chatbot runs: (TTFT, TPOT) SLO, vLLM's TP, DistServe's prefill and decode TP
+#: (OPT-66B's decode is TP2 x PP2 there; DistServe publishes no pipeline fit, so TP4 here), and
+#: the per-GPU rates the search brackets.
+RUNS = {"OPT-13B": ((0.25, 0.1), 1, 2, 1, 0.2, 4.0), "OPT-66B": ((0.4, 0.1), 4, 4, 4, 0.05, 4.0)}
 
 
 @dataclasses.dataclass(slots=True)
@@ -80,7 +85,7 @@ def _engine(batched_tokens: int, seqs: int) -> dict[str, Any]:
             "max_model_len": 2048, "gpu_memory_utilization": 0.95, "cpu_overhead_s": 0.0}
 
 
-def pools(tps: tuple[tuple[str, int], ...]) -> tuple[Any, list[Any]]:
+def pools(model: str, tps: tuple[tuple[str, int], ...]) -> tuple[Any, list[Any]]:
     from servesim.catalog.hf_config import load_model
     from servesim.cluster.pools import build_pool
     from servesim.config import Scenario
@@ -89,24 +94,25 @@ def pools(tps: tuple[tuple[str, int], ...]) -> tuple[Any, list[Any]]:
                "decode": _engine(65536, 1024)}
     spec = [{"name": role, "role": role, "num_replicas": 1, "engine": engines[role],
              "parallel": {"tensor_parallel_size": tp}} for role, tp in tps]
-    sc = Scenario.model_validate({"model": {"name": MODEL}, "hardware": {"gpu": "A100-80GB"},
+    sc = Scenario.model_validate({"model": {"name": model}, "hardware": {"gpu": "A100-80GB"},
                                   "cluster": {"pools": spec, "router": "least_outstanding"}})
     engine_of = {"colocated": "vllm", "prefill": "distserve", "decode": "distserve"}
     fit = fits()
     assert sc.cluster is not None
-    specs = [dataclasses.replace(build_pool(sc, p, load_model(MODEL)),
-                                 perf=DistServeFitPerf(fit[engine_of[p.role], f"facebook/{MODEL.lower()}",
+    specs = [dataclasses.replace(build_pool(sc, p, load_model(model)),
+                                 perf=DistServeFitPerf(fit[engine_of[p.role], f"facebook/{model.lower()}",
                                                            p.parallel.tensor_parallel_size]))
              for p in sc.cluster.pools]
     return sc.cluster, specs
 
 
-def goodput_per_gpu(system: str, tps: tuple[tuple[str, int], ...], duration_s: float, iters: int,
-                    rows: list[dict[str, Any]], lo: float = 0.2, hi: float = 4.0) -> float:
+def goodput_per_gpu(model: str, system: str, tps: tuple[tuple[str, int], ...], duration_s: float,
+                    iters: int, rows: list[dict[str, Any]]) -> float:
     from servesim.cluster.cluster import run_cluster
     from servesim.workload.base import Workload
 
-    cfg, specs = pools(tps)
+    slo, _, _, _, lo, hi = RUNS[model]
+    cfg, specs = pools(model, tps)
     rng = np.random.default_rng(1)
     n = 8000
     unit = np.cumsum(rng.exponential(1.0, n))
@@ -118,9 +124,9 @@ def goodput_per_gpu(system: str, tps: tuple[tuple[str, int], ...], duration_s: f
         k = int(np.searchsorted(unit / rate, duration_s))
         wl = Workload(unit[:k] / rate, prompt[:k], output[:k])
         rec = run_cluster(wl, specs, cfg, record_steps=False).records
-        att = float(((rec.ttft_s <= SLO[0]) & ~(rec.tpot_s > SLO[1])).mean())
-        rows.append({"system": system, "rate_req_s": rate, "rate_per_gpu": rate / gpus, "attainment": att,
-                     "meets": att >= 0.9})
+        att = float(((rec.ttft_s <= slo[0]) & ~(rec.tpot_s > slo[1])).mean())
+        rows.append({"model": model, "system": system, "rate_req_s": rate, "rate_per_gpu": rate / gpus,
+                     "attainment": att, "meets": att >= 0.9})
         return att >= 0.9
 
     lo, hi = lo * gpus, hi * gpus
@@ -135,11 +141,18 @@ def goodput_per_gpu(system: str, tps: tuple[tuple[str, int], ...], duration_s: f
 
 
 def run(quick: bool) -> Outcome:
+    """OPT-13B (--quick: 60 s of traffic, a coarser search); the full run adds OPT-66B."""
     duration, iters = (60.0, 7) if quick else (120.0, 9)
     rows: list[dict[str, Any]] = []
-    vllm = goodput_per_gpu("vllm", (("colocated", 1),), duration, iters, rows)
-    dist = goodput_per_gpu("distserve", (("prefill", 2), ("decode", 1)), duration, iters, rows)
-    rows += [{"system": "vllm", "goodput_req_s_per_gpu": vllm},
-             {"system": "distserve", "goodput_req_s_per_gpu": dist}]
-    return Outcome({"goodput": dist / vllm if vllm else float("inf")}, rows,
-                   [f"per-GPU goodput at 90% attainment (req/s/GPU): vLLM {vllm:.3f}, DistServe {dist:.3f}"])
+    values, notes = {}, []
+    for model in ("OPT-13B",) if quick else tuple(RUNS):
+        _, vllm_tp, prefill_tp, decode_tp, _, _ = RUNS[model]
+        vllm = goodput_per_gpu(model, "vllm", (("colocated", vllm_tp),), duration, iters, rows)
+        dist = goodput_per_gpu(model, "distserve", (("prefill", prefill_tp), ("decode", decode_tp)), duration,
+                               iters, rows)
+        rows += [{"model": model, "system": "vllm", "goodput_req_s_per_gpu": vllm},
+                 {"model": model, "system": "distserve", "goodput_req_s_per_gpu": dist}]
+        values["goodput" if model == "OPT-13B" else "goodput_66b"] = dist / vllm if vllm else float("inf")
+        notes.append(f"{model}: per-GPU goodput at 90% attainment (req/s/GPU): vLLM {vllm:.3f}, "
+                     f"DistServe {dist:.3f}")
+    return Outcome(values, rows, notes)
