@@ -92,7 +92,8 @@ def test_runs_out_of_range_still_report_their_figure(name, tmp_path):
     """Papers whose quick run servesim does not (yet) bring into the paper's range: the command
     still runs their experiment, prints and writes the figure, and --strict says so by its exit code."""
     figs = _quick(name, tmp_path)
-    assert all(f["servesim"] is not None for f in figs.values())
+    first = next(iter(figs.values()))  # the headline figure; others may be of the full run only
+    assert first["servesim"] is not None and first["in_range"] is not None
 
 
 @pytest.mark.slow
