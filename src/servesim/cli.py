@@ -20,7 +20,7 @@ from rich.table import Table
 
 from servesim.cli_base import EXIT_INTERRUPTED, EXIT_USER_ERROR, app
 from servesim.cli_base import user_errors as _user_errors
-from servesim.cli_commands import capacity, compare, plan, report, serve
+from servesim.cli_commands import capacity, compare, plan, report, reproduce, serve
 from servesim.errors import ServesimError
 
 __all__ = ["EXIT_INTERRUPTED", "EXIT_USER_ERROR", "app", "main"]
@@ -437,7 +437,7 @@ def profile(
         typer.echo("wrote " + ", ".join(str(p) for p in paths))
 
 
-for _command in (plan, serve):
+for _command in (plan, serve, reproduce):
     app.command()(_command)
 
 

@@ -1,6 +1,7 @@
 """The ``servesim`` commands that work over many runs or keep running: ``report`` and
 ``compare`` (output folders), ``capacity`` and ``plan`` (many simulations), ``serve`` (a live
-simulation behind an HTTP server). ``servesim.cli`` registers them on its app; like every
+simulation behind an HTTP server), ``reproduce`` (a paper's headline experiment).
+``servesim.cli`` registers them on its app; like every
 command they only parse options and call one typed function.
 """
 
@@ -173,3 +174,28 @@ def serve(
         except ImportError as err:
             raise ServesimError(f"servesim serve needs {err.name}: pip install 'servesim[serve]'") from None
         run_serve(scenario, overrides or [], host, port, speed, progress=not no_progress)
+
+
+def reproduce(
+    name: Annotated[str | None, typer.Argument(
+        help="The paper (servesim reproduce --list names them).", show_default=False)] = None,
+    show_list: Annotated[bool, typer.Option(
+        "--list", help="List every paper with its published headline.")] = False,
+    quick: Annotated[bool, typer.Option(
+        "--quick", help="A smaller run (fewer requests, a coarser search).")] = False,
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", file_okay=False,
+        help="Directory to write reproduce.json, figures.csv and rows.csv into.")] = None,
+    strict: Annotated[bool, typer.Option(
+        "--strict", help="Exit 1 when a servesim figure is out of the paper's range.")] = False,
+) -> None:
+    """Run one paper's headline experiment in its own setup and print its figure beside servesim's.
+
+    Prints, for each headline figure, the paper's value, the range servesim's must land in, servesim's
+    value from this run and whether it is in range (--strict: exit 1 when one is not). See docs/papers.md.
+    """
+    from servesim.papers.reproduce import reproduce as run_reproduce
+
+    with user_errors():
+        code = run_reproduce(name, quick=quick, output=output, show_list=show_list, strict=strict)
+    raise typer.Exit(code)

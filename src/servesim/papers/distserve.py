@@ -1,0 +1,158 @@
+"""DistServe (Zhong et al., "DistServe: Disaggregating Prefill and Decoding for Goodput-
+optimized Large Language Model Serving", OSDI'24): per-GPU goodput at 90% SLO attainment up
+to 7.4x vLLM's, or SLOs 12.6x tighter.
+
+The paper's setup from its artifact (LLMServe/DistServe, evaluation/ae-scripts/e2e/_plot.py
+and evaluation/2-benchmark-serving/2-start-api-server.py), chatbot on OPT-13B: TTFT <= 0.25
+s and TPOT <= 0.1 s; vLLM TP1 on 1 GPU (16,384 batched tokens, 1,024 sequences) against
+DistServe's prefill TP2 (8,192 tokens, 128 requests) + decode TP1 (1,024 requests). Each
+engine is timed by DistServe's own published A100-80GB fit of it (bundled with servesim's
+validation data), since the roofline knows neither engine's overheads; vLLM is V0
+(prefill-prioritizing, no chunked prefill), as the paper's was. Lengths: lognormal outputs
+(median 150, up to 512) and prompts of median 600 (DistServe joins earlier turns into the
+prompt; its distribution is not published). Goodput: the highest Poisson rate per GPU with
+>= 90% of requests meeting both SLOs, 120 s of traffic (--quick: 60 s), bisection on a log
+scale (to ~3%; --quick ~6%).
+
+The full run adds OPT-66B (TTFT <= 0.4 s, TPOT <= 0.1 s): vLLM TP4 against prefill TP4 and
+decode TP4 (the artifact's decode is TP2 x PP2; DistServe publishes no pipeline fit).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tarfile
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from servesim.papers.base import Outcome
+from servesim.perf.base import BatchStats
+
+#: The artifact's chatbot runs: (TTFT, TPOT) SLO, vLLM's TP, DistServe's prefill and decode TP
+#: (OPT-66B's decode is TP2 x PP2 there; DistServe publishes no pipeline fit, so TP4 here), and
+#: the per-GPU rates the search brackets.
+RUNS = {"OPT-13B": ((0.25, 0.1), 1, 2, 1, 0.2, 4.0), "OPT-66B": ((0.4, 0.1), 4, 4, 4, 0.05, 4.0)}
+
+
+@dataclasses.dataclass(slots=True)
+class DistServeFitPerf:
+    """A step time from DistServe's fit of one engine (prefill ms = a + b Σp + c Σp², decode ms
+    = a + b Σcontext + c batch). A V0 or prefill-only step holds whole prompts, so Σp² = 2 x
+    prefill_attn_work."""
+
+    fit: Any
+
+    def batch_time(self, s: BatchStats) -> float:
+        t = 0.0
+        if s.num_prefill_reqs:
+            a, b, c = self.fit.prefill
+            t += (a + b * s.num_prefill_tokens + c * 2 * s.prefill_attn_work) * 1e-3
+        if s.num_decode_reqs:
+            t += self.fit.decode_s(s.num_decode_reqs, s.sum_decode_context)
+        return t
+
+    def batch_flops(self, s: BatchStats) -> float:
+        return 0.0
+
+    def batch_bytes(self, s: BatchStats) -> float:
+        return 0.0
+
+
+def fits() -> dict[tuple[str, str, int], Any]:
+    """DistServe's A100-80GB fits of its engine and of vLLM, from the bundled validation data."""
+    from servesim.calibration.measurements import DistServeFit
+    from servesim.validate.common import BUNDLED_DATA
+
+    out = {}
+    ref = resources.files("servesim").joinpath("data", BUNDLED_DATA)
+    with ref.open("rb") as f, tarfile.open(fileobj=f, mode="r:gz") as tar:
+        for engine in ("vllm", "distserve"):
+            member = tar.extractfile(f"data/measurements/distserve/distserve_profiler-a100-80g.{engine}.json")
+            assert member is not None
+            for model, by_tp in json.load(member).items():
+                for tp, p in by_tp.items():
+                    out[engine, model, int(tp)] = DistServeFit(
+                        model, int(tp), tuple(p["prefill"]), tuple(p["decoding_smallbs"]),
+                        tuple(p["decoding_largebs"]), int(p["decoding_large_small_bs_threshold"]))
+    return out
+
+
+def _engine(batched_tokens: int, seqs: int) -> dict[str, Any]:
+    return {"policy": "vllm_v0", "max_num_batched_tokens": batched_tokens, "max_num_seqs": seqs,
+            "max_model_len": 2048, "gpu_memory_utilization": 0.95, "cpu_overhead_s": 0.0}
+
+
+def pools(model: str, tps: tuple[tuple[str, int], ...]) -> tuple[Any, list[Any]]:
+    from servesim.catalog.hf_config import load_model
+    from servesim.cluster.pools import build_pool
+    from servesim.config import Scenario
+
+    engines = {"colocated": _engine(16384, 1024), "prefill": _engine(8192, 128),
+               "decode": _engine(65536, 1024)}
+    spec = [{"name": role, "role": role, "num_replicas": 1, "engine": engines[role],
+             "parallel": {"tensor_parallel_size": tp}} for role, tp in tps]
+    sc = Scenario.model_validate({"model": {"name": model}, "hardware": {"gpu": "A100-80GB"},
+                                  "cluster": {"pools": spec, "router": "least_outstanding"}})
+    engine_of = {"colocated": "vllm", "prefill": "distserve", "decode": "distserve"}
+    fit = fits()
+    assert sc.cluster is not None
+    specs = [dataclasses.replace(build_pool(sc, p, load_model(model)),
+                                 perf=DistServeFitPerf(fit[engine_of[p.role], f"facebook/{model.lower()}",
+                                                           p.parallel.tensor_parallel_size]))
+             for p in sc.cluster.pools]
+    return sc.cluster, specs
+
+
+def goodput_per_gpu(model: str, system: str, tps: tuple[tuple[str, int], ...], duration_s: float,
+                    iters: int, rows: list[dict[str, Any]]) -> float:
+    from servesim.cluster.cluster import run_cluster
+    from servesim.workload.base import Workload
+
+    slo, _, _, _, lo, hi = RUNS[model]
+    cfg, specs = pools(model, tps)
+    rng = np.random.default_rng(1)
+    n = 8000
+    unit = np.cumsum(rng.exponential(1.0, n))
+    prompt = np.clip(rng.lognormal(np.log(600), 0.7, n), 4, 1536).astype(np.int64)
+    output = np.clip(rng.lognormal(np.log(150), 0.9, n), 4, 512).astype(np.int64)
+    gpus = sum(s.num_gpus for s in specs)
+
+    def ok(rate: float) -> bool:
+        k = int(np.searchsorted(unit / rate, duration_s))
+        wl = Workload(unit[:k] / rate, prompt[:k], output[:k])
+        rec = run_cluster(wl, specs, cfg, record_steps=False).records
+        att = float(((rec.ttft_s <= slo[0]) & ~(rec.tpot_s > slo[1])).mean())
+        rows.append({"model": model, "system": system, "rate_req_s": rate, "rate_per_gpu": rate / gpus,
+                     "attainment": att, "meets": att >= 0.9})
+        return att >= 0.9
+
+    lo, hi = lo * gpus, hi * gpus
+    if not ok(lo):
+        return 0.0
+    if ok(hi):
+        return hi / gpus
+    for _ in range(iters):
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo / gpus
+
+
+def run(quick: bool) -> Outcome:
+    """OPT-13B (--quick: 60 s of traffic, a coarser search); the full run adds OPT-66B."""
+    duration, iters = (60.0, 7) if quick else (120.0, 9)
+    rows: list[dict[str, Any]] = []
+    values, notes = {}, []
+    for model in ("OPT-13B",) if quick else tuple(RUNS):
+        _, vllm_tp, prefill_tp, decode_tp, _, _ = RUNS[model]
+        vllm = goodput_per_gpu(model, "vllm", (("colocated", vllm_tp),), duration, iters, rows)
+        dist = goodput_per_gpu(model, "distserve", (("prefill", prefill_tp), ("decode", decode_tp)), duration,
+                               iters, rows)
+        rows += [{"model": model, "system": "vllm", "goodput_req_s_per_gpu": vllm},
+                 {"model": model, "system": "distserve", "goodput_req_s_per_gpu": dist}]
+        values["goodput" if model == "OPT-13B" else "goodput_66b"] = dist / vllm if vllm else float("inf")
+        notes.append(f"{model}: per-GPU goodput at 90% attainment (req/s/GPU): vLLM {vllm:.3f}, "
+                     f"DistServe {dist:.3f}")
+    return Outcome(values, rows, notes)
