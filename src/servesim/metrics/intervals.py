@@ -23,7 +23,8 @@ silicon suite's held-out predictions (``servesim validate --suite silicon --cros
 each (model, GPU) group predicted with everything learned from the measured runs derived
 again without it). A prediction ``p`` gets ``[p * exp(q10), p * exp(q90)]``, widened to hold
 ``p``. TTFT's quantiles bound every TTFT statistic (mean, P50, P90, P99), TPOT's bound TPOT and
-ITL; E2E takes the wider of the two; throughputs the E2E bounds inverted. The measured runs
+ITL; E2E mixes them by the share of its mean that is TTFT; throughputs take the E2E bounds
+inverted. The measured runs
 report means only: the percentiles' intervals are the means' (an assumption, stated in the
 docs). A regime with too few held-out runs (``MIN_RUNS``), and ``roofline``, which the
 suite does not measure, takes the widest measured regime's quantiles; ``open_loop`` adds the
@@ -123,8 +124,10 @@ def quantiles(regime: str, base: str, table: dict[str, Any] | None = None) -> di
     t = table or load_table()
     regs = t["regimes"]
     r = regs.get(base)
-    if r is None or r.get("n", 0) < MIN_RUNS:
-        r = _widest(regs)
+    if base == "roofline" and (r is None or r.get("n", 0) < MIN_RUNS):
+        r = _widest(regs)  # not measured by the suite: the widest measured regime's
+    elif r is None or r.get("n", 0) < MIN_RUNS:
+        r = regs["all"]
     out = {"ttft": list(r["ttft"]), "tpot": list(r["tpot"])}
     if regime == "open_loop" and "open_loop" in t:
         for m in ("ttft", "tpot"):
@@ -140,12 +143,22 @@ def _bounds(value: float | None, q: list[float]) -> list[float] | None:
     return [min(lo, value), max(hi, value)]
 
 
-def _metric_q(q: dict[str, list[float]], metric: str) -> list[float]:
+def _metric_q(q: dict[str, list[float]], metric: str, ttft_share: float | None = None) -> list[float]:
+    """The log quantiles of a metric: TTFT's, TPOT's (TPOT, ITL), or for E2E the mix of the
+    two by the share of the mean E2E that is TTFT (None: the wider of the two)."""
     if metric.startswith("ttft"):
         return q["ttft"]
     if metric.startswith(("tpot", "itl")):
         return q["tpot"]
-    return [min(q["ttft"][0], q["tpot"][0]), max(q["ttft"][1], q["tpot"][1])]  # e2e
+    if ttft_share is None or not 0.0 <= ttft_share <= 1.0:
+        return [min(q["ttft"][0], q["tpot"][0]), max(q["ttft"][1], q["tpot"][1])]
+    f = ttft_share
+    return [math.log(f * math.exp(q["ttft"][i]) + (1 - f) * math.exp(q["tpot"][i])) for i in (0, 1)]
+
+
+def _share(ttft: Any, e2e: Any) -> float | None:
+    ok = all(isinstance(x, (int, float)) and math.isfinite(x) for x in (ttft, e2e))
+    return min(1.0, ttft / e2e) if ok and e2e > 0 else None
 
 
 def interval_sections(summary: dict[str, Any], scenario: Any) -> dict[str, Any]:
@@ -158,26 +171,43 @@ def interval_sections(summary: dict[str, Any], scenario: Any) -> dict[str, Any]:
     lat = summary.get("latency", {})
     out: dict[str, Any] = {"level": LEVEL, "regime": regime, "step_regime": base,
                            "log_ratio_quantiles": q}
+    share = _share((lat.get("ttft_s") or {}).get("mean"), (lat.get("e2e_s") or {}).get("mean"))
     for metric in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
         d = lat.get(metric) or {}
-        qm = _metric_q(q, metric)
+        qm = _metric_q(q, metric, share)
         out[metric] = {k: _bounds(d.get(k), qm) for k in ("mean", "p50", "p90", "p99") if k in d}
     sections = {"intervals": out}
     bench = summary.get("benchmark")
     if isinstance(bench, dict):
         b: dict[str, Any] = {}
+        bshare = _share(bench.get("mean_ttft_ms"), bench.get("mean_e2el_ms"))
         for key, v in bench.items():
             if not key.endswith("_ms") or key.startswith("std_"):
                 continue
             name = key.split("_")[1]
-            b[key] = _bounds(v, _metric_q(q, {"e2el": "e2e"}.get(name, name)))
-        e2e = _metric_q(q, "e2e")
+            b[key] = _bounds(v, _metric_q(q, {"e2el": "e2e"}.get(name, name), bshare))
+        e2e = _metric_q(q, "e2e", bshare)
         for key in ("request_throughput", "output_throughput", "total_token_throughput"):
             v = bench.get(key)
             if isinstance(v, (int, float)) and math.isfinite(v):
                 b[key] = [v / math.exp(max(e2e[1], 0.0)), v / math.exp(min(e2e[0], 0.0))]
         sections["benchmark_intervals"] = {"level": LEVEL, "regime": regime, **b}
     return sections
+
+
+def upper_factors(summary: dict[str, Any]) -> dict[str, float]:
+    """metric -> the factor (>= 1) taking a predicted latency to its interval's high end
+    (``slo.confidence``): TTFT's for ttft_s and queue_s, TPOT's for tpot_s and itl_s, the
+    wider for e2e_s. A summary without intervals (stored before them) takes the widest
+    measured regime's."""
+    ints = summary.get("intervals") or {}
+    q = ints.get("log_ratio_quantiles")
+    if q is None:
+        r = _widest(load_table()["regimes"])
+        q = {"ttft": r["ttft"], "tpot": r["tpot"]}
+    out = {m: math.exp(max(_metric_q(q, m)[1], 0.0)) for m in ("ttft_s", "tpot_s", "itl_s", "e2e_s")}
+    out["queue_s"] = out["ttft_s"]
+    return out
 
 
 # --------------------------------------------------------------------------- the table
@@ -190,33 +220,44 @@ def log_quantiles(x: np.ndarray) -> list[float]:
     return [round(float(np.quantile(x, p)), 4) for p in QUANTILES]
 
 
+def quantile_table(residuals: dict[str, dict[str, dict[str, list[float]]]]) -> dict[str, Any]:
+    """``{"regimes": {regime: {"n", "ttft": [q10, q90], "tpot": [...]}}}`` from residuals
+    (group -> regime -> {"ttft": [...], "tpot": [...]}: log measured / predicted), with
+    ``all`` over every run. A regime's quantiles are never inside all runs' (the envelope of
+    the two): which regime a run is in goes with its group, and the few groups of a regime
+    say less about a new group than all of them."""
+    pooled: dict[str, dict[str, list[float]]] = {}
+    for regs in residuals.values():
+        for reg, r in regs.items():
+            for key in (reg, "all"):
+                p = pooled.setdefault(key, {"ttft": [], "tpot": []})
+                p["ttft"] += r["ttft"]
+                p["tpot"] += r["tpot"]
+    own = {k: {"n": len(p["ttft"]), "ttft": log_quantiles(np.array(p["ttft"])),
+               "tpot": log_quantiles(np.array(p["tpot"]))} for k, p in sorted(pooled.items())}
+    whole = own["all"]
+    out = {}
+    for k, r in own.items():
+        out[k] = {"n": r["n"], **{m: [min(r[m][0], whole[m][0]), max(r[m][1], whole[m][1])]
+                                 for m in ("ttft", "tpot")}}
+    return {"regimes": out}
+
+
 def held_out_coverage(residuals: dict[str, dict[str, dict[str, list[float]]]]) -> dict[str, Any]:
-    """Coverage of the intervals on held-out groups: for each group, the quantiles of its
-    regime over the *other* groups' residuals (the widest regime's where too few), the share of
-    its own residuals inside them; ``residuals``: group -> regime -> {"ttft": [...],
+    """Coverage of the intervals on held-out groups: for each group, the table
+    (``quantile_table``) of the *other* groups' residuals, and the share of the group's own
+    residuals inside its regime's quantiles; ``residuals``: group -> regime -> {"ttft": [...],
     "tpot": [...]} (log measured / predicted)."""
     hits = {"ttft": [0, 0], "tpot": [0, 0]}
     per_group = {}
     for g, regs in residuals.items():
-        others = {"regimes": {}}
-        pooled: dict[str, dict[str, list[float]]] = {}
-        for h, hregs in residuals.items():
-            if h == g:
-                continue
-            for reg, r in hregs.items():
-                p = pooled.setdefault(reg, {"ttft": [], "tpot": []})
-                p["ttft"] += r["ttft"]
-                p["tpot"] += r["tpot"]
-        for reg, p in pooled.items():
-            others["regimes"][reg] = {"n": len(p["ttft"]), "ttft": log_quantiles(np.array(p["ttft"])),
-                                      "tpot": log_quantiles(np.array(p["tpot"]))}
+        others = quantile_table({h: r for h, r in residuals.items() if h != g})
         gh = {"ttft": [0, 0], "tpot": [0, 0]}
         for reg, r in regs.items():
             q = quantiles(reg, reg, others)
             for m in ("ttft", "tpot"):
                 x = np.asarray(r[m], float)
-                inside = int(np.sum((x >= q[m][0]) & (x <= q[m][1])))
-                gh[m][0] += inside
+                gh[m][0] += int(np.sum((x >= q[m][0]) & (x <= q[m][1])))
                 gh[m][1] += len(x)
         for m in ("ttft", "tpot"):
             hits[m][0] += gh[m][0]
