@@ -175,3 +175,12 @@ def test_confidence_other_than_the_calibrated_level_is_refused():
 
     with pytest.raises(ValueError, match="0.8"):
         SloConfig(ttft_s=1.0, confidence=0.95)
+
+
+def test_validate_offers_the_cross_group_check():
+    from typer.testing import CliRunner
+
+    from servesim.cli import app
+
+    res = CliRunner().invoke(app, ["validate", "--help"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and "--cross-group" in res.output
