@@ -184,3 +184,22 @@ def test_validate_offers_the_cross_group_check():
 
     res = CliRunner().invoke(app, ["validate", "--help"], env={"COLUMNS": "200"})
     assert res.exit_code == 0 and "--cross-group" in res.output
+
+
+def test_capacity_at_confidence_is_no_higher_and_holds_at_the_high_end():
+    from servesim.config import scenario_from_dict
+    from servesim.planner.capacity import find_capacity
+
+    def sc(**slo):
+        return scenario_from_dict({
+            "workload": {"type": "synthetic", "num_requests": 400, "arrival": {"rate": 2.0},
+                         "prompt_len": {"value": 512}, "output_len": {"value": 1}},
+            "engine": {"max_num_seqs": 1, "frontend": {"enabled": False}},
+            "slo": {"ttft_s": 0.06, "attainment": {"ttft_s": 0.9}, **slo}})  # about 2x one prefill
+
+    plain = find_capacity(sc(), precision=0.1)
+    sure = find_capacity(sc(confidence=0.8), precision=0.1)
+    assert sure.lo is not None and plain.lo is not None
+    assert sure.lo.rate_rps < plain.lo.rate_rps  # each TTFT held at its high end: less room to queue
+    held = [c for c in sure.lo.verdict.checks if c.metric == "ttft_s"][0]
+    assert held.meets and held.value >= 0.9
