@@ -121,6 +121,12 @@ def test_cross_group_refits_the_floor_without_the_group(monkeypatch):
     checks = sc.cross_checks(cg)
     ratio = [c for c in checks if "held-out / in-sample" in c.metric]
     assert len(ratio) == 2 and all(c.limit_pct == pytest.approx(25.0) for c in ratio)
+    # rows without a version whose workflow image is known run as that vLLM when held out
+    llama = [c for c in cg.held_out if c.group.startswith("Llama")]
+    assert all(sc.image_version(c.row) == "0.10.2" for c in llama)
+    assert all(c.scenario["engine"]["version"] == "0.10.2" for c in llama)
+    assert all("engine" not in c.scenario or c.scenario["engine"].get("version") != "0.10.2"
+               for c in cg.in_sample if c.group.startswith("Llama"))
     res = sc.residuals(cg.held_out)
     assert sum(len(r["ttft"]) for regs in res.values() for r in regs.values()) == 4
     # the shipped floor is restored

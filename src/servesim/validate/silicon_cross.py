@@ -11,6 +11,12 @@ reading what the suite and the step-time model depend on:
 - the known-bad marks (``silicon_marks.SILICON_KNOWN_BAD``), written per group from the
   group's own errors: they change no prediction, and the held-out rows are judged without
   them;
+- **rows without a vLLM version run at the newest tables** (``silicon.PASS_ENGINE_VERSION``
+  passes none): a switch that serves one group, chosen over the version their workflow's
+  image ran on Llama-3.1-70B's own errors (docs/fidelity.md, "Tried and not adopted"), and
+  no other group carries the evidence to choose it again. Held out, such a row runs as the
+  vLLM its workflow's image ran where that is known (``WORKFLOW_IMAGE``: the a-priori
+  choice), else at the newest tables as in sample (nightlies, unknown images);
 - everything else is the row's (parallel layout, vLLM version), its launch script's, vLLM's
   defaults or the kernel tables' (measured on kernels, not on these runs). The time a run of
   the Kimi gap-analysis sheet is taken to have run at (``silicon._undated_time``) is read
@@ -37,6 +43,10 @@ from servesim.validate.common import Check
 from servesim.validate.limits import Goal
 from servesim.validate.silicon_results import SiliconCase, abs_err_stats
 
+#: measured= day -> the vLLM of InferenceMAX's workflow image that day, for rows without a
+#: version (the Llama-3.1-70B runs of 2025-10-29: the workflow template's
+#: ``vllm/vllm-openai:v0.10.2``, docs/fidelity.md section 5).
+WORKFLOW_IMAGE = {"2025-10-29": "0.10.2"}
 #: Host floors (seconds a reference layer) among which each held-out fit chooses.
 FLOOR_GRID_S = (0.6e-3, 0.7e-3, 0.8e-3, 0.9e-3, 1.0e-3)
 RATIO_GOAL = 1.25
@@ -119,8 +129,40 @@ def cross_group(rows: list[dict[str, str]]) -> CrossGroup:
         for i, c in enumerate(by_floor[v]):
             if c.group == g:
                 held[i] = c
+    _workflow_versions(rows, held, floors)
     everything = {v: fit_loss(cs) for v, cs in by_floor.items()}
     return CrossGroup(in_sample, held, floors, min(everything, key=lambda k: (everything[k], abs(k - shipped))))
+
+
+def image_version(row: dict[str, str]) -> str | None:
+    """The vLLM a row without a version ran, from its workflow's image (None: unknown)."""
+    from servesim.validate.bench_harness import measured_at
+
+    if row["backend_version"]:
+        return None
+    return WORKFLOW_IMAGE.get((measured_at(row["silicon_data_source"]) or "")[:10])
+
+
+def _workflow_versions(rows: list[dict[str, str]], held: list[SiliconCase], floors: dict[str, float]) -> None:
+    """Re-run, in ``held``, the rows without a version whose workflow image is known, as
+    that vLLM version (its engine defaults, the nearest kernel tables), at their group's floor."""
+    from servesim.validate.silicon import MODELS, kernel_version_for, nvfp4_configs, row_case, simulate_case
+
+    todo = [i for i, r in enumerate(rows) if image_version(r) and not held[i].skip]
+    if not todo:
+        return
+    with nvfp4_configs({p for (p, nv, _) in MODELS.values() if nv}) as tmp:
+        for i in todo:
+            c = row_case(rows[i], tmp)
+            v = image_version(rows[i])
+            if c.scenario is None or v is None:
+                continue
+            c.scenario["engine"]["version"] = v
+            c.scenario["hardware"]["kernel_version"] = kernel_version_for(c.scenario["hardware"]["gpu"], v)
+            c.notes.append(f"held out as vLLM {v}, its workflow's image")
+            with host_floor(floors[c.group]):
+                simulate_case(c)
+            held[i] = c
 
 
 def _err(cases: list[SiliconCase], metric: str, group: str | None = None) -> np.ndarray:
