@@ -38,6 +38,11 @@ summary keeps only P50/P90/P95/P99/max of finished requests, so a percentile tar
 another percentile, or with requests unfinished, is judged on the nearest stored percentile
 at or above the one needed: an upper bound of the true value, so the verdict never says
 "meets" wrongly (``exact`` is False on such a target).
+
+With ``slo.confidence`` (0.8) every latency is judged at the high end of its calibrated
+prediction interval (``metrics.intervals.upper_factors``): percentiles are multiplied by the
+factor, per-request limits divided by it; from a summary, an attainment target becomes a
+bound on stored percentiles (``_attainment_bound``), never "meets" wrongly.
 """
 
 from __future__ import annotations
@@ -198,7 +203,7 @@ def check_result(slo: SloConfig, result: Result) -> Verdict:
         value = weighted_percentile(values, weights, pl.p) * up[pl.metric] if values.size else math.inf
         if math.isnan(value):
             value = math.inf
-        within = None if pl.metric == "itl_s" else int((values <= pl.max_s).sum())
+        within = None if pl.metric == "itl_s" else int((values * up[pl.metric] <= pl.max_s).sum())
         checks.append(TargetCheck("percentile", pl.metric, pl.max_s, value, value <= pl.max_s,
                                   _percentile_margin(value, pl.max_s), p=pl.p, num_met=within,
                                   num_total=int(weights.sum())))
