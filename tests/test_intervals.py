@@ -44,16 +44,19 @@ def test_regime_from_what_the_step_model_reports():
     assert iv.step_regime(_step(), "0.16.0") == "other_version"
     assert iv.step_regime(_step(roofline_operators=["attn_decode"]), "0.19.0") == "roofline_fallback"
     assert iv.step_regime({"kind": "roofline"}, None) == "roofline"
-    assert iv.step_regime(_step("  attn_prefill: table ctx fp8 KV heads=64 kv=8 head_dim=128 of H100-SXM (...)"),
-                          "0.19.0") == "other_gpu"
-    assert iv.step_regime(_step("  moe: table moe fp8 (roofline-scaled to this shape)"), "0.19.0") == "other_shape"
+    h100 = "  attn_prefill: table ctx fp8 KV heads=64 kv=8 head_dim=128 of H100-SXM (...)"
+    assert iv.step_regime(_step(h100), "0.19.0") == "other_gpu"
+    carried = "  moe: table moe fp8 (roofline-scaled to this shape)"
+    assert iv.step_regime(_step(carried), "0.19.0") == "other_shape"
     # the router GEMM and the LM head carried off their grid do not make a run "other shape"
-    assert iv.step_regime(_step("  gemm_router: fp32 router, cuBLAS as measured on GB200\n"
-                                "  lm_head: table gemm (n outside 32-65536: roofline-scaled)"), "0.19.0") == "kernel_grid"
+    small = ("  gemm_router: fp32 router, cuBLAS as measured on GB200\n"
+             "  lm_head: table gemm (n outside 32-65536: roofline-scaled)")
+    assert iv.step_regime(_step(small), "0.19.0") == "kernel_grid"
 
 
 def _scenario(workload):
-    return {"model": {"name": "meta-llama/Llama-3.1-8B"}, "hardware": {"gpu": "H100-SXM", "perf_model": "kernels"},
+    return {"model": {"name": "meta-llama/Llama-3.1-8B"},
+            "hardware": {"gpu": "H100-SXM", "perf_model": "kernels"},
             "workload": workload, "slo": {"ttft_s": None, "tpot_s": None}}
 
 
@@ -161,7 +164,8 @@ def test_a_plan_at_confidence_picks_a_deployment_whose_upper_bound_meets_the_slo
                           "prompt_len": {"kind": "constant", "value": 512},
                           "output_len": {"kind": "constant", "value": 64}},
              "slo": {"ttft_s": 1.0, "tpot_s": 0.05}, "run": {"record_steps": False}}
-    plan = plan_config({"gpus": ["H100-SXM", "L40S"], "max_total_gpus": 2, "tensor_parallel_sizes": [1, 2]}, "t")
+    plan = plan_config({"gpus": ["H100-SXM", "L40S"], "max_total_gpus": 2,
+                        "tensor_parallel_sizes": [1, 2]}, "t")
     plain = run_plan(scenario_from_dict(small), plan, backend="inprocess")
     sure = run_plan(scenario_from_dict({**small, "slo": {**small["slo"], "confidence": 0.8}}), plan,
                     backend="inprocess")

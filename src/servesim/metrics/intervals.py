@@ -65,7 +65,8 @@ def _minor(v: str | None) -> tuple[int, ...] | None:
 def step_regime(step: dict[str, Any], run_version: str | None) -> str:
     """The regime of one step-time model description (``perf.describe``) for a run of vLLM
     ``run_version`` (None: unspecified, the tables' own)."""
-    if step.get("kind") != "kernel_db" or step.get("warnings") and "no kernel tables" in " ".join(step["warnings"]):
+    warned = " ".join(step.get("warnings") or ())
+    if step.get("kind") != "kernel_db" or "no kernel tables" in warned:
         return "roofline"
     if step.get("roofline_operators"):
         return "roofline_fallback"
@@ -74,7 +75,8 @@ def step_regime(step: dict[str, Any], run_version: str | None) -> str:
     major = [ln for ln in lines if ln.startswith(_MAJOR) and not ln.startswith(_MINOR)]
     if any(name != gpu and (f"of {name}" in ln or f"on {name}" in ln) for ln in major for name in GPU_NAMES):
         return "other_gpu"
-    if gpu in ("B300", "GB200") and any(ln.startswith(("moe", "attn_prefill")) and "B200" in ln for ln in major):
+    sm100 = [ln for ln in major if ln.startswith(("moe", "attn_prefill"))]
+    if gpu in ("B300", "GB200") and any("B200" in ln for ln in sm100):
         return "other_gpu"
     if any("roofline-scaled" in ln for ln in major):
         return "other_shape"
@@ -93,7 +95,8 @@ def is_closed_loop(scenario: Any) -> bool:
     wl = getattr(scenario, "workload", None)
     kind = getattr(wl, "type", None)
     if kind == "benchmark":
-        return getattr(wl, "max_concurrency", None) is not None and math.isinf(getattr(wl, "request_rate", 0.0))
+        clients = getattr(wl, "max_concurrency", None) is not None
+        return clients and math.isinf(getattr(wl, "request_rate", 0.0))
     return kind == "sessions" and getattr(wl, "loop", "") == "closed"
 
 
@@ -167,7 +170,8 @@ def interval_sections(summary: dict[str, Any], scenario: Any) -> dict[str, Any]:
     try:
         q = quantiles(regime, base)
     except FileNotFoundError:  # a source tree before tools/fit_intervals.py has written the table
-        return {"intervals": {"level": LEVEL, "regime": regime, "step_regime": base, "unavailable": TABLE_FILE}}
+        return {"intervals": {"level": LEVEL, "regime": regime, "step_regime": base,
+                              "unavailable": TABLE_FILE}}
     lat = summary.get("latency", {})
     out: dict[str, Any] = {"level": LEVEL, "regime": regime, "step_regime": base,
                            "log_ratio_quantiles": q}
@@ -233,13 +237,12 @@ def quantile_table(residuals: dict[str, dict[str, dict[str, list[float]]]]) -> d
                 p = pooled.setdefault(key, {"ttft": [], "tpot": []})
                 p["ttft"] += r["ttft"]
                 p["tpot"] += r["tpot"]
-    own = {k: {"n": len(p["ttft"]), "ttft": log_quantiles(np.array(p["ttft"])),
-               "tpot": log_quantiles(np.array(p["tpot"]))} for k, p in sorted(pooled.items())}
+    own = {k: {m: log_quantiles(np.array(p[m])) for m in ("ttft", "tpot")} for k, p in sorted(pooled.items())}
     whole = own["all"]
-    out = {}
+    out: dict[str, Any] = {}
     for k, r in own.items():
-        out[k] = {"n": r["n"], **{m: [min(r[m][0], whole[m][0]), max(r[m][1], whole[m][1])]
-                                 for m in ("ttft", "tpot")}}
+        out[k] = {"n": len(pooled[k]["ttft"]), **{m: [min(r[m][0], whole[m][0]), max(r[m][1], whole[m][1])]
+                                                  for m in ("ttft", "tpot")}}
     return {"regimes": out}
 
 
@@ -263,5 +266,5 @@ def held_out_coverage(residuals: dict[str, dict[str, dict[str, list[float]]]]) -
             hits[m][0] += gh[m][0]
             hits[m][1] += gh[m][1]
         per_group[g] = {m: round(gh[m][0] / gh[m][1], 3) if gh[m][1] else None for m in gh}
-    return {"ttft": hits["ttft"][0] / max(hits["ttft"][1], 1), "tpot": hits["tpot"][0] / max(hits["tpot"][1], 1),
-            "n": hits["ttft"][1], "groups": per_group}
+    share = {m: hits[m][0] / max(hits[m][1], 1) for m in hits}
+    return {**share, "n": hits["ttft"][1], "groups": per_group}

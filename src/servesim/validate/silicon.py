@@ -405,7 +405,8 @@ def validate_silicon(data_dir: Path | None = None, output: Path | None = None,
     rows = read_silicon(path if path is not None and path.is_file() else None)
     held: list[Check] = []
     if cross_group:
-        from servesim.validate.silicon_cross import cross_checks, cross_group as run_cross, write_cross_report
+        from servesim.validate.silicon_cross import cross_checks, write_cross_report
+        from servesim.validate.silicon_cross import cross_group as run_cross
 
         cg = run_cross(rows)
         cases = cg.in_sample

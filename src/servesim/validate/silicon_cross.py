@@ -74,7 +74,8 @@ def fit_loss(cases: list[SiliconCase]) -> float:
         return math.inf
     out = 0.0
     for m in ("ttft", "tpot"):
-        r = np.array([math.log(getattr(c, f"predicted_{m}_ms") / getattr(c, f"measured_{m}_ms")) for c in run])
+        r = np.array([math.log(getattr(c, f"predicted_{m}_ms") / getattr(c, f"measured_{m}_ms"))
+                      for c in run])
         out += float(np.median(np.abs(r[np.isfinite(r)])))
     return out
 
@@ -131,7 +132,8 @@ def cross_group(rows: list[dict[str, str]]) -> CrossGroup:
                 held[i] = c
     _workflow_versions(rows, held, floors)
     everything = {v: fit_loss(cs) for v, cs in by_floor.items()}
-    return CrossGroup(in_sample, held, floors, min(everything, key=lambda k: (everything[k], abs(k - shipped))))
+    best = min(everything, key=lambda k: (everything[k], abs(k - shipped)))
+    return CrossGroup(in_sample, held, floors, best)
 
 
 def image_version(row: dict[str, str]) -> str | None:
@@ -234,11 +236,13 @@ def write_cross_report(cg: CrossGroup, folder: Path) -> list[Path]:
                               "all_rows_floor_ms": cg.all_rows_floor * 1e3,
                               "residuals": residuals(cg.held_out)}, indent=1))
     md = folder / "silicon_cross_group.md"
-    lines = ["| group | runs | floor (ms) | TTFT in-sample | held out | ratio | TPOT in-sample | held out | ratio |",
+    lines = ["| group | runs | floor (ms) | TTFT in-sample | held out | ratio "
+             "| TPOT in-sample | held out | ratio |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in table:
         fl = "-" if r["floor_ms"] is None else f"{r['floor_ms']:g}"
-        lines.append(f"| {r['group']} | {r['n']} | {fl} | {r['ttft_in_sample']:.1f}% | {r['ttft_held_out']:.1f}% "
+        lines.append(f"| {r['group']} | {r['n']} | {fl} | {r['ttft_in_sample']:.1f}% "
+                     f"| {r['ttft_held_out']:.1f}% "
                      f"| {r['ttft_ratio']:.2f} | {r['tpot_in_sample']:.1f}% | {r['tpot_held_out']:.1f}% "
                      f"| {r['tpot_ratio']:.2f} |")
     md.write_text("\n".join(lines) + "\n")
