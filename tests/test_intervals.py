@@ -213,3 +213,13 @@ def test_capacity_at_confidence_is_no_higher_and_holds_at_the_high_end():
     assert sure.lo.rate_rps < plain.lo.rate_rps  # each TTFT held at its high end: less room to queue
     held = [c for c in sure.lo.verdict.checks if c.metric == "ttft_s"][0]
     assert held.meets and held.value >= 0.9
+
+
+def test_the_plan_short_form_takes_a_confidence():
+    from servesim.planner.space import plan_from_options
+
+    base, _ = plan_from_options("Llama-3.1-8B", ["H100-SXM"], 1, rate=1.0, isl=512, osl=64, ttft_s=1.0,
+                                confidence=0.8)
+    assert base.slo.confidence == 0.8
+    base, _ = plan_from_options("Llama-3.1-8B", ["H100-SXM"], 1, rate=1.0, isl=512, osl=64, ttft_s=1.0)
+    assert base.slo.confidence is None
