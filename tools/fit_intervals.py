@@ -72,7 +72,8 @@ def build(res: dict, open_loop: dict[str, list[float]]) -> dict:
         "regimes": regimes,
         "open_loop": {"n": len(open_loop["ttft"]), "ttft": log_quantiles(np.array(open_loop["ttft"])),
                       "tpot": log_quantiles(np.array(open_loop["tpot"]))},
-        "coverage": {"ttft": round(cov["ttft"], 3), "tpot": round(cov["tpot"], 3), "n": cov["n"]},
+        "coverage": {"ttft": round(cov["ttft"], 3), "tpot": round(cov["tpot"], 3), "n": cov["n"],
+                     "groups": cov["groups"]},
         "residuals": rounded,
     }
 
