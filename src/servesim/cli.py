@@ -303,6 +303,10 @@ def validate(
     cross_fit: Annotated[bool, typer.Option(
         "--cross-fit", help="vllm-cpu: also fit on each recording of a session in turn and report its "
                             "held-out error on the others (needs scipy; ~30 s more).")] = False,
+    cross_group: Annotated[bool, typer.Option(
+        "--cross-group", help="silicon: also predict each (model, GPU) group with the host floor refitted "
+                              "without it, beside the in-sample errors (the suite about 3x as long; "
+                              "--output also writes silicon_cross_group.json and .md).")] = False,
     bench: Annotated[list[Path] | None, typer.Option(
         "--bench", dir_okay=False,
         help="Instead of the bundled sets: a result file of your own `vllm bench serve --save-result` "
@@ -352,7 +356,8 @@ def validate(
         from servesim import validate as v
 
         suites = tuple(suite) if suite else ("operators", "splitwise", "distserve", "vllm-cpu")
-        checks, skipped = v.validate_all(data_dir, recordings, suites, cross_fit=cross_fit, output=output)
+        checks, skipped = v.validate_all(data_dir, recordings, suites, cross_fit=cross_fit, output=output,
+                                        cross_group=cross_group)
         typer.echo(_validation_table(checks, threshold))
         if threshold is None:
             for line in v.known_bad_reasons(checks):

@@ -125,6 +125,9 @@ def plan(
     rate: Annotated[float, typer.Option(help="Short form: target arrival rate, requests/s.")] = 1.0,
     ttft: Annotated[float | None, typer.Option(help="Short form: TTFT limit, seconds.")] = None,
     tpot: Annotated[float | None, typer.Option(help="Short form: TPOT limit, seconds.")] = None,
+    confidence: Annotated[float | None, typer.Option(
+        help="Short form: hold the SLO at the high end of the predictions' calibrated interval of this "
+             "level (0.8; slo.confidence in a plan file).")] = None,
     num_requests: Annotated[int, typer.Option(help="Short form: requests simulated per candidate.")] = 400,
     backend: Annotated[str, typer.Option(help="inprocess, process (all cores) or ray.")] = "process",
     workers: Annotated[int | None, typer.Option(help="Processes / Ray CPUs (default: all cores).")] = None,
@@ -145,7 +148,7 @@ def plan(
         _check_report(report, output)
         opts = {"model": model, "gpus": [g.strip() for g in gpus.split(",") if g.strip()], "total_gpus": total_gpus,
                 "isl": isl, "osl": osl, "trace": trace, "rate": rate, "ttft_s": ttft, "tpot_s": tpot,
-                "num_requests": num_requests}
+                "num_requests": num_requests, "confidence": confidence}
         sets = [*(overrides or []), *([f"plan.objective={objective}"] if objective else [])]
         code = plan_command(str(plan_file) if plan_file else None, sets, opts, backend=backend,
                             workers=workers, address=address, output=str(output) if output else None,

@@ -307,9 +307,16 @@ class SloConfig(_Strict):
         "(DistServe's SLO attainment). Empty with a limit set: {all: 0.9}."))
     percentiles: list[PercentileLimit] = Field(default_factory=list, description=(
         "Percentile limits, e.g. [{metric: ttft_s, p: 99, max_s: 5}]."))
+    confidence: float | None = Field(None, description=(
+        "Hold every target at the upper end of the prediction's calibrated interval of this "
+        "level (0.8, the level servesim's intervals are calibrated at; docs/metrics.md, "
+        "'Intervals'): each latency is taken at its interval's high end before it is judged "
+        "(plan, capacity). None: at the predicted value."))
 
     @model_validator(mode="after")
     def _check(self) -> SloConfig:
+        if self.confidence is not None and abs(self.confidence - 0.8) > 1e-9:
+            raise ValueError(f"confidence: servesim's intervals are calibrated at 0.8, found {self.confidence}")
         for metric, target in self.attainment.items():
             if metric not in ("ttft_s", "tpot_s", "e2e_s", "all"):
                 raise ValueError(f"attainment.{metric}: unknown metric; expected ttft_s, tpot_s, "

@@ -131,9 +131,21 @@ def _latency_table(s: dict[str, Any]) -> Table:
     table.add_column("latency (ms)")
     for col in _LATENCY_COLS:
         table.add_column(col, justify="right")
+    iv = s.get("intervals") or {}
+    if "ttft_s" in iv:  # calibrated intervals of the means (metrics.intervals), beside them
+        table.add_column(f"mean, {iv['level']:.0%} interval", justify="right")
+        table.caption = (f"{iv['level']:.0%} intervals: held-out measured runs, regime "
+                         f"{iv['regime'].replace('_', ' ')}"
+                         + (f" (step time: {iv['step_regime'].replace('_', ' ')})"
+                            if iv["step_regime"] != iv["regime"] else ""))
+        table.caption_justify = "left"
     for label, key in _LATENCY_ROWS:
         d = s["latency"][key]
-        table.add_row(label, *(_ms(d[col]) for col in _LATENCY_COLS))
+        cells = [_ms(d[col]) for col in _LATENCY_COLS]
+        if "ttft_s" in iv:
+            b = (iv.get(key) or {}).get("mean")
+            cells.append("" if not b else f"{_ms(b[0])} - {_ms(b[1])}")
+        table.add_row(label, *cells)
     return table
 
 

@@ -401,7 +401,15 @@ def summarize(result: Result) -> dict[str, Any]:
     if reasoning:  # tokens generated (reasoning + probes) against fixed-length reasoning
         summary["reasoning"] = reasoning
     summary.update(_trust(result, window_s, throughput))
+    summary.update(_intervals(summary, result))
     return _clean(summary)
+
+
+def _intervals(summary: dict[str, Any], result: Result) -> dict[str, Any]:
+    """``intervals`` and ``benchmark_intervals``: calibrated 80% intervals (``metrics.intervals``)."""
+    from servesim.metrics.intervals import interval_sections
+
+    return interval_sections(summary, result.scenario)
 
 
 def _mean_lengths(result: Result) -> tuple[float, float]:

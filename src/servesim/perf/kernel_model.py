@@ -87,7 +87,7 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
                  links: LinkSpec | None = None, ep: int = 1, expert_imbalance: float = 1.0,
                  cuda_graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS,
                  graphs: GraphPlan | None = None,
-                 eager_host_s_per_layer: float = EAGER_HOST_S_PER_LAYER, dp: int = 1,
+                 eager_host_s_per_layer: float | None = None, dp: int = 1,
                  moe_backend: str = "auto", sustained: bool = True, fp32_matmul: str = "highest") -> None:
         """``version``: the vLLM version whose kernels to use (None: the newest with tables
         for this GPU). ``graphs``: the engine's CUDA-graph plan (``perf.cuda_graphs``; None:
@@ -95,7 +95,8 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         ``cuda_graph_max_tokens``); with a plan, steps up to its largest capture size are
         timed at the padded size and all-reduces use the CUDA-graph table exactly there,
         and a step above it lasts at least ``eager_host_s_per_layer`` x layers (the host
-        launching every kernel itself: ``EAGER_HOST_S_PER_LAYER``).
+        launching every kernel itself; None: ``EAGER_HOST_S_PER_LAYER``, read when the model
+        is built, so that the silicon suite's cross-group check can refit it).
         ``dp`` > 1: one of vLLM's data-parallel ranks of an MoE model, its expert layers run
         on the tokens of all ``dp`` ranks (each taken to hold a batch like this one) over the
         ``dp x tp`` GPUs, the tokens gathered and scattered back around each. ``moe_backend``:
@@ -155,7 +156,8 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         self.step.graph_max = self.graphs.max_size
         self.step.mixed_max = self.graphs.mixed_max_size
         self.step.c_full, self.step.c_piece, self.step.c_eager = self._c_full, self._c_piece, self._c_eager
-        per_layer = eager_host_s_per_layer * eager_kernels_per_layer(model, tp, self.dp) / reference_kernels(tp)
+        host = EAGER_HOST_S_PER_LAYER if eager_host_s_per_layer is None else eager_host_s_per_layer
+        per_layer = host * eager_kernels_per_layer(model, tp, self.dp) / reference_kernels(tp)
         self.step.eager_floor = L * per_layer if graphs is not None and pp == 1 else 0.0
         if self.eager_floor:
             self.sources["overhead"] += (f"; a step without graphs lasts at least {L} layers x "

@@ -124,8 +124,9 @@ def plan_from_options(model: str, gpus: list[str], total_gpus: int, *, rate: flo
                       osl: int | None = None, trace: str | None = None, ttft_s: float | None = None,
                       tpot_s: float | None = None, num_requests: int = 400,
                       max_model_len: int | None = None, modes: tuple[str, ...] = ("colocated", "disaggregated"),
-                      seed: int = 0) -> tuple[Scenario, PlanConfig]:
-    """The short form: a base scenario from the options and the default ranges for them."""
+                      seed: int = 0, confidence: float | None = None) -> tuple[Scenario, PlanConfig]:
+    """The short form: a base scenario from the options and the default ranges for them
+    (``confidence``: ``slo.confidence``, the SLO held at the prediction interval's high end)."""
     if (trace is None) == (isl is None or osl is None):
         raise ConfigError("plan: give either --isl and --osl (synthetic requests) or --trace, not both")
     if ttft_s is None and tpot_s is None:
@@ -138,7 +139,8 @@ def plan_from_options(model: str, gpus: list[str], total_gpus: int, *, rate: flo
                     "prompt_len": {"kind": "constant", "value": isl},
                     "output_len": {"kind": "constant", "value": osl}}
     data = {"name": f"plan-{Path(model).stem}", "model": {"name": model}, "workload": workload,
-            "slo": {"ttft_s": ttft_s, "tpot_s": tpot_s}, "run": {"seed": seed, "record_steps": False},
+            "slo": {"ttft_s": ttft_s, "tpot_s": tpot_s, "confidence": confidence},
+            "run": {"seed": seed, "record_steps": False},
             "engine": {"max_model_len": max_model_len} if max_model_len else {}}
     base = scenario_from_dict(data, "plan options")
     return base, plan_config({"gpus": gpus, "max_total_gpus": total_gpus, "modes": list(modes)},

@@ -38,6 +38,11 @@ summary keeps only P50/P90/P95/P99/max of finished requests, so a percentile tar
 another percentile, or with requests unfinished, is judged on the nearest stored percentile
 at or above the one needed: an upper bound of the true value, so the verdict never says
 "meets" wrongly (``exact`` is False on such a target).
+
+With ``slo.confidence`` (0.8) every latency is judged at the high end of its calibrated
+prediction interval (``metrics.intervals.upper_factors``): percentiles are multiplied by the
+factor, per-request limits divided by it; from a summary, an attainment target becomes a
+bound on stored percentiles (``_attainment_bound``), never "meets" wrongly.
 """
 
 from __future__ import annotations
@@ -183,25 +188,36 @@ def check_result(slo: SloConfig, result: Result) -> Verdict:
     n = len(rec)
     checks = []
     limits = slo.limits()
+    up = _upper(slo, result.summary)
     for metric, target in attainment_targets(slo).items():
         if metric == "all":
             ok = np.ones(n, bool)
             for m, limit in limits.items():
-                ok &= meets_limit(rec, m, limit)
+                ok &= meets_limit(rec, m, limit / up[m])
             checks.append(_attainment_check("all", target, int(ok.sum()), n, None))
         else:
-            ok = meets_limit(rec, metric, limits[metric])
+            ok = meets_limit(rec, metric, limits[metric] / up[metric])
             checks.append(_attainment_check(metric, target, int(ok.sum()), n, limits[metric]))
     for pl in slo.percentiles:
         values, weights = _population(run, pl.metric)
-        value = weighted_percentile(values, weights, pl.p) if values.size else math.inf
+        value = weighted_percentile(values, weights, pl.p) * up[pl.metric] if values.size else math.inf
         if math.isnan(value):
             value = math.inf
-        within = None if pl.metric == "itl_s" else int((values <= pl.max_s).sum())
+        within = None if pl.metric == "itl_s" else int((values * up[pl.metric] <= pl.max_s).sum())
         checks.append(TargetCheck("percentile", pl.metric, pl.max_s, value, value <= pl.max_s,
                                   _percentile_margin(value, pl.max_s), p=pl.p, num_met=within,
                                   num_total=int(weights.sum())))
     return _verdict(checks, n, int((rec.status == RequestStatus.FINISHED).sum()))
+
+
+def _upper(slo: SloConfig, summary: dict[str, Any] | None) -> dict[str, float]:
+    """metric -> the factor a latency is judged at: 1, or with ``slo.confidence`` its
+    interval's high end over the prediction (``metrics.intervals.upper_factors``)."""
+    if slo.confidence is None:
+        return dict.fromkeys(("ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s"), 1.0)
+    from servesim.metrics.intervals import upper_factors
+
+    return upper_factors(summary or {})
 
 
 # --------------------------------------------------------------------------- from a summary
@@ -235,13 +251,35 @@ def check_summary(slo: SloConfig, summary: dict[str, Any]) -> Verdict:
         raise ValueError(f"the summary's SLO limits {stored} are not these ({limits})")
     n = int(summary["counts"]["num_requests"])
     checks = []
+    up = _upper(slo, summary)
     for metric, target in targets.items():
+        if slo.confidence is not None:
+            checks.append(_attainment_bound(summary, metric, target, limits, up))
+            continue
         num_met = round((summary["slo"]["attainment"][metric] or 0.0) * n)
         checks.append(_attainment_check(metric, target, num_met, n, limits.get(metric)))
     for pl in slo.percentiles:
         value, exact = _summary_percentile(summary, pl.metric, pl.p)
+        value *= up[pl.metric]
         checks.append(TargetCheck("percentile", pl.metric, pl.max_s, value, value <= pl.max_s,
                                   _percentile_margin(value, pl.max_s), p=pl.p, exact=exact,
                                   num_total=n if pl.metric != "itl_s" else
                                   int(summary["latency"]["itl_s"]["count"] or 0)))
     return _verdict(checks, n, int(summary["counts"]["num_finished"]))
+
+
+def _attainment_bound(summary: dict[str, Any], metric: str, target: float, limits: dict[str, float],
+                      up: dict[str, float]) -> TargetCheck:
+    """An attainment target at the interval's high end, from a summary's stored percentiles:
+    met when, for each limit it counts, the stored percentile at or above the share required
+    (for ``all``, 1 - (1 - target) / number of limits each: a union bound) times the factor
+    is within the limit. Never "meets" wrongly; ``value`` is the target when met, else 0."""
+    metrics = list(limits) if metric == "all" else [metric]
+    p = 100.0 * (1.0 - (1.0 - target) / len(metrics))
+    worst = min((limits[m] - v * up[m]) / limits[m]
+                for m in metrics for v in [_summary_percentile(summary, m, p)[0]])
+    ok = worst >= 0
+    n = int(summary["counts"]["num_requests"])
+    return TargetCheck("attainment", metric, target, target if ok else 0.0, ok,
+                       max(-1.0, worst) if math.isfinite(worst) else -1.0,
+                       limit_s=limits.get(metric), num_total=n, exact=False)

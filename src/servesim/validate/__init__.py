@@ -104,12 +104,15 @@ def validate_all(
     suites: tuple[str, ...] = ("operators", "splitwise", "distserve", "vllm-cpu"),
     cross_fit: bool = False,
     output: Path | None = None,
+    cross_group: bool = False,
 ) -> tuple[list[Check], list[str]]:
     """Run the suites whose data is present; returns the checks and notes on skipped suites.
     ``data_dir`` (measurement sets, laid out as ``measurements/<set>/...``) and
     ``recordings_dir`` default to the data bundled with servesim. ``cross_fit``: vllm-cpu
     also fits on each recording of a session in turn and reports its held-out error on the
-    others (``cpu.cross_fit_session``; needs scipy, ~30 s on the bundled recordings)."""
+    others (``cpu.cross_fit_session``; needs scipy, ~30 s on the bundled recordings).
+    ``cross_group``: silicon also predicts each (model, GPU) group with what it learns from
+    the runs derived without that group (``silicon_cross``)."""
     checks: list[Check] = []
     skipped = []
     unknown = set(suites) - {*SUITES, "vllm-cpu", "silicon"}
@@ -136,7 +139,7 @@ def validate_all(
             if name == "silicon":
                 from servesim.validate.silicon import validate_silicon
 
-                checks += validate_silicon(data_dir, output, skipped=skipped)
+                checks += validate_silicon(data_dir, output, skipped=skipped, cross_group=cross_group)
                 continue
             try:
                 checks += SUITES[name](data_dir)

@@ -336,6 +336,7 @@ def simulate_case(case: SiliconCase, fallback_cache: dict[tuple[Any, ...], tuple
     bench = result.summary["benchmark"]
     case.predicted_ttft_ms = float(bench["mean_ttft_ms"])
     case.predicted_tpot_ms = float(bench["mean_tpot_ms"])
+    case.regime = result.summary["intervals"]["step_regime"]
     key = (sc.model.name, sc.hardware.gpu, sc.hardware.kernel_version, sc.parallel.tensor_parallel_size,
            sc.parallel.pipeline_parallel_size, sc.parallel.expert_parallel_size, sc.parallel.data_parallel_size)
     cache = fallback_cache if fallback_cache is not None else {}
@@ -394,15 +395,29 @@ def checks_of(cases: list[SiliconCase], known_bad: dict[tuple[str, str], str] | 
 
 
 def validate_silicon(data_dir: Path | None = None, output: Path | None = None,
-                     skipped: list[str] | None = None) -> list[Check]:
+                     skipped: list[str] | None = None, cross_group: bool = False) -> list[Check]:
     """The suite: ``data_dir/measurements/aiconfigurator/silicon_vllm.csv`` where present,
     else the bundled copy; writes the report files into ``output`` when given; appends one
-    note per skip reason to ``skipped``."""
+    note per skip reason to ``skipped``. ``cross_group``: also each (model, GPU) group
+    predicted with what the suite learns from the runs derived without it
+    (``validate.silicon_cross``; the held-out rows come first)."""
     path = None if data_dir is None else data_dir / "measurements" / "aiconfigurator" / "silicon_vllm.csv"
-    cases = run_cases(read_silicon(path if path is not None and path.is_file() else None))
+    rows = read_silicon(path if path is not None and path.is_file() else None)
+    held: list[Check] = []
+    if cross_group:
+        from servesim.validate.silicon_cross import cross_checks, write_cross_report
+        from servesim.validate.silicon_cross import cross_group as run_cross
+
+        cg = run_cross(rows)
+        cases = cg.in_sample
+        held = cross_checks(cg)
+        if output is not None:
+            write_cross_report(cg, output)
+    else:
+        cases = run_cases(rows)
     if skipped is not None:
         for reason, n in skipped_by_reason(cases).items():
             skipped.append(f"silicon: {n} row{'s' * (n > 1)}: {reason}")
     if output is not None:
         write_report(cases, output)
-    return checks_of(cases)
+    return held + checks_of(cases)

@@ -32,6 +32,7 @@ class SiliconCase:
     predicted_ttft_ms: float = math.nan
     predicted_tpot_ms: float = math.nan
     fallbacks: tuple[str, ...] = ()
+    regime: str = ""  # the step-time regime of its prediction (metrics.intervals.step_regime)
 
     @property
     def measured_ttft_ms(self) -> float:
