@@ -11,14 +11,19 @@ where the missing check belongs; such a case fails the suite as soon as it passe
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from conftest import shared_data  # tests/ is on sys.path (rootdir-relative, no __init__)
 from typer.testing import CliRunner
 
+from servesim.catalog.architectures import REFUSED, SUPPORTED
+from servesim.catalog.hf_config import load_model
 from servesim.cli import app
+from servesim.errors import CatalogError
 
 HERE = Path(__file__).parent / "bad_inputs"
 CASES: list[dict[str, Any]] = yaml.safe_load((HERE / "cases.yaml").read_text())
@@ -103,3 +108,43 @@ def test_bad_input(case: dict[str, Any], tmp_path: Path) -> None:
     if scenario is not None and case.get("names_file", True):
         assert scenario.name in lines[0]
     assert not out_dir.exists(), "nothing is written for a refused input"
+
+
+# ---------------------------------------------------------------------- every public config.json
+
+HF_CONFIGS = "models/hf_configs"  # under the public data sets (conftest.shared_data)
+
+
+def _language_model_type(cfg: dict[str, Any]) -> str:
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    return str(text.get("model_type") or cfg.get("model_type") or "")
+
+
+@pytest.mark.shared_data
+def test_every_public_config_loads_or_is_refused_for_its_architecture() -> None:
+    """Each public config.json either loads (its family is one servesim models) or is refused
+    in a CatalogError naming the file and its model_type and, for a known architecture, what
+    servesim lacks for it; a ModelOpt hf_quant_config.json is named as such."""
+    paths = sorted(shared_data(HF_CONFIGS).glob("*.json"))
+    assert len(paths) > 50
+    loaded = 0
+    for path in paths:
+        cfg = json.loads(path.read_text())
+        kind = _language_model_type(cfg)
+        if kind in SUPPORTED:
+            model = load_model(str(path))
+            assert model.num_params() > 1e8 and model.kv_bytes_per_token() > 0, path.name
+            assert not model.is_moe or 0 < model.num_experts_per_tok <= model.num_experts, path.name
+            loaded += 1
+            continue
+        with pytest.raises(CatalogError) as err:
+            load_model(str(path))
+        text = str(err.value)
+        assert text.startswith(str(path)), text
+        if path.name.endswith("hf_quant_config.json"):
+            assert "hf_quant_config.json, not a model's config.json" in text
+        elif kind in REFUSED:
+            assert f"model_type {kind!r}" in text and REFUSED[kind] in text, text
+        else:
+            assert f"model_type {kind!r}" in text and "is not an architecture servesim models" in text, text
+    assert loaded >= 30
