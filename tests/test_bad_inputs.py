@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 from conftest import shared_data  # tests/ is on sys.path (rootdir-relative, no __init__)
@@ -23,7 +24,12 @@ from typer.testing import CliRunner
 from servesim.catalog.architectures import REFUSED, SUPPORTED
 from servesim.catalog.hf_config import load_model
 from servesim.cli import app
+from servesim.config import EngineConfig
 from servesim.errors import CatalogError
+from servesim.metrics.records import RequestStatus
+from servesim.perf.base import ConstantPerfModel
+from servesim.sim import run_engine
+from servesim.workload.base import Workload
 
 HERE = Path(__file__).parent / "bad_inputs"
 CASES: list[dict[str, Any]] = yaml.safe_load((HERE / "cases.yaml").read_text())
@@ -148,3 +154,31 @@ def test_every_public_config_loads_or_is_refused_for_its_architecture() -> None:
         else:
             assert f"model_type {kind!r}" in text and "is not an architecture servesim models" in text, text
     assert loaded >= 30
+
+
+# ---------------------------------------------------------------------- outcomes counted truly
+
+
+@pytest.mark.parametrize("reference", [True, False])
+def test_output_stopped_at_max_model_len_is_counted_apart(reference: bool) -> None:
+    """vLLM stops a request at max_model_len with finish_reason "length": such a request is
+    finished, flagged and counted in ``num_finished_length``, not silently as complete."""
+    prompts, outputs = np.array([200, 100, 250, 10]), np.array([100, 50, 10, 250])
+    wl = Workload(np.arange(4.0), prompts, outputs)
+    run = run_engine(wl, EngineConfig(), ConstantPerfModel(0.01, 2e-5), 1000, 256, reference=reference)
+    rec = run.records
+    assert (rec.status == RequestStatus.FINISHED).all()
+    assert rec.finished_length.tolist() == [True, False, True, True]
+    assert rec.num_output_tokens.tolist() == [56, 50, 6, 246]  # prompt + output reach 256
+
+
+def test_summary_and_console_count_length_finishes(tmp_path: Path) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("engine: {max_model_len: 256}\nworkload: {type: synthetic, num_requests: 6, "
+                        "prompt_len: {value: 200}, output_len: {value: 100}}\n")
+    args = ["simulate", str(scenario), "--no-progress", "--output", str(tmp_path / "o")]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "6 finished (6 cut short at max_model_len)" in res.output
+    counts = json.loads((tmp_path / "o" / "summary.json").read_text())["counts"]
+    assert (counts["num_finished"], counts["num_finished_length"]) == (6, 6)

@@ -111,6 +111,8 @@ def _header(result: Result, s: dict[str, Any]) -> Text:
     head.append(f" | {gpus}{replicas} | {policy}\n")
     head.append(f"workload: {_workload_source(sc)}\n")
     head.append(f"{c['num_requests']:,} requests: {c['num_finished']:,} finished")
+    if c.get("num_finished_length"):
+        head.append(f" ({c['num_finished_length']:,} cut short at max_model_len)", style="yellow")
     if c["num_unfinished"]:
         head.append(f", {c['num_unfinished']:,} unfinished", style="yellow")
     if c["num_rejected"]:

@@ -139,6 +139,9 @@ def _counts(result: Result) -> dict[str, Any]:
     return {
         "num_requests": n,
         "num_finished": int(finished.sum()),
+        # Of those, stopped at max_model_len before their requested output (vLLM's
+        # finish_reason "length"); the others produced all of it.
+        "num_finished_length": int((finished & rec.finished_length).sum()),
         "num_unfinished": int((rec.status == RequestStatus.UNFINISHED).sum()),
         "num_rejected": int((rec.status == RequestStatus.REJECTED).sum()),
         "first_arrival_s": first_arrival,
