@@ -36,12 +36,16 @@ from servesim.perf.base import BatchStats
 
 
 def sustainable_rate(dep: Any, mean_prompt: float, mean_output: float) -> dict[str, Any] | None:
-    """The steady state of one replica of ``dep`` (a ``deployment.Deployment``) at full load."""
+    """The steady state of one replica of ``dep`` (a ``deployment.Deployment``) at full load;
+    None when it has no meaning: no mean lengths, or a request of the mean length would not
+    fit the KV cache (an outlier prompt far longer than any the engine can hold)."""
     eng, plan = dep.engine, dep.plan
     if mean_output < 1 or mean_prompt < 1 or eng.max_num_seqs is None or eng.max_num_batched_tokens is None:
         return None
     blocks_per_req = math.ceil((mean_prompt + mean_output) / plan.block_size)
     fit = plan.num_gpu_blocks // max(1, blocks_per_req)
+    if fit < 1:
+        return None
     per_step = 1.0 + mean_prompt / mean_output  # tokens a running request costs per step
     budget_cap = int(eng.max_num_batched_tokens / per_step)
     b = max(1, min(eng.max_num_seqs, fit, budget_cap))
