@@ -182,3 +182,52 @@ def test_summary_and_console_count_length_finishes(tmp_path: Path) -> None:
     assert "6 finished (6 cut short at max_model_len)" in res.output
     counts = json.loads((tmp_path / "o" / "summary.json").read_text())["counts"]
     assert (counts["num_finished"], counts["num_finished_length"]) == (6, 6)
+
+
+# ---------------------------------------------------------------------- verdicts name their cause
+
+FEW = "prompt_len: {value: 64}, output_len: {value: 8}"
+VERDICT_CASES = {
+    "every_request_rejected": (
+        f"engine: {{max_model_len: 1}}\nworkload: {{type: synthetic, num_requests: 50, {FEW}}}\n",
+        "cannot_judge", "rejections", "cannot judge: 50 of 50 requests were rejected (prompt of 64 tokens"),
+    "a_burst_at_once": (
+        f"workload: {{type: synthetic, num_requests: 2000, arrival: {{process: burst}}, {FEW}}}\n",
+        "cannot_judge", "burst", "cannot judge: all 2,000 requests arrived at once"),
+    "the_only_replica_died": (
+        "workload: {type: synthetic, num_requests: 200, arrival: {rate: 2}, prompt_len: {value: 100}, "
+        "output_len: {value: 50}}\ncluster:\n  pools: [{name: serve, num_replicas: 1}]\n  operations:\n"
+        "    interval_s: 10\n    failures: {events: [{pool: serve, replica: 0, at_s: 20}], "
+        "on_failure: fail}\n",
+        "not_saturated", "failures", "service stopped, not overloaded"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VERDICT_CASES))
+def test_saturation_verdict_names_the_real_cause(name: str, tmp_path: Path) -> None:
+    """Rejections, a burst and a dead replica are not saturation: the verdict says which."""
+    text, verdict, cause, hint = VERDICT_CASES[name]
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(text)
+    res = CliRunner().invoke(app, ["simulate", str(scenario), "--no-progress", "--output",
+                                   str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    sat = json.loads((tmp_path / "o" / "summary.json").read_text())["saturation"]
+    assert (sat["saturated"], sat["verdict"], sat["cause"]) == (False, verdict, cause)
+    assert sat["hint"].startswith(hint), sat["hint"]
+    assert "SATURATED" not in res.output and "Saturation" in res.output
+
+
+def test_an_outlier_request_gives_no_capacity_rather_than_a_broken_load_line(tmp_path: Path) -> None:
+    """One request of 1e9 output tokens (cut at max_model_len) among 40 small ones: the mean
+    request fits no KV cache, so there is no load figure ("load 2453.6% of ~4.2e-09 req/s")."""
+    trace = Path(__file__).parent / "fixtures" / "traces" / "outlier_output.csv"
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(f"workload: {{type: trace, path: '{trace}'}}\n")
+    res = CliRunner().invoke(app, ["simulate", str(scenario), "--no-progress", "--output",
+                                   str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    room = json.loads((tmp_path / "o" / "summary.json").read_text())["headroom"]
+    assert room["load_fraction"] is None and room["capacity_requests_per_s"] is None
+    assert room["capacity_note"].startswith("no capacity estimate: a request of the mean length")
+    assert "req/s sustainable" not in res.output

@@ -73,13 +73,17 @@ def headroom(result: Any, window_s: float | None, mean_prompt: float, mean_outpu
         "idle_fraction": 1 - busy / den if den else None,
         "api_server_fraction": max(servers) / window_s if servers and window_s else None,
         "capacity_output_tokens_per_s": None, "capacity_requests_per_s": None, "load_fraction": None,
-        "per_replica": [],
+        "capacity_note": None, "per_replica": [],
     }
     deps = result.deployments
     if not deps or any(d.role != "colocated" for d in deps):
         return out
     per = [sustainable_rate(d, mean_prompt, mean_output) for d in deps]
     if any(p is None for p in per):
+        tokens = mean_prompt + mean_output
+        if any(tokens > d.plan.num_gpu_blocks * d.plan.block_size for d in deps):
+            out["capacity_note"] = (f"no capacity estimate: a request of the mean length ({tokens:,.0f} "
+                                    "tokens, outliers included) does not fit a replica's KV cache")
         return out
     out["per_replica"] = [{"pool": d.name, **p} for d, p in zip(deps, per)]  # type: ignore[dict-item]
     cap = sum(p["output_tokens_per_s"] * d.num_replicas for d, p in zip(deps, per))  # type: ignore[index]

@@ -431,7 +431,8 @@ def _trust(result: Result, window_s: float | None, throughput: dict[str, Any]) -
     out = {
         "headroom": room,
         "saturation": saturation(rec.arrival_s, rec.first_scheduled_s, rec.finished_s,
-                                 room["capacity_requests_per_s"]),
+                                 room["capacity_requests_per_s"], rec.status, rec.reasons,
+                                 int((result.operations or {}).get("num_failures") or 0)),
         "notices": list(result.notices) + api_server_notices(room),
     }
     if result.deployments:
