@@ -231,3 +231,57 @@ def test_an_outlier_request_gives_no_capacity_rather_than_a_broken_load_line(tmp
     assert room["load_fraction"] is None and room["capacity_requests_per_s"] is None
     assert room["capacity_note"].startswith("no capacity estimate: a request of the mean length")
     assert "req/s sustainable" not in res.output
+
+
+# ---------------------------------------------------------------------- servesim plan says why
+
+PLAN = ["plan", "--gpus", "H100-SXM", "--isl", "100", "--osl", "10", "--ttft", "1", "--backend", "inprocess",
+        "--no-progress", "--num-requests", "20"]
+NOTHING_SIMULATED = {
+    "nothing_fits": (["--model", "Llama-3.1-70B", "--gpus", "L4", "--total-gpus", "1"],
+                     "memory (1): meta-llama/Llama-3.1-70B on L4"),
+    "tp_does_not_divide_heads": (["--model", "Llama-3.1-8B", "--total-gpus", "3", "--set",
+                                  "plan.tensor_parallel_sizes=[3]"],
+                                 "parallel (1): parallel.tensor_parallel_size: 3 does not divide the 32"),
+    "unreachable_rate": (["--model", "Llama-3.1-8B", "--total-gpus", "2", "--rate", "100000"],
+                         "throughput (4): colocated pool busy at least"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOTHING_SIMULATED))
+def test_plan_with_every_candidate_pruned_says_why_not_the_slo(name: str) -> None:
+    extra, reason = NOTHING_SIMULATED[name]
+    res = CliRunner().invoke(app, [*PLAN, *extra])
+    assert res.exit_code == 1, res.output
+    assert "Traceback" not in res.output and "closest" not in res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: nothing was simulated: every candidate was pruned")
+    assert reason in lines[0]
+    assert "┏" not in res.stdout  # no empty table
+
+
+@pytest.mark.parametrize(("slo", "ttft", "tpot"), [
+    ({}, "p90", "p90"),
+    ({"attainment": {"all": 0.99}}, "p99", "p99"),
+    ({"attainment": {"all": 0.9}, "percentiles": [{"metric": "ttft_s", "p": 99, "max_s": 2.0}]},
+     "p99", "p90"),
+    ({"attainment": {"ttft_s": 0.95, "all": 0.5}}, "p95", "p50"),
+])
+def test_plan_table_shows_the_percentile_the_verdict_judges(slo: dict, ttft: str, tpot: str) -> None:
+    from servesim.config import SloConfig
+    from servesim.planner.output import judged_percentile
+
+    cfg = SloConfig(ttft_s=1.0, tpot_s=0.05, **slo)
+    assert (judged_percentile(cfg, "ttft_s"), judged_percentile(cfg, "tpot_s")) == (ttft, tpot)
+
+
+def test_plan_table_columns_follow_a_p99_target(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("model: {name: Llama-3.1-8B}\nworkload: {type: synthetic, num_requests: 20, "
+                    "prompt_len: {value: 100}, output_len: {value: 10}}\n"
+                    "slo: {ttft_s: 1.0, attainment: {all: 0.99}}\n"
+                    "plan: {gpus: [H100-SXM], max_total_gpus: 1}\n")
+    res = CliRunner().invoke(app, ["plan", str(plan), "--backend", "inprocess", "--no-progress"],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code in (0, 1), res.output
+    assert "TTFT p99" in res.stdout and "TPOT p99" in res.stdout and "p90" not in res.stdout
