@@ -82,6 +82,7 @@ class RateKnob:
         """``scenario`` with its workload at ``rate_rps`` requests/s."""
         wl: Any = scenario.workload
         value = self.value_for(rate_rps)
+        new: Any
         if isinstance(wl, TraceWorkload):
             new = wl.model_copy(update={"rate_scale": value})
         elif isinstance(wl, BenchmarkWorkload):
@@ -99,7 +100,7 @@ def rate_knob(scenario: Scenario) -> RateKnob:
     """The rate knob of the scenario's workload (ConfigError where it has no rate to scale)."""
     from servesim.workload import load_workload
 
-    wl = scenario.workload
+    wl: Any = scenario.workload
     if isinstance(wl, SyntheticWorkload):
         if wl.arrival.process == "burst":
             raise ConfigError("workload.arrival.process: burst sends every request at t=0, there is "
@@ -156,6 +157,7 @@ def _prefix(scenario: Scenario, fraction: float, num_requests: int) -> Scenario:
     """``scenario`` with only the first ``fraction`` of its requests (the same requests)."""
     wl: Any = scenario.workload
     k = max(1, math.ceil(num_requests * fraction))
+    new: Any
     if isinstance(wl, TraceWorkload):
         new = wl.model_copy(update={"limit": k})
     elif isinstance(wl, SyntheticWorkload):  # k requests (before duration_s): the same draws
