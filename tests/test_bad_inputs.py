@@ -285,3 +285,12 @@ def test_plan_table_columns_follow_a_p99_target(tmp_path: Path) -> None:
                              env={"COLUMNS": "200"})
     assert res.exit_code in (0, 1), res.output
     assert "TTFT p99" in res.stdout and "TPOT p99" in res.stdout and "p90" not in res.stdout
+
+
+def test_report_table_does_not_answer_no_when_the_verdict_cannot_judge() -> None:
+    from servesim.report.tables import run_rows
+
+    sat = {"saturated": False, "verdict": "cannot_judge", "cause": "burst",
+           "hint": "cannot judge: all 2,000 requests arrived at once"}
+    rows = dict(run_rows({"saturation": sat}))
+    assert rows["saturated"] == "cannot judge: all 2,000 requests arrived at once"
