@@ -78,6 +78,11 @@ def headroom(result: Any, window_s: float | None, mean_prompt: float, mean_outpu
     deps = result.deployments
     if not deps or any(d.role != "colocated" for d in deps):
         return out
+    share = _largest_share(result.records)
+    if share > OUTLIER_SHARE:
+        out["capacity_note"] = (f"no capacity estimate: one request holds {share:.0%} of the tokens served, "
+                                "so a request of the mean length is not a typical one")
+        return out
     per = [sustainable_rate(d, mean_prompt, mean_output) for d in deps]
     if any(p is None for p in per):
         tokens = mean_prompt + mean_output
@@ -91,6 +96,22 @@ def headroom(result: Any, window_s: float | None, mean_prompt: float, mean_outpu
     out["capacity_requests_per_s"] = cap / mean_output
     out["load_fraction"] = served_output_tps / cap if served_output_tps is not None and cap else None
     return out
+
+
+#: A request holding more than this share of the run's tokens makes the mean-length steady
+#: state meaningless (it would price the whole mix as that outlier's long decode).
+OUTLIER_SHARE = 0.5
+
+
+def _largest_share(records: Any) -> float:
+    """The largest share of the served tokens (prompt + output of the requests not rejected)
+    that one request holds; 0 with fewer than 2 such requests."""
+    from servesim.metrics.records import RequestStatus
+
+    served = records.status != RequestStatus.REJECTED
+    tokens = (records.num_prompt_tokens[served] + records.num_output_tokens[served]).astype(float)
+    total = float(tokens.sum())
+    return float(tokens.max()) / total if tokens.size >= 2 and total > 0 else 0.0
 
 
 #: An API server busier than this over the run is named in a notice.

@@ -408,8 +408,12 @@ def summarize(result: Result) -> dict[str, Any]:
 
 
 def _mean_lengths(result: Result) -> tuple[float, float]:
-    """The workload's mean prompt and output lengths (targets, as the run was given them)."""
+    """The mean prompt and output lengths of what the engine runs: the workload's targets
+    without the requests it rejects and with outputs cut at max_model_len (an outlier the
+    engine stops at its context limit is not a mean request), else the targets as given."""
     w = result.workload_stats
+    if w and "served_mean_prompt_tokens" in w:
+        return float(w["served_mean_prompt_tokens"]), float(w["served_mean_output_tokens"])
     if w:
         return float(w["mean_prompt_tokens"]), float(w["mean_output_tokens"])
     rec = result.records
