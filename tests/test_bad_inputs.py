@@ -296,3 +296,17 @@ def test_report_table_does_not_answer_no_when_the_verdict_cannot_judge() -> None
            "hint": "cannot judge: all 2,000 requests arrived at once"}
     rows = dict(run_rows({"saturation": sat}))
     assert rows["saturated"] == "cannot judge: all 2,000 requests arrived at once"
+
+
+def test_first_prompts_shorter_than_the_system_prompt_are_raised_with_a_notice() -> None:
+    from servesim.config import SessionWorkload
+    from servesim.workload.sessions import generate_sessions
+
+    cfg = SessionWorkload(num_sessions=40, system_prompt_len=512, loop="open",
+                          first_prompt_len={"kind": "lognormal", "mean": 600, "std": 300})
+    wl = generate_sessions(cfg)
+    raised = [n for n in wl.meta["notices"] if n["code"] == "length_raised"]
+    assert len(raised) == 1 and raised[0]["count"] > 0
+    assert "first prompts were not longer than workload.system_prompt_len (512) and were raised to 513" in (
+        raised[0]["message"])
+    assert int(wl.num_prompt_tokens.min()) >= 513
