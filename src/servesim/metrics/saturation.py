@@ -20,6 +20,12 @@ A stable queue, even one busy near its capacity, fluctuates around a level; it d
 climb by a twentieth of the whole workload quarter after quarter while service lags
 arrivals. A saturated run's latency percentiles grow with the run's length: they measure
 the queue, not the deployment.
+
+Requests the engine rejected, or lost with a failed replica, never queue for service: the
+queue is judged on the others. The verdict is "cannot_judge" when fewer than 8 are left
+(every request rejected) or all arrived at one instant (a burst: no rate to keep up with),
+and a queue that grew only because nothing finished after replica failures is blamed on
+the failures, not called saturation.
 """
 
 from __future__ import annotations
