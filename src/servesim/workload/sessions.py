@@ -39,9 +39,9 @@ def _hold_system_prompt(first: np.ndarray, cfg: SessionWorkload, found: list[dic
     dist = cfg.first_prompt_len
     top = min(dist.value if dist.kind == "constant" else dist.max, dist.max, cfg.max_prompt_len)
     if cfg.system_prompt_len and top < need:
-        raise WorkloadError(f"workload.system_prompt_len ({cfg.system_prompt_len}) leaves no room in the first "
-                            f"prompt (workload.first_prompt_len, at most {top} tokens, the system prompt "
-                            f"included); give a shorter system prompt or longer first prompts")
+        raise WorkloadError(f"workload.system_prompt_len ({cfg.system_prompt_len}) leaves no room in the "
+                            f"first prompt (workload.first_prompt_len, at most {top} tokens, the system "
+                            f"prompt included); give a shorter system prompt or longer first prompts")
     short = int((first < need).sum())
     if short and cfg.system_prompt_len:
         found.append(notice("length_raised", f"workload.first_prompt_len: {short:,} of {len(first):,} first "

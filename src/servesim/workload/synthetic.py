@@ -96,12 +96,19 @@ def check_count(arrival: ArrivalConfig, count: int | None, duration_s: float | N
     n = math.inf if count is None else float(count)
     if duration_s is not None and arrival.process != "burst" and arrival.rate_profile is None:
         n = min(n, duration_s * arrival.rate)
-    memory = _memory_bytes()
-    if math.isfinite(n) and n * MIN_BYTES_PER_REQUEST > memory:  # unbounded: refused elsewhere
+    if math.isfinite(n):  # unbounded: refused elsewhere
         given = f"{count_field}={count:,}" if count is not None and n == count else (
             f"duration_s={duration_s:g} at arrival.rate={arrival.rate:g}/s")
-        raise WorkloadError(f"workload: {given} gives about {n:.3g} arrivals, more than this machine's "
-                            f"{memory / 1e9:.0f} GB of memory can simulate (at least "
+        check_memory(n, given)
+
+
+def check_memory(num_arrivals: float, given: str) -> None:
+    """Refuse ``num_arrivals`` (what ``given`` names, e.g. "num_prompts=10") when this
+    machine's memory cannot hold them at ``MIN_BYTES_PER_REQUEST`` each."""
+    memory = _memory_bytes()
+    if num_arrivals * MIN_BYTES_PER_REQUEST > memory:
+        raise WorkloadError(f"workload: {given} gives about {num_arrivals:.3g} arrivals, more than this "
+                            f"machine's {memory / 1e9:.0f} GB of memory can simulate (at least "
                             f"{MIN_BYTES_PER_REQUEST} bytes each); give fewer")
 
 

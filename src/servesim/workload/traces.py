@@ -45,8 +45,8 @@ from servesim.workload.containers import (
 from servesim.workload.fast_csv import read_azure_csv, read_azure_numpy
 from servesim.workload.notices import (
     add_notice,
-    notice,
     hash_ids_beyond_prompt,
+    notice,
     reordered,
     unknown_columns,
     zero_lengths,
@@ -392,9 +392,9 @@ def _to_workload(rows: _Rows, hash_block_tokens: int) -> Workload:
         meta["dropped_failed"] = rows.dropped
     _notices(rows, wl, arrival)
     if shift_s:
-        add_notice(wl.meta, notice("shifted", f"{rows.name}: timestamps start at {shift_s:,.3f} s; shifted so "
-                                   "the first request arrives at 0 (start_s and end_s count from it)",
-                                   None, rows.name))
+        why = (f"{rows.name}: timestamps start at {shift_s:,.3f} s; shifted so the first request arrives "
+               "at 0 (start_s and end_s count from it)")
+        add_notice(wl.meta, notice("shifted", why, None, rows.name))
     if len(arrival) > 1 and np.any(np.diff(arrival) < 0):
         wl = wl.subset(np.argsort(arrival, kind="stable"))
         wl.meta["reordered"] = True
