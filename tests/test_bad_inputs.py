@@ -11,14 +11,25 @@ where the missing check belongs; such a case fails the suite as soon as it passe
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
+from conftest import shared_data  # tests/ is on sys.path (rootdir-relative, no __init__)
 from typer.testing import CliRunner
 
+from servesim.catalog.architectures import REFUSED, SUPPORTED
+from servesim.catalog.hf_config import load_model
 from servesim.cli import app
+from servesim.config import EngineConfig
+from servesim.errors import CatalogError
+from servesim.metrics.records import RequestStatus
+from servesim.perf.base import ConstantPerfModel
+from servesim.sim import run_engine
+from servesim.workload.base import Workload
 
 HERE = Path(__file__).parent / "bad_inputs"
 CASES: list[dict[str, Any]] = yaml.safe_load((HERE / "cases.yaml").read_text())
@@ -103,3 +114,199 @@ def test_bad_input(case: dict[str, Any], tmp_path: Path) -> None:
     if scenario is not None and case.get("names_file", True):
         assert scenario.name in lines[0]
     assert not out_dir.exists(), "nothing is written for a refused input"
+
+
+# ---------------------------------------------------------------------- every public config.json
+
+HF_CONFIGS = "models/hf_configs"  # under the public data sets (conftest.shared_data)
+
+
+def _language_model_type(cfg: dict[str, Any]) -> str:
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    return str(text.get("model_type") or cfg.get("model_type") or "")
+
+
+@pytest.mark.shared_data
+def test_every_public_config_loads_or_is_refused_for_its_architecture() -> None:
+    """Each public config.json either loads (its family is one servesim models) or is refused
+    in a CatalogError naming the file and its model_type and, for a known architecture, what
+    servesim lacks for it; a ModelOpt hf_quant_config.json is named as such."""
+    paths = sorted(shared_data(HF_CONFIGS).glob("*.json"))
+    assert len(paths) > 50
+    loaded = 0
+    for path in paths:
+        cfg = json.loads(path.read_text())
+        kind = _language_model_type(cfg)
+        if kind in SUPPORTED:
+            model = load_model(str(path))
+            assert model.num_params() > 1e8 and model.kv_bytes_per_token() > 0, path.name
+            assert not model.is_moe or 0 < model.num_experts_per_tok <= model.num_experts, path.name
+            loaded += 1
+            continue
+        with pytest.raises(CatalogError) as err:
+            load_model(str(path))
+        text = str(err.value)
+        assert text.startswith(str(path)), text
+        if path.name.endswith("hf_quant_config.json"):
+            assert "hf_quant_config.json, not a model's config.json" in text
+        elif kind in REFUSED:
+            assert f"model_type {kind!r}" in text and REFUSED[kind] in text, text
+        else:
+            assert f"model_type {kind!r}" in text and "is not an architecture servesim models" in text, text
+    assert loaded >= 30
+
+
+# ---------------------------------------------------------------------- outcomes counted truly
+
+
+@pytest.mark.parametrize("reference", [True, False])
+def test_output_stopped_at_max_model_len_is_counted_apart(reference: bool) -> None:
+    """vLLM stops a request at max_model_len with finish_reason "length": such a request is
+    finished, flagged and counted in ``num_finished_length``, not silently as complete."""
+    prompts, outputs = np.array([200, 100, 250, 10]), np.array([100, 50, 10, 250])
+    wl = Workload(np.arange(4.0), prompts, outputs)
+    run = run_engine(wl, EngineConfig(), ConstantPerfModel(0.01, 2e-5), 1000, 256, reference=reference)
+    rec = run.records
+    assert (rec.status == RequestStatus.FINISHED).all()
+    assert rec.finished_length.tolist() == [True, False, True, True]
+    assert rec.num_output_tokens.tolist() == [56, 50, 6, 246]  # prompt + output reach 256
+
+
+def test_summary_and_console_count_length_finishes(tmp_path: Path) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("engine: {max_model_len: 256}\nworkload: {type: synthetic, num_requests: 6, "
+                        "prompt_len: {value: 200}, output_len: {value: 100}}\n")
+    args = ["simulate", str(scenario), "--no-progress", "--output", str(tmp_path / "o")]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "6 finished (6 cut short at max_model_len)" in res.output
+    counts = json.loads((tmp_path / "o" / "summary.json").read_text())["counts"]
+    assert (counts["num_finished"], counts["num_finished_length"]) == (6, 6)
+
+
+# ---------------------------------------------------------------------- verdicts name their cause
+
+FEW = "prompt_len: {value: 64}, output_len: {value: 8}"
+VERDICT_CASES = {
+    "every_request_rejected": (
+        f"engine: {{max_model_len: 1}}\nworkload: {{type: synthetic, num_requests: 50, {FEW}}}\n",
+        "cannot_judge", "rejections", "cannot judge: 50 of 50 requests were rejected (prompt of 64 tokens"),
+    "a_burst_at_once": (
+        f"workload: {{type: synthetic, num_requests: 2000, arrival: {{process: burst}}, {FEW}}}\n",
+        "cannot_judge", "burst", "cannot judge: all 2,000 requests arrived at once"),
+    "the_only_replica_died": (
+        "workload: {type: synthetic, num_requests: 200, arrival: {rate: 2}, prompt_len: {value: 100}, "
+        "output_len: {value: 50}}\ncluster:\n  pools: [{name: serve, num_replicas: 1}]\n  operations:\n"
+        "    interval_s: 10\n    failures: {events: [{pool: serve, replica: 0, at_s: 20}], "
+        "on_failure: fail}\n",
+        "not_saturated", "failures", "service stopped, not overloaded"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VERDICT_CASES))
+def test_saturation_verdict_names_the_real_cause(name: str, tmp_path: Path) -> None:
+    """Rejections, a burst and a dead replica are not saturation: the verdict says which."""
+    text, verdict, cause, hint = VERDICT_CASES[name]
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(text)
+    res = CliRunner().invoke(app, ["simulate", str(scenario), "--no-progress", "--output",
+                                   str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    sat = json.loads((tmp_path / "o" / "summary.json").read_text())["saturation"]
+    assert (sat["saturated"], sat["verdict"], sat["cause"]) == (False, verdict, cause)
+    assert sat["hint"].startswith(hint), sat["hint"]
+    assert "SATURATED" not in res.output and "Saturation" in res.output
+
+
+def test_an_outlier_request_gives_no_capacity_rather_than_a_broken_load_line(tmp_path: Path) -> None:
+    """One request of 1e9 output tokens (cut at max_model_len) among 40 small ones holds 95%
+    of the tokens: a mean-length steady state says nothing of this mix, so there is no load
+    figure ("load 2453.6% of ~4.2e-09 req/s", or "~2.27 req/s sustainable" at 10 req/s served)."""
+    trace = Path(__file__).parent / "fixtures" / "traces" / "outlier_output.csv"
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(f"workload: {{type: trace, path: '{trace}'}}\n")
+    res = CliRunner().invoke(app, ["simulate", str(scenario), "--no-progress", "--output",
+                                   str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    room = json.loads((tmp_path / "o" / "summary.json").read_text())["headroom"]
+    assert room["load_fraction"] is None and room["capacity_requests_per_s"] is None
+    assert room["capacity_note"] == ("no capacity estimate: one request holds 95% of the tokens served, "
+                                     "so a request of the mean length is not a typical one")
+    assert "req/s sustainable" not in res.output
+
+
+# ---------------------------------------------------------------------- servesim plan says why
+
+PLAN = ["plan", "--gpus", "H100-SXM", "--isl", "100", "--osl", "10", "--ttft", "1", "--backend", "inprocess",
+        "--no-progress", "--num-requests", "20"]
+NOTHING_SIMULATED = {
+    "nothing_fits": (["--model", "Llama-3.1-70B", "--gpus", "L4", "--total-gpus", "1"],
+                     "memory (1): meta-llama/Llama-3.1-70B on L4"),
+    "tp_does_not_divide_heads": (["--model", "Llama-3.1-8B", "--total-gpus", "3", "--set",
+                                  "plan.tensor_parallel_sizes=[3]"],
+                                 "parallel (1): parallel.tensor_parallel_size: 3 does not divide the 32"),
+    "unreachable_rate": (["--model", "Llama-3.1-8B", "--total-gpus", "2", "--rate", "100000"],
+                         "throughput (4): colocated pool busy at least"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOTHING_SIMULATED))
+def test_plan_with_every_candidate_pruned_says_why_not_the_slo(name: str) -> None:
+    extra, reason = NOTHING_SIMULATED[name]
+    res = CliRunner().invoke(app, [*PLAN, *extra])
+    assert res.exit_code == 1, res.output
+    assert "Traceback" not in res.output and "closest" not in res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: nothing was simulated: every candidate was pruned")
+    assert reason in lines[0]
+    assert "┏" not in res.stdout  # no empty table
+
+
+@pytest.mark.parametrize(("slo", "ttft", "tpot"), [
+    ({}, "p90", "p90"),
+    ({"attainment": {"all": 0.99}}, "p99", "p99"),
+    ({"attainment": {"all": 0.9}, "percentiles": [{"metric": "ttft_s", "p": 99, "max_s": 2.0}]},
+     "p99", "p90"),
+    ({"attainment": {"ttft_s": 0.95, "all": 0.5}}, "p95", "p50"),
+])
+def test_plan_table_shows_the_percentile_the_verdict_judges(slo: dict, ttft: str, tpot: str) -> None:
+    from servesim.config import SloConfig
+    from servesim.planner.output import judged_percentile
+
+    cfg = SloConfig(ttft_s=1.0, tpot_s=0.05, **slo)
+    assert (judged_percentile(cfg, "ttft_s"), judged_percentile(cfg, "tpot_s")) == (ttft, tpot)
+
+
+def test_plan_table_columns_follow_a_p99_target(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("model: {name: Llama-3.1-8B}\nworkload: {type: synthetic, num_requests: 20, "
+                    "prompt_len: {value: 100}, output_len: {value: 10}}\n"
+                    "slo: {ttft_s: 1.0, attainment: {all: 0.99}}\n"
+                    "plan: {gpus: [H100-SXM], max_total_gpus: 1}\n")
+    res = CliRunner().invoke(app, ["plan", str(plan), "--backend", "inprocess", "--no-progress"],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code in (0, 1), res.output
+    assert "TTFT p99" in res.stdout and "TPOT p99" in res.stdout and "p90" not in res.stdout
+
+
+def test_report_table_does_not_answer_no_when_the_verdict_cannot_judge() -> None:
+    from servesim.report.tables import run_rows
+
+    sat = {"saturated": False, "verdict": "cannot_judge", "cause": "burst",
+           "hint": "cannot judge: all 2,000 requests arrived at once"}
+    rows = dict(run_rows({"saturation": sat}))
+    assert rows["saturated"] == "cannot judge: all 2,000 requests arrived at once"
+
+
+def test_first_prompts_shorter_than_the_system_prompt_are_raised_with_a_notice() -> None:
+    from servesim.config import SessionWorkload
+    from servesim.workload.sessions import generate_sessions
+
+    cfg = SessionWorkload(num_sessions=40, system_prompt_len=512, loop="open",
+                          first_prompt_len={"kind": "lognormal", "mean": 600, "std": 300})
+    wl = generate_sessions(cfg)
+    raised = [n for n in wl.meta["notices"] if n["code"] == "length_raised"]
+    assert len(raised) == 1 and raised[0]["count"] > 0
+    assert "first prompts were not longer than workload.system_prompt_len (512) and were raised to 513" in (
+        raised[0]["message"])
+    assert int(wl.num_prompt_tokens.min()) >= 513

@@ -45,7 +45,7 @@ def assert_same(wl: Workload, engine: EngineConfig, blocks: int, perf=None, max_
     a, b = ref.records, fast.records
     for col in ("first_scheduled_s", "first_token_s", "finished_s"):
         np.testing.assert_allclose(getattr(b, col), getattr(a, col), rtol=1e-9, atol=1e-9, err_msg=col)
-    for col in ("num_preemptions", "num_cached_tokens", "num_output_tokens", "status"):
+    for col in ("num_preemptions", "num_cached_tokens", "num_output_tokens", "status", "finished_length"):
         np.testing.assert_array_equal(getattr(b, col), getattr(a, col), err_msg=col)
     assert len(fast.steps) == len(ref.steps)
     fast_steps, ref_steps = fast.steps.columns(), ref.steps.columns()

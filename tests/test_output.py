@@ -29,10 +29,10 @@ def test_parquet_outputs(tmp_path: Path) -> None:
     assert doc["scenario"]["engine"]["block_size"] == 16
 
     req = pq.read_table(out / "requests.parquet").to_pydict()
-    assert list(req)[:10] == list(res.records.columns())
+    assert list(req)[:11] == list(res.records.columns())
     assert req["num_prompt_tokens"] == [100, 200, 50, 300, 9999]
     assert math.isnan(req["finished_s"][3])
-    assert req["status"] == [0, 0, 0, 1, 2]
+    assert req["status"] == [0, 0, 0, 1, 2] and req["finished_length"] == [False] * 5
     assert req["reason"][4] == "prompt longer than max_model_len"
     steps = pq.read_table(out / "steps.parquet").to_pydict()
     assert steps["kv_blocks_used"] == [7, 7, 13]

@@ -143,6 +143,15 @@ def test_models_and_health(server, client) -> None:
     ({"model": MODEL, "prompt": "x", "max_tokens": "ten"}, 400, "max_tokens"),
     ({"model": MODEL}, 400, "prompt"),
     ({"model": MODEL, "prompt": "x", "stream_options": {"include_usage": True}}, 400, "stream_options"),
+    ({"model": MODEL, "prompt": ""}, 400, "prompt"),  # vLLM: the decoder prompt cannot be empty
+    ({"model": MODEL, "prompt": ["", "x"]}, 400, "prompt"),
+    ({"model": MODEL, "prompt": [1, 2, 128256]}, 400, "prompt"),  # Llama-3.1's vocabulary: 0..128255
+    ({"model": MODEL, "prompt": [-1]}, 400, "prompt"),
+    ({"model": MODEL, "prompt": "x", "temperature": "hot"}, 400, "temperature"),
+    ({"model": MODEL, "prompt": "x", "temperature": -1}, 400, "temperature"),
+    ({"model": MODEL, "prompt": "x", "top_p": 0}, 400, "top_p"),
+    ({"model": MODEL, "prompt": "x", "top_k": 2.5}, 400, "top_k"),
+    ({"model": MODEL, "prompt": "x", "stop": 3}, 400, "stop"),
 ])
 def test_bad_requests_get_openai_errors(server, body, status, param) -> None:
     r = httpx.post(f"{server}/v1/completions", json=body, timeout=10)
@@ -150,6 +159,15 @@ def test_bad_requests_get_openai_errors(server, body, status, param) -> None:
     err = r.json()["error"]
     assert set(err) == {"message", "type", "param", "code"}
     assert err["param"] == param and err["code"] == status and err["message"]
+
+
+def test_a_body_that_is_not_json_by_its_content_type_is_400(server) -> None:
+    r = httpx.post(f"{server}/v1/completions", data={"model": MODEL, "prompt": "x"}, timeout=10)
+    assert r.status_code == 400
+    assert "Content-Type application/x-www-form-urlencoded" in r.json()["error"]["message"]
+    r = httpx.post(f"{server}/v1/completions", content=b'{"model": "%s", "prompt": "x", "max_tokens": 2}'
+                   % MODEL.encode(), headers={"content-type": "application/json; charset=utf-8"}, timeout=10)
+    assert r.status_code == 200
 
 
 def test_bad_json_and_unknown_route(server, client) -> None:

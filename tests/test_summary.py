@@ -87,7 +87,8 @@ approx = pytest.approx
 
 def test_counts_and_windows() -> None:
     c = summarize(make_result())["counts"]
-    assert c == {"num_requests": 5, "num_finished": 3, "num_unfinished": 1, "num_rejected": 1,
+    assert c == {"num_requests": 5, "num_finished": 3, "num_finished_length": 0, "num_unfinished": 1,
+                 "num_rejected": 1,
                  "first_arrival_s": 0.0, "last_finish_s": 3.0, "end_s": 6.0, "span_s": 3.0,
                  "window_s": 6.0}
 

@@ -33,7 +33,9 @@ def test_burstgpt_keeps_failed_requests_by_default():
     rows = burstgpt_rows()
     wl = read_trace(fx("burstgpt.csv"))
     assert wl.meta["format"] == "burstgpt" and len(wl) == len(rows) == 400
-    np.testing.assert_array_equal(wl.arrival_s, [float(r["Timestamp"]) for r in rows])
+    t = np.array([float(r["Timestamp"]) for r in rows])
+    np.testing.assert_array_equal(wl.arrival_s, t - t.min())  # from the file's first arrival (1 s)
+    assert wl.meta["shift_s"] == 1.0
     np.testing.assert_array_equal(wl.num_prompt_tokens, [int(r["Request tokens"]) for r in rows])
     failed = sum(r["Response tokens"] == "0" for r in rows)
     assert failed > 0
@@ -43,12 +45,35 @@ def test_burstgpt_keeps_failed_requests_by_default():
     assert any(n["code"] == "zero_length_raised" for n in wl.meta["notices"])
 
 
+def test_later_pieces_of_burstgpt_and_mooncake_start_at_their_first_arrival(tmp_path):
+    """A file holding a later piece of a trace (day 60 of BurstGPT, a Mooncake window
+    ~27 minutes in) starts at 0, as an Azure file does, with a notice of the shift: the run
+    does not idle through the hours before it ("simulated 1440 h")."""
+    late = tmp_path / "burstgpt_day60.csv"
+    rows = burstgpt_rows()[:20]
+    day = 60 * 86400
+    late.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n" + "".join(
+        f"{int(r['Timestamp']) + day},{r['Model']},{r['Request tokens']},{r['Response tokens']},"
+        f"{r['Total tokens']},{r['Log Type']}\n" for r in rows))
+    moon = tmp_path / "mooncake_late.jsonl"
+    moon.write_text('{"timestamp": 1593000, "input_length": 100, "output_length": 5, "hash_ids": [0]}\n'
+                    '{"timestamp": 1594500, "input_length": 200, "output_length": 5, "hash_ids": [1]}\n')
+    for path, first in ((late, day + 1.0), (moon, 1593.0)):
+        wl = read_trace(path)
+        assert wl.arrival_s[0] == 0.0 and wl.meta["shift_s"] == first
+        assert [n for n in wl.meta["notices"] if n["code"] == "shifted"][0]["message"].startswith(
+            f"{path}: timestamps start at {first:,.3f} s; shifted so the first request arrives at 0")
+    np.testing.assert_allclose(read_trace(moon).arrival_s, [0.0, 1.5])
+    res = simulate({"workload": {"type": "trace", "path": str(late)}})
+    assert res.summary["counts"]["end_s"] < 3600
+
+
 def test_burstgpt_drop_failed():
     rows = [r for r in burstgpt_rows() if r["Response tokens"] != "0"]
     wl = load_workload(TraceWorkload(path=fx("burstgpt.csv"), failed="drop"))
     assert len(wl) == len(rows)
     np.testing.assert_array_equal(wl.num_output_tokens, [int(r["Response tokens"]) for r in rows])
-    assert [n["code"] for n in wl.meta["notices"]] == ["failed_dropped"]
+    assert [n["code"] for n in wl.meta["notices"]] == ["failed_dropped", "shifted"]
     assert wl.meta["notices"][0]["count"] == 400 - len(rows)
 
 
@@ -57,6 +82,7 @@ def test_burstgpt_replay_matches_the_file():
     arrival times, with the file's lengths (rate = (n - 1) / span)."""
     rows = burstgpt_rows()
     t = np.array([float(r["Timestamp"]) for r in rows])
+    t -= t.min()  # read from the file's first arrival
     res = simulate({"workload": {"type": "trace", "path": fx("burstgpt.csv")}})
     rec = res.records
     assert res.summary["counts"]["num_requests"] == res.summary["counts"]["num_finished"] == len(rows)

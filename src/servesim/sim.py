@@ -180,7 +180,7 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
     result = Result(scenario=sc.model_copy(update={"engine": engine}), records=run.records,
                     steps=run.steps, itl=run.itl,
                     replicas=[run.totals], end_s=run.end_s, gpu=dep.gpu, deployments=[dep],
-                    notices=run_notices(wl.meta, [dep]), workload_stats=workload_stats(wl),
+                    notices=run_notices(wl.meta, [dep]), workload_stats=workload_stats(wl, plan.max_model_len),
                     tasks=None if wl.after is None else (wl.after.task, wl.after.task_start_s))
     result.wall_s = time.perf_counter() - t0
     result.summary = summarize(result)

@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from servesim.catalog.architectures import MOE_TYPES, check_architecture
 from servesim.catalog.models import _TIED_BY_DEFAULT, DTYPE_BYTES, ModelSpec, normalize_dtype
 from servesim.catalog.quantization import parse_quantization
 from servesim.errors import CatalogError
@@ -39,14 +40,24 @@ def _int(value: Any, key: str, source: str) -> int:
     return int(value)
 
 
-def _num_dense_layers(cfg: dict[str, Any], layers: int) -> int:
+def _layer_count(cfg: dict[str, Any], key: str, default: int, src: str) -> int:
+    """An optional non-negative integer of the MoE layout (a per-layer list is not read)."""
+    value = cfg.get(key)
+    if value is None or value == 0:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise CatalogError(f"{src}: {key} must be a non-negative integer, found {value!r}")
+    return value
+
+
+def _num_dense_layers(cfg: dict[str, Any], layers: int, src: str) -> int:
     """Layers of an MoE config with a dense MLP: DeepSeek's ``first_k_dense_replace`` and
     ``moe_layer_freq`` (layer i has experts when i >= k and i % freq == 0), Qwen-MoE's
     ``mlp_only_layers`` and ``decoder_sparse_step`` (experts when (i + 1) % step == 0)."""
-    first_k = int(cfg.get("first_k_dense_replace") or 0)
-    freq = int(cfg.get("moe_layer_freq") or 1)
+    first_k = _layer_count(cfg, "first_k_dense_replace", 0, src)
+    freq = _layer_count(cfg, "moe_layer_freq", 1, src)
     only = set(cfg.get("mlp_only_layers") or [])
-    step = int(cfg.get("decoder_sparse_step") or 1)
+    step = _layer_count(cfg, "decoder_sparse_step", 1, src)
     moe = sum(1 for i in range(layers)
               if i >= first_k and i % freq == 0 and i not in only and (i + 1) % step == 0)
     return layers - moe
@@ -60,6 +71,33 @@ def _mla(cfg: dict[str, Any], src: str) -> dict[str, int]:
     out = {k: _int(_pick(cfg, (k,), src), k, src) for k in keys}
     out["q_lora_rank"] = _int(cfg["q_lora_rank"], "q_lora_rank", src) if cfg.get("q_lora_rank") else 0
     return out
+
+
+_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+_TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token")
+
+
+def _experts(cfg: dict[str, Any], model_type: str, src: str) -> tuple[int, int]:
+    """(routed experts, experts per token); (0, 0) for a dense model. A mixture-of-experts
+    family must give both, and top-k may not exceed the experts (vLLM's router would fail)."""
+    given = next((k for k in _EXPERT_KEYS if cfg.get(k) is not None), None)
+    if given is None or cfg[given] == 0:
+        if model_type in MOE_TYPES:
+            found = f"{given} is 0" if given else f"no {' / '.join(_EXPERT_KEYS)} is given"
+            raise CatalogError(f"{src}: model_type {model_type!r} is a mixture of experts but {found}; "
+                               f"it needs a positive expert count and num_experts_per_tok")
+        top = next((k for k in _TOP_K_KEYS if cfg.get(k)), None)
+        if top is not None and given is not None:
+            raise CatalogError(f"{src}: {top} is {cfg[top]!r} but {given} is 0; a mixture of experts "
+                               f"needs at least one expert")
+        return 0, 0
+    experts = _int(cfg[given], given, src)
+    top_key = next((k for k in _TOP_K_KEYS if cfg.get(k) is not None), _TOP_K_KEYS[0])
+    top_k = _int(_pick(cfg, _TOP_K_KEYS, src), top_key, src)
+    if top_k > experts:
+        raise CatalogError(f"{src}: {top_key} ({top_k}) exceeds {given} ({experts}); a token is routed "
+                           f"to at most every expert")
+    return experts, top_k
 
 
 def from_hf_config(cfg: dict[str, Any], name: str, dtype: str = "auto",
@@ -79,7 +117,10 @@ def from_hf_config(cfg: dict[str, Any], name: str, dtype: str = "auto",
     if isinstance(cfg.get("text_config"), dict):
         cfg = {**{k: v for k, v in outer.items() if k in ("torch_dtype", "dtype", "quantization_config")},
                **cfg["text_config"]}
-    model_type = str(cfg.get("model_type", outer.get("model_type", ""))).lower()
+    if "num_hidden_layers" not in cfg and isinstance(cfg.get("quantization"), dict):
+        raise CatalogError(f"{src}: this is a ModelOpt hf_quant_config.json, not a model's config.json; "
+                           f"give the config.json beside it")
+    model_type = check_architecture(cfg, outer, src) or str(outer.get("model_type", "")).lower()
 
     def num(keys: tuple[str, ...], default: Any = ...) -> int:
         return _int(_pick(cfg, keys, src, default), keys[0], src)
@@ -95,15 +136,13 @@ def from_hf_config(cfg: dict[str, Any], name: str, dtype: str = "auto",
     vocab = num(("vocab_size",))
     # vLLM falls back to 2048 when a config gives no maximum length.
     max_pos = num(("max_position_embeddings", "max_seq_len", "seq_length", "n_positions"), 2048)
-    experts = _pick(cfg, ("num_local_experts", "num_experts", "n_routed_experts"), src, 0)
-    experts = _int(experts, "num_local_experts", src) if experts else 0
-    top_k = num(("num_experts_per_tok", "experts_per_token")) if experts else 0
+    experts, top_k = _experts(cfg, model_type, src)
     moe_inter = num(("moe_intermediate_size",), inter) if experts else 0
     if experts and cfg.get("n_shared_experts"):
         shared = _int(cfg["n_shared_experts"], "n_shared_experts", src) * moe_inter
     else:
         shared = int(cfg.get("shared_expert_intermediate_size") or 0) if experts else 0
-    dense_layers = _num_dense_layers(cfg, layers) if experts else 0
+    dense_layers = _num_dense_layers(cfg, layers, src) if experts else 0
     if heads % kv_heads:
         raise CatalogError(f"{src}: num_attention_heads ({heads}) is not a multiple of "
                            f"num_key_value_heads ({kv_heads})")

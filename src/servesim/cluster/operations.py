@@ -32,6 +32,7 @@ import numpy as np
 from servesim.cluster.fleet import Fleet, ReplicaPhase
 from servesim.config.operations import OperationsConfig, PoolScaling
 from servesim.engine.request import Request
+from servesim.errors import ConfigError
 from servesim.metrics.timeseries import TimeSeries
 from servesim.perf.capabilities import Clocked
 from servesim.perf.power import ClockedPerf, bundled_coefficients, busy_energy_j
@@ -55,12 +56,25 @@ def clocked_pools(pools: list[PoolSpec], cfg: OperationsConfig) -> list[PoolSpec
     return out
 
 
+def check_power_budget(budget_w: float, pools: list[PoolSpec]) -> None:
+    """Refuse a budget below the idle power of every pool's replica: capping slows the clock
+    but cannot take a GPU below idle, so no replica could ever run within it."""
+    floors = {p.name: p.num_gpus * p.gpu.idle_power_w for p in pools if p.gpu is not None}
+    if floors and budget_w < min(floors.values()):
+        name = min(floors, key=floors.__getitem__)
+        raise ConfigError(f"cluster.operations.power.budget_w ({budget_w:g} W) is below the idle power of "
+                          f"one replica of any pool (pool {name!r}: {floors[name]:,.0f} W idle); capping "
+                          f"cannot go below idle, so no replica can run within it")
+
+
 class Operations:
     """The periodic controller of one cluster run (see the module docstring)."""
 
     def __init__(self, cluster: Cluster, pools: list[PoolSpec], cfg: OperationsConfig, slo: Any,
                  num_requests: int, seed: int = 0) -> None:
         a, f = cfg.autoscaling, cfg.failures
+        if cfg.power is not None:
+            check_power_budget(cfg.power.budget_w, pools)
         self.cluster, self.cfg, self.slo = cluster, cfg, slo
         self.loop = cluster.loop
         self.num_requests = num_requests

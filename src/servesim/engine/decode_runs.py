@@ -171,6 +171,7 @@ class DecodePool(Scheduler):
                 self._leave_pool(r, it_end)
                 r.status = ReqStatus.FINISHED
                 r.finished_s = now
+                r.finished_length = r.num_output_tokens < r.max_tokens  # stopped at max_model_len
                 done.append(r)
         return done
 

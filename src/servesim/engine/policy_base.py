@@ -200,6 +200,7 @@ class PolicyScheduler(Scheduler):
             if req.num_output_tokens >= req.max_tokens or total + emitted >= max_len:
                 req.status = ReqStatus.FINISHED
                 req.finished_s = now
+                req.finished_length = req.num_output_tokens < req.max_tokens
                 finished.append(req)
         return produced, finished
 

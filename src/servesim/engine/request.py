@@ -55,6 +55,8 @@ class Request:
     lazy_it: int
     epoch: int  # bumped when the request leaves the pool: stale bucket entries are ignored
     seq: int  # admission order into running (running is sorted by it)
+    # Stopped at max_model_len before its max_tokens outputs (vLLM's finish_reason "length").
+    finished_length: bool
 
     def __init__(self, idx: int, arrival_s: float, num_prompt_tokens: int, max_tokens: int, *,
                  priority: int = 0, hash_ids: tuple[int, ...] | None = None, hash_block_tokens: int = 512,
@@ -86,6 +88,7 @@ class Request:
         self.lazy_it = -1
         self.epoch = 0
         self.seq = 0
+        self.finished_length = False
 
     @property
     def num_tokens(self) -> int:

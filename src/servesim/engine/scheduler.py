@@ -361,6 +361,7 @@ class Scheduler:
             if req.num_output_tokens >= req.max_tokens or total + 1 >= max_len:
                 req.status = ReqStatus.FINISHED
                 req.finished_s = now
+                req.finished_length = req.num_output_tokens < req.max_tokens
                 finished.append(req)
         return produced, finished
 

@@ -115,6 +115,8 @@ def _header(result: Result, s: dict[str, Any]) -> Text:
     head.append(f" | {gpus}{replicas} | {policy}\n")
     head.append(f"workload: {_workload_source(sc)}\n")
     head.append(f"{c['num_requests']:,} requests: {c['num_finished']:,} finished")
+    if c.get("num_finished_length"):
+        head.append(f" ({c['num_finished_length']:,} cut short at max_model_len)", style="yellow")
     if c["num_unfinished"]:
         head.append(f", {c['num_unfinished']:,} unfinished", style="yellow")
     if c["num_rejected"]:
@@ -262,15 +264,18 @@ def _trust_lines(s: dict[str, Any], grid: Table) -> None:
             limits = sorted({p["limited_by"].replace("_", " ") for p in h["per_replica"]})
             text += (f"; load {_pct(h['load_fraction'])} of ~{_num(h['capacity_requests_per_s'])} req/s "
                      f"sustainable ({', '.join(limits)} bound)")
+        elif h.get("capacity_note"):
+            text += f"; {h['capacity_note']}"
         grid.add_row("Headroom", text)
     sat = s.get("saturation")
-    if sat and sat.get("evidence"):
-        if sat["saturated"]:
-            grid.add_row(Text("SATURATED", style="bold red"), Text(sat["hint"], style="red"))
-        else:
-            e = sat["evidence"]
-            grid.add_row("Saturation", f"no: arrivals {_num(e['arrival_rate_rps'])} req/s, served "
-                                       f"{_num(e['served_rate_rps'])} req/s, queue bounded")
+    if sat and sat.get("saturated"):
+        grid.add_row(Text("SATURATED", style="bold red"), Text(sat["hint"], style="red"))
+    elif sat and sat.get("evidence") and sat.get("cause") is None:
+        e = sat["evidence"]
+        grid.add_row("Saturation", f"no: arrivals {_num(e['arrival_rate_rps'])} req/s, served "
+                                   f"{_num(e['served_rate_rps'])} req/s, queue bounded")
+    elif sat and sat.get("hint"):  # cannot judge, or not a load verdict (rejections, failures)
+        grid.add_row(Text("Saturation", style="yellow"), sat["hint"])
     for n in s.get("notices", []):
         count = n.get("count")
         grid.add_row(Text("Notice", style="yellow"), f"{n['message']}" + (f" ({count:,})" if count else ""))

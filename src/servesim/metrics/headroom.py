@@ -36,12 +36,16 @@ from servesim.perf.base import BatchStats
 
 
 def sustainable_rate(dep: Any, mean_prompt: float, mean_output: float) -> dict[str, Any] | None:
-    """The steady state of one replica of ``dep`` (a ``deployment.Deployment``) at full load."""
+    """The steady state of one replica of ``dep`` (a ``deployment.Deployment``) at full load;
+    None when it has no meaning: no mean lengths, or a request of the mean length would not
+    fit the KV cache (an outlier prompt far longer than any the engine can hold)."""
     eng, plan = dep.engine, dep.plan
     if mean_output < 1 or mean_prompt < 1 or eng.max_num_seqs is None or eng.max_num_batched_tokens is None:
         return None
     blocks_per_req = math.ceil((mean_prompt + mean_output) / plan.block_size)
     fit = plan.num_gpu_blocks // max(1, blocks_per_req)
+    if fit < 1:
+        return None
     per_step = 1.0 + mean_prompt / mean_output  # tokens a running request costs per step
     budget_cap = int(eng.max_num_batched_tokens / per_step)
     b = max(1, min(eng.max_num_seqs, fit, budget_cap))
@@ -69,13 +73,22 @@ def headroom(result: Any, window_s: float | None, mean_prompt: float, mean_outpu
         "idle_fraction": 1 - busy / den if den else None,
         "api_server_fraction": max(servers) / window_s if servers and window_s else None,
         "capacity_output_tokens_per_s": None, "capacity_requests_per_s": None, "load_fraction": None,
-        "per_replica": [],
+        "capacity_note": None, "per_replica": [],
     }
     deps = result.deployments
     if not deps or any(d.role != "colocated" for d in deps):
         return out
+    share = _largest_share(result.records)
+    if share > OUTLIER_SHARE:
+        out["capacity_note"] = (f"no capacity estimate: one request holds {share:.0%} of the tokens served, "
+                                "so a request of the mean length is not a typical one")
+        return out
     per = [sustainable_rate(d, mean_prompt, mean_output) for d in deps]
     if any(p is None for p in per):
+        tokens = mean_prompt + mean_output
+        if any(tokens > d.plan.num_gpu_blocks * d.plan.block_size for d in deps):
+            out["capacity_note"] = (f"no capacity estimate: a request of the mean length ({tokens:,.0f} "
+                                    "tokens, outliers included) does not fit a replica's KV cache")
         return out
     out["per_replica"] = [{"pool": d.name, **p} for d, p in zip(deps, per)]  # type: ignore[dict-item]
     cap = sum(p["output_tokens_per_s"] * d.num_replicas for d, p in zip(deps, per))  # type: ignore[index]
@@ -83,6 +96,22 @@ def headroom(result: Any, window_s: float | None, mean_prompt: float, mean_outpu
     out["capacity_requests_per_s"] = cap / mean_output
     out["load_fraction"] = served_output_tps / cap if served_output_tps is not None and cap else None
     return out
+
+
+#: A request holding more than this share of the run's tokens makes the mean-length steady
+#: state meaningless (it would price the whole mix as that outlier's long decode).
+OUTLIER_SHARE = 0.5
+
+
+def _largest_share(records: Any) -> float:
+    """The largest share of the served tokens (prompt + output of the requests not rejected)
+    that one request holds; 0 with fewer than 2 such requests."""
+    from servesim.metrics.records import RequestStatus
+
+    served = records.status != RequestStatus.REJECTED
+    tokens = (records.num_prompt_tokens[served] + records.num_output_tokens[served]).astype(float)
+    total = float(tokens.sum())
+    return float(tokens.max()) / total if tokens.size >= 2 and total > 0 else 0.0
 
 
 #: An API server busier than this over the run is named in a notice.

@@ -34,7 +34,13 @@ class RequestRecords:
     num_preemptions: np.ndarray
     replica: np.ndarray
     status: np.ndarray  # RequestStatus values (int8)
+    # Finished at max_model_len before its requested output (vLLM's finish_reason "length").
+    finished_length: np.ndarray = field(default_factory=lambda: np.zeros(0, np.bool_))  # bool
     reasons: dict[int, str] = field(default_factory=dict)  # row -> why rejected/unfinished
+
+    def __post_init__(self) -> None:
+        if len(self.finished_length) != len(self.arrival_s):  # not given: none did
+            self.finished_length = np.zeros(len(self.arrival_s), np.bool_)
 
     @classmethod
     def empty(cls, n: int) -> RequestRecords:
@@ -44,7 +50,7 @@ class RequestRecords:
             finished_s=nan.copy(), num_prompt_tokens=np.zeros(n, np.int64),
             num_output_tokens=np.zeros(n, np.int64), num_cached_tokens=np.zeros(n, np.int64),
             num_preemptions=np.zeros(n, np.int64), replica=np.zeros(n, np.int64),
-            status=np.full(n, RequestStatus.UNFINISHED, np.int8))
+            status=np.full(n, RequestStatus.UNFINISHED, np.int8), finished_length=np.zeros(n, np.bool_))
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
@@ -56,7 +62,7 @@ class RequestRecords:
             "first_token_s": self.first_token_s, "finished_s": self.finished_s,
             "num_prompt_tokens": self.num_prompt_tokens, "num_output_tokens": self.num_output_tokens,
             "num_cached_tokens": self.num_cached_tokens, "num_preemptions": self.num_preemptions,
-            "replica": self.replica, "status": self.status,
+            "replica": self.replica, "status": self.status, "finished_length": self.finished_length,
         }
 
     # Derived per-request latencies (NaN where undefined).

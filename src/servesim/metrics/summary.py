@@ -139,6 +139,9 @@ def _counts(result: Result) -> dict[str, Any]:
     return {
         "num_requests": n,
         "num_finished": int(finished.sum()),
+        # Of those, stopped at max_model_len before their requested output (vLLM's
+        # finish_reason "length"); the others produced all of it.
+        "num_finished_length": int((finished & rec.finished_length).sum()),
         "num_unfinished": int((rec.status == RequestStatus.UNFINISHED).sum()),
         "num_rejected": int((rec.status == RequestStatus.REJECTED).sum()),
         "first_arrival_s": first_arrival,
@@ -413,8 +416,12 @@ def _intervals(summary: dict[str, Any], result: Result) -> dict[str, Any]:
 
 
 def _mean_lengths(result: Result) -> tuple[float, float]:
-    """The workload's mean prompt and output lengths (targets, as the run was given them)."""
+    """The mean prompt and output lengths of what the engine runs: the workload's targets
+    without the requests it rejects and with outputs cut at max_model_len (an outlier the
+    engine stops at its context limit is not a mean request), else the targets as given."""
     w = result.workload_stats
+    if w and "served_mean_prompt_tokens" in w:
+        return float(w["served_mean_prompt_tokens"]), float(w["served_mean_output_tokens"])
     if w:
         return float(w["mean_prompt_tokens"]), float(w["mean_output_tokens"])
     rec = result.records
@@ -436,7 +443,8 @@ def _trust(result: Result, window_s: float | None, throughput: dict[str, Any]) -
     out = {
         "headroom": room,
         "saturation": saturation(rec.arrival_s, rec.first_scheduled_s, rec.finished_s,
-                                 room["capacity_requests_per_s"]),
+                                 room["capacity_requests_per_s"], rec.status, rec.reasons,
+                                 int((result.operations or {}).get("num_failures") or 0)),
         "notices": list(result.notices) + api_server_notices(room),
     }
     if result.deployments:

@@ -49,6 +49,7 @@ class RecordWriter:
         rec.num_cached_tokens[idx] = np.maximum(np.fromiter([r.num_cached_tokens for r in buf], np.int64, n), 0)
         rec.num_preemptions[idx] = [r.num_preemptions for r in buf]
         rec.replica[idx] = [r.replica for r in buf]
+        rec.finished_length[idx] = [r.finished_length for r in buf]
         status = np.fromiter([r.status for r in buf], np.int64, n)  # as record_status, for the batch
         rec.status[idx] = np.where(status == ReqStatus.FINISHED, RequestStatus.FINISHED, np.where(
             status == ReqStatus.REJECTED, RequestStatus.REJECTED, RequestStatus.UNFINISHED))
@@ -73,5 +74,6 @@ def write_record(rec: RequestRecords, r: Request, reason: str = "") -> None:
     rec.num_preemptions[i] = r.num_preemptions
     rec.replica[i] = r.replica
     rec.status[i] = record_status(r)
+    rec.finished_length[i] = r.finished_length
     if reason:
         rec.reasons[i] = reason

@@ -3,7 +3,10 @@
 The deployment (one replica or a cluster) is the scenario's; only the rate of its workload
 changes (the knob, ``rate_knob``): a trace's ``workload.rate_scale`` (its timestamps
 divided), a synthetic process's ``workload.arrival.rate``, a benchmark's
-``workload.request_rate``. Every probe is one ``servesim.simulate`` call with the same
+``workload.request_rate``, a mixture's every client's rate by one factor (at the requests
+per second its generated workload gives per unit). Sessions, agent tasks and closed-loop
+reasoning are refused: their requests wait for answers or spread over think times, so no
+field sets their request rate. Every probe is one ``servesim.simulate`` call with the same
 seed, so the requests are the same and only their arrival times shrink or stretch (the
 generators draw gaps of mean 1/rate from one seeded stream): the attainment curve against
 the rate is as monotone as the engine makes it.
@@ -77,15 +80,19 @@ class RateKnob:
 
     def at(self, scenario: Scenario, rate_rps: float) -> Scenario:
         """``scenario`` with its workload at ``rate_rps`` requests/s."""
-        wl = scenario.workload
+        wl: Any = scenario.workload
         value = self.value_for(rate_rps)
-        new: TraceWorkload | SyntheticWorkload | BenchmarkWorkload
+        new: Any
         if isinstance(wl, TraceWorkload):
             new = wl.model_copy(update={"rate_scale": value})
-        elif isinstance(wl, SyntheticWorkload):
-            new = wl.model_copy(update={"arrival": wl.arrival.model_copy(update={"rate": value})})
-        else:
+        elif isinstance(wl, BenchmarkWorkload):
             new = wl.model_copy(update={"request_rate": value})
+        elif wl.type == "mixture":  # value: the factor on every client's rate
+            clients = [c.model_copy(update={"arrival": c.arrival.model_copy(
+                update={"rate": c.arrival.rate * value})}) for c in wl.clients]
+            new = wl.model_copy(update={"clients": clients})
+        else:  # synthetic, sessions, agents, reasoning
+            new = wl.model_copy(update={"arrival": wl.arrival.model_copy(update={"rate": value})})
         return scenario.model_copy(update={"workload": new})
 
 
@@ -93,7 +100,7 @@ def rate_knob(scenario: Scenario) -> RateKnob:
     """The rate knob of the scenario's workload (ConfigError where it has no rate to scale)."""
     from servesim.workload import load_workload
 
-    wl = scenario.workload
+    wl: Any = scenario.workload
     if isinstance(wl, SyntheticWorkload):
         if wl.arrival.process == "burst":
             raise ConfigError("workload.arrival.process: burst sends every request at t=0, there is "
@@ -104,26 +111,66 @@ def rate_knob(scenario: Scenario) -> RateKnob:
             raise ConfigError("workload.request_rate: inf sends every request at once, there is no "
                               "rate to search; give a finite request_rate")
         return RateKnob("workload.request_rate", 1.0, wl.request_rate)
-    arrivals = load_workload(wl, scenario.run.seed).arrival_s
+    if wl.type in _STARTS and wl.arrival.process == "burst":
+        raise ConfigError(f"workload.arrival.process: burst starts every {_STARTS[wl.type][1]} at t=0, "
+                          "there is no rate to search; use poisson, gamma or constant")
+    generated = load_workload(wl, scenario.run.seed)
+    why = _no_rate_knob(wl.type, generated.is_closed_loop)
+    if why:
+        raise ConfigError(f"capacity: workload.type {wl.type}: {why}; capacity searches the request rate "
+                          "of a trace, synthetic, mixture or benchmark workload (run simulate at the "
+                          "rates to compare instead)")
+    arrivals = generated.arrival_s
     span = float(arrivals[-1] - arrivals[0]) if len(arrivals) > 1 else 0.0
     if span <= 0:
-        raise ConfigError(f"workload.path: {wl.path}: its requests all arrive at one instant "
-                          "(or there is only one); there is no rate to search")
+        where = f"workload.path: {wl.path}" if isinstance(wl, TraceWorkload) else f"workload ({wl.type})"
+        raise ConfigError(f"{where}: its requests all arrive at one instant (or there is only one); "
+                          "there is no rate to search")
     rps = (len(arrivals) - 1) / span
-    return RateKnob("workload.rate_scale", rps / wl.rate_scale, rps)
+    if isinstance(wl, TraceWorkload):
+        return RateKnob("workload.rate_scale", rps / wl.rate_scale, rps)
+    if wl.type == "mixture":
+        return RateKnob("workload.clients[*].arrival.rate (factor)", rps, rps)
+    return RateKnob("workload.arrival.rate", rps / wl.arrival.rate, rps)
+
+
+def _no_rate_knob(kind: str, closed_loop: bool) -> str:
+    """Why ``kind``'s request rate is not set by one field (an empty string: it is)."""
+    if kind == "sessions":
+        return ("a session's turns are sent when the previous answer comes back (loop: closed), or spread "
+                "over its think times (loop: open), so the request rate does not scale with "
+                "workload.arrival.rate, the rate sessions start")
+    follows = "so the request rate follows the service"
+    if kind == "agents":
+        return f"an agent task sends each call when the calls it waits for finish, {follows}"
+    if kind == "reasoning" and closed_loop:
+        return f"a reasoning question sends each round when the previous one finishes, {follows}"
+    return f"its requests wait for others to finish, {follows}" if closed_loop else ""
+
+
+#: Workloads whose arrival process starts groups of requests: (count field, what starts).
+_STARTS = {"sessions": ("num_sessions", "session"), "agents": ("num_tasks", "task"),
+           "reasoning": ("num_questions", "question")}
 
 
 def _prefix(scenario: Scenario, fraction: float, num_requests: int) -> Scenario:
     """``scenario`` with only the first ``fraction`` of its requests (the same requests)."""
-    wl = scenario.workload
+    wl: Any = scenario.workload
     k = max(1, math.ceil(num_requests * fraction))
-    new: TraceWorkload | SyntheticWorkload | BenchmarkWorkload
+    new: Any
     if isinstance(wl, TraceWorkload):
         new = wl.model_copy(update={"limit": k})
     elif isinstance(wl, SyntheticWorkload):  # k requests (before duration_s): the same draws
         new = wl.model_copy(update={"num_requests": k})
-    else:
+    elif isinstance(wl, BenchmarkWorkload):
         new = wl.model_copy(update={"num_prompts": k})
+    else:  # the first fraction of the sessions, tasks, questions or mixture's requests
+        count = _STARTS[wl.type][0] if wl.type in _STARTS else "num_requests"
+        n = getattr(wl, count)
+        if n is not None:
+            new = wl.model_copy(update={count: max(1, math.ceil(n * fraction))})
+        else:
+            new = wl.model_copy(update={"duration_s": wl.duration_s * fraction})
     return scenario.model_copy(update={"workload": new})
 
 

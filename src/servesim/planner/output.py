@@ -187,22 +187,70 @@ def console_report(result: PlanResult, top: int = 10) -> Any:
                 f"({result.wall_s:.1f} s, {result.backend} backend)")
     ranked = result.ranked()
     rows = ranked[:top] if ranked else result.closest(top)
+    if not rows:
+        return Group(head, Text(nothing_simulated(result), style="yellow"))
     title = (f"best by {result.plan.objective}" if ranked
              else "nothing meets the SLOs: the closest candidates")
     table = Table(title=title, title_justify="left")
-    for name in ("#", "id", "deployment", "mode", "GPUs", "$/h", "attain", "TTFT p90", "TPOT p90",
+    slo = result.base.slo
+    ttft_p, tpot_p = judged_percentile(slo, "ttft_s"), judged_percentile(slo, "tpot_s")
+    for name in ("#", "id", "deployment", "mode", "GPUs", "$/h", "attain", f"TTFT {ttft_p}", f"TPOT {tpot_p}",
                  "tok/s/GPU", "tok/s/user", "J/tok"):
         table.add_column(name, justify="left" if name in ("deployment", "mode") else "right")
     for i, e in enumerate(rows, 1):
         m = e.metrics
         table.add_row(str(i), str(e.candidate.id), e.candidate.label(), e.candidate.mode, str(m["num_gpus"]),
-                      f"{m['usd_per_hour']:.2f}", _f(m["attainment"], "{:.1%}"), _f(m["ttft_p90_s"], "{:.3f}"),
-                      _f(m["tpot_p90_s"], "{:.4f}"), _f(m["tokens_per_s_per_gpu"], "{:.0f}"),
-                      _f(m["tokens_per_s_per_user"], "{:.1f}"), _f(m["j_per_output_token"], "{:.2f}"))
+                      f"{m['usd_per_hour']:.2f}", _f(m["attainment"], "{:.1%}"),
+                      _f(_latency(e, "ttft_s", ttft_p), "{:.3f}"),
+                      _f(_latency(e, "tpot_s", tpot_p), "{:.4f}"),
+                      _f(m["tokens_per_s_per_gpu"], "{:.0f}"), _f(m["tokens_per_s_per_user"], "{:.1f}"),
+                      _f(m["j_per_output_token"], "{:.2f}"))
     parts: list[Any] = [head, table]
     if ranked:
         parts.append(Text("\n".join(vllm_serve_lines(ranked[0]))))
     return Group(*parts)
+
+
+#: The percentiles a summary stores (metrics.summary), lowest first.
+_STORED = ((50, "p50"), (90, "p90"), (95, "p95"), (99, "p99"), (100, "max"))
+
+
+def judged_percentile(slo: Any, metric: str) -> str:
+    """The stored percentile ("p90", "p99", ...) at which the SLO judges ``metric``: the
+    strictest of its percentile limits and of its and ``all``'s attainment targets (0.99 of
+    requests within the limit is the p99), p90 when none applies; rounded up to one the
+    summary stores."""
+    from servesim.planner.targets import attainment_targets
+
+    ps = [pl.p for pl in getattr(slo, "percentiles", None) or [] if pl.metric == metric]
+    targets = attainment_targets(slo) if slo is not None else {}
+    ps += [100 * float(v) for k, v in targets.items() if k in (metric, "all")]
+    p = max(ps) if ps else 90.0
+    return next(name for q, name in _STORED if q >= p - 1e-9)
+
+
+def _latency(e: Any, metric: str, p: str) -> float | None:
+    d = ((e.summary or {}).get("latency") or {}).get(metric) or {}
+    return d.get(p) if isinstance(d, dict) else None
+
+
+def nothing_simulated(result: PlanResult) -> str:
+    """Why the table is empty: every candidate was pruned before simulation (by which
+    bound, with one candidate's reason each) or failed, so no SLO was ever checked."""
+    counts = result.counts()
+    if not counts["candidates"]:
+        return "no candidate to simulate: the plan's ranges give no deployment"
+    parts = []
+    shown: set[str] = set()
+    for reason, message in result.pruning.pruned.values():
+        if reason not in shown:
+            shown.add(reason)
+            parts.append(f"{reason} ({counts['pruned_by'][reason]}): {message}")
+    failed = [e.error for e in result.evaluated if e.error]
+    if failed:
+        parts.append(f"failed ({len(failed)}): {failed[0]}")
+    return ("nothing was simulated: every candidate was pruned before simulation or failed; "
+            + "; ".join(parts))
 
 
 def _f(x: float | None, fmt: str) -> str:
@@ -247,6 +295,8 @@ def plan_command(plan_file: str | None, overrides: list[str], options: dict[str,
     from servesim.planner.search import run_plan
     from servesim.planner.space import load_plan, plan_config, plan_from_options
 
+    if workers is not None and workers < 1:
+        raise ConfigError(f"--workers: expected at least 1 process, found {workers}")
     if plan_file is not None:
         base, plan = load_plan(plan_file, overrides)
     elif options.get("model") is None:
@@ -275,7 +325,8 @@ def plan_command(plan_file: str | None, overrides: list[str], options: dict[str,
         if paths:
             console.print(f"wrote {', '.join(p.name for p in paths)} to {output}")
     if not result.ranked():
-        Console(stderr=True, highlight=False).print(
-            "error: no candidate meets the SLO targets; the closest are shown above", markup=False)
+        why = ("no candidate meets the SLO targets; the closest are shown above" if result.closest(1)
+               else nothing_simulated(result))
+        Console(stderr=True, highlight=False, soft_wrap=True).print(f"error: {why}", markup=False)
         return 1
     return 0

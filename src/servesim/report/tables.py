@@ -69,7 +69,10 @@ def run_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     rows.append(("cost", f"${_num(cost.get('usd_per_million_output_tokens'))} per million output tokens"))
     sat = summary.get("saturation") or {}
     if sat:
-        rows.append(("saturated", f"{'yes' if sat.get('saturated') else 'no'}: {sat.get('hint', '')}"))
+        if sat.get("verdict") == "cannot_judge":  # the hint says "cannot judge: why"
+            rows.append(("saturated", str(sat.get("hint", ""))))
+        else:
+            rows.append(("saturated", f"{'yes' if sat.get('saturated') else 'no'}: {sat.get('hint', '')}"))
     models = summary.get("step_time_model") or []
     if models:
         rows.append(("step time", "; ".join(dict.fromkeys(str(m.get("label")) for m in models))))

@@ -27,8 +27,17 @@ from starlette.routing import Route
 
 from servesim.serve.driver import Handle, LiveSim
 from servesim.serve.prom import ServeMetrics
-from servesim.serve.protocol import (ApiError, ApiRequest, Tokenizer, check_length, chunk, full_response,
-                                     parse_request, placeholder, usage_chunk)
+from servesim.serve.protocol import (
+    ApiError,
+    ApiRequest,
+    Tokenizer,
+    check_length,
+    chunk,
+    full_response,
+    parse_request,
+    placeholder,
+    usage_chunk,
+)
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -118,7 +127,11 @@ def build_app(sim: LiveSim, model_name: str, tokenizer: Tokenizer | None = None,
 
     async def completion(request: Request, chat: bool) -> Response:
         try:
-            req = parse_request(await request.body(), chat, model_name, tok, next(seq))
+            kind = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+            if kind != "application/json":
+                raise ApiError(400, f"the request body must be JSON (Content-Type: application/json), "
+                                    f"got Content-Type {kind or 'empty'}")
+            req = parse_request(await request.body(), chat, model_name, tok, next(seq), sim.vocab_size)
             max_tokens = check_length(req, sim.max_model_len)
             why = max((sim.rejection(p, max_tokens) for p, _ in req.prompts), key=len)
             if why:

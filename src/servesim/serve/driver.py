@@ -138,6 +138,7 @@ class LiveSim:
         self.pools = pools
         self.cluster = LiveCluster(self.loop, pools, cfg, seed, workload or _empty_workload(), self._on_done)
         self.max_model_len = min(p.max_model_len for p in pools)
+        self.vocab_size: int | None = None  # the model's (token ids are checked against it when set)
         self.handles: dict[int, Handle] = {}  # request idx -> its API request
         self.streams: dict[int, Stream] = {}
         self._next_idx = 0

@@ -2,9 +2,11 @@
 
 Only what decides the simulation is read from a request: the prompt's token count, the
 output length (``max_tokens``, or ``max_completion_tokens`` in chat), ``n``, ``stream`` and
-``stream_options.include_usage``; sampling knobs (temperature, stop, ...) are accepted and
-ignored, as the simulated engine generates exactly ``max_tokens`` tokens (vLLM's
-``ignore_eos``), ending at ``max_model_len`` at the latest.
+``stream_options.include_usage``; sampling knobs (temperature, stop, ...) are checked as
+vLLM checks them (``SAMPLING`` below: a wrong type or a value out of range is a 400) and
+otherwise ignored, as the simulated engine generates exactly ``max_tokens`` tokens (vLLM's
+``ignore_eos``), ending at ``max_model_len`` at the latest. As vLLM, an empty completion
+prompt and token ids outside the model's vocabulary are refused.
 
 Errors are vLLM's ``ErrorResponse``: ``{"error": {"message", "type", "param", "code"}}``
 with ``type`` BadRequestError (400: bad JSON, a field of the wrong type or value, a prompt
@@ -84,8 +86,45 @@ class ApiRequest:
     id: str
 
 
-def parse_request(raw: bytes, chat: bool, served_model: str, tokenizer: Tokenizer, seq: int) -> ApiRequest:
-    """Read a /v1/completions (``chat`` False) or /v1/chat/completions body, or raise ApiError."""
+#: Sampling knobs checked as vLLM's ``SamplingParams`` checks them: (number kind, low, high,
+#: whether low itself is allowed); None: unbounded on that side.
+SAMPLING: dict[str, tuple[str, float | None, float | None, bool]] = {
+    "temperature": ("number", 0.0, None, True),
+    "top_p": ("number", 0.0, 1.0, False),
+    "top_k": ("integer", -1, None, True),
+    "min_p": ("number", 0.0, 1.0, True),
+    "presence_penalty": ("number", -2.0, 2.0, True),
+    "frequency_penalty": ("number", -2.0, 2.0, True),
+    "repetition_penalty": ("number", 0.0, None, False),
+    "seed": ("integer", None, None, True),
+    "min_tokens": ("integer", 0, None, True),
+}
+
+
+def _check_sampling(body: dict) -> None:
+    for name, (kind, low, high, low_ok) in SAMPLING.items():
+        value = body.get(name)
+        if value is None:
+            continue
+        ok_type = isinstance(value, int) if kind == "integer" else isinstance(value, int | float)
+        if isinstance(value, bool) or not ok_type or (kind == "number" and not math.isfinite(value)):
+            raise ApiError(400, f"{name} must be {'an integer' if kind == 'integer' else 'a number'}, "
+                                f"got {json.dumps(value)}", name)
+        below = low is not None and (value < low or (value == low and not low_ok))
+        if below or (high is not None and value > high):
+            lo = "" if low is None else f"{'>=' if low_ok else '>'} {low:g}"
+            hi = "" if high is None else f"<= {high:g}"
+            raise ApiError(400, f"{name} must be {' and '.join(x for x in (lo, hi) if x)}, got {value}", name)
+    stop = body.get("stop")
+    if stop is not None and not isinstance(stop, str) and not (
+            isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
+        raise ApiError(400, "stop must be a string or a list of strings", "stop")
+
+
+def parse_request(raw: bytes, chat: bool, served_model: str, tokenizer: Tokenizer, seq: int,
+                  vocab_size: int | None = None) -> ApiRequest:
+    """Read a /v1/completions (``chat`` False) or /v1/chat/completions body, or raise ApiError.
+    ``vocab_size``: the model's, to refuse token ids outside it (None: not checked)."""
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as err:
@@ -97,7 +136,8 @@ def parse_request(raw: bytes, chat: bool, served_model: str, tokenizer: Tokenize
         raise ApiError(400, "model must be a string", "model")
     if model != served_model:
         raise ApiError(404, f"The model `{model}` does not exist.", "model")
-    prompts = _chat_prompt(body, tokenizer) if chat else _completion_prompts(body, tokenizer)
+    prompts = _chat_prompt(body, tokenizer) if chat else _completion_prompts(body, tokenizer, vocab_size)
+    _check_sampling(body)
     key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
     max_tokens = _int_field(body, key, None, 1)
     n = _int_field(body, "n", 1, 1)
@@ -153,8 +193,9 @@ def _key(text: str) -> int:
     return zlib.crc32(text.encode("utf-8", "surrogatepass"))
 
 
-def _completion_prompts(body: dict, tok: Tokenizer) -> list[tuple[int, int]]:
-    """A prompt is a string, a list of token ids, or a batch of either."""
+def _completion_prompts(body: dict, tok: Tokenizer, vocab_size: int | None = None) -> list[tuple[int, int]]:
+    """A prompt is a non-empty string, a list of token ids (each in the vocabulary), or a
+    batch of either."""
     prompt = body.get("prompt")
     if isinstance(prompt, str):
         items: list[Any] = [prompt]
@@ -169,9 +210,15 @@ def _completion_prompts(body: dict, tok: Tokenizer) -> list[tuple[int, int]]:
     out = []
     for item in items:
         if isinstance(item, str):
+            if not item:
+                raise ApiError(400, "The decoder prompt cannot be empty", "prompt")
             out.append((max(1, tok.count(item)), _key(item)))
         elif isinstance(item, list) and item and all(isinstance(t, int) and not isinstance(t, bool)
                                                      for t in item):
+            bad = next((t for t in item if t < 0 or (vocab_size is not None and t >= vocab_size)), None)
+            if bad is not None:
+                top = f" (ids 0 to {vocab_size - 1} of the model's vocabulary)" if vocab_size else ""
+                raise ApiError(400, f"Token id {bad} is out of vocabulary{top}", "prompt")
             out.append((len(item), _key(",".join(map(str, item)))))
         else:
             raise ApiError(400, "each prompt must be a non-empty string or list of token ids", "prompt")

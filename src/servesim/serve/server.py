@@ -10,6 +10,7 @@ terminal unless ``--no-progress``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import socket
 import sys
 from collections.abc import Iterator
@@ -33,19 +34,29 @@ def live_sim(sc: Scenario, speed: float = 1.0) -> LiveSim:
     if sc.cluster is not None and sc.cluster.migration.enabled:
         raise ServesimError("cluster.migration.enabled: live migration is not served (its watcher "
                             "runs only while events are pending); set it to false, or use servesim simulate")
-    pools = [pool_spec(d, reference=True) for d in resolve_deployments(sc)]
-    return LiveSim(pools, sc.cluster or single_pool_config(), speed=speed, seed=sc.run.seed)
+    deps = resolve_deployments(sc)
+    pools = [pool_spec(d, reference=True) for d in deps]
+    sim = LiveSim(pools, sc.cluster or single_pool_config(), speed=speed, seed=sc.run.seed)
+    sim.vocab_size = min(d.model.vocab_size for d in deps)
+    return sim
 
 
 def make_server(sc: Scenario, host: str = "127.0.0.1", port: int = 8000, speed: float = 1.0,
                 *, quiet: bool = False) -> tuple[uvicorn.Server, socket.socket, LiveSim]:
     """The server of ``sc`` on a socket bound to ``host:port`` (0: a free port), not started."""
+    if not 0 <= port <= 65535:
+        raise ServesimError(f"--port {port}: expected a port from 0 to 65535 (0: any free port)")
     sim = live_sim(sc, speed)
     try:
         sock = bind(host, port)
     except socket.gaierror as err:
         raise ServesimError(f"--host {host}: not an address of this machine ({err.strerror})") from None
     except OSError as err:
+        if err.errno == errno.EADDRNOTAVAIL:
+            raise ServesimError(f"--host {host}: not an address of this machine ({err.strerror})") from None
+        if err.errno == errno.EACCES:
+            raise ServesimError(f"--port {port}: cannot listen on {host}:{port}: {err.strerror} (ports "
+                                f"below 1024 need privileges); choose a port from 1024") from None
         raise ServesimError(f"--port {port}: cannot listen on {host}:{port}: {err.strerror}; "
                             f"choose another port or stop what listens there") from None
     tok = Tokenizer()

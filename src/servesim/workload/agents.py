@@ -19,6 +19,7 @@ import numpy as np
 from servesim.config import AgentWorkload
 from servesim.errors import WorkloadError
 from servesim.workload.base import Dependencies, Workload
+from servesim.workload.notices import notice
 from servesim.workload.synthetic import arrival_times, sample_delays, sample_lengths
 
 START = ""  # the key of the task's start in the delay maps
@@ -30,7 +31,7 @@ def generate_agents(cfg: AgentWorkload, seed: int = 0) -> Workload:
     if total_seed < 0:
         raise WorkloadError(f"workload.seed: expected seed + run seed >= 0, found {total_seed}")
     rng_arrival, rng_steps = (np.random.default_rng(s) for s in np.random.SeedSequence(total_seed).spawn(2))
-    start = arrival_times(cfg.arrival, cfg.num_tasks, cfg.duration_s, rng_arrival)
+    start = arrival_times(cfg.arrival, cfg.num_tasks, cfg.duration_s, rng_arrival, "num_tasks")
     t = len(start)
     if t == 0:
         raise WorkloadError(f"workload: no task starts before duration_s={cfg.duration_s}")
@@ -73,6 +74,11 @@ def generate_agents(cfg: AgentWorkload, seed: int = 0) -> Workload:
                                     cat(delay, np.float64), task, start)
     rows = np.argsort(arrival, kind="stable")
     group = np.zeros(t * len(llm), np.int64) if cfg.system_prompt_len else None
+    short = int((prompt < cfg.system_prompt_len + 1).sum()) if cfg.system_prompt_len else 0
+    if short:
+        found.append(notice("length_raised", f"workload.nodes: {short:,} of {prompt.size:,} prompts were not "
+                            f"longer than workload.system_prompt_len ({cfg.system_prompt_len}) and were "
+                            f"raised to {cfg.system_prompt_len + 1}", short, "workload.system_prompt_len"))
     return Workload(
         arrival_s=arrival[rows], num_prompt_tokens=np.maximum(prompt.ravel(), cfg.system_prompt_len + 1)[rows],
         num_output_tokens=output.ravel()[rows], after=after.permuted(rows),

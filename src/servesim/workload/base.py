@@ -145,13 +145,22 @@ class Workload:
             clients=self.clients, source=self.source, meta=dict(self.meta))
 
 
-def workload_stats(wl: Workload) -> dict[str, float]:
+def workload_stats(wl: Workload, max_model_len: int | None = None) -> dict[str, float]:
     """The workload's size and mean lengths, as a report quotes them (and a reasoning
-    workload's token accounting, ``reasoning_*``)."""
+    workload's token accounting, ``reasoning_*``). With ``max_model_len``, also the mean
+    lengths the engine runs (``served_mean_*``): over the requests it admits (prompt below
+    max_model_len), each output cut where prompt + output reaches max_model_len."""
     n = len(wl)
     out = {"num_requests": n,
            "mean_prompt_tokens": float(wl.num_prompt_tokens.mean()) if n else 0.0,
            "mean_output_tokens": float(wl.num_output_tokens.mean()) if n else 0.0}
+    if max_model_len is not None and n:
+        prompt = np.asarray(wl.num_prompt_tokens, np.int64)
+        admitted = prompt < max_model_len
+        if admitted.any():
+            output = np.minimum(np.asarray(wl.num_output_tokens, np.int64), max_model_len - prompt)
+            out["served_mean_prompt_tokens"] = float(prompt[admitted].mean())
+            out["served_mean_output_tokens"] = float(output[admitted].mean())
     for key, value in wl.meta.get("reasoning", {}).items():  # reasoning: tokens against fixed-length runs
         out[f"reasoning_{key}"] = value
     return out

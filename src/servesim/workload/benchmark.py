@@ -39,6 +39,7 @@ import numpy as np
 from servesim.config import BenchmarkWorkload
 from servesim.errors import WorkloadError
 from servesim.workload.base import BenchmarkClients, Workload
+from servesim.workload.synthetic import check_memory
 
 
 def length_bounds(mean: int, ratio: float, min_len: int = 0) -> tuple[int, int]:
@@ -92,6 +93,7 @@ def generate_benchmark(cfg: BenchmarkWorkload, seed: int = 0) -> Workload:
     if total_seed < 0:
         raise WorkloadError(f"workload.seed: expected seed + run seed >= 0, found {total_seed}")
     n = cfg.num_prompts
+    check_memory(n, f"num_prompts={n:,}")
     prompt, output, (in_lo, in_hi), (out_lo, out_hi) = sampled_lengths(cfg, n, total_seed)
     due = due_times(n, cfg.request_rate, cfg.burstiness,
                     np.random.default_rng(np.random.SeedSequence(total_seed).spawn(1)[0]))

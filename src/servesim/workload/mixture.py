@@ -14,7 +14,7 @@ import numpy as np
 from servesim.config import ClientConfig, MixtureWorkload, SyntheticWorkload
 from servesim.errors import WorkloadError
 from servesim.workload.base import Workload
-from servesim.workload.synthetic import generate_synthetic
+from servesim.workload.synthetic import check_memory, generate_synthetic
 
 
 def generate_mixture(cfg: MixtureWorkload, seed: int = 0) -> Workload:
@@ -23,6 +23,8 @@ def generate_mixture(cfg: MixtureWorkload, seed: int = 0) -> Workload:
     if total_seed < 0:
         raise WorkloadError(f"workload.seed: expected seed + run seed >= 0, found {total_seed}")
     seeds = [int(s.generate_state(1)[0] >> 1) for s in np.random.SeedSequence(total_seed).spawn(len(cfg.clients))]
+    if cfg.num_requests is not None:
+        check_memory(cfg.num_requests, f"num_requests={cfg.num_requests:,}")
     horizon = cfg.duration_s
     if horizon is None:
         assert cfg.num_requests is not None

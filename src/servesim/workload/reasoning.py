@@ -70,7 +70,7 @@ def generate_reasoning(cfg: ReasoningWorkload, seed: int = 0) -> Workload:
         raise WorkloadError(f"workload.seed: expected seed + run seed >= 0, found {total_seed}")
     seq_arrival, seq_prompt, seq_samples = np.random.SeedSequence(total_seed).spawn(3)
     rng_arrival, rng_prompt = np.random.default_rng(seq_arrival), np.random.default_rng(seq_prompt)
-    start = arrival_times(cfg.arrival, cfg.num_questions, cfg.duration_s, rng_arrival)
+    start = arrival_times(cfg.arrival, cfg.num_questions, cfg.duration_s, rng_arrival, "num_questions")
     q = len(start)
     if q == 0:
         raise WorkloadError(f"workload: no question arrives before duration_s={cfg.duration_s}")

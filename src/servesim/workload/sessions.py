@@ -27,7 +27,28 @@ import numpy as np
 from servesim.config import SessionWorkload
 from servesim.errors import WorkloadError
 from servesim.workload.base import Dependencies, Workload
+from servesim.workload.notices import notice
 from servesim.workload.synthetic import arrival_times, sample_delays, sample_lengths
+
+
+def _hold_system_prompt(first: np.ndarray, cfg: SessionWorkload, found: list[dict]) -> np.ndarray:
+    """First prompts raised to hold the system prompt and one token of the user's; refused
+    when no first prompt can (the system prompt is part of the first prompt), a notice when
+    some are raised."""
+    need = cfg.system_prompt_len + 1
+    dist = cfg.first_prompt_len
+    top = min(dist.value if dist.kind == "constant" else dist.max, dist.max, cfg.max_prompt_len)
+    if cfg.system_prompt_len and top < need:
+        raise WorkloadError(f"workload.system_prompt_len ({cfg.system_prompt_len}) leaves no room in the "
+                            f"first prompt (workload.first_prompt_len, at most {top} tokens, the system "
+                            f"prompt included); give a shorter system prompt or longer first prompts")
+    short = int((first < need).sum())
+    if short and cfg.system_prompt_len:
+        found.append(notice("length_raised", f"workload.first_prompt_len: {short:,} of {len(first):,} first "
+                            f"prompts were not longer than workload.system_prompt_len "
+                            f"({cfg.system_prompt_len}) and were raised to {need}", short,
+                            "workload.first_prompt_len"))
+    return np.maximum(first, need) if cfg.system_prompt_len else first
 
 
 def generate_sessions(cfg: SessionWorkload, seed: int = 0) -> Workload:
@@ -36,14 +57,14 @@ def generate_sessions(cfg: SessionWorkload, seed: int = 0) -> Workload:
     if total_seed < 0:
         raise WorkloadError(f"workload.seed: expected seed + run seed >= 0, found {total_seed}")
     rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(total_seed).spawn(6)]
-    start = arrival_times(cfg.arrival, cfg.num_sessions, cfg.duration_s, rngs[0])
+    start = arrival_times(cfg.arrival, cfg.num_sessions, cfg.duration_s, rngs[0], "num_sessions")
     s = len(start)
     if s == 0:
         raise WorkloadError(f"workload: no session starts before duration_s={cfg.duration_s}")
     found: list[dict] = []
     turns = sample_lengths(cfg.turns, s, rngs[1], "workload.turns", found)
     first = sample_lengths(cfg.first_prompt_len, s, rngs[2], "workload.first_prompt_len", found)
-    first = np.maximum(first, min(cfg.system_prompt_len + 1, cfg.max_prompt_len))
+    first = _hold_system_prompt(first, cfg, found)
     n = int(turns.sum())
     session = np.repeat(np.arange(s), turns)
     head = np.concatenate([[0], np.cumsum(turns)[:-1]])  # each session's first row

@@ -11,6 +11,7 @@ arrival times through the inverse of its integral (time rescaling, ``rate_profil
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -75,12 +76,49 @@ def inter_arrival_gaps(arrival: ArrivalConfig, n: int, rng: np.random.Generator)
     return np.zeros(n)  # burst
 
 
+#: Bytes a simulated request takes at the least (its workload columns, its record row and
+#: its engine object together take several times more): a run of more requests than the
+#: machine's memory holds at this size is refused before it starts.
+MIN_BYTES_PER_REQUEST = 100
+
+
+def _memory_bytes() -> float:
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # not on this platform: no check
+        return math.inf
+
+
+def check_count(arrival: ArrivalConfig, count: int | None, duration_s: float | None,
+                count_field: str = "num_requests") -> None:
+    """Refuse a workload of more arrivals than this machine could hold in memory (``count``,
+    or about ``duration_s x arrival.rate``), naming the field, before any is drawn."""
+    n = math.inf if count is None else float(count)
+    if duration_s is not None and arrival.process != "burst" and arrival.rate_profile is None:
+        n = min(n, duration_s * arrival.rate)
+    if math.isfinite(n):  # unbounded: refused elsewhere
+        given = f"{count_field}={count:,}" if count is not None and n == count else (
+            f"duration_s={duration_s:g} at arrival.rate={arrival.rate:g}/s")
+        check_memory(n, given)
+
+
+def check_memory(num_arrivals: float, given: str) -> None:
+    """Refuse ``num_arrivals`` (what ``given`` names, e.g. "num_prompts=10") when this
+    machine's memory cannot hold them at ``MIN_BYTES_PER_REQUEST`` each."""
+    memory = _memory_bytes()
+    if num_arrivals * MIN_BYTES_PER_REQUEST > memory:
+        raise WorkloadError(f"workload: {given} gives about {num_arrivals:.3g} arrivals, more than this "
+                            f"machine's {memory / 1e9:.0f} GB of memory can simulate (at least "
+                            f"{MIN_BYTES_PER_REQUEST} bytes each); give fewer")
+
+
 def arrival_times(arrival: ArrivalConfig, num_requests: int | None, duration_s: float | None,
-                  rng: np.random.Generator) -> np.ndarray:
+                  rng: np.random.Generator, count_field: str = "num_requests") -> np.ndarray:
     """Sorted arrival times: ``num_requests`` of them, or all before ``duration_s``, or,
-    with both, whichever limit comes first."""
+    with both, whichever limit comes first. ``count_field`` names ``num_requests`` in errors."""
     if num_requests is None and duration_s is None:
         raise WorkloadError("workload: give num_requests or duration_s")
+    check_count(arrival, num_requests, duration_s, count_field)
     if arrival.process == "burst":
         if num_requests is None:
             raise WorkloadError(

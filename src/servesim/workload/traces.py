@@ -46,6 +46,7 @@ from servesim.workload.fast_csv import read_azure_csv, read_azure_numpy
 from servesim.workload.notices import (
     add_notice,
     hash_ids_beyond_prompt,
+    notice,
     reordered,
     unknown_columns,
     zero_lengths,
@@ -90,13 +91,19 @@ FORMATS = ("auto", "azure", "mooncake", "generic", "burstgpt", "vllm_bench", "sh
 # --------------------------------------------------------------------------- public API
 
 
+#: Formats whose timestamps count from an origin of the trace's own (BurstGPT's seconds and
+#: Mooncake's milliseconds since the whole trace began): read, like Azure's dates, as time
+#: since the file's first arrival, so a file holding a later piece starts at 0.
+SHIFTED = ("burstgpt", "mooncake")
+
+
 def read_trace(path: str | Path, format: str = "auto", hash_block_tokens: int = 512,
                failed: str = "keep") -> Workload:
     """Read a whole trace file (or ``builtin:azure_conv`` / ``builtin:azure_code``).
 
     ``format`` is ``auto`` (by extension, then header or keys) or one of ``FORMATS``.
-    Arrivals: Azure in seconds since its earliest row, Mooncake ``timestamp`` ms / 1000,
-    BurstGPT ``Timestamp`` and generic ``arrived_at_s`` as written, vllm bench drawn as the
+    Arrivals: Azure, Mooncake (``timestamp`` ms / 1000) and BurstGPT (``Timestamp``) in
+    seconds since the file's earliest row, generic ``arrived_at_s`` as written, vllm bench drawn as the
     benchmark sends them. ``failed``: ``keep`` or ``drop`` the failed requests a BurstGPT or
     vllm bench file records.
     """
@@ -356,8 +363,14 @@ def _to_workload(rows: _Rows, hash_block_tokens: int) -> Workload:
                             np.random.default_rng(0))
     else:
         arrival = np.asarray(rows.arrival, dtype=np.float64)
+    shift_s = 0.0
+    if rows.format in SHIFTED and len(arrival) and float(arrival.min()) != 0.0:
+        shift_s = float(arrival.min())  # a later piece of the trace: time from its first arrival
+        arrival = arrival - shift_s
     meta: dict[str, Any] = {"format": rows.format, "num_rows": len(rows.prompt),
                             "clamped": rows.clamped, "reordered": False}
+    if shift_s:
+        meta["shift_s"] = shift_s
     group = None if rows.group is None else np.asarray(rows.group, dtype=np.int64)
     prefix_len = 0 if group is None else (DEFAULT_PREFIX_LEN if rows.prefix_len is None else rows.prefix_len)
     if group is not None:
@@ -378,6 +391,10 @@ def _to_workload(rows: _Rows, hash_block_tokens: int) -> Workload:
     if rows.dropped:
         meta["dropped_failed"] = rows.dropped
     _notices(rows, wl, arrival)
+    if shift_s:
+        why = (f"{rows.name}: timestamps start at {shift_s:,.3f} s; shifted so the first request arrives "
+               "at 0 (start_s and end_s count from it)")
+        add_notice(wl.meta, notice("shifted", why, None, rows.name))
     if len(arrival) > 1 and np.any(np.diff(arrival) < 0):
         wl = wl.subset(np.argsort(arrival, kind="stable"))
         wl.meta["reordered"] = True

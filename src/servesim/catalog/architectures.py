@@ -1,0 +1,105 @@
+"""Which Hugging Face architectures servesim can model, and why it refuses the others.
+
+servesim models decoder-only transformers whose every layer is softmax attention (GQA or
+MLA, optionally gpt-oss's alternating sliding window) followed by a dense MLP or routed
+experts. A config that parses is not enough: a Mamba or linear-attention model would be
+run as a transformer of the same width and give numbers with no meaning. So, as vLLM
+refuses an architecture it does not know, ``check_architecture`` refuses every
+``model_type`` outside ``SUPPORTED``, naming the field and, where known, the part of the
+model servesim cannot simulate. A config that names no ``model_type`` (a hand-written
+one) is read from its keys, but still refused when those keys describe layers servesim
+cannot model (``layer_types`` other than full and sliding attention, Mamba's
+``hybrid_override_pattern``, per-layer ``block_configs``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servesim.errors import CatalogError
+
+#: Language-model ``model_type``s servesim reads, and the families they stand for.
+SUPPORTED: dict[str, str] = {
+    "llama": "Llama", "mistral": "Mistral", "mixtral": "Mixtral", "opt": "OPT",
+    "qwen": "Qwen", "qwen2": "Qwen2", "qwen2_moe": "Qwen2-MoE", "qwen3": "Qwen3",
+    "qwen3_moe": "Qwen3-MoE", "qwen3_vl_text": "Qwen3-VL", "qwen3_vl_moe_text": "Qwen3-VL-MoE",
+    "deepseek_v2": "DeepSeek-V2", "deepseek_v3": "DeepSeek-V3", "kimi_k2": "Kimi-K2",
+    "gpt_oss": "gpt-oss", "minimax_m2": "MiniMax-M2",
+}
+
+#: Of those, the mixture-of-experts families: their expert count and top-k must be given.
+MOE_TYPES = {"mixtral", "qwen2_moe", "qwen3_moe", "qwen3_vl_moe_text", "deepseek_v2", "deepseek_v3",
+             "kimi_k2", "gpt_oss", "minimax_m2"}
+
+#: Multimodal wrappers whose language model is read from ``text_config``.
+WRAPPERS = {"llava", "qwen3_vl", "qwen3_vl_moe", "kimi_k25"}
+
+_MAMBA = "state-space (Mamba) layers"
+_HYBRID = "hybrid Mamba and attention layers"
+_LINEAR = "linear-attention layers"
+
+#: Known architectures servesim does not model, with what it lacks.
+REFUSED: dict[str, str] = {
+    "mamba": _MAMBA, "mamba2": _MAMBA, "falcon_mamba": _MAMBA, "rwkv": "recurrent (RWKV) layers",
+    "jamba": _HYBRID, "zamba": _HYBRID, "zamba2": _HYBRID, "bamba": _HYBRID, "falcon_h1": _HYBRID,
+    "nemotron_h": _HYBRID, "granitemoehybrid": _HYBRID,
+    "qwen3_next": _LINEAR, "qwen3_5": _LINEAR, "qwen3_5_text": _LINEAR, "qwen3_5_moe": _LINEAR,
+    "qwen3_5_moe_text": _LINEAR, "kimi_linear": _LINEAR, "minimax": "lightning (linear) attention layers",
+    "deepseek_v32": "DeepSeek sparse attention (index_topk)",
+    "glm_moe_dsa": "DeepSeek sparse attention (index_topk)",
+    "llama4_text": "chunked local attention (attention_chunk_size) and interleaved MoE layers",
+    "gemma4_text": "global layers with their own head size and KV heads (global_head_dim)",
+    "nemotron-nas": "layers of different shapes (block_configs)",
+}
+
+_ATTENTION_LAYERS = {"full_attention", "sliding_attention"}
+
+
+def _types(cfg: dict[str, Any], outer: dict[str, Any]) -> list[str]:
+    """The model_type to check: the language model's (``text_config``'s when it names one,
+    whatever the multimodal wrapper around it), else the file's unless it is a known wrapper."""
+    named = cfg.get("model_type") or outer.get("model_type")
+    kind = str(named).lower() if named else ""
+    return [kind] if kind and kind not in WRAPPERS else []
+
+
+def check_architecture(cfg: dict[str, Any], outer: dict[str, Any], src: str) -> str:
+    """The language model's model_type ("" when the config names none), or a CatalogError
+    naming the field and what servesim supports. ``cfg`` is the language model's settings
+    (``text_config`` of a multimodal config), ``outer`` the whole file."""
+    arch = outer.get("architectures")
+    arch_note = f" (architectures {arch})" if arch else ""
+    types = _types(cfg, outer)
+    for t in types:
+        if t in REFUSED:
+            raise CatalogError(f"{src}: model_type {t!r}{arch_note} has {REFUSED[t]}, which servesim "
+                               f"does not model")
+        if t not in SUPPORTED:
+            raise CatalogError(f"{src}: model_type {t!r}{arch_note} is not an architecture servesim "
+                               f"models; it models {supported_families()} (model_type "
+                               f"{', '.join(sorted(SUPPORTED))})")
+    _check_layers(cfg, src)
+    return types[-1] if types else ""
+
+
+def _check_layers(cfg: dict[str, Any], src: str) -> None:
+    layer_types = cfg.get("layer_types") or []
+    other = sorted({str(t) for t in layer_types} - _ATTENTION_LAYERS) if isinstance(layer_types, list) else []
+    if other:
+        raise CatalogError(f"{src}: layer_types holds {', '.join(map(repr, other))}; servesim models "
+                           f"only 'full_attention' and 'sliding_attention' layers")
+    if cfg.get("index_topk"):
+        raise CatalogError(f"{src}: index_topk gives sparse attention (each query attends to "
+                           f"{cfg['index_topk']!r} chosen tokens), which servesim does not model")
+    pattern = cfg.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and "M" in pattern:
+        raise CatalogError(f"{src}: hybrid_override_pattern has Mamba layers ('M'), which servesim "
+                           f"does not model")
+    if cfg.get("block_configs"):
+        raise CatalogError(f"{src}: block_configs gives layers of different shapes, which servesim "
+                           f"does not model")
+
+
+def supported_families() -> str:
+    """'Llama, Mistral, ...': the families of SUPPORTED, for messages and docs."""
+    return ", ".join(dict.fromkeys(SUPPORTED.values()))
