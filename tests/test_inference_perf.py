@@ -209,3 +209,23 @@ def test_config_errors_exit_cleanly(tmp_path):
     sc.write_text(f"workload: {{type: inference-perf, config: {FIX / 'sweep.yaml'}}}\n")
     with pytest.raises(ServesimError, match="load.sweep"):
         servesim.simulate(sc)
+
+
+def test_rate_scale_and_limit_and_the_capacity_knob():
+    """rate_scale multiplies every stage's rate (durations kept: twice the requests), limit takes
+    the first N; capacity searches rate_scale like a trace's."""
+    from servesim.config import Scenario
+    from servesim.planner.capacity import rate_knob
+    from servesim.workload import load_workload
+
+    cfg = {"type": "inference-perf", "config": str(FIX / "shared_prefix.yaml")}
+    one = load_workload(Scenario.model_validate({"workload": cfg}).workload)
+    two = load_workload(Scenario.model_validate({"workload": {**cfg, "rate_scale": 2.0}}).workload)
+    assert len(one) == 160 and len(two) == 320 and two.arrival_s.max() == pytest.approx(51.0)
+    cut = load_workload(Scenario.model_validate({"workload": {**cfg, "limit": 50}}).workload)
+    assert len(cut) == 50 and len(cut.meta["stage"]) == 50 and cut.hash_ids == one.hash_ids[:50]
+    sc = Scenario.model_validate({"workload": cfg})
+    knob = rate_knob(sc)
+    span = float(one.arrival_s[-1] - one.arrival_s[0])
+    assert knob.field == "workload.rate_scale" and knob.base_rps == pytest.approx(159 / span)
+    assert knob.at(sc, 2 * knob.base_rps).workload.rate_scale == pytest.approx(2.0)

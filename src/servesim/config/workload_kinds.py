@@ -183,6 +183,10 @@ class InferencePerfWorkload(_Strict):
     num_special_tokens: int = Field(1, ge=0, description=(
         "Special tokens the server's tokenizer adds to each prompt (1 for Llama's BOS)."),
         json_schema_extra=_TOKENS)
+    rate_scale: float = Field(1.0, gt=0, description=(
+        "Multiply every stage's rate (each stage keeps its duration, so it sends proportionally more "
+        "requests); capacity searches this."))
+    limit: int | None = Field(None, ge=1, description="Take the first N requests.")
     seed: int = Field(0, description="Seed of the arrival and length draws (with run.seed).")
 
 
@@ -198,6 +202,9 @@ class GuidellmWorkload(_Strict):
     num_special_tokens: int = Field(1, ge=0, description=(
         "Tokens the server adds to each prompt: the tokenizer's special tokens, or on guidellm's default "
         "chat endpoint the chat template's."), json_schema_extra=_TOKENS)
+    rate_scale: float = Field(1.0, gt=0, description=(
+        "Multiply the rate of a constant or poisson profile (max_seconds kept); capacity searches this."))
+    limit: int | None = Field(None, ge=1, description="Take the first N requests.")
     seed: int = Field(0, description=(
         "Added to the scenario's random_seed (0: guidellm's own length and Poisson draws; with run.seed)."))
 

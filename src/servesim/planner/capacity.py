@@ -83,7 +83,7 @@ class RateKnob:
         wl: Any = scenario.workload
         value = self.value_for(rate_rps)
         new: Any
-        if isinstance(wl, TraceWorkload):
+        if isinstance(wl, TraceWorkload) or wl.type in _RATE_SCALED:
             new = wl.model_copy(update={"rate_scale": value})
         elif isinstance(wl, BenchmarkWorkload):
             new = wl.model_copy(update={"request_rate": value})
@@ -118,7 +118,7 @@ def rate_knob(scenario: Scenario) -> RateKnob:
     why = _no_rate_knob(wl.type, generated.is_closed_loop)
     if why:
         raise ConfigError(f"capacity: workload.type {wl.type}: {why}; capacity searches the request rate "
-                          "of a trace, synthetic, mixture or benchmark workload (run simulate at the "
+                          "of a trace, synthetic, mixture, benchmark, inference-perf or guidellm workload (run simulate at the "
                           "rates to compare instead)")
     arrivals = generated.arrival_s
     span = float(arrivals[-1] - arrivals[0]) if len(arrivals) > 1 else 0.0
@@ -127,7 +127,7 @@ def rate_knob(scenario: Scenario) -> RateKnob:
         raise ConfigError(f"{where}: its requests all arrive at one instant (or there is only one); "
                           "there is no rate to search")
     rps = (len(arrivals) - 1) / span
-    if isinstance(wl, TraceWorkload):
+    if isinstance(wl, TraceWorkload) or wl.type in _RATE_SCALED:
         return RateKnob("workload.rate_scale", rps / wl.rate_scale, rps)
     if wl.type == "mixture":
         return RateKnob("workload.clients[*].arrival.rate (factor)", rps, rps)
@@ -148,6 +148,8 @@ def _no_rate_knob(kind: str, closed_loop: bool) -> str:
     return f"its requests wait for others to finish, {follows}" if closed_loop else ""
 
 
+#: Workloads read from a load generator's own config file: their rates scale by ``rate_scale``.
+_RATE_SCALED = ("inference-perf", "guidellm")
 #: Workloads whose arrival process starts groups of requests: (count field, what starts).
 _STARTS = {"sessions": ("num_sessions", "session"), "agents": ("num_tasks", "task"),
            "reasoning": ("num_questions", "question")}
@@ -158,7 +160,7 @@ def _prefix(scenario: Scenario, fraction: float, num_requests: int) -> Scenario:
     wl: Any = scenario.workload
     k = max(1, math.ceil(num_requests * fraction))
     new: Any
-    if isinstance(wl, TraceWorkload):
+    if isinstance(wl, TraceWorkload) or wl.type in _RATE_SCALED:
         new = wl.model_copy(update={"limit": k})
     elif isinstance(wl, SyntheticWorkload):  # k requests (before duration_s): the same draws
         new = wl.model_copy(update={"num_requests": k})

@@ -17,6 +17,7 @@ from servesim.config import (
     SyntheticWorkload,
     TraceWorkload,
 )
+from servesim.errors import ConfigError
 from servesim.workload.agents import generate_agents
 from servesim.workload.base import BenchmarkClients, Workload
 from servesim.workload.benchmark import generate_benchmark
@@ -59,8 +60,23 @@ def load_workload(cfg: SyntheticWorkload | TraceWorkload | BenchmarkWorkload | S
     if isinstance(cfg, ReasoningWorkload):
         return generate_reasoning(cfg, seed)
     if isinstance(cfg, InferencePerfWorkload):
-        return generate_inference_perf(cfg.config, cfg.seed + seed, cfg.num_special_tokens)
+        return _first(generate_inference_perf(cfg.config, cfg.seed + seed, cfg.num_special_tokens,
+                                              cfg.rate_scale), cfg.limit)
     if isinstance(cfg, GuidellmWorkload):
-        return generate_guidellm(cfg.config, cfg.seed + seed, cfg.num_special_tokens)
+        return _first(generate_guidellm(cfg.config, cfg.seed + seed, cfg.num_special_tokens, cfg.rate_scale),
+                      cfg.limit)
     raise TypeError(f"expected a SyntheticWorkload, TraceWorkload or BenchmarkWorkload, "
                     f"got {type(cfg).__name__}")
+
+
+def _first(wl: Workload, limit: int | None) -> Workload:
+    """The first ``limit`` requests of an open-loop generated workload (all of them: None)."""
+    if limit is None or limit >= len(wl):
+        return wl
+    if wl.is_closed_loop:
+        raise ConfigError("workload.limit: a closed loop of clients is cut by its own request count "
+                          "(max_requests), not by limit")
+    out = select(wl, limit=limit)
+    if "stage" in out.meta:
+        out.meta["stage"] = out.meta["stage"][:limit]
+    return out

@@ -452,7 +452,8 @@ def poisson_times(rate: float, seed: int, count: int | None, until_s: float | No
     return np.array(out, np.float64)
 
 
-def generate_guidellm(path: str | Path, seed: int = 0, num_special_tokens: int = 1) -> Workload:
+def generate_guidellm(path: str | Path, seed: int = 0, num_special_tokens: int = 1,
+                      rate_scale: float = 1.0) -> Workload:
     """The requests guidellm sends for the scenario at ``path`` (see the module's docstring).
     ``seed`` is added to the scenario's own ``random_seed`` (0: guidellm's draws exactly)."""
     src = str(path)
@@ -487,9 +488,9 @@ def generate_guidellm(path: str | Path, seed: int = 0, num_special_tokens: int =
     meta: dict[str, Any] = {}
     cap: int | None = st["cap"]
     if kind in _OPEN:
-        rate = value
-        if rate is None:
+        if value is None:
             raise ConfigError(f"{src}: profile {kind} needs {st['rate_field']} (requests/s)")
+        rate = value * rate_scale
         if kind == "constant":
             n = (
                 int(max_n)
@@ -507,6 +508,9 @@ def generate_guidellm(path: str | Path, seed: int = 0, num_special_tokens: int =
             cap = DEFAULT_MAX_CONCURRENCY[st["layout"]]
         label = f"{kind} {rate:g}/s"
     else:
+        if rate_scale != 1.0:
+            raise ConfigError(f"{src}: workload.rate_scale: profile {kind} sends each request when a "
+                              "stream is free, it has no rate to scale")
         if kind == "synchronous":
             cap = 1
         elif kind == "concurrent":

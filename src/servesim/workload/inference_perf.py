@@ -95,8 +95,10 @@ def _number(value: Any, field: str, src: str, *, positive: bool = True) -> float
     return float(value)
 
 
-def stage_arrivals(cfg: dict[str, Any], rng: np.random.Generator, src: str) -> tuple[np.ndarray, np.ndarray]:
-    """Send times (s from the first stage's start) and each request's stage index."""
+def stage_arrivals(cfg: dict[str, Any], rng: np.random.Generator, src: str, rate_scale: float = 1.0
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Send times (s from the first stage's start) and each request's stage index; every
+    stage's rate times ``rate_scale``."""
     load = _section(cfg, "load", src)
     kind = str(load.get("type", "constant")).lower()
     if kind not in _SUPPORTED_LOAD:
@@ -115,7 +117,7 @@ def stage_arrivals(cfg: dict[str, Any], rng: np.random.Generator, src: str) -> t
     for k, st in enumerate(stages):
         if not isinstance(st, dict):
             raise ConfigError(f"{src}: load.stages[{k}] must be a mapping with rate and duration")
-        rate = _number(st.get("rate"), f"load.stages[{k}].rate", src)
+        rate = _number(st.get("rate"), f"load.stages[{k}].rate", src) * rate_scale
         duration = _number(st.get("duration"), f"load.stages[{k}].duration", src)
         if kind == "constant":
             t = _normalised_gaps(rng, rate, duration)
@@ -217,8 +219,10 @@ def prompt_hash_ids(sys_len: int, prompt_len: int, group: int, prompt: int,
     return tuple((group << 20) + b if b < shared else (1 << 40) + (prompt << 20) + b for b in range(n))
 
 
-def generate_inference_perf(path: str | Path, seed: int = 0, num_special_tokens: int = 1) -> Workload:
-    """The requests inference-perf sends for the config at ``path`` (see the module's docstring)."""
+def generate_inference_perf(path: str | Path, seed: int = 0, num_special_tokens: int = 1,
+                            rate_scale: float = 1.0) -> Workload:
+    """The requests inference-perf sends for the config at ``path`` (see the module's docstring),
+    every stage's rate times ``rate_scale``."""
     src = str(path)
     cfg = read_config(path)
     rng = np.random.default_rng(seed)
@@ -229,7 +233,7 @@ def generate_inference_perf(path: str | Path, seed: int = 0, num_special_tokens:
                           f"{', '.join(_SUPPORTED_DATA)} (datasets are downloaded by inference-perf, "
                           "not carried by servesim)")
     meta: dict[str, Any] = {}
-    arrival, stage = stage_arrivals(cfg, rng, src)
+    arrival, stage = stage_arrivals(cfg, rng, src, rate_scale)
     n = len(arrival)
     if n == 0:
         raise ConfigError(f"{src}: load.stages send no request (rate x duration < 1 in every stage)")
