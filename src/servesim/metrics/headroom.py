@@ -22,8 +22,10 @@ running decode keeps the engine stepping; it says nothing about room to grow. Tw
       load_fraction = served output tokens per second / capacity (summed over replicas)
 
   ``load_fraction`` near 1 means no headroom; 0.2 means about five times the load would
-  still be served, at longer batches' latency. It is an estimate of the steady state (no
-  prefix-cache hits, no preemption), for colocated pools; a disaggregated cluster gets None.
+  still be served, at longer batches' latency. It is an estimate of the steady state at the
+  run's prefix-cache hits (each request computes its prompt less the run's mean cached
+  tokens, on top of them; ``P`` above is that remainder), without preemption, for colocated
+  pools; a disaggregated cluster gets None.
 """
 
 from __future__ import annotations
@@ -35,10 +37,14 @@ from servesim.engine.replica import step_wall_s
 from servesim.perf.base import BatchStats
 
 
-def sustainable_rate(dep: Any, mean_prompt: float, mean_output: float) -> dict[str, Any] | None:
+def sustainable_rate(dep: Any, mean_prompt: float, mean_output: float,
+                     mean_cached: float = 0.0) -> dict[str, Any] | None:
     """The steady state of one replica of ``dep`` (a ``deployment.Deployment``) at full load;
     None when it has no meaning: no mean lengths, or a request of the mean length would not
-    fit the KV cache (an outlier prompt far longer than any the engine can hold)."""
+    fit the KV cache (an outlier prompt far longer than any the engine can hold).
+    ``mean_cached``: prompt tokens a request takes from the prefix cache (the run's mean):
+    only the rest is computed, on top of them. Its blocks are counted whole (shared blocks
+    once per request: a lower bound on the requests the cache holds)."""
     eng, plan = dep.engine, dep.plan
     if mean_output < 1 or mean_prompt < 1 or eng.max_num_seqs is None or eng.max_num_batched_tokens is None:
         return None
@@ -46,13 +52,16 @@ def sustainable_rate(dep: Any, mean_prompt: float, mean_output: float) -> dict[s
     fit = plan.num_gpu_blocks // max(1, blocks_per_req)
     if fit < 1:
         return None
-    per_step = 1.0 + mean_prompt / mean_output  # tokens a running request costs per step
+    cached = min(max(mean_cached, 0.0), mean_prompt - 1.0) if mean_prompt > 1 else 0.0
+    computed = mean_prompt - cached
+    per_step = 1.0 + computed / mean_output  # tokens a running request costs per step
     budget_cap = int(eng.max_num_batched_tokens / per_step)
     b = max(1, min(eng.max_num_seqs, fit, budget_cap))
-    pf = b * mean_prompt / mean_output
-    stats = BatchStats(num_prefill_tokens=int(round(pf)), prefill_attn_work=pf * mean_prompt / 2,
+    pf = b * computed / mean_output
+    stats = BatchStats(num_prefill_tokens=int(round(pf)), prefill_attn_work=pf * (cached + computed / 2),
                        num_prefill_reqs=max(1, int(round(b / mean_output))), num_decode_reqs=b,
-                       sum_decode_context=int(b * (mean_prompt + mean_output / 2)))
+                       sum_decode_context=int(b * (mean_prompt + mean_output / 2)),
+                       sum_prefill_context=int(round(cached * max(1, int(round(b / mean_output))))))
     cpu_s = eng.cpu_overhead_s + (eng.cpu_overhead_per_req_s or 0.0) * b
     step_s = step_wall_s(float(dep.perf.batch_time(stats)), cpu_s, bool(eng.async_scheduling))
     limit = "max_num_seqs" if b == eng.max_num_seqs else "kv_cache" if b == fit else "token_budget"
@@ -83,7 +92,12 @@ def headroom(result: Any, window_s: float | None, mean_prompt: float, mean_outpu
         out["capacity_note"] = (f"no capacity estimate: one request holds {share:.0%} of the tokens served, "
                                 "so a request of the mean length is not a typical one")
         return out
-    per = [sustainable_rate(d, mean_prompt, mean_output) for d in deps]
+    from servesim.metrics.records import RequestStatus
+
+    rec = result.records
+    done = rec.status == RequestStatus.FINISHED
+    cached = float(rec.num_cached_tokens[done].mean()) if done.any() else 0.0
+    per = [sustainable_rate(d, mean_prompt, mean_output, cached) for d in deps]
     if any(p is None for p in per):
         tokens = mean_prompt + mean_output
         if any(tokens > d.plan.num_gpu_blocks * d.plan.block_size for d in deps):
