@@ -39,6 +39,10 @@ class TenantConfig(_Strict):
         if self.burst is not None and self.rate_limit_rps is None:
             raise ValueError(f"tenant {self.name}: burst sizes the rate limit's bucket; "
                              "it needs rate_limit_rps")
+        if self.slo is not None and (self.slo.attainment or self.slo.percentiles):
+            raise ValueError(f"tenant {self.name}: slo takes the limits (ttft_s, tpot_s, e2e_s) a "
+                             "request of the tenant must meet; attainment and percentiles are the "
+                             "scenario's slo targets")
         return self
 
     @property
