@@ -10,7 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servesim.config import EngineConfig, MixtureWorkload, SyntheticWorkload, TraceWorkload, scenario_from_dict
+from servesim.config import (
+    EngineConfig,
+    MixtureWorkload,
+    SyntheticWorkload,
+    TraceWorkload,
+    scenario_from_dict,
+)
 from servesim.engine.tenants import TenantLimits, TenantSetup
 from servesim.errors import ConfigError
 from servesim.metrics.records import RequestStatus
@@ -24,8 +30,9 @@ PERF = ConstantPerfModel(0.01, 1e-5)
 
 
 def two_tenants(arrival: list[float], prompt: list[int], output: list[int], tenant: list[int]) -> Workload:
-    return Workload(np.asarray(arrival, np.float64), np.asarray(prompt, np.int64), np.asarray(output, np.int64),
-                    tenant=np.asarray(tenant, np.int64), meta={"tenant_names": ["A", "B"]})
+    return Workload(np.asarray(arrival, np.float64), np.asarray(prompt, np.int64),
+                    np.asarray(output, np.int64), tenant=np.asarray(tenant, np.int64),
+                    meta={"tenant_names": ["A", "B"]})
 
 
 def setup(weights: list[float], limits: list[TenantLimits] | None = None) -> TenantSetup:
