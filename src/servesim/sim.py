@@ -80,7 +80,8 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
     Memory is bounded by the requests in flight plus the record columns (about 80 bytes
     a request); ``record_steps=False`` also drops the per-step series (streaming runs).
     ``tenants``: the weights and admission control of ``wl``'s tenants (None: weight 1 each,
-    no limits); requests its gate refuses are rejected with the reason.
+    no limits, and no counters under plain FCFS); requests its gate refuses are rejected
+    with the reason, and the scheduler keeps the tenants' counters (step by step).
     """
     engine = resolve_engine(engine, max_model_len=max_model_len)
     loop = EventLoop()
@@ -241,7 +242,8 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
                          num_gpus=dep.num_gpus, check_invariants=sc.run.check_invariants,
                          reference=sc.run.reference, progress=report,
                          record_steps=sc.run.record_steps,
-                         kv_bytes_per_block=plan.kv_bytes_per_block, tenants=tenants)
+                         kv_bytes_per_block=plan.kv_bytes_per_block,
+                         tenants=tenants if sc.tenants or engine.scheduling_policy == "vtc" else None)
     result = Result(scenario=sc.model_copy(update={"engine": engine}), records=run.records,
                     steps=run.steps, itl=run.itl,
                     replicas=[run.totals], end_s=run.end_s, gpu=dep.gpu, deployments=[dep],

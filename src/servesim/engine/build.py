@@ -27,9 +27,10 @@ from servesim.perf.base import PerfModel
 from servesim.workload.base import Workload
 
 
-def uses_lazy_engine(engine: EngineConfig, wl: Workload | None) -> bool:
+def uses_lazy_engine(engine: EngineConfig, wl: Workload | None, tenant_counters: bool = False) -> bool:
     """The lazy engine implements plain vLLM V1: FCFS, recompute, no spec decode, n = 1, no
-    tenants (a run with tenants keeps per-tenant counters step by step: ``engine.tenants``).
+    tenant counters (``tenant_counters``: a run with tenants keeps VTC's counters, step by
+    step, ``engine.tenants``; without them tenants change nothing in FCFS).
 
     ``wl`` None (a cluster built without its workload, in tests) is taken as n = 1 and V1.
     """
@@ -37,7 +38,8 @@ def uses_lazy_engine(engine: EngineConfig, wl: Workload | None) -> bool:
         return True
     return (engine.policy == "vllm_v1" and engine.scheduling_policy == "fcfs"
             and engine.preemption_mode == "recompute" and not engine.memory_aware_admission
-            and not engine.watermark and not engine.speculative.num_speculative_tokens and wl.tenant is None
+            and not engine.watermark and not engine.speculative.num_speculative_tokens
+            and not (tenant_counters and wl.tenant is not None)
             and (wl.num_samples is None or int(wl.num_samples.max(initial=1)) <= 1))
 
 
@@ -66,8 +68,9 @@ def make_scheduler(engine: EngineConfig, cfg: SchedulerConfig, kv: Any, wl: Work
     """The scheduler for ``engine``: lazy V1 where it applies, else the policy's class.
 
     ``tenant_weights``: each tenant's weight (VTC's share), one per name of
-    ``wl.meta["tenant_names"]``; None: 1 for each."""
-    if uses_lazy_engine(engine, wl):
+    ``wl.meta["tenant_names"]``, given when the run keeps the tenants' counters (None: 1
+    for each, and plain FCFS V1 keeps none)."""
+    if uses_lazy_engine(engine, wl, tenant_weights is not None):
         return Scheduler(cfg, kv) if reference else LazyScheduler(cfg, kv)
     assert wl is not None  # uses_lazy_engine without a workload
     from servesim.engine.policies import SCHEDULERS
@@ -120,7 +123,7 @@ def build_replica(replica_id: int, loop: EventLoop, engine: EngineConfig, perf: 
     options read it); ``kv_bytes_per_block`` (the memory plan's) sizes swap space;
     ``tenant_weights``: the weight of each of the workload's tenants (None: 1 each).
     """
-    lazy = not reference and uses_lazy_engine(engine, wl)
+    lazy = not reference and uses_lazy_engine(engine, wl, tenant_weights is not None)
     kv = make_kv_cache(engine, num_gpu_blocks, max_model_len, lazy)
     scheduler = make_scheduler(engine, scheduler_config(engine, max_model_len), kv, wl, reference,
                                kv_bytes_per_block, tenant_weights)
