@@ -222,3 +222,27 @@ def test_jain_index() -> None:
     assert jain_index([5.0, 5.0, 5.0]) == pytest.approx(1.0)
     assert jain_index([1.0, 0.0]) == pytest.approx(0.5)
     assert jain_index([]) is None
+
+
+def test_summary_section_adds_up() -> None:
+    """simulate() with tenant shares and limits: the per-tenant figures add up to the run's."""
+    from servesim.sim import simulate
+
+    sc = scenario_from_dict({
+        "workload": {"type": "synthetic", "num_requests": 300, "arrival": {"rate": 40},
+                     "tenant_shares": {"big": 4, "small": 1}},
+        "engine": {"scheduling_policy": "vtc"},
+        "tenants": [{"name": "big", "rate_limit_rps": 20, "burst": 5},
+                    {"name": "small", "max_queued": 2, "slo": {"ttft_s": 0.5}}]})
+    s = simulate(sc).summary
+    t = s["tenants"]
+    per = t["per_tenant"]
+    assert sum(d["num_requests"] for d in per.values()) == s["counts"]["num_requests"] == 300
+    assert sum(d["num_rejected"] for d in per.values()) == s["counts"]["num_rejected"]
+    assert per["big"]["rejected"]["rate_limited"] == per["big"]["num_rejected"] > 0
+    assert per["small"]["slo_limits"] == {"ttft_s": 0.5}
+    assert per["big"]["slo_limits"] == {"ttft_s": 2.0, "tpot_s": 0.1}
+    assert t["max_counter_spread"] is not None and 0 < t["jain_index"] <= 1
+    assert sum(d["served_output_tokens"] for d in per.values()) == s["throughput"]["num_output_tokens"]
+    with pytest.raises(ConfigError, match="not in the workload"):
+        simulate(sc.model_copy(update={"tenants": [sc.tenants[0].model_copy(update={"name": "nobody"})]}))

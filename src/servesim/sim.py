@@ -237,6 +237,9 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
             tenants = resolve_tenants(tenant_names(wl), sc.tenants)
         except ValueError as err:
             raise ConfigError(str(err)) from None
+        if tenants.has_limits and wl.is_closed_loop:
+            raise ConfigError("tenants: rate limits and queue caps apply to open-loop arrivals; "
+                              "this workload's requests are sent as others finish")
     with progress_bar(progress, len(wl), t0) as report:
         run = run_engine(wl, engine, dep.perf, plan.num_gpu_blocks, plan.max_model_len,
                          num_gpus=dep.num_gpus, check_invariants=sc.run.check_invariants,
