@@ -15,8 +15,8 @@ default so that with no option it makes exactly the reference ``Scheduler``'s de
 * ``watermark``: admission keeps ``watermark x num_gpu_blocks`` blocks free (vLLM V0);
 * ``scheduling_policy="vtc"`` and tenants (``engine/tenants.py``): the waiting queue is one
   FIFO per tenant (``TenantWaiting``) and VTC admits from the tenant with the smallest
-  virtual token counter; with tenants, every policy keeps the counters (the fairness
-  figures of the summary);
+  virtual token counter; given the tenants' weights (``tenant_weights``), every policy
+  keeps the counters (the fairness figures of the summary);
 * ``memory_aware_admission`` (``MemoryAwareAdmission``), speculative decoding
   (``SpecDecoder``), parallel sampling (``ParallelSampling``).
 
