@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from servesim.catalog.gpus import get_gpu
 from servesim.catalog.hf_config import load_model
 from servesim.config import EngineConfig
+from servesim.engine.tenants import TenantLimits, TenantSetup
 from servesim.perf.base import ConstantPerfModel
 from servesim.perf.roofline import RooflinePerfModel
 from servesim.sim import run_engine
@@ -38,9 +39,15 @@ def synthetic(seed: int, n: int, rate: float, prompt_max: int = 1024, out_max: i
                     prefix_group=group, prefix_len=256)
 
 
-def assert_same(wl: Workload, engine: EngineConfig, blocks: int, perf=None, max_model_len: int = 4096):
+def assert_same(wl: Workload, engine: EngineConfig, blocks: int, perf=None, max_model_len: int = 4096,
+                ref_wl: Workload | None = None, ref_engine: EngineConfig | None = None,
+                ref_tenants: TenantSetup | None = None):
+    """The fast engine on (wl, engine) against the reference on (ref_wl, ref_engine,
+    ref_tenants), by default the same: a VTC or tenant run that must decide as plain FCFS
+    gives its own."""
     perf = perf or ConstantPerfModel(0.01, 2e-5)
-    ref = run_engine(wl, engine, perf, blocks, max_model_len, reference=True)
+    ref = run_engine(ref_wl or wl, ref_engine or engine, perf, blocks, max_model_len, reference=True,
+                     tenants=ref_tenants)
     fast = run_engine(wl, engine, perf, blocks, max_model_len, reference=False)
     a, b = ref.records, fast.records
     for col in ("first_scheduled_s", "first_token_s", "finished_s"):
@@ -197,6 +204,48 @@ def test_a_preempting_step_starts_no_run():
     assert ref.records.num_preemptions[19] == 1
 
 
+# ------------------------------------------------------------------ tenants
+
+
+def with_tenants(wl: Workload, tenant: np.ndarray, k: int) -> Workload:
+    out = wl.subset(slice(None))
+    out.tenant = tenant.astype(np.int64)
+    out.meta["tenant_names"] = [f"t{i}" for i in range(k)]
+    return out
+
+
+def counted(k: int) -> TenantSetup:
+    """k tenants of weight 1, no limits: the run keeps their counters (steps one by one)."""
+    return TenantSetup([f"t{i}" for i in range(k)], [1.0] * k, [TenantLimits()] * k, [None] * k)
+
+
+def test_vtc_with_one_tenant_is_fcfs():
+    """VTC with a single tenant admits its FIFO in order: the lazy FCFS engine's decisions."""
+    wl = synthetic(1, 500, 20, cv=3)
+    engine = EngineConfig(max_num_seqs=64, max_num_batched_tokens=1024)
+    ref = assert_same(wl, engine, 500, ref_engine=engine.model_copy(update={"scheduling_policy": "vtc"}))
+    assert ref.records.num_preemptions.sum() > 0
+
+
+def test_fcfs_with_tenants_is_fcfs():
+    """With tenants the FCFS waiting queue is one FIFO per tenant (``TenantWaiting``) and the
+    run steps one by one to keep the counters: the decisions stay those of one deque."""
+    wl = synthetic(2, 500, 20, groups=5)
+    tenants = with_tenants(wl, np.random.default_rng(0).integers(0, 3, len(wl)), 3)
+    engine = EngineConfig(max_num_seqs=64, max_num_batched_tokens=512, block_size=16)
+    ref = assert_same(wl, engine, 600, ref_wl=tenants, ref_tenants=counted(3))
+    assert ref.records.num_preemptions.sum() > 0 and ref.tenants.scheduler.max_spread > 0
+
+
+def test_vtc_fast_and_reference_agree():
+    """With several tenants VTC runs step by step under both flags: the same decisions."""
+    wl = synthetic(3, 400, 30, cv=2)
+    tenants = with_tenants(wl, np.random.default_rng(1).integers(0, 2, len(wl)), 2)
+    ref = assert_same(tenants, EngineConfig(max_num_seqs=32, max_num_batched_tokens=512,
+                                            scheduling_policy="vtc"), 400)
+    assert ref.tenants.scheduler.max_spread > 0
+
+
 # ------------------------------------------------------------------ generated cases
 
 
@@ -247,3 +296,17 @@ def test_generated_cases(case) -> None:
 @functools.cache
 def roofline() -> RooflinePerfModel:
     return RooflinePerfModel(load_model("meta-llama/Llama-3.1-8B"), get_gpu("H100-SXM"))
+
+
+@settings(max_examples=30, deadline=None)
+@given(differential_cases(), st.integers(1, 3), st.integers(0, 1000))
+def test_generated_cases_with_tenants(case, k: int, seed: int) -> None:
+    """Generated cases again, the reference given tenants: FCFS over per-tenant FIFOs, and
+    VTC over one tenant, both decide as the lazy FCFS engine."""
+    wl, engine, blocks, max_model_len, _ = case
+    tenants = with_tenants(wl, np.random.default_rng(seed).integers(0, k, len(wl)), k)
+    perf = ConstantPerfModel(0.01, 2e-5)
+    assert_same(wl, engine, blocks, perf=perf, max_model_len=max_model_len, ref_wl=tenants,
+                ref_tenants=counted(k))
+    assert_same(wl, engine, blocks, perf=perf, max_model_len=max_model_len,
+                ref_engine=engine.model_copy(update={"scheduling_policy": "vtc"}))

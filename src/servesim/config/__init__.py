@@ -48,6 +48,7 @@ from servesim.config.parts import (
     TraceWorkload,
 )
 from servesim.config.overrides import parse_override
+from servesim.config.tenants import TenantConfig
 from servesim.config.workload_kinds import (
     AgentNode,
     AgentWorkload,
@@ -73,7 +74,7 @@ __all__ = [
     "EngineConfig", "FrontendConfig",
     "GpuConfig", "GuidellmWorkload", "HardwareConfig", "InferencePerfWorkload", "KvLinkConfig", "LengthDist", "LinksConfig", "MigrationConfig",
     "MixtureWorkload", "ModelConfig", "ParallelConfig", "PercentileLimit", "PoolConfig", "RateProfileConfig", "RouterName", "RunConfig", "Scenario",
-    "SessionWorkload", "SloConfig", "SpeculativeConfig", "SyntheticWorkload", "TraceWorkload", "WorkloadConfig",
+    "SessionWorkload", "SloConfig", "SpeculativeConfig", "SyntheticWorkload", "TenantConfig", "TraceWorkload", "WorkloadConfig",
     "gpu_config_from_dict", "load_scenario", "parse_override", "read_gpu_config", "resolve_engine",
     "resolve_policy", "scenario_from_dict",
 ]

@@ -234,11 +234,17 @@ class EngineConfig(_Strict):
                                   "(2^30 bytes, as vLLM's --swap-space, default 4).")
     pcie_gb_per_s: float = Field(25.0, gt=0, description="Effective host<->GPU copy bandwidth for swapping "
                              "(PCIe Gen4 x16: 32 GB/s peak, ~25 effective).")
-    scheduling_policy: Literal["fcfs", "priority"] = Field("fcfs", description=(
+    scheduling_policy: Literal["fcfs", "priority", "vtc"] = Field("fcfs", description=(
         "Waiting order and victim choice: fcfs, or priority (workload priority, lower = more urgent; "
         "waiting ordered by (priority, arrival), the running request with the largest (priority, "
-        "arrival) is preempted), as vLLM's --scheduling-policy."),
+        "arrival) is preempted), as vLLM's --scheduling-policy; or vtc: fair sharing between the "
+        "workload's tenants (the Virtual Token Counter of Sheng et al., OSDI'24: the waiting request "
+        "of the tenant with the smallest weighted count of served tokens goes first; docs/policies.md)."),
         json_schema_extra={"vllm": "--scheduling-policy"})
+    vtc_input_weight: float = Field(1.0, gt=0, description=(
+        "vtc: counter units per prompt token served (the paper's w_p)."))
+    vtc_output_weight: float = Field(2.0, gt=0, description=(
+        "vtc: counter units per output token served (the paper's w_q; 2 as in its experiments)."))
     watermark: float | None = Field(None, ge=0, lt=1, json_schema_extra={"unit": "fraction"}, description=(
         "Fraction of KV blocks kept free when admitting (None: the policy's default, 0.01 for vllm_v0 "
         "and sarathi as in vLLM V0's BlockSpaceManager, else 0)."))
@@ -290,9 +296,13 @@ class EngineConfig(_Strict):
         if self.admission_order != "fcfs" and not self.memory_aware_admission:
             raise ValueError("admission_order orders memory-aware admission: "
                              "it needs memory_aware_admission: true")
-        if self.admission_order != "fcfs" and self.scheduling_policy == "priority":
-            raise ValueError("admission_order: shortest_predicted_first replaces the priority order; "
-                             "use one of scheduling_policy: priority and admission_order")
+        if self.admission_order != "fcfs" and self.scheduling_policy != "fcfs":
+            raise ValueError(f"admission_order: shortest_predicted_first replaces the "
+                             f"{self.scheduling_policy} order; use one of scheduling_policy: "
+                             f"{self.scheduling_policy} and admission_order")
+        if self.scheduling_policy == "vtc" and self.policy == "static":
+            raise ValueError("scheduling_policy vtc orders admission into a running batch; "
+                             "policy static runs one batch to completion: use another policy")
         return self
 
 

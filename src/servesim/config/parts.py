@@ -186,13 +186,24 @@ class SyntheticWorkload(_Strict):
     best_of_prune_at: int | None = Field(None, ge=1, description=(
         "Best-of-N with early pruning: after this many output tokens only best_of_keep samples go on."))
     best_of_keep: int = Field(1, ge=1, description="Samples kept at best_of_prune_at.")
+    tenant_shares: dict[str, float] = Field(default_factory=dict, description=(
+        "Tenants by name and share, e.g. {heavy: 0.9, light: 0.1}: each request's tenant is drawn "
+        "with probability share / sum of shares (empty: no tenants; docs/policies.md, Tenants)."))
     seed: int = Field(0, description="Seed of the generator (with run.seed).")
 
     @model_validator(mode="after")
     def _check(self) -> SyntheticWorkload:
         if self.num_requests is None and self.duration_s is None:
             raise ValueError("give num_requests or duration_s")
+        check_shares(self.tenant_shares)
         return self
+
+
+def check_shares(shares: dict[str, float]) -> None:
+    """Tenant shares are positive (a ValueError names the first that is not)."""
+    for name, share in shares.items():
+        if not name or not share > 0 or share == float("inf"):
+            raise ValueError(f"tenant_shares.{name}: expected a positive share, found {share}")
 
 
 class TraceWorkload(_Strict):
@@ -212,6 +223,15 @@ class TraceWorkload(_Strict):
     start_s: float | None = Field(None, ge=0, description="Keep requests arriving at or after this time.")
     end_s: float | None = Field(None, gt=0, description="Keep requests arriving before this time.")
     hash_block_tokens: int = Field(512, ge=1, description="Tokens per hash id (Mooncake: 512).")
+    tenant_shares: dict[str, float] = Field(default_factory=dict, description=(
+        "Tenants for a trace without a tenant column: each request's tenant is drawn with "
+        "probability share / sum of shares (numpy default_rng(tenant_seed), in row order)."))
+    tenant_seed: int = Field(0, description="tenant_shares: the seed of the draw.")
+
+    @model_validator(mode="after")
+    def _check_shares(self) -> TraceWorkload:
+        check_shares(self.tenant_shares)
+        return self
 
 
 class BenchmarkWorkload(_Strict):

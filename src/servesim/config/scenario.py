@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from servesim.config._base import _Strict
 from servesim.config.cluster import ClusterConfig
@@ -23,6 +23,7 @@ from servesim.config.parts import (
     SyntheticWorkload,
     TraceWorkload,
 )
+from servesim.config.tenants import TenantConfig, check_tenants
 from servesim.config.workload_kinds import (
     GuidellmWorkload,
     InferencePerfWorkload,
@@ -46,6 +47,17 @@ class Scenario(_Strict):
     run: RunConfig = Field(RunConfig(), description="Run options.")
     cluster: ClusterConfig | None = Field(None, description=(
         "Pools, router, disaggregation (docs/cluster.md); None: one replica of hardware/parallel/engine."))
+    tenants: list[TenantConfig] = Field(default_factory=list, description=(
+        "The workload's tenants by name: weight (engine.scheduling_policy vtc), rate limit, queue "
+        "cap and SLOs (docs/policies.md, Tenants); a tenant not listed has none of them."))
+
+    @model_validator(mode="after")
+    def _check_tenants(self) -> Scenario:
+        check_tenants(self.tenants)
+        if self.tenants and (self.cluster is not None or self.parallel.data_parallel_size > 1):
+            raise ValueError("tenants: admission control and weights are modelled for one replica; "
+                             "a cluster (or data_parallel_size > 1) takes none (leave tenants out)")
+        return self
 
 
 _DEFAULT = Scenario()

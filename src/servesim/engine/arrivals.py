@@ -35,11 +35,14 @@ def iter_requests(wl: Workload) -> Iterator[Request]:
     output: list[int] = wl.num_output_tokens.tolist()
     prio: list[int] | None = wl.priority.tolist() if wl.priority is not None else None
     group: list[int] | None = wl.prefix_group.tolist() if wl.prefix_group is not None else None
+    tenant: list[int] | None = wl.tenant.tolist() if wl.tenant is not None else None
     hash_ids = wl.hash_ids
     for i in range(len(arrival)):
         r = Request(i, arrival[i], prompt[i], output[i])
         if prio is not None:
             r.priority = prio[i]
+        if tenant is not None:
+            r.tenant = tenant[i]
         if hash_ids is not None:
             r.hash_ids = hash_ids[i]
             r.hash_block_tokens = wl.hash_block_tokens

@@ -14,8 +14,8 @@ from typing import Any
 from servesim.config import EngineConfig
 from servesim.engine.arrivals import ClosedLoopFeeder
 from servesim.engine.dependencies import DependencyFeeder
-from servesim.engine.frontend import Frontend
 from servesim.engine.events import EventLoop
+from servesim.engine.frontend import Frontend
 from servesim.engine.kv_cache import KVCacheManager
 from servesim.engine.kv_counting import CountingKVCache
 from servesim.engine.lazy import LazyScheduler
@@ -27,8 +27,10 @@ from servesim.perf.base import PerfModel
 from servesim.workload.base import Workload
 
 
-def uses_lazy_engine(engine: EngineConfig, wl: Workload | None) -> bool:
-    """The lazy engine implements plain vLLM V1: FCFS, recompute, no spec decode, n = 1.
+def uses_lazy_engine(engine: EngineConfig, wl: Workload | None, tenant_counters: bool = False) -> bool:
+    """The lazy engine implements plain vLLM V1: FCFS, recompute, no spec decode, n = 1, no
+    tenant counters (``tenant_counters``: a run with tenants keeps VTC's counters, step by
+    step, ``engine.tenants``; without them tenants change nothing in FCFS).
 
     ``wl`` None (a cluster built without its workload, in tests) is taken as n = 1 and V1.
     """
@@ -37,6 +39,7 @@ def uses_lazy_engine(engine: EngineConfig, wl: Workload | None) -> bool:
     return (engine.policy == "vllm_v1" and engine.scheduling_policy == "fcfs"
             and engine.preemption_mode == "recompute" and not engine.memory_aware_admission
             and not engine.watermark and not engine.speculative.num_speculative_tokens
+            and not (tenant_counters and wl.tenant is not None)
             and (wl.num_samples is None or int(wl.num_samples.max(initial=1)) <= 1))
 
 
@@ -60,9 +63,14 @@ def make_kv_cache(engine: EngineConfig, num_gpu_blocks: int, max_model_len: int,
 
 
 def make_scheduler(engine: EngineConfig, cfg: SchedulerConfig, kv: Any, wl: Workload | None,
-                   reference: bool = False, kv_bytes_per_block: float = 0.0) -> Scheduler:
-    """The scheduler for ``engine``: lazy V1 where it applies, else the policy's class."""
-    if uses_lazy_engine(engine, wl):
+                   reference: bool = False, kv_bytes_per_block: float = 0.0,
+                   tenant_weights: list[float] | None = None) -> Scheduler:
+    """The scheduler for ``engine``: lazy V1 where it applies, else the policy's class.
+
+    ``tenant_weights``: each tenant's weight (VTC's share), one per name of
+    ``wl.meta["tenant_names"]``, given when the run keeps the tenants' counters (None: 1
+    for each, and plain FCFS V1 keeps none)."""
+    if uses_lazy_engine(engine, wl, tenant_weights is not None):
         return Scheduler(cfg, kv) if reference else LazyScheduler(cfg, kv)
     assert wl is not None  # uses_lazy_engine without a workload
     from servesim.engine.policies import SCHEDULERS
@@ -73,6 +81,11 @@ def make_scheduler(engine: EngineConfig, cfg: SchedulerConfig, kv: Any, wl: Work
                          "to size swap space")
     samples = wl.num_samples
     num_samples = {i: int(n) for i, n in enumerate(samples.tolist()) if n > 1} if samples is not None else {}
+    if wl.tenant is not None:
+        num_tenants = len(wl.meta.get("tenant_names") or []) or int(wl.tenant.max(initial=0)) + 1
+        weights = list(tenant_weights) if tenant_weights is not None else [1.0] * num_tenants
+    else:
+        weights = [1.0] if engine.scheduling_policy == "vtc" else []  # one tenant: VTC is FCFS
     host_bytes = engine.swap_space_gib * (1 << 30)  # GiB, as vLLM's --swap-space
     opts = PolicyOptions(
         scheduling_policy=engine.scheduling_policy, preemption_mode=engine.preemption_mode,
@@ -82,7 +95,8 @@ def make_scheduler(engine: EngineConfig, cfg: SchedulerConfig, kv: Any, wl: Work
         output_len_prediction_error=engine.output_len_prediction_error,
         admission_order=engine.admission_order, speculative=engine.speculative,
         num_samples=num_samples, first_free_idx=len(wl), prune_at_token=wl.prune_at_token,
-        num_kept_samples=wl.num_kept_samples)
+        num_kept_samples=wl.num_kept_samples, tenant_weights=weights,
+        vtc_input_weight=engine.vtc_input_weight, vtc_output_weight=engine.vtc_output_weight)
     return SCHEDULERS[engine.policy](cfg, kv, opts)
 
 
@@ -100,18 +114,19 @@ def build_replica(replica_id: int, loop: EventLoop, engine: EngineConfig, perf: 
                   steps: StepSeries | None, itl: ItlSamples, totals: ReplicaTotals, *,
                   reference: bool = False, kv_bytes_per_block: float = 0.0,
                   check_invariants: bool = False, on_finish: Callable[[Request], None] | None = None,
-                  finishes_in_runs: bool = False) -> Replica:
+                  finishes_in_runs: bool = False, tenant_weights: list[float] | None = None) -> Replica:
     """One replica of a resolved ``engine`` on ``loop``: its KV cache of ``num_gpu_blocks``,
     its scheduler (``make_scheduler``; ``reference`` picks the step-by-step one) and
     ``perf`` with the policy's extra costs (``policy_perf_model``).
 
     ``wl`` is the workload the replica will serve (parallel sampling and the policies'
-    options read it); ``kv_bytes_per_block`` (the memory plan's) sizes swap space.
+    options read it); ``kv_bytes_per_block`` (the memory plan's) sizes swap space;
+    ``tenant_weights``: the weight of each of the workload's tenants (None: 1 each).
     """
-    lazy = not reference and uses_lazy_engine(engine, wl)
+    lazy = not reference and uses_lazy_engine(engine, wl, tenant_weights is not None)
     kv = make_kv_cache(engine, num_gpu_blocks, max_model_len, lazy)
     scheduler = make_scheduler(engine, scheduler_config(engine, max_model_len), kv, wl, reference,
-                               kv_bytes_per_block)
+                               kv_bytes_per_block, tenant_weights)
     fe = engine.frontend
     frontend = (Frontend(fe.per_request_s, fe.per_prompt_token_s, fe.per_output_token_s, fe.per_chunk_s,
                          engine.stream_interval) if fe.enabled else None)

@@ -5,7 +5,7 @@ admission, preemption and post-processing of ``PolicyScheduler`` (vLLM V1 with o
 ``SCHEDULERS`` maps ``EngineConfig.policy`` to the class (a test checks they agree).
 
 =========  ==================================================================================
-vllm_v1    ``PolicyScheduler``: running first, then waiting FCFS (or by priority) under the
+vllm_v1    ``PolicyScheduler``: running first, then waiting FCFS (or by priority, or VTC) under the
            token budget; chunked prefill; recompute (or swap) preemption of the newest.
 vllm_v0    ``V0Scheduler``: prefill-priority steps, watermark, whole prompts.
 sarathi    ``SarathiScheduler``: decodes, then running prefill chunks, then new requests.

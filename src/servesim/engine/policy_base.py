@@ -13,6 +13,10 @@ default so that with no option it makes exactly the reference ``Scheduler``'s de
   their computed tokens; swapped requests stay at the front of the waiting queue and are
   copied back when admitted;
 * ``watermark``: admission keeps ``watermark x num_gpu_blocks`` blocks free (vLLM V0);
+* ``scheduling_policy="vtc"`` and tenants (``engine/tenants.py``): the waiting queue is one
+  FIFO per tenant (``TenantWaiting``) and VTC admits from the tenant with the smallest
+  virtual token counter; given the tenants' weights (``tenant_weights``), every policy
+  keeps the counters (the fairness figures of the summary);
 * ``memory_aware_admission`` (``MemoryAwareAdmission``), speculative decoding
   (``SpecDecoder``), parallel sampling (``ParallelSampling``).
 
@@ -32,6 +36,7 @@ from servesim.engine.request import ReqStatus, Request
 from servesim.engine.sampling import ParallelSampling
 from servesim.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from servesim.engine.speculative import SpecDecoder
+from servesim.engine.tenants import TenantCounters, TenantWaiting
 
 
 @dataclass(slots=True)
@@ -53,6 +58,9 @@ class PolicyOptions:
     prune_at_token: int = 0
     num_kept_samples: int = 1
     seed: int = 0
+    tenant_weights: list[float] = field(default_factory=list)  # one per tenant (empty: no tenants)
+    vtc_input_weight: float = 1.0  # w_p: counter units per prompt token
+    vtc_output_weight: float = 2.0  # w_q: counter units per output token
 
 
 class PolicyScheduler(Scheduler):
@@ -69,6 +77,13 @@ class PolicyScheduler(Scheduler):
         self.is_priority = opts.scheduling_policy == "priority" or self.shortest_first
         if self.is_priority:
             self.waiting = PriorityWaiting()  # type: ignore[assignment]
+        self.tenants = (TenantCounters(opts.tenant_weights, opts.vtc_input_weight, opts.vtc_output_weight)
+                        if opts.tenant_weights else None)
+        if opts.scheduling_policy == "vtc" and self.tenants is None:
+            raise ValueError("scheduling_policy vtc needs the tenants' weights "
+                             "(PolicyOptions.tenant_weights)")
+        if self.tenants is not None and not self.is_priority:
+            self.waiting = TenantWaiting(self.tenants, opts.scheduling_policy == "vtc")  # type: ignore[assignment]
         self.swap = (SwapSpace(opts.num_host_blocks, opts.kv_bytes_per_block)
                      if opts.preemption_mode == "swap" else None)
         spec = opts.speculative
@@ -84,7 +99,17 @@ class PolicyScheduler(Scheduler):
         if self.shortest_first:
             assert self.admission is not None
             req.priority = self.admission.predict(req)
+        if self.tenants is not None:
+            backlogged = self._backlogged()
+            if req.tenant not in backlogged:
+                self.tenants.lift(req.tenant, backlogged)
         super().add_request(req)
+
+    def _backlogged(self) -> list[int]:
+        """The tenants with requests waiting."""
+        if isinstance(self.waiting, TenantWaiting):
+            return self.waiting.backlogged()
+        return sorted({r.tenant for r in self.waiting})
 
     # ----------------------------------------------------------------- running
 
@@ -134,6 +159,8 @@ class PolicyScheduler(Scheduler):
     def _on_admitted(self, out: SchedulerOutput, req: Request) -> None:
         if self.swap is not None and self.swap.holds(req):
             out.stats.swap_bytes += self.swap.swap_in(req)
+        if self.tenants is not None and req.num_cached_tokens < 0:  # first admission only
+            self.tenants.charge_input(req.tenant, req.num_prompt_tokens)
 
     def _watermark_ok(self, req: Request, num_tokens: int, hit: list[KVBlock]) -> bool:
         if not self.watermark_blocks:
@@ -166,12 +193,21 @@ class PolicyScheduler(Scheduler):
                     if n - 1 > st.num_draft_steps:
                         st.num_draft_steps = n - 1
             req.num_computed_tokens = p + n
+        if self.tenants is not None:
+            self.tenants.observe(self._backlogged())
 
     # ----------------------------------------------------------------- update
 
     def update_from_output(self, out: SchedulerOutput, now: float) -> tuple[list[Request], list[Request]]:
         """Sample (1 + accepted drafts tokens), fork samples, prune, free the finished."""
+        tenants = self.tenants
+        before = [r.num_output_tokens for r in out.reqs] if tenants is not None else []
         produced, finished = self._emit_tokens(out.reqs, now)
+        if tenants is not None:
+            for r, n in zip(out.reqs, before):
+                if r.num_output_tokens > n:
+                    tenants.charge_output(r.tenant, r.num_output_tokens - n)
+            tenants.observe(self._backlogged())
         reported = finished
         if self.sampling is not None:
             finished, reported = self._fork_and_prune(produced, finished, now)

@@ -58,7 +58,7 @@ class ParallelSampling:
         samples = []
         for _ in range(n - 1):
             c = Request(self.next_idx, parent.arrival_s, parent.num_prompt_tokens, parent.max_tokens,
-                        priority=parent.priority, hash_ids=parent.hash_ids,
+                        priority=parent.priority, tenant=parent.tenant, hash_ids=parent.hash_ids,
                         hash_block_tokens=parent.hash_block_tokens, prefix_group=parent.prefix_group,
                         prefix_len=parent.prefix_len)
             self.next_idx += 1

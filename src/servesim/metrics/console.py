@@ -303,6 +303,25 @@ def print_summary(result: Result, console: Console) -> None:
     if s.get("benchmark"):
         console.print()
         console.print(_benchmark_block(s["benchmark"]))
+    if s.get("tenants"):
+        console.print()
+        console.print(_tenant_table(s["tenants"]))
+
+
+def _tenant_table(t: dict[str, Any]) -> Table:
+    """One row per tenant (metrics/tenants.py), the fairness figures in the title."""
+    spread = t["max_counter_spread"]
+    title = (f"tenants ({t['scheduling_policy']}): Jain's index {_num(t['jain_index'])}"
+             + (f", max counter spread {_num(spread)}" if spread is not None else ""))
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, title=title, title_justify="left")
+    for col in ("tenant", "requests", "rejected", "TTFT p50", "p99 (ms)", "SLO", "goodput/s"):
+        table.add_column(col, justify="left" if col == "tenant" else "right")
+    for name, d in t["per_tenant"].items():
+        why = ", ".join(f"{k.split('_')[0]} {v:,}" for k, v in d["rejected"].items())
+        table.add_row(name, f"{d['num_requests']:,}", f"{d['num_rejected']:,}" + (f" ({why})" if why else ""),
+                      _ms(d["ttft_s"]["p50"]), _ms(d["ttft_s"]["p99"]), _pct(d["slo_attainment"]),
+                      _num(d["goodput_rps"]))
+    return table
 
 
 def _benchmark_block(b: dict[str, Any]) -> Table:

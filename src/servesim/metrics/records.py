@@ -276,4 +276,7 @@ class Result:
     # A cluster with operations (servesim.cluster.operations): the per-pool, per-interval
     # series (metrics.timeseries.TimeSeries) and the operations' counts.
     timeseries: Any = None
+    # A run with tenants: their names, each row's tenant, weights, SLOs, rejections and the
+    # scheduler's counters (``sim.tenant_record``; summarized by ``metrics.tenants``).
+    tenants: dict[str, Any] | None = None
     operations: dict[str, Any] = field(default_factory=dict)

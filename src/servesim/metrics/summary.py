@@ -395,6 +395,10 @@ def summarize(result: Result) -> dict[str, Any]:
     bench = benchmark_section(result)
     if bench is not None:
         summary["benchmark"] = bench
+    if result.tenants is not None:  # per-tenant counts, service, SLOs and fairness
+        from servesim.metrics.tenants import tenant_summary
+
+        summary["tenants"] = tenant_summary(run, span_s)
     if result.tasks is not None:  # sessions, agent runs: end-to-end task latency
         from servesim.metrics.tasks import task_summary
 

@@ -40,6 +40,10 @@ def _run_blocks(run: RunDir, plots: list[Plot]) -> list[Block]:
         if pools:
             blocks.append(Block("table", header=pools[0], rows=pools[1]))
         blocks.append(Block("plots", plots=util))
+    tenants = tables.tenant_rows(run.summary)
+    if tenants is not None:
+        line, header, rows = tenants
+        blocks += [Block("h2", "Tenants"), Block("note", line), Block("table", header=header, rows=rows)]
     notices = run.summary.get("notices") or []
     if notices:
         blocks += [Block("h2", "Notices (changes made to the input)"),

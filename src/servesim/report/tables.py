@@ -96,6 +96,26 @@ def pool_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]] | No
     return ["pool", *keys], rows
 
 
+def tenant_rows(summary: dict[str, Any]) -> tuple[str, list[str], list[list[str]]] | None:
+    """A run with tenants: the fairness line and one row per tenant (None without tenants)."""
+    t = summary.get("tenants")
+    if not t:
+        return None
+    line = (f"Scheduling policy {t['scheduling_policy']}; Jain's index of the tenants' weighted "
+            f"service {cell(t['jain_index'])}; largest counter spread among backlogged tenants "
+            f"{cell(t['max_counter_spread'])}.")
+    header = ["tenant", "weight", "requests", "finished", "rejected", "served input tokens",
+              "served output tokens", "TTFT p50 (s)", "TTFT p99 (s)", "SLO attainment", "goodput (req/s)"]
+    rows = []
+    for name, d in t["per_tenant"].items():
+        why = ", ".join(f"{k} {v}" for k, v in d["rejected"].items())
+        rows.append([name, cell(d["weight"]), cell(d["num_requests"]), cell(d["num_finished"]),
+                     cell(d["num_rejected"]) + (f" ({why})" if why else ""), cell(d["served_input_tokens"]),
+                     cell(d["served_output_tokens"]), cell(d["ttft_s"]["p50"]), cell(d["ttft_s"]["p99"]),
+                     cell(d["slo_attainment"]), cell(d["goodput_rps"])])
+    return line, header, rows
+
+
 def cell(x: Any) -> str:
     if isinstance(x, bool) or x is None or isinstance(x, str):
         return "-" if x is None else str(x)

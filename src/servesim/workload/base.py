@@ -90,6 +90,8 @@ class Workload:
     prefix_group: np.ndarray | None = None  # int64, -1 = no shared prefix
     prefix_len: int = 0
     priority: np.ndarray | None = None  # int64, lower = more urgent (vLLM convention)
+    # int64 tenant ids 0..k-1 (None: one anonymous tenant); their names: meta["tenant_names"].
+    tenant: np.ndarray | None = None
     # Parallel sampling (vLLM SamplingParams.n): samples per request (None = 1 each); with
     # prune_at_token > 0, best-of-N pruning keeps num_kept_samples after that many outputs.
     num_samples: np.ndarray | None = None  # int64, >= 1
@@ -140,6 +142,7 @@ class Workload:
             prefix_group=None if self.prefix_group is None else self.prefix_group[idx],
             prefix_len=self.prefix_len,
             priority=None if self.priority is None else self.priority[idx],
+            tenant=None if self.tenant is None else self.tenant[idx],
             num_samples=None if self.num_samples is None else self.num_samples[idx],
             prune_at_token=self.prune_at_token, num_kept_samples=self.num_kept_samples,
             clients=self.clients, source=self.source, meta=dict(self.meta))

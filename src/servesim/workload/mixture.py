@@ -18,7 +18,8 @@ from servesim.workload.synthetic import check_memory, generate_synthetic
 
 
 def generate_mixture(cfg: MixtureWorkload, seed: int = 0) -> Workload:
-    """The merged requests of ``cfg``'s clients; ``meta["client"]`` is each row's client index."""
+    """The merged requests of ``cfg``'s clients; ``meta["client"]`` is each row's client index,
+    and each client is a tenant (``Workload.tenant``, named in ``meta["tenant_names"]``)."""
     total_seed = cfg.seed + seed
     if total_seed < 0:
         raise WorkloadError(f"workload.seed: expected seed + run seed >= 0, found {total_seed}")
@@ -43,6 +44,8 @@ def generate_mixture(cfg: MixtureWorkload, seed: int = 0) -> Workload:
         wl.meta["client"] = wl.meta["client"][: cfg.num_requests]
     if len(wl) == 0:
         raise WorkloadError(f"workload: no arrival before duration_s={cfg.duration_s}")
+    wl.tenant = np.asarray(wl.meta["client"], np.int64)
+    wl.meta["tenant_names"] = [c.name for c in cfg.clients]
     wl.meta["requests_per_client"] = dict(zip(
         [c.name for c in cfg.clients], np.bincount(wl.meta["client"], minlength=len(cfg.clients)).tolist(),
         strict=True))

@@ -27,8 +27,9 @@ def generate_synthetic(cfg: SyntheticWorkload, seed: int = 0) -> Workload:
     total_seed = cfg.seed + seed
     if total_seed < 0:
         raise WorkloadError(f"workload.seed: expected seed + run seed >= 0, found {total_seed}")
-    arrival_rng, prompt_rng, output_rng, group_rng = (
-        np.random.default_rng(s) for s in np.random.SeedSequence(total_seed).spawn(4))
+    # Five child streams (the first four as before tenants existed: the same draws).
+    arrival_rng, prompt_rng, output_rng, group_rng, tenant_rng = (
+        np.random.default_rng(s) for s in np.random.SeedSequence(total_seed).spawn(5))
     arrival = arrival_times(cfg.arrival, cfg.num_requests, cfg.duration_s, arrival_rng)
     n = len(arrival)
     if n == 0:
@@ -44,13 +45,19 @@ def generate_synthetic(cfg: SyntheticWorkload, seed: int = 0) -> Workload:
         group = group_rng.integers(0, cfg.prefix_groups, size=n, dtype=np.int64)
         prefix_len = cfg.prefix_len
     a = cfg.arrival
+    tenant, names = None, []
+    if cfg.tenant_shares:  # each request's tenant drawn with probability share / total
+        names = list(cfg.tenant_shares)
+        p = np.array([cfg.tenant_shares[k] for k in names], np.float64)
+        tenant = tenant_rng.choice(len(names), size=n, p=p / p.sum()).astype(np.int64)
     return Workload(
         arrival_s=arrival, num_prompt_tokens=prompt, num_output_tokens=output,
-        prefix_group=group, prefix_len=prefix_len,
+        prefix_group=group, prefix_len=prefix_len, tenant=tenant,
         num_samples=np.full(n, cfg.n, np.int64) if cfg.n > 1 else None,
         prune_at_token=cfg.best_of_prune_at or 0, num_kept_samples=cfg.best_of_keep,
         source=f"synthetic({a.process}, rate={a.rate:g}/s, seed={total_seed})",
-        meta={"seed": total_seed, "process": a.process, "rate": a.rate, "cv": a.cv, "notices": found})
+        meta={"seed": total_seed, "process": a.process, "rate": a.rate, "cv": a.cv, "notices": found,
+              **({"tenant_names": names} if names else {})})
 
 
 # --------------------------------------------------------------------------- arrivals

@@ -120,6 +120,8 @@ class _Rows:
     group_ids: dict[str, int] = field(default_factory=dict)
     prefix_len: int | None = None
     priority: list[int] | None = None
+    tenant: list[int] | None = None
+    tenant_ids: dict[str, int] = field(default_factory=dict)
     clamped: int = 0
     lengths_only: bool = False
     columns: tuple[str, ...] = ()

@@ -51,6 +51,7 @@ from servesim.workload.notices import (
     unknown_columns,
     zero_lengths,
 )
+from servesim.workload.tenants import assign_shares
 from servesim.workload.trace_formats import (
     BURSTGPT_ALL,
     BURSTGPT_COLUMNS,
@@ -82,7 +83,7 @@ MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
 GENERIC_ARRIVAL = "arrived_at_s"
 GENERIC_PROMPT = ("num_prompt_tokens", "num_prefill_tokens")  # the second: Vidur / arxiv lengths files
 GENERIC_OUTPUT = ("num_output_tokens", "num_decode_tokens")
-GENERIC_OPTIONAL = ("hash_ids", "prefix_group", "prefix_len", "priority")
+GENERIC_OPTIONAL = ("hash_ids", "prefix_group", "prefix_len", "priority", "tenant")
 KNOWN_COLUMNS = {"azure": AZURE_COLUMNS, "mooncake": (*MOONCAKE_KEYS, "hash_ids"),
                  "generic": (GENERIC_ARRIVAL, *GENERIC_PROMPT, *GENERIC_OUTPUT, *GENERIC_OPTIONAL),
                  "burstgpt": BURSTGPT_ALL}
@@ -156,6 +157,11 @@ def select(wl: Workload, rate_scale: float = 1.0, start_s: float | None = None,
 def load_trace(cfg: TraceWorkload) -> Workload:
     """Read ``cfg.path`` and apply the selection options of ``cfg``."""
     wl = read_trace(cfg.path, cfg.format, cfg.hash_block_tokens, cfg.failed)
+    if cfg.tenant_shares:
+        if wl.tenant is not None:
+            raise WorkloadError(f"{cfg.path}: tenant_shares: the trace has a tenant column already; "
+                                "leave tenant_shares out")
+        assign_shares(wl, cfg.tenant_shares, cfg.tenant_seed)
     if cfg.rate_scale == 1.0 and cfg.start_s is None and cfg.end_s is None and cfg.limit is None:
         return wl
     return select(wl, cfg.rate_scale, cfg.start_s, cfg.end_s, cfg.limit)
@@ -305,9 +311,11 @@ def _parse_generic(rows: _Rows, columns: tuple[str, ...], head: str, records: Re
     rows.lengths_only = GENERIC_ARRIVAL not in columns
     has_hash, has_group = "hash_ids" in columns, "prefix_group" in columns
     has_plen, has_prio = "prefix_len" in columns, "priority" in columns
+    has_tenant = "tenant" in columns
     rows.hash_ids = [] if has_hash else None
     rows.group = [] if has_group else None
     rows.priority = [] if has_prio else None
+    rows.tenant = [] if has_tenant else None
     for where, rec in records:
         if not rows.lengths_only:
             rows.arrival.append(_number(_need(rec, GENERIC_ARRIVAL, where), where, GENERIC_ARRIVAL,
@@ -322,6 +330,8 @@ def _parse_generic(rows: _Rows, columns: tuple[str, ...], head: str, records: Re
             _prefix_len(rows, rec.get("prefix_len"), where)
         if has_prio:
             rows.priority.append(_priority(rec.get("priority"), where))  # type: ignore[union-attr]
+        if has_tenant:
+            rows.tenant.append(_tenant(rows, rec.get("tenant"), where))  # type: ignore[union-attr]
 
 
 # --------------------------------------------------------------------------- values
@@ -338,6 +348,17 @@ def _group(rows: _Rows, raw: Any) -> int:
     if gid is None:
         gid = rows.group_ids[key] = len(rows.group_ids)
     return gid
+
+
+def _tenant(rows: _Rows, raw: Any, where: str) -> int:
+    """Distinct tenant values (names or numbers) become 0, 1, 2, ... in order of first appearance."""
+    key = "" if raw is None else str(raw).strip()
+    if not key:
+        raise _bad(where, "tenant", "a tenant name or number", raw)
+    tid = rows.tenant_ids.get(key)
+    if tid is None:
+        tid = rows.tenant_ids[key] = len(rows.tenant_ids)
+    return tid
 
 
 def _prefix_len(rows: _Rows, raw: Any, where: str) -> None:
@@ -375,6 +396,8 @@ def _to_workload(rows: _Rows, hash_block_tokens: int) -> Workload:
     prefix_len = 0 if group is None else (DEFAULT_PREFIX_LEN if rows.prefix_len is None else rows.prefix_len)
     if group is not None:
         meta["prefix_groups"] = {k: v for k, v in rows.group_ids.items()}
+    if rows.tenant is not None:
+        meta["tenant_names"] = list(rows.tenant_ids)
     wl = Workload(
         arrival_s=arrival,
         num_prompt_tokens=np.asarray(rows.prompt, dtype=np.int64),
@@ -384,6 +407,7 @@ def _to_workload(rows: _Rows, hash_block_tokens: int) -> Workload:
         prefix_group=group,
         prefix_len=prefix_len,
         priority=None if rows.priority is None else np.asarray(rows.priority, dtype=np.int64),
+        tenant=None if rows.tenant is None else np.asarray(rows.tenant, dtype=np.int64),
         clients=None if rows.bench is None else BenchmarkClients(rows.bench["max_concurrency"]),
         source=rows.name, meta=meta)
     if rows.bench is not None:
