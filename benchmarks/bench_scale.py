@@ -66,15 +66,17 @@ def one_replica(num_requests: int, steps: bool) -> dict:
     t0, c0 = time.perf_counter(), _cpu_s()
     run = run_engine(wl, dep.engine, dep.perf, dep.plan.num_gpu_blocks, dep.plan.max_model_len,
                      num_gpus=dep.num_gpus, record_steps=steps, kv_bytes_per_block=dep.plan.kv_bytes_per_block)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), _cpu_s()
+    rss_engine = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result = Result(scenario=sc, records=run.records, steps=run.steps, itl=run.itl, replicas=[run.totals],
                     end_s=run.end_s, gpu=dep.gpu, deployments=[dep])
     summary = summarize(result)
     t2 = time.perf_counter()
-    return {"requests": len(wl), "wall_s": t2 - t0, "cpu_s": _cpu_s() - c0, "engine_s": t1 - t0,
+    return {"requests": len(wl), "wall_s": t2 - t0, "cpu_s": _cpu_s() - c0, "engine_s": t1 - t0, "engine_cpu_s": c1 - c0,
             "summary_s": t2 - t1, "steps": run.totals.num_steps,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "method": summary["latency"]["method"], "itl_p99_s": summary["latency"]["itl_s"]["p99"],
+            "peak_rss_engine_mb": rss_engine,
+            "method": summary["latency"].get("method", "exact"), "itl_p99_s": summary["latency"]["itl_s"]["p99"],
             "compiled": servesim.compiled()}
 
 
@@ -93,7 +95,7 @@ def pool(replicas: int, rate_scale: float, steps: bool) -> dict:
     return {"requests": len(result.records), "wall_s": time.perf_counter() - t0, "cpu_s": _cpu_s() - c0,
             "steps": sum(r.num_steps for r in result.replicas),
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "method": result.summary["latency"]["method"], "compiled": servesim.compiled()}
+            "method": result.summary["latency"].get("method", "exact"), "compiled": servesim.compiled()}
 
 
 def _run(args: list[str]) -> dict:

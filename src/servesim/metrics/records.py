@@ -13,6 +13,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from servesim.engine.itl import ItlSamples  # noqa: F401 (the engine's, compiled; its home was here)
+
 
 class RequestStatus(IntEnum):
     FINISHED = 0
@@ -221,77 +223,6 @@ class ReplicaTotals:
     # Energy (J) of its GPUs when the cluster's operations priced it interval by interval
     # (power capping changes the clock); -1: the summary prices it from the totals.
     energy_j: float = -1.0
-
-
-@dataclass(slots=True)
-class ItlSamples:
-    """Inter-token latencies as (gap seconds, count) pairs: one pair per step covers every
-    request that produced a token in that step and also in the step before.
-
-    The pairs are kept exactly while there are at most ``exact_max_pairs`` of them (the
-    summary's percentiles are then exact). Past that they are moved into a quantile sketch
-    (``metrics.sketch.Sketch``, 1% relative error), and from then on every ``chunk`` new
-    pairs: memory stays bounded however long the run. ``gap_s`` and ``count`` then hold only
-    the pairs not yet moved; ``sketch`` (or ``sketched()``) is the whole distribution.
-    """
-
-    gap_s: list[float] = field(default_factory=list)
-    count: list[int] = field(default_factory=list)
-    # Benchmark workloads: the first pair of the measured run (those before it are the
-    # ready check's and warm-ups', which ``vllm bench`` leaves out).
-    measured_from: int = 0
-    exact_max_pairs: int = 1 << 21
-    chunk: int = 1 << 16
-    sketch: Any = None  # metrics.sketch.Sketch once the pairs outgrew exact_max_pairs
-
-    def add(self, gap_s: float, count: int) -> None:
-        if count > 0:
-            self.gap_s.append(gap_s)
-            self.count.append(count)
-            if len(self.count) > self.exact_max_pairs:
-                self.spill()
-
-    def extend(self, gaps_s: list[float], count: int) -> None:
-        """One pair per gap, each covering ``count`` tokens (a run of pure-decode steps)."""
-        if count > 0:
-            self.gap_s.extend(gaps_s)
-            self.count.extend([count] * len(gaps_s))
-            if len(self.count) > self.exact_max_pairs:
-                self.spill()
-
-    @property
-    def is_exact(self) -> bool:
-        """Every pair is still held (no sketch)."""
-        return self.sketch is None
-
-    def spill(self) -> None:
-        """Move the held pairs into the sketch (created on the first call); later pairs are
-        moved every ``chunk``."""
-        from servesim.metrics.sketch import Sketch
-
-        if self.sketch is None:
-            self.sketch = Sketch()
-            self.exact_max_pairs = self.chunk
-        if self.count:
-            self.sketch.add_array(np.asarray(self.gap_s, np.float64), np.asarray(self.count, np.float64))
-            # Emptied in place: the engine's list (or typed array) objects stay the same.
-            del self.gap_s[:]
-            del self.count[:]
-
-    def sketched(self) -> Any:
-        """The sketch of every pair so far (None while the pairs are exact)."""
-        if self.sketch is not None:
-            self.spill()
-        return self.sketch
-
-    def clear(self) -> None:
-        """Forget every pair."""
-        del self.gap_s[:]
-        del self.count[:]
-        if self.sketch is not None:
-            from servesim.metrics.sketch import Sketch
-
-            self.sketch = Sketch(self.sketch.relative_accuracy)
 
 
 @dataclass(slots=True)

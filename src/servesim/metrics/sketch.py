@@ -32,7 +32,7 @@ from ddsketch import DDSketch
 RELATIVE_ACCURACY = 0.01
 # Runs with at most this many samples of a metric (requests, or ITL (gap, count) pairs)
 # keep exact percentiles; above it the summary reads them from a sketch.
-EXACT_MAX_SAMPLES = 1 << 21
+EXACT_MAX_SAMPLES = 1 << 20  # as engine.itl.EXACT_MAX_PAIRS
 
 
 def method_name(relative_accuracy: float = RELATIVE_ACCURACY) -> str:
