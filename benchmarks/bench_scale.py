@@ -1,6 +1,6 @@
 """Benchmark: a fleet's day at scale. The default scenario (Llama-3.1-8B on one H100, the
 bundled Azure conversation hour, 19,366 requests) with the hour repeated back to back
-until N requests, and the hour at 10x spread over a pool of R replicas.
+until N requests, and the hour at R times its rate on a pool of R replicas (round-robin).
 
 Each measurement runs in a fresh subprocess (peak RSS, ``resource.getrusage``, is its own),
 repeated ``--repeats`` times; the table shows medians. Before the large runs the script
@@ -81,11 +81,11 @@ def one_replica(num_requests: int, steps: bool) -> dict:
 
 
 def pool(replicas: int, rate_scale: float, steps: bool) -> dict:
-    """The hour at ``rate_scale`` x on a pool of ``replicas`` engines (round-robin router)."""
+    """The hour at ``rate_scale`` x (0: ``replicas`` x) on a pool of ``replicas`` engines."""
     import servesim
     from servesim.config import load_scenario, scenario_from_dict
 
-    sc = load_scenario(None, [f"workload.rate_scale={rate_scale}",
+    sc = load_scenario(None, [f"workload.rate_scale={rate_scale or replicas}",
                               f"run.record_steps={'true' if steps else 'false'}"])
     d = sc.model_dump(exclude_unset=True)
     d["cluster"] = {"pools": [{"name": "p", "num_replicas": replicas}]}
@@ -106,8 +106,9 @@ def _run(args: list[str]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", default="", help="comma-separated request counts (one replica)")
-    ap.add_argument("--replicas", default="", help="comma-separated pool sizes (the hour at 10x)")
-    ap.add_argument("--rate-scale", type=float, default=10.0, help="the pools' rate scale")
+    ap.add_argument("--replicas", default="", help="comma-separated pool sizes")
+    ap.add_argument("--rate-scale", type=float, default=0.0,
+                    help="the pools' rate scale (default: the number of replicas)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--baseline-repeats", type=int, default=3)
     ap.add_argument("--steps", action="store_true", help="keep the per-step series")
@@ -126,7 +127,8 @@ def main() -> None:
     rows = [("baseline: the hour", 19366, base)]
     for kind, n in jobs:
         runs = [_run(["--one", kind, str(n), "--rate-scale", str(a.rate_scale), *flags]) for _ in range(a.repeats)]
-        rows.append((f"{n:,} requests" if kind == "requests" else f"pool of {n} (hour x{a.rate_scale:g})", n, runs))
+        rows.append((f"{n:,} requests" if kind == "requests" else
+                     f"pool of {n} (hour x{a.rate_scale or n:g})", n, runs))
     print(f"servesim, {'compiled' if base[0]['compiled'] else 'pure-Python'} engine; step series "
           f"{'kept' if a.steps else 'off'}; medians")
     print(f"{'run':>28} {'runs':>4} {'requests':>10} {'wall s':>7} {'cpu s':>7} {'x base':>7} "

@@ -57,15 +57,25 @@ def test_merging_replica_sketches_equals_one_sketch_over_all() -> None:
 
 
 def test_itl_pairs_move_into_a_sketch_past_the_limit() -> None:
-    itl = ItlSamples(exact_max_pairs=100, chunk=64)
+    """Past the limit the engine counts the pairs into the sketch's buckets itself: the same
+    buckets as the sketch fed every pair at once."""
+    itl = ItlSamples(exact_max_pairs=100)
     rng = np.random.default_rng(1)
     gaps = rng.lognormal(-4, 0.5, 5000)
     for i in range(0, 5000, 10):
         itl.extend(list(gaps[i:i + 10]), 3)
-        assert len(itl.gap_s) <= 100
-    assert not itl.is_exact
+        itl.add(float(gaps[i]), 2)
+        itl.add(0.0, 1)
+        assert len(itl.gap_s) <= 101
+    assert not itl.is_exact and not itl.gap_s
     sk = itl.sketched()
-    assert round(sk.count) == 15000 and not itl.gap_s
+    ref = Sketch()
+    ref.add_array(np.concatenate([gaps, gaps[::10], np.zeros(500)]),
+                  np.concatenate([np.full(5000, 3), np.full(500, 2), np.ones(500)]))
+    for a, b in zip(sk._buckets(), ref._buckets()):
+        assert np.array_equal(a, b)
+    assert sk.count == ref.count == 16500 and sk.max == ref.max
+    assert sk.sum == pytest.approx(ref.sum, rel=1e-12)
     itl.clear()
     assert itl.sketched().count == 0
 
@@ -84,7 +94,7 @@ def test_a_small_run_is_exact_and_says_so(small_run) -> None:
 def test_sketched_summary_within_the_relative_accuracy_of_the_exact_one(small_run, monkeypatch) -> None:
     """The same run summarized exactly and from sketches (every metric forced past the limit)."""
     exact = small_run.summary["latency"]
-    itl = ItlSamples(exact_max_pairs=500, chunk=333)
+    itl = ItlSamples(exact_max_pairs=500)
     for g, c in zip(small_run.itl.gap_s, small_run.itl.count):
         itl.add(g, c)
     assert not itl.is_exact

@@ -3,44 +3,76 @@ setup.py; ``metrics.records`` re-exports ``ItlSamples``).
 
 One (gap seconds, count) pair per step covers every request that produced a token in that
 step and also in the step before. The pairs are kept exactly while there are at most
-``exact_max_pairs`` of them (the summary's percentiles are then exact); past that they are
-moved into a quantile sketch (``metrics.sketch.Sketch``, 1% relative error), and from then
-on every ``chunk`` new pairs, so memory stays bounded however long the run.
+``exact_max_pairs`` of them (the summary's percentiles are then exact); past that every
+pair is counted into the buckets of a quantile sketch (``metrics.sketch.Sketch``, 1%
+relative error) as it comes, so memory stays bounded however long the run.
 """
 
 from __future__ import annotations
 
+import math
+import sys
 from typing import Any
 
 EXACT_MAX_PAIRS = 1 << 20
-CHUNK = 1 << 16
+RELATIVE_ACCURACY = 0.01  # as metrics.sketch's
+TINY = sys.float_info.min * (1.0 + 2.0 * RELATIVE_ACCURACY / (1.0 - RELATIVE_ACCURACY))  # ddsketch's min_possible
 
 
 class ItlSamples:
-    """(gap, count) pairs; ``gap_s`` and ``count`` hold those not yet in ``sketch`` (all of
-    them while ``sketch`` is None)."""
+    """(gap, count) pairs; ``gap_s`` and ``count`` hold all of them while ``is_exact``.
+
+    Past ``exact_max_pairs`` pairs every pair is counted straight into the buckets of a
+    DDSketch (``metrics.sketch``: bucket ``ceil(log2(gap) * multiplier)``), here, in the
+    engine's compiled code, without holding it; ``sketched()`` hands the buckets to a
+    ``metrics.sketch.Sketch``."""
 
     gap_s: list[float]
     count: list[int]
     measured_from: int
     exact_max_pairs: int
-    chunk: int
-    sketch: Any
+    is_exact: bool
+    relative_accuracy: float
+    _mult: float
+    _bins: dict[int, float]  # bucket key -> weight, positive gaps
+    _neg_bins: dict[int, float]  # negative gaps (none expected), by the key of -gap
+    _zeros: float
+    _total: float
+    _sum: float
+    _sum_sq: float
+    _min: float
+    _max: float
 
     def __init__(self, gap_s: list[float] | None = None, count: list[int] | None = None,
-                 measured_from: int = 0, exact_max_pairs: int = EXACT_MAX_PAIRS, chunk: int = CHUNK,
-                 sketch: Any = None) -> None:
+                 measured_from: int = 0, exact_max_pairs: int = EXACT_MAX_PAIRS,
+                 relative_accuracy: float = RELATIVE_ACCURACY) -> None:
         self.gap_s = [] if gap_s is None else gap_s
         self.count = [] if count is None else count
         # Benchmark workloads: the first pair of the measured run (those before it are the
         # ready check's and warm-ups', which ``vllm bench`` leaves out).
         self.measured_from = measured_from
         self.exact_max_pairs = exact_max_pairs
-        self.chunk = chunk
-        self.sketch = sketch  # metrics.sketch.Sketch once the pairs outgrew exact_max_pairs
+        self.is_exact = True
+        self.relative_accuracy = relative_accuracy
+        # ddsketch's LogarithmicMapping: key(x) = ceil(log2(x) * multiplier).
+        self._mult = 1.0 / math.log1p(2.0 * relative_accuracy / (1.0 - relative_accuracy)) * math.log(2.0)
+        self._reset_bins()
+
+    def _reset_bins(self) -> None:
+        self._bins = {}
+        self._neg_bins = {}
+        self._zeros = 0.0
+        self._total = 0.0
+        self._sum = 0.0
+        self._sum_sq = 0.0
+        self._min = math.inf
+        self._max = -math.inf
 
     def add(self, gap_s: float, count: int) -> None:
         if count > 0:
+            if not self.is_exact:
+                self._bin(gap_s, float(count))
+                return
             self.gap_s.append(gap_s)
             self.count.append(count)
             if len(self.count) > self.exact_max_pairs:
@@ -49,44 +81,62 @@ class ItlSamples:
     def extend(self, gaps_s: list[float], count: int) -> None:
         """One pair per gap, each covering ``count`` tokens (a run of pure-decode steps)."""
         if count > 0:
+            if not self.is_exact:
+                w = float(count)
+                for g in gaps_s:
+                    self._bin(g, w)
+                return
             self.gap_s.extend(gaps_s)
             self.count.extend([count] * len(gaps_s))
             if len(self.count) > self.exact_max_pairs:
                 self.spill()
 
-    @property
-    def is_exact(self) -> bool:
-        """Every pair is still held (no sketch)."""
-        return self.sketch is None
+    def _bin(self, gap: float, w: float) -> None:
+        if gap > TINY:
+            k = int(math.ceil(math.log2(gap) * self._mult))
+            bins = self._bins
+            bins[k] = bins.get(k, 0.0) + w
+        elif gap < -TINY:
+            k = int(math.ceil(math.log2(-gap) * self._mult))
+            self._neg_bins[k] = self._neg_bins.get(k, 0.0) + w
+        else:
+            self._zeros += w
+        self._total += w
+        gw = gap * w
+        self._sum += gw
+        self._sum_sq += gw * gap
+        if gap < self._min:
+            self._min = gap
+        if gap > self._max:
+            self._max = gap
 
     def spill(self) -> None:
-        """Move the held pairs into the sketch (created on the first call); later pairs are
-        moved every ``chunk``."""
-        from servesim.metrics.sketch import Sketch
-
-        if self.sketch is None:
-            self.sketch = Sketch()
-            self.exact_max_pairs = self.chunk
-        if self.count:
-            self.sketch.add_array(self.gap_s, self.count)
-            self.gap_s.clear()
-            self.count.clear()
+        """Count the held pairs into the buckets and hold no more from now on."""
+        gaps, counts = self.gap_s, self.count
+        for i in range(len(counts)):
+            if counts[i] > 0:
+                self._bin(gaps[i], float(counts[i]))
+        gaps.clear()
+        counts.clear()
+        self.is_exact = False
 
     def sketched(self) -> Any:
-        """The sketch of every pair so far (None while the pairs are exact)."""
-        if self.sketch is not None:
-            self.spill()
-        return self.sketch
+        """A ``metrics.sketch.Sketch`` of every pair so far (None while the pairs are exact)."""
+        if self.is_exact:
+            return None
+        from servesim.metrics.sketch import Sketch
+
+        sk = Sketch(self.relative_accuracy)
+        sk.add_buckets(self._bins, self._neg_bins, self._zeros, self._total, self._sum, self._sum_sq,
+                       self._min, self._max)
+        return sk
 
     def clear(self) -> None:
         """Forget every pair."""
         self.gap_s.clear()
         self.count.clear()
-        if self.sketch is not None:
-            from servesim.metrics.sketch import Sketch
-
-            self.sketch = Sketch(self.sketch.relative_accuracy)
+        self._reset_bins()
 
     def __repr__(self) -> str:
-        held = f"{len(self.count)} pairs" + ("" if self.sketch is None else " and a sketch")
+        held = f"{len(self.count)} pairs" if self.is_exact else f"{self._total:.0f} tokens in a sketch"
         return f"ItlSamples({held}, measured_from={self.measured_from})"

@@ -53,7 +53,7 @@ def measured_run(result: Result) -> Result:
     rec = result.records
     cols = {name: col[k:] for name, col in rec.columns().items()}
     records = RequestRecords(**cols, reasons={i - k: v for i, v in rec.reasons.items() if i >= k})
-    if result.itl.sketch is not None:  # a sketch cannot drop the warm-ups' few pairs: kept
+    if not result.itl.is_exact:  # a sketch cannot drop the warm-ups' few pairs: kept
         return replace(result, records=records)
     i = result.itl.measured_from
     itl = ItlSamples(gap_s=list(result.itl.gap_s[i:]), count=list(result.itl.count[i:]))

@@ -103,6 +103,21 @@ class Sketch:
         self.max = max(self.max, float(v.max()))
         self.min = min(self.min, float(v.min()))
 
+    def add_buckets(self, bins: dict[int, float], neg_bins: dict[int, float], zeros: float, total: float,
+                    sum_: float, sum_sq: float, min_: float, max_: float) -> None:
+        """Add samples already counted by bucket key (``engine.itl``, with this sketch's
+        mapping): positive and negative values' buckets, the zeros, and their totals."""
+        dd = self.dd
+        for store, by_key in ((dd._store, bins), (dd._negative_store, neg_bins)):
+            for key in sorted(by_key):
+                store.add(key, by_key[key])
+        dd._zero_count += zeros
+        dd._count += total
+        self.sum += sum_
+        self.sum_sq += sum_sq
+        self.min = min(self.min, min_)
+        self.max = max(self.max, max_)
+
     def merge(self, other: Sketch) -> None:
         """Add ``other``'s samples to this sketch (same relative accuracy)."""
         self.dd.merge(other.dd)
