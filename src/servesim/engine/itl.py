@@ -34,6 +34,10 @@ class ItlSamples:
     is_exact: bool
     relative_accuracy: float
     _mult: float
+    _cur_key: int
+    _cur_w: float
+    _lo: float
+    _hi: float
     _bins: dict[int, float]  # bucket key -> weight, positive gaps
     _neg_bins: dict[int, float]  # negative gaps (none expected), by the key of -gap
     _zeros: float
@@ -59,6 +63,10 @@ class ItlSamples:
         self._reset_bins()
 
     def _reset_bins(self) -> None:
+        self._cur_key = 0  # the bucket being filled, its weight and the gaps seen in it
+        self._cur_w = 0.0
+        self._lo = math.inf
+        self._hi = -math.inf
         self._bins = {}
         self._neg_bins = {}
         self._zeros = 0.0
@@ -92,15 +100,13 @@ class ItlSamples:
                 self.spill()
 
     def _bin(self, gap: float, w: float) -> None:
-        if gap > TINY:
-            k = int(math.ceil(math.log2(gap) * self._mult))
-            bins = self._bins
-            bins[k] = bins.get(k, 0.0) + w
-        elif gap < -TINY:
-            k = int(math.ceil(math.log2(-gap) * self._mult))
-            self._neg_bins[k] = self._neg_bins.get(k, 0.0) + w
+        # Consecutive gaps mostly fall in one bucket: the key is a monotone function of the
+        # gap, so a gap between the smallest and the largest seen with the current key has
+        # that key, without the logarithm.
+        if self._lo <= gap <= self._hi:
+            self._cur_w += w
         else:
-            self._zeros += w
+            self._new_bucket(gap, w)
         self._total += w
         gw = gap * w
         self._sum += gw
@@ -109,6 +115,29 @@ class ItlSamples:
             self._min = gap
         if gap > self._max:
             self._max = gap
+
+    def _new_bucket(self, gap: float, w: float) -> None:
+        if gap > TINY:
+            k = int(math.ceil(math.log2(gap) * self._mult))
+            if k == self._cur_key and self._cur_w > 0.0:
+                self._cur_w += w
+                if gap < self._lo:
+                    self._lo = gap
+                if gap > self._hi:
+                    self._hi = gap
+                return
+            self._flush_bucket()
+            self._cur_key, self._cur_w, self._lo, self._hi = k, w, gap, gap
+        elif gap < -TINY:
+            k = int(math.ceil(math.log2(-gap) * self._mult))
+            self._neg_bins[k] = self._neg_bins.get(k, 0.0) + w
+        else:
+            self._zeros += w
+
+    def _flush_bucket(self) -> None:
+        if self._cur_w > 0.0:
+            self._bins[self._cur_key] = self._bins.get(self._cur_key, 0.0) + self._cur_w
+            self._cur_w = 0.0
 
     def spill(self) -> None:
         """Count the held pairs into the buckets and hold no more from now on."""
@@ -126,6 +155,8 @@ class ItlSamples:
             return None
         from servesim.metrics.sketch import Sketch
 
+        self._flush_bucket()
+        self._lo, self._hi = math.inf, -math.inf
         sk = Sketch(self.relative_accuracy)
         sk.add_buckets(self._bins, self._neg_bins, self._zeros, self._total, self._sum, self._sum_sq,
                        self._min, self._max)
