@@ -23,7 +23,7 @@ class ItlSamples:
     """(gap, count) pairs; ``gap_s`` and ``count`` hold all of them while ``is_exact``.
 
     Past ``exact_max_pairs`` pairs every pair is counted straight into the buckets of a
-    DDSketch (``metrics.sketch``: bucket ``ceil(log2(gap) * multiplier)``), here, in the
+    DDSketch (``metrics.sketch``: bucket ``ceil(ln(gap) * multiplier)``), here, in the
     engine's compiled code, without holding it; ``sketched()`` hands the buckets to a
     ``metrics.sketch.Sketch``."""
 
@@ -58,8 +58,9 @@ class ItlSamples:
         self.exact_max_pairs = exact_max_pairs
         self.is_exact = True
         self.relative_accuracy = relative_accuracy
-        # ddsketch's LogarithmicMapping: key(x) = ceil(log2(x) * multiplier).
-        self._mult = 1.0 / math.log1p(2.0 * relative_accuracy / (1.0 - relative_accuracy)) * math.log(2.0)
+        # ddsketch's LogarithmicMapping: key(x) = ceil(log_gamma(x)) = ceil(ln(x) / ln(gamma))
+        # (metrics.sketch.log_multiplier; math.log is compiled inline, log2 would not be).
+        self._mult = 1.0 / math.log1p(2.0 * relative_accuracy / (1.0 - relative_accuracy))
         self._reset_bins()
 
     def _reset_bins(self) -> None:
@@ -118,7 +119,7 @@ class ItlSamples:
 
     def _new_bucket(self, gap: float, w: float) -> None:
         if gap > TINY:
-            k = int(math.ceil(math.log2(gap) * self._mult))
+            k = int(math.ceil(math.log(gap) * self._mult))
             if k == self._cur_key and self._cur_w > 0.0:
                 self._cur_w += w
                 if gap < self._lo:
@@ -129,7 +130,7 @@ class ItlSamples:
             self._flush_bucket()
             self._cur_key, self._cur_w, self._lo, self._hi = k, w, gap, gap
         elif gap < -TINY:
-            k = int(math.ceil(math.log2(-gap) * self._mult))
+            k = int(math.ceil(math.log(-gap) * self._mult))
             self._neg_bins[k] = self._neg_bins.get(k, 0.0) + w
         else:
             self._zeros += w

@@ -35,6 +35,12 @@ RELATIVE_ACCURACY = 0.01
 EXACT_MAX_SAMPLES = 1 << 20  # as engine.itl.EXACT_MAX_PAIRS
 
 
+def log_multiplier(relative_accuracy: float) -> float:
+    """``1 / ln(gamma)``: the library's LogarithmicMapping puts ``x`` in bucket
+    ``ceil(log_gamma(x))``, computed here (and in ``engine.itl``) as ``ceil(ln(x) * this)``."""
+    return 1.0 / math.log1p(2.0 * relative_accuracy / (1.0 - relative_accuracy))
+
+
 def method_name(relative_accuracy: float = RELATIVE_ACCURACY) -> str:
     """How summary.json names the sketch's percentiles."""
     return f"ddsketch(relative_accuracy={relative_accuracy:g})"
@@ -51,8 +57,7 @@ class Sketch:
         self.sum_sq = 0.0
         self.max = -math.inf
         self.min = math.inf
-        # The library's LogarithmicMapping: key(x) = ceil(log2(x) * multiplier) (offset 0).
-        self._log_mult = float(self.dd._mapping._multiplier)
+        self._log_mult = log_multiplier(relative_accuracy)
 
     @property
     def relative_accuracy(self) -> float:
@@ -87,7 +92,7 @@ class Sketch:
         for mask, store, sign in ((pos, dd._store, 1.0), (neg, dd._negative_store, -1.0)):
             if not mask.any():
                 continue
-            keys = np.ceil(np.log2(sign * v[mask]) * self._log_mult).astype(np.int64)
+            keys = np.ceil(np.log(sign * v[mask]) * self._log_mult).astype(np.int64)
             lo = int(keys.min())
             per_key = np.bincount(keys - lo, weights=None if w is None else w[mask])
             for i in np.flatnonzero(per_key):
