@@ -65,18 +65,21 @@ def one_replica(num_requests: int, steps: bool) -> dict:
         wl = repeated_hour(wl, num_requests)
     t0, c0 = time.perf_counter(), _cpu_s()
     run = run_engine(wl, dep.engine, dep.perf, dep.plan.num_gpu_blocks, dep.plan.max_model_len,
-                     num_gpus=dep.num_gpus, record_steps=steps, kv_bytes_per_block=dep.plan.kv_bytes_per_block)
+                     num_gpus=dep.num_gpus, record_steps=steps,
+                     kv_bytes_per_block=dep.plan.kv_bytes_per_block)
     t1, c1 = time.perf_counter(), _cpu_s()
     rss_engine = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result = Result(scenario=sc, records=run.records, steps=run.steps, itl=run.itl, replicas=[run.totals],
                     end_s=run.end_s, gpu=dep.gpu, deployments=[dep])
     summary = summarize(result)
     t2 = time.perf_counter()
-    return {"requests": len(wl), "wall_s": t2 - t0, "cpu_s": _cpu_s() - c0, "engine_s": t1 - t0, "engine_cpu_s": c1 - c0,
+    return {"requests": len(wl), "wall_s": t2 - t0, "cpu_s": _cpu_s() - c0,
+            "engine_s": t1 - t0, "engine_cpu_s": c1 - c0,
             "summary_s": t2 - t1, "steps": run.totals.num_steps,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "peak_rss_engine_mb": rss_engine,
-            "method": summary["latency"].get("method", "exact"), "itl_p99_s": summary["latency"]["itl_s"]["p99"],
+            "method": summary["latency"].get("method", "exact"),
+            "itl_p99_s": summary["latency"]["itl_s"]["p99"],
             "compiled": servesim.compiled()}
 
 
@@ -126,7 +129,8 @@ def main() -> None:
     base_wall = statistics.median(r["wall_s"] for r in base)
     rows = [("baseline: the hour", 19366, base)]
     for kind, n in jobs:
-        runs = [_run(["--one", kind, str(n), "--rate-scale", str(a.rate_scale), *flags]) for _ in range(a.repeats)]
+        runs = [_run(["--one", kind, str(n), "--rate-scale", str(a.rate_scale), *flags])
+                for _ in range(a.repeats)]
         rows.append((f"{n:,} requests" if kind == "requests" else
                      f"pool of {n} (hour x{a.rate_scale or n:g})", n, runs))
     print(f"servesim, {'compiled' if base[0]['compiled'] else 'pure-Python'} engine; step series "

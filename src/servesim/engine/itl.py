@@ -16,7 +16,8 @@ from typing import Any
 
 EXACT_MAX_PAIRS = 1 << 20
 RELATIVE_ACCURACY = 0.01  # as metrics.sketch's
-TINY = sys.float_info.min * (1.0 + 2.0 * RELATIVE_ACCURACY / (1.0 - RELATIVE_ACCURACY))  # ddsketch's min_possible
+# ddsketch's min_possible: smaller gaps count as zero.
+TINY = sys.float_info.min * (1.0 + 2.0 * RELATIVE_ACCURACY / (1.0 - RELATIVE_ACCURACY))
 
 
 class ItlSamples:
