@@ -5,8 +5,8 @@ until N requests, and the hour at R times its rate on a pool of R replicas (roun
 Each measurement runs in a fresh subprocess (peak RSS, ``resource.getrusage``, is its own),
 repeated ``--repeats`` times; the table shows medians. Before the large runs the script
 times a baseline, the plain hour at 1x (``--baseline-repeats`` runs), in the same session:
-the ratio of each run to it is what compares across machines and loads. "wall" and "cpu"
-are the simulation (engine and summary), after the workload is built.
+the ratio of each run's CPU time to its ("x base") is what compares across machines and
+loads. "wall" and "cpu" are the simulation (engine and summary), after the workload is built.
 
     python benchmarks/bench_scale.py --requests 1000000              # 1M requests
     python benchmarks/bench_scale.py --requests 10000000 --repeats 1 # 10M requests
@@ -126,7 +126,7 @@ def main() -> None:
     jobs = [("requests", int(float(x))) for x in a.requests.split(",") if x] + \
            [("replicas", int(x)) for x in a.replicas.split(",") if x]
     base = [_run(["--one", "requests", "19366", *flags]) for _ in range(a.baseline_repeats)]
-    base_wall = statistics.median(r["wall_s"] for r in base)
+    base_cpu = statistics.median(r["cpu_s"] for r in base)
     rows = [("baseline: the hour", 19366, base)]
     for kind, n in jobs:
         runs = [_run(["--one", kind, str(n), "--rate-scale", str(a.rate_scale), *flags])
@@ -140,7 +140,7 @@ def main() -> None:
     for name, _, runs in rows:
         m = {k: statistics.median(r[k] for r in runs) for k in ("wall_s", "cpu_s", "peak_rss_mb")}
         print(f"{name:>28} {len(runs):>4} {runs[0]['requests']:>10,} {m['wall_s']:>7.2f} {m['cpu_s']:>7.2f} "
-              f"{m['wall_s'] / base_wall:>7.1f} {runs[0]['steps']:>11,} {m['peak_rss_mb']:>8.0f}  "
+              f"{m['cpu_s'] / base_cpu:>7.1f} {runs[0]['steps']:>11,} {m['peak_rss_mb']:>8.0f}  "
               f"{runs[0]['method']}")
 
 
