@@ -30,10 +30,9 @@ def test_weighted_percentiles_within_the_relative_accuracy() -> None:
     sk = Sketch()
     sk.add_array(values, weights)
     exact = distribution(values, weights)
-    got = sk.percentiles(tuple(float(p) for p in (*PERCENTILES, 1, 10, 99.9)))
-    want = [distribution(values, weights)[f"p{p}"] for p in PERCENTILES]
-    for a, b in zip(got, want):
-        assert _within(a, b)
+    got = sk.percentiles(tuple(float(p) for p in PERCENTILES))
+    for p, a in zip(PERCENTILES, got):
+        assert _within(a, exact[f"p{p}"])
     assert round(sk.count) == exact["count"]
     assert sk.max == exact["max"]
     assert sk.sum / sk.count == pytest.approx(exact["mean"], rel=1e-12)
