@@ -27,6 +27,7 @@ COMPILED = [
     "servesim/engine/frontend.py",
     "servesim/engine/run_stream.py",
     "servesim/engine/lockstep.py",
+    "servesim/engine/itl.py",
     "servesim/perf/base.py",
     "servesim/perf/kernel_step.py",
     "servesim/perf/work_step.py",

@@ -254,3 +254,21 @@ def test_arxiv_lengths_as_length_source():
     wl = load_workload(cfg)
     assert set(wl.num_prompt_tokens.tolist()) <= set(prompts.tolist())
     assert wl.num_prompt_tokens.mean() == pytest.approx(prompts.mean(), rel=0.1)
+
+
+def test_a_trace_read_again_is_a_fresh_copy(tmp_path: Path) -> None:
+    """read_trace keeps the last traces read (a plan reads one per candidate): a second read
+    is equal and shares nothing; a file changed since is read again."""
+    path = tmp_path / "t.csv"
+    path.write_text((FIXTURES / "generic.csv").read_text())
+    a = read_trace(str(path))
+    a.arrival_s[:] = -1.0
+    a.meta["format"] = "changed"
+    a.hash_ids.append(("x",))
+    b = read_trace(str(path))
+    np.testing.assert_array_equal(b.arrival_s, [0.0, 0.25, 0.5, 1.5])
+    assert b.meta["format"] == "generic" and len(b.hash_ids) == 4
+    text = path.read_text().splitlines()
+    path.write_text("\n".join(text[:-1]) + "\n")
+    time.sleep(0.01)
+    assert len(read_trace(str(path))) == 3

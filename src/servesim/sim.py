@@ -9,7 +9,6 @@ except reading the scenario's inputs; outputs are written by the caller.
 from __future__ import annotations
 
 import time
-from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,9 +85,9 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
     engine = resolve_engine(engine, max_model_len=max_model_len)
     loop = EventLoop()
     steps = StepSeries() if record_steps else None
-    # Streaming runs keep one ITL pair a step in typed arrays: float32 gaps (7 significant
-    # digits, ~0.1 us at 1 s) and int32 counts, 8 bytes a step instead of a list's ~40.
-    itl = ItlSamples() if record_steps else ItlSamples(gap_s=array("f"), count=array("i"))  # type: ignore[arg-type]
+    # The ITL pairs (one a step) are bounded on their own: past a million they go into a
+    # quantile sketch (engine.itl), with or without the step series.
+    itl = ItlSamples()
     totals = ReplicaTotals(num_gpus=num_gpus, num_gpu_blocks=num_gpu_blocks)
     records = RequestRecords.empty(len(wl))
     closed = wl.is_closed_loop  # arrivals are the send times of closed-loop clients

@@ -61,6 +61,12 @@ from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, 
 from servesim.metrics.writer import write_record
 from servesim.workload.base import Workload
 
+# Routers that read nothing of a replica's load but how many candidates there are, or their
+# outstanding counts: their view is built without scanning each replica's queues.
+_LENGTH_ONLY = frozenset(ROUTERS[n] for n in ("round_robin", "random"))
+_OUTSTANDING_ONLY = frozenset(ROUTERS[n] for n in ("least_outstanding", "power_of_two"))
+_NO_LOAD = ReplicaLoad()  # every entry of a length-only view (the routers do not read it)
+
 #: From this vLLM version ``vllm serve --data-parallel-size N`` starts N API-server
 #: processes (``entrypoints/cli/serve.py``: ``--api-server-count`` defaults to the DP size
 #: with its internal load balancer; read in 0.16.0 and 0.32.0; 0.12.0 starts one; 0.13-0.15
@@ -313,6 +319,11 @@ class Cluster:
     def loads(self, ids: list[int], req: Request, router: Callable) -> list[ReplicaLoad]:
         """Each candidate's load as a router sees it now (prefix hits and predicted TTFT
         are computed only for the routers that use them)."""
+        if router in _LENGTH_ONLY:  # they read how many candidates there are, nothing else
+            return [_NO_LOAD] * len(ids)
+        if router in _OUTSTANDING_ONLY:  # the counter is all they read: no queue scans
+            out = self.outstanding
+            return [ReplicaLoad(out[i]) for i in ids]
         with_prefix = router is ROUTERS["prefix_affinity"]
         with_ttft = router is ROUTERS["predicted_ttft"]
         return [replica_load(self.replicas[i], self.outstanding[i], req, with_prefix, with_ttft) for i in ids]

@@ -53,6 +53,8 @@ def measured_run(result: Result) -> Result:
     rec = result.records
     cols = {name: col[k:] for name, col in rec.columns().items()}
     records = RequestRecords(**cols, reasons={i - k: v for i, v in rec.reasons.items() if i >= k})
+    if not result.itl.is_exact:  # a sketch cannot drop the warm-ups' few pairs: kept
+        return replace(result, records=records)
     i = result.itl.measured_from
     itl = ItlSamples(gap_s=list(result.itl.gap_s[i:]), count=list(result.itl.count[i:]))
     return replace(result, records=records, itl=itl)
@@ -84,6 +86,19 @@ def weighted_stats(values: np.ndarray, weights: np.ndarray | None = None) -> dic
     hi = np.minimum(lo + 1, n - 1)
     q = at(lo) + (h - lo) * (at(hi) - at(lo))
     return dict(zip(names, [mean, float(q[0]), std, *(float(x) for x in q[1:])]))
+
+
+def sketch_stats(sk: Any) -> dict[str, float | None]:
+    """``weighted_stats`` from a ``metrics.sketch.Sketch`` (a run past the exact limit): the
+    mean and standard deviation exact up to rounding, the percentiles the sketch's inverted
+    CDF (within its relative accuracy of the exact ones), the median its p50."""
+    names = ["mean", "median", "std", *(f"p{p}" for p in PERCENTILES)]
+    if sk.count <= 0:
+        return dict.fromkeys(names)
+    mean = sk.sum / sk.count
+    std = math.sqrt(max(sk.sum_sq / sk.count - mean * mean, 0.0))
+    q = sk.percentiles((50.0, *PERCENTILES))
+    return dict(zip(names, [mean, q[0], std, *q[1:]]))
 
 
 def _peak_concurrency(start: np.ndarray, end: np.ndarray) -> int:
@@ -146,7 +161,8 @@ def run_figures(result: Result, k: int = 0, num_special_tokens: int = 0) -> dict
     samples = {"ttft": (ttft, None), "tpot": (tpot, None), "e2el": (e2el, None),
                "itl": (np.asarray(itl.gap_s, np.float64), np.asarray(itl.count, np.int64))}
     for name in METRICS:
-        stats = weighted_stats(*samples[name])
+        sk = itl.sketched() if name == "itl" else None
+        stats = weighted_stats(*samples[name]) if sk is None else sketch_stats(sk)
         for stat, x in stats.items():
             section[f"{stat}_{name}_ms"] = None if x is None else 1000.0 * x
     return section

@@ -148,6 +148,14 @@ def _latency_table(s: dict[str, Any]) -> Table:
             b = (iv.get(key) or {}).get("mean")
             cells.append("" if not b else f"{_ms(b[0])} - {_ms(b[1])}")
         table.add_row(label, *cells)
+    method = s["latency"].get("method", "exact")
+    if method != "exact":  # a long run: percentiles from a quantile sketch (docs/metrics.md)
+        by_metric = dict(x.split(": ", 1) for x in method.split("; ")) if ": " in method else {}
+        labels = {key: label for label, key in _LATENCY_ROWS}
+        names = [labels.get(k, k) for k, v in by_metric.items() if v != "exact"]
+        sketch = next((v for v in by_metric.values() if v != "exact"), method)
+        table.caption = f"{'/'.join(names) + ' ' if names else ''}percentiles: {sketch}"
+        table.caption_justify = "left"
     return table
 
 

@@ -13,6 +13,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from servesim.engine.itl import ItlSamples  # noqa: F401 (the engine's, compiled; its home was here)
+
 
 class RequestStatus(IntEnum):
     FINISHED = 0
@@ -227,29 +229,6 @@ class ReplicaTotals:
     # Energy (J) of its GPUs when the cluster's operations priced it interval by interval
     # (power capping changes the clock); -1: the summary prices it from the totals.
     energy_j: float = -1.0
-
-
-@dataclass(slots=True)
-class ItlSamples:
-    """Inter-token latencies as (gap seconds, count) pairs: one pair per step covers every
-    request that produced a token in that step and also in the step before."""
-
-    gap_s: list[float] = field(default_factory=list)
-    count: list[int] = field(default_factory=list)
-    # Benchmark workloads: the first pair of the measured run (those before it are the
-    # ready check's and warm-ups', which ``vllm bench`` leaves out).
-    measured_from: int = 0
-
-    def add(self, gap_s: float, count: int) -> None:
-        if count > 0:
-            self.gap_s.append(gap_s)
-            self.count.append(count)
-
-    def extend(self, gaps_s: list[float], count: int) -> None:
-        """One pair per gap, each covering ``count`` tokens (a run of pure-decode steps)."""
-        if count > 0:
-            self.gap_s.extend(gaps_s)
-            self.count.extend([count] * len(gaps_s))
 
 
 @dataclass(slots=True)

@@ -42,9 +42,9 @@ RATE_SHARE = 0.95
 
 
 def _count_by(times: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """How many of ``times`` (NaN = never) are <= each instant of ``at``."""
-    t = np.sort(times[~np.isnan(times)])
-    return np.searchsorted(t, at, side="right")
+    """How many of ``times`` (NaN = never) are <= each instant of ``at``: one pass per
+    instant, not a sort (ten million requests take a second to sort, and a copy)."""
+    return np.array([np.count_nonzero(times <= x) for x in at], np.int64)
 
 
 def _cannot_judge(why: str, cause: str | None = None) -> dict[str, Any]:

@@ -152,16 +152,49 @@ def _counts(result: Result) -> dict[str, Any]:
     }
 
 
+def sketch_distribution(sk: Any) -> dict[str, Any]:
+    """``distribution``'s fields from a ``metrics.sketch.Sketch``: the count, mean and max
+    exact, the percentiles within the sketch's relative accuracy of the exact ones."""
+    total = int(round(sk.count))
+    out: dict[str, Any] = {"count": total}
+    if total == 0:
+        out.update({"mean": None, **{f"p{p}": None for p in PERCENTILES}, "max": None})
+        return out
+    out["mean"] = sk.sum / sk.count
+    out.update({f"p{p}": x for p, x in zip(PERCENTILES, sk.percentiles(PERCENTILES))})
+    out["max"] = float(sk.max)
+    return out
+
+
 def _latency(result: Result) -> dict[str, Any]:
+    """The latency distributions, exact up to ``EXACT_MAX_SAMPLES`` samples of a metric
+    (requests, or ITL pairs), from a quantile sketch past it; ``method`` names which."""
+    from servesim.metrics.sketch import EXACT_MAX_SAMPLES, Sketch
+
     rec = result.records
     finished = rec.status == RequestStatus.FINISHED
-    out = {
-        name: distribution(getattr(rec, name)[finished])
-        for name in ("ttft_s", "tpot_s", "e2e_s", "queue_s")
-    }
-    out["itl_s"] = distribution(np.asarray(result.itl.gap_s, np.float64),
-                                np.asarray(result.itl.count, np.int64))
-    return {name: out[name] for name in LATENCY_METRICS}
+    out: dict[str, Any] = {}
+    methods: dict[str, str] = {}
+    for name in ("ttft_s", "tpot_s", "e2e_s", "queue_s"):
+        values = getattr(rec, name)[finished]
+        if values.size > EXACT_MAX_SAMPLES:
+            sk = Sketch()
+            sk.add_array(values)
+            out[name], methods[name] = sketch_distribution(sk), sk.method
+        else:
+            out[name], methods[name] = distribution(values), "exact"
+    sk = result.itl.sketched()
+    if sk is None:
+        out["itl_s"] = distribution(np.asarray(result.itl.gap_s, np.float64),
+                                    np.asarray(result.itl.count, np.int64))
+        methods["itl_s"] = "exact"
+    else:
+        out["itl_s"], methods["itl_s"] = sketch_distribution(sk), sk.method
+    latency: dict[str, Any] = {name: out[name] for name in LATENCY_METRICS}
+    kinds = set(methods.values())
+    latency["method"] = kinds.pop() if len(kinds) == 1 else "; ".join(
+        f"{k}: {v}" for k, v in methods.items())
+    return latency
 
 
 def _throughput(result: Result, span_s: float | None) -> dict[str, Any]:

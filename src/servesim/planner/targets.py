@@ -199,8 +199,13 @@ def check_result(slo: SloConfig, result: Result) -> Verdict:
             ok = meets_limit(rec, metric, limits[metric] / up[metric])
             checks.append(_attainment_check(metric, target, int(ok.sum()), n, limits[metric]))
     for pl in slo.percentiles:
-        values, weights = _population(run, pl.metric)
-        value = weighted_percentile(values, weights, pl.p) * up[pl.metric] if values.size else math.inf
+        sk = run.itl.sketched() if pl.metric == "itl_s" else None
+        if sk is not None:  # a long run: the ITL pairs are in a sketch (1% relative error)
+            values, weights = np.zeros(1), np.asarray([round(sk.count)], np.int64)
+            value = sk.percentiles((pl.p,))[0] * up[pl.metric]
+        else:
+            values, weights = _population(run, pl.metric)
+            value = weighted_percentile(values, weights, pl.p) * up[pl.metric] if values.size else math.inf
         if math.isnan(value):
             value = math.inf
         within = None if pl.metric == "itl_s" else int((values * up[pl.metric] <= pl.max_s).sum())

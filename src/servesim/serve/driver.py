@@ -235,8 +235,7 @@ class LiveSim:
                 if not s.done:
                     self._release(s)
         self.cluster.apply_aborts()
-        self.cluster.itl.gap_s.clear()  # the cluster's ITL samples: the server keeps its own
-        self.cluster.itl.count.clear()
+        self.cluster.itl.clear()  # the cluster's ITL samples: the server keeps its own
 
     async def run(self) -> None:
         """Drive the simulation until ``close``: tick, then sleep until the next event is due."""

@@ -108,6 +108,9 @@ def read_trace(path: str | Path, format: str = "auto", hash_block_tokens: int = 
     benchmark sends them. ``failed``: ``keep`` or ``drop`` the failed requests a BurstGPT or
     vllm bench file records.
     """
+    key = _cache_key(str(path), format, hash_block_tokens, failed)
+    if key is not None and key in _READ_CACHE:
+        return _copy(_READ_CACHE[key])
     rows = _read(str(path), format, failed)
     if rows.lengths_only:
         name = rows.name
@@ -116,7 +119,47 @@ def read_trace(path: str | Path, format: str = "auto", hash_block_tokens: int = 
             f"lengths-only file and cannot be a trace workload; use it as a length source of a "
             f"synthetic workload: prompt_len: {{kind: trace, trace: {name}, column: prompt}} "
             f"(and output_len with column: output)")
-    return _to_workload(rows, hash_block_tokens)
+    wl = _to_workload(rows, hash_block_tokens)
+    if key is not None:
+        while len(_READ_CACHE) >= _READ_CACHE_SIZE:
+            _READ_CACHE.pop(next(iter(_READ_CACHE)))
+        _READ_CACHE[key] = _copy(wl)
+    return wl
+
+
+# The last few traces read, by name and (for a file) size and modification time: a plan
+# simulates one scenario's trace once per candidate, in the same worker process.
+_READ_CACHE: dict[tuple[Any, ...], Workload] = {}
+_READ_CACHE_SIZE = 4
+_READ_CACHE_MAX_BYTES = 64 << 20  # larger files are read each time (a copy would double them)
+
+
+def _cache_key(name: str, format: str, hash_block_tokens: int, failed: str) -> tuple[Any, ...] | None:
+    if name.startswith("builtin:"):
+        return (name, format, hash_block_tokens, failed)
+    try:
+        st = Path(name).stat()
+    except OSError:
+        return None  # the reader says what is wrong
+    if st.st_size > _READ_CACHE_MAX_BYTES:
+        return None
+    return (str(Path(name).resolve()), st.st_size, st.st_mtime_ns, format, hash_block_tokens, failed)
+
+
+def _copy(wl: Workload) -> Workload:
+    """A copy of ``wl`` that shares nothing a caller may change (columns, lists, ``meta``)."""
+    import copy
+
+    def c(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else a.copy()
+
+    return Workload(arrival_s=wl.arrival_s.copy(), num_prompt_tokens=wl.num_prompt_tokens.copy(),
+                    num_output_tokens=wl.num_output_tokens.copy(),
+                    hash_ids=None if wl.hash_ids is None else list(wl.hash_ids),
+                    hash_block_tokens=wl.hash_block_tokens, prefix_group=c(wl.prefix_group),
+                    prefix_len=wl.prefix_len, priority=c(wl.priority), num_samples=c(wl.num_samples),
+                    prune_at_token=wl.prune_at_token, num_kept_samples=wl.num_kept_samples,
+                    clients=wl.clients, after=wl.after, source=wl.source, meta=copy.deepcopy(wl.meta))
 
 
 def read_lengths(path: str | Path, column: str = "prompt", format: str = "auto",

@@ -1,0 +1,114 @@
+"""Bounded-memory latency statistics (metrics/sketch.py): the sketch's percentiles against the
+exact ones, merging, the ITL pairs moved into a sketch, and summary.json naming the method."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import servesim
+import servesim.metrics.sketch as sketch_mod
+from servesim.metrics.records import ItlSamples
+from servesim.metrics.sketch import RELATIVE_ACCURACY, Sketch
+from servesim.metrics.summary import LATENCY_METRICS, PERCENTILES, distribution, summarize
+
+# The sketch's representative of a bucket is within RELATIVE_ACCURACY of every value in it;
+# the log's rounding can put a value on a bucket's edge, hence the 1e-9.
+TOL = RELATIVE_ACCURACY + 1e-9
+
+
+def _within(approx: float, exact: float) -> bool:
+    return abs(approx - exact) <= TOL * abs(exact)
+
+
+def test_weighted_percentiles_within_the_relative_accuracy() -> None:
+    rng = np.random.default_rng(7)
+    values = np.concatenate([rng.lognormal(-4, 1.5, 20_000), np.zeros(300), [np.nan]])
+    weights = rng.integers(0, 50, values.size)
+    sk = Sketch()
+    sk.add_array(values, weights)
+    exact = distribution(values, weights)
+    got = sk.percentiles(tuple(float(p) for p in PERCENTILES))
+    for p, a in zip(PERCENTILES, got):
+        assert _within(a, exact[f"p{p}"])
+    assert round(sk.count) == exact["count"]
+    assert sk.max == exact["max"]
+    assert sk.sum / sk.count == pytest.approx(exact["mean"], rel=1e-12)
+
+
+def test_merging_replica_sketches_equals_one_sketch_over_all() -> None:
+    rng = np.random.default_rng(3)
+    parts = [rng.lognormal(m, 1.0, n) for m, n in ((-5, 4000), (-3, 7000), (-1, 300))]
+    whole = Sketch()
+    whole.add_array(np.concatenate(parts))
+    merged = Sketch()
+    for p in parts:
+        one = Sketch()
+        one.add_array(p)
+        merged.merge(one)
+    for a, b in zip(merged._buckets(), whole._buckets()):
+        assert np.array_equal(a, b)
+    assert merged.count == whole.count and merged.max == whole.max and merged.min == whole.min
+    ps = tuple(float(p) for p in PERCENTILES)
+    assert merged.percentiles(ps) == whole.percentiles(ps)
+
+
+def test_itl_pairs_move_into_a_sketch_past_the_limit() -> None:
+    """Past the limit the engine counts the pairs into the sketch's buckets itself: the same
+    buckets as the sketch fed every pair at once."""
+    itl = ItlSamples(exact_max_pairs=100)
+    rng = np.random.default_rng(1)
+    gaps = rng.lognormal(-4, 0.5, 5000)
+    for i in range(0, 5000, 10):
+        itl.extend(list(gaps[i:i + 10]), 3)
+        itl.add(float(gaps[i]), 2)
+        itl.add(0.0, 1)
+        assert len(itl.gap_s) <= 101
+    assert not itl.is_exact and not itl.gap_s
+    sk = itl.sketched()
+    ref = Sketch()
+    ref.add_array(np.concatenate([gaps, gaps[::10], np.zeros(500)]),
+                  np.concatenate([np.full(5000, 3), np.full(500, 2), np.ones(500)]))
+    for a, b in zip(sk._buckets(), ref._buckets()):
+        assert np.array_equal(a, b)
+    assert sk.count == ref.count == 16500 and sk.max == ref.max
+    assert sk.sum == pytest.approx(ref.sum, rel=1e-12)
+    itl.clear()
+    assert itl.sketched().count == 0
+
+
+@pytest.fixture(scope="module")
+def small_run() -> servesim.Result:
+    return servesim.simulate({"workload": {"type": "synthetic", "num_requests": 3000,
+                                           "arrival": {"process": "poisson", "rate": 20}}})
+
+
+def test_a_small_run_is_exact_and_says_so(small_run) -> None:
+    assert small_run.summary["latency"]["method"] == "exact"
+    assert small_run.itl.is_exact
+
+
+def test_sketched_summary_within_the_relative_accuracy_of_the_exact_one(small_run, monkeypatch) -> None:
+    """The same run summarized exactly and from sketches (every metric forced past the limit)."""
+    exact = small_run.summary["latency"]
+    itl = ItlSamples(exact_max_pairs=500)
+    for g, c in zip(small_run.itl.gap_s, small_run.itl.count):
+        itl.add(g, c)
+    assert not itl.is_exact
+    monkeypatch.setattr(sketch_mod, "EXACT_MAX_SAMPLES", 10)
+    sketched = summarize(dataclasses.replace(small_run, itl=itl))["latency"]
+    assert sketched["method"] == f"ddsketch(relative_accuracy={RELATIVE_ACCURACY:g})"
+    for name in LATENCY_METRICS:
+        a, b = sketched[name], exact[name]
+        assert a["count"] == b["count"] > 0
+        assert a["max"] == b["max"]
+        assert a["mean"] == pytest.approx(b["mean"], rel=1e-9)
+        for p in PERCENTILES:
+            assert _within(a[f"p{p}"], b[f"p{p}"]), (name, p, a[f"p{p}"], b[f"p{p}"])
+    # Only the ITL past its limit: the method is named per metric.
+    monkeypatch.setattr(sketch_mod, "EXACT_MAX_SAMPLES", 1 << 20)
+    mixed = summarize(dataclasses.replace(small_run, itl=itl))["latency"]
+    assert mixed["method"].startswith("ttft_s: exact;") and "itl_s: ddsketch(" in mixed["method"]
+    assert mixed["ttft_s"] == exact["ttft_s"]
