@@ -147,19 +147,22 @@ def _cache_key(name: str, format: str, hash_block_tokens: int, failed: str) -> t
 
 
 def _copy(wl: Workload) -> Workload:
-    """A copy of ``wl`` that shares nothing a caller may change (columns, lists, ``meta``)."""
+    """A copy of ``wl`` that shares nothing a caller may change (columns, lists, ``meta``):
+    every field, so a column added to ``Workload`` is copied too."""
     import copy
+    import dataclasses
 
-    def c(a: np.ndarray | None) -> np.ndarray | None:
-        return None if a is None else a.copy()
+    def c(v: Any) -> Any:
+        if isinstance(v, np.ndarray):
+            return v.copy()
+        if isinstance(v, list):
+            return list(v)
+        if isinstance(v, dict):
+            return copy.deepcopy(v)
+        return v  # numbers, strings, and the closed-loop structures, which no caller changes
 
-    return Workload(arrival_s=wl.arrival_s.copy(), num_prompt_tokens=wl.num_prompt_tokens.copy(),
-                    num_output_tokens=wl.num_output_tokens.copy(),
-                    hash_ids=None if wl.hash_ids is None else list(wl.hash_ids),
-                    hash_block_tokens=wl.hash_block_tokens, prefix_group=c(wl.prefix_group),
-                    prefix_len=wl.prefix_len, priority=c(wl.priority), num_samples=c(wl.num_samples),
-                    prune_at_token=wl.prune_at_token, num_kept_samples=wl.num_kept_samples,
-                    clients=wl.clients, after=wl.after, source=wl.source, meta=copy.deepcopy(wl.meta))
+    return dataclasses.replace(wl, **{f.name: c(getattr(wl, f.name)) for f in dataclasses.fields(wl)
+                                      if f.init})
 
 
 def read_lengths(path: str | Path, column: str = "prompt", format: str = "auto",
