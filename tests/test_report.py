@@ -157,22 +157,67 @@ def test_run_report_is_one_offline_page_with_every_plot(runs, tmp_path) -> None:
 
 
 def test_plan_folder_ranked_table_and_fronts(tmp_path) -> None:
+    """The fixture is a real plan's candidates.json and pareto.json (make_plan_fixture.py)."""
     run = open_run_dir(FIXTURES / "plan")
     [path] = write_report(FIXTURES / "plan", tmp_path / "plan.html")
     page = path.read_text(encoding="utf-8")
-    rows = json.loads((FIXTURES / "plan" / "candidates.json").read_text())
-    ranked = sorted(rows, key=lambda r: (not r["meets_slo"], r["cost_per_hour"]))
-    order = [m.start() for m in (re.search(f"<td>{r['candidate_id']}</td>", page) for r in ranked)]
-    assert order == sorted(order)  # SLO met first, then cheapest first
+    rows = json.loads((FIXTURES / "plan" / "candidates.json").read_text())["candidates"]
+    ranked = sorted((r for r in rows if r["rank"] is not None), key=lambda r: r["rank"])
+    assert ranked and len(ranked) < len(rows)  # some miss the SLOs or were pruned
+    order = [page.index(f"<td>{r['label']}</td>") for r in ranked]
+    assert order == sorted(order)  # in the plan's rank order
+    unranked = [r for r in rows if r["rank"] is None]
+    assert all(page.index(f"<td>{r['label']}</td>") > order[-1] for r in unranked)
     plots = {p.id: p for p in figures.run_plots(run)}
     fronts = json.loads((FIXTURES / "plan" / "pareto.json").read_text())
-    ttft = plots["pareto_ttft_p99_s"]
-    front = next(t for t in ttft.traces if t.name == "cost_vs_ttft_p99_s")
-    by_id = {r["candidate_id"]: r for r in rows}
-    assert front.x == sorted(by_id[c]["cost_per_hour"] for c in fronts["cost_vs_ttft_p99_s"])
-    assert "cost_vs_j_per_output_token" not in {t.name for t in ttft.traces}  # each front on its plot
-    n_points = sum(len(t.x) for t in ttft.traces if t.kind == "markers")
-    assert n_points == len(rows)
+    assert fronts["cost_vs_latency"] and fronts["cost_vs_energy"]
+    by_id = {r["id"]: r for r in rows}
+    for name, metric in (("cost_vs_latency", "e2e_p90_s"), ("cost_vs_energy", "j_per_output_token")):
+        plot = plots[f"pareto_{metric}"]
+        [front] = [t for t in plot.traces if t.dash]
+        assert name in front.name  # each front on its own metric's plot
+        assert front.x == sorted(by_id[f["id"]]["usd_per_hour"] for f in fronts[name])
+        assert front.y == pytest.approx([f[metric] for f in sorted(fronts[name], key=lambda f: f["usd_per_hour"])],
+                                        rel=1e-5)
+        markers = {t.name: len(t.x) for t in plot.traces if t.kind == "markers"}
+        simulated = [r for r in rows if r["status"] == "simulated"]
+        assert markers == {"meets SLO": sum(r["meets_slo"] for r in simulated),
+                           "misses SLO": sum(not r["meets_slo"] for r in simulated)}
+    assert "Pareto front" in page
+    assert re.search(r'id="plot-\d+-pareto_e2e_p90_s"', page)
+
+
+def test_report_of_a_real_plan_folder(tmp_path) -> None:
+    """`servesim plan --output DIR` then `servesim report DIR`: a Pareto section with plots (the
+    Parquet table read), and --format png writes one image per plot."""
+    out = tmp_path / "plan"
+    res = CliRunner().invoke(app, ["plan", "--model", "Llama-3.1-8B", "--gpus", "H100,L40S", "--total-gpus", "2",
+                                   "--isl", "512", "--osl", "128", "--rate", "4", "--ttft", "1", "--tpot", "0.05",
+                                   "--num-requests", "60", "--backend", "inprocess", "--no-progress",
+                                   "--output", str(out)], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert (out / "candidates.parquet").is_file()
+    [page] = write_report(out, tmp_path / "plan.html")
+    figs = figures_of(page.read_text(encoding="utf-8"))
+    ids = [f["div"].split("-", 2)[2] for f in figs]
+    assert ids[:2] == ["pareto_e2e_p90_s", "pareto_j_per_output_token"]
+    assert all(any(len(d["x"]) for d in f["data"]) for f in figs)
+    res = CliRunner().invoke(app, ["report", str(out), "--format", "png", "-o", str(tmp_path / "png"),
+                                   "--no-progress"])
+    assert res.exit_code == 0, res.output
+    pngs = sorted((tmp_path / "png").glob("*.png"))
+    assert [p.stem for p in pngs] == sorted(ids)
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+
+
+def test_png_of_a_folder_without_plots_fails(tmp_path) -> None:
+    """Nothing to draw: a clear error and a non-zero exit, not 'wrote' and nothing."""
+    (tmp_path / "plan").mkdir()
+    (tmp_path / "plan" / "candidates.json").write_text('{"candidates": []}')
+    res = CliRunner().invoke(app, ["report", str(tmp_path / "plan"), "--format", "png", "--no-progress"])
+    assert res.exit_code != 0
+    assert "nothing to draw" in res.output
+    assert not (tmp_path / "plan" / "plots").exists()
 
 
 def test_validation_folder_scatter_per_group(tmp_path) -> None:

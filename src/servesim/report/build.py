@@ -58,7 +58,13 @@ def _plan_blocks(run: RunDir, plots: list[Plot]) -> list[Block]:
         blocks.append(Block("table", header=header, rows=rows))
     else:
         blocks.append(Block("note", "no candidates table in this folder"))
-    return blocks + [Block("h2", "Pareto fronts"), Block("plots", plots=plots)]
+    blocks.append(Block("h2", "Pareto fronts"))
+    if not plots:
+        return blocks + [Block("note", "nothing to draw: no simulated candidate with a cost per hour "
+                                       "(usd_per_hour) and an outcome")]
+    return blocks + [Block("note", "Each outcome against $/hour, one marker per simulated candidate; the "
+                                   "dashed line is pareto.json's front for that outcome."),
+                     Block("plots", plots=plots)]
 
 
 def _capacity_blocks(run: RunDir, plots: list[Plot]) -> list[Block]:
@@ -110,6 +116,9 @@ def _save(title: str, subtitle: str, blocks: list[Block], plots: list[Plot], out
             return [out]
         from servesim.report.static import save_plot
 
+        if not plots:
+            raise ServesimError(f"{subtitle}: nothing to draw as {fmt.upper()} (the folder holds no data "
+                                "for any plot); --format html writes its tables")
         out.mkdir(parents=True, exist_ok=True)
         paths = []
         for k, plot in enumerate(plots):
