@@ -314,6 +314,33 @@ def test_example_files_and_counts(example: Path) -> None:
     assert counts <= {given}, f"{example.name}: comments say {counts}, the file {given}"
 
 
+def test_mooncake_example_says_what_its_run_shows() -> None:
+    """The Mooncake example's comment states its run's rejections, saturation, attainment and
+    prefix-cache hits (on the bundled start of the trace): each figure is the run's."""
+    from servesim import simulate
+    from servesim.config import load_scenario
+
+    example = ROOT / "examples" / "mooncake_prefix_cache.yaml"
+    comment = " ".join(re.findall(r"#(.*)", example.read_text(encoding="utf-8")))
+    comment = re.sub(r"\s+", " ", comment)
+
+    def run(*sets: str) -> dict:
+        return simulate(load_scenario(example, [*EXAMPLE_SETS[example.name][1::2], *sets])).summary
+
+    s = run()
+    assert s["counts"]["num_rejected"] == 0 and "none rejected" in comment
+    assert not s["saturation"]["saturated"] and "not saturated" in comment
+    assert f"{s['slo']['attainment']['all']:.0%} meet both SLOs" in comment
+    assert f"TTFT p99 {s['latency']['ttft_s']['p99']:.0f} s" in comment
+    assert f"finds {s['utilization']['overall']['prefix_hit_rate']:.1%} of prompt tokens" in comment
+    assert f"KV cache holds ({s['memory'][0]['kv_capacity_tokens'] / 1e3:.0f}k tokens" in comment
+    assert f"at 65536, {run('engine.max_model_len=65536')['counts']['num_rejected']} are" in comment
+    off = run("engine.enable_prefix_caching=false")["slo"]["attainment"]["all"]
+    assert f"(off: attainment {off:.0%})" in comment
+    big = run("engine.num_gpu_blocks_override=400000")["utilization"]["overall"]["prefix_hit_rate"]
+    assert f"engine.num_gpu_blocks_override=400000 finds {big:.1%}" in comment
+
+
 # -- figures quoted from the code -------------------------------------------------------------
 
 def test_memory_plan_figures_in_perf_model_md() -> None:
