@@ -341,6 +341,19 @@ def test_mooncake_example_says_what_its_run_shows() -> None:
     assert f"engine.num_gpu_blocks_override=400000 finds {big:.1%}" in comment
 
 
+def test_bursty_example_says_what_its_run_shows() -> None:
+    from servesim import simulate
+    from servesim.config import load_scenario
+
+    example = ROOT / "examples" / "bursty_synthetic.yaml"
+    comment = re.sub(r"\s+", " ", " ".join(re.findall(r"#(.*)", example.read_text(encoding="utf-8"))))
+    s = simulate(load_scenario(example, [])).summary
+    assert not s["saturation"]["saturated"] and s["counts"]["num_rejected"] == 0
+    assert "not saturated, none rejected" in comment
+    assert f"{s['slo']['attainment']['all']:.1%} of requests meet both SLOs" in comment
+    assert f"(TTFT p90 {s['latency']['ttft_s']['p90']:.2f} s against the 1 s limit)" in comment
+
+
 @pytest.mark.slow
 def test_guide_figures_are_the_runs() -> None:
     """docs/guide.md's comparison (vLLM V1, Sarathi-Serve, a disaggregated pair on 2,000
