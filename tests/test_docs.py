@@ -373,7 +373,8 @@ def test_guide_figures_are_the_runs() -> None:
     v1, sarathi = run(base), run(base, "engine.policy=sarathi")
     disagg = run(base, 'cluster={"pools":[{"name":"prefill","role":"prefill","num_replicas":1},'
                        '{"name":"decode","role":"decode","num_replicas":1}]}')
-    assert (f"p99 TTFT {ms(sarathi, 'ttft_s', 'p99'):.0f} ms against {ms(v1, 'ttft_s', 'p99'):.0f} ms, median TPOT "
+    assert (f"p99 TTFT {ms(sarathi, 'ttft_s', 'p99'):.0f} ms against {ms(v1, 'ttft_s', 'p99'):.0f} ms, "
+            f"median TPOT "
             f"{ms(sarathi, 'tpot_s', 'p50'):.1f} ms against {ms(v1, 'tpot_s', 'p50'):.1f} ms") in guide
     assert (f"({ms(disagg, 'tpot_s', 'p50'):.1f} ms median, {ms(disagg, 'tpot_s', 'p99'):.1f} ms p99 against "
             f"vLLM V1's {ms(v1, 'tpot_s', 'p99'):.1f} ms") in guide
@@ -382,7 +383,8 @@ def test_guide_figures_are_the_runs() -> None:
     for s in (v1, sarathi, disagg):
         assert s["counts"]["num_rejected"] == 0 and not s["saturation"]["saturated"]
 
-    trace = [f"workload.path={ROOT / 'tests/fixtures/traces/mooncake_conversation_1000.jsonl.gz'}", "workload.format=mooncake"]
+    trace = [f"workload.path={ROOT / 'tests/fixtures/traces/mooncake_conversation_1000.jsonl.gz'}",
+             "workload.format=mooncake"]
     assert run(*trace)["saturation"]["saturated"]  # at its own rate: "one H100 saturates"
     mc = run(*trace, "workload.rate_scale=0.4")
     assert not mc["saturation"]["saturated"]

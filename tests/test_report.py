@@ -199,8 +199,8 @@ def test_plan_folder_ranked_table_and_fronts(tmp_path) -> None:
         [front] = [t for t in plot.traces if t.dash]
         assert name in front.name  # each front on its own metric's plot
         assert front.x == sorted(by_id[f["id"]]["usd_per_hour"] for f in fronts[name])
-        assert front.y == pytest.approx([f[metric] for f in sorted(fronts[name], key=lambda f: f["usd_per_hour"])],
-                                        rel=1e-5)
+        by_cost = sorted(fronts[name], key=lambda f: f["usd_per_hour"])
+        assert front.y == pytest.approx([f[metric] for f in by_cost], rel=1e-5)
         markers = {t.name: len(t.x) for t in plot.traces if t.kind == "markers"}
         simulated = [r for r in rows if r["status"] == "simulated"]
         assert markers == {"meets SLO": sum(r["meets_slo"] for r in simulated),
@@ -213,10 +213,10 @@ def test_report_of_a_real_plan_folder(tmp_path) -> None:
     """`servesim plan --output DIR` then `servesim report DIR`: a Pareto section with plots (the
     Parquet table read), and --format png writes one image per plot."""
     out = tmp_path / "plan"
-    res = CliRunner().invoke(app, ["plan", "--model", "Llama-3.1-8B", "--gpus", "H100,L40S", "--total-gpus", "2",
-                                   "--isl", "512", "--osl", "128", "--rate", "4", "--ttft", "1", "--tpot", "0.05",
-                                   "--num-requests", "60", "--backend", "inprocess", "--no-progress",
-                                   "--output", str(out)], catch_exceptions=False)
+    args = ["plan", "--model", "Llama-3.1-8B", "--gpus", "H100,L40S", "--total-gpus", "2", "--isl", "512",
+            "--osl", "128", "--rate", "4", "--ttft", "1", "--tpot", "0.05", "--num-requests", "60",
+            "--backend", "inprocess", "--no-progress", "--output", str(out)]
+    res = CliRunner().invoke(app, args, catch_exceptions=False)
     assert res.exit_code == 0, res.output
     assert (out / "candidates.parquet").is_file()
     page = write_report(out, tmp_path / "plan.html")[0]

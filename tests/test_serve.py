@@ -211,7 +211,8 @@ def test_metrics_parse_and_count(server, client) -> None:
     assert all(count == 2 for count, _ in moved.values())
     assert moved["queue"][1] >= 0 and moved["prefill"][1] > 0 and moved["decode"][1] > 0
     assert moved["inference"][1] == pytest.approx(moved["prefill"][1] + moved["decode"][1], rel=1e-9)
-    e2e = value(after, "vllm:e2e_request_latency_seconds_sum") - value(before, "vllm:e2e_request_latency_seconds_sum")
+    name = "vllm:e2e_request_latency_seconds_sum"
+    e2e = value(after, name) - value(before, name)
     assert moved["queue"][1] + moved["inference"][1] <= e2e + 1e-9
     # both prompts were looked up in the prefix cache, once each
     q = "vllm:prefix_cache_queries_total"
@@ -413,7 +414,8 @@ def test_preemptions_are_counted() -> None:
     from servesim.serve.prom import ServeMetrics
     from servesim.serve.server import live_sim
 
-    sc = scenario_from_dict({**bench.SCENARIO, "engine": {"max_model_len": 512, "num_gpu_blocks_override": 40}})
+    sc = scenario_from_dict({**bench.SCENARIO,
+                             "engine": {"max_model_len": 512, "num_gpu_blocks_override": 40}})
     sim = live_sim(sc, speed=50.0)
     prom = ServeMetrics(sim, MODEL)
 

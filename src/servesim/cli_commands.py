@@ -17,8 +17,8 @@ from servesim.cli_base import user_errors
 from servesim.errors import ServesimError
 
 _FORMAT = Annotated[str, typer.Option("--format", metavar="html|png|svg",
-                                      help="html: one interactive page (offline; plotly.js beside it); png/svg: one "
-                                           "image per plot.")]
+                                      help="html: one interactive page (offline; plotly.js beside it); "
+                                           "png/svg: one image per plot.")]
 _NO_PROGRESS = Annotated[bool, typer.Option("--no-progress", help="Do not show a progress bar.")]
 _SELF_CONTAINED = Annotated[bool, typer.Option(
     "--self-contained", help="HTML: embed plotly.js in the page (+4.8 MB) instead of loading "

@@ -193,7 +193,8 @@ def utilization_plot(run: RunDir) -> Plot | None:
 PLAN_OUTCOMES = ("e2e_p90_s", "j_per_output_token", "ttft_p90_s", "tpot_p90_s", "attainment", "goodput_rps",
                  "tokens_per_s_per_gpu", "tokens_per_s_per_user", "usd_per_million_output_tokens")
 #: pareto.json's "among": which candidates its fronts were drawn from.
-AMONG = {"meeting_slo": ", among those meeting the SLOs", "simulated": ", among all simulated: none meets the SLOs"}
+AMONG = {"meeting_slo": ", among those meeting the SLOs",
+         "simulated": ", among all simulated: none meets the SLOs"}
 #: The keys of a front's row in pareto.json besides its metric.
 _FRONT_KEYS = {"id", "label", "usd_per_hour"}
 
@@ -227,7 +228,8 @@ def plan_plots(run: RunDir) -> list[Plot]:
     meets = np.asarray(cols["meets_slo"], bool) if "meets_slo" in cols else np.ones(cost.size, bool)
     fronts = pareto_fronts(run.documents.get("pareto"))
     row = {c: i for i, c in enumerate(ids)}
-    among = (run.documents.get("pareto") or {}).get("among") if isinstance(run.documents.get("pareto"), dict) else None
+    doc = run.documents.get("pareto")
+    among = doc.get("among") if isinstance(doc, dict) else None
     front_metrics = [m for m, _ in fronts.values() if m]
     plots = []
     for metric in dict.fromkeys([*front_metrics, *PLAN_OUTCOMES]):
