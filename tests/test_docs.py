@@ -314,6 +314,87 @@ def test_example_files_and_counts(example: Path) -> None:
     assert counts <= {given}, f"{example.name}: comments say {counts}, the file {given}"
 
 
+def test_mooncake_example_says_what_its_run_shows() -> None:
+    """The Mooncake example's comment states its run's rejections, saturation, attainment and
+    prefix-cache hits (on the bundled start of the trace): each figure is the run's."""
+    from servesim import simulate
+    from servesim.config import load_scenario
+
+    example = ROOT / "examples" / "mooncake_prefix_cache.yaml"
+    comment = " ".join(re.findall(r"#(.*)", example.read_text(encoding="utf-8")))
+    comment = re.sub(r"\s+", " ", comment)
+
+    def run(*sets: str) -> dict:
+        return simulate(load_scenario(example, [*EXAMPLE_SETS[example.name][1::2], *sets])).summary
+
+    s = run()
+    assert s["counts"]["num_rejected"] == 0 and "none rejected" in comment
+    assert not s["saturation"]["saturated"] and "not saturated" in comment
+    assert f"{s['slo']['attainment']['all']:.0%} meet both SLOs" in comment
+    assert f"TTFT p99 {s['latency']['ttft_s']['p99']:.0f} s" in comment
+    assert f"finds {s['utilization']['overall']['prefix_hit_rate']:.1%} of prompt tokens" in comment
+    assert f"KV cache holds ({s['memory'][0]['kv_capacity_tokens'] / 1e3:.0f}k tokens" in comment
+    assert f"at 65536, {run('engine.max_model_len=65536')['counts']['num_rejected']} are" in comment
+    off = run("engine.enable_prefix_caching=false")["slo"]["attainment"]["all"]
+    assert f"(off: attainment {off:.0%})" in comment
+    big = run("engine.num_gpu_blocks_override=400000")["utilization"]["overall"]["prefix_hit_rate"]
+    assert f"engine.num_gpu_blocks_override=400000 finds {big:.1%}" in comment
+
+
+def test_bursty_example_says_what_its_run_shows() -> None:
+    from servesim import simulate
+    from servesim.config import load_scenario
+
+    example = ROOT / "examples" / "bursty_synthetic.yaml"
+    comment = re.sub(r"\s+", " ", " ".join(re.findall(r"#(.*)", example.read_text(encoding="utf-8"))))
+    s = simulate(load_scenario(example, [])).summary
+    assert not s["saturation"]["saturated"] and s["counts"]["num_rejected"] == 0
+    assert "not saturated, none rejected" in comment
+    assert f"{s['slo']['attainment']['all']:.1%} of requests meet both SLOs" in comment
+    assert f"(TTFT p90 {s['latency']['ttft_s']['p90']:.2f} s against the 1 s limit)" in comment
+
+
+@pytest.mark.slow
+def test_guide_figures_are_the_runs() -> None:
+    """docs/guide.md's comparison (vLLM V1, Sarathi-Serve, a disaggregated pair on 2,000
+    requests of the Azure trace) and its Mooncake run quote what the code gives today."""
+    from servesim import simulate
+    from servesim.config import load_scenario
+
+    guide = re.sub(r"\s+", " ", (ROOT / "docs" / "guide.md").read_text(encoding="utf-8"))
+
+    def run(*sets: str) -> dict:
+        return simulate(load_scenario(None, list(sets))).summary
+
+    def ms(s: dict, metric: str, p: str) -> float:
+        return s["latency"][metric][p] * 1e3
+
+    base = "workload.limit=2000"
+    v1, sarathi = run(base), run(base, "engine.policy=sarathi")
+    disagg = run(base, 'cluster={"pools":[{"name":"prefill","role":"prefill","num_replicas":1},'
+                       '{"name":"decode","role":"decode","num_replicas":1}]}')
+    assert (f"p99 TTFT {ms(sarathi, 'ttft_s', 'p99'):.0f} ms against {ms(v1, 'ttft_s', 'p99'):.0f} ms, "
+            f"median TPOT "
+            f"{ms(sarathi, 'tpot_s', 'p50'):.1f} ms against {ms(v1, 'tpot_s', 'p50'):.1f} ms") in guide
+    assert (f"({ms(disagg, 'tpot_s', 'p50'):.1f} ms median, {ms(disagg, 'tpot_s', 'p99'):.1f} ms p99 against "
+            f"vLLM V1's {ms(v1, 'tpot_s', 'p99'):.1f} ms") in guide
+    cost = [s["cost"]["usd_per_million_output_tokens"] for s in (disagg, v1)]
+    assert f"(${cost[0]:.2f} against ${cost[1]:.2f} per million output tokens)" in guide
+    for s in (v1, sarathi, disagg):
+        assert s["counts"]["num_rejected"] == 0 and not s["saturation"]["saturated"]
+
+    trace = [f"workload.path={ROOT / 'tests/fixtures/traces/mooncake_conversation_1000.jsonl.gz'}",
+             "workload.format=mooncake"]
+    assert run(*trace)["saturation"]["saturated"]  # at its own rate: "one H100 saturates"
+    mc = run(*trace, "workload.rate_scale=0.4")
+    assert not mc["saturation"]["saturated"]
+    assert f"(attainment {mc['slo']['attainment']['all']:.0%})" in guide
+    assert f"finds only {mc['utilization']['overall']['prefix_hit_rate']:.1%} of prompt tokens" in guide
+    assert f"({mc['memory'][0]['kv_capacity_tokens'] / 1e3:.0f}k tokens;" in guide
+    big = run(*trace, "workload.rate_scale=0.4", "engine.num_gpu_blocks_override=400000")
+    assert f"6.4M tokens, finds {big['utilization']['overall']['prefix_hit_rate']:.1%})" in guide
+
+
 # -- figures quoted from the code -------------------------------------------------------------
 
 def test_memory_plan_figures_in_perf_model_md() -> None:

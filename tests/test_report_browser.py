@@ -1,6 +1,7 @@
 """The HTML report in a real browser: headless Chromium opens the page from disk (no network),
-every plot draws (plotly's ``.main-svg`` with its traces' paths), no script error or console
-error, and a screenshot shows the page.
+plotly.js loaded from the file beside it or embedded (--self-contained), every plot draws
+(plotly's ``.main-svg`` with its traces' paths), no script error or console error, and a
+screenshot shows the page; a page whose plotly.js file is missing says so.
 
 Needs Debian's ``chromium`` (``apt-get install chromium``; .ci/run installs it and sets
 SERVESIM_REQUIRE_BROWSER=1, so there a missing browser fails instead of skipping). Each browser
@@ -61,21 +62,38 @@ def drawn(dom: str) -> tuple[str | None, str | None]:
 
 
 @pytest.fixture(scope="module")
-def report_page(tmp_path_factory) -> tuple[Path, list[dict]]:
-    out = tmp_path_factory.mktemp("browser")
+def run_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("browser") / "run"
     res = CliRunner().invoke(app, ["simulate", str(ROOT / "examples" / "disaggregated.yaml"), "--set",
-                                   "workload.num_requests=300", "--no-progress", "-q", "-o", str(out / "run")],
+                                   "workload.num_requests=300", "--no-progress", "-q", "-o", str(out)],
                              catch_exceptions=False)
     assert res.exit_code == 0, res.output
-    [page] = write_report(out / "run", out / "report.html")
+    return out
+
+
+def page_and_figures(page: Path) -> tuple[Path, list[dict]]:
     text = page.read_text(encoding="utf-8")
     figs = json.loads(re.search(r'id="figures">(.*?)</script>', text, re.S)[1].replace("<\\/", "</"))
     return page, figs
 
 
+@pytest.fixture(scope="module")
+def report_page(run_dir) -> tuple[Path, list[dict]]:
+    page, _ = write_report(run_dir, run_dir.parent / "report.html")  # and plotly-VERSION.min.js beside it
+    return page_and_figures(page)
+
+
+@pytest.fixture(scope="module", params=["beside", "self-contained"])
+def any_page(request, run_dir) -> tuple[Path, list[dict]]:
+    if request.param == "beside":
+        return request.getfixturevalue("report_page")
+    [page] = write_report(run_dir, run_dir.parent / "whole" / "report.html", self_contained=True)
+    return page_and_figures(page)
+
+
 @pytest.mark.slow
-def test_every_plot_draws_without_errors(report_page) -> None:
-    page, figs = report_page
+def test_every_plot_draws_without_errors(any_page) -> None:
+    page, figs = any_page
     res = chromium(page, "--dump-dom")
     assert res.returncode == 0, res.stderr[-2000:]
     dom = res.stdout
@@ -103,6 +121,17 @@ def test_the_checks_see_a_broken_page(tmp_path) -> None:
     _, errors = drawn(res.stdout)
     assert errors and "undefinedFunction" in errors
     assert console_errors(res.stderr)
+
+
+@pytest.mark.slow
+def test_a_page_without_its_plotly_js_says_so(report_page, tmp_path) -> None:
+    """Moved away from its plotly-VERSION.min.js, the page shows why nothing is drawn."""
+    page = tmp_path / "moved.html"
+    page.write_text(report_page[0].read_text(encoding="utf-8"), encoding="utf-8")
+    res = chromium(page, "--dump-dom")
+    count, errors = drawn(res.stdout)
+    assert count is None and errors and "plotly.js not loaded" in errors
+    assert 'class="missing"' in res.stdout and "--self-contained" in res.stdout
 
 
 @pytest.mark.slow

@@ -202,6 +202,36 @@ def test_metrics_parse_and_count(server, client) -> None:
     for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
                  "vllm:gpu_cache_usage_perc"):
         assert value(after, name, engine="0") == 0.0
+    assert value(after, "vllm:request_success_total", finished_reason="length") - value(
+        before, "vllm:request_success_total", finished_reason="length") == 2
+    # vLLM's phases of each finished request: queue, prefill, decode; inference = prefill + decode
+    moved = {ph: [value(after, f"vllm:request_{ph}_time_seconds_{k}") - value(
+        before, f"vllm:request_{ph}_time_seconds_{k}") for k in ("count", "sum")]
+        for ph in ("queue", "prefill", "decode", "inference")}
+    assert all(count == 2 for count, _ in moved.values())
+    assert moved["queue"][1] >= 0 and moved["prefill"][1] > 0 and moved["decode"][1] > 0
+    assert moved["inference"][1] == pytest.approx(moved["prefill"][1] + moved["decode"][1], rel=1e-9)
+    name = "vllm:e2e_request_latency_seconds_sum"
+    e2e = value(after, name) - value(before, name)
+    assert moved["queue"][1] + moved["inference"][1] <= e2e + 1e-9
+    # both prompts were looked up in the prefix cache, once each
+    q = "vllm:prefix_cache_queries_total"
+    assert value(after, q, engine="0") - value(before, q, engine="0") == 400
+
+
+def test_prefix_cache_hits_move(server, client) -> None:
+    """The same prompt twice: the second reuses the first's full blocks."""
+    before = metrics(server)
+    for _ in range(2):
+        client.completions.create(model=MODEL, prompt=[11] * 333, max_tokens=2)
+    after = metrics(server)
+    queries = value(after, "vllm:prefix_cache_queries_total", engine="0") - value(
+        before, "vllm:prefix_cache_queries_total", engine="0")
+    hits = value(after, "vllm:prefix_cache_hits_total", engine="0") - value(
+        before, "vllm:prefix_cache_hits_total", engine="0")
+    assert queries == 666
+    assert 0 < hits <= 332 and hits % 16 == 0  # whole blocks of the first prompt (block size 16)
+    assert value(after, "vllm:num_preemptions_total", engine="0") == 0  # plenty of KV here
 
 
 def wait_idle(base: str, timeout_s: float = 120.0) -> dict:
@@ -235,9 +265,12 @@ def test_disconnect_aborts_and_frees_kv(server, stream) -> None:
             with pytest.raises(httpx.ReadTimeout):
                 c.post(f"{server}/v1/completions", json=body)
     after = wait_idle(server)
-    # aborted: no finish observed
-    assert value(after, "vllm:e2e_request_latency_seconds_count") == value(
-        before, "vllm:e2e_request_latency_seconds_count")
+    # aborted: no finish observed, one abort counted
+    for name in ("vllm:e2e_request_latency_seconds_count", "vllm:request_decode_time_seconds_count"):
+        assert value(after, name) == value(before, name)
+    for reason, moved in (("abort", 1), ("length", 0)):
+        assert value(after, "vllm:request_success_total", finished_reason=reason) - value(
+            before, "vllm:request_success_total", finished_reason=reason) == moved
 
 
 # ------------------------------------------------------------------ timing vs the offline simulation
@@ -371,6 +404,40 @@ def test_live_simulation_makes_the_offline_decisions_at_speed() -> None:
         assert s.num_sent == s.req.max_tokens
     assert all(got >= s.req.finished_s for got, s in zip(received, streams))
     assert sim.cluster.replicas[0].kv.usage == 0.0 and not sim.handles
+
+
+def test_preemptions_are_counted() -> None:
+    """A replica of 40 KV blocks (640 tokens) and four requests that grow to 25 blocks each:
+    vLLM V1 preempts the newest; /metrics counts each preemption, every request still finishes
+    and its phases are observed."""
+    from servesim.config import scenario_from_dict
+    from servesim.serve.prom import ServeMetrics
+    from servesim.serve.server import live_sim
+
+    sc = scenario_from_dict({**bench.SCENARIO,
+                             "engine": {"max_model_len": 512, "num_gpu_blocks_override": 40}})
+    sim = live_sim(sc, speed=50.0)
+    prom = ServeMetrics(sim, MODEL)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(sim.run())
+        handles = [sim.submit([(200, k)], 200) for k in range(4)]
+        for h in handles:
+            done = False
+            while not done:
+                _, _, done = await asyncio.wait_for(h.queue.get(), 30)
+        sim.close()
+        await task
+
+    asyncio.run(main())
+    m = {(x.name, tuple(sorted(x.labels.items()))): x.value
+         for fam in text_string_to_metric_families(prom.render().decode()) for x in fam.samples}
+    preempted = value(m, "vllm:num_preemptions_total", engine="0")
+    assert preempted == sim.cluster.replicas[0].scheduler.num_preemptions > 0
+    assert value(m, "vllm:request_success_total", finished_reason="length") == 4
+    assert value(m, "vllm:request_queue_time_seconds_count") == 4
+    # a preempted request's prompt is counted at its first admission only
+    assert value(m, "vllm:prefix_cache_queries_total", engine="0") == 800
 
 
 @pytest.mark.parametrize("abort_after_tokens", [0, 1, 3])

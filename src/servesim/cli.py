@@ -77,11 +77,11 @@ def simulate(
         run_simulate(scenario, overrides or [], output, records_format.value, json_out=json_out,
                      quiet=quiet, progress=not (no_progress or quiet or json_out))
         if report and output is not None:
-            from servesim.report import write_report
+            from servesim.report import paths_line, write_report
 
             paths = write_report(output, progress=not (no_progress or quiet or json_out))
             if not (quiet or json_out):
-                typer.echo(f"wrote {paths[0]}")
+                typer.echo(paths_line(paths))
 
 
 def run_simulate(scenario_path: Path | None, overrides: list[str], output: Path | None,

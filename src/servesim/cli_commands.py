@@ -17,9 +17,12 @@ from servesim.cli_base import user_errors
 from servesim.errors import ServesimError
 
 _FORMAT = Annotated[str, typer.Option("--format", metavar="html|png|svg",
-                                      help="html: one self-contained interactive page; png/svg: one "
-                                           "image per plot.")]
+                                      help="html: one interactive page (offline; plotly.js beside it); "
+                                           "png/svg: one image per plot.")]
 _NO_PROGRESS = Annotated[bool, typer.Option("--no-progress", help="Do not show a progress bar.")]
+_SELF_CONTAINED = Annotated[bool, typer.Option(
+    "--self-contained", help="HTML: embed plotly.js in the page (+4.8 MB) instead of loading "
+                             "plotly-VERSION.min.js from the page's folder.")]
 _REPORT = Annotated[bool, typer.Option(
     "--report", help="Also write OUTPUT/report.html (needs --output; see servesim report).")]
 
@@ -44,14 +47,15 @@ def report(
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", help="The HTML file, or the folder for PNG/SVG files "
                                "(default RUN_DIR/report.html, RUN_DIR/plots).")] = None,
-    fmt: _FORMAT = "html", no_progress: _NO_PROGRESS = False,
+    fmt: _FORMAT = "html", no_progress: _NO_PROGRESS = False, self_contained: _SELF_CONTAINED = False,
 ) -> None:
     """Write a report of an output folder: summary, latency CDFs, time series, utilization
     (a run); ranked candidates and Pareto fronts (a plan); predicted vs measured (a validation)."""
     with user_errors():
         from servesim.report import paths_line, write_report
 
-        typer.echo(paths_line(write_report(run_dir, output, fmt, progress=not no_progress)))  # type: ignore[arg-type]
+        typer.echo(paths_line(write_report(run_dir, output, fmt, progress=not no_progress,  # type: ignore[arg-type]
+                                           self_contained=self_contained)))
 
 
 def compare(
@@ -59,14 +63,14 @@ def compare(
         help="Two or more output folders of servesim simulate --output.", show_default=False)],
     output: Annotated[Path, typer.Option(
         "--output", "-o", help="The HTML file, or the folder for PNG/SVG files.")] = Path("compare.html"),
-    fmt: _FORMAT = "html", no_progress: _NO_PROGRESS = False,
+    fmt: _FORMAT = "html", no_progress: _NO_PROGRESS = False, self_contained: _SELF_CONTAINED = False,
 ) -> None:
     """Several runs side by side: their summaries in one table, their latency CDFs overlaid."""
     with user_errors():
         from servesim.report import paths_line, write_comparison
 
         typer.echo(paths_line(write_comparison(list(run_dirs), output, fmt,  # type: ignore[arg-type]
-                                               progress=not no_progress)))
+                                               progress=not no_progress, self_contained=self_contained)))
 
 
 def capacity(

@@ -1,7 +1,9 @@
 """``write_report`` (one output folder) and ``write_comparison`` (several runs side by side).
 
-HTML goes to one self-contained file, written atomically (a temporary name, then a rename);
-PNG/SVG go to a folder, one file per plot.
+HTML goes to one page, written atomically (a temporary name, then a rename), with the
+installed plotly.js beside it (``plotly-VERSION.min.js``, written once per folder and shared
+by every page there) or, ``self_contained``, inside it; PNG/SVG go to a folder, one file per
+plot.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from servesim.errors import ServesimError
 from servesim.metrics.progress import progress_bar
 from servesim.report import figures, tables
 from servesim.report.figures import Plot
-from servesim.report.html import Block, render_page
+from servesim.report.html import Block, plotly_js, plotly_js_name, render_page
 from servesim.report.rundir import RunDir, open_run_dir
 
 Format = Literal["html", "png", "svg"]
@@ -62,7 +64,13 @@ def _plan_blocks(run: RunDir, plots: list[Plot]) -> list[Block]:
         blocks.append(Block("table", header=header, rows=rows))
     else:
         blocks.append(Block("note", "no candidates table in this folder"))
-    return blocks + [Block("h2", "Pareto fronts"), Block("plots", plots=plots)]
+    blocks.append(Block("h2", "Pareto fronts"))
+    if not plots:
+        return blocks + [Block("note", "nothing to draw: no simulated candidate with a cost per hour "
+                                       "(usd_per_hour) and an outcome")]
+    return blocks + [Block("note", "Each outcome against $/hour, one marker per simulated candidate; the "
+                                   "dashed line is pareto.json's front for that outcome."),
+                     Block("plots", plots=plots)]
 
 
 def _capacity_blocks(run: RunDir, plots: list[Plot]) -> list[Block]:
@@ -106,14 +114,35 @@ def _write_text_atomic(path: Path, text: str) -> None:
         raise
 
 
+def _write_plotly_js(folder: Path) -> Path:
+    """``folder/plotly-VERSION.min.js`` (left as it is when it already holds that text)."""
+    path = folder / plotly_js_name()
+    js = plotly_js()
+    try:
+        same = path.is_file() and path.stat().st_size == len(js.encode("utf-8")) \
+            and path.read_text(encoding="utf-8") == js
+    except (OSError, UnicodeDecodeError):
+        same = False
+    if not same:
+        _write_text_atomic(path, js)
+    return path
+
+
 def _save(title: str, subtitle: str, blocks: list[Block], plots: list[Plot], out: Path, fmt: str,
-          tick: Callable[[int], None] | None) -> list[Path]:
+          tick: Callable[[int], None] | None, self_contained: bool = False) -> list[Path]:
     try:
         if fmt == "html":
-            _write_text_atomic(out, render_page(title, subtitle, blocks))
-            return [out]
+            if self_contained:
+                _write_text_atomic(out, render_page(title, subtitle, blocks))
+                return [out]
+            js = _write_plotly_js(out.parent)
+            _write_text_atomic(out, render_page(title, subtitle, blocks, js.name))
+            return [out, js]
         from servesim.report.static import save_plot
 
+        if not plots:
+            raise ServesimError(f"{subtitle}: nothing to draw as {fmt.upper()} (the folder holds no data "
+                                "for any plot); --format html writes its tables")
         out.mkdir(parents=True, exist_ok=True)
         paths = []
         for k, plot in enumerate(plots):
@@ -144,9 +173,10 @@ def default_output(run_dir: Path, fmt: str) -> Path:
 
 
 def write_report(run_dir: Path | str, out_path: Path | str | None = None, fmt: Format = "html",
-                 progress: bool = False) -> list[Path]:
+                 progress: bool = False, self_contained: bool = False) -> list[Path]:
     """Report of one output folder (a run, a plan, a capacity search or a validation); returns
-    the files written."""
+    its files: the page and the plotly.js beside it (HTML; the page alone when
+    ``self_contained``), or one image per plot (PNG/SVG)."""
     _check_format(fmt)
     run_dir = Path(run_dir)
     out = Path(out_path) if out_path is not None else default_output(run_dir, fmt)
@@ -158,14 +188,15 @@ def write_report(run_dir: Path | str, out_path: Path | str | None = None, fmt: F
         if tick:
             tick(2)
         blocks = BLOCKS[run.kind](run, plots)
-        paths = _save(f"{TITLES[run.kind]}: {run.label}", str(run_dir), blocks, plots, out, fmt, None)
+        paths = _save(f"{TITLES[run.kind]}: {run.label}", str(run_dir), blocks, plots, out, fmt, None,
+                      self_contained)
         if tick:
             tick(3)
     return paths
 
 
 def write_comparison(run_dirs: list[Path | str], out_path: Path | str, fmt: Format = "html",
-                     progress: bool = False) -> list[Path]:
+                     progress: bool = False, self_contained: bool = False) -> list[Path]:
     """Several runs side by side: their summaries in one table, their latency CDFs overlaid."""
     _check_format(fmt)
     if len(run_dirs) < 2:
@@ -189,7 +220,8 @@ def write_comparison(run_dirs: list[Path | str], out_path: Path | str, fmt: Form
         header, rows = tables.comparison_rows(runs)
         blocks = [Block("h2", "Summaries"), Block("table", header=header, rows=rows, key_column=True),
                   Block("h2", "Latency distributions"), Block("plots", plots=plots)]
-        paths = _save("servesim comparison", ", ".join(labels), blocks, plots, Path(out_path), fmt, None)
+        paths = _save("servesim comparison", ", ".join(labels), blocks, plots, Path(out_path), fmt, None,
+                      self_contained)
         if tick:
             tick(len(run_dirs) + 1)
     return paths

@@ -188,54 +188,72 @@ def utilization_plot(run: RunDir) -> Plot | None:
 # --------------------------------------------------------------------------- plans and validation
 
 
-def pareto_fronts(doc: object) -> dict[str, list[str]]:
-    """Candidate ids of each front in pareto.json: a list (one front), or an object whose list
-    values are fronts; items are ids or rows with a ``candidate_id``."""
-    def ids(items: list) -> list[str]:
-        return [str(x.get("candidate_id")) if isinstance(x, dict) else str(x) for x in items]
-
-    if isinstance(doc, list):
-        return {"Pareto front": ids(doc)}
-    if isinstance(doc, dict):
-        return {str(k): ids(v) for k, v in doc.items() if isinstance(v, list)}
-    return {}
+#: The outcomes of a plan's candidates (planner.search.candidate_metrics), in plot order after
+#: the fronts' own metrics.
+PLAN_OUTCOMES = ("e2e_p90_s", "j_per_output_token", "ttft_p90_s", "tpot_p90_s", "attainment", "goodput_rps",
+                 "tokens_per_s_per_gpu", "tokens_per_s_per_user", "usd_per_million_output_tokens")
+#: pareto.json's "among": which candidates its fronts were drawn from.
+AMONG = {"meeting_slo": ", among those meeting the SLOs",
+         "simulated": ", among all simulated: none meets the SLOs"}
+#: The keys of a front's row in pareto.json besides its metric.
+_FRONT_KEYS = {"id", "label", "usd_per_hour"}
 
 
-def metric_columns(cols: Columns) -> list[str]:
-    """The numeric columns of a candidates table that are outcomes (latency, energy, ...)."""
-    skip = {"candidate_id", "num_gpus", "cost_per_hour", "rank", "tp", "pp", "ep", "num_replicas"}
-    return [c for c, v in cols.items() if c not in skip and np.asarray(v).dtype.kind in "iuf"
-            and not c.startswith("num_") and np.isfinite(np.asarray(v, np.float64)).any()]
+def pareto_fronts(doc: object) -> dict[str, tuple[str | None, list[str]]]:
+    """(metric, candidate ids) of each front of pareto.json as ``servesim plan`` writes it:
+    ``{"among": ..., "cost_vs_latency": [{"id", "label", "usd_per_hour", "e2e_p90_s"}, ...],
+    "cost_vs_energy": [...]}``; a front's metric is the key of its rows besides id, label and
+    cost (None for a front of bare ids)."""
+    if not isinstance(doc, dict):
+        return {}
+    out: dict[str, tuple[str | None, list[str]]] = {}
+    for name, items in doc.items():
+        if not isinstance(items, list):
+            continue  # "among": which candidates the fronts were drawn from
+        metric = next((k for it in items if isinstance(it, dict) for k in it if k not in _FRONT_KEYS), None)
+        out[str(name)] = (metric, [str(it.get("id")) if isinstance(it, dict) else str(it) for it in items])
+    return out
 
 
 def plan_plots(run: RunDir) -> list[Plot]:
-    """Each outcome against cost per hour, candidates meeting the SLO apart, fronts as lines."""
+    """Each outcome against cost per hour, candidates meeting the SLO apart from those missing
+    it (pruned and failed ones have no outcome), each Pareto front on its metric's plot."""
     cols = run.tables.get("candidates") or {}
-    if "cost_per_hour" not in cols:
+    if "usd_per_hour" not in cols:
         return []
-    cost = np.asarray(cols["cost_per_hour"], np.float64)
-    ids = [str(x) for x in cols.get("candidate_id", np.arange(cost.size))]
-    desc = [str(x) for x in cols.get("description", ids)]
+    cost = np.asarray(cols["usd_per_hour"], np.float64)
+    ids = [str(int(x)) if isinstance(x, float | np.floating) and np.isfinite(x) else str(x)
+           for x in cols.get("id", np.arange(cost.size))]
+    desc = [str(x) for x in cols.get("label", ids)]
     meets = np.asarray(cols["meets_slo"], bool) if "meets_slo" in cols else np.ones(cost.size, bool)
     fronts = pareto_fronts(run.documents.get("pareto"))
     row = {c: i for i, c in enumerate(ids)}
+    doc = run.documents.get("pareto")
+    among = doc.get("among") if isinstance(doc, dict) else None
+    front_metrics = [m for m, _ in fronts.values() if m]
     plots = []
-    for metric in metric_columns(cols)[:8]:
+    for metric in dict.fromkeys([*front_metrics, *PLAN_OUTCOMES]):
+        if metric not in cols or np.asarray(cols[metric]).dtype.kind not in "iuf":
+            continue
         y = np.asarray(cols[metric], np.float64)
+        has = np.isfinite(cost) & np.isfinite(y)
+        if not has.any():
+            continue
         plot = Plot(f"pareto_{metric}", f"{metric} against cost", "cost per hour ($)", metric)
-        for label, mask in (("meets SLO", meets), ("misses SLO", ~meets)):
+        for label, mask in (("meets SLO", meets & has), ("misses SLO", ~meets & has)):
             if mask.any():
                 plot.traces.append(Trace(label, _floats(cost[mask]), _floats(y[mask]), kind="markers",
-                                         text=[d for d, m in zip(desc, mask) if m]))
-        named = {n: f for n, f in fronts.items() if metric in n}  # a front of this outcome
-        for name, front in (named or {n: f for n, f in fronts.items()
-                                      if not any(m in n for m in metric_columns(cols))}).items():
+                                         text=[f"{i}: {d}" for i, d, m in zip(ids, desc, mask) if m]))
+        for name, (fm, front) in fronts.items():
+            if fm != metric:
+                continue
             k = sorted((row[c] for c in front if c in row), key=lambda i: cost[i])
             if k:
-                plot.traces.append(Trace(name, _floats(cost[k]), _floats(y[k]),
-                                         text=[desc[i] for i in k], dash=True))
+                label = f"Pareto front ({name}{AMONG.get(str(among), '')})"
+                plot.traces.append(Trace(label, _floats(cost[k]), _floats(y[k]),
+                                         text=[f"{ids[i]}: {desc[i]}" for i in k], dash=True))
         plots.append(plot)
-    return plots
+    return plots[:8]
 
 
 def validation_plots(run: RunDir) -> list[Plot]:

@@ -1,5 +1,7 @@
-"""One self-contained HTML page: tables, and the plots drawn by plotly.js embedded in the page
-(once per file, from the installed ``plotly`` package: no CDN, the page works offline).
+"""One HTML page: tables, and the plots drawn by plotly.js from the installed ``plotly`` package
+(no CDN, the page works offline). The page loads plotly.js from a file beside it
+(``plotly-VERSION.min.js``, one copy per folder of reports: the page weighs what its data
+weighs, some tens of kB, not plotly's 4.8 MB) or, self-contained, embeds it.
 
 When every plot has drawn, the page sets ``data-plots-drawn`` on ``<body>`` to their number;
 a script error sets ``data-errors``. The browser test reads both from the rendered DOM.
@@ -31,6 +33,7 @@ th{background:#f0f3f6} td.k{color:#555;white-space:nowrap}
 .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(640px,1fr));gap:14px}
 .plot{background:#fff;border:1px solid #e2e2e2;height:380px}
 .scroll{max-height:520px;overflow:auto;display:inline-block}
+.missing{background:#fff3cd;border:1px solid #e0c36a;padding:8px 12px;font-size:14px}
 """
 
 SCRIPT = """
@@ -38,6 +41,16 @@ window.addEventListener('error', function (e) {
   document.body.setAttribute('data-errors', (document.body.getAttribute('data-errors') || '') + e.message + ';');
 });
 (function () {
+  if (typeof Plotly === 'undefined') {  // plotly-VERSION.min.js not beside the page
+    var src = (document.getElementById('plotly-js') || {}).src || 'plotly.js';
+    var note = document.createElement('p');
+    note.className = 'missing';
+    note.textContent = 'The plots need ' + src.split('/').pop() + ' in the folder of this page (servesim '
+      + 'report writes it there; --self-contained embeds it in the page instead).';
+    document.querySelector('main').prepend(note);
+    document.body.setAttribute('data-errors', 'plotly.js not loaded: ' + src);
+    return;
+  }
   var figs = JSON.parse(document.getElementById('figures').textContent);
   var config = {responsive: true, displaylogo: false, displayModeBar: 'hover'};
   Promise.all(figs.map(function (f) {
@@ -69,6 +82,16 @@ def plotly_js() -> str:
     except ImportError:
         raise ServesimError("an HTML report needs plotly: pip install 'servesim[report]'") from None
     return str(get_plotlyjs())
+
+
+def plotly_js_name() -> str:
+    """The file name of the installed plotly.js beside a page: ``plotly-VERSION.min.js`` (a
+    page of another plotly version in the same folder keeps its own copy)."""
+    try:
+        from plotly.offline.offline import get_plotlyjs_version
+    except ImportError:
+        raise ServesimError("an HTML report needs plotly: pip install 'servesim[report]'") from None
+    return f"plotly-{get_plotlyjs_version()}.min.js"
 
 
 def figure(plot: Plot, div: str) -> dict[str, Any]:
@@ -108,8 +131,9 @@ def _table(block: Block) -> str:
     return f'<div class="scroll"><table>{thead}<tbody>{"".join(body)}</tbody></table></div>'
 
 
-def render_page(title: str, subtitle: str, blocks: list[Block]) -> str:
-    """The whole page as text: styles, plotly.js, the blocks and the figures' data."""
+def render_page(title: str, subtitle: str, blocks: list[Block], plotly_src: str | None = None) -> str:
+    """The whole page as text: styles, plotly.js (loaded from ``plotly_src``, a path relative to
+    the page; embedded when None), the blocks and the figures' data."""
     parts: list[str] = []
     figs: list[dict[str, Any]] = []
     for block in blocks:
@@ -130,7 +154,9 @@ def render_page(title: str, subtitle: str, blocks: list[Block]) -> str:
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{html.escape(title)}</title><style>{CSS}</style>"
-            f"<script>{plotly_js()}</script></head><body>"
+            + (f'<script id="plotly-js" src="{html.escape(plotly_src)}"></script>' if plotly_src
+               else f"<script>{plotly_js()}</script>")
+            + "</head><body>"
             f"<header><h1>{html.escape(title)}</h1><p>{html.escape(subtitle)}</p></header>"
             f'<main>{"".join(parts)}</main>'
             f'<script type="application/json" id="figures">{data}</script>'

@@ -125,21 +125,31 @@ def cell(x: Any) -> str:
 
 
 def ranked_order(cols: Columns) -> np.ndarray:
-    """Row order of a candidates table: by its ``rank`` column, else SLO met first, then cost."""
+    """Row order of a plan's candidates table (``servesim plan``'s columns): ranked ones by
+    ``rank``, then the unranked (missing the SLOs, pruned, failed) by ``margin``, nearest first."""
     n = len(next(iter(cols.values()))) if cols else 0
-    if "rank" in cols:
-        return np.argsort(np.asarray(cols["rank"], np.float64), kind="stable")
-    meets = np.asarray(cols["meets_slo"], bool) if "meets_slo" in cols else np.ones(n, bool)
-    cost = np.asarray(cols["cost_per_hour"], np.float64) if "cost_per_hour" in cols else np.zeros(n)
-    return np.lexsort((np.nan_to_num(cost, nan=np.inf), ~meets))
+    rank = np.asarray(cols["rank"], np.float64) if "rank" in cols else np.full(n, np.nan)
+    margin = np.asarray(cols["margin"], np.float64) if "margin" in cols else np.zeros(n)
+    return np.lexsort((-np.nan_to_num(margin, nan=-np.inf), np.nan_to_num(rank, nan=np.inf)))
+
+
+#: The columns a candidates table shows first (the rest follow in the file's order).
+_FIRST = ("rank", "id", "label", "status", "meets_slo", "usd_per_hour")
 
 
 def candidate_rows(cols: Columns) -> tuple[list[str], list[list[str]], int]:
     """Header, the first rows of the ranked candidates, and how many candidates there are."""
-    header = list(cols)
+    header = [c for c in _FIRST if c in cols] + [c for c in cols if c not in _FIRST]
     order = ranked_order(cols)
-    rows = [[cell(cols[c][i].item() if hasattr(cols[c][i], "item") else cols[c][i]) for c in header]
-            for i in order[:MAX_CANDIDATE_ROWS]]
+
+    def value(c: str, i: int) -> str:
+        v = cols[c][i]
+        v = v.item() if hasattr(v, "item") else v
+        if c in ("rank", "id") and isinstance(v, float) and v.is_integer():
+            v = int(v)
+        return cell(v)
+
+    rows = [[value(c, i) for c in header] for i in order[:MAX_CANDIDATE_ROWS]]
     return header, rows, len(order)
 
 

@@ -148,6 +148,7 @@ class LiveSim:
         # Observers (the Prometheus metrics): per released token batch and per finish.
         self.on_tokens: Callable[[Stream, int, float], None] | None = None
         self.on_finished: Callable[[Stream], None] | None = None
+        self.on_aborted: Callable[[Stream], None] | None = None  # per choice its client left unfinished
 
     # ----------------------------------------------------------------- clock
 
@@ -189,6 +190,8 @@ class LiveSim:
         for s in handle.streams:
             if not s.done:
                 self.cluster.abort(s.req)
+                if self.on_aborted is not None:
+                    self.on_aborted(s)
         self._forget(handle)
         self._poke()
 

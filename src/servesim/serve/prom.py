@@ -7,6 +7,17 @@ observes ``vllm:time_per_output_token_seconds`` per gap too, as the deprecated a
 are read at scrape time, one series per replica (label ``engine``, its index).
 ``vllm:kv_cache_usage_perc`` is a fraction in [0, 1], as vLLM's is despite its name;
 ``vllm:gpu_cache_usage_perc`` is its older name. Each server has its own registry.
+
+A finished request's phases, as vLLM's ``IterationStats.update_from_finished_request``:
+queue time from reaching the engine to its first schedule (``vllm:request_queue_time_seconds``),
+prefill time from then to its first token, decode time from its first token to its last,
+inference time from its first schedule to its last token. A request whose client went away
+counts once in ``vllm:request_success_total{finished_reason="abort"}`` (vLLM's label of an
+aborted request; its latencies are not observed). Per replica (label ``engine``), read at
+scrape time from the engine: ``vllm:prefix_cache_queries_total`` and
+``vllm:prefix_cache_hits_total`` in tokens (servesim counts a request's prompt once, at its
+first admission; vLLM counts each lookup, a resumption after preemption too) and
+``vllm:num_preemptions_total``.
 """
 
 from __future__ import annotations
@@ -14,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 
 from servesim.engine.replica import Replica
 from servesim.serve.driver import LiveSim, Stream
@@ -25,6 +37,11 @@ ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.
                20.0, 40.0, 80.0)
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
                240.0, 480.0, 960.0, 1920.0, 7680.0)
+
+#: vLLM's request_latency_buckets: E2E latency and the phases (queue, prefill, decode, inference).
+REQUEST_BUCKETS = E2E_BUCKETS
+#: vLLM's FinishReason labels (servesim's requests finish by length, or abort).
+FINISH_REASONS = ("stop", "length", "abort")
 
 LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
@@ -53,13 +70,24 @@ class ServeMetrics:
         self.lag = Histogram("servesim:token_release_lag_seconds",
                              "Wall delay (x speed) between a token's simulated time and its release.",
                              labels, buckets=LAG_BUCKETS, registry=reg)
+        phase = {name: Histogram(f"vllm:request_{name}_time_seconds", doc, labels, buckets=REQUEST_BUCKETS,
+                                 registry=reg)
+                 for name, doc in (("queue", "Time spent in WAITING phase for request (simulated s)."),
+                                   ("prefill", "Time spent in PREFILL phase for request (simulated s)."),
+                                   ("decode", "Time spent in DECODE phase for request (simulated s)."),
+                                   ("inference", "Time spent in RUNNING phase for request (simulated s)."))}
+        self.queue_time, self.prefill_time = phase["queue"], phase["prefill"]
+        self.decode_time, self.inference_time = phase["decode"], phase["inference"]
         self.sim = sim
         self.finished = Counter("vllm:request_success", "Finished requests.", labels + ["finished_reason"],
                                 registry=reg)
         for metric in (self.ttft, self.itl, self.tpot, self.e2e, self.prompt_tokens, self.generation_tokens,
-                       self.lag):
+                       self.lag, *phase.values()):
             metric.labels(model_name)  # exported from the start, as vLLM's are
-        self.finished.labels(model_name, "length")
+        for reason in FINISH_REASONS:
+            self.finished.labels(model_name, reason)
+        # request idx -> (queued, first scheduled, first token), simulated s, from its first token
+        self.first: dict[int, tuple[float, float, float]] = {}
         glabels = ["model_name", "engine"]
         gauges = {
             "vllm:num_requests_running": ("Requests in the running batch.",
@@ -73,8 +101,10 @@ class ServeMetrics:
             g = Gauge(name, doc, glabels, registry=reg)
             for rep in sim.cluster.replicas:
                 g.labels(model_name, str(rep.id)).set_function(_reader(read, rep))
+        reg.register(_EngineCounters(sim, model_name))
         sim.on_tokens = self.on_tokens
         sim.on_finished = self.on_finished
+        sim.on_aborted = self.on_aborted
 
     def on_tokens(self, s: Stream, k: int, now: float) -> None:
         """``k`` tokens of ``s`` came out of the step that ended at ``now`` (one ITL sample a
@@ -85,13 +115,31 @@ class ServeMetrics:
         if s.last_token_s < 0:  # its first token
             self.ttft.labels(m).observe(now - s.arrival_s)
             self.prompt_tokens.labels(m).inc(s.req.num_prompt_tokens)
+            # queued_s now is where it first reached an engine (a disaggregated request reaches
+            # the decode replica's queue later, after its first token)
+            r = s.req
+            self.first[r.idx] = (r.queued_s, r.first_scheduled_s, now)
         else:
             self.itl.labels(m).observe(now - s.last_token_s)
             self.tpot.labels(m).observe(now - s.last_token_s)
 
     def on_finished(self, s: Stream) -> None:
-        self.e2e.labels(self.model).observe(s.req.finished_s - s.arrival_s)
-        self.finished.labels(self.model, "length").inc()
+        m = self.model
+        self.e2e.labels(m).observe(s.req.finished_s - s.arrival_s)
+        self.finished.labels(m, "length").inc()
+        times = self.first.pop(s.req.idx, None)
+        if times is not None:
+            queued, scheduled, first = times
+            last = s.last_token_s
+            self.queue_time.labels(m).observe(max(0.0, scheduled - queued))
+            self.prefill_time.labels(m).observe(first - scheduled)
+            self.decode_time.labels(m).observe(last - first)
+            self.inference_time.labels(m).observe(last - scheduled)
+
+    def on_aborted(self, s: Stream) -> None:
+        """The client of ``s`` went away before its last token."""
+        self.first.pop(s.req.idx, None)
+        self.finished.labels(self.model, "abort").inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -99,3 +147,24 @@ class ServeMetrics:
 
 def _reader(read: Callable[[Replica], float], rep: Replica) -> Callable[[], float]:
     return lambda: float(read(rep))
+
+
+class _EngineCounters:
+    """vLLM's per-engine counters, read from each replica's scheduler at scrape time."""
+
+    SPECS = (("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
+              lambda r: getattr(r.kv, "num_query_tokens", 0)),
+             ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+              lambda r: getattr(r.kv, "num_hit_tokens", 0)),
+             ("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
+              lambda r: getattr(r.scheduler, "num_preemptions", 0)))
+
+    def __init__(self, sim: LiveSim, model_name: str) -> None:
+        self.sim, self.model = sim, model_name
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        for name, doc, read in self.SPECS:
+            family = CounterMetricFamily(name, doc, labels=["model_name", "engine"])
+            for rep in self.sim.cluster.replicas:
+                family.add_metric([self.model, str(rep.id)], float(read(rep)))
+            yield family
