@@ -5,19 +5,23 @@ scaling and capping; failures at given times are events of their own. No second 
 
 **Autoscaling** (Kubernetes HPA's rule, HeteroScale's coordinated prefill:decode scaling,
 ByteDance 2025): per pool, desired = ceil(current x metric / target) over its serving
-replicas, within [floor, max_replicas] where the floor is ``min_replicas`` raised by the
+replicas, kept while metric / target is within ``tolerance`` of 1 (HPA's default 0.1),
+within [floor, max_replicas] where the floor is ``min_replicas`` raised by the
 time-of-day ``schedule``; scale out at once (cold start: ``startup_s`` plus the weight
 shard at ``load_gb_per_s``), scale in only after ``scale_in_grace_s`` below, by draining.
 With ``prefill_decode_ratio`` the prefill pool follows the decode pool's count.
 
 **Power capping** (POLCA, Patel et al., ASPLOS'24): the row's GPU power over the last
 interval is compared with ``budget_w``: above ``cap_low_at`` the low-priority pools run
-at ``capped_clock``, above ``cap_all_at`` every pool does; a cap is lifted when power falls
-``hysteresis`` below its threshold. The clock slows compute-bound work and draws less
+at ``capped_clock``, above ``cap_all_at`` every pool does; a cap is lifted, one level an
+interval, when power falls ``hysteresis`` (the band, 0.1 of the budget by default) below its
+threshold. The intervals over the budget are counted (``num_intervals_over_budget``,
+``over_budget_s``). The clock slows compute-bound work and draws less
 power as ``servesim.perf.power`` models it. Simplification: POLCA reacts within seconds
 through the GPU's power brake as well; here the capper acts once per interval.
 
-**Failures**: ``Fleet.fail`` at the configured times, and with ``rate_per_hour`` each
+**Failures**: ``Fleet.fail`` at the configured times (a notice when the replica named is
+gone by then, was never started, or the run ended first), and with ``rate_per_hour`` each
 serving replica fails in an interval with probability 1 - exp(-rate x interval), at a
 uniform instant within it (seeded: the run stays a pure function of its seed).
 """
@@ -90,6 +94,11 @@ class Operations:
         self.cap_level = 0  # 0 none, 1 low-priority pools capped, 2 every pool
         self.capped_s = {p.name: 0.0 for p in pools}
         self.num_cap_changes = 0
+        self.num_over_budget = 0  # intervals whose row power was above the budget
+        self.over_budget_s = 0.0
+        self.num_intervals = 0
+        self.notices: list[dict[str, Any]] = []  # configured operations that did not happen
+        self._pending_failures = list(f.events) if f else []
         self.last_t = 0.0
         # When the last request was done: the run's end (drain timeouts and repairs still
         # pending then change nothing that is reported).
@@ -141,11 +150,30 @@ class Operations:
                 and (slo.e2e_s is None or e2e <= slo.e2e_s))
 
     def _on_failure_event(self, e: Any) -> None:
+        self._pending_failures.remove(e)
         if self.done_at is not None:  # after the last request: nothing left to report
+            self._failure_notice(e, f"the run's last request finished at {self.done_at:,.6g} s")
             return
-        members = self.fleet.members[e.pool]
-        if e.replica < len(members):
-            self.fleet.fail(members[e.replica], e.recover_after_s)
+        fleet = self.fleet
+        members = fleet.members[e.pool]
+        if e.replica >= len(members):
+            self._failure_notice(e, f"the pool had started only {len(members)} replica(s) by then")
+            return
+        i = members[e.replica]
+        if fleet.phase[i] in (ReplicaPhase.STOPPED, ReplicaPhase.FAILED):
+            how = "was scaled in" if fleet.phase[i] == ReplicaPhase.STOPPED else "had failed"
+            self._failure_notice(e, f"that replica {how} at {fleet.ended_at[i]:,.6g} s")
+            return
+        fleet.fail(i, e.recover_after_s)
+
+    def _failure_notice(self, e: Any, why: str) -> None:
+        """A configured failure that did not happen: said, not skipped silently."""
+        from servesim.workload.notices import notice
+
+        self.notices.append(notice(
+            "failure_not_applied", f"the failure of replica {e.replica} of pool {e.pool!r} at {e.at_s:,.6g} s "
+            f"did not happen: {why} (replicas are numbered in start order, the ones scaled in or failed "
+            f"included)", source="cluster.operations.failures.events"))
 
     # ----------------------------------------------------------------- the tick
 
@@ -207,6 +235,11 @@ class Operations:
                 s[5] += 1
         front_pool = c.pool_of[c.front[0]].name if c.front else None
         self.power_w = sum(energy.values()) / dt if dt > 0 else 0.0
+        if dt > 0:
+            self.num_intervals += 1
+            if self.cfg.power is not None and self.power_w > self.cfg.power.budget_w:
+                self.num_over_budget += 1
+                self.over_budget_s += dt
         for p in self.pools:
             s, d = stats[p.name], self._done[p.name]
             fronts = p.name == front_pool or (front_pool is None and p.role != "decode")
@@ -253,7 +286,12 @@ class Operations:
                      "kv_util": 0.0 if math.isnan(self.series.kv_util[row]) else self.series.kv_util[row],
                      "decode_tokens_per_s": self._interval_done[name][2] / self.cfg.interval_s / serving,
                      }[rule.metric]
-            want = math.ceil(max(current, 1) * value / rule.target - 1e-9)
+            ratio = value / rule.target
+            # HPA's tolerance: within it the count stays (else a steady load flaps around a boundary).
+            if current > 0 and abs(ratio - 1) <= rule.tolerance:
+                want = current
+            else:
+                want = math.ceil(max(current, 1) * ratio - 1e-9)
             if current == 0 and queue > 0:
                 want = max(want, 1)
         floor = max(rule.min_replicas, self._scheduled_floor(name, now))
@@ -298,10 +336,10 @@ class Operations:
             level = 2
         elif frac > pw.cap_low_at:
             level = max(level, 1)
-        if level == self.cap_level:  # lift one level at a time, below its threshold less hysteresis
+        if level == self.cap_level:  # lift one level a tick, below its threshold less the band
             if level == 2 and frac < pw.cap_all_at - pw.hysteresis:
                 level = 1
-            if level >= 1 and frac < pw.cap_low_at - pw.hysteresis:
+            elif level == 1 and frac < pw.cap_low_at - pw.hysteresis:
                 level = 0
         if level != self.cap_level:
             self.num_cap_changes += 1
@@ -334,12 +372,25 @@ class Operations:
             self._account(self.last_t, end_s)
             self.last_t = end_s
         self.fleet.finish(end_s)
-        gpu_s = sum(r.totals.provisioned_s * r.totals.num_gpus for r in self.cluster.replicas)
-        peak = {p.name: int(self.series.of_pool(p.name)["replicas"].max()) if len(self.series) else 0
-                for p in self.pools}
-        return {**self.fleet.counts(), "gpu_hours": gpu_s / 3600, "peak_replicas": peak,
-                "num_cap_changes": self.num_cap_changes, "capped_s": dict(self.capped_s),
-                "max_interval_power_w": float(max(self.series_power())) if len(self.series) else 0.0}
+        for e in self._pending_failures:  # not reached: the loop ended before
+            self._failure_notice(e, f"the run ended at {end_s:,.6g} s")
+        self._pending_failures = []
+        from servesim.metrics.summary import held_fleet
+
+        held = {p.name: held_fleet([self.cluster.replicas[i].totals for i in self.fleet.members[p.name]],
+                                   None, end_s) for p in self.pools}
+        every = held_fleet([r.totals for r in self.cluster.replicas], None, end_s)
+        out = {**self.fleet.counts(), "gpu_hours": every["gpu_hours"],
+               # Replicas held at once (starting, serving or draining): at most, and on average over the run.
+               "peak_replicas": {k: v["peak_replicas"] for k, v in held.items()},
+               "mean_replicas": {k: v["mean_replicas"] for k, v in held.items()},
+               "peak_gpus": every["peak_gpus"], "mean_gpus": every["mean_gpus"],
+               "num_cap_changes": self.num_cap_changes, "capped_s": dict(self.capped_s),
+               "max_interval_power_w": float(max(self.series_power())) if len(self.series) else 0.0}
+        if self.cfg.power is not None:
+            out.update({"budget_w": self.cfg.power.budget_w, "num_intervals": self.num_intervals,
+                        "num_intervals_over_budget": self.num_over_budget, "over_budget_s": self.over_budget_s})
+        return out
 
     def series_power(self) -> list[float]:
         """Total power of each interval (all pools)."""
