@@ -14,8 +14,8 @@ With ``prefill_decode_ratio`` the prefill pool follows the decode pool's count.
 **Power capping** (POLCA, Patel et al., ASPLOS'24): the row's GPU power over the last
 interval is compared with ``budget_w``: above ``cap_low_at`` the low-priority pools run
 at ``capped_clock``, above ``cap_all_at`` every pool does; a cap is lifted, one level an
-interval, when power falls ``hysteresis`` (the band, 0.1 of the budget by default) below its
-threshold. The intervals over the budget are counted (``num_intervals_over_budget``,
+interval, when the power the row would draw with it lifted (the last interval's work at the
+full clock) is ``hysteresis`` (the band, 0.1 of the budget by default) below its threshold. The intervals over the budget are counted (``num_intervals_over_budget``,
 ``over_budget_s``). The clock slows compute-bound work and draws less
 power as ``servesim.perf.power`` models it. Simplification: POLCA reacts within seconds
 through the GPU's power brake as well; here the capper acts once per interval.
@@ -104,6 +104,8 @@ class Operations:
         # pending then change nothing that is reported).
         self.done_at: float | None = None
         self.power_w = 0.0
+        self.pool_power_w: dict[str, float] = {}  # per pool, the last interval's
+        self.uncapped_w: dict[str, float] = {}  # per pool, its last interval's work at the full clock
         self._carry = [(0.0, 0.0, 0.0)]  # per replica: (gpu_s, flops, bytes) not yet priced
         self._seen: list[tuple[float, ...]] = []  # per replica: the totals read at the last tick
         self._done: dict[str, list[int]] = {p.name: [0, 0, 0] for p in pools}  # finished, met SLO, tokens
@@ -199,6 +201,7 @@ class Operations:
             self._seen.append((0.0, 0.0, 0.0, 0, 0, 0, 0.0))
             self._carry.append((0.0, 0.0, 0.0))
         energy = {p.name: 0.0 for p in self.pools}
+        uncapped = {p.name: 0.0 for p in self.pools}  # the same work at the full clock
         # arrivals, queue, running, steps, kv, n_kv, tok
         stats = {p.name: [0, 0, 0, 0, 0.0, 0, 0] for p in self.pools}
         for i, rep in enumerate(c.replicas):
@@ -218,11 +221,19 @@ class Operations:
             # is priced in the next ones.
             share = min(1.0, held / cg) if cg > 0 else 0.0
             busy = cg * share
-            e = 0.0
+            e = e1 = 0.0
             if pool.gpu is not None and held > 0:
                 clock = pool.perf.clock if isinstance(pool.perf, Clocked) else 1.0
-                e = pool.num_gpus * (busy_energy_j(pool.gpu, busy, cf * share, cb * share, coef, clock=clock)
-                                     + pool.gpu.idle_power_w * (held - busy))
+                e = e1 = pool.num_gpus * (busy_energy_j(pool.gpu, busy, cf * share, cb * share, coef, clock=clock)
+                                          + pool.gpu.idle_power_w * (held - busy))
+                if clock < 1.0:
+                    # At the full clock the compute-bound part of each step takes clock x its
+                    # time (ClockedPerf): flops / peak x (1 / clock - 1) seconds less in all.
+                    busy1 = busy - cf * share / pool.perf.peak_flops * (1 / clock - 1)
+                    busy1 = busy1 if busy1 > 0 else busy * clock
+                    e1 = pool.num_gpus * (busy_energy_j(pool.gpu, busy1, cf * share, cb * share, coef)
+                                          + pool.gpu.idle_power_w * (held - busy1))
+            uncapped[pool.name] += e1
             self._carry[i] = (cg - busy, cf * (1 - share), cb * (1 - share))
             t.energy_j += e
             energy[pool.name] += e
@@ -235,6 +246,8 @@ class Operations:
                 s[5] += 1
         front_pool = c.pool_of[c.front[0]].name if c.front else None
         self.power_w = sum(energy.values()) / dt if dt > 0 else 0.0
+        self.pool_power_w = {k: v / dt if dt > 0 else 0.0 for k, v in energy.items()}
+        self.uncapped_w = {k: v / dt if dt > 0 else 0.0 for k, v in uncapped.items()}
         if dt > 0:
             self.num_intervals += 1
             if self.cfg.power is not None and self.power_w > self.cfg.power.budget_w:
@@ -336,11 +349,16 @@ class Operations:
             level = 2
         elif frac > pw.cap_low_at:
             level = max(level, 1)
-        if level == self.cap_level:  # lift one level a tick, below its threshold less the band
-            if level == 2 and frac < pw.cap_all_at - pw.hysteresis:
-                level = 1
-            elif level == 1 and frac < pw.cap_low_at - pw.hysteresis:
-                level = 0
+        if level == self.cap_level and level > 0:
+            # Lift one level an interval, when the power the row would draw with it lifted (the
+            # last interval's work at the full clock, ``_account``) is the band below its
+            # threshold: judged on the capped power, the cap would come off at every peak
+            # interval and go on again at the next.
+            low = set(pw.low_priority_pools)
+            lifted = sum(self.uncapped_w[n] if (level == 1 or n not in low) else self.pool_power_w[n]
+                         for n in self.uncapped_w) / pw.budget_w
+            if lifted < (pw.cap_all_at if level == 2 else pw.cap_low_at) - pw.hysteresis:
+                level -= 1
         if level != self.cap_level:
             self.num_cap_changes += 1
             self.cap_level = level

@@ -110,11 +110,9 @@ class PowerCapConfig(_Strict):
     cap_all_at: float = Field(0.9, gt=0, le=1.5, json_schema_extra={"unit": "fraction"},
                               description="Above this fraction of the budget every pool is capped.")
     hysteresis: float = Field(0.1, ge=0, lt=1, json_schema_extra={"unit": "fraction"}, description=(
-        "The band: a cap is lifted (one level an interval) only when power falls this fraction of "
-        "the budget below its threshold. It must exceed what one cap level saves, else the capped "
-        "power falls below the lift threshold and the cap flips on and off every interval at the "
-        "peak (at 0.05 five A100 servers under four's budget exceed it in 13 % of the intervals; "
-        "at 0.1, 0.3 %: docs/operations.md)."))
+        "The band: a cap is lifted (one level an interval) only when the power the row would "
+        "draw with it lifted (the last interval's work at the full clock) is this fraction of "
+        "the budget below its threshold (docs/operations.md)."))
     capped_clock: float | None = Field(None, gt=0, le=1, json_schema_extra={"unit": "fraction"}, description=(
         "SM clock of a capped GPU, fraction of max; None: the clock that slows prefill as the "
         "Splitwise power-capped H100 does (0.77)."))
