@@ -329,6 +329,14 @@ def test_a_failure_of_a_replica_scaled_in_or_never_started_is_a_notice() -> None
     assert "replica 3 of pool 'c' at 1.2 s did not happen: the pool had started only 2 replica(s)" in three
     assert "replica 0 of pool 'c' at 100 s did not happen" in late
     assert outcome(run) == (100, 0, 0)
+    # An autoscaled pool numbers every replica it ever starts: an index past max_replicas is
+    # not refused up front (a fixed pool's is).
+    ClusterConfig(pools=[PoolConfig(name="c", num_replicas=2)], operations=OperationsConfig(
+        autoscaling=ops.autoscaling, failures=FailuresConfig(events=[FailureEvent(pool="c", replica=52, at_s=1)])))
+    with pytest.raises(ValueError, match="never has a replica 3"):
+        ClusterConfig(pools=[PoolConfig(name="c", num_replicas=2)], operations=OperationsConfig(
+            failures=FailuresConfig(events=[FailureEvent(pool="c", replica=0, at_s=1, recover_after_s=1),
+                                            FailureEvent(pool="c", replica=3, at_s=2)])))
 
 
 # -- the autoscaler's tolerance ----------------------------------------------------------------------

@@ -78,7 +78,9 @@ class FailureEvent(_Strict):
     """One failure of one replica at a given time."""
 
     pool: str = Field(description="The pool of the replica.")
-    replica: int = Field(0, ge=0, description="Which replica of the pool (0-based, in start order).")
+    replica: int = Field(0, ge=0, description=(
+        "Which replica of the pool (0-based, in start order, those scaled in or failed included); "
+        "one not running at at_s is a notice, the failure does not happen."))
     at_s: float = Field(ge=0, description="When it fails.", json_schema_extra={"unit": "s"})
     recover_after_s: float | None = Field(None, gt=0, json_schema_extra={"unit": "s"}, description=(
         "A replacement starts this long after (then cold-starts); None: never."))
