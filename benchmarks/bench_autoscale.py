@@ -75,7 +75,8 @@ def measure(sc: dict[str, Any], progress: bool = False) -> dict[str, Any]:
             "gpu_hours": s["operations"]["gpu_hours"], "j_per_output_token": s["energy"]["j_per_output_token"],
             "replicas_started": s["operations"]["num_replicas_started"],
             "peak_replicas": sum(s["operations"]["peak_replicas"].values()),
-            "mean_replicas": sum(s["operations"]["mean_replicas"].values()), "wall_s": time.perf_counter() - t0}
+            "mean_replicas": sum(s["operations"]["mean_replicas"].values()),
+            "wall_s": time.perf_counter() - t0}
 
 
 def ideal_follower_saving(num_replicas: int, trough: float = TROUGH, samples: int = 86400) -> float:
@@ -107,8 +108,8 @@ def main() -> None:
     if a.json:
         print(json.dumps(rows, indent=2))
         return
-    print(f"{'fleet':<24}{'SLO att.':>9}{'TTFT p99':>10}{'TPOT p99':>10}{'GPU-h':>8}{'J/tok':>7}{'started':>8}"
-          f"{'peak':>5}{'mean':>6}{'wall s':>8}")
+    print(f"{'fleet':<24}{'SLO att.':>9}{'TTFT p99':>10}{'TPOT p99':>10}{'GPU-h':>8}{'J/tok':>7}"
+          f"{'started':>8}{'peak':>5}{'mean':>6}{'wall s':>8}")
     for r in rows:
         print(f"{r['name']:<24}{r['slo_attainment']:>9.3f}{r['ttft_p99_s']:>10.2f}{r['tpot_p99_s']:>10.3f}"
               f"{r['gpu_hours']:>8.3f}{r['j_per_output_token']:>7.2f}{r['replicas_started']:>8}"

@@ -72,8 +72,8 @@ def measure(sc: dict[str, Any], budget_w: float, progress: bool = False) -> dict
             "capped_s": s["operations"]["capped_s"], "wall_s": time.perf_counter() - t0}
 
 
-def compare(budget_servers: int = 4, servers: int = 5, progress: bool = False, hysteresis: float | None = None,
-            **kw: Any) -> list[dict[str, Any]]:
+def compare(budget_servers: int = 4, servers: int = 5, progress: bool = False,
+            hysteresis: float | None = None, **kw: Any) -> list[dict[str, Any]]:
     """The N-server row, M servers uncapped, M servers capped, under N servers' nameplate."""
     budget = budget_servers * GPUS_PER_SERVER * TDP_A100_W
     return [measure(scenario(budget_servers, None, **kw), budget, progress),

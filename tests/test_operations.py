@@ -302,8 +302,8 @@ def test_an_autoscaled_fleet_reports_its_peak_not_every_replica_it_started() -> 
     at = sorted({*fleet.started_at, *ends})
     most = max(sum(1 for s0, e in zip(fleet.started_at, ends) if s0 <= t < e) for t in at)
     assert len(fleet.started_at) == 7 and run.operations["peak_replicas"] == {"c": most} and most == 5
-    assert run.operations["mean_replicas"]["c"] == pytest.approx(sum(e - s0 for s0, e in zip(fleet.started_at, ends))
-                                                                 / end)
+    lifetimes = sum(e - s0 for s0, e in zip(fleet.started_at, ends))
+    assert run.operations["mean_replicas"]["c"] == pytest.approx(lifetimes / end)
 
 
 # -- failures that cannot happen are said ---------------------------------------------------------
@@ -315,8 +315,9 @@ def test_a_failure_of_a_replica_scaled_in_or_never_started_is_a_notice() -> None
     wl = make_workload(list(2.0 + np.arange(100) / 50), 64, 20)
     ops = OperationsConfig(
         interval_s=0.2,
-        autoscaling=AutoscalingConfig(pools=[PoolScaling(pool="c", metric="queue_len", target=2, min_replicas=1,
-                                                         max_replicas=4, scale_in_grace_s=0.4)], startup_s=0.1),
+        autoscaling=AutoscalingConfig(
+            pools=[PoolScaling(pool="c", metric="queue_len", target=2, min_replicas=1, max_replicas=4,
+                               scale_in_grace_s=0.4)], startup_s=0.1),
         failures=FailuresConfig(events=[FailureEvent(pool="c", replica=1, at_s=1.0),
                                         FailureEvent(pool="c", replica=3, at_s=1.2),
                                         FailureEvent(pool="c", replica=0, at_s=1.5, recover_after_s=0.1),
@@ -332,7 +333,8 @@ def test_a_failure_of_a_replica_scaled_in_or_never_started_is_a_notice() -> None
     # An autoscaled pool numbers every replica it ever starts: an index past max_replicas is
     # not refused up front (a fixed pool's is).
     ClusterConfig(pools=[PoolConfig(name="c", num_replicas=2)], operations=OperationsConfig(
-        autoscaling=ops.autoscaling, failures=FailuresConfig(events=[FailureEvent(pool="c", replica=52, at_s=1)])))
+        autoscaling=ops.autoscaling,
+        failures=FailuresConfig(events=[FailureEvent(pool="c", replica=52, at_s=1)])))
     with pytest.raises(ValueError, match="never has a replica 3"):
         ClusterConfig(pools=[PoolConfig(name="c", num_replicas=2)], operations=OperationsConfig(
             failures=FailuresConfig(events=[FailureEvent(pool="c", replica=0, at_s=1, recover_after_s=1),
@@ -386,7 +388,8 @@ def test_the_power_cap_holds_at_the_peak_within_its_band() -> None:
         ops.cap_level, ops.num_cap_changes, ops.capped_s = 0, 0, {"lo": 0.0, "hi": 0.0}
         over, levels = 0, []
         for load in [1.0] * 20 + [0.6] * 10:
-            ops.pool_power_w = {p.name: 1000.0 * load * (0.44 if p.perf.clock < 1 else 0.55) for p in ops.pools}
+            ops.pool_power_w = {p.name: 1000.0 * load * (0.44 if p.perf.clock < 1 else 0.55)
+                                for p in ops.pools}
             ops.uncapped_w = {p.name: 1000.0 * load * 0.55 for p in ops.pools}
             if judge_capped:  # the former rule: a cap lifted on the power drawn under it
                 ops.uncapped_w = dict(ops.pool_power_w)

@@ -15,9 +15,10 @@ With ``prefill_decode_ratio`` the prefill pool follows the decode pool's count.
 interval is compared with ``budget_w``: above ``cap_low_at`` the low-priority pools run
 at ``capped_clock``, above ``cap_all_at`` every pool does; a cap is lifted, one level an
 interval, when the power the row would draw with it lifted (the last interval's work at the
-full clock) is ``hysteresis`` (the band, 0.1 of the budget by default) below its threshold. The intervals over the budget are counted (``num_intervals_over_budget``,
-``over_budget_s``). The clock slows compute-bound work and draws less
-power as ``servesim.perf.power`` models it. Simplification: POLCA reacts within seconds
+full clock) is ``hysteresis`` (the band, 0.1 of the budget by default) below its
+threshold; the intervals over the budget are counted (``num_intervals_over_budget``,
+``over_budget_s``). The clock slows compute-bound work and draws less power as
+``servesim.perf.power`` models it. Simplification: POLCA reacts within seconds
 through the GPU's power brake as well; here the capper acts once per interval.
 
 **Failures**: ``Fleet.fail`` at the configured times (a notice when the replica named is
@@ -173,9 +174,10 @@ class Operations:
         from servesim.workload.notices import notice
 
         self.notices.append(notice(
-            "failure_not_applied", f"the failure of replica {e.replica} of pool {e.pool!r} at {e.at_s:,.6g} s "
-            f"did not happen: {why} (replicas are numbered in start order, the ones scaled in or failed "
-            f"included)", source="cluster.operations.failures.events"))
+            "failure_not_applied",
+            f"the failure of replica {e.replica} of pool {e.pool!r} at {e.at_s:,.6g} s did not happen: "
+            f"{why} (replicas are numbered in start order, the ones scaled in or failed included)",
+            source="cluster.operations.failures.events"))
 
     # ----------------------------------------------------------------- the tick
 
@@ -224,8 +226,9 @@ class Operations:
             e = e1 = 0.0
             if pool.gpu is not None and held > 0:
                 clock = pool.perf.clock if isinstance(pool.perf, Clocked) else 1.0
-                e = e1 = pool.num_gpus * (busy_energy_j(pool.gpu, busy, cf * share, cb * share, coef, clock=clock)
-                                          + pool.gpu.idle_power_w * (held - busy))
+                e = e1 = pool.num_gpus * (
+                    busy_energy_j(pool.gpu, busy, cf * share, cb * share, coef, clock=clock)
+                    + pool.gpu.idle_power_w * (held - busy))
                 if clock < 1.0:
                     # At the full clock the compute-bound part of each step takes clock x its
                     # time (ClockedPerf): flops / peak x (1 / clock - 1) seconds less in all.
@@ -407,7 +410,8 @@ class Operations:
                "max_interval_power_w": float(max(self.series_power())) if len(self.series) else 0.0}
         if self.cfg.power is not None:
             out.update({"budget_w": self.cfg.power.budget_w, "num_intervals": self.num_intervals,
-                        "num_intervals_over_budget": self.num_over_budget, "over_budget_s": self.over_budget_s})
+                        "num_intervals_over_budget": self.num_over_budget,
+                        "over_budget_s": self.over_budget_s})
         return out
 
     def series_power(self) -> list[float]:

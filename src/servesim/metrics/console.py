@@ -192,16 +192,17 @@ def _lines(s: dict[str, Any]) -> Table:
     if ops:  # cluster.operations: autoscaling, failures, power capping
         capped = sum(ops["capped_s"].values())
         peak, mean = sum(ops["peak_replicas"].values()), sum(ops["mean_replicas"].values())
-        grid.add_row("Operations", f"{_num(ops['gpu_hours'])} GPU-h held ({peak} replicas / {ops['peak_gpus']} GPUs "
-                                   f"at peak, {_num(mean)} replicas on average), "
+        grid.add_row("Operations", f"{_num(ops['gpu_hours'])} GPU-h held ({peak} replicas / "
+                                   f"{ops['peak_gpus']} GPUs at peak, {_num(mean)} replicas on average), "
                                    f"{ops['num_replicas_started']} started, "
                                    f"{ops['num_replicas_stopped']} stopped, {ops['num_failures']} failed "
                                    f"({ops['num_retried']} requests retried, {ops['num_failed_requests']} failed), "
                                    f"capped {_duration(capped) if capped else 'never'}")
         if "budget_w" in ops:
             over = ops["num_intervals_over_budget"]
+            took = _duration(ops["over_budget_s"]) if over else "0 s"
             grid.add_row("Power budget", f"{_num(ops['budget_w'])} W: {over:,} of {ops['num_intervals']:,} "
-                                         f"intervals over it ({_duration(ops['over_budget_s']) if over else '0 s'}), "
+                                         f"intervals over it ({took}), "
                                          f"peak interval {_num(ops['max_interval_power_w'])} W, "
                                          f"{ops['num_cap_changes']:,} cap changes")
     return grid

@@ -106,7 +106,8 @@ def headroom(result: Any, window_s: float | None, mean_prompt: float, mean_outpu
                                     "tokens, outliers included) does not fit a replica's KV cache")
         return out
     out["per_replica"] = [{"pool": d.name, **p} for d, p in zip(deps, per)]  # type: ignore[dict-item]
-    cap = sum(p["output_tokens_per_s"] * _replicas_held(result, d) for d, p in zip(deps, per))  # type: ignore[index]
+    cap = sum(p["output_tokens_per_s"] * _replicas_held(result, d)  # type: ignore[index]
+              for d, p in zip(deps, per))
     out["capacity_output_tokens_per_s"] = cap
     out["capacity_requests_per_s"] = cap / mean_output
     out["load_fraction"] = served_output_tps / cap if served_output_tps is not None and cap else None

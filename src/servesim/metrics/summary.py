@@ -246,8 +246,9 @@ def held_fleet(reps: list[Any], window_s: float | None, end_s: float) -> dict[st
         return {"gpu_hours": hours, "peak_replicas": n, "mean_replicas": float(n), "peak_gpus": g,
                 "mean_gpus": float(g)}
     # Sweep the lifetimes [start, start + provisioned_s): at equal times an end before a start.
-    edges = sorted([(r.provisioned_from_s, 1, r.num_gpus) for r in reps if r.provisioned_s > 0]
-                   + [(r.provisioned_from_s + r.provisioned_s, 0, r.num_gpus) for r in reps if r.provisioned_s > 0])
+    alive = [r for r in reps if r.provisioned_s > 0]
+    edges = sorted([(r.provisioned_from_s, 1, r.num_gpus) for r in alive]
+                   + [(r.provisioned_from_s + r.provisioned_s, 0, r.num_gpus) for r in alive])
     n = g = peak_n = peak_g = 0
     for _, up, k in edges:
         n, g = (n + 1, g + k) if up else (n - 1, g - k)
@@ -301,10 +302,10 @@ def _utilization(result: Result, window_s: float | None) -> dict[str, Any]:
             sum(r.gpu_s * r.num_gpus for r in reps), sum(h * r.num_gpus for h, r in zip(held, reps))),
         "mfu": None if peak_flops is None or window_s is None else _ratio(
             sum(r.flops * r.num_gpus for r in reps),
-            sum(h * p[0] * r.num_gpus for h, p, r in zip(held, peaks, reps))),
+            sum(h * (p[0] or 0.0) * r.num_gpus for h, p, r in zip(held, peaks, reps))),
         "mbu": None if mem_bw is None or window_s is None else _ratio(
             sum(r.bytes * r.num_gpus for r in reps),
-            sum(h * p[1] * r.num_gpus for h, p, r in zip(held, peaks, reps))),
+            sum(h * (p[1] or 0.0) * r.num_gpus for h, p, r in zip(held, peaks, reps))),
         "kv_mean": None if window_s is None else _ratio(
             sum(r.kv_block_s for r in reps), sum(h * r.num_gpu_blocks for h, r in zip(held, reps))),
         "kv_peak": max((x for r in reps if (x := _ratio(r.peak_kv_blocks, r.num_gpu_blocks)) is not None),
@@ -335,7 +336,6 @@ def _pools(result: Result, window_s: float | None) -> list[dict[str, Any]]:
     for name in names:
         idx = [i for i, r in enumerate(reps) if r.pool == name]
         rs = [reps[i] for i in idx]
-        gpus = sum(r.num_gpus for r in rs)
         routed = sum(r.num_routed for r in rs)
         num_waiting = None if window_s is None else _ratio(float(waiting_by_rep[idx].sum()), window_s)
         n_tr = sum(r.num_kv_transfers for r in rs)
