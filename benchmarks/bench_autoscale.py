@@ -1,7 +1,8 @@
 """Benchmark: a diurnal day on Llama-3.1-70B (TP 4, A100), autoscaled vs a static fleet
-sized for the peak. Prints, for each fleet, SLO attainment, TTFT/TPOT p99, GPU-hours and
-energy per output token, and the saving of an ideal fleet that follows the rate curve in
-whole replicas; the autoscaled fleet should hold attainment while cutting GPU-hours.
+sized for the peak. Prints, for each fleet, SLO attainment, TTFT/TPOT p99, GPU-hours held,
+energy per output token, replicas started and held at most and on average, and the saving
+of an ideal fleet that follows the rate curve in whole replicas; the autoscaled fleet
+should hold attainment while cutting GPU-hours.
 
 The workload: a gamma process (CV 2: bursty within the hour) whose rate follows a
 diurnal cosine (trough 0.3 of the peak at 02:00, peak at 14:00) over ``--day-s``, with
@@ -72,7 +73,10 @@ def measure(sc: dict[str, Any], progress: bool = False) -> dict[str, Any]:
     return {"name": sc["name"], "slo_attainment": s["slo"]["attainment"]["all"],
             "ttft_p99_s": s["latency"]["ttft_s"]["p99"], "tpot_p99_s": s["latency"]["tpot_s"]["p99"],
             "gpu_hours": s["operations"]["gpu_hours"], "j_per_output_token": s["energy"]["j_per_output_token"],
-            "replicas_started": s["operations"]["num_replicas_started"], "wall_s": time.perf_counter() - t0}
+            "replicas_started": s["operations"]["num_replicas_started"],
+            "peak_replicas": sum(s["operations"]["peak_replicas"].values()),
+            "mean_replicas": sum(s["operations"]["mean_replicas"].values()),
+            "wall_s": time.perf_counter() - t0}
 
 
 def ideal_follower_saving(num_replicas: int, trough: float = TROUGH, samples: int = 86400) -> float:
@@ -104,10 +108,12 @@ def main() -> None:
     if a.json:
         print(json.dumps(rows, indent=2))
         return
-    print(f"{'fleet':<24}{'SLO att.':>9}{'TTFT p99':>10}{'TPOT p99':>10}{'GPU-h':>8}{'J/tok':>7}{'wall s':>8}")
+    print(f"{'fleet':<24}{'SLO att.':>9}{'TTFT p99':>10}{'TPOT p99':>10}{'GPU-h':>8}{'J/tok':>7}"
+          f"{'started':>8}{'peak':>5}{'mean':>6}{'wall s':>8}")
     for r in rows:
         print(f"{r['name']:<24}{r['slo_attainment']:>9.3f}{r['ttft_p99_s']:>10.2f}{r['tpot_p99_s']:>10.3f}"
-              f"{r['gpu_hours']:>8.3f}{r['j_per_output_token']:>7.2f}{r['wall_s']:>8.1f}")
+              f"{r['gpu_hours']:>8.3f}{r['j_per_output_token']:>7.2f}{r['replicas_started']:>8}"
+              f"{r['peak_replicas']:>5}{r['mean_replicas']:>6.2f}{r['wall_s']:>8.1f}")
     print(f"GPU-hours saved by autoscaling: {1 - rows[1]['gpu_hours'] / rows[0]['gpu_hours']:.1%}; "
           f"by an ideal whole-replica follower: {ideal_follower_saving(a.static_replicas):.1%}")
 

@@ -142,12 +142,17 @@ def test_polca_more_servers_under_the_same_budget() -> None:
     base, more, capped = bench.compare(4, 5)  # the budget of 4 servers; 5 servers (25 % more)
     assert base["over_budget"] == 0.0  # a nameplate budget: its own servers never reach it
     assert more["mean_power_w"] > 4 * 4 * 400 > capped["mean_power_w"]  # 5 uncapped do not fit; capped do
-    assert capped["over_budget"] < more["over_budget"] / 3
+    # A cap lifted on the power the row would draw without it holds at the peak instead of
+    # flipping every interval: none of 300 intervals over the budget, 3 cap changes (lifted on
+    # the capped power: 41 and 255).
+    assert capped["num_intervals_over_budget"] <= 3 and capped["num_cap_changes"] <= 10
+    assert more["num_intervals_over_budget"] > 150
     assert capped["capped_s"]["lo"] >= capped["capped_s"]["hi"] > 0  # low priority first
     # The latency cost: at most the clock's slowdown of compute-bound work (1/0.77 = 1.30x)
-    # on TTFT, and little on the memory-bound decode (POLCA: small impact for inference).
+    # on TTFT, and less on the memory-bound decode (POLCA: small impact for inference);
+    # TPOT p50 +15 % measured, the mixed batches' prefill chunks slowed with the clock.
     assert capped["ttft_p50_s"] < 1.30 * base["ttft_p50_s"]
-    assert capped["tpot_p50_s"] < 1.10 * base["tpot_p50_s"]
+    assert capped["tpot_p50_s"] < 1.20 * base["tpot_p50_s"]
     assert capped["slo_attainment"] >= base["slo_attainment"] - 0.01
 
 
@@ -255,3 +260,169 @@ def test_closed_loop_clients_under_autoscaling_and_failures(fail: bool) -> None:
     # replaced replica later).
     first, last = e2e[rec.arrival_s < 1.5].max(), e2e[rec.arrival_s > span - 5].mean()
     assert first >= 2.0 and last < 0.5 * first and last >= 1.0
+
+
+# -- what an autoscaled or failed fleet held --------------------------------------------------
+
+def _small(ops: dict) -> dict:
+    return {"model": {"name": "Llama-3.1-8B"},
+            "workload": {"type": "synthetic", "num_requests": 200, "arrival": {"rate": 40},
+                         "prompt_len": {"value": 256}, "output_len": {"value": 32}},
+            "cluster": {"pools": [{"name": "c", "num_replicas": 2}], "operations": ops}}
+
+
+def test_gpu_time_held_is_each_replicas_lifetime() -> None:
+    import servesim
+
+    # Two replicas from t = 0; replica 1 fails at 1 s (no replacement), replica 0 serves to the end.
+    ops = {"interval_s": 0.5, "failures": {"events": [{"pool": "c", "replica": 1, "at_s": 1.0}]}}
+    r = servesim.simulate(_small(ops))
+    s, end = r.summary, r.end_s
+    held = end + 1.0  # replica-seconds: 0 -> end, and 0 -> 1 s
+    assert [x.provisioned_s for x in r.replicas] == [pytest.approx(end), pytest.approx(1.0)]
+    o, u, p = s["operations"], s["utilization"]["overall"], s["pools"][0]
+    assert o["gpu_hours"] == pytest.approx(held / 3600) == u["gpu_hours"] == p["gpu_hours"]
+    assert o["peak_replicas"] == {"c": 2} and u["num_replicas"] == p["num_replicas"] == 2
+    assert o["mean_replicas"]["c"] == pytest.approx(held / end) == u["mean_gpus"] == p["mean_replicas"]
+    # Busy over the time each replica was held (before: over the window x every replica).
+    busy = sum(x.busy_s for x in r.replicas)
+    assert u["busy_fraction"] == pytest.approx(busy / held) == p["busy_fraction"]
+    assert s["headroom"]["gpu_fraction"] == pytest.approx(sum(x.gpu_s for x in r.replicas) / held)
+    # Cost: the H100's price for the GPU-hours held.
+    assert s["cost"]["usd"] == pytest.approx(r.gpu.usd_per_hour * held / 3600)
+
+
+def test_an_autoscaled_fleet_reports_its_peak_not_every_replica_it_started() -> None:
+    # A steady load that flaps without a tolerance (below): 7 replicas run over the run, at
+    # most 5 held at once.
+    run = _steady(32.3, tolerance=0.0)
+    assert (run.operations["num_replicas_started"], run.operations["num_replicas_stopped"]) == (6, 2)
+    fleet, end = run.fleet, run.end_s
+    ends = [e if e >= 0 else end for e in fleet.ended_at]
+    at = sorted({*fleet.started_at, *ends})
+    most = max(sum(1 for s0, e in zip(fleet.started_at, ends) if s0 <= t < e) for t in at)
+    assert len(fleet.started_at) == 7 and run.operations["peak_replicas"] == {"c": most} and most == 5
+    lifetimes = sum(e - s0 for s0, e in zip(fleet.started_at, ends))
+    assert run.operations["mean_replicas"]["c"] == pytest.approx(lifetimes / end)
+
+
+# -- failures that cannot happen are said ---------------------------------------------------------
+
+def test_a_failure_of_a_replica_scaled_in_or_never_started_is_a_notice() -> None:
+    # Two idle replicas, scaled in to one after 0.4 s (replica 1, the newest, stops at 0.6 s);
+    # the requests come from 2 s on. Replica 1 is gone at 1 s, replica 3 never started, the
+    # failure at 100 s comes after the run; replica 0's at 1.5 s happens.
+    wl = make_workload(list(2.0 + np.arange(100) / 50), 64, 20)
+    ops = OperationsConfig(
+        interval_s=0.2,
+        autoscaling=AutoscalingConfig(
+            pools=[PoolScaling(pool="c", metric="queue_len", target=2, min_replicas=1, max_replicas=4,
+                               scale_in_grace_s=0.4)], startup_s=0.1),
+        failures=FailuresConfig(events=[FailureEvent(pool="c", replica=1, at_s=1.0),
+                                        FailureEvent(pool="c", replica=3, at_s=1.2),
+                                        FailureEvent(pool="c", replica=0, at_s=1.5, recover_after_s=0.1),
+                                        FailureEvent(pool="c", replica=0, at_s=100.0)]))
+    run = run_cluster(wl, [pool()], cluster(ops), check_invariants=True)
+    assert run.operations["num_failures"] == 1
+    assert [n["code"] for n in run.notices] == ["failure_not_applied"] * 3
+    one, three, late = (n["message"] for n in run.notices)
+    assert "replica 1 of pool 'c' at 1 s did not happen: that replica was scaled in at 0.6 s" in one
+    assert "replica 3 of pool 'c' at 1.2 s did not happen: the pool had started only 2 replica(s)" in three
+    assert "replica 0 of pool 'c' at 100 s did not happen" in late
+    assert outcome(run) == (100, 0, 0)
+    # An autoscaled pool numbers every replica it ever starts: an index past max_replicas is
+    # not refused up front (a fixed pool's is).
+    ClusterConfig(pools=[PoolConfig(name="c", num_replicas=2)], operations=OperationsConfig(
+        autoscaling=ops.autoscaling,
+        failures=FailuresConfig(events=[FailureEvent(pool="c", replica=52, at_s=1)])))
+    with pytest.raises(ValueError, match="never has a replica 3"):
+        ClusterConfig(pools=[PoolConfig(name="c", num_replicas=2)], operations=OperationsConfig(
+            failures=FailuresConfig(events=[FailureEvent(pool="c", replica=0, at_s=1, recover_after_s=1),
+                                            FailureEvent(pool="c", replica=3, at_s=2)])))
+
+
+# -- the autoscaler's tolerance ----------------------------------------------------------------------
+
+def _steady(rate: float, **rule: float):  # noqa: ANN202
+    """A steady load (evenly spaced arrivals, 50 steps of 10 ms each) scaled on running requests
+    (target 4 a replica: 32.3 req/s x 0.5 s is 16 to 17 running, 4 to 5 replicas' worth)."""
+    wl = make_workload(list(np.arange(1200) / rate), 64, 50)
+    ops = OperationsConfig(interval_s=1.0, autoscaling=AutoscalingConfig(
+        pools=[PoolScaling(pool="c", metric="running", target=4, min_replicas=1, max_replicas=8,
+                           scale_in_grace_s=3.0, **rule)], startup_s=0.5, load_gb_per_s=40.0))
+    return run_cluster(wl, [pool(n=1)], cluster(ops, 1, "least_outstanding"))
+
+
+def test_a_steady_load_does_not_flap_within_the_tolerance() -> None:
+    # Without a tolerance the count follows ceil(running / 4) as running moves between 16
+    # and 17: out to 5, in to 4 after the grace, out again (6 starts, 2 stops).
+    flaps = _steady(32.3, tolerance=0.0)
+    reps = flaps.timeseries.of_pool("c")["replicas"]
+    assert (flaps.operations["num_replicas_started"], flaps.operations["num_replicas_stopped"]) == (6, 2)
+    assert set(reps[1:]) == {4, 5}
+    # HPA's default tolerance (0.1): 17 running on 4 replicas is 1.06 x the target, within it.
+    # The warm-up (1 -> 4 at the first tick) and then no scale event.
+    steady = _steady(32.3)
+    reps = steady.timeseries.of_pool("c")["replicas"]
+    assert (steady.operations["num_replicas_started"], steady.operations["num_replicas_stopped"]) == (3, 0)
+    assert reps[0] == 1 and (reps[1:] == 4).all()
+    assert outcome(steady) == (1200, 0, 0)
+
+
+# -- the power capper's band ------------------------------------------------------------------------
+
+def test_the_power_cap_holds_at_the_peak_within_its_band() -> None:
+    from types import SimpleNamespace
+
+    from servesim.cluster.operations import Operations
+    from servesim.config.operations import PowerCapConfig
+
+    # A toy row of two pools, lo (low priority) and hi: each draws 0.55 of the budget at the
+    # peak load uncapped and 0.44 capped, so the row draws 1.10 uncapped, 0.99 with lo capped,
+    # 0.88 with both. The load is at the peak for 20 intervals, then at 0.6 of it for 10.
+    def run(judge_capped: bool, **band: float) -> tuple[int, int, list[int]]:
+        ops = Operations.__new__(Operations)
+        ops.cfg = OperationsConfig(interval_s=1.0, power=PowerCapConfig(
+            budget_w=1000.0, low_priority_pools=["lo"], cap_low_at=0.85, cap_all_at=0.95, **band))
+        ops.pools = [SimpleNamespace(name=n, perf=SimpleNamespace(clock=1.0)) for n in ("lo", "hi")]
+        ops.cap_level, ops.num_cap_changes, ops.capped_s = 0, 0, {"lo": 0.0, "hi": 0.0}
+        over, levels = 0, []
+        for load in [1.0] * 20 + [0.6] * 10:
+            ops.pool_power_w = {p.name: 1000.0 * load * (0.44 if p.perf.clock < 1 else 0.55)
+                                for p in ops.pools}
+            ops.uncapped_w = {p.name: 1000.0 * load * 0.55 for p in ops.pools}
+            if judge_capped:  # the former rule: a cap lifted on the power drawn under it
+                ops.uncapped_w = dict(ops.pool_power_w)
+            ops.power_w = sum(ops.pool_power_w.values())
+            over += ops.power_w > 1000.0
+            ops._cap()
+            levels.append(ops.cap_level)
+        return over, ops.num_cap_changes, levels
+
+    # Lifted when the power drawn under the cap is the band (0.05) below the threshold: all
+    # capped, 0.88 < 0.95 - 0.05, so hi is uncapped; 0.99 > 0.95, capped again: the cap flips
+    # every interval at the peak.
+    over, changes, levels = run(True, hysteresis=0.05)
+    assert changes >= 19 and levels[:4] == [2, 1, 2, 1]
+    # Judged on the power the row would draw with the cap lifted (1.10, 0.99 with lo capped),
+    # it holds, and is lifted one level an interval when the load falls (0.59 with lo still
+    # capped, then 0.66 uncapped: below 0.95 and 0.85 less the band).
+    for band in (0.05, 0.1):
+        over, changes, levels = run(False, hysteresis=band)
+        assert over == 1 and changes == 3 and levels == [2] * 20 + [1, 0] + [0] * 8
+
+
+def test_intervals_over_the_power_budget_are_counted() -> None:
+    import servesim
+
+    budget = 1000.0  # two H100s, busy: some intervals above it
+    r = servesim.simulate(_small({"interval_s": 0.5, "power": {"budget_w": budget}}))
+    o = r.summary["operations"]
+    ts = r.timeseries.columns()
+    t = np.unique(ts["t_s"])
+    row = np.array([ts["power_w"][ts["t_s"] == x].sum() for x in t])
+    dt = np.diff(np.append(t, r.end_s))
+    over = row > budget
+    assert 0 < over.sum() < len(t)
+    assert o["num_intervals"] == len(t) and o["num_intervals_over_budget"] == int(over.sum())
+    assert o["over_budget_s"] == pytest.approx(float(dt[over].sum())) and o["budget_w"] == budget

@@ -162,14 +162,18 @@ def test_slo_partial_and_none() -> None:
 def test_utilization() -> None:
     u = summarize(make_result())["utilization"]
     r0, r1 = u["replicas"]
-    assert r0 == approx({"num_gpus": 2, "num_steps": 10, "busy_fraction": 0.5, "gpu_fraction": 0.4,
+    assert r0 == approx({"num_gpus": 2, "num_steps": 10, "held_s": 6.0, "busy_fraction": 0.5,
+                         "gpu_fraction": 0.4,
                          "mfu": 0.1, "mbu": 0.5, "kv_mean": 0.25, "kv_peak": 0.4, "num_preemptions": 1,
                          "prefix_hit_rate": 0.25, "pipeline_bubble_fraction": 0.0})
-    assert r1 == approx({"num_gpus": 1, "num_steps": 4, "busy_fraction": 0.2, "gpu_fraction": 0.1,
+    assert r1 == approx({"num_gpus": 1, "num_steps": 4, "held_s": 6.0, "busy_fraction": 0.2,
+                         "gpu_fraction": 0.1,
                          "mfu": 0.0, "mbu": 0.25, "kv_mean": 0.1, "kv_peak": 1.0, "num_preemptions": 0,
                          "prefix_hit_rate": None, "pipeline_bubble_fraction": 0.0})
     assert u["overall"] == approx({
         "num_replicas": 2, "num_gpus": 3, "num_steps": 14,
+        # A fixed fleet: every replica held over the whole window (6 s).
+        "num_replicas_run": 2, "mean_replicas": 2.0, "mean_gpus": 3.0, "gpu_hours": 3 * 6 / 3600,
         "busy_fraction": 4.2 / 12,
         "gpu_fraction": (2.4 * 2 + 0.6) / 18,
         "mfu": 1.2e15 / 1.8e16,

@@ -453,4 +453,5 @@ def run_cluster(wl: Workload, pools: list[PoolSpec], cfg: ClusterConfig, *, seed
     return ClusterRun(records, cluster.steps or StepSeries(), cluster.itl,
                       [r.totals for r in cluster.replicas], end, cluster.num_handoffs,
                       cluster.migrator.num_migrations if cluster.migrator is not None else 0, cluster.links,
-                      ops.series if ops is not None else None, ops_counts, ops.fleet if ops is not None else None)
+                      ops.series if ops is not None else None, ops_counts,
+                      ops.fleet if ops is not None else None, ops.notices if ops is not None else [])

@@ -226,6 +226,7 @@ class Fleet:
         for i, rep in enumerate(self.cluster.replicas):
             end = min(self.ended_at[i], end_s) if self.ended_at[i] >= 0 else end_s
             rep.totals.provisioned_s = max(end - self.started_at[i], 0.0)
+            rep.totals.provisioned_from_s = self.started_at[i]
 
     def counts(self) -> dict[str, Any]:
         return {"num_replicas_started": self.num_started, "num_replicas_stopped": self.num_stopped,

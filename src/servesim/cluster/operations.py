@@ -5,19 +5,24 @@ scaling and capping; failures at given times are events of their own. No second 
 
 **Autoscaling** (Kubernetes HPA's rule, HeteroScale's coordinated prefill:decode scaling,
 ByteDance 2025): per pool, desired = ceil(current x metric / target) over its serving
-replicas, within [floor, max_replicas] where the floor is ``min_replicas`` raised by the
+replicas, kept while metric / target is within ``tolerance`` of 1 (HPA's default 0.1),
+within [floor, max_replicas] where the floor is ``min_replicas`` raised by the
 time-of-day ``schedule``; scale out at once (cold start: ``startup_s`` plus the weight
 shard at ``load_gb_per_s``), scale in only after ``scale_in_grace_s`` below, by draining.
 With ``prefill_decode_ratio`` the prefill pool follows the decode pool's count.
 
 **Power capping** (POLCA, Patel et al., ASPLOS'24): the row's GPU power over the last
 interval is compared with ``budget_w``: above ``cap_low_at`` the low-priority pools run
-at ``capped_clock``, above ``cap_all_at`` every pool does; a cap is lifted when power falls
-``hysteresis`` below its threshold. The clock slows compute-bound work and draws less
-power as ``servesim.perf.power`` models it. Simplification: POLCA reacts within seconds
+at ``capped_clock``, above ``cap_all_at`` every pool does; a cap is lifted, one level an
+interval, when the power the row would draw with it lifted (the last interval's work at the
+full clock) is ``hysteresis`` (the band, 0.1 of the budget by default) below its
+threshold; the intervals over the budget are counted (``num_intervals_over_budget``,
+``over_budget_s``). The clock slows compute-bound work and draws less power as
+``servesim.perf.power`` models it. Simplification: POLCA reacts within seconds
 through the GPU's power brake as well; here the capper acts once per interval.
 
-**Failures**: ``Fleet.fail`` at the configured times, and with ``rate_per_hour`` each
+**Failures**: ``Fleet.fail`` at the configured times (a notice when the replica named is
+gone by then, was never started, or the run ended first), and with ``rate_per_hour`` each
 serving replica fails in an interval with probability 1 - exp(-rate x interval), at a
 uniform instant within it (seeded: the run stays a pure function of its seed).
 """
@@ -90,11 +95,18 @@ class Operations:
         self.cap_level = 0  # 0 none, 1 low-priority pools capped, 2 every pool
         self.capped_s = {p.name: 0.0 for p in pools}
         self.num_cap_changes = 0
+        self.num_over_budget = 0  # intervals whose row power was above the budget
+        self.over_budget_s = 0.0
+        self.num_intervals = 0
+        self.notices: list[dict[str, Any]] = []  # configured operations that did not happen
+        self._pending_failures = list(f.events) if f else []
         self.last_t = 0.0
         # When the last request was done: the run's end (drain timeouts and repairs still
         # pending then change nothing that is reported).
         self.done_at: float | None = None
         self.power_w = 0.0
+        self.pool_power_w: dict[str, float] = {}  # per pool, the last interval's
+        self.uncapped_w: dict[str, float] = {}  # per pool, its last interval's work at the full clock
         self._carry = [(0.0, 0.0, 0.0)]  # per replica: (gpu_s, flops, bytes) not yet priced
         self._seen: list[tuple[float, ...]] = []  # per replica: the totals read at the last tick
         self._done: dict[str, list[int]] = {p.name: [0, 0, 0] for p in pools}  # finished, met SLO, tokens
@@ -141,11 +153,31 @@ class Operations:
                 and (slo.e2e_s is None or e2e <= slo.e2e_s))
 
     def _on_failure_event(self, e: Any) -> None:
+        self._pending_failures.remove(e)
         if self.done_at is not None:  # after the last request: nothing left to report
+            self._failure_notice(e, f"the run's last request finished at {self.done_at:,.6g} s")
             return
-        members = self.fleet.members[e.pool]
-        if e.replica < len(members):
-            self.fleet.fail(members[e.replica], e.recover_after_s)
+        fleet = self.fleet
+        members = fleet.members[e.pool]
+        if e.replica >= len(members):
+            self._failure_notice(e, f"the pool had started only {len(members)} replica(s) by then")
+            return
+        i = members[e.replica]
+        if fleet.phase[i] in (ReplicaPhase.STOPPED, ReplicaPhase.FAILED):
+            how = "was scaled in" if fleet.phase[i] == ReplicaPhase.STOPPED else "had failed"
+            self._failure_notice(e, f"that replica {how} at {fleet.ended_at[i]:,.6g} s")
+            return
+        fleet.fail(i, e.recover_after_s)
+
+    def _failure_notice(self, e: Any, why: str) -> None:
+        """A configured failure that did not happen: said, not skipped silently."""
+        from servesim.workload.notices import notice
+
+        self.notices.append(notice(
+            "failure_not_applied",
+            f"the failure of replica {e.replica} of pool {e.pool!r} at {e.at_s:,.6g} s did not happen: "
+            f"{why} (replicas are numbered in start order, the ones scaled in or failed included)",
+            source="cluster.operations.failures.events"))
 
     # ----------------------------------------------------------------- the tick
 
@@ -171,6 +203,7 @@ class Operations:
             self._seen.append((0.0, 0.0, 0.0, 0, 0, 0, 0.0))
             self._carry.append((0.0, 0.0, 0.0))
         energy = {p.name: 0.0 for p in self.pools}
+        uncapped = {p.name: 0.0 for p in self.pools}  # the same work at the full clock
         # arrivals, queue, running, steps, kv, n_kv, tok
         stats = {p.name: [0, 0, 0, 0, 0.0, 0, 0] for p in self.pools}
         for i, rep in enumerate(c.replicas):
@@ -190,11 +223,20 @@ class Operations:
             # is priced in the next ones.
             share = min(1.0, held / cg) if cg > 0 else 0.0
             busy = cg * share
-            e = 0.0
+            e = e1 = 0.0
             if pool.gpu is not None and held > 0:
                 clock = pool.perf.clock if isinstance(pool.perf, Clocked) else 1.0
-                e = pool.num_gpus * (busy_energy_j(pool.gpu, busy, cf * share, cb * share, coef, clock=clock)
-                                     + pool.gpu.idle_power_w * (held - busy))
+                e = e1 = pool.num_gpus * (
+                    busy_energy_j(pool.gpu, busy, cf * share, cb * share, coef, clock=clock)
+                    + pool.gpu.idle_power_w * (held - busy))
+                if clock < 1.0:
+                    # At the full clock the compute-bound part of each step takes clock x its
+                    # time (ClockedPerf): flops / peak x (1 / clock - 1) seconds less in all.
+                    busy1 = busy - cf * share / pool.perf.peak_flops * (1 / clock - 1)
+                    busy1 = busy1 if busy1 > 0 else busy * clock
+                    e1 = pool.num_gpus * (busy_energy_j(pool.gpu, busy1, cf * share, cb * share, coef)
+                                          + pool.gpu.idle_power_w * (held - busy1))
+            uncapped[pool.name] += e1
             self._carry[i] = (cg - busy, cf * (1 - share), cb * (1 - share))
             t.energy_j += e
             energy[pool.name] += e
@@ -207,6 +249,13 @@ class Operations:
                 s[5] += 1
         front_pool = c.pool_of[c.front[0]].name if c.front else None
         self.power_w = sum(energy.values()) / dt if dt > 0 else 0.0
+        self.pool_power_w = {k: v / dt if dt > 0 else 0.0 for k, v in energy.items()}
+        self.uncapped_w = {k: v / dt if dt > 0 else 0.0 for k, v in uncapped.items()}
+        if dt > 0:
+            self.num_intervals += 1
+            if self.cfg.power is not None and self.power_w > self.cfg.power.budget_w:
+                self.num_over_budget += 1
+                self.over_budget_s += dt
         for p in self.pools:
             s, d = stats[p.name], self._done[p.name]
             fronts = p.name == front_pool or (front_pool is None and p.role != "decode")
@@ -253,7 +302,12 @@ class Operations:
                      "kv_util": 0.0 if math.isnan(self.series.kv_util[row]) else self.series.kv_util[row],
                      "decode_tokens_per_s": self._interval_done[name][2] / self.cfg.interval_s / serving,
                      }[rule.metric]
-            want = math.ceil(max(current, 1) * value / rule.target - 1e-9)
+            ratio = value / rule.target
+            # HPA's tolerance: within it the count stays (else a steady load flaps around a boundary).
+            if current > 0 and abs(ratio - 1) <= rule.tolerance:
+                want = current
+            else:
+                want = math.ceil(max(current, 1) * ratio - 1e-9)
             if current == 0 and queue > 0:
                 want = max(want, 1)
         floor = max(rule.min_replicas, self._scheduled_floor(name, now))
@@ -298,11 +352,16 @@ class Operations:
             level = 2
         elif frac > pw.cap_low_at:
             level = max(level, 1)
-        if level == self.cap_level:  # lift one level at a time, below its threshold less hysteresis
-            if level == 2 and frac < pw.cap_all_at - pw.hysteresis:
-                level = 1
-            if level >= 1 and frac < pw.cap_low_at - pw.hysteresis:
-                level = 0
+        if level == self.cap_level and level > 0:
+            # Lift one level an interval, when the power the row would draw with it lifted (the
+            # last interval's work at the full clock, ``_account``) is the band below its
+            # threshold: judged on the capped power, the cap would come off at every peak
+            # interval and go on again at the next.
+            low = set(pw.low_priority_pools)
+            lifted = sum(self.uncapped_w[n] if (level == 1 or n not in low) else self.pool_power_w[n]
+                         for n in self.uncapped_w) / pw.budget_w
+            if lifted < (pw.cap_all_at if level == 2 else pw.cap_low_at) - pw.hysteresis:
+                level -= 1
         if level != self.cap_level:
             self.num_cap_changes += 1
             self.cap_level = level
@@ -334,12 +393,26 @@ class Operations:
             self._account(self.last_t, end_s)
             self.last_t = end_s
         self.fleet.finish(end_s)
-        gpu_s = sum(r.totals.provisioned_s * r.totals.num_gpus for r in self.cluster.replicas)
-        peak = {p.name: int(self.series.of_pool(p.name)["replicas"].max()) if len(self.series) else 0
-                for p in self.pools}
-        return {**self.fleet.counts(), "gpu_hours": gpu_s / 3600, "peak_replicas": peak,
-                "num_cap_changes": self.num_cap_changes, "capped_s": dict(self.capped_s),
-                "max_interval_power_w": float(max(self.series_power())) if len(self.series) else 0.0}
+        for e in self._pending_failures:  # not reached: the loop ended before
+            self._failure_notice(e, f"the run ended at {end_s:,.6g} s")
+        self._pending_failures = []
+        from servesim.metrics.summary import held_fleet
+
+        held = {p.name: held_fleet([self.cluster.replicas[i].totals for i in self.fleet.members[p.name]],
+                                   None, end_s) for p in self.pools}
+        every = held_fleet([r.totals for r in self.cluster.replicas], None, end_s)
+        out = {**self.fleet.counts(), "gpu_hours": every["gpu_hours"],
+               # Replicas held at once (starting, serving or draining): at most, and on average over the run.
+               "peak_replicas": {k: v["peak_replicas"] for k, v in held.items()},
+               "mean_replicas": {k: v["mean_replicas"] for k, v in held.items()},
+               "peak_gpus": every["peak_gpus"], "mean_gpus": every["mean_gpus"],
+               "num_cap_changes": self.num_cap_changes, "capped_s": dict(self.capped_s),
+               "max_interval_power_w": float(max(self.series_power())) if len(self.series) else 0.0}
+        if self.cfg.power is not None:
+            out.update({"budget_w": self.cfg.power.budget_w, "num_intervals": self.num_intervals,
+                        "num_intervals_over_budget": self.num_over_budget,
+                        "over_budget_s": self.over_budget_s})
+        return out
 
     def series_power(self) -> list[float]:
         """Total power of each interval (all pools)."""

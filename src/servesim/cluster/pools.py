@@ -52,7 +52,8 @@ def simulate_cluster(sc: Scenario, t0: float | None = None, *, progress: bool = 
                           record_steps=sc.run.record_steps, progress=report, slo=sc.slo)
     result = Result(scenario=sc, records=run.records, steps=run.steps, itl=run.itl, replicas=run.totals,
                     end_s=run.end_s, gpu=pools[0].gpu, deployments=deps,
-                    notices=run_notices(wl.meta, deps), workload_stats=workload_stats(wl, min(p.max_model_len for p in pools)),
+                    notices=run_notices(wl.meta, deps) + run.notices,
+                    workload_stats=workload_stats(wl, min(p.max_model_len for p in pools)),
                     tasks=None if wl.after is None else (wl.after.task, wl.after.task_start_s),
                     timeseries=run.timeseries, operations=run.operations)
     result.wall_s = time.perf_counter() - t0

@@ -49,3 +49,4 @@ class ClusterRun:
     timeseries: Any = None  # metrics.timeseries.TimeSeries, with operations
     operations: dict[str, Any] = field(default_factory=dict)
     fleet: Any = None  # cluster.fleet.Fleet: each replica's start, ready and end times
+    notices: list[dict[str, Any]] = field(default_factory=list)  # operations configured that did not happen

@@ -108,12 +108,16 @@ class ClusterConfig(_Strict):
         for where, name in named:
             if name not in names:
                 raise ValueError(f"operations.{where}: no pool named {name!r} (pools: {sorted(names)})")
+        # Replicas are numbered in start order, those stopped or failed included: a pool that
+        # scales, or fails at a rate, may reach any number (a failure of one not there then is a
+        # notice at run time); a fixed pool has its own and one replacement per recovering failure.
+        f = ops.failures
         sizes = {p.name: p.num_replicas for p in self.pools}
-        if ops.autoscaling is not None:
-            for rule in ops.autoscaling.pools:
-                sizes[rule.pool] = max(sizes[rule.pool], rule.max_replicas)
-        for e in ops.failures.events if ops.failures is not None else []:
-            if e.replica >= sizes[e.pool]:
+        open_ended = {r.pool for r in ops.autoscaling.pools} if ops.autoscaling is not None else set()
+        for e in f.events if f is not None else []:
+            sizes[e.pool] += e.recover_after_s is not None
+        for e in f.events if f is not None and f.rate_per_hour == 0 else []:
+            if e.pool not in open_ended and e.replica >= sizes[e.pool]:
                 raise ValueError(f"operations.failures.events: pool {e.pool!r} never has a replica {e.replica} "
                                  f"(it has at most {sizes[e.pool]}, numbered from 0)")
         if self.migration.enabled:

@@ -38,6 +38,10 @@ class PoolScaling(_Strict):
     max_replicas: int = Field(8, ge=1, description="Never more.")
     scale_in_grace_s: float = Field(300.0, ge=0, json_schema_extra={"unit": "s"}, description=(
         "Scale in only after the desired count has stayed below the current one this long."))
+    tolerance: float = Field(0.1, ge=0, lt=1, json_schema_extra={"unit": "fraction"}, description=(
+        "Keep the current count while the metric per replica is within this fraction of the "
+        "target (|metric / target - 1| <= tolerance), so a steady load near a boundary does "
+        "not flap; Kubernetes HPA's default tolerance is 0.1. Not used by slo_attainment."))
 
     @model_validator(mode="after")
     def _check(self) -> PoolScaling:
@@ -74,7 +78,9 @@ class FailureEvent(_Strict):
     """One failure of one replica at a given time."""
 
     pool: str = Field(description="The pool of the replica.")
-    replica: int = Field(0, ge=0, description="Which replica of the pool (0-based, in start order).")
+    replica: int = Field(0, ge=0, description=(
+        "Which replica of the pool (0-based, in start order, those scaled in or failed included); "
+        "one not running at at_s is a notice, the failure does not happen."))
     at_s: float = Field(ge=0, description="When it fails.", json_schema_extra={"unit": "s"})
     recover_after_s: float | None = Field(None, gt=0, json_schema_extra={"unit": "s"}, description=(
         "A replacement starts this long after (then cold-starts); None: never."))
@@ -105,8 +111,10 @@ class PowerCapConfig(_Strict):
                               description="Above this fraction of the budget the low-priority pools are capped.")
     cap_all_at: float = Field(0.9, gt=0, le=1.5, json_schema_extra={"unit": "fraction"},
                               description="Above this fraction of the budget every pool is capped.")
-    hysteresis: float = Field(0.05, ge=0, lt=1, json_schema_extra={"unit": "fraction"}, description=(
-        "A cap is lifted only when power falls this fraction of the budget below its threshold."))
+    hysteresis: float = Field(0.1, ge=0, lt=1, json_schema_extra={"unit": "fraction"}, description=(
+        "The band: a cap is lifted (one level an interval) only when the power the row would "
+        "draw with it lifted (the last interval's work at the full clock) is this fraction of "
+        "the budget below its threshold (docs/operations.md)."))
     capped_clock: float | None = Field(None, gt=0, le=1, json_schema_extra={"unit": "fraction"}, description=(
         "SM clock of a capped GPU, fraction of max; None: the clock that slows prefill as the "
         "Splitwise power-capped H100 does (0.77)."))

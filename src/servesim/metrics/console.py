@@ -199,10 +199,20 @@ def _lines(s: dict[str, Any]) -> Table:
     ops = s.get("operations")
     if ops:  # cluster.operations: autoscaling, failures, power capping
         capped = sum(ops["capped_s"].values())
-        grid.add_row("Operations", f"{_num(ops['gpu_hours'])} GPU-h, {ops['num_replicas_started']} started, "
+        peak, mean = sum(ops["peak_replicas"].values()), sum(ops["mean_replicas"].values())
+        grid.add_row("Operations", f"{_num(ops['gpu_hours'])} GPU-h held ({peak} replicas / "
+                                   f"{ops['peak_gpus']} GPUs at peak, {_num(mean)} replicas on average), "
+                                   f"{ops['num_replicas_started']} started, "
                                    f"{ops['num_replicas_stopped']} stopped, {ops['num_failures']} failed "
                                    f"({ops['num_retried']} requests retried, {ops['num_failed_requests']} failed), "
                                    f"capped {_duration(capped) if capped else 'never'}")
+        if "budget_w" in ops:
+            over = ops["num_intervals_over_budget"]
+            took = _duration(ops["over_budget_s"]) if over else "0 s"
+            grid.add_row("Power budget", f"{_num(ops['budget_w'])} W: {over:,} of {ops['num_intervals']:,} "
+                                         f"intervals over it ({took}), "
+                                         f"peak interval {_num(ops['max_interval_power_w'])} W, "
+                                         f"{ops['num_cap_changes']:,} cap changes")
     return grid
 
 
@@ -213,9 +223,12 @@ def _pool_lines(pools: list[dict[str, Any]]) -> Table:
     grid.add_column()
     for p in pools:
         bubble = p["pipeline_bubble_fraction"]
+        held = (f" at peak ({p['num_replicas_run']} ran, {_num(p['mean_replicas'])} on average, "
+                f"{_num(p['gpu_hours'])} GPU-h)" if p["num_replicas_run"] != p["num_replicas"]
+                or (p["mean_replicas"] or 0) < p["num_replicas"] else "")
         grid.add_row(f"Pool {p['name']}",
-                     f"{p['role']}, {p['num_replicas']} x {p['num_gpus'] // p['num_replicas']} "
-                     f"{p['gpu'] or 'GPU'}: "
+                     f"{p['role']}, {p['num_replicas']} x {p['num_gpus'] // max(p['num_replicas'], 1)} "
+                     f"{p['gpu'] or 'GPU'}{held}: "
                      f"busy {_pct(p['busy_fraction'])}, MFU {_pct(p['mfu'])}, KV mean {_pct(p['kv_mean'])}"
                      + (f", bubbles {_pct(bubble)}" if bubble else ""))
         text = (f"{p['num_routed']:,} routed, {_num(p['mean_num_waiting'])} waiting on average "

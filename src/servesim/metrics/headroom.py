@@ -74,7 +74,8 @@ def headroom(result: Any, window_s: float | None, mean_prompt: float, mean_outpu
     reps = result.replicas
     busy = sum(r.busy_s for r in reps)
     gpu = sum(r.gpu_s for r in reps)
-    den = window_s * len(reps) if window_s else None
+    # Over the time each replica's GPUs were held (with cluster.operations, its lifetime).
+    den = sum(window_s if r.provisioned_s < 0 else r.provisioned_s for r in reps) if window_s else None
     servers = [r.frontend_busy_s for r in reps if r.frontend_busy_s >= 0]
     out: dict[str, Any] = {
         "gpu_fraction": gpu / den if den else None,
@@ -105,11 +106,21 @@ def headroom(result: Any, window_s: float | None, mean_prompt: float, mean_outpu
                                     "tokens, outliers included) does not fit a replica's KV cache")
         return out
     out["per_replica"] = [{"pool": d.name, **p} for d, p in zip(deps, per)]  # type: ignore[dict-item]
-    cap = sum(p["output_tokens_per_s"] * d.num_replicas for d, p in zip(deps, per))  # type: ignore[index]
+    cap = sum(p["output_tokens_per_s"] * _replicas_held(result, d)  # type: ignore[index]
+              for d, p in zip(deps, per))
     out["capacity_output_tokens_per_s"] = cap
     out["capacity_requests_per_s"] = cap / mean_output
     out["load_fraction"] = served_output_tps / cap if served_output_tps is not None and cap else None
     return out
+
+
+def _replicas_held(result: Any, dep: Any) -> float:
+    """The deployment's replicas: its count, or with cluster.operations (autoscaling, failures)
+    the mean held over the run."""
+    mine = [r for r in result.replicas if r.pool == dep.name]
+    if not any(r.provisioned_s >= 0 for r in mine) or result.end_s <= 0:
+        return float(dep.num_replicas)
+    return sum(r.provisioned_s for r in mine) / result.end_s
 
 
 #: A request holding more than this share of the run's tokens makes the mean-length steady

@@ -226,6 +226,7 @@ class ReplicaTotals:
     # Autoscaled or failed replicas: seconds their GPUs were provisioned (loading weights,
     # serving, draining); -1: the whole run (a static fleet).
     provisioned_s: float = -1.0
+    provisioned_from_s: float = 0.0  # when it started (its GPUs held from then on)
     # Energy (J) of its GPUs when the cluster's operations priced it interval by interval
     # (power capping changes the clock); -1: the summary prices it from the totals.
     energy_j: float = -1.0

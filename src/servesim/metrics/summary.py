@@ -224,7 +224,7 @@ def meets_limit(rec: Any, metric: str, limit: float) -> np.ndarray:
     return np.asarray(ok)
 
 
-def _slo(result: Result, span_s: float | None, num_gpus: int) -> dict[str, Any]:
+def _slo(result: Result, span_s: float | None, num_gpus: float) -> dict[str, Any]:
     """Attainment is over ALL requests: unfinished and rejected ones miss every SLO.
 
     A finished request with one output token has no TPOT and meets a TPOT limit.
@@ -263,20 +263,53 @@ def _peaks(result: Result, r: Any) -> tuple[float | None, float | None]:
     return gpu.flops_for(_model_dtype(result.scenario)), getattr(gpu, "mem_bw", None)
 
 
+def _held_s(r: Any, window_s: float | None) -> float | None:
+    """Seconds replica ``r``'s GPUs were held: the window, or with ``cluster.operations`` its
+    lifetime (``provisioned_s``: from its start, loading included, to its stop or failure)."""
+    return window_s if r.provisioned_s < 0 else r.provisioned_s
+
+
+def held_fleet(reps: list[Any], window_s: float | None, end_s: float) -> dict[str, Any]:
+    """GPU-hours held by replicas ``reps``, and how many replicas and GPUs were held at most
+    and on average at once over [0, ``end_s``] (all of them all along without
+    ``cluster.operations``)."""
+    if not any(r.provisioned_s >= 0 for r in reps):
+        n, g = len(reps), sum(r.num_gpus for r in reps)
+        hours = None if window_s is None else g * window_s / 3600
+        return {"gpu_hours": hours, "peak_replicas": n, "mean_replicas": float(n), "peak_gpus": g,
+                "mean_gpus": float(g)}
+    # Sweep the lifetimes [start, start + provisioned_s): at equal times an end before a start.
+    alive = [r for r in reps if r.provisioned_s > 0]
+    edges = sorted([(r.provisioned_from_s, 1, r.num_gpus) for r in alive]
+                   + [(r.provisioned_from_s + r.provisioned_s, 0, r.num_gpus) for r in alive])
+    n = g = peak_n = peak_g = 0
+    for _, up, k in edges:
+        n, g = (n + 1, g + k) if up else (n - 1, g - k)
+        peak_n, peak_g = max(peak_n, n), max(peak_g, g)
+    span = end_s
+    return {"gpu_hours": sum(r.provisioned_s * r.num_gpus for r in reps) / 3600, "peak_replicas": peak_n,
+            "mean_replicas": _ratio(sum(r.provisioned_s for r in reps), span), "peak_gpus": peak_g,
+            "mean_gpus": _ratio(sum(r.provisioned_s * r.num_gpus for r in reps), span)}
+
+
 def _utilization(result: Result, window_s: float | None) -> dict[str, Any]:
+    """Time-averages over the time each replica's GPUs were held (the window, or with
+    ``cluster.operations`` each replica's lifetime: a replica stopped at night is not idle)."""
     peaks = [_peaks(result, r) for r in result.replicas]
     peak_flops = None if any(f is None for f, _ in peaks) else 1.0
     mem_bw = None if any(b is None for _, b in peaks) else 1.0
 
     def one(r: Any, peak_flops: float | None, mem_bw: float | None) -> dict[str, Any]:
+        held = _held_s(r, window_s)
         return {
             "num_gpus": r.num_gpus,
             "num_steps": r.num_steps,
-            "busy_fraction": _ratio(r.busy_s, window_s),
-            "gpu_fraction": _ratio(r.gpu_s, window_s),
-            "mfu": None if peak_flops is None or window_s is None else _ratio(r.flops, window_s * peak_flops),
-            "mbu": None if mem_bw is None or window_s is None else _ratio(r.bytes, window_s * mem_bw),
-            "kv_mean": None if window_s is None else _ratio(r.kv_block_s, window_s * r.num_gpu_blocks),
+            "held_s": held,
+            "busy_fraction": _ratio(r.busy_s, held),
+            "gpu_fraction": _ratio(r.gpu_s, held),
+            "mfu": None if peak_flops is None or held is None else _ratio(r.flops, held * peak_flops),
+            "mbu": None if mem_bw is None or held is None else _ratio(r.bytes, held * mem_bw),
+            "kv_mean": None if held is None else _ratio(r.kv_block_s, held * r.num_gpu_blocks),
             "kv_peak": _ratio(r.peak_kv_blocks, r.num_gpu_blocks),
             "num_preemptions": r.num_preemptions,
             "prefix_hit_rate": _ratio(r.num_prefix_hit_tokens, r.num_prefix_query_tokens),
@@ -284,24 +317,30 @@ def _utilization(result: Result, window_s: float | None) -> dict[str, Any]:
         }
 
     reps = result.replicas
-    gpus = sum(r.num_gpus for r in reps)
+    fleet = held_fleet(reps, window_s, result.end_s)
+    held = [_held_s(r, window_s) or 0.0 for r in reps]
     tot = {
-        "num_replicas": len(reps),
-        "num_gpus": gpus,
+        # With cluster.operations: the most held at once (num_replicas_run: every one that ran).
+        "num_replicas": fleet["peak_replicas"],
+        "num_gpus": fleet["peak_gpus"],
+        "num_replicas_run": len(reps),
+        "mean_replicas": fleet["mean_replicas"],
+        "mean_gpus": fleet["mean_gpus"],
+        "gpu_hours": fleet["gpu_hours"],
         "num_steps": sum(r.num_steps for r in reps),
-        # Busy and KV: the mean over replicas (engines); MFU/MBU: the mean over GPUs.
-        "busy_fraction": None if window_s is None else _ratio(
-            sum(r.busy_s for r in reps), window_s * len(reps)),
+        # Busy and KV: the mean over replicas (engines); MFU/MBU: the mean over GPUs; each
+        # weighted by the time it was held.
+        "busy_fraction": None if window_s is None else _ratio(sum(r.busy_s for r in reps), sum(held)),
         "gpu_fraction": None if window_s is None else _ratio(
-            sum(r.gpu_s * r.num_gpus for r in reps), window_s * gpus),
+            sum(r.gpu_s * r.num_gpus for r in reps), sum(h * r.num_gpus for h, r in zip(held, reps))),
         "mfu": None if peak_flops is None or window_s is None else _ratio(
             sum(r.flops * r.num_gpus for r in reps),
-            window_s * sum(p[0] * r.num_gpus for p, r in zip(peaks, reps))),
+            sum(h * (p[0] or 0.0) * r.num_gpus for h, p, r in zip(held, peaks, reps))),
         "mbu": None if mem_bw is None or window_s is None else _ratio(
             sum(r.bytes * r.num_gpus for r in reps),
-            window_s * sum(p[1] * r.num_gpus for p, r in zip(peaks, reps))),
+            sum(h * (p[1] or 0.0) * r.num_gpus for h, p, r in zip(held, peaks, reps))),
         "kv_mean": None if window_s is None else _ratio(
-            sum(r.kv_block_s for r in reps), window_s * sum(r.num_gpu_blocks for r in reps)),
+            sum(r.kv_block_s for r in reps), sum(h * r.num_gpu_blocks for h, r in zip(held, reps))),
         "kv_peak": max((x for r in reps if (x := _ratio(r.peak_kv_blocks, r.num_gpu_blocks)) is not None),
                        default=None),
         "num_preemptions": sum(r.num_preemptions for r in reps),
@@ -330,19 +369,22 @@ def _pools(result: Result, window_s: float | None) -> list[dict[str, Any]]:
     for name in names:
         idx = [i for i, r in enumerate(reps) if r.pool == name]
         rs = [reps[i] for i in idx]
-        gpus = sum(r.num_gpus for r in rs)
         routed = sum(r.num_routed for r in rs)
         num_waiting = None if window_s is None else _ratio(float(waiting_by_rep[idx].sum()), window_s)
         n_tr = sum(r.num_kv_transfers for r in rs)
         gpu = rs[0].gpu if rs[0].gpu is not None else result.gpu
+        held = [_held_s(r, window_s) or 0.0 for r in rs]
+        fleet = held_fleet(rs, window_s, result.end_s)
         out.append({
-            "name": name, "role": rs[0].role, "num_replicas": len(rs), "num_gpus": gpus,
+            "name": name, "role": rs[0].role, "num_replicas": fleet["peak_replicas"],
+            "num_gpus": fleet["peak_gpus"], "num_replicas_run": len(rs),
+            "mean_replicas": fleet["mean_replicas"], "gpu_hours": fleet["gpu_hours"],
             "gpu": getattr(gpu, "name", None),
-            "busy_fraction": None if window_s is None else _ratio(
-                sum(r.busy_s for r in rs), window_s * len(rs)),
-            "mfu": _ratio(sum((util[i]["mfu"] or 0.0) * reps[i].num_gpus for i in idx), gpus),
+            "busy_fraction": None if window_s is None else _ratio(sum(r.busy_s for r in rs), sum(held)),
+            "mfu": _ratio(sum((util[i]["mfu"] or 0.0) * reps[i].num_gpus * h for i, h in zip(idx, held)),
+                          sum(r.num_gpus * h for r, h in zip(rs, held))),
             "kv_mean": None if window_s is None else _ratio(
-                sum(r.kv_block_s for r in rs), window_s * sum(r.num_gpu_blocks for r in rs)),
+                sum(r.kv_block_s for r in rs), sum(h * r.num_gpu_blocks for h, r in zip(held, rs))),
             "pipeline_bubble_fraction": _ratio(sum(r.bubble_s for r in rs), sum(r.gpu_s for r in rs)) or 0.0,
             "num_routed": routed,
             "mean_num_waiting": num_waiting,
@@ -410,7 +452,8 @@ def summarize(result: Result) -> dict[str, Any]:
     counts["window_s"] = window_s
     throughput = _throughput(run, span_s)
     whole = throughput if run is result else _throughput(result, span_s)
-    num_gpus = sum(r.num_gpus for r in result.replicas)
+    # GPUs held on average (all of them without cluster.operations: their sum)
+    num_gpus = held_fleet(result.replicas, window_s, result.end_s)["mean_gpus"] or 0.0
     summary = {
         "counts": counts,
         "latency": _latency(run),
