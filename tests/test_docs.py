@@ -39,7 +39,7 @@ SKIP = {
                                          "the command on a generic step CSV)",
     r"servesim calibrate short\.json long\.json .*": "engine logs of the user's own",
     r"servesim validate --data-dir path/to/data": "the full public measurement sets, not bundled",
-    r"servesim validate --open-loop RUNS/ .*": "the public open-loop GPU runs, not bundled; "
+    r"servesim validate --open-loop( RUNS/ .*)?": "the public open-loop GPU runs, not bundled; "
                                                "tests/test_inference_perf.py replays a run folder",
     r"servesim validate --suite vllm-cpu --recordings mine/": "recordings of the user's own",
     r"servesim profile .*": "needs torch and a CUDA device",
