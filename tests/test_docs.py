@@ -47,7 +47,7 @@ SKIP = {
     r"servesim calibrate prof/ .*": "reads what `servesim profile` writes",
     # Not missing, but slow: tests/test_validate.py computes the same checks (validate_all) and
     # runs the command line on them.
-    r"servesim validate --suite silicon( --output silicon_report/)?": "simulates about a thousand measured "
+    r"servesim validate --suite silicon( --cross-group)?( --output \S+)?": "simulates about a thousand measured "
                                                                   "runs (minutes); tests/test_silicon.py "
                                                                   "runs five rows end to end",
     r"servesim validate --suite vllm-cpu --cross-fit": "fits every CPU recording in turn (about a minute); "

@@ -28,6 +28,7 @@ HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
 def row_parsed(name: str, monkeypatch: pytest.MonkeyPatch):
     """read_trace with both fast paths off: the row parser alone."""
     with monkeypatch.context() as m:
+        m.setattr(traces, "_READ_CACHE", {})  # read the file, not a copy of an earlier read
         m.setattr(traces, "read_azure_numpy", lambda _binary: None)
         m.setattr(traces, "read_azure_csv", lambda _binary: None)
         return traces.read_trace(name)
@@ -37,6 +38,7 @@ def numpy_parsed(name: str, monkeypatch: pytest.MonkeyPatch):
     """read_trace, checking that the numpy path (not pyarrow, not the row parser) read it."""
     taken = []
     with monkeypatch.context() as m:
+        m.setattr(traces, "_READ_CACHE", {})  # read the file, not a copy of an earlier read
         m.delitem(sys.modules, "pyarrow.csv", raising=False)  # as in a fresh process: no pyarrow yet
         m.setattr(traces, "read_azure_numpy", lambda b: taken.append(read_azure_numpy(b)) or taken[-1])
         m.setattr(traces, "read_azure_csv", lambda _binary: pytest.fail("pyarrow path taken"))

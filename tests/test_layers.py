@@ -11,7 +11,7 @@ an edge to ``servesim.a.b`` only, not to the package ``servesim.a`` around it.
 The layers, lowest first (a module may import its own layer and those below)::
 
     cli, __main__, servesim/__init__     the command and the top-level API
-    validate, report, planner            measured vs predicted, over whole runs; HTML reports; SLO
+    validate, report, planner, papers    measured vs predicted, over whole runs; HTML reports; SLO
                                          targets, capacity and configuration search; the live server
     sim                                  simulate(scenario) -> Result
     cluster, calibration, profile_ops,   many replicas; fitting perf models; timing operators;
@@ -38,7 +38,7 @@ LAYERS = {
     "engine": 2, "perf": 2, "metrics": 2, "workload": 2,
     "cluster": 3, "calibration": 3, "profile_ops": 3, "profile_layers": 3, "deployment": 3,
     "sim": 4,
-    "validate": 5, "report": 5, "planner": 5, "serve": 5,
+    "validate": 5, "report": 5, "planner": 5, "serve": 5, "papers": 5,
     "cli": 6, "cli_base": 6, "cli_commands": 6, "__main__": 6, "": 6,  # "": servesim/__init__.py
 }
 

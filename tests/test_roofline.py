@@ -319,7 +319,8 @@ def test_vectorized_decode_step_times_equal_batch_time(which: str) -> None:
     ``batch_time`` of each step, to rounding, for every perf model it can meet."""
     import numpy as np
 
-    from servesim.perf.base import ConstantPerfModel, decode_step_times
+    from servesim.perf.base import ConstantPerfModel
+    from servesim.perf.capabilities import decode_step_times
     from servesim.perf.roofline import PipelinedPerfModel
 
     pm = {"pipelined": PipelinedPerfModel(_MODELS["dense_tp2"], 4),

@@ -21,8 +21,8 @@ import numpy as np
 
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import Scheduler, SchedulerOutput
-from servesim.perf.base import BatchStats, PerfModel, decode_step_times
-from servesim.perf.capabilities import AffineDecode, DecodeTerms
+from servesim.perf.base import BatchStats, PerfModel
+from servesim.perf.capabilities import AffineDecode, DecodeTerms, decode_step_times
 from servesim.perf.kernel_step import Row, row_time_at
 
 if TYPE_CHECKING:

@@ -474,7 +474,7 @@ def summarize(result: Result) -> dict[str, Any]:
     if result.tenants is not None:  # per-tenant counts, service, SLOs and fairness
         from servesim.metrics.tenants import tenant_summary
 
-        summary["tenants"] = tenant_summary(run, span_s)
+        summary["tenants"] = tenant_summary(run, span_s, distribution, meets_limit)
     if result.tasks is not None:  # sessions, agent runs: end-to-end task latency
         from servesim.metrics.tasks import task_summary
 

@@ -11,6 +11,7 @@ defines it only when every tenant asks for more than its share (backlogged).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -29,9 +30,10 @@ def jain_index(x: list[float]) -> float | None:
     return None if a.size == 0 or sq == 0 else float(a.sum()) ** 2 / (a.size * sq)
 
 
-def tenant_summary(result: Result, span_s: float | None) -> dict[str, Any]:
-    from servesim.metrics.summary import distribution, meets_limit
-
+def tenant_summary(result: Result, span_s: float | None, distribution: Callable[..., dict[str, Any]],
+                   meets_limit: Callable[[Any, str, float], np.ndarray]) -> dict[str, Any]:
+    """The section; ``distribution`` and ``meets_limit`` are the summary's own (passed in, so
+    that this module, which the summary calls, does not import it back)."""
     t = result.tenants
     assert t is not None
     rec = result.records

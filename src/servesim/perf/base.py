@@ -12,7 +12,6 @@ from typing import Protocol
 
 import numpy as np
 
-from servesim.perf.capabilities import VectorDecode
 
 
 @dataclass(slots=True, init=False)
@@ -96,22 +95,6 @@ class PerfModel(Protocol):
     def batch_bytes(self, stats: BatchStats) -> float:
         """HBM bytes moved by the batch on one GPU (for MBU)."""
         ...
-
-
-def decode_step_times(perf: PerfModel, num_decode_reqs: int, sum_decode_context: np.ndarray) -> np.ndarray:
-    """``batch_time`` of pure-decode steps of ``num_decode_reqs`` requests, one per context sum.
-
-    Uses the model's vectorized ``decode_step_times`` where it has one (the same terms as
-    its ``batch_time``, summed in another order: equal to rounding), else a scalar loop.
-    """
-    if isinstance(perf, VectorDecode):
-        return perf.decode_step_times(num_decode_reqs, sum_decode_context)
-    st = BatchStats(num_decode_reqs=num_decode_reqs)
-    out = np.empty(len(sum_decode_context))
-    for i, s in enumerate(sum_decode_context.tolist()):
-        st.sum_decode_context = s
-        out[i] = perf.batch_time(st)
-    return out
 
 
 @dataclass(slots=True)

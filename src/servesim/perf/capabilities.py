@@ -24,10 +24,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-if TYPE_CHECKING:
-    import numpy as np
+import numpy as np
 
-    from servesim.perf.base import BatchStats
+from servesim.perf.base import BatchStats, PerfModel
+
+if TYPE_CHECKING:
     from servesim.perf.kernel_step import Row
     from servesim.perf.work_step import WorkCounter
 
@@ -105,3 +106,19 @@ class Clocked(Protocol):
     def clock(self) -> float:
         """The SM clock as a fraction of its maximum (1.0: unthrottled)."""
         ...
+
+
+def decode_step_times(perf: PerfModel, num_decode_reqs: int, sum_decode_context: np.ndarray) -> np.ndarray:
+    """``batch_time`` of pure-decode steps of ``num_decode_reqs`` requests, one per context sum.
+
+    Uses the model's vectorized ``decode_step_times`` where it has one (the same terms as
+    its ``batch_time``, summed in another order: equal to rounding), else a scalar loop.
+    """
+    if isinstance(perf, VectorDecode):
+        return perf.decode_step_times(num_decode_reqs, sum_decode_context)
+    st = BatchStats(num_decode_reqs=num_decode_reqs)
+    out = np.empty(len(sum_decode_context))
+    for i, s in enumerate(sum_decode_context.tolist()):
+        st.sum_decode_context = s
+        out[i] = perf.batch_time(st)
+    return out

@@ -37,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from servesim.perf.base import BatchStats, PerfModel, decode_step_times
+from servesim.perf.base import BatchStats, PerfModel
+from servesim.perf.capabilities import decode_step_times
 
 POWER_MODEL_FILE = "power_model.json"
 

@@ -41,7 +41,8 @@ from servesim.catalog.models import ModelSpec
 from servesim.catalog.hf_config import from_hf_config
 from servesim.config import EngineConfig, GpuConfig, ModelConfig, ParallelConfig, gpu_config_from_dict
 from servesim.errors import CatalogError, ConfigError
-from servesim.perf.base import BatchStats, decode_step_times
+from servesim.perf.base import BatchStats
+from servesim.perf.capabilities import decode_step_times
 from servesim.perf.operator_tables import OPERATOR_KERNELS, OperatorTable
 from servesim.perf.roofline import Efficiencies, RooflinePerfModel, RooflineWork, build_perf_model
 

@@ -137,7 +137,7 @@ def validate_all(
                                        "(pip install 'servesim[calibrate]')")
                 continue
             if name == "silicon":
-                from servesim.validate.silicon import validate_silicon
+                from servesim.validate.silicon_cross import validate_silicon
 
                 checks += validate_silicon(data_dir, output, skipped=skipped, cross_group=cross_group)
                 continue

@@ -104,3 +104,11 @@ def bundled_data() -> Iterator[tuple[Path, Path]]:
 
 def _pct(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
     return (np.asarray(pred, float) / np.asarray(meas, float) - 1.0) * 100
+
+
+def base_model_name(name: str) -> str:
+    """A model's name without its organization and its chat-tuning suffix (one architecture)."""
+    base = name.rstrip("/").split("/")[-1].lower()
+    for suffix in ("-instruct", "-chat", "-it", "-hf"):
+        base = base.removesuffix(suffix)
+    return base

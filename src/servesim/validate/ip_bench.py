@@ -114,7 +114,7 @@ def compare_lifecycle(result_path: Path, doc: dict[str, Any], scenario_path: Pat
     from servesim.config.files import read_scenario_file
     from servesim.config.scenario import _resolve_relative_paths, scenario_from_dict
     from servesim.metrics.records import RequestStatus
-    from servesim.validate.own_bench import _base_name
+    from servesim.validate.common import base_model_name
     from servesim.workload import load_workload
     from servesim.workload.inference_perf import read_config
 
@@ -135,7 +135,7 @@ def compare_lifecycle(result_path: Path, doc: dict[str, Any], scenario_path: Pat
     if scenario_path is not None:
         scenario = _resolve_relative_paths(scenario, scenario_path.parent)
     model = str(((read_config(cfg_path).get("server") or {}).get("model_name")) or "")
-    if model and _base_name(model) != _base_name(scenario.model.name):
+    if model and base_model_name(model) != base_model_name(scenario.model.name):
         notes.append(f"model: the run served {model}, the scenario simulates {scenario.model.name}")
     key = (str(cfg_path), scenario.model_dump_json())
     if cache is not None and key in cache:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from servesim.errors import ConfigError, ServesimError, WorkloadError
+from servesim.validate.common import base_model_name
 from servesim.validate.ip_bench import compare_lifecycle, is_lifecycle_file
 
 #: The figures compared, in ``vllm bench``'s key names (milliseconds; throughputs per s).
@@ -129,7 +130,7 @@ def compare(scenario_path: Path | None, result_path: Path, overrides: list[str] 
     if scenario_path is not None:  # its model, profile and trace paths are relative to it
         scenario = _resolve_relative_paths(scenario, scenario_path.parent)
     want, have = str(doc.get("model_id") or ""), str(scenario.model.name)
-    if want and _base_name(want) != _base_name(have):
+    if want and base_model_name(want) != base_model_name(have):
         notes.append(f"model: the run served {want}, the scenario simulates {have}")
     result = sim.simulate(scenario, progress=progress)
     predicted = run_figures(result, num_before(result))
@@ -164,14 +165,6 @@ def comparison_text(c: BenchComparison) -> str:
     for name, meas, pred, err in c.rows:
         lines.append(f"  {name:<26}{meas:>12.4g}{pred:>12.4g}{err:>+10.1f}")
     return "\n".join(lines)
-
-
-def _base_name(name: str) -> str:
-    """A model's name without its organization and its chat-tuning suffix (one architecture)."""
-    base = name.rstrip("/").split("/")[-1].lower()
-    for suffix in ("-instruct", "-chat", "-it", "-hf"):
-        base = base.removesuffix(suffix)
-    return base
 
 
 def _number(x: Any) -> float | None:

@@ -392,32 +392,3 @@ def checks_of(cases: list[SiliconCase], known_bad: dict[tuple[str, str], str] | 
             out.append(MedianCheck.against("silicon", g["group"], f"mean {metric}", errs[np.isfinite(errs)],
                                            goal, note=note))
     return out
-
-
-def validate_silicon(data_dir: Path | None = None, output: Path | None = None,
-                     skipped: list[str] | None = None, cross_group: bool = False) -> list[Check]:
-    """The suite: ``data_dir/measurements/aiconfigurator/silicon_vllm.csv`` where present,
-    else the bundled copy; writes the report files into ``output`` when given; appends one
-    note per skip reason to ``skipped``. ``cross_group``: also each (model, GPU) group
-    predicted with what the suite learns from the runs derived without it
-    (``validate.silicon_cross``; the held-out rows come first)."""
-    path = None if data_dir is None else data_dir / "measurements" / "aiconfigurator" / "silicon_vllm.csv"
-    rows = read_silicon(path if path is not None and path.is_file() else None)
-    held: list[Check] = []
-    if cross_group:
-        from servesim.validate.silicon_cross import cross_checks, write_cross_report
-        from servesim.validate.silicon_cross import cross_group as run_cross
-
-        cg = run_cross(rows)
-        cases = cg.in_sample
-        held = cross_checks(cg)
-        if output is not None:
-            write_cross_report(cg, output)
-    else:
-        cases = run_cases(rows)
-    if skipped is not None:
-        for reason, n in skipped_by_reason(cases).items():
-            skipped.append(f"silicon: {n} row{'s' * (n > 1)}: {reason}")
-    if output is not None:
-        write_report(cases, output)
-    return held + checks_of(cases)

@@ -247,3 +247,35 @@ def write_cross_report(cg: CrossGroup, folder: Path) -> list[Path]:
                      f"| {r['tpot_ratio']:.2f} |")
     md.write_text("\n".join(lines) + "\n")
     return [js, md]
+
+
+def validate_silicon(data_dir: Path | None = None, output: Path | None = None,
+                     skipped: list[str] | None = None, cross_group: bool = False) -> list[Check]:
+    """The suite: ``data_dir/measurements/aiconfigurator/silicon_vllm.csv`` where present,
+    else the bundled copy; writes the report files into ``output`` when given; appends one
+    note per skip reason to ``skipped``. ``cross_group``: also each (model, GPU) group
+    predicted with what the suite learns from the runs derived without it
+    (the held-out rows come first). It lives here, above ``validate.silicon``, whose cases
+    both paths run."""
+    from servesim.validate.silicon import checks_of, read_silicon, run_cases, skipped_by_reason, write_report
+
+    path = None if data_dir is None else data_dir / "measurements" / "aiconfigurator" / "silicon_vllm.csv"
+    rows = read_silicon(path if path is not None and path.is_file() else None)
+    held: list[Check] = []
+    if cross_group:
+        cg = _cross_group(rows)
+        cases = cg.in_sample
+        held = cross_checks(cg)
+        if output is not None:
+            write_cross_report(cg, output)
+    else:
+        cases = run_cases(rows)
+    if skipped is not None:
+        for reason, n in skipped_by_reason(cases).items():
+            skipped.append(f"silicon: {n} row{'s' * (n > 1)}: {reason}")
+    if output is not None:
+        write_report(cases, output)
+    return held + checks_of(cases)
+
+
+_cross_group = cross_group

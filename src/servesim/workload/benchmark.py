@@ -39,7 +39,7 @@ import numpy as np
 from servesim.config import BenchmarkWorkload
 from servesim.errors import WorkloadError
 from servesim.workload.base import BenchmarkClients, Workload
-from servesim.workload.synthetic import check_memory
+from servesim.workload.limits import check_memory
 
 
 def length_bounds(mean: int, ratio: float, min_len: int = 0) -> tuple[int, int]:

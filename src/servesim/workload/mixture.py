@@ -14,7 +14,8 @@ import numpy as np
 from servesim.config import ClientConfig, MixtureWorkload, SyntheticWorkload
 from servesim.errors import WorkloadError
 from servesim.workload.base import Workload
-from servesim.workload.synthetic import check_memory, generate_synthetic
+from servesim.workload.limits import check_memory
+from servesim.workload.synthetic import generate_synthetic
 
 
 def generate_mixture(cfg: MixtureWorkload, seed: int = 0) -> Workload:

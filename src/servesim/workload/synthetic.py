@@ -11,13 +11,13 @@ arrival times through the inverse of its integral (time rescaling, ``rate_profil
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 
 from servesim.config import ArrivalConfig, DelayDist, LengthDist, SyntheticWorkload
 from servesim.errors import WorkloadError
 from servesim.workload.base import Workload
+from servesim.workload.limits import check_memory
 from servesim.workload.notices import clipped
 from servesim.workload.rate_profile import RateProfile
 
@@ -83,19 +83,6 @@ def inter_arrival_gaps(arrival: ArrivalConfig, n: int, rng: np.random.Generator)
     return np.zeros(n)  # burst
 
 
-#: Bytes a simulated request takes at the least (its workload columns, its record row and
-#: its engine object together take several times more): a run of more requests than the
-#: machine's memory holds at this size is refused before it starts.
-MIN_BYTES_PER_REQUEST = 100
-
-
-def _memory_bytes() -> float:
-    try:
-        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):  # not on this platform: no check
-        return math.inf
-
-
 def check_count(arrival: ArrivalConfig, count: int | None, duration_s: float | None,
                 count_field: str = "num_requests") -> None:
     """Refuse a workload of more arrivals than this machine could hold in memory (``count``,
@@ -107,16 +94,6 @@ def check_count(arrival: ArrivalConfig, count: int | None, duration_s: float | N
         given = f"{count_field}={count:,}" if count is not None and n == count else (
             f"duration_s={duration_s:g} at arrival.rate={arrival.rate:g}/s")
         check_memory(n, given)
-
-
-def check_memory(num_arrivals: float, given: str) -> None:
-    """Refuse ``num_arrivals`` (what ``given`` names, e.g. "num_prompts=10") when this
-    machine's memory cannot hold them at ``MIN_BYTES_PER_REQUEST`` each."""
-    memory = _memory_bytes()
-    if num_arrivals * MIN_BYTES_PER_REQUEST > memory:
-        raise WorkloadError(f"workload: {given} gives about {num_arrivals:.3g} arrivals, more than this "
-                            f"machine's {memory / 1e9:.0f} GB of memory can simulate (at least "
-                            f"{MIN_BYTES_PER_REQUEST} bytes each); give fewer")
 
 
 def arrival_times(arrival: ArrivalConfig, num_requests: int | None, duration_s: float | None,
