@@ -184,8 +184,8 @@ def test_blis_roleplay_runs_within_the_open_loop_goals():
 def test_blis_runs_kv_blocks_match_vllm_0_15_1():
     """vLLM's KV blocks as its start-up logged them (replay.json's config) against servesim's
     memory plan for the same deployment: within 1% for all four models."""
-    from servesim.deployment import resolve_deployment
     from servesim.config import Scenario
+    from servesim.deployment import resolve_deployment
 
     root = Path(os.environ["SERVESIM_OPENLOOP_DATA"]) if os.environ.get("SERVESIM_OPENLOOP_DATA") \
         else shared_data("measurements/openloop")

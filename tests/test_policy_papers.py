@@ -23,10 +23,11 @@ import pytest
 from servesim.catalog.gpus import get_gpu
 from servesim.catalog.hf_config import load_model
 from servesim.config import EngineConfig, ParallelConfig, SpeculativeConfig, resolve_engine
-from servesim.metrics.summary import weighted_percentile
+from servesim.papers.common import capacity as papers_capacity
+from servesim.papers.common import p99_tbt_s
 from servesim.perf.memory import plan_memory
 from servesim.perf.roofline import RooflinePerfModel
-from servesim.sim import EngineRun, run_engine
+from servesim.sim import run_engine
 from servesim.workload.base import Workload
 
 pytestmark = pytest.mark.characterization
@@ -39,21 +40,10 @@ def lognormal_lengths(
 
 
 def capacity(meets_slo: Callable[[float], bool], lo: float, hi: float, iters: int = 6) -> float:
-    """Largest rate in [lo, hi] that meets the SLO (geometric bisection; lo must meet it)."""
-    assert meets_slo(lo), f"the SLO is not met even at {lo} req/s"
-    if meets_slo(hi):
-        return hi
-    for _ in range(iters):
-        mid = (lo * hi) ** 0.5
-        if meets_slo(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-def p99_tbt_s(run: EngineRun) -> float:
-    return weighted_percentile(np.asarray(run.itl.gap_s, np.float64), np.asarray(run.itl.count, np.int64), 99)
+    """``servesim reproduce``'s search (``papers.common.capacity``); ``lo`` must meet the SLO."""
+    got = papers_capacity(meets_slo, lo, hi, iters)
+    assert got > 0, f"the SLO is not met even at {lo} req/s"
+    return got
 
 
 # --------------------------------------------------------------------------- vLLM vs Orca

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -112,3 +112,17 @@ def base_model_name(name: str) -> str:
     for suffix in ("-instruct", "-chat", "-it", "-hf"):
         base = base.removesuffix(suffix)
     return base
+
+
+def write_rows(folder: Path, name: str, header: list[str], rows: Iterable[list[str]]) -> Path:
+    """``folder/name``: a CSV of ``header`` and ``rows`` (the comparison files of ``--bench``
+    and ``--open-loop``), the folder made if need be."""
+    import csv
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+    return path

@@ -37,7 +37,12 @@ import numpy as np
 import yaml
 
 from servesim.errors import ConfigError
-from servesim.workload.inference_perf import HASH_BLOCK_TOKENS, SHARED_PREFIX_DEFAULTS, _ALIASES, prompt_hash_ids
+from servesim.workload.inference_perf import (
+    _ALIASES,
+    HASH_BLOCK_TOKENS,
+    SHARED_PREFIX_DEFAULTS,
+    prompt_hash_ids,
+)
 
 METRICS = ("ttft", "e2e", "itl")
 STATS = ("mean", "p50", "p90")
@@ -92,7 +97,8 @@ def run_scenario(folder: Path, base: dict[str, Any], trace: Path) -> tuple[dict[
     if str(data.get("type")) != "shared_prefix":
         raise ConfigError(f"{cfg_path}: data.type {data.get('type')!r}: the open-loop suite replays "
                           "shared_prefix runs")
-    sp = {**SHARED_PREFIX_DEFAULTS, **{_ALIASES.get(k, k): v for k, v in (data.get("shared_prefix") or {}).items()}}
+    given = (data.get("shared_prefix") or {}).items()
+    sp = {**SHARED_PREFIX_DEFAULTS, **{_ALIASES.get(k, k): v for k, v in given}}
     groups, per = int(sp["num_groups"]), int(sp["num_prompts_per_group"])
     sys_len, out_len = sp["system_prompt_len"], sp["output_len"]
     if not isinstance(sys_len, int) or not isinstance(out_len, int):
@@ -161,7 +167,8 @@ def summary_rows(runs: list[OpenLoopRun]) -> list[tuple[str, float]]:
 def report_text(runs: list[OpenLoopRun]) -> str:
     lines = [f"{'run':<48}" + "".join(f"{m + ' ' + s:>13}" for m in METRICS for s in ("mean",))]
     for r in runs:
-        cells = "".join(f"{r.measured[m + '_mean'] * 1e3:>6.1f}/{r.predicted[m + '_mean'] * 1e3:<6.1f}" for m in METRICS)
+        cells = "".join(f"{r.measured[m + '_mean'] * 1e3:>6.1f}/{r.predicted[m + '_mean'] * 1e3:<6.1f}"
+                        for m in METRICS)
         errs = " ".join(f"{m} {r.error(m + '_mean'):+.1f}%" for m in METRICS)
         lines.append(f"{r.name:<48}{cells}  {errs}")
         lines.extend(f"  {n}" for n in r.notes)
@@ -176,17 +183,12 @@ GOALS = {"ttft_mean": 15.0, "e2e_mean": 10.0, "itl_mean": 10.0}
 
 def write_runs(runs: list[OpenLoopRun], folder: Path) -> Path:
     """``folder/open_loop_runs.csv``: one row per (run, figure)."""
-    import csv
+    from servesim.validate.common import write_rows
 
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "open_loop_runs.csv"
-    with path.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["run", "figure", "measured_s", "predicted_s", "error_pct"])
-        for r in runs:
-            for k in r.measured:
-                w.writerow([r.name, k, f"{r.measured[k]:.6g}", f"{r.predicted[k]:.6g}", f"{r.error(k):.2f}"])
-    return path
+    header = ["run", "figure", "measured_s", "predicted_s", "error_pct"]
+    return write_rows(folder, "open_loop_runs.csv", header,
+                      ([r.name, k, f"{r.measured[k]:.6g}", f"{r.predicted[k]:.6g}", f"{r.error(k):.2f}"]
+                       for r in runs for k in r.measured))
 
 
 def run_checks(folders: list[Path], scenario: Path | None, overrides: list[str], output: Path | None,

@@ -21,7 +21,6 @@ median, std and the percentiles the file holds (p90, p95, p99); throughput over 
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from servesim.errors import ConfigError, ServesimError, WorkloadError
-from servesim.validate.common import base_model_name
+from servesim.validate.common import base_model_name, write_rows
 from servesim.validate.ip_bench import compare_lifecycle, is_lifecycle_file
 
 #: The figures compared, in ``vllm bench``'s key names (milliseconds; throughputs per s).
@@ -147,15 +146,10 @@ def compare(scenario_path: Path | None, result_path: Path, overrides: list[str] 
 
 def write_comparisons(comparisons: list[BenchComparison], folder: Path) -> Path:
     """``folder/bench_comparison.csv``: one row per (result file, figure)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "bench_comparison.csv"
-    with path.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["result", "figure", "measured", "predicted", "error_pct"])
-        for c in comparisons:
-            for name, meas, pred, err in c.rows:
-                w.writerow([str(c.path), name, f"{meas:.6g}", f"{pred:.6g}", f"{err:.2f}"])
-    return path
+    header = ["result", "figure", "measured", "predicted", "error_pct"]
+    return write_rows(folder, "bench_comparison.csv", header,
+                      ([str(c.path), name, f"{meas:.6g}", f"{pred:.6g}", f"{err:.2f}"]
+                       for c in comparisons for name, meas, pred, err in c.rows))
 
 
 def comparison_text(c: BenchComparison) -> str:
