@@ -29,8 +29,14 @@ def one(engine: str, rate_scale: float, perf_model: str = "default") -> dict:
     from servesim.workload import load_workload
 
     chosen = [] if perf_model == "default" else [f"hardware.perf_model={perf_model}"]
-    sc = load_scenario(None, [f"workload.rate_scale={rate_scale}", *chosen,
-                              f"run.reference={'true' if engine == 'reference' else 'false'}"])
+    sc = load_scenario(
+        None,
+        [
+            f"workload.rate_scale={rate_scale}",
+            *chosen,
+            f"run.reference={'true' if engine == 'reference' else 'false'}",
+        ],
+    )
     t0 = time.perf_counter()
     load_workload(sc.workload)  # the trace parse alone (simulate parses it again)
     parse = time.perf_counter() - t0
@@ -38,12 +44,19 @@ def one(engine: str, rate_scale: float, perf_model: str = "default") -> dict:
     result = servesim.simulate(sc)
     wall = time.perf_counter() - t0
     n = len(result.records)
-    return {"engine": engine, "rate_scale": rate_scale, "wall_s": wall, "parse_s": parse,
-            "engine_s": wall - parse, "requests": n,
-            "steps": len(result.steps), "sim_req_per_s": n / wall,
-            "simulated_s": result.end_s,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "ttft_p99_s": result.summary["latency"]["ttft_s"]["p99"]}
+    return {
+        "engine": engine,
+        "rate_scale": rate_scale,
+        "wall_s": wall,
+        "parse_s": parse,
+        "engine_s": wall - parse,
+        "requests": n,
+        "steps": len(result.steps),
+        "sim_req_per_s": n / wall,
+        "simulated_s": result.end_s,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "ttft_p99_s": result.summary["latency"]["ttft_s"]["p99"],
+    }
 
 
 def main() -> None:
@@ -64,27 +77,38 @@ def main() -> None:
         for engine in engines:
             runs = []
             for _ in range(a.repeats if engine == "fast" else max(1, a.repeats // 3)):
-                out = subprocess.run([sys.executable, __file__, "--one", engine, str(rate),
-                                      "--perf-model", a.perf_model],
-                                     capture_output=True, text=True, check=True)
+                out = subprocess.run(
+                    [sys.executable, __file__, "--one", engine, str(rate), "--perf-model", a.perf_model],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
                 runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-            m = {k: statistics.median(r[k] for r in runs)
-                 for k in ("wall_s", "parse_s", "engine_s", "sim_req_per_s", "peak_rss_mb")}
+            m = {
+                k: statistics.median(r[k] for r in runs)
+                for k in ("wall_s", "parse_s", "engine_s", "sim_req_per_s", "peak_rss_mb")
+            }
             m.update(steps=runs[0]["steps"], requests=runs[0]["requests"], n=len(runs))
             med[engine] = m
             rows.append((rate, engine, m))
         if "reference" in med:
             ref, fast = med["reference"], med["fast"]
-            print(f"rate x{rate:g}: reference/fast ratio {ref['wall_s'] / fast['wall_s']:.1f}x "
-                  f"(without the trace parse: {ref['engine_s'] / fast['engine_s']:.1f}x)")
+            print(
+                f"rate x{rate:g}: reference/fast ratio {ref['wall_s'] / fast['wall_s']:.1f}x "
+                f"(without the trace parse: {ref['engine_s'] / fast['engine_s']:.1f}x)"
+            )
     import servesim
 
     print(f"servesim {servesim.__version__}, {'compiled' if servesim.compiled() else 'pure-Python'} engine")
-    print(f"{'rate':>5} {'engine':>9} {'runs':>4} {'wall s':>7} {'parse s':>7} {'engine s':>8} "
-          f"{'sim req/s':>10} {'steps':>8} {'peak MB':>8}")
+    print(
+        f"{'rate':>5} {'engine':>9} {'runs':>4} {'wall s':>7} {'parse s':>7} {'engine s':>8} "
+        f"{'sim req/s':>10} {'steps':>8} {'peak MB':>8}"
+    )
     for rate, engine, m in rows:
-        print(f"{rate:>5g} {engine:>9} {m['n']:>4} {m['wall_s']:>7.2f} {m['parse_s']:>7.2f} "
-              f"{m['engine_s']:>8.2f} {m['sim_req_per_s']:>10,.0f} {m['steps']:>8,} {m['peak_rss_mb']:>8.0f}")
+        print(
+            f"{rate:>5g} {engine:>9} {m['n']:>4} {m['wall_s']:>7.2f} {m['parse_s']:>7.2f} "
+            f"{m['engine_s']:>8.2f} {m['sim_req_per_s']:>10,.0f} {m['steps']:>8,} {m['peak_rss_mb']:>8.0f}"
+        )
 
 
 if __name__ == "__main__":

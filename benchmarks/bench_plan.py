@@ -24,9 +24,16 @@ def plan_once(backend: str, requests: int, rate: float, workers: int | None):
     from servesim.planner.search import run_plan
     from servesim.planner.space import plan_from_options
 
-    base, plan = plan_from_options("Llama-3.1-70B", ["H100-SXM", "H200", "B200"], 16, rate=rate,
-                                   trace="builtin:azure_conv", ttft_s=2.0, tpot_s=0.05,
-                                   num_requests=requests)
+    base, plan = plan_from_options(
+        "Llama-3.1-70B",
+        ["H100-SXM", "H200", "B200"],
+        16,
+        rate=rate,
+        trace="builtin:azure_conv",
+        ttft_s=2.0,
+        tpot_s=0.05,
+        num_requests=requests,
+    )
     t0 = time.perf_counter()
     result = run_plan(base, plan, backend=backend, workers=workers)  # type: ignore[arg-type]
     return time.perf_counter() - t0, result
@@ -49,15 +56,21 @@ def main() -> None:
             walls.append(wall)
         results[backend] = result
         c = result.counts()
-        print(f"{backend:8s} wall median {statistics.median(walls):6.1f} s (runs: "
-              f"{', '.join(f'{w:.1f}' for w in walls)}); {c['candidates']} candidates, {c['pruned']} pruned "
-              f"{c['pruned_by']}, {c['simulated']} simulated, {c['meeting_slo']} meet the SLOs")
+        print(
+            f"{backend:8s} wall median {statistics.median(walls):6.1f} s (runs: "
+            f"{', '.join(f'{w:.1f}' for w in walls)}); {c['candidates']} candidates, {c['pruned']} pruned "
+            f"{c['pruned_by']}, {c['simulated']} simulated, {c['meeting_slo']} meet the SLOs"
+        )
     best = results["process"].ranked()
-    print("best:", best[0].candidate.label() if best else "none", f"({best[0].metrics['usd_per_hour']:.2f} $/h)"
-          if best else "")
+    print(
+        "best:",
+        best[0].candidate.label() if best else "none",
+        f"({best[0].metrics['usd_per_hour']:.2f} $/h)" if best else "",
+    )
     if "ray" in results:
-        same = ([(e.candidate.id, e.summary) for e in results["ray"].evaluated]
-                == [(e.candidate.id, e.summary) for e in results["process"].evaluated])
+        same = [(e.candidate.id, e.summary) for e in results["ray"].evaluated] == [
+            (e.candidate.id, e.summary) for e in results["process"].evaluated
+        ]
         print("ray results identical to the process pool's:", same)
 
 

@@ -24,29 +24,47 @@ TDP_A100_W = 400.0
 GPUS_PER_SERVER = 4
 
 
-def scenario(num_servers: int, budget_w: float | None, *, rate_per_server: float = 1.8,
-             duration_s: float = 300.0, seed: int = 2, hysteresis: float | None = None) -> dict[str, Any]:
+def scenario(
+    num_servers: int,
+    budget_w: float | None,
+    *,
+    rate_per_server: float = 1.8,
+    duration_s: float = 300.0,
+    seed: int = 2,
+    hysteresis: float | None = None,
+) -> dict[str, Any]:
     """``hysteresis``: the capper's band (None: the scenario default, 0.1 of the budget)."""
     ops: dict[str, Any] = {"interval_s": 1.0}
     if budget_w is not None:
-        ops["power"] = {"budget_w": budget_w, "low_priority_pools": ["lo"], "cap_low_at": 0.85,
-                        "cap_all_at": 0.95}
+        ops["power"] = {
+            "budget_w": budget_w,
+            "low_priority_pools": ["lo"],
+            "cap_low_at": 0.85,
+            "cap_all_at": 0.95,
+        }
         if hysteresis is not None:
             ops["power"]["hysteresis"] = hysteresis
     hi = (num_servers + 1) // 2
     rate = rate_per_server * num_servers
     return {
         "name": f"row-{num_servers}-{'capped' if budget_w else 'uncapped'}",
-        "model": {"name": "Llama-3.1-70B"}, "hardware": {"gpu": "A100-80GB"},
+        "model": {"name": "Llama-3.1-70B"},
+        "hardware": {"gpu": "A100-80GB"},
         "parallel": {"tensor_parallel_size": GPUS_PER_SERVER},
-        "workload": {"type": "synthetic", "seed": seed, "num_requests": int(rate * duration_s),
-                     "arrival": {"process": "gamma", "cv": 2.0, "rate": rate},
-                     "prompt_len": {"kind": "lognormal", "mean": 1000, "std": 800, "max": 6000},
-                     "output_len": {"kind": "lognormal", "mean": 200, "std": 150, "max": 1500}},
+        "workload": {
+            "type": "synthetic",
+            "seed": seed,
+            "num_requests": int(rate * duration_s),
+            "arrival": {"process": "gamma", "cv": 2.0, "rate": rate},
+            "prompt_len": {"kind": "lognormal", "mean": 1000, "std": 800, "max": 6000},
+            "output_len": {"kind": "lognormal", "mean": 200, "std": 150, "max": 1500},
+        },
         "slo": {"ttft_s": 2.0, "tpot_s": 0.1},
-        "cluster": {"router": "least_outstanding",
-                    "pools": [{"name": "hi", "num_replicas": hi}, {"name": "lo", "num_replicas": num_servers - hi}],
-                    "operations": ops},
+        "cluster": {
+            "router": "least_outstanding",
+            "pools": [{"name": "hi", "num_replicas": hi}, {"name": "lo", "num_replicas": num_servers - hi}],
+            "operations": ops,
+        },
     }
 
 
@@ -63,22 +81,38 @@ def measure(sc: dict[str, Any], budget_w: float, progress: bool = False) -> dict
     # The row's intervals over the budget: how many, and for how long (the last may be short).
     t = np.unique(cols["t_s"])
     dt = np.diff(np.append(t, r.end_s))
-    return {"name": sc["name"], "mean_power_w": float(row_w.mean()), "peak_power_w": float(row_w.max()),
-            "over_budget": float(over.mean()), "num_intervals_over_budget": int(over.sum()),
-            "over_budget_s": float(dt[over].sum()), "num_cap_changes": s["operations"]["num_cap_changes"],
-            "slo_attainment": s["slo"]["attainment"]["all"],
-            "ttft_p50_s": lat["ttft_s"]["p50"], "ttft_p99_s": lat["ttft_s"]["p99"],
-            "tpot_p50_s": lat["tpot_s"]["p50"], "tpot_p99_s": lat["tpot_s"]["p99"],
-            "capped_s": s["operations"]["capped_s"], "wall_s": time.perf_counter() - t0}
+    return {
+        "name": sc["name"],
+        "mean_power_w": float(row_w.mean()),
+        "peak_power_w": float(row_w.max()),
+        "over_budget": float(over.mean()),
+        "num_intervals_over_budget": int(over.sum()),
+        "over_budget_s": float(dt[over].sum()),
+        "num_cap_changes": s["operations"]["num_cap_changes"],
+        "slo_attainment": s["slo"]["attainment"]["all"],
+        "ttft_p50_s": lat["ttft_s"]["p50"],
+        "ttft_p99_s": lat["ttft_s"]["p99"],
+        "tpot_p50_s": lat["tpot_s"]["p50"],
+        "tpot_p99_s": lat["tpot_s"]["p99"],
+        "capped_s": s["operations"]["capped_s"],
+        "wall_s": time.perf_counter() - t0,
+    }
 
 
-def compare(budget_servers: int = 4, servers: int = 5, progress: bool = False,
-            hysteresis: float | None = None, **kw: Any) -> list[dict[str, Any]]:
+def compare(
+    budget_servers: int = 4,
+    servers: int = 5,
+    progress: bool = False,
+    hysteresis: float | None = None,
+    **kw: Any,
+) -> list[dict[str, Any]]:
     """The N-server row, M servers uncapped, M servers capped, under N servers' nameplate."""
     budget = budget_servers * GPUS_PER_SERVER * TDP_A100_W
-    return [measure(scenario(budget_servers, None, **kw), budget, progress),
-            measure(scenario(servers, None, **kw), budget, progress),
-            measure(scenario(servers, budget, hysteresis=hysteresis, **kw), budget, progress)]
+    return [
+        measure(scenario(budget_servers, None, **kw), budget, progress),
+        measure(scenario(servers, None, **kw), budget, progress),
+        measure(scenario(servers, budget, hysteresis=hysteresis, **kw), budget, progress),
+    ]
 
 
 def main() -> None:
@@ -87,22 +121,38 @@ def main() -> None:
     ap.add_argument("--servers", type=int, default=5, help="servers put under the budget")
     ap.add_argument("--rate-per-server", type=float, default=1.8)
     ap.add_argument("--duration-s", type=float, default=300.0)
-    ap.add_argument("--hysteresis", type=float, default=None,
-                    help="the capper's band, fraction of the budget (default: the scenario's, 0.1)")
+    ap.add_argument(
+        "--hysteresis",
+        type=float,
+        default=None,
+        help="the capper's band, fraction of the budget (default: the scenario's, 0.1)",
+    )
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args()
-    rows = compare(a.budget_servers, a.servers, not a.no_progress, hysteresis=a.hysteresis,
-                   rate_per_server=a.rate_per_server, duration_s=a.duration_s)
+    rows = compare(
+        a.budget_servers,
+        a.servers,
+        not a.no_progress,
+        hysteresis=a.hysteresis,
+        rate_per_server=a.rate_per_server,
+        duration_s=a.duration_s,
+    )
     budget = a.budget_servers * GPUS_PER_SERVER * TDP_A100_W
-    print(f"budget {budget:.0f} W ({a.budget_servers} servers' GPU TDP); {a.servers} servers is "
-          f"{a.servers / a.budget_servers - 1:.0%} more")
-    print(f"{'row':<18}{'mean W':>8}{'peak W':>8}{'over':>7}{'over s':>8}{'changes':>8}{'SLO':>7}"
-          f"{'TTFT p50':>9}{'p99':>7}{'TPOT p50':>9}{'p99':>7}")
+    print(
+        f"budget {budget:.0f} W ({a.budget_servers} servers' GPU TDP); {a.servers} servers is "
+        f"{a.servers / a.budget_servers - 1:.0%} more"
+    )
+    print(
+        f"{'row':<18}{'mean W':>8}{'peak W':>8}{'over':>7}{'over s':>8}{'changes':>8}{'SLO':>7}"
+        f"{'TTFT p50':>9}{'p99':>7}{'TPOT p50':>9}{'p99':>7}"
+    )
     for r in rows:
-        print(f"{r['name']:<18}{r['mean_power_w']:>8.0f}{r['peak_power_w']:>8.0f}{r['over_budget']:>7.1%}"
-              f"{r['over_budget_s']:>8.0f}{r['num_cap_changes']:>8}"
-              f"{r['slo_attainment']:>7.3f}{r['ttft_p50_s']:>9.3f}{r['ttft_p99_s']:>7.2f}"
-              f"{r['tpot_p50_s']:>9.4f}{r['tpot_p99_s']:>7.3f}")
+        print(
+            f"{r['name']:<18}{r['mean_power_w']:>8.0f}{r['peak_power_w']:>8.0f}{r['over_budget']:>7.1%}"
+            f"{r['over_budget_s']:>8.0f}{r['num_cap_changes']:>8}"
+            f"{r['slo_attainment']:>7.3f}{r['ttft_p50_s']:>9.3f}{r['ttft_p99_s']:>7.2f}"
+            f"{r['tpot_p50_s']:>9.4f}{r['tpot_p99_s']:>7.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -20,13 +20,16 @@ from pathlib import Path
 
 import numpy as np
 
-SYNTHETIC = ("workload={type: synthetic, num_requests: 400, seed: 3, arrival: {process: poisson, rate: 12}, "
-             "prompt_len: {kind: lognormal, mean: 900, std: 600, max: 6000}, "
-             "output_len: {kind: lognormal, mean: 160, std: 120, max: 1000}}")
+SYNTHETIC = (
+    "workload={type: synthetic, num_requests: 400, seed: 3, arrival: {process: poisson, rate: 12}, "
+    "prompt_len: {kind: lognormal, mean: 900, std: 600, max: 6000}, "
+    "output_len: {kind: lognormal, mean: 160, std: 120, max: 1000}}"
+)
 
 
-def big_run(small: Path, big: Path, n: int = 1_000_000, n_steps: int = 1_000_000,
-            span: float = 3600.0) -> None:
+def big_run(
+    small: Path, big: Path, n: int = 1_000_000, n_steps: int = 1_000_000, span: float = 3600.0
+) -> None:
     """Write a run folder of ``n`` requests and ``n_steps`` steps, the summary ``small``'s."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -36,18 +39,31 @@ def big_run(small: Path, big: Path, n: int = 1_000_000, n_steps: int = 1_000_000
     ttft = rng.lognormal(np.log(0.2), 0.8, n)
     n_out = rng.integers(1, 800, n)
     tpot = rng.lognormal(np.log(0.02), 0.3, n)
-    req = {"arrival_s": arrival, "first_scheduled_s": arrival + ttft / 2, "first_token_s": arrival + ttft,
-           "finished_s": arrival + ttft + tpot * (n_out - 1), "num_prompt_tokens": rng.integers(10, 4000, n),
-           "num_output_tokens": n_out, "num_cached_tokens": np.zeros(n, np.int64),
-           "num_preemptions": np.zeros(n, np.int64), "replica": rng.integers(0, 4, n),
-           "status": np.zeros(n, np.int8)}
+    req = {
+        "arrival_s": arrival,
+        "first_scheduled_s": arrival + ttft / 2,
+        "first_token_s": arrival + ttft,
+        "finished_s": arrival + ttft + tpot * (n_out - 1),
+        "num_prompt_tokens": rng.integers(10, 4000, n),
+        "num_output_tokens": n_out,
+        "num_cached_tokens": np.zeros(n, np.int64),
+        "num_preemptions": np.zeros(n, np.int64),
+        "replica": rng.integers(0, 4, n),
+        "status": np.zeros(n, np.int8),
+    }
     replica = np.repeat(np.arange(4), n_steps // 4)
     start = np.tile(np.sort(rng.uniform(0, span, n_steps // 4)), 4)
-    steps = {"replica": replica, "start_s": start, "duration_s": np.full(n_steps, 0.0018),
-             "num_prefill_tokens": rng.integers(0, 8192, n_steps),
-             "num_decode_reqs": rng.integers(0, 256, n_steps),
-             "num_running": rng.integers(0, 256, n_steps), "num_waiting": rng.integers(0, 50, n_steps),
-             "kv_blocks_used": rng.integers(0, 28000, n_steps), "num_preempted": np.zeros(n_steps, np.int64)}
+    steps = {
+        "replica": replica,
+        "start_s": start,
+        "duration_s": np.full(n_steps, 0.0018),
+        "num_prefill_tokens": rng.integers(0, 8192, n_steps),
+        "num_decode_reqs": rng.integers(0, 256, n_steps),
+        "num_running": rng.integers(0, 256, n_steps),
+        "num_waiting": rng.integers(0, 50, n_steps),
+        "kv_blocks_used": rng.integers(0, 28000, n_steps),
+        "num_preempted": np.zeros(n_steps, np.int64),
+    }
     big.mkdir()
     pq.write_table(pa.table(req), big / "requests.parquet")
     pq.write_table(pa.table(steps), big / "steps.parquet")
@@ -65,14 +81,29 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         small = Path(tmp) / "small"
-        subprocess.run([sys.executable, "-m", "servesim", "simulate", "--set", SYNTHETIC, "--no-progress",
-                        "-q", "-o", str(small)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "servesim",
+                "simulate",
+                "--set",
+                SYNTHETIC,
+                "--no-progress",
+                "-q",
+                "-o",
+                str(small),
+            ],
+            check=True,
+        )
         big_run(small, Path(tmp) / "big")
         t0 = time.perf_counter()
         path = write_report(Path(tmp) / "big", Path(tmp) / "big.html")[0]  # plotly.js beside it
         elapsed = time.perf_counter() - t0
-        print(f"write_report of 1M requests and 1M steps: {elapsed:.1f} s (bound {a.bound_s:g} s), "
-              f"page {path.stat().st_size / 1e3:.0f} kB")
+        print(
+            f"write_report of 1M requests and 1M steps: {elapsed:.1f} s (bound {a.bound_s:g} s), "
+            f"page {path.stat().st_size / 1e3:.0f} kB"
+        )
     if elapsed > a.bound_s:
         sys.exit(1)
 

@@ -44,9 +44,13 @@ def repeated_hour(wl, num_requests: int):  # noqa: ANN001, ANN201
     n = len(wl)
     k = -(-num_requests // n)
     arrival = (wl.arrival_s[None, :] + HOUR_S * np.arange(k)[:, None]).ravel()[:num_requests]
-    return Workload(arrival_s=arrival, num_prompt_tokens=np.tile(wl.num_prompt_tokens, k)[:num_requests],
-                    num_output_tokens=np.tile(wl.num_output_tokens, k)[:num_requests],
-                    source=f"{wl.source} x{k}", meta=wl.meta)
+    return Workload(
+        arrival_s=arrival,
+        num_prompt_tokens=np.tile(wl.num_prompt_tokens, k)[:num_requests],
+        num_output_tokens=np.tile(wl.num_output_tokens, k)[:num_requests],
+        source=f"{wl.source} x{k}",
+        meta=wl.meta,
+    )
 
 
 def one_replica(num_requests: int, steps: bool) -> dict:
@@ -64,23 +68,44 @@ def one_replica(num_requests: int, steps: bool) -> dict:
     if num_requests != len(wl):
         wl = repeated_hour(wl, num_requests)
     t0, c0 = time.perf_counter(), _cpu_s()
-    run = run_engine(wl, dep.engine, dep.perf, dep.plan.num_gpu_blocks, dep.plan.max_model_len,
-                     num_gpus=dep.num_gpus, record_steps=steps,
-                     kv_bytes_per_block=dep.plan.kv_bytes_per_block)
+    run = run_engine(
+        wl,
+        dep.engine,
+        dep.perf,
+        dep.plan.num_gpu_blocks,
+        dep.plan.max_model_len,
+        num_gpus=dep.num_gpus,
+        record_steps=steps,
+        kv_bytes_per_block=dep.plan.kv_bytes_per_block,
+    )
     t1, c1 = time.perf_counter(), _cpu_s()
     rss_engine = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    result = Result(scenario=sc, records=run.records, steps=run.steps, itl=run.itl, replicas=[run.totals],
-                    end_s=run.end_s, gpu=dep.gpu, deployments=[dep])
+    result = Result(
+        scenario=sc,
+        records=run.records,
+        steps=run.steps,
+        itl=run.itl,
+        replicas=[run.totals],
+        end_s=run.end_s,
+        gpu=dep.gpu,
+        deployments=[dep],
+    )
     summary = summarize(result)
     t2 = time.perf_counter()
-    return {"requests": len(wl), "wall_s": t2 - t0, "cpu_s": _cpu_s() - c0,
-            "engine_s": t1 - t0, "engine_cpu_s": c1 - c0,
-            "summary_s": t2 - t1, "steps": run.totals.num_steps,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "peak_rss_engine_mb": rss_engine,
-            "method": summary["latency"].get("method", "exact"),
-            "itl_p99_s": summary["latency"]["itl_s"]["p99"],
-            "compiled": servesim.compiled()}
+    return {
+        "requests": len(wl),
+        "wall_s": t2 - t0,
+        "cpu_s": _cpu_s() - c0,
+        "engine_s": t1 - t0,
+        "engine_cpu_s": c1 - c0,
+        "summary_s": t2 - t1,
+        "steps": run.totals.num_steps,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_engine_mb": rss_engine,
+        "method": summary["latency"].get("method", "exact"),
+        "itl_p99_s": summary["latency"]["itl_s"]["p99"],
+        "compiled": servesim.compiled(),
+    }
 
 
 def pool(replicas: int, rate_scale: float, steps: bool) -> dict:
@@ -88,17 +113,24 @@ def pool(replicas: int, rate_scale: float, steps: bool) -> dict:
     import servesim
     from servesim.config import load_scenario, scenario_from_dict
 
-    sc = load_scenario(None, [f"workload.rate_scale={rate_scale or replicas}",
-                              f"run.record_steps={'true' if steps else 'false'}"])
+    sc = load_scenario(
+        None,
+        [f"workload.rate_scale={rate_scale or replicas}", f"run.record_steps={'true' if steps else 'false'}"],
+    )
     d = sc.model_dump(exclude_unset=True)
     d["cluster"] = {"pools": [{"name": "p", "num_replicas": replicas}]}
     sc = scenario_from_dict(d)
     t0, c0 = time.perf_counter(), _cpu_s()
     result = servesim.simulate(sc)
-    return {"requests": len(result.records), "wall_s": time.perf_counter() - t0, "cpu_s": _cpu_s() - c0,
-            "steps": sum(r.num_steps for r in result.replicas),
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "method": result.summary["latency"].get("method", "exact"), "compiled": servesim.compiled()}
+    return {
+        "requests": len(result.records),
+        "wall_s": time.perf_counter() - t0,
+        "cpu_s": _cpu_s() - c0,
+        "steps": sum(r.num_steps for r in result.replicas),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "method": result.summary["latency"].get("method", "exact"),
+        "compiled": servesim.compiled(),
+    }
 
 
 def _run(args: list[str]) -> dict:
@@ -110,8 +142,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", default="", help="comma-separated request counts (one replica)")
     ap.add_argument("--replicas", default="", help="comma-separated pool sizes")
-    ap.add_argument("--rate-scale", type=float, default=0.0,
-                    help="the pools' rate scale (default: the number of replicas)")
+    ap.add_argument(
+        "--rate-scale",
+        type=float,
+        default=0.0,
+        help="the pools' rate scale (default: the number of replicas)",
+    )
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--baseline-repeats", type=int, default=3)
     ap.add_argument("--steps", action="store_true", help="keep the per-step series")
@@ -123,25 +159,38 @@ def main() -> None:
         print(json.dumps(res))
         return
     flags = ["--steps"] if a.steps else []
-    jobs = [("requests", int(float(x))) for x in a.requests.split(",") if x] + \
-           [("replicas", int(x)) for x in a.replicas.split(",") if x]
+    jobs = [("requests", int(float(x))) for x in a.requests.split(",") if x] + [
+        ("replicas", int(x)) for x in a.replicas.split(",") if x
+    ]
     base = [_run(["--one", "requests", "19366", *flags]) for _ in range(a.baseline_repeats)]
     base_cpu = statistics.median(r["cpu_s"] for r in base)
     rows = [("baseline: the hour", 19366, base)]
     for kind, n in jobs:
-        runs = [_run(["--one", kind, str(n), "--rate-scale", str(a.rate_scale), *flags])
-                for _ in range(a.repeats)]
-        rows.append((f"{n:,} requests" if kind == "requests" else
-                     f"pool of {n} (hour x{a.rate_scale or n:g})", n, runs))
-    print(f"servesim, {'compiled' if base[0]['compiled'] else 'pure-Python'} engine; step series "
-          f"{'kept' if a.steps else 'off'}; medians")
-    print(f"{'run':>28} {'runs':>4} {'requests':>10} {'wall s':>7} {'cpu s':>7} {'x base':>7} "
-          f"{'steps':>11} {'peak MB':>8}  method")
+        runs = [
+            _run(["--one", kind, str(n), "--rate-scale", str(a.rate_scale), *flags]) for _ in range(a.repeats)
+        ]
+        rows.append(
+            (
+                f"{n:,} requests" if kind == "requests" else f"pool of {n} (hour x{a.rate_scale or n:g})",
+                n,
+                runs,
+            )
+        )
+    print(
+        f"servesim, {'compiled' if base[0]['compiled'] else 'pure-Python'} engine; step series "
+        f"{'kept' if a.steps else 'off'}; medians"
+    )
+    print(
+        f"{'run':>28} {'runs':>4} {'requests':>10} {'wall s':>7} {'cpu s':>7} {'x base':>7} "
+        f"{'steps':>11} {'peak MB':>8}  method"
+    )
     for name, _, runs in rows:
         m = {k: statistics.median(r[k] for r in runs) for k in ("wall_s", "cpu_s", "peak_rss_mb")}
-        print(f"{name:>28} {len(runs):>4} {runs[0]['requests']:>10,} {m['wall_s']:>7.2f} {m['cpu_s']:>7.2f} "
-              f"{m['cpu_s'] / base_cpu:>7.1f} {runs[0]['steps']:>11,} {m['peak_rss_mb']:>8.0f}  "
-              f"{runs[0]['method']}")
+        print(
+            f"{name:>28} {len(runs):>4} {runs[0]['requests']:>10,} {m['wall_s']:>7.2f} {m['cpu_s']:>7.2f} "
+            f"{m['cpu_s'] / base_cpu:>7.1f} {runs[0]['steps']:>11,} {m['peak_rss_mb']:>8.0f}  "
+            f"{runs[0]['method']}"
+        )
 
 
 if __name__ == "__main__":

@@ -57,8 +57,9 @@ class Measured:
     num_tokens: int
 
 
-def arrivals(rate: float, duration_s: float, seed: int = 0, num_prompts: int | None = None
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def arrivals(
+    rate: float, duration_s: float, seed: int = 0, num_prompts: int | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Poisson arrival times over ``duration_s`` (all at 0 for an infinite rate), at most
     ``num_prompts`` of them; prompt and output lengths (lognormal, shaped like the Azure
     conversation trace, capped to keep each request under a few seconds)."""
@@ -94,12 +95,19 @@ def openai_client(base_url: str, timeout_s: float) -> tuple[Any, HandOff]:
 
     hook = HandOff()
     http = DefaultAsyncHttpxClient(event_hooks={"request": [hook]}, timeout=timeout_s)
-    return AsyncOpenAI(base_url=f"{base_url}/v1", api_key="none", max_retries=0, timeout=timeout_s,
-                       http_client=http), hook
+    return AsyncOpenAI(
+        base_url=f"{base_url}/v1", api_key="none", max_retries=0, timeout=timeout_s, http_client=http
+    ), hook
 
 
-async def drive(base_url: str, sent_at: np.ndarray, prompts: np.ndarray, outputs: np.ndarray,
-                timeout_s: float = 120.0, max_concurrency: int | None = None) -> list[Measured]:
+async def drive(
+    base_url: str,
+    sent_at: np.ndarray,
+    prompts: np.ndarray,
+    outputs: np.ndarray,
+    timeout_s: float = 120.0,
+    max_concurrency: int | None = None,
+) -> list[Measured]:
     """Send request i at ``sent_at[i]`` (seconds from now; with ``max_concurrency``, once one
     of that many slots is free too), streamed; time its tokens."""
     client, hook = openai_client(base_url, timeout_s)
@@ -111,8 +119,12 @@ async def drive(base_url: str, sent_at: np.ndarray, prompts: np.ndarray, outputs
         async with slots:
             start = time.perf_counter()
             stream = await client.completions.create(
-                model=MODEL, prompt=[i % 50000 + 1] * int(prompts[i]), max_tokens=int(outputs[i]),
-                stream=True, extra_headers={ID_HEADER: str(i)})
+                model=MODEL,
+                prompt=[i % 50000 + 1] * int(prompts[i]),
+                max_tokens=int(outputs[i]),
+                stream=True,
+                extra_headers={ID_HEADER: str(i)},
+            )
             times = []
             async for ch in stream:
                 if ch.choices and ch.choices[0].text:
@@ -137,8 +149,13 @@ async def http_overhead_s(base_url: str, num_prompt_tokens: int, n: int = 10) ->
         rtts = []
         for k in range(n):
             try:
-                await client.completions.create(model="no-such-model", prompt=[1] * num_prompt_tokens,
-                                                max_tokens=1, stream=True, extra_headers={ID_HEADER: str(k)})
+                await client.completions.create(
+                    model="no-such-model",
+                    prompt=[1] * num_prompt_tokens,
+                    max_tokens=1,
+                    stream=True,
+                    extra_headers={ID_HEADER: str(k)},
+                )
             except NotFoundError:
                 rtts.append(time.perf_counter() - hook.at[str(k)])
         return statistics.median(rtts)
@@ -156,8 +173,12 @@ async def stream_overhead_s(base_url: str, num_prompt_tokens: int, n: int = 5) -
         got = []
         for k in range(n):
             stream = await client.completions.create(
-                model=MODEL, prompt=[50001 + k] * num_prompt_tokens, max_tokens=1, stream=True,
-                extra_headers={ID_HEADER: str(k)})
+                model=MODEL,
+                prompt=[50001 + k] * num_prompt_tokens,
+                max_tokens=1,
+                stream=True,
+                extra_headers={ID_HEADER: str(k)},
+            )
             first = None
             async for ch in stream:
                 if first is None and ch.choices and ch.choices[0].text:
@@ -180,8 +201,9 @@ def cpu_stretch(busy_s: float = 0.2) -> float:
     return (time.perf_counter() - wall0) / max(time.process_time() - cpu0, 1e-6)
 
 
-def predict(scenario: dict, sent_at: np.ndarray, prompts: np.ndarray, outputs: np.ndarray
-            ) -> tuple[np.ndarray, np.ndarray]:
+def predict(
+    scenario: dict, sent_at: np.ndarray, prompts: np.ndarray, outputs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(TTFT, TPOT) per request of the offline simulation of the same arrivals and lengths."""
     from servesim.config import scenario_from_dict
     from servesim.deployment import resolve_deployment
@@ -189,10 +211,14 @@ def predict(scenario: dict, sent_at: np.ndarray, prompts: np.ndarray, outputs: n
     from servesim.workload.base import Workload
 
     dep = resolve_deployment(scenario_from_dict(scenario))
-    wl = Workload(arrival_s=np.asarray(sent_at, float), num_prompt_tokens=np.asarray(prompts, np.int64),
-                  num_output_tokens=np.asarray(outputs, np.int64))
-    rec = run_engine(wl, dep.engine, dep.perf, dep.plan.num_gpu_blocks, dep.plan.max_model_len,
-                     num_gpus=dep.num_gpus).records
+    wl = Workload(
+        arrival_s=np.asarray(sent_at, float),
+        num_prompt_tokens=np.asarray(prompts, np.int64),
+        num_output_tokens=np.asarray(outputs, np.int64),
+    )
+    rec = run_engine(
+        wl, dep.engine, dep.perf, dep.plan.num_gpu_blocks, dep.plan.max_model_len, num_gpus=dep.num_gpus
+    ).records
     ttft = rec.first_token_s - rec.arrival_s
     n = rec.num_output_tokens
     tpot = np.where(n > 1, (rec.finished_s - rec.first_token_s) / np.maximum(n - 1, 1), np.nan)
@@ -209,8 +235,21 @@ def rss_mib(pid: int) -> float:
 def start_server(scenario_path: Path, port: int, log_path: Path) -> subprocess.Popen:
     """`servesim serve` on 127.0.0.1:port, its stderr to ``log_path``."""
     with open(log_path, "w") as log:
-        return subprocess.Popen([sys.executable, "-m", "servesim", "serve", str(scenario_path), "--host",
-                                 "127.0.0.1", "--port", str(port), "--no-progress"], stderr=log)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "servesim",
+                "serve",
+                str(scenario_path),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-progress",
+            ],
+            stderr=log,
+        )
 
 
 def free_port() -> int:
@@ -243,8 +282,12 @@ async def release_lag(base_url: str) -> tuple[float, float]:
 
     async with httpx.AsyncClient() as c:
         text = (await c.get(f"{base_url}/metrics")).text
-    v = {(s.name, s.labels.get("le")): s.value for f in text_string_to_metric_families(text)
-         for s in f.samples if s.name.startswith("servesim:token_release_lag_seconds")}
+    v = {
+        (s.name, s.labels.get("le")): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name.startswith("servesim:token_release_lag_seconds")
+    }
     n = v[("servesim:token_release_lag_seconds_count", None)]
     mean = v[("servesim:token_release_lag_seconds_sum", None)] / max(n, 1)
     return mean, 1 - v[("servesim:token_release_lag_seconds_bucket", "0.005")] / max(n, 1)
@@ -291,8 +334,9 @@ class Run:
     watch: Watch
 
 
-async def measure(rate: float, duration_s: float, tmp: Path, num_prompts: int | None,
-                  max_concurrency: int | None) -> tuple[Run, np.ndarray, np.ndarray]:
+async def measure(
+    rate: float, duration_s: float, tmp: Path, num_prompts: int | None, max_concurrency: int | None
+) -> tuple[Run, np.ndarray, np.ndarray]:
     """Start the server, measure the overheads, run the load, measure them again."""
     import yaml
 
@@ -328,12 +372,16 @@ async def measure(rate: float, duration_s: float, tmp: Path, num_prompts: int | 
     finally:
         proc.terminate()
         proc.wait(10)
-    return Run(got, wall, float(np.mean(overheads)), float(np.mean(streamed)), stretch, lag, watch), \
-        prompts, outputs
+    return (
+        Run(got, wall, float(np.mean(overheads)), float(np.mean(streamed)), stretch, lag, watch),
+        prompts,
+        outputs,
+    )
 
 
-def report(rate: float, duration_s: float, run: Run, prompts: np.ndarray, outputs: np.ndarray,
-           rss_bound_mib: float) -> bool:
+def report(
+    rate: float, duration_s: float, run: Run, prompts: np.ndarray, outputs: np.ndarray, rss_bound_mib: float
+) -> bool:
     """Print the comparison; True when the server stayed healthy and its memory flat."""
     got, w = run.got, run.watch
     # Predict from the hand-off times as they happened (the client's own lateness included).
@@ -343,28 +391,40 @@ def report(rate: float, duration_s: float, run: Run, prompts: np.ndarray, output
     d_tpot = d_tpot[~np.isnan(d_tpot)]
     build = np.array([m.build_s for m in got])
     b, a = np.polyfit(prompts, build, 1)
-    print(f"{len(got)} requests at {rate:g}/s over {duration_s:g} s (wall {run.wall_s:.1f} s), CPU stretch "
-          f"{run.stretch:.1f}x; the client built each request in {np.median(build) * 1e3:.1f} ms "
-          f"(median; {a * 1e3:.1f} ms + {b * 1e6:.1f} us a prompt token), before the times below")
-    print(f"HTTP overhead (refused completion of the median prompt, before and after): "
-          f"{run.overhead_s * 1e3:.2f} ms; streamed 1-token request less its simulated TTFT: "
-          f"{run.stream_overhead_s * 1e3:.2f} ms")
-    print(f"TTFT measured - predicted: median {np.median(d_ttft) * 1e3:.2f} ms "
-          f"(over the HTTP overhead {(np.median(d_ttft) - run.overhead_s) * 1e3:+.2f} ms), p90 "
-          f"{np.percentile(d_ttft, 90) * 1e3:.2f} ms, max {d_ttft.max() * 1e3:.2f} ms "
-          f"(predicted median {np.median(ttft_p) * 1e3:.1f} ms)")
-    print(f"TPOT measured - predicted: median {np.median(d_tpot) * 1e3:.3f} ms, p90 |.| "
-          f"{np.percentile(np.abs(d_tpot), 90) * 1e3:.3f} ms "
-          f"(predicted median {np.nanmedian(tpot_p) * 1e3:.2f} ms)")
-    print(f"server's token release lag behind simulated time: mean {run.lag[0] * 1e3:.2f} ms, "
-          f"{100 * run.lag[1]:.1f}% of tokens over 5 ms")
+    print(
+        f"{len(got)} requests at {rate:g}/s over {duration_s:g} s (wall {run.wall_s:.1f} s), CPU stretch "
+        f"{run.stretch:.1f}x; the client built each request in {np.median(build) * 1e3:.1f} ms "
+        f"(median; {a * 1e3:.1f} ms + {b * 1e6:.1f} us a prompt token), before the times below"
+    )
+    print(
+        f"HTTP overhead (refused completion of the median prompt, before and after): "
+        f"{run.overhead_s * 1e3:.2f} ms; streamed 1-token request less its simulated TTFT: "
+        f"{run.stream_overhead_s * 1e3:.2f} ms"
+    )
+    print(
+        f"TTFT measured - predicted: median {np.median(d_ttft) * 1e3:.2f} ms "
+        f"(over the HTTP overhead {(np.median(d_ttft) - run.overhead_s) * 1e3:+.2f} ms), p90 "
+        f"{np.percentile(d_ttft, 90) * 1e3:.2f} ms, max {d_ttft.max() * 1e3:.2f} ms "
+        f"(predicted median {np.median(ttft_p) * 1e3:.1f} ms)"
+    )
+    print(
+        f"TPOT measured - predicted: median {np.median(d_tpot) * 1e3:.3f} ms, p90 |.| "
+        f"{np.percentile(np.abs(d_tpot), 90) * 1e3:.3f} ms "
+        f"(predicted median {np.nanmedian(tpot_p) * 1e3:.2f} ms)"
+    )
+    print(
+        f"server's token release lag behind simulated time: mean {run.lag[0] * 1e3:.2f} ms, "
+        f"{100 * run.lag[1]:.1f}% of tokens over 5 ms"
+    )
     q = w.samples[len(w.samples) // 4]
     growth = w.samples[-1][1] - q[1]
     flat = growth <= rss_bound_mib
-    print(f"server RSS: {q[1]:.1f} MiB after {q[0]:.0f} s, {w.samples[-1][1]:.1f} MiB at the end "
-          f"({w.samples[-1][0]:.0f} s): {growth:+.1f} MiB ({'within' if flat else 'OVER'} the bound "
-          f"{rss_bound_mib:g} MiB); /health {w.num_health - w.num_unhealthy}/{w.num_health} OK, slowest "
-          f"{w.worst_health_s * 1e3:.0f} ms")
+    print(
+        f"server RSS: {q[1]:.1f} MiB after {q[0]:.0f} s, {w.samples[-1][1]:.1f} MiB at the end "
+        f"({w.samples[-1][0]:.0f} s): {growth:+.1f} MiB ({'within' if flat else 'OVER'} the bound "
+        f"{rss_bound_mib:g} MiB); /health {w.num_health - w.num_unhealthy}/{w.num_health} OK, slowest "
+        f"{w.worst_health_s * 1e3:.0f} ms"
+    )
     return flat and w.num_unhealthy == 0
 
 
@@ -395,14 +455,26 @@ async def paced_goals(base_url: str) -> bool:
     d_ttft = np.array([m.ttft_s for m in got]) - ttft
     d_tpot = np.array([m.tpot_s for m in got]) - tpot
     goals = [
-        ("every request streamed all its tokens", [m.num_tokens for m in got] == PACED_OUTPUTS.tolist(),
-         f"{[m.num_tokens for m in got]}"),
-        ("no first token before the simulation's (2 ms slack)", d_ttft.min() >= -0.002,
-         f"min {d_ttft.min() * 1e3:.2f} ms"),
-        (f"median TTFT excess over the HTTP overhead <= 4 ms x stretch {stretch:.1f}",
-         np.median(d_ttft - overhead) <= 0.004 * stretch, f"{np.median(d_ttft - overhead) * 1e3:.2f} ms"),
-        ("median |TPOT - simulated| <= 1.5 ms", np.median(np.abs(d_tpot)) <= 0.0015,
-         f"{np.median(np.abs(d_tpot)) * 1e3:.3f} ms"),
+        (
+            "every request streamed all its tokens",
+            [m.num_tokens for m in got] == PACED_OUTPUTS.tolist(),
+            f"{[m.num_tokens for m in got]}",
+        ),
+        (
+            "no first token before the simulation's (2 ms slack)",
+            d_ttft.min() >= -0.002,
+            f"min {d_ttft.min() * 1e3:.2f} ms",
+        ),
+        (
+            f"median TTFT excess over the HTTP overhead <= 4 ms x stretch {stretch:.1f}",
+            np.median(d_ttft - overhead) <= 0.004 * stretch,
+            f"{np.median(d_ttft - overhead) * 1e3:.2f} ms",
+        ),
+        (
+            "median |TPOT - simulated| <= 1.5 ms",
+            np.median(np.abs(d_tpot)) <= 0.0015,
+            f"{np.median(np.abs(d_tpot)) * 1e3:.3f} ms",
+        ),
     ]
     for name, ok, value in goals:
         print(f"{'met ' if ok else 'MISSED'} {name}: {value}")
@@ -438,10 +510,17 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=30.0, help="seconds of arrivals")
     ap.add_argument("--num-prompts", type=int, default=None, help="at most this many requests")
     ap.add_argument("--max-concurrency", type=int, default=None, help="at most this many in flight")
-    ap.add_argument("--rss-bound-mib", type=float, default=RSS_BOUND_MIB,
-                    help="the most the server's RSS may grow from the first quarter of the run to its end")
-    ap.add_argument("--paced", action="store_true",
-                    help="instead of the load: the timing goals of one request at a time (paced_goals)")
+    ap.add_argument(
+        "--rss-bound-mib",
+        type=float,
+        default=RSS_BOUND_MIB,
+        help="the most the server's RSS may grow from the first quarter of the run to its end",
+    )
+    ap.add_argument(
+        "--paced",
+        action="store_true",
+        help="instead of the load: the timing goals of one request at a time (paced_goals)",
+    )
     a = ap.parse_args()
     if a.paced:
         with tempfile.TemporaryDirectory() as tmp:
@@ -451,8 +530,9 @@ def main() -> None:
     if math.isinf(a.rate) and a.num_prompts is None:
         ap.error("--rate inf needs --num-prompts")
     with tempfile.TemporaryDirectory() as tmp:
-        run, prompts, outputs = asyncio.run(measure(a.rate, a.duration, Path(tmp), a.num_prompts,
-                                                    a.max_concurrency))
+        run, prompts, outputs = asyncio.run(
+            measure(a.rate, a.duration, Path(tmp), a.num_prompts, a.max_concurrency)
+        )
     if not report(a.rate, a.duration, run, prompts, outputs, a.rss_bound_mib):
         sys.exit(1)
 

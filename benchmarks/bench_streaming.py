@@ -29,25 +29,32 @@ def main() -> None:
     from servesim.workload import load_workload
 
     t0 = time.perf_counter()
-    wl = load_workload(SyntheticWorkload(
-        num_requests=a.num_requests, arrival={"process": "poisson", "rate": a.rate},
-        prompt_len=LengthDist(kind="lognormal", mean=1155, std=1100, max=7000),
-        output_len=LengthDist(kind="lognormal", mean=211, std=250, max=1500)))
+    wl = load_workload(
+        SyntheticWorkload(
+            num_requests=a.num_requests,
+            arrival={"process": "poisson", "rate": a.rate},
+            prompt_len=LengthDist(kind="lognormal", mean=1155, std=1100, max=7000),
+            output_len=LengthDist(kind="lognormal", mean=211, std=250, max=1500),
+        )
+    )
     model, gpu = load_model("meta-llama/Llama-3.1-8B"), get_gpu("H100-SXM")
     engine = resolve_engine(EngineConfig(max_model_len=8192), gpu.mem_bytes, gpu.name, 8192)
     plan = plan_memory(model, gpu, engine, ParallelConfig())
     t1 = time.perf_counter()
-    run = run_engine(wl, engine, RooflinePerfModel(model, gpu), plan.num_gpu_blocks, plan.max_model_len,
-                     record_steps=False)
+    run = run_engine(
+        wl, engine, RooflinePerfModel(model, gpu), plan.num_gpu_blocks, plan.max_model_len, record_steps=False
+    )
     wall = time.perf_counter() - t1
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     done = int((run.records.status == 0).sum())
     import servesim
 
     print(f"servesim {servesim.__version__}, {'compiled' if servesim.compiled() else 'pure-Python'} engine")
-    print(f"{a.num_requests:,} requests ({done:,} finished), {run.end_s / 3600:.1f} simulated hours: "
-          f"workload {t1 - t0:.1f} s, simulation {wall:.1f} s, {a.num_requests / wall:,.0f} req/s, "
-          f"peak RSS {rss_mb:,.0f} MB, {run.totals.num_steps:,} steps")
+    print(
+        f"{a.num_requests:,} requests ({done:,} finished), {run.end_s / 3600:.1f} simulated hours: "
+        f"workload {t1 - t0:.1f} s, simulation {wall:.1f} s, {a.num_requests / wall:,.0f} req/s, "
+        f"peak RSS {rss_mb:,.0f} MB, {run.totals.num_steps:,} steps"
+    )
 
 
 if __name__ == "__main__":

@@ -49,8 +49,13 @@ def load_script(path: Path) -> ModuleType:
     return mod
 
 
-def make_workload(arrivals: Sequence[float], prompts: Sequence[int] | int, outputs: Sequence[int] | int,
-                  prefix_group: Sequence[int] | None = None, prefix_len: int = 0) -> Workload:
+def make_workload(
+    arrivals: Sequence[float],
+    prompts: Sequence[int] | int,
+    outputs: Sequence[int] | int,
+    prefix_group: Sequence[int] | None = None,
+    prefix_len: int = 0,
+) -> Workload:
     """A validated Workload from plain lists (scalars broadcast to every request)."""
     n = len(arrivals)
     wl = Workload(
@@ -59,13 +64,20 @@ def make_workload(arrivals: Sequence[float], prompts: Sequence[int] | int, outpu
         num_output_tokens=np.broadcast_to(np.asarray(outputs, dtype=np.int64), (n,)).copy(),
         prefix_group=None if prefix_group is None else np.asarray(prefix_group, dtype=np.int64),
         prefix_len=prefix_len,
-        source="test")
+        source="test",
+    )
     wl.validate()
     return wl
 
 
-def make_scheduler(num_gpu_blocks: int = 11, block_size: int = 16, *, caching: bool = False,
-                   max_model_len: int = 4096, **cfg: object) -> Scheduler:
+def make_scheduler(
+    num_gpu_blocks: int = 11,
+    block_size: int = 16,
+    *,
+    caching: bool = False,
+    max_model_len: int = 4096,
+    **cfg: object,
+) -> Scheduler:
     """A Scheduler on a tiny KV cache (default 11 blocks of 16 tokens, 10 usable)."""
     kv = KVCacheManager(num_gpu_blocks, block_size, caching, max_model_len)
     return Scheduler(SchedulerConfig(max_model_len=max_model_len, **cfg), kv)  # type: ignore[arg-type]

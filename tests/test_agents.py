@@ -17,7 +17,12 @@ NODES = [
     {"name": "plan", "prompt_len": {"value": 300}, "output_len": {"value": 10}},
     {"name": "search", "kind": "tool", "after": ["plan"], "duration": {"kind": "constant", "mean_s": 2}},
     {"name": "fetch", "kind": "tool", "after": ["plan"], "duration": {"kind": "constant", "mean_s": 5}},
-    {"name": "answer", "after": ["search", "fetch"], "prompt_len": {"value": 800}, "output_len": {"value": 20}},
+    {
+        "name": "answer",
+        "after": ["search", "fetch"],
+        "prompt_len": {"value": 800},
+        "output_len": {"value": 20},
+    },
     {"name": "check", "after": ["plan"], "prompt_len": {"value": 200}, "output_len": {"value": 5}},
 ]
 
@@ -31,8 +36,13 @@ def test_calls_wait_for_predecessors_and_tools():
     of the two tool waits), and a task's latency is from its start to its last finish."""
     wl = load_workload(agents(num_tasks=4, arrival={"process": "constant", "rate": 0.05}))
     wl.validate()
-    run = run_engine(wl, EngineConfig(max_num_seqs=16, max_num_batched_tokens=4096), ConstantPerfModel(0.01),
-                     num_gpu_blocks=4000, max_model_len=4096)
+    run = run_engine(
+        wl,
+        EngineConfig(max_num_seqs=16, max_num_batched_tokens=4096),
+        ConstantPerfModel(0.01),
+        num_gpu_blocks=4000,
+        max_model_len=4096,
+    )
     rec, steps = run.records, [wl.meta["steps"][k] for k in wl.meta["step"]]
     task = wl.after.task
     for t in range(4):
@@ -53,18 +63,27 @@ def test_calls_wait_for_predecessors_and_tools():
 
 def test_an_unfinished_call_leaves_its_task_without_latency():
     wl = load_workload(agents(num_tasks=2, arrival={"process": "constant", "rate": 0.05}))
-    run = run_engine(wl, EngineConfig(max_num_seqs=16, max_num_batched_tokens=4096), ConstantPerfModel(0.01),
-                     num_gpu_blocks=4000, max_model_len=4096, until_s=21.0)
+    run = run_engine(
+        wl,
+        EngineConfig(max_num_seqs=16, max_num_batched_tokens=4096),
+        ConstantPerfModel(0.01),
+        num_gpu_blocks=4000,
+        max_model_len=4096,
+        until_s=21.0,
+    )
     lat = task_latencies(run.records, wl.after.task, wl.after.task_start_s)
     assert np.isnan(lat).all()  # task 0's answer is not sent before 25 s
 
 
-@pytest.mark.parametrize("nodes,needle", [
-    ([{"name": "a", "after": ["b"]}, {"name": "b", "after": ["a"]}], "cycle"),
-    ([{"name": "a", "after": ["zz"]}], "no step named 'zz'"),
-    ([{"name": "a", "kind": "tool"}], "at least one llm step"),
-    ([{"name": "a"}, {"name": "a"}], "names must differ"),
-])
+@pytest.mark.parametrize(
+    "nodes,needle",
+    [
+        ([{"name": "a", "after": ["b"]}, {"name": "b", "after": ["a"]}], "cycle"),
+        ([{"name": "a", "after": ["zz"]}], "no step named 'zz'"),
+        ([{"name": "a", "kind": "tool"}], "at least one llm step"),
+        ([{"name": "a"}, {"name": "a"}], "names must differ"),
+    ],
+)
 def test_bad_graphs(nodes, needle):
     with pytest.raises(ValidationError, match=needle):
         AgentWorkload.model_validate({"nodes": nodes})

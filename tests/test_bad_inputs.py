@@ -33,8 +33,20 @@ from servesim.workload.base import Workload
 
 HERE = Path(__file__).parent / "bad_inputs"
 CASES: list[dict[str, Any]] = yaml.safe_load((HERE / "cases.yaml").read_text())
-_KEYS = {"id", "command", "args", "argv", "file", "text", "suffix", "set", "exit", "message",
-         "names_file", "xfail"}
+_KEYS = {
+    "id",
+    "command",
+    "args",
+    "argv",
+    "file",
+    "text",
+    "suffix",
+    "set",
+    "exit",
+    "message",
+    "names_file",
+    "xfail",
+}
 #: What a command that ran writes into --output (the check of an exit-0 case).
 WRITES = {"simulate": "summary.json", "capacity": "capacity.json"}
 
@@ -174,8 +186,10 @@ def test_output_stopped_at_max_model_len_is_counted_apart(reference: bool) -> No
 
 def test_summary_and_console_count_length_finishes(tmp_path: Path) -> None:
     scenario = tmp_path / "s.yaml"
-    scenario.write_text("engine: {max_model_len: 256}\nworkload: {type: synthetic, num_requests: 6, "
-                        "prompt_len: {value: 200}, output_len: {value: 100}}\n")
+    scenario.write_text(
+        "engine: {max_model_len: 256}\nworkload: {type: synthetic, num_requests: 6, "
+        "prompt_len: {value: 200}, output_len: {value: 100}}\n"
+    )
     args = ["simulate", str(scenario), "--no-progress", "--output", str(tmp_path / "o")]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
@@ -190,16 +204,25 @@ FEW = "prompt_len: {value: 64}, output_len: {value: 8}"
 VERDICT_CASES = {
     "every_request_rejected": (
         f"engine: {{max_model_len: 1}}\nworkload: {{type: synthetic, num_requests: 50, {FEW}}}\n",
-        "cannot_judge", "rejections", "cannot judge: 50 of 50 requests were rejected (prompt of 64 tokens"),
+        "cannot_judge",
+        "rejections",
+        "cannot judge: 50 of 50 requests were rejected (prompt of 64 tokens",
+    ),
     "a_burst_at_once": (
         f"workload: {{type: synthetic, num_requests: 2000, arrival: {{process: burst}}, {FEW}}}\n",
-        "cannot_judge", "burst", "cannot judge: all 2,000 requests arrived at once"),
+        "cannot_judge",
+        "burst",
+        "cannot judge: all 2,000 requests arrived at once",
+    ),
     "the_only_replica_died": (
         "workload: {type: synthetic, num_requests: 200, arrival: {rate: 2}, prompt_len: {value: 100}, "
         "output_len: {value: 50}}\ncluster:\n  pools: [{name: serve, num_replicas: 1}]\n  operations:\n"
         "    interval_s: 10\n    failures: {events: [{pool: serve, replica: 0, at_s: 20}], "
         "on_failure: fail}\n",
-        "not_saturated", "failures", "service stopped, not overloaded"),
+        "not_saturated",
+        "failures",
+        "service stopped, not overloaded",
+    ),
 }
 
 
@@ -209,8 +232,9 @@ def test_saturation_verdict_names_the_real_cause(name: str, tmp_path: Path) -> N
     text, verdict, cause, hint = VERDICT_CASES[name]
     scenario = tmp_path / "s.yaml"
     scenario.write_text(text)
-    res = CliRunner().invoke(app, ["simulate", str(scenario), "--no-progress", "--output",
-                                   str(tmp_path / "o")])
+    res = CliRunner().invoke(
+        app, ["simulate", str(scenario), "--no-progress", "--output", str(tmp_path / "o")]
+    )
     assert res.exit_code == 0, res.output
     sat = json.loads((tmp_path / "o" / "summary.json").read_text())["saturation"]
     assert (sat["saturated"], sat["verdict"], sat["cause"]) == (False, verdict, cause)
@@ -225,28 +249,50 @@ def test_an_outlier_request_gives_no_capacity_rather_than_a_broken_load_line(tmp
     trace = Path(__file__).parent / "fixtures" / "traces" / "outlier_output.csv"
     scenario = tmp_path / "s.yaml"
     scenario.write_text(f"workload: {{type: trace, path: '{trace}'}}\n")
-    res = CliRunner().invoke(app, ["simulate", str(scenario), "--no-progress", "--output",
-                                   str(tmp_path / "o")])
+    res = CliRunner().invoke(
+        app, ["simulate", str(scenario), "--no-progress", "--output", str(tmp_path / "o")]
+    )
     assert res.exit_code == 0, res.output
     room = json.loads((tmp_path / "o" / "summary.json").read_text())["headroom"]
     assert room["load_fraction"] is None and room["capacity_requests_per_s"] is None
-    assert room["capacity_note"] == ("no capacity estimate: one request holds 95% of the tokens served, "
-                                     "so a request of the mean length is not a typical one")
+    assert room["capacity_note"] == (
+        "no capacity estimate: one request holds 95% of the tokens served, "
+        "so a request of the mean length is not a typical one"
+    )
     assert "req/s sustainable" not in res.output
 
 
 # ---------------------------------------------------------------------- servesim plan says why
 
-PLAN = ["plan", "--gpus", "H100-SXM", "--isl", "100", "--osl", "10", "--ttft", "1", "--backend", "inprocess",
-        "--no-progress", "--num-requests", "20"]
+PLAN = [
+    "plan",
+    "--gpus",
+    "H100-SXM",
+    "--isl",
+    "100",
+    "--osl",
+    "10",
+    "--ttft",
+    "1",
+    "--backend",
+    "inprocess",
+    "--no-progress",
+    "--num-requests",
+    "20",
+]
 NOTHING_SIMULATED = {
-    "nothing_fits": (["--model", "Llama-3.1-70B", "--gpus", "L4", "--total-gpus", "1"],
-                     "memory (1): meta-llama/Llama-3.1-70B on L4"),
-    "tp_does_not_divide_heads": (["--model", "Llama-3.1-8B", "--total-gpus", "3", "--set",
-                                  "plan.tensor_parallel_sizes=[3]"],
-                                 "parallel (1): parallel.tensor_parallel_size: 3 does not divide the 32"),
-    "unreachable_rate": (["--model", "Llama-3.1-8B", "--total-gpus", "2", "--rate", "100000"],
-                         "throughput (4): colocated pool busy at least"),
+    "nothing_fits": (
+        ["--model", "Llama-3.1-70B", "--gpus", "L4", "--total-gpus", "1"],
+        "memory (1): meta-llama/Llama-3.1-70B on L4",
+    ),
+    "tp_does_not_divide_heads": (
+        ["--model", "Llama-3.1-8B", "--total-gpus", "3", "--set", "plan.tensor_parallel_sizes=[3]"],
+        "parallel (1): parallel.tensor_parallel_size: 3 does not divide the 32",
+    ),
+    "unreachable_rate": (
+        ["--model", "Llama-3.1-8B", "--total-gpus", "2", "--rate", "100000"],
+        "throughput (4): colocated pool busy at least",
+    ),
 }
 
 
@@ -262,13 +308,19 @@ def test_plan_with_every_candidate_pruned_says_why_not_the_slo(name: str) -> Non
     assert "┏" not in res.stdout  # no empty table
 
 
-@pytest.mark.parametrize(("slo", "ttft", "tpot"), [
-    ({}, "p90", "p90"),
-    ({"attainment": {"all": 0.99}}, "p99", "p99"),
-    ({"attainment": {"all": 0.9}, "percentiles": [{"metric": "ttft_s", "p": 99, "max_s": 2.0}]},
-     "p99", "p90"),
-    ({"attainment": {"ttft_s": 0.95, "all": 0.5}}, "p95", "p50"),
-])
+@pytest.mark.parametrize(
+    ("slo", "ttft", "tpot"),
+    [
+        ({}, "p90", "p90"),
+        ({"attainment": {"all": 0.99}}, "p99", "p99"),
+        (
+            {"attainment": {"all": 0.9}, "percentiles": [{"metric": "ttft_s", "p": 99, "max_s": 2.0}]},
+            "p99",
+            "p90",
+        ),
+        ({"attainment": {"ttft_s": 0.95, "all": 0.5}}, "p95", "p50"),
+    ],
+)
 def test_plan_table_shows_the_percentile_the_verdict_judges(slo: dict, ttft: str, tpot: str) -> None:
     from servesim.config import SloConfig
     from servesim.planner.output import judged_percentile
@@ -279,12 +331,15 @@ def test_plan_table_shows_the_percentile_the_verdict_judges(slo: dict, ttft: str
 
 def test_plan_table_columns_follow_a_p99_target(tmp_path: Path) -> None:
     plan = tmp_path / "plan.yaml"
-    plan.write_text("model: {name: Llama-3.1-8B}\nworkload: {type: synthetic, num_requests: 20, "
-                    "prompt_len: {value: 100}, output_len: {value: 10}}\n"
-                    "slo: {ttft_s: 1.0, attainment: {all: 0.99}}\n"
-                    "plan: {gpus: [H100-SXM], max_total_gpus: 1}\n")
-    res = CliRunner().invoke(app, ["plan", str(plan), "--backend", "inprocess", "--no-progress"],
-                             env={"COLUMNS": "200"})
+    plan.write_text(
+        "model: {name: Llama-3.1-8B}\nworkload: {type: synthetic, num_requests: 20, "
+        "prompt_len: {value: 100}, output_len: {value: 10}}\n"
+        "slo: {ttft_s: 1.0, attainment: {all: 0.99}}\n"
+        "plan: {gpus: [H100-SXM], max_total_gpus: 1}\n"
+    )
+    res = CliRunner().invoke(
+        app, ["plan", str(plan), "--backend", "inprocess", "--no-progress"], env={"COLUMNS": "200"}
+    )
     assert res.exit_code in (0, 1), res.output
     assert "TTFT p99" in res.stdout and "TPOT p99" in res.stdout and "p90" not in res.stdout
 
@@ -292,8 +347,12 @@ def test_plan_table_columns_follow_a_p99_target(tmp_path: Path) -> None:
 def test_report_table_does_not_answer_no_when_the_verdict_cannot_judge() -> None:
     from servesim.report.tables import run_rows
 
-    sat = {"saturated": False, "verdict": "cannot_judge", "cause": "burst",
-           "hint": "cannot judge: all 2,000 requests arrived at once"}
+    sat = {
+        "saturated": False,
+        "verdict": "cannot_judge",
+        "cause": "burst",
+        "hint": "cannot judge: all 2,000 requests arrived at once",
+    }
     rows = dict(run_rows({"saturation": sat}))
     assert rows["saturated"] == "cannot judge: all 2,000 requests arrived at once"
 
@@ -302,11 +361,17 @@ def test_first_prompts_shorter_than_the_system_prompt_are_raised_with_a_notice()
     from servesim.config import SessionWorkload
     from servesim.workload.sessions import generate_sessions
 
-    cfg = SessionWorkload(num_sessions=40, system_prompt_len=512, loop="open",
-                          first_prompt_len={"kind": "lognormal", "mean": 600, "std": 300})
+    cfg = SessionWorkload(
+        num_sessions=40,
+        system_prompt_len=512,
+        loop="open",
+        first_prompt_len={"kind": "lognormal", "mean": 600, "std": 300},
+    )
     wl = generate_sessions(cfg)
     raised = [n for n in wl.meta["notices"] if n["code"] == "length_raised"]
     assert len(raised) == 1 and raised[0]["count"] > 0
-    assert "first prompts were not longer than workload.system_prompt_len (512) and were raised to 513" in (
-        raised[0]["message"])
+    assert (
+        "first prompts were not longer than workload.system_prompt_len (512) and were raised to 513"
+        in (raised[0]["message"])
+    )
     assert int(wl.num_prompt_tokens.min()) >= 513

@@ -30,8 +30,13 @@ PERF = ConstantPerfModel(0.01, 2e-5)
 
 
 def bench(**kw: object) -> BenchmarkWorkload:
-    base: dict[str, object] = {"num_prompts": 300, "input_len": 512, "output_len": 64, "max_concurrency": 8,
-                               "random_range_ratio": 0.5}
+    base: dict[str, object] = {
+        "num_prompts": 300,
+        "input_len": 512,
+        "output_len": 64,
+        "max_concurrency": 8,
+        "random_range_ratio": 0.5,
+    }
     return BenchmarkWorkload(**{**base, **kw})  # type: ignore[arg-type]
 
 
@@ -56,8 +61,9 @@ def check_clients(arrival: np.ndarray, finish: np.ndarray, n: int, start_s: floa
 def test_lengths_follow_vllm_random_dataset_ranges() -> None:
     assert length_bounds(999, 0.5) == (499, 1499)  # floor(999 x 0.5), ceil(999 x 1.5)
     assert length_bounds(1, 0.9, 1) == (1, 2)  # output: at least 1
-    wl = load_workload(bench(num_prompts=5000, input_len=1000, output_len=100, num_special_tokens=1,
-                             ready_check=False))
+    wl = load_workload(
+        bench(num_prompts=5000, input_len=1000, output_len=100, num_special_tokens=1, ready_check=False)
+    )
     # 999 sampled tokens around the mean, plus the special token the server adds
     assert (wl.num_prompt_tokens.min(), wl.num_prompt_tokens.max()) == (500, 1500)
     assert (wl.num_output_tokens.min(), wl.num_output_tokens.max()) == (50, 150)
@@ -73,8 +79,17 @@ def test_lengths_follow_vllm_random_dataset_ranges() -> None:
 def test_benchmark_serving_lengths_lie_below_the_mean_length() -> None:
     """The older benchmark_serving.py (InferenceMAX's client): uniform in [int(L r), L], the
     legacy global generator (np.random.seed), prompts then outputs; r = 1 is fixed."""
-    wl = load_workload(bench(client="benchmark_serving", random_range_ratio=0.8, num_prompts=4000,
-                             input_len=1024, output_len=1024, num_special_tokens=1, ready_check=False))
+    wl = load_workload(
+        bench(
+            client="benchmark_serving",
+            random_range_ratio=0.8,
+            num_prompts=4000,
+            input_len=1024,
+            output_len=1024,
+            num_special_tokens=1,
+            ready_check=False,
+        )
+    )
     # int(0.8 x 1024) = 819 sampled tokens at least, 1024 at most, plus the server's BOS
     assert (wl.num_prompt_tokens.min(), wl.num_prompt_tokens.max()) == (820, 1025)
     assert (wl.num_output_tokens.min(), wl.num_output_tokens.max()) == (819, 1024)
@@ -87,7 +102,9 @@ def test_benchmark_serving_lengths_lie_below_the_mean_length() -> None:
     np.testing.assert_array_equal(got.num_output_tokens, ref_out)
     fixed = load_workload(bench(client="benchmark_serving", random_range_ratio=1.0, ready_check=False))
     assert (fixed.num_prompt_tokens == 512).all() and (fixed.num_output_tokens == 64).all()
-    tiny = load_workload(bench(client="benchmark_serving", random_range_ratio=0.5, output_len=1, ready_check=False))
+    tiny = load_workload(
+        bench(client="benchmark_serving", random_range_ratio=0.5, output_len=1, ready_check=False)
+    )
     assert tiny.num_output_tokens.min() == 1  # int(0.5) = 0 tokens raised to one
 
 
@@ -147,7 +164,7 @@ def test_warmups_run_first_and_are_left_out() -> None:
     res = servesim.simulate({"model": {"name": "Llama-3.1-8B"}, "workload": cfg.model_dump()})
     rec, s = res.records, res.summary
     k = 6
-    assert len(rec) == 100 + k and (rec.num_prompt_tokens[:k + 1] == rec.num_prompt_tokens[k]).all()
+    assert len(rec) == 100 + k and (rec.num_prompt_tokens[: k + 1] == rec.num_prompt_tokens[k]).all()
     ready_end = rec.finished_s[0]
     assert (rec.arrival_s[1:k] == ready_end).all()  # the warm-ups go out when the ready check is done
     start = rec.finished_s[:k].max()
@@ -217,17 +234,19 @@ def test_cluster_of_two_replicas_obeys_the_limit() -> None:
 
 def test_lazy_engine_matches_the_reference_under_closed_loop() -> None:
     # KV pressure (preemptions), prefix caching, ranged lengths, finite rate and warm-ups
-    wl = load_workload(bench(num_prompts=400, max_concurrency=24, request_rate=40.0, num_warmups=4,
-                             burstiness=0.3))
+    wl = load_workload(
+        bench(num_prompts=400, max_concurrency=24, request_rate=40.0, num_warmups=4, burstiness=0.3)
+    )
     eng = EngineConfig(max_num_seqs=32, max_num_batched_tokens=512, enable_prefix_caching=True)
     ref = run_engine(wl, eng, PERF, 600, 4096, reference=True)
     fast = run_engine(wl, eng, PERF, 600, 4096)
     assert ref.records.num_preemptions.sum() > 0
     for col in ("arrival_s", "first_scheduled_s", "first_token_s", "finished_s"):
-        np.testing.assert_allclose(getattr(fast.records, col), getattr(ref.records, col), rtol=1e-9,
-                                   atol=1e-9, err_msg=col)
+        np.testing.assert_allclose(
+            getattr(fast.records, col), getattr(ref.records, col), rtol=1e-9, atol=1e-9, err_msg=col
+        )
     np.testing.assert_array_equal(fast.records.num_cached_tokens, ref.records.num_cached_tokens)
-    assert sum(fast.itl.count[:fast.itl.measured_from]) == sum(ref.itl.count[:ref.itl.measured_from]) > 0
+    assert sum(fast.itl.count[: fast.itl.measured_from]) == sum(ref.itl.count[: ref.itl.measured_from]) > 0
     assert fast.totals.num_run_steps > 0  # the lazy engine really skipped ahead
 
 
@@ -257,8 +276,9 @@ def test_disaggregated_cluster_frees_a_slot_when_the_decode_replica_finishes() -
     sc = servesim.load_scenario(EXAMPLES / "disaggregated.yaml")
     assert sc.cluster is not None
     wl = bench(num_prompts=150, input_len=2000, output_len=100, max_concurrency=12, num_warmups=2)
-    res = servesim.simulate(sc.model_copy(update={
-        "workload": wl, "cluster": sc.cluster.model_copy(update={"staleness_s": 0.0})}))
+    res = servesim.simulate(
+        sc.model_copy(update={"workload": wl, "cluster": sc.cluster.model_copy(update={"staleness_s": 0.0})})
+    )
     rec, k = res.records, 3
     assert (rec.status == 0).all()
     # the prefill's first token is not the end: a slot frees at the decode replica's finish

@@ -72,8 +72,13 @@ def test_work_terms_reproduce_the_roofline(model: str, gpu: str, tp: int, pp: in
     )
     if refined:  # blended roofs, row floor, GEMM overhead, per-hop latency, wave quantisation
         eff = dataclasses.replace(
-            eff, roof_blend=0.7, row_pass_s=0.6e-6, gemm_kernel_overhead_s=7e-6, allreduce_hop_s=2e-6,
-            gemm_tile_m=128, gemm_tile_n=64,
+            eff,
+            roof_blend=0.7,
+            row_pass_s=0.6e-6,
+            gemm_kernel_overhead_s=7e-6,
+            allreduce_hop_s=2e-6,
+            gemm_tile_m=128,
+            gemm_tile_n=64,
         )
     terms = iteration_terms(m, g, STATS, tp=tp, pp=pp, engine_steps=True)
     want = [RooflinePerfModel(m, g, tp=tp, pp=pp, eff=eff).batch_time(s) for s in STATS]
@@ -99,7 +104,8 @@ def test_fit_recovers_known_efficiencies() -> None:
         for p in (16, 64, 256, 1024, 4096, 16384)
     ]
     stats += [
-        BatchStats(num_decode_reqs=b, sum_decode_context=b * c) for b in (1, 4, 16, 64, 256)
+        BatchStats(num_decode_reqs=b, sum_decode_context=b * c)
+        for b in (1, 4, 16, 64, 256)
         for c in (128, 1024, 8192)
     ]
     terms = iteration_terms(m, g, stats)
@@ -169,14 +175,17 @@ def test_operator_fit_on_vidur_h100(h100_tables: list) -> None:
 def test_operator_terms_reproduce_the_roofline_with_wave_quantisation(h100_tables: list) -> None:
     from servesim.perf.work_terms import operator_terms
 
-    eff = Efficiencies(roof_blend=0.5, kernel_overhead_s=0.0, gemm_kernel_overhead_s=0.0,
-                       gemm_tile_m=128, gemm_tile_n=64)
+    eff = Efficiencies(
+        roof_blend=0.5, kernel_overhead_s=0.0, gemm_kernel_overhead_s=0.0, gemm_tile_m=128, gemm_tile_n=64
+    )
     g = get_gpu("H100")
     for t in h100_tables:
         pm = RooflinePerfModel(t.shape, g, tp=t.tp, eff=eff)
         for cls in ("proj", "mlp"):
-            want = [pm.breakdown(BatchStats(num_prefill_tokens=int(n), num_prefill_reqs=1))[cls]
-                    for n in t.num_tokens]
+            want = [
+                pm.breakdown(BatchStats(num_prefill_tokens=int(n), num_prefill_reqs=1))[cls]
+                for n in t.num_tokens
+            ]
             np.testing.assert_allclose(predict(operator_terms(t, g, cls), eff), want, rtol=1e-12)
 
 
@@ -314,19 +323,28 @@ def test_cluster_pools_apply_the_hardware_profile_and_bundled_names_load(tmp_pat
     base = {
         "model": {"name": "Llama-3.1-8B"},
         "hardware": {"gpu": "H100"},
-        "workload": {"type": "synthetic", "num_requests": 30, "arrival": {"rate": 5.0},
-                     "prompt_len": {"kind": "constant", "value": 256},
-                     "output_len": {"kind": "constant", "value": 32}},
+        "workload": {
+            "type": "synthetic",
+            "num_requests": 30,
+            "arrival": {"rate": 5.0},
+            "prompt_len": {"kind": "constant", "value": 256},
+            "output_len": {"kind": "constant", "value": 32},
+        },
         "cluster": {"pools": [{"name": "a", "num_replicas": 2}]},
     }
-    HardwareProfile("slow", Efficiencies(linear_compute=0.35, linear_memory=0.4), "H100-SXM",
-                    cpu_overhead_s=0.01).save(tmp_path / "slow.json")
+    HardwareProfile(
+        "slow", Efficiencies(linear_compute=0.35, linear_memory=0.4), "H100-SXM", cpu_overhead_s=0.01
+    ).save(tmp_path / "slow.json")
     plain = simulate(base)
     prof = simulate({**base, "hardware": {"gpu": "H100", "profile": str(tmp_path / "slow.json")}})
     tpot = [r.summary["latency"]["tpot_s"]["mean"] for r in (plain, prof)]
     assert tpot[1] > 1.5 * tpot[0]
-    assert HardwareProfile.load("h100_vidur_ops").eff == HardwareProfile.load(
-        Path(__file__).parents[1] / "src" / "servesim" / "data" / "profiles" / "h100_vidur_ops.json").eff
+    assert (
+        HardwareProfile.load("h100_vidur_ops").eff
+        == HardwareProfile.load(
+            Path(__file__).parents[1] / "src" / "servesim" / "data" / "profiles" / "h100_vidur_ops.json"
+        ).eff
+    )
     from servesim.errors import ConfigError
 
     with pytest.raises(ConfigError, match="bundled profile: .*h100_vidur_ops"):
@@ -363,13 +381,15 @@ def test_cli_calibrate_on_a_generic_step_csv_matches_the_record_py_log(tmp_path:
     hw = RECORDINGS / "cpu.yaml"
     runner = CliRunner()
     out_csv, out_json = tmp_path / "from_csv.json", tmp_path / "from_json.json"
-    res = runner.invoke(app, ["calibrate", str(csv_path), "--hardware", str(hw), "--model", str(cfg_path),
-                              "-o", str(out_csv)])
+    res = runner.invoke(
+        app, ["calibrate", str(csv_path), "--hardware", str(hw), "--model", str(cfg_path), "-o", str(out_csv)]
+    )
     assert res.exit_code == 0, res.output
     assert "R2" in res.output and "MAPE" in res.output and "worst:" in res.output
     assert "weakly constrained" in res.output and "attn_decode_memory" in res.output
-    res = runner.invoke(app, ["calibrate", str(RECORDINGS / "rate1.json"), "--hardware", str(hw),
-                              "-o", str(out_json)])
+    res = runner.invoke(
+        app, ["calibrate", str(RECORDINGS / "rate1.json"), "--hardware", str(hw), "-o", str(out_json)]
+    )
     assert res.exit_code == 0, res.output
     a = json.loads(out_csv.read_text())
     b = json.loads(out_json.read_text())
@@ -396,17 +416,20 @@ def test_cli_calibrate_step_csv_errors(tmp_path: Path) -> None:
     lines = csv_path.read_text().splitlines()
     lines[5] = lines[5].replace(",", ",x", 1)
     csv_path.write_text("\n".join(lines) + "\n")
-    res = runner.invoke(app, ["calibrate", str(csv_path), "--hardware", hw, "--model", str(cfg_path),
-                              "-o", str(out)])
+    res = runner.invoke(
+        app, ["calibrate", str(csv_path), "--hardware", hw, "--model", str(cfg_path), "-o", str(out)]
+    )
     assert res.exit_code == 2 and f"{csv_path}:6" in res.output and not out.exists()
     # A missing column.
     csv_path.write_text("num_prefill_tokens,duration_s\n1,0.1\n")
-    res = runner.invoke(app, ["calibrate", str(csv_path), "--hardware", hw, "--model", str(cfg_path),
-                              "-o", str(out)])
+    res = runner.invoke(
+        app, ["calibrate", str(csv_path), "--hardware", hw, "--model", str(cfg_path), "-o", str(out)]
+    )
     assert res.exit_code == 2 and "expected columns" in res.output and not out.exists()
     # An unknown model.
-    res = runner.invoke(app, ["calibrate", str(csv_path), "--hardware", hw, "--model", "no-such-model",
-                              "-o", str(out)])
+    res = runner.invoke(
+        app, ["calibrate", str(csv_path), "--hardware", hw, "--model", "no-such-model", "-o", str(out)]
+    )
     assert res.exit_code == 2 and "unknown model" in res.output
 
 
@@ -417,8 +440,8 @@ def test_logs_spanning_short_and_long_contexts_constrain_decode_attention() -> N
     that efficiency lands near the CPU's GEMM efficiency (decode attention is compute-bound
     on this CPU)."""
     pytest.importorskip("scipy")
-    from servesim.config import ParallelConfig
     from servesim.calibration.calibrate import ENGINE_LOG_PARAMS, calibrate_source
+    from servesim.config import ParallelConfig
 
     s2 = RECORDINGS / "session2"
     hw = load_bundled_profile("cpu").gpu
@@ -514,13 +537,23 @@ def _synthetic_fit(true: Efficiencies, n_contexts: int = 3, permute: bool = Fals
     measured = predict(terms, true)
     if permute:
         measured = np.random.default_rng(0).permutation(measured)
-    names = ["linear_compute", "linear_memory", "attn_prefill_compute", "attn_decode_memory",
-             "launch_overhead_s"]
+    names = [
+        "linear_compute",
+        "linear_memory",
+        "attn_prefill_compute",
+        "attn_decode_memory",
+        "launch_overhead_s",
+    ]
     return fit(terms, measured, names)
 
 
-TRUE = Efficiencies(linear_compute=0.55, linear_memory=0.65, attn_prefill_compute=0.4,
-                    attn_decode_memory=0.5, launch_overhead_s=1e-3)
+TRUE = Efficiencies(
+    linear_compute=0.55,
+    linear_memory=0.65,
+    attn_prefill_compute=0.4,
+    attn_decode_memory=0.5,
+    launch_overhead_s=1e-3,
+)
 
 
 def test_fit_warnings_none_on_a_well_posed_fit() -> None:
@@ -576,8 +609,9 @@ def test_calibrate_records_and_prints_the_fit_warnings(tmp_path: Path) -> None:
     hw = tmp_path / "slow.yaml"
     hw.write_text(yaml.safe_dump(spec))
     out = tmp_path / "cpu.json"
-    r = CliRunner().invoke(app, ["calibrate", str(RECORDINGS / "rate1.json"), "--hardware", str(hw),
-                                 "-o", str(out)])
+    r = CliRunner().invoke(
+        app, ["calibrate", str(RECORDINGS / "rate1.json"), "--hardware", str(hw), "-o", str(out)]
+    )
     assert r.exit_code == 0, r.output
     fit_info = json.loads(out.read_text())["fit"]
     assert fit_info["fits"][0]["params"]["linear_memory"] == pytest.approx(1.0)
@@ -588,8 +622,17 @@ def test_calibrate_records_and_prints_the_fit_warnings(tmp_path: Path) -> None:
         assert f"warning: {w}" in " ".join(r.output.split())
     # On the machine's own spec the fit explains the recording (R2 > 0.99) and the GEMMs'
     # memory efficiency sits inside its bounds.
-    r = CliRunner().invoke(app, ["calibrate", str(RECORDINGS / "rate1.json"), "--hardware",
-                                 str(RECORDINGS / "cpu.yaml"), "-o", str(out)])
+    r = CliRunner().invoke(
+        app,
+        [
+            "calibrate",
+            str(RECORDINGS / "rate1.json"),
+            "--hardware",
+            str(RECORDINGS / "cpu.yaml"),
+            "-o",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     fit_info = json.loads(out.read_text())["fit"]
     assert fit_info["fits"][0]["quality"]["r2"] > 0.99
@@ -617,9 +660,13 @@ def test_a_profile_used_on_other_hardware_than_it_was_fitted_on_is_warned_about(
 
     base = {
         "model": {"name": "Llama-3.1-8B"},
-        "workload": {"type": "synthetic", "num_requests": 5, "arrival": {"rate": 5.0},
-                     "prompt_len": {"kind": "constant", "value": 64},
-                     "output_len": {"kind": "constant", "value": 4}},
+        "workload": {
+            "type": "synthetic",
+            "num_requests": 5,
+            "arrival": {"rate": 5.0},
+            "prompt_len": {"kind": "constant", "value": 64},
+            "output_len": {"kind": "constant", "value": 4},
+        },
     }
     with pytest.warns(ProfileMismatchWarning, match="fitted on A100-80GB but is used on H100-SXM"):
         simulate({**base, "hardware": {"gpu": "H100", "profile": "a100_splitwise"}})

@@ -39,16 +39,30 @@ def md1(rate: float, n: int = 3000, ttft_s: float = 1.0, **slo: object) -> dict:
     output token: every request is one prefill step of the same length, so the replica is
     an M/D/1 queue (Poisson arrivals, deterministic service, FIFO) and TTFT = wait + D
     (the engine alone: no API-server front end, which is a second queue before it)."""
-    return {"workload": {"type": "synthetic", "num_requests": n, "arrival": {"rate": rate},
-                         "prompt_len": {"value": PROMPT}, "output_len": {"value": 1}},
-            "engine": {"max_num_seqs": 1, "frontend": {"enabled": False}}, "slo": {"ttft_s": ttft_s, **slo}}
+    return {
+        "workload": {
+            "type": "synthetic",
+            "num_requests": n,
+            "arrival": {"rate": rate},
+            "prompt_len": {"value": PROMPT},
+            "output_len": {"value": 1},
+        },
+        "engine": {"max_num_seqs": 1, "frontend": {"enabled": False}},
+        "slo": {"ttft_s": ttft_s, **slo},
+    }
 
 
 def service_s() -> float:
     """D from the step model: one prefill of 512 tokens (async scheduling overlaps the CPU)."""
     dep = resolve_deployment(scenario_from_dict(md1(1.0)))
-    stats = BatchStats(num_prefill_tokens=PROMPT, prefill_attn_work=PROMPT * PROMPT / 2, num_prefill_reqs=1,
-                       num_decode_reqs=0, sum_decode_context=0, sum_prefill_context=0)
+    stats = BatchStats(
+        num_prefill_tokens=PROMPT,
+        prefill_attn_work=PROMPT * PROMPT / 2,
+        num_prefill_reqs=1,
+        num_decode_reqs=0,
+        sum_decode_context=0,
+        sum_prefill_context=0,
+    )
     return step_wall_s(dep.perf.batch_time(stats), dep.engine.cpu_overhead_s, dep.engine.async_scheduling)
 
 
@@ -56,8 +70,10 @@ def md1_wait_cdf(rate: float, d: float, t: float) -> float:
     """P(W <= t) of the M/D/1 queue (Erlang; Franx, Queueing Systems 2001):
     (1 - rho) * sum_{k=0}^{floor(t/D)} (lambda (kD - t))^k / k! * exp(-lambda (kD - t))."""
     rho = rate * d
-    return (1 - rho) * sum((rate * (k * d - t)) ** k / math.factorial(k) * math.exp(-rate * (k * d - t))
-                           for k in range(int(t // d) + 1))
+    return (1 - rho) * sum(
+        (rate * (k * d - t)) ** k / math.factorial(k) * math.exp(-rate * (k * d - t))
+        for k in range(int(t // d) + 1)
+    )
 
 
 def test_capacity_under_a_ttft_target_is_m_d_1_theory() -> None:
@@ -94,13 +110,15 @@ def _fake_probe(threshold: float, seen: list[float]):  # type: ignore[no-untyped
         check = TargetCheck("attainment", "all", 0.9, 0.95 if ok else 0.5, ok, 0.05 if ok else -0.4)
         verdict = Verdict(ok, check.margin, (check,), 100, 100)
         return Probe(rate, knob.value_for(rate), verdict, None, 100, defaultdict(lambda: None))
+
     return run
 
 
 @settings(max_examples=60, deadline=None)
 @given(threshold=st.floats(0.05, 500.0), start=st.floats(0.5, 50.0), precision=st.floats(0.01, 0.5))
-def test_the_bracket_holds_the_threshold_to_the_precision(threshold: float, start: float,
-                                                          precision: float) -> None:
+def test_the_bracket_holds_the_threshold_to_the_precision(
+    threshold: float, start: float, precision: float
+) -> None:
     seen: list[float] = []
     sc = scenario_from_dict(md1(start, n=10))
     with pytest.MonkeyPatch.context() as mp:
@@ -121,8 +139,11 @@ def test_max_rate_met_is_a_lower_bound_and_the_lowest_rate_missed_is_an_error() 
         cap = find_capacity(sc, max_rate=6.0)
         assert cap.hi is None and cap.lo.rate_rps == 6.0 and cap.figures()["limited_by_max_rate"]
         mp.setattr(cap_mod, "run_probe", _fake_probe(1e-9, seen := []))
-        with pytest.raises(CapacityNotFound, match=r"missed even at 0\.01562 req/s, the lowest rate tried "
-                                                   r"\(min rate 0\.01 req/s\); closest probe: 1 req/s"):
+        with pytest.raises(
+            CapacityNotFound,
+            match=r"missed even at 0\.01562 req/s, the lowest rate tried "
+            r"\(min rate 0\.01 req/s\); closest probe: 1 req/s",
+        ):
             find_capacity(sc, min_rate=0.01)
         assert seen[-1] == pytest.approx(0.015625) and len(seen) == 7  # 1, 1/2, ..., 1/64
 
@@ -190,13 +211,25 @@ def test_the_default_deployment_on_the_azure_trace() -> None:
     assert f["good_requests_per_usd"] == pytest.approx(f["goodput_rps"] * 3600 / f["usd_per_hour"])
 
 
-@pytest.mark.parametrize("workload", [
-    {"type": "synthetic", "num_requests": None, "duration_s": 100, "arrival": {"rate": 5},
-     "prompt_len": {"kind": "uniform", "low": 1, "high": 999}},
-    {"type": "synthetic", "num_requests": 400, "arrival": {"process": "gamma", "rate": 5, "cv": 3},
-     "prompt_len": {"kind": "lognormal"}},
-    {"type": "trace", "path": "builtin:azure_conv", "limit": 800, "rate_scale": 3},
-])
+@pytest.mark.parametrize(
+    "workload",
+    [
+        {
+            "type": "synthetic",
+            "num_requests": None,
+            "duration_s": 100,
+            "arrival": {"rate": 5},
+            "prompt_len": {"kind": "uniform", "low": 1, "high": 999},
+        },
+        {
+            "type": "synthetic",
+            "num_requests": 400,
+            "arrival": {"process": "gamma", "rate": 5, "cv": 3},
+            "prompt_len": {"kind": "lognormal"},
+        },
+        {"type": "trace", "path": "builtin:azure_conv", "limit": 800, "rate_scale": 3},
+    ],
+)
 def test_the_early_stop_prefix_is_the_first_requests_of_the_whole_run(workload: dict) -> None:
     from servesim.planner.capacity import _prefix
     from servesim.workload import load_workload

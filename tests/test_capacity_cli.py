@@ -10,14 +10,25 @@ from typer.testing import CliRunner
 
 from servesim.cli import app
 
-SMALL = ["--set", "workload.type=synthetic", "--set", "workload.num_requests=60",
-         "--set", "workload.arrival.rate=2", "--set", "workload.prompt_len.value=256",
-         "--set", "workload.output_len.value=16", "--no-progress"]
+SMALL = [
+    "--set",
+    "workload.type=synthetic",
+    "--set",
+    "workload.num_requests=60",
+    "--set",
+    "workload.arrival.rate=2",
+    "--set",
+    "workload.prompt_len.value=256",
+    "--set",
+    "workload.output_len.value=16",
+    "--no-progress",
+]
 
 
 def test_json_and_files_agree(tmp_path: Path) -> None:
-    res = CliRunner().invoke(app, ["capacity", *SMALL, "--json", "--max-rate", "16",
-                                   "--output", str(tmp_path)])
+    res = CliRunner().invoke(
+        app, ["capacity", *SMALL, "--json", "--max-rate", "16", "--output", str(tmp_path)]
+    )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc == json.loads((tmp_path / "capacity.json").read_text())

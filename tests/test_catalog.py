@@ -18,21 +18,24 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # ---------------------------------------------------------------------- models
 
 
-@pytest.mark.parametrize(("name", "published"), [
-    ("Llama-3.1-8B", 8.03e9),
-    ("Llama-2-7B", 6.74e9),
-    ("Llama-2-70B", 6.90e10),
-    ("Llama-3.1-70B", 7.06e10),
-    ("CodeLlama-34B", 3.37e10),
-    ("Mistral-7B", 7.24e9),
-    ("Mixtral-8x7B", 4.67e10),
-    ("Qwen2.5-7B", 7.61e9),
-    ("Qwen2.5-72B", 7.27e10),
-    ("Qwen-72B", 7.23e10),
-    ("OPT-13B", 1.29e10),
-    ("OPT-66B", 6.57e10),
-    ("OPT-175B", 1.75e11),
-])
+@pytest.mark.parametrize(
+    ("name", "published"),
+    [
+        ("Llama-3.1-8B", 8.03e9),
+        ("Llama-2-7B", 6.74e9),
+        ("Llama-2-70B", 6.90e10),
+        ("Llama-3.1-70B", 7.06e10),
+        ("CodeLlama-34B", 3.37e10),
+        ("Mistral-7B", 7.24e9),
+        ("Mixtral-8x7B", 4.67e10),
+        ("Qwen2.5-7B", 7.61e9),
+        ("Qwen2.5-72B", 7.27e10),
+        ("Qwen-72B", 7.23e10),
+        ("OPT-13B", 1.29e10),
+        ("OPT-66B", 6.57e10),
+        ("OPT-175B", 1.75e11),
+    ],
+)
 def test_param_counts_match_published_sizes(name: str, published: float) -> None:
     assert load_model(name).num_params() == pytest.approx(published, rel=0.01)
 
@@ -64,8 +67,13 @@ def test_opt_is_ungated_and_tied() -> None:
 
 def test_names_are_case_insensitive_with_and_without_org() -> None:
     canon = load_model("meta-llama/Llama-3.1-8B").name
-    for alias in ("Llama-3.1-8B", "llama-3.1-8b", "META-LLAMA/LLAMA-3.1-8B", "Meta-Llama-3.1-8B-Instruct",
-                  "meta-llama/Llama-3.1-8B-Instruct"):
+    for alias in (
+        "Llama-3.1-8B",
+        "llama-3.1-8b",
+        "META-LLAMA/LLAMA-3.1-8B",
+        "Meta-Llama-3.1-8B-Instruct",
+        "meta-llama/Llama-3.1-8B-Instruct",
+    ):
         assert load_model(alias).name == canon
     assert len(list_models()) >= 15
     for name in list_models():
@@ -87,13 +95,23 @@ def test_dtype_override() -> None:
 def tiny_llama_config(hidden: int = 512, layers: int = 4) -> dict:
     """The config of the tiny Llama the vLLM CPU recordings ran (tests/fixtures/vllm_timing)."""
     return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "hidden_size": hidden, "intermediate_size": hidden * 11 // 4 // 64 * 64,
-        "num_hidden_layers": layers, "num_attention_heads": hidden // 64,
-        "num_key_value_heads": max(1, hidden // 256), "head_dim": 64,
-        "vocab_size": 32000, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
-        "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": False,
-        "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16",
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "intermediate_size": hidden * 11 // 4 // 64 * 64,
+        "num_hidden_layers": layers,
+        "num_attention_heads": hidden // 64,
+        "num_key_value_heads": max(1, hidden // 256),
+        "head_dim": 64,
+        "vocab_size": 32000,
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "torch_dtype": "bfloat16",
     }
 
 
@@ -111,8 +129,14 @@ def test_tiny_cpu_ground_truth_model_loads(tmp_path: Path) -> None:
 
 
 def test_from_hf_config_defaults_and_nesting() -> None:
-    cfg = {"hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
-           "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 128}
+    cfg = {
+        "hidden_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 512,
+        "vocab_size": 1000,
+        "max_position_embeddings": 128,
+    }
     m = from_hf_config(cfg, "x")
     assert m.num_kv_heads == 4 and m.head_dim == 64 and not m.tie_word_embeddings and m.dtype == "bfloat16"
     nested = from_hf_config({"model_type": "llava", "torch_dtype": "float16", "text_config": cfg}, "y")
@@ -125,8 +149,9 @@ def test_from_hf_config_defaults_and_nesting() -> None:
 
 def test_missing_key_error_names_file_and_key(tmp_path: Path) -> None:
     p = tmp_path / "config.json"
-    p.write_text(json.dumps({"hidden_size": 256, "num_attention_heads": 4, "vocab_size": 10,
-                             "intermediate_size": 512}))
+    p.write_text(
+        json.dumps({"hidden_size": 256, "num_attention_heads": 4, "vocab_size": 10, "intermediate_size": 512})
+    )
     with pytest.raises(CatalogError, match=r"config\.json: missing key 'num_hidden_layers'"):
         load_model(str(p))
     with pytest.raises(CatalogError, match="no such file"):
@@ -153,9 +178,17 @@ def test_gpu_lookup_and_aliases() -> None:
 def test_sm_counts_from_the_spec_sheets() -> None:
     """Streaming multiprocessors (AMD: compute units) that each product enables."""
     sms = {g: get_gpu(g).num_sms for g in list_gpus()}
-    assert sms == {"A100-80GB": 108, "H100-SXM": 132, "H200": 132, "B200": 148, "B300": 148, "GB200": 148,
-                   "MI300X": 304,
-                   "L40S": 142, "L4": 58}
+    assert sms == {
+        "A100-80GB": 108,
+        "H100-SXM": 132,
+        "H200": 132,
+        "B200": 148,
+        "B300": 148,
+        "GB200": 148,
+        "MI300X": 304,
+        "L40S": 142,
+        "L4": 58,
+    }
     # Custom hardware has none (wave quantisation is off there).
     assert get_gpu(GpuConfig(name="X", bf16_tflops=100, mem_gb=40, mem_bw_tb_per_s=1.5)).num_sms == 0
 
@@ -195,8 +228,15 @@ def test_gpu_from_config() -> None:
 
 def test_gpu_specs_match_the_spec_sheet_table() -> None:
     path = FIXTURES / "gpu_specs.csv"
-    names = {"A100 80GB": "A100-80GB", "H100 80GB": "H100-SXM", "H200 141GB": "H200", "B200 (HGX)": "B200",
-             "MI300X": "MI300X", "L40S": "L40S", "L4": "L4"}
+    names = {
+        "A100 80GB": "A100-80GB",
+        "H100 80GB": "H100-SXM",
+        "H200 141GB": "H200",
+        "B200 (HGX)": "B200",
+        "MI300X": "MI300X",
+        "L40S": "L40S",
+        "L4": "L4",
+    }
     for row in csv.DictReader(path.open()):
         g = get_gpu(names[row["gpu"]])
         assert g.flops_for("bfloat16") == float(row["bf16_dense_tflops"]) * 1e12

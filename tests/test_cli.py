@@ -80,8 +80,9 @@ def test_simulate_json(fake_sim: list[dict[str, Any]]) -> None:
 
 def test_simulate_writes_outputs(fake_sim: list[dict[str, Any]], tmp_path: Path) -> None:
     out_dir = tmp_path / "out"
-    out = runner.invoke(app, ["simulate", "-q", "--no-progress", "--output", str(out_dir),
-                              "--records-format", "csv"])
+    out = runner.invoke(
+        app, ["simulate", "-q", "--no-progress", "--output", str(out_dir), "--records-format", "csv"]
+    )
     assert out.exit_code == 0, out.output
     assert out.stdout == ""
     assert sorted(p.name for p in out_dir.iterdir()) == ["requests.csv", "steps.csv", "summary.json"]
@@ -195,8 +196,10 @@ def test_catalog() -> None:
     assert "H100-SXM" in out.stdout and "Llama" not in out.stdout
 
 
-TINY = ("workload={type: synthetic, num_requests: 20, arrival: {rate: 10.0}, "
-        "prompt_len: {kind: constant, value: 64}, output_len: {kind: constant, value: 8}}")
+TINY = (
+    "workload={type: synthetic, num_requests: 20, arrival: {rate: 10.0}, "
+    "prompt_len: {kind: constant, value: 64}, output_len: {kind: constant, value: 8}}"
+)
 
 
 def test_end_to_end_real_engine(tmp_path: Path) -> None:
@@ -204,8 +207,9 @@ def test_end_to_end_real_engine(tmp_path: Path) -> None:
     for mod in ("servesim.perf.roofline", "servesim.perf.memory", "servesim.workload"):
         pytest.importorskip(mod)
     out_dir = tmp_path / "run"
-    out = runner.invoke(app, ["simulate", "--no-progress", "--set", TINY, "-o", str(out_dir),
-                              "--records-format", "csv"])
+    out = runner.invoke(
+        app, ["simulate", "--no-progress", "--set", TINY, "-o", str(out_dir), "--records-format", "csv"]
+    )
     assert out.exit_code == 0, out.output
     assert "TTFT" in out.stdout
     doc = json.loads((out_dir / "summary.json").read_text())
@@ -228,9 +232,17 @@ def test_chunked_prefill_off_with_a_budget_below_max_model_len_is_refused() -> N
 
     from servesim.cli import app
 
-    res = CliRunner().invoke(app, ["simulate", "--no-progress",
-                                   "--set", "engine.enable_chunked_prefill=false",
-                                   "--set", "engine.max_num_batched_tokens=2048"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "simulate",
+            "--no-progress",
+            "--set",
+            "engine.enable_chunked_prefill=false",
+            "--set",
+            "engine.max_num_batched_tokens=2048",
+        ],
+    )
     assert res.exit_code == 2
     assert "max_num_batched_tokens (2048) is smaller than max_model_len (131072)" in res.output
 
@@ -243,8 +255,9 @@ def test_scenario_paths_are_relative_to_the_scenario_file(tmp_path: Path) -> Non
     sub.mkdir()
     (sub / "h100.json").write_text("{}")
     (sub / "trace.csv").write_text("arrived_at_s,num_prompt_tokens,num_output_tokens\n0.0,10,2\n")
-    (sub / "s.yaml").write_text("hardware: {gpu: H100, profile: h100.json}\n"
-                                "workload: {type: trace, path: trace.csv}\n")
+    (sub / "s.yaml").write_text(
+        "hardware: {gpu: H100, profile: h100.json}\nworkload: {type: trace, path: trace.csv}\n"
+    )
     sc = load_scenario(sub / "s.yaml")
     assert sc.hardware.profile == str(sub / "h100.json")
     assert sc.workload.path == str(sub / "trace.csv")  # type: ignore[union-attr]

@@ -50,16 +50,19 @@ def test_set_list_element_changes_only_that_element(tmp_path: Path) -> None:
 def test_set_workload_type_switches_whatever_the_order(tmp_path: Path) -> None:
     f = tmp_path / "s.yaml"
     f.write_text("workload: {type: trace, path: 'builtin:azure_conv', rate_scale: 2}\n")
-    for order in (["workload.type=synthetic", "workload.num_requests=7"],
-                  ["workload.num_requests=7", "workload.type=synthetic"]):
+    for order in (
+        ["workload.type=synthetic", "workload.num_requests=7"],
+        ["workload.num_requests=7", "workload.type=synthetic"],
+    ):
         wl = load_scenario(f, order).workload
         assert isinstance(wl, SyntheticWorkload) and wl.num_requests == 7
     # Setting the type it already has changes nothing.
     wl = load_scenario(f, ["workload.type=trace"]).workload
     assert isinstance(wl, TraceWorkload) and wl.rate_scale == 2
     # And back: a synthetic file switched to a trace keeps only what is set after.
-    wl = scenario_from_dict({"workload": SMALL}, overrides=["workload.type=trace",
-                                                            "workload.path=builtin:azure_code"]).workload
+    wl = scenario_from_dict(
+        {"workload": SMALL}, overrides=["workload.type=trace", "workload.path=builtin:azure_code"]
+    ).workload
     assert isinstance(wl, TraceWorkload) and wl.path == "builtin:azure_code"
 
 
@@ -70,8 +73,10 @@ def test_every_renamed_field_is_refused_with_its_new_name(old: str) -> None:
     pool = {"name": "a", "links": {old: 1}}
     where = {
         "interconnect_gbps": ("hardware.gpu", {"hardware": {"gpu": {**gpu, old: 1}}}),
-        "mem_bw_tbps": ("hardware.gpu", {"hardware": {"gpu": {**{k: v for k, v in gpu.items()
-                                                                 if k != "mem_bw_tb_per_s"}, old: 1}}}),
+        "mem_bw_tbps": (
+            "hardware.gpu",
+            {"hardware": {"gpu": {**{k: v for k, v in gpu.items() if k != "mem_bw_tb_per_s"}, old: 1}}},
+        ),
         "intra_node_gbps": ("cluster.pools.0.links", {"cluster": {"pools": [pool]}}),
         "inter_node_gbps": ("cluster.pools.0.links", {"cluster": {"pools": [pool]}}),
         "bandwidth_gbps": ("cluster.link", {"cluster": {"pools": [{"name": "a"}], "link": {old: 1}}}),

@@ -42,8 +42,12 @@ def test_weights_of_a_rank_hold_all_attention_and_a_share_of_the_experts() -> No
     dp4, tp4 = weights_bytes_per_gpu(m, 1, 1, 4), weights_bytes_per_gpu(m, 4, 1)
     attn = m.num_layers * m.attn_params_per_layer() * m.dtype_bytes
     vocab = (m.embedding_params() + m.lm_head_params()) * m.activation_dtype_bytes
-    extra = (attn - m.num_layers * m.attn_params_per_layer(4) * m.dtype_bytes
-             + vocab - (m.embedding_params(4) + m.lm_head_params(4)) * m.activation_dtype_bytes)
+    extra = (
+        attn
+        - m.num_layers * m.attn_params_per_layer(4) * m.dtype_bytes
+        + vocab
+        - (m.embedding_params(4) + m.lm_head_params(4)) * m.activation_dtype_bytes
+    )
     assert dp4 - tp4 == pytest.approx(extra, rel=1e-9)
     expert_bytes = m.num_moe_layers * m.num_experts * m.expert_params() * m.expert_weight_bytes
     assert dp4 > expert_bytes / 4 > 0.9 * (dp4 - attn - vocab)
@@ -76,8 +80,13 @@ def test_rank_step_runs_its_experts_on_every_ranks_tokens() -> None:
 
 def test_dense_ranks_share_nothing() -> None:
     m, gpu = load_model("meta-llama/Llama-3.1-8B"), get_gpu("H100-SXM")
-    st = BatchStats(num_prefill_tokens=512, num_prefill_reqs=1, prefill_attn_work=512 * 256.0,
-                    num_decode_reqs=8, sum_decode_context=8000)
+    st = BatchStats(
+        num_prefill_tokens=512,
+        num_prefill_reqs=1,
+        prefill_attn_work=512 * 256.0,
+        num_decode_reqs=8,
+        sum_decode_context=8000,
+    )
     assert KernelPerfModel(m, gpu, dp=4).batch_time(st) == KernelPerfModel(m, gpu).batch_time(st)
     assert RooflinePerfModel(m, gpu, dp=4).batch_time(st) == RooflinePerfModel(m, gpu).batch_time(st)
 
@@ -98,8 +107,11 @@ def test_vllm_dp_router_weighs_waiting_four_times() -> None:
     st = RouterState(np.random.default_rng(0))
     req = Request(0, 0.0, 10, 10)
     # scores 4*(out - run) + run: [4*2+1, 4*0+6, 4*1+1] = [9, 6, 5]
-    x = [ReplicaLoad(num_outstanding=3, num_running=1), ReplicaLoad(num_outstanding=6, num_running=6),
-         ReplicaLoad(num_outstanding=2, num_running=1)]
+    x = [
+        ReplicaLoad(num_outstanding=3, num_running=1),
+        ReplicaLoad(num_outstanding=6, num_running=6),
+        ReplicaLoad(num_outstanding=2, num_running=1),
+    ]
     assert ROUTERS["vllm_dp"](req, x, st) == 2
     assert ROUTERS["vllm_dp"](req, [ReplicaLoad(), ReplicaLoad()], st) == 0  # ties: the first rank
 
@@ -124,9 +136,16 @@ class TokenPerf:
 
 
 def dp_pool(dp: int) -> PoolSpec:
-    eng = resolve_engine(EngineConfig(max_num_seqs=8, max_num_batched_tokens=256, async_scheduling=False,
-                                      cpu_overhead_s=0.0, cpu_overhead_per_req_s=0.0),
-                         max_model_len=512)
+    eng = resolve_engine(
+        EngineConfig(
+            max_num_seqs=8,
+            max_num_batched_tokens=256,
+            async_scheduling=False,
+            cpu_overhead_s=0.0,
+            cpu_overhead_per_req_s=0.0,
+        ),
+        max_model_len=512,
+    )
     return PoolSpec("dp", "colocated", 2, eng, TokenPerf(), num_gpu_blocks=200, max_model_len=512, dp=dp)
 
 
@@ -151,8 +170,11 @@ def test_lockstep_ranks_wait_for_the_slowest() -> None:
 def test_lockstep_keeps_every_request_under_load() -> None:
     rng = np.random.default_rng(3)
     n = 300
-    wl = make_workload(np.sort(rng.uniform(0, 3, n)).tolist(), rng.integers(4, 200, n).tolist(),
-                       rng.integers(1, 30, n).tolist())
+    wl = make_workload(
+        np.sort(rng.uniform(0, 3, n)).tolist(),
+        rng.integers(4, 200, n).tolist(),
+        rng.integers(1, 30, n).tolist(),
+    )
     cfg = ClusterConfig(pools=[PoolConfig(name="dp", num_replicas=2)], router="vllm_dp")
     rec = run_cluster(wl, [dp_pool(2)], cfg, check_invariants=True).records
     assert (rec.status == 0).all() and set(rec.replica.tolist()) == {0, 1}
@@ -160,12 +182,22 @@ def test_lockstep_keeps_every_request_under_load() -> None:
 
 
 def scenario(dp: int, model: str = MINIMAX, **extra: object) -> dict:
-    return {"model": {"name": model}, "hardware": {"gpu": "B200"},
-            "parallel": {"tensor_parallel_size": 1, "data_parallel_size": dp, "expert_parallel_size": dp},
-            "engine": {"max_model_len": 4096},
-            "workload": {"type": "benchmark", "input_len": 1024, "output_len": 64, "num_prompts": 64,
-                         "max_concurrency": 8, "num_warmups": 0},
-            "run": {"record_steps": False}, **extra}
+    return {
+        "model": {"name": model},
+        "hardware": {"gpu": "B200"},
+        "parallel": {"tensor_parallel_size": 1, "data_parallel_size": dp, "expert_parallel_size": dp},
+        "engine": {"max_model_len": 4096},
+        "workload": {
+            "type": "benchmark",
+            "input_len": 1024,
+            "output_len": 64,
+            "num_prompts": 64,
+            "max_concurrency": 8,
+            "num_warmups": 0,
+        },
+        "run": {"record_steps": False},
+        **extra,
+    }
 
 
 def test_a_data_parallel_scenario_runs_as_its_ranks() -> None:
@@ -195,8 +227,14 @@ def test_from_vllm_0_16_each_rank_has_an_api_server_of_its_own(monkeypatch: pyte
 
 
 def test_data_parallel_is_refused_where_it_is_not_modelled() -> None:
-    sc = scenario(2, cluster={"pools": [{"name": "c", "num_replicas": 1}],
-                              "operations": {"autoscaling": {"pools": [
-                                  {"pool": "c", "min_replicas": 1, "max_replicas": 2, "target": 8}]}}})
+    sc = scenario(
+        2,
+        cluster={
+            "pools": [{"name": "c", "num_replicas": 1}],
+            "operations": {
+                "autoscaling": {"pools": [{"pool": "c", "min_replicas": 1, "max_replicas": 2, "target": 8}]}
+            },
+        },
+    )
     with pytest.raises(ConfigError, match="data_parallel_size"):
         simulate(sc)

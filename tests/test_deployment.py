@@ -29,11 +29,16 @@ UNCHUNKED_SMALL_BUDGET = {"enable_chunked_prefill": False, "max_num_batched_toke
 def test_one_replica_and_a_one_replica_pool_resolve_alike() -> None:
     sc = scenario_from_dict({"model": {"name": "Llama-3.1-8B"}, "workload": SMALL})
     one = resolve_deployment(sc)
-    pool = resolve_deployments(scenario_from_dict({"model": {"name": "Llama-3.1-8B"}, "workload": SMALL,
-                                                   "cluster": {"pools": [{"name": "c"}]}}))[0]
+    pool = resolve_deployments(
+        scenario_from_dict(
+            {"model": {"name": "Llama-3.1-8B"}, "workload": SMALL, "cluster": {"pools": [{"name": "c"}]}}
+        )
+    )[0]
     assert (one.engine, one.plan, one.links, one.gpu) == (pool.engine, pool.plan, pool.links, pool.gpu)
     assert one.step_time_model() == pool.step_time_model()
-    assert one.step_time_model()["kind"] == "kernel_db" and one.step_time_model()["calibrated"]  # measured kernels
+    assert (
+        one.step_time_model()["kind"] == "kernel_db" and one.step_time_model()["calibrated"]
+    )  # measured kernels
 
 
 @pytest.mark.parametrize("cluster", [None, {"pools": [{"name": "a", "num_replicas": 2}]}])
@@ -41,16 +46,21 @@ def test_chunked_prefill_off_with_a_budget_below_max_model_len_is_refused(cluste
     sc = {"model": {"name": "Llama-3.1-8B"}, "workload": SMALL, "engine": UNCHUNKED_SMALL_BUDGET}
     if cluster:
         sc["cluster"] = cluster
-    with pytest.raises(ConfigError,
-                       match=r"max_num_batched_tokens \(1024\) is smaller than max_model_len \(131072\)"):
+    with pytest.raises(
+        ConfigError, match=r"max_num_batched_tokens \(1024\) is smaller than max_model_len \(131072\)"
+    ):
         servesim.simulate(sc)
 
 
 def test_a_pools_own_engine_is_checked_too() -> None:
     with pytest.raises(ConfigError, match="chunked prefill off"):
-        servesim.simulate({"model": {"name": "Llama-3.1-8B"}, "workload": SMALL,
-                           "cluster": {"pools": [{"name": "a"},
-                                                 {"name": "b", "engine": UNCHUNKED_SMALL_BUDGET}]}})
+        servesim.simulate(
+            {
+                "model": {"name": "Llama-3.1-8B"},
+                "workload": SMALL,
+                "cluster": {"pools": [{"name": "a"}, {"name": "b", "engine": UNCHUNKED_SMALL_BUDGET}]},
+            }
+        )
 
 
 @pytest.mark.parametrize("cluster", [None, {"pools": [{"name": "a", "num_replicas": 2}]}])
@@ -69,8 +79,13 @@ def test_a_cluster_reports_progress() -> None:
     from servesim.cluster.pools import pool_spec
     from servesim.workload import load_workload
 
-    sc = scenario_from_dict({"model": {"name": "Llama-3.1-8B"}, "workload": SMALL,
-                             "cluster": {"pools": [{"name": "a", "num_replicas": 2}]}})
+    sc = scenario_from_dict(
+        {
+            "model": {"name": "Llama-3.1-8B"},
+            "workload": SMALL,
+            "cluster": {"pools": [{"name": "a", "num_replicas": 2}]},
+        }
+    )
     pools = [pool_spec(d) for d in resolve_deployments(sc)]
     seen: list[int] = []
     run_cluster(load_workload(sc.workload, 0), pools, sc.cluster, progress=seen.append)
@@ -81,19 +96,31 @@ def test_links_inside_a_node_are_the_gpus_interconnect() -> None:
     """The single-replica run now uses the catalog links, as a cluster pool does: within a
     node that is the interconnect alone (the times it had before); across nodes the network."""
     m, g = load_model("Llama-3.1-70B"), get_gpu("H100-SXM")
-    stats = BatchStats(num_prefill_tokens=2000, prefill_attn_work=2e6, num_prefill_reqs=2, num_decode_reqs=64,
-                       sum_decode_context=64 * 1500)
+    stats = BatchStats(
+        num_prefill_tokens=2000,
+        prefill_attn_work=2e6,
+        num_prefill_reqs=2,
+        num_decode_reqs=64,
+        sum_decode_context=64 * 1500,
+    )
     for tp, pp, same in ((8, 1, True), (4, 2, True), (8, 2, False)):
         par = ParallelConfig(tensor_parallel_size=tp, pipeline_parallel_size=pp)
-        sc = scenario_from_dict({"model": {"name": "Llama-3.1-70B"}, "parallel": par.model_dump(),
-                                 "hardware": {"perf_model": "roofline"}, "engine": {"max_model_len": 8192}})
+        sc = scenario_from_dict(
+            {
+                "model": {"name": "Llama-3.1-70B"},
+                "parallel": par.model_dump(),
+                "hardware": {"perf_model": "roofline"},
+                "engine": {"max_model_len": 8192},
+            }
+        )
         dep = resolve_deployment(sc)
         old = build_perf_model(m, g, par, sc.model)  # links=None: interconnect for everything
         assert (dep.perf.batch_time(stats) == old.batch_time(stats)) is same, (tp, pp)
 
 
-@pytest.mark.parametrize("cluster", [None, {"pools": [{"name": "a", "num_replicas": 2},
-                                                      {"name": "b", "gpu": "A100-80GB"}]}])
+@pytest.mark.parametrize(
+    "cluster", [None, {"pools": [{"name": "a", "num_replicas": 2}, {"name": "b", "gpu": "A100-80GB"}]}]
+)
 def test_the_memory_plan_is_in_every_report(cluster: dict | None) -> None:
     import io
 

@@ -236,8 +236,9 @@ def test_request_state_after_hand_off() -> None:
 # --------------------------------------------------------------------------- DistServe
 
 
-def _goodput_per_gpu(pools: list[dict], prompt: dict, output: dict, slo: dict, hi: float,
-                     engine: dict | None = None) -> float:
+def _goodput_per_gpu(
+    pools: list[dict], prompt: dict, output: dict, slo: dict, hi: float, engine: dict | None = None
+) -> float:
     """DistServe's metric: the highest Poisson rate whose SLO attainment is >= 90%, per GPU
     (bisection on a log scale, 20 s of traffic per trial)."""
     import servesim
@@ -367,8 +368,14 @@ class DistServeFitPerf:
 
 
 def _engine(batched_tokens: int, seqs: int) -> dict:
-    return {"policy": "vllm_v0", "max_num_batched_tokens": batched_tokens, "max_num_seqs": seqs,
-            "max_model_len": 2048, "gpu_memory_utilization": 0.95, "cpu_overhead_s": 0.0}
+    return {
+        "policy": "vllm_v0",
+        "max_num_batched_tokens": batched_tokens,
+        "max_num_seqs": seqs,
+        "max_model_len": 2048,
+        "gpu_memory_utilization": 0.95,
+        "cpu_overhead_s": 0.0,
+    }
 
 
 def _distserve_pools(model: str, tps: tuple[tuple[str, int], ...]) -> tuple[ClusterConfig, list[PoolSpec]]:
@@ -381,25 +388,55 @@ def _distserve_pools(model: str, tps: tuple[tuple[str, int], ...]) -> tuple[Clus
     from servesim.cluster.pools import build_pool
     from servesim.config import Scenario
 
-    engines = {"colocated": _engine(16384, 1024), "prefill": _engine(8192, 128),
-               "decode": _engine(65536, 1024)}
-    pools = [{"name": role, "role": role, "num_replicas": 1, "engine": engines[role],
-              "parallel": {"tensor_parallel_size": tp}} for role, tp in tps]
-    sc = Scenario.model_validate({"model": {"name": model}, "hardware": {"gpu": "A100-80GB"},
-                                  "cluster": {"pools": pools, "router": "least_outstanding"}})
+    engines = {
+        "colocated": _engine(16384, 1024),
+        "prefill": _engine(8192, 128),
+        "decode": _engine(65536, 1024),
+    }
+    pools = [
+        {
+            "name": role,
+            "role": role,
+            "num_replicas": 1,
+            "engine": engines[role],
+            "parallel": {"tensor_parallel_size": tp},
+        }
+        for role, tp in tps
+    ]
+    sc = Scenario.model_validate(
+        {
+            "model": {"name": model},
+            "hardware": {"gpu": "A100-80GB"},
+            "cluster": {"pools": pools, "router": "least_outstanding"},
+        }
+    )
     engine_of = {"colocated": "vllm", "prefill": "distserve", "decode": "distserve"}
-    fits = {(e, f.model, f.tp): f for e in ("vllm", "distserve")
-            for f in read_distserve(DISTSERVE_FITS / f"distserve_profiler-a100-80g.{e}.json")}
-    specs = [dataclasses.replace(build_pool(sc, p, load_model(model)),
-                                 perf=DistServeFitPerf(fits[engine_of[p.role], f"facebook/{model.lower()}",
-                                                            p.parallel.tensor_parallel_size]))
-             for p in sc.cluster.pools]
+    fits = {
+        (e, f.model, f.tp): f
+        for e in ("vllm", "distserve")
+        for f in read_distserve(DISTSERVE_FITS / f"distserve_profiler-a100-80g.{e}.json")
+    }
+    specs = [
+        dataclasses.replace(
+            build_pool(sc, p, load_model(model)),
+            perf=DistServeFitPerf(
+                fits[engine_of[p.role], f"facebook/{model.lower()}", p.parallel.tensor_parallel_size]
+            ),
+        )
+        for p in sc.cluster.pools
+    ]
     assert sc.cluster is not None
     return sc.cluster, specs
 
 
-def _distserve_goodput_per_gpu(model: str, tps: tuple[tuple[str, int], ...], prompt_median: float,
-                               slo: tuple[float, float], lo: float, hi: float) -> float:
+def _distserve_goodput_per_gpu(
+    model: str,
+    tps: tuple[tuple[str, int], ...],
+    prompt_median: float,
+    slo: tuple[float, float],
+    lo: float,
+    hi: float,
+) -> float:
     """DistServe's metric: the highest Poisson rate (per GPU) at which >= 90% of requests meet
     both the TTFT and the TPOT SLO; 60 s of traffic, common random numbers, bisection on a
     log scale to ~6%."""
@@ -413,8 +450,9 @@ def _distserve_goodput_per_gpu(model: str, tps: tuple[tuple[str, int], ...], pro
 
     def ok(rate: float) -> bool:
         k = int(np.searchsorted(unit / rate, 60.0))
-        rec = run_cluster(Workload(unit[:k] / rate, prompt[:k], output[:k]), specs, cfg,
-                          record_steps=False).records
+        rec = run_cluster(
+            Workload(unit[:k] / rate, prompt[:k], output[:k]), specs, cfg, record_steps=False
+        ).records
         return float(((rec.ttft_s <= slo[0]) & ~(rec.tpot_s > slo[1])).mean()) >= 0.9
 
     lo, hi = lo * gpus, hi * gpus
@@ -427,13 +465,17 @@ def _distserve_goodput_per_gpu(model: str, tps: tuple[tuple[str, int], ...], pro
 
 @pytest.mark.slow
 @pytest.mark.characterization
-@pytest.mark.parametrize(("model", "slo", "tps", "prompt_median", "hi", "measured"), [
-    ("OPT-13B", (0.25, 0.1), (1, 2, 1), 107, 12.0, 0.47),  # vLLM 9.35, DistServe 4.42 req/s/GPU
-    ("OPT-13B", (0.25, 0.1), (1, 2, 1), 600, 4.0, 1.79),  # 1.02, 1.82
-    ("OPT-66B", (0.4, 0.1), (4, 4, 4), 600, 4.0, 2.49),  # 0.179, 0.446 (prompt median 107: 1.18x)
-])
+@pytest.mark.parametrize(
+    ("model", "slo", "tps", "prompt_median", "hi", "measured"),
+    [
+        ("OPT-13B", (0.25, 0.1), (1, 2, 1), 107, 12.0, 0.47),  # vLLM 9.35, DistServe 4.42 req/s/GPU
+        ("OPT-13B", (0.25, 0.1), (1, 2, 1), 600, 4.0, 1.79),  # 1.02, 1.82
+        ("OPT-66B", (0.4, 0.1), (4, 4, 4), 600, 4.0, 2.49),  # 0.179, 0.446 (prompt median 107: 1.18x)
+    ],
+)
 def test_characterization_distserve_paper_setup_gain_depends_on_prompt_length(
-        model, slo, tps, prompt_median, hi, measured) -> None:
+    model, slo, tps, prompt_median, hi, measured
+) -> None:
     """Characterization: pins servesim's own gains (``measured``), not the paper's 2.0-4.6x.
 
     DistServe (Zhong et al., OSDI'24), chatbot on ShareGPT: per-GPU goodput at 90% SLO
@@ -455,10 +497,13 @@ def test_characterization_distserve_paper_setup_gain_depends_on_prompt_length(
     """
     vllm_tp, prefill_tp, decode_tp = tps
     colo = _distserve_goodput_per_gpu(model, (("colocated", vllm_tp),), prompt_median, slo, 0.02, hi)
-    dis = _distserve_goodput_per_gpu(model, (("prefill", prefill_tp), ("decode", decode_tp)),
-                                     prompt_median, slo, 0.02, hi)
-    print(f"{model}, prompt median {prompt_median}: vLLM {colo:.3f}, DistServe {dis:.3f} req/s/GPU: "
-          f"{dis / colo:.2f}x")
+    dis = _distserve_goodput_per_gpu(
+        model, (("prefill", prefill_tp), ("decode", decode_tp)), prompt_median, slo, 0.02, hi
+    )
+    print(
+        f"{model}, prompt median {prompt_median}: vLLM {colo:.3f}, DistServe {dis:.3f} req/s/GPU: "
+        f"{dis / colo:.2f}x"
+    )
     # The measured gain to within 20% (each capacity is bisected to ~6%): short prompts must
     # keep colocation ahead, long ones must give DistServe its gain.
     assert measured / 1.2 <= dis / colo <= measured * 1.2

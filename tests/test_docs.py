@@ -33,14 +33,14 @@ SHELL_BLOCKS = {"", "bash", "console", "sh", "shell"}
 # Commands that do not run here, each a regular expression for the whole command and the reason.
 SKIP = {
     r"servesim calibrate measurements/.*": "$D is the full public measurement sets (Vidur's profiling "
-                                           "data, Splitwise's perf_model.csv), not bundled; "
-                                           "tests/test_calibrate.py fits the bundled subsets",
+    "data, Splitwise's perf_model.csv), not bundled; "
+    "tests/test_calibrate.py fits the bundled subsets",
     r"servesim calibrate steps\.csv .*": "a step log of the user's own engine (tests/test_calibrate.py runs "
-                                         "the command on a generic step CSV)",
+    "the command on a generic step CSV)",
     r"servesim calibrate short\.json long\.json .*": "engine logs of the user's own",
     r"servesim validate --data-dir path/to/data": "the full public measurement sets, not bundled",
     r"servesim validate --open-loop( RUNS/ .*)?": "the public open-loop GPU runs, not bundled; "
-                                               "tests/test_inference_perf.py replays a run folder",
+    "tests/test_inference_perf.py replays a run folder",
     r"servesim validate --suite vllm-cpu --recordings mine/": "recordings of the user's own",
     r"servesim profile .*": "needs torch and a CUDA device",
     r"servesim serve .*": "serves until interrupted; tests/test_serve.py starts the server and talks to it",
@@ -48,25 +48,30 @@ SKIP = {
     # Not missing, but slow: tests/test_validate.py computes the same checks (validate_all) and
     # runs the command line on them.
     r"servesim validate --suite silicon( --cross-group)?( --output \S+)?": "simulates about a thousand measured "
-                                                                  "runs (minutes); tests/test_silicon.py "
-                                                                  "runs five rows end to end",
+    "runs (minutes); tests/test_silicon.py "
+    "runs five rows end to end",
     r"servesim validate --suite vllm-cpu --cross-fit": "fits every CPU recording in turn (about a minute); "
-                                                      "tests/test_validate.py runs a cheap cross-fit",
+    "tests/test_validate.py runs a cheap cross-fit",
     r"servesim reproduce (sarathi-serve|llumnix) --quick": "a capacity search or rate sweep of 30-40 s; "
-                                                           "tests/test_reproduce.py runs it (slow)",
+    "tests/test_reproduce.py runs it (slow)",
     r"servesim validate( --suite vllm-cpu)?": "replays the bundled CPU recordings (10-20 s of one core "
-                                             "per command); tests/test_validate.py checks the same rows "
-                                             "and the command",
+    "per command); tests/test_validate.py checks the same rows "
+    "and the command",
 }
 
 # Every documented simulation runs as written, on at most this many requests (the doc commands
 # take minutes on 2 cores in full; what can break in a doc command is its fields and values,
 # which a short run checks). The README's default run is compared in full below.
 CAP = 200
-CAP_FIELD = {"trace": "workload.limit", "synthetic": "workload.num_requests",
-             "benchmark": "workload.num_prompts", "sessions": "workload.num_sessions",
-             "mixture": "workload.num_requests", "agents": "workload.num_tasks",
-             "reasoning": "workload.num_questions"}
+CAP_FIELD = {
+    "trace": "workload.limit",
+    "synthetic": "workload.num_requests",
+    "benchmark": "workload.num_prompts",
+    "sessions": "workload.num_sessions",
+    "mixture": "workload.num_requests",
+    "agents": "workload.num_tasks",
+    "reasoning": "workload.num_questions",
+}
 
 
 @dataclass(frozen=True)
@@ -131,8 +136,13 @@ def doc_commands(path: Path) -> list[DocCommand]:
             for k, part in enumerate(parts):
                 if part and part[0] == "servesim":
                     piped = k < len(seps) and seps[k] == "|" and parts[k + 1][:1] == ["jq"]
-                    out.append(DocCommand(f"{path.relative_to(ROOT)}:{n}", tuple(part[1:]),
-                                          parts[k + 1][1] if piped else None))
+                    out.append(
+                        DocCommand(
+                            f"{path.relative_to(ROOT)}:{n}",
+                            tuple(part[1:]),
+                            parts[k + 1][1] if piped else None,
+                        )
+                    )
     return out
 
 
@@ -148,8 +158,11 @@ def inline_commands(path: Path) -> list[DocCommand]:
         if any(re.fullmatch(r"[A-Z]+", a) for a in argv):
             continue
         if argv[0] in ("version", "catalog") or len(argv) > 1:
-            out.append(DocCommand(f"{path.relative_to(ROOT)}:{prose.count(chr(10), 0, m.start()) + 1}",
-                                  tuple(argv), None))
+            out.append(
+                DocCommand(
+                    f"{path.relative_to(ROOT)}:{prose.count(chr(10), 0, m.start()) + 1}", tuple(argv), None
+                )
+            )
     return out
 
 
@@ -202,9 +215,15 @@ def with_run_folders(cmd: DocCommand, argv: list[str], tmp_path: Path, monkeypat
     for k, a in enumerate(argv[1:], 1):
         if not a.startswith("runs/") or argv[k - 1] in ("-o", "--output"):
             continue
-        writers = [c for c in COMMANDS if c.where.rsplit(":", 1)[0] == file
-                   and int(c.where.rsplit(":", 1)[1]) < int(line) and c.argv[0] == "simulate"
-                   and a in c.argv and c.argv[list(c.argv).index(a) - 1] in ("-o", "--output")]
+        writers = [
+            c
+            for c in COMMANDS
+            if c.where.rsplit(":", 1)[0] == file
+            and int(c.where.rsplit(":", 1)[1]) < int(line)
+            and c.argv[0] == "simulate"
+            and a in c.argv
+            and c.argv[list(c.argv).index(a) - 1] in ("-o", "--output")
+        ]
         assert writers, f"{cmd.where}: no command above it writes {a}"
         res = invoke([*capped(list(writers[-1].argv)), "--no-progress"], tmp_path, monkeypatch)
         assert res.exit_code == 0, f"{writers[-1].where}: {res.output[-2000:]}"
@@ -235,9 +254,10 @@ def test_doc_command_runs(cmd: DocCommand, tmp_path, monkeypatch) -> None:
 
 # -- the quick start's report -----------------------------------------------------------------
 
+
 def readme_report() -> list[str]:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    quick = text[text.index("## Quick start"):text.index("## Using it")]
+    quick = text[text.index("## Quick start") : text.index("## Using it")]
     blocks = [lines for lang, _, lines in fenced_blocks(quick) if lang == ""]
     assert blocks, "the quick start quotes no report"
     return blocks[0]
@@ -284,8 +304,12 @@ def test_every_path_the_docs_name_exists() -> None:
 
 # The Mooncake example reads the user's copy of the trace; here it reads the bundled first
 # 1,000 requests of it.
-EXAMPLE_SETS = {"mooncake_prefix_cache.yaml": [
-    "--set", f"workload.path={ROOT / 'tests/fixtures/traces/mooncake_conversation_1000.jsonl.gz'}"]}
+EXAMPLE_SETS = {
+    "mooncake_prefix_cache.yaml": [
+        "--set",
+        f"workload.path={ROOT / 'tests/fixtures/traces/mooncake_conversation_1000.jsonl.gz'}",
+    ]
+}
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
@@ -371,20 +395,29 @@ def test_guide_figures_are_the_runs() -> None:
 
     base = "workload.limit=2000"
     v1, sarathi = run(base), run(base, "engine.policy=sarathi")
-    disagg = run(base, 'cluster={"pools":[{"name":"prefill","role":"prefill","num_replicas":1},'
-                       '{"name":"decode","role":"decode","num_replicas":1}]}')
-    assert (f"p99 TTFT {ms(sarathi, 'ttft_s', 'p99'):.0f} ms against {ms(v1, 'ttft_s', 'p99'):.0f} ms, "
-            f"median TPOT "
-            f"{ms(sarathi, 'tpot_s', 'p50'):.1f} ms against {ms(v1, 'tpot_s', 'p50'):.1f} ms") in guide
-    assert (f"({ms(disagg, 'tpot_s', 'p50'):.1f} ms median, {ms(disagg, 'tpot_s', 'p99'):.1f} ms p99 against "
-            f"vLLM V1's {ms(v1, 'tpot_s', 'p99'):.1f} ms") in guide
+    disagg = run(
+        base,
+        'cluster={"pools":[{"name":"prefill","role":"prefill","num_replicas":1},'
+        '{"name":"decode","role":"decode","num_replicas":1}]}',
+    )
+    assert (
+        f"p99 TTFT {ms(sarathi, 'ttft_s', 'p99'):.0f} ms against {ms(v1, 'ttft_s', 'p99'):.0f} ms, "
+        f"median TPOT "
+        f"{ms(sarathi, 'tpot_s', 'p50'):.1f} ms against {ms(v1, 'tpot_s', 'p50'):.1f} ms"
+    ) in guide
+    assert (
+        f"({ms(disagg, 'tpot_s', 'p50'):.1f} ms median, {ms(disagg, 'tpot_s', 'p99'):.1f} ms p99 against "
+        f"vLLM V1's {ms(v1, 'tpot_s', 'p99'):.1f} ms"
+    ) in guide
     cost = [s["cost"]["usd_per_million_output_tokens"] for s in (disagg, v1)]
     assert f"(${cost[0]:.2f} against ${cost[1]:.2f} per million output tokens)" in guide
     for s in (v1, sarathi, disagg):
         assert s["counts"]["num_rejected"] == 0 and not s["saturation"]["saturated"]
 
-    trace = [f"workload.path={ROOT / 'tests/fixtures/traces/mooncake_conversation_1000.jsonl.gz'}",
-             "workload.format=mooncake"]
+    trace = [
+        f"workload.path={ROOT / 'tests/fixtures/traces/mooncake_conversation_1000.jsonl.gz'}",
+        "workload.format=mooncake",
+    ]
     assert run(*trace)["saturation"]["saturated"]  # at its own rate: "one H100 saturates"
     mc = run(*trace, "workload.rate_scale=0.4")
     assert not mc["saturation"]["saturated"]
@@ -396,6 +429,7 @@ def test_guide_figures_are_the_runs() -> None:
 
 
 # -- figures quoted from the code -------------------------------------------------------------
+
 
 def test_memory_plan_figures_in_perf_model_md() -> None:
     from servesim.config import Scenario
@@ -412,8 +446,13 @@ def test_memory_plan_figures_in_perf_model_md() -> None:
     assert f"{round(plan.kv_capacity_tokens / 1000)}k tokens" in doc
     assert f"{plan.activation_bytes / 2**30:.2f} GiB" in doc
     assert f"max_num_seqs {dep.engine.max_num_seqs}" in doc
-    mla = resolve_deployment(Scenario(model={"name": "deepseek-ai/DeepSeek-V3"}, hardware={"gpu": "H200"},
-                                      parallel={"tensor_parallel_size": 8}))
+    mla = resolve_deployment(
+        Scenario(
+            model={"name": "deepseek-ai/DeepSeek-V3"},
+            hardware={"gpu": "H200"},
+            parallel={"tensor_parallel_size": 8},
+        )
+    )
     assert f"{mla.plan.kv_bytes_per_token:,.0f} B" in doc
 
 
@@ -452,8 +491,10 @@ def test_cpu_recording_step_counts_in_fidelity_md() -> None:
 
     doc = re.sub(r"\s+", " ", (ROOT / "docs" / "fidelity.md").read_text(encoding="utf-8")).replace("**", "")
     folder = ROOT / "tests" / "fixtures" / "vllm_timing"
-    logs = {p.relative_to(folder).with_suffix("").as_posix(): len(read_engine_log(p).stats)
-            for p in [*folder.glob("*.json"), *folder.glob("session2/*.json")]}
+    logs = {
+        p.relative_to(folder).with_suffix("").as_posix(): len(read_engine_log(p).stats)
+        for p in [*folder.glob("*.json"), *folder.glob("session2/*.json")]
+    }
     assert f"every one of the {sum(logs.values()):,} steps of the eleven recordings" in doc
     assert len(logs) == 11
     assert f"Fitted on rate1.json's {logs['rate1']:,} steps" in doc
@@ -471,16 +512,24 @@ def benchmark_commands() -> list[tuple[str, list[str]]]:
     return out
 
 
-@pytest.mark.parametrize(("script", "args"), benchmark_commands(),
-                         ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize(
+    ("script", "args"), benchmark_commands(), ids=lambda v: v if isinstance(v, str) else ""
+)
 def test_benchmark_commands_take_their_options(script: str, args: list[str]) -> None:
     import os
     import subprocess
     import sys
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    res = subprocess.run([sys.executable, str(ROOT / script), "--help"], capture_output=True, text=True,
-                         timeout=60, check=False, env=env, cwd=ROOT)
+    res = subprocess.run(
+        [sys.executable, str(ROOT / script), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+        cwd=ROOT,
+    )
     assert res.returncode == 0, res.stderr
     for flag in (a for a in args if a.startswith("--")):
         assert flag in res.stdout, f"{script} has no {flag}"

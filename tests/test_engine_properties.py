@@ -57,10 +57,15 @@ def cases(draw) -> Case:
     min_blocks = -(-longest // block_size) + 1
     num_gpu_blocks = min_blocks + draw(st.sampled_from([0, 1, 3, 10, 100]))
     engine = EngineConfig(
-        block_size=block_size, max_num_seqs=draw(st.integers(1, 8)), max_num_batched_tokens=budget,
-        enable_chunked_prefill=chunked, long_prefill_token_threshold=threshold,
-        enable_prefix_caching=caching, cpu_overhead_s=draw(st.sampled_from([0.0, 0.003])),
-        scheduler_reserve_full_isl=draw(st.booleans()))
+        block_size=block_size,
+        max_num_seqs=draw(st.integers(1, 8)),
+        max_num_batched_tokens=budget,
+        enable_chunked_prefill=chunked,
+        long_prefill_token_threshold=threshold,
+        enable_prefix_caching=caching,
+        cpu_overhead_s=draw(st.sampled_from([0.0, 0.003])),
+        scheduler_reserve_full_isl=draw(st.booleans()),
+    )
     perf = ConstantPerfModel(step_s=0.01, per_token_s=draw(st.sampled_from([0.0, 1e-5])))
     return Case(arrivals, prompts, outputs, groups, prefix_len, engine, num_gpu_blocks, max_model_len, perf)
 
@@ -75,16 +80,22 @@ class Trace:
     num_steps: int = 0
 
 
-def run_case(case: Case, trace: Trace | None = None, reference: bool = True,
-             check_invariants: bool = True):
+def run_case(case: Case, trace: Trace | None = None, reference: bool = True, check_invariants: bool = True):
     """Run ``case``; with a ``trace``, check every step of the reference scheduler as it goes.
 
     The lazy engine skips ahead over pure-decode runs only when ``check_invariants`` is off.
     """
     wl = make_workload(case.arrivals, case.prompts, case.outputs, case.groups, case.prefix_len)
     if trace is None:
-        return run_engine(wl, case.engine, case.perf, case.num_gpu_blocks, case.max_model_len,
-                          check_invariants=check_invariants, reference=reference)
+        return run_engine(
+            wl,
+            case.engine,
+            case.perf,
+            case.num_gpu_blocks,
+            case.max_model_len,
+            check_invariants=check_invariants,
+            reference=reference,
+        )
     eng = case.engine
 
     # A subclass that checks every step (it replaces the reference scheduler through
@@ -107,12 +118,13 @@ def run_case(case: Case, trace: Trace | None = None, reference: bool = True,
             assert all(0 <= a < b for a, b in zip(order, order[1:], strict=False))
             admitted = out.reqs[k:]
             assert len(admitted) <= len(waiting_before)
-            assert all(a is w for a, w in zip(admitted, waiting_before[:len(admitted)], strict=True))
+            assert all(a is w for a, w in zip(admitted, waiting_before[: len(admitted)], strict=True))
             if out.preempted:
                 assert admitted == []
-                assert all(v.status == ReqStatus.PREEMPTED and v.num_computed_tokens == 0
-                           for v in out.preempted)
-                assert list(self.waiting)[:len(out.preempted)] == out.preempted[::-1]
+                assert all(
+                    v.status == ReqStatus.PREEMPTED and v.num_computed_tokens == 0 for v in out.preempted
+                )
+                assert list(self.waiting)[: len(out.preempted)] == out.preempted[::-1]
             for r in out.reqs:
                 assert r.num_computed_tokens <= r.num_tokens
                 if not eng.enable_chunked_prefill:
@@ -136,8 +148,15 @@ def run_case(case: Case, trace: Trace | None = None, reference: bool = True,
             return produced, finished
 
     with mock.patch.object(build, "make_scheduler", lambda e, cfg, kv, *a, **k: Tracing(cfg, kv)):
-        return run_engine(wl, case.engine, case.perf, case.num_gpu_blocks, case.max_model_len,
-                          check_invariants=True, reference=True)
+        return run_engine(
+            wl,
+            case.engine,
+            case.perf,
+            case.num_gpu_blocks,
+            case.max_model_len,
+            check_invariants=True,
+            reference=True,
+        )
 
 
 PROPS = settings(max_examples=100, deadline=None)
@@ -185,7 +204,8 @@ def check_run(case: Case, run, trace: Trace | None = None) -> None:
     itl_count = np.asarray(run.itl.count)
     assert itl_count.sum() == int(np.sum(rec.num_output_tokens[ok] - 1))
     assert float(np.dot(run.itl.gap_s, itl_count)) == pytest.approx(
-        float(np.sum(rec.finished_s[ok] - rec.first_token_s[ok])), rel=1e-9, abs=1e-9)
+        float(np.sum(rec.finished_s[ok] - rec.first_token_s[ok])), rel=1e-9, abs=1e-9
+    )
     assert run.totals.num_preemptions == int(s["num_preempted"].sum()) == int(rec.num_preemptions.sum())
 
 
@@ -228,9 +248,19 @@ def test_deterministic(case: Case, reference: bool):
 def test_lazy_step_series_counts_arrivals_during_a_skip_ahead_run():
     # Request 0 decodes alone (max_num_seqs 1); request 1 arrives at 0.015, during step 2,
     # and waits until request 0 finishes: steps 3..6 start with one request waiting.
-    case = Case([0.0, 0.015], [1, 1], [6, 1], None, 0,
-                EngineConfig(max_num_seqs=1, max_num_batched_tokens=64, cpu_overhead_s=0.0,
-                             enable_prefix_caching=False), 11, 64, ConstantPerfModel(step_s=0.01))
+    case = Case(
+        [0.0, 0.015],
+        [1, 1],
+        [6, 1],
+        None,
+        0,
+        EngineConfig(
+            max_num_seqs=1, max_num_batched_tokens=64, cpu_overhead_s=0.0, enable_prefix_caching=False
+        ),
+        11,
+        64,
+        ConstantPerfModel(step_s=0.01),
+    )
     ref = run_case(case, reference=True, check_invariants=False)
     assert ref.steps.num_waiting == [0, 0, 1, 1, 1, 1, 0]
     fast = run_case(case, reference=False, check_invariants=False)
@@ -239,9 +269,19 @@ def test_lazy_step_series_counts_arrivals_during_a_skip_ahead_run():
 
 def test_lazy_run_end_time_matches_reference_bit_for_bit():
     # Request 0 decodes 0.12..0.15; request 1 arrives at 0.14, exactly a step boundary.
-    case = Case([0.11, 0.14], [1, 1], [4, 1], None, 0,
-                EngineConfig(max_num_seqs=2, max_num_batched_tokens=64, cpu_overhead_s=0.0,
-                             enable_prefix_caching=False), 11, 64, ConstantPerfModel(step_s=0.01))
+    case = Case(
+        [0.11, 0.14],
+        [1, 1],
+        [4, 1],
+        None,
+        0,
+        EngineConfig(
+            max_num_seqs=2, max_num_batched_tokens=64, cpu_overhead_s=0.0, enable_prefix_caching=False
+        ),
+        11,
+        64,
+        ConstantPerfModel(step_s=0.01),
+    )
     ref = run_case(case, reference=True, check_invariants=False)
     assert ref.steps.start_s == [0.11, 0.12, 0.13, 0.14]
     assert ref.records.first_scheduled_s[1] == 0.14

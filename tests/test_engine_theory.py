@@ -74,8 +74,9 @@ def test_littles_law_with_batching():
     prompts = rng.integers(16, 257, n)
     outputs = rng.integers(2, 41, n)
     wl = make_workload(arrivals, prompts, outputs)
-    eng = EngineConfig(max_num_seqs=8, max_num_batched_tokens=512, cpu_overhead_s=0.001,
-                       enable_prefix_caching=False)
+    eng = EngineConfig(
+        max_num_seqs=8, max_num_batched_tokens=512, cpu_overhead_s=0.001, enable_prefix_caching=False
+    )
     perf = ConstantPerfModel(step_s=0.004, per_token_s=2e-5)
     run = run_engine(wl, eng, perf, num_gpu_blocks=200, max_model_len=1024)
     rec = run.records
@@ -133,8 +134,15 @@ def test_single_request_steps_and_makespan(reference):
     d, o, p = 0.01, 0.002, 1e-4
     wl = make_workload([0.0], 32, 10)
     eng = EngineConfig(cpu_overhead_s=o, max_num_batched_tokens=128)
-    run = run_engine(wl, eng, ConstantPerfModel(step_s=d, per_token_s=p), 101, 1024,
-                     check_invariants=True, reference=reference)
+    run = run_engine(
+        wl,
+        eng,
+        ConstantPerfModel(step_s=d, per_token_s=p),
+        101,
+        1024,
+        check_invariants=True,
+        reference=reference,
+    )
     assert len(run.steps) == 10
     assert run.steps.num_prefill_tokens == [32] + [0] * 9
     assert run.steps.num_decode_reqs == [0] + [1] * 9
@@ -150,8 +158,9 @@ def test_late_joiners_wait_for_the_next_step(reference):
     d, o = 0.01, 0.001
     wl = make_workload([0.0, 0.001, 0.002, 0.003], 32, 10)
     eng = EngineConfig(cpu_overhead_s=o, max_num_seqs=4, max_num_batched_tokens=128)
-    run = run_engine(wl, eng, ConstantPerfModel(step_s=d), 101, 1024,
-                     check_invariants=True, reference=reference)
+    run = run_engine(
+        wl, eng, ConstantPerfModel(step_s=d), 101, 1024, check_invariants=True, reference=reference
+    )
     t = d + o
     assert len(run.steps) == 11
     assert run.steps.num_prefill_tokens == [32, 96] + [0] * 9
@@ -170,8 +179,9 @@ def test_burst_at_t0_one_wave_by_hand(reference):
     t = d + o
     wl = make_workload([0.0] * 4, 32, 10)
     eng = EngineConfig(cpu_overhead_s=o, max_num_seqs=4, max_num_batched_tokens=128)
-    run = run_engine(wl, eng, ConstantPerfModel(step_s=d), 101, 1024,
-                     check_invariants=True, reference=reference)
+    run = run_engine(
+        wl, eng, ConstantPerfModel(step_s=d), 101, 1024, check_invariants=True, reference=reference
+    )
     assert run.steps.num_prefill_tokens == [128] + [0] * 9
     assert len(run.steps) == 10
     assert run.end_s == pytest.approx(10 * t)
@@ -185,8 +195,9 @@ def test_burst_at_t0_two_waves_by_hand(reference):
     t = d + o
     wl = make_workload([0.0] * 4, 32, 10)
     eng = EngineConfig(cpu_overhead_s=o, max_num_seqs=2, max_num_batched_tokens=128)
-    run = run_engine(wl, eng, ConstantPerfModel(step_s=d), 101, 1024,
-                     check_invariants=True, reference=reference)
+    run = run_engine(
+        wl, eng, ConstantPerfModel(step_s=d), 101, 1024, check_invariants=True, reference=reference
+    )
     assert len(run.steps) == 20
     assert run.end_s == pytest.approx(20 * t)
     np.testing.assert_allclose(run.records.first_scheduled_s, [0, 0, 10 * t, 10 * t])
@@ -204,8 +215,9 @@ def test_overload_queue_grows_linearly():
     n = 4000
     arrivals = poisson_arrivals(100.0, n, seed=3)
     wl = make_workload(arrivals, 32, 8)
-    eng = EngineConfig(max_num_seqs=4, max_num_batched_tokens=256, cpu_overhead_s=0.0,
-                       enable_prefix_caching=False)
+    eng = EngineConfig(
+        max_num_seqs=4, max_num_batched_tokens=256, cpu_overhead_s=0.0, enable_prefix_caching=False
+    )
     run = run_engine(wl, eng, ConstantPerfModel(step_s=d), 101, 1024)
     s = run.steps.columns()
     during = s["start_s"] < arrivals[-1]
@@ -233,8 +245,9 @@ def test_arrival_at_batch_end_joins_the_next_step(reference):
     # the completion triggers sees the new request.
     wl = make_workload([0.0, 1.0], 1, [3, 1])
     eng = EngineConfig(cpu_overhead_s=0.0)
-    run = run_engine(wl, eng, ConstantPerfModel(step_s=1.0), 11, 64,
-                     check_invariants=True, reference=reference)
+    run = run_engine(
+        wl, eng, ConstantPerfModel(step_s=1.0), 11, 64, check_invariants=True, reference=reference
+    )
     np.testing.assert_array_equal(run.records.first_scheduled_s, [0.0, 1.0])
     np.testing.assert_array_equal(run.records.finished_s, [3.0, 2.0])
     assert run.steps.start_s == [0.0, 1.0, 2.0]
@@ -246,8 +259,9 @@ def test_arrival_at_batch_end_joins_the_next_step(reference):
 def test_arrival_while_idle_starts_a_step_at_once(reference):
     wl = make_workload([0.0, 5.5], 1, 2)
     eng = EngineConfig(cpu_overhead_s=0.0)
-    run = run_engine(wl, eng, ConstantPerfModel(step_s=1.0), 11, 64,
-                     check_invariants=True, reference=reference)
+    run = run_engine(
+        wl, eng, ConstantPerfModel(step_s=1.0), 11, 64, check_invariants=True, reference=reference
+    )
     assert run.steps.start_s == [0.0, 1.0, 5.5, 6.5]
     np.testing.assert_array_equal(run.records.queue_s, [0.0, 0.0])
     assert run.totals.busy_s == 4.0 and run.end_s == 7.5

@@ -53,6 +53,7 @@ def assert_same(fast, slow) -> None:
     np.testing.assert_array_equal(fast.num_prompt_tokens, slow.num_prompt_tokens)
     np.testing.assert_array_equal(fast.num_output_tokens, slow.num_output_tokens)
     assert fast.num_prompt_tokens.dtype == fast.num_output_tokens.dtype == np.int64
+
     def codes(meta: dict) -> dict:  # notices name their file: compare what they say of it
         return {**meta, "notices": [(n["code"], n["count"]) for n in meta.get("notices", [])]}
 
@@ -92,8 +93,10 @@ def test_numpy_path_equals_the_row_parser_on_the_shared_traces(file, monkeypatch
 
 
 def test_the_default_trace_loads_without_pyarrow():
-    code = ("import sys, servesim.workload.traces as t; wl = t.read_trace('builtin:azure_conv'); "
-            "print(len(wl), 'pyarrow' in sys.modules)")
+    code = (
+        "import sys, servesim.workload.traces as t; wl = t.read_trace('builtin:azure_conv'); "
+        "print(len(wl), 'pyarrow' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["19366", "False"]
 
@@ -137,22 +140,27 @@ TAKEN = {
     "blank lines": f"{HEADER}\n\n\r\n{A}\n\n\n{B}\r\r\n\n{C}\n\n",
     "bom": f"\ufeff{HEADER}\r\n{A}\r\n",
     "spaces around header names": f" TIMESTAMP , ContextTokens,GeneratedTokens\t\n{A}\n",
-    "columns reordered, extra columns": ("GeneratedTokens,note,ContextTokens,TIMESTAMP,\n"
-                                         "4,caf\u00e9 \u2028 x,3,2023-11-16 18:15:46.68,\n"
-                                         "6,,5,2023-11-16 18:15:45.1,extra\n"),
+    "columns reordered, extra columns": (
+        "GeneratedTokens,note,ContextTokens,TIMESTAMP,\n"
+        "4,caf\u00e9 \u2028 x,3,2023-11-16 18:15:46.68,\n"
+        "6,,5,2023-11-16 18:15:45.1,extra\n"
+    ),
     "T separator": f"{HEADER}\n2023-11-16T18:15:46.6805900,374,44\n2023-11-16 18:15:46.6805901,1,2\n",
-    "every fraction width": HEADER + "\n" + "".join(
+    "every fraction width": HEADER
+    + "\n"
+    + "".join(
         f"2023-11-16 18:15:{40 + w:02d}{'.' + '123456789'[:w] if w else ''},{w + 1},{w + 2}\n"
-        for w in range(10)),
+        for w in range(10)
+    ),
     "unsorted (reordered)": f"{HEADER}\n2023-11-16 18:15:47.5,1,2\n2023-11-16 18:15:46.25,3,4\n"
-                            f"2023-11-16 18:15:47.5,5,6\n2023-11-16 18:15:46,7,8\n",
+    f"2023-11-16 18:15:47.5,5,6\n2023-11-16 18:15:46,7,8\n",
     "zero lengths (clamped)": f"{HEADER}\n2023-11-16 18:15:46,0,4\n2023-11-16 18:15:47,3,0\n"
-                              f"2023-11-16 18:15:48,0,0\n2023-11-16 18:15:49,000,012\n",
+    f"2023-11-16 18:15:48,0,0\n2023-11-16 18:15:49,000,012\n",
     "18-digit count": f"{HEADER}\n2023-11-16 18:15:46,999999999999999999,1\n",
     "leap day, leap second, new year": f"{HEADER}\n2024-02-29 23:59:59.9,1,2\n2024-03-01 00:00:00,3,4\n"
-                                       f"2016-12-31 23:59:60.5,5,6\n2017-01-01 00:00:00.25,7,8\n",
+    f"2016-12-31 23:59:60.5,5,6\n2017-01-01 00:00:00.25,7,8\n",
     "two centuries apart": f"{HEADER}\n1900-02-28 12:00:00.000000001,1,2\n2100-03-01 00:00:00,3,4\n"
-                           f"2000-02-29 00:00:00,5,6\n",
+    f"2000-02-29 00:00:00,5,6\n",
     "one row": f"{HEADER}\n2023-11-16 18:15:46.6805900,374,44\n",
 }
 
@@ -196,8 +204,10 @@ def test_numpy_path_equals_the_row_parser_on_random_times(tmp_path, monkeypatch)
         h, mi, sec = (23, 59, 60) if s == 86400 else (s // 3600, s // 60 % 60, s % 60)
         frac = "." + "".join(map(str, rng.integers(0, 10, w))) if w else ""
         sep = "T" if rng.random() < 0.1 else " "
-        lines.append(f"{date.fromordinal(int(d))}{sep}{h:02d}:{mi:02d}:{sec:02d}{frac},"
-                     f"{rng.integers(0, 10**6)},{rng.integers(0, 10**4)}")
+        lines.append(
+            f"{date.fromordinal(int(d))}{sep}{h:02d}:{mi:02d}:{sec:02d}{frac},"
+            f"{rng.integers(0, 10**6)},{rng.integers(0, 10**4)}"
+        )
     path = write(tmp_path, HEADER + "\r\n" + "\r\n".join(lines) + "\r\n")
     assert_same(numpy_parsed(path, monkeypatch), row_parsed(path, monkeypatch))
 
@@ -238,12 +248,31 @@ T = "2023-11-16 18:15:47"
 FIELDS = r"t.csv:3: expected 3 comma-separated fields"
 INT = r"t.csv:3: {}: expected a positive integer"
 BAD_TIMESTAMPS = [
-    "2023-11-16 25:15:46.68", "2023-11-16 24:00:00", "2023-11-16 18:60:00", "2023-11-16 18:15:61",
-    "2023-02-29 00:00:00", "2023-11-31 00:00:00", "2023-13-01 00:00:00", "2023-00-01 00:00:00",
-    "2023-11-00 00:00:00", "0000-01-01 00:00:00", "2023-11-16 18:15:46.", "2023-11-16 18:15:46.1234567891",
-    "2023-11-16", "2023-11-16 18:15", "2023", "today", "NaT", "", "2023-11-16t18:15:46",
-    "2023-11-16_18:15:46", "2023/11/16 18:15:46", "23-11-16 18:15:46", "2023-11-16 8:15:46",
-    "2023-11-16 18:15:46.6805900 UTC", "\u0662023-11-16 18:15:46",
+    "2023-11-16 25:15:46.68",
+    "2023-11-16 24:00:00",
+    "2023-11-16 18:60:00",
+    "2023-11-16 18:15:61",
+    "2023-02-29 00:00:00",
+    "2023-11-31 00:00:00",
+    "2023-13-01 00:00:00",
+    "2023-00-01 00:00:00",
+    "2023-11-00 00:00:00",
+    "0000-01-01 00:00:00",
+    "2023-11-16 18:15:46.",
+    "2023-11-16 18:15:46.1234567891",
+    "2023-11-16",
+    "2023-11-16 18:15",
+    "2023",
+    "today",
+    "NaT",
+    "",
+    "2023-11-16t18:15:46",
+    "2023-11-16_18:15:46",
+    "2023/11/16 18:15:46",
+    "23-11-16 18:15:46",
+    "2023-11-16 8:15:46",
+    "2023-11-16 18:15:46.6805900 UTC",
+    "\u0662023-11-16 18:15:46",
 ]
 MALFORMED = {
     "too few fields": (f"{HEADER}\n{ROW}\n{T},5\n", FIELDS),
@@ -255,12 +284,16 @@ MALFORMED = {
     "fractional int": (f"{HEADER}\n{ROW}\n{T},5.5,6\n", INT.format("ContextTokens")),
     "negative count": (f"{HEADER}\n{ROW}\n{T},-5,6\n", INT.format("ContextTokens")),
     "negative output": (f"{HEADER}\n{ROW}\n{T},5,-6\n", INT.format("GeneratedTokens")),
-    **{f"bad timestamp {ts!r}": (f"{HEADER}\n{ROW}\n{ts},5,6\n", r"t.csv:3: TIMESTAMP: expected a timestamp")
-       for ts in BAD_TIMESTAMPS},
+    **{
+        f"bad timestamp {ts!r}": (f"{HEADER}\n{ROW}\n{ts},5,6\n", r"t.csv:3: TIMESTAMP: expected a timestamp")
+        for ts in BAD_TIMESTAMPS
+    },
     "header only": (f"{HEADER}\n\n", r"t.csv: no requests \(the file has a header but no rows\)"),
     "empty file": ("", r"t.csv: empty file, expected a header line"),
-    "missing column": ("TIMESTAMP,ContextTokens,GeneratedTokensX\n2023-11-16 18:15:46,5,6\n",
-                       r"t.csv:1: missing column 'num_prompt_tokens'"),  # not Azure: read as generic
+    "missing column": (
+        "TIMESTAMP,ContextTokens,GeneratedTokensX\n2023-11-16 18:15:46,5,6\n",
+        r"t.csv:1: missing column 'num_prompt_tokens'",
+    ),  # not Azure: read as generic
     "blank first line": (f"\n{HEADER}\n{ROW}\n", r"t.csv:1: missing column .* found none"),  # csv reads []
     "bad utf-8": (f"{HEADER}\n{ROW}\n".encode() + b"2023-11-16 18:15:47,5,6\xff\n", r"t.csv: cannot read"),
 }
@@ -289,14 +322,17 @@ def test_a_bad_gzip_file_gets_the_row_parsers_error(tmp_path):
         traces.read_trace(write(tmp_path, b"not a gzip file", "t.csv.gz"))
 
 
-@pytest.mark.parametrize("text", [
-    f"{HEADER},ContextTokens\n{ROW},7\n",  # a repeated column (the row parser takes the last)
-    f"{HEADER}\n2023-11-16 18:15:46.68Z,5,6\n2023-11-16 18:15:47+01:00,5,6\n",
-    f"{HEADER}\n2023-11-16 18:15:46.68,5,6\n2023-11-16 18:15:47,-5,6\n",
-    f"{HEADER}\n2023-11-16 18:15:46.68,5,6\n2023-11-16 18:15:47,5\n",
-    f"{HEADER}\n2023-11-16 18:15:46.68,5,6\n2023-11-16 18:15:47,,6\n",
-    f"{HEADER}\n2023-11-16 25:15:46.68,5,6\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"{HEADER},ContextTokens\n{ROW},7\n",  # a repeated column (the row parser takes the last)
+        f"{HEADER}\n2023-11-16 18:15:46.68Z,5,6\n2023-11-16 18:15:47+01:00,5,6\n",
+        f"{HEADER}\n2023-11-16 18:15:46.68,5,6\n2023-11-16 18:15:47,-5,6\n",
+        f"{HEADER}\n2023-11-16 18:15:46.68,5,6\n2023-11-16 18:15:47,5\n",
+        f"{HEADER}\n2023-11-16 18:15:46.68,5,6\n2023-11-16 18:15:47,,6\n",
+        f"{HEADER}\n2023-11-16 25:15:46.68,5,6\n",
+    ],
+)
 def test_files_pyarrow_cannot_take_whole_go_to_the_row_parser(text):
     assert read_azure_csv(io.BytesIO(text.encode())) is None
 

@@ -16,9 +16,18 @@ STEP_S = 0.05
 
 
 def engine(enabled: bool | None) -> EngineConfig:
-    return EngineConfig(cpu_overhead_s=0.0, max_num_batched_tokens=2048, max_num_seqs=8,
-                        frontend=FrontendConfig(enabled=enabled, per_request_s=A_S, per_prompt_token_s=B_S,
-                                                per_output_token_s=0.0, per_chunk_s=0.0))
+    return EngineConfig(
+        cpu_overhead_s=0.0,
+        max_num_batched_tokens=2048,
+        max_num_seqs=8,
+        frontend=FrontendConfig(
+            enabled=enabled,
+            per_request_s=A_S,
+            per_prompt_token_s=B_S,
+            per_output_token_s=0.0,
+            per_chunk_s=0.0,
+        ),
+    )
 
 
 @pytest.mark.parametrize("reference", [False, True])
@@ -51,7 +60,9 @@ def test_off_is_todays_engine_and_the_lazy_engine_matches_the_reference() -> Non
     fast = run_engine(wl, on, perf, 600, 4096)
     ref = run_engine(wl, on, perf, 600, 4096, reference=True)
     for col in ("first_scheduled_s", "first_token_s", "finished_s"):
-        np.testing.assert_allclose(getattr(fast.records, col), getattr(ref.records, col), rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(
+            getattr(fast.records, col), getattr(ref.records, col), rtol=1e-9, atol=1e-9
+        )
     np.testing.assert_array_equal(fast.records.num_preemptions, ref.records.num_preemptions)
     assert on.frontend.per_output_token_s > 0 and on.frontend.per_chunk_s > 0  # streaming too
     # Each request waits at least its own service time before the engine sees it.
@@ -78,13 +89,24 @@ def test_one_client_pays_exactly_its_own_front_end_time_on_a_real_preset() -> No
     # request by exactly per_request_s + per_prompt_token_s x its prompt and the streaming of
     # its first token (a round of its own: one token, one chunk), nothing else.
     def run(enabled: bool) -> servesim.Result:
-        return servesim.simulate({
-            "model": {"name": "meta-llama/Llama-3.1-8B"},
-            "hardware": {"gpu": "H100-SXM"},
-            "engine": {"frontend": {"enabled": enabled}},
-            "workload": {"type": "benchmark", "input_len": 2048, "output_len": 16, "num_prompts": 12,
-                         "max_concurrency": 1, "random_range_ratio": 0.5, "num_warmups": 0, "seed": 1},
-            "run": {"record_steps": False}})
+        return servesim.simulate(
+            {
+                "model": {"name": "meta-llama/Llama-3.1-8B"},
+                "hardware": {"gpu": "H100-SXM"},
+                "engine": {"frontend": {"enabled": enabled}},
+                "workload": {
+                    "type": "benchmark",
+                    "input_len": 2048,
+                    "output_len": 16,
+                    "num_prompts": 12,
+                    "max_concurrency": 1,
+                    "random_range_ratio": 0.5,
+                    "num_warmups": 0,
+                    "seed": 1,
+                },
+                "run": {"record_steps": False},
+            }
+        )
 
     on, off = run(True), run(False)
     fe = FrontendConfig()
@@ -104,10 +126,19 @@ T_TOK, T_CHUNK = 1e-3, 2e-3  # per generated token, per streamed chunk (large, t
 
 
 def streaming(interval: int = 1) -> EngineConfig:
-    return EngineConfig(cpu_overhead_s=0.0, max_num_batched_tokens=2048, max_num_seqs=8,
-                        stream_interval=interval,
-                        frontend=FrontendConfig(enabled=True, per_request_s=A_S, per_prompt_token_s=B_S,
-                                                per_output_token_s=T_TOK, per_chunk_s=T_CHUNK))
+    return EngineConfig(
+        cpu_overhead_s=0.0,
+        max_num_batched_tokens=2048,
+        max_num_seqs=8,
+        stream_interval=interval,
+        frontend=FrontendConfig(
+            enabled=True,
+            per_request_s=A_S,
+            per_prompt_token_s=B_S,
+            per_output_token_s=T_TOK,
+            per_chunk_s=T_CHUNK,
+        ),
+    )
 
 
 def test_frontend_streaming_work_by_hand() -> None:
@@ -204,15 +235,31 @@ def test_a_closed_loop_client_sends_when_its_last_token_is_streamed_on_an_engine
     from servesim.workload import load_workload
     from servesim.workload.benchmark import BenchmarkWorkload
 
-    wl = load_workload(BenchmarkWorkload(num_prompts=6, input_len=100, output_len=3, max_concurrency=1,
-                                         random_range_ratio=0.0, ready_check=False))
+    wl = load_workload(
+        BenchmarkWorkload(
+            num_prompts=6,
+            input_len=100,
+            output_len=3,
+            max_concurrency=1,
+            random_range_ratio=0.0,
+            ready_check=False,
+        )
+    )
     eng = resolve_engine(streaming(), max_model_len=1024)
     one = run_engine(wl, eng, ConstantPerfModel(STEP_S), 1000, 4096).records
     _sends_at_streamed_finishes(one)
     # each request: front end 0.01 + 0.01, three 50 ms steps, the last token streamed 3 ms later
     np.testing.assert_allclose(np.diff(np.sort(one.arrival_s)), 0.02 + 0.15 + T_TOK + T_CHUNK, atol=1e-9)
-    pool = PoolSpec("c", "colocated", 2, eng, ConstantPerfModel(STEP_S), num_gpu_blocks=1000,
-                    max_model_len=1024, kv_bytes_per_token=1000.0)
+    pool = PoolSpec(
+        "c",
+        "colocated",
+        2,
+        eng,
+        ConstantPerfModel(STEP_S),
+        num_gpu_blocks=1000,
+        max_model_len=1024,
+        kv_bytes_per_token=1000.0,
+    )
     cfg = ClusterConfig(pools=[PoolConfig(name="c", num_replicas=2)], router="round_robin")
     two = run_cluster(wl, [pool], cfg, check_invariants=True).records
     _sends_at_streamed_finishes(two)
@@ -224,11 +271,20 @@ def test_the_lazy_engine_streams_as_the_reference_under_closed_loop(clients: int
     from servesim.workload import load_workload
     from servesim.workload.benchmark import BenchmarkWorkload
 
-    wl = load_workload(BenchmarkWorkload(num_prompts=400, input_len=300, output_len=120,
-                                         max_concurrency=clients, random_range_ratio=0.5,
-                                         ready_check=False, num_warmups=2))
-    eng = EngineConfig(max_num_seqs=16, frontend=FrontendConfig(enabled=True, per_output_token_s=2e-4,
-                                                                 per_chunk_s=5e-4))  # a slow server
+    wl = load_workload(
+        BenchmarkWorkload(
+            num_prompts=400,
+            input_len=300,
+            output_len=120,
+            max_concurrency=clients,
+            random_range_ratio=0.5,
+            ready_check=False,
+            num_warmups=2,
+        )
+    )
+    eng = EngineConfig(
+        max_num_seqs=16, frontend=FrontendConfig(enabled=True, per_output_token_s=2e-4, per_chunk_s=5e-4)
+    )  # a slow server
     perf = ConstantPerfModel(0.004, 2e-6)
     fast = run_engine(wl, eng, perf, 2000, 4096).records
     ref = run_engine(wl, eng, perf, 2000, 4096, reference=True).records
@@ -238,20 +294,34 @@ def test_the_lazy_engine_streams_as_the_reference_under_closed_loop(clients: int
 
 def test_the_api_servers_busy_share_is_its_work_over_the_window_and_a_busy_one_is_noticed() -> None:
     def run(**fe: float) -> servesim.Result:
-        return servesim.simulate({
-            "model": {"name": "meta-llama/Llama-3.1-8B"},
-            "hardware": {"gpu": "H100-SXM"},
-            "engine": {"frontend": {"enabled": True, **fe}},
-            "workload": {"type": "benchmark", "input_len": 512, "output_len": 32, "num_prompts": 10,
-                         "max_concurrency": 1, "random_range_ratio": 0.5, "num_warmups": 0, "seed": 2},
-            "run": {"record_steps": False}})
+        return servesim.simulate(
+            {
+                "model": {"name": "meta-llama/Llama-3.1-8B"},
+                "hardware": {"gpu": "H100-SXM"},
+                "engine": {"frontend": {"enabled": True, **fe}},
+                "workload": {
+                    "type": "benchmark",
+                    "input_len": 512,
+                    "output_len": 32,
+                    "num_prompts": 10,
+                    "max_concurrency": 1,
+                    "random_range_ratio": 0.5,
+                    "num_warmups": 0,
+                    "seed": 2,
+                },
+                "run": {"record_steps": False},
+            }
+        )
 
     # One client: the server never falls behind, so its work is each request's handling and
     # tokenization plus, at stream interval 1, one token and one chunk per generated token.
     res = run()
     fe, rec = FrontendConfig(), res.records
-    work = (len(rec) * fe.per_request_s + fe.per_prompt_token_s * rec.num_prompt_tokens.sum()
-            + (fe.per_output_token_s + fe.per_chunk_s) * rec.num_output_tokens.sum())
+    work = (
+        len(rec) * fe.per_request_s
+        + fe.per_prompt_token_s * rec.num_prompt_tokens.sum()
+        + (fe.per_output_token_s + fe.per_chunk_s) * rec.num_output_tokens.sum()
+    )
     room = res.summary["headroom"]
     assert room["api_server_fraction"] == pytest.approx(work / res.summary["counts"]["window_s"], rel=1e-9)
     assert not [n for n in res.summary["notices"] if n["code"] == "api_server_busy"]
@@ -261,8 +331,18 @@ def test_the_api_servers_busy_share_is_its_work_over_the_window_and_a_busy_one_i
     assert busy["headroom"]["api_server_fraction"] > 0.8
     assert [n for n in busy["notices"] if n["code"] == "api_server_busy"]
     # without a front end there is no such share
-    off = servesim.simulate({"model": {"name": "meta-llama/Llama-3.1-8B"}, "hardware": {"gpu": "H100-SXM"},
-                             "engine": {"frontend": {"enabled": False}},
-                             "workload": {"type": "benchmark", "input_len": 512, "output_len": 32,
-                                          "num_prompts": 4, "max_concurrency": 1}})
+    off = servesim.simulate(
+        {
+            "model": {"name": "meta-llama/Llama-3.1-8B"},
+            "hardware": {"gpu": "H100-SXM"},
+            "engine": {"frontend": {"enabled": False}},
+            "workload": {
+                "type": "benchmark",
+                "input_len": 512,
+                "output_len": 32,
+                "num_prompts": 4,
+                "max_concurrency": 1,
+            },
+        }
+    )
     assert off.summary["headroom"]["api_server_fraction"] is None

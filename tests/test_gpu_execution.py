@@ -60,8 +60,13 @@ def test_full_decode_only_steps_with_a_prefill_are_eager():
     m, g = load_model("meta-llama/Llama-3.1-70B"), get_gpu("B200")
     fdo = KernelPerfModel(m, g, tp=8, graphs=graph_plan("0.19.0", 512, 8192, mode="full_decode_only"))
     fap = KernelPerfModel(m, g, tp=8, graphs=graph_plan("0.19.0", 512, 8192, max_capture_size=2048))
-    mixed = BatchStats(num_prefill_tokens=1024, prefill_attn_work=1024 * 512.0, num_prefill_reqs=1,
-                       num_decode_reqs=3, sum_decode_context=3 * 1500)
+    mixed = BatchStats(
+        num_prefill_tokens=1024,
+        prefill_attn_work=1024 * 512.0,
+        num_prefill_reqs=1,
+        num_decode_reqs=3,
+        sum_decode_context=3 * 1500,
+    )
     assert fdo.batch_time(mixed) == pytest.approx(80 * EAGER_HOST_S_PER_LAYER)  # the floor binds
     assert fdo.breakdown(mixed)["overhead"] == pytest.approx(fdo._c_eager)
     assert fap.breakdown(mixed)["overhead"] == pytest.approx(fap._c_piece)
@@ -79,8 +84,12 @@ def test_host_floor_scales_with_each_layers_kernels():
     # MiniMax-M2.5 4 + 2 + 2 q/k norms + 7 (+2 + its q/k all-reduce); gpt-oss 4 + 2 + 7 (+2).
     from servesim.perf.cuda_graphs import eager_kernels_per_layer
 
-    cases = {"meta-llama/Llama-3.1-70B": (9, 11), "moonshotai/Kimi-K2.5": (12 + 603 / 61, 14 + 603 / 61),
-             "MiniMaxAI/MiniMax-M2.5": (15, 18), "openai/gpt-oss-120b": (13, 15)}
+    cases = {
+        "meta-llama/Llama-3.1-70B": (9, 11),
+        "moonshotai/Kimi-K2.5": (12 + 603 / 61, 14 + 603 / 61),
+        "MiniMaxAI/MiniMax-M2.5": (15, 18),
+        "openai/gpt-oss-120b": (13, 15),
+    }
     for name, (tp1, tp8) in cases.items():
         m = load_model(name)
         assert eager_kernels_per_layer(m, 1) == pytest.approx(tp1), name
@@ -120,8 +129,9 @@ def test_decode_of_9_is_timed_as_16_in_a_graph():
     ref9 = eager.breakdown(BatchStats(num_decode_reqs=9, sum_decode_context=9 * 500))
     for k in ("attn_decode", "lm_head", "sampling"):
         assert nine[k] == pytest.approx(ref9[k], rel=1e-12)
-    assert sum(nine.values()) == pytest.approx(pm.batch_time(BatchStats(num_decode_reqs=9,
-                                                                        sum_decode_context=4500)))
+    assert sum(nine.values()) == pytest.approx(
+        pm.batch_time(BatchStats(num_decode_reqs=9, sum_decode_context=4500))
+    )
 
 
 def test_launch_costs_by_graph_mode():
@@ -129,22 +139,29 @@ def test_launch_costs_by_graph_mode():
     pm, eager = _roof(g), _roof()
     e, L = pm.eff, pm.model.num_layers
     dec = BatchStats(num_decode_reqs=32, sum_decode_context=32 * 1000)
-    mixed = BatchStats(num_prefill_tokens=100, prefill_attn_work=5000.0, num_prefill_reqs=1,
-                       num_decode_reqs=31, sum_decode_context=31 * 1000)
+    mixed = BatchStats(
+        num_prefill_tokens=100,
+        prefill_attn_work=5000.0,
+        num_prefill_reqs=1,
+        num_decode_reqs=31,
+        sum_decode_context=31 * 1000,
+    )
     big = BatchStats(num_prefill_tokens=2000, prefill_attn_work=2e6, num_prefill_reqs=1)
     assert pm.breakdown(dec)["overhead"] == pytest.approx(e.launch_overhead_s)  # full graph: one launch
     assert pm.breakdown(mixed)["overhead"] == pytest.approx(e.launch_overhead_s + L * e.kernel_overhead_s)
     assert pm.breakdown(big)["overhead"] == eager.breakdown(big)["overhead"]  # above 512 tokens: eager
     assert eager.breakdown(dec)["overhead"] == pytest.approx(
-        e.launch_overhead_s + L * 10 * e.kernel_overhead_s)
+        e.launch_overhead_s + L * 10 * e.kernel_overhead_s
+    )
     saved = eager.batch_time(dec) - pm.batch_time(dec)  # 32 is a capture size: launches only
     assert saved == pytest.approx(L * 10 * e.kernel_overhead_s, rel=1e-9)
     assert pm.batch_time(big) == eager.batch_time(big)
     # the decode fast paths agree with batch_time under graphs
     a, b, c, d = pm.decode_affine(9)
     s = 9 * 700
-    assert a + max(b * s, c * s + d) == pytest.approx(pm.batch_time(BatchStats(num_decode_reqs=9,
-                                                                               sum_decode_context=s)))
+    assert a + max(b * s, c * s + d) == pytest.approx(
+        pm.batch_time(BatchStats(num_decode_reqs=9, sum_decode_context=s))
+    )
     got = pm.decode_step_times(9, np.array([float(s)]))[0]
     assert got == pytest.approx(pm.batch_time(BatchStats(num_decode_reqs=9, sum_decode_context=s)))
 
@@ -172,7 +189,8 @@ def test_kernel_model_pads_gemm_m_and_picks_the_allreduce_backend():
     ea = _kernels(graph_plan("0.19.0", 1024, 8192, enforce_eager=True), tp=2)
     assert ea.breakdown(st16)["allreduce"] != pytest.approx(p9["allreduce"], rel=1e-3)
     assert ea.breakdown(st16)["overhead"] == pytest.approx(
-        ea.eff.launch_overhead_s + 32 * 10 * ea.eff.kernel_overhead_s)
+        ea.eff.launch_overhead_s + 32 * 10 * ea.eff.kernel_overhead_s
+    )
 
 
 def test_a_step_without_graphs_lasts_at_least_the_host_launches():
@@ -180,8 +198,10 @@ def test_a_step_without_graphs_lasts_at_least_the_host_launches():
     time or the host's L x EAGER_HOST_S_PER_LAYER, whichever is longer; graph steps are
     untouched, and the floor is a lower bound, not an addition."""
     g = graph_plan("0.19.0", 1024, 8192)
-    floor, off = _kernels(g), KernelPerfModel(load_model(LLAMA), get_gpu("H100-SXM"), graphs=g,
-                                              eager_host_s_per_layer=0.0)
+    floor, off = (
+        _kernels(g),
+        KernelPerfModel(load_model(LLAMA), get_gpu("H100-SXM"), graphs=g, eager_host_s_per_layer=0.0),
+    )
     assert floor.eager_floor == pytest.approx(32 * EAGER_HOST_S_PER_LAYER)
     small = BatchStats(num_prefill_tokens=400, num_prefill_reqs=1, prefill_attn_work=400 * 200)
     assert floor.batch_time(small) == off.batch_time(small)  # 400 tokens: a piecewise graph
@@ -251,8 +271,13 @@ def test_host_time_grows_with_the_requests_of_a_step():
     # cpu_overhead_s + cpu_overhead_per_req_s per scheduled request; with async scheduling a
     # step lasts the larger of that and the GPU's 5 ms. Decode steps: n = num_decode_reqs.
     wl = synthetic(11, 60, 5, prompt_max=200, out_max=80)
-    eng = EngineConfig(max_num_seqs=8, max_num_batched_tokens=512, cpu_overhead_s=0.003,
-                       cpu_overhead_per_req_s=0.0005, async_scheduling=True)
+    eng = EngineConfig(
+        max_num_seqs=8,
+        max_num_batched_tokens=512,
+        cpu_overhead_s=0.003,
+        cpu_overhead_per_req_s=0.0005,
+        async_scheduling=True,
+    )
     for reference in (True, False):
         run = run_engine(wl, eng, ConstantPerfModel(0.005), 2000, 4096, reference=reference)
         c = run.steps.columns()
@@ -266,18 +291,24 @@ def test_host_time_grows_with_the_requests_of_a_step():
 def test_host_time_per_request_defaults():
     gpu = resolve_engine(EngineConfig(), 80 * 2**30, "H100-SXM")
     from servesim.config.engine import CPU_PER_REQ_S
+
     assert gpu.cpu_overhead_per_req_s == CPU_PER_REQ_S == pytest.approx(33e-6)
     assert resolve_engine(EngineConfig(), 64 * 2**30, "cpu-epyc").cpu_overhead_per_req_s == 0.0
     assert resolve_engine(EngineConfig(policy="orca"), 80 * 2**30, "H100-SXM").cpu_overhead_per_req_s == 0.0
-    assert resolve_engine(EngineConfig(cpu_overhead_per_req_s=1e-5), 80 * 2**30,
-                          "H100-SXM").cpu_overhead_per_req_s == 1e-5
+    assert (
+        resolve_engine(
+            EngineConfig(cpu_overhead_per_req_s=1e-5), 80 * 2**30, "H100-SXM"
+        ).cpu_overhead_per_req_s
+        == 1e-5
+    )
 
 
 def test_differential_with_async_scheduling_and_graphs():
     pm = _roof(graph_plan("0.19.0", 64, 1024))
     wl = synthetic(12, 300, 8, out_max=600)
-    eng = EngineConfig(max_num_seqs=64, max_num_batched_tokens=1024, cpu_overhead_s=0.006,
-                       async_scheduling=True)
+    eng = EngineConfig(
+        max_num_seqs=64, max_num_batched_tokens=1024, cpu_overhead_s=0.006, async_scheduling=True
+    )
     assert_same(wl, eng, 4000, perf=pm)
     assert_same(wl, eng.model_copy(update={"cpu_overhead_s": 0.02}), 4000)  # the CPU binds
 
@@ -289,8 +320,14 @@ def test_numpy_chunks_with_async_scheduling(monkeypatch: pytest.MonkeyPatch, sca
     monkeypatch.setattr(decode_runs, "SCALAR_STEPS", scalar_steps)
     pm = _kernels(graph_plan("0.19.0", 32, 1024))  # not affine: vectorized decode_step_times
     wl = synthetic(7, 200, 4, prompt_max=512, out_max=1200)
-    assert_same(wl, EngineConfig(max_num_seqs=32, max_num_batched_tokens=1024, cpu_overhead_s=0.009,
-                                 async_scheduling=True), 600, perf=pm)
+    assert_same(
+        wl,
+        EngineConfig(
+            max_num_seqs=32, max_num_batched_tokens=1024, cpu_overhead_s=0.009, async_scheduling=True
+        ),
+        600,
+        perf=pm,
+    )
 
 
 @pytest.mark.parametrize("reference", [True, False])
@@ -303,7 +340,9 @@ def test_async_scheduling_admits_an_arrival_one_step_later(reference: bool) -> N
     wl = Workload(np.array([0.0, 0.015]), np.array([16, 16]), np.array([40, 4]))
     firsts = {}
     for mode in (False, True):
-        eng = EngineConfig(max_num_seqs=8, max_num_batched_tokens=256, cpu_overhead_s=0.0, async_scheduling=mode)
+        eng = EngineConfig(
+            max_num_seqs=8, max_num_batched_tokens=256, cpu_overhead_s=0.0, async_scheduling=mode
+        )
         res = run_engine(wl, eng, ConstantPerfModel(0.01, 0.0), 100, 4096, reference=reference)
         starts = np.asarray(res.steps.columns()["start_s"])
         after = starts[starts > 0.015]

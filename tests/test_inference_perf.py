@@ -82,9 +82,14 @@ def test_prefix_cache_hits_at_the_rate_the_group_structure_implies():
     """At 2 req/s with 32-token answers no two requests overlap, so request i hits the
     whole earlier copy of its prompt (all full blocks but the last token's), else its
     group's system prompt if the group was seen, else nothing."""
-    res = servesim.simulate({"model": {"name": "meta-llama/Llama-3.1-8B"}, "hardware": {"gpu": "H100-SXM"},
-                             "engine": {"enable_prefix_caching": True},
-                             "workload": {"type": "inference-perf", "config": str(FIX / "shared_prefix.yaml")}})
+    res = servesim.simulate(
+        {
+            "model": {"name": "meta-llama/Llama-3.1-8B"},
+            "hardware": {"gpu": "H100-SXM"},
+            "engine": {"enable_prefix_caching": True},
+            "workload": {"type": "inference-perf", "config": str(FIX / "shared_prefix.yaml")},
+        }
+    )
     cols = res.records.columns()
     order = np.argsort(cols["arrival_s"], kind="stable")
     cached = cols["num_cached_tokens"][order][:60]  # the first stage
@@ -110,31 +115,50 @@ def test_scenario_file_reads_the_config_relative_to_itself(tmp_path):
 
 
 def _llama2_7b_config() -> dict:
-    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-            "intermediate_size": 11008, "num_attention_heads": 32, "num_key_value_heads": 32,
-            "num_hidden_layers": 32, "vocab_size": 32000, "max_position_embeddings": 4096,
-            "torch_dtype": "float16", "hidden_act": "silu", "rms_norm_eps": 1e-5}
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "intermediate_size": 11008,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "num_hidden_layers": 32,
+        "vocab_size": 32000,
+        "max_position_embeddings": 4096,
+        "torch_dtype": "float16",
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-5,
+    }
 
 
 def _run_folder(root: Path, n: int = 40) -> Path:
     run = root / "run-llama-2-7b-tp1"
     run.mkdir(parents=True)
-    (run / "exp-config.yaml").write_text("model: meta-llama/Llama-2-7b-hf\ntensor_parallelism: 1\n"
-                                         "max_model_len: 4096\nmax_num_batched_tokens: 2048\nmax_num_seqs: 128\n")
+    (run / "exp-config.yaml").write_text(
+        "model: meta-llama/Llama-2-7b-hf\ntensor_parallelism: 1\n"
+        "max_model_len: 4096\nmax_num_batched_tokens: 2048\nmax_num_seqs: 128\n"
+    )
     (run / "config.yaml").write_text((FIX / "shared_prefix.yaml").read_text())
     (run / "model_config.json").write_text(json.dumps(_llama2_7b_config()))
-    reqs = [{"index": i, "arrival_time_us": int(i * 500_000), "input_tokens": 161 + i % 3, "output_tokens": 32}
-            for i in range(n)]
+    reqs = [
+        {"index": i, "arrival_time_us": int(i * 500_000), "input_tokens": 161 + i % 3, "output_tokens": 32}
+        for i in range(n)
+    ]
     (run / "replay.json").write_text(json.dumps({"requests": reqs}))
-    (run / "ground_truth.json").write_text(json.dumps(
-        [{"index": i, "ttft_s": 0.05, "e2e_s": 0.05 + 31 * 0.01, "has_error": False} for i in range(n)]))
+    (run / "ground_truth.json").write_text(
+        json.dumps(
+            [{"index": i, "ttft_s": 0.05, "e2e_s": 0.05 + 31 * 0.01, "has_error": False} for i in range(n)]
+        )
+    )
     return run
 
 
 def test_open_loop_replay_compares_each_figure(tmp_path):
     from servesim.validate.openloop import replay_run
 
-    run = replay_run(_run_folder(tmp_path), {"hardware": {"gpu": "H100-SXM"}, "engine": {"version": "0.15.1"}})
+    run = replay_run(
+        _run_folder(tmp_path), {"hardware": {"gpu": "H100-SXM"}, "engine": {"version": "0.15.1"}}
+    )
     assert run.measured["ttft_mean"] == pytest.approx(0.05)
     assert run.measured["itl_p90"] == pytest.approx(0.01)
     for k, v in run.predicted.items():
@@ -168,8 +192,11 @@ def test_blis_roleplay_runs_within_the_open_loop_goals():
     ``SERVESIM_OPENLOOP_DATA`` or ``measurements/openloop`` of the shared data."""
     from servesim.validate.openloop import GOALS, replay_run, run_folders, summary_rows
 
-    root = Path(os.environ["SERVESIM_OPENLOOP_DATA"]) if os.environ.get("SERVESIM_OPENLOOP_DATA") \
+    root = (
+        Path(os.environ["SERVESIM_OPENLOOP_DATA"])
+        if os.environ.get("SERVESIM_OPENLOOP_DATA")
         else shared_data("measurements/openloop")
+    )
     if not root.exists():
         pytest.skip(f"no open-loop runs at {root}")
     base = {"hardware": {"gpu": "H100-SXM"}, "engine": {"version": "0.15.1"}}
@@ -187,19 +214,31 @@ def test_blis_runs_kv_blocks_match_vllm_0_15_1():
     from servesim.config import Scenario
     from servesim.deployment import resolve_deployment
 
-    root = Path(os.environ["SERVESIM_OPENLOOP_DATA"]) if os.environ.get("SERVESIM_OPENLOOP_DATA") \
+    root = (
+        Path(os.environ["SERVESIM_OPENLOOP_DATA"])
+        if os.environ.get("SERVESIM_OPENLOOP_DATA")
         else shared_data("measurements/openloop")
+    )
     if not root.exists():
         pytest.skip(f"no open-loop runs at {root}")
     from servesim.validate.openloop import run_folders
+
     for folder in run_folders(root):
         cfg = json.loads((folder / "replay.json").read_text())["config"]
-        sc = Scenario.model_validate({
-            "model": {"name": str(folder / "model_config.json")}, "hardware": {"gpu": "H100-SXM"},
-            "parallel": {"tensor_parallel_size": cfg["tensor_parallelism"]},
-            "engine": {"version": "0.15.1", "max_model_len": 4096, "max_num_batched_tokens": 2048,
-                       "max_num_seqs": 128},
-            "workload": {"type": "synthetic", "num_requests": 1}})
+        sc = Scenario.model_validate(
+            {
+                "model": {"name": str(folder / "model_config.json")},
+                "hardware": {"gpu": "H100-SXM"},
+                "parallel": {"tensor_parallel_size": cfg["tensor_parallelism"]},
+                "engine": {
+                    "version": "0.15.1",
+                    "max_model_len": 4096,
+                    "max_num_batched_tokens": 2048,
+                    "max_num_seqs": 128,
+                },
+                "workload": {"type": "synthetic", "num_requests": 1},
+            }
+        )
         blocks = resolve_deployment(sc).plan.num_gpu_blocks
         assert abs(blocks / cfg["kv_blocks_total_gpu"] - 1) < 0.01, (folder.name, blocks)
 
@@ -234,10 +273,18 @@ def test_rate_scale_and_limit_and_the_capacity_knob():
 def test_headroom_counts_the_prefix_cache_hits_of_the_run():
     """Shared-prefix traffic computes a few tokens of each prompt: the sustainable rate the
     headroom line quotes is the one at the run's hits, above the rate the run served."""
-    res = servesim.simulate({"model": {"name": "meta-llama/Llama-3.1-8B"}, "hardware": {"gpu": "H100-SXM"},
-                             "engine": {"enable_prefix_caching": True},
-                             "workload": {"type": "inference-perf", "config": str(FIX / "shared_prefix.yaml"),
-                                          "rate_scale": 4.0}})
+    res = servesim.simulate(
+        {
+            "model": {"name": "meta-llama/Llama-3.1-8B"},
+            "hardware": {"gpu": "H100-SXM"},
+            "engine": {"enable_prefix_caching": True},
+            "workload": {
+                "type": "inference-perf",
+                "config": str(FIX / "shared_prefix.yaml"),
+                "rate_scale": 4.0,
+            },
+        }
+    )
     room = res.summary["headroom"]
     cols = res.records.columns()
     assert cols["num_cached_tokens"].mean() > 100  # most prompts are hits

@@ -96,8 +96,18 @@ def test_without_config_yaml_or_with_a_stage_too_many(tmp_path: Path, scenario: 
 
 
 def test_the_command_reads_stage_files(scenario: Path, tmp_path: Path):
-    res = CliRunner().invoke(app, ["validate", "--bench", str(RESULTS / "stage_1_lifecycle_metrics.json"),
-                                   "--scenario", str(scenario), "-o", str(tmp_path)])
+    res = CliRunner().invoke(
+        app,
+        [
+            "validate",
+            "--bench",
+            str(RESULTS / "stage_1_lifecycle_metrics.json"),
+            "--scenario",
+            str(scenario),
+            "-o",
+            str(tmp_path),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "inference-perf stage 1" in res.output and "mean_tpot_ms" in res.output
     assert "itl" not in (tmp_path / "bench_comparison.csv").read_text()

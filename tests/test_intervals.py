@@ -32,8 +32,14 @@ def test_table_quantiles_straddle_zero_and_cover_the_measured_regimes():
 
 
 def _step(detail: str = "", **kw):
-    base = {"kind": "kernel_db", "gpu": "H200", "engine_version": "0.19.0", "roofline_operators": [],
-            "detail": "measured kernels of vLLM 0.19.0 on H200\n" + detail, "warnings": []}
+    base = {
+        "kind": "kernel_db",
+        "gpu": "H200",
+        "engine_version": "0.19.0",
+        "roofline_operators": [],
+        "detail": "measured kernels of vLLM 0.19.0 on H200\n" + detail,
+        "warnings": [],
+    }
     base.update(kw)
     return base
 
@@ -49,20 +55,28 @@ def test_regime_from_what_the_step_model_reports():
     carried = "  moe: table moe fp8 (roofline-scaled to this shape)"
     assert iv.step_regime(_step(carried), "0.19.0") == "other_shape"
     # the router GEMM and the LM head carried off their grid do not make a run "other shape"
-    small = ("  gemm_router: fp32 router, cuBLAS as measured on GB200\n"
-             "  lm_head: table gemm (n outside 32-65536: roofline-scaled)")
+    small = (
+        "  gemm_router: fp32 router, cuBLAS as measured on GB200\n"
+        "  lm_head: table gemm (n outside 32-65536: roofline-scaled)"
+    )
     assert iv.step_regime(_step(small), "0.19.0") == "kernel_grid"
 
 
 def _scenario(workload):
-    return {"model": {"name": "meta-llama/Llama-3.1-8B"},
-            "hardware": {"gpu": "H100-SXM", "perf_model": "kernels"},
-            "workload": workload, "slo": {"ttft_s": None, "tpot_s": None}}
+    return {
+        "model": {"name": "meta-llama/Llama-3.1-8B"},
+        "hardware": {"gpu": "H100-SXM", "perf_model": "kernels"},
+        "workload": workload,
+        "slo": {"ttft_s": None, "tpot_s": None},
+    }
 
 
 def test_every_summary_carries_intervals_around_its_predictions():
-    r = simulate(_scenario({"type": "benchmark", "num_prompts": 24, "max_concurrency": 4,
-                            "input_len": 512, "output_len": 32}))
+    r = simulate(
+        _scenario(
+            {"type": "benchmark", "num_prompts": 24, "max_concurrency": 4, "input_len": 512, "output_len": 32}
+        )
+    )
     s_ = r.summary
     ints = s_["intervals"]
     assert ints["level"] == 0.8 and ints["regime"] == "kernel_grid"
@@ -79,10 +93,16 @@ def test_every_summary_carries_intervals_around_its_predictions():
 
 
 def test_an_open_loop_run_is_its_own_regime_and_no_narrower():
-    closed = simulate(_scenario({"type": "benchmark", "num_prompts": 24, "max_concurrency": 4,
-                                 "input_len": 512, "output_len": 32})).summary["intervals"]
-    opened = simulate(_scenario({"type": "benchmark", "num_prompts": 24, "request_rate": 4.0,
-                                 "input_len": 512, "output_len": 32})).summary["intervals"]
+    closed = simulate(
+        _scenario(
+            {"type": "benchmark", "num_prompts": 24, "max_concurrency": 4, "input_len": 512, "output_len": 32}
+        )
+    ).summary["intervals"]
+    opened = simulate(
+        _scenario(
+            {"type": "benchmark", "num_prompts": 24, "request_rate": 4.0, "input_len": 512, "output_len": 32}
+        )
+    ).summary["intervals"]
     assert opened["regime"] == "open_loop" and opened["step_regime"] == closed["regime"]
     qc, qo = closed["log_ratio_quantiles"], opened["log_ratio_quantiles"]
     for m in ("ttft", "tpot"):
@@ -94,8 +114,11 @@ def test_console_shows_the_intervals_beside_the_latency_table():
 
     from servesim.metrics.console import print_summary
 
-    r = simulate(_scenario({"type": "benchmark", "num_prompts": 8, "max_concurrency": 2,
-                            "input_len": 256, "output_len": 16}))
+    r = simulate(
+        _scenario(
+            {"type": "benchmark", "num_prompts": 8, "max_concurrency": 2, "input_len": 256, "output_len": 16}
+        )
+    )
     con = Console(record=True, width=160)
     print_summary(r, con)
     text = con.export_text()
@@ -128,8 +151,11 @@ def test_cross_group_refits_the_floor_without_the_group(monkeypatch):
     llama = [c for c in cg.held_out if c.group.startswith("Llama")]
     assert all(sc.image_version(c.row) == "0.10.2" for c in llama)
     assert all(c.scenario["engine"]["version"] == "0.10.2" for c in llama)
-    assert all("engine" not in c.scenario or c.scenario["engine"].get("version") != "0.10.2"
-               for c in cg.in_sample if c.group.startswith("Llama"))
+    assert all(
+        "engine" not in c.scenario or c.scenario["engine"].get("version") != "0.10.2"
+        for c in cg.in_sample
+        if c.group.startswith("Llama")
+    )
     res = sc.residuals(cg.held_out)
     assert sum(len(r["ttft"]) for regs in res.values() for r in regs.values()) == 4
     # the shipped floor is restored
@@ -159,16 +185,26 @@ def test_a_plan_at_confidence_picks_a_deployment_whose_upper_bound_meets_the_slo
     from servesim.planner.search import run_plan
     from servesim.planner.space import plan_config
 
-    small = {"model": {"name": "Llama-3.1-8B"}, "engine": {"max_model_len": 4096},
-             "workload": {"type": "synthetic", "num_requests": 60, "arrival": {"rate": 6.0},
-                          "prompt_len": {"kind": "constant", "value": 512},
-                          "output_len": {"kind": "constant", "value": 64}},
-             "slo": {"ttft_s": 1.0, "tpot_s": 0.05}, "run": {"record_steps": False}}
-    plan = plan_config({"gpus": ["H100-SXM", "L40S"], "max_total_gpus": 2,
-                        "tensor_parallel_sizes": [1, 2]}, "t")
+    small = {
+        "model": {"name": "Llama-3.1-8B"},
+        "engine": {"max_model_len": 4096},
+        "workload": {
+            "type": "synthetic",
+            "num_requests": 60,
+            "arrival": {"rate": 6.0},
+            "prompt_len": {"kind": "constant", "value": 512},
+            "output_len": {"kind": "constant", "value": 64},
+        },
+        "slo": {"ttft_s": 1.0, "tpot_s": 0.05},
+        "run": {"record_steps": False},
+    }
+    plan = plan_config(
+        {"gpus": ["H100-SXM", "L40S"], "max_total_gpus": 2, "tensor_parallel_sizes": [1, 2]}, "t"
+    )
     plain = run_plan(scenario_from_dict(small), plan, backend="inprocess")
-    sure = run_plan(scenario_from_dict({**small, "slo": {**small["slo"], "confidence": 0.8}}), plan,
-                    backend="inprocess")
+    sure = run_plan(
+        scenario_from_dict({**small, "slo": {**small["slo"], "confidence": 0.8}}), plan, backend="inprocess"
+    )
     met_plain = {e.candidate.label() for e in plain.ranked()}
     met_sure = {e.candidate.label() for e in sure.ranked()}
     assert met_sure and met_sure <= met_plain
@@ -201,11 +237,19 @@ def test_capacity_at_confidence_is_no_higher_and_holds_at_the_high_end():
     from servesim.planner.capacity import find_capacity
 
     def sc(**slo):
-        return scenario_from_dict({
-            "workload": {"type": "synthetic", "num_requests": 400, "arrival": {"rate": 2.0},
-                         "prompt_len": {"value": 512}, "output_len": {"value": 1}},
-            "engine": {"max_num_seqs": 1, "frontend": {"enabled": False}},
-            "slo": {"ttft_s": 0.06, "attainment": {"ttft_s": 0.9}, **slo}})  # about 2x one prefill
+        return scenario_from_dict(
+            {
+                "workload": {
+                    "type": "synthetic",
+                    "num_requests": 400,
+                    "arrival": {"rate": 2.0},
+                    "prompt_len": {"value": 512},
+                    "output_len": {"value": 1},
+                },
+                "engine": {"max_num_seqs": 1, "frontend": {"enabled": False}},
+                "slo": {"ttft_s": 0.06, "attainment": {"ttft_s": 0.9}, **slo},
+            }
+        )  # about 2x one prefill
 
     plain = find_capacity(sc(), precision=0.1)
     sure = find_capacity(sc(confidence=0.8), precision=0.1)
@@ -218,8 +262,9 @@ def test_capacity_at_confidence_is_no_higher_and_holds_at_the_high_end():
 def test_the_plan_short_form_takes_a_confidence():
     from servesim.planner.space import plan_from_options
 
-    base, _ = plan_from_options("Llama-3.1-8B", ["H100-SXM"], 1, rate=1.0, isl=512, osl=64, ttft_s=1.0,
-                                confidence=0.8)
+    base, _ = plan_from_options(
+        "Llama-3.1-8B", ["H100-SXM"], 1, rate=1.0, isl=512, osl=64, ttft_s=1.0, confidence=0.8
+    )
     assert base.slo.confidence == 0.8
     base, _ = plan_from_options("Llama-3.1-8B", ["H100-SXM"], 1, rate=1.0, isl=512, osl=64, ttft_s=1.0)
     assert base.slo.confidence is None

@@ -19,8 +19,13 @@ from servesim.perf.kernel_model import KernelPerfModel
 
 
 def _prefill(pm: KernelPerfModel, prompts: int, length: int) -> dict[str, float]:
-    return pm.breakdown(BatchStats(num_prefill_tokens=prompts * length,
-                                   prefill_attn_work=prompts * length ** 2 / 2, num_prefill_reqs=prompts))
+    return pm.breakdown(
+        BatchStats(
+            num_prefill_tokens=prompts * length,
+            prefill_attn_work=prompts * length**2 / 2,
+            num_prefill_reqs=prompts,
+        )
+    )
 
 
 def _projections(pm: KernelPerfModel, tokens: int) -> float:
@@ -29,16 +34,20 @@ def _projections(pm: KernelPerfModel, tokens: int) -> float:
     return sum(float(c.at_many(t)[0]) for n, c, _ in pm._token_ops if n in MLA_PROJECTIONS)
 
 
-@pytest.mark.parametrize(("name", "gpu", "tp", "kv", "heads"), [
-    ("nvidia/Kimi-K2.5-NVFP4", "B200", 4, "fp8", 16),   # its FP8 KV cache; attention in bf16
-    ("moonshotai/Kimi-K2.5", "H200", 8, "bfloat16", 8),
-])
+@pytest.mark.parametrize(
+    ("name", "gpu", "tp", "kv", "heads"),
+    [
+        ("nvidia/Kimi-K2.5-NVFP4", "B200", 4, "fp8", 16),  # its FP8 KV cache; attention in bf16
+        ("moonshotai/Kimi-K2.5", "H200", 8, "bfloat16", 8),
+    ],
+)
 def test_the_prefill_attention_is_the_measured_module_less_its_projections(name, gpu, tp, kv, heads):
     m, g = load_model(name), get_gpu(gpu)
     pm = KernelPerfModel(m, g, tp=tp)
     folder = {"B200": "b200_sxm", "H200": "h200_sxm"}[gpu]
-    assert pm.sources["attn_prefill"] == (f"table mla_context_module {folder} vLLM 0.19.0 {kv} KV bfloat16 "
-                                          f"heads={heads}, less its projections")
+    assert pm.sources["attn_prefill"] == (
+        f"table mla_context_module {folder} vLLM 0.19.0 {kv} KV bfloat16 heads={heads}, less its projections"
+    )
     assert "attn_prefill" not in pm.fallbacks
     s = module_series(m, g, tp, kv, "bfloat16")
     assert s is not None
@@ -90,5 +99,8 @@ def test_another_mla_shape_or_gpu_keeps_the_roofline():
     b200 = get_gpu("B200")
     assert module_series(replace(kimi, num_attention_heads=96), b200, 4, "bfloat16", "bfloat16") is None
     # B300 reads B200's tables
-    assert KernelPerfModel(kimi, get_gpu("B300"), tp=4).sources["attn_prefill"].startswith(
-        "table mla_context_module b200_sxm")
+    assert (
+        KernelPerfModel(kimi, get_gpu("B300"), tp=4)
+        .sources["attn_prefill"]
+        .startswith("table mla_context_module b200_sxm")
+    )

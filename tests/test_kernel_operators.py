@@ -35,8 +35,9 @@ def _decode(pm: KernelPerfModel, batch: int, ctx: int) -> dict[str, float]:
     return pm.breakdown(BatchStats(num_decode_reqs=batch, sum_decode_context=batch * ctx))
 
 
-def _moe_roof(t: float, params: float, wbytes: float, experts: float, topk: int, hidden: int,
-              peak: float, bw: float) -> float:
+def _moe_roof(
+    t: float, params: float, wbytes: float, experts: float, topk: int, hidden: int, peak: float, bw: float
+) -> float:
     """One MoE layer's roofline by hand: the touched experts' weights, 4 activation passes."""
     touched = experts * (1.0 - (1.0 - topk / experts) ** t)
     mem = (params * wbytes * touched + t * topk * hidden * 2.0 * 4) / (bw * E.linear_memory)
@@ -122,8 +123,9 @@ def test_mxfp4_table_of_b200_is_not_vllms_sm100_kernel():
     m, g = load_model("openai/gpt-oss-120b"), get_gpu("B200")
     series = _served_series("flashinfer_trtllm_mxfp4_bf16", GPT_OSS, 2, 1)
     pm = KernelPerfModel(m, g, tp=2)
-    assert pm.sources["moe"] == ("table moe flashinfer_trtllm_mxfp4_bf16 2880x2880 top-4 of 128 experts tp=2 "
-                                 "ep=1 of vLLM 0.24.0")
+    assert pm.sources["moe"] == (
+        "table moe flashinfer_trtllm_mxfp4_bf16 2880x2880 top-4 of 128 experts tp=2 ep=1 of vLLM 0.24.0"
+    )
     for t, ms in zip(series["tokens"], series["latency_ms"]):
         step = BatchStats(num_decode_reqs=t, sum_decode_context=t * 1000)
         assert pm.breakdown(step)["moe"] == pytest.approx(36 * ms * 1e-3, rel=1e-6)
@@ -139,8 +141,9 @@ def test_block_fp8_experts_on_blackwell_take_flashinfers_trtllm_moe():
     shape = (3072, 1536, 8, 256)
     series = _served_series("flashinfer_trtllm_fp8_block", shape, 2, 1)
     pm = KernelPerfModel(m, g, tp=2)
-    assert pm.sources["moe"] == ("table moe flashinfer_trtllm_fp8_block 3072x1536 top-8 of 256 experts tp=2 "
-                                 "ep=1 of vLLM 0.24.0")
+    assert pm.sources["moe"] == (
+        "table moe flashinfer_trtllm_fp8_block 3072x1536 top-8 of 256 experts tp=2 ep=1 of vLLM 0.24.0"
+    )
     for t, ms in zip(series["tokens"], series["latency_ms"]):
         assert _decode(pm, t, 1000)["moe"] == pytest.approx(62 * ms * 1e-3, rel=1e-6)
     # VLLM_USE_FLASHINFER_MOE_FP8=0 with VLLM_MOE_USE_DEEP_GEMM=0 (engine.moe_backend triton):
@@ -164,8 +167,9 @@ def _served_series(kernel: str, shape: tuple[int, int, int, int], moe_tp: int, e
 
     raw = json.loads(resources.files("servesim").joinpath("data", "kernels", "served_moe.json").read_text())
     table = next(t for t in raw["tables"] if t["kernel"] == kernel)
-    return next(s for s in table["series"]
-                if (tuple(s["shape"]), s["moe_tp"], s["moe_ep"]) == (shape, moe_tp, ep))
+    return next(
+        s for s in table["series"] if (tuple(s["shape"]), s["moe_tp"], s["moe_ep"]) == (shape, moe_tp, ep)
+    )
 
 
 def test_carrying_a_served_table_to_another_shape_held_out():
@@ -175,8 +179,10 @@ def test_carrying_a_served_table_to_another_shape_held_out():
     # token count and TP 1-8. The figures docs/perf_model.md states: median |error| 12.4%,
     # P90 33.4% over 432 points.
     m, g = load_model("openai/gpt-oss-120b"), get_gpu("B200")
-    pairs = {"flashinfer_trtllm_mxfp4_bf16": ((2880, 2880, 4, 32), (2880, 2880, 4, 128)),
-             "flashinfer_trtllm_mxfp4_mxfp8": ((4096, 2048, 6, 256), (7168, 3072, 6, 384))}
+    pairs = {
+        "flashinfer_trtllm_mxfp4_bf16": ((2880, 2880, 4, 32), (2880, 2880, 4, 128)),
+        "flashinfer_trtllm_mxfp4_mxfp8": ((4096, 2048, 6, 256), (7168, 3072, 6, 384)),
+    }
     errors = []
     for kernel, (a, b) in pairs.items():
         for src, dst in ((a, b), (b, a)):
@@ -184,9 +190,15 @@ def test_carrying_a_served_table_to_another_shape_held_out():
                 s, d = _served_series(kernel, src, tp, 1), _served_series(kernel, dst, tp, 1)
 
                 def shaped(sh: tuple[int, int, int, int], tp: int = tp):
-                    spec = replace(m, hidden_size=sh[0], moe_intermediate_size=sh[1],
-                                   num_experts_per_tok=sh[2], num_experts=sh[3])
+                    spec = replace(
+                        m,
+                        hidden_size=sh[0],
+                        moe_intermediate_size=sh[1],
+                        num_experts_per_tok=sh[2],
+                        num_experts=sh[3],
+                    )
                     return padded_experts(spec, tp, SERVED_PAD)
+
                 roof = moe_roofline(shaped(dst), g, E, tp, 1, SERVED_MATH[kernel])
                 ref = moe_roofline(shaped(src), g, E, tp, 1, SERVED_MATH[kernel])
                 tokens = np.array(s["tokens"], dtype=float)
@@ -215,8 +227,10 @@ def test_carrying_the_served_block_fp8_table_to_another_shape_held_out():
     m, g = load_model("MiniMaxAI/MiniMax-M2.5"), get_gpu("B200")
 
     def spec(sh: tuple[int, ...]):
-        return replace(m, hidden_size=sh[0], moe_intermediate_size=sh[1], num_experts_per_tok=sh[2],
-                       num_experts=sh[3])
+        return replace(
+            m, hidden_size=sh[0], moe_intermediate_size=sh[1], num_experts_per_tok=sh[2], num_experts=sh[3]
+        )
+
     errors = []
     for dst in shapes:
         src = min((s for s in shapes if s != dst), key=lambda s: _shape_distance(dst, s))
@@ -246,8 +260,10 @@ def test_mxfp8_activations_time_mxfp4_experts_from_that_kernels_nearest_table(tp
     m, g = load_model("openai/gpt-oss-120b"), get_gpu("B200")
     src = _served_series("flashinfer_trtllm_mxfp4_mxfp8", (4096, 2048, 6, 256), tp, 1)
     pm = KernelPerfModel(m, g, tp=tp, moe_backend="flashinfer_mxfp4_mxfp8")
-    assert pm.sources["moe"] == ("table moe flashinfer_trtllm_mxfp4_mxfp8 4096x2048 top-6 of 256 experts "
-                                 f"tp={tp} ep=1 of vLLM 0.24.0 (roofline-scaled to this shape)")
+    assert pm.sources["moe"] == (
+        "table moe flashinfer_trtllm_mxfp4_mxfp8 4096x2048 top-6 of 256 experts "
+        f"tp={tp} ep=1 of vLLM 0.24.0 (roofline-scaled to this shape)"
+    )
     pk, bw = g.flops_for("fp8"), g.mem_bw
 
     def roof(t: float) -> float:
@@ -267,8 +283,10 @@ def test_mxfp8_activations_time_mxfp4_experts_from_that_kernels_nearest_table(tp
     assert pm.breakdown(prefill)["moe"] < 0.9 * auto.breakdown(prefill)["moe"]
     # Off Blackwell the switch does nothing (vLLM reads it on SM100 only).
     h = get_gpu("H100-SXM")
-    assert (KernelPerfModel(m, h, tp=2, moe_backend="flashinfer_mxfp4_mxfp8").sources["moe"]
-            == KernelPerfModel(m, h, tp=2).sources["moe"])
+    assert (
+        KernelPerfModel(m, h, tp=2, moe_backend="flashinfer_mxfp4_mxfp8").sources["moe"]
+        == KernelPerfModel(m, h, tp=2).sources["moe"]
+    )
 
 
 def test_int4_experts_on_b200_take_its_own_marlin_measurement():
@@ -284,8 +302,9 @@ def test_int4_experts_on_b200_take_its_own_marlin_measurement():
     assert (lq[small] > lb[small]).all()  # 0.19.0's int4 kernel: slower than 16-bit weights
     src = _served_series("marlin_int4", KIMI, 8, 1)
     pm = KernelPerfModel(m, g, tp=8)
-    assert pm.sources["moe"] == ("Marlin MoE: table moe marlin_int4 7168x2048 top-8 of 384 experts tp=8 ep=1 "
-                                 "of vLLM 0.24.0")
+    assert pm.sources["moe"] == (
+        "Marlin MoE: table moe marlin_int4 7168x2048 top-8 of 384 experts tp=8 ep=1 of vLLM 0.24.0"
+    )
     for tokens in (1, 8, 32):
         want = src["latency_ms"][src["tokens"].index(tokens)] * 1e-3
         assert _decode(pm, tokens, 1000)["moe"] / m.num_moe_layers == pytest.approx(want, rel=1e-9)
@@ -304,8 +323,10 @@ def test_int4_table_vllm_does_not_serve_is_carried_from_h200_by_the_measured_rat
     hit = _transferred(b19, m, g, E, 8, 1, "int4_wo", roof)
     assert hit is not None
     curve, where = hit
-    assert where == ("table moe int4_wo tp=8 ep=1 of H200 0.14.0, times the measured B200/H200 ratio of "
-                     "the same kernel at 0.19.0")
+    assert where == (
+        "table moe int4_wo tp=8 ep=1 of H200 0.14.0, times the measured B200/H200 ratio of "
+        "the same kernel at 0.19.0"
+    )
     t14, l14 = h14.moe(*KIMI, 8, 1, "int4_wo")
     t19, l19 = h19.moe(*KIMI, 8, 1, "int4_wo")
     for tokens in (1, 8, 32):
@@ -321,8 +342,10 @@ def test_int4_table_vllm_does_not_serve_is_carried_from_h200_by_the_measured_rat
     # group-32 ones (4.5), at either version of the engine.
     for v in ("0.14.0", "0.19.0"):
         h = KernelPerfModel(m, get_gpu("H200"), tp=8, version=v)
-        assert h.sources["moe"] == ("Marlin MoE: table moe int4_wo 7168x2048 top-8 of 384 experts tp=8 ep=1 "
-                                    "of vLLM 0.14.0 (roofline-scaled to its weight bytes)")
+        assert h.sources["moe"] == (
+            "Marlin MoE: table moe int4_wo 7168x2048 top-8 of 384 experts tp=8 ep=1 "
+            "of vLLM 0.14.0 (roofline-scaled to its weight bytes)"
+        )
 
 
 def test_marlin_backend_times_mxfp4_experts_from_the_nearest_marlin_int4_table():
@@ -337,8 +360,10 @@ def test_marlin_backend_times_mxfp4_experts_from_the_nearest_marlin_int4_table()
     ref_shape = (4096, 1536, 8, 128)
     tokens, lat = load_database("H100-SXM", "0.14.0").moe(*ref_shape, 2, 1, "int4_wo")
     pm = KernelPerfModel(m, g, tp=2, version="0.19.0", moe_backend="marlin")
-    assert pm.sources["moe"] == ("Marlin MoE: table moe int4_wo 4096x1536 top-8 of 128 experts tp=2 ep=1 of "
-                                 "vLLM 0.14.0 (roofline-scaled to this shape, its weight bytes)")
+    assert pm.sources["moe"] == (
+        "Marlin MoE: table moe int4_wo 4096x1536 top-8 of 128 experts tp=2 ep=1 of "
+        "vLLM 0.14.0 (roofline-scaled to this shape, its weight bytes)"
+    )
     pk, bw = g.flops_for("bfloat16"), g.mem_bw
 
     def roof(t: float) -> float:
@@ -373,13 +398,17 @@ def test_int4_experts_without_an_int4_table_take_the_bf16_table_at_int4_bytes():
     assert db.moe(*KIMI, 8, 1, "int4_wo") is None
     tb, lb = db.moe(*KIMI, 8, 1, "bfloat16")
     pm = KernelPerfModel(m, g, tp=8)
-    assert pm.sources["moe"] == ("table moe bfloat16 tp=8 ep=1 (roofline-scaled to int4_wo weights; "
-                                 "no Marlin MoE table on this GPU)")
+    assert pm.sources["moe"] == (
+        "table moe bfloat16 tp=8 ep=1 (roofline-scaled to int4_wo weights; no Marlin MoE table on this GPU)"
+    )
     i = int(np.searchsorted(tb, 32))
     params, pk, bw = 3 * 7168 * 2048 / 8, g.flops_for("bfloat16"), g.mem_bw
     wq = m.expert_weight_bytes  # int4 plus one 16-bit scale per group of 32: 4.5 bits
     assert wq == pytest.approx(4.5 / 8)
-    q32, b32 = _moe_roof(32, params, wq, 384, 8, 7168, pk, bw), _moe_roof(32, params, 2.0, 384, 8, 7168, pk, bw)
+    q32, b32 = (
+        _moe_roof(32, params, wq, 384, 8, 7168, pk, bw),
+        _moe_roof(32, params, 2.0, 384, 8, 7168, pk, bw),
+    )
     assert tb[0] == 1
     fixed = float(lb[0]) * 1e-3 - _moe_roof(1, params, 2.0, 384, 8, 7168, pk, bw)
     got = _decode(pm, 32, 1000)["moe"] / m.num_moe_layers
@@ -411,25 +440,31 @@ def test_prefill_table_faster_than_the_gpu_is_replaced_by_the_siblings():
                     assert 0.3 < frac <= 1.0, (name, version, kv)
     m, g = load_model("meta-llama/Llama-3.1-70B"), get_gpu("H200")
     pm = KernelPerfModel(m, g, tp=1, version="0.19.0")
-    assert pm.sources["attn_prefill"].startswith("table ctx bfloat16 KV heads=64 kv=8 head_dim=128 of H100-SXM "
-                                                 "(H200's vLLM 0.19.0 bfloat16 prefill table not used: ")
+    assert pm.sources["attn_prefill"].startswith(
+        "table ctx bfloat16 KV heads=64 kv=8 head_dim=128 of H100-SXM "
+        "(H200's vLLM 0.19.0 bfloat16 prefill table not used: "
+    )
     b, s, lat, cls = load_database("H100-SXM", "0.19.0").attention_class("ctx", "bfloat16", 128, 64, 8, 0)
     assert cls == (64, 8)
     i, j = int(np.searchsorted(b, 1)), int(np.searchsorted(s, 8192))
     assert (b[i], s[j]) == (1, 8192)
-    got = pm.breakdown(BatchStats(num_prefill_tokens=8192, num_prefill_reqs=1,
-                                  prefill_attn_work=8192 * 8192 / 2))["attn_prefill"]
+    got = pm.breakdown(
+        BatchStats(num_prefill_tokens=8192, num_prefill_reqs=1, prefill_attn_work=8192 * 8192 / 2)
+    )["attn_prefill"]
     assert got == pytest.approx(80 * float(lat[i, j]) * 1e-3, rel=1e-6)
-    assert 80 * 2.0 * 64 * 128 * 8192.0 ** 2 / got < g.flops_for("bfloat16")  # below the peak now
+    assert 80 * 2.0 * 64 * 128 * 8192.0**2 / got < g.flops_for("bfloat16")  # below the peak now
     # Decode attention keeps H200's own table (it passes: HBM-bound, below the bandwidth),
     # bounded by H100's where H100's is faster (the test below).
-    assert pm.sources["attn_decode"].startswith("table gen bfloat16 KV heads=64 kv=8 head_dim=128 (bounded by "
-                                                "H100-SXM's table at ")
+    assert pm.sources["attn_decode"].startswith(
+        "table gen bfloat16 KV heads=64 kv=8 head_dim=128 (bounded by H100-SXM's table at "
+    )
     # L40S has no sibling: its fp8-KV prefill is timed by the roofline, its bf16 one by its table.
     l40 = get_gpu("L40S")
     fp8_kv = KernelPerfModel(m, l40, tp=4, kv_dtype_bytes=1.0)
-    assert fp8_kv.sources["attn_prefill"].startswith("roofline") and "fp8 prefill table not used" in \
-        fp8_kv.sources["attn_prefill"]
+    assert (
+        fp8_kv.sources["attn_prefill"].startswith("roofline")
+        and "fp8 prefill table not used" in fp8_kv.sources["attn_prefill"]
+    )
     assert KernelPerfModel(m, l40, tp=4).sources["attn_prefill"].startswith("table ctx bfloat16")
 
 
@@ -461,8 +496,11 @@ def test_sliding_window_without_a_window_class_reads_w_keys():
     h, kv, hd = 32, 4, 64
 
     def roof(batch: int, length: int) -> float:
-        return max(4.0 * batch * h * hd * length / (g.flops_for("bfloat16") * E.attn_decode_compute),
-                   batch * (length * 2 * kv * hd * 2.0 + 4 * h * hd) / (g.mem_bw * E.attn_decode_memory))
+        return max(
+            4.0 * batch * h * hd * length / (g.flops_for("bfloat16") * E.attn_decode_compute),
+            batch * (length * 2 * kv * hd * 2.0 + 4 * h * hd) / (g.mem_bw * E.attn_decode_memory),
+        )
+
     want = 18 * roof(8, 4096) + 18 * roof(8, 128)
     assert _decode(pm, 8, 4096)["attn_decode"] == pytest.approx(want, rel=1e-6)
 
@@ -478,15 +516,21 @@ def test_mla_decode_reads_the_latent_at_the_tables_efficiency():
     assert cls == (8, 2)
     i, j = int(np.searchsorted(b, 32)), int(np.searchsorted(s, 4096))
     B, S, pk, bw = 32, 4096, g.flops_for("bfloat16"), g.mem_bw
-    mla = max(B * S * 2 * 8 * (2 * 512 + 64) / (pk * E.attn_decode_compute),
-              B * (S * 576 * 2.0 + 8 * (576 + 512) * 2.0) / (bw * E.attn_decode_memory))
-    gqa = max(4.0 * B * 8 * 128 * S / (pk * E.attn_decode_compute),
-              B * (S * 2 * 2 * 128 * 2.0 + 4 * 8 * 128) / (bw * E.attn_decode_memory))
+    mla = max(
+        B * S * 2 * 8 * (2 * 512 + 64) / (pk * E.attn_decode_compute),
+        B * (S * 576 * 2.0 + 8 * (576 + 512) * 2.0) / (bw * E.attn_decode_memory),
+    )
+    gqa = max(
+        4.0 * B * 8 * 128 * S / (pk * E.attn_decode_compute),
+        B * (S * 2 * 2 * 128 * 2.0 + 4 * 8 * 128) / (bw * E.attn_decode_memory),
+    )
     pm = KernelPerfModel(m, g, tp=8)
     assert "MLA latent 512+64" in pm.sources["attn_decode"] and "attn_decode" not in pm.fallbacks
     got = _decode(pm, B, S)["attn_decode"]
     floor = float(np.nanmin(lat))
-    assert got == pytest.approx(m.num_layers * (floor + (float(lat[i, j]) - floor) * mla / gqa) * 1e-3, rel=1e-6)
+    assert got == pytest.approx(
+        m.num_layers * (floor + (float(lat[i, j]) - floor) * mla / gqa) * 1e-3, rel=1e-6
+    )
     # It reads every latent once: never faster than the HBM peak allows.
     assert m.num_layers * B * S * 576 * 2.0 / got < bw
 
@@ -505,11 +549,14 @@ def test_mla_shared_expert_and_dense_layer_gemms():
         i, j, l = (int(np.searchsorted(a, v)) for a, v in ((ms, m_), (ns, n), (ks, k)))
         assert (ms[i], ns[j], ks[l]) == (m_, n, k)  # grid points: no interpolation
         return float(lat[i, j, l])
+
     pm = KernelPerfModel(m, g, tp=8)
     bd = _decode(pm, 16, 1000)
-    want = {"gemm_shared_gate_up": 60 * table_ms(16, 2 * 256, 7168),
-            "gemm_o_proj": 61 * table_ms(16, 7168, 8 * 128),
-            "gemm_uv": 61 * table_ms(16, 8 * 128, 512)}
+    want = {
+        "gemm_shared_gate_up": 60 * table_ms(16, 2 * 256, 7168),
+        "gemm_o_proj": 61 * table_ms(16, 7168, 8 * 128),
+        "gemm_uv": 61 * table_ms(16, 8 * 128, 512),
+    }
     for op, ms_ in want.items():
         assert bd[op] == pytest.approx(ms_ * 1e-3, rel=1e-6), op
     assert pm.sources["gemm_qkv_a"] == "table gemm bfloat16 n=2112 k=7168"  # q_a + kv_a, replicated

@@ -15,6 +15,7 @@ from servesim.catalog.hf_config import load_model
 from servesim.config import HardwareConfig, ParallelConfig, load_scenario
 from servesim.errors import ConfigError
 from servesim.perf.base import BatchStats
+from servesim.perf.factory import build_step_model
 from servesim.perf.kernel_model import KernelPerfModel
 from servesim.perf.kernels import (
     DTYPES,
@@ -25,7 +26,6 @@ from servesim.perf.kernels import (
     log_curve,
     without_dips,
 )
-from servesim.perf.factory import build_step_model
 from servesim.perf.roofline import RooflinePerfModel
 
 SHARED_DATA = Path(os.environ.get("SERVESIM_SHARED_DATA", Path(__file__).parents[2] / "shared" / "data"))
@@ -47,7 +47,7 @@ def test_log_curve_exact_on_grid_and_monotone_between():
     v = np.exp(log_curve(xs, lat, q, _linear_roof))
     assert np.all(np.diff(v) >= -1e-12)  # monotone data -> monotone interpolant
     # Between two points the value lies between theirs, log-linearly: sqrt(6 * 9) at x = sqrt(32).
-    assert exp(log_curve(xs, lat, np.array([32 ** 0.5]), _linear_roof)[0]) == pytest.approx((6 * 9) ** 0.5)
+    assert exp(log_curve(xs, lat, np.array([32**0.5]), _linear_roof)[0]) == pytest.approx((6 * 9) ** 0.5)
 
 
 def test_log_curve_off_grid_follows_the_roofline_from_the_edge():
@@ -58,7 +58,7 @@ def test_log_curve_off_grid_follows_the_roofline_from_the_edge():
     np.testing.assert_allclose(out, [14.0, 0.5])
     # A missing point inside the grid is skipped: its neighbours are interpolated.
     holed = np.array([1.0, np.nan, 7.0])
-    assert exp(log_curve(xs, holed, np.array([8.0]), _linear_roof)[0]) == pytest.approx(7.0 ** 0.5)
+    assert exp(log_curve(xs, holed, np.array([8.0]), _linear_roof)[0]) == pytest.approx(7.0**0.5)
 
 
 def test_gemm_curve_returns_the_table_on_grid_points():
@@ -76,7 +76,7 @@ def test_gemm_curve_between_and_beyond_n():
     db = load_database("H100-SXM", "0.19.0")
     ms, ns, ks, lat = db.gemm("bfloat16")
     m = np.array([64.0])
-    roof = (lambda m, n, k: m * 0 + n * k)  # memory-bound shape rule: time proportional to n x k
+    roof = lambda m, n, k: m * 0 + n * k  # memory-bound shape rule: time proportional to n x k
     lo, hi = (int(np.searchsorted(ns, x)) for x in (16384, 51200))
     kk = int(np.searchsorted(ks, 4096))
     i = int(np.searchsorted(ms, 64))
@@ -174,12 +174,18 @@ def test_packed_gemm_and_attention_match_the_source():
         a = db.arrays
         lens = a["ctx.isl"] if prefix == "ctx" else a["gen.ctx"]
         for row in rows[:: len(rows) // 100]:
-            key = [DTYPES.index(row["kv_cache_dtype"]), row["head_dim"], row["num_heads"],
-                   row["num_key_value_heads"], row["window_size"]]
+            key = [
+                DTYPES.index(row["kv_cache_dtype"]),
+                row["head_dim"],
+                row["num_heads"],
+                row["num_key_value_heads"],
+                row["window_size"],
+            ]
             c = int(np.flatnonzero((a[f"{prefix}.keys"] == key).all(axis=1))[0])
             length = row["isl"] if prefix == "ctx" else row["step"] + 1
-            v = a[f"{prefix}.lat"][c, np.searchsorted(a[f"{prefix}.batch"], row["batch_size"]),
-                                   np.searchsorted(lens, length)]
+            v = a[f"{prefix}.lat"][
+                c, np.searchsorted(a[f"{prefix}.batch"], row["batch_size"]), np.searchsorted(lens, length)
+            ]
             assert v == pytest.approx(row["latency"], rel=1e-6)
 
 
@@ -194,11 +200,21 @@ def test_packed_comm_and_moe_match_the_source():
             continue
         sizes, lat = db.nccl(row["op_name"], row["num_gpus"])
         assert lat[np.searchsorted(sizes, row["message_size"])] == pytest.approx(row["latency"], rel=1e-6)
-    rows = [r for r in _parquet("h100_sxm/moe/vllm/0.19.0/moe_perf.parquet")
-            if r["distribution"] == db.meta["moe_distribution"]]
+    rows = [
+        r
+        for r in _parquet("h100_sxm/moe/vllm/0.19.0/moe_perf.parquet")
+        if r["distribution"] == db.meta["moe_distribution"]
+    ]
     for row in rows[:: len(rows) // 100]:
-        tokens, lat = db.moe(row["hidden_size"], row["inter_size"], row["topk"], row["num_experts"],
-                             row["moe_tp_size"], row["moe_ep_size"], row["moe_dtype"])
+        tokens, lat = db.moe(
+            row["hidden_size"],
+            row["inter_size"],
+            row["topk"],
+            row["num_experts"],
+            row["moe_tp_size"],
+            row["moe_ep_size"],
+            row["moe_dtype"],
+        )
         assert lat[np.searchsorted(tokens, row["num_tokens"])] == pytest.approx(row["latency"], rel=1e-6)
 
 
@@ -241,9 +257,13 @@ def test_decode_step_is_the_sum_of_looked_up_kernels():
     pm, db = _llama8b_h100()
     b, ctx, L = 64, 1024, 32
     stats = BatchStats(num_decode_reqs=b, sum_decode_context=b * ctx)
-    layer_ms = (_interp_n(db, "bfloat16", b, 6144, 4096) + _interp_n(db, "bfloat16", b, 4096, 4096)
-                + _interp_n(db, "bfloat16", b, 28672, 4096) + _interp_n(db, "bfloat16", b, 4096, 14336)
-                + _gen(db, b, ctx))
+    layer_ms = (
+        _interp_n(db, "bfloat16", b, 6144, 4096)
+        + _interp_n(db, "bfloat16", b, 4096, 4096)
+        + _interp_n(db, "bfloat16", b, 28672, 4096)
+        + _interp_n(db, "bfloat16", b, 4096, 14336)
+        + _gen(db, b, ctx)
+    )
     parts = pm.breakdown(stats)
     kernels_s = L * layer_ms * 1e-3 + parts["lm_head"]
     extras = parts["elementwise"] + parts["sampling"] + parts["overhead"]
@@ -265,9 +285,13 @@ def test_prefill_step_is_the_sum_of_looked_up_kernels():
     stats.add_chunk(s, 0)
     batch, lens, lat, _ = db.attention_class("ctx", "bfloat16", 128, 32, 8)
     attn = float(lat[0, np.searchsorted(lens, s)])
-    layer_ms = (_interp_n(db, "bfloat16", s, 6144, 4096) + _interp_n(db, "bfloat16", s, 4096, 4096)
-                + _interp_n(db, "bfloat16", s, 28672, 4096) + _interp_n(db, "bfloat16", s, 4096, 14336)
-                + attn)
+    layer_ms = (
+        _interp_n(db, "bfloat16", s, 6144, 4096)
+        + _interp_n(db, "bfloat16", s, 4096, 4096)
+        + _interp_n(db, "bfloat16", s, 28672, 4096)
+        + _interp_n(db, "bfloat16", s, 4096, 14336)
+        + attn
+    )
     parts = pm.breakdown(stats)
     kernels_s = L * layer_ms * 1e-3 + parts["lm_head"]
     assert parts["attn_prefill"] == pytest.approx(L * attn * 1e-3, rel=1e-9)
@@ -288,9 +312,9 @@ def test_tensor_parallel_shards_and_all_reduce():
     m, g = load_model("Llama-3.1-70B"), get_gpu("H100-SXM")
     pm = KernelPerfModel(m, g, tp=4)
     # Column-parallel QKV (N / tp), row-parallel o_proj and down (K / tp).
-    assert "n=2560 k=8192" in pm.sources["gemm_qkv"]          # (64 + 2 * 8) heads x 128 / 4
+    assert "n=2560 k=8192" in pm.sources["gemm_qkv"]  # (64 + 2 * 8) heads x 128 / 4
     assert "n=8192 k=2048" in pm.sources["gemm_o_proj"]
-    assert "n=14336 k=8192" in pm.sources["gemm_gate_up"]     # 2 x 28672 / 4
+    assert "n=14336 k=8192" in pm.sources["gemm_gate_up"]  # 2 x 28672 / 4
     assert "n=8192 k=7168" in pm.sources["gemm_down"]
     assert pm.sources["allreduce"].startswith("table custom")
     assert pm.fallbacks == ()
@@ -305,13 +329,26 @@ def test_fallback_record_without_tables():
     m = load_model("Llama-3.1-8B")
     pm = KernelPerfModel(m, get_gpu("MI300X"))  # no tables for this GPU
     assert pm.version is None
-    assert set(pm.fallbacks) == {"gemm_qkv", "gemm_o_proj", "gemm_gate_up", "gemm_down", "lm_head",
-                                 "attn_prefill", "attn_decode"}
+    assert set(pm.fallbacks) == {
+        "gemm_qkv",
+        "gemm_o_proj",
+        "gemm_gate_up",
+        "gemm_down",
+        "lm_head",
+        "attn_prefill",
+        "attn_decode",
+    }
     assert pm.batch_time(BatchStats(num_decode_reqs=4, sum_decode_context=4000)) > 0
     # A100 has no FP8 GEMM or FP8 KV-cache tables: those operators fall back, the rest are measured.
     a100 = KernelPerfModel(load_model("Llama-3.1-8B", "fp8"), get_gpu("A100-80GB"), kv_dtype_bytes=1.0)
-    assert set(a100.fallbacks) == {"gemm_qkv", "gemm_o_proj", "gemm_gate_up", "gemm_down",
-                                   "attn_prefill", "attn_decode"}
+    assert set(a100.fallbacks) == {
+        "gemm_qkv",
+        "gemm_o_proj",
+        "gemm_gate_up",
+        "gemm_down",
+        "attn_prefill",
+        "attn_decode",
+    }
     assert a100.sources["lm_head"].startswith("table gemm bfloat16")
 
 
@@ -337,7 +374,9 @@ def test_config_chooses_the_model_and_version():
     assert isinstance(build_step_model(m, g, par, HardwareConfig(perf_model="roofline")), RooflinePerfModel)
     # The default: the kernels where the GPU has tables, the roofline elsewhere or under a profile.
     assert isinstance(build_step_model(m, get_gpu("MI300X"), par, HardwareConfig()), RooflinePerfModel)
-    assert isinstance(build_step_model(m, g, par, HardwareConfig(profile="a100_splitwise")), RooflinePerfModel)
+    assert isinstance(
+        build_step_model(m, g, par, HardwareConfig(profile="a100_splitwise")), RooflinePerfModel
+    )
     for hw in (HardwareConfig(), HardwareConfig(perf_model="kernels")):
         pm = build_step_model(m, g, par, hw)
         assert isinstance(pm, KernelPerfModel) and pm.version == kernel_versions("H100-SXM")[-1] == "0.19.0"

@@ -28,9 +28,20 @@ class Lockstep:
         self.a = KVCacheManager(blocks, bs, caching, 4096)
         self.b = CountingKVCache(blocks, bs, caching, 4096)
         self.ra = reqs
-        self.rb = [Request(r.idx, r.arrival_s, r.num_prompt_tokens, r.max_tokens, priority=r.priority,
-                           hash_ids=r.hash_ids, hash_block_tokens=r.hash_block_tokens,
-                           prefix_group=r.prefix_group, prefix_len=r.prefix_len) for r in reqs]
+        self.rb = [
+            Request(
+                r.idx,
+                r.arrival_s,
+                r.num_prompt_tokens,
+                r.max_tokens,
+                priority=r.priority,
+                hash_ids=r.hash_ids,
+                hash_block_tokens=r.hash_block_tokens,
+                prefix_group=r.prefix_group,
+                prefix_len=r.prefix_len,
+            )
+            for r in reqs
+        ]
         self.running: list[int] = []
         self.waiting: list[int] = list(range(len(reqs)))
         self.bs = bs
@@ -92,13 +103,23 @@ class Lockstep:
         self.running.remove(i)
 
 
-ops = st.lists(st.tuples(st.sampled_from(["admit", "step", "preempt", "finish"]),
-                         st.integers(0, 1000), st.integers(1, 300)), min_size=1, max_size=120)
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["admit", "step", "preempt", "finish"]), st.integers(0, 1000), st.integers(1, 300)
+    ),
+    min_size=1,
+    max_size=120,
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(ops=ops, caching=st.booleans(), bs=st.sampled_from([4, 16]), blocks=st.integers(3, 60),
-       seed=st.integers(0, 10**6))
+@given(
+    ops=ops,
+    caching=st.booleans(),
+    bs=st.sampled_from([4, 16]),
+    blocks=st.integers(3, 60),
+    seed=st.integers(0, 10**6),
+)
 def test_counting_cache_makes_the_reference_decisions(ops, caching, bs, blocks, seed):
     import random
 

@@ -34,12 +34,28 @@ SRC = Path(servesim.__file__).resolve().parent  # src/servesim
 #: Layer of each top-level module or package of servesim (higher imports lower, never back).
 LAYERS = {
     "errors": 0,
-    "config": 1, "catalog": 1,
-    "engine": 2, "perf": 2, "metrics": 2, "workload": 2,
-    "cluster": 3, "calibration": 3, "profile_ops": 3, "profile_layers": 3, "deployment": 3,
+    "config": 1,
+    "catalog": 1,
+    "engine": 2,
+    "perf": 2,
+    "metrics": 2,
+    "workload": 2,
+    "cluster": 3,
+    "calibration": 3,
+    "profile_ops": 3,
+    "profile_layers": 3,
+    "deployment": 3,
     "sim": 4,
-    "validate": 5, "report": 5, "planner": 5, "serve": 5, "papers": 5,
-    "cli": 6, "cli_base": 6, "cli_commands": 6, "__main__": 6, "": 6,  # "": servesim/__init__.py
+    "validate": 5,
+    "report": 5,
+    "planner": 5,
+    "serve": 5,
+    "papers": 5,
+    "cli": 6,
+    "cli_base": 6,
+    "cli_commands": 6,
+    "__main__": 6,
+    "": 6,  # "": servesim/__init__.py
 }
 
 
@@ -76,8 +92,9 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> dict[str, int
             if node.level:  # relative: from this package, up level - 1 packages
                 parts = package.split(".")
                 base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
-            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
-                       for alias in node.names]
+            targets = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names
+            ]
         else:
             continue
         for target in targets:

@@ -45,8 +45,11 @@ def test_gpu_memory_utilization_default_follows_the_version() -> None:
     assert new.usable_bytes == pytest.approx(0.92 * g.mem_bytes)
     # The 0.02 of an H100 go to the KV cache whole (the rest of the plan is the same).
     rest = old.weights_bytes + old.activation_bytes + old.reserve_bytes
-    assert (new.weights_bytes, new.activation_bytes, new.reserve_bytes) == \
-        (old.weights_bytes, old.activation_bytes, old.reserve_bytes)
+    assert (new.weights_bytes, new.activation_bytes, new.reserve_bytes) == (
+        old.weights_bytes,
+        old.activation_bytes,
+        old.reserve_bytes,
+    )
     assert old.num_gpu_blocks == math.floor((0.9 * g.mem_bytes - rest) / old.kv_bytes_per_block)
     assert new.num_gpu_blocks == math.floor((0.92 * g.mem_bytes - rest) / new.kv_bytes_per_block)
     kept = plan_memory(m, g, EngineConfig(version="0.21.0", gpu_memory_utilization=0.8), ParallelConfig())
@@ -65,8 +68,12 @@ def test_tensor_parallel_shards_weights_and_kv() -> None:
 
 def test_pipeline_parallel_halves_layers() -> None:
     m, g = load_model("Llama-3.1-70B"), get_gpu("H100")
-    p = plan_memory(m, g, EngineConfig(max_model_len=8192),
-                    ParallelConfig(tensor_parallel_size=2, pipeline_parallel_size=2))
+    p = plan_memory(
+        m,
+        g,
+        EngineConfig(max_model_len=8192),
+        ParallelConfig(tensor_parallel_size=2, pipeline_parallel_size=2),
+    )
     assert p.kv_bytes_per_token == m.kv_bytes_per_token(2) / 2
     assert p.weights_bytes < 0.55 * m.num_params() * 2 / 2
 
@@ -82,8 +89,9 @@ def test_kv_cache_too_small_for_max_model_len() -> None:
         plan_memory(m, l4, EngineConfig(), ParallelConfig())
     plan = plan_memory(m, l4, EngineConfig(max_model_len=8192), ParallelConfig())
     assert plan.num_gpu_blocks * 16 >= 8192
-    forced = plan_memory(m, l4, EngineConfig(num_gpu_blocks_override=100, max_model_len=1024),
-                         ParallelConfig())
+    forced = plan_memory(
+        m, l4, EngineConfig(num_gpu_blocks_override=100, max_model_len=1024), ParallelConfig()
+    )
     assert forced.num_gpu_blocks == 100
     # An override must still hold one max_model_len sequence: 1024 / 16 blocks + the null block.
     plan_memory(m, l4, EngineConfig(num_gpu_blocks_override=65, max_model_len=1024), ParallelConfig())
@@ -93,8 +101,9 @@ def test_kv_cache_too_small_for_max_model_len() -> None:
 
 def test_max_model_len_above_model_limit_is_rejected() -> None:
     with pytest.raises(ConfigError, match="max_position_embeddings"):
-        plan_memory(load_model("Llama-2-7B"), get_gpu("H100"), EngineConfig(max_model_len=8192),
-                    ParallelConfig())
+        plan_memory(
+            load_model("Llama-2-7B"), get_gpu("H100"), EngineConfig(max_model_len=8192), ParallelConfig()
+        )
 
 
 def test_fp8_kv_cache_doubles_blocks() -> None:
@@ -107,12 +116,15 @@ def test_fp8_kv_cache_doubles_blocks() -> None:
 def test_fp8_weights_keep_embeddings_16_bit() -> None:
     m = load_model("Llama-3.1-8B", dtype="fp8")
     plan = plan_memory(m, get_gpu("H100"), EngineConfig(), ParallelConfig())
-    assert plan.weights_bytes == 32 * (4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336) + (
-        2 * 128256 * 4096 + 65 * 4096) * 2
+    assert (
+        plan.weights_bytes
+        == 32 * (4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336) + (2 * 128256 * 4096 + 65 * 4096) * 2
+    )
 
 
-@pytest.mark.parametrize("name, tp", [("Llama-3.1-70B", 1), ("Llama-3.1-70B", 8), ("Llama-2-70B", 1),
-                                      ("Llama-3.1-8B", 1)])
+@pytest.mark.parametrize(
+    "name, tp", [("Llama-3.1-70B", 1), ("Llama-3.1-70B", 8), ("Llama-2-70B", 1), ("Llama-3.1-8B", 1)]
+)
 def test_does_not_fit_hint_names_a_layout_that_fits(name: str, tp: int) -> None:
     """Every change a "does not fit" message suggests is accepted when applied."""
     import re
@@ -123,7 +135,9 @@ def test_does_not_fit_hint_names_a_layout_that_fits(name: str, tp: int) -> None:
     tips = str(err.value).split("; ")[-1].removesuffix(" (checked to fit)").split(" or ")
     for tip in tips:
         fields = dict(re.findall(r"(\w+)\s*<?=\s*(\d+)", tip))
-        par = ParallelConfig(tensor_parallel_size=int(fields.get("tensor_parallel_size", tp)),
-                             pipeline_parallel_size=int(fields.get("pipeline_parallel_size", 1)))
+        par = ParallelConfig(
+            tensor_parallel_size=int(fields.get("tensor_parallel_size", tp)),
+            pipeline_parallel_size=int(fields.get("pipeline_parallel_size", 1)),
+        )
         max_len = fields.get("max_model_len")
         plan_memory(m, l4, EngineConfig(max_model_len=int(max_len) if max_len else None), par)

@@ -14,14 +14,28 @@ from servesim.workload.rate_profile import RateProfile
 
 DAY = 86400.0
 CLIENTS = [
-    {"name": "chat", "arrival": {"process": "poisson", "rate": 2.0,
-                                 "rate_profile": {"shape": "diurnal", "peak": 1.0, "trough": 0.2}},
-     "prompt_len": {"kind": "lognormal", "mean": 1000, "std": 800},
-     "output_len": {"kind": "lognormal", "mean": 250, "std": 200}},
-    {"name": "api", "arrival": {"process": "gamma", "rate": 1.0, "cv": 3.0},
-     "prompt_len": {"kind": "lognormal", "mean": 3000, "std": 1500}, "output_len": {"kind": "constant", "value": 60}},
-    {"name": "batch", "arrival": {"process": "weibull", "rate": 0.5, "cv": 0.5},
-     "prompt_len": {"kind": "uniform", "low": 100, "high": 500}, "output_len": {"kind": "constant", "value": 500}},
+    {
+        "name": "chat",
+        "arrival": {
+            "process": "poisson",
+            "rate": 2.0,
+            "rate_profile": {"shape": "diurnal", "peak": 1.0, "trough": 0.2},
+        },
+        "prompt_len": {"kind": "lognormal", "mean": 1000, "std": 800},
+        "output_len": {"kind": "lognormal", "mean": 250, "std": 200},
+    },
+    {
+        "name": "api",
+        "arrival": {"process": "gamma", "rate": 1.0, "cv": 3.0},
+        "prompt_len": {"kind": "lognormal", "mean": 3000, "std": 1500},
+        "output_len": {"kind": "constant", "value": 60},
+    },
+    {
+        "name": "batch",
+        "arrival": {"process": "weibull", "rate": 0.5, "cv": 0.5},
+        "prompt_len": {"kind": "uniform", "low": 100, "high": 500},
+        "output_len": {"kind": "constant", "value": 500},
+    },
 ]
 
 
@@ -61,8 +75,9 @@ def test_each_client_keeps_its_parameters():
         a = c["arrival"]
         cv = a.get("cv", 1.0)
         prof = a.get("rate_profile")
-        mean_n = a["rate"] * (float(RateProfile.from_config(RateProfileConfig(**prof)).cumulative(DAY))
-                              if prof else DAY)
+        mean_n = a["rate"] * (
+            float(RateProfile.from_config(RateProfileConfig(**prof)).cumulative(DAY)) if prof else DAY
+        )
         assert abs(len(t) - mean_n) < 4 * cv * math.sqrt(mean_n), c["name"]
         if prof is None:
             g = np.diff(t)
@@ -70,10 +85,15 @@ def test_each_client_keeps_its_parameters():
             assert abs(g.std() / g.mean() - cv) < 4 * se, c["name"]
         p = wl.num_prompt_tokens[client == i]
         d = c["prompt_len"]
-        mean, std = ((d["low"] + d["high"]) / 2, (d["high"] - d["low"] + 1) / math.sqrt(12)) \
-            if d["kind"] == "uniform" else (d["mean"], d["std"])
+        mean, std = (
+            ((d["low"] + d["high"]) / 2, (d["high"] - d["low"] + 1) / math.sqrt(12))
+            if d["kind"] == "uniform"
+            else (d["mean"], d["std"])
+        )
         assert abs(p.mean() - mean) < 4 * std / math.sqrt(len(p)), c["name"]
-    assert wl.meta["requests_per_client"] == {c["name"]: int((client == i).sum()) for i, c in enumerate(CLIENTS)}
+    assert wl.meta["requests_per_client"] == {
+        c["name"]: int((client == i).sum()) for i, c in enumerate(CLIENTS)
+    }
 
 
 def test_clients_are_independent_and_num_requests_cuts_the_merge():
@@ -81,16 +101,21 @@ def test_clients_are_independent_and_num_requests_cuts_the_merge():
     two = load_workload(MixtureWorkload.model_validate({"clients": CLIENTS[:2], "duration_s": DAY}))
     # The first two clients' requests are the same with or without the third.
     for i in range(2):
-        np.testing.assert_array_equal(full.arrival_s[full.meta["client"] == i], two.arrival_s[two.meta["client"] == i])
+        np.testing.assert_array_equal(
+            full.arrival_s[full.meta["client"] == i], two.arrival_s[two.meta["client"] == i]
+        )
     cut = load_workload(MixtureWorkload.model_validate({"clients": CLIENTS[1:], "num_requests": 500}))
     assert len(cut) == 500 and len(cut.meta["client"]) == 500
     assert np.all(np.diff(cut.arrival_s) >= 0)
 
 
-@pytest.mark.parametrize("kw,needle", [
-    ({"clients": [CLIENTS[0], CLIENTS[0]]}, "names must differ"),
-    ({"clients": [{"name": "x", "arrival": {"process": "burst"}}]}, "burst"),
-])
+@pytest.mark.parametrize(
+    "kw,needle",
+    [
+        ({"clients": [CLIENTS[0], CLIENTS[0]]}, "names must differ"),
+        ({"clients": [{"name": "x", "arrival": {"process": "burst"}}]}, "burst"),
+    ],
+)
 def test_bad_mixtures(kw, needle):
     from pydantic import ValidationError
 

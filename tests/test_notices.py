@@ -15,8 +15,10 @@ from servesim.metrics.console import print_summary
 from servesim.workload import read_trace
 from servesim.workload.notices import hash_ids_beyond_prompt
 
-GENERIC = ("arrived_at_s,num_prompt_tokens,num_output_tokens,prefx_group\n"
-           "0.0,100,10,a\n0.5,200,0,a\n0.25,300,5,b\n1.0,50,5,\n")
+GENERIC = (
+    "arrived_at_s,num_prompt_tokens,num_output_tokens,prefx_group\n"
+    "0.0,100,10,a\n0.5,200,0,a\n0.25,300,5,b\n1.0,50,5,\n"
+)
 
 
 def codes(notices: list[dict]) -> dict[str, int | None]:
@@ -36,9 +38,11 @@ def test_generic_trace_zero_length_unsorted_and_a_misspelt_column(tmp_path: Path
 
 def test_mooncake_hash_ids_beyond_the_prompt(tmp_path: Path) -> None:
     path = tmp_path / "m.jsonl"
-    rows = [{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]},
-            {"timestamp": 10, "input_length": 600, "output_length": 5, "hash_ids": [1, 2, 3, 4]},
-            {"timestamp": 20, "input_length": 100, "output_length": 5, "hash_ids": [7], "chat_id": 3}]
+    rows = [
+        {"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]},
+        {"timestamp": 10, "input_length": 600, "output_length": 5, "hash_ids": [1, 2, 3, 4]},
+        {"timestamp": 20, "input_length": 100, "output_length": 5, "hash_ids": [7], "chat_id": 3},
+    ]
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     wl = read_trace(path)
     assert codes(wl.meta["notices"]) == {"hash_ids_beyond_prompt": 1}  # keys come from the first record
@@ -59,8 +63,11 @@ def test_sorted_clean_trace_has_no_notices() -> None:
 def test_notices_reach_the_summary_and_the_console(tmp_path: Path, cluster: dict | None) -> None:
     path = tmp_path / "t.csv"
     path.write_text(GENERIC)
-    sc = {"model": {"name": "Llama-3.1-8B"}, "engine": {"max_model_len": 4096},
-          "workload": {"type": "trace", "path": str(path)}}
+    sc = {
+        "model": {"name": "Llama-3.1-8B"},
+        "engine": {"max_model_len": 4096},
+        "workload": {"type": "trace", "path": str(path)},
+    }
     if cluster:
         sc["cluster"] = cluster
     r = servesim.simulate(sc)
@@ -72,9 +79,18 @@ def test_notices_reach_the_summary_and_the_console(tmp_path: Path, cluster: dict
 
 
 def test_synthetic_lengths_clipped_are_counted() -> None:
-    r = servesim.simulate({"model": {"name": "Llama-3.1-8B"}, "engine": {"max_model_len": 4096},
-                           "workload": {"type": "synthetic", "num_requests": 200, "arrival": {"rate": 5},
-                                        "prompt_len": {"kind": "normal", "mean": 100, "std": 200, "max": 300},
-                                        "output_len": {"kind": "constant", "value": 20}}})
+    r = servesim.simulate(
+        {
+            "model": {"name": "Llama-3.1-8B"},
+            "engine": {"max_model_len": 4096},
+            "workload": {
+                "type": "synthetic",
+                "num_requests": 200,
+                "arrival": {"rate": 5},
+                "prompt_len": {"kind": "normal", "mean": 100, "std": 200, "max": 300},
+                "output_len": {"kind": "constant", "value": 20},
+            },
+        }
+    )
     (n,) = r.summary["notices"]
     assert n["code"] == "length_clipped" and n["source"] == "workload.prompt_len" and 0 < n["count"] < 200

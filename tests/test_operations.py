@@ -24,13 +24,23 @@ from servesim.metrics.records import RequestStatus
 from servesim.metrics.timeseries import COLUMNS
 from servesim.perf.base import ConstantPerfModel
 
-ENG = resolve_engine(EngineConfig(max_num_seqs=64, max_num_batched_tokens=4096, cpu_overhead_s=0.0),
-                     max_model_len=2048)
+ENG = resolve_engine(
+    EngineConfig(max_num_seqs=64, max_num_batched_tokens=4096, cpu_overhead_s=0.0), max_model_len=2048
+)
 
 
 def pool(name: str = "c", n: int = 2, role: str = "colocated", weights: float = 0.0) -> PoolSpec:
-    return PoolSpec(name, role, n, ENG, ConstantPerfModel(0.01), num_gpu_blocks=4000, max_model_len=2048,
-                    kv_bytes_per_token=1000.0, weights_bytes_per_gpu=weights)
+    return PoolSpec(
+        name,
+        role,
+        n,
+        ENG,
+        ConstantPerfModel(0.01),
+        num_gpu_blocks=4000,
+        max_model_len=2048,
+        kv_bytes_per_token=1000.0,
+        weights_bytes_per_gpu=weights,
+    )
 
 
 def cluster(ops: OperationsConfig, n: int = 2, router: str = "round_robin") -> ClusterConfig:
@@ -50,8 +60,10 @@ def test_a_failure_with_100_requests_in_flight_loses_none(policy: str) -> None:
     # 200 requests at once over two replicas (100 each, 200 output tokens: 2 s of decoding);
     # replica 0 fails at 0.5 s with its 100 in flight.
     wl = make_workload([0.0] * 200, 100, 200)
-    ops = OperationsConfig(interval_s=0.25, failures=FailuresConfig(
-        events=[FailureEvent(pool="c", replica=0, at_s=0.5)], on_failure=policy))
+    ops = OperationsConfig(
+        interval_s=0.25,
+        failures=FailuresConfig(events=[FailureEvent(pool="c", replica=0, at_s=0.5)], on_failure=policy),
+    )
     run = run_cluster(wl, [pool()], cluster(ops), check_invariants=True)
     fin, failed, other = outcome(run)
     assert other == 0 and fin + failed == 200
@@ -68,19 +80,41 @@ def test_a_failure_with_100_requests_in_flight_loses_none(policy: str) -> None:
 
 
 @settings(max_examples=25, deadline=None)
-@given(n0=st.integers(1, 3), max_r=st.integers(1, 5), rate=st.floats(20, 400), weights_gb=st.floats(0, 80),
-       startup=st.floats(0, 2), fail_at=st.floats(0.1, 3))
-def test_replicas_never_serve_before_their_cold_start_ends(n0: int, max_r: int, rate: float, weights_gb: float,
-                                                           startup: float, fail_at: float) -> None:
+@given(
+    n0=st.integers(1, 3),
+    max_r=st.integers(1, 5),
+    rate=st.floats(20, 400),
+    weights_gb=st.floats(0, 80),
+    startup=st.floats(0, 2),
+    fail_at=st.floats(0.1, 3),
+)
+def test_replicas_never_serve_before_their_cold_start_ends(
+    n0: int, max_r: int, rate: float, weights_gb: float, startup: float, fail_at: float
+) -> None:
     max_r = max(max_r, n0)
     num = 300
     wl = make_workload(list(np.arange(num) / rate), 64, 30)
     ops = OperationsConfig(
         interval_s=0.2,
-        autoscaling=AutoscalingConfig(pools=[PoolScaling(pool="c", metric="queue_len", target=2, min_replicas=1,
-                                                         max_replicas=max_r, scale_in_grace_s=0.4)],
-                                      startup_s=startup, load_gb_per_s=40.0, drain_timeout_s=1.0),
-        failures=FailuresConfig(events=[FailureEvent(pool="c", replica=0, at_s=fail_at, recover_after_s=0.5)]))
+        autoscaling=AutoscalingConfig(
+            pools=[
+                PoolScaling(
+                    pool="c",
+                    metric="queue_len",
+                    target=2,
+                    min_replicas=1,
+                    max_replicas=max_r,
+                    scale_in_grace_s=0.4,
+                )
+            ],
+            startup_s=startup,
+            load_gb_per_s=40.0,
+            drain_timeout_s=1.0,
+        ),
+        failures=FailuresConfig(
+            events=[FailureEvent(pool="c", replica=0, at_s=fail_at, recover_after_s=0.5)]
+        ),
+    )
     run = run_cluster(wl, [pool(n=n0, weights=weights_gb * 1e9)], cluster(ops, n0), check_invariants=True)
     fleet = run.fleet
     starts = np.asarray(run.steps.start_s)
@@ -169,9 +203,12 @@ def test_timeseries_written_beside_the_other_outputs(tmp_path) -> None:  # noqa:
         "workload: {type: synthetic, num_requests: 200, arrival: {rate: 40}, prompt_len: {value: 256},"
         " output_len: {value: 32}}\n"
         "cluster: {pools: [{name: a, num_replicas: 2}, {name: b, gpu: A100-80GB}],"
-        " operations: {interval_s: 1.0}}\n")
-    res = CliRunner().invoke(app, ["simulate", str(sc), "--output", str(tmp_path / "out"),
-                                   "--records-format", "csv", "--no-progress"])
+        " operations: {interval_s: 1.0}}\n"
+    )
+    res = CliRunner().invoke(
+        app,
+        ["simulate", str(sc), "--output", str(tmp_path / "out"), "--records-format", "csv", "--no-progress"],
+    )
     assert res.exit_code == 0, res.output
     with open(tmp_path / "out" / "timeseries.csv") as f:
         rows = list(csv.DictReader(f))
@@ -186,11 +223,23 @@ def test_timeseries_written_beside_the_other_outputs(tmp_path) -> None:  # noqa:
 
 def test_prefill_follows_the_decode_pool_at_the_ratio() -> None:
     wl = make_workload(list(np.arange(400) / 200), 256, 200)
-    ops = OperationsConfig(interval_s=0.2, autoscaling=AutoscalingConfig(
-        pools=[PoolScaling(pool="d", metric="running", target=8, min_replicas=1, max_replicas=6,
-                           scale_in_grace_s=0.4)], prefill_decode_ratio=0.5, startup_s=0.1))
-    cfg = ClusterConfig(pools=[PoolConfig(name="p", role="prefill"), PoolConfig(name="d", role="decode")],
-                        router="least_outstanding", operations=ops)
+    ops = OperationsConfig(
+        interval_s=0.2,
+        autoscaling=AutoscalingConfig(
+            pools=[
+                PoolScaling(
+                    pool="d", metric="running", target=8, min_replicas=1, max_replicas=6, scale_in_grace_s=0.4
+                )
+            ],
+            prefill_decode_ratio=0.5,
+            startup_s=0.1,
+        ),
+    )
+    cfg = ClusterConfig(
+        pools=[PoolConfig(name="p", role="prefill"), PoolConfig(name="d", role="decode")],
+        router="least_outstanding",
+        operations=ops,
+    )
     run = run_cluster(wl, [pool("p", 1, "prefill"), pool("d", 1, "decode")], cfg)
     ts = run.timeseries
     pre, dec = ts.of_pool("p")["replicas"], ts.of_pool("d")["replicas"]
@@ -207,8 +256,9 @@ def _closed_loop(num: int, concurrency: int):  # noqa: ANN202
     from servesim.config import BenchmarkWorkload
     from servesim.workload.benchmark import generate_benchmark
 
-    cfg = BenchmarkWorkload(num_prompts=num, input_len=256, output_len=100, max_concurrency=concurrency,
-                            num_warmups=0)
+    cfg = BenchmarkWorkload(
+        num_prompts=num, input_len=256, output_len=100, max_concurrency=concurrency, num_warmups=0
+    )
     return generate_benchmark(cfg, seed=0)
 
 
@@ -221,15 +271,37 @@ def test_closed_loop_clients_under_autoscaling_and_failures(fail: bool) -> None:
     n = len(wl)  # the 3000 and vllm bench's ready check before them
     ops = OperationsConfig(
         interval_s=0.5,
-        autoscaling=AutoscalingConfig(pools=[PoolScaling(pool="c", metric="queue_len", target=4, min_replicas=1,
-                                                         max_replicas=4, scale_in_grace_s=2.0)],
-                                      startup_s=1.0, load_gb_per_s=10.0),
+        autoscaling=AutoscalingConfig(
+            pools=[
+                PoolScaling(
+                    pool="c",
+                    metric="queue_len",
+                    target=4,
+                    min_replicas=1,
+                    max_replicas=4,
+                    scale_in_grace_s=2.0,
+                )
+            ],
+            startup_s=1.0,
+            load_gb_per_s=10.0,
+        ),
         failures=FailuresConfig(events=[FailureEvent(pool="c", replica=0, at_s=3.0, recover_after_s=1.0)])
-        if fail else None)
-    eng = resolve_engine(EngineConfig(max_num_seqs=16, max_num_batched_tokens=4096, cpu_overhead_s=0.0),
-                         max_model_len=2048)
-    p = PoolSpec("c", "colocated", 1, eng, ConstantPerfModel(0.01), num_gpu_blocks=4000, max_model_len=2048,
-                 kv_bytes_per_token=1000.0)
+        if fail
+        else None,
+    )
+    eng = resolve_engine(
+        EngineConfig(max_num_seqs=16, max_num_batched_tokens=4096, cpu_overhead_s=0.0), max_model_len=2048
+    )
+    p = PoolSpec(
+        "c",
+        "colocated",
+        1,
+        eng,
+        ConstantPerfModel(0.01),
+        num_gpu_blocks=4000,
+        max_model_len=2048,
+        kv_bytes_per_token=1000.0,
+    )
     run = run_cluster(wl, [p], cluster(ops, 1, "least_outstanding"))
     rec = run.records
     fin, failed, other = outcome(run)
@@ -264,11 +336,19 @@ def test_closed_loop_clients_under_autoscaling_and_failures(fail: bool) -> None:
 
 # -- what an autoscaled or failed fleet held --------------------------------------------------
 
+
 def _small(ops: dict) -> dict:
-    return {"model": {"name": "Llama-3.1-8B"},
-            "workload": {"type": "synthetic", "num_requests": 200, "arrival": {"rate": 40},
-                         "prompt_len": {"value": 256}, "output_len": {"value": 32}},
-            "cluster": {"pools": [{"name": "c", "num_replicas": 2}], "operations": ops}}
+    return {
+        "model": {"name": "Llama-3.1-8B"},
+        "workload": {
+            "type": "synthetic",
+            "num_requests": 200,
+            "arrival": {"rate": 40},
+            "prompt_len": {"value": 256},
+            "output_len": {"value": 32},
+        },
+        "cluster": {"pools": [{"name": "c", "num_replicas": 2}], "operations": ops},
+    }
 
 
 def test_gpu_time_held_is_each_replicas_lifetime() -> None:
@@ -308,6 +388,7 @@ def test_an_autoscaled_fleet_reports_its_peak_not_every_replica_it_started() -> 
 
 # -- failures that cannot happen are said ---------------------------------------------------------
 
+
 def test_a_failure_of_a_replica_scaled_in_or_never_started_is_a_notice() -> None:
     # Two idle replicas, scaled in to one after 0.4 s (replica 1, the newest, stops at 0.6 s);
     # the requests come from 2 s on. Replica 1 is gone at 1 s, replica 3 never started, the
@@ -316,12 +397,27 @@ def test_a_failure_of_a_replica_scaled_in_or_never_started_is_a_notice() -> None
     ops = OperationsConfig(
         interval_s=0.2,
         autoscaling=AutoscalingConfig(
-            pools=[PoolScaling(pool="c", metric="queue_len", target=2, min_replicas=1, max_replicas=4,
-                               scale_in_grace_s=0.4)], startup_s=0.1),
-        failures=FailuresConfig(events=[FailureEvent(pool="c", replica=1, at_s=1.0),
-                                        FailureEvent(pool="c", replica=3, at_s=1.2),
-                                        FailureEvent(pool="c", replica=0, at_s=1.5, recover_after_s=0.1),
-                                        FailureEvent(pool="c", replica=0, at_s=100.0)]))
+            pools=[
+                PoolScaling(
+                    pool="c",
+                    metric="queue_len",
+                    target=2,
+                    min_replicas=1,
+                    max_replicas=4,
+                    scale_in_grace_s=0.4,
+                )
+            ],
+            startup_s=0.1,
+        ),
+        failures=FailuresConfig(
+            events=[
+                FailureEvent(pool="c", replica=1, at_s=1.0),
+                FailureEvent(pool="c", replica=3, at_s=1.2),
+                FailureEvent(pool="c", replica=0, at_s=1.5, recover_after_s=0.1),
+                FailureEvent(pool="c", replica=0, at_s=100.0),
+            ]
+        ),
+    )
     run = run_cluster(wl, [pool()], cluster(ops), check_invariants=True)
     assert run.operations["num_failures"] == 1
     assert [n["code"] for n in run.notices] == ["failure_not_applied"] * 3
@@ -332,24 +428,52 @@ def test_a_failure_of_a_replica_scaled_in_or_never_started_is_a_notice() -> None
     assert outcome(run) == (100, 0, 0)
     # An autoscaled pool numbers every replica it ever starts: an index past max_replicas is
     # not refused up front (a fixed pool's is).
-    ClusterConfig(pools=[PoolConfig(name="c", num_replicas=2)], operations=OperationsConfig(
-        autoscaling=ops.autoscaling,
-        failures=FailuresConfig(events=[FailureEvent(pool="c", replica=52, at_s=1)])))
+    ClusterConfig(
+        pools=[PoolConfig(name="c", num_replicas=2)],
+        operations=OperationsConfig(
+            autoscaling=ops.autoscaling,
+            failures=FailuresConfig(events=[FailureEvent(pool="c", replica=52, at_s=1)]),
+        ),
+    )
     with pytest.raises(ValueError, match="never has a replica 3"):
-        ClusterConfig(pools=[PoolConfig(name="c", num_replicas=2)], operations=OperationsConfig(
-            failures=FailuresConfig(events=[FailureEvent(pool="c", replica=0, at_s=1, recover_after_s=1),
-                                            FailureEvent(pool="c", replica=3, at_s=2)])))
+        ClusterConfig(
+            pools=[PoolConfig(name="c", num_replicas=2)],
+            operations=OperationsConfig(
+                failures=FailuresConfig(
+                    events=[
+                        FailureEvent(pool="c", replica=0, at_s=1, recover_after_s=1),
+                        FailureEvent(pool="c", replica=3, at_s=2),
+                    ]
+                )
+            ),
+        )
 
 
 # -- the autoscaler's tolerance ----------------------------------------------------------------------
+
 
 def _steady(rate: float, **rule: float):  # noqa: ANN202
     """A steady load (evenly spaced arrivals, 50 steps of 10 ms each) scaled on running requests
     (target 4 a replica: 32.3 req/s x 0.5 s is 16 to 17 running, 4 to 5 replicas' worth)."""
     wl = make_workload(list(np.arange(1200) / rate), 64, 50)
-    ops = OperationsConfig(interval_s=1.0, autoscaling=AutoscalingConfig(
-        pools=[PoolScaling(pool="c", metric="running", target=4, min_replicas=1, max_replicas=8,
-                           scale_in_grace_s=3.0, **rule)], startup_s=0.5, load_gb_per_s=40.0))
+    ops = OperationsConfig(
+        interval_s=1.0,
+        autoscaling=AutoscalingConfig(
+            pools=[
+                PoolScaling(
+                    pool="c",
+                    metric="running",
+                    target=4,
+                    min_replicas=1,
+                    max_replicas=8,
+                    scale_in_grace_s=3.0,
+                    **rule,
+                )
+            ],
+            startup_s=0.5,
+            load_gb_per_s=40.0,
+        ),
+    )
     return run_cluster(wl, [pool(n=1)], cluster(ops, 1, "least_outstanding"))
 
 
@@ -371,6 +495,7 @@ def test_a_steady_load_does_not_flap_within_the_tolerance() -> None:
 
 # -- the power capper's band ------------------------------------------------------------------------
 
+
 def test_the_power_cap_holds_at_the_peak_within_its_band() -> None:
     from types import SimpleNamespace
 
@@ -382,14 +507,19 @@ def test_the_power_cap_holds_at_the_peak_within_its_band() -> None:
     # 0.88 with both. The load is at the peak for 20 intervals, then at 0.6 of it for 10.
     def run(judge_capped: bool, **band: float) -> tuple[int, int, list[int]]:
         ops = Operations.__new__(Operations)
-        ops.cfg = OperationsConfig(interval_s=1.0, power=PowerCapConfig(
-            budget_w=1000.0, low_priority_pools=["lo"], cap_low_at=0.85, cap_all_at=0.95, **band))
+        ops.cfg = OperationsConfig(
+            interval_s=1.0,
+            power=PowerCapConfig(
+                budget_w=1000.0, low_priority_pools=["lo"], cap_low_at=0.85, cap_all_at=0.95, **band
+            ),
+        )
         ops.pools = [SimpleNamespace(name=n, perf=SimpleNamespace(clock=1.0)) for n in ("lo", "hi")]
         ops.cap_level, ops.num_cap_changes, ops.capped_s = 0, 0, {"lo": 0.0, "hi": 0.0}
         over, levels = 0, []
         for load in [1.0] * 20 + [0.6] * 10:
-            ops.pool_power_w = {p.name: 1000.0 * load * (0.44 if p.perf.clock < 1 else 0.55)
-                                for p in ops.pools}
+            ops.pool_power_w = {
+                p.name: 1000.0 * load * (0.44 if p.perf.clock < 1 else 0.55) for p in ops.pools
+            }
             ops.uncapped_w = {p.name: 1000.0 * load * 0.55 for p in ops.pools}
             if judge_capped:  # the former rule: a cap lifted on the power drawn under it
                 ops.uncapped_w = dict(ops.pool_power_w)

@@ -32,31 +32,54 @@ def scenario(num_replicas: int, *, autoscale: bool = False, day: bool = True) ->
     replica; ``day``: the diurnal day, else one hour at the peak rate (constant)."""
     arrival: dict[str, Any] = {"process": "gamma", "cv": 2.0, "rate": PEAK}
     if day:
-        arrival["rate_profile"] = {"shape": "diurnal", "period_s": DAY_S, "peak": 1.0, "trough": 0.3,
-                                   "peak_at_s": DAY_S * 14 / 24}
+        arrival["rate_profile"] = {
+            "shape": "diurnal",
+            "period_s": DAY_S,
+            "peak": 1.0,
+            "trough": 0.3,
+            "peak_at_s": DAY_S * 14 / 24,
+        }
     ops: dict[str, Any] = {"interval_s": 60.0}
     if autoscale:
         ops["autoscaling"] = {
             # No tolerance: every tick follows ceil(running / 6). At HPA's 0.1 the scale-out
             # waits for 6.6 running a replica, which a bursty rise on 1 or 2 replicas pays for
             # (measured: attainment 0.987, TTFT p99 17.5 s, 89.8 GPU-hours).
-            "pools": [{"pool": "c", "metric": "running", "target": 6, "min_replicas": 1,
-                       "max_replicas": num_replicas, "scale_in_grace_s": GRACE_S, "tolerance": 0.0}],
-            "startup_s": START_S, "load_gb_per_s": LOAD_GB_PER_S}
+            "pools": [
+                {
+                    "pool": "c",
+                    "metric": "running",
+                    "target": 6,
+                    "min_replicas": 1,
+                    "max_replicas": num_replicas,
+                    "scale_in_grace_s": GRACE_S,
+                    "tolerance": 0.0,
+                }
+            ],
+            "startup_s": START_S,
+            "load_gb_per_s": LOAD_GB_PER_S,
+        }
     return {
         # The engine alone (no API-server front end): the fleet's sizing and the day's figures are
         # about replicas and control times, not the front end's milliseconds per request.
-        "model": {"name": "Llama-3.1-8B"}, "hardware": {"gpu": "L4"},
+        "model": {"name": "Llama-3.1-8B"},
+        "hardware": {"gpu": "L4"},
         "engine": {"max_model_len": 8192, "frontend": {"enabled": False}},
-        "workload": {"type": "synthetic", "seed": 2,
-                     "num_requests": int(PEAK * (0.65 * DAY_S if day else 3600.0)),
-                     "arrival": arrival,
-                     "prompt_len": {"kind": "lognormal", "mean": 2000, "std": 1500, "max": 6000},
-                     "output_len": {"kind": "lognormal", "mean": 1000, "std": 600, "max": 3000}},
-        "slo": SLO, "run": {"record_steps": False},
-        "cluster": {"router": "least_outstanding",
-                    "pools": [{"name": "c", "num_replicas": 2 if autoscale else num_replicas}],
-                    "operations": ops},
+        "workload": {
+            "type": "synthetic",
+            "seed": 2,
+            "num_requests": int(PEAK * (0.65 * DAY_S if day else 3600.0)),
+            "arrival": arrival,
+            "prompt_len": {"kind": "lognormal", "mean": 2000, "std": 1500, "max": 6000},
+            "output_len": {"kind": "lognormal", "mean": 1000, "std": 600, "max": 3000},
+        },
+        "slo": SLO,
+        "run": {"record_steps": False},
+        "cluster": {
+            "router": "least_outstanding",
+            "pools": [{"name": "c", "num_replicas": 2 if autoscale else num_replicas}],
+            "operations": ops,
+        },
     }
 
 

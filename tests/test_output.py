@@ -24,8 +24,14 @@ def test_parquet_outputs(tmp_path: Path) -> None:
     doc = json.loads((out / "summary.json").read_text())
     assert doc["counts"]["num_requests"] == 5
     assert doc["latency"]["ttft_s"]["p50"] == pytest.approx(0.5)
-    assert doc["scenario"]["slo"] == {"ttft_s": 0.8, "tpot_s": 0.4, "e2e_s": 0.5, "attainment": {},
-                                      "percentiles": [], "confidence": None}
+    assert doc["scenario"]["slo"] == {
+        "ttft_s": 0.8,
+        "tpot_s": 0.4,
+        "e2e_s": 0.5,
+        "attainment": {},
+        "percentiles": [],
+        "confidence": None,
+    }
     assert doc["scenario"]["engine"]["block_size"] == 16
 
     req = pq.read_table(out / "requests.parquet").to_pydict()

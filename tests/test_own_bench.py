@@ -29,8 +29,15 @@ def test_a_detailed_result_is_replayed_with_its_own_requests(scenario: Path):
     c = compare(scenario, FIXTURE)
     rows = {name: (meas, pred, err) for name, meas, pred, err in c.rows}
     # every figure of the file that servesim computes, the file's own measured value
-    assert set(rows) == {"mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "request_throughput",
-                         "output_throughput", "total_token_throughput", "duration"}
+    assert set(rows) == {
+        "mean_ttft_ms",
+        "median_ttft_ms",
+        "p99_ttft_ms",
+        "request_throughput",
+        "output_throughput",
+        "total_token_throughput",
+        "duration",
+    }
     for name, (meas, pred, err) in rows.items():
         assert meas == doc[name] and err == pytest.approx(100 * (pred / meas - 1))
     # 200 requests, 2 failed (errors): vllm bench's figures leave them out, the replay too
@@ -44,17 +51,28 @@ def test_a_result_without_details_takes_the_mean_lengths(tmp_path: Path):
     for key in ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors"):
         doc.pop(key)
     wl, notes = replay_workload(tmp_path / "r.json", doc)
-    assert wl == {"type": "benchmark", "num_prompts": 198, "input_len": round(204186 / 198),
-                  "output_len": round(23091 / 198), "random_range_ratio": 0.0, "num_warmups": 0,
-                  "request_rate": 4.0, "burstiness": 1.0, "max_concurrency": 16}
+    assert wl == {
+        "type": "benchmark",
+        "num_prompts": 198,
+        "input_len": round(204186 / 198),
+        "output_len": round(23091 / 198),
+        "random_range_ratio": 0.0,
+        "num_warmups": 0,
+        "request_rate": 4.0,
+        "burstiness": 1.0,
+        "max_concurrency": 16,
+    }
     assert "--save-detailed" in notes[0]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("not json", "line 1: not JSON"),
-    ("[1, 2]", "expected one JSON object"),
-    ('{"model_id": "x"}', "no measured figure"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("not json", "line 1: not JSON"),
+        ("[1, 2]", "expected one JSON object"),
+        ('{"model_id": "x"}', "no measured figure"),
+    ],
+)
 def test_bad_result_files_are_named(tmp_path: Path, text: str, message: str):
     p = tmp_path / "r.json"
     p.write_text(text)
@@ -74,10 +92,11 @@ def test_the_command_prints_writes_and_refuses(scenario: Path, tmp_path: Path):
     res = run(app, ["validate", "--bench", str(FIXTURE), "--scenario", str(scenario), "--threshold", "0.001"])
     assert res.exit_code == 1 and "over 0.001%" in res.output
     # no scenario, a missing file, --scenario without --bench: clear errors, exit 2, no traceback
-    for args, text in ((["--bench", str(FIXTURE)], "give --scenario"),
-                       (["--bench", str(tmp_path / "none.json"), "--scenario", str(scenario)],
-                        "no such file"),
-                       (["--scenario", str(scenario)], "go with --bench")):
+    for args, text in (
+        (["--bench", str(FIXTURE)], "give --scenario"),
+        (["--bench", str(tmp_path / "none.json"), "--scenario", str(scenario)], "no such file"),
+        (["--scenario", str(scenario)], "go with --bench"),
+    ):
         res = run(app, ["validate", *args])
         assert res.exit_code == 2 and text in res.output and "Traceback" not in res.output
 
@@ -106,8 +125,10 @@ def test_the_committed_profile_is_the_fit_of_the_offline_recording(tmp_path: Pat
     pytest.importorskip("scipy")
     runner = CliRunner()
     out = tmp_path / "profile.json"
-    res = runner.invoke(app, ["calibrate", str(CPU / "offline_rate1.json"),
-                              "--hardware", str(CPU / "cpu.yaml"), "-o", str(out)])
+    res = runner.invoke(
+        app,
+        ["calibrate", str(CPU / "offline_rate1.json"), "--hardware", str(CPU / "cpu.yaml"), "-o", str(out)],
+    )
     assert res.exit_code == 0, res.output
     got, want = json.loads(out.read_text()), json.loads((CPU / "profile.json").read_text())
     for k, v in want["efficiencies"].items():
@@ -122,9 +143,14 @@ def test_a_real_vllm_serve_run_at_32_clients_where_the_api_server_streams_most()
     the rest, a step and a half, is not modelled (client, API server and engine share the
     machine's 2 cores). TPOT is 7% short either way."""
     on = dict((n, e) for n, _, _, e in compare(CPU / "deploy.yaml", CPU / "bench_c32.json").rows)
-    off = dict((n, e) for n, _, _, e in compare(CPU / "deploy.yaml", CPU / "bench_c32.json",
-                                                 ["engine.frontend.per_output_token_s=0",
-                                                  "engine.frontend.per_chunk_s=0"]).rows)
+    off = dict(
+        (n, e)
+        for n, _, _, e in compare(
+            CPU / "deploy.yaml",
+            CPU / "bench_c32.json",
+            ["engine.frontend.per_output_token_s=0", "engine.frontend.per_chunk_s=0"],
+        ).rows
+    )
     assert on["mean_ttft_ms"] == pytest.approx(-31.8, abs=0.5)
     assert off["mean_ttft_ms"] == pytest.approx(-34.6, abs=0.5)
     assert on["mean_tpot_ms"] == pytest.approx(-6.8, abs=0.5)

@@ -14,18 +14,30 @@ def _tool():
     return load_script(ROOT / "tools" / "pack_mla_module.py")
 
 
-def _row(kv: str, gemm: str, heads: int, batch: int, isl: int, ms: float,
-         model: str = "deepseek-ai/DeepSeek-V3") -> dict:
-    return {"model": model, "tp_size": 1, "kv_cache_dtype": kv, "gemm_type": gemm, "num_heads": heads,
-            "batch_size": batch, "isl": isl, "latency": ms}
+def _row(
+    kv: str, gemm: str, heads: int, batch: int, isl: int, ms: float, model: str = "deepseek-ai/DeepSeek-V3"
+) -> dict:
+    return {
+        "model": model,
+        "tp_size": 1,
+        "kv_cache_dtype": kv,
+        "gemm_type": gemm,
+        "num_heads": heads,
+        "batch_size": batch,
+        "isl": isl,
+        "latency": ms,
+    }
 
 
 def test_packs_each_series_on_its_axes_repeats_averaged_gaps_left_empty():
     tool = _tool()
-    rows = [_row("fp8", "bfloat16", 16, 1, 1024, 0.18),
-            _row("fp8", "bfloat16", 16, 1, 1024, 0.20),  # a repeat
-            _row("fp8", "bfloat16", 16, 1, 8192, 0.123456), _row("fp8", "bfloat16", 16, 4, 1024, 0.42),
-            _row("bfloat16", "nvfp4", 8, 2, 16, 0.09)]
+    rows = [
+        _row("fp8", "bfloat16", 16, 1, 1024, 0.18),
+        _row("fp8", "bfloat16", 16, 1, 1024, 0.20),  # a repeat
+        _row("fp8", "bfloat16", 16, 1, 8192, 0.123456),
+        _row("fp8", "bfloat16", 16, 4, 1024, 0.42),
+        _row("bfloat16", "nvfp4", 8, 2, 16, 0.09),
+    ]
     out = tool.pack_rows(rows)
     assert sorted(out) == ["bfloat16|nvfp4|8", "fp8|bfloat16|16"]
     s = out["fp8|bfloat16|16"]

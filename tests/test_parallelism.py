@@ -213,8 +213,10 @@ def test_cli_refuses_a_tp_size_that_does_not_divide_the_heads_for_one_replica_an
     assert "parallel.tensor_parallel_size: 3 does not divide the 32 attention heads" in out.stderr
     assert "Traceback" not in out.output
     f = tmp_path / "pools.yaml"
-    f.write_text("cluster:\n  pools:\n    - name: big\n      num_replicas: 2\n"
-                 "      parallel: {tensor_parallel_size: 6}\n")
+    f.write_text(
+        "cluster:\n  pools:\n    - name: big\n      num_replicas: 2\n"
+        "      parallel: {tensor_parallel_size: 6}\n"
+    )
     out = runner.invoke(app, ["simulate", str(f), *small])
     assert out.exit_code == 2, out.output
     assert "cluster.pools[big].parallel.tensor_parallel_size: 6 does not divide" in out.stderr

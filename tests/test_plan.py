@@ -17,25 +17,38 @@ from servesim.planner.search import run_plan
 from servesim.planner.space import enumerate_candidates, plan_config, plan_from_options
 from servesim.sim import simulate
 
-SMALL = {"model": {"name": "Llama-3.1-8B"}, "engine": {"max_model_len": 4096},
-         "workload": {"type": "synthetic", "num_requests": 60, "arrival": {"rate": 6.0},
-                      "prompt_len": {"kind": "constant", "value": 512},
-                      "output_len": {"kind": "constant", "value": 64}},
-         "slo": {"ttft_s": 1.0, "tpot_s": 0.05}, "run": {"record_steps": False}}
+SMALL = {
+    "model": {"name": "Llama-3.1-8B"},
+    "engine": {"max_model_len": 4096},
+    "workload": {
+        "type": "synthetic",
+        "num_requests": 60,
+        "arrival": {"rate": 6.0},
+        "prompt_len": {"kind": "constant", "value": 512},
+        "output_len": {"kind": "constant", "value": 64},
+    },
+    "slo": {"ttft_s": 1.0, "tpot_s": 0.05},
+    "run": {"record_steps": False},
+}
 
 
 def small_plan(**kw):
     base = scenario_from_dict(SMALL)
-    return base, plan_config({"gpus": ["H100-SXM", "L40S"], "max_total_gpus": 2,
-                              "tensor_parallel_sizes": [1, 2], **kw}, "test")
+    return base, plan_config(
+        {"gpus": ["H100-SXM", "L40S"], "max_total_gpus": 2, "tensor_parallel_sizes": [1, 2], **kw}, "test"
+    )
 
 
 def test_space_enumerates_in_a_fixed_order_within_the_gpu_budget():
     base, plan = small_plan(modes=["colocated", "disaggregated"], prefill_decode_ratios=["1:1"])
     cands = enumerate_candidates(base, plan)
     # per GPU: tp1 x {1, 2 replicas}, tp2 x 1 replica, and P tp1 + D tp1 (the only 1:1 that fits 2 GPUs)
-    assert [c.label() for c in cands[:4]] == ["H100-SXM 1x tp1", "H100-SXM 2x tp1", "H100-SXM 1x tp2",
-                                              "H100-SXM P 1x tp1 + D 1x tp1"]
+    assert [c.label() for c in cands[:4]] == [
+        "H100-SXM 1x tp1",
+        "H100-SXM 2x tp1",
+        "H100-SXM 1x tp2",
+        "H100-SXM P 1x tp1 + D 1x tp1",
+    ]
     assert len(cands) == 8 and [c.id for c in cands] == list(range(8))
     assert all(c.num_gpus <= 2 for c in cands)
     disagg = cands[3].scenario.cluster
@@ -59,15 +72,24 @@ def test_bounds_prune_what_vllm_refuses_and_what_cannot_keep_up():
     reasons = {c.label(): p.pruned.get(c.id, ("kept",))[0] for c in enumerate_candidates(base, plan)}
     # 70B in BF16 is 141 GB: one 80 GB GPU cannot hold it; two hold it with a 4096-token KV
     # cache, not with the model's own 131072 tokens (vLLM refuses to start then).
-    assert reasons == {"H100-SXM 1x tp1": "memory", "H100-SXM 1x tp2": "kept",
-                       "H100-SXM 1x tp4": "kept", "H100-SXM 1x tp8": "kept"}
+    assert reasons == {
+        "H100-SXM 1x tp1": "memory",
+        "H100-SXM 1x tp2": "kept",
+        "H100-SXM 1x tp4": "kept",
+        "H100-SXM 1x tp8": "kept",
+    }
     long = scenario_from_dict({**SMALL, "model": {"name": "Llama-3.1-70B"}, "engine": {}})
     p = prune(enumerate_candidates(long, plan), workload_demand(long), long.slo.tpot_s)
     assert [r for r, _ in p.pruned.values()] == ["memory", "memory"]
     # Six times the traffic: one TP2 or TP4 replica cannot keep up (its prefill alone takes
     # over 1 s per second at its best), one TP8 replica can.
-    busy = scenario_from_dict({**SMALL, "model": {"name": "Llama-3.1-70B"},
-                               "workload": {**SMALL["workload"], "arrival": {"rate": 36.0}}})
+    busy = scenario_from_dict(
+        {
+            **SMALL,
+            "model": {"name": "Llama-3.1-70B"},
+            "workload": {**SMALL["workload"], "arrival": {"rate": 36.0}},
+        }
+    )
     p = prune(enumerate_candidates(busy, plan), workload_demand(busy), busy.slo.tpot_s)
     assert [p.pruned.get(i, ("kept",))[0] for i in range(4)] == ["memory", "throughput", "throughput", "kept"]
 
@@ -75,15 +97,18 @@ def test_bounds_prune_what_vllm_refuses_and_what_cannot_keep_up():
 def test_throughput_bound_is_an_upper_bound_of_the_simulated_decode_rate():
     """Overload one replica (all requests at once): the busy time its served requests need by
     the bounds (decode at the decode bound, prompts at the prefill bound) fits in the run."""
-    sc = scenario_from_dict({**SMALL, "workload": {**SMALL["workload"], "num_requests": 400,
-                                                   "arrival": {"process": "burst"}}})
+    sc = scenario_from_dict(
+        {**SMALL, "workload": {**SMALL["workload"], "num_requests": 400, "arrival": {"process": "burst"}}}
+    )
     base, plan = sc, plan_config({"gpus": ["L40S"], "max_total_gpus": 1, "tensor_parallel_sizes": [1]}, "t")
     (cand,) = enumerate_candidates(base, plan)
-    (dep, _, _), = _resolve_pools(cand, {})
+    ((dep, _, _),) = _resolve_pools(cand, {})
     demand = workload_demand(base)
     thr = simulate(cand.scenario).summary["throughput"]
-    need_s = max(thr["output_tokens_per_s"] / decode_capacity(dep, demand),
-                 thr["input_tokens_per_s"] / prefill_capacity(dep))  # busy seconds per second, at best
+    need_s = max(
+        thr["output_tokens_per_s"] / decode_capacity(dep, demand),
+        thr["input_tokens_per_s"] / prefill_capacity(dep),
+    )  # busy seconds per second, at best
     assert need_s <= 1.0
     assert need_s >= 0.5  # the bound is of the right size, not loose by orders of magnitude
 
@@ -133,7 +158,8 @@ def test_process_pool_results_equal_in_process():
     a = run_plan(base, plan, backend="inprocess")
     b = run_plan(base, plan, backend="process", workers=2)
     assert [(e.candidate.id, e.summary) for e in a.evaluated] == [
-        (e.candidate.id, e.summary) for e in b.evaluated]
+        (e.candidate.id, e.summary) for e in b.evaluated
+    ]
 
 
 @pytest.mark.slow
@@ -148,7 +174,8 @@ def test_ray_results_equal_the_process_pool():
         ray.shutdown()
     assert len(a.evaluated) >= 2
     assert [(e.candidate.id, e.summary) for e in a.evaluated] == [
-        (e.candidate.id, e.summary) for e in b.evaluated]
+        (e.candidate.id, e.summary) for e in b.evaluated
+    ]
 
 
 def test_pareto_front():
@@ -187,17 +214,49 @@ def test_vllm_serve_lines_use_vllm_flag_names():
     cmds = [line for line in lines if line.startswith("vllm serve")]
     assert len(cmds) == 2
     for cmd in cmds:
-        for flag in ("--tensor-parallel-size 1", "--max-num-seqs 1024", "--max-num-batched-tokens 8192",
-                     "--enable-chunked-prefill", "--enable-prefix-caching", "--gpu-memory-utilization 0.9",
-                     "--max-model-len 4096", "--kv-transfer-config"):
+        for flag in (
+            "--tensor-parallel-size 1",
+            "--max-num-seqs 1024",
+            "--max-num-batched-tokens 8192",
+            "--enable-chunked-prefill",
+            "--enable-prefix-caching",
+            "--gpu-memory-utilization 0.9",
+            "--max-model-len 4096",
+            "--kv-transfer-config",
+        ):
             assert flag in cmd
 
 
 def test_command_short_form_and_an_impossible_request(tmp_path):
     runner = CliRunner()
-    args = ["plan", "--model", "Llama-3.1-8B", "--gpus", "H100", "--total-gpus", "2", "--isl", "256",
-            "--osl", "32", "--rate", "4", "--num-requests", "40", "--ttft", "1", "--tpot", "0.05",
-            "--backend", "inprocess", "--no-progress", "--objective", "energy", "-o", str(tmp_path / "ok")]
+    args = [
+        "plan",
+        "--model",
+        "Llama-3.1-8B",
+        "--gpus",
+        "H100",
+        "--total-gpus",
+        "2",
+        "--isl",
+        "256",
+        "--osl",
+        "32",
+        "--rate",
+        "4",
+        "--num-requests",
+        "40",
+        "--ttft",
+        "1",
+        "--tpot",
+        "0.05",
+        "--backend",
+        "inprocess",
+        "--no-progress",
+        "--objective",
+        "energy",
+        "-o",
+        str(tmp_path / "ok"),
+    ]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     assert "best by energy" in res.output and "vllm serve" in res.output
@@ -212,12 +271,18 @@ def test_command_short_form_and_an_impossible_request(tmp_path):
     assert "nothing was simulated: every candidate was pruned" in res.output and "> TPOT limit" in res.output
 
 
-@pytest.mark.parametrize("text, message", [
-    ("model: {name: Llama-3.1-8B}\n", "no plan: section"),
-    ("model: {name: Llama-3.1-8B}\nplan: {gpus: [H100], max_total_gpu: 2}\n", "plan.max_total_gpu"),
-    ("model: {name: Llama-3.1-8B}\nplan: {gpus: [H1000]}\n", "H1000"),
-    ("model: {name: Llama-3.1-8B}\nslo: {ttft_s: null, tpot_s: null}\nplan: {gpus: [H100]}\n", "sets no SLO"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("model: {name: Llama-3.1-8B}\n", "no plan: section"),
+        ("model: {name: Llama-3.1-8B}\nplan: {gpus: [H100], max_total_gpu: 2}\n", "plan.max_total_gpu"),
+        ("model: {name: Llama-3.1-8B}\nplan: {gpus: [H1000]}\n", "H1000"),
+        (
+            "model: {name: Llama-3.1-8B}\nslo: {ttft_s: null, tpot_s: null}\nplan: {gpus: [H100]}\n",
+            "sets no SLO",
+        ),
+    ],
+)
 def test_bad_plan_files_get_one_line_errors(tmp_path, text, message):
     path = tmp_path / "p.yaml"
     path.write_text(text)
@@ -227,19 +292,32 @@ def test_bad_plan_files_get_one_line_errors(tmp_path, text, message):
 
 
 def test_data_parallel_servers_are_searched_for_moe_models_only():
-    moe = scenario_from_dict({**SMALL, "model": {"name": "MiniMaxAI/MiniMax-M2.5"},
-                              "hardware": {"gpu": "B200"}})
-    plan = plan_config({"max_total_gpus": 4, "tensor_parallel_sizes": [1, 2], "data_parallel_sizes": [1, 2],
-                        "expert_parallel": [True], "replicas": [1]}, "test")
+    moe = scenario_from_dict(
+        {**SMALL, "model": {"name": "MiniMaxAI/MiniMax-M2.5"}, "hardware": {"gpu": "B200"}}
+    )
+    plan = plan_config(
+        {
+            "max_total_gpus": 4,
+            "tensor_parallel_sizes": [1, 2],
+            "data_parallel_sizes": [1, 2],
+            "expert_parallel": [True],
+            "replicas": [1],
+        },
+        "test",
+    )
     cands = enumerate_candidates(moe, plan)
     # tp1 and tp2, each with 1 and 2 ranks; EP spans all the server's GPUs (dp x tp)
     assert [(c.label(), c.num_gpus) for c in cands] == [
-        ("B200 1x tp1", 1), ("B200 1x tp1dp2ep2", 2), ("B200 1x tp2ep2", 2), ("B200 1x tp2dp2ep4", 4)]
+        ("B200 1x tp1", 1),
+        ("B200 1x tp1dp2ep2", 2),
+        ("B200 1x tp2ep2", 2),
+        ("B200 1x tp2dp2ep4", 4),
+    ]
     par = cands[3].scenario.parallel
     assert (par.tensor_parallel_size, par.data_parallel_size, par.expert_parallel_size) == (2, 2, 4)
     assert cands[3].describe()["dp"] == 2
     # the bounds count the capacity of every rank: the one server is two engines
-    (dep, role, engines), = _resolve_pools(cands[3], {})
+    ((dep, role, engines),) = _resolve_pools(cands[3], {})
     assert role == "colocated" and engines == 2 and dep.parallel.data_parallel_size == 2
     from servesim.planner.search import Evaluated
 
@@ -252,7 +330,14 @@ def test_data_parallel_servers_are_searched_for_moe_models_only():
     with pytest.raises(ConfigError, match="dense model.*plan.replicas"):
         enumerate_candidates(scenario_from_dict(SMALL), plan)
     # data-parallel ranks are not tried with pipeline stages
-    plan_pp = plan_config({"max_total_gpus": 4, "tensor_parallel_sizes": [1],
-                           "pipeline_parallel_sizes": [1, 2], "data_parallel_sizes": [2], "replicas": [1]},
-                          "test")
+    plan_pp = plan_config(
+        {
+            "max_total_gpus": 4,
+            "tensor_parallel_sizes": [1],
+            "pipeline_parallel_sizes": [1, 2],
+            "data_parallel_sizes": [2],
+            "replicas": [1],
+        },
+        "test",
+    )
     assert [c.label() for c in enumerate_candidates(moe, plan_pp)] == ["B200 1x tp1dp2"]

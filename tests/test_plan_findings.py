@@ -13,18 +13,35 @@ from servesim.planner.space import plan_config
 
 
 def workload(isl: int, osl: int, rate: float) -> dict:
-    return {"type": "synthetic", "num_requests": 160, "arrival": {"rate": rate},
-            "prompt_len": {"kind": "constant", "value": isl}, "output_len": {"kind": "constant", "value": osl}}
+    return {
+        "type": "synthetic",
+        "num_requests": 160,
+        "arrival": {"rate": rate},
+        "prompt_len": {"kind": "constant", "value": isl},
+        "output_len": {"kind": "constant", "value": osl},
+    }
 
 
-PLAN = {"gpus": ["H100-SXM"], "max_total_gpus": 4, "tensor_parallel_sizes": [1, 2], "replicas": [1, 2, 3, 4],
-        "modes": ["colocated", "disaggregated"], "prefill_decode_ratios": ["1:1", "2:1", "1:2"]}
+PLAN = {
+    "gpus": ["H100-SXM"],
+    "max_total_gpus": 4,
+    "tensor_parallel_sizes": [1, 2],
+    "replicas": [1, 2, 3, 4],
+    "modes": ["colocated", "disaggregated"],
+    "prefill_decode_ratios": ["1:1", "2:1", "1:2"],
+}
 
 
 def plan(isl: int, osl: int, rate: float, tpot_s: float, ttft_s: float = 1.5, **kw):
-    base = scenario_from_dict({"model": {"name": "Llama-3.1-8B"}, "engine": {"max_model_len": 16384},
-                               "workload": workload(isl, osl, rate), "slo": {"ttft_s": ttft_s, "tpot_s": tpot_s},
-                               "run": {"record_steps": False}})
+    base = scenario_from_dict(
+        {
+            "model": {"name": "Llama-3.1-8B"},
+            "engine": {"max_model_len": 16384},
+            "workload": workload(isl, osl, rate),
+            "slo": {"ttft_s": ttft_s, "tpot_s": tpot_s},
+            "run": {"record_steps": False},
+        }
+    )
     return run_plan(base, plan_config({**PLAN, **kw}, "test"), backend="process", workers=2)
 
 
@@ -53,8 +70,11 @@ def test_long_prompts_under_a_tight_tpot_pay_for_disaggregation(summarization):
     assert best.candidate.mode == "disaggregated"
     # With colocation, 8000-token prompts chunked into the decode steps stretch every TPOT;
     # a colocated deployment of the winner's GPU count misses the TPOT target.
-    same_size = [e for e in summarization.evaluated
-                 if e.candidate.mode == "colocated" and e.candidate.num_gpus <= best.candidate.num_gpus]
+    same_size = [
+        e
+        for e in summarization.evaluated
+        if e.candidate.mode == "colocated" and e.candidate.num_gpus <= best.candidate.num_gpus
+    ]
     assert same_size and not any(e.meets for e in same_size)
     assert all(e.metrics["tpot_p90_s"] > best.metrics["tpot_p90_s"] for e in same_size)
 

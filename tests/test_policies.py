@@ -312,8 +312,13 @@ def test_swap_space_is_in_gib_and_the_old_name_is_refused():
     is 1024 host blocks (1e9 bytes would be 953). The old name is refused, naming the new one."""
     wl = make_workload([0.0], 8, 2)
     kv = KVCacheManager(11, 16, False, 4096)
-    s = make_scheduler(EngineConfig(preemption_mode="swap", swap_space_gib=1.0), SchedulerConfig(), kv, wl,
-                       kv_bytes_per_block=float(1 << 20))
+    s = make_scheduler(
+        EngineConfig(preemption_mode="swap", swap_space_gib=1.0),
+        SchedulerConfig(),
+        kv,
+        wl,
+        kv_bytes_per_block=float(1 << 20),
+    )
     assert isinstance(s, PolicyScheduler) and s.swap is not None and s.swap.num_host_blocks == 1024
     with pytest.raises(ConfigError, match=r"engine.swap_space_gb: was renamed to swap_space_gib \(GiB"):
         scenario_from_dict({"engine": {"swap_space_gb": 4}}, "s.yaml")
@@ -346,5 +351,8 @@ def test_shortest_predicted_first_orders_waiting_by_predicted_output():
     with pytest.raises(ValueError, match="needs memory_aware_admission"):
         EngineConfig(admission_order="shortest_predicted_first")
     with pytest.raises(ValueError, match="replaces the priority order"):
-        EngineConfig(memory_aware_admission=True, admission_order="shortest_predicted_first",
-                     scheduling_policy="priority")
+        EngineConfig(
+            memory_aware_admission=True,
+            admission_order="shortest_predicted_first",
+            scheduling_policy="priority",
+        )

@@ -31,11 +31,23 @@ def _tool():  # noqa: ANN202
 
 def _sim_j_per_output_token(batch: int) -> float:
     """Llama-2-70B on two A100s (Splitwise's TP 2 rows): ``batch`` requests of 512 + 128 tokens at once."""
-    r = servesim.simulate({
-        "model": {"name": "Llama-2-70B"}, "hardware": {"gpu": "A100-80GB"},
-        "parallel": {"tensor_parallel_size": 2}, "engine": {"max_num_seqs": batch},
-        "workload": {"type": "benchmark", "num_prompts": 4 * batch, "input_len": 512, "output_len": 128,
-                     "random_range_ratio": 0.0, "max_concurrency": batch, "num_warmups": 0}})
+    r = servesim.simulate(
+        {
+            "model": {"name": "Llama-2-70B"},
+            "hardware": {"gpu": "A100-80GB"},
+            "parallel": {"tensor_parallel_size": 2},
+            "engine": {"max_num_seqs": batch},
+            "workload": {
+                "type": "benchmark",
+                "num_prompts": 4 * batch,
+                "input_len": 512,
+                "output_len": 128,
+                "random_range_ratio": 0.0,
+                "max_concurrency": batch,
+                "num_warmups": 0,
+            },
+        }
+    )
     return float(r.summary["energy"]["j_per_output_token"])
 
 
@@ -62,7 +74,9 @@ def test_coefficients_refit_from_the_csv_and_held_out_error() -> None:
     # Fit on one model, predict the other: within 5 % of TDP on average (the measured
     # spread of one configuration's repetitions is ~1-2 %).
     assert tool.mae(tool.fit(llama), bloom) < 0.05
-    assert tool.mae(tool.fit([r for r in powered if r["tp"] < 8]), [r for r in powered if r["tp"] == 8]) < 0.05
+    assert (
+        tool.mae(tool.fit([r for r in powered if r["tp"] < 8]), [r for r in powered if r["tp"] == 8]) < 0.05
+    )
 
 
 @pytest.mark.shared_data
@@ -70,7 +84,13 @@ def test_energy_per_token_falls_with_batch_as_in_splitwise() -> None:
     rows = _tool().read_rows(shared_data(SPLITWISE))
     measured = {}
     for r in rows:
-        if (r["model"], r["hardware"], r["tp"], r["prompt"], r["tokens"]) == ("llama2-70b", "a100-80gb", 2, 512, 128):
+        if (r["model"], r["hardware"], r["tp"], r["prompt"], r["tokens"]) == (
+            "llama2-70b",
+            "a100-80gb",
+            2,
+            512,
+            128,
+        ):
             # J per output token: average power x TDP x GPUs x time / tokens.
             measured[r["batch"]] = r["avg_power"] * 400 * 2 * r["e2e_ms"] / 1e3 / (r["batch"] * r["tokens"])
     assert all(measured[a] > measured[b] for a, b in zip(BATCHES, BATCHES[1:]))

@@ -46,8 +46,13 @@ def test_mooncake_hit_rate_matches_independent_count():
     wl = read_trace(MOONCAKE).subset(slice(0, 300))
     wl.arrival_s = np.arange(len(wl)) * 100.0  # one request at a time: no concurrency effects
     wl.num_output_tokens = np.minimum(wl.num_output_tokens, 64)
-    run = run_engine(wl, EngineConfig(block_size=BLOCK, max_num_seqs=64, max_num_batched_tokens=8192),
-                     ConstantPerfModel(0.01), num_gpu_blocks=400_000, max_model_len=200_000)
+    run = run_engine(
+        wl,
+        EngineConfig(block_size=BLOCK, max_num_seqs=64, max_num_batched_tokens=8192),
+        ConstantPerfModel(0.01),
+        num_gpu_blocks=400_000,
+        max_model_len=200_000,
+    )
     expected = independent_hits(wl.num_prompt_tokens.tolist(), wl.hash_ids)
     np.testing.assert_array_equal(run.records.num_cached_tokens, expected)
     rate = run.totals.num_prefix_hit_tokens / run.totals.num_prefix_query_tokens

@@ -13,8 +13,8 @@ from conftest import shared_data  # tests/ is on sys.path (rootdir-relative, no 
 
 import servesim
 from servesim.catalog import get_gpu, load_model
-from servesim.catalog.models import resolve_kv_dtype_bytes
 from servesim.catalog.hf_config import from_hf_config
+from servesim.catalog.models import resolve_kv_dtype_bytes
 from servesim.catalog.quantization import MXFP4_BYTES, NVFP4_BYTES, parse_quantization
 from servesim.config import EngineConfig, ParallelConfig
 from servesim.errors import CatalogError
@@ -32,9 +32,10 @@ def _embed_and_norms(vocab: int, hidden: int, layers: int, tp: int = 1, tied: bo
 
 # ---------------------------------------------------------------------- DeepSeek-V3 and Kimi-K2.5 (MLA)
 
+
 def _mla_attn(hidden: int, heads: int, tp: int = 1) -> int:
     """q_lora 1536, kv_lora 512, qk_nope 128, qk_rope 64, v 128 (both configs)."""
-    replicated = hidden * 1536 + hidden * (512 + 64)                       # q_a, kv_a
+    replicated = hidden * 1536 + hidden * (512 + 64)  # q_a, kv_a
     split = 1536 * heads * (128 + 64) + 512 * heads * (128 + 128) + heads * 128 * hidden
     return replicated + split // tp
 
@@ -102,6 +103,7 @@ def test_mla_attention_work() -> None:
 
 # ---------------------------------------------------------------------- gpt-oss-120b
 
+
 def test_gpt_oss_120b_mxfp4_and_sliding_window() -> None:
     m = load_model("openai/gpt-oss-120b")
     assert m.num_sliding_layers == 18 and m.sliding_window == 128 and m.num_full_attention_layers == 18
@@ -123,16 +125,20 @@ def test_gpt_oss_120b_mxfp4_and_sliding_window() -> None:
     assert window == 18 * 2 * 8 * 64 * 2 * (8 + 1) * 16  # cdiv(127, 16) + 1 blocks of 16 tokens
 
 
-@pytest.mark.parametrize(("gpu", "backend", "tp", "ep", "hidden", "rank_inter"), [
-    ("B200", "auto", 8, 1, 3072, 512),                       # TRTLLM-gen MoE: both to 256
-    ("B200", "flashinfer_mxfp4_mxfp8", 1, 1, 3072, 3072),
-    ("B200", "auto", 8, 8, 3072, 3072),                      # expert parallel: whole experts
-    ("H100-SXM", "marlin", 2, 1, 3072, 1536),                # Marlin: hidden to 256, width to 128
-    ("H100-SXM", "auto", 8, 1, 2880, 384),                   # Triton matmul_ogs: width to 64
-    ("H100-SXM", "auto", 1, 1, 2880, 2880),
-])
-def test_gpt_oss_experts_held_padded_as_vllm_pads_them(gpu: str, backend: str, tp: int, ep: int,
-                                                        hidden: int, rank_inter: int) -> None:
+@pytest.mark.parametrize(
+    ("gpu", "backend", "tp", "ep", "hidden", "rank_inter"),
+    [
+        ("B200", "auto", 8, 1, 3072, 512),  # TRTLLM-gen MoE: both to 256
+        ("B200", "flashinfer_mxfp4_mxfp8", 1, 1, 3072, 3072),
+        ("B200", "auto", 8, 8, 3072, 3072),  # expert parallel: whole experts
+        ("H100-SXM", "marlin", 2, 1, 3072, 1536),  # Marlin: hidden to 256, width to 128
+        ("H100-SXM", "auto", 8, 1, 2880, 384),  # Triton matmul_ogs: width to 64
+        ("H100-SXM", "auto", 1, 1, 2880, 2880),
+    ],
+)
+def test_gpt_oss_experts_held_padded_as_vllm_pads_them(
+    gpu: str, backend: str, tp: int, ep: int, hidden: int, rank_inter: int
+) -> None:
     # vLLM's Mxfp4MoEMethod.create_weights pads MXFP4 experts by backend; the memory plan
     # holds the padded experts, the rest of the weights as the checkpoint has them.
     m, g = load_model("openai/gpt-oss-120b"), get_gpu(gpu)
@@ -162,6 +168,7 @@ def test_gpt_oss_sliding_layers_bounded_in_memory_and_time() -> None:
 
 # ---------------------------------------------------------------------- Qwen3, MiniMax, Llama FP8
 
+
 def test_qwen3_235b_a22b() -> None:
     m = load_model("Qwen/Qwen3-235B-A22B")
     h = 4096
@@ -185,7 +192,9 @@ def test_qwen3_32b_head_dim_and_fp8() -> None:
     h = 5120
     attn = h * (64 * 128 + 2 * 8 * 128) + 64 * 128 * h
     mlp = 3 * h * 25600
-    assert m.num_params() == 64 * (attn + mlp + 2 * h) + 2 * 151936 * h + h == pytest.approx(32.8e9, rel=0.002)
+    assert (
+        m.num_params() == 64 * (attn + mlp + 2 * h) + 2 * 151936 * h + h == pytest.approx(32.8e9, rel=0.002)
+    )
     assert m.kv_bytes_per_token(1) == 64 * 2 * 8 * 128 * 2 == 262_144
     fp8 = load_model("Qwen3-32B-FP8")
     assert fp8.linear_compute_dtype == "fp8"
@@ -218,8 +227,11 @@ def test_nvidia_nvfp4_checkpoints() -> None:
     h = 3072
     attn = h * (48 * 128 + 2 * 8 * 128) + 48 * 128 * h
     expert, router = 3 * h * 1536, h * 256
-    want = (62 * 256 * expert // 4 * 0.5625 + (62 * attn // 4 + 62 * router) * 2
-            + _embed_and_norms(200064, h, 62, tp=4))
+    want = (
+        62 * 256 * expert // 4 * 0.5625
+        + (62 * attn // 4 + 62 * router) * 2
+        + _embed_and_norms(200064, h, 62, tp=4)
+    )
     assert weights_bytes_per_gpu(mm, tp=4) == want
     assert mm.kv_bytes_per_token(4, kv_dtype_bytes=1.0) == 62 * 2 * 2 * 128 * 1 == 31_744
     kimi = load_model("Kimi-K2.5-NVFP4")
@@ -264,30 +276,57 @@ def test_llama31_8b_preset_unchanged() -> None:
 
 # ---------------------------------------------------------------------- quantization configs
 
+
 def test_quantization_schemes() -> None:
     assert parse_quantization({}, None, "bfloat16", "x") is None
-    ct = {"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {"g": {
-        "targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128},
-        "input_activations": None}}, "ignore": ["lm_head"]}}
+    ct = {
+        "quantization_config": {
+            "quant_method": "compressed-tensors",
+            "config_groups": {
+                "g": {
+                    "targets": ["Linear"],
+                    "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128},
+                    "input_activations": None,
+                }
+            },
+            "ignore": ["lm_head"],
+        }
+    }
     q = parse_quantization(ct, None, "bfloat16", "x")
-    assert q is not None and q.dtype == "int4" and q.dtype_bytes == 0.5 + 2 / 128 and q.expert_dtype_bytes == 0
-    w8a8 = {"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {"g": {
-        "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
-        "input_activations": {"num_bits": 8, "type": "float"}}}}}
+    assert (
+        q is not None and q.dtype == "int4" and q.dtype_bytes == 0.5 + 2 / 128 and q.expert_dtype_bytes == 0
+    )
+    w8a8 = {
+        "quantization_config": {
+            "quant_method": "compressed-tensors",
+            "config_groups": {
+                "g": {
+                    "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+                    "input_activations": {"num_bits": 8, "type": "float"},
+                }
+            },
+        }
+    }
     q = parse_quantization(w8a8, None, "bfloat16", "x")
     assert q is not None and q.dtype == "fp8" and q.dtype_bytes == 1.0
     nvfp4 = {"quantization": {"quant_algo": "NVFP4", "group_size": 16, "exclude_modules": ["lm_head"]}}
     q = parse_quantization({}, nvfp4, "bfloat16", "x")
     assert q is not None and q.dtype == "nvfp4" and q.dtype_bytes == NVFP4_BYTES == 4.5 / 8
-    experts_only = {"quantization": {"quant_algo": "NVFP4", "exclude_modules": ["lm_head", "model.layers.*.self_attn*"]}}
+    experts_only = {
+        "quantization": {"quant_algo": "NVFP4", "exclude_modules": ["lm_head", "model.layers.*.self_attn*"]}
+    }
     q = parse_quantization({}, experts_only, "bfloat16", "x")
     assert q is not None and q.dtype == "bfloat16" and q.expert_dtype_bytes == NVFP4_BYTES
     # A config.json's own ModelOpt block (nvidia/Kimi-K2.5-NVFP4): ``ignore`` patterns with
     # the text model's language_model. prefix, an 8-bit float kv_cache_scheme.
-    own = {"quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4",
-                                   "ignore": ["language_model.lm_head",
-                                              "language_model.model.layers.1.self_attn*"],
-                                   "kv_cache_scheme": {"num_bits": 8, "type": "float", "dynamic": False}}}
+    own = {
+        "quantization_config": {
+            "quant_method": "modelopt",
+            "quant_algo": "NVFP4",
+            "ignore": ["language_model.lm_head", "language_model.model.layers.1.self_attn*"],
+            "kv_cache_scheme": {"num_bits": 8, "type": "float", "dynamic": False},
+        }
+    }
     q = parse_quantization(own, None, "bfloat16", "x")
     assert q is not None and q.dtype == "bfloat16" and q.expert_dtype_bytes == NVFP4_BYTES
     assert q.kv_cache_dtype == "fp8"
@@ -303,11 +342,26 @@ def test_explicit_dtype_replaces_the_checkpoint_quantization() -> None:
 def test_user_deepseek_config_with_modelopt_file(tmp_path: Path) -> None:
     """A user's DeepSeek-style config.json (no q_lora_rank, like V2-Lite) and a ModelOpt
     hf_quant_config.json beside it."""
-    cfg = {"model_type": "deepseek_v2", "hidden_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 16,
-           "num_key_value_heads": 16, "intermediate_size": 10944, "moe_intermediate_size": 1408,
-           "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6, "first_k_dense_replace": 1,
-           "kv_lora_rank": 512, "q_lora_rank": None, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-           "v_head_dim": 128, "vocab_size": 102400, "torch_dtype": "bfloat16"}
+    cfg = {
+        "model_type": "deepseek_v2",
+        "hidden_size": 2048,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "intermediate_size": 10944,
+        "moe_intermediate_size": 1408,
+        "n_routed_experts": 64,
+        "n_shared_experts": 2,
+        "num_experts_per_tok": 6,
+        "first_k_dense_replace": 1,
+        "kv_lora_rank": 512,
+        "q_lora_rank": None,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "vocab_size": 102400,
+        "torch_dtype": "bfloat16",
+    }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     (tmp_path / "hf_quant_config.json").write_text(json.dumps({"quantization": {"quant_algo": "FP8"}}))
     m = load_model(str(tmp_path))
@@ -319,13 +373,19 @@ def test_user_deepseek_config_with_modelopt_file(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- the public configs parse
 
 PRESET_SOURCES = {
-    "deepseek-ai--DeepSeek-V3": "DeepSeek-V3", "moonshotai--Kimi-K2.5": "Kimi-K2.5",
-    "openai--gpt-oss-120b": "gpt-oss-120b", "MiniMaxAI--MiniMax-M2.5": "MiniMax-M2.5",
-    "Qwen--Qwen3-235B-A22B": "Qwen3-235B-A22B", "Qwen--Qwen3-235B-A22B-FP8": "Qwen3-235B-A22B-FP8",
-    "Qwen--Qwen3-32B": "Qwen3-32B", "Qwen--Qwen3-32B-FP8": "Qwen3-32B-FP8",
+    "deepseek-ai--DeepSeek-V3": "DeepSeek-V3",
+    "moonshotai--Kimi-K2.5": "Kimi-K2.5",
+    "openai--gpt-oss-120b": "gpt-oss-120b",
+    "MiniMaxAI--MiniMax-M2.5": "MiniMax-M2.5",
+    "Qwen--Qwen3-235B-A22B": "Qwen3-235B-A22B",
+    "Qwen--Qwen3-235B-A22B-FP8": "Qwen3-235B-A22B-FP8",
+    "Qwen--Qwen3-32B": "Qwen3-32B",
+    "Qwen--Qwen3-32B-FP8": "Qwen3-32B-FP8",
     "nvidia--Llama-3.1-70B-Instruct-FP8": "Llama-3.1-70B-Instruct-FP8",
-    "meta-llama--Meta-Llama-3.1-8B": "Llama-3.1-8B", "meta-llama--Meta-Llama-3.1-70B": "Llama-3.1-70B",
-    "nvidia--MiniMax-M2.5-NVFP4": "MiniMax-M2.5-NVFP4", "nvidia--Kimi-K2.5-NVFP4": "Kimi-K2.5-NVFP4",
+    "meta-llama--Meta-Llama-3.1-8B": "Llama-3.1-8B",
+    "meta-llama--Meta-Llama-3.1-70B": "Llama-3.1-70B",
+    "nvidia--MiniMax-M2.5-NVFP4": "MiniMax-M2.5-NVFP4",
+    "nvidia--Kimi-K2.5-NVFP4": "Kimi-K2.5-NVFP4",
 }
 
 
@@ -344,9 +404,17 @@ def test_public_config_parses_like_its_preset(stem: str, tmp_path: Path) -> None
 
 
 @pytest.mark.shared_data
-@pytest.mark.parametrize("stem", ["nvidia--Kimi-K2.5-NVFP4", "nvidia--MiniMax-M2.5-NVFP4",
-                                  "nvidia--Qwen3-235B-A22B-NVFP4", "openai--gpt-oss-20b",
-                                  "Qwen--Qwen3-30B-A3B-FP8", "moonshotai--Kimi-K2-Instruct"])
+@pytest.mark.parametrize(
+    "stem",
+    [
+        "nvidia--Kimi-K2.5-NVFP4",
+        "nvidia--MiniMax-M2.5-NVFP4",
+        "nvidia--Qwen3-235B-A22B-NVFP4",
+        "openai--gpt-oss-20b",
+        "Qwen--Qwen3-30B-A3B-FP8",
+        "moonshotai--Kimi-K2-Instruct",
+    ],
+)
 def test_related_public_configs_parse(stem: str) -> None:
     configs = shared_data(HF_CONFIGS)
     cfg = json.loads((configs / f"{stem}_config.json").read_text())
@@ -360,21 +428,38 @@ def test_related_public_configs_parse(stem: str) -> None:
 # ---------------------------------------------------------------------- each preset runs
 
 RUNS = [  # GPU x TP as in the measured vLLM runs
-    ("Llama-3.1-70B-Instruct-FP8", "H200", 1), ("Qwen3-32B", "H100", 2), ("Qwen3-32B-FP8", "H100", 1),
-    ("Qwen3-235B-A22B", "H200", 8), ("Qwen3-235B-A22B-FP8", "H100", 4), ("gpt-oss-120b", "H100", 2),
-    ("gpt-oss-120b", "B200", 1), ("MiniMax-M2.5", "H200", 4), ("Kimi-K2.5", "H200", 8),
-    ("DeepSeek-V3", "H200", 8), ("DeepSeek-V3", "B200", 8), ("MiniMax-M2.5-NVFP4", "B200", 2),
+    ("Llama-3.1-70B-Instruct-FP8", "H200", 1),
+    ("Qwen3-32B", "H100", 2),
+    ("Qwen3-32B-FP8", "H100", 1),
+    ("Qwen3-235B-A22B", "H200", 8),
+    ("Qwen3-235B-A22B-FP8", "H100", 4),
+    ("gpt-oss-120b", "H100", 2),
+    ("gpt-oss-120b", "B200", 1),
+    ("MiniMax-M2.5", "H200", 4),
+    ("Kimi-K2.5", "H200", 8),
+    ("DeepSeek-V3", "H200", 8),
+    ("DeepSeek-V3", "B200", 8),
+    ("MiniMax-M2.5-NVFP4", "B200", 2),
     ("Kimi-K2.5-NVFP4", "B200", 4),
 ]
 
 
 @pytest.mark.parametrize(("name", "gpu", "tp"), RUNS)
 def test_preset_simulates(name: str, gpu: str, tp: int) -> None:
-    r = servesim.simulate({
-        "model": {"name": name}, "hardware": {"gpu": gpu}, "parallel": {"tensor_parallel_size": tp},
-        "workload": {"type": "synthetic", "num_requests": 24, "arrival": {"process": "burst"},
-                     "prompt_len": {"kind": "constant", "value": 1024},
-                     "output_len": {"kind": "constant", "value": 32}}})
+    r = servesim.simulate(
+        {
+            "model": {"name": name},
+            "hardware": {"gpu": gpu},
+            "parallel": {"tensor_parallel_size": tp},
+            "workload": {
+                "type": "synthetic",
+                "num_requests": 24,
+                "arrival": {"process": "burst"},
+                "prompt_len": {"kind": "constant", "value": 1024},
+                "output_len": {"kind": "constant", "value": 32},
+            },
+        }
+    )
     lat = r.summary["latency"]
     assert lat["e2e_s"]["count"] == 24
     assert 0 < lat["tpot_s"]["mean"] < 0.2 and 0 < lat["ttft_s"]["mean"] < 10

@@ -45,8 +45,15 @@ def test_profile_tiny_model_on_cpu_and_calibrate(tmp_path: Path) -> None:
     torch.set_num_threads(1)
     try:
         paths = profile_operators(
-            model, tmp_path, "cpu", tokens=(1, 4, 16, 2048), contexts=(64,), batches=(1, 4), warmup=2,
-            repeats=5)
+            model,
+            tmp_path,
+            "cpu",
+            tokens=(1, 4, 16, 2048),
+            contexts=(64,),
+            batches=(1, 4),
+            warmup=2,
+            repeats=5,
+        )
     finally:
         torch.set_num_threads(threads)
     assert [p.name for p in paths] == ["mlp.csv", "attention.csv"]
@@ -80,8 +87,9 @@ N_MLP = 4 * len(profile_ops.OPS)  # the mlp.csv timings of GRID
 N_ATTENTION = 3 + len(profile_ops.DEFAULT_BATCHES)  # prefill of 4, 16, 64 at 64, decode batches
 
 
-def _fake_torch(monkeypatch: pytest.MonkeyPatch, cuda: int = 0, mps: bool = False,
-                cuda_build: bool = True) -> MagicMock:
+def _fake_torch(
+    monkeypatch: pytest.MonkeyPatch, cuda: int = 0, mps: bool = False, cuda_build: bool = True
+) -> MagicMock:
     torch = MagicMock(name="torch")
     torch.__version__ = "2.9.0+fake"
     torch.cuda.is_available.return_value = cuda > 0
@@ -94,8 +102,9 @@ def _fake_torch(monkeypatch: pytest.MonkeyPatch, cuda: int = 0, mps: bool = Fals
     return torch
 
 
-def _fake_timer(monkeypatch: pytest.MonkeyPatch, stop_after: int | None = None,
-                error: BaseException | None = None) -> list[int]:
+def _fake_timer(
+    monkeypatch: pytest.MonkeyPatch, stop_after: int | None = None, error: BaseException | None = None
+) -> list[int]:
     """Time nothing: each point takes 1-3 ms; the point after ``stop_after`` raises ``error``."""
     calls = [0]
 
@@ -121,8 +130,10 @@ def _tiny_config(tmp_path: Path) -> str:
 
 
 def _profile(tmp_path: Path, *args: str) -> Any:
-    res = CliRunner().invoke(app, ["profile", _tiny_config(tmp_path), "--output", str(tmp_path / "out"),
-                                   "--no-progress", *GRID, *args])
+    res = CliRunner().invoke(
+        app,
+        ["profile", _tiny_config(tmp_path), "--output", str(tmp_path / "out"), "--no-progress", *GRID, *args],
+    )
     assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
     assert "Traceback" not in res.output
     return res
@@ -145,23 +156,35 @@ def test_profile_without_torch_names_the_extra(tmp_path: Path, monkeypatch: pyte
     assert "needs torch" in line and "pip install 'servesim[profile]'" in line
 
 
-@pytest.mark.parametrize(("device", "torch_kw", "why"), [
-    ("cuda", {}, "(CUDA not available; devices here: cpu)"),
-    ("cuda:0", {"cuda_build": False}, "(CUDA not available: this torch build has no CUDA support; "
-                                      "devices here: cpu)"),
-    ("cuda:3", {"cuda": 2}, "(CUDA device 3 does not exist: 2 CUDA devices, cuda:0 to cuda:1; "
-                            "devices here: cpu, cuda:0, cuda:1)"),
-    ("mps", {}, "(MPS not available; devices here: cpu)"),
-    ("gpu", {}, "(expected one of cpu, cuda, mps, xpu, optionally with an index such as cuda:1; "),
-    ("cuda:x", {"cuda": 1}, "(expected one of cpu, cuda, mps, xpu"),
-])
-def test_profile_refuses_a_device_torch_cannot_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                   device: str, torch_kw: dict[str, Any], why: str) -> None:
+@pytest.mark.parametrize(
+    ("device", "torch_kw", "why"),
+    [
+        ("cuda", {}, "(CUDA not available; devices here: cpu)"),
+        (
+            "cuda:0",
+            {"cuda_build": False},
+            "(CUDA not available: this torch build has no CUDA support; devices here: cpu)",
+        ),
+        (
+            "cuda:3",
+            {"cuda": 2},
+            "(CUDA device 3 does not exist: 2 CUDA devices, cuda:0 to cuda:1; "
+            "devices here: cpu, cuda:0, cuda:1)",
+        ),
+        ("mps", {}, "(MPS not available; devices here: cpu)"),
+        ("gpu", {}, "(expected one of cpu, cuda, mps, xpu, optionally with an index such as cuda:1; "),
+        ("cuda:x", {"cuda": 1}, "(expected one of cpu, cuda, mps, xpu"),
+    ],
+)
+def test_profile_refuses_a_device_torch_cannot_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, device: str, torch_kw: dict[str, Any], why: str
+) -> None:
     _fake_torch(monkeypatch, **torch_kw)
     calls = _fake_timer(monkeypatch)
     line = _refused(_profile(tmp_path, "--device", device), tmp_path)
-    assert line.startswith(f"error: --device {device}: the installed torch (version 2.9.0+fake) "
-                           "cannot use it (")
+    assert line.startswith(
+        f"error: --device {device}: the installed torch (version 2.9.0+fake) cannot use it ("
+    )
     assert why in line
     assert calls == [0]
 
@@ -175,20 +198,27 @@ def test_profile_accepts_an_available_gpu(tmp_path: Path, monkeypatch: pytest.Mo
     assert torch.randn.call_args.kwargs["device"] == "cuda:1"
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--tokens", ""], "error: --tokens: expected at least one positive integer, got none"),
-    (["--tokens", "0,4"], "error: --tokens: 0 is not a positive integer"),
-    (["--tokens", "4,8,4"], "error: --tokens: 4 is given more than once"),
-    (["--tokens", "1,two"], "error: --tokens: expected comma-separated integers, got '1,two'"),
-    (["--contexts", "-64"], "error: --contexts: -64 is not a positive integer"),
-    (["--repeats", "0"], "error: --repeats: 0; expected at least 1"),
-    (["--tp", "0"], "error: --tp: 0; expected a tensor-parallel degree of at least 1"),
-    (["--tp", "3"], "error: --tp: 3 does not divide the 4 attention heads of tiny (vLLM requires it); "
-                    "expected one of 1, 2, 4"),
-    (["--device-name", "a/b"], "error: --device-name 'a/b': expected a plain directory name"),
-])
-def test_profile_refuses_bad_options_before_timing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                   args: list[str], message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--tokens", ""], "error: --tokens: expected at least one positive integer, got none"),
+        (["--tokens", "0,4"], "error: --tokens: 0 is not a positive integer"),
+        (["--tokens", "4,8,4"], "error: --tokens: 4 is given more than once"),
+        (["--tokens", "1,two"], "error: --tokens: expected comma-separated integers, got '1,two'"),
+        (["--contexts", "-64"], "error: --contexts: -64 is not a positive integer"),
+        (["--repeats", "0"], "error: --repeats: 0; expected at least 1"),
+        (["--tp", "0"], "error: --tp: 0; expected a tensor-parallel degree of at least 1"),
+        (
+            ["--tp", "3"],
+            "error: --tp: 3 does not divide the 4 attention heads of tiny (vLLM requires it); "
+            "expected one of 1, 2, 4",
+        ),
+        (["--device-name", "a/b"], "error: --device-name 'a/b': expected a plain directory name"),
+    ],
+)
+def test_profile_refuses_bad_options_before_timing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+) -> None:
     _fake_torch(monkeypatch)
     calls = _fake_timer(monkeypatch)
     assert _refused(_profile(tmp_path, *args), tmp_path).startswith(message)
@@ -210,8 +240,11 @@ def test_fake_profile_writes_what_calibrate_reads(tmp_path: Path, monkeypatch: p
     calls = _fake_timer(monkeypatch)
     res = _profile(tmp_path)
     assert res.exit_code == 0, res.output
-    assert calls == [N_MLP + N_ATTENTION] == [profile_ops.count_points((1, 4, 16, 64), (64,),
-                                                                       profile_ops.DEFAULT_BATCHES)]
+    assert (
+        calls
+        == [N_MLP + N_ATTENTION]
+        == [profile_ops.count_points((1, 4, 16, 64), (64,), profile_ops.DEFAULT_BATCHES)]
+    )
     folder = _folder(tmp_path)
     assert sorted(p.name for p in folder.iterdir()) == ["attention.csv", "mlp.csv"]
     with (folder / "mlp.csv").open(newline="") as f:
@@ -233,8 +266,9 @@ def test_ctrl_c_keeps_the_complete_rows(tmp_path: Path, monkeypatch: pytest.Monk
     res = _profile(tmp_path)
     assert res.exit_code == 130, res.output
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"interrupted after 23 of {N_MLP + N_ATTENTION} timings; "
-                                                   "kept 2 of 4 mlp rows (mlp.partial.csv) in ")
+    assert len(lines) == 1 and lines[0].startswith(
+        f"interrupted after 23 of {N_MLP + N_ATTENTION} timings; kept 2 of 4 mlp rows (mlp.partial.csv) in "
+    )
     assert str(folder) in lines[0]
     assert sorted(p.name for p in folder.iterdir()) == ["mlp.csv", "mlp.partial.csv"]
     assert (folder / "mlp.csv").read_text() == "an earlier run's profile\n"  # untouched
@@ -248,8 +282,10 @@ def test_ctrl_c_in_attention_keeps_both_tables(tmp_path: Path, monkeypatch: pyte
     _fake_timer(monkeypatch, stop_after=N_MLP + 2)
     res = _profile(tmp_path)
     assert res.exit_code == 130, res.output
-    assert ("kept 4 of 4 mlp rows (mlp.partial.csv) and 2 of 6 attention rows (attention.partial.csv)"
-            in res.stderr)
+    assert (
+        "kept 4 of 4 mlp rows (mlp.partial.csv) and 2 of 6 attention rows (attention.partial.csv)"
+        in res.stderr
+    )
     folder = _folder(tmp_path)
     assert sorted(p.name for p in folder.iterdir()) == ["attention.partial.csv", "mlp.partial.csv"]
     # Renamed, the kept rows are a profile calibrate reads.
@@ -259,8 +295,9 @@ def test_ctrl_c_in_attention_keeps_both_tables(tmp_path: Path, monkeypatch: pyte
     assert table.num_tokens.tolist() == [1, 4, 16, 64]
 
 
-def test_ctrl_c_before_a_row_is_complete_keeps_nothing(tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ctrl_c_before_a_row_is_complete_keeps_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _fake_torch(monkeypatch)
     _fake_timer(monkeypatch, stop_after=3)
     res = _profile(tmp_path)
@@ -268,21 +305,26 @@ def test_ctrl_c_before_a_row_is_complete_keeps_nothing(tmp_path: Path,
     assert not (tmp_path / "out").exists()
 
 
-def test_out_of_memory_mid_way_is_one_line_and_keeps_rows(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_out_of_memory_mid_way_is_one_line_and_keeps_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     torch = _fake_torch(monkeypatch, cuda=1)
 
     class OutOfMemoryError(RuntimeError):
         pass
 
     torch.OutOfMemoryError = OutOfMemoryError
-    _fake_timer(monkeypatch, stop_after=len(profile_ops.OPS) + 1,
-                error=OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB\nmore detail"))
+    _fake_timer(
+        monkeypatch,
+        stop_after=len(profile_ops.OPS) + 1,
+        error=OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB\nmore detail"),
+    )
     res = _profile(tmp_path, "--device", "cuda")
     lines = res.stderr.strip().splitlines()
     assert res.exit_code == 2 and len(lines) == 1, res.output
-    assert lines[0].startswith("error: cuda ran out of memory (CUDA out of memory. Tried to allocate 2 GiB); "
-                               "stopped after 11 of ")
+    assert lines[0].startswith(
+        "error: cuda ran out of memory (CUDA out of memory. Tried to allocate 2 GiB); stopped after 11 of "
+    )
     assert "kept 1 of 4 mlp rows" in lines[0]
 
 
@@ -296,8 +338,9 @@ class _Bar:
         self.started = self.stopped = False
         _Bar.made.append(self)
 
-    def update(self, task: int, description: str | None = None, advance: int = 0,
-               completed: int | None = None) -> None:
+    def update(
+        self, task: int, description: str | None = None, advance: int = 0, completed: int | None = None
+    ) -> None:
         self.completed = completed if completed is not None else self.completed + advance
         if description is not None:
             self.descriptions.append(description)
@@ -317,8 +360,9 @@ def bars(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[_Bar]]:
     yield _Bar.made
 
 
-def test_progress_bar_counts_every_timing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                          bars: list[_Bar]) -> None:
+def test_progress_bar_counts_every_timing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bars: list[_Bar]
+) -> None:
     _fake_torch(monkeypatch)
     _fake_timer(monkeypatch)
     res = CliRunner().invoke(app, ["profile", _tiny_config(tmp_path), "-o", str(tmp_path / "out"), *GRID])
@@ -337,8 +381,9 @@ def test_no_progress_shows_no_bar(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert bars == []
 
 
-def test_progress_bar_is_stopped_on_ctrl_c(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                          bars: list[_Bar]) -> None:
+def test_progress_bar_is_stopped_on_ctrl_c(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bars: list[_Bar]
+) -> None:
     _fake_torch(monkeypatch)
     _fake_timer(monkeypatch, stop_after=5)
     res = CliRunner().invoke(app, ["profile", _tiny_config(tmp_path), "-o", str(tmp_path / "out"), *GRID])

@@ -19,8 +19,9 @@ from servesim.config.operations import (
 from servesim.engine.events import EventLoop
 from servesim.perf.base import BatchStats
 
-ENG = resolve_engine(EngineConfig(max_num_seqs=64, max_num_batched_tokens=2048, cpu_overhead_s=0.001),
-                     max_model_len=4096)
+ENG = resolve_engine(
+    EngineConfig(max_num_seqs=64, max_num_batched_tokens=2048, cpu_overhead_s=0.001), max_model_len=4096
+)
 
 
 class ContextPerf:
@@ -58,8 +59,11 @@ def test_next_loud_time_skips_quiet_events() -> None:
 def _runs(monkeypatch: pytest.MonkeyPatch, quiet: bool, pools: list[PoolSpec], cfg: ClusterConfig):  # noqa: ANN202
     rng = np.random.default_rng(7)
     n = 600
-    wl = make_workload(np.cumsum(rng.exponential(1 / 40, n)).tolist(), rng.integers(50, 1500, n).tolist(),
-                       rng.integers(20, 400, n).tolist())
+    wl = make_workload(
+        np.cumsum(rng.exponential(1 / 40, n)).tolist(),
+        rng.integers(50, 1500, n).tolist(),
+        rng.integers(20, 400, n).tolist(),
+    )
     with monkeypatch.context() as m:
         if not quiet:  # every event loud: the loop as it was before quiet events
             m.setattr(EventLoop, "at_quiet", EventLoop.at)
@@ -67,25 +71,51 @@ def _runs(monkeypatch: pytest.MonkeyPatch, quiet: bool, pools: list[PoolSpec], c
 
 
 def _pool(name: str, n: int, role: str = "colocated") -> PoolSpec:
-    return PoolSpec(name, role, n, ENG, ContextPerf(), num_gpu_blocks=3000, max_model_len=4096,
-                    kv_bytes_per_token=1000.0, weights_bytes_per_gpu=2e9)
+    return PoolSpec(
+        name,
+        role,
+        n,
+        ENG,
+        ContextPerf(),
+        num_gpu_blocks=3000,
+        max_model_len=4096,
+        kv_bytes_per_token=1000.0,
+        weights_bytes_per_gpu=2e9,
+    )
 
 
 OPS = OperationsConfig(
     interval_s=1.0,
-    autoscaling=AutoscalingConfig(pools=[PoolScaling(pool="c", metric="running", target=12, min_replicas=1,
-                                                     max_replicas=6, scale_in_grace_s=2.0)],
-                                  startup_s=0.5, load_gb_per_s=10.0),
-    failures=FailuresConfig(events=[FailureEvent(pool="c", replica=1, at_s=5.0, recover_after_s=2.0)]))
+    autoscaling=AutoscalingConfig(
+        pools=[
+            PoolScaling(
+                pool="c", metric="running", target=12, min_replicas=1, max_replicas=6, scale_in_grace_s=2.0
+            )
+        ],
+        startup_s=0.5,
+        load_gb_per_s=10.0,
+    ),
+    failures=FailuresConfig(events=[FailureEvent(pool="c", replica=1, at_s=5.0, recover_after_s=2.0)]),
+)
 CASES = {
-    "colocated": ([_pool("c", 4)], ClusterConfig(pools=[PoolConfig(name="c", num_replicas=4)],
-                                                 router="least_outstanding")),
-    "operations": ([_pool("c", 2)], ClusterConfig(pools=[PoolConfig(name="c", num_replicas=2)],
-                                                  router="power_of_two", operations=OPS)),
-    "disaggregated": ([_pool("p", 2, "prefill"), _pool("d", 3, "decode")],
-                      ClusterConfig(pools=[PoolConfig(name="p", role="prefill", num_replicas=2),
-                                           PoolConfig(name="d", role="decode", num_replicas=3)],
-                                    router="least_outstanding")),
+    "colocated": (
+        [_pool("c", 4)],
+        ClusterConfig(pools=[PoolConfig(name="c", num_replicas=4)], router="least_outstanding"),
+    ),
+    "operations": (
+        [_pool("c", 2)],
+        ClusterConfig(pools=[PoolConfig(name="c", num_replicas=2)], router="power_of_two", operations=OPS),
+    ),
+    "disaggregated": (
+        [_pool("p", 2, "prefill"), _pool("d", 3, "decode")],
+        ClusterConfig(
+            pools=[
+                PoolConfig(name="p", role="prefill", num_replicas=2),
+                PoolConfig(name="d", role="decode", num_replicas=3),
+            ],
+            router="least_outstanding",
+        ),
+    ),
 }
 
 

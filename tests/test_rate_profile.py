@@ -45,14 +45,19 @@ def test_durations_with_units():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.just(0.0) | st.floats(0.01, 5.0), min_size=1, max_size=6), st.booleans(), st.booleans(),
-       st.floats(0.0, 1e6))
+@given(
+    st.lists(st.just(0.0) | st.floats(0.01, 5.0), min_size=1, max_size=6),
+    st.booleans(),
+    st.booleans(),
+    st.floats(0.0, 1e6),
+)
 def test_inverse_undoes_cumulative(ms, step, periodic, t):
     if not any(ms):
         ms = [*ms[:-1], 1.0]
     pts = [[10.0 * i, m] for i, m in enumerate(ms)]
-    p = profile(points=pts, interpolation="step" if step else "linear",
-                period_s=10.0 * len(ms) if periodic else None)
+    p = profile(
+        points=pts, interpolation="step" if step else "linear", period_s=10.0 * len(ms) if periodic else None
+    )
     tau = float(p.cumulative(t))
     if ms[-1] == 0 and not periodic and t > 10.0 * (len(ms) - 1):
         return  # past the end of a profile that ends at 0, Lambda is flat
@@ -83,11 +88,17 @@ def test_window_counts_match_the_integral(process, cv, shape):
 
     sigma^2 = cv^2 x mean: a renewal process's count variance (cv = 1: Poisson).
     """
-    rp = (RateProfileConfig(points=DAY, period_s="1d") if shape == "points"
-          else RateProfileConfig(shape="diurnal", peak=1.0, trough=0.3))
+    rp = (
+        RateProfileConfig(points=DAY, period_s="1d")
+        if shape == "points"
+        else RateProfileConfig(shape="diurnal", peak=1.0, trough=0.3)
+    )
     rate = 0.5
-    cfg = SyntheticWorkload(arrival=ArrivalConfig(process=process, rate=rate, cv=cv, rate_profile=rp),
-                            num_requests=None, duration_s="1d")
+    cfg = SyntheticWorkload(
+        arrival=ArrivalConfig(process=process, rate=rate, cv=cv, rate_profile=rp),
+        num_requests=None,
+        duration_s="1d",
+    )
     wl = load_workload(cfg, seed=7)
     wl.validate()
     edges = np.arange(0, 86400.0 + 1, 1800.0)
@@ -103,8 +114,11 @@ def test_window_counts_match_the_integral(process, cv, shape):
 def test_num_requests_follow_the_profile():
     """A ramp from 0 to 1 over 1000 s: the i-th of n arrivals sits where Lambda = i/rate."""
     rp = RateProfileConfig(points=[[0, 0.0], [1000, 1.0]])
-    wl = load_workload(SyntheticWorkload(
-        arrival=ArrivalConfig(process="constant", rate=2.0, rate_profile=rp), num_requests=4))
+    wl = load_workload(
+        SyntheticWorkload(
+            arrival=ArrivalConfig(process="constant", rate=2.0, rate_profile=rp), num_requests=4
+        )
+    )
     np.testing.assert_allclose(wl.arrival_s, np.sqrt(2 * 1000 * np.arange(1, 5) / 2.0))
 
 
@@ -112,9 +126,14 @@ def test_local_cv_kept_where_the_rate_is_flat():
     """Gamma gaps inside the flat peak (9h-18h) keep their CV: the rescaled clock runs at
     a constant speed there. Bound: the CV of 4000+ gaps has a standard error under 3%."""
     rp = RateProfileConfig(points=DAY, period_s="1d")
-    wl = load_workload(SyntheticWorkload(
-        arrival=ArrivalConfig(process="gamma", rate=0.5, cv=2.0, rate_profile=rp),
-        num_requests=None, duration_s="1d"), seed=3)
+    wl = load_workload(
+        SyntheticWorkload(
+            arrival=ArrivalConfig(process="gamma", rate=0.5, cv=2.0, rate_profile=rp),
+            num_requests=None,
+            duration_s="1d",
+        ),
+        seed=3,
+    )
     t = wl.arrival_s[(wl.arrival_s > 9.5 * 3600) & (wl.arrival_s < 17.5 * 3600)]
     g = np.diff(t)
     assert g.mean() == pytest.approx(1 / 0.5, rel=0.08)
@@ -126,22 +145,29 @@ def test_weibull_gaps_mean_and_cv(target):
     k = weibull_shape(target)
     cv2 = math.exp(math.lgamma(1 + 2 / k) - 2 * math.lgamma(1 + 1 / k)) - 1
     assert math.sqrt(cv2) == pytest.approx(target, rel=1e-9)
-    wl = load_workload(SyntheticWorkload(
-        arrival=ArrivalConfig(process="weibull", rate=4.0, cv=target), num_requests=200_000), seed=2)
+    wl = load_workload(
+        SyntheticWorkload(
+            arrival=ArrivalConfig(process="weibull", rate=4.0, cv=target), num_requests=200_000
+        ),
+        seed=2,
+    )
     g = np.diff(np.concatenate([[0.0], wl.arrival_s]))
     assert g.mean() == pytest.approx(0.25, rel=0.03)
     assert g.std() / g.mean() == pytest.approx(target, rel=0.10)
 
 
-@pytest.mark.parametrize("kw,needle", [
-    ({"points": [[5, 1.0]]}, "first point must be at t=0"),
-    ({"points": [[0, 1.0], [0, 2.0]]}, "increase strictly"),
-    ({"points": [[0, -1.0]]}, ">= 0"),
-    ({"points": [[0, 0.0]]}, "every multiplier is 0"),
-    ({"points": [[0, 1.0], [10, 1.0]], "period_s": 10}, "before it"),
-    ({"points": [[0, 1.0], ["8x", 1.0]]}, "duration such as"),
-    ({"shape": "diurnal", "peak": 0.5, "trough": 0.8}, "trough <= peak"),
-])
+@pytest.mark.parametrize(
+    "kw,needle",
+    [
+        ({"points": [[5, 1.0]]}, "first point must be at t=0"),
+        ({"points": [[0, 1.0], [0, 2.0]]}, "increase strictly"),
+        ({"points": [[0, -1.0]]}, ">= 0"),
+        ({"points": [[0, 0.0]]}, "every multiplier is 0"),
+        ({"points": [[0, 1.0], [10, 1.0]], "period_s": 10}, "before it"),
+        ({"points": [[0, 1.0], ["8x", 1.0]]}, "duration such as"),
+        ({"shape": "diurnal", "peak": 0.5, "trough": 0.8}, "trough <= peak"),
+    ],
+)
 def test_bad_profiles(kw, needle):
     with pytest.raises(ValidationError, match=needle):
         RateProfileConfig(**kw)

@@ -20,8 +20,12 @@ LONG = {"kind": "lognormal", "mean": 4000, "std": 1500}
 
 
 def reasoning(**kw) -> ReasoningWorkload:
-    base = {"quick_len": QUICK, "long_len": LONG, "long_weight": 0.3,
-            "prompt_len": {"kind": "constant", "value": 200}}
+    base = {
+        "quick_len": QUICK,
+        "long_len": LONG,
+        "long_weight": 0.3,
+        "prompt_len": {"kind": "constant", "value": 200},
+    }
     return ReasoningWorkload.model_validate({**base, **kw})
 
 
@@ -38,9 +42,15 @@ def test_hand_case_token_accounting():
 
 
 def test_requests_of_one_sample_chain_segments_and_probes():
-    cfg = reasoning(num_questions=1, early_exit=True, segment_tokens=100, probe_tokens=8,
-                    probe_prompt_tokens=20,
-                    quick_len={"kind": "constant", "value": 1000}, long_weight=0.0)
+    cfg = reasoning(
+        num_questions=1,
+        early_exit=True,
+        segment_tokens=100,
+        probe_tokens=8,
+        probe_prompt_tokens=20,
+        quick_len={"kind": "constant", "value": 1000},
+        long_weight=0.0,
+    )
     wl = load_workload(cfg)
     wl.validate()
     stop, probes = int(wl.meta["stop"][0]), int(wl.meta["probes"][0])
@@ -81,13 +91,23 @@ def test_best_of_n_task_finishes_with_its_last_sample():
     slowest sample's finish, and in a free batch the slowest is the longest. The first
     sample to be scheduled prefills the prompt; the other three find its 3 full 64-token
     units (192 tokens) in the prefix cache."""
-    cfg = reasoning(num_questions=2, samples=4, arrival={"process": "constant", "rate": 0.01},
-                    quick_len={"kind": "uniform", "low": 20, "high": 60}, long_weight=0.0)
+    cfg = reasoning(
+        num_questions=2,
+        samples=4,
+        arrival={"process": "constant", "rate": 0.01},
+        quick_len={"kind": "uniform", "low": 20, "high": 60},
+        long_weight=0.0,
+    )
     wl = load_workload(cfg)
     assert len(wl) == 8  # 200 prompt tokens: 3 full 64-token units, shared by a question's samples
     assert all(h[:3] == wl.hash_ids[0][:3] for h in wl.hash_ids[:4])
-    run = run_engine(wl, EngineConfig(max_num_seqs=16, max_num_batched_tokens=4096), ConstantPerfModel(0.01),
-                     num_gpu_blocks=4000, max_model_len=4096)
+    run = run_engine(
+        wl,
+        EngineConfig(max_num_seqs=16, max_num_batched_tokens=4096),
+        ConstantPerfModel(0.01),
+        num_gpu_blocks=4000,
+        max_model_len=4096,
+    )
     rec, task = run.records, wl.after.task
     lat = task_latencies(rec, task, wl.after.task_start_s)
     for t in range(2):
@@ -107,8 +127,17 @@ def _expected_saving(cfg: ReasoningWorkload, n: int, seed: int) -> float:
 
 
 def test_dynasor_saves_tokens_within_the_model_range():
-    cfg = reasoning(num_questions=400, samples=4, arrival={"rate": 50.0}, early_exit=True, segment_tokens=128,
-                    agree=2, probe_tokens=16, stabilize_alpha=2.0, stabilize_beta=3.0)
+    cfg = reasoning(
+        num_questions=400,
+        samples=4,
+        arrival={"rate": 50.0},
+        early_exit=True,
+        segment_tokens=128,
+        agree=2,
+        probe_tokens=16,
+        stabilize_alpha=2.0,
+        stabilize_beta=3.0,
+    )
     dyn, fixed = load_workload(cfg), load_workload(cfg.model_copy(update={"early_exit": False}))
     np.testing.assert_array_equal(dyn.meta["length"], fixed.meta["length"])  # the same draws: equal answers
     length, u, stop, probes = (dyn.meta[k] for k in ("length", "u", "stop", "probes"))
@@ -132,14 +161,23 @@ def test_dynasor_saves_tokens_within_the_model_range():
 
 
 def test_dynasor_run_generates_fewer_tokens_and_finishes_tasks():
-    cfg = reasoning(num_questions=6, samples=2, arrival={"rate": 2.0}, early_exit=True, segment_tokens=256,
-                    quick_len={"kind": "lognormal", "mean": 800, "std": 200}, long_weight=0.0)
+    cfg = reasoning(
+        num_questions=6,
+        samples=2,
+        arrival={"rate": 2.0},
+        early_exit=True,
+        segment_tokens=256,
+        quick_len={"kind": "lognormal", "mean": 800, "std": 200},
+        long_weight=0.0,
+    )
     engine = EngineConfig(max_num_seqs=32, max_num_batched_tokens=4096, enable_prefix_caching=True)
     dyn = load_workload(cfg)
     run = run_engine(dyn, engine, ConstantPerfModel(0.005), num_gpu_blocks=20000, max_model_len=8192)
     assert task_summary(run.records, dyn.after.task, dyn.after.task_start_s)["num_finished"] == 6
-    assert run.records.num_output_tokens.sum() == dyn.meta["reasoning"]["reasoning_tokens"] + dyn.meta[
-        "reasoning"]["probe_tokens"]
+    assert (
+        run.records.num_output_tokens.sum()
+        == dyn.meta["reasoning"]["reasoning_tokens"] + dyn.meta["reasoning"]["probe_tokens"]
+    )
     assert run.records.num_cached_tokens.sum() > 0  # continuations and probes reuse the reasoning so far
 
 
@@ -171,8 +209,14 @@ def test_questions_arrive_open_loop_and_each_sample_is_one_root():
     """Poisson questions at 2/s: mean gap 0.5 s within sampling error; with early exit every
     sample's chain has one root, sent at its question's arrival."""
     n = 2000
-    cfg = reasoning(num_questions=n, samples=3, arrival={"process": "poisson", "rate": 2.0}, early_exit=True,
-                    quick_len={"kind": "constant", "value": 300}, long_weight=0.0)
+    cfg = reasoning(
+        num_questions=n,
+        samples=3,
+        arrival={"process": "poisson", "rate": 2.0},
+        early_exit=True,
+        quick_len={"kind": "constant", "value": 300},
+        long_weight=0.0,
+    )
     wl = load_workload(cfg)
     start = wl.after.task_start_s
     gaps = np.diff(start)

@@ -25,14 +25,18 @@ from servesim.report.rundir import open_run_dir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "report"
-SYNTHETIC = ["--set", "workload={type: synthetic, num_requests: 400, seed: 3, arrival: {process: poisson, "
-             "rate: 12}, prompt_len: {kind: lognormal, mean: 900, std: 600, max: 6000}, "
-             "output_len: {kind: lognormal, mean: 160, std: 120, max: 1000}}"]
+SYNTHETIC = [
+    "--set",
+    "workload={type: synthetic, num_requests: 400, seed: 3, arrival: {process: poisson, "
+    "rate: 12}, prompt_len: {kind: lognormal, mean: 900, std: 600, max: 6000}, "
+    "output_len: {kind: lognormal, mean: 160, std: 120, max: 1000}}",
+]
 
 
 def simulate_to(out: Path, *args: str) -> Path:
-    res = CliRunner().invoke(app, ["simulate", *args, "--no-progress", "-q", "-o", str(out)],
-                             catch_exceptions=False)
+    res = CliRunner().invoke(
+        app, ["simulate", *args, "--no-progress", "-q", "-o", str(out)], catch_exceptions=False
+    )
     assert res.exit_code == 0, res.output
     return out
 
@@ -43,8 +47,12 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     return {
         "vllm_v1": simulate_to(base / "vllm_v1", *SYNTHETIC),
         "sarathi": simulate_to(base / "sarathi", *SYNTHETIC, "--set", "engine.policy=sarathi"),
-        "disagg": simulate_to(base / "disagg", str(ROOT / "examples" / "disaggregated.yaml"),
-                              "--set", "workload.num_requests=300"),
+        "disagg": simulate_to(
+            base / "disagg",
+            str(ROOT / "examples" / "disaggregated.yaml"),
+            "--set",
+            "workload.num_requests=300",
+        ),
     }
 
 
@@ -113,8 +121,9 @@ def test_time_series_conserve_the_runs_totals(runs) -> None:
     util = plots["utilization"]
     busy = next(t for t in util.traces if t.name == "busy")
     assert busy.x == ["prefill 0", "prefill 1", "decode 2"]
-    assert busy.y == pytest.approx([r["busy_fraction"] for r in run.summary["utilization"]["replicas"]],
-                                   rel=1e-5)
+    assert busy.y == pytest.approx(
+        [r["busy_fraction"] for r in run.summary["utilization"]["replicas"]], rel=1e-5
+    )
 
 
 def test_timeseries_file_is_plotted_per_pool(runs, tmp_path) -> None:
@@ -125,8 +134,16 @@ def test_timeseries_file_is_plotted_per_pool(runs, tmp_path) -> None:
     run_dir = tmp_path / "run"
     shutil.copytree(runs["disagg"], run_dir)
     t = np.arange(0, 120, 0.1)
-    cols = ["arrivals", "queue_len", "running", "batch_tokens", "kv_util", "replicas", "power_w",
-            "slo_attainment"]
+    cols = [
+        "arrivals",
+        "queue_len",
+        "running",
+        "batch_tokens",
+        "kv_util",
+        "replicas",
+        "power_w",
+        "slo_attainment",
+    ]
     lines = ["t_s,pool," + ",".join(cols)]
     for pool, scale in (("prefill", 1.0), ("decode", 2.0)):
         lines += [f"{x:.1f},{pool}," + ",".join(f"{scale * (k + 1):g}" for k in range(len(cols))) for x in t]
@@ -156,8 +173,18 @@ def test_run_report_is_one_offline_page_with_every_plot(runs, tmp_path) -> None:
     assert page.count("Plotly.newPlot") == 1 and not re.findall(r"plotly\.js v\d", page)
     assert path.stat().st_size < 150_000  # the page weighs what its data weighs, not plotly's 4.8 MB
     ids = [f["div"].split("-", 2)[2] for f in figures_of(page)]
-    assert ids == ["cdf_ttft", "cdf_tpot", "cdf_itl", "cdf_e2e", "arrivals", "queue", "batch",
-                   "batch_tokens", "kv_use", "utilization"]
+    assert ids == [
+        "cdf_ttft",
+        "cdf_tpot",
+        "cdf_itl",
+        "cdf_e2e",
+        "arrivals",
+        "queue",
+        "batch",
+        "batch_tokens",
+        "kv_use",
+        "utilization",
+    ]
     assert "prefill: 2 x H100-SXM, decode: 1 x A100-80GB" in page  # the summary table
 
 
@@ -170,11 +197,20 @@ def test_pages_of_a_folder_share_one_plotly_js(runs, tmp_path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.html", "b.html", js.name]
     [whole] = write_report(runs["vllm_v1"], tmp_path / "whole" / "c.html", self_contained=True)
     page = whole.read_text(encoding="utf-8")
-    assert "<script src=" not in page and "<script id=\"plotly-js\"" not in page
+    assert "<script src=" not in page and '<script id="plotly-js"' not in page
     assert len(re.findall(r"plotly\.js v\d", page)) == 1 and page.count("Plotly.newPlot") == 1
     assert list(whole.parent.iterdir()) == [whole]
-    res = CliRunner().invoke(app, ["report", str(runs["vllm_v1"]), "-o", str(tmp_path / "cli" / "d.html"),
-                                   "--self-contained", "--no-progress"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "report",
+            str(runs["vllm_v1"]),
+            "-o",
+            str(tmp_path / "cli" / "d.html"),
+            "--self-contained",
+            "--no-progress",
+        ],
+    )
     assert res.exit_code == 0 and [p.name for p in (tmp_path / "cli").iterdir()] == ["d.html"], res.output
 
 
@@ -203,8 +239,10 @@ def test_plan_folder_ranked_table_and_fronts(tmp_path) -> None:
         assert front.y == pytest.approx([f[metric] for f in by_cost], rel=1e-5)
         markers = {t.name: len(t.x) for t in plot.traces if t.kind == "markers"}
         simulated = [r for r in rows if r["status"] == "simulated"]
-        assert markers == {"meets SLO": sum(r["meets_slo"] for r in simulated),
-                           "misses SLO": sum(not r["meets_slo"] for r in simulated)}
+        assert markers == {
+            "meets SLO": sum(r["meets_slo"] for r in simulated),
+            "misses SLO": sum(not r["meets_slo"] for r in simulated),
+        }
     assert "Pareto front" in page
     assert re.search(r'id="plot-\d+-pareto_e2e_p90_s"', page)
 
@@ -213,9 +251,32 @@ def test_report_of_a_real_plan_folder(tmp_path) -> None:
     """`servesim plan --output DIR` then `servesim report DIR`: a Pareto section with plots (the
     Parquet table read), and --format png writes one image per plot."""
     out = tmp_path / "plan"
-    args = ["plan", "--model", "Llama-3.1-8B", "--gpus", "H100,L40S", "--total-gpus", "2", "--isl", "512",
-            "--osl", "128", "--rate", "4", "--ttft", "1", "--tpot", "0.05", "--num-requests", "60",
-            "--backend", "inprocess", "--no-progress", "--output", str(out)]
+    args = [
+        "plan",
+        "--model",
+        "Llama-3.1-8B",
+        "--gpus",
+        "H100,L40S",
+        "--total-gpus",
+        "2",
+        "--isl",
+        "512",
+        "--osl",
+        "128",
+        "--rate",
+        "4",
+        "--ttft",
+        "1",
+        "--tpot",
+        "0.05",
+        "--num-requests",
+        "60",
+        "--backend",
+        "inprocess",
+        "--no-progress",
+        "--output",
+        str(out),
+    ]
     res = CliRunner().invoke(app, args, catch_exceptions=False)
     assert res.exit_code == 0, res.output
     assert (out / "candidates.parquet").is_file()
@@ -224,8 +285,9 @@ def test_report_of_a_real_plan_folder(tmp_path) -> None:
     ids = [f["div"].split("-", 2)[2] for f in figs]
     assert ids[:2] == ["pareto_e2e_p90_s", "pareto_j_per_output_token"]
     assert all(any(len(d["x"]) for d in f["data"]) for f in figs)
-    res = CliRunner().invoke(app, ["report", str(out), "--format", "png", "-o", str(tmp_path / "png"),
-                                   "--no-progress"])
+    res = CliRunner().invoke(
+        app, ["report", str(out), "--format", "png", "-o", str(tmp_path / "png"), "--no-progress"]
+    )
     assert res.exit_code == 0, res.output
     pngs = sorted((tmp_path / "png").glob("*.png"))
     assert [p.stem for p in pngs] == sorted(ids)
@@ -269,8 +331,19 @@ def test_capacity_folder_plots_every_probe(tmp_path) -> None:
     from servesim.cli import app
 
     out = tmp_path / "cap"
-    res = CliRunner().invoke(app, ["capacity", str(ROOT / "examples" / "capacity_slo.yaml"), "--precision",
-                                   "0.3", "--no-progress", "--output", str(out), "--report"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "capacity",
+            str(ROOT / "examples" / "capacity_slo.yaml"),
+            "--precision",
+            "0.3",
+            "--no-progress",
+            "--output",
+            str(out),
+            "--report",
+        ],
+    )
     assert res.exit_code == 0, res.output
     with (out / "probes.csv").open() as f:
         probes = list(csv.DictReader(f))
@@ -295,6 +368,7 @@ def test_csv_records_draw_the_same_plots(runs, tmp_path) -> None:
     got = figures.run_plots(open_run_dir(csv_run))
     want = figures.run_plots(open_run_dir(runs["vllm_v1"]))
     assert [p.id for p in got] == [p.id for p in want]
+
     def nan(v):  # the figures write NaN as None (a gap in the line)
         return [math.nan if e is None else e for e in v] if isinstance(v, list) else v
 
@@ -310,8 +384,14 @@ def test_notices_are_listed(runs, tmp_path) -> None:
     run_dir = tmp_path / "run"
     shutil.copytree(runs["vllm_v1"], run_dir)
     doc = json.loads((run_dir / "summary.json").read_text())
-    doc["notices"] = [{"code": "zero_length_raised", "source": "trace.csv", "count": 3,
-                       "message": "trace.csv: 3 rows had a prompt or output length of 0, raised to 1"}]
+    doc["notices"] = [
+        {
+            "code": "zero_length_raised",
+            "source": "trace.csv",
+            "count": 3,
+            "message": "trace.csv: 3 rows had a prompt or output length of 0, raised to 1",
+        }
+    ]
     (run_dir / "summary.json").write_text(json.dumps(doc))
     page = write_report(run_dir)[0].read_text(encoding="utf-8")
     assert "<td>trace.csv: 3 rows had a prompt or output length of 0, raised to 1</td>" in page
@@ -341,8 +421,17 @@ def test_static_images(runs, tmp_path) -> None:
 def test_cli_report_compare_and_simulate_report(runs, tmp_path) -> None:
     res = CliRunner().invoke(app, ["report", str(runs["vllm_v1"]), "-o", str(tmp_path / "a.html")])
     assert res.exit_code == 0 and (tmp_path / "a.html").is_file(), res.output
-    res = CliRunner().invoke(app, ["compare", str(runs["vllm_v1"]), str(runs["disagg"]),
-                                   "-o", str(tmp_path / "c.html"), "--no-progress"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "compare",
+            str(runs["vllm_v1"]),
+            str(runs["disagg"]),
+            "-o",
+            str(tmp_path / "c.html"),
+            "--no-progress",
+        ],
+    )
     assert res.exit_code == 0 and (tmp_path / "c.html").is_file(), res.output
     out = simulate_to(tmp_path / "s", *SYNTHETIC[:1], SYNTHETIC[1].replace("400", "50"), "--report")
     assert (out / "report.html").is_file()
@@ -365,18 +454,31 @@ def test_a_million_request_report_stays_small(runs, tmp_path) -> None:
     ttft = rng.lognormal(np.log(0.2), 0.8, n)
     n_out = rng.integers(1, 800, n)
     tpot = rng.lognormal(np.log(0.02), 0.3, n)
-    req = {"arrival_s": arrival, "first_scheduled_s": arrival + ttft / 2, "first_token_s": arrival + ttft,
-           "finished_s": arrival + ttft + tpot * (n_out - 1), "num_prompt_tokens": rng.integers(10, 4000, n),
-           "num_output_tokens": n_out, "num_cached_tokens": np.zeros(n, np.int64),
-           "num_preemptions": np.zeros(n, np.int64), "replica": rng.integers(0, 4, n),
-           "status": np.zeros(n, np.int8)}
+    req = {
+        "arrival_s": arrival,
+        "first_scheduled_s": arrival + ttft / 2,
+        "first_token_s": arrival + ttft,
+        "finished_s": arrival + ttft + tpot * (n_out - 1),
+        "num_prompt_tokens": rng.integers(10, 4000, n),
+        "num_output_tokens": n_out,
+        "num_cached_tokens": np.zeros(n, np.int64),
+        "num_preemptions": np.zeros(n, np.int64),
+        "replica": rng.integers(0, 4, n),
+        "status": np.zeros(n, np.int8),
+    }
     replica = np.repeat(np.arange(4), n_steps // 4)
     start = np.tile(np.sort(rng.uniform(0, span, n_steps // 4)), 4)
-    steps = {"replica": replica, "start_s": start, "duration_s": np.full(n_steps, 0.0018),
-             "num_prefill_tokens": rng.integers(0, 8192, n_steps),
-             "num_decode_reqs": rng.integers(0, 256, n_steps),
-             "num_running": rng.integers(0, 256, n_steps), "num_waiting": rng.integers(0, 50, n_steps),
-             "kv_blocks_used": rng.integers(0, 28000, n_steps), "num_preempted": np.zeros(n_steps, np.int64)}
+    steps = {
+        "replica": replica,
+        "start_s": start,
+        "duration_s": np.full(n_steps, 0.0018),
+        "num_prefill_tokens": rng.integers(0, 8192, n_steps),
+        "num_decode_reqs": rng.integers(0, 256, n_steps),
+        "num_running": rng.integers(0, 256, n_steps),
+        "num_waiting": rng.integers(0, 50, n_steps),
+        "kv_blocks_used": rng.integers(0, 28000, n_steps),
+        "num_preempted": np.zeros(n_steps, np.int64),
+    }
     big = tmp_path / "big"
     big.mkdir()
     pq.write_table(pa.table(req), big / "requests.parquet")

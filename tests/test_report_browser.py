@@ -42,9 +42,19 @@ def browser() -> str:
 
 def chromium(page: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """Headless Chromium on ``page``; ``--virtual-time-budget`` lets the scripts finish first."""
-    cmd = [browser(), "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-           "--disable-extensions", "--virtual-time-budget=20000", "--enable-logging=stderr", "--v=0",
-           *args, page.resolve().as_uri()]
+    cmd = [
+        browser(),
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-extensions",
+        "--virtual-time-budget=20000",
+        "--enable-logging=stderr",
+        "--v=0",
+        *args,
+        page.resolve().as_uri(),
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
 
 
@@ -64,9 +74,20 @@ def drawn(dom: str) -> tuple[str | None, str | None]:
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("browser") / "run"
-    res = CliRunner().invoke(app, ["simulate", str(ROOT / "examples" / "disaggregated.yaml"), "--set",
-                                   "workload.num_requests=300", "--no-progress", "-q", "-o", str(out)],
-                             catch_exceptions=False)
+    res = CliRunner().invoke(
+        app,
+        [
+            "simulate",
+            str(ROOT / "examples" / "disaggregated.yaml"),
+            "--set",
+            "workload.num_requests=300",
+            "--no-progress",
+            "-q",
+            "-o",
+            str(out),
+        ],
+        catch_exceptions=False,
+    )
     assert res.exit_code == 0, res.output
     return out
 
@@ -103,7 +124,7 @@ def test_every_plot_draws_without_errors(any_page) -> None:
     assert not console_errors(res.stderr), console_errors(res.stderr)
     starts = [(dom.index(f'id="{f["div"]}"'), f) for f in figs]
     for k, (at, fig) in enumerate(starts):
-        part = dom[at:starts[k + 1][0] if k + 1 < len(starts) else len(dom)]
+        part = dom[at : starts[k + 1][0] if k + 1 < len(starts) else len(dom)]
         assert 'class="main-svg"' in part, f"{fig['div']}: no plot drawn"
         traces = len(re.findall(r'class="trace (?:scatter|bars)', part))
         assert traces == len(fig["data"]), f"{fig['div']}: {traces} of {len(fig['data'])} traces drawn"
@@ -114,9 +135,11 @@ def test_every_plot_draws_without_errors(any_page) -> None:
 def test_the_checks_see_a_broken_page(tmp_path) -> None:
     """The error checks are not blind: a page whose script throws is caught."""
     page = tmp_path / "broken.html"
-    page.write_text("<!DOCTYPE html><html><body><script>window.addEventListener('error', function (e) {"
-                    "document.body.setAttribute('data-errors', e.message);});</script>"
-                    "<script>undefinedFunction();</script></body></html>")
+    page.write_text(
+        "<!DOCTYPE html><html><body><script>window.addEventListener('error', function (e) {"
+        "document.body.setAttribute('data-errors', e.message);});</script>"
+        "<script>undefinedFunction();</script></body></html>"
+    )
     res = chromium(page, "--dump-dom")
     _, errors = drawn(res.stdout)
     assert errors and "undefinedFunction" in errors

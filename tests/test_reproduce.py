@@ -13,8 +13,22 @@ from servesim.cli import app
 from servesim.papers import PAPERS, get_paper
 
 #: The systems of the literature the project reproduces, by their papers.
-SYSTEMS = ("Sarathi-Serve", "POLCA", "Block", "MicroServing", "Orca", "vLLM", "DistServe", "Splitwise",
-           "Llumnix", "HeteroScale", "APEX", "Dynasor", "BurstGPT", "MC-SF")
+SYSTEMS = (
+    "Sarathi-Serve",
+    "POLCA",
+    "Block",
+    "MicroServing",
+    "Orca",
+    "vLLM",
+    "DistServe",
+    "Splitwise",
+    "Llumnix",
+    "HeteroScale",
+    "APEX",
+    "Dynasor",
+    "BurstGPT",
+    "MC-SF",
+)
 
 
 def test_list_names_every_paper():

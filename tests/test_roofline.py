@@ -29,17 +29,21 @@ def roof(flops: float, nbytes: float, comp: float, mem: float) -> float:
 
 # Llama-3.1-8B: L=32, H=4096, 32 heads, 8 KV heads, head_dim 128, FFN=14336, V=128256, bf16.
 L, H, Q, KV, FFN, V = 32, 4096, 32 * 128, 8 * 128, 14336, 128256
-P_PROJ = H * (Q + 2 * KV) + Q * H          # 41,943,040 per layer
-P_MLP = 3 * H * FFN                          # 176,160,768 per layer
-KV_TOK = 2 * KV * 2 * L                    # 131,072 bytes per token, all layers
-QO_TOK = 2 * Q * 2 * L                     # Q read + O write per token
+P_PROJ = H * (Q + 2 * KV) + Q * H  # 41,943,040 per layer
+P_MLP = 3 * H * FFN  # 176,160,768 per layer
+KV_TOK = 2 * KV * 2 * L  # 131,072 bytes per token, all layers
+QO_TOK = 2 * Q * 2 * L  # Q read + O write per token
 EL_TOK = L * 2 * (8 * H + 2 * (Q + KV) + 2 * FFN + FFN) + 6 * H * 2
 
 
 def llama8b_by_hand(t: int, r: int, attn: tuple[float, float], attn_c: float, attn_m: float) -> dict:
     flops = {
-        "proj": 2 * P_PROJ * L * t, "mlp": 2 * P_MLP * L * t, "attn": attn[0],
-        "lm_head": 2 * H * V * r, "elementwise": 0.0, "sampling": 0.0,
+        "proj": 2 * P_PROJ * L * t,
+        "mlp": 2 * P_MLP * L * t,
+        "attn": attn[0],
+        "lm_head": 2 * H * V * r,
+        "elementwise": 0.0,
+        "sampling": 0.0,
     }
     nbytes = {
         "proj": P_PROJ * L * 2 + t * L * 2 * (H + Q + 2 * KV + Q + H),
@@ -57,8 +61,12 @@ def llama8b_by_hand(t: int, r: int, attn: tuple[float, float], attn_c: float, at
         "elementwise": nbytes["elementwise"] / (BW * EL_M),
         "sampling": nbytes["sampling"] / (BW * EL_M),
     }
-    return {"flops": sum(flops.values()), "bytes": sum(nbytes.values()), "times": times,
-            "total": sum(times.values()) + FIXED_S}
+    return {
+        "flops": sum(flops.values()),
+        "bytes": sum(nbytes.values()),
+        "times": times,
+        "total": sum(times.values()) + FIXED_S,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +116,7 @@ def test_mixtral_experts_touched_by_hand() -> None:
         nbytes = touched * p_exp * 32 * 2 + router * 32 * 2 + act
         got = pm.breakdown(BatchStats(num_decode_reqs=t, sum_decode_context=t * 100))["mlp"]
         assert got == pytest.approx(roof(flops, nbytes, LIN_C, LIN_M), rel=1e-12), t
-    assert 8 * (1 - 0.75 ** 4096) == pytest.approx(8)
+    assert 8 * (1 - 0.75**4096) == pytest.approx(8)
     # One token reads 2 experts, not 8: a decode step of 1 is far cheaper than 8 dense-equivalents.
     one = pm.breakdown(BatchStats(num_decode_reqs=1, sum_decode_context=100))["mlp"]
     assert one == pytest.approx((2 * p_exp * 32 * 2 + router * 32 * 2 + 2 * 32 * 2 * 51200) / (BW * LIN_M))
@@ -116,8 +124,14 @@ def test_mixtral_experts_touched_by_hand() -> None:
 
 def test_breakdown_sums_to_batch_time_and_empty_batch_is_free(llama8b: RooflinePerfModel) -> None:
     assert llama8b.batch_time(BatchStats()) == 0.0
-    s = BatchStats(num_prefill_tokens=300, prefill_attn_work=300 * 700, num_prefill_reqs=2,
-                   num_decode_reqs=17, sum_decode_context=9000, sum_prefill_context=550)
+    s = BatchStats(
+        num_prefill_tokens=300,
+        prefill_attn_work=300 * 700,
+        num_prefill_reqs=2,
+        num_decode_reqs=17,
+        sum_decode_context=9000,
+        sum_prefill_context=550,
+    )
     assert sum(llama8b.breakdown(s).values()) == pytest.approx(llama8b.batch_time(s), rel=1e-12)
 
 
@@ -125,8 +139,9 @@ def test_refinements_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
     """Blended roofs, the elementwise row floor, GEMM kernel overhead and per-hop all-reduce
     latency (what calibrated profiles set), written out for Llama-3.1-8B on 4 H100s."""
     bl, row, k, gk, hop = 0.5, 0.5e-6, 1e-6, 6e-6, 2e-6
-    eff = Efficiencies(roof_blend=bl, row_pass_s=row, kernel_overhead_s=k, gemm_kernel_overhead_s=gk,
-                       allreduce_hop_s=hop)
+    eff = Efficiencies(
+        roof_blend=bl, row_pass_s=row, kernel_overhead_s=k, gemm_kernel_overhead_s=gk, allreduce_hop_s=hop
+    )
     pm = RooflinePerfModel(load_model("Llama-3.1-8B"), get_gpu("H100"), tp=4, eff=eff)
     q, kv, ffn = Q // 4, KV // 4, FFN // 4
     p_proj = H * (q + 2 * kv) + q * H
@@ -134,23 +149,25 @@ def test_refinements_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
         b = pm.breakdown(BatchStats(num_prefill_tokens=t, prefill_attn_work=t * t / 2, num_prefill_reqs=1))
         c = 2 * p_proj * L * t / (PEAK * LIN_C)
         m = (p_proj * L * 2 + t * L * 2 * (H + q + 2 * kv + q + H)) / (BW * LIN_M)
-        assert b["proj"] == pytest.approx((c ** 2 + m ** 2) ** 0.5, rel=1e-12)  # p = 1/blend = 2
+        assert b["proj"] == pytest.approx((c**2 + m**2) ** 0.5, rel=1e-12)  # p = 1/blend = 2
         assert max(c, m) < b["proj"] < c + m
         el = t * (L * 2 * (8 * H + 2 * (q + kv) + 3 * ffn) + 6 * H * 2) / (BW * EL_M)
         floor = (L * (2 * H + q + kv + ffn) + H) / 1024 * row  # one 1024-wide pass per ~0.5 us
-        assert b["elementwise"] == pytest.approx((el ** 2 + floor ** 2) ** 0.5, rel=1e-12)
+        assert b["elementwise"] == pytest.approx((el**2 + floor**2) ** 0.5, rel=1e-12)
         assert b["overhead"] == pytest.approx(20e-6 + L * (6 * k + 4 * gk))
         ring = 2 * 3 / 4 * t * H * 2 / (450e9 * 0.8)
-        assert b["comm"] == pytest.approx(2 * L * ring + (2 * L + 1) * (15e-6 + 2 * 3 * hop)
-                                          + 3 / 4 * V * 2 / (450e9 * 0.8), rel=1e-12)
+        assert b["comm"] == pytest.approx(
+            2 * L * ring + (2 * L + 1) * (15e-6 + 2 * 3 * hop) + 3 / 4 * V * 2 / (450e9 * 0.8), rel=1e-12
+        )
         s = BatchStats(num_prefill_tokens=t, prefill_attn_work=t * t / 2, num_prefill_reqs=1)
         assert pm.batch_time(s) == pytest.approx(sum(b.values()), rel=1e-12)
     # The T-dependent classes are cached per T: a warm call computes nothing new and gives
     # what a fresh (cold) model computes.
     computed: list[float] = []
     token_classes = RooflinePerfModel._token_classes
-    monkeypatch.setattr(RooflinePerfModel, "_token_classes",
-                        lambda self, t: computed.append(t) or token_classes(self, t))
+    monkeypatch.setattr(
+        RooflinePerfModel, "_token_classes", lambda self, t: computed.append(t) or token_classes(self, t)
+    )
     s = BatchStats(num_prefill_tokens=700, prefill_attn_work=700 * 700 / 2, num_prefill_reqs=1)
     warm = pm.batch_time(s)
     assert computed == []  # T = 700 was computed above
@@ -181,7 +198,8 @@ def test_wave_quantisation_by_hand() -> None:
         assert b["mlp"] == pytest.approx(max(c, m), rel=1e-12)
         assert b["proj"] >= b0["proj"] and b["mlp"] >= b0["mlp"]  # never faster than the ideal
         assert {k: v for k, v in b.items() if k not in ("proj", "mlp")} == pytest.approx(
-            {k: v for k, v in b0.items() if k not in ("proj", "mlp")}, rel=1e-12)
+            {k: v for k, v in b0.items() if k not in ("proj", "mlp")}, rel=1e-12
+        )
         assert pm.batch_time(s) == pytest.approx(sum(b.values()), rel=1e-12)
         assert pm.batch_flops(s) == plain.batch_flops(s)  # MFU counts the useful FLOPs
     # 4096 tokens: the down projection has 32 x 64 = 2048 tiles, 15.5 waves -> 16 (3% waste);
@@ -195,10 +213,12 @@ def test_wave_quantisation_by_hand() -> None:
     custom = dataclasses.replace(get_gpu("H100"), num_sms=0)
     s = BatchStats(num_prefill_tokens=300, num_prefill_reqs=1)
     assert RooflinePerfModel(load_model("Llama-3.1-8B"), custom, eff=eff).batch_time(s) == pytest.approx(
-        plain.batch_time(s), rel=1e-12)
+        plain.batch_time(s), rel=1e-12
+    )
     moe = load_model("Mixtral-8x7B")
     assert RooflinePerfModel(moe, get_gpu("H100"), eff=eff).batch_time(s) == pytest.approx(
-        RooflinePerfModel(moe, get_gpu("H100")).batch_time(s), rel=1e-12)
+        RooflinePerfModel(moe, get_gpu("H100")).batch_time(s), rel=1e-12
+    )
 
 
 def test_tensor_parallel_speeds_up_70b_prefill() -> None:
@@ -228,7 +248,8 @@ def test_h200_decodes_faster_than_h100_and_fp8_kv_reads_half() -> None:
     fp8 = build_perf_model(m, get_gpu("H100"), ParallelConfig(), ModelConfig(kv_cache_dtype="fp8"))
     ctx, d = 128 * 4000, 128
     assert fp8.breakdown(s)["attn_decode"] == pytest.approx(
-        (KV_TOK / 2 * (ctx + d) + QO_TOK * d) / (BW * DEC_M), rel=1e-12)
+        (KV_TOK / 2 * (ctx + d) + QO_TOK * d) / (BW * DEC_M), rel=1e-12
+    )
     assert fp8.kv_dtype_bytes == 1
 
 
@@ -251,23 +272,40 @@ _MODELS = {
     "dense_tp2": RooflinePerfModel(load_model("Llama-3.1-70B"), get_gpu("A100"), tp=2, pp=2),
     "moe_tp2": RooflinePerfModel(load_model("Mixtral-8x7B"), get_gpu("H100"), tp=2),
     "opt": RooflinePerfModel(load_model("OPT-13B"), get_gpu("A100"), eff=Efficiencies(comm=0.5)),
-    "refined_tp4": RooflinePerfModel(load_model("Llama-3.1-70B"), get_gpu("H100"), tp=4, eff=Efficiencies(
-        roof_blend=0.6, row_pass_s=0.5e-6, gemm_kernel_overhead_s=6e-6, allreduce_hop_s=1e-6)),
-    "refined_moe": RooflinePerfModel(load_model("Mixtral-8x7B"), get_gpu("H100"), tp=2,
-                                     eff=Efficiencies(roof_blend=1.0, row_pass_s=1e-6)),
-    "tiled": RooflinePerfModel(load_model("Llama-3.1-8B"), get_gpu("H100"),
-                               eff=Efficiencies(gemm_tile_m=128, gemm_tile_n=64)),
-    "tiled_refined_tp2": RooflinePerfModel(load_model("Llama-3.1-70B"), get_gpu("A100"), tp=2, pp=2,
-                                           eff=Efficiencies(roof_blend=0.4, gemm_tile_m=128,
-                                                            gemm_tile_n=128)),
+    "refined_tp4": RooflinePerfModel(
+        load_model("Llama-3.1-70B"),
+        get_gpu("H100"),
+        tp=4,
+        eff=Efficiencies(
+            roof_blend=0.6, row_pass_s=0.5e-6, gemm_kernel_overhead_s=6e-6, allreduce_hop_s=1e-6
+        ),
+    ),
+    "refined_moe": RooflinePerfModel(
+        load_model("Mixtral-8x7B"), get_gpu("H100"), tp=2, eff=Efficiencies(roof_blend=1.0, row_pass_s=1e-6)
+    ),
+    "tiled": RooflinePerfModel(
+        load_model("Llama-3.1-8B"), get_gpu("H100"), eff=Efficiencies(gemm_tile_m=128, gemm_tile_n=64)
+    ),
+    "tiled_refined_tp2": RooflinePerfModel(
+        load_model("Llama-3.1-70B"),
+        get_gpu("A100"),
+        tp=2,
+        pp=2,
+        eff=Efficiencies(roof_blend=0.4, gemm_tile_m=128, gemm_tile_n=128),
+    ),
 }
 
 
 @settings(max_examples=150, deadline=None)
-@given(stats=_stats, field=st.sampled_from(_STAT_FIELDS), bump=st.integers(1, 5000),
-       which=st.sampled_from(sorted(_MODELS)))
-def test_batch_time_non_decreasing_in_every_stat(stats: BatchStats, field: str, bump: int,
-                                                  which: str) -> None:
+@given(
+    stats=_stats,
+    field=st.sampled_from(_STAT_FIELDS),
+    bump=st.integers(1, 5000),
+    which=st.sampled_from(sorted(_MODELS)),
+)
+def test_batch_time_non_decreasing_in_every_stat(
+    stats: BatchStats, field: str, bump: int, which: str
+) -> None:
     pm = _MODELS[which]
     bigger = dataclasses.replace(stats, **{field: getattr(stats, field) + bump})
     assert pm.batch_time(bigger) >= pm.batch_time(stats)
@@ -290,8 +328,9 @@ def test_projection_and_mlp_times_near_vidur_h100(tp: int) -> None:
     rows = _vidur_rows()
     pm = RooflinePerfModel(load_model("Llama-2-7B"), get_gpu("H100"), tp=tp)
     for n in (1, 16, 128, 512, 1024, 2048, 4096):
-        row = next(r for r in rows
-                   if int(r["num_tokens"]) == n and int(r["num_tensor_parallel_workers"]) == tp)
+        row = next(
+            r for r in rows if int(r["num_tokens"]) == n and int(r["num_tensor_parallel_workers"]) == tp
+        )
 
         def ms(op: str, row: dict[str, str] = row) -> float:
             return float(row[f"time_stats.{op}.median"]) * 1e-3
@@ -323,8 +362,10 @@ def test_vectorized_decode_step_times_equal_batch_time(which: str) -> None:
     from servesim.perf.capabilities import decode_step_times
     from servesim.perf.roofline import PipelinedPerfModel
 
-    pm = {"pipelined": PipelinedPerfModel(_MODELS["dense_tp2"], 4),
-          "constant": ConstantPerfModel(0.01, 3e-5)}.get(which) or _MODELS[which]
+    pm = {
+        "pipelined": PipelinedPerfModel(_MODELS["dense_tp2"], 4),
+        "constant": ConstantPerfModel(0.01, 3e-5),
+    }.get(which) or _MODELS[which]
     for n in (1, 3, 64, 500):
         ctx = np.arange(0, 400 * n, 7 * n) + n * 100
         want = [pm.batch_time(BatchStats(num_decode_reqs=n, sum_decode_context=int(c))) for c in ctx]

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import get_args
 
 import numpy as np
-import pytest
 from conftest import make_workload
 
 from servesim.cluster.cluster import PoolSpec, run_cluster

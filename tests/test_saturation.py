@@ -20,8 +20,9 @@ def md1_verdict(rho: float, n: int, seed: int) -> dict:
     arrivals = np.cumsum(np.random.default_rng(seed).exponential(1.0 / rho, n))
     wl = make_workload(arrivals, 1, 1)
     eng = EngineConfig(max_num_seqs=1, cpu_overhead_s=0.0, enable_prefix_caching=False)
-    run = run_engine(wl, eng, ConstantPerfModel(step_s=1.0), num_gpu_blocks=16, max_model_len=64,
-                     record_steps=False)
+    run = run_engine(
+        wl, eng, ConstantPerfModel(step_s=1.0), num_gpu_blocks=16, max_model_len=64, record_steps=False
+    )
     r = run.records
     return saturation(r.arrival_s, r.first_scheduled_s, r.finished_s)
 
@@ -57,8 +58,9 @@ def test_default_scenario_is_busy_but_not_saturated_and_the_a100_at_2x_is() -> N
     assert not calm["saturation"]["saturated"]
     assert calm["utilization"]["overall"]["busy_fraction"] > 0.99  # busy reads ~100% ...
     assert calm["headroom"]["load_fraction"] < 0.5  # ... yet the deployment has room to grow
-    hot = servesim.simulate(servesim.load_scenario(None, ["hardware.gpu=A100-80GB",
-                                                          "workload.rate_scale=2"])).summary
+    hot = servesim.simulate(
+        servesim.load_scenario(None, ["hardware.gpu=A100-80GB", "workload.rate_scale=2"])
+    ).summary
     assert hot["saturation"]["saturated"]
     assert hot["utilization"]["overall"]["busy_fraction"] > 0.99
     # Saturated, the served rate is the capacity: the estimate agrees within 10%.
@@ -66,22 +68,31 @@ def test_default_scenario_is_busy_but_not_saturated_and_the_a100_at_2x_is() -> N
     assert hot["headroom"]["gpu_fraction"] > calm["headroom"]["gpu_fraction"]
 
 
-BURSTY = {"type": "synthetic", "num_requests": 1500, "arrival": {"process": "poisson", "rate": 200},
-          "prompt_len": {"kind": "uniform", "low": 500, "high": 1500},
-          "output_len": {"kind": "uniform", "low": 100, "high": 300}}
+BURSTY = {
+    "type": "synthetic",
+    "num_requests": 1500,
+    "arrival": {"process": "poisson", "rate": 200},
+    "prompt_len": {"kind": "uniform", "low": 500, "high": 1500},
+    "output_len": {"kind": "uniform", "low": 100, "high": 300},
+}
 
 
 @pytest.mark.parametrize("cluster", [None, {"pools": [{"name": "a", "num_replicas": 2}]}])
 def test_saturation_is_judged_for_a_cluster_too(cluster: dict | None) -> None:
-    sc = {"model": {"name": "Llama-3.1-8B"}, "hardware": {"gpu": "L4"},
-          "engine": {"max_model_len": 4096}, "workload": BURSTY}
+    sc = {
+        "model": {"name": "Llama-3.1-8B"},
+        "hardware": {"gpu": "L4"},
+        "engine": {"max_model_len": 4096},
+        "workload": BURSTY,
+    }
     if cluster:
         sc["cluster"] = cluster
     s = servesim.simulate(sc).summary
     assert s["saturation"]["saturated"]
     assert s["headroom"]["capacity_requests_per_s"] < 200
-    slow = servesim.simulate({**sc, "workload": {**BURSTY, "num_requests": 200,
-                                                  "arrival": {"process": "poisson", "rate": 0.3}}}).summary
+    slow = servesim.simulate(
+        {**sc, "workload": {**BURSTY, "num_requests": 200, "arrival": {"process": "poisson", "rate": 0.3}}}
+    ).summary
     assert not slow["saturation"]["saturated"] and slow["headroom"]["load_fraction"] < 0.5
 
 
@@ -94,11 +105,15 @@ def test_the_cli_reports_and_stores_every_section(tmp_path) -> None:
 
     from servesim.cli import app
 
-    tiny = ("workload={type: synthetic, num_requests: 40, arrival: {rate: 10.0}, "
-            "prompt_len: {kind: normal, mean: 64, std: 64, max: 100}, output_len: {kind: constant, value: 8}}")
+    tiny = (
+        "workload={type: synthetic, num_requests: 40, arrival: {rate: 10.0}, "
+        "prompt_len: {kind: normal, mean: 64, std: 64, max: 100}, output_len: {kind: constant, value: 8}}"
+    )
     for extra in ([], ["--set", "cluster={pools: [{name: a, num_replicas: 2}]}"]):
         out_dir = tmp_path / f"run{len(extra)}"
-        res = CliRunner().invoke(app, ["simulate", "--no-progress", "--set", tiny, *extra, "-o", str(out_dir)])
+        res = CliRunner().invoke(
+            app, ["simulate", "--no-progress", "--set", tiny, *extra, "-o", str(out_dir)]
+        )
         assert res.exit_code == 0, res.output
         for word in ("step time: kernel database", "Memory", "Headroom", "Saturation", "Notice"):
             assert word in res.stdout, (word, res.stdout)

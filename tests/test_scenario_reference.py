@@ -8,20 +8,24 @@ from typer.testing import CliRunner
 
 from servesim.cli import app
 from servesim.config import Scenario
-from servesim.config.reference import _sections, render_markdown, unit_of
 from servesim.config.messages import RENAMED
+from servesim.config.reference import _sections, render_markdown, unit_of
 
 DOC = Path(__file__).parent.parent / "docs" / "scenario_reference.md"
 
 
 def test_reference_is_up_to_date() -> None:
     assert DOC.read_text() == render_markdown(), (
-        "docs/scenario_reference.md is stale: python -m servesim.config.reference docs/scenario_reference.md")
+        "docs/scenario_reference.md is stale: python -m servesim.config.reference docs/scenario_reference.md"
+    )
 
 
 def _fields() -> list[tuple[str, str, object]]:
-    return [(model.__name__, name, info) for _, model in _sections(Scenario)
-            for name, info in model.model_fields.items()]
+    return [
+        (model.__name__, name, info)
+        for _, model in _sections(Scenario)
+        for name, info in model.model_fields.items()
+    ]
 
 
 def test_every_field_is_described_and_listed() -> None:
@@ -44,8 +48,15 @@ def test_units_read_one_way() -> None:
 
 def test_reference_names_vllm_options() -> None:
     text = render_markdown()
-    for flag in ("--max-num-seqs", "--max-num-batched-tokens", "--block-size", "--gpu-memory-utilization",
-                 "--tensor-parallel-size", "--enable-prefix-caching", "--max-model-len"):
+    for flag in (
+        "--max-num-seqs",
+        "--max-num-batched-tokens",
+        "--block-size",
+        "--gpu-memory-utilization",
+        "--tensor-parallel-size",
+        "--enable-prefix-caching",
+        "--max-model-len",
+    ):
         assert f"`{flag}`" in text
 
 

@@ -277,8 +277,9 @@ def test_preempting_the_requester_itself_when_it_is_newest():
 def test_no_admission_in_a_step_with_preemption():
     # With the full-sequence gate off and a small chunk cap, the victim could be
     # re-admitted for one chunk at once; vLLM waits a step.
-    s = make_scheduler(max_num_batched_tokens=256, scheduler_reserve_full_isl=False,
-                       long_prefill_token_threshold=16)
+    s = make_scheduler(
+        max_num_batched_tokens=256, scheduler_reserve_full_isl=False, long_prefill_token_threshold=16
+    )
     a, b = req(0, 64, 30), req(1, 64, 30)
     s.add_request(a)
     s.add_request(b)
@@ -332,8 +333,9 @@ def test_preempted_request_resumes_from_its_cached_blocks():
 def test_several_victims_in_one_step_keep_fcfs_order():
     # a's third prompt chunk needs 3 blocks and none are free: c (newest) then b are
     # preempted; each goes to the front of waiting, so b ends up ahead of c.
-    s = make_scheduler(max_num_batched_tokens=80, long_prefill_token_threshold=48,
-                       scheduler_reserve_full_isl=False)
+    s = make_scheduler(
+        max_num_batched_tokens=80, long_prefill_token_threshold=48, scheduler_reserve_full_isl=False
+    )
     a, b, c = req(0, 144, 5), req(1, 16, 30), req(2, 16, 30)
     for r in (a, b, c):
         s.add_request(r)

@@ -35,14 +35,30 @@ sys.modules["bench_serve"] = bench  # its dataclass looks its module up
 _spec.loader.exec_module(bench)  # type: ignore[union-attr]
 
 MODEL = bench.MODEL
-SCENARIO = ("model: {name: meta-llama/Llama-3.1-8B}\nhardware: {gpu: H100-SXM}\n"
-            "engine: {max_model_len: 4096}\n")
+SCENARIO = (
+    "model: {name: meta-llama/Llama-3.1-8B}\nhardware: {gpu: H100-SXM}\nengine: {max_model_len: 4096}\n"
+)
 
 
 def start(path: Path, *args: str) -> tuple[subprocess.Popen, str]:
     """`servesim serve path --port 0`; returns the process and its base URL once healthy."""
-    proc = subprocess.Popen([sys.executable, "-m", "servesim", "serve", str(path), "--host", "127.0.0.1",
-                             "--port", "0", "--no-progress", *args], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "servesim",
+            "serve",
+            str(path),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--no-progress",
+            *args,
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stderr is not None
     line = proc.stderr.readline()  # the start line, or an error
     m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
@@ -82,8 +98,11 @@ def client(server) -> Iterator[openai.OpenAI]:
 def metrics(base: str) -> dict[tuple[str, tuple], float]:
     """(sample name, sorted labels) -> value, parsed by prometheus_client's own parser."""
     text = httpx.get(f"{base}/metrics", timeout=10).text
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(text) for s in fam.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
 
 
 def value(m: dict, name: str, **labels: str) -> float:
@@ -113,8 +132,13 @@ def test_completion_token_ids_and_default_length(client) -> None:
 
 def test_chat_streamed_with_usage_and_n(client) -> None:
     stream = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "hello there"}], max_tokens=5, n=2, stream=True,
-        stream_options={"include_usage": True})
+        model=MODEL,
+        messages=[{"role": "user", "content": "hello there"}],
+        max_tokens=5,
+        n=2,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     tokens = {0: 0, 1: 0}
     finish = {}
     usage = None
@@ -135,24 +159,27 @@ def test_models_and_health(server, client) -> None:
     assert httpx.get(f"{server}/health", timeout=5).status_code == 200
 
 
-@pytest.mark.parametrize("body, status, param", [
-    ({"model": "no-such-model", "prompt": "x"}, 404, "model"),
-    ({"model": MODEL, "prompt": "x", "max_tokens": 4096}, 400, "max_tokens"),  # 1 + 4096 > 4096
-    ({"model": MODEL, "prompt": [1] * 4000, "max_tokens": 97}, 400, "max_tokens"),
-    ({"model": MODEL, "prompt": "x", "n": 0}, 400, "n"),
-    ({"model": MODEL, "prompt": "x", "max_tokens": "ten"}, 400, "max_tokens"),
-    ({"model": MODEL}, 400, "prompt"),
-    ({"model": MODEL, "prompt": "x", "stream_options": {"include_usage": True}}, 400, "stream_options"),
-    ({"model": MODEL, "prompt": ""}, 400, "prompt"),  # vLLM: the decoder prompt cannot be empty
-    ({"model": MODEL, "prompt": ["", "x"]}, 400, "prompt"),
-    ({"model": MODEL, "prompt": [1, 2, 128256]}, 400, "prompt"),  # Llama-3.1's vocabulary: 0..128255
-    ({"model": MODEL, "prompt": [-1]}, 400, "prompt"),
-    ({"model": MODEL, "prompt": "x", "temperature": "hot"}, 400, "temperature"),
-    ({"model": MODEL, "prompt": "x", "temperature": -1}, 400, "temperature"),
-    ({"model": MODEL, "prompt": "x", "top_p": 0}, 400, "top_p"),
-    ({"model": MODEL, "prompt": "x", "top_k": 2.5}, 400, "top_k"),
-    ({"model": MODEL, "prompt": "x", "stop": 3}, 400, "stop"),
-])
+@pytest.mark.parametrize(
+    "body, status, param",
+    [
+        ({"model": "no-such-model", "prompt": "x"}, 404, "model"),
+        ({"model": MODEL, "prompt": "x", "max_tokens": 4096}, 400, "max_tokens"),  # 1 + 4096 > 4096
+        ({"model": MODEL, "prompt": [1] * 4000, "max_tokens": 97}, 400, "max_tokens"),
+        ({"model": MODEL, "prompt": "x", "n": 0}, 400, "n"),
+        ({"model": MODEL, "prompt": "x", "max_tokens": "ten"}, 400, "max_tokens"),
+        ({"model": MODEL}, 400, "prompt"),
+        ({"model": MODEL, "prompt": "x", "stream_options": {"include_usage": True}}, 400, "stream_options"),
+        ({"model": MODEL, "prompt": ""}, 400, "prompt"),  # vLLM: the decoder prompt cannot be empty
+        ({"model": MODEL, "prompt": ["", "x"]}, 400, "prompt"),
+        ({"model": MODEL, "prompt": [1, 2, 128256]}, 400, "prompt"),  # Llama-3.1's vocabulary: 0..128255
+        ({"model": MODEL, "prompt": [-1]}, 400, "prompt"),
+        ({"model": MODEL, "prompt": "x", "temperature": "hot"}, 400, "temperature"),
+        ({"model": MODEL, "prompt": "x", "temperature": -1}, 400, "temperature"),
+        ({"model": MODEL, "prompt": "x", "top_p": 0}, 400, "top_p"),
+        ({"model": MODEL, "prompt": "x", "top_k": 2.5}, 400, "top_k"),
+        ({"model": MODEL, "prompt": "x", "stop": 3}, 400, "stop"),
+    ],
+)
 def test_bad_requests_get_openai_errors(server, body, status, param) -> None:
     r = httpx.post(f"{server}/v1/completions", json=body, timeout=10)
     assert r.status_code == status
@@ -165,8 +192,12 @@ def test_a_body_that_is_not_json_by_its_content_type_is_400(server) -> None:
     r = httpx.post(f"{server}/v1/completions", data={"model": MODEL, "prompt": "x"}, timeout=10)
     assert r.status_code == 400
     assert "Content-Type application/x-www-form-urlencoded" in r.json()["error"]["message"]
-    r = httpx.post(f"{server}/v1/completions", content=b'{"model": "%s", "prompt": "x", "max_tokens": 2}'
-                   % MODEL.encode(), headers={"content-type": "application/json; charset=utf-8"}, timeout=10)
+    r = httpx.post(
+        f"{server}/v1/completions",
+        content=b'{"model": "%s", "prompt": "x", "max_tokens": 2}' % MODEL.encode(),
+        headers={"content-type": "application/json; charset=utf-8"},
+        timeout=10,
+    )
     assert r.status_code == 200
 
 
@@ -175,8 +206,9 @@ def test_bad_json_and_unknown_route(server, client) -> None:
     assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
     assert httpx.get(f"{server}/v1/nothing", timeout=10).status_code == 404
     with pytest.raises(openai.BadRequestError, match="maximum context length is 4096"):
-        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x" * 16000}],
-                                       max_tokens=100)
+        client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "x" * 16000}], max_tokens=100
+        )
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="gpt-4", prompt="x")
 
@@ -199,15 +231,27 @@ def test_metrics_parse_and_count(server, client) -> None:
     # one release a token here (one token a step); each is observed for how late it went out
     name = "servesim:token_release_lag_seconds_count"
     assert value(after, name) - value(before, name) == 18
-    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-                 "vllm:gpu_cache_usage_perc"):
+    for name in (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:gpu_cache_usage_perc",
+    ):
         assert value(after, name, engine="0") == 0.0
-    assert value(after, "vllm:request_success_total", finished_reason="length") - value(
-        before, "vllm:request_success_total", finished_reason="length") == 2
+    assert (
+        value(after, "vllm:request_success_total", finished_reason="length")
+        - value(before, "vllm:request_success_total", finished_reason="length")
+        == 2
+    )
     # vLLM's phases of each finished request: queue, prefill, decode; inference = prefill + decode
-    moved = {ph: [value(after, f"vllm:request_{ph}_time_seconds_{k}") - value(
-        before, f"vllm:request_{ph}_time_seconds_{k}") for k in ("count", "sum")]
-        for ph in ("queue", "prefill", "decode", "inference")}
+    moved = {
+        ph: [
+            value(after, f"vllm:request_{ph}_time_seconds_{k}")
+            - value(before, f"vllm:request_{ph}_time_seconds_{k}")
+            for k in ("count", "sum")
+        ]
+        for ph in ("queue", "prefill", "decode", "inference")
+    }
     assert all(count == 2 for count, _ in moved.values())
     assert moved["queue"][1] >= 0 and moved["prefill"][1] > 0 and moved["decode"][1] > 0
     assert moved["inference"][1] == pytest.approx(moved["prefill"][1] + moved["decode"][1], rel=1e-9)
@@ -226,9 +270,11 @@ def test_prefix_cache_hits_move(server, client) -> None:
         client.completions.create(model=MODEL, prompt=[11] * 333, max_tokens=2)
     after = metrics(server)
     queries = value(after, "vllm:prefix_cache_queries_total", engine="0") - value(
-        before, "vllm:prefix_cache_queries_total", engine="0")
+        before, "vllm:prefix_cache_queries_total", engine="0"
+    )
     hits = value(after, "vllm:prefix_cache_hits_total", engine="0") - value(
-        before, "vllm:prefix_cache_hits_total", engine="0")
+        before, "vllm:prefix_cache_hits_total", engine="0"
+    )
     assert queries == 666
     assert 0 < hits <= 332 and hits % 16 == 0  # whole blocks of the first prompt (block size 16)
     assert value(after, "vllm:num_preemptions_total", engine="0") == 0  # plenty of KV here
@@ -240,8 +286,10 @@ def wait_idle(base: str, timeout_s: float = 120.0) -> dict:
     end = time.perf_counter() + timeout_s
     while True:
         m = metrics(base)
-        if value(m, "vllm:kv_cache_usage_perc", engine="0") == 0 and value(
-                m, "vllm:num_requests_running", engine="0") == 0:
+        if (
+            value(m, "vllm:kv_cache_usage_perc", engine="0") == 0
+            and value(m, "vllm:num_requests_running", engine="0") == 0
+        ):
             return m
         assert time.perf_counter() < end, "the aborted request still holds KV blocks"
         time.sleep(0.05)
@@ -269,8 +317,11 @@ def test_disconnect_aborts_and_frees_kv(server, stream) -> None:
     for name in ("vllm:e2e_request_latency_seconds_count", "vllm:request_decode_time_seconds_count"):
         assert value(after, name) == value(before, name)
     for reason, moved in (("abort", 1), ("length", 0)):
-        assert value(after, "vllm:request_success_total", finished_reason=reason) - value(
-            before, "vllm:request_success_total", finished_reason=reason) == moved
+        assert (
+            value(after, "vllm:request_success_total", finished_reason=reason)
+            - value(before, "vllm:request_success_total", finished_reason=reason)
+            == moved
+        )
 
 
 # ------------------------------------------------------------------ timing vs the offline simulation
@@ -340,8 +391,18 @@ def test_cli_refuses_a_taken_port_and_a_bad_scenario(tmp_path) -> None:
     assert r.exit_code == 2 and "engine_typo" in r.output and "bad.yaml" in r.output
     r = runner.invoke(app, ["serve", str(path), "--speed", "0", "--port", "0", "--no-progress"])
     assert r.exit_code == 2 and "--speed: expected a number > 0" in r.output
-    r = runner.invoke(app, ["serve", str(ROOT / "examples" / "disaggregated.yaml"), "--port", "0",
-                            "--set", "cluster.migration.enabled=true", "--no-progress"])
+    r = runner.invoke(
+        app,
+        [
+            "serve",
+            str(ROOT / "examples" / "disaggregated.yaml"),
+            "--port",
+            "0",
+            "--set",
+            "cluster.migration.enabled=true",
+            "--no-progress",
+        ],
+    )
     assert r.exit_code == 2 and "cluster.migration.enabled" in r.output
 
 
@@ -414,8 +475,9 @@ def test_preemptions_are_counted() -> None:
     from servesim.serve.prom import ServeMetrics
     from servesim.serve.server import live_sim
 
-    sc = scenario_from_dict({**bench.SCENARIO,
-                             "engine": {"max_model_len": 512, "num_gpu_blocks_override": 40}})
+    sc = scenario_from_dict(
+        {**bench.SCENARIO, "engine": {"max_model_len": 512, "num_gpu_blocks_override": 40}}
+    )
     sim = live_sim(sc, speed=50.0)
     prom = ServeMetrics(sim, MODEL)
 
@@ -430,8 +492,11 @@ def test_preemptions_are_counted() -> None:
         await task
 
     asyncio.run(main())
-    m = {(x.name, tuple(sorted(x.labels.items()))): x.value
-         for fam in text_string_to_metric_families(prom.render().decode()) for x in fam.samples}
+    m = {
+        (x.name, tuple(sorted(x.labels.items()))): x.value
+        for fam in text_string_to_metric_families(prom.render().decode())
+        for x in fam.samples
+    }
     preempted = value(m, "vllm:num_preemptions_total", engine="0")
     assert preempted == sim.cluster.replicas[0].scheduler.num_preemptions > 0
     assert value(m, "vllm:request_success_total", finished_reason="length") == 4
@@ -469,5 +534,7 @@ def test_aborts_in_a_disaggregated_cluster_free_every_replica(abort_after_tokens
     asyncio.run(main())
     assert not cluster.live and not cluster.aborting and not cluster.handoff
     assert cluster.outstanding == [0] * len(cluster.replicas)
-    assert all(rep.kv.usage == 0.0 and not rep.scheduler.running and not rep.scheduler.waiting
-               for rep in cluster.replicas)
+    assert all(
+        rep.kv.usage == 0.0 and not rep.scheduler.running and not rep.scheduler.waiting
+        for rep in cluster.replicas
+    )

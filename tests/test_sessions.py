@@ -25,11 +25,14 @@ MOONCAKE_HEAD = Path(__file__).parent / "fixtures" / "traces" / "mooncake_conver
 #: starts with the same 512-token unit. Turns per session: P(1) 0.69, P(2) 0.18, mean 1.63;
 #: the lognormal below (rounded, at least 1) gives P(1) 0.72, P(2) 0.17, mean 1.50.
 MOONCAKE_SESSIONS = dict(
-    arrival={"rate": 2.08}, turns={"kind": "lognormal", "mean": 1.3, "std": 1.2},
-    first_prompt_len={"kind": "lognormal", "mean": 10765, "std": 16094}, system_prompt_len=512,
+    arrival={"rate": 2.08},
+    turns={"kind": "lognormal", "mean": 1.3, "std": 1.2},
+    first_prompt_len={"kind": "lognormal", "mean": 10765, "std": 16094},
+    system_prompt_len=512,
     user_len={"kind": "lognormal", "mean": 893, "std": 4575},
     output_len={"kind": "lognormal", "mean": 343, "std": 250},
-    think_time={"kind": "exponential", "mean_s": 190})
+    think_time={"kind": "exponential", "mean_s": 190},
+)
 
 
 def hit_rate(prompts: list[int], ids: list[tuple[int, ...]]) -> float:
@@ -60,9 +63,16 @@ def sessions(**kw) -> SessionWorkload:
 
 
 def test_prompts_hold_the_conversation():
-    cfg = sessions(num_sessions=3, turns={"value": 4}, first_prompt_len={"value": 1000},
-                   user_len={"value": 50}, output_len={"value": 100}, system_prompt_len=600,
-                   think_time={"kind": "constant", "mean_s": 30}, arrival={"process": "constant", "rate": 1.0})
+    cfg = sessions(
+        num_sessions=3,
+        turns={"value": 4},
+        first_prompt_len={"value": 1000},
+        user_len={"value": 50},
+        output_len={"value": 100},
+        system_prompt_len=600,
+        think_time={"kind": "constant", "mean_s": 30},
+        arrival={"process": "constant", "rate": 1.0},
+    )
     wl = load_workload(cfg)
     wl.validate()
     s = wl.meta["session"]
@@ -82,9 +92,15 @@ def test_prompts_hold_the_conversation():
 def test_closed_loop_waits_for_the_answer():
     """Closed loop: turn k is sent think time after turn k-1 finished (exactly, with a
     constant step time); open loop: 30 s after turn k-1 was sent."""
-    base = dict(num_sessions=2, turns={"value": 3}, first_prompt_len={"value": 200}, user_len={"value": 20},
-                output_len={"value": 50}, think_time={"kind": "constant", "mean_s": 30},
-                arrival={"process": "constant", "rate": 1.0})
+    base = dict(
+        num_sessions=2,
+        turns={"value": 3},
+        first_prompt_len={"value": 200},
+        user_len={"value": 20},
+        output_len={"value": 50},
+        think_time={"kind": "constant", "mean_s": 30},
+        arrival={"process": "constant", "rate": 1.0},
+    )
     eng = EngineConfig(max_num_seqs=8, max_num_batched_tokens=4096)
     for loop in ("closed", "open"):
         wl = load_workload(sessions(loop=loop, **base))
@@ -101,10 +117,16 @@ def test_closed_loop_waits_for_the_answer():
 def test_turns_reuse_the_previous_prompt_in_the_engine():
     """The engine's prefix cache hits what the independent count says, sessions sent in a
     closed loop (send order = the records' arrival order)."""
-    wl = load_workload(sessions(num_sessions=120, **{**MOONCAKE_SESSIONS, "arrival": {"rate": 0.2}},
-                                max_prompt_len=60_000))
-    run = run_engine(wl, EngineConfig(block_size=BLOCK, max_num_seqs=64, max_num_batched_tokens=8192),
-                     ConstantPerfModel(0.002), num_gpu_blocks=400_000, max_model_len=65_536)
+    wl = load_workload(
+        sessions(num_sessions=120, **{**MOONCAKE_SESSIONS, "arrival": {"rate": 0.2}}, max_prompt_len=60_000)
+    )
+    run = run_engine(
+        wl,
+        EngineConfig(block_size=BLOCK, max_num_seqs=64, max_num_batched_tokens=8192),
+        ConstantPerfModel(0.002),
+        num_gpu_blocks=400_000,
+        max_model_len=65_536,
+    )
     order = np.argsort(run.records.arrival_s, kind="stable")
     expected = hit_rate(wl.num_prompt_tokens[order].tolist(), [wl.hash_ids[i] for i in order])
     got = run.totals.num_prefix_hit_tokens / run.totals.num_prefix_query_tokens
@@ -118,8 +140,13 @@ def test_the_count_is_the_engines_on_the_mooncake_head():
     wl = read_trace(MOONCAKE_HEAD).subset(slice(0, 300))
     wl.arrival_s = np.arange(len(wl)) * 100.0
     wl.num_output_tokens = np.minimum(wl.num_output_tokens, 64)
-    run = run_engine(wl, EngineConfig(block_size=BLOCK, max_num_seqs=64, max_num_batched_tokens=8192),
-                     ConstantPerfModel(0.01), num_gpu_blocks=400_000, max_model_len=200_000)
+    run = run_engine(
+        wl,
+        EngineConfig(block_size=BLOCK, max_num_seqs=64, max_num_batched_tokens=8192),
+        ConstantPerfModel(0.01),
+        num_gpu_blocks=400_000,
+        max_model_len=200_000,
+    )
     got = run.totals.num_prefix_hit_tokens / run.totals.num_prefix_query_tokens
     assert got == pytest.approx(hit_rate(wl.num_prompt_tokens.tolist(), wl.hash_ids), abs=1e-12)
 

@@ -62,15 +62,17 @@ def test_itl_pairs_move_into_a_sketch_past_the_limit() -> None:
     rng = np.random.default_rng(1)
     gaps = rng.lognormal(-4, 0.5, 5000)
     for i in range(0, 5000, 10):
-        itl.extend(list(gaps[i:i + 10]), 3)
+        itl.extend(list(gaps[i : i + 10]), 3)
         itl.add(float(gaps[i]), 2)
         itl.add(0.0, 1)
         assert len(itl.gap_s) <= 101
     assert not itl.is_exact and not itl.gap_s
     sk = itl.sketched()
     ref = Sketch()
-    ref.add_array(np.concatenate([gaps, gaps[::10], np.zeros(500)]),
-                  np.concatenate([np.full(5000, 3), np.full(500, 2), np.ones(500)]))
+    ref.add_array(
+        np.concatenate([gaps, gaps[::10], np.zeros(500)]),
+        np.concatenate([np.full(5000, 3), np.full(500, 2), np.ones(500)]),
+    )
     for a, b in zip(sk._buckets(), ref._buckets()):
         assert np.array_equal(a, b)
     assert sk.count == ref.count == 16500 and sk.max == ref.max
@@ -81,8 +83,15 @@ def test_itl_pairs_move_into_a_sketch_past_the_limit() -> None:
 
 @pytest.fixture(scope="module")
 def small_run() -> servesim.Result:
-    return servesim.simulate({"workload": {"type": "synthetic", "num_requests": 3000,
-                                           "arrival": {"process": "poisson", "rate": 20}}})
+    return servesim.simulate(
+        {
+            "workload": {
+                "type": "synthetic",
+                "num_requests": 3000,
+                "arrival": {"process": "poisson", "rate": 20},
+            }
+        }
+    )
 
 
 def test_a_small_run_is_exact_and_says_so(small_run) -> None:

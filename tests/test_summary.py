@@ -48,8 +48,9 @@ class FakeGpu:
         return {"bfloat16": 1e15, "float16": 1e15, "fp8": 2e15}[dtype]
 
 
-def make_result(slo: SloConfig | None = None, dtype: str = "auto", gpu: object | None = None,
-                with_gpu: bool = True) -> Result:
+def make_result(
+    slo: SloConfig | None = None, dtype: str = "auto", gpu: object | None = None, with_gpu: bool = True
+) -> Result:
     F, U, R = RequestStatus.FINISHED, RequestStatus.UNFINISHED, RequestStatus.REJECTED
     records = RequestRecords(
         arrival_s=np.array([0.0, 1.0, 2.0, 3.0, 4.0]),
@@ -64,22 +65,57 @@ def make_result(slo: SloConfig | None = None, dtype: str = "auto", gpu: object |
         status=np.array([F, F, F, U, R], np.int8),
         reasons={3: "still running at end", 4: "prompt longer than max_model_len"},
     )
-    steps = StepSeries(replica=[0, 0, 1], start_s=[0.5, 1.0, 1.0], duration_s=[0.5, 0.5, 0.5],
-                       num_prefill_tokens=[100, 0, 200], num_decode_reqs=[0, 1, 0],
-                       num_running=[1, 1, 1], num_waiting=[0, 0, 0], kv_blocks_used=[7, 7, 13],
-                       num_preempted=[0, 1, 0])
+    steps = StepSeries(
+        replica=[0, 0, 1],
+        start_s=[0.5, 1.0, 1.0],
+        duration_s=[0.5, 0.5, 0.5],
+        num_prefill_tokens=[100, 0, 200],
+        num_decode_reqs=[0, 1, 0],
+        num_running=[1, 1, 1],
+        num_waiting=[0, 0, 0],
+        kv_blocks_used=[7, 7, 13],
+        num_preempted=[0, 1, 0],
+    )
     itl = ItlSamples(gap_s=[0.5, 0.25, 0.1, 9.0], count=[3, 1, 2, 0])  # a zero count is ignored
     replicas = [
-        ReplicaTotals(num_gpus=2, num_gpu_blocks=100, busy_s=3.0, gpu_s=2.4, flops=6e14, bytes=6e12,
-                      num_steps=10, num_preemptions=1, kv_block_s=150.0, peak_kv_blocks=40,
-                      num_prefix_query_tokens=400, num_prefix_hit_tokens=100),
-        ReplicaTotals(num_gpus=1, num_gpu_blocks=50, busy_s=1.2, gpu_s=0.6, flops=0.0, bytes=3e12,
-                      num_steps=4, num_preemptions=0, kv_block_s=30.0, peak_kv_blocks=50),
+        ReplicaTotals(
+            num_gpus=2,
+            num_gpu_blocks=100,
+            busy_s=3.0,
+            gpu_s=2.4,
+            flops=6e14,
+            bytes=6e12,
+            num_steps=10,
+            num_preemptions=1,
+            kv_block_s=150.0,
+            peak_kv_blocks=40,
+            num_prefix_query_tokens=400,
+            num_prefix_hit_tokens=100,
+        ),
+        ReplicaTotals(
+            num_gpus=1,
+            num_gpu_blocks=50,
+            busy_s=1.2,
+            gpu_s=0.6,
+            flops=0.0,
+            bytes=3e12,
+            num_steps=4,
+            num_preemptions=0,
+            kv_block_s=30.0,
+            peak_kv_blocks=50,
+        ),
     ]
-    scenario = Scenario(slo=slo or SloConfig(ttft_s=0.8, tpot_s=0.4, e2e_s=0.5),
-                        model={"dtype": dtype})
-    return Result(scenario=scenario, records=records, steps=steps, itl=itl, replicas=replicas,
-                  end_s=6.0, gpu=(gpu or FakeGpu()) if with_gpu else None, wall_s=0.5)
+    scenario = Scenario(slo=slo or SloConfig(ttft_s=0.8, tpot_s=0.4, e2e_s=0.5), model={"dtype": dtype})
+    return Result(
+        scenario=scenario,
+        records=records,
+        steps=steps,
+        itl=itl,
+        replicas=replicas,
+        end_s=6.0,
+        gpu=(gpu or FakeGpu()) if with_gpu else None,
+        wall_s=0.5,
+    )
 
 
 approx = pytest.approx
@@ -87,30 +123,43 @@ approx = pytest.approx
 
 def test_counts_and_windows() -> None:
     c = summarize(make_result())["counts"]
-    assert c == {"num_requests": 5, "num_finished": 3, "num_finished_length": 0, "num_unfinished": 1,
-                 "num_rejected": 1,
-                 "first_arrival_s": 0.0, "last_finish_s": 3.0, "end_s": 6.0, "span_s": 3.0,
-                 "window_s": 6.0}
+    assert c == {
+        "num_requests": 5,
+        "num_finished": 3,
+        "num_finished_length": 0,
+        "num_unfinished": 1,
+        "num_rejected": 1,
+        "first_arrival_s": 0.0,
+        "last_finish_s": 3.0,
+        "end_s": 6.0,
+        "span_s": 3.0,
+        "window_s": 6.0,
+    }
 
 
 def test_latency_over_finished_requests() -> None:
     lat = summarize(make_result())["latency"]
-    assert lat["ttft_s"] == approx({"count": 3, "mean": 1.9 / 3, "p50": 0.5, "p90": 1.0, "p95": 1.0,
-                                    "p99": 1.0, "max": 1.0})
-    assert lat["e2e_s"] == approx({"count": 3, "mean": 4.4 / 3, "p50": 1.0, "p90": 3.0, "p95": 3.0,
-                                   "p99": 3.0, "max": 3.0})
-    assert lat["queue_s"] == approx({"count": 3, "mean": 0.7 / 3, "p50": 0.2, "p90": 0.5, "p95": 0.5,
-                                     "p99": 0.5, "max": 0.5})
+    assert lat["ttft_s"] == approx(
+        {"count": 3, "mean": 1.9 / 3, "p50": 0.5, "p90": 1.0, "p95": 1.0, "p99": 1.0, "max": 1.0}
+    )
+    assert lat["e2e_s"] == approx(
+        {"count": 3, "mean": 4.4 / 3, "p50": 1.0, "p90": 3.0, "p95": 3.0, "p99": 3.0, "max": 3.0}
+    )
+    assert lat["queue_s"] == approx(
+        {"count": 3, "mean": 0.7 / 3, "p50": 0.2, "p90": 0.5, "p95": 0.5, "p99": 0.5, "max": 0.5}
+    )
     # Request 2 has one output token: no TPOT (NaN is skipped, not counted as 0).
-    assert lat["tpot_s"] == approx({"count": 2, "mean": 0.375, "p50": 0.25, "p90": 0.5, "p95": 0.5,
-                                    "p99": 0.5, "max": 0.5})
+    assert lat["tpot_s"] == approx(
+        {"count": 2, "mean": 0.375, "p50": 0.25, "p90": 0.5, "p95": 0.5, "p99": 0.5, "max": 0.5}
+    )
 
 
 def test_itl_weighted_percentiles() -> None:
     # Sorted gaps 0.1 x2, 0.25 x1, 0.5 x3 -> cumulative 2, 3, 6 of 6.
     itl = summarize(make_result())["latency"]["itl_s"]
-    assert itl == approx({"count": 6, "mean": 1.95 / 6, "p50": 0.25, "p90": 0.5, "p95": 0.5,
-                          "p99": 0.5, "max": 0.5})
+    assert itl == approx(
+        {"count": 6, "mean": 1.95 / 6, "p50": 0.25, "p90": 0.5, "p95": 0.5, "p99": 0.5, "max": 0.5}
+    )
 
 
 def test_weighted_percentile_matches_numpy_inverted_cdf() -> None:
@@ -134,9 +183,16 @@ def test_p99_of_100_samples_is_exact() -> None:
 
 def test_throughput_over_span() -> None:
     t = summarize(make_result())["throughput"]
-    assert t == approx({"num_input_tokens": 350, "num_output_tokens": 9, "requests_per_s": 1.0,
-                        "input_tokens_per_s": 350 / 3, "output_tokens_per_s": 3.0,
-                        "total_tokens_per_s": 359 / 3})
+    assert t == approx(
+        {
+            "num_input_tokens": 350,
+            "num_output_tokens": 9,
+            "requests_per_s": 1.0,
+            "input_tokens_per_s": 350 / 3,
+            "output_tokens_per_s": 3.0,
+            "total_tokens_per_s": 359 / 3,
+        }
+    )
 
 
 def test_slo_attainment_counts_unfinished_and_rejected_as_misses() -> None:
@@ -162,28 +218,59 @@ def test_slo_partial_and_none() -> None:
 def test_utilization() -> None:
     u = summarize(make_result())["utilization"]
     r0, r1 = u["replicas"]
-    assert r0 == approx({"num_gpus": 2, "num_steps": 10, "held_s": 6.0, "busy_fraction": 0.5,
-                         "gpu_fraction": 0.4,
-                         "mfu": 0.1, "mbu": 0.5, "kv_mean": 0.25, "kv_peak": 0.4, "num_preemptions": 1,
-                         "prefix_hit_rate": 0.25, "pipeline_bubble_fraction": 0.0})
-    assert r1 == approx({"num_gpus": 1, "num_steps": 4, "held_s": 6.0, "busy_fraction": 0.2,
-                         "gpu_fraction": 0.1,
-                         "mfu": 0.0, "mbu": 0.25, "kv_mean": 0.1, "kv_peak": 1.0, "num_preemptions": 0,
-                         "prefix_hit_rate": None, "pipeline_bubble_fraction": 0.0})
-    assert u["overall"] == approx({
-        "num_replicas": 2, "num_gpus": 3, "num_steps": 14,
-        # A fixed fleet: every replica held over the whole window (6 s).
-        "num_replicas_run": 2, "mean_replicas": 2.0, "mean_gpus": 3.0, "gpu_hours": 3 * 6 / 3600,
-        "busy_fraction": 4.2 / 12,
-        "gpu_fraction": (2.4 * 2 + 0.6) / 18,
-        "mfu": 1.2e15 / 1.8e16,
-        "mbu": 1.5e13 / 3.6e13,
-        "kv_mean": 180 / 900,
-        "kv_peak": 1.0,
-        "num_preemptions": 1,
-        "prefix_hit_rate": 0.25,
-        "pipeline_bubble_fraction": 0.0,
-    })
+    assert r0 == approx(
+        {
+            "num_gpus": 2,
+            "num_steps": 10,
+            "held_s": 6.0,
+            "busy_fraction": 0.5,
+            "gpu_fraction": 0.4,
+            "mfu": 0.1,
+            "mbu": 0.5,
+            "kv_mean": 0.25,
+            "kv_peak": 0.4,
+            "num_preemptions": 1,
+            "prefix_hit_rate": 0.25,
+            "pipeline_bubble_fraction": 0.0,
+        }
+    )
+    assert r1 == approx(
+        {
+            "num_gpus": 1,
+            "num_steps": 4,
+            "held_s": 6.0,
+            "busy_fraction": 0.2,
+            "gpu_fraction": 0.1,
+            "mfu": 0.0,
+            "mbu": 0.25,
+            "kv_mean": 0.1,
+            "kv_peak": 1.0,
+            "num_preemptions": 0,
+            "prefix_hit_rate": None,
+            "pipeline_bubble_fraction": 0.0,
+        }
+    )
+    assert u["overall"] == approx(
+        {
+            "num_replicas": 2,
+            "num_gpus": 3,
+            "num_steps": 14,
+            # A fixed fleet: every replica held over the whole window (6 s).
+            "num_replicas_run": 2,
+            "mean_replicas": 2.0,
+            "mean_gpus": 3.0,
+            "gpu_hours": 3 * 6 / 3600,
+            "busy_fraction": 4.2 / 12,
+            "gpu_fraction": (2.4 * 2 + 0.6) / 18,
+            "mfu": 1.2e15 / 1.8e16,
+            "mbu": 1.5e13 / 3.6e13,
+            "kv_mean": 180 / 900,
+            "kv_peak": 1.0,
+            "num_preemptions": 1,
+            "prefix_hit_rate": 0.25,
+            "pipeline_bubble_fraction": 0.0,
+        }
+    )
 
 
 def test_mfu_uses_model_dtype() -> None:
@@ -194,11 +281,13 @@ def test_mfu_uses_model_dtype() -> None:
 def test_energy_and_cost() -> None:
     s = summarize(make_result())
     # Per GPU: idle 100 W * 6 s + 600 W * gpu_s. r0: 2 * (600 + 1440); r1: 600 + 360.
-    assert s["energy"] == approx({"energy_j": 5040.0, "avg_power_w": 840.0, "j_per_output_token": 560.0,
-                                  "j_per_token": 5040 / 359})
+    assert s["energy"] == approx(
+        {"energy_j": 5040.0, "avg_power_w": 840.0, "j_per_output_token": 560.0, "j_per_token": 5040 / 359}
+    )
     # 3.6 $/h * 3 GPUs * 6 s / 3600 s.
-    assert s["cost"] == approx({"usd": 0.018, "usd_per_million_output_tokens": 2000.0,
-                                "usd_per_million_tokens": 18000 / 359})
+    assert s["cost"] == approx(
+        {"usd": 0.018, "usd_per_million_output_tokens": 2000.0, "usd_per_million_tokens": 18000 / 359}
+    )
 
 
 def test_without_gpu_spec() -> None:
@@ -217,14 +306,28 @@ def test_json_serialisable_without_nan() -> None:
 
 
 def test_empty_result() -> None:
-    res = Result(scenario=Scenario(), records=RequestRecords.empty(0), steps=StepSeries(),
-                 itl=ItlSamples(), replicas=[ReplicaTotals()], end_s=0.0, gpu=FakeGpu())
+    res = Result(
+        scenario=Scenario(),
+        records=RequestRecords.empty(0),
+        steps=StepSeries(),
+        itl=ItlSamples(),
+        replicas=[ReplicaTotals()],
+        end_s=0.0,
+        gpu=FakeGpu(),
+    )
     s = summarize(res)
     json.dumps(s, allow_nan=False)
     assert s["counts"]["num_requests"] == 0
     assert s["counts"]["span_s"] is None
-    assert s["latency"]["ttft_s"] == {"count": 0, "mean": None, "p50": None, "p90": None, "p95": None,
-                                      "p99": None, "max": None}
+    assert s["latency"]["ttft_s"] == {
+        "count": 0,
+        "mean": None,
+        "p50": None,
+        "p90": None,
+        "p95": None,
+        "p99": None,
+        "max": None,
+    }
     assert s["throughput"]["requests_per_s"] is None
     assert s["slo"]["attainment"]["all"] is None
     assert s["energy"]["energy_j"] is None
@@ -263,6 +366,7 @@ def test_distribution_selects_the_inverted_cdf_percentiles() -> None:
         dw = distribution(x, w)
         keep = ~np.isnan(x) & (w > 0)
         for p in (50, 90, 95, 99):
-            expected = (np.percentile(np.repeat(x[keep], w[keep]), p, method="inverted_cdf")
-                        if keep.any() else None)
+            expected = (
+                np.percentile(np.repeat(x[keep], w[keep]), p, method="inverted_cdf") if keep.any() else None
+            )
             assert dw[f"p{p}"] == expected

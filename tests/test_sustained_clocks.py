@@ -24,8 +24,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _prefill(tokens: int, prompts: int = 1, decodes: int = 0) -> BatchStats:
-    return BatchStats(num_prefill_tokens=tokens, prefill_attn_work=prompts * (tokens // prompts) ** 2 / 2,
-                      num_prefill_reqs=prompts, num_decode_reqs=decodes, sum_decode_context=decodes * 1000)
+    return BatchStats(
+        num_prefill_tokens=tokens,
+        prefill_attn_work=prompts * (tokens // prompts) ** 2 / 2,
+        num_prefill_reqs=prompts,
+        num_decode_reqs=decodes,
+        sum_decode_context=decodes * 1000,
+    )
 
 
 @pytest.mark.parametrize("gpu", ["B200", "H200", "GB200"])
@@ -33,8 +38,8 @@ def test_the_measured_curves_rise_from_one_with_utilization(gpu):
     c = sustained_clocks(gpu)
     assert c is not None
     assert list(c.util) == sorted(c.util) and list(c.ratio) == sorted(c.ratio)
-    assert c.ratio[0] == 1.0 and c.ratio[1] < 1.01      # a third of the peak: not throttled
-    assert 1.15 < c.ratio[-1] < 1.4                      # 0.85 of the peak: 15-40% slower sustained
+    assert c.ratio[0] == 1.0 and c.ratio[1] < 1.01  # a third of the peak: not throttled
+    assert 1.15 < c.ratio[-1] < 1.4  # 0.85 of the peak: 15-40% slower sustained
     assert 0.01 <= c.onset_s <= 0.1
 
 
@@ -68,15 +73,15 @@ def test_a_long_prefill_runs_past_the_onset_at_sustained_clocks(h200):
     assert step.hot is not None and onset == sustained_clocks("H200").onset_s
     st = _prefill(8192)
     cold, hot = step.gpu_time(st), step.hot.gpu_time(st)
-    assert cold > 10 * onset                  # an 8k prompt on one H200: over half a second
-    assert 1.05 < hot / cold < 1.25           # its GEMMs and attention near the peak, throttled
+    assert cold > 10 * onset  # an 8k prompt on one H200: over half a second
+    assert 1.05 < hot / cold < 1.25  # its GEMMs and attention near the peak, throttled
     want = cold + (cold - onset) / cold * (hot - cold)
     assert h200.batch_time(st) == pytest.approx(want, rel=1e-12)
     parts = h200.breakdown(st)
     assert parts["sustained_clocks"] == pytest.approx(want - cold, rel=1e-9)
     assert sum(parts.values()) == pytest.approx(want, rel=1e-9)
     # a fractional share (a pipeline micro-batch's, the interpreted path) agrees with the step's
-    frac = MicroBatchShare(8192.0, 8192.0 ** 2 / 2, 1.0, 0.0, 0.0, 0.0)
+    frac = MicroBatchShare(8192.0, 8192.0**2 / 2, 1.0, 0.0, 0.0, 0.0)
     assert KernelPerfModel.batch_time(h200, frac) == pytest.approx(want, rel=1e-9)
 
 
@@ -103,8 +108,9 @@ def test_the_option_turns_it_off():
 
     base = {"model": {"name": "meta-llama/Llama-3.1-8B"}, "hardware": {"gpu": "B200"}}
     on = resolve_deployment(Scenario.model_validate(base))
-    off = resolve_deployment(Scenario.model_validate({**base, "hardware": {"gpu": "B200",
-                                                                          "sustained_clocks": False}}))
+    off = resolve_deployment(
+        Scenario.model_validate({**base, "hardware": {"gpu": "B200", "sustained_clocks": False}})
+    )
     st = _prefill(16384)
     assert on.perf.batch_time(st) > off.perf.batch_time(st)
 
@@ -121,15 +127,15 @@ def _tables(tmp_path: Path, tool) -> None:
     n = k = 4096
     for i in range(60):
         m = 16 + i
-        lat = 2.0 * m * n * k / (0.2 * peak)                  # seconds, at 20% of the peak
+        lat = 2.0 * m * n * k / (0.2 * peak)  # seconds, at 20% of the peak
         burst.append((m, n, k, lat * 1e3))
         sus.append((m, n, k, lat * 0.97e3))
         m2 = 1000 + i
         lat = 2.0 * m2 * n * k / (0.65 * peak)
         burst.append((m2, n, k, lat * 1e3))
         sus.append((m2, n, k, lat * 1.15e3))
-    for i in range(60):                                       # long bursts at 65% of the peak
-        d = 0.002 + 0.0015 * i                                # seconds per iteration of six GEMMs
+    for i in range(60):  # long bursts at 65% of the peak
+        d = 0.002 + 0.0015 * i  # seconds per iteration of six GEMMs
         m = int(d / 6 * 0.65 * peak / (2.0 * 8192 * 8192))
         lat = 2.0 * m * 8192 * 8192 / (0.65 * peak)
         part = float(np.clip((9 * 6 * lat - 0.04) / (6 * 6 * lat), 0, 1))
@@ -138,9 +144,18 @@ def _tables(tmp_path: Path, tool) -> None:
     for version, rows in ((tool.BURST, burst), (tool.SUSTAINED, sus)):
         path = tmp_path / tool.TABLE.format(gpu="b200_sxm", version=version)
         path.parent.mkdir(parents=True)
-        pq.write_table(pa.table({"gemm_dtype": ["bfloat16"] * len(rows), "m": [r[0] for r in rows],
-                                 "n": [r[1] for r in rows], "k": [r[2] for r in rows],
-                                 "latency": [r[3] for r in rows]}), path)
+        pq.write_table(
+            pa.table(
+                {
+                    "gemm_dtype": ["bfloat16"] * len(rows),
+                    "m": [r[0] for r in rows],
+                    "n": [r[1] for r in rows],
+                    "k": [r[2] for r in rows],
+                    "latency": [r[3] for r in rows],
+                }
+            ),
+            path,
+        )
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
@@ -154,7 +169,7 @@ def test_the_packer_recovers_the_ratio_and_the_onset(tmp_path, monkeypatch):
     _tables(tmp_path, tool)
     out = tool.pack(tmp_path, "HEAD")
     g = out["gpus"]["B200"]
-    assert g["util"] == [0.3, 0.65] and g["ratio"] == [1.0, 1.15]   # 0.97 at low utilization: not below 1
+    assert g["util"] == [0.3, 0.65] and g["ratio"] == [1.0, 1.15]  # 0.97 at low utilization: not below 1
     assert g["onset_s"] == pytest.approx(0.04, abs=0.006)
     assert g["own_median_abs_err"] == pytest.approx(0.0, abs=1e-9)
     assert len(out["commit"]) == 40 and out["burst_version"] == "0.19.0"

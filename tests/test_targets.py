@@ -40,8 +40,14 @@ def _result(ttft: list[float], tpot: list[float], unfinished: int = 0, out_token
     rec.num_output_tokens[:k] = out_tokens
     rec.finished_s[:k] = np.asarray(ttft) + np.asarray(tpot) * (out_tokens - 1)
     rec.status[:k] = RequestStatus.FINISHED
-    return Result(scenario=None, records=rec, steps=StepSeries(), itl=ItlSamples(gap_s=[0.01], count=[1]),
-                  replicas=[ReplicaTotals()], end_s=10.0)
+    return Result(
+        scenario=None,
+        records=rec,
+        steps=StepSeries(),
+        itl=ItlSamples(gap_s=[0.01], count=[1]),
+        replicas=[ReplicaTotals()],
+        end_s=10.0,
+    )
 
 
 TEN_TTFT = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.5, 3.0]  # 8 of 10 within 1 s
@@ -69,8 +75,9 @@ def test_unfinished_requests_miss_every_target() -> None:
 
 
 def test_percentile_is_the_inverted_cdf_with_unfinished_infinitely_late() -> None:
-    slo = SloConfig(percentiles=[{"metric": "ttft_s", "p": 80, "max_s": 0.8},
-                                 {"metric": "ttft_s", "p": 90, "max_s": 2.0}])
+    slo = SloConfig(
+        percentiles=[{"metric": "ttft_s", "p": 80, "max_s": 0.8}, {"metric": "ttft_s", "p": 90, "max_s": 2.0}]
+    )
     v = check_result(slo, _result(TEN_TTFT, TEN_TPOT))
     p80, p90 = v.checks
     assert (p80.value, p80.meets, p80.margin) == (0.8, True, 0.0)  # 8th of 10 sorted
@@ -105,12 +112,23 @@ def test_config_refuses_targets_it_cannot_judge() -> None:
 
 SMALL = {
     "model": {"name": "Llama-3.1-8B"},
-    "workload": {"type": "synthetic", "num_requests": 300, "arrival": {"rate": 40.0},
-                 "prompt_len": {"kind": "uniform", "low": 64, "high": 2048},
-                 "output_len": {"kind": "uniform", "low": 1, "high": 200}},
-    "slo": {"ttft_s": 0.25, "tpot_s": 0.03, "attainment": {"ttft_s": 0.5, "tpot_s": 0.5, "all": 0.5},
-            "percentiles": [{"metric": m, "p": p, "max_s": 0.2}
-                            for m in ("ttft_s", "tpot_s", "itl_s", "e2e_s") for p in (50, 90, 99)]},
+    "workload": {
+        "type": "synthetic",
+        "num_requests": 300,
+        "arrival": {"rate": 40.0},
+        "prompt_len": {"kind": "uniform", "low": 64, "high": 2048},
+        "output_len": {"kind": "uniform", "low": 1, "high": 200},
+    },
+    "slo": {
+        "ttft_s": 0.25,
+        "tpot_s": 0.03,
+        "attainment": {"ttft_s": 0.5, "tpot_s": 0.5, "all": 0.5},
+        "percentiles": [
+            {"metric": m, "p": p, "max_s": 0.2}
+            for m in ("ttft_s", "tpot_s", "itl_s", "e2e_s")
+            for p in (50, 90, 99)
+        ],
+    },
 }
 
 

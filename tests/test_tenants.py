@@ -30,9 +30,13 @@ PERF = ConstantPerfModel(0.01, 1e-5)
 
 
 def two_tenants(arrival: list[float], prompt: list[int], output: list[int], tenant: list[int]) -> Workload:
-    return Workload(np.asarray(arrival, np.float64), np.asarray(prompt, np.int64),
-                    np.asarray(output, np.int64), tenant=np.asarray(tenant, np.int64),
-                    meta={"tenant_names": ["A", "B"]})
+    return Workload(
+        np.asarray(arrival, np.float64),
+        np.asarray(prompt, np.int64),
+        np.asarray(output, np.int64),
+        tenant=np.asarray(tenant, np.int64),
+        meta={"tenant_names": ["A", "B"]},
+    )
 
 
 def setup(weights: list[float], limits: list[TenantLimits] | None = None) -> TenantSetup:
@@ -97,8 +101,13 @@ def backlogged(seed: int, n: int = 300) -> Workload:
     rng = np.random.default_rng(seed)
     tenant = rng.integers(0, 3, n)
     prompt = np.where(tenant == 0, rng.integers(500, 2000, n), rng.integers(10, 400, n))
-    return Workload(np.zeros(n), prompt.astype(np.int64), rng.integers(1, 300, n).astype(np.int64),
-                    tenant=tenant.astype(np.int64), meta={"tenant_names": ["a", "b", "c"]})
+    return Workload(
+        np.zeros(n),
+        prompt.astype(np.int64),
+        rng.integers(1, 300, n).astype(np.int64),
+        tenant=tenant.astype(np.int64),
+        meta={"tenant_names": ["a", "b", "c"]},
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -109,14 +118,20 @@ def test_vtc_counter_spread_of_backlogged_tenants_is_bounded(seed: int) -> None:
     wl = backlogged(seed)
     blocks, block_size = 400, 16
     weights = TenantSetup(["a", "b", "c"], [1.0] * 3, [TenantLimits()] * 3, [None] * 3)
-    eng = EngineConfig(max_num_seqs=32, max_num_batched_tokens=1024, block_size=block_size,
-                       enable_prefix_caching=False, scheduling_policy="vtc")
+    eng = EngineConfig(
+        max_num_seqs=32,
+        max_num_batched_tokens=1024,
+        block_size=block_size,
+        enable_prefix_caching=False,
+        scheduling_policy="vtc",
+    )
     vtc = run_engine(wl, eng, PERF, blocks, 4096, tenants=weights)
     m = (blocks - 1) * block_size
     bound = max(1.0 * int(wl.num_prompt_tokens.max()), 2.0 * m)
     assert 0 < vtc.tenants.scheduler.max_spread <= bound
-    fcfs = run_engine(wl, eng.model_copy(update={"scheduling_policy": "fcfs"}), PERF, blocks, 4096,
-                      tenants=weights)
+    fcfs = run_engine(
+        wl, eng.model_copy(update={"scheduling_policy": "fcfs"}), PERF, blocks, 4096, tenants=weights
+    )
     assert fcfs.tenants.scheduler.max_spread > 2 * vtc.tenants.scheduler.max_spread
 
 
@@ -146,30 +161,44 @@ def test_queue_cap_counts_requests_never_scheduled() -> None:
     wl = two_tenants([0.0, 0.1, 0.2, 0.3], [16] * 4, [500, 2, 2, 2], [0, 0, 0, 0])
     limits = [TenantLimits(max_queued=1), TenantLimits()]
     run = run_engine(wl, EngineConfig(max_num_seqs=1), PERF, 500, 1024, tenants=setup([1.0, 1.0], limits))
-    assert run.records.status.tolist() == [RequestStatus.FINISHED, RequestStatus.FINISHED,
-                                           RequestStatus.REJECTED, RequestStatus.REJECTED]
+    assert run.records.status.tolist() == [
+        RequestStatus.FINISHED,
+        RequestStatus.FINISHED,
+        RequestStatus.REJECTED,
+        RequestStatus.REJECTED,
+    ]
     assert run.tenants.rejected == {(0, "queue_full"): 2}
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 10_000), policy=st.sampled_from(["fcfs", "vtc", "priority"]),
-       rate=st.one_of(st.none(), st.floats(0.5, 50)), cap=st.one_of(st.none(), st.integers(0, 8)),
-       blocks=st.integers(40, 300))
+@given(
+    seed=st.integers(0, 10_000),
+    policy=st.sampled_from(["fcfs", "vtc", "priority"]),
+    rate=st.one_of(st.none(), st.floats(0.5, 50)),
+    cap=st.one_of(st.none(), st.integers(0, 8)),
+    blocks=st.integers(40, 300),
+)
 def test_no_request_is_lost(seed: int, policy: str, rate: float | None, cap: int | None, blocks: int) -> None:
     """Every request finishes or is rejected, and the rejections add up per tenant."""
     rng = np.random.default_rng(seed)
     n = 60
-    wl = Workload(np.sort(rng.uniform(0, 3, n)), rng.integers(1, 400, n), rng.integers(1, 60, n),
-                  priority=rng.integers(0, 3, n), tenant=rng.integers(0, 2, n),
-                  meta={"tenant_names": ["A", "B"]})
+    wl = Workload(
+        np.sort(rng.uniform(0, 3, n)),
+        rng.integers(1, 400, n),
+        rng.integers(1, 60, n),
+        priority=rng.integers(0, 3, n),
+        tenant=rng.integers(0, 2, n),
+        meta={"tenant_names": ["A", "B"]},
+    )
     limits = [TenantLimits(rate, max(1.0, rate or 1.0), cap), TenantLimits(max_queued=cap)]
     eng = EngineConfig(max_num_seqs=8, max_num_batched_tokens=256, block_size=16, scheduling_policy=policy)
     run = run_engine(wl, eng, PERF, blocks, 1024, tenants=setup([1.0, 2.0], limits))
     status = run.records.status
     assert np.isin(status, [RequestStatus.FINISHED, RequestStatus.REJECTED]).all()
     gated = sum(run.tenants.rejected.values())
-    engine_refused = sum(1 for i in range(n) if status[i] == RequestStatus.REJECTED
-                         and "tenant" not in run.records.reasons[i])
+    engine_refused = sum(
+        1 for i in range(n) if status[i] == RequestStatus.REJECTED and "tenant" not in run.records.reasons[i]
+    )
     assert gated + engine_refused == int((status == RequestStatus.REJECTED).sum())
     done = status == RequestStatus.FINISHED
     np.testing.assert_array_equal(run.records.num_output_tokens[done], wl.num_output_tokens[done])
@@ -181,8 +210,10 @@ def test_no_request_is_lost(seed: int, policy: str, rate: float | None, cap: int
 def test_generic_trace_tenant_column(tmp_path) -> None:
     p = tmp_path / "t.csv.gz"
     with gzip.open(p, "wt") as f:
-        f.write("arrived_at_s,num_prompt_tokens,num_output_tokens,tenant\n"
-                "0,10,2,acme\n0.5,10,2,globex\n1,10,2,acme\n")
+        f.write(
+            "arrived_at_s,num_prompt_tokens,num_output_tokens,tenant\n"
+            "0,10,2,acme\n0.5,10,2,globex\n1,10,2,acme\n"
+        )
     wl = read_trace(str(p))
     assert wl.tenant.tolist() == [0, 1, 0]
     assert wl.meta["tenant_names"] == ["acme", "globex"]
@@ -191,8 +222,12 @@ def test_generic_trace_tenant_column(tmp_path) -> None:
 
 
 def test_mixture_clients_are_tenants_and_shares_draw_tenants() -> None:
-    mix = MixtureWorkload.model_validate({"num_requests": 50, "clients": [
-        {"name": "chat", "arrival": {"rate": 3}}, {"name": "batch", "arrival": {"rate": 1}}]})
+    mix = MixtureWorkload.model_validate(
+        {
+            "num_requests": 50,
+            "clients": [{"name": "chat", "arrival": {"rate": 3}}, {"name": "batch", "arrival": {"rate": 1}}],
+        }
+    )
     wl = load_workload(mix)
     assert wl.meta["tenant_names"] == ["chat", "batch"]
     np.testing.assert_array_equal(wl.tenant, wl.meta["client"])
@@ -228,12 +263,21 @@ def test_summary_section_adds_up() -> None:
     """simulate() with tenant shares and limits: the per-tenant figures add up to the run's."""
     from servesim.sim import simulate
 
-    sc = scenario_from_dict({
-        "workload": {"type": "synthetic", "num_requests": 300, "arrival": {"rate": 40},
-                     "tenant_shares": {"big": 4, "small": 1}},
-        "engine": {"scheduling_policy": "vtc"},
-        "tenants": [{"name": "big", "rate_limit_rps": 20, "burst": 5},
-                    {"name": "small", "max_queued": 2, "slo": {"ttft_s": 0.5}}]})
+    sc = scenario_from_dict(
+        {
+            "workload": {
+                "type": "synthetic",
+                "num_requests": 300,
+                "arrival": {"rate": 40},
+                "tenant_shares": {"big": 4, "small": 1},
+            },
+            "engine": {"scheduling_policy": "vtc"},
+            "tenants": [
+                {"name": "big", "rate_limit_rps": 20, "burst": 5},
+                {"name": "small", "max_queued": 2, "slo": {"ttft_s": 0.5}},
+            ],
+        }
+    )
     s = simulate(sc).summary
     t = s["tenants"]
     per = t["per_tenant"]

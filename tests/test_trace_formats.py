@@ -52,17 +52,25 @@ def test_later_pieces_of_burstgpt_and_mooncake_start_at_their_first_arrival(tmp_
     late = tmp_path / "burstgpt_day60.csv"
     rows = burstgpt_rows()[:20]
     day = 60 * 86400
-    late.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n" + "".join(
-        f"{int(r['Timestamp']) + day},{r['Model']},{r['Request tokens']},{r['Response tokens']},"
-        f"{r['Total tokens']},{r['Log Type']}\n" for r in rows))
+    late.write_text(
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        + "".join(
+            f"{int(r['Timestamp']) + day},{r['Model']},{r['Request tokens']},{r['Response tokens']},"
+            f"{r['Total tokens']},{r['Log Type']}\n"
+            for r in rows
+        )
+    )
     moon = tmp_path / "mooncake_late.jsonl"
-    moon.write_text('{"timestamp": 1593000, "input_length": 100, "output_length": 5, "hash_ids": [0]}\n'
-                    '{"timestamp": 1594500, "input_length": 200, "output_length": 5, "hash_ids": [1]}\n')
+    moon.write_text(
+        '{"timestamp": 1593000, "input_length": 100, "output_length": 5, "hash_ids": [0]}\n'
+        '{"timestamp": 1594500, "input_length": 200, "output_length": 5, "hash_ids": [1]}\n'
+    )
     for path, first in ((late, day + 1.0), (moon, 1593.0)):
         wl = read_trace(path)
         assert wl.arrival_s[0] == 0.0 and wl.meta["shift_s"] == first
         assert [n for n in wl.meta["notices"] if n["code"] == "shifted"][0]["message"].startswith(
-            f"{path}: timestamps start at {first:,.3f} s; shifted so the first request arrives at 0")
+            f"{path}: timestamps start at {first:,.3f} s; shifted so the first request arrives at 0"
+        )
     np.testing.assert_allclose(read_trace(moon).arrival_s, [0.0, 1.5])
     res = simulate({"workload": {"type": "trace", "path": str(late)}})
     assert res.summary["counts"]["end_s"] < 3600
@@ -87,7 +95,9 @@ def test_burstgpt_replay_matches_the_file():
     rec = res.records
     assert res.summary["counts"]["num_requests"] == res.summary["counts"]["num_finished"] == len(rows)
     np.testing.assert_array_equal(rec.arrival_s, t)
-    assert (len(rec) - 1) / (rec.arrival_s[-1] - rec.arrival_s[0]) == pytest.approx((len(t) - 1) / (t[-1] - t[0]))
+    assert (len(rec) - 1) / (rec.arrival_s[-1] - rec.arrival_s[0]) == pytest.approx(
+        (len(t) - 1) / (t[-1] - t[0])
+    )
     p = np.array([int(r["Request tokens"]) for r in rows])
     o = np.array([max(int(r["Response tokens"]), 1) for r in rows])
     assert rec.num_prompt_tokens.mean() == pytest.approx(p.mean())
@@ -130,20 +140,40 @@ def test_sharegpt_lengths_first_two_turns():
     except ImportError:  # the estimate: 4 characters a token
         np.testing.assert_array_equal(prompt, [max(round(len(c[0]["value"]) / 4), 1) for c in kept])
         np.testing.assert_array_equal(output, [max(round(len(c[1]["value"]) / 4), 1) for c in kept])
-    wl = load_workload(SyntheticWorkload(
-        prompt_len=LengthDist(kind="trace", trace=fx("sharegpt.json")), num_requests=50))
+    wl = load_workload(
+        SyntheticWorkload(prompt_len=LengthDist(kind="trace", trace=fx("sharegpt.json")), num_requests=50)
+    )
     assert set(wl.num_prompt_tokens) <= set(prompt)
     with pytest.raises(WorkloadError, match="lengths-only"):
         read_trace(fx("sharegpt.json"))
 
 
-@pytest.mark.parametrize("name,format,message", [
-    ("bad_burstgpt.csv", "auto", "bad_burstgpt.csv:7: Response tokens: expected a positive integer, found 'n/a'"),
-    ("bad_vllm_bench.json", "auto", "bad_vllm_bench.json: output_lens: expected one per input_lens entry (200), found 199"),
-    ("bad_sharegpt.json", "auto", "bad_sharegpt.json: conversation 1 turn 0: value: expected the turn's text, found 42"),
-    ("burstgpt.csv", "vllm_bench", "burstgpt.csv: format vllm_bench: expected a .json document"),
-    ("sharegpt.json", "vllm_bench", "sharegpt.json: format vllm_bench: expected an object with input_lens"),
-])
+@pytest.mark.parametrize(
+    "name,format,message",
+    [
+        (
+            "bad_burstgpt.csv",
+            "auto",
+            "bad_burstgpt.csv:7: Response tokens: expected a positive integer, found 'n/a'",
+        ),
+        (
+            "bad_vllm_bench.json",
+            "auto",
+            "bad_vllm_bench.json: output_lens: expected one per input_lens entry (200), found 199",
+        ),
+        (
+            "bad_sharegpt.json",
+            "auto",
+            "bad_sharegpt.json: conversation 1 turn 0: value: expected the turn's text, found 42",
+        ),
+        ("burstgpt.csv", "vllm_bench", "burstgpt.csv: format vllm_bench: expected a .json document"),
+        (
+            "sharegpt.json",
+            "vllm_bench",
+            "sharegpt.json: format vllm_bench: expected an object with input_lens",
+        ),
+    ],
+)
 def test_bad_files_name_the_place(name, format, message):
     with pytest.raises(WorkloadError) as err:
         read_trace(fx(name), format)

@@ -46,8 +46,12 @@ def test_every_check_meets_its_goal_or_is_a_known_miss(checks: list[Check]) -> N
 def test_goals_have_reasons_and_no_known_miss_is_stale(checks: list[Check]) -> None:
     """A goal says why; a known-miss mark must be needed by at least one of its rows, so
     that a model that gets better also gets checked harder (remove the mark then)."""
-    goals: list[Goal] = [*OPERATOR_GOALS.values(), *SPLITWISE_LIMITS.values(), *DISTSERVE_LIMITS.values(),
-                         *CPU_LIMITS.values()]
+    goals: list[Goal] = [
+        *OPERATOR_GOALS.values(),
+        *SPLITWISE_LIMITS.values(),
+        *DISTSERVE_LIMITS.values(),
+        *CPU_LIMITS.values(),
+    ]
     assert all(len(g.why) > 20 for g in goals)
     used = {c.known_bad for c in checks if c.status() == "known bad"}
     marks = {g.known_bad for g in goals if g.known_bad}
@@ -139,7 +143,9 @@ def test_cli_validate_exit_status() -> None:
     ok = runner.invoke(app, args)
     assert ok.exit_code == 0, ok.output
     assert "OPT-13B A100 TP1, distserve engine; Vidur operator profile" in ok.output
-    assert "known bad: distserve, decode step time: 7 rows at MAPE 121-190% against a goal of 10%" in ok.output
+    assert (
+        "known bad: distserve, decode step time: 7 rows at MAPE 121-190% against a goal of 10%" in ok.output
+    )
     assert "12 of 56 checks within their goals, 44 known to miss theirs" in ok.output
     bad = runner.invoke(app, [*args, "--threshold", "0.01"])  # an explicit threshold holds for every row
     assert bad.exit_code == 1
@@ -267,8 +273,9 @@ def test_cross_fit_reports_in_sample_and_held_out_errors_apart() -> None:
     from servesim.validate import load_bundled_profile
     from servesim.validate.cpu import cross_fit_session
 
-    rows = cross_fit_session(RECORDINGS, load_bundled_profile("cpu"), RECORDINGS / "cpu.yaml",
-                             fit_files=["rate1.json"])
+    rows = cross_fit_session(
+        RECORDINGS, load_bundled_profile("cpu"), RECORDINGS / "cpu.yaml", fit_files=["rate1.json"]
+    )
     assert [c.case for c in rows] == [
         "cross-fit: fit on rate1, in-sample (1 recording)",
         "cross-fit: fit on rate1, held out (7 recordings)",

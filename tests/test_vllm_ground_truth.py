@@ -90,9 +90,10 @@ def load(name: str) -> Fixture:
     if data["workload"]["trace"]:
         with open(FIXTURES_DIR / data["workload"]["trace"], newline="") as f:
             rows = list(csv.DictReader(f))
-        assert [(int(row["num_prompt_tokens"]), int(row["num_output_tokens"]), row["prefix_group"])
-                for row in rows] == [(r["num_prompt_tokens"], r["num_output_tokens"], r["prefix_group"])
-                                     for r in reqs]
+        assert [
+            (int(row["num_prompt_tokens"]), int(row["num_output_tokens"]), row["prefix_group"])
+            for row in rows
+        ] == [(r["num_prompt_tokens"], r["num_output_tokens"], r["prefix_group"]) for r in reqs]
         names = [row["prefix_group"] for row in rows]
         ids = {g: i for i, g in enumerate(dict.fromkeys(g for g in names if g))}  # "" = no group
         group = np.asarray([ids[g] if g else -1 for g in names], np.int64)
@@ -101,14 +102,20 @@ def load(name: str) -> Fixture:
         arrival_s=np.zeros(len(reqs)),
         num_prompt_tokens=np.asarray([r["num_prompt_tokens"] for r in reqs], np.int64),
         num_output_tokens=np.asarray([r["num_output_tokens"] for r in reqs], np.int64),
-        prefix_group=group, prefix_len=prefix_len, source=name)
+        prefix_group=group,
+        prefix_len=prefix_len,
+        source=name,
+    )
     wl.validate()
     engine = EngineConfig(
-        block_size=eng["block_size"], max_num_seqs=eng["max_num_seqs"],
+        block_size=eng["block_size"],
+        max_num_seqs=eng["max_num_seqs"],
         max_num_batched_tokens=eng["max_num_batched_tokens"],
         enable_chunked_prefill=eng["enable_chunked_prefill"],
         enable_prefix_caching=eng["enable_prefix_caching"],
-        long_prefill_token_threshold=0, cpu_overhead_s=0)
+        long_prefill_token_threshold=0,
+        cpu_overhead_s=0,
+    )
     return Fixture(name, data, wl, engine, eng["num_gpu_blocks"], eng["max_model_len"])
 
 
@@ -116,9 +123,16 @@ def load(name: str) -> Fixture:
 
 
 def vllm_steps(run: dict) -> list[StepKey]:
-    return [({_rid(k): (v["tokens"], v["computed_before"]) for k, v in s["scheduled"].items()},
-             sorted(_rid(p) for p in s["preempted"]), s["num_waiting"], s["num_running"], s["kv_usage"])
-            for s in run["steps"]]
+    return [
+        (
+            {_rid(k): (v["tokens"], v["computed_before"]) for k, v in s["scheduled"].items()},
+            sorted(_rid(p) for p in s["preempted"]),
+            s["num_waiting"],
+            s["num_running"],
+            s["kv_usage"],
+        )
+        for s in run["steps"]
+    ]
 
 
 def vllm_milestones(fx: Fixture) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
@@ -182,13 +196,17 @@ def step_engine(fx: Fixture, lazy: bool, max_steps: int = 2000) -> Stepped:
     """Add every request before the first step (as vLLM's recorder does with ``--rate 0``),
     then alternate ``schedule()`` and ``update_from_output()`` until there is no work."""
     eng = fx.engine
-    kv = (CountingKVCache if lazy else KVCacheManager)(fx.num_gpu_blocks, eng.block_size,
-                                                       eng.enable_prefix_caching, fx.max_model_len)
+    kv = (CountingKVCache if lazy else KVCacheManager)(
+        fx.num_gpu_blocks, eng.block_size, eng.enable_prefix_caching, fx.max_model_len
+    )
     cfg = SchedulerConfig(
-        max_num_seqs=eng.max_num_seqs, max_num_batched_tokens=eng.max_num_batched_tokens,
+        max_num_seqs=eng.max_num_seqs,
+        max_num_batched_tokens=eng.max_num_batched_tokens,
         enable_chunked_prefill=eng.enable_chunked_prefill,
-        long_prefill_token_threshold=eng.long_prefill_token_threshold, max_model_len=fx.max_model_len,
-        scheduler_reserve_full_isl=eng.scheduler_reserve_full_isl)
+        long_prefill_token_threshold=eng.long_prefill_token_threshold,
+        max_model_len=fx.max_model_len,
+        scheduler_reserve_full_isl=eng.scheduler_reserve_full_isl,
+    )
     sched = LazyScheduler(cfg, kv) if lazy else Scheduler(cfg, kv)
     reqs = make_requests(fx.workload)
     for r in reqs:
@@ -199,10 +217,18 @@ def step_engine(fx: Fixture, lazy: bool, max_steps: int = 2000) -> Stepped:
         assert i < max_steps, "servesim does not finish"
         out = sched.schedule()
         # servesim advances num_computed_tokens inside schedule(), as vLLM does.
-        scheduled = {_name(r): (n, r.num_computed_tokens - n)
-                     for r, n in zip(out.reqs, out.num_tokens, strict=True)}
-        res.steps.append((scheduled, sorted(_name(r) for r in out.preempted),
-                          len(sched.waiting), len(sched.running), kv.usage))
+        scheduled = {
+            _name(r): (n, r.num_computed_tokens - n) for r, n in zip(out.reqs, out.num_tokens, strict=True)
+        }
+        res.steps.append(
+            (
+                scheduled,
+                sorted(_name(r) for r in out.preempted),
+                len(sched.waiting),
+                len(sched.running),
+                kv.usage,
+            )
+        )
         st = out.stats
         assert st.num_prefill_tokens + st.num_decode_reqs == out.total_tokens
         res.totals.append((st.num_prefill_tokens, st.num_decode_reqs, len(out.reqs) + out.num_pool))
@@ -322,8 +348,15 @@ def test_run_engine_lazy_equals_reference(name: str) -> None:
     fast = run_engine(fx.workload, fx.engine, perf, fx.num_gpu_blocks, fx.max_model_len, reference=False)
     assert fast.totals.num_run_steps > 0, "the skip-ahead was never used"
     assert ref.totals.num_run_steps == 0
-    for col in ("first_scheduled_s", "first_token_s", "finished_s", "num_preemptions", "num_cached_tokens",
-                "num_output_tokens", "status"):
+    for col in (
+        "first_scheduled_s",
+        "first_token_s",
+        "finished_s",
+        "num_preemptions",
+        "num_cached_tokens",
+        "num_output_tokens",
+        "status",
+    ):
         np.testing.assert_array_equal(getattr(fast.records, col), getattr(ref.records, col), err_msg=col)
     assert np.all(np.isfinite(ref.records.finished_s))
     a, b = fast.steps.columns(), ref.steps.columns()
@@ -345,15 +378,32 @@ def test_run_engine_matches_vllm(name: str) -> None:
     requests, preemptions, num_running/num_waiting after scheduling, KV usage), its number of
     steps and each request's first-token and finish step. Knobs as in the step-by-step test."""
     fx = load(name)
-    run = run_engine(fx.workload, fx.engine, ConstantPerfModel(step_s=1.0), fx.num_gpu_blocks,
-                     fx.max_model_len, reference=False)
+    run = run_engine(
+        fx.workload,
+        fx.engine,
+        ConstantPerfModel(step_s=1.0),
+        fx.num_gpu_blocks,
+        fx.max_model_len,
+        reference=False,
+    )
     c = run.steps.columns()
     nb = fx.num_gpu_blocks
-    cols = [c[k].tolist() for k in ("num_prefill_tokens", "num_decode_reqs", "num_preempted", "num_waiting",
-                                    "num_running", "kv_blocks_used")]
+    cols = [
+        c[k].tolist()
+        for k in (
+            "num_prefill_tokens",
+            "num_decode_reqs",
+            "num_preempted",
+            "num_waiting",
+            "num_running",
+            "kv_blocks_used",
+        )
+    ]
     ours = [(p, d, k, w, r, 1.0 - (nb - u) / (nb - 1)) for p, d, k, w, r, u in zip(*cols, strict=True)]
-    theirs = [(t[0], t[1], len(s[1]), s[2], s[3], s[4])
-              for t, s in zip(vllm_totals(fx), vllm_steps(fx.run), strict=True)]
+    theirs = [
+        (t[0], t[1], len(s[1]), s[2], s[3], s[4])
+        for t, s in zip(vllm_totals(fx), vllm_steps(fx.run), strict=True)
+    ]
     diff = _first_diff(ours, theirs, name + " (prefill tokens, decodes, preempted, waiting, running, kv)")
     assert diff is None, diff
     first, finish, preemptions = vllm_milestones(fx)

@@ -62,8 +62,9 @@ def test_duration_bounds_arrivals():
     assert wl.arrival_s[-1] < 200.0
     # Poisson count over 200 s at 50/s: mean 10,000, std 100.
     assert abs(len(wl) - 10_000) < 500
-    const = load_workload(cfg(arrival=ArrivalConfig(process="constant", rate=2.0),
-                              num_requests=None, duration_s=3.0))
+    const = load_workload(
+        cfg(arrival=ArrivalConfig(process="constant", rate=2.0), num_requests=None, duration_s=3.0)
+    )
     np.testing.assert_array_equal(const.arrival_s, [0.5, 1.0, 1.5, 2.0, 2.5])  # 3.0 is not < 3.0
 
 
@@ -76,8 +77,9 @@ def test_duration_and_count_stop_at_first():
 
 def test_no_arrival_in_duration_is_an_error():
     with pytest.raises(WorkloadError, match="no arrival before duration_s=0.001"):
-        load_workload(cfg(arrival=ArrivalConfig(process="constant", rate=1.0), num_requests=None,
-                          duration_s=0.001))
+        load_workload(
+            cfg(arrival=ArrivalConfig(process="constant", rate=1.0), num_requests=None, duration_s=0.001)
+        )
 
 
 def test_burst_needs_a_count():
@@ -139,8 +141,13 @@ def test_bad_length_configs():
 
 
 def test_deterministic_under_seed():
-    c = cfg(arrival=ArrivalConfig(process="gamma", cv=2.0), num_requests=500,
-            prompt_len=LengthDist(kind="lognormal", mean=300, std=200), prefix_groups=4, prefix_len=64)
+    c = cfg(
+        arrival=ArrivalConfig(process="gamma", cv=2.0),
+        num_requests=500,
+        prompt_len=LengthDist(kind="lognormal", mean=300, std=200),
+        prefix_groups=4,
+        prefix_len=64,
+    )
     a, b = load_workload(c, seed=7), load_workload(c, seed=7)
     for col in ("arrival_s", "num_prompt_tokens", "num_output_tokens", "prefix_group"):
         np.testing.assert_array_equal(getattr(a, col), getattr(b, col))

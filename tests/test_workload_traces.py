@@ -59,9 +59,15 @@ def test_generic_parquet_matches_csv(tmp_path):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
-    table = pa.table({"arrived_at_s": [0.0, 0.5, 0.25], "num_prompt_tokens": [10, 20, 30],
-                      "num_output_tokens": [5, 6, 7], "hash_ids": [[1, 2], [], [1, 3]],
-                      "prefix_group": ["a", None, "b"]})
+    table = pa.table(
+        {
+            "arrived_at_s": [0.0, 0.5, 0.25],
+            "num_prompt_tokens": [10, 20, 30],
+            "num_output_tokens": [5, 6, 7],
+            "hash_ids": [[1, 2], [], [1, 3]],
+            "prefix_group": ["a", None, "b"],
+        }
+    )
     path = tmp_path / "t.parquet"
     pq.write_table(table, path)
     wl = read_trace(path)
@@ -76,8 +82,10 @@ def test_parquet_bad_value_names_row(tmp_path):
     import pyarrow.parquet as pq
 
     path = tmp_path / "t.parquet"
-    pq.write_table(pa.table({"arrived_at_s": [0.0, 1.0], "num_prompt_tokens": [10, -2],
-                             "num_output_tokens": [5, 6]}), path)
+    pq.write_table(
+        pa.table({"arrived_at_s": [0.0, 1.0], "num_prompt_tokens": [10, -2], "num_output_tokens": [5, 6]}),
+        path,
+    )
     with pytest.raises(WorkloadError) as e:
         read_trace(path)
     assert str(e.value) == f"{path}: row 2: num_prompt_tokens: expected a positive integer, found -2"
@@ -136,17 +144,31 @@ def test_builtin_is_unmodified_copy(name):
 BAD = [
     ("bad_int.csv", "bad_int.csv:3: num_prompt_tokens: expected a positive integer, found 'abc'"),
     ("bad_negative.csv", "bad_negative.csv:4: num_output_tokens: expected a positive integer, found '-3'"),
-    ("bad_arrival.csv",
-     "bad_arrival.csv:2: arrived_at_s: expected a non-negative number of seconds, found 'soon'"),
-    ("bad_fields.csv", "bad_fields.csv:3: expected 3 comma-separated fields "
-                       "(arrived_at_s, num_prompt_tokens, num_output_tokens), found 2"),
-    ("missing_column.csv", "missing_column.csv:1: missing column 'num_output_tokens' (generic traces need "
-                           "arrived_at_s, num_prompt_tokens, num_output_tokens; "
-                           "found arrived_at_s, num_prompt_tokens)"),
-    ("bad_timestamp.csv", "bad_timestamp.csv:3: TIMESTAMP: expected a timestamp like "
-                          "'2023-11-16 18:15:46.6805900', found '2023-11-16 25:15:46.6805900'"),
-    ("bad_json.jsonl", "bad_json.jsonl:2: expected one JSON object per line, found bad JSON "
-                       "(Expecting ',' delimiter at column 80)"),
+    (
+        "bad_arrival.csv",
+        "bad_arrival.csv:2: arrived_at_s: expected a non-negative number of seconds, found 'soon'",
+    ),
+    (
+        "bad_fields.csv",
+        "bad_fields.csv:3: expected 3 comma-separated fields "
+        "(arrived_at_s, num_prompt_tokens, num_output_tokens), found 2",
+    ),
+    (
+        "missing_column.csv",
+        "missing_column.csv:1: missing column 'num_output_tokens' (generic traces need "
+        "arrived_at_s, num_prompt_tokens, num_output_tokens; "
+        "found arrived_at_s, num_prompt_tokens)",
+    ),
+    (
+        "bad_timestamp.csv",
+        "bad_timestamp.csv:3: TIMESTAMP: expected a timestamp like "
+        "'2023-11-16 18:15:46.6805900', found '2023-11-16 25:15:46.6805900'",
+    ),
+    (
+        "bad_json.jsonl",
+        "bad_json.jsonl:2: expected one JSON object per line, found bad JSON "
+        "(Expecting ',' delimiter at column 80)",
+    ),
     ("bad_hash.jsonl", "bad_hash.jsonl:2: hash_ids: expected a list of integers, found [0, 'x']"),
     ("missing_key.jsonl", "missing_key.jsonl:2: missing key 'output_length'"),
     ("header_only.csv", "header_only.csv: no requests (the file has a header but no rows)"),
@@ -208,8 +230,10 @@ def test_empty_selection_is_an_error():
     wl = read_trace(fx("generic.csv"))
     with pytest.raises(WorkloadError) as e:
         select(wl, start_s=5.0)
-    assert str(e.value) == (f"{fx('generic.csv')}: no requests left after selection (start_s=5.0, "
-                            "end_s=None, limit=None); the trace spans 0.000-1.500 s")
+    assert str(e.value) == (
+        f"{fx('generic.csv')}: no requests left after selection (start_s=5.0, "
+        "end_s=None, limit=None); the trace spans 0.000-1.500 s"
+    )
 
 
 # --------------------------------------------------------------------------- real traces
@@ -250,8 +274,11 @@ def test_arxiv_lengths_as_length_source():
     assert len(prompts) == 28_257
     with pytest.raises(WorkloadError, match="lengths-only file"):
         load_workload(TraceWorkload(path=path))
-    cfg = SyntheticWorkload(num_requests=2000, prompt_len=LengthDist(kind="trace", trace=path),
-                            output_len=LengthDist(kind="trace", trace=path, column="output"))
+    cfg = SyntheticWorkload(
+        num_requests=2000,
+        prompt_len=LengthDist(kind="trace", trace=path),
+        output_len=LengthDist(kind="trace", trace=path, column="output"),
+    )
     wl = load_workload(cfg)
     assert set(wl.num_prompt_tokens.tolist()) <= set(prompts.tolist())
     assert wl.num_prompt_tokens.mean() == pytest.approx(prompts.mean(), rel=0.1)

@@ -17,8 +17,13 @@ def git(repo: Path, *args: str) -> bytes:
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=True).stdout
 
 
-def run(doc: str, pack: Callable[[Path, str], dict[str, Any]], out: Path,
-        summary: Callable[[dict[str, Any]], str], argv: list[str] | None = None) -> int:
+def run(
+    doc: str,
+    pack: Callable[[Path, str], dict[str, Any]],
+    out: Path,
+    summary: Callable[[dict[str, Any]], str],
+    argv: list[str] | None = None,
+) -> int:
     """``tool AICONFIGURATOR_REPO [--rev REV]``: ``pack(repo, rev)`` written to ``out`` as
     compact JSON, and one line saying what was written; 1 with git's message on failure."""
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])

@@ -59,21 +59,30 @@ def open_loop_residuals() -> dict[str, list[float]]:
 def build(res: dict, open_loop: dict[str, list[float]]) -> dict:
     from servesim.metrics.intervals import LEVEL, held_out_coverage, log_quantiles, quantile_table
 
-    rounded = {g: {reg: {m: [round(x, 3) for x in v] for m, v in r.items()} for reg, r in regs.items()}
-               for g, regs in sorted(res.items())}
+    rounded = {
+        g: {reg: {m: [round(x, 3) for x in v] for m, v in r.items()} for reg, r in regs.items()}
+        for g, regs in sorted(res.items())
+    }
     cov = held_out_coverage(rounded)
     regimes = quantile_table(rounded)["regimes"]
     return {
         "format": "servesim-intervals/1",
         "level": LEVEL,
         "what": "log(measured / predicted) quantiles (10%, 90%) of mean TTFT and mean TPOT, per step-time "
-                "regime, over the silicon suite's cross-group (held-out) predictions",
+        "regime, over the silicon suite's cross-group (held-out) predictions",
         "generated_by": "tools/fit_intervals.py",
         "regimes": regimes,
-        "open_loop": {"n": len(open_loop["ttft"]), "ttft": log_quantiles(np.array(open_loop["ttft"])),
-                      "tpot": log_quantiles(np.array(open_loop["tpot"]))},
-        "coverage": {"ttft": round(cov["ttft"], 3), "tpot": round(cov["tpot"], 3), "n": cov["n"],
-                     "groups": cov["groups"]},
+        "open_loop": {
+            "n": len(open_loop["ttft"]),
+            "ttft": log_quantiles(np.array(open_loop["ttft"])),
+            "tpot": log_quantiles(np.array(open_loop["tpot"])),
+        },
+        "coverage": {
+            "ttft": round(cov["ttft"], 3),
+            "tpot": round(cov["tpot"], 3),
+            "n": cov["n"],
+            "groups": cov["groups"],
+        },
         "residuals": rounded,
     }
 
@@ -86,11 +95,15 @@ def main(argv: list[str]) -> int:
     table = build(cross_group_residuals(a.cross_group_json), open_loop_residuals())
     text = json.dumps(table, separators=(",", ":"))
     a.output.write_text(text + "\n")
-    print(f"wrote {a.output} ({len(text)} bytes); held-out coverage TTFT {table['coverage']['ttft']:.1%}, "
-          f"TPOT {table['coverage']['tpot']:.1%} over {table['coverage']['n']} runs")
+    print(
+        f"wrote {a.output} ({len(text)} bytes); held-out coverage TTFT {table['coverage']['ttft']:.1%}, "
+        f"TPOT {table['coverage']['tpot']:.1%} over {table['coverage']['n']} runs"
+    )
     for k, r in table["regimes"].items():
-        print(f"  {k:18s} n={r['n']:4d}  TTFT x[{math.exp(r['ttft'][0]):.3f}, {math.exp(r['ttft'][1]):.3f}]  "
-              f"TPOT x[{math.exp(r['tpot'][0]):.3f}, {math.exp(r['tpot'][1]):.3f}]")
+        print(
+            f"  {k:18s} n={r['n']:4d}  TTFT x[{math.exp(r['ttft'][0]):.3f}, {math.exp(r['ttft'][1]):.3f}]  "
+            f"TPOT x[{math.exp(r['tpot'][0]):.3f}, {math.exp(r['tpot'][1]):.3f}]"
+        )
     return 0
 
 

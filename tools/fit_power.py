@@ -48,16 +48,36 @@ def read_rows(path: Path) -> list[dict]:
     groups: dict[tuple, list[dict]] = defaultdict(list)
     with path.open() as f:
         for r in csv.DictReader(f):
-            key = (r["model"], r["hardware"], int(r["tensor_parallel"]), int(r["prompt_size"]),
-                   int(r["batch_size"]), int(r["token_size"]))
+            key = (
+                r["model"],
+                r["hardware"],
+                int(r["tensor_parallel"]),
+                int(r["prompt_size"]),
+                int(r["batch_size"]),
+                int(r["token_size"]),
+            )
             groups[key].append(r)
     out = []
     for (model, hw, tp, prompt, batch, tokens), rs in sorted(groups.items()):
+
         def mean(col: str, rs: list[dict] = rs) -> float:
             return float(np.mean([float(r[col]) for r in rs]))
-        out.append({"model": model, "hardware": hw, "tp": tp, "prompt": prompt, "batch": batch,
-                    "tokens": tokens, "avg_power": mean("average_power"), "peak_power": mean("peak_power"),
-                    "prompt_ms": mean("prompt_time"), "token_ms": mean("token_time"), "e2e_ms": mean("e2e_time")})
+
+        out.append(
+            {
+                "model": model,
+                "hardware": hw,
+                "tp": tp,
+                "prompt": prompt,
+                "batch": batch,
+                "tokens": tokens,
+                "avg_power": mean("average_power"),
+                "peak_power": mean("peak_power"),
+                "prompt_ms": mean("prompt_time"),
+                "token_ms": mean("token_time"),
+                "e2e_ms": mean("e2e_time"),
+            }
+        )
     return out
 
 
@@ -103,8 +123,11 @@ def clock_fit(rows: list[dict]) -> dict[str, float]:
         if base is not None:
             pre.append(r["prompt_ms"] / base["prompt_ms"])
             dec.append(r["token_ms"] / base["token_ms"])
-    return {"prefill_slowdown": float(np.median(pre)), "decode_slowdown": float(np.median(dec)),
-            "num_pairs": len(pre)}
+    return {
+        "prefill_slowdown": float(np.median(pre)),
+        "decode_slowdown": float(np.median(dec)),
+        "num_pairs": len(pre),
+    }
 
 
 def main(src: str, dst: str) -> None:
@@ -119,7 +142,9 @@ def main(src: str, dst: str) -> None:
     out = {
         "source": "Splitwise perf_model.csv (github.com/Mutinifni/splitwise-sim, MIT), DGX-A100 rows",
         "model": "P/TDP = active + compute * flops/(peak*t) + memory * bytes/(bw*t), per GPU while a step runs",
-        "active": round(float(coef[0]), 4), "compute": round(float(coef[1]), 4), "memory": round(float(coef[2]), 4),
+        "active": round(float(coef[0]), 4),
+        "compute": round(float(coef[1]), 4),
+        "memory": round(float(coef[2]), 4),
         "num_rows": len(powered),
         "fit_mae": round(mae(coef, powered), 4),
         "held_out_mae": {

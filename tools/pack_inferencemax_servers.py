@@ -23,7 +23,7 @@ import json
 import re
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +47,13 @@ SCRIPTS = {
     ("moonshotai/Kimi-K2.5", "int4", "h200_sxm"): "kimik2.5_int4_h200",
 }
 #: Where the scripts lived over time (the vLLM ones; TensorRT-LLM and SGLang scripts differ).
-LOCATIONS = ("benchmarks/{}.sh", "benchmarks/{}_docker.sh", "benchmarks/{}_slurm.sh",
-             "benchmarks/single_node/{}.sh", "benchmarks/single_node/fixed_seq_len/{}.sh")
+LOCATIONS = (
+    "benchmarks/{}.sh",
+    "benchmarks/{}_docker.sh",
+    "benchmarks/{}_slurm.sh",
+    "benchmarks/single_node/{}.sh",
+    "benchmarks/single_node/fixed_seq_len/{}.sh",
+)
 
 # A flag given on the command line (--name value / --name=value) or in the YAML config the
 # older scripts write (name: value).
@@ -74,8 +79,12 @@ def _resolve(text: str, value: str, conflicts: list[str], depth: int = 0) -> str
     m = re.fullmatch(r"\$\{?([A-Z_][A-Z0-9_]*)(?::-([^}]*))?\}?", value)
     if not m or m.group(1) in _RUN_VARS:
         return value
-    vals = sorted({v.strip("'\"") for v in
-                   re.findall(rf"^\s*(?:export\s+)?{m.group(1)}={_VALUE}", text, flags=re.MULTILINE)})
+    vals = sorted(
+        {
+            v.strip("'\"")
+            for v in re.findall(rf"^\s*(?:export\s+)?{m.group(1)}={_VALUE}", text, flags=re.MULTILINE)
+        }
+    )
     if len(vals) > 1:
         conflicts.append(f"${m.group(1)}: {', '.join(vals)}")
     if vals and vals[0] == value and m.group(2) is not None:
@@ -157,12 +166,20 @@ def parse(text: str) -> dict[str, Any]:
         recorded["enable-expert-parallel"] = _ep_when(text)
     if "fuse_allreduce_rms" in text or "enable_fi_allreduce_fusion" in text:
         recorded["allreduce-rms-fusion"] = True
-    env = dict(sorted(set(re.findall(r"^\s*(?:export\s+)?(VLLM_[A-Z0-9_]+)=(\S+)", text, flags=re.MULTILINE))))
+    env = dict(
+        sorted(set(re.findall(r"^\s*(?:export\s+)?(VLLM_[A-Z0-9_]+)=(\S+)", text, flags=re.MULTILINE)))
+    )
     client: dict[str, Any] = {}
     if (v := _one(text, "max-concurrency", conflicts)) is not None and v.isdigit():
         client["max_concurrency"] = int(v)  # a fixed number, not the run's $CONC
-    return {"engine": engine, "model": model, "recorded": recorded, "env": env, "client": client,
-            "conflicts": conflicts}
+    return {
+        "engine": engine,
+        "model": model,
+        "recorded": recorded,
+        "env": env,
+        "client": client,
+        "conflicts": conflicts,
+    }
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -179,7 +196,9 @@ def _logged(repo: Path, paths: list[str], *refs: str) -> list[dict[str, Any]]:
         head = re.fullmatch(r"([0-9a-f]{40}) (\S+)", line)
         if head:
             commit = head.group(1)
-            when = datetime.fromisoformat(head.group(2)).astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            when = (
+                datetime.fromisoformat(head.group(2)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            )
         elif line.strip():
             try:
                 text = _git(repo, "show", f"{commit}:{line.strip()}")
@@ -209,8 +228,11 @@ def versions(repo: Path, base: str) -> list[dict[str, Any]]:
     if not main:
         return []
     on_main = {v["commit"] for v in main}
-    early = [dict(v, branch=True) for v in _logged(repo, paths, "--all")
-             if v["commit"] not in on_main and v["from"] < main[0]["from"]]
+    early = [
+        dict(v, branch=True)
+        for v in _logged(repo, paths, "--all")
+        if v["commit"] not in on_main and v["from"] < main[0]["from"]
+    ]
     return early + main
 
 
@@ -228,11 +250,20 @@ def main(argv: list[str] | None = None) -> int:
             if v["conflicts"]:
                 print(f"{base} {v['commit'][:9]}: {'; '.join(v['conflicts'])}", file=sys.stderr)
         scripts[base] = {"model_path": model, "precision": precision, "system": system, "versions": vs}
-    OUT.write_text(json.dumps({
-        "source": "github.com/SemiAnalysisAI/InferenceX (Apache-2.0): the vllm serve lines of "
-                  "benchmarks/**/<script>.sh, every version in its git history",
-        "scripts": scripts}, indent=1) + "\n")
-    print(f"wrote {OUT} ({sum(len(s['versions']) for s in scripts.values())} versions of {len(scripts)} scripts)")
+    OUT.write_text(
+        json.dumps(
+            {
+                "source": "github.com/SemiAnalysisAI/InferenceX (Apache-2.0): the vllm serve lines of "
+                "benchmarks/**/<script>.sh, every version in its git history",
+                "scripts": scripts,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    print(
+        f"wrote {OUT} ({sum(len(s['versions']) for s in scripts.values())} versions of {len(scripts)} scripts)"
+    )
     return 0
 
 

@@ -87,8 +87,20 @@ def pack_gemm(path: Path, arrays: dict[str, np.ndarray]) -> None:
 
 
 def pack_attention(path: Path, prefix: str, arrays: dict[str, np.ndarray]) -> None:
-    d = _read(path, ["batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim",
-                     "window_size", "kv_cache_dtype", "latency"])
+    d = _read(
+        path,
+        [
+            "batch_size",
+            "isl",
+            "step",
+            "num_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "window_size",
+            "kv_cache_dtype",
+            "latency",
+        ],
+    )
     n = len(d["latency"])
     window = d.get("window_size", np.zeros(n, np.int64))
     length = d["isl"] if prefix == "ctx" else d["step"] + 1
@@ -97,19 +109,30 @@ def pack_attention(path: Path, prefix: str, arrays: dict[str, np.ndarray]) -> No
     classes, inv = np.unique(keys, axis=0, return_inverse=True)
     inv = inv.reshape(-1)
     batch, lens = np.unique(d["batch_size"]), np.unique(length)
-    lat = _put((len(classes), len(batch), len(lens)),
-               (inv, np.searchsorted(batch, d["batch_size"]), np.searchsorted(lens, length)), d["latency"])
-    arrays.update({f"{prefix}.batch": batch, f"{prefix}.{'isl' if prefix == 'ctx' else 'ctx'}": lens,
-                   f"{prefix}.keys": classes.astype(np.int32), f"{prefix}.lat": lat})
+    lat = _put(
+        (len(classes), len(batch), len(lens)),
+        (inv, np.searchsorted(batch, d["batch_size"]), np.searchsorted(lens, length)),
+        d["latency"],
+    )
+    arrays.update(
+        {
+            f"{prefix}.batch": batch,
+            f"{prefix}.{'isl' if prefix == 'ctx' else 'ctx'}": lens,
+            f"{prefix}.keys": classes.astype(np.int32),
+            f"{prefix}.lat": lat,
+        }
+    )
 
 
 def pack_allreduce(path: Path, arrays: dict[str, np.ndarray]) -> None:
     d = _read(path, ["backend", "num_gpus", "message_size", "latency"])
     gpus, sizes = np.unique(d["num_gpus"]), np.unique(d["message_size"])
     b = np.array([("vllm_graph", "vllm_eager").index(x) for x in d["backend"]])
-    lat = _put((2, len(gpus), len(sizes)),
-               (b, np.searchsorted(gpus, d["num_gpus"]), np.searchsorted(sizes, d["message_size"])),
-               d["latency"])
+    lat = _put(
+        (2, len(gpus), len(sizes)),
+        (b, np.searchsorted(gpus, d["num_gpus"]), np.searchsorted(sizes, d["message_size"])),
+        d["latency"],
+    )
     arrays.update({"ar.num_gpus": gpus, "ar.size": sizes, "ar.lat": lat})
 
 
@@ -119,10 +142,15 @@ def pack_nccl(path: Path, arrays: dict[str, np.ndarray]) -> str:
     gpus, sizes = np.unique(d["num_gpus"][s]), np.unique(d["message_size"][s])
     ops = [o for o in NCCL_OPS if o in set(d["op_name"][s].tolist())]
     keep = s & np.isin(d["op_name"], ops)
-    lat = _put((len(ops), len(gpus), len(sizes)),
-               (np.array([ops.index(o) for o in d["op_name"][keep]]),
-                np.searchsorted(gpus, d["num_gpus"][keep]),
-                np.searchsorted(sizes, d["message_size"][keep])), d["latency"][keep])
+    lat = _put(
+        (len(ops), len(gpus), len(sizes)),
+        (
+            np.array([ops.index(o) for o in d["op_name"][keep]]),
+            np.searchsorted(gpus, d["num_gpus"][keep]),
+            np.searchsorted(sizes, d["message_size"][keep]),
+        ),
+        d["latency"][keep],
+    )
     arrays.update({"nccl.ops": np.array(ops), "nccl.num_gpus": gpus, "nccl.size": sizes, "nccl.lat": lat})
     return path.parent.name
 
@@ -135,8 +163,11 @@ def pack_moe(path: Path, arrays: dict[str, np.ndarray]) -> None:
     keys = np.stack([*(d[c][s] for c in cols), dt], axis=1)
     shapes, inv = np.unique(keys, axis=0, return_inverse=True)
     tokens = np.unique(d["num_tokens"][s])
-    lat = _put((len(shapes), len(tokens)), (inv.reshape(-1), np.searchsorted(tokens, d["num_tokens"][s])),
-               d["latency"][s])
+    lat = _put(
+        (len(shapes), len(tokens)),
+        (inv.reshape(-1), np.searchsorted(tokens, d["num_tokens"][s])),
+        d["latency"][s],
+    )
     arrays.update({"moe.tokens": tokens, "moe.keys": shapes.astype(np.int32), "moe.lat": lat})
 
 
@@ -144,13 +175,13 @@ def pack_one(src: Path, gpu: str, version: str) -> dict[str, object]:
     root = src / "kernels" / gpu
     arrays: dict[str, np.ndarray] = {}
     tables = []
-    for rel, fn in (("gemm/vllm/{v}/gemm_perf.parquet", lambda p: pack_gemm(p, arrays)),
-                    ("attention/vllm/{v}/context_attention_perf.parquet",
-                     lambda p: pack_attention(p, "ctx", arrays)),
-                    ("attention/vllm/{v}/generation_attention_perf.parquet",
-                     lambda p: pack_attention(p, "gen", arrays)),
-                    ("comm/vllm/{v}/custom_allreduce_perf.parquet", lambda p: pack_allreduce(p, arrays)),
-                    ("moe/vllm/{v}/moe_perf.parquet", lambda p: pack_moe(p, arrays))):
+    for rel, fn in (
+        ("gemm/vllm/{v}/gemm_perf.parquet", lambda p: pack_gemm(p, arrays)),
+        ("attention/vllm/{v}/context_attention_perf.parquet", lambda p: pack_attention(p, "ctx", arrays)),
+        ("attention/vllm/{v}/generation_attention_perf.parquet", lambda p: pack_attention(p, "gen", arrays)),
+        ("comm/vllm/{v}/custom_allreduce_perf.parquet", lambda p: pack_allreduce(p, arrays)),
+        ("moe/vllm/{v}/moe_perf.parquet", lambda p: pack_moe(p, arrays)),
+    ):
         p = root / rel.format(v=version)
         if p.is_file():
             fn(p)
@@ -159,9 +190,15 @@ def pack_one(src: Path, gpu: str, version: str) -> dict[str, object]:
     nccl_version = pack_nccl(nccl[-1], arrays) if nccl else None
     if nccl:
         tables.append(str(nccl[-1].relative_to(src)))
-    meta = {"gpu": gpu, "vllm_version": version, "nccl_version": nccl_version, "tables": tables,
-            "moe_distribution": MOE_DISTRIBUTION, "dtypes": list(DTYPES),
-            "float_arrays": sorted(k for k, v in arrays.items() if v.dtype == np.float32)}
+    meta = {
+        "gpu": gpu,
+        "vllm_version": version,
+        "nccl_version": nccl_version,
+        "tables": tables,
+        "moe_distribution": MOE_DISTRIBUTION,
+        "dtypes": list(DTYPES),
+        "float_arrays": sorted(k for k, v in arrays.items() if v.dtype == np.float32),
+    }
     stored = {k: (_planes(v) if v.dtype == np.float32 else v) for k, v in arrays.items()}
     stored["meta"] = np.array(json.dumps(meta))
     stored.update({f"shape.{k}": np.array(v.shape) for k, v in arrays.items() if v.dtype == np.float32})
@@ -169,8 +206,7 @@ def pack_one(src: Path, gpu: str, version: str) -> dict[str, object]:
     out = OUT / f"{gpu}_{version}.npz"
     np.savez_compressed(out, **stored)
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
-    return {"file": out.name, "bytes": out.stat().st_size, "sha256": digest,
-            **meta}
+    return {"file": out.name, "bytes": out.stat().st_size, "sha256": digest, **meta}
 
 
 def main() -> None:

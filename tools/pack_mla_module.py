@@ -33,14 +33,22 @@ import pyarrow.parquet as pq
 from _aic import git, run
 
 OUT = Path(__file__).resolve().parents[1] / "src" / "servesim" / "data" / "kernels" / "mla_context.json"
-TABLE = ("aic-core/src/aiconfigurator_core/systems/data/{gpu}/mla/vllm/{version}/"
-         "mla_context_module_perf.parquet")
+TABLE = (
+    "aic-core/src/aiconfigurator_core/systems/data/{gpu}/mla/vllm/{version}/mla_context_module_perf.parquet"
+)
 GPUS = ("b200_sxm", "h200_sxm", "h100_sxm")
 VERSION = "0.19.0"
 #: The module the collector builds: DeepSeek-V3's attention (hidden, q_lora_rank,
 #: kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim), with the heads varied.
-MODULE = {"model": "deepseek-ai/DeepSeek-V3", "hidden_size": 7168, "q_lora_rank": 1536, "kv_lora_rank": 512,
-          "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}
+MODULE = {
+    "model": "deepseek-ai/DeepSeek-V3",
+    "hidden_size": 7168,
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+}
 
 
 def _sig(x: float) -> float:
@@ -59,8 +67,9 @@ def pack_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for key, pts in sorted(sums.items()):
         batch = sorted({b for b, _ in pts})
         isl = sorted({s for _, s in pts})
-        lat = [[_sig(sum(pts[(b, s)]) / len(pts[(b, s)])) if (b, s) in pts else None for s in isl]
-               for b in batch]
+        lat = [
+            [_sig(sum(pts[(b, s)]) / len(pts[(b, s)])) if (b, s) in pts else None for s in isl] for b in batch
+        ]
         out[key] = {"batch": batch, "isl": isl, "latency_ms": lat}
     return out
 
@@ -72,14 +81,20 @@ def pack(repo: Path, rev: str) -> dict[str, Any]:
         path = TABLE.format(gpu=gpu, version=VERSION)
         rows = pq.read_table(io.BytesIO(git(repo, "show", f"{commit}:{path}"))).to_pylist()
         gpus[gpu] = {"table": path, "series": pack_rows(rows)}
-    return {"source": "NVIDIA AIConfigurator, github.com/ai-dynamo/aiconfigurator (Apache-2.0), "
-                      "copyright NVIDIA CORPORATION & AFFILIATES",
-            "commit": commit, "vllm_version": VERSION, "module": MODULE, "gpus": gpus}
+    return {
+        "source": "NVIDIA AIConfigurator, github.com/ai-dynamo/aiconfigurator (Apache-2.0), "
+        "copyright NVIDIA CORPORATION & AFFILIATES",
+        "commit": commit,
+        "vllm_version": VERSION,
+        "module": MODULE,
+        "gpus": gpus,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     def summary(d: dict[str, Any]) -> str:
         return f"{sum(len(g['series']) for g in d['gpus'].values())} series of {len(d['gpus'])} GPUs"
+
     return run(__doc__, pack, OUT, summary, argv)
 
 

@@ -47,13 +47,22 @@ TABLE = "aic-core/src/aiconfigurator_core/systems/data/{gpu}/moe/vllm/{version}/
 DISTRIBUTION = "power_law_1.01"
 #: (GPU folder, vLLM version, the table's kernel_source) -> the kernel's name in servesim.
 SERVED = {
-    ("b200_sxm", "0.24.0", "vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic"):
-        "flashinfer_trtllm_mxfp4_bf16",
-    ("b200_sxm", "0.24.0", "vllm_mxfp4moe_flashinfer_trtllm_mxfp4_mxfp8_trtllmmxfp4expertsmodular"):
-        "flashinfer_trtllm_mxfp4_mxfp8",
+    (
+        "b200_sxm",
+        "0.24.0",
+        "vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic",
+    ): "flashinfer_trtllm_mxfp4_bf16",
+    (
+        "b200_sxm",
+        "0.24.0",
+        "vllm_mxfp4moe_flashinfer_trtllm_mxfp4_mxfp8_trtllmmxfp4expertsmodular",
+    ): "flashinfer_trtllm_mxfp4_mxfp8",
     ("b200_sxm", "0.24.0", "vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts"): "marlin_int4",
-    ("b200_sxm", "0.24.0", "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic"):
-        "flashinfer_trtllm_fp8_block",
+    (
+        "b200_sxm",
+        "0.24.0",
+        "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic",
+    ): "flashinfer_trtllm_fp8_block",
 }
 
 
@@ -68,20 +77,46 @@ def pack(repo: Path, rev: str) -> dict[str, Any]:
             dtypes = set()
             for r in rows:
                 if r["kernel_source"] == source and r["distribution"] == DISTRIBUTION:
-                    key = (r["hidden_size"], r["inter_size"], r["topk"], r["num_experts"], r["moe_tp_size"],
-                           r["moe_ep_size"])
+                    key = (
+                        r["hidden_size"],
+                        r["inter_size"],
+                        r["topk"],
+                        r["num_experts"],
+                        r["moe_tp_size"],
+                        r["moe_ep_size"],
+                    )
                     sums[key][int(r["num_tokens"])].append(float(r["latency"]))
                     dtypes.add(r["moe_dtype"])
             if not sums:
                 raise SystemExit(f"{path}: no {DISTRIBUTION} row of {source}")
-            series = [{"shape": list(k[:4]), "moe_tp": k[4], "moe_ep": k[5], "tokens": sorted(pts),
-                       "latency_ms": [round(sum(pts[t]) / len(pts[t]), 6) for t in sorted(pts)]}
-                      for k, pts in sorted(sums.items())]
-            tables.append({"gpu": gpu, "vllm_version": version, "kernel": name, "kernel_source": source,
-                           "moe_dtype": sorted(dtypes), "table": path, "series": series})
-    return {"source": "NVIDIA AIConfigurator, github.com/ai-dynamo/aiconfigurator (Apache-2.0), "
-                      "copyright NVIDIA CORPORATION & AFFILIATES",
-            "commit": commit, "distribution": DISTRIBUTION, "tables": tables}
+            series = [
+                {
+                    "shape": list(k[:4]),
+                    "moe_tp": k[4],
+                    "moe_ep": k[5],
+                    "tokens": sorted(pts),
+                    "latency_ms": [round(sum(pts[t]) / len(pts[t]), 6) for t in sorted(pts)],
+                }
+                for k, pts in sorted(sums.items())
+            ]
+            tables.append(
+                {
+                    "gpu": gpu,
+                    "vllm_version": version,
+                    "kernel": name,
+                    "kernel_source": source,
+                    "moe_dtype": sorted(dtypes),
+                    "table": path,
+                    "series": series,
+                }
+            )
+    return {
+        "source": "NVIDIA AIConfigurator, github.com/ai-dynamo/aiconfigurator (Apache-2.0), "
+        "copyright NVIDIA CORPORATION & AFFILIATES",
+        "commit": commit,
+        "distribution": DISTRIBUTION,
+        "tables": tables,
+    }
 
 
 def _by_table() -> dict[tuple[str, str], dict[str, str]]:
@@ -94,6 +129,7 @@ def _by_table() -> dict[tuple[str, str], dict[str, str]]:
 def main(argv: list[str] | None = None) -> int:
     def summary(d: dict[str, Any]) -> str:
         return f"{sum(len(t['series']) for t in d['tables'])} series of {len(d['tables'])} kernels"
+
     return run(__doc__, pack, OUT, summary, argv)
 
 

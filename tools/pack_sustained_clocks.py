@@ -52,8 +52,11 @@ BURST_ITERS, TIMED_ITERS, BF16_OPS = 9, 6, 6
 def _table(repo: Path, rev: str, gpu: str, version: str) -> dict[tuple[int, int, int], float]:
     raw = git(repo, "show", f"{rev}:{TABLE.format(gpu=gpu, version=version)}")
     t = pq.read_table(io.BytesIO(raw), columns=["gemm_dtype", "m", "n", "k", "latency"]).to_pydict()
-    return {(m, n, k): lat for dt, m, n, k, lat in zip(t["gemm_dtype"], t["m"], t["n"], t["k"], t["latency"])
-            if dt == "bfloat16"}
+    return {
+        (m, n, k): lat
+        for dt, m, n, k, lat in zip(t["gemm_dtype"], t["m"], t["n"], t["k"], t["latency"])
+        if dt == "bfloat16"
+    }
 
 
 def _curve(util: np.ndarray, ratio: np.ndarray) -> tuple[list[float], list[float]]:
@@ -95,23 +98,39 @@ def pack(repo: Path, rev: str) -> dict[str, Any]:
         short = lat * BF16_OPS * BURST_ITERS < 0.03
         xs, ys = _curve(util[short], ratio[short])
         hot = (util >= 0.6) & (util <= 0.85)
-        gpus[name] = {"util": xs, "ratio": ys, "onset_s": _onset(lat[hot] * BF16_OPS, ratio[hot]),
-                      "shapes": len(keys)}
+        gpus[name] = {
+            "util": xs,
+            "ratio": ys,
+            "onset_s": _onset(lat[hot] * BF16_OPS, ratio[hot]),
+            "shapes": len(keys),
+        }
         points[name] = (util[short & (util >= EDGES[0])], ratio[short & (util >= EDGES[0])])
     for name, g in gpus.items():  # held out: each other GPU's curve on this GPU's shapes
         u, r = points[name]
         g["held_out_median_abs_err"] = {
             other: round(statistics.median(np.abs(np.interp(u, o["util"], o["ratio"]) / r - 1).tolist()), 4)
-            for other, o in gpus.items() if other != name}
-        g["own_median_abs_err"] = round(statistics.median(np.abs(np.interp(u, g["util"], g["ratio"]) / r - 1)
-                                                          .tolist()), 4)
-    return {"source": "github.com/ai-dynamo/aiconfigurator (Apache-2.0)", "commit": commit,
-            "burst_version": BURST, "sustained_version": SUSTAINED, "dtype": "bfloat16", "gpus": gpus}
+            for other, o in gpus.items()
+            if other != name
+        }
+        g["own_median_abs_err"] = round(
+            statistics.median(np.abs(np.interp(u, g["util"], g["ratio"]) / r - 1).tolist()), 4
+        )
+    return {
+        "source": "github.com/ai-dynamo/aiconfigurator (Apache-2.0)",
+        "commit": commit,
+        "burst_version": BURST,
+        "sustained_version": SUSTAINED,
+        "dtype": "bfloat16",
+        "gpus": gpus,
+    }
 
 
 def _summary(data: dict[str, Any]) -> str:
-    return "; ".join(f"{n}: ratio {g['ratio'][-1]:.2f} at utilization {g['util'][-1]:.2f}, onset "
-                     f"{g['onset_s'] * 1e3:.0f} ms" for n, g in data["gpus"].items())
+    return "; ".join(
+        f"{n}: ratio {g['ratio'][-1]:.2f} at utilization {g['util'][-1]:.2f}, onset "
+        f"{g['onset_s'] * 1e3:.0f} ms"
+        for n, g in data["gpus"].items()
+    )
 
 
 if __name__ == "__main__":

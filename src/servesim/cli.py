@@ -25,6 +25,7 @@ from servesim.errors import ServesimError
 
 __all__ = ["EXIT_INTERRUPTED", "EXIT_USER_ERROR", "app", "main"]
 
+
 class RecordsFormat(StrEnum):
     parquet = "parquet"
     csv = "csv"
@@ -39,27 +40,48 @@ class CatalogKind(StrEnum):
 
 @app.command()
 def simulate(
-    scenario: Annotated[Path | None, typer.Argument(
-        help="Scenario file (YAML or TOML). Omit to run the built-in default scenario.",
-        show_default=False)] = None,
-    overrides: Annotated[list[str] | None, typer.Option(
-        "--set", metavar="KEY=VALUE",
-        help="Override one scenario field, e.g. --set engine.max_num_seqs=64 "
-             "(repeatable; values parse as YAML scalars).")] = None,
-    output: Annotated[Path | None, typer.Option(
-        "--output", "-o", file_okay=False,
-        help="Directory to write summary.json, requests.* and steps.* into (created if needed).")] = None,
-    records_format: Annotated[RecordsFormat, typer.Option(
-        "--records-format", help="File format of the per-request and per-step records.")
+    scenario: Annotated[
+        Path | None,
+        typer.Argument(
+            help="Scenario file (YAML or TOML). Omit to run the built-in default scenario.",
+            show_default=False,
+        ),
+    ] = None,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="KEY=VALUE",
+            help="Override one scenario field, e.g. --set engine.max_num_seqs=64 "
+            "(repeatable; values parse as YAML scalars).",
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            file_okay=False,
+            help="Directory to write summary.json, requests.* and steps.* into (created if needed).",
+        ),
+    ] = None,
+    records_format: Annotated[
+        RecordsFormat,
+        typer.Option("--records-format", help="File format of the per-request and per-step records."),
     ] = RecordsFormat.parquet,
-    json_out: Annotated[bool, typer.Option(
-        "--json", help="Print the summary as JSON on stdout instead of the report.")] = False,
-    quiet: Annotated[bool, typer.Option(
-        "--quiet", "-q", help="Print nothing but errors (and the JSON with --json).")] = False,
-    no_progress: Annotated[bool, typer.Option(
-        "--no-progress", help="Do not show a progress bar while simulating.")] = False,
-    report: Annotated[bool, typer.Option(
-        "--report", help="Also write OUTPUT/report.html (needs --output; see servesim report).")] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the summary as JSON on stdout instead of the report.")
+    ] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print nothing but errors (and the JSON with --json).")
+    ] = False,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="Do not show a progress bar while simulating.")
+    ] = False,
+    report: Annotated[
+        bool,
+        typer.Option("--report", help="Also write OUTPUT/report.html (needs --output; see servesim report)."),
+    ] = False,
 ) -> None:
     """Run one simulation and report latency, throughput, SLOs, utilization, energy and cost.
 
@@ -74,8 +96,15 @@ def simulate(
     with _user_errors():
         if report and output is None:
             raise ServesimError("--report: give --output DIR (the report is written to DIR/report.html)")
-        run_simulate(scenario, overrides or [], output, records_format.value, json_out=json_out,
-                     quiet=quiet, progress=not (no_progress or quiet or json_out))
+        run_simulate(
+            scenario,
+            overrides or [],
+            output,
+            records_format.value,
+            json_out=json_out,
+            quiet=quiet,
+            progress=not (no_progress or quiet or json_out),
+        )
         if report and output is not None:
             from servesim.report import paths_line, write_report
 
@@ -84,9 +113,17 @@ def simulate(
                 typer.echo(paths_line(paths))
 
 
-def run_simulate(scenario_path: Path | None, overrides: list[str], output: Path | None,
-                 records_format: str, *, json_out: bool = False, quiet: bool = False,
-                 progress: bool = False, console: Console | None = None) -> Any:
+def run_simulate(
+    scenario_path: Path | None,
+    overrides: list[str],
+    output: Path | None,
+    records_format: str,
+    *,
+    json_out: bool = False,
+    quiet: bool = False,
+    progress: bool = False,
+    console: Console | None = None,
+) -> Any:
     """Resolve the scenario, simulate, report, write outputs; returns the ``Result``."""
     from servesim import sim
     from servesim.config import load_scenario
@@ -144,9 +181,11 @@ def _models_table() -> Table:
     from servesim.catalog.hf_config import list_models, load_model
     from servesim.perf.memory import weights_bytes_per_gpu
 
-    title = ("Models (org/ prefix optional; heads: query/KV, MLA: latent; dtype: weights, /experts'"
-             " bits when apart; weights: GB on one GPU; KV/tok: KV bytes per token, sliding-window"
-             " layers apart)")
+    title = (
+        "Models (org/ prefix optional; heads: query/KV, MLA: latent; dtype: weights, /experts'"
+        " bits when apart; weights: GB on one GPU; KV/tok: KV bytes per token, sliding-window"
+        " layers apart)"
+    )
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("name", no_wrap=True)
     for col in ("params", "layers", "heads", "dtype", "weights", "max len", "KV/tok"):
@@ -160,35 +199,52 @@ def _models_table() -> Table:
         dtype = _DTYPE_SHORT.get(m.dtype, m.dtype)
         if m.expert_dtype_bytes:
             dtype += f"/{m.expert_dtype_bytes * 8:g}b"
-        table.add_row(name.split("/")[-1], params, str(m.num_layers), heads, dtype,
-                      f"{weights_bytes_per_gpu(m) / 1e9:,.0f}", f"{m.max_position_embeddings:,}",
-                      f"{m.kv_bytes_per_token() / 1024:,.0f}K")
+        table.add_row(
+            name.split("/")[-1],
+            params,
+            str(m.num_layers),
+            heads,
+            dtype,
+            f"{weights_bytes_per_gpu(m) / 1e9:,.0f}",
+            f"{m.max_position_embeddings:,}",
+            f"{m.kv_bytes_per_token() / 1024:,.0f}K",
+        )
     return table
 
 
 def _gpus_table() -> Table:
     from servesim.catalog.gpus import get_gpu, list_gpus
 
-    table = Table(title="GPUs (dense peak TFLOP/s)", title_justify="left", box=box.SIMPLE_HEAD,
-                  pad_edge=False)
+    table = Table(
+        title="GPUs (dense peak TFLOP/s)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
+    )
     table.add_column("name", no_wrap=True)
     for col in ("BF16", "FP8", "memory", "HBM TB/s", "power W", "$/hour"):
         table.add_column(col, justify="right")
     for name in list_gpus():
         g = get_gpu(name)
         fp8 = getattr(g, "peak_flops", {}).get("fp8")
-        table.add_row(name, f"{g.flops_for('bfloat16') / 1e12:,.0f}",
-                      "-" if fp8 is None else f"{fp8 / 1e12:,.0f}",
-                      f"{g.mem_bytes / 2**30:.0f} GiB", f"{g.mem_bw / 1e12:.2f}",
-                      f"{g.idle_power_w:.0f}-{g.max_power_w:.0f}", f"{g.usd_per_hour:.2f}")
+        table.add_row(
+            name,
+            f"{g.flops_for('bfloat16') / 1e12:,.0f}",
+            "-" if fp8 is None else f"{fp8 / 1e12:,.0f}",
+            f"{g.mem_bytes / 2**30:.0f} GiB",
+            f"{g.mem_bw / 1e12:.2f}",
+            f"{g.idle_power_w:.0f}-{g.max_power_w:.0f}",
+            f"{g.usd_per_hour:.2f}",
+        )
     return table
 
 
 def _profiles_table() -> Table:
     from servesim.perf.profiled import HardwareProfile, bundled_profiles
 
-    table = Table(title="Hardware profiles (hardware.profile: NAME; docs/fidelity.md)", title_justify="left",
-                  box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(
+        title="Hardware profiles (hardware.profile: NAME; docs/fidelity.md)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
     table.add_column("name", no_wrap=True)
     table.add_column("fitted on")
     for name, path in sorted(bundled_profiles().items()):
@@ -208,32 +264,54 @@ class CalibrateKind(StrEnum):
 
 @app.command()
 def calibrate(
-    sources: Annotated[list[Path], typer.Argument(
-        help="Measurements: a Vidur profiling tree (compute/, network/), Splitwise's perf_model.csv, "
-             "or record.py step logs (JSON) / step CSVs (several are fitted together).",
-        show_default=False)],
+    sources: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Measurements: a Vidur profiling tree (compute/, network/), Splitwise's perf_model.csv, "
+            "or record.py step logs (JSON) / step CSVs (several are fitted together).",
+            show_default=False,
+        ),
+    ],
     output: Annotated[Path, typer.Option("--output", "-o", help="Profile JSON to write.")],
-    kind: Annotated[CalibrateKind, typer.Option(help="Kind of measurements (auto: from the file).")
-                    ] = CalibrateKind.auto,
-    gpu: Annotated[str | None, typer.Option(
-        help="GPU the measurements were taken on (operators: h100/a100; splitwise: A100-80GB/H100-SXM; "
-             "engine-log: a catalog name).")] = None,
-    hardware: Annotated[Path | None, typer.Option(
-        help="engine-log: YAML/JSON of a custom accelerator (hardware.gpu fields: name, bf16_tflops, "
-             "mem_gb, mem_bw_tb_per_s, ...), stored in the profile.")] = None,
-    fit_params: Annotated[str | None, typer.Option(
-        "--fit", help="Comma-separated parameters to fit instead of the kind's default set.")] = None,
-    tables: Annotated[bool, typer.Option(
-        "--tables", help="operators: embed the measured tables (the profiled model interpolates in them).")
+    kind: Annotated[
+        CalibrateKind, typer.Option(help="Kind of measurements (auto: from the file).")
+    ] = CalibrateKind.auto,
+    gpu: Annotated[
+        str | None,
+        typer.Option(
+            help="GPU the measurements were taken on (operators: h100/a100; splitwise: A100-80GB/H100-SXM; "
+            "engine-log: a catalog name)."
+        ),
+    ] = None,
+    hardware: Annotated[
+        Path | None,
+        typer.Option(
+            help="engine-log: YAML/JSON of a custom accelerator (hardware.gpu fields: name, bf16_tflops, "
+            "mem_gb, mem_bw_tb_per_s, ...), stored in the profile."
+        ),
+    ] = None,
+    fit_params: Annotated[
+        str | None,
+        typer.Option("--fit", help="Comma-separated parameters to fit instead of the kind's default set."),
+    ] = None,
+    tables: Annotated[
+        bool,
+        typer.Option(
+            "--tables", help="operators: embed the measured tables (the profiled model interpolates in them)."
+        ),
     ] = False,
     name: Annotated[str | None, typer.Option(help="Name stored in the profile.")] = None,
-    network: Annotated[bool, typer.Option(
-        help="operators: fit the link to network/<gpu>_dgx/all_reduce.csv when present.")] = True,
-    model: Annotated[str | None, typer.Option(
-        help="engine-log: the model the steps ran (a preset name or a config.json); required for a "
-             "step CSV, overrides a record.py log's own.")] = None,
-    tp: Annotated[int, typer.Option(
-        min=1, help="engine-log: the engine's tensor-parallel degree.")] = 1,
+    network: Annotated[
+        bool, typer.Option(help="operators: fit the link to network/<gpu>_dgx/all_reduce.csv when present.")
+    ] = True,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="engine-log: the model the steps ran (a preset name or a config.json); required for a "
+            "step CSV, overrides a record.py log's own."
+        ),
+    ] = None,
+    tp: Annotated[int, typer.Option(min=1, help="engine-log: the engine's tensor-parallel degree.")] = 1,
 ) -> None:
     """Fit the roofline's efficiencies to measurements; print the fit quality; write a profile.
 
@@ -265,68 +343,128 @@ def calibrate(
             q = r.quality()
             params = ", ".join(f"{k}={v:.4g}" for k, v in r.params.items())
             console.print(f"fit {int(q['n'])} measurements: {params}", soft_wrap=True)
-            console.print(f"  R2 {q['r2']:.3f}  MAPE {q['mape_pct']:.1f}%  "
-                          f"median {q['median_ape_pct']:.1f}%  "
-                          f"P90 {q['p90_ape_pct']:.1f}%  max {q['max_ape_pct']:.1f}%")
+            console.print(
+                f"  R2 {q['r2']:.3f}  MAPE {q['mape_pct']:.1f}%  "
+                f"median {q['median_ape_pct']:.1f}%  "
+                f"P90 {q['p90_ape_pct']:.1f}%  max {q['max_ape_pct']:.1f}%"
+            )
             for w in r.warnings():
                 console.print(f"  [bold]warning[/bold]: {escape(w)}", soft_wrap=True)
             weak = r.weakly_constrained()
             if weak:
-                console.print(f"  weakly constrained (halving one moves no prediction by more than "
-                              f"{WEAK_PCT:g}%): {', '.join(weak)}; these measurements say little about "
-                              "them, so predictions where they matter (other shapes, longer contexts) "
-                              "are extrapolations", soft_wrap=True)
+                console.print(
+                    f"  weakly constrained (halving one moves no prediction by more than "
+                    f"{WEAK_PCT:g}%): {', '.join(weak)}; these measurements say little about "
+                    "them, so predictions where they matter (other shapes, longer contexts) "
+                    "are extrapolations",
+                    soft_wrap=True,
+                )
             for case, meas, pred, err in r.worst(5):
-                console.print(f"  worst: {case}: measured {meas * 1e3:.4g} ms, predicted {pred * 1e3:.4g} ms "
-                              f"({err * 100:+.1f}%)", soft_wrap=True)
+                console.print(
+                    f"  worst: {case}: measured {meas * 1e3:.4g} ms, predicted {pred * 1e3:.4g} ms "
+                    f"({err * 100:+.1f}%)",
+                    soft_wrap=True,
+                )
         console.print(f"wrote {output}", soft_wrap=True)
 
 
 @app.command()
 def validate(
-    data_dir: Annotated[Path | None, typer.Option(
-        help="A folder of measurement sets laid out as measurements/splitwise, measurements/distserve, "
-             "measurements/vidur_profiling (for example the full public sets). Default: the subsets "
-             "bundled with servesim.")] = None,
-    recordings: Annotated[Path | None, typer.Option(
-        help="Real vLLM CPU recordings, one session per folder (the folder and each subfolder "
-             "holding a rate1.json). Default: the recordings bundled with servesim.")] = None,
-    suite: Annotated[list[str] | None, typer.Option(
-        help="Suites to run (repeatable): operators, splitwise, distserve, vllm-cpu, silicon. Default: "
-             "all but silicon (it simulates 1,064 measured GPU runs: a few minutes).")] = None,
-    output: Annotated[Path | None, typer.Option(
-        "--output", "-o", file_okay=False,
-        help="A folder for report files (silicon: silicon_runs.csv, silicon_groups.json and .md).")] = None,
-    threshold: Annotated[float | None, typer.Option(
-        help="Fail when any row's mean absolute error exceeds this percentage "
-             "(default: each row's goal; rows known to miss theirs are reported, not failed).")] = None,
-    cross_fit: Annotated[bool, typer.Option(
-        "--cross-fit", help="vllm-cpu: also fit on each recording of a session in turn and report its "
-                            "held-out error on the others (needs scipy; ~30 s more).")] = False,
-    cross_group: Annotated[bool, typer.Option(
-        "--cross-group", help="silicon: also predict each (model, GPU) group with the host floor refitted "
-                              "without it, beside the in-sample errors (the suite about 3x as long; "
-                              "--output also writes silicon_cross_group.json and .md).")] = False,
-    bench: Annotated[list[Path] | None, typer.Option(
-        "--bench", dir_okay=False,
-        help="Instead of the bundled sets: a result file of your own `vllm bench serve --save-result` "
-             "run, or an inference-perf stage_N_lifecycle_metrics.json or summary_lifecycle_metrics.json "
-             "(the config.yaml beside it gives the load) (repeatable), replayed on --scenario and compared "
-             "figure by figure.")] = None,
-    open_loop: Annotated[list[Path] | None, typer.Option(
-        "--open-loop", file_okay=False,
-        help="Instead of the bundled sets: a folder of real open-loop runs of inference-perf against "
-             "vllm serve (repeatable; each run a folder of exp-config.yaml, config.yaml, replay.json, "
-             "ground_truth.json and model_config.json, docs/fidelity.md), replayed on --scenario's GPU "
-             "and vLLM version.")] = None,
-    scenario: Annotated[Path | None, typer.Option(
-        "--scenario", dir_okay=False,
-        help="With --bench: the scenario of the deployment the benchmark ran against (model, GPU, "
-             "parallelism, engine, vLLM version); its workload is replaced by the run's. With "
-             "--open-loop: the GPU and vLLM version (the run folder gives the rest).")] = None,
-    overrides: Annotated[list[str] | None, typer.Option(
-        "--set", metavar="KEY=VALUE",
-        help="With --bench or --open-loop: override one scenario field (repeatable).")] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="A folder of measurement sets laid out as measurements/splitwise, measurements/distserve, "
+            "measurements/vidur_profiling (for example the full public sets). Default: the subsets "
+            "bundled with servesim."
+        ),
+    ] = None,
+    recordings: Annotated[
+        Path | None,
+        typer.Option(
+            help="Real vLLM CPU recordings, one session per folder (the folder and each subfolder "
+            "holding a rate1.json). Default: the recordings bundled with servesim."
+        ),
+    ] = None,
+    suite: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Suites to run (repeatable): operators, splitwise, distserve, vllm-cpu, silicon. Default: "
+            "all but silicon (it simulates 1,064 measured GPU runs: a few minutes)."
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            file_okay=False,
+            help="A folder for report files (silicon: silicon_runs.csv, silicon_groups.json and .md).",
+        ),
+    ] = None,
+    threshold: Annotated[
+        float | None,
+        typer.Option(
+            help="Fail when any row's mean absolute error exceeds this percentage "
+            "(default: each row's goal; rows known to miss theirs are reported, not failed)."
+        ),
+    ] = None,
+    cross_fit: Annotated[
+        bool,
+        typer.Option(
+            "--cross-fit",
+            help="vllm-cpu: also fit on each recording of a session in turn and report its "
+            "held-out error on the others (needs scipy; ~30 s more).",
+        ),
+    ] = False,
+    cross_group: Annotated[
+        bool,
+        typer.Option(
+            "--cross-group",
+            help="silicon: also predict each (model, GPU) group with the host floor refitted "
+            "without it, beside the in-sample errors (the suite about 3x as long; "
+            "--output also writes silicon_cross_group.json and .md).",
+        ),
+    ] = False,
+    bench: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--bench",
+            dir_okay=False,
+            help="Instead of the bundled sets: a result file of your own `vllm bench serve --save-result` "
+            "run, or an inference-perf stage_N_lifecycle_metrics.json or summary_lifecycle_metrics.json "
+            "(the config.yaml beside it gives the load) (repeatable), replayed on --scenario and compared "
+            "figure by figure.",
+        ),
+    ] = None,
+    open_loop: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--open-loop",
+            file_okay=False,
+            help="Instead of the bundled sets: a folder of real open-loop runs of inference-perf against "
+            "vllm serve (repeatable; each run a folder of exp-config.yaml, config.yaml, replay.json, "
+            "ground_truth.json and model_config.json, docs/fidelity.md), replayed on --scenario's GPU "
+            "and vLLM version.",
+        ),
+    ] = None,
+    scenario: Annotated[
+        Path | None,
+        typer.Option(
+            "--scenario",
+            dir_okay=False,
+            help="With --bench: the scenario of the deployment the benchmark ran against (model, GPU, "
+            "parallelism, engine, vLLM version); its workload is replaced by the run's. With "
+            "--open-loop: the GPU and vLLM version (the run folder gives the rest).",
+        ),
+    ] = None,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="KEY=VALUE",
+            help="With --bench or --open-loop: override one scenario field (repeatable).",
+        ),
+    ] = None,
 ) -> None:
     """Predict every bundled measurement set and print predicted vs measured errors.
 
@@ -350,14 +488,17 @@ def validate(
                 raise typer.Exit(code)
             return
         if scenario is not None or overrides:
-            raise ServesimError("--scenario and --set go with --bench (a vllm bench or inference-perf result "
-                                "file to compare) "
-                                "or --open-loop (a folder of open-loop runs)")
+            raise ServesimError(
+                "--scenario and --set go with --bench (a vllm bench or inference-perf result "
+                "file to compare) "
+                "or --open-loop (a folder of open-loop runs)"
+            )
         from servesim import validate as v
 
         suites = tuple(suite) if suite else ("operators", "splitwise", "distserve", "vllm-cpu")
-        checks, skipped = v.validate_all(data_dir, recordings, suites, cross_fit=cross_fit, output=output,
-                                        cross_group=cross_group)
+        checks, skipped = v.validate_all(
+            data_dir, recordings, suites, cross_fit=cross_fit, output=output, cross_group=cross_group
+        )
         typer.echo(_validation_table(checks, threshold))
         if threshold is None:
             for line in v.known_bad_reasons(checks):
@@ -367,35 +508,66 @@ def validate(
         if output is not None and "silicon" in suites:
             typer.echo(f"wrote {output}/silicon_runs.csv, silicon_groups.json, silicon_groups.md")
         if not checks:
-            typer.echo("nothing validated: no measurement data or recordings found (check --data-dir "
-                       "and --recordings)", err=True)
+            typer.echo(
+                "nothing validated: no measurement data or recordings found (check --data-dir "
+                "and --recordings)",
+                err=True,
+            )
             raise typer.Exit(2)
         failed = [c for c in checks if not c.passed(threshold)]
         if failed:
             typer.echo(f"{len(failed)} of {len(checks)} checks over their limit")
             raise typer.Exit(1)
         known = sum(c.status(threshold) == "known bad" for c in checks)
-        typer.echo(f"{len(checks) - known} of {len(checks)} checks within their goals"
-                   + (f", {known} known to miss theirs (reasons above)" if known else ""))
+        typer.echo(
+            f"{len(checks) - known} of {len(checks)} checks within their goals"
+            + (f", {known} known to miss theirs (reasons above)" if known else "")
+        )
 
 
 def _validation_table(checks: list[Any], threshold: float | None) -> str:
     """Plain fixed-width text (wide; meant for logs and docs, not for an 80-column terminal)."""
+
     def num(x: float | None) -> str:
         return "" if x is None else f"{x:.4g}"
 
-    head = ("suite", "case", "metric", "n", "measured", "predicted", "MAPE %", "max %", "bias %", "limit %",
-            "ok")
+    head = (
+        "suite",
+        "case",
+        "metric",
+        "n",
+        "measured",
+        "predicted",
+        "MAPE %",
+        "max %",
+        "bias %",
+        "limit %",
+        "ok",
+    )
     rows = [head]
     for c in checks:
         limit = threshold if threshold is not None else c.limit_pct
         metric = c.metric + (f" [{c.note}]" if c.note else "")
-        rows.append((c.suite, c.case, metric, str(c.n), num(c.measured), num(c.predicted),
-                     f"{c.mape_pct:.1f}", f"{c.max_pct:.1f}", f"{c.bias_pct:+.1f}",
-                     "-" if limit is None else f"{limit:g}", c.status(threshold)))
+        rows.append(
+            (
+                c.suite,
+                c.case,
+                metric,
+                str(c.n),
+                num(c.measured),
+                num(c.predicted),
+                f"{c.mape_pct:.1f}",
+                f"{c.max_pct:.1f}",
+                f"{c.bias_pct:+.1f}",
+                "-" if limit is None else f"{limit:g}",
+                c.status(threshold),
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines = ["  ".join(v.ljust(w) if i < 3 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths)))
-             for r in rows]
+    lines = [
+        "  ".join(v.ljust(w) if i < 3 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths)))
+        for r in rows
+    ]
     lines.insert(1, "-" * len(lines[0]))
     return "error = predicted / measured - 1; MAPE = mean |error| over n points\n" + "\n".join(lines)
 
@@ -403,18 +575,26 @@ def _validation_table(checks: list[Any], threshold: float | None) -> str:
 @app.command()
 def profile(
     model: Annotated[str, typer.Argument(help="Model preset or path to a config.json.", show_default=False)],
-    output: Annotated[Path, typer.Option("--output", "-o", file_okay=False,
-                                         help="Directory to write compute/<device-name>/<model>/ into.")],
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output", "-o", file_okay=False, help="Directory to write compute/<device-name>/<model>/ into."
+        ),
+    ],
     device: Annotated[str, typer.Option(help="torch device: cpu, cuda, cuda:1, mps, ...")] = "cpu",
     device_name: Annotated[str, typer.Option(help="Directory name of this device in the profile.")] = "cpu",
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree whose shard to time.")] = 1,
-    tokens: Annotated[str, typer.Option(help="Comma-separated token counts.")
-                      ] = "1,2,4,8,16,32,64,128,256,512",
-    contexts: Annotated[str, typer.Option(help="Comma-separated context lengths (attention).")
-                        ] = "128,512,2048",
+    tokens: Annotated[
+        str, typer.Option(help="Comma-separated token counts.")
+    ] = "1,2,4,8,16,32,64,128,256,512",
+    contexts: Annotated[
+        str, typer.Option(help="Comma-separated context lengths (attention).")
+    ] = "128,512,2048",
     repeats: Annotated[int, typer.Option(help="Timed runs per point (after 2 warm-up runs).")] = 5,
-    no_progress: Annotated[bool, typer.Option(
-        "--no-progress", help="Do not show a progress bar (with the time left) while timing.")] = False,
+    no_progress: Annotated[
+        bool,
+        typer.Option("--no-progress", help="Do not show a progress bar (with the time left) while timing."),
+    ] = False,
 ) -> None:
     """Time the model's operators on the local device (needs torch: servesim[profile]).
 
@@ -433,9 +613,17 @@ def profile(
                 raise ServesimError(f"--{what}: expected comma-separated integers, got {text!r}") from None
 
         try:
-            paths = profile_operators(load_model(model), output, device_name, device, tp,
-                                      ints(tokens, "tokens"), ints(contexts, "contexts"), repeats=repeats,
-                                      progress=not no_progress)
+            paths = profile_operators(
+                load_model(model),
+                output,
+                device_name,
+                device,
+                tp,
+                ints(tokens, "tokens"),
+                ints(contexts, "contexts"),
+                repeats=repeats,
+                progress=not no_progress,
+            )
         except ProfileInterrupted as stop:
             Console(stderr=True, highlight=False, soft_wrap=True).print(str(stop), markup=False, emoji=False)
             raise typer.Exit(EXIT_INTERRUPTED) from None

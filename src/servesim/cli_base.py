@@ -31,8 +31,9 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except ServesimError as err:
-        Console(stderr=True, highlight=False, soft_wrap=True).print(f"error: {err}", markup=False,
-                                                                    emoji=False)
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"error: {err}", markup=False, emoji=False
+        )
         raise typer.Exit(EXIT_USER_ERROR) from None
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_INTERRUPTED) from None

@@ -16,15 +16,27 @@ from rich.console import Console
 from servesim.cli_base import user_errors
 from servesim.errors import ServesimError
 
-_FORMAT = Annotated[str, typer.Option("--format", metavar="html|png|svg",
-                                      help="html: one interactive page (offline; plotly.js beside it); "
-                                           "png/svg: one image per plot.")]
+_FORMAT = Annotated[
+    str,
+    typer.Option(
+        "--format",
+        metavar="html|png|svg",
+        help="html: one interactive page (offline; plotly.js beside it); png/svg: one image per plot.",
+    ),
+]
 _NO_PROGRESS = Annotated[bool, typer.Option("--no-progress", help="Do not show a progress bar.")]
-_SELF_CONTAINED = Annotated[bool, typer.Option(
-    "--self-contained", help="HTML: embed plotly.js in the page (+4.8 MB) instead of loading "
-                             "plotly-VERSION.min.js from the page's folder.")]
-_REPORT = Annotated[bool, typer.Option(
-    "--report", help="Also write OUTPUT/report.html (needs --output; see servesim report).")]
+_SELF_CONTAINED = Annotated[
+    bool,
+    typer.Option(
+        "--self-contained",
+        help="HTML: embed plotly.js in the page (+4.8 MB) instead of loading "
+        "plotly-VERSION.min.js from the page's folder.",
+    ),
+]
+_REPORT = Annotated[
+    bool,
+    typer.Option("--report", help="Also write OUTPUT/report.html (needs --output; see servesim report)."),
+]
 
 
 def _check_report(report: bool, output: Path | None) -> None:
@@ -41,53 +53,102 @@ def _write_report(output: Path, quiet: bool = False) -> None:
 
 
 def report(
-    run_dir: Annotated[Path, typer.Argument(
-        help="An output folder: of servesim simulate --output, of a plan (candidates.*, pareto.json) "
-             "or of servesim validate --output (silicon_runs.csv).", show_default=False)],
-    output: Annotated[Path | None, typer.Option(
-        "--output", "-o", help="The HTML file, or the folder for PNG/SVG files "
-                               "(default RUN_DIR/report.html, RUN_DIR/plots).")] = None,
-    fmt: _FORMAT = "html", no_progress: _NO_PROGRESS = False, self_contained: _SELF_CONTAINED = False,
+    run_dir: Annotated[
+        Path,
+        typer.Argument(
+            help="An output folder: of servesim simulate --output, of a plan (candidates.*, pareto.json) "
+            "or of servesim validate --output (silicon_runs.csv).",
+            show_default=False,
+        ),
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="The HTML file, or the folder for PNG/SVG files "
+            "(default RUN_DIR/report.html, RUN_DIR/plots).",
+        ),
+    ] = None,
+    fmt: _FORMAT = "html",
+    no_progress: _NO_PROGRESS = False,
+    self_contained: _SELF_CONTAINED = False,
 ) -> None:
     """Write a report of an output folder: summary, latency CDFs, time series, utilization
     (a run); ranked candidates and Pareto fronts (a plan); predicted vs measured (a validation)."""
     with user_errors():
         from servesim.report import paths_line, write_report
 
-        typer.echo(paths_line(write_report(run_dir, output, fmt, progress=not no_progress,  # type: ignore[arg-type]
-                                           self_contained=self_contained)))
+        typer.echo(
+            paths_line(
+                write_report(
+                    run_dir,
+                    output,
+                    fmt,
+                    progress=not no_progress,  # type: ignore[arg-type]
+                    self_contained=self_contained,
+                )
+            )
+        )
 
 
 def compare(
-    run_dirs: Annotated[list[Path], typer.Argument(
-        help="Two or more output folders of servesim simulate --output.", show_default=False)],
-    output: Annotated[Path, typer.Option(
-        "--output", "-o", help="The HTML file, or the folder for PNG/SVG files.")] = Path("compare.html"),
-    fmt: _FORMAT = "html", no_progress: _NO_PROGRESS = False, self_contained: _SELF_CONTAINED = False,
+    run_dirs: Annotated[
+        list[Path],
+        typer.Argument(help="Two or more output folders of servesim simulate --output.", show_default=False),
+    ],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="The HTML file, or the folder for PNG/SVG files.")
+    ] = Path("compare.html"),
+    fmt: _FORMAT = "html",
+    no_progress: _NO_PROGRESS = False,
+    self_contained: _SELF_CONTAINED = False,
 ) -> None:
     """Several runs side by side: their summaries in one table, their latency CDFs overlaid."""
     with user_errors():
         from servesim.report import paths_line, write_comparison
 
-        typer.echo(paths_line(write_comparison(list(run_dirs), output, fmt,  # type: ignore[arg-type]
-                                               progress=not no_progress, self_contained=self_contained)))
+        typer.echo(
+            paths_line(
+                write_comparison(
+                    list(run_dirs),
+                    output,
+                    fmt,  # type: ignore[arg-type]
+                    progress=not no_progress,
+                    self_contained=self_contained,
+                )
+            )
+        )
 
 
 def capacity(
-    scenario: Annotated[Path | None, typer.Argument(
-        help="Scenario file (YAML or TOML); omit for the built-in default.", show_default=False)] = None,
-    overrides: Annotated[list[str] | None, typer.Option(
-        "--set", metavar="KEY=VALUE", help="Override one scenario field (repeatable).")] = None,
-    output: Annotated[Path | None, typer.Option(
-        "--output", "-o", file_okay=False, help="Directory to write capacity.json and probes.csv into.")
+    scenario: Annotated[
+        Path | None,
+        typer.Argument(
+            help="Scenario file (YAML or TOML); omit for the built-in default.", show_default=False
+        ),
     ] = None,
-    precision: Annotated[float, typer.Option(
-        help="Stop when the bracket's width is at most this share of its low end.")] = 0.05,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option("--set", metavar="KEY=VALUE", help="Override one scenario field (repeatable)."),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", file_okay=False, help="Directory to write capacity.json and probes.csv into."
+        ),
+    ] = None,
+    precision: Annotated[
+        float, typer.Option(help="Stop when the bracket's width is at most this share of its low end.")
+    ] = 0.05,
     max_rate: Annotated[float | None, typer.Option(help="Highest rate to try, requests/s.")] = None,
-    min_rate: Annotated[float | None, typer.Option(
-        help="Lowest rate to try, requests/s (default: the scenario's rate / 1024).")] = None,
-    no_early_stop: Annotated[bool, typer.Option(
-        "--no-early-stop", help="Run every probe whole (no cut on a prefix's clear miss).")] = False,
+    min_rate: Annotated[
+        float | None,
+        typer.Option(help="Lowest rate to try, requests/s (default: the scenario's rate / 1024)."),
+    ] = None,
+    no_early_stop: Annotated[
+        bool, typer.Option("--no-early-stop", help="Run every probe whole (no cut on a prefix's clear miss).")
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
@@ -104,9 +165,18 @@ def capacity(
     with user_errors():
         _check_report(report, output)
         try:
-            run_capacity(scenario, overrides or [], output, precision=precision, max_rate=max_rate,
-                         min_rate=min_rate, early_stop=not no_early_stop, json_out=json_out, quiet=quiet,
-                         progress=not (no_progress or quiet or json_out))
+            run_capacity(
+                scenario,
+                overrides or [],
+                output,
+                precision=precision,
+                max_rate=max_rate,
+                min_rate=min_rate,
+                early_stop=not no_early_stop,
+                json_out=json_out,
+                quiet=quiet,
+                progress=not (no_progress or quiet or json_out),
+            )
         except CapacityNotFound as err:
             Console(stderr=True, highlight=False, soft_wrap=True).print(f"error: {err}", markup=False)
             raise typer.Exit(1) from None
@@ -115,11 +185,22 @@ def capacity(
 
 
 def plan(
-    plan_file: Annotated[Path | None, typer.Argument(
-        help="Plan file: a scenario with a plan: section of ranges (docs/planning.md). Omit for the "
-             "short form (--model, --gpus, ...).", show_default=False)] = None,
-    overrides: Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help=(
-        "Override a scenario field, or a range with plan.X (repeatable)."))] = None,
+    plan_file: Annotated[
+        Path | None,
+        typer.Argument(
+            help="Plan file: a scenario with a plan: section of ranges (docs/planning.md). Omit for the "
+            "short form (--model, --gpus, ...).",
+            show_default=False,
+        ),
+    ] = None,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="KEY=VALUE",
+            help=("Override a scenario field, or a range with plan.X (repeatable)."),
+        ),
+    ] = None,
     model: Annotated[str | None, typer.Option(help="Short form: model preset or config.json.")] = None,
     gpus: Annotated[str, typer.Option(help="Short form: GPU names to try, comma-separated.")] = "H100-SXM",
     total_gpus: Annotated[int, typer.Option(help="Short form: GPUs a deployment may use at most.")] = 8,
@@ -129,19 +210,31 @@ def plan(
     rate: Annotated[float, typer.Option(help="Short form: target arrival rate, requests/s.")] = 1.0,
     ttft: Annotated[float | None, typer.Option(help="Short form: TTFT limit, seconds.")] = None,
     tpot: Annotated[float | None, typer.Option(help="Short form: TPOT limit, seconds.")] = None,
-    confidence: Annotated[float | None, typer.Option(
-        help="Short form: hold the SLO at the high end of the predictions' calibrated interval of this "
-             "level (0.8; slo.confidence in a plan file).")] = None,
+    confidence: Annotated[
+        float | None,
+        typer.Option(
+            help="Short form: hold the SLO at the high end of the predictions' calibrated interval of this "
+            "level (0.8; slo.confidence in a plan file)."
+        ),
+    ] = None,
     num_requests: Annotated[int, typer.Option(help="Short form: requests simulated per candidate.")] = 400,
     backend: Annotated[str, typer.Option(help="inprocess, process (all cores) or ray.")] = "process",
     workers: Annotated[int | None, typer.Option(help="Processes / Ray CPUs (default: all cores).")] = None,
-    address: Annotated[str | None, typer.Option(help="--backend ray: the cluster (default: a local one).")] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", file_okay=False,
-                                                help="Directory for the plan's files and cache.")] = None,
+    address: Annotated[
+        str | None, typer.Option(help="--backend ray: the cluster (default: a local one).")
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", file_okay=False, help="Directory for the plan's files and cache."),
+    ] = None,
     cache: Annotated[Path | None, typer.Option(help="Result cache directory (default: --output).")] = None,
-    objective: Annotated[str | None, typer.Option(help="Rank by cost ($/hour), gpus or energy (J/token).")] = None,
+    objective: Annotated[
+        str | None, typer.Option(help="Rank by cost ($/hour), gpus or energy (J/token).")
+    ] = None,
     top: Annotated[int, typer.Option(help="Rows of the ranked table.")] = 10,
-    json_out: Annotated[bool, typer.Option("--json", help="Print counts, best and Pareto fronts as JSON.")] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print counts, best and Pareto fronts as JSON.")
+    ] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
     report: _REPORT = False,
 ) -> None:
@@ -150,25 +243,49 @@ def plan(
 
     with user_errors():
         _check_report(report, output)
-        opts = {"model": model, "gpus": [g.strip() for g in gpus.split(",") if g.strip()], "total_gpus": total_gpus,
-                "isl": isl, "osl": osl, "trace": trace, "rate": rate, "ttft_s": ttft, "tpot_s": tpot,
-                "num_requests": num_requests, "confidence": confidence}
+        opts = {
+            "model": model,
+            "gpus": [g.strip() for g in gpus.split(",") if g.strip()],
+            "total_gpus": total_gpus,
+            "isl": isl,
+            "osl": osl,
+            "trace": trace,
+            "rate": rate,
+            "ttft_s": ttft,
+            "tpot_s": tpot,
+            "num_requests": num_requests,
+            "confidence": confidence,
+        }
         sets = [*(overrides or []), *([f"plan.objective={objective}"] if objective else [])]
-        code = plan_command(str(plan_file) if plan_file else None, sets, opts, backend=backend,
-                            workers=workers, address=address, output=str(output) if output else None,
-                            cache=str(cache) if cache else None, top=top, progress=not no_progress,
-                            json_out=json_out)
+        code = plan_command(
+            str(plan_file) if plan_file else None,
+            sets,
+            opts,
+            backend=backend,
+            workers=workers,
+            address=address,
+            output=str(output) if output else None,
+            cache=str(cache) if cache else None,
+            top=top,
+            progress=not no_progress,
+            json_out=json_out,
+        )
         if report and output is not None:
             _write_report(output, json_out)
     raise typer.Exit(code)
 
 
 def serve(
-    scenario: Annotated[Path | None, typer.Argument(
-        help="Scenario file (its deployment; its workload is not read). Omit for the default.",
-        show_default=False)] = None,
-    overrides: Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE",
-                                                        help="Override one scenario field.")] = None,
+    scenario: Annotated[
+        Path | None,
+        typer.Argument(
+            help="Scenario file (its deployment; its workload is not read). Omit for the default.",
+            show_default=False,
+        ),
+    ] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help="Override one scenario field.")
+    ] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on (0: any free port).")] = 8000,
     speed: Annotated[float, typer.Option(help="Simulated seconds per wall second.")] = 1.0,
@@ -184,17 +301,28 @@ def serve(
 
 
 def reproduce(
-    name: Annotated[str | None, typer.Argument(
-        help="The paper (servesim reproduce --list names them).", show_default=False)] = None,
-    show_list: Annotated[bool, typer.Option(
-        "--list", help="List every paper with its published headline.")] = False,
-    quick: Annotated[bool, typer.Option(
-        "--quick", help="A smaller run (fewer requests, a coarser search).")] = False,
-    output: Annotated[Path | None, typer.Option(
-        "--output", "-o", file_okay=False,
-        help="Directory to write reproduce.json, figures.csv and rows.csv into.")] = None,
-    strict: Annotated[bool, typer.Option(
-        "--strict", help="Exit 1 when a servesim figure is out of the paper's range.")] = False,
+    name: Annotated[
+        str | None,
+        typer.Argument(help="The paper (servesim reproduce --list names them).", show_default=False),
+    ] = None,
+    show_list: Annotated[
+        bool, typer.Option("--list", help="List every paper with its published headline.")
+    ] = False,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="A smaller run (fewer requests, a coarser search).")
+    ] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            file_okay=False,
+            help="Directory to write reproduce.json, figures.csv and rows.csv into.",
+        ),
+    ] = None,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Exit 1 when a servesim figure is out of the paper's range.")
+    ] = False,
 ) -> None:
     """Run one paper's headline experiment in its own setup and print its figure beside servesim's.
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servesim.catalog.gpus import GpuSpec, LinkSpec, get_gpu, link_spec
-from servesim.catalog.models import ModelSpec, resolve_kv_dtype_bytes
 from servesim.catalog.hf_config import load_model
+from servesim.catalog.models import ModelSpec, resolve_kv_dtype_bytes
 from servesim.config import EngineConfig, LinksConfig, ParallelConfig, PoolConfig, Scenario, resolve_engine
 from servesim.errors import ConfigError
 from servesim.perf.base import PerfModel
@@ -69,7 +69,8 @@ def check_budget(engine: EngineConfig, max_model_len: int) -> None:
     if not engine.enable_chunked_prefill and budget is not None and budget < max_model_len:
         raise ConfigError(
             f"engine.max_num_batched_tokens ({budget}) is smaller than max_model_len ({max_model_len}) "
-            "with chunked prefill off: raise it, lower engine.max_model_len, or enable chunked prefill")
+            "with chunked prefill off: raise it, lower engine.max_model_len, or enable chunked prefill"
+        )
 
 
 def pool_links(gpu: GpuSpec, lk: LinksConfig | None) -> LinkSpec:
@@ -83,8 +84,14 @@ def pool_links(gpu: GpuSpec, lk: LinksConfig | None) -> LinkSpec:
     def bytes_per_s(gb_per_s: float | None) -> float | None:
         return None if gb_per_s is None else gb_per_s * 1e9
 
-    return link_spec(gpu, bytes_per_s(lk.intra_node_gb_per_s), us(lk.intra_node_latency_us),
-                     bytes_per_s(lk.inter_node_gb_per_s), us(lk.inter_node_latency_us), lk.gpus_per_node)
+    return link_spec(
+        gpu,
+        bytes_per_s(lk.intra_node_gb_per_s),
+        us(lk.intra_node_latency_us),
+        bytes_per_s(lk.inter_node_gb_per_s),
+        us(lk.inter_node_latency_us),
+        lk.gpus_per_node,
+    )
 
 
 def load_profile(sc: Scenario) -> Any:
@@ -96,17 +103,17 @@ def load_profile(sc: Scenario) -> Any:
     return HardwareProfile.load(sc.hardware.profile)
 
 
-def resolve_deployment(sc: Scenario, pool: PoolConfig | None = None, *, model: ModelSpec | None = None,
-                       profile: Any = None) -> Deployment:
+def resolve_deployment(
+    sc: Scenario, pool: PoolConfig | None = None, *, model: ModelSpec | None = None, profile: Any = None
+) -> Deployment:
     """The deployment of one replica (``pool`` None) or of one cluster pool.
 
     A pool's None fields fall back to the scenario's ``hardware``/``parallel``/``engine``.
     ``model`` and ``profile`` may be passed in when already loaded (a cluster loads them
     once for all its pools). Raises the user errors vLLM would refuse to start with.
     """
-    from servesim.perf.factory import build_step_model
-
     from servesim.catalog.parallel import check_parallel
+    from servesim.perf.factory import build_step_model
 
     model = model or load_model(sc.model.name, sc.model.dtype)
     if profile is None and pool is None:
@@ -114,32 +121,59 @@ def resolve_deployment(sc: Scenario, pool: PoolConfig | None = None, *, model: M
     gpu_name = pool.gpu if pool is not None and pool.gpu is not None else sc.hardware.gpu
     gpu = profile.resolve_gpu(gpu_name) if profile else get_gpu(gpu_name)
     par = (pool.parallel if pool is not None else None) or sc.parallel
-    check_parallel(model, par, f"cluster.pools[{pool.name}].parallel"
-                   if pool is not None and pool.parallel else "parallel")
+    check_parallel(
+        model,
+        par,
+        f"cluster.pools[{pool.name}].parallel" if pool is not None and pool.parallel else "parallel",
+    )
     eng = (pool.engine if pool is not None else None) or sc.engine
     found = []
     if profile is not None:
         adjusted = profile.adjust_engine(eng)
         if adjusted.cpu_overhead_s != eng.cpu_overhead_s:
             where = f"pool {pool.name}: " if pool is not None else ""
-            found.append({"code": "profile_cpu_overhead", "source": str(sc.hardware.profile), "count": None,
-                          "message": f"{where}engine.cpu_overhead_s {eng.cpu_overhead_s:g} s replaced by "
-                                     f"the profile's {adjusted.cpu_overhead_s:g} s (set it in the scenario "
-                                     "to keep it)"})
+            found.append(
+                {
+                    "code": "profile_cpu_overhead",
+                    "source": str(sc.hardware.profile),
+                    "count": None,
+                    "message": f"{where}engine.cpu_overhead_s {eng.cpu_overhead_s:g} s replaced by "
+                    f"the profile's {adjusted.cpu_overhead_s:g} s (set it in the scenario "
+                    "to keep it)",
+                }
+            )
         eng = adjusted
-    engine = resolve_engine(eng, gpu.mem_bytes, gpu.name, eng.max_model_len or model.max_position_embeddings,
-                            pipeline_parallel_size=par.pipeline_parallel_size)
+    engine = resolve_engine(
+        eng,
+        gpu.mem_bytes,
+        gpu.name,
+        eng.max_model_len or model.max_position_embeddings,
+        pipeline_parallel_size=par.pipeline_parallel_size,
+    )
     kv_b = resolve_kv_dtype_bytes(sc.model.kv_cache_dtype, model)
     plan = plan_memory(model, gpu, engine, par, kv_dtype_bytes=kv_b)
     check_budget(engine, plan.max_model_len)
     links = pool_links(gpu, pool.links if pool is not None else None)
-    perf = (profile.perf_model(model, gpu, par, sc.model, links=links) if profile
-            else build_step_model(model, gpu, par, sc.hardware, sc.model, links=links, engine=engine))
+    perf = (
+        profile.perf_model(model, gpu, par, sc.model, links=links)
+        if profile
+        else build_step_model(model, gpu, par, sc.hardware, sc.model, links=links, engine=engine)
+    )
     return Deployment(
-        name=pool.name if pool is not None else "", role=pool.role if pool is not None else "colocated",
+        name=pool.name if pool is not None else "",
+        role=pool.role if pool is not None else "colocated",
         num_replicas=(pool.num_replicas if pool is not None else 1) * par.data_parallel_size,
-        model=model, gpu=gpu, parallel=par,
-        engine=engine, plan=plan, links=links, perf=perf, kv_dtype_bytes=kv_b, profile=profile, notices=found)
+        model=model,
+        gpu=gpu,
+        parallel=par,
+        engine=engine,
+        plan=plan,
+        links=links,
+        perf=perf,
+        kv_dtype_bytes=kv_b,
+        profile=profile,
+        notices=found,
+    )
 
 
 def run_notices(wl_meta: dict[str, Any], deps: list[Deployment]) -> list[dict[str, Any]]:
@@ -155,10 +189,13 @@ def resolve_deployments(sc: Scenario) -> list[Deployment]:
     profile = load_profile(sc)
     deps = [resolve_deployment(sc, p, model=model, profile=profile) for p in sc.cluster.pools]
     for pool, d in zip(sc.cluster.pools, deps):
-        if d.parallel.data_parallel_size > 1 and (d.role != "colocated" or sc.cluster.operations is not None
-                                                  or sc.cluster.migration.enabled):
+        if d.parallel.data_parallel_size > 1 and (
+            d.role != "colocated" or sc.cluster.operations is not None or sc.cluster.migration.enabled
+        ):
             field = f"cluster.pools[{pool.name}].parallel" if pool.parallel else "parallel"
-            raise ConfigError(f"{field}.data_parallel_size: {d.parallel.data_parallel_size} DP ranks run in "
-                              "colocated pools of a fixed fleet only (not in prefill/decode pools, under "
-                              "cluster.operations or with migration); expected 1 there")
+            raise ConfigError(
+                f"{field}.data_parallel_size: {d.parallel.data_parallel_size} DP ranks run in "
+                "colocated pools of a fixed fleet only (not in prefill/decode pools, under "
+                "cluster.operations or with migration); expected 1 there"
+            )
     return deps

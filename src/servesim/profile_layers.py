@@ -98,8 +98,10 @@ def attention_rows(
                 "num_tokens": t,
                 "context_len": c - t,
                 "batch_size": 1,
-                **time_stats(timed(f"attention, prefill of {t} tokens at context {c}",
-                               call(qx, k, v, attn_mask=mask)), "attention"),
+                **time_stats(
+                    timed(f"attention, prefill of {t} tokens at context {c}", call(qx, k, v, attn_mask=mask)),
+                    "attention",
+                ),
                 "num_tensor_parallel_workers": tp,
             }
         for b in batches:
@@ -109,8 +111,12 @@ def attention_rows(
                 "num_tokens": b,
                 "context_len": c,
                 "batch_size": b,
-                **time_stats(timed(f"attention, decode of {b} at context {c}",
-                               call(qx, k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1))), "attention"),
+                **time_stats(
+                    timed(
+                        f"attention, decode of {b} at context {c}",
+                        call(qx, k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1)),
+                    ),
+                    "attention",
+                ),
                 "num_tensor_parallel_workers": tp,
             }
-

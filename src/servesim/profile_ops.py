@@ -55,12 +55,22 @@ OPS = (
 )
 
 _STATS = ("min", "max", "mean", "median", "std")
-_MLP_META = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size", "use_gated_mlp",
-             "num_tokens", "num_tensor_parallel_workers")
+_MLP_META = (
+    "n_head",
+    "n_kv_head",
+    "n_embd",
+    "n_expanded_embd",
+    "vocab_size",
+    "use_gated_mlp",
+    "num_tokens",
+    "num_tensor_parallel_workers",
+)
 MLP_FIELDS = tuple(f"time_stats.{op}.{s}" for op in OPS for s in _STATS) + _MLP_META
-ATTENTION_FIELDS = (("kind", "num_tokens", "context_len", "batch_size")
-                    + tuple(f"time_stats.attention.{s}" for s in _STATS)
-                    + ("num_tensor_parallel_workers",))
+ATTENTION_FIELDS = (
+    ("kind", "num_tokens", "context_len", "batch_size")
+    + tuple(f"time_stats.attention.{s}" for s in _STATS)
+    + ("num_tensor_parallel_workers",)
+)
 
 #: Device types this command times on (each has ``torch.<type>.synchronize``, but the CPU).
 _DEVICE_TYPES = {"cpu": "CPU", "cuda": "CUDA", "mps": "MPS", "xpu": "XPU"}
@@ -81,8 +91,15 @@ def _torch() -> Any:
     return torch
 
 
-def check_inputs(model: ModelSpec, tp: int, tokens: Sequence[int], contexts: Sequence[int],
-                 batches: Sequence[int], warmup: int, repeats: int) -> None:
+def check_inputs(
+    model: ModelSpec,
+    tp: int,
+    tokens: Sequence[int],
+    contexts: Sequence[int],
+    batches: Sequence[int],
+    warmup: int,
+    repeats: int,
+) -> None:
     """Raise a ServesimError naming the option when a profile of these inputs cannot run."""
     if model.is_moe:
         raise ServesimError(f"{model.name}: profiling MoE experts is not supported")
@@ -109,8 +126,10 @@ def check_inputs(model: ModelSpec, tp: int, tokens: Sequence[int], contexts: Seq
     except ConfigError as err:
         raise ServesimError("--tp: " + str(err).removeprefix("parallel.tensor_parallel_size: ")) from None
     if model.intermediate_size % tp:
-        raise ServesimError(f"--tp: {tp} does not divide the MLP width {model.intermediate_size} of "
-                            f"{model.name} (each rank holds an equal shard)")
+        raise ServesimError(
+            f"--tp: {tp} does not divide the MLP width {model.intermediate_size} of "
+            f"{model.name} (each rank holds an equal shard)"
+        )
 
 
 def _devices_here(torch: Any) -> list[str]:
@@ -136,8 +155,10 @@ def check_device(torch: Any, device: str, option: str = "--device") -> None:
     version = getattr(torch, "__version__", "unknown")
 
     def refuse(why: str) -> ServesimError:
-        return ServesimError(f"{option} {device}: the installed torch (version {version}) cannot use it "
-                             f"({why}; devices here: {', '.join(_devices_here(torch))})")
+        return ServesimError(
+            f"{option} {device}: the installed torch (version {version}) cannot use it "
+            f"({why}; devices here: {', '.join(_devices_here(torch))})"
+        )
 
     if kind not in _DEVICE_TYPES or (index and not index.isdigit()):
         raise refuse(f"expected one of {', '.join(_DEVICE_TYPES)}, optionally with an index such as cuda:1")
@@ -160,8 +181,10 @@ def check_device(torch: Any, device: str, option: str = "--device") -> None:
         raise refuse(why)
     count = int(mod.device_count())
     if index and int(index) >= count:
-        raise refuse(f"{label} device {index} does not exist: {count} {label} device"
-                     f"{'' if count == 1 else 's'}, {kind}:0 to {kind}:{count - 1}")
+        raise refuse(
+            f"{label} device {index} does not exist: {count} {label} device"
+            f"{'' if count == 1 else 's'}, {kind}:0 to {kind}:{count - 1}"
+        )
 
 
 def _timer(torch: Any, device: str, warmup: int, repeats: int) -> Callable[[Callable[[], Any]], list[float]]:
@@ -232,9 +255,16 @@ def _make_bar(total: int) -> Any:
         TimeRemainingColumn,
     )
 
-    bar = Progress(TextColumn("profiling {task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
-                   console=Console(stderr=True), transient=True)
+    bar = Progress(
+        TextColumn("profiling {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
     bar.add_task("", total=total)
     return bar
 
@@ -268,9 +298,11 @@ def _progress(enabled: bool, total: int) -> Iterator[Callable[[str], None]]:
 
 def _oom_errors(torch: Any) -> tuple[type[Exception], ...]:
     """The installed torch's out-of-memory exceptions (caught to keep what was measured)."""
-    return tuple(c for c in (getattr(torch, "OutOfMemoryError", None),
-                             getattr(torch.cuda, "OutOfMemoryError", None))
-                 if isinstance(c, type) and issubclass(c, Exception))
+    return tuple(
+        c
+        for c in (getattr(torch, "OutOfMemoryError", None), getattr(torch.cuda, "OutOfMemoryError", None))
+        if isinstance(c, type) and issubclass(c, Exception)
+    )
 
 
 def _profile_folder(out_dir: Path, device_name: str, model: ModelSpec) -> Path:
@@ -341,14 +373,17 @@ def profile_operators(
     done = 0
 
     def kept(stopped: str) -> str:
-        files = [(f, n) for f, n in ((mlp, len(tokens)), (attention, total - len(OPS) * len(tokens)))
-                 if f.rows]
+        files = [
+            (f, n) for f, n in ((mlp, len(tokens)), (attention, total - len(OPS) * len(tokens))) if f.rows
+        ]
         if not files:
             return f"{stopped} after {done} of {total} timings; no row was complete, nothing was kept"
         rows = " and ".join(f"{f.rows} of {n} {f.final.stem} rows ({f.partial.name})" for f, n in files)
         names = " and ".join(f.final.name for f, _ in files)
-        return (f"{stopped} after {done} of {total} timings; kept {rows} in {folder} "
-                f"(calibrate reads them once renamed to {names})")
+        return (
+            f"{stopped} after {done} of {total} timings; kept {rows} in {folder} "
+            f"(calibrate reads them once renamed to {names})"
+        )
 
     oom = _oom_errors(torch)
     try:

@@ -64,11 +64,22 @@ def make_requests(wl: Workload) -> list[Request]:
     return list(iter_requests(wl))
 
 
-def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_blocks: int,
-               max_model_len: int, *, num_gpus: int = 1, check_invariants: bool = False,
-               reference: bool = False, until_s: float = float("inf"),
-               progress: Callable[[int], None] | None = None, record_steps: bool = True,
-               kv_bytes_per_block: float = 0.0, tenants: TenantSetup | None = None) -> EngineRun:
+def run_engine(
+    wl: Workload,
+    engine: EngineConfig,
+    perf: PerfModel,
+    num_gpu_blocks: int,
+    max_model_len: int,
+    *,
+    num_gpus: int = 1,
+    check_invariants: bool = False,
+    reference: bool = False,
+    until_s: float = float("inf"),
+    progress: Callable[[int], None] | None = None,
+    record_steps: bool = True,
+    kv_bytes_per_block: float = 0.0,
+    tenants: TenantSetup | None = None,
+) -> EngineRun:
     """Run one replica of the engine over ``wl`` (no catalog needed: tests use this).
 
     ``reference`` selects the step-by-step reference scheduler instead of the lazy one;
@@ -97,11 +108,24 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
     writer = RecordWriter(records)
     # A finish inside a run of decode steps is reported at the run's end, which is exact
     # only when nothing reacts to finishes: closed-loop clients send at each finish.
-    replica = build_replica(0, loop, engine, perf, num_gpu_blocks, max_model_len, wl, steps, itl, totals,
-                            reference=reference, kv_bytes_per_block=kv_bytes_per_block,
-                            check_invariants=check_invariants, on_finish=writer.add,
-                            finishes_in_runs=not closed,
-                            tenant_weights=None if tenants is None else tenants.weights)
+    replica = build_replica(
+        0,
+        loop,
+        engine,
+        perf,
+        num_gpu_blocks,
+        max_model_len,
+        wl,
+        steps,
+        itl,
+        totals,
+        reference=reference,
+        kv_bytes_per_block=kv_bytes_per_block,
+        check_invariants=check_invariants,
+        on_finish=writer.add,
+        finishes_in_runs=not closed,
+        tenant_weights=None if tenants is None else tenants.weights,
+    )
     scheduler, kv = replica.scheduler, replica.kv
     usable_tokens = (num_gpu_blocks - 1) * engine.block_size
 
@@ -110,8 +134,10 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
 
     gate = TenantGate(tenants.limits) if tenants is not None and tenants.has_limits else None
     if gate is not None and closed:
-        raise ValueError("tenants: rate limits and queue caps apply to open-loop arrivals; "
-                         "this workload's clients send as requests finish")
+        raise ValueError(
+            "tenants: rate limits and queue caps apply to open-loop arrivals; "
+            "this workload's clients send as requests finish"
+        )
 
     def through_gate(r: Request) -> None:
         assert gate is not None
@@ -126,8 +152,14 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
 
     feeder: ArrivalFeeder | ClosedLoopFeeder | DependencyFeeder
     if closed:
-        feeder = closed_loop_feeder(wl, loop, replica.on_arrival, reject,
-                                    lambda r: rejection_reason(r, max_model_len, usable_tokens), itl)
+        feeder = closed_loop_feeder(
+            wl,
+            loop,
+            replica.on_arrival,
+            reject,
+            lambda r: rejection_reason(r, max_model_len, usable_tokens),
+            itl,
+        )
 
         def finish(r: Request) -> None:
             writer.add(r)
@@ -138,10 +170,14 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
         feeder = ArrivalFeeder(wl, loop, deliver, reject, max_model_len, usable_tokens)
     feeder.start()
     horizon = float(wl.arrival_s[-1]) if len(wl) else 0.0
-    end = run_in_slices(loop, horizon, until_s, progress,
-                        lambda: (replica.num_finished + feeder.num_rejected
-                                 + (gate.num_rejected if gate is not None else 0)),
-                        grows=closed)
+    end = run_in_slices(
+        loop,
+        horizon,
+        until_s,
+        progress,
+        lambda: replica.num_finished + feeder.num_rejected + (gate.num_rejected if gate is not None else 0),
+        grows=closed,
+    )
     writer.flush()
     totals.num_prefix_query_tokens = kv.num_query_tokens
     if replica.frontend is not None:
@@ -157,13 +193,13 @@ def run_engine(wl: Workload, engine: EngineConfig, perf: PerfModel, num_gpu_bloc
     tenant_run = None
     if wl.tenant is not None or tenants is not None:
         counters = scheduler.tenants if isinstance(scheduler, PolicyScheduler) else None
-        tenant_run = TenantRun(scheduler=counters,
-                               rejected=dict(gate.rejected) if gate is not None else {})
+        tenant_run = TenantRun(scheduler=counters, rejected=dict(gate.rejected) if gate is not None else {})
     return EngineRun(records, steps if steps is not None else StepSeries(), itl, totals, end, tenant_run)
 
 
-def tenant_record(wl: Workload, tenants: TenantSetup, run: TenantRun | None,
-                  engine: EngineConfig) -> dict[str, Any]:
+def tenant_record(
+    wl: Workload, tenants: TenantSetup, run: TenantRun | None, engine: EngineConfig
+) -> dict[str, Any]:
     """What the summary needs of a run with tenants (``metrics.tenants``)."""
     counters = run.scheduler if run is not None else None
     return {
@@ -205,8 +241,9 @@ def data_parallel_cluster(sc: Scenario) -> Scenario:
     return sc.model_copy(update={"cluster": cluster})
 
 
-def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
-             progress: bool = False) -> Result:
+def simulate(
+    scenario: Scenario | dict[str, Any] | str | Path | None = None, *, progress: bool = False
+) -> Result:
     """Run the scenario and return its Result with ``summary`` filled.
 
     The deployment (GPU, engine, memory plan, perf model) is resolved by
@@ -237,20 +274,38 @@ def simulate(scenario: Scenario | dict[str, Any] | str | Path | None = None, *,
         except ValueError as err:
             raise ConfigError(str(err)) from None
         if tenants.has_limits and wl.is_closed_loop:
-            raise ConfigError("tenants: rate limits and queue caps apply to open-loop arrivals; "
-                              "this workload's requests are sent as others finish")
+            raise ConfigError(
+                "tenants: rate limits and queue caps apply to open-loop arrivals; "
+                "this workload's requests are sent as others finish"
+            )
     with progress_bar(progress, len(wl), t0) as report:
-        run = run_engine(wl, engine, dep.perf, plan.num_gpu_blocks, plan.max_model_len,
-                         num_gpus=dep.num_gpus, check_invariants=sc.run.check_invariants,
-                         reference=sc.run.reference, progress=report,
-                         record_steps=sc.run.record_steps,
-                         kv_bytes_per_block=plan.kv_bytes_per_block,
-                         tenants=tenants if sc.tenants or engine.scheduling_policy == "vtc" else None)
-    result = Result(scenario=sc.model_copy(update={"engine": engine}), records=run.records,
-                    steps=run.steps, itl=run.itl,
-                    replicas=[run.totals], end_s=run.end_s, gpu=dep.gpu, deployments=[dep],
-                    notices=run_notices(wl.meta, [dep]), workload_stats=workload_stats(wl, plan.max_model_len),
-                    tasks=None if wl.after is None else (wl.after.task, wl.after.task_start_s))
+        run = run_engine(
+            wl,
+            engine,
+            dep.perf,
+            plan.num_gpu_blocks,
+            plan.max_model_len,
+            num_gpus=dep.num_gpus,
+            check_invariants=sc.run.check_invariants,
+            reference=sc.run.reference,
+            progress=report,
+            record_steps=sc.run.record_steps,
+            kv_bytes_per_block=plan.kv_bytes_per_block,
+            tenants=tenants if sc.tenants or engine.scheduling_policy == "vtc" else None,
+        )
+    result = Result(
+        scenario=sc.model_copy(update={"engine": engine}),
+        records=run.records,
+        steps=run.steps,
+        itl=run.itl,
+        replicas=[run.totals],
+        end_s=run.end_s,
+        gpu=dep.gpu,
+        deployments=[dep],
+        notices=run_notices(wl.meta, [dep]),
+        workload_stats=workload_stats(wl, plan.max_model_len),
+        tasks=None if wl.after is None else (wl.after.task, wl.after.task_start_s),
+    )
     if tenants is not None:
         result.tenants = tenant_record(wl, tenants, run.tenants, engine)
     result.wall_s = time.perf_counter() - t0

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from servesim.calibration.measurements import MeasurementError
-from servesim.catalog.models import ModelSpec
 from servesim.catalog.hf_config import from_hf_config
+from servesim.catalog.models import ModelSpec
 from servesim.perf.base import BatchStats
 
 

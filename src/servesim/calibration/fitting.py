@@ -37,7 +37,13 @@ BOUNDS: dict[str, tuple[float, float]] = {
 #: Output tiles (tokens x outputs) of cuBLAS/CUTLASS GEMM kernels that operator fits try for
 #: wave quantisation; (0, 0) is none (the ideal FLOPs).
 GEMM_TILES: tuple[tuple[int, int], ...] = (
-    (0, 0), (64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128)
+    (0, 0),
+    (64, 64),
+    (64, 128),
+    (128, 64),
+    (128, 128),
+    (128, 256),
+    (256, 128),
 )
 
 
@@ -136,16 +142,20 @@ def fit_warnings(res: FitResult) -> list[str]:
         lo, hi = BOUNDS[n]
         v = res.params[n]
         side = "lower" if v - lo <= hi - v else "upper"
-        out.append(f"{n} = {v:.4g} sits at its {side} bound ({lo:g}..{hi:g}): the measurements push it "
-                   "past what the bounds allow, so other parameters absorb the rest and the profile "
-                   "extrapolates poorly where it matters")
+        out.append(
+            f"{n} = {v:.4g} sits at its {side} bound ({lo:g}..{hi:g}): the measurements push it "
+            "past what the bounds allow, so other parameters absorb the rest and the profile "
+            "extrapolates poorly where it matters"
+        )
     r2 = res.quality()["r2"]
     if not r2 >= MIN_R2:  # (nan: the measurements have no spread to explain)
         out.append(f"R2 {r2:.3f} is below {MIN_R2:g}: the fit explains little of the measured times")
     n_ok, k = int(np.sum(res.measured_s > 0)), len(res.params)
     if n_ok < MIN_POINTS_PER_PARAM * k:
-        out.append(f"{n_ok} measurements for {k} fitted parameters (fewer than {MIN_POINTS_PER_PARAM} "
-                   "per parameter): each parameter rests on few points, and their noise moves it")
+        out.append(
+            f"{n_ok} measurements for {k} fitted parameters (fewer than {MIN_POINTS_PER_PARAM} "
+            "per parameter): each parameter rests on few points, and their noise moves it"
+        )
     return out
 
 
@@ -231,8 +241,17 @@ def fit(
         pred = predict(terms, p, cpu)[ok]
         return np.log(np.maximum(pred, 1e-15)) - log_meas
 
-    res = least_squares(residuals, x0, bounds=(lo / scale, hi / scale), x_scale=1.0, method="trf",
-                        xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=2000)
+    res = least_squares(
+        residuals,
+        x0,
+        bounds=(lo / scale, hi / scale),
+        x_scale=1.0,
+        method="trf",
+        xtol=1e-12,
+        ftol=1e-12,
+        gtol=1e-12,
+        max_nfev=2000,
+    )
     p, cpu = unpack(res.x)
     eff = Efficiencies(**p)
     pred = predict(terms, eff, cpu)

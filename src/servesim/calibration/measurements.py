@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from servesim.catalog.models import ModelSpec
 from servesim.catalog.hf_config import from_hf_config
+from servesim.catalog.models import ModelSpec
 from servesim.errors import ServesimError
 from servesim.perf.base import BatchStats
 from servesim.perf.operator_tables import AllReduceTable, AttentionTable, OperatorTable

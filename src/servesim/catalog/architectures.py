@@ -20,16 +20,36 @@ from servesim.errors import CatalogError
 
 #: Language-model ``model_type``s servesim reads, and the families they stand for.
 SUPPORTED: dict[str, str] = {
-    "llama": "Llama", "mistral": "Mistral", "mixtral": "Mixtral", "opt": "OPT",
-    "qwen": "Qwen", "qwen2": "Qwen2", "qwen2_moe": "Qwen2-MoE", "qwen3": "Qwen3",
-    "qwen3_moe": "Qwen3-MoE", "qwen3_vl_text": "Qwen3-VL", "qwen3_vl_moe_text": "Qwen3-VL-MoE",
-    "deepseek_v2": "DeepSeek-V2", "deepseek_v3": "DeepSeek-V3", "kimi_k2": "Kimi-K2",
-    "gpt_oss": "gpt-oss", "minimax_m2": "MiniMax-M2",
+    "llama": "Llama",
+    "mistral": "Mistral",
+    "mixtral": "Mixtral",
+    "opt": "OPT",
+    "qwen": "Qwen",
+    "qwen2": "Qwen2",
+    "qwen2_moe": "Qwen2-MoE",
+    "qwen3": "Qwen3",
+    "qwen3_moe": "Qwen3-MoE",
+    "qwen3_vl_text": "Qwen3-VL",
+    "qwen3_vl_moe_text": "Qwen3-VL-MoE",
+    "deepseek_v2": "DeepSeek-V2",
+    "deepseek_v3": "DeepSeek-V3",
+    "kimi_k2": "Kimi-K2",
+    "gpt_oss": "gpt-oss",
+    "minimax_m2": "MiniMax-M2",
 }
 
 #: Of those, the mixture-of-experts families: their expert count and top-k must be given.
-MOE_TYPES = {"mixtral", "qwen2_moe", "qwen3_moe", "qwen3_vl_moe_text", "deepseek_v2", "deepseek_v3",
-             "kimi_k2", "gpt_oss", "minimax_m2"}
+MOE_TYPES = {
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
+    "qwen3_vl_moe_text",
+    "deepseek_v2",
+    "deepseek_v3",
+    "kimi_k2",
+    "gpt_oss",
+    "minimax_m2",
+}
 
 #: Multimodal wrappers whose language model is read from ``text_config``.
 WRAPPERS = {"llava", "qwen3_vl", "qwen3_vl_moe", "kimi_k25"}
@@ -40,11 +60,24 @@ _LINEAR = "linear-attention layers"
 
 #: Known architectures servesim does not model, with what it lacks.
 REFUSED: dict[str, str] = {
-    "mamba": _MAMBA, "mamba2": _MAMBA, "falcon_mamba": _MAMBA, "rwkv": "recurrent (RWKV) layers",
-    "jamba": _HYBRID, "zamba": _HYBRID, "zamba2": _HYBRID, "bamba": _HYBRID, "falcon_h1": _HYBRID,
-    "nemotron_h": _HYBRID, "granitemoehybrid": _HYBRID,
-    "qwen3_next": _LINEAR, "qwen3_5": _LINEAR, "qwen3_5_text": _LINEAR, "qwen3_5_moe": _LINEAR,
-    "qwen3_5_moe_text": _LINEAR, "kimi_linear": _LINEAR, "minimax": "lightning (linear) attention layers",
+    "mamba": _MAMBA,
+    "mamba2": _MAMBA,
+    "falcon_mamba": _MAMBA,
+    "rwkv": "recurrent (RWKV) layers",
+    "jamba": _HYBRID,
+    "zamba": _HYBRID,
+    "zamba2": _HYBRID,
+    "bamba": _HYBRID,
+    "falcon_h1": _HYBRID,
+    "nemotron_h": _HYBRID,
+    "granitemoehybrid": _HYBRID,
+    "qwen3_next": _LINEAR,
+    "qwen3_5": _LINEAR,
+    "qwen3_5_text": _LINEAR,
+    "qwen3_5_moe": _LINEAR,
+    "qwen3_5_moe_text": _LINEAR,
+    "kimi_linear": _LINEAR,
+    "minimax": "lightning (linear) attention layers",
     "deepseek_v32": "DeepSeek sparse attention (index_topk)",
     "glm_moe_dsa": "DeepSeek sparse attention (index_topk)",
     "llama4_text": "chunked local attention (attention_chunk_size) and interleaved MoE layers",
@@ -72,12 +105,15 @@ def check_architecture(cfg: dict[str, Any], outer: dict[str, Any], src: str) -> 
     types = _types(cfg, outer)
     for t in types:
         if t in REFUSED:
-            raise CatalogError(f"{src}: model_type {t!r}{arch_note} has {REFUSED[t]}, which servesim "
-                               f"does not model")
+            raise CatalogError(
+                f"{src}: model_type {t!r}{arch_note} has {REFUSED[t]}, which servesim does not model"
+            )
         if t not in SUPPORTED:
-            raise CatalogError(f"{src}: model_type {t!r}{arch_note} is not an architecture servesim "
-                               f"models; it models {supported_families()} (model_type "
-                               f"{', '.join(sorted(SUPPORTED))})")
+            raise CatalogError(
+                f"{src}: model_type {t!r}{arch_note} is not an architecture servesim "
+                f"models; it models {supported_families()} (model_type "
+                f"{', '.join(sorted(SUPPORTED))})"
+            )
     _check_layers(cfg, src)
     return types[-1] if types else ""
 
@@ -86,18 +122,24 @@ def _check_layers(cfg: dict[str, Any], src: str) -> None:
     layer_types = cfg.get("layer_types") or []
     other = sorted({str(t) for t in layer_types} - _ATTENTION_LAYERS) if isinstance(layer_types, list) else []
     if other:
-        raise CatalogError(f"{src}: layer_types holds {', '.join(map(repr, other))}; servesim models "
-                           f"only 'full_attention' and 'sliding_attention' layers")
+        raise CatalogError(
+            f"{src}: layer_types holds {', '.join(map(repr, other))}; servesim models "
+            f"only 'full_attention' and 'sliding_attention' layers"
+        )
     if cfg.get("index_topk"):
-        raise CatalogError(f"{src}: index_topk gives sparse attention (each query attends to "
-                           f"{cfg['index_topk']!r} chosen tokens), which servesim does not model")
+        raise CatalogError(
+            f"{src}: index_topk gives sparse attention (each query attends to "
+            f"{cfg['index_topk']!r} chosen tokens), which servesim does not model"
+        )
     pattern = cfg.get("hybrid_override_pattern")
     if isinstance(pattern, str) and "M" in pattern:
-        raise CatalogError(f"{src}: hybrid_override_pattern has Mamba layers ('M'), which servesim "
-                           f"does not model")
+        raise CatalogError(
+            f"{src}: hybrid_override_pattern has Mamba layers ('M'), which servesim does not model"
+        )
     if cfg.get("block_configs"):
-        raise CatalogError(f"{src}: block_configs gives layers of different shapes, which servesim "
-                           f"does not model")
+        raise CatalogError(
+            f"{src}: block_configs gives layers of different shapes, which servesim does not model"
+        )
 
 
 def supported_families() -> str:

@@ -114,11 +114,27 @@ _GPUS: tuple[GpuSpec, ...] = (
 
 _BY_NAME = {g.name: g for g in _GPUS}
 _ALIASES = {
-    "a100": "A100-80GB", "a10080gb": "A100-80GB", "a100sxm": "A100-80GB", "a100sxm480gb": "A100-80GB",
-    "h100": "H100-SXM", "h100sxm": "H100-SXM", "h10080gb": "H100-SXM", "h100sxm5": "H100-SXM",
-    "h100sxm80gb": "H100-SXM", "h200": "H200", "h200sxm": "H200", "h200141gb": "H200",
-    "b200": "B200", "b200sxm": "B200", "b300": "B300", "b300sxm": "B300", "gb200": "GB200",
-    "gb200nvl72": "GB200", "mi300x": "MI300X", "l40s": "L40S", "l4": "L4",
+    "a100": "A100-80GB",
+    "a10080gb": "A100-80GB",
+    "a100sxm": "A100-80GB",
+    "a100sxm480gb": "A100-80GB",
+    "h100": "H100-SXM",
+    "h100sxm": "H100-SXM",
+    "h10080gb": "H100-SXM",
+    "h100sxm5": "H100-SXM",
+    "h100sxm80gb": "H100-SXM",
+    "h200": "H200",
+    "h200sxm": "H200",
+    "h200141gb": "H200",
+    "b200": "B200",
+    "b200sxm": "B200",
+    "b300": "B300",
+    "b300sxm": "B300",
+    "gb200": "GB200",
+    "gb200nvl72": "GB200",
+    "mi300x": "MI300X",
+    "l40s": "L40S",
+    "l4": "L4",
 }
 
 
@@ -134,11 +150,15 @@ def gpu_from_config(cfg: GpuConfig) -> GpuSpec:
     """A user-defined GPU. FP32 is not given there; it is taken as 1/16 of BF16 (H100: 67/989)."""
     bf16 = cfg.bf16_tflops
     return GpuSpec(
-        name=cfg.name, peak_flops=_flops(bf16, cfg.fp8_tflops, bf16 / 16),
-        mem_bytes=cfg.mem_gb * 1e9, mem_bw=cfg.mem_bw_tb_per_s * 1e12,
+        name=cfg.name,
+        peak_flops=_flops(bf16, cfg.fp8_tflops, bf16 / 16),
+        mem_bytes=cfg.mem_gb * 1e9,
+        mem_bw=cfg.mem_bw_tb_per_s * 1e12,
         interconnect_bw=cfg.interconnect_gb_per_s * 1e9,
         interconnect_latency_s=cfg.interconnect_latency_us * 1e-6,
-        idle_power_w=cfg.idle_power_w, max_power_w=cfg.max_power_w, usd_per_hour=cfg.usd_per_hour,
+        idle_power_w=cfg.idle_power_w,
+        max_power_w=cfg.max_power_w,
+        usd_per_hour=cfg.usd_per_hour,
     )
 
 
@@ -153,11 +173,15 @@ def get_gpu(name_or_config: str | GpuConfig) -> GpuSpec:
     if key in _ALIASES:
         return _BY_NAME[_ALIASES[key]]
     by_upper = {n.upper(): n for n in list_gpus()}
-    close = [by_upper[c] for c in difflib.get_close_matches(name_or_config.upper(), list(by_upper), n=3,
-                                                           cutoff=0.4)]
+    close = [
+        by_upper[c]
+        for c in difflib.get_close_matches(name_or_config.upper(), list(by_upper), n=3, cutoff=0.4)
+    ]
     hint = f"; did you mean {', '.join(close)}?" if close else ""
-    raise CatalogError(f"unknown GPU {name_or_config!r}{hint} Known: {', '.join(list_gpus())} "
-                       "(or define one under hardware.gpu with bf16_tflops, mem_gb, mem_bw_tb_per_s)")
+    raise CatalogError(
+        f"unknown GPU {name_or_config!r}{hint} Known: {', '.join(list_gpus())} "
+        "(or define one under hardware.gpu with bf16_tflops, mem_gb, mem_bw_tb_per_s)"
+    )
 
 
 # --------------------------------------------------------------------------- links
@@ -200,9 +224,14 @@ _LINKS: dict[str, tuple[str, str, float, int]] = {
 _NET_LATENCY_S = 8e-6
 
 
-def link_spec(gpu: GpuSpec, intra_bw: float | None = None, intra_latency_s: float | None = None,
-              inter_bw: float | None = None, inter_latency_s: float | None = None,
-              gpus_per_node: int | None = None) -> LinkSpec:
+def link_spec(
+    gpu: GpuSpec,
+    intra_bw: float | None = None,
+    intra_latency_s: float | None = None,
+    inter_bw: float | None = None,
+    inter_latency_s: float | None = None,
+    gpus_per_node: int | None = None,
+) -> LinkSpec:
     """The catalog links of ``gpu`` (a custom GPU: its interconnect and a 400G network), with
     any figure overridden (None keeps the catalog's)."""
     intra_kind, inter_kind, net_bw, per_node = _LINKS.get(gpu.name, ("custom", "network 400G", 50e9, 8))

@@ -58,8 +58,9 @@ def _num_dense_layers(cfg: dict[str, Any], layers: int, src: str) -> int:
     freq = _layer_count(cfg, "moe_layer_freq", 1, src)
     only = set(cfg.get("mlp_only_layers") or [])
     step = _layer_count(cfg, "decoder_sparse_step", 1, src)
-    moe = sum(1 for i in range(layers)
-              if i >= first_k and i % freq == 0 and i not in only and (i + 1) % step == 0)
+    moe = sum(
+        1 for i in range(layers) if i >= first_k and i % freq == 0 and i not in only and (i + 1) % step == 0
+    )
     return layers - moe
 
 
@@ -84,24 +85,35 @@ def _experts(cfg: dict[str, Any], model_type: str, src: str) -> tuple[int, int]:
     if given is None or cfg[given] == 0:
         if model_type in MOE_TYPES:
             found = f"{given} is 0" if given else f"no {' / '.join(_EXPERT_KEYS)} is given"
-            raise CatalogError(f"{src}: model_type {model_type!r} is a mixture of experts but {found}; "
-                               f"it needs a positive expert count and num_experts_per_tok")
+            raise CatalogError(
+                f"{src}: model_type {model_type!r} is a mixture of experts but {found}; "
+                f"it needs a positive expert count and num_experts_per_tok"
+            )
         top = next((k for k in _TOP_K_KEYS if cfg.get(k)), None)
         if top is not None and given is not None:
-            raise CatalogError(f"{src}: {top} is {cfg[top]!r} but {given} is 0; a mixture of experts "
-                               f"needs at least one expert")
+            raise CatalogError(
+                f"{src}: {top} is {cfg[top]!r} but {given} is 0; a mixture of experts "
+                f"needs at least one expert"
+            )
         return 0, 0
     experts = _int(cfg[given], given, src)
     top_key = next((k for k in _TOP_K_KEYS if cfg.get(k) is not None), _TOP_K_KEYS[0])
     top_k = _int(_pick(cfg, _TOP_K_KEYS, src), top_key, src)
     if top_k > experts:
-        raise CatalogError(f"{src}: {top_key} ({top_k}) exceeds {given} ({experts}); a token is routed "
-                           f"to at most every expert")
+        raise CatalogError(
+            f"{src}: {top_key} ({top_k}) exceeds {given} ({experts}); a token is routed "
+            f"to at most every expert"
+        )
     return experts, top_k
 
 
-def from_hf_config(cfg: dict[str, Any], name: str, dtype: str = "auto",
-                   source: str | None = None, hf_quant_config: dict[str, Any] | None = None) -> ModelSpec:
+def from_hf_config(
+    cfg: dict[str, Any],
+    name: str,
+    dtype: str = "auto",
+    source: str | None = None,
+    hf_quant_config: dict[str, Any] | None = None,
+) -> ModelSpec:
     """Build a ModelSpec from a Hugging Face config dict (Llama/Mistral/Qwen2/Qwen3/Mixtral/OPT,
     Qwen3-MoE, DeepSeek-V3/Kimi-K2 (MLA), gpt-oss and MiniMax-M2 keys).
 
@@ -115,11 +127,15 @@ def from_hf_config(cfg: dict[str, Any], name: str, dtype: str = "auto",
         raise CatalogError(f"{src}: expected a JSON object, found {type(cfg).__name__}")
     outer = cfg
     if isinstance(cfg.get("text_config"), dict):
-        cfg = {**{k: v for k, v in outer.items() if k in ("torch_dtype", "dtype", "quantization_config")},
-               **cfg["text_config"]}
+        cfg = {
+            **{k: v for k, v in outer.items() if k in ("torch_dtype", "dtype", "quantization_config")},
+            **cfg["text_config"],
+        }
     if "num_hidden_layers" not in cfg and isinstance(cfg.get("quantization"), dict):
-        raise CatalogError(f"{src}: this is a ModelOpt hf_quant_config.json, not a model's config.json; "
-                           f"give the config.json beside it")
+        raise CatalogError(
+            f"{src}: this is a ModelOpt hf_quant_config.json, not a model's config.json; "
+            f"give the config.json beside it"
+        )
     model_type = check_architecture(cfg, outer, src) or str(outer.get("model_type", "")).lower()
 
     def num(keys: tuple[str, ...], default: Any = ...) -> int:
@@ -130,8 +146,9 @@ def from_hf_config(cfg: dict[str, Any], name: str, dtype: str = "auto",
     heads = num(("num_attention_heads", "n_head"))
     kv_heads = num(("num_key_value_heads",), heads)
     mla = _mla(cfg, src)
-    head_dim = (mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"] if mla
-                else num(("head_dim",), hidden // heads))
+    head_dim = (
+        mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"] if mla else num(("head_dim",), hidden // heads)
+    )
     inter = num(("intermediate_size", "ffn_dim", "n_inner"))
     vocab = num(("vocab_size",))
     # vLLM falls back to 2048 when a config gives no maximum length.
@@ -144,8 +161,9 @@ def from_hf_config(cfg: dict[str, Any], name: str, dtype: str = "auto",
         shared = int(cfg.get("shared_expert_intermediate_size") or 0) if experts else 0
     dense_layers = _num_dense_layers(cfg, layers, src) if experts else 0
     if heads % kv_heads:
-        raise CatalogError(f"{src}: num_attention_heads ({heads}) is not a multiple of "
-                           f"num_key_value_heads ({kv_heads})")
+        raise CatalogError(
+            f"{src}: num_attention_heads ({heads}) is not a multiple of num_key_value_heads ({kv_heads})"
+        )
     tied = cfg.get("tie_word_embeddings", outer.get("tie_word_embeddings", model_type in _TIED_BY_DEFAULT))
     gated = "ffn_dim" not in cfg and model_type != "opt"
 
@@ -158,8 +176,12 @@ def from_hf_config(cfg: dict[str, Any], name: str, dtype: str = "auto",
         quant = parse_quantization(cfg, hf_quant_config, dtype, src)
         dtype_bytes = DTYPE_BYTES[dtype]
         if quant is not None:
-            dtype, dtype_bytes, expert_bytes, method = (quant.dtype, quant.dtype_bytes,
-                                                        quant.expert_dtype_bytes, quant.method)
+            dtype, dtype_bytes, expert_bytes, method = (
+                quant.dtype,
+                quant.dtype_bytes,
+                quant.expert_dtype_bytes,
+                quant.method,
+            )
             kv_dtype = quant.kv_cache_dtype
     else:
         dtype = normalize_dtype(dtype)
@@ -169,15 +191,31 @@ def from_hf_config(cfg: dict[str, Any], name: str, dtype: str = "auto",
     sliding_layers = sum(1 for t in layer_types if t == "sliding_attention") if window else 0
     qk_norm_ar = bool(cfg.get("use_qk_norm")) and cfg.get("qk_norm_type") == "per_layer"
     return ModelSpec(
-        name=name, num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
-        num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=inter, vocab_size=vocab,
-        tie_word_embeddings=bool(tied), num_experts=experts, num_experts_per_tok=top_k,
-        moe_intermediate_size=moe_inter, dtype=dtype, dtype_bytes=dtype_bytes,
-        max_position_embeddings=max_pos, mlp_gated=gated,
+        name=name,
+        num_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=inter,
+        vocab_size=vocab,
+        tie_word_embeddings=bool(tied),
+        num_experts=experts,
+        num_experts_per_tok=top_k,
+        moe_intermediate_size=moe_inter,
+        dtype=dtype,
+        dtype_bytes=dtype_bytes,
+        max_position_embeddings=max_pos,
+        mlp_gated=gated,
         sliding_window=int(window) if window else None,
-        shared_expert_intermediate_size=shared, num_dense_layers=dense_layers,
-        num_sliding_layers=sliding_layers, expert_dtype_bytes=expert_bytes, quant_method=method,
-        kv_cache_dtype=kv_dtype, qk_norm_allreduce=qk_norm_ar, router_fp32=model_type in _FP32_ROUTER,
+        shared_expert_intermediate_size=shared,
+        num_dense_layers=dense_layers,
+        num_sliding_layers=sliding_layers,
+        expert_dtype_bytes=expert_bytes,
+        quant_method=method,
+        kv_cache_dtype=kv_dtype,
+        qk_norm_allreduce=qk_norm_ar,
+        router_fp32=model_type in _FP32_ROUTER,
         **mla,
     )
 
@@ -236,8 +274,10 @@ def _read_config(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise CatalogError(f"{path}: cannot read JSON: {err}") from None
     if not isinstance(cfg, dict):
-        raise CatalogError(f"{path}: expected a JSON object of model settings (a Hugging Face "
-                           f"config.json), found a {type(cfg).__name__}")
+        raise CatalogError(
+            f"{path}: expected a JSON object of model settings (a Hugging Face "
+            f"config.json), found a {type(cfg).__name__}"
+        )
     return cfg
 
 
@@ -247,8 +287,9 @@ def load_model(name_or_path: str, dtype: str = "auto") -> ModelSpec:
     canon = _lookup_preset(name_or_path)
     if canon is not None:
         cfg = _presets()[canon]
-        return from_hf_config(cfg, canon, dtype, source=f"preset {canon}",
-                              hf_quant_config=cfg.get("_servesim_hf_quant_config"))
+        return from_hf_config(
+            cfg, canon, dtype, source=f"preset {canon}", hf_quant_config=cfg.get("_servesim_hf_quant_config")
+        )
     path = Path(name_or_path).expanduser()
     if path.exists() or name_or_path.endswith(".json"):
         cfg = _read_config(path)
@@ -260,5 +301,7 @@ def load_model(name_or_path: str, dtype: str = "auto") -> ModelSpec:
     choices = sorted({*list_models(), *(c["_servesim_short"] for c in _presets().values())})
     close = difflib.get_close_matches(name_or_path, choices, n=4, cutoff=0.4)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
-    raise CatalogError(f"unknown model {name_or_path!r} (not a preset and no such path){hint} "
-                       f"Presets: {', '.join(list_models())}")
+    raise CatalogError(
+        f"unknown model {name_or_path!r} (not a preset and no such path){hint} "
+        f"Presets: {', '.join(list_models())}"
+    )

@@ -36,10 +36,19 @@ from servesim.errors import CatalogError
 DTYPE_BYTES: dict[str, float] = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "fp8": 1.0}
 
 _DTYPE_ALIASES = {
-    "float": "float32", "fp32": "float32", "float32": "float32",
-    "half": "float16", "fp16": "float16", "float16": "float16",
-    "bf16": "bfloat16", "bfloat16": "bfloat16",
-    "fp8": "fp8", "float8": "fp8", "float8_e4m3fn": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8",
+    "float": "float32",
+    "fp32": "float32",
+    "float32": "float32",
+    "half": "float16",
+    "fp16": "float16",
+    "float16": "float16",
+    "bf16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "fp8": "fp8",
+    "float8": "fp8",
+    "float8_e4m3fn": "fp8",
+    "fp8_e4m3": "fp8",
+    "fp8_e5m2": "fp8",
 }
 
 # Model types whose Hugging Face config class ties input and output embeddings by default
@@ -180,10 +189,15 @@ class ModelSpec:
         h, heads = self.hidden_size, self.num_attention_heads
         if self.is_mla:
             qk = self.qk_nope_head_dim + self.qk_rope_head_dim
-            q = (h * self.q_lora_rank + self.q_lora_rank * heads * qk // tp if self.q_lora_rank
-                 else h * heads * qk // tp)
-            kv = (h * (self.kv_lora_rank + self.qk_rope_head_dim)
-                  + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim) // tp)
+            q = (
+                h * self.q_lora_rank + self.q_lora_rank * heads * qk // tp
+                if self.q_lora_rank
+                else h * heads * qk // tp
+            )
+            kv = (
+                h * (self.kv_lora_rank + self.qk_rope_head_dim)
+                + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim) // tp
+            )
             return q + kv + heads * self.v_head_dim * h // tp
         q = heads * self.head_dim // tp
         kv = self.kv_heads_per_rank(tp) * self.head_dim
@@ -210,8 +224,9 @@ class ModelSpec:
         TP rank (shared experts of the MoE layers, dense MLPs of the dense layers)."""
         if not self.is_moe:
             return 0
-        return (self.num_moe_layers * self.shared_expert_params(tp)
-                + self.num_dense_layers * self.dense_mlp_params(tp))
+        return self.num_moe_layers * self.shared_expert_params(
+            tp
+        ) + self.num_dense_layers * self.dense_mlp_params(tp)
 
     def embedding_params(self, tp: int = 1) -> int:
         """Input embedding on one TP rank (vocab-parallel)."""
@@ -233,8 +248,12 @@ class ModelSpec:
 
     def _count_params(self, experts: int) -> int:
         h, layers = self.hidden_size, self.num_layers
-        total = (layers * (self.attn_params_per_layer() + 2 * h) + self.embedding_params()
-                 + self.lm_head_params() + h)
+        total = (
+            layers * (self.attn_params_per_layer() + 2 * h)
+            + self.embedding_params()
+            + self.lm_head_params()
+            + h
+        )
         if not self.is_moe:
             return total + layers * self.expert_params()
         moe = experts * self.expert_params() + self.shared_expert_params() + self.router_params()
@@ -257,8 +276,12 @@ class ModelSpec:
             return attn + layers * self.expert_params(tp) * b
         moe = min(layers, self.num_moe_layers)
         per_moe = self.shared_expert_params(tp) * b + self.router_params() * self.activation_dtype_bytes
-        return (attn + self.routed_expert_bytes(tp, pp, attention_dp) + moe * per_moe
-                + (layers - moe) * self.dense_mlp_params(tp) * b)
+        return (
+            attn
+            + self.routed_expert_bytes(tp, pp, attention_dp)
+            + moe * per_moe
+            + (layers - moe) * self.dense_mlp_params(tp) * b
+        )
 
     def routed_expert_bytes(self, tp: int = 1, pp: int = 1, attention_dp: int = 1) -> float:
         """The routed experts' share of ``linear_weight_bytes``: 1/(dp x tp) of every MoE
@@ -286,8 +309,9 @@ class ModelSpec:
         kv_b = self.default_kv_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
         return math.ceil(self.num_full_attention_layers / pp) * self.kv_elems_per_layer(tp) * kv_b
 
-    def kv_window_bytes_per_request(self, tp: int = 1, kv_dtype_bytes: float | None = None, pp: int = 1,
-                                    block_size: int = 16) -> float:
+    def kv_window_bytes_per_request(
+        self, tp: int = 1, kv_dtype_bytes: float | None = None, pp: int = 1, block_size: int = 16
+    ) -> float:
         """KV bytes the sliding-window layers of one stage hold for one running request.
 
         vLLM's sliding-window manager keeps the blocks covering the last ``sliding_window - 1``
@@ -297,8 +321,9 @@ class ModelSpec:
             return 0.0
         kv_b = self.default_kv_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
         blocks = -(-(self.sliding_window - 1) // block_size) + 1
-        return (math.ceil(self.num_sliding_layers / pp) * self.kv_elems_per_layer(tp) * kv_b
-                * blocks * block_size)
+        return (
+            math.ceil(self.num_sliding_layers / pp) * self.kv_elems_per_layer(tp) * kv_b * blocks * block_size
+        )
 
     def attn_flops_per_pair(self, tp: int = 1, decode: bool = False) -> float:
         """FLOPs of one query token against one context token in one layer on one TP rank.

@@ -37,8 +37,10 @@ def check_parallel(model: ModelSpec, parallel: ParallelConfig, field: str = "par
     pp = parallel.pipeline_parallel_size
     heads, kv = model.num_attention_heads, model.num_kv_heads
     if pp > model.num_layers:
-        raise ConfigError(f"{field}.pipeline_parallel_size: {pp} exceeds the {model.num_layers} layers "
-                          f"of {model.name}: each pipeline stage needs at least one layer")
+        raise ConfigError(
+            f"{field}.pipeline_parallel_size: {pp} exceeds the {model.num_layers} layers "
+            f"of {model.name}: each pipeline stage needs at least one layer"
+        )
     if heads % tp:
         raise ConfigError(
             f"{field}.tensor_parallel_size: {tp} does not divide the {heads} attention heads of "

@@ -42,8 +42,8 @@ _PART_NAMES = {
     "experts": ("model.layers.1.mlp.experts.0.gate_proj", "model.layers.1.block_sparse_moe.experts.0.w1"),
 }
 
-MXFP4_BYTES = 4.25 / 8   # 4-bit e2m1 values, one 8-bit e8m0 scale per 32
-NVFP4_BYTES = 4.5 / 8    # 4-bit e2m1 values, one fp8 e4m3 scale per 16
+MXFP4_BYTES = 4.25 / 8  # 4-bit e2m1 values, one 8-bit e8m0 scale per 32
+NVFP4_BYTES = 4.5 / 8  # 4-bit e2m1 values, one fp8 e4m3 scale per 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +61,12 @@ class Quantization:
 def _matches(name: str, pattern: str) -> bool:
     if pattern.startswith("re:"):
         return re.match(pattern[3:], name) is not None
-    return (fnmatch(name, pattern) or fnmatch(name, pattern + ".*") or name.endswith("." + pattern)
-            or f".{pattern}." in f".{name}.")
+    return (
+        fnmatch(name, pattern)
+        or fnmatch(name, pattern + ".*")
+        or name.endswith("." + pattern)
+        or f".{pattern}." in f".{name}."
+    )
 
 
 def _is_excluded(part: str, patterns: list[str]) -> bool:
@@ -80,10 +84,13 @@ def _compressed_tensors(qc: dict[str, Any], source: str) -> tuple[float, str, st
     w = group.get("weights") or {}
     bits = w.get("num_bits")
     if not isinstance(bits, int) or bits <= 0:
-        raise CatalogError(f"{source}: quantization_config weights.num_bits must be a positive integer, "
-                           f"found {bits!r}")
+        raise CatalogError(
+            f"{source}: quantization_config weights.num_bits must be a positive integer, found {bits!r}"
+        )
     is_float = w.get("type") == "float"
-    size = w.get("group_size") if w.get("strategy", "group" if w.get("group_size") else "") == "group" else None
+    size = (
+        w.get("group_size") if w.get("strategy", "group" if w.get("group_size") else "") == "group" else None
+    )
     scale_bytes = 1.0 if (is_float and bits == 4) else 2.0  # fp4 groups: fp8 scales; int groups: bf16
     per_param = bits / 8 + (scale_bytes / size if size else 0.0)
     acts = group.get("input_activations") or {}
@@ -93,8 +100,9 @@ def _compressed_tensors(qc: dict[str, Any], source: str) -> tuple[float, str, st
     return per_param, dtype, label, list(group.get("targets") or ["Linear"])
 
 
-def parse_quantization(cfg: dict[str, Any], hf_quant: dict[str, Any] | None, base_dtype: str,
-                       source: str) -> Quantization | None:
+def parse_quantization(
+    cfg: dict[str, Any], hf_quant: dict[str, Any] | None, base_dtype: str, source: str
+) -> Quantization | None:
     """The checkpoint's quantization, or None for an unquantized one.
 
     ``cfg`` is the (text) config, ``hf_quant`` the content of ``hf_quant_config.json`` (or
@@ -115,35 +123,56 @@ def parse_quantization(cfg: dict[str, Any], hf_quant: dict[str, Any] | None, bas
     if method == "modelopt":
         algo = str(qc.get("quant_algo", "")).upper()
         if algo not in ("FP8", "NVFP4"):
-            raise CatalogError(f"{source}: ModelOpt quant_algo {qc.get('quant_algo')!r} is not supported; "
-                               f"expected FP8 or NVFP4")
+            raise CatalogError(
+                f"{source}: ModelOpt quant_algo {qc.get('quant_algo')!r} is not supported; "
+                f"expected FP8 or NVFP4"
+            )
         per_param = 1.0 if algo == "FP8" else NVFP4_BYTES
         dtype = "fp8" if algo == "FP8" else "nvfp4"
         # hf_quant_config.json names exclusions exclude_modules; a config.json's own ModelOpt
         # block (nvidia/Kimi-K2.5-NVFP4) names them ignore, prefixed by the text model's
         # ``language_model.``.
-        excluded = [str(p).removeprefix("language_model.")
-                    for p in (qc.get("exclude_modules") or qc.get("ignore") or [])]
+        excluded = [
+            str(p).removeprefix("language_model.")
+            for p in (qc.get("exclude_modules") or qc.get("ignore") or [])
+        ]
         q = _by_part(dtype, per_param, base_dtype, excluded, ["Linear"], f"modelopt {algo}", source)
         # vLLM's kv_cache_dtype 'auto' takes the checkpoint's KV quantization (FP8):
         # kv_cache_quant_algo, or in a config.json's block an 8-bit float kv_cache_scheme.
         scheme = qc.get("kv_cache_scheme") or {}
-        fp8_kv = (str(qc.get("kv_cache_quant_algo") or "").upper() == "FP8"
-                  or (isinstance(scheme, dict) and scheme.get("num_bits") == 8
-                      and scheme.get("type") == "float"))
+        fp8_kv = str(qc.get("kv_cache_quant_algo") or "").upper() == "FP8" or (
+            isinstance(scheme, dict) and scheme.get("num_bits") == 8 and scheme.get("type") == "float"
+        )
         kv = "fp8" if fp8_kv else ""
         return Quantization(q.dtype, q.dtype_bytes, q.expert_dtype_bytes, q.method, kv)
     if method == "compressed-tensors":
         per_param, dtype, label, targets = _compressed_tensors(qc, source)
-        return _by_part(dtype, per_param, base_dtype, list(qc.get("ignore") or []), targets,
-                        f"compressed-tensors {label}", source)
-    raise CatalogError(f"{source}: quantization method {method!r} is not supported; expected fp8, mxfp4, "
-                       f"compressed-tensors or modelopt (hf_quant_config.json)")
+        return _by_part(
+            dtype,
+            per_param,
+            base_dtype,
+            list(qc.get("ignore") or []),
+            targets,
+            f"compressed-tensors {label}",
+            source,
+        )
+    raise CatalogError(
+        f"{source}: quantization method {method!r} is not supported; expected fp8, mxfp4, "
+        f"compressed-tensors or modelopt (hf_quant_config.json)"
+    )
 
 
-def _by_part(dtype: str, per_param: float, base_dtype: str, excluded: list[str], targets: list[str],
-             method: str, source: str) -> Quantization:
+def _by_part(
+    dtype: str,
+    per_param: float,
+    base_dtype: str,
+    excluded: list[str],
+    targets: list[str],
+    method: str,
+    source: str,
+) -> Quantization:
     """Attention/dense quantized or not, experts quantized or not, from the exclusion list."""
+
     def quantized(part: str) -> bool:
         targeted = "Linear" in targets or any(_matches(n, t) for t in targets for n in _PART_NAMES[part])
         return targeted and not _is_excluded(part, excluded)

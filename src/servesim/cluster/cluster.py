@@ -83,9 +83,18 @@ def api_servers_per_rank(version: str) -> bool:
 
 
 class Cluster:
-    def __init__(self, loop: EventLoop, pools: list[PoolSpec], cfg: ClusterConfig, records: RequestRecords,
-                 seed: int = 0, check_invariants: bool = False, record_steps: bool = True,
-                 wl: Workload | None = None, quiet_steps: bool = False) -> None:
+    def __init__(
+        self,
+        loop: EventLoop,
+        pools: list[PoolSpec],
+        cfg: ClusterConfig,
+        records: RequestRecords,
+        seed: int = 0,
+        check_invariants: bool = False,
+        record_steps: bool = True,
+        wl: Workload | None = None,
+        quiet_steps: bool = False,
+    ) -> None:
         self.loop = loop
         self.wl = wl
         self.cfg = cfg
@@ -143,7 +152,7 @@ class Cluster:
         lockstep; with ``own_servers`` each keeps its own API front end, else they share
         the first rank's (``api_servers_per_rank``)."""
         for k in range(0, len(replicas), dp):
-            ranks = replicas[k:k + dp]
+            ranks = replicas[k : k + dp]
             if not own_servers:
                 for r in ranks:
                     r.frontend = ranks[0].frontend
@@ -152,8 +161,10 @@ class Cluster:
     def refresh_routes(self) -> None:
         """The routers' candidates: the serving replicas of each stage."""
         roles = ("prefill", "decode") if self.is_disagg else ("colocated", "decode")
-        ids = {role: [i for i, p in enumerate(self.pool_of) if p.role == role and self.serving[i]]
-               for role in roles}
+        ids = {
+            role: [i for i, p in enumerate(self.pool_of) if p.role == role and self.serving[i]]
+            for role in roles
+        }
         self.front, self.back = ids[roles[0]], ids["decode"]
 
     def add_replica(self, pool: PoolSpec) -> int:
@@ -164,15 +175,32 @@ class Cluster:
         return len(self.replicas) - 1
 
     def _add_replica(self, pool: PoolSpec, check_invariants: bool, reference: bool) -> None:
-        totals = ReplicaTotals(num_gpus=pool.num_gpus, num_gpu_blocks=pool.num_gpu_blocks, pool=pool.name,
-                               role=pool.role, gpu=pool.gpu)
+        totals = ReplicaTotals(
+            num_gpus=pool.num_gpus,
+            num_gpu_blocks=pool.num_gpu_blocks,
+            pool=pool.name,
+            role=pool.role,
+            gpu=pool.gpu,
+        )
         # V1 (lazy, or the reference with ``reference``) where it applies, else the engine
         # policy's scheduler (for colocated pools: hand-offs and migration assume V1's
         # waiting/running queues).
-        rep = build_replica(len(self.replicas), self.loop, pool.engine, pool.perf, pool.num_gpu_blocks,
-                            pool.max_model_len, self.wl, self.steps, self.itl, totals, reference=reference,
-                            kv_bytes_per_block=pool.kv_bytes_per_block, check_invariants=check_invariants,
-                            on_finish=self.on_finish)
+        rep = build_replica(
+            len(self.replicas),
+            self.loop,
+            pool.engine,
+            pool.perf,
+            pool.num_gpu_blocks,
+            pool.max_model_len,
+            self.wl,
+            self.steps,
+            self.itl,
+            totals,
+            reference=reference,
+            kv_bytes_per_block=pool.kv_bytes_per_block,
+            check_invariants=check_invariants,
+            on_finish=self.on_finish,
+        )
         rep.quiet = self.quiet_steps and pool.role != "prefill"
         self.max_model_len = min(self.max_model_len, pool.max_model_len)
         self.usable_tokens = min(self.usable_tokens, (pool.num_gpu_blocks - 1) * pool.engine.block_size)
@@ -298,8 +326,11 @@ class Cluster:
                 bw = ps.net_bw * ps.num_gpus
             else:
                 bw = min(p.net_bw * p.num_gpus for p in self.pool_of)
-            latency = (cfg.latency_us * 1e-6 if cfg.latency_us is not None
-                       else max(ps.net_latency_s, pd.net_latency_s))
+            latency = (
+                cfg.latency_us * 1e-6
+                if cfg.latency_us is not None
+                else max(ps.net_latency_s, pd.net_latency_s)
+            )
             link = self.links[key] = Link(self.loop, bw, latency)
         return link
 
@@ -341,9 +372,13 @@ class Cluster:
             saved = self.handoff.get(idx)
             if saved is not None:
                 r.num_prompt_tokens, r.max_tokens = saved
-            where = "waiting for a serving replica" if idx in parked else "in transit" if (
-                r.status == ReqStatus.WAITING and not any(r in rep.scheduler.waiting for rep in alive)) else (
-                "running" if r.status == ReqStatus.RUNNING else "waiting")
+            where = (
+                "waiting for a serving replica"
+                if idx in parked
+                else "in transit"
+                if (r.status == ReqStatus.WAITING and not any(r in rep.scheduler.waiting for rep in alive))
+                else ("running" if r.status == ReqStatus.RUNNING else "waiting")
+            )
             write_record(self.records, r, f"still {where} when the run ended")
 
 
@@ -389,8 +424,10 @@ def _closed_loop(cluster: Cluster, wl: Workload) -> ClosedLoopFeeder | Dependenc
     """Closed-loop clients in front of the cluster's router; a request is done when it
     finishes where it ends (after any hand-off) or is rejected."""
     if cluster.cfg.staleness_s > 0:
-        raise ConfigError("cluster.staleness_s > 0 needs arrival times known ahead; a benchmark "
-                          "workload's clients send when requests finish: set staleness_s to 0")
+        raise ConfigError(
+            "cluster.staleness_s > 0 needs arrival times known ahead; a benchmark "
+            "workload's clients send when requests finish: set staleness_s to 0"
+        )
 
     def reject(r: Request, why: str) -> None:
         write_record(cluster.records, r, why)
@@ -401,10 +438,18 @@ def _closed_loop(cluster: Cluster, wl: Workload) -> ClosedLoopFeeder | Dependenc
     return feeder
 
 
-def run_cluster(wl: Workload, pools: list[PoolSpec], cfg: ClusterConfig, *, seed: int = 0,
-                check_invariants: bool = False, until_s: float = float("inf"),
-                record_steps: bool = True, progress: Callable[[int], None] | None = None,
-                slo: Any = None) -> ClusterRun:
+def run_cluster(
+    wl: Workload,
+    pools: list[PoolSpec],
+    cfg: ClusterConfig,
+    *,
+    seed: int = 0,
+    check_invariants: bool = False,
+    until_s: float = float("inf"),
+    record_steps: bool = True,
+    progress: Callable[[int], None] | None = None,
+    slo: Any = None,
+) -> ClusterRun:
     """Run ``wl`` on a cluster of ``pools`` (no catalog needed: tests use this).
 
     ``record_steps=False`` drops the per-step series (long runs); ``progress(num_done)``
@@ -423,8 +468,9 @@ def run_cluster(wl: Workload, pools: list[PoolSpec], cfg: ClusterConfig, *, seed
         records.arrival_s = np.asarray(wl.arrival_s, dtype=np.float64).copy()
     records.num_prompt_tokens = np.asarray(wl.num_prompt_tokens, dtype=np.int64).copy()
     # Step ends are quiet unless a finish sends a request (closed-loop clients).
-    cluster = Cluster(loop, pools, cfg, records, seed, check_invariants, record_steps, wl,
-                      quiet_steps=not wl.is_closed_loop)
+    cluster = Cluster(
+        loop, pools, cfg, records, seed, check_invariants, record_steps, wl, quiet_steps=not wl.is_closed_loop
+    )
     ops = None
     if ops_cfg is not None:
         ops = cluster.ops = Operations(cluster, pools, ops_cfg, slo, len(wl), seed)
@@ -436,8 +482,7 @@ def run_cluster(wl: Workload, pools: list[PoolSpec], cfg: ClusterConfig, *, seed
     if cluster.migrator is not None:
         cluster.migrator.start()
     horizon = float(wl.arrival_s[-1]) if len(wl) else 0.0
-    end = run_in_slices(loop, horizon, until_s, progress, lambda: cluster.num_done,
-                        grows=wl.is_closed_loop)
+    end = run_in_slices(loop, horizon, until_s, progress, lambda: cluster.num_done, grows=wl.is_closed_loop)
     if ops is not None and ops.done_at is not None:
         end = ops.done_at
     cluster.finish_run()
@@ -450,8 +495,17 @@ def run_cluster(wl: Workload, pools: list[PoolSpec], cfg: ClusterConfig, *, seed
         if fe is not None and id(fe) not in counted:
             counted.add(id(fe))
             rep.totals.frontend_busy_s = fe.busy_s
-    return ClusterRun(records, cluster.steps or StepSeries(), cluster.itl,
-                      [r.totals for r in cluster.replicas], end, cluster.num_handoffs,
-                      cluster.migrator.num_migrations if cluster.migrator is not None else 0, cluster.links,
-                      ops.series if ops is not None else None, ops_counts,
-                      ops.fleet if ops is not None else None, ops.notices if ops is not None else [])
+    return ClusterRun(
+        records,
+        cluster.steps or StepSeries(),
+        cluster.itl,
+        [r.totals for r in cluster.replicas],
+        end,
+        cluster.num_handoffs,
+        cluster.migrator.num_migrations if cluster.migrator is not None else 0,
+        cluster.links,
+        ops.series if ops is not None else None,
+        ops_counts,
+        ops.fleet if ops is not None else None,
+        ops.notices if ops is not None else [],
+    )

@@ -49,9 +49,16 @@ class ReplicaPhase(IntEnum):
 class Fleet:
     """Starts, drains, stops and fails the replicas of ``cluster`` on its event loop."""
 
-    def __init__(self, cluster: Cluster, pools: list[PoolSpec], load_gb_per_s: float = 2.0,
-                 startup_s: float = 30.0, drain_timeout_s: float = 600.0, on_failure: str = "retry",
-                 max_retries: int = 3) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        pools: list[PoolSpec],
+        load_gb_per_s: float = 2.0,
+        startup_s: float = 30.0,
+        drain_timeout_s: float = 600.0,
+        on_failure: str = "retry",
+        max_retries: int = 3,
+    ) -> None:
         self.cluster = cluster
         self.loop = cluster.loop
         self.pools = {p.name: p for p in pools}
@@ -163,8 +170,14 @@ class Fleet:
     def _evacuate(self, i: int, phase: ReplicaPhase, why: str) -> None:
         c = self.cluster
         rep = c.replicas[i]
-        victims = [r for r in c.live.values() if r.replica == i and r.idx not in c.in_transit
-                   and r.idx not in self.parked_set and r.status < ReqStatus.FINISHED]
+        victims = [
+            r
+            for r in c.live.values()
+            if r.replica == i
+            and r.idx not in c.in_transit
+            and r.idx not in self.parked_set
+            and r.status < ReqStatus.FINISHED
+        ]
         rep.failed = True  # its pending events do nothing from now on
         c.outstanding[i] = 0
         self._end(i, phase)
@@ -182,8 +195,9 @@ class Fleet:
             self.num_failed_requests += 1
             c.live.pop(req.idx, None)
             req.status = ReqStatus.WAITING
-            write_record(c.records, req, f"failed: {why} (pool {c.pool_of[i].name}, replica {i}, "
-                                         f"after {n} retries)")
+            write_record(
+                c.records, req, f"failed: {why} (pool {c.pool_of[i].name}, replica {i}, after {n} retries)"
+            )
             c.num_done += 1
             if c.on_done is not None:  # a closed-loop client's request is over: it sends its next
                 c.on_done(req)
@@ -229,9 +243,13 @@ class Fleet:
             rep.totals.provisioned_from_s = self.started_at[i]
 
     def counts(self) -> dict[str, Any]:
-        return {"num_replicas_started": self.num_started, "num_replicas_stopped": self.num_stopped,
-                "num_failures": self.num_failures, "num_retried": self.num_retried,
-                "num_failed_requests": self.num_failed_requests}
+        return {
+            "num_replicas_started": self.num_started,
+            "num_replicas_stopped": self.num_stopped,
+            "num_failures": self.num_failures,
+            "num_retried": self.num_retried,
+            "num_failed_requests": self.num_failed_requests,
+        }
 
 
 def _reset(req: Request) -> None:

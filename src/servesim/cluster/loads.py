@@ -16,15 +16,20 @@ from servesim.engine.scheduler import Scheduler
 from servesim.perf.base import BatchStats
 
 
-def replica_load(rep: Replica, num_outstanding: int, req: Request, with_prefix: bool,
-                 with_ttft: bool) -> ReplicaLoad:
+def replica_load(
+    rep: Replica, num_outstanding: int, req: Request, with_prefix: bool, with_ttft: bool
+) -> ReplicaLoad:
     """``rep``'s load for routing ``req`` (``num_outstanding``: routed to it, not finished)."""
     sched = rep.scheduler
     kv = rep.kv
     pending = pending_prefill_tokens(sched)
-    x = ReplicaLoad(num_outstanding=num_outstanding, num_running=len(sched.running),
-                    num_waiting=len(sched.waiting), kv_usage=kv.usage,
-                    pending_tokens=pending + len(sched.running))
+    x = ReplicaLoad(
+        num_outstanding=num_outstanding,
+        num_running=len(sched.running),
+        num_waiting=len(sched.waiting),
+        kv_usage=kv.usage,
+        pending_tokens=pending + len(sched.running),
+    )
     if with_prefix or with_ttft:
         x.prefix_hit_tokens = kv.get_computed_blocks(req)[1]
     if with_ttft:
@@ -63,9 +68,14 @@ def predict_ttft(rep: Replica, req: Request, pending_tokens: int, hit_tokens: in
     tokens = pending_tokens + max(req.num_prompt_tokens - hit_tokens, 1)
     budget = max(sched.cfg.max_num_batched_tokens - n_dec, 1)
     chunk = min(tokens, budget)
-    st = BatchStats(num_prefill_tokens=chunk, prefill_attn_work=chunk * (hit_tokens + chunk / 2),
-                    num_prefill_reqs=1, num_decode_reqs=n_dec,
-                    sum_decode_context=rep.kv.num_used_blocks * rep.kv.block_size,
-                    sum_prefill_context=hit_tokens)
-    return wait + math.ceil(tokens / budget) * step_wall_s(rep.perf.batch_time(st), rep.cpu_overhead_s,
-                                                           rep.async_scheduling)
+    st = BatchStats(
+        num_prefill_tokens=chunk,
+        prefill_attn_work=chunk * (hit_tokens + chunk / 2),
+        num_prefill_reqs=1,
+        num_decode_reqs=n_dec,
+        sum_decode_context=rep.kv.num_used_blocks * rep.kv.block_size,
+        sum_prefill_context=hit_tokens,
+    )
+    return wait + math.ceil(tokens / budget) * step_wall_s(
+        rep.perf.batch_time(st), rep.cpu_overhead_s, rep.async_scheduling
+    )

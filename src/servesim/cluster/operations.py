@@ -67,26 +67,40 @@ def check_power_budget(budget_w: float, pools: list[PoolSpec]) -> None:
     floors = {p.name: p.num_gpus * p.gpu.idle_power_w for p in pools if p.gpu is not None}
     if floors and budget_w < min(floors.values()):
         name = min(floors, key=floors.__getitem__)
-        raise ConfigError(f"cluster.operations.power.budget_w ({budget_w:g} W) is below the idle power of "
-                          f"one replica of any pool (pool {name!r}: {floors[name]:,.0f} W idle); capping "
-                          f"cannot go below idle, so no replica can run within it")
+        raise ConfigError(
+            f"cluster.operations.power.budget_w ({budget_w:g} W) is below the idle power of "
+            f"one replica of any pool (pool {name!r}: {floors[name]:,.0f} W idle); capping "
+            f"cannot go below idle, so no replica can run within it"
+        )
 
 
 class Operations:
     """The periodic controller of one cluster run (see the module docstring)."""
 
-    def __init__(self, cluster: Cluster, pools: list[PoolSpec], cfg: OperationsConfig, slo: Any,
-                 num_requests: int, seed: int = 0) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        pools: list[PoolSpec],
+        cfg: OperationsConfig,
+        slo: Any,
+        num_requests: int,
+        seed: int = 0,
+    ) -> None:
         a, f = cfg.autoscaling, cfg.failures
         if cfg.power is not None:
             check_power_budget(cfg.power.budget_w, pools)
         self.cluster, self.cfg, self.slo = cluster, cfg, slo
         self.loop = cluster.loop
         self.num_requests = num_requests
-        self.fleet = Fleet(cluster, pools,
-                           load_gb_per_s=a.load_gb_per_s if a else 2.0, startup_s=a.startup_s if a else 30.0,
-                           drain_timeout_s=a.drain_timeout_s if a else 600.0,
-                           on_failure=f.on_failure if f else "retry", max_retries=f.max_retries if f else 3)
+        self.fleet = Fleet(
+            cluster,
+            pools,
+            load_gb_per_s=a.load_gb_per_s if a else 2.0,
+            startup_s=a.startup_s if a else 30.0,
+            drain_timeout_s=a.drain_timeout_s if a else 600.0,
+            on_failure=f.on_failure if f else "retry",
+            max_retries=f.max_retries if f else 3,
+        )
         self.pools = pools
         self.rng = np.random.default_rng(seed + 0x5EED)
         self.series = TimeSeries()
@@ -149,8 +163,11 @@ class Operations:
         e2e = r.finished_s - r.arrival_s
         n_out = r.num_output_tokens
         tpot = (r.finished_s - r.first_token_s) / (n_out - 1) if n_out > 1 else 0.0
-        return ((slo.ttft_s is None or ttft <= slo.ttft_s) and (slo.tpot_s is None or tpot <= slo.tpot_s)
-                and (slo.e2e_s is None or e2e <= slo.e2e_s))
+        return (
+            (slo.ttft_s is None or ttft <= slo.ttft_s)
+            and (slo.tpot_s is None or tpot <= slo.tpot_s)
+            and (slo.e2e_s is None or e2e <= slo.e2e_s)
+        )
 
     def _on_failure_event(self, e: Any) -> None:
         self._pending_failures.remove(e)
@@ -173,11 +190,14 @@ class Operations:
         """A configured failure that did not happen: said, not skipped silently."""
         from servesim.workload.notices import notice
 
-        self.notices.append(notice(
-            "failure_not_applied",
-            f"the failure of replica {e.replica} of pool {e.pool!r} at {e.at_s:,.6g} s did not happen: "
-            f"{why} (replicas are numbered in start order, the ones scaled in or failed included)",
-            source="cluster.operations.failures.events"))
+        self.notices.append(
+            notice(
+                "failure_not_applied",
+                f"the failure of replica {e.replica} of pool {e.pool!r} at {e.at_s:,.6g} s did not happen: "
+                f"{why} (replicas are numbered in start order, the ones scaled in or failed included)",
+                source="cluster.operations.failures.events",
+            )
+        )
 
     # ----------------------------------------------------------------- the tick
 
@@ -209,8 +229,15 @@ class Operations:
         for i, rep in enumerate(c.replicas):
             pool, t = c.pool_of[i], rep.totals
             g, f, b, routed, steps, tokens, kv_s = self._seen[i]
-            self._seen[i] = (t.gpu_s, t.flops, t.bytes, t.num_routed, t.num_steps, t.num_batched_tokens,
-                             t.kv_block_s)
+            self._seen[i] = (
+                t.gpu_s,
+                t.flops,
+                t.bytes,
+                t.num_routed,
+                t.num_steps,
+                t.num_batched_tokens,
+                t.kv_block_s,
+            )
             s = stats[pool.name]
             s[0] += t.num_routed - routed
             s[3] += t.num_steps - steps
@@ -228,14 +255,17 @@ class Operations:
                 clock = pool.perf.clock if isinstance(pool.perf, Clocked) else 1.0
                 e = e1 = pool.num_gpus * (
                     busy_energy_j(pool.gpu, busy, cf * share, cb * share, coef, clock=clock)
-                    + pool.gpu.idle_power_w * (held - busy))
+                    + pool.gpu.idle_power_w * (held - busy)
+                )
                 if clock < 1.0:
                     # At the full clock the compute-bound part of each step takes clock x its
                     # time (ClockedPerf): flops / peak x (1 / clock - 1) seconds less in all.
                     busy1 = busy - cf * share / pool.perf.peak_flops * (1 / clock - 1)
                     busy1 = busy1 if busy1 > 0 else busy * clock
-                    e1 = pool.num_gpus * (busy_energy_j(pool.gpu, busy1, cf * share, cb * share, coef)
-                                          + pool.gpu.idle_power_w * (held - busy1))
+                    e1 = pool.num_gpus * (
+                        busy_energy_j(pool.gpu, busy1, cf * share, cb * share, coef)
+                        + pool.gpu.idle_power_w * (held - busy1)
+                    )
             uncapped[pool.name] += e1
             self._carry[i] = (cg - busy, cf * (1 - share), cb * (1 - share))
             t.energy_j += e
@@ -260,9 +290,18 @@ class Operations:
             s, d = stats[p.name], self._done[p.name]
             fronts = p.name == front_pool or (front_pool is None and p.role != "decode")
             parked = len(fleet.parked) if fronts else 0
-            self.series.add(t0, p.name, s[0], s[1] + parked, s[2], s[6] / s[3] if s[3] else 0.0,
-                            s[4] / s[5] if s[5] else math.nan, fleet.provisioned(p.name),
-                            energy[p.name] / dt if dt > 0 else 0.0, d[1] / d[0] if d[0] else math.nan)
+            self.series.add(
+                t0,
+                p.name,
+                s[0],
+                s[1] + parked,
+                s[2],
+                s[6] / s[3] if s[3] else 0.0,
+                s[4] / s[5] if s[5] else math.nan,
+                fleet.provisioned(p.name),
+                energy[p.name] / dt if dt > 0 else 0.0,
+                d[1] / d[0] if d[0] else math.nan,
+            )
         self._interval_done = {k: list(v) for k, v in self._done.items()}
         self._done = {p.name: [0, 0, 0] for p in self.pools}
 
@@ -298,10 +337,12 @@ class Operations:
             else:
                 want = current - 1 if queue == 0 else current
         else:
-            value = {"queue_len": queue / serving, "running": self.series.running[row] / serving,
-                     "kv_util": 0.0 if math.isnan(self.series.kv_util[row]) else self.series.kv_util[row],
-                     "decode_tokens_per_s": self._interval_done[name][2] / self.cfg.interval_s / serving,
-                     }[rule.metric]
+            value = {
+                "queue_len": queue / serving,
+                "running": self.series.running[row] / serving,
+                "kv_util": 0.0 if math.isnan(self.series.kv_util[row]) else self.series.kv_util[row],
+                "decode_tokens_per_s": self._interval_done[name][2] / self.cfg.interval_s / serving,
+            }[rule.metric]
             ratio = value / rule.target
             # HPA's tolerance: within it the count stays (else a steady load flaps around a boundary).
             if current > 0 and abs(ratio - 1) <= rule.tolerance:
@@ -358,8 +399,13 @@ class Operations:
             # threshold: judged on the capped power, the cap would come off at every peak
             # interval and go on again at the next.
             low = set(pw.low_priority_pools)
-            lifted = sum(self.uncapped_w[n] if (level == 1 or n not in low) else self.pool_power_w[n]
-                         for n in self.uncapped_w) / pw.budget_w
+            lifted = (
+                sum(
+                    self.uncapped_w[n] if (level == 1 or n not in low) else self.pool_power_w[n]
+                    for n in self.uncapped_w
+                )
+                / pw.budget_w
+            )
             if lifted < (pw.cap_all_at if level == 2 else pw.cap_low_at) - pw.hysteresis:
                 level -= 1
         if level != self.cap_level:
@@ -398,24 +444,38 @@ class Operations:
         self._pending_failures = []
         from servesim.metrics.summary import held_fleet
 
-        held = {p.name: held_fleet([self.cluster.replicas[i].totals for i in self.fleet.members[p.name]],
-                                   None, end_s) for p in self.pools}
+        held = {
+            p.name: held_fleet(
+                [self.cluster.replicas[i].totals for i in self.fleet.members[p.name]], None, end_s
+            )
+            for p in self.pools
+        }
         every = held_fleet([r.totals for r in self.cluster.replicas], None, end_s)
-        out = {**self.fleet.counts(), "gpu_hours": every["gpu_hours"],
-               # Replicas held at once (starting, serving or draining): at most, and on average over the run.
-               "peak_replicas": {k: v["peak_replicas"] for k, v in held.items()},
-               "mean_replicas": {k: v["mean_replicas"] for k, v in held.items()},
-               "peak_gpus": every["peak_gpus"], "mean_gpus": every["mean_gpus"],
-               "num_cap_changes": self.num_cap_changes, "capped_s": dict(self.capped_s),
-               "max_interval_power_w": float(max(self.series_power())) if len(self.series) else 0.0}
+        out = {
+            **self.fleet.counts(),
+            "gpu_hours": every["gpu_hours"],
+            # Replicas held at once (starting, serving or draining): at most, and on average over the run.
+            "peak_replicas": {k: v["peak_replicas"] for k, v in held.items()},
+            "mean_replicas": {k: v["mean_replicas"] for k, v in held.items()},
+            "peak_gpus": every["peak_gpus"],
+            "mean_gpus": every["mean_gpus"],
+            "num_cap_changes": self.num_cap_changes,
+            "capped_s": dict(self.capped_s),
+            "max_interval_power_w": float(max(self.series_power())) if len(self.series) else 0.0,
+        }
         if self.cfg.power is not None:
-            out.update({"budget_w": self.cfg.power.budget_w, "num_intervals": self.num_intervals,
-                        "num_intervals_over_budget": self.num_over_budget,
-                        "over_budget_s": self.over_budget_s})
+            out.update(
+                {
+                    "budget_w": self.cfg.power.budget_w,
+                    "num_intervals": self.num_intervals,
+                    "num_intervals_over_budget": self.num_over_budget,
+                    "over_budget_s": self.over_budget_s,
+                }
+            )
         return out
 
     def series_power(self) -> list[float]:
         """Total power of each interval (all pools)."""
         n = len(self.pools)
         p = self.series.power_w
-        return [sum(p[k:k + n]) for k in range(0, len(p), n)]
+        return [sum(p[k : k + n]) for k in range(0, len(p), n)]

@@ -32,6 +32,7 @@ from servesim.config.engine import (
     resolve_engine,
     resolve_policy,
 )
+from servesim.config.overrides import parse_override
 from servesim.config.parts import (
     ArrivalConfig,
     BenchmarkWorkload,
@@ -47,7 +48,13 @@ from servesim.config.parts import (
     SyntheticWorkload,
     TraceWorkload,
 )
-from servesim.config.overrides import parse_override
+from servesim.config.scenario import (
+    Scenario,
+    gpu_config_from_dict,
+    load_scenario,
+    read_gpu_config,
+    scenario_from_dict,
+)
 from servesim.config.tenants import TenantConfig
 from servesim.config.workload_kinds import (
     AgentNode,
@@ -60,21 +67,50 @@ from servesim.config.workload_kinds import (
     SessionWorkload,
     WorkloadConfig,
 )
-from servesim.config.scenario import (
-    Scenario,
-    gpu_config_from_dict,
-    load_scenario,
-    read_gpu_config,
-    scenario_from_dict,
-)
 
 __all__ = [
-    "GIB", "POLICY_DEFAULTS", "AgentNode", "AgentWorkload", "ReasoningWorkload", "ArrivalConfig", "BenchmarkWorkload", "ClientConfig", "ClusterConfig", "DelayDist",
+    "GIB",
+    "POLICY_DEFAULTS",
+    "AgentNode",
+    "AgentWorkload",
+    "ReasoningWorkload",
+    "ArrivalConfig",
+    "BenchmarkWorkload",
+    "ClientConfig",
+    "ClusterConfig",
+    "DelayDist",
     "DisaggConfig",
-    "EngineConfig", "FrontendConfig",
-    "GpuConfig", "GuidellmWorkload", "HardwareConfig", "InferencePerfWorkload", "KvLinkConfig", "LengthDist", "LinksConfig", "MigrationConfig",
-    "MixtureWorkload", "ModelConfig", "ParallelConfig", "PercentileLimit", "PoolConfig", "RateProfileConfig", "RouterName", "RunConfig", "Scenario",
-    "SessionWorkload", "SloConfig", "SpeculativeConfig", "SyntheticWorkload", "TenantConfig", "TraceWorkload", "WorkloadConfig",
-    "gpu_config_from_dict", "load_scenario", "parse_override", "read_gpu_config", "resolve_engine",
-    "resolve_policy", "scenario_from_dict",
+    "EngineConfig",
+    "FrontendConfig",
+    "GpuConfig",
+    "GuidellmWorkload",
+    "HardwareConfig",
+    "InferencePerfWorkload",
+    "KvLinkConfig",
+    "LengthDist",
+    "LinksConfig",
+    "MigrationConfig",
+    "MixtureWorkload",
+    "ModelConfig",
+    "ParallelConfig",
+    "PercentileLimit",
+    "PoolConfig",
+    "RateProfileConfig",
+    "RouterName",
+    "RunConfig",
+    "Scenario",
+    "SessionWorkload",
+    "SloConfig",
+    "SpeculativeConfig",
+    "SyntheticWorkload",
+    "TenantConfig",
+    "TraceWorkload",
+    "WorkloadConfig",
+    "gpu_config_from_dict",
+    "load_scenario",
+    "parse_override",
+    "read_gpu_config",
+    "resolve_engine",
+    "resolve_policy",
+    "scenario_from_dict",
 ]

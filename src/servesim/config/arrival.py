@@ -39,15 +39,27 @@ class RateProfileConfig(_Strict):
     mid = (peak + trough) / 2 and amp = (peak - trough) / 2.
     """
 
-    shape: Literal["points", "diurnal"] = Field("points", description=(
-        "points: piecewise multipliers from 'points'; diurnal: a cosine between trough and peak."))
-    points: list[tuple[Seconds, float]] = Field(default_factory=lambda: [(0.0, 1.0)], description=(
-        "points: [[t_s, multiplier], ...], first t 0, t increasing, multipliers >= 0."))
-    interpolation: Literal["linear", "step"] = Field("linear", description=(
-        "points: linear between points, or step (each multiplier holds until the next point)."))
-    period_s: Seconds | None = Field(None, gt=0, description=(
-        "Repeat the profile with this period (points: None holds the last multiplier; "
-        "diurnal: None is one day, 86400 s).")
+    shape: Literal["points", "diurnal"] = Field(
+        "points",
+        description=(
+            "points: piecewise multipliers from 'points'; diurnal: a cosine between trough and peak."
+        ),
+    )
+    points: list[tuple[Seconds, float]] = Field(
+        default_factory=lambda: [(0.0, 1.0)],
+        description=("points: [[t_s, multiplier], ...], first t 0, t increasing, multipliers >= 0."),
+    )
+    interpolation: Literal["linear", "step"] = Field(
+        "linear",
+        description=("points: linear between points, or step (each multiplier holds until the next point)."),
+    )
+    period_s: Seconds | None = Field(
+        None,
+        gt=0,
+        description=(
+            "Repeat the profile with this period (points: None holds the last multiplier; "
+            "diurnal: None is one day, 86400 s)."
+        ),
     )
     peak: float = Field(1.0, gt=0, description="diurnal: the largest multiplier.")
     trough: float = Field(0.3, ge=0, description="diurnal: the smallest multiplier.")
@@ -67,8 +79,10 @@ class RateProfileConfig(_Strict):
         if any(m < 0 or not math.isfinite(m) for _, m in self.points):
             raise ValueError("points: multipliers must be finite and >= 0")
         if self.period_s is not None and times[-1] >= self.period_s:
-            raise ValueError(f"points: with period_s={self.period_s:g} every point must be before it, "
-                             f"found t={times[-1]:g}")
+            raise ValueError(
+                f"points: with period_s={self.period_s:g} every point must be before it, "
+                f"found t={times[-1]:g}"
+            )
         if all(m == 0 for _, m in self.points):
             raise ValueError("points: every multiplier is 0, no request would ever arrive")
         return self
@@ -78,13 +92,24 @@ class ArrivalConfig(_Strict):
     """When requests arrive."""
 
     process: Literal["poisson", "gamma", "weibull", "constant", "burst"] = Field(
-        "poisson", description=(
-            "poisson; gamma or weibull renewal gaps (with cv); constant spacing; burst = all at t=0."))
-    rate: float = Field(1.0, gt=0, description="Mean arrivals per second (times the rate profile).",
-                        json_schema_extra={"unit": "requests/s"})
-    cv: float = Field(1.0, gt=0, description="gamma/weibull: coefficient of variation of inter-arrival times.")
-    rate_profile: RateProfileConfig | None = Field(None, description=(
-        "Multiply the rate over time (docs/workloads.md, Rate profiles); None: constant rate."))
+        "poisson",
+        description=(
+            "poisson; gamma or weibull renewal gaps (with cv); constant spacing; burst = all at t=0."
+        ),
+    )
+    rate: float = Field(
+        1.0,
+        gt=0,
+        description="Mean arrivals per second (times the rate profile).",
+        json_schema_extra={"unit": "requests/s"},
+    )
+    cv: float = Field(
+        1.0, gt=0, description="gamma/weibull: coefficient of variation of inter-arrival times."
+    )
+    rate_profile: RateProfileConfig | None = Field(
+        None,
+        description=("Multiply the rate over time (docs/workloads.md, Rate profiles); None: constant rate."),
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ArrivalConfig:
@@ -98,7 +123,9 @@ class ArrivalConfig(_Strict):
 class DelayDist(_Strict):
     """A duration drawn per use: a think time between turns, a tool call's wait."""
 
-    kind: Literal["constant", "exponential", "gamma", "lognormal"] = Field("exponential", description=(
-        "constant (mean_s); exponential (mean_s); gamma or lognormal (mean_s and cv)."))
+    kind: Literal["constant", "exponential", "gamma", "lognormal"] = Field(
+        "exponential",
+        description=("constant (mean_s); exponential (mean_s); gamma or lognormal (mean_s and cv)."),
+    )
     mean_s: Seconds = Field(10.0, ge=0, description="Mean duration, seconds.")
     cv: float = Field(1.0, gt=0, description="gamma/lognormal: coefficient of variation.")

@@ -13,8 +13,17 @@ from servesim.config.parts import GpuConfig, LinksConfig, ParallelConfig
 
 # --------------------------------------------------------------------------- cluster
 
-RouterName = Literal["round_robin", "random", "least_outstanding", "least_kv", "least_work",
-                     "power_of_two", "prefix_affinity", "predicted_ttft", "vllm_dp"]
+RouterName = Literal[
+    "round_robin",
+    "random",
+    "least_outstanding",
+    "least_kv",
+    "least_work",
+    "power_of_two",
+    "prefix_affinity",
+    "predicted_ttft",
+    "vllm_dp",
+]
 
 
 class PoolConfig(_Strict):
@@ -22,10 +31,16 @@ class PoolConfig(_Strict):
 
     name: str = Field(description="Unique name of the pool (in reports and records).")
     role: Literal["colocated", "prefill", "decode"] = Field(
-        "colocated", description="colocated serves whole requests; prefill/decode split them.")
-    num_replicas: int = Field(1, ge=1, description=(
-        "Identical replicas in the pool; with parallel.data_parallel_size > 1 each is a server "
-        "of that many engines (DP ranks), and the pool runs num_replicas x data_parallel_size."))
+        "colocated", description="colocated serves whole requests; prefill/decode split them."
+    )
+    num_replicas: int = Field(
+        1,
+        ge=1,
+        description=(
+            "Identical replicas in the pool; with parallel.data_parallel_size > 1 each is a server "
+            "of that many engines (DP ranks), and the pool runs num_replicas x data_parallel_size."
+        ),
+    )
     gpu: str | GpuConfig | None = Field(None, description="Catalog name or custom GPU; None: hardware.gpu.")
     parallel: ParallelConfig | None = Field(None, description="None: the scenario's parallel section.")
     engine: EngineConfig | None = Field(None, description="None: the scenario's engine section.")
@@ -35,24 +50,43 @@ class PoolConfig(_Strict):
 class KvLinkConfig(_Strict):
     """The link KV caches cross between replicas (disaggregation, migration)."""
 
-    bandwidth_gb_per_s: float | None = Field(None, gt=0, description=(
-        "GB/s one way of one link; None: the sender's per-GPU network bandwidth x min(GPUs of "
-        "sender, receiver), as each TP rank sends its shard over its own NIC."))
-    latency_us: float | None = Field(None, ge=0, description=(
-        "One-way latency; None: the catalog's network latency."))
+    bandwidth_gb_per_s: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "GB/s one way of one link; None: the sender's per-GPU network bandwidth x min(GPUs of "
+            "sender, receiver), as each TP rank sends its shard over its own NIC."
+        ),
+    )
+    latency_us: float | None = Field(
+        None, ge=0, description=("One-way latency; None: the catalog's network latency.")
+    )
     shared_by: Literal["receiver", "sender", "cluster"] = Field(
-        "receiver", description="Transfers into one replica (or out of one, or all) share one link equally.")
+        "receiver", description="Transfers into one replica (or out of one, or all) share one link equally."
+    )
 
 
 class DisaggConfig(_Strict):
     """Prefill/decode disaggregation (docs/cluster.md)."""
 
-    decode_prefill_fraction: float = Field(0.0, ge=0.0, lt=1.0, json_schema_extra={"unit": "fraction"},
-                                           description=(
-        "Balanced disaggregation (MicroServing): the decode replica computes this tail fraction "
-        "of the prompt and the first token."))
-    colocate_below_tokens: int = Field(0, ge=0, json_schema_extra={"unit": "tokens"}, description=(
-        "Prompts shorter than this skip the prefill pool and are served whole by a decode replica."))
+    decode_prefill_fraction: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        json_schema_extra={"unit": "fraction"},
+        description=(
+            "Balanced disaggregation (MicroServing): the decode replica computes this tail fraction "
+            "of the prompt and the first token."
+        ),
+    )
+    colocate_below_tokens: int = Field(
+        0,
+        ge=0,
+        json_schema_extra={"unit": "tokens"},
+        description=(
+            "Prompts shorter than this skip the prefill pool and are served whole by a decode replica."
+        ),
+    )
 
 
 class MigrationConfig(_Strict):
@@ -60,8 +94,13 @@ class MigrationConfig(_Strict):
 
     enabled: bool = Field(False, description="Llumnix-style live migration of running requests.")
     interval_s: float = Field(0.5, gt=0, description="How often the most and least loaded are compared.")
-    threshold: float = Field(0.2, gt=0, le=1, description="KV-load gap (fraction of blocks) that migrates.",
-                             json_schema_extra={"unit": "fraction"})
+    threshold: float = Field(
+        0.2,
+        gt=0,
+        le=1,
+        description="KV-load gap (fraction of blocks) that migrates.",
+        json_schema_extra={"unit": "fraction"},
+    )
 
 
 class ClusterConfig(_Strict):
@@ -71,14 +110,24 @@ class ClusterConfig(_Strict):
     router: RouterName = Field("round_robin", description="Picks a replica (servesim.cluster.router).")
     decode_router: RouterName | None = Field(None, description="Router of the decode pool; None: router.")
     staleness_s: float = Field(0.0, ge=0, description="The router sees replica state this long ago.")
-    prefix_load_cap: int = Field(8, ge=0, json_schema_extra={"unit": "requests"}, description=(
-        "prefix_affinity: only replicas with at most this many more outstanding requests than the "
-        "least loaded compete."))
+    prefix_load_cap: int = Field(
+        8,
+        ge=0,
+        json_schema_extra={"unit": "requests"},
+        description=(
+            "prefix_affinity: only replicas with at most this many more outstanding requests than the "
+            "least loaded compete."
+        ),
+    )
     link: KvLinkConfig = Field(KvLinkConfig(), description="The link KV caches cross between replicas.")
     disaggregation: DisaggConfig = Field(DisaggConfig(), description="Prefill/decode split options.")
     migration: MigrationConfig = Field(MigrationConfig(), description="Live migration (off by default).")
-    operations: OperationsConfig | None = Field(None, description=(
-        "Autoscaling, failures, power capping and time series (docs/operations.md); None: a fixed fleet."))
+    operations: OperationsConfig | None = Field(
+        None,
+        description=(
+            "Autoscaling, failures, power capping and time series (docs/operations.md); None: a fixed fleet."
+        ),
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ClusterConfig:
@@ -89,8 +138,10 @@ class ClusterConfig(_Strict):
         if ("prefill" in roles) != ("decode" in roles):
             raise ValueError("a disaggregated cluster needs both a prefill and a decode pool")
         if "prefill" in roles and "colocated" in roles:
-            raise ValueError("mixing colocated and prefill/decode pools is not supported; use "
-                             "disaggregation.colocate_below_tokens to serve short prompts on decode replicas")
+            raise ValueError(
+                "mixing colocated and prefill/decode pools is not supported; use "
+                "disaggregation.colocate_below_tokens to serve short prompts on decode replicas"
+            )
         if self.operations is not None:
             self._check_operations(self.operations, set(names))
         return self
@@ -118,7 +169,11 @@ class ClusterConfig(_Strict):
             sizes[e.pool] += e.recover_after_s is not None
         for e in f.events if f is not None and f.rate_per_hour == 0 else []:
             if e.pool not in open_ended and e.replica >= sizes[e.pool]:
-                raise ValueError(f"operations.failures.events: pool {e.pool!r} never has a replica {e.replica} "
-                                 f"(it has at most {sizes[e.pool]}, numbered from 0)")
+                raise ValueError(
+                    f"operations.failures.events: pool {e.pool!r} never has a replica {e.replica} "
+                    f"(it has at most {sizes[e.pool]}, numbered from 0)"
+                )
         if self.migration.enabled:
-            raise ValueError("operations and migration.enabled do not combine: migration assumes a fixed fleet")
+            raise ValueError(
+                "operations and migration.enabled do not combine: migration assumes a fixed fleet"
+            )

@@ -11,6 +11,7 @@ from servesim.errors import ConfigError
 
 # --------------------------------------------------------------------------- engine
 
+
 def version_tuple(version: str) -> tuple[int, ...]:
     """'0.19.0' -> (0, 19, 0); 'v0.15' -> (0, 15). Non-numeric suffixes ('rc1') are dropped."""
     out: list[int] = []
@@ -53,16 +54,36 @@ class SpeculativeConfig(_Strict):
     """Speculative decoding: a draft model proposes k tokens, the target verifies k + 1."""
 
     num_speculative_tokens: int = Field(
-        0, ge=0, description="Draft length k (0 = off), as vLLM names it.",
-        json_schema_extra={"unit": "tokens", "vllm": "--speculative-config num_speculative_tokens"})
-    acceptance_rate: float = Field(0.7, ge=0, le=1, json_schema_extra={"unit": "probability"}, description=(
-        "Probability that each draft token is accepted (i.i.d. per token; the run of leading "
-        "acceptances is kept)."))
-    acceptance_rate_std: float = Field(0.0, ge=0, lt=0.5, description=(
-        "Spread of the per-request acceptance rate (a Beta with this std around acceptance_rate); "
-        "0 = every request has acceptance_rate."))
-    draft_cost_ratio: float = Field(0.05, ge=0, json_schema_extra={"unit": "ratio"}, description=(
-        "Time of one draft-model decode step as a fraction of the target's decode step."))
+        0,
+        ge=0,
+        description="Draft length k (0 = off), as vLLM names it.",
+        json_schema_extra={"unit": "tokens", "vllm": "--speculative-config num_speculative_tokens"},
+    )
+    acceptance_rate: float = Field(
+        0.7,
+        ge=0,
+        le=1,
+        json_schema_extra={"unit": "probability"},
+        description=(
+            "Probability that each draft token is accepted (i.i.d. per token; the run of leading "
+            "acceptances is kept)."
+        ),
+    )
+    acceptance_rate_std: float = Field(
+        0.0,
+        ge=0,
+        lt=0.5,
+        description=(
+            "Spread of the per-request acceptance rate (a Beta with this std around acceptance_rate); "
+            "0 = every request has acceptance_rate."
+        ),
+    )
+    draft_cost_ratio: float = Field(
+        0.05,
+        ge=0,
+        json_schema_extra={"unit": "ratio"},
+        description=("Time of one draft-model decode step as a fraction of the target's decode step."),
+    )
     seed: int = Field(0, description="Seed of the acceptance draws.")
 
 
@@ -98,29 +119,55 @@ class FrontendConfig(_Strict):
     processed (``engine/frontend.py``).
     """
 
-    enabled: bool | None = Field(None, description=(
-        "Model the API server's per-request queue. None: on for the vllm_v1 and vllm_v0 policies "
-        "on a GPU (`vllm serve`), off on the CPU backend (the bundled recordings are offline runs "
-        "without an API server) and without hardware."))
-    per_request_s: float = Field(FRONTEND_PER_REQUEST_S, ge=0, json_schema_extra={"unit": "s"}, description=(
-        "Front-end time of one request besides tokenization (HTTP, validation, input "
-        "processing, the first chunk's streaming), measured on vLLM 0.32's `vllm serve`."))
-    per_prompt_token_s: float = Field(FRONTEND_PER_PROMPT_TOKEN_S, ge=0, json_schema_extra={"unit": "s"},
-                                      description=(
-        "Front-end time per prompt token (tokenizing the prompt text), measured on vLLM 0.32's "
-        "`vllm serve` with a byte-level BPE on random-token text, as the benchmark sends."))
-    per_output_token_s: float = Field(MEASURED_PER_OUTPUT_TOKEN_S, ge=0, json_schema_extra={"unit": "s"},
-                                      description=(
-        "Front-end time per generated token of each request (the output processor's "
-        "detokenization and bookkeeping), on the same one server as the requests' handling, "
-        "so that streaming delays arrivals and a client sees a token when its step's outputs "
-        "are processed; measured on vLLM 0.32's CPU-build `vllm serve` (docs/perf_model.md, "
-        "\"Streaming\"). 0 with per_chunk_s 0: the outputs are taken as free."))
-    per_chunk_s: float = Field(MEASURED_PER_CHUNK_S, ge=0, json_schema_extra={"unit": "s"}, description=(
-        "Front-end time per streamed chunk (a response object, its JSON and the write): one at a "
-        "request's first and last token and one every engine.stream_interval tokens between, "
-        "fewer when the server falls behind (a request's pending outputs merge into one chunk); "
-        "measured as per_output_token_s."))
+    enabled: bool | None = Field(
+        None,
+        description=(
+            "Model the API server's per-request queue. None: on for the vllm_v1 and vllm_v0 policies "
+            "on a GPU (`vllm serve`), off on the CPU backend (the bundled recordings are offline runs "
+            "without an API server) and without hardware."
+        ),
+    )
+    per_request_s: float = Field(
+        FRONTEND_PER_REQUEST_S,
+        ge=0,
+        json_schema_extra={"unit": "s"},
+        description=(
+            "Front-end time of one request besides tokenization (HTTP, validation, input "
+            "processing, the first chunk's streaming), measured on vLLM 0.32's `vllm serve`."
+        ),
+    )
+    per_prompt_token_s: float = Field(
+        FRONTEND_PER_PROMPT_TOKEN_S,
+        ge=0,
+        json_schema_extra={"unit": "s"},
+        description=(
+            "Front-end time per prompt token (tokenizing the prompt text), measured on vLLM 0.32's "
+            "`vllm serve` with a byte-level BPE on random-token text, as the benchmark sends."
+        ),
+    )
+    per_output_token_s: float = Field(
+        MEASURED_PER_OUTPUT_TOKEN_S,
+        ge=0,
+        json_schema_extra={"unit": "s"},
+        description=(
+            "Front-end time per generated token of each request (the output processor's "
+            "detokenization and bookkeeping), on the same one server as the requests' handling, "
+            "so that streaming delays arrivals and a client sees a token when its step's outputs "
+            "are processed; measured on vLLM 0.32's CPU-build `vllm serve` (docs/perf_model.md, "
+            '"Streaming"). 0 with per_chunk_s 0: the outputs are taken as free.'
+        ),
+    )
+    per_chunk_s: float = Field(
+        MEASURED_PER_CHUNK_S,
+        ge=0,
+        json_schema_extra={"unit": "s"},
+        description=(
+            "Front-end time per streamed chunk (a response object, its JSON and the write): one at a "
+            "request's first and last token and one every engine.stream_interval tokens between, "
+            "fewer when the server falls behind (a request's pending outputs merge into one chunk); "
+            "measured as per_output_token_s."
+        ),
+    )
 
 
 class EngineConfig(_Strict):
@@ -136,140 +183,274 @@ class EngineConfig(_Strict):
     (``enforce_eager``; capture sizes and modes of ``perf.cuda_graphs``).
     """
 
-    policy: Literal["vllm_v1", "vllm_v0", "sarathi", "orca", "static"] = Field("vllm_v1", description=(
-        "Scheduler family (docs/policies.md): vllm_v1 (default), vllm_v0 (prefill-priority steps), "
-        "sarathi (Sarathi-Serve: chunk budget, decodes first), orca (iteration-level batching, KV "
-        "reserved for the maximum length at admission), static (FasterTransformer-style batches)."))
+    policy: Literal["vllm_v1", "vllm_v0", "sarathi", "orca", "static"] = Field(
+        "vllm_v1",
+        description=(
+            "Scheduler family (docs/policies.md): vllm_v1 (default), vllm_v0 (prefill-priority steps), "
+            "sarathi (Sarathi-Serve: chunk budget, decodes first), orca (iteration-level batching, KV "
+            "reserved for the maximum length at admission), static (FasterTransformer-style batches)."
+        ),
+    )
     block_size: int = Field(
-        16, ge=1, description="Tokens per KV block (16 on GPUs, 128 on vLLM's CPU build); one of "
+        16,
+        ge=1,
+        description="Tokens per KV block (16 on GPUs, 128 on vLLM's CPU build); one of "
         "vLLM's sizes: 1, 8, 16, 32, 64, 128, 256.",
-        json_schema_extra={"unit": "tokens", "vllm": "--block-size"})
-    max_num_seqs: int | None = Field(None, ge=1, description=(
-        "Most requests in one batch. Default as `vllm serve` 0.32: 1024 on GPUs with >= 70 GiB "
-        "(not A100), else 256."), json_schema_extra={"unit": "requests", "vllm": "--max-num-seqs"})
-    max_num_batched_tokens: int | None = Field(None, ge=1, description=(
-        "Token budget of one iteration. Default as `vllm serve`: 16384 on >= 160 GiB GPUs from "
-        "vLLM 0.28 (engine.version), 8192 on >= 70 GiB (not A100), else 2048; raised to "
-        "max_model_len when chunked prefill is off."),
-        json_schema_extra={"unit": "tokens", "vllm": "--max-num-batched-tokens"})
+        json_schema_extra={"unit": "tokens", "vllm": "--block-size"},
+    )
+    max_num_seqs: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Most requests in one batch. Default as `vllm serve` 0.32: 1024 on GPUs with >= 70 GiB "
+            "(not A100), else 256."
+        ),
+        json_schema_extra={"unit": "requests", "vllm": "--max-num-seqs"},
+    )
+    max_num_batched_tokens: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Token budget of one iteration. Default as `vllm serve`: 16384 on >= 160 GiB GPUs from "
+            "vLLM 0.28 (engine.version), 8192 on >= 70 GiB (not A100), else 2048; raised to "
+            "max_model_len when chunked prefill is off."
+        ),
+        json_schema_extra={"unit": "tokens", "vllm": "--max-num-batched-tokens"},
+    )
     enable_chunked_prefill: bool = Field(
-        True, description="Split prompts across iterations under the budget.",
-        json_schema_extra={"vllm": "--enable-chunked-prefill"})
+        True,
+        description="Split prompts across iterations under the budget.",
+        json_schema_extra={"vllm": "--enable-chunked-prefill"},
+    )
     long_prefill_token_threshold: int = Field(
-        0, ge=0, description="Cap on one request's prefill chunk per step (0 = no cap).",
-        json_schema_extra={"unit": "tokens", "vllm": "--long-prefill-token-threshold"})
-    enable_prefix_caching: bool = Field(True, description="Reuse KV blocks of identical prompt prefixes.",
-                                        json_schema_extra={"vllm": "--enable-prefix-caching"})
+        0,
+        ge=0,
+        description="Cap on one request's prefill chunk per step (0 = no cap).",
+        json_schema_extra={"unit": "tokens", "vllm": "--long-prefill-token-threshold"},
+    )
+    enable_prefix_caching: bool = Field(
+        True,
+        description="Reuse KV blocks of identical prompt prefixes.",
+        json_schema_extra={"vllm": "--enable-prefix-caching"},
+    )
     gpu_memory_utilization: float | None = Field(
-        None, gt=0, le=1.0, description=(
+        None,
+        gt=0,
+        le=1.0,
+        description=(
             "Fraction of device memory vLLM may use. None: the version's default, 0.9 before "
-            "vLLM 0.21 and 0.92 from it."),
-        json_schema_extra={"unit": "fraction", "vllm": "--gpu-memory-utilization"})
-    num_gpu_blocks_override: int | None = Field(None, ge=1, description=(
-        "Force the number of KV blocks (at least one max_model_len sequence's, plus the null block)."),
-        json_schema_extra={"unit": "blocks", "vllm": "--num-gpu-blocks-override"})
-    max_model_len: int | None = Field(None, ge=1, description="Longest sequence; default the model's own.",
-                                      json_schema_extra={"unit": "tokens", "vllm": "--max-model-len"})
+            "vLLM 0.21 and 0.92 from it."
+        ),
+        json_schema_extra={"unit": "fraction", "vllm": "--gpu-memory-utilization"},
+    )
+    num_gpu_blocks_override: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Force the number of KV blocks (at least one max_model_len sequence's, plus the null block)."
+        ),
+        json_schema_extra={"unit": "blocks", "vllm": "--num-gpu-blocks-override"},
+    )
+    max_model_len: int | None = Field(
+        None,
+        ge=1,
+        description="Longest sequence; default the model's own.",
+        json_schema_extra={"unit": "tokens", "vllm": "--max-model-len"},
+    )
     cpu_overhead_s: float = Field(
-        0.003, ge=0, description=(
+        0.003,
+        ge=0,
+        description=(
             "Host (CPU) time per iteration: scheduling, input preparation, output handling. Added "
             "to the GPU's time in sync mode; with async scheduling the step lasts the larger of the "
-            "two (the host work of the next step hides behind the GPU's current one)."),
-        json_schema_extra={"unit": "s"})
-    cpu_overhead_per_req_s: float | None = Field(None, ge=0, description=(
-        "Host time per request scheduled in a step, on top of cpu_overhead_s: vLLM's scheduler "
-        "(schedule, update_from_output) and the model runner's bookkeeping, each a loop over the "
-        "batch's requests. None: CPU_PER_REQ_S (measured on vLLM's engine) for vLLM's policies on "
-        "a GPU, else 0 (a profile's fitted cpu_overhead_s holds it)."),
-        json_schema_extra={"unit": "s"})
-    version: str = Field(VLLM_DEFAULT_VERSION, description=(
-        "The vLLM version whose GPU execution is modelled: the async-scheduling default, the "
-        "CUDA-graph capture sizes and modes, and the kernel tables (hardware.kernel_version "
-        "defaults to the newest measured at or below it). See docs/perf_model.md."))
-    async_scheduling: bool | None = Field(None, description=(
-        "Overlap the CPU's scheduling of step n+1 with the GPU's step n (vLLM V1's "
-        "--async-scheduling). None: the version's default, on from vLLM 0.14 for vllm_v1 on a GPU "
-        "(off before 0.15 with pipeline parallelism or speculative decoding; off for other "
-        "policies, on the CPU backend and without hardware)."),
-        json_schema_extra={"vllm": "--async-scheduling"})
-    enforce_eager: bool = Field(False, description=(
-        "No CUDA graphs: every kernel pays its launch, no padding, eager all-reduce."),
-        json_schema_extra={"vllm": "--enforce-eager"})
-    max_cudagraph_capture_size: int | None = Field(None, ge=1, description=(
-        "Largest step, in tokens, captured in a CUDA graph (vLLM 0.11+; None: min(2 x "
-        "max_num_seqs, 512)); never above max_num_batched_tokens. Larger steps run eager."),
-        json_schema_extra={"unit": "tokens", "vllm": "--max-cudagraph-capture-size"})
+            "two (the host work of the next step hides behind the GPU's current one)."
+        ),
+        json_schema_extra={"unit": "s"},
+    )
+    cpu_overhead_per_req_s: float | None = Field(
+        None,
+        ge=0,
+        description=(
+            "Host time per request scheduled in a step, on top of cpu_overhead_s: vLLM's scheduler "
+            "(schedule, update_from_output) and the model runner's bookkeeping, each a loop over the "
+            "batch's requests. None: CPU_PER_REQ_S (measured on vLLM's engine) for vLLM's policies on "
+            "a GPU, else 0 (a profile's fitted cpu_overhead_s holds it)."
+        ),
+        json_schema_extra={"unit": "s"},
+    )
+    version: str = Field(
+        VLLM_DEFAULT_VERSION,
+        description=(
+            "The vLLM version whose GPU execution is modelled: the async-scheduling default, the "
+            "CUDA-graph capture sizes and modes, and the kernel tables (hardware.kernel_version "
+            "defaults to the newest measured at or below it). See docs/perf_model.md."
+        ),
+    )
+    async_scheduling: bool | None = Field(
+        None,
+        description=(
+            "Overlap the CPU's scheduling of step n+1 with the GPU's step n (vLLM V1's "
+            "--async-scheduling). None: the version's default, on from vLLM 0.14 for vllm_v1 on a GPU "
+            "(off before 0.15 with pipeline parallelism or speculative decoding; off for other "
+            "policies, on the CPU backend and without hardware)."
+        ),
+        json_schema_extra={"vllm": "--async-scheduling"},
+    )
+    enforce_eager: bool = Field(
+        False,
+        description=("No CUDA graphs: every kernel pays its launch, no padding, eager all-reduce."),
+        json_schema_extra={"vllm": "--enforce-eager"},
+    )
+    max_cudagraph_capture_size: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Largest step, in tokens, captured in a CUDA graph (vLLM 0.11+; None: min(2 x "
+            "max_num_seqs, 512)); never above max_num_batched_tokens. Larger steps run eager."
+        ),
+        json_schema_extra={"unit": "tokens", "vllm": "--max-cudagraph-capture-size"},
+    )
     cudagraph_mode: Literal["full_and_piecewise", "piecewise", "full_decode_only", "none"] | None = Field(
-        None, description=(
+        None,
+        description=(
             "vLLM's compilation_config.cudagraph_mode: full_and_piecewise (full graphs for "
             "uniform decode steps, piecewise graphs for the rest: the default from vLLM 0.11), "
             "piecewise (every step piecewise: the default before), full_decode_only (full graphs "
             "for uniform decode steps, every other step eager), none (no graphs). None: the "
-            "version's default."),
-        json_schema_extra={"vllm": "--compilation-config '{\"cudagraph_mode\": ...}'"})
+            "version's default."
+        ),
+        json_schema_extra={"vllm": "--compilation-config '{\"cudagraph_mode\": ...}'"},
+    )
     moe_backend: Literal["auto", "marlin", "flashinfer_mxfp4_mxfp8", "flashinfer_trtllm", "triton"] = Field(
-        "auto", description=(
-        "The fused-MoE kernel of 4-bit and block-FP8 experts in the kernel model: auto (vLLM's "
-        "default: Marlin for int4 experts; for MXFP4 Triton's matmul_ogs on Hopper, FlashInfer's "
-        "TRTLLM-gen MoE with 16-bit activations on Blackwell; for block-FP8 FlashInfer's TRTLLM-gen "
-        "MoE on Blackwell, the first choice of vLLM's FP8 MoE oracle, and the measured tables' "
-        "Triton fused_experts elsewhere), marlin (Marlin for MXFP4 experts too: "
-        "VLLM_MXFP4_USE_MARLIN=1), flashinfer_mxfp4_mxfp8 (Blackwell: the TRTLLM-gen MoE with "
-        "MXFP8 activations, VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1; elsewhere as auto), "
-        "flashinfer_trtllm (as auto), or triton (block-FP8 experts on Triton's fused_experts on "
-        "Blackwell too: VLLM_USE_FLASHINFER_MOE_FP8=0 with VLLM_MOE_USE_DEEP_GEMM=0). Each is timed "
-        "from its own measured table carried to the model's shape. See docs/perf_model.md."),
-        json_schema_extra={"vllm": "VLLM_MXFP4_USE_MARLIN=1, VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1, "
-                                   "VLLM_USE_FLASHINFER_MOE_FP8=0 (env)"})
-    float32_matmul_precision: Literal["highest", "high", "medium"] = Field("highest", description=(
-        "vLLM's VLLM_FLOAT32_MATMUL_PRECISION (torch.set_float32_matmul_precision; vLLM sets "
-        "'highest' by default): the precision of the fp32 GEMMs a model runs (MiniMax-M2's MoE "
-        "router). highest: fp32 on the CUDA cores; high or medium: TF32 on the tensor cores. "
-        "See docs/perf_model.md."),
-        json_schema_extra={"vllm": "VLLM_FLOAT32_MATMUL_PRECISION (env)"})
-    preemption_mode: Literal["recompute", "swap"] = Field("recompute", description=(
-        "recompute: a victim's KV is dropped and recomputed; swap: copied to host memory over PCIe "
-        "(vLLM V0's swap; falls back to recompute when swap_space_gib is full)."))
-    swap_space_gib: float = Field(4.0, ge=0, description="Host memory for swapped-out KV per GPU, in GiB "
-                                  "(2^30 bytes, as vLLM's --swap-space, default 4).")
-    pcie_gb_per_s: float = Field(25.0, gt=0, description="Effective host<->GPU copy bandwidth for swapping "
-                             "(PCIe Gen4 x16: 32 GB/s peak, ~25 effective).")
-    scheduling_policy: Literal["fcfs", "priority", "vtc"] = Field("fcfs", description=(
-        "Waiting order and victim choice: fcfs, or priority (workload priority, lower = more urgent; "
-        "waiting ordered by (priority, arrival), the running request with the largest (priority, "
-        "arrival) is preempted), as vLLM's --scheduling-policy; or vtc: fair sharing between the "
-        "workload's tenants (the Virtual Token Counter of Sheng et al., OSDI'24: the waiting request "
-        "of the tenant with the smallest weighted count of served tokens goes first; docs/policies.md)."),
-        json_schema_extra={"vllm": "--scheduling-policy"})
-    vtc_input_weight: float = Field(1.0, gt=0, description=(
-        "vtc: counter units per prompt token served (the paper's w_p)."))
-    vtc_output_weight: float = Field(2.0, gt=0, description=(
-        "vtc: counter units per output token served (the paper's w_q; 2 as in its experiments)."))
-    watermark: float | None = Field(None, ge=0, lt=1, json_schema_extra={"unit": "fraction"}, description=(
-        "Fraction of KV blocks kept free when admitting (None: the policy's default, 0.01 for vllm_v0 "
-        "and sarathi as in vLLM V0's BlockSpaceManager, else 0)."))
-    orca_reservation: Literal["max", "pow2", "oracle"] = Field("max", description=(
-        "orca: KV reserved at admission: max_model_len (max), prompt + next power of 2 of the output "
-        "(pow2), or prompt + the true output (oracle), the three Orca baselines of the vLLM paper."))
-    memory_aware_admission: bool = Field(False, description=(
-        "vllm_v1: admit a waiting request only if the projected KV use of the running batch plus it "
-        "stays within the cache until their predicted completions (MC-SF-style)."))
-    output_len_prediction_error: float = Field(0.0, ge=0, description=(
-        "memory_aware_admission: predicted output length = true x exp(sigma z), z ~ N(0, 1); this is sigma."))
-    admission_order: Literal["fcfs", "shortest_predicted_first"] = Field("fcfs", description=(
-        "memory_aware_admission: waiting requests by arrival (fcfs), or by predicted output length, "
-        "shortest first, with the longest predicted preempted first (MC-SF's order)."))
-    speculative: SpeculativeConfig = Field(default_factory=lambda: SpeculativeConfig(),
-                                           description="Speculative decoding (off by default).")
+        "auto",
+        description=(
+            "The fused-MoE kernel of 4-bit and block-FP8 experts in the kernel model: auto (vLLM's "
+            "default: Marlin for int4 experts; for MXFP4 Triton's matmul_ogs on Hopper, FlashInfer's "
+            "TRTLLM-gen MoE with 16-bit activations on Blackwell; for block-FP8 FlashInfer's TRTLLM-gen "
+            "MoE on Blackwell, the first choice of vLLM's FP8 MoE oracle, and the measured tables' "
+            "Triton fused_experts elsewhere), marlin (Marlin for MXFP4 experts too: "
+            "VLLM_MXFP4_USE_MARLIN=1), flashinfer_mxfp4_mxfp8 (Blackwell: the TRTLLM-gen MoE with "
+            "MXFP8 activations, VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1; elsewhere as auto), "
+            "flashinfer_trtllm (as auto), or triton (block-FP8 experts on Triton's fused_experts on "
+            "Blackwell too: VLLM_USE_FLASHINFER_MOE_FP8=0 with VLLM_MOE_USE_DEEP_GEMM=0). Each is timed "
+            "from its own measured table carried to the model's shape. See docs/perf_model.md."
+        ),
+        json_schema_extra={
+            "vllm": "VLLM_MXFP4_USE_MARLIN=1, VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1, "
+            "VLLM_USE_FLASHINFER_MOE_FP8=0 (env)"
+        },
+    )
+    float32_matmul_precision: Literal["highest", "high", "medium"] = Field(
+        "highest",
+        description=(
+            "vLLM's VLLM_FLOAT32_MATMUL_PRECISION (torch.set_float32_matmul_precision; vLLM sets "
+            "'highest' by default): the precision of the fp32 GEMMs a model runs (MiniMax-M2's MoE "
+            "router). highest: fp32 on the CUDA cores; high or medium: TF32 on the tensor cores. "
+            "See docs/perf_model.md."
+        ),
+        json_schema_extra={"vllm": "VLLM_FLOAT32_MATMUL_PRECISION (env)"},
+    )
+    preemption_mode: Literal["recompute", "swap"] = Field(
+        "recompute",
+        description=(
+            "recompute: a victim's KV is dropped and recomputed; swap: copied to host memory over PCIe "
+            "(vLLM V0's swap; falls back to recompute when swap_space_gib is full)."
+        ),
+    )
+    swap_space_gib: float = Field(
+        4.0,
+        ge=0,
+        description="Host memory for swapped-out KV per GPU, in GiB "
+        "(2^30 bytes, as vLLM's --swap-space, default 4).",
+    )
+    pcie_gb_per_s: float = Field(
+        25.0,
+        gt=0,
+        description="Effective host<->GPU copy bandwidth for swapping "
+        "(PCIe Gen4 x16: 32 GB/s peak, ~25 effective).",
+    )
+    scheduling_policy: Literal["fcfs", "priority", "vtc"] = Field(
+        "fcfs",
+        description=(
+            "Waiting order and victim choice: fcfs, or priority (workload priority, lower = more urgent; "
+            "waiting ordered by (priority, arrival), the running request with the largest (priority, "
+            "arrival) is preempted), as vLLM's --scheduling-policy; or vtc: fair sharing between the "
+            "workload's tenants (the Virtual Token Counter of Sheng et al., OSDI'24: the waiting request "
+            "of the tenant with the smallest weighted count of served tokens goes first; docs/policies.md)."
+        ),
+        json_schema_extra={"vllm": "--scheduling-policy"},
+    )
+    vtc_input_weight: float = Field(
+        1.0, gt=0, description=("vtc: counter units per prompt token served (the paper's w_p).")
+    )
+    vtc_output_weight: float = Field(
+        2.0,
+        gt=0,
+        description=(
+            "vtc: counter units per output token served (the paper's w_q; 2 as in its experiments)."
+        ),
+    )
+    watermark: float | None = Field(
+        None,
+        ge=0,
+        lt=1,
+        json_schema_extra={"unit": "fraction"},
+        description=(
+            "Fraction of KV blocks kept free when admitting (None: the policy's default, 0.01 for vllm_v0 "
+            "and sarathi as in vLLM V0's BlockSpaceManager, else 0)."
+        ),
+    )
+    orca_reservation: Literal["max", "pow2", "oracle"] = Field(
+        "max",
+        description=(
+            "orca: KV reserved at admission: max_model_len (max), prompt + next power of 2 of the output "
+            "(pow2), or prompt + the true output (oracle), the three Orca baselines of the vLLM paper."
+        ),
+    )
+    memory_aware_admission: bool = Field(
+        False,
+        description=(
+            "vllm_v1: admit a waiting request only if the projected KV use of the running batch plus it "
+            "stays within the cache until their predicted completions (MC-SF-style)."
+        ),
+    )
+    output_len_prediction_error: float = Field(
+        0.0,
+        ge=0,
+        description=(
+            "memory_aware_admission: predicted output length = true x exp(sigma z), z ~ N(0, 1); this is sigma."
+        ),
+    )
+    admission_order: Literal["fcfs", "shortest_predicted_first"] = Field(
+        "fcfs",
+        description=(
+            "memory_aware_admission: waiting requests by arrival (fcfs), or by predicted output length, "
+            "shortest first, with the longest predicted preempted first (MC-SF's order)."
+        ),
+    )
+    speculative: SpeculativeConfig = Field(
+        default_factory=lambda: SpeculativeConfig(), description="Speculative decoding (off by default)."
+    )
     scheduler_reserve_full_isl: bool = Field(
-        True, description="Admit a waiting request only if its whole prompt fits the free KV blocks "
-        "(vLLM's default admission gate), not just its first chunk.")
-    frontend: FrontendConfig = Field(default_factory=lambda: FrontendConfig(), description=(
-        "vLLM's API-server front end: a per-request queue before the scheduler (on by default "
-        "on GPUs)."))
-    stream_interval: int = Field(1, ge=1, description=(
-        "Tokens between two streamed chunks of a request (its first and last always go out); "
-        "with engine.frontend, the API server's work per token."), json_schema_extra={"vllm": "--stream-interval"})
+        True,
+        description="Admit a waiting request only if its whole prompt fits the free KV blocks "
+        "(vLLM's default admission gate), not just its first chunk.",
+    )
+    frontend: FrontendConfig = Field(
+        default_factory=lambda: FrontendConfig(),
+        description=(
+            "vLLM's API-server front end: a per-request queue before the scheduler (on by default on GPUs)."
+        ),
+    )
+    stream_interval: int = Field(
+        1,
+        ge=1,
+        description=(
+            "Tokens between two streamed chunks of a request (its first and last always go out); "
+            "with engine.frontend, the API server's work per token."
+        ),
+        json_schema_extra={"vllm": "--stream-interval"},
+    )
 
     @field_validator("version")
     @classmethod
@@ -281,28 +462,35 @@ class EngineConfig(_Strict):
     @classmethod
     def _vllm_block_size(cls, v: int) -> int:
         if v not in VLLM_BLOCK_SIZES:
-            raise ValueError(f"{v} is not a block size vLLM offers "
-                             f"({', '.join(map(str, VLLM_BLOCK_SIZES))})")
+            raise ValueError(f"{v} is not a block size vLLM offers ({', '.join(map(str, VLLM_BLOCK_SIZES))})")
         return v
 
     @model_validator(mode="after")
     def _check(self) -> EngineConfig:
-        if not self.enable_chunked_prefill and self.max_model_len is not None and (
-            self.max_num_batched_tokens is not None and self.max_num_batched_tokens < self.max_model_len
+        if (
+            not self.enable_chunked_prefill
+            and self.max_model_len is not None
+            and (self.max_num_batched_tokens is not None and self.max_num_batched_tokens < self.max_model_len)
         ):
             raise ValueError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_model_len "
-                f"({self.max_model_len}) when chunked prefill is off, as vLLM requires")
+                f"({self.max_model_len}) when chunked prefill is off, as vLLM requires"
+            )
         if self.admission_order != "fcfs" and not self.memory_aware_admission:
-            raise ValueError("admission_order orders memory-aware admission: "
-                             "it needs memory_aware_admission: true")
+            raise ValueError(
+                "admission_order orders memory-aware admission: it needs memory_aware_admission: true"
+            )
         if self.admission_order != "fcfs" and self.scheduling_policy != "fcfs":
-            raise ValueError(f"admission_order: shortest_predicted_first replaces the "
-                             f"{self.scheduling_policy} order; use one of scheduling_policy: "
-                             f"{self.scheduling_policy} and admission_order")
+            raise ValueError(
+                f"admission_order: shortest_predicted_first replaces the "
+                f"{self.scheduling_policy} order; use one of scheduling_policy: "
+                f"{self.scheduling_policy} and admission_order"
+            )
         if self.scheduling_policy == "vtc" and self.policy == "static":
-            raise ValueError("scheduling_policy vtc orders admission into a running batch; "
-                             "policy static runs one batch to completion: use another policy")
+            raise ValueError(
+                "scheduling_policy vtc orders admission into a running batch; "
+                "policy static runs one batch to completion: use another policy"
+            )
         return self
 
 
@@ -314,14 +502,31 @@ GIB = 1 << 30
 #: Per-policy defaults of the knobs left ``None`` (see docs/policies.md).
 POLICY_DEFAULTS: dict[str, dict[str, Any]] = {
     "vllm_v1": {"watermark": 0.0},
-    "vllm_v0": {"max_num_seqs": 256, "watermark": 0.01, "enable_chunked_prefill": False,
-                "enable_prefix_caching": False},
-    "sarathi": {"max_num_seqs": 128, "max_num_batched_tokens": 512, "watermark": 0.01,
-                "enable_chunked_prefill": True, "enable_prefix_caching": False},
-    "orca": {"max_num_seqs": 256, "watermark": 0.0, "enable_chunked_prefill": False,
-             "enable_prefix_caching": False},
-    "static": {"max_num_seqs": 256, "watermark": 0.0, "enable_chunked_prefill": False,
-               "enable_prefix_caching": False},
+    "vllm_v0": {
+        "max_num_seqs": 256,
+        "watermark": 0.01,
+        "enable_chunked_prefill": False,
+        "enable_prefix_caching": False,
+    },
+    "sarathi": {
+        "max_num_seqs": 128,
+        "max_num_batched_tokens": 512,
+        "watermark": 0.01,
+        "enable_chunked_prefill": True,
+        "enable_prefix_caching": False,
+    },
+    "orca": {
+        "max_num_seqs": 256,
+        "watermark": 0.0,
+        "enable_chunked_prefill": False,
+        "enable_prefix_caching": False,
+    },
+    "static": {
+        "max_num_seqs": 256,
+        "watermark": 0.0,
+        "enable_chunked_prefill": False,
+        "enable_prefix_caching": False,
+    },
 }
 #: Policies that cannot use prefix caching (no paged, shared blocks).
 _NO_PREFIX_CACHING = ("orca", "static")
@@ -360,8 +565,10 @@ def resolve_policy(engine: EngineConfig, max_model_len: int | None = None) -> En
             tokens = d.get("max_num_batched_tokens") or max(mml or 2048, 16384)
         upd["max_num_batched_tokens"] = tokens
     elif not d["enable_chunked_prefill"] and mml and tokens < mml:
-        raise ConfigError(f"engine.max_num_batched_tokens ({tokens}) must be >= max_model_len "
-                          f"({mml}) for policy {engine.policy}, which does not chunk prompts")
+        raise ConfigError(
+            f"engine.max_num_batched_tokens ({tokens}) must be >= max_model_len "
+            f"({mml}) for policy {engine.policy}, which does not chunk prompts"
+        )
     return engine.model_copy(update=upd)
 
 
@@ -410,14 +617,20 @@ def resolve_execution(engine: EngineConfig, gpu_name: str, pipeline_parallel_siz
     if engine.gpu_memory_utilization is None:
         upd["gpu_memory_utilization"] = default_gpu_memory_utilization(engine.version)
     if engine.cpu_overhead_per_req_s is None:
-        upd["cpu_overhead_per_req_s"] = CPU_PER_REQ_S if on_gpu and engine.policy in ("vllm_v1", "vllm_v0") \
-            else 0.0
+        upd["cpu_overhead_per_req_s"] = (
+            CPU_PER_REQ_S if on_gpu and engine.policy in ("vllm_v1", "vllm_v0") else 0.0
+        )
     return engine.model_copy(update=upd) if upd else engine
 
 
-def resolve_engine(engine: EngineConfig, gpu_mem_bytes: float | None = None, gpu_name: str = "",
-                   max_model_len: int | None = None, world_size: int = 1,
-                   pipeline_parallel_size: int = 1) -> EngineConfig:
+def resolve_engine(
+    engine: EngineConfig,
+    gpu_mem_bytes: float | None = None,
+    gpu_name: str = "",
+    max_model_len: int | None = None,
+    world_size: int = 1,
+    pipeline_parallel_size: int = 1,
+) -> EngineConfig:
     """Fill ``None`` batch knobs with vLLM 0.32's `vllm serve` defaults for this GPU.
 
     ``engine/arg_utils.py:get_batch_defaults``: >= 160 GiB: 16384 tokens / 1024 seqs

@@ -27,8 +27,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML's safe loader, except that a mapping key given twice is an error."""
 
 
-def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode,
-                              deep: bool = False) -> dict[Any, Any]:
+def _construct_unique_mapping(
+    loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False
+) -> dict[Any, Any]:
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
         if key_node.tag == "tag:yaml.org,2002:merge":
@@ -45,8 +46,7 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode,
     return loader.construct_mapping(node, deep=deep)
 
 
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-                                 _construct_unique_mapping)  # type: ignore[arg-type]
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)  # type: ignore[arg-type]
 
 
 class _DuplicateKey(Exception):
@@ -60,8 +60,10 @@ def load_yaml_text(text: str, source: str) -> Any:
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except _DuplicateKey as dup:
-        raise ConfigError(f"{source}: line {dup.line}: duplicate key {dup.key!r} (first given on "
-                          f"line {dup.first}); each key may appear once") from None
+        raise ConfigError(
+            f"{source}: line {dup.line}: duplicate key {dup.key!r} (first given on "
+            f"line {dup.first}); each key may appear once"
+        ) from None
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"line {mark.line + 1}: " if mark is not None else ""
@@ -79,8 +81,9 @@ def load_toml_text(text: str, source: str) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         msg = str(err)
-        at = (re.search(r"\s*\(at line (\d+), column \d+\)$", msg)
-              or re.search(r"\s*\(at end of document\)$", msg))
+        at = re.search(r"\s*\(at line (\d+), column \d+\)$", msg) or re.search(
+            r"\s*\(at end of document\)$", msg
+        )
         bare = msg[: at.start()] if at else msg
         line = int(at.group(1)) if at and at.groups() else None
         where = f"line {line}: " if line else ""
@@ -90,8 +93,9 @@ def load_toml_text(text: str, source: str) -> dict[str, Any]:
         twice = re.match(r"Cannot declare \((.*)\) twice", bare)
         if twice:
             table = ".".join(x.strip().strip("'\"") for x in twice.group(1).split(",") if x.strip())
-            raise ConfigError(f"{source}: {where}table [{table}] is declared twice; "
-                              "each table may appear once") from None
+            raise ConfigError(
+                f"{source}: {where}table [{table}] is declared twice; each table may appear once"
+            ) from None
         raise ConfigError(f"{source}: {where}invalid TOML: {bare}") from None
 
 
@@ -118,8 +122,9 @@ def read_scenario_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: {got}; expected {_EXPECTED}")
     try:
         if path.stat().st_size > _MAX_BYTES:
-            raise ConfigError(f"{path}: {path.stat().st_size:,} bytes is too large for a scenario; "
-                              f"expected {_EXPECTED}")
+            raise ConfigError(
+                f"{path}: {path.stat().st_size:,} bytes is too large for a scenario; expected {_EXPECTED}"
+            )
         raw = path.read_bytes()
     except OSError as err:
         raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from None
@@ -130,23 +135,32 @@ def read_scenario_file(path: Path) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {err.start}: 0x{raw[err.start]:02x}); "
-                          f"expected {_EXPECTED}, saved as UTF-8") from None
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {err.start}: 0x{raw[err.start]:02x}); "
+            f"expected {_EXPECTED}, saved as UTF-8"
+        ) from None
     data = load_toml_text(text, str(path)) if suffix == ".toml" else load_yaml_text(text, str(path))
     if data is None:
-        raise ConfigError(f"{path}: the file is empty; expected a mapping of scenario sections "
-                          "(model, hardware, parallel, engine, workload, slo, run, cluster); "
-                          "write {} for the default scenario")
+        raise ConfigError(
+            f"{path}: the file is empty; expected a mapping of scenario sections "
+            "(model, hardware, parallel, engine, workload, slo, run, cluster); "
+            "write {} for the default scenario"
+        )
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level is a {_kind(data)}; expected a mapping of scenario "
-                          "sections (model, hardware, parallel, engine, workload, slo, run, cluster)")
+        raise ConfigError(
+            f"{path}: the top level is a {_kind(data)}; expected a mapping of scenario "
+            "sections (model, hardware, parallel, engine, workload, slo, run, cluster)"
+        )
     bad = [k for k in data if not isinstance(k, str)]
     if bad:
-        raise ConfigError(f"{path}: top-level key {bad[0]!r} is not a name; expected section names "
-                          "(model, hardware, parallel, engine, workload, slo, run, cluster)")
+        raise ConfigError(
+            f"{path}: top-level key {bad[0]!r} is not a name; expected section names "
+            "(model, hardware, parallel, engine, workload, slo, run, cluster)"
+        )
     return data
 
 
 def _kind(x: Any) -> str:
     return {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}.get(
-        type(x), type(x).__name__)
+        type(x), type(x).__name__
+    )

@@ -25,4 +25,5 @@ def check_gpu_blocks_override(engine: EngineConfig, max_model_len: int) -> None:
         raise ConfigError(
             f"engine.num_gpu_blocks_override ({n}) is below the {need} blocks one max_model_len="
             f"{max_model_len} sequence needs ({need - 1} of {engine.block_size} tokens, plus vLLM's null "
-            f"block); raise it to at least {need} or lower engine.max_model_len")
+            f"block); raise it to at least {need} or lower engine.max_model_len"
+        )

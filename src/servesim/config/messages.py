@@ -24,7 +24,6 @@ from servesim.config.workload_kinds import (
     SessionWorkload,
 )
 
-
 #: Fields renamed so that their unit reads one way: old name -> (new name, unit).
 RENAMED = {
     "interconnect_gbps": ("interconnect_gb_per_s", "GB/s"),
@@ -35,10 +34,16 @@ RENAMED = {
     "mem_bw_tbps": ("mem_bw_tb_per_s", "TB/s"),
     "swap_space_gb": ("swap_space_gib", "GiB, 2^30 bytes, as vLLM's --swap-space"),
 }
-_WORKLOAD_TYPES = {"synthetic": SyntheticWorkload, "trace": TraceWorkload, "sessions": SessionWorkload,
-                   "mixture": MixtureWorkload, "agents": AgentWorkload,
-                   "reasoning": ReasoningWorkload, "inference-perf": InferencePerfWorkload,
-                   "guidellm": GuidellmWorkload}
+_WORKLOAD_TYPES = {
+    "synthetic": SyntheticWorkload,
+    "trace": TraceWorkload,
+    "sessions": SessionWorkload,
+    "mixture": MixtureWorkload,
+    "agents": AgentWorkload,
+    "reasoning": ReasoningWorkload,
+    "inference-perf": InferencePerfWorkload,
+    "guidellm": GuidellmWorkload,
+}
 _SCALAR_TAGS = ("str", "int", "float", "bool")
 
 
@@ -66,7 +71,7 @@ def _union_branches(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if loc[:i] in scalar_input and (part in _SCALAR_TAGS or _is_model_tag(part)):
                 meant_model = isinstance(scalar_input[loc[:i]], dict)
                 if meant_model == _is_model_tag(part):
-                    kept.append({**e, "loc": loc[:i] + loc[i + 1:]})
+                    kept.append({**e, "loc": loc[:i] + loc[i + 1 :]})
                 break
         else:
             kept.append(e)
@@ -79,8 +84,11 @@ def format_validation_error(err: Any, source: str, root: type[BaseModel], prefix
     validated on its own (``gpu`` for a profile's GpuConfig)."""
     lines = []
     errors = _union_branches(err.errors())
-    renamed_to = {(*map(str, e["loc"][:-1]), RENAMED[str(e["loc"][-1])][0]) for e in errors
-                  if e["type"] == "extra_forbidden" and e["loc"] and str(e["loc"][-1]) in RENAMED}
+    renamed_to = {
+        (*map(str, e["loc"][:-1]), RENAMED[str(e["loc"][-1])][0])
+        for e in errors
+        if e["type"] == "extra_forbidden" and e["loc"] and str(e["loc"][-1]) in RENAMED
+    }
     for e in errors:
         raw_loc = [str(p) for p in e["loc"]]
         if e["type"] == "missing" and tuple(raw_loc) in renamed_to:
@@ -116,8 +124,10 @@ def _unknown_key_message(loc: list[str], root: type[BaseModel]) -> str:
     if in_workload and loc[1] in _WORKLOAD_TYPES:
         other = "trace" if loc[1] == "synthetic" else "synthetic"
         if key in _WORKLOAD_TYPES[other].model_fields:
-            return (f"a field of {other} workloads, and this workload is a {loc[1]} one; "
-                    f"set workload.type: {other} (--set workload.type={other}) to switch")
+            return (
+                f"a field of {other} workloads, and this workload is a {loc[1]} one; "
+                f"set workload.type: {other} (--set workload.type={other}) to switch"
+            )
     known = set(getattr(model_at(root, loc[:-1]), "model_fields", {}))
     close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6) if known else []
     return f"unknown key; did you mean {close[0]}?" if close else "unknown key"
@@ -159,7 +169,7 @@ def _as_list(x: Any) -> list[Any]:
 
 def _pick(models: list[Any], loc: list[str], after: str) -> Any:
     """The member of a union the next tag in ``loc`` names (``trace``, ``GpuConfig``)."""
-    rest = loc[loc.index(after) + 1:]
+    rest = loc[loc.index(after) + 1 :]
     for m in models:
         tag = getattr(m.model_fields.get("type"), "default", None)
         if rest and rest[0] in (m.__name__, tag):

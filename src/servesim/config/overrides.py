@@ -23,12 +23,15 @@ def set_path(d: dict[str, Any], dotted: str, value: Any, default: BaseModel) -> 
         if isinstance(cur, list):
             where = ".".join(keys[:i])
             if not k.isdigit():
-                raise ConfigError(f"--set {dotted}: {where} is a list; name an element by its "
-                                  f"index, e.g. {where}.0.{k}")
+                raise ConfigError(
+                    f"--set {dotted}: {where} is a list; name an element by its index, e.g. {where}.0.{k}"
+                )
             if int(k) >= len(cur):
                 have = f"indices 0 to {len(cur) - 1}" if cur else "no elements"
-                raise ConfigError(f"--set {dotted}: {where} has {len(cur)} element(s) ({have}); "
-                                  f"to add one, set the whole list: --set '{where}=[...]'")
+                raise ConfigError(
+                    f"--set {dotted}: {where} has {len(cur)} element(s) ({have}); "
+                    f"to add one, set the whole list: --set '{where}=[...]'"
+                )
             if last:
                 cur[int(k)] = value
             elif isinstance(cur[int(k)], dict | list):
@@ -41,7 +44,7 @@ def set_path(d: dict[str, Any], dotted: str, value: Any, default: BaseModel) -> 
             break
         nxt = cur.get(k)
         if nxt is None and keys[i + 1].isdigit():
-            raise ConfigError(_no_list_message(dotted, keys[: i + 1], keys[i + 2:], value))
+            raise ConfigError(_no_list_message(dotted, keys[: i + 1], keys[i + 2 :], value))
         scalar = nxt if nxt is not None else _default_at(default, keys[: i + 1])
         if scalar is not None and not isinstance(scalar, dict | list | BaseModel):
             raise ConfigError(_scalar_message(dotted, keys[: i + 1], scalar, type(default)))
@@ -79,8 +82,10 @@ def _no_list_message(dotted: str, where: list[str], rest: list[str], value: Any)
     head = f"--set {dotted}: {path} is not set, so it has no element {dotted.split('.')[len(where)]}"
     if where == ["cluster", "pools"] and len(rest) == 1:
         field = "" if rest[0] == "name" else f", {rest[0]}: {value}"
-        return (f"{head}; without a cluster section the scenario is one replica: write the pools, "
-                f"e.g. --set 'cluster.pools=[{{name: main{field}}}]'")
+        return (
+            f"{head}; without a cluster section the scenario is one replica: write the pools, "
+            f"e.g. --set 'cluster.pools=[{{name: main{field}}}]'"
+        )
     return f"{head}; set the whole list: --set '{path}=[...]'"
 
 

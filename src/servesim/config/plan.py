@@ -18,49 +18,113 @@ from servesim.config.cluster import RouterName
 class PlanConfig(_Strict):
     """The search space of ``servesim plan`` (docs/planning.md, "Configuration search")."""
 
-    gpus: list[str] | None = Field(None, min_length=1, description=(
-        "Catalog GPU names to try; None: the scenario's hardware.gpu."))
+    gpus: list[str] | None = Field(
+        None, min_length=1, description=("Catalog GPU names to try; None: the scenario's hardware.gpu.")
+    )
     max_total_gpus: int = Field(8, ge=1, description="GPUs of a candidate at most (all pools).")
-    tensor_parallel_sizes: list[int] = Field([1, 2, 4, 8], min_length=1, description=(
-        "TP sizes of a colocated replica (and of each pool unless the pool lists below are set)."),
-        json_schema_extra={"vllm": "--tensor-parallel-size"})
-    pipeline_parallel_sizes: list[int] = Field([1], min_length=1, description="PP sizes to try.",
-                                               json_schema_extra={"vllm": "--pipeline-parallel-size"})
-    expert_parallel: list[bool] = Field([False], min_length=1, description=(
-        "MoE: try expert parallelism over the TP ranks (EP = TP, vLLM's --enable-expert-parallel)."),
-        json_schema_extra={"vllm": "--enable-expert-parallel"})
-    data_parallel_sizes: list[int] = Field([1], min_length=1, description=(
-        "MoE models, colocated mode: data-parallel ranks per server to try (each rank its own "
-        "attention and KV cache, the experts over DP x TP GPUs, the ranks in lockstep; with "
-        "expert_parallel, EP = DP x TP). A dense model's ranks would be plain replicas: keep 1."),
-        json_schema_extra={"vllm": "--data-parallel-size"})
-    replicas: list[int] | None = Field(None, min_length=1, description=(
-        "Colocated replicas to try; None: 1, 2, 4, ... and the most the GPU budget allows."))
-    modes: list[Literal["colocated", "disaggregated"]] = Field(["colocated"], min_length=1, description=(
-        "Colocated replicas, prefill/decode disaggregation, or both."))
-    prefill_decode_ratios: list[str] = Field(["1:1", "1:2", "1:3", "2:1"], min_length=1, description=(
-        "disaggregated: prefill:decode replica ratios; each is scaled up while it fits max_total_gpus."))
-    prefill_tensor_parallel_sizes: list[int] | None = Field(None, min_length=1, description=(
-        "disaggregated: TP sizes of the prefill pool; None: tensor_parallel_sizes."))
-    decode_tensor_parallel_sizes: list[int] | None = Field(None, min_length=1, description=(
-        "disaggregated: TP sizes of the decode pool; None: tensor_parallel_sizes."))
-    max_num_batched_tokens: list[int | None] = Field([None], min_length=1, description=(
-        "Token budgets to try; None: vLLM's default for the GPU."),
-        json_schema_extra={"vllm": "--max-num-batched-tokens"})
-    max_num_seqs: list[int | None] = Field([None], min_length=1, description=(
-        "Batch sizes to try; None: vLLM's default for the GPU."), json_schema_extra={"vllm": "--max-num-seqs"})
-    enable_chunked_prefill: list[bool] | None = Field(None, min_length=1, description=(
-        "Chunked prefill on/off to try; None: the scenario's."),
-        json_schema_extra={"vllm": "--enable-chunked-prefill"})
-    enable_prefix_caching: list[bool] | None = Field(None, min_length=1, description=(
-        "Prefix caching on/off to try; None: the scenario's."),
-        json_schema_extra={"vllm": "--enable-prefix-caching"})
-    routers: list[RouterName] | None = Field(None, min_length=1, description=(
-        "Routers to try for candidates of more than one replica; None: the scenario's (round_robin)."))
-    objective: Literal["cost", "gpus", "energy"] = Field("cost", description=(
-        "Ranks the candidates meeting the SLOs: $/hour, GPUs, or joules per output token."))
-    @field_validator("tensor_parallel_sizes", "pipeline_parallel_sizes", "data_parallel_sizes", "replicas",
-                     "prefill_tensor_parallel_sizes", "decode_tensor_parallel_sizes")
+    tensor_parallel_sizes: list[int] = Field(
+        [1, 2, 4, 8],
+        min_length=1,
+        description=(
+            "TP sizes of a colocated replica (and of each pool unless the pool lists below are set)."
+        ),
+        json_schema_extra={"vllm": "--tensor-parallel-size"},
+    )
+    pipeline_parallel_sizes: list[int] = Field(
+        [1],
+        min_length=1,
+        description="PP sizes to try.",
+        json_schema_extra={"vllm": "--pipeline-parallel-size"},
+    )
+    expert_parallel: list[bool] = Field(
+        [False],
+        min_length=1,
+        description=(
+            "MoE: try expert parallelism over the TP ranks (EP = TP, vLLM's --enable-expert-parallel)."
+        ),
+        json_schema_extra={"vllm": "--enable-expert-parallel"},
+    )
+    data_parallel_sizes: list[int] = Field(
+        [1],
+        min_length=1,
+        description=(
+            "MoE models, colocated mode: data-parallel ranks per server to try (each rank its own "
+            "attention and KV cache, the experts over DP x TP GPUs, the ranks in lockstep; with "
+            "expert_parallel, EP = DP x TP). A dense model's ranks would be plain replicas: keep 1."
+        ),
+        json_schema_extra={"vllm": "--data-parallel-size"},
+    )
+    replicas: list[int] | None = Field(
+        None,
+        min_length=1,
+        description=("Colocated replicas to try; None: 1, 2, 4, ... and the most the GPU budget allows."),
+    )
+    modes: list[Literal["colocated", "disaggregated"]] = Field(
+        ["colocated"],
+        min_length=1,
+        description=("Colocated replicas, prefill/decode disaggregation, or both."),
+    )
+    prefill_decode_ratios: list[str] = Field(
+        ["1:1", "1:2", "1:3", "2:1"],
+        min_length=1,
+        description=(
+            "disaggregated: prefill:decode replica ratios; each is scaled up while it fits max_total_gpus."
+        ),
+    )
+    prefill_tensor_parallel_sizes: list[int] | None = Field(
+        None,
+        min_length=1,
+        description=("disaggregated: TP sizes of the prefill pool; None: tensor_parallel_sizes."),
+    )
+    decode_tensor_parallel_sizes: list[int] | None = Field(
+        None,
+        min_length=1,
+        description=("disaggregated: TP sizes of the decode pool; None: tensor_parallel_sizes."),
+    )
+    max_num_batched_tokens: list[int | None] = Field(
+        [None],
+        min_length=1,
+        description=("Token budgets to try; None: vLLM's default for the GPU."),
+        json_schema_extra={"vllm": "--max-num-batched-tokens"},
+    )
+    max_num_seqs: list[int | None] = Field(
+        [None],
+        min_length=1,
+        description=("Batch sizes to try; None: vLLM's default for the GPU."),
+        json_schema_extra={"vllm": "--max-num-seqs"},
+    )
+    enable_chunked_prefill: list[bool] | None = Field(
+        None,
+        min_length=1,
+        description=("Chunked prefill on/off to try; None: the scenario's."),
+        json_schema_extra={"vllm": "--enable-chunked-prefill"},
+    )
+    enable_prefix_caching: list[bool] | None = Field(
+        None,
+        min_length=1,
+        description=("Prefix caching on/off to try; None: the scenario's."),
+        json_schema_extra={"vllm": "--enable-prefix-caching"},
+    )
+    routers: list[RouterName] | None = Field(
+        None,
+        min_length=1,
+        description=(
+            "Routers to try for candidates of more than one replica; None: the scenario's (round_robin)."
+        ),
+    )
+    objective: Literal["cost", "gpus", "energy"] = Field(
+        "cost",
+        description=("Ranks the candidates meeting the SLOs: $/hour, GPUs, or joules per output token."),
+    )
+
+    @field_validator(
+        "tensor_parallel_sizes",
+        "pipeline_parallel_sizes",
+        "data_parallel_sizes",
+        "replicas",
+        "prefill_tensor_parallel_sizes",
+        "decode_tensor_parallel_sizes",
+    )
     @classmethod
     def _positive(cls, v: list[int] | None) -> list[int] | None:
         if v is not None and any(x < 1 for x in v):
@@ -73,8 +137,10 @@ class PlanConfig(_Strict):
         for text in v:
             parts = text.split(":")
             if len(parts) != 2 or not all(p.strip().isdigit() and int(p) >= 1 for p in parts):
-                raise ValueError(f"{text!r} is not a prefill:decode ratio; expected two whole numbers "
-                                 "of at least 1, e.g. '1:2'")
+                raise ValueError(
+                    f"{text!r} is not a prefill:decode ratio; expected two whole numbers "
+                    "of at least 1, e.g. '1:2'"
+                )
         return v
 
     @model_validator(mode="after")

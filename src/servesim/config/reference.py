@@ -25,9 +25,18 @@ from pydantic_core import PydanticUndefined
 
 #: Units read from a field name's suffix (the longest suffix that matches wins).
 SUFFIX_UNITS = {
-    "_s": "s", "_ms": "ms", "_us": "µs", "_gb_per_s": "GB/s", "_tb_per_s": "TB/s",
-    "_gb": "GB", "_gib": "GiB", "_bytes": "bytes", "_tflops": "TFLOP/s", "_w": "W",
-    "_per_hour": "USD/hour", "_tokens": "tokens",
+    "_s": "s",
+    "_ms": "ms",
+    "_us": "µs",
+    "_gb_per_s": "GB/s",
+    "_tb_per_s": "TB/s",
+    "_gb": "GB",
+    "_gib": "GiB",
+    "_bytes": "bytes",
+    "_tflops": "TFLOP/s",
+    "_w": "W",
+    "_per_hour": "USD/hour",
+    "_tokens": "tokens",
 }
 
 _INTRO = """\
@@ -175,8 +184,14 @@ def render_markdown() -> str:
             vllm = vllm_of(info)
             bounds = bounds_of(info)
             kind = type_name(info.annotation) + (f" ({bounds})" if bounds else "")
-            row = [f"`{name}`", kind, unit_of(name, info),
-                   f"`{default_of(info)}`", f"`{vllm}`" if vllm else "", info.description or ""]
+            row = [
+                f"`{name}`",
+                kind,
+                unit_of(name, info),
+                f"`{default_of(info)}`",
+                f"`{vllm}`" if vllm else "",
+                info.description or "",
+            ]
             out.append("| " + " | ".join(_cell(c) for c in row) + " |")
     return "\n".join(out) + "\n"
 

@@ -41,22 +41,34 @@ class Scenario(_Strict):
     hardware: HardwareConfig = Field(HardwareConfig(), description="The accelerator.")
     parallel: ParallelConfig = Field(ParallelConfig(), description="Tensor, pipeline and expert parallelism.")
     engine: EngineConfig = Field(EngineConfig(), description="The serving engine's knobs.")
-    workload: WorkloadConfig = Field(TraceWorkload(path="builtin:azure_conv"), description=(
-        "The requests: type: trace or type: synthetic."))
+    workload: WorkloadConfig = Field(
+        TraceWorkload(path="builtin:azure_conv"),
+        description=("The requests: type: trace or type: synthetic."),
+    )
     slo: SloConfig = Field(SloConfig(ttft_s=2.0, tpot_s=0.1), description="Latency objectives.")
     run: RunConfig = Field(RunConfig(), description="Run options.")
-    cluster: ClusterConfig | None = Field(None, description=(
-        "Pools, router, disaggregation (docs/cluster.md); None: one replica of hardware/parallel/engine."))
-    tenants: list[TenantConfig] = Field(default_factory=list, description=(
-        "The workload's tenants by name: weight (engine.scheduling_policy vtc), rate limit, queue "
-        "cap and SLOs (docs/policies.md, Tenants); a tenant not listed has none of them."))
+    cluster: ClusterConfig | None = Field(
+        None,
+        description=(
+            "Pools, router, disaggregation (docs/cluster.md); None: one replica of hardware/parallel/engine."
+        ),
+    )
+    tenants: list[TenantConfig] = Field(
+        default_factory=list,
+        description=(
+            "The workload's tenants by name: weight (engine.scheduling_policy vtc), rate limit, queue "
+            "cap and SLOs (docs/policies.md, Tenants); a tenant not listed has none of them."
+        ),
+    )
 
     @model_validator(mode="after")
     def _check_tenants(self) -> Scenario:
         check_tenants(self.tenants)
         if self.tenants and (self.cluster is not None or self.parallel.data_parallel_size > 1):
-            raise ValueError("tenants: admission control and weights are modelled for one replica; "
-                             "a cluster (or data_parallel_size > 1) takes none (leave tenants out)")
+            raise ValueError(
+                "tenants: admission control and weights are modelled for one replica; "
+                "a cluster (or data_parallel_size > 1) takes none (leave tenants out)"
+            )
         return self
 
 
@@ -71,8 +83,9 @@ def _workload_type(wl: Any) -> str | None:
     return wl.get("type") or ("trace" if "path" in wl else "synthetic")
 
 
-def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>",
-                       overrides: list[str] | None = None) -> Scenario:
+def scenario_from_dict(
+    data: dict[str, Any], source: str = "<scenario>", overrides: list[str] | None = None
+) -> Scenario:
     """Validate a scenario mapping after applying ``--set`` overrides (``KEY=VALUE``) to it.
 
     ``workload.type`` is applied first: switching the type starts the workload afresh from

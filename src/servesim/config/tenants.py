@@ -17,32 +17,59 @@ class TenantConfig(_Strict):
     """One tenant: its share of the engine (VTC's weight), admission control and SLOs."""
 
     name: str = Field(min_length=1, description="The tenant's name, as the workload gives it.")
-    weight: float = Field(1.0, gt=0, description=(
-        "engine.scheduling_policy vtc: the tenant's share (weighted VTC: its counter grows by the "
-        "served tokens / weight, so weight 2 gets twice the service of weight 1 when both are "
-        "backlogged)."))
-    rate_limit_rps: float | None = Field(None, gt=0, description=(
-        "Token-bucket rate limit in requests/s (None: no limit); an arrival that finds the bucket "
-        "with less than one token is rejected ('rate_limited')."))
-    burst: float | None = Field(None, ge=1, description=(
-        "The bucket's capacity in requests, full at the start (None: max(1, rate_limit_rps), one "
-        "second's worth)."))
-    max_queued: int | None = Field(None, ge=0, description=(
-        "Queue cap: an arrival is rejected ('queue_full') when this many of the tenant's requests "
-        "have arrived and were not scheduled yet (None: no cap)."))
-    slo: SloConfig | None = Field(None, description=(
-        "The tenant's latency objectives (ttft_s, tpot_s, e2e_s) for its attainment and goodput "
-        "(None: the scenario's slo)."))
+    weight: float = Field(
+        1.0,
+        gt=0,
+        description=(
+            "engine.scheduling_policy vtc: the tenant's share (weighted VTC: its counter grows by the "
+            "served tokens / weight, so weight 2 gets twice the service of weight 1 when both are "
+            "backlogged)."
+        ),
+    )
+    rate_limit_rps: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "Token-bucket rate limit in requests/s (None: no limit); an arrival that finds the bucket "
+            "with less than one token is rejected ('rate_limited')."
+        ),
+    )
+    burst: float | None = Field(
+        None,
+        ge=1,
+        description=(
+            "The bucket's capacity in requests, full at the start (None: max(1, rate_limit_rps), one "
+            "second's worth)."
+        ),
+    )
+    max_queued: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "Queue cap: an arrival is rejected ('queue_full') when this many of the tenant's requests "
+            "have arrived and were not scheduled yet (None: no cap)."
+        ),
+    )
+    slo: SloConfig | None = Field(
+        None,
+        description=(
+            "The tenant's latency objectives (ttft_s, tpot_s, e2e_s) for its attainment and goodput "
+            "(None: the scenario's slo)."
+        ),
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TenantConfig:
         if self.burst is not None and self.rate_limit_rps is None:
-            raise ValueError(f"tenant {self.name}: burst sizes the rate limit's bucket; "
-                             "it needs rate_limit_rps")
+            raise ValueError(
+                f"tenant {self.name}: burst sizes the rate limit's bucket; it needs rate_limit_rps"
+            )
         if self.slo is not None and (self.slo.attainment or self.slo.percentiles):
-            raise ValueError(f"tenant {self.name}: slo takes the limits (ttft_s, tpot_s, e2e_s) a "
-                             "request of the tenant must meet; attainment and percentiles are the "
-                             "scenario's slo targets")
+            raise ValueError(
+                f"tenant {self.name}: slo takes the limits (ttft_s, tpot_s, e2e_s) a "
+                "request of the tenant must meet; attainment and percentiles are the "
+                "scenario's slo targets"
+            )
         return self
 
     @property

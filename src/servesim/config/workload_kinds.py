@@ -23,24 +23,48 @@ class SessionWorkload(_Strict):
     num_sessions: int | None = Field(200, ge=1, description="How many sessions (or use duration_s).")
     duration_s: Seconds | None = Field(None, gt=0, description="Start sessions until this time.")
     turns: LengthDist = Field(LengthDist(kind="constant", value=3), description="Turns per session.")
-    first_prompt_len: LengthDist = Field(LengthDist(kind="lognormal", mean=2000, std=2000), description=(
-        "The first turn's prompt (the system prompt included)."))
-    system_prompt_len: int = Field(0, ge=0, description=(
-        "Leading tokens every session shares (a common system prompt; at most the first prompt)."),
-        json_schema_extra=_TOKENS)
-    user_len: LengthDist = Field(LengthDist(kind="lognormal", mean=200, std=300), description=(
-        "New user tokens of each later turn (added after the previous answer)."))
-    output_len: LengthDist = Field(LengthDist(kind="lognormal", mean=300, std=250), description=(
-        "Output tokens of each turn."))
-    think_time: DelayDist = Field(DelayDist(kind="exponential", mean_s=60.0), description=(
-        "closed: from an answer to the next turn; open: between the sends of two turns."))
-    loop: Literal["closed", "open"] = Field("closed", description=(
-        "closed: a turn is sent think_time after the previous answer; open: at fixed gaps, "
-        "whatever the answers."))
-    max_prompt_len: int = Field(131072, ge=2, description=(
-        "A session ends before a turn whose prompt would pass this."), json_schema_extra=_TOKENS)
-    hash_block_tokens: int = Field(512, ge=1, description=(
-        "Tokens per prompt-identity unit (Mooncake's hash_ids: 512)."), json_schema_extra=_TOKENS)
+    first_prompt_len: LengthDist = Field(
+        LengthDist(kind="lognormal", mean=2000, std=2000),
+        description=("The first turn's prompt (the system prompt included)."),
+    )
+    system_prompt_len: int = Field(
+        0,
+        ge=0,
+        description=(
+            "Leading tokens every session shares (a common system prompt; at most the first prompt)."
+        ),
+        json_schema_extra=_TOKENS,
+    )
+    user_len: LengthDist = Field(
+        LengthDist(kind="lognormal", mean=200, std=300),
+        description=("New user tokens of each later turn (added after the previous answer)."),
+    )
+    output_len: LengthDist = Field(
+        LengthDist(kind="lognormal", mean=300, std=250), description=("Output tokens of each turn.")
+    )
+    think_time: DelayDist = Field(
+        DelayDist(kind="exponential", mean_s=60.0),
+        description=("closed: from an answer to the next turn; open: between the sends of two turns."),
+    )
+    loop: Literal["closed", "open"] = Field(
+        "closed",
+        description=(
+            "closed: a turn is sent think_time after the previous answer; open: at fixed gaps, "
+            "whatever the answers."
+        ),
+    )
+    max_prompt_len: int = Field(
+        131072,
+        ge=2,
+        description=("A session ends before a turn whose prompt would pass this."),
+        json_schema_extra=_TOKENS,
+    )
+    hash_block_tokens: int = Field(
+        512,
+        ge=1,
+        description=("Tokens per prompt-identity unit (Mooncake's hash_ids: 512)."),
+        json_schema_extra=_TOKENS,
+    )
     seed: int = Field(0, description="Seed of the generator (with run.seed).")
 
     @model_validator(mode="after")
@@ -57,7 +81,9 @@ class ClientConfig(_Strict):
     arrival: ArrivalConfig = Field(ArrivalConfig(), description="The client's arrival process.")
     prompt_len: LengthDist = Field(LengthDist(kind="constant", value=512), description="Prompt lengths.")
     output_len: LengthDist = Field(LengthDist(kind="constant", value=128), description="Output lengths.")
-    prefix_groups: int = Field(0, ge=0, description="The client's requests share one of N prefixes (0 = none).")
+    prefix_groups: int = Field(
+        0, ge=0, description="The client's requests share one of N prefixes (0 = none)."
+    )
     prefix_len: int = Field(0, ge=0, description="Shared prefix length in tokens.", json_schema_extra=_TOKENS)
 
 
@@ -66,8 +92,9 @@ class MixtureWorkload(_Strict):
 
     type: Literal["mixture"] = Field("mixture", description="Selects this kind of workload.")
     clients: list[ClientConfig] = Field(min_length=1, description="The clients, each generated on its own.")
-    num_requests: int | None = Field(None, ge=1, description=(
-        "Keep the first N requests of the merged stream (or use duration_s)."))
+    num_requests: int | None = Field(
+        None, ge=1, description=("Keep the first N requests of the merged stream (or use duration_s).")
+    )
     duration_s: Seconds | None = Field(None, gt=0, description="Generate every client until this time.")
     seed: int = Field(0, description="Seed of the generator (with run.seed).")
 
@@ -89,9 +116,13 @@ class AgentNode(_Strict):
     name: str = Field(min_length=1, description="The step's name (what 'after' refers to).")
     kind: Literal["llm", "tool"] = Field("llm", description="llm: a request; tool: a wait of 'duration'.")
     after: list[str] = Field(default_factory=list, description="Steps that must finish first.")
-    prompt_len: LengthDist = Field(LengthDist(kind="constant", value=1024), description="llm: prompt lengths.")
+    prompt_len: LengthDist = Field(
+        LengthDist(kind="constant", value=1024), description="llm: prompt lengths."
+    )
     output_len: LengthDist = Field(LengthDist(kind="constant", value=128), description="llm: output lengths.")
-    duration: DelayDist = Field(DelayDist(kind="constant", mean_s=1.0), description="tool: how long it takes.")
+    duration: DelayDist = Field(
+        DelayDist(kind="constant", mean_s=1.0), description="tool: how long it takes."
+    )
 
 
 class AgentWorkload(_Strict):
@@ -103,9 +134,12 @@ class AgentWorkload(_Strict):
     num_tasks: int | None = Field(100, ge=1, description="How many tasks (or use duration_s).")
     duration_s: Seconds | None = Field(None, gt=0, description="Start tasks until this time.")
     nodes: list[AgentNode] = Field(min_length=1, description="The steps of every task, a DAG by 'after'.")
-    system_prompt_len: int = Field(0, ge=0, description=(
-        "Leading prompt tokens every call shares (the agent's instructions; prefix caching)."),
-        json_schema_extra=_TOKENS)
+    system_prompt_len: int = Field(
+        0,
+        ge=0,
+        description=("Leading prompt tokens every call shares (the agent's instructions; prefix caching)."),
+        json_schema_extra=_TOKENS,
+    )
     seed: int = Field(0, description="Seed of the generator (with run.seed).")
 
     @model_validator(mode="after")
@@ -139,30 +173,51 @@ class ReasoningWorkload(_Strict):
     arrival: ArrivalConfig = Field(ArrivalConfig(rate=0.5), description="When questions arrive (open loop).")
     num_questions: int | None = Field(100, ge=1, description="How many questions (or use duration_s).")
     duration_s: Seconds | None = Field(None, gt=0, description="Send questions until this time.")
-    prompt_len: LengthDist = Field(LengthDist(kind="lognormal", mean=300, std=200), description=(
-        "The question's prompt."))
-    quick_len: LengthDist = Field(LengthDist(kind="lognormal", mean=1500, std=800), description=(
-        "Reasoning length of the quick mode."))
-    long_len: LengthDist = Field(LengthDist(kind="lognormal", mean=8000, std=3000), description=(
-        "Reasoning length of the long-think mode."))
+    prompt_len: LengthDist = Field(
+        LengthDist(kind="lognormal", mean=300, std=200), description=("The question's prompt.")
+    )
+    quick_len: LengthDist = Field(
+        LengthDist(kind="lognormal", mean=1500, std=800), description=("Reasoning length of the quick mode.")
+    )
+    long_len: LengthDist = Field(
+        LengthDist(kind="lognormal", mean=8000, std=3000),
+        description=("Reasoning length of the long-think mode."),
+    )
     long_weight: float = Field(0.4, ge=0, le=1, description="Share of samples in the long-think mode.")
     samples: int = Field(1, ge=1, description="Samples a question (best-of-N); they share the prompt.")
-    early_exit: bool = Field(False, description=(
-        "Dynasor early exit: probe the answer after every segment, stop once 'agree' probes agree."))
-    segment_tokens: int = Field(256, ge=1, description="early_exit: reasoning tokens between probes (k).",
-                                json_schema_extra=_TOKENS)
-    probe_prompt_tokens: int = Field(20, ge=0, description=(
-        "early_exit: tokens a probe appends to the reasoning so far (the 'final answer' cue)."),
-        json_schema_extra=_TOKENS)
-    probe_tokens: int = Field(16, ge=1, description="early_exit: output tokens of a probe.",
-                              json_schema_extra=_TOKENS)
+    early_exit: bool = Field(
+        False,
+        description=(
+            "Dynasor early exit: probe the answer after every segment, stop once 'agree' probes agree."
+        ),
+    )
+    segment_tokens: int = Field(
+        256, ge=1, description="early_exit: reasoning tokens between probes (k).", json_schema_extra=_TOKENS
+    )
+    probe_prompt_tokens: int = Field(
+        20,
+        ge=0,
+        description=("early_exit: tokens a probe appends to the reasoning so far (the 'final answer' cue)."),
+        json_schema_extra=_TOKENS,
+    )
+    probe_tokens: int = Field(
+        16, ge=1, description="early_exit: output tokens of a probe.", json_schema_extra=_TOKENS
+    )
     agree: int = Field(2, ge=1, description="early_exit: consecutive probes that must agree.")
-    stabilize_alpha: float = Field(2.0, gt=0, description=(
-        "Beta(alpha, beta) of u: a sample's answer is final after u x its reasoning length."))
+    stabilize_alpha: float = Field(
+        2.0,
+        gt=0,
+        description=("Beta(alpha, beta) of u: a sample's answer is final after u x its reasoning length."),
+    )
     stabilize_beta: float = Field(3.0, gt=0, description="Beta(alpha, beta) of u: the beta.")
-    hash_block_tokens: int = Field(64, ge=1, description=(
-        "Tokens per prompt-identity unit (prefix-cache reuse of the prompt and the reasoning so far)."),
-        json_schema_extra=_TOKENS)
+    hash_block_tokens: int = Field(
+        64,
+        ge=1,
+        description=(
+            "Tokens per prompt-identity unit (prefix-cache reuse of the prompt and the reasoning so far)."
+        ),
+        json_schema_extra=_TOKENS,
+    )
     seed: int = Field(0, description="Seed of the generator (with run.seed).")
 
     @model_validator(mode="after")
@@ -177,15 +232,26 @@ class InferencePerfWorkload(_Strict):
     (its profile, or the resolved config.yaml in its results folder; docs/workloads.md)."""
 
     type: Literal["inference-perf"] = Field("inference-perf", description="Selects this kind of workload.")
-    config: str = Field(description=(
-        "inference-perf's YAML config: data (shared_prefix, random or synthetic) and load (constant or "
-        "poisson stages); relative paths are relative to the scenario file."))
-    num_special_tokens: int = Field(1, ge=0, description=(
-        "Special tokens the server's tokenizer adds to each prompt (1 for Llama's BOS)."),
-        json_schema_extra=_TOKENS)
-    rate_scale: float = Field(1.0, gt=0, description=(
-        "Multiply every stage's rate (each stage keeps its duration, so it sends proportionally more "
-        "requests); capacity searches this."))
+    config: str = Field(
+        description=(
+            "inference-perf's YAML config: data (shared_prefix, random or synthetic) and load (constant or "
+            "poisson stages); relative paths are relative to the scenario file."
+        )
+    )
+    num_special_tokens: int = Field(
+        1,
+        ge=0,
+        description=("Special tokens the server's tokenizer adds to each prompt (1 for Llama's BOS)."),
+        json_schema_extra=_TOKENS,
+    )
+    rate_scale: float = Field(
+        1.0,
+        gt=0,
+        description=(
+            "Multiply every stage's rate (each stage keeps its duration, so it sends proportionally more "
+            "requests); capacity searches this."
+        ),
+    )
     limit: int | None = Field(None, ge=1, description="Take the first N requests.")
     seed: int = Field(0, description="Seed of the arrival and length draws (with run.seed).")
 
@@ -195,21 +261,47 @@ class GuidellmWorkload(_Strict):
     or YAML ``guidellm benchmark --scenario`` takes; docs/workloads.md)."""
 
     type: Literal["guidellm"] = Field("guidellm", description="Selects this kind of workload.")
-    config: str = Field(description=(
-        "guidellm's scenario file (JSON or YAML; flat 0.3-0.6 layout or 0.7's spec): profile constant, "
-        "poisson, concurrent, synchronous or throughput with one rate, synthetic data, max_seconds or "
-        "max_requests; relative paths are relative to the scenario file."))
-    num_special_tokens: int = Field(1, ge=0, description=(
-        "Tokens the server adds to each prompt: the tokenizer's special tokens, or on guidellm's default "
-        "chat endpoint the chat template's."), json_schema_extra=_TOKENS)
-    rate_scale: float = Field(1.0, gt=0, description=(
-        "Multiply the rate of a constant or poisson profile (max_seconds kept); capacity searches this."))
+    config: str = Field(
+        description=(
+            "guidellm's scenario file (JSON or YAML; flat 0.3-0.6 layout or 0.7's spec): profile constant, "
+            "poisson, concurrent, synchronous or throughput with one rate, synthetic data, max_seconds or "
+            "max_requests; relative paths are relative to the scenario file."
+        )
+    )
+    num_special_tokens: int = Field(
+        1,
+        ge=0,
+        description=(
+            "Tokens the server adds to each prompt: the tokenizer's special tokens, or on guidellm's default "
+            "chat endpoint the chat template's."
+        ),
+        json_schema_extra=_TOKENS,
+    )
+    rate_scale: float = Field(
+        1.0,
+        gt=0,
+        description=(
+            "Multiply the rate of a constant or poisson profile (max_seconds kept); capacity searches this."
+        ),
+    )
     limit: int | None = Field(None, ge=1, description="Take the first N requests.")
-    seed: int = Field(0, description=(
-        "Added to the scenario's random_seed (0: guidellm's own length and Poisson draws; with run.seed)."))
+    seed: int = Field(
+        0,
+        description=(
+            "Added to the scenario's random_seed (0: guidellm's own length and Poisson draws; with run.seed)."
+        ),
+    )
 
 
 WorkloadConfig = Annotated[
-    SyntheticWorkload | TraceWorkload | BenchmarkWorkload | SessionWorkload | MixtureWorkload | AgentWorkload
-    | ReasoningWorkload | InferencePerfWorkload | GuidellmWorkload,
-    Field(discriminator="type")]
+    SyntheticWorkload
+    | TraceWorkload
+    | BenchmarkWorkload
+    | SessionWorkload
+    | MixtureWorkload
+    | AgentWorkload
+    | ReasoningWorkload
+    | InferencePerfWorkload
+    | GuidellmWorkload,
+    Field(discriminator="type"),
+]

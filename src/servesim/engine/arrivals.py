@@ -70,8 +70,15 @@ def rejection_reason(r: Request, max_model_len: int, usable_tokens: int) -> str:
 class ArrivalFeeder:
     """Creates each request at its arrival and schedules the next one."""
 
-    def __init__(self, wl: Workload, loop: EventLoop, deliver: Callable[[Request], None],
-                 on_reject: Callable[[Request, str], None], max_model_len: int, usable_tokens: int) -> None:
+    def __init__(
+        self,
+        wl: Workload,
+        loop: EventLoop,
+        deliver: Callable[[Request], None],
+        on_reject: Callable[[Request, str], None],
+        max_model_len: int,
+        usable_tokens: int,
+    ) -> None:
         self.loop = loop
         self.deliver = deliver
         self.on_reject = on_reject
@@ -116,9 +123,15 @@ class ClosedLoopFeeder:
     and its rows' ``arrival_s`` count from that instant.
     """
 
-    def __init__(self, wl: Workload, loop: EventLoop, deliver: Callable[[Request], None],
-                 on_reject: Callable[[Request, str], None], rejection: Callable[[Request], str],
-                 on_main_start: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        wl: Workload,
+        loop: EventLoop,
+        deliver: Callable[[Request], None],
+        on_reject: Callable[[Request, str], None],
+        rejection: Callable[[Request], str],
+        on_main_start: Callable[[], None] | None = None,
+    ) -> None:
         clients = wl.clients
         if clients is None:
             raise ValueError("ClosedLoopFeeder needs a workload with clients (a benchmark workload)")

@@ -36,11 +36,16 @@ def uses_lazy_engine(engine: EngineConfig, wl: Workload | None, tenant_counters:
     """
     if wl is None:
         return True
-    return (engine.policy == "vllm_v1" and engine.scheduling_policy == "fcfs"
-            and engine.preemption_mode == "recompute" and not engine.memory_aware_admission
-            and not engine.watermark and not engine.speculative.num_speculative_tokens
-            and not (tenant_counters and wl.tenant is not None)
-            and (wl.num_samples is None or int(wl.num_samples.max(initial=1)) <= 1))
+    return (
+        engine.policy == "vllm_v1"
+        and engine.scheduling_policy == "fcfs"
+        and engine.preemption_mode == "recompute"
+        and not engine.memory_aware_admission
+        and not engine.watermark
+        and not engine.speculative.num_speculative_tokens
+        and not (tenant_counters and wl.tenant is not None)
+        and (wl.num_samples is None or int(wl.num_samples.max(initial=1)) <= 1)
+    )
 
 
 def scheduler_config(engine: EngineConfig, max_model_len: int) -> SchedulerConfig:
@@ -52,19 +57,27 @@ def scheduler_config(engine: EngineConfig, max_model_len: int) -> SchedulerConfi
         enable_chunked_prefill=engine.enable_chunked_prefill,
         long_prefill_token_threshold=engine.long_prefill_token_threshold,
         max_model_len=max_model_len,
-        scheduler_reserve_full_isl=engine.scheduler_reserve_full_isl)
+        scheduler_reserve_full_isl=engine.scheduler_reserve_full_isl,
+    )
 
 
-def make_kv_cache(engine: EngineConfig, num_gpu_blocks: int, max_model_len: int,
-                  lazy: bool) -> KVCacheManager | CountingKVCache:
+def make_kv_cache(
+    engine: EngineConfig, num_gpu_blocks: int, max_model_len: int, lazy: bool
+) -> KVCacheManager | CountingKVCache:
     """The KV cache for a replica: block counts for the lazy engine, block objects otherwise."""
     cls = CountingKVCache if lazy else KVCacheManager
     return cls(num_gpu_blocks, engine.block_size, engine.enable_prefix_caching, max_model_len)
 
 
-def make_scheduler(engine: EngineConfig, cfg: SchedulerConfig, kv: Any, wl: Workload | None,
-                   reference: bool = False, kv_bytes_per_block: float = 0.0,
-                   tenant_weights: list[float] | None = None) -> Scheduler:
+def make_scheduler(
+    engine: EngineConfig,
+    cfg: SchedulerConfig,
+    kv: Any,
+    wl: Workload | None,
+    reference: bool = False,
+    kv_bytes_per_block: float = 0.0,
+    tenant_weights: list[float] | None = None,
+) -> Scheduler:
     """The scheduler for ``engine``: lazy V1 where it applies, else the policy's class.
 
     ``tenant_weights``: each tenant's weight (VTC's share), one per name of
@@ -77,8 +90,9 @@ def make_scheduler(engine: EngineConfig, cfg: SchedulerConfig, kv: Any, wl: Work
     from servesim.engine.policy_base import PolicyOptions
 
     if engine.preemption_mode == "swap" and kv_bytes_per_block <= 0:
-        raise ValueError("preemption_mode=swap needs kv_bytes_per_block (the memory plan's) "
-                         "to size swap space")
+        raise ValueError(
+            "preemption_mode=swap needs kv_bytes_per_block (the memory plan's) to size swap space"
+        )
     samples = wl.num_samples
     num_samples = {i: int(n) for i, n in enumerate(samples.tolist()) if n > 1} if samples is not None else {}
     if wl.tenant is not None:
@@ -88,15 +102,24 @@ def make_scheduler(engine: EngineConfig, cfg: SchedulerConfig, kv: Any, wl: Work
         weights = [1.0] if engine.scheduling_policy == "vtc" else []  # one tenant: VTC is FCFS
     host_bytes = engine.swap_space_gib * (1 << 30)  # GiB, as vLLM's --swap-space
     opts = PolicyOptions(
-        scheduling_policy=engine.scheduling_policy, preemption_mode=engine.preemption_mode,
+        scheduling_policy=engine.scheduling_policy,
+        preemption_mode=engine.preemption_mode,
         num_host_blocks=int(host_bytes / kv_bytes_per_block) if kv_bytes_per_block else 0,
-        kv_bytes_per_block=kv_bytes_per_block, watermark=engine.watermark or 0.0,
-        orca_reservation=engine.orca_reservation, memory_aware_admission=engine.memory_aware_admission,
+        kv_bytes_per_block=kv_bytes_per_block,
+        watermark=engine.watermark or 0.0,
+        orca_reservation=engine.orca_reservation,
+        memory_aware_admission=engine.memory_aware_admission,
         output_len_prediction_error=engine.output_len_prediction_error,
-        admission_order=engine.admission_order, speculative=engine.speculative,
-        num_samples=num_samples, first_free_idx=len(wl), prune_at_token=wl.prune_at_token,
-        num_kept_samples=wl.num_kept_samples, tenant_weights=weights,
-        vtc_input_weight=engine.vtc_input_weight, vtc_output_weight=engine.vtc_output_weight)
+        admission_order=engine.admission_order,
+        speculative=engine.speculative,
+        num_samples=num_samples,
+        first_free_idx=len(wl),
+        prune_at_token=wl.prune_at_token,
+        num_kept_samples=wl.num_kept_samples,
+        tenant_weights=weights,
+        vtc_input_weight=engine.vtc_input_weight,
+        vtc_output_weight=engine.vtc_output_weight,
+    )
     return SCHEDULERS[engine.policy](cfg, kv, opts)
 
 
@@ -109,12 +132,25 @@ def policy_perf_model(engine: EngineConfig, perf: PerfModel) -> PerfModel:
     return PolicyCostModel(perf, engine.pcie_gb_per_s * 1e9, engine.speculative.draft_cost_ratio)
 
 
-def build_replica(replica_id: int, loop: EventLoop, engine: EngineConfig, perf: PerfModel,
-                  num_gpu_blocks: int, max_model_len: int, wl: Workload | None,
-                  steps: StepSeries | None, itl: ItlSamples, totals: ReplicaTotals, *,
-                  reference: bool = False, kv_bytes_per_block: float = 0.0,
-                  check_invariants: bool = False, on_finish: Callable[[Request], None] | None = None,
-                  finishes_in_runs: bool = False, tenant_weights: list[float] | None = None) -> Replica:
+def build_replica(
+    replica_id: int,
+    loop: EventLoop,
+    engine: EngineConfig,
+    perf: PerfModel,
+    num_gpu_blocks: int,
+    max_model_len: int,
+    wl: Workload | None,
+    steps: StepSeries | None,
+    itl: ItlSamples,
+    totals: ReplicaTotals,
+    *,
+    reference: bool = False,
+    kv_bytes_per_block: float = 0.0,
+    check_invariants: bool = False,
+    on_finish: Callable[[Request], None] | None = None,
+    finishes_in_runs: bool = False,
+    tenant_weights: list[float] | None = None,
+) -> Replica:
     """One replica of a resolved ``engine`` on ``loop``: its KV cache of ``num_gpu_blocks``,
     its scheduler (``make_scheduler``; ``reference`` picks the step-by-step one) and
     ``perf`` with the policy's extra costs (``policy_perf_model``).
@@ -125,20 +161,47 @@ def build_replica(replica_id: int, loop: EventLoop, engine: EngineConfig, perf: 
     """
     lazy = not reference and uses_lazy_engine(engine, wl, tenant_weights is not None)
     kv = make_kv_cache(engine, num_gpu_blocks, max_model_len, lazy)
-    scheduler = make_scheduler(engine, scheduler_config(engine, max_model_len), kv, wl, reference,
-                               kv_bytes_per_block, tenant_weights)
+    scheduler = make_scheduler(
+        engine, scheduler_config(engine, max_model_len), kv, wl, reference, kv_bytes_per_block, tenant_weights
+    )
     fe = engine.frontend
-    frontend = (Frontend(fe.per_request_s, fe.per_prompt_token_s, fe.per_output_token_s, fe.per_chunk_s,
-                         engine.stream_interval) if fe.enabled else None)
-    return Replica(replica_id, loop, scheduler, policy_perf_model(engine, perf), engine.cpu_overhead_s,
-                   steps, itl, totals, check_invariants=check_invariants, on_finish=on_finish,
-                   finishes_in_runs=finishes_in_runs, async_scheduling=bool(engine.async_scheduling),
-                   frontend=frontend, cpu_per_req_s=engine.cpu_overhead_per_req_s or 0.0)
+    frontend = (
+        Frontend(
+            fe.per_request_s,
+            fe.per_prompt_token_s,
+            fe.per_output_token_s,
+            fe.per_chunk_s,
+            engine.stream_interval,
+        )
+        if fe.enabled
+        else None
+    )
+    return Replica(
+        replica_id,
+        loop,
+        scheduler,
+        policy_perf_model(engine, perf),
+        engine.cpu_overhead_s,
+        steps,
+        itl,
+        totals,
+        check_invariants=check_invariants,
+        on_finish=on_finish,
+        finishes_in_runs=finishes_in_runs,
+        async_scheduling=bool(engine.async_scheduling),
+        frontend=frontend,
+        cpu_per_req_s=engine.cpu_overhead_per_req_s or 0.0,
+    )
 
 
-def closed_loop_feeder(wl: Workload, loop: EventLoop, deliver: Callable[[Request], None],
-                       on_reject: Callable[[Request, str], None], rejection: Callable[[Request], str],
-                       itl: ItlSamples) -> ClosedLoopFeeder | DependencyFeeder:
+def closed_loop_feeder(
+    wl: Workload,
+    loop: EventLoop,
+    deliver: Callable[[Request], None],
+    on_reject: Callable[[Request, str], None],
+    rejection: Callable[[Request], str],
+    itl: ItlSamples,
+) -> ClosedLoopFeeder | DependencyFeeder:
     """The clients of a benchmark workload (``itl`` learns where the measured run starts),
     or the feeder of a workload whose requests release each other (``Workload.after``)."""
     if wl.after is not None:

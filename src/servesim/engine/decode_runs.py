@@ -131,8 +131,10 @@ class DecodePool(Scheduler):
             self.pool_max_seq = r.seq
         ep = r.epoch
         self.phase[(c - it) % bs] += 1
-        remaining = min(r.max_tokens - r.num_output_tokens,
-                        self.cfg.max_model_len - (r.num_prompt_tokens + r.num_output_tokens))
+        remaining = min(
+            r.max_tokens - r.num_output_tokens,
+            self.cfg.max_model_len - (r.num_prompt_tokens + r.num_output_tokens),
+        )
         fin = it + remaining - 1
         bucket = self._finishes.get(fin)
         if bucket is None:
@@ -185,9 +187,18 @@ class DecodePool(Scheduler):
 
     # ----------------------------------------------------------------- runs
 
-    def extend_run(self, out: LazyOutput, start_s: float, first_step_s: float, next_event_s: float,
-                   perf: PerfModel, overhead_s: float, through_finishes: bool = False,
-                   keep_steps: bool = True, overlap: bool = False) -> Run | None:
+    def extend_run(
+        self,
+        out: LazyOutput,
+        start_s: float,
+        first_step_s: float,
+        next_event_s: float,
+        perf: PerfModel,
+        overhead_s: float,
+        through_finishes: bool = False,
+        keep_steps: bool = True,
+        overlap: bool = False,
+    ) -> Run | None:
         """Extend a pure-decode step ``out`` into a run of steps that nothing can interrupt.
 
         ``out`` (just scheduled, lasting ``first_step_s``) ran only pooled decodes and
@@ -279,8 +290,17 @@ class DecodePool(Scheduler):
         out.first_tokens_done = True
         return True
 
-    def _run_segment(self, j: int, last: int, time_bound: bool, next_event_s: float, perf: PerfModel,
-                     overhead_s: float, run: Run, overlap: bool = False) -> int:
+    def _run_segment(
+        self,
+        j: int,
+        last: int,
+        time_bound: bool,
+        next_event_s: float,
+        perf: PerfModel,
+        overhead_s: float,
+        run: Run,
+        overlap: bool = False,
+    ) -> int:
         """Add steps j..last (at most) with the pool as it is; returns how many were added."""
         kv = self.ckv
         n = self.num_pool
@@ -347,8 +367,22 @@ class DecodePool(Scheduler):
             j += 1
         if not done and j <= last:
             j, t, popped, tot, kv_s, gpu_tot = self._extend_vectorized(
-                j, last, t, popped, free, time_bound, next_event_s, perf, overhead_s, run, base_used,
-                tot, kv_s, gpu_tot, overlap)
+                j,
+                last,
+                t,
+                popped,
+                free,
+                time_bound,
+                next_event_s,
+                perf,
+                overhead_s,
+                run,
+                base_used,
+                tot,
+                kv_s,
+                gpu_tot,
+                overlap,
+            )
         k = len(durations) - k0
         if k:
             self._record_segment(run, n, k, j, base_used, popped, t, tot, kv_s, gpu_tot)
@@ -356,8 +390,19 @@ class DecodePool(Scheduler):
             kv.pop_anonymous(popped)
         return k
 
-    def _record_segment(self, run: Run, n: int, k: int, j: int, base_used: int, popped: int, end_s: float,
-                        total_s: float, kv_block_s: float, gpu_s: float) -> None:
+    def _record_segment(
+        self,
+        run: Run,
+        n: int,
+        k: int,
+        j: int,
+        base_used: int,
+        popped: int,
+        end_s: float,
+        total_s: float,
+        kv_block_s: float,
+        gpu_s: float,
+    ) -> None:
         """Add ``_run_segment``'s k steps of n requests, ending before step j, to ``run``
         (``base_used`` blocks in use before them, ``popped`` more by their end)."""
         run.segments.append((n, k, self.pool_off + n * (j - k + 1)))
@@ -389,10 +434,24 @@ class DecodePool(Scheduler):
             rc = self._rows[n] = perf.decode_terms(n) if isinstance(perf, DecodeTerms) else None
         return None, rc
 
-    def _extend_vectorized(self, j: int, last: int, t: float, popped: int, free: int,
-                           time_bound: bool, next_event_s: float, perf: PerfModel, overhead_s: float,
-                           run: Run, base_used: int, tot: float, kv_s: float, gpu_tot: float,
-                           overlap: bool) -> tuple[int, float, int, float, float, float]:
+    def _extend_vectorized(
+        self,
+        j: int,
+        last: int,
+        t: float,
+        popped: int,
+        free: int,
+        time_bound: bool,
+        next_event_s: float,
+        perf: PerfModel,
+        overhead_s: float,
+        run: Run,
+        base_used: int,
+        tot: float,
+        kv_s: float,
+        gpu_tot: float,
+        overlap: bool,
+    ) -> tuple[int, float, int, float, float, float]:
         """Go on with ``_run_segment`` from step ``j`` in chunks of growing size (same rules);
         returns the new (j, clock, blocks popped, sum of durations, sum of used * duration,
         sum of GPU times)."""

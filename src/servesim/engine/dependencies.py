@@ -20,8 +20,14 @@ from servesim.workload.base import Workload
 class DependencyFeeder:
     """Sends roots at their arrival, every other request when its predecessors are done."""
 
-    def __init__(self, wl: Workload, loop: EventLoop, deliver: Callable[[Request], None],
-                 on_reject: Callable[[Request, str], None], rejection: Callable[[Request], str]) -> None:
+    def __init__(
+        self,
+        wl: Workload,
+        loop: EventLoop,
+        deliver: Callable[[Request], None],
+        on_reject: Callable[[Request, str], None],
+        rejection: Callable[[Request], str],
+    ) -> None:
         dep = wl.after
         if dep is None:
             raise ValueError("DependencyFeeder needs a workload with dependencies (Workload.after)")

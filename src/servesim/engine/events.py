@@ -48,8 +48,9 @@ class EventLoop:
         heapq.heappush(self._heap, (time, priority, self._seq, callback, arg))
         heapq.heappush(self._loud, (time, priority, self._seq))
 
-    def at_quiet(self, time: float, callback: Callable[[Any], None], arg: Any = None,
-                 priority: int = WAKE) -> None:
+    def at_quiet(
+        self, time: float, callback: Callable[[Any], None], arg: Any = None, priority: int = WAKE
+    ) -> None:
         """``at`` for an event that gives no replica a request, now or later (see the module
         docstring): it does not bound ``next_loud_time``."""
         if time < self.now:

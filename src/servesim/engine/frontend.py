@@ -48,11 +48,27 @@ class Frontend:
     ``deliver_at(now, ...)`` is when the server has processed the outputs of a step that
     ended at ``now`` (the clients see its tokens then), the same server's time."""
 
-    __slots__ = ("per_request_s", "per_prompt_token_s", "per_output_token_s", "per_chunk_s",
-                 "stream_interval", "free_at_s", "round_end_s", "next_chunks", "streams", "busy_s")
+    __slots__ = (
+        "per_request_s",
+        "per_prompt_token_s",
+        "per_output_token_s",
+        "per_chunk_s",
+        "stream_interval",
+        "free_at_s",
+        "round_end_s",
+        "next_chunks",
+        "streams",
+        "busy_s",
+    )
 
-    def __init__(self, per_request_s: float, per_prompt_token_s: float, per_output_token_s: float = 0.0,
-                 per_chunk_s: float = 0.0, stream_interval: int = 1) -> None:
+    def __init__(
+        self,
+        per_request_s: float,
+        per_prompt_token_s: float,
+        per_output_token_s: float = 0.0,
+        per_chunk_s: float = 0.0,
+        stream_interval: int = 1,
+    ) -> None:
         self.per_request_s = per_request_s
         self.per_prompt_token_s = per_prompt_token_s
         self.per_output_token_s = per_output_token_s
@@ -105,8 +121,9 @@ class Frontend:
         self.busy_s += tok_s
         return self.free_at_s
 
-    def after_steps(self, start_s: float, durations: list[float], i0: int, i1: int,
-                    tokens_per_step: int) -> None:
+    def after_steps(
+        self, start_s: float, durations: list[float], i0: int, i1: int, tokens_per_step: int
+    ) -> None:
         """Stream pure-decode steps ``i0..i1-1`` of ``durations``, the first starting at
         ``start_s``, each of ``tokens_per_step`` tokens and no first or last one: as
         ``deliver_at`` step by step, in closed form where every step's outputs are done

@@ -48,9 +48,14 @@ class ItlSamples:
     _min: float
     _max: float
 
-    def __init__(self, gap_s: list[float] | None = None, count: list[int] | None = None,
-                 measured_from: int = 0, exact_max_pairs: int = EXACT_MAX_PAIRS,
-                 relative_accuracy: float = RELATIVE_ACCURACY) -> None:
+    def __init__(
+        self,
+        gap_s: list[float] | None = None,
+        count: list[int] | None = None,
+        measured_from: int = 0,
+        exact_max_pairs: int = EXACT_MAX_PAIRS,
+        relative_accuracy: float = RELATIVE_ACCURACY,
+    ) -> None:
         self.gap_s = [] if gap_s is None else gap_s
         self.count = [] if count is None else count
         # Benchmark workloads: the first pair of the measured run (those before it are the
@@ -160,8 +165,16 @@ class ItlSamples:
         self._flush_bucket()
         self._lo, self._hi = math.inf, -math.inf
         sk = Sketch(self.relative_accuracy)
-        sk.add_buckets(self._bins, self._neg_bins, self._zeros, self._total, self._sum, self._sum_sq,
-                       self._min, self._max)
+        sk.add_buckets(
+            self._bins,
+            self._neg_bins,
+            self._zeros,
+            self._total,
+            self._sum,
+            self._sum_sq,
+            self._min,
+            self._max,
+        )
         return sk
 
     def clear(self) -> None:

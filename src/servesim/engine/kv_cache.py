@@ -118,8 +118,9 @@ def check_num_gpu_blocks(num_gpu_blocks: int) -> None:
 class KVCacheManager:
     """Blocks per request, the free queue and the prefix-cache index."""
 
-    def __init__(self, num_gpu_blocks: int, block_size: int, enable_caching: bool,
-                 max_model_len: int) -> None:
+    def __init__(
+        self, num_gpu_blocks: int, block_size: int, enable_caching: bool, max_model_len: int
+    ) -> None:
         check_num_gpu_blocks(num_gpu_blocks)
         self.num_gpu_blocks = num_gpu_blocks
         self.block_size = block_size
@@ -183,8 +184,9 @@ class KVCacheManager:
             hit.append(next(iter(entry.values())))
         return hit, len(hit) * bs
 
-    def num_blocks_to_allocate(self, req: Request, num_tokens: int,
-                               new_computed: list[KVBlock] | tuple = ()) -> int:
+    def num_blocks_to_allocate(
+        self, req: Request, num_tokens: int, new_computed: list[KVBlock] | tuple = ()
+    ) -> int:
         held = self.req_blocks.get(req.idx)
         num_required = -(-num_tokens // self.block_size)
         num_new = num_required - len(new_computed) - (len(held) if held else 0)
@@ -193,9 +195,14 @@ class KVCacheManager:
 
     # ----------------------------------------------------------------- actions
 
-    def allocate_slots(self, req: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
-                       new_computed: list[KVBlock] | tuple = (),
-                       full_sequence_must_fit: bool = False) -> list[KVBlock] | None:
+    def allocate_slots(
+        self,
+        req: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed: list[KVBlock] | tuple = (),
+        full_sequence_must_fit: bool = False,
+    ) -> list[KVBlock] | None:
         """Make room for ``num_new_tokens`` more tokens of ``req``; None (and no change) if short.
 
         ``new_computed`` are prefix-cache hits found for a request being admitted; they

@@ -72,8 +72,9 @@ def num_shareable_blocks(req: Request, block_size: int) -> int:
 class CountingKVCache:
     """``KVCacheManager``'s decisions, with per-request instead of per-block work."""
 
-    def __init__(self, num_gpu_blocks: int, block_size: int, enable_caching: bool,
-                 max_model_len: int) -> None:
+    def __init__(
+        self, num_gpu_blocks: int, block_size: int, enable_caching: bool, max_model_len: int
+    ) -> None:
         check_num_gpu_blocks(num_gpu_blocks)
         self.num_gpu_blocks = num_gpu_blocks
         self.block_size = block_size
@@ -129,9 +130,14 @@ class CountingKVCache:
 
     # ----------------------------------------------------------------- actions
 
-    def allocate_slots(self, req: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
-                       new_computed: Hit | list | tuple = (),
-                       full_sequence_must_fit: bool = False) -> bool | None:
+    def allocate_slots(
+        self,
+        req: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed: Hit | list | tuple = (),
+        full_sequence_must_fit: bool = False,
+    ) -> bool | None:
         """As ``KVCacheManager.allocate_slots``: True, or None (and no change) if short."""
         bs = self.block_size
         idx = req.idx
@@ -166,8 +172,9 @@ class CountingKVCache:
         if num_new:
             self.pop_anonymous(num_new)
         if self.enable_caching:
-            self._hash_up_to(req, min(num_computed + num_new_tokens,
-                                      req.num_prompt_tokens + req.num_output_tokens) // bs)
+            self._hash_up_to(
+                req, min(num_computed + num_new_tokens, req.num_prompt_tokens + req.num_output_tokens) // bs
+            )
         return True
 
     def sync(self, req: Request) -> None:

@@ -62,8 +62,9 @@ class FreeRunQueue:
     counting cache's indexes, which taking blocks off the head updates (evictions).
     """
 
-    def __init__(self, num_blocks: int, cached: dict[int, dict[int, CachedBlock]],
-                 own_runs: dict[int, Run]) -> None:
+    def __init__(
+        self, num_blocks: int, cached: dict[int, dict[int, CachedBlock]], own_runs: dict[int, Run]
+    ) -> None:
         self.head = Run()
         self.tail = Run()
         self.head.next = self.tail

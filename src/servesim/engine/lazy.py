@@ -170,8 +170,11 @@ class LazyScheduler(DecodePool):
         bs = self.ckv.block_size
         out = LazyOutput(first_it=it)
         running = self.running
-        actors = [r for r in running if (r.num_computed_tokens - r.lazy_it + it) % bs == 0
-                  or r.lazy_it < 0] if self.num_pool else list(running)
+        actors = (
+            [r for r in running if (r.num_computed_tokens - r.lazy_it + it) % bs == 0 or r.lazy_it < 0]
+            if self.num_pool
+            else list(running)
+        )
         self._schedule_running(out, budget, threshold, reqs=actors)
         n_pool = self.num_pool
         out.num_pool = n_pool

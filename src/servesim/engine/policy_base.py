@@ -72,27 +72,44 @@ class PolicyScheduler(Scheduler):
         super().__init__(cfg, kv)
         self.opts = opts = opts or PolicyOptions()
         # MC-SF's order is the priority machinery with priority = predicted output length.
-        self.shortest_first = (opts.memory_aware_admission
-                               and opts.admission_order == "shortest_predicted_first")
+        self.shortest_first = (
+            opts.memory_aware_admission and opts.admission_order == "shortest_predicted_first"
+        )
         self.is_priority = opts.scheduling_policy == "priority" or self.shortest_first
         if self.is_priority:
             self.waiting = PriorityWaiting()  # type: ignore[assignment]
-        self.tenants = (TenantCounters(opts.tenant_weights, opts.vtc_input_weight, opts.vtc_output_weight)
-                        if opts.tenant_weights else None)
+        self.tenants = (
+            TenantCounters(opts.tenant_weights, opts.vtc_input_weight, opts.vtc_output_weight)
+            if opts.tenant_weights
+            else None
+        )
         if opts.scheduling_policy == "vtc" and self.tenants is None:
-            raise ValueError("scheduling_policy vtc needs the tenants' weights "
-                             "(PolicyOptions.tenant_weights)")
+            raise ValueError(
+                "scheduling_policy vtc needs the tenants' weights (PolicyOptions.tenant_weights)"
+            )
         if self.tenants is not None and not self.is_priority:
             self.waiting = TenantWaiting(self.tenants, opts.scheduling_policy == "vtc")  # type: ignore[assignment]
-        self.swap = (SwapSpace(opts.num_host_blocks, opts.kv_bytes_per_block)
-                     if opts.preemption_mode == "swap" else None)
+        self.swap = (
+            SwapSpace(opts.num_host_blocks, opts.kv_bytes_per_block)
+            if opts.preemption_mode == "swap"
+            else None
+        )
         spec = opts.speculative
         self.spec = SpecDecoder(spec) if spec is not None and spec.num_speculative_tokens else None
-        self.admission = (MemoryAwareAdmission(kv.num_gpu_blocks - 1, kv.block_size,
-                                               opts.output_len_prediction_error, opts.seed)
-                          if opts.memory_aware_admission else None)
-        self.sampling = (ParallelSampling(dict(opts.num_samples), opts.first_free_idx, opts.prune_at_token,
-                                          opts.num_kept_samples) if opts.num_samples else None)
+        self.admission = (
+            MemoryAwareAdmission(
+                kv.num_gpu_blocks - 1, kv.block_size, opts.output_len_prediction_error, opts.seed
+            )
+            if opts.memory_aware_admission
+            else None
+        )
+        self.sampling = (
+            ParallelSampling(
+                dict(opts.num_samples), opts.first_free_idx, opts.prune_at_token, opts.num_kept_samples
+            )
+            if opts.num_samples
+            else None
+        )
         self.watermark_blocks = int(opts.watermark * kv.num_gpu_blocks)
 
     def add_request(self, req: Request) -> None:
@@ -152,7 +169,10 @@ class PolicyScheduler(Scheduler):
     def _may_admit(self, req: Request, swapped: bool | None) -> bool:
         if swapped is not None and (self.swap is not None and self.swap.holds(req)) != swapped:
             return False
-        if self.sampling is not None and len(self.running) + self.sampling.num_seqs(req) > self.cfg.max_num_seqs:
+        if (
+            self.sampling is not None
+            and len(self.running) + self.sampling.num_seqs(req) > self.cfg.max_num_seqs
+        ):
             return False
         return self.admission is None or self.admission.can_admit(self.running, req)
 
@@ -240,8 +260,9 @@ class PolicyScheduler(Scheduler):
                 finished.append(req)
         return produced, finished
 
-    def _fork_and_prune(self, produced: list[Request], finished: list[Request],
-                        now: float) -> tuple[list[Request], list[Request]]:
+    def _fork_and_prune(
+        self, produced: list[Request], finished: list[Request], now: float
+    ) -> tuple[list[Request], list[Request]]:
         """Returns (samples to free, workload requests now complete)."""
         sampling = self.sampling
         assert sampling is not None

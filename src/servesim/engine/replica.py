@@ -53,12 +53,23 @@ def step_wall_s(gpu_s: float, cpu_s: float, overlap: bool) -> float:
 
 
 class Replica:
-    def __init__(self, replica_id: int, loop: EventLoop, scheduler: Scheduler, perf: PerfModel,
-                 cpu_overhead_s: float, steps: StepSeries | None, itl: ItlSamples, totals: ReplicaTotals,
-                 check_invariants: bool = False,
-                 on_finish: Callable[[Request], None] | None = None,
-                 finishes_in_runs: bool = False, async_scheduling: bool = False,
-                 frontend: Frontend | None = None, cpu_per_req_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        replica_id: int,
+        loop: EventLoop,
+        scheduler: Scheduler,
+        perf: PerfModel,
+        cpu_overhead_s: float,
+        steps: StepSeries | None,
+        itl: ItlSamples,
+        totals: ReplicaTotals,
+        check_invariants: bool = False,
+        on_finish: Callable[[Request], None] | None = None,
+        finishes_in_runs: bool = False,
+        async_scheduling: bool = False,
+        frontend: Frontend | None = None,
+        cpu_per_req_s: float = 0.0,
+    ) -> None:
         self.id = replica_id
         self.frontend = frontend  # vLLM's API server before the scheduler (None: arrivals go straight in)
         self.async_scheduling = async_scheduling  # CPU work overlaps the GPU's (step_wall_s)
@@ -108,14 +119,17 @@ class Replica:
         self._prev_start_s = 0.0  # start of the last step scheduled
         # (FLOPs, bytes) in one call where offered
         self._work: Callable[[BatchStats], tuple[float, float]] = (
-            perf.batch_work if isinstance(perf, BatchWork)
-            else lambda st: (perf.batch_flops(st), perf.batch_bytes(st)))
+            perf.batch_work
+            if isinstance(perf, BatchWork)
+            else lambda st: (perf.batch_flops(st), perf.batch_bytes(st))
+        )
         # The roofline's count itself where the model offers it: a compiled call, no frame.
         counter = perf.work_counter if isinstance(perf, CountsWork) else None
         self._counter: WorkCounter | None = counter if isinstance(counter, WorkCounter) else None
         # Pipeline bubbles, for utilization (only perf models with stages report them).
         self._bubble: Callable[[BatchStats], float] | None = (
-            perf.bubble_fraction if isinstance(perf, PipelineStages) and perf.pp > 1 else None)
+            perf.bubble_fraction if isinstance(perf, PipelineStages) and perf.pp > 1 else None
+        )
 
     # ----------------------------------------------------------------- events
 
@@ -193,9 +207,17 @@ class Replica:
         end = now + dt
         if self.skip_ahead and (out.num_pool or out.reqs):
             next_event_s = now if self._staged else self.loop.next_loud_time()  # staged: no run
-            run = sched.extend_run(out, now, dt, next_event_s,  # type: ignore[attr-defined]
-                                   self.perf, self.cpu_overhead_s, self.finishes_in_runs,
-                                   self.steps is not None, self.async_scheduling)
+            run = sched.extend_run(
+                out,
+                now,
+                dt,
+                next_event_s,  # type: ignore[attr-defined]
+                self.perf,
+                self.cpu_overhead_s,
+                self.finishes_in_runs,
+                self.steps is not None,
+                self.async_scheduling,
+            )
             if isinstance(out, LazyOutput) and out.first_tokens_done:
                 for req in out.reqs:  # the run produced their first tokens, at this step's end
                     req.first_token_s = end
@@ -250,7 +272,7 @@ class Replica:
             itl.add(self.run_first_end_s - last, out.num_pool)
             i = 0
             for n, k, _ in run.segments:
-                itl.extend(run.durations[i:i + k] if len(run.segments) > 1 else run.durations, n)
+                itl.extend(run.durations[i : i + k] if len(run.segments) > 1 else run.durations, n)
                 i += k
         self.last_step_end_s = now
         if streams:
@@ -268,8 +290,9 @@ class Replica:
         else:
             self.step()
 
-    def _stream(self, out: SchedulerOutput, produced: list[Request], finished: list[Request],
-                now: float) -> None:
+    def _stream(
+        self, out: SchedulerOutput, produced: list[Request], finished: list[Request], now: float
+    ) -> None:
         """The API server streams the step's tokens (``Frontend.deliver_at``): a client sees
         a first or last token when the server has processed its step's outputs (the step's
         first tokens at the end of its batch: vLLM lists the new requests last). A run's
@@ -322,9 +345,17 @@ class Replica:
         if used > t.peak_kv_blocks:
             t.peak_kv_blocks = used
         if self.steps is not None:
-            self.steps.add_step(self.id, now, dt, st.num_prefill_tokens, st.num_decode_reqs,
-                                len(self.scheduler.running), len(self.scheduler.waiting), used,
-                                len(out.preempted))
+            self.steps.add_step(
+                self.id,
+                now,
+                dt,
+                st.num_prefill_tokens,
+                st.num_decode_reqs,
+                len(self.scheduler.running),
+                len(self.scheduler.waiting),
+                used,
+                len(out.preempted),
+            )
 
     def _account_run(self, run: Run) -> None:
         """Account the extra steps of a run of pure-decode steps, segment by segment."""
@@ -362,8 +393,10 @@ class Replica:
         during the run, and with async scheduling those staged during it (``RunRows``)."""
         waiting = self.scheduler.waiting
         if len(waiting) > self.run_waiting0 or self._staged:
-            rows.add_waiting(sorted(waiting[i].queued_s for i in range(self.run_waiting0, len(waiting))),
-                             [r.queued_s for r in self._staged])
+            rows.add_waiting(
+                sorted(waiting[i].queued_s for i in range(self.run_waiting0, len(waiting))),
+                [r.queued_s for r in self._staged],
+            )
 
     def _check(self) -> None:
         sched = self.scheduler

@@ -77,8 +77,9 @@ class RunRows:
         self._written, self._first = cols, first
         self._count_waiting(cols, self._queued, self._staged)
 
-    def _count_waiting(self, cols: dict[str, list[Any]], queued_s: list[float],
-                       staged_s: list[float]) -> None:
+    def _count_waiting(
+        self, cols: dict[str, list[Any]], queued_s: list[float], staged_s: list[float]
+    ) -> None:
         starts, col = cols["start_s"], cols["num_waiting"]
         lo, end = self._first, self._first + self.num_rows
         for q in queued_s:  # usually none starts after the arrival: the run stopped before it

@@ -35,8 +35,9 @@ from servesim.engine.request import ReqStatus, Request
 class ParallelSampling:
     __slots__ = ("num_samples", "prune_at", "num_kept", "next_idx", "groups", "parent_of")
 
-    def __init__(self, num_samples: dict[int, int], first_free_idx: int, prune_at: int = 0,
-                 num_kept: int = 1) -> None:
+    def __init__(
+        self, num_samples: dict[int, int], first_free_idx: int, prune_at: int = 0, num_kept: int = 1
+    ) -> None:
         self.num_samples = num_samples  # parent idx -> n, for requests not yet forked
         self.prune_at = prune_at
         self.num_kept = num_kept
@@ -57,10 +58,18 @@ class ParallelSampling:
         num_prompt_blocks = parent.num_prompt_tokens // kv.block_size
         samples = []
         for _ in range(n - 1):
-            c = Request(self.next_idx, parent.arrival_s, parent.num_prompt_tokens, parent.max_tokens,
-                        priority=parent.priority, tenant=parent.tenant, hash_ids=parent.hash_ids,
-                        hash_block_tokens=parent.hash_block_tokens, prefix_group=parent.prefix_group,
-                        prefix_len=parent.prefix_len)
+            c = Request(
+                self.next_idx,
+                parent.arrival_s,
+                parent.num_prompt_tokens,
+                parent.max_tokens,
+                priority=parent.priority,
+                tenant=parent.tenant,
+                hash_ids=parent.hash_ids,
+                hash_block_tokens=parent.hash_block_tokens,
+                prefix_group=parent.prefix_group,
+                prefix_len=parent.prefix_len,
+            )
             self.next_idx += 1
             c.status = ReqStatus.RUNNING
             c.num_computed_tokens = parent.num_computed_tokens
@@ -132,5 +141,5 @@ class ParallelSampling:
         group = self.groups.pop(parent.idx, None)
         if group is None:
             return []
-        self.groups[parent.idx] = group[:self.num_kept]
-        return group[self.num_kept:]
+        self.groups[parent.idx] = group[: self.num_kept]
+        return group[self.num_kept :]

@@ -32,8 +32,16 @@ from servesim.engine.request import ReqStatus, Request
 class TenantCounters:
     """VTC's per-tenant counters of weighted service, and the spread among backlogged tenants."""
 
-    __slots__ = ("counters", "weights", "w_input", "w_output", "served_input", "served_output",
-                 "max_spread", "last_left")
+    __slots__ = (
+        "counters",
+        "weights",
+        "w_input",
+        "w_output",
+        "served_input",
+        "served_output",
+        "max_spread",
+        "last_left",
+    )
 
     def __init__(self, weights: list[float], w_input: float, w_output: float) -> None:
         self.weights = list(weights)
@@ -205,19 +213,22 @@ class TenantGate:
             return "", ""
         lim = self.limits[t]
         if lim.max_queued is not None:
-            waiting = [q for q in self.pending[t]
-                       if q.first_scheduled_s < 0 and q.status < ReqStatus.FINISHED]
+            waiting = [
+                q for q in self.pending[t] if q.first_scheduled_s < 0 and q.status < ReqStatus.FINISHED
+            ]
             self.pending[t] = waiting
             if len(waiting) >= lim.max_queued:
-                return "queue_full", (f"tenant queue full: {len(waiting)} requests waiting "
-                                      f"(max_queued {lim.max_queued})")
+                return "queue_full", (
+                    f"tenant queue full: {len(waiting)} requests waiting (max_queued {lim.max_queued})"
+                )
         if lim.rate_limit_rps is not None:
             level = min(lim.burst, self.tokens[t] + (now - self.refilled_at[t]) * lim.rate_limit_rps)
             self.refilled_at[t] = now
             if level < 1.0 - 1e-9:
                 self.tokens[t] = level
-                return "rate_limited", (f"tenant rate limit: {lim.rate_limit_rps:g} requests/s "
-                                        f"(burst {lim.burst:g}) exceeded")
+                return "rate_limited", (
+                    f"tenant rate limit: {lim.rate_limit_rps:g} requests/s (burst {lim.burst:g}) exceeded"
+                )
             self.tokens[t] = level - 1.0
         if lim.max_queued is not None:
             self.pending[t].append(r)
@@ -250,14 +261,18 @@ def resolve_tenants(names: list[str], configs: list) -> TenantSetup:
     by_name = {c.name: c for c in configs}
     unknown = [n for n in by_name if n not in names]
     if unknown:
-        have = (", ".join(names) if names
-                else "none (give the workload a tenant column, clients or tenant_shares)")
+        have = (
+            ", ".join(names)
+            if names
+            else "none (give the workload a tenant column, clients or tenant_shares)"
+        )
         raise ValueError(f"tenants: {', '.join(unknown)} not in the workload; its tenants: {have}")
     weights, limits, slos = [], [], []
     for n in names:
         c = by_name.get(n)
         weights.append(c.weight if c is not None else 1.0)
-        limits.append(TenantLimits(c.rate_limit_rps, c.bucket, c.max_queued) if c is not None
-                      else TenantLimits())
+        limits.append(
+            TenantLimits(c.rate_limit_rps, c.bucket, c.max_queued) if c is not None else TenantLimits()
+        )
         slos.append(c.slo if c is not None else None)
     return TenantSetup(list(names), weights, limits, slos)

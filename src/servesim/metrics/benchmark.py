@@ -117,8 +117,12 @@ def benchmark_section(result: Result) -> dict[str, Any] | None:
         return None
     cfg = result.scenario.workload
     figures = run_figures(result, num_before(result), cfg.num_special_tokens)
-    config = {"max_concurrency": cfg.max_concurrency, "request_rate": cfg.request_rate,
-              "burstiness": cfg.burstiness, "num_warmups": cfg.num_warmups}
+    config = {
+        "max_concurrency": cfg.max_concurrency,
+        "request_rate": cfg.request_rate,
+        "burstiness": cfg.burstiness,
+        "num_warmups": cfg.num_warmups,
+    }
     head = ("duration", "start_s", "completed", "failed")
     return {**{k: figures[k] for k in head}, **config, **{k: v for k, v in figures.items() if k not in head}}
 
@@ -150,16 +154,25 @@ def run_figures(result: Result, k: int = 0, num_special_tokens: int = 0) -> dict
         return x / duration if duration > 0 else None
 
     section: dict[str, Any] = {
-        "duration": duration, "start_s": start_s, "completed": completed, "failed": len(r) - completed,
-        "total_input_tokens": total_in, "total_output_tokens": total_out,
-        "request_throughput": per_s(completed), "request_goodput": _goodput(result, ttft, tpot, e2el,
-                                                                             out, per_s),
-        "output_throughput": per_s(total_out), "total_token_throughput": per_s(total_in + total_out),
+        "duration": duration,
+        "start_s": start_s,
+        "completed": completed,
+        "failed": len(r) - completed,
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "request_throughput": per_s(completed),
+        "request_goodput": _goodput(result, ttft, tpot, e2el, out, per_s),
+        "output_throughput": per_s(total_out),
+        "total_token_throughput": per_s(total_in + total_out),
         "max_concurrent_requests": _peak_concurrency(r.arrival_s[ok], r.finished_s[ok]),
     }
     itl = m.itl
-    samples = {"ttft": (ttft, None), "tpot": (tpot, None), "e2el": (e2el, None),
-               "itl": (np.asarray(itl.gap_s, np.float64), np.asarray(itl.count, np.int64))}
+    samples = {
+        "ttft": (ttft, None),
+        "tpot": (tpot, None),
+        "e2el": (e2el, None),
+        "itl": (np.asarray(itl.gap_s, np.float64), np.asarray(itl.count, np.int64)),
+    }
     for name in METRICS:
         sk = itl.sketched() if name == "itl" else None
         stats = weighted_stats(*samples[name]) if sk is None else sketch_stats(sk)
@@ -168,8 +181,9 @@ def run_figures(result: Result, k: int = 0, num_special_tokens: int = 0) -> dict
     return section
 
 
-def _goodput(result: Result, ttft: np.ndarray, tpot: np.ndarray, e2el: np.ndarray, out: np.ndarray,
-             per_s: Any) -> float | None:
+def _goodput(
+    result: Result, ttft: np.ndarray, tpot: np.ndarray, e2el: np.ndarray, out: np.ndarray, per_s: Any
+) -> float | None:
     """``--goodput`` from the scenario's SLOs (None when none is set)."""
     slo = getattr(result.scenario, "slo", None)
     limits = {m: getattr(slo, m, None) for m in ("ttft_s", "tpot_s", "e2e_s")}
@@ -214,7 +228,9 @@ def benchmark_lines(b: dict[str, Any]) -> list[tuple[str, str]]:
     ]
     names = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2EL"}
     for key, label in names.items():
-        rows += [(f"Mean {label} (ms):", f(b[f"mean_{key}_ms"])),
-                 (f"Median {label} (ms):", f(b[f"median_{key}_ms"])),
-                 (f"P99 {label} (ms):", f(b[f"p99_{key}_ms"]))]
+        rows += [
+            (f"Mean {label} (ms):", f(b[f"mean_{key}_ms"])),
+            (f"Median {label} (ms):", f(b[f"median_{key}_ms"])),
+            (f"P99 {label} (ms):", f(b[f"p99_{key}_ms"])),
+        ]
     return rows

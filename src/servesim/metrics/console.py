@@ -16,8 +16,13 @@ from rich.text import Text
 from servesim.metrics.benchmark import benchmark_lines
 from servesim.metrics.records import Result
 
-_LATENCY_ROWS = (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("ITL", "itl_s"), ("E2E", "e2e_s"),
-                 ("Queue", "queue_s"))
+_LATENCY_ROWS = (
+    ("TTFT", "ttft_s"),
+    ("TPOT", "tpot_s"),
+    ("ITL", "itl_s"),
+    ("E2E", "e2e_s"),
+    ("Queue", "queue_s"),
+)
 _LATENCY_COLS = ("mean", "p50", "p90", "p99")
 
 
@@ -70,8 +75,10 @@ def _workload_source(scenario: Any) -> str:
             text += f" x{wl.rate_scale:g} rate"
         return text
     if getattr(wl, "type", None) == "benchmark":
-        return (f"vllm bench serve, random {wl.input_len}/{wl.output_len} tokens, "
-                f"concurrency {wl.max_concurrency}, {wl.request_rate:g} req/s")
+        return (
+            f"vllm bench serve, random {wl.input_len}/{wl.output_len} tokens, "
+            f"concurrency {wl.max_concurrency}, {wl.request_rate:g} req/s"
+        )
     if getattr(wl, "type", None) == "mixture":
         names = ", ".join(c.name for c in wl.clients)
         return f"mixture of {len(wl.clients)} clients ({names}), {sum(c.arrival.rate for c in wl.clients):g} req/s"
@@ -136,10 +143,15 @@ def _latency_table(s: dict[str, Any]) -> Table:
     iv = s.get("intervals") or {}
     if "ttft_s" in iv:  # calibrated intervals of the means (metrics.intervals), beside them
         table.add_column(f"mean, {iv['level']:.0%} interval", justify="right")
-        table.caption = (f"{iv['level']:.0%} intervals: held-out measured runs, regime "
-                         f"{iv['regime'].replace('_', ' ')}"
-                         + (f" (step time: {iv['step_regime'].replace('_', ' ')})"
-                            if iv["step_regime"] != iv["regime"] else ""))
+        table.caption = (
+            f"{iv['level']:.0%} intervals: held-out measured runs, regime "
+            f"{iv['regime'].replace('_', ' ')}"
+            + (
+                f" (step time: {iv['step_regime'].replace('_', ' ')})"
+                if iv["step_regime"] != iv["regime"]
+                else ""
+            )
+        )
         table.caption_justify = "left"
     for label, key in _LATENCY_ROWS:
         d = s["latency"][key]
@@ -164,13 +176,17 @@ def _lines(s: dict[str, Any]) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
-    grid.add_row("Throughput", f"{_num(t['requests_per_s'])} req/s, "
-                               f"{_num(t['input_tokens_per_s'])} in + {_num(t['output_tokens_per_s'])} out "
-                               f"= {_num(t['total_tokens_per_s'])} tok/s")
+    grid.add_row(
+        "Throughput",
+        f"{_num(t['requests_per_s'])} req/s, "
+        f"{_num(t['input_tokens_per_s'])} in + {_num(t['output_tokens_per_s'])} out "
+        f"= {_num(t['total_tokens_per_s'])} tok/s",
+    )
     limits = {k: v for k, v in slo["limits"].items() if v is not None}
     if limits:
-        parts = [f"{k[:-2].upper()}<={_num(1000 * v)}ms {_pct(slo['attainment'][k])}"
-                 for k, v in limits.items()]
+        parts = [
+            f"{k[:-2].upper()}<={_num(1000 * v)}ms {_pct(slo['attainment'][k])}" for k, v in limits.items()
+        ]
         per_gpu = slo["goodput_rps_per_gpu"]
         grid.add_row("SLO", f"{', '.join(parts)}; all {_pct(slo['attainment']['all'])}")
         grid.add_row("Goodput", f"{_num(slo['goodput_rps'])} req/s ({_num(per_gpu)} per GPU)")
@@ -179,40 +195,59 @@ def _lines(s: dict[str, Any]) -> Table:
     kv = f"KV mean {_pct(u['kv_mean'])} peak {_pct(u['kv_peak'])}"
     pipe = u.get("pipeline_bubble_fraction")
     bubble = f", pipeline bubbles {_pct(pipe)}" if pipe else ""
-    grid.add_row("Utilization", f"busy {_pct(u['busy_fraction'])}, MFU {_pct(u['mfu'])}, "
-                                f"MBU {_pct(u['mbu'])}, {kv}{bubble}")
-    grid.add_row("Scheduler", f"preemptions {u['num_preemptions']:,}, prefix-cache hit rate "
-                              f"{_pct(u['prefix_hit_rate'])}")
+    grid.add_row(
+        "Utilization",
+        f"busy {_pct(u['busy_fraction'])}, MFU {_pct(u['mfu'])}, MBU {_pct(u['mbu'])}, {kv}{bubble}",
+    )
+    grid.add_row(
+        "Scheduler",
+        f"preemptions {u['num_preemptions']:,}, prefix-cache hit rate {_pct(u['prefix_hit_rate'])}",
+    )
     r = s.get("reasoning")
     if r:  # reasoning workloads: tokens against fixed-length reasoning, question latency
         lat = s.get("tasks", {}).get("latency_s", {}).get("mean")
-        grid.add_row("Reasoning", f"{r['reasoning_tokens'] + r['probe_tokens']:,} tokens generated "
-                                  f"({r['probe_tokens']:,} in {r['num_probes']:,} probes) against "
-                                  f"{r['fixed_length_tokens']:,} fixed-length, saving {_pct(r['saving'])}"
-                                  + (f"; question latency {_num(lat)} s mean" if lat is not None else ""))
+        grid.add_row(
+            "Reasoning",
+            f"{r['reasoning_tokens'] + r['probe_tokens']:,} tokens generated "
+            f"({r['probe_tokens']:,} in {r['num_probes']:,} probes) against "
+            f"{r['fixed_length_tokens']:,} fixed-length, saving {_pct(r['saving'])}"
+            + (f"; question latency {_num(lat)} s mean" if lat is not None else ""),
+        )
     e, cost = s["energy"], s["cost"]
     if e["energy_j"] is not None:
-        grid.add_row("Energy", f"{_si(e['energy_j'], 'J')} ({_num(e['avg_power_w'])} W avg), "
-                               f"{_num(e['j_per_output_token'])} J/out tok, {_num(e['j_per_token'])} J/tok")
-        grid.add_row("Cost", f"${cost['usd']:.4g}, ${_num(cost['usd_per_million_output_tokens'])}/M out tok, "
-                             f"${_num(cost['usd_per_million_tokens'])}/M tok")
+        grid.add_row(
+            "Energy",
+            f"{_si(e['energy_j'], 'J')} ({_num(e['avg_power_w'])} W avg), "
+            f"{_num(e['j_per_output_token'])} J/out tok, {_num(e['j_per_token'])} J/tok",
+        )
+        grid.add_row(
+            "Cost",
+            f"${cost['usd']:.4g}, ${_num(cost['usd_per_million_output_tokens'])}/M out tok, "
+            f"${_num(cost['usd_per_million_tokens'])}/M tok",
+        )
     ops = s.get("operations")
     if ops:  # cluster.operations: autoscaling, failures, power capping
         capped = sum(ops["capped_s"].values())
         peak, mean = sum(ops["peak_replicas"].values()), sum(ops["mean_replicas"].values())
-        grid.add_row("Operations", f"{_num(ops['gpu_hours'])} GPU-h held ({peak} replicas / "
-                                   f"{ops['peak_gpus']} GPUs at peak, {_num(mean)} replicas on average), "
-                                   f"{ops['num_replicas_started']} started, "
-                                   f"{ops['num_replicas_stopped']} stopped, {ops['num_failures']} failed "
-                                   f"({ops['num_retried']} requests retried, {ops['num_failed_requests']} failed), "
-                                   f"capped {_duration(capped) if capped else 'never'}")
+        grid.add_row(
+            "Operations",
+            f"{_num(ops['gpu_hours'])} GPU-h held ({peak} replicas / "
+            f"{ops['peak_gpus']} GPUs at peak, {_num(mean)} replicas on average), "
+            f"{ops['num_replicas_started']} started, "
+            f"{ops['num_replicas_stopped']} stopped, {ops['num_failures']} failed "
+            f"({ops['num_retried']} requests retried, {ops['num_failed_requests']} failed), "
+            f"capped {_duration(capped) if capped else 'never'}",
+        )
         if "budget_w" in ops:
             over = ops["num_intervals_over_budget"]
             took = _duration(ops["over_budget_s"]) if over else "0 s"
-            grid.add_row("Power budget", f"{_num(ops['budget_w'])} W: {over:,} of {ops['num_intervals']:,} "
-                                         f"intervals over it ({took}), "
-                                         f"peak interval {_num(ops['max_interval_power_w'])} W, "
-                                         f"{ops['num_cap_changes']:,} cap changes")
+            grid.add_row(
+                "Power budget",
+                f"{_num(ops['budget_w'])} W: {over:,} of {ops['num_intervals']:,} "
+                f"intervals over it ({took}), "
+                f"peak interval {_num(ops['max_interval_power_w'])} W, "
+                f"{ops['num_cap_changes']:,} cap changes",
+            )
     return grid
 
 
@@ -223,20 +258,26 @@ def _pool_lines(pools: list[dict[str, Any]]) -> Table:
     grid.add_column()
     for p in pools:
         bubble = p["pipeline_bubble_fraction"]
-        held = (f" at peak ({p['num_replicas_run']} ran, {_num(p['mean_replicas'])} on average, "
-                f"{_num(p['gpu_hours'])} GPU-h)" if p["num_replicas_run"] != p["num_replicas"]
-                or (p["mean_replicas"] or 0) < p["num_replicas"] else "")
-        grid.add_row(f"Pool {p['name']}",
-                     f"{p['role']}, {p['num_replicas']} x {p['num_gpus'] // max(p['num_replicas'], 1)} "
-                     f"{p['gpu'] or 'GPU'}{held}: "
-                     f"busy {_pct(p['busy_fraction'])}, MFU {_pct(p['mfu'])}, KV mean {_pct(p['kv_mean'])}"
-                     + (f", bubbles {_pct(bubble)}" if bubble else ""))
-        text = (f"{p['num_routed']:,} routed, {_num(p['mean_num_waiting'])} waiting on average "
-                f"({_ms(p['mean_wait_s'])} ms wait)")
+        held = (
+            f" at peak ({p['num_replicas_run']} ran, {_num(p['mean_replicas'])} on average, "
+            f"{_num(p['gpu_hours'])} GPU-h)"
+            if p["num_replicas_run"] != p["num_replicas"] or (p["mean_replicas"] or 0) < p["num_replicas"]
+            else ""
+        )
+        grid.add_row(
+            f"Pool {p['name']}",
+            f"{p['role']}, {p['num_replicas']} x {p['num_gpus'] // max(p['num_replicas'], 1)} "
+            f"{p['gpu'] or 'GPU'}{held}: "
+            f"busy {_pct(p['busy_fraction'])}, MFU {_pct(p['mfu'])}, KV mean {_pct(p['kv_mean'])}"
+            + (f", bubbles {_pct(bubble)}" if bubble else ""),
+        )
+        text = (
+            f"{p['num_routed']:,} routed, {_num(p['mean_num_waiting'])} waiting on average "
+            f"({_ms(p['mean_wait_s'])} ms wait)"
+        )
         if p["num_kv_transfers_in"]:
             size = _si(p["kv_transfer_bytes_in"] / p["num_kv_transfers_in"], "B")
-            text += (f"; KV in {p['num_kv_transfers_in']:,} x {size}"
-                     f", {_ms(p['mean_kv_transfer_s'])} ms each")
+            text += f"; KV in {p['num_kv_transfers_in']:,} x {size}, {_ms(p['mean_kv_transfer_s'])} ms each"
         if p["num_migrations_out"]:
             text += f"; {p['num_migrations_out']:,} migrated out"
         grid.add_row("", text)
@@ -268,23 +309,32 @@ def _trust_lines(s: dict[str, Any], grid: Table) -> None:
     as rows of ``grid``."""
     for m in s.get("memory", []):
         fit = m["num_mean_requests_fit"]
-        fits = (f"; {fit:,} requests of mean length {m['mean_request_tokens']:,.0f} fit at once"
-                if fit is not None else "")
-        grid.add_row("Memory" + (f" {m['pool']}" if m["pool"] else ""),
-                     f"per GPU: weights {_gb(m['weights_bytes_per_gpu'])}, activations "
-                     f"{_gb(m['activation_bytes'])}, reserve {_gb(m['non_torch_reserve_bytes'])}; KV "
-                     f"{_gb(m['kv_cache_bytes'])}: {m['num_gpu_blocks']:,} blocks of {m['block_size']}, "
-                     f"{m['kv_capacity_tokens']:,} tokens{fits}")
+        fits = (
+            f"; {fit:,} requests of mean length {m['mean_request_tokens']:,.0f} fit at once"
+            if fit is not None
+            else ""
+        )
+        grid.add_row(
+            "Memory" + (f" {m['pool']}" if m["pool"] else ""),
+            f"per GPU: weights {_gb(m['weights_bytes_per_gpu'])}, activations "
+            f"{_gb(m['activation_bytes'])}, reserve {_gb(m['non_torch_reserve_bytes'])}; KV "
+            f"{_gb(m['kv_cache_bytes'])}: {m['num_gpu_blocks']:,} blocks of {m['block_size']}, "
+            f"{m['kv_capacity_tokens']:,} tokens{fits}",
+        )
     h = s.get("headroom")
     if h and h["gpu_fraction"] is not None:
-        text = (f"GPU model work {_pct(h['gpu_fraction'])}, CPU {_pct(h['cpu_fraction'])}, "
-                f"idle {_pct(h['idle_fraction'])}")
+        text = (
+            f"GPU model work {_pct(h['gpu_fraction'])}, CPU {_pct(h['cpu_fraction'])}, "
+            f"idle {_pct(h['idle_fraction'])}"
+        )
         if h.get("api_server_fraction") is not None:
             text += f"; API server {_pct(h['api_server_fraction'])} busy"
         if h["load_fraction"] is not None:
             limits = sorted({p["limited_by"].replace("_", " ") for p in h["per_replica"]})
-            text += (f"; load {_pct(h['load_fraction'])} of ~{_num(h['capacity_requests_per_s'])} req/s "
-                     f"sustainable ({', '.join(limits)} bound)")
+            text += (
+                f"; load {_pct(h['load_fraction'])} of ~{_num(h['capacity_requests_per_s'])} req/s "
+                f"sustainable ({', '.join(limits)} bound)"
+            )
         elif h.get("capacity_note"):
             text += f"; {h['capacity_note']}"
         grid.add_row("Headroom", text)
@@ -293,8 +343,11 @@ def _trust_lines(s: dict[str, Any], grid: Table) -> None:
         grid.add_row(Text("SATURATED", style="bold red"), Text(sat["hint"], style="red"))
     elif sat and sat.get("evidence") and sat.get("cause") is None:
         e = sat["evidence"]
-        grid.add_row("Saturation", f"no: arrivals {_num(e['arrival_rate_rps'])} req/s, served "
-                                   f"{_num(e['served_rate_rps'])} req/s, queue bounded")
+        grid.add_row(
+            "Saturation",
+            f"no: arrivals {_num(e['arrival_rate_rps'])} req/s, served "
+            f"{_num(e['served_rate_rps'])} req/s, queue bounded",
+        )
     elif sat and sat.get("hint"):  # cannot judge, or not a load verdict (rejections, failures)
         grid.add_row(Text("Saturation", style="yellow"), sat["hint"])
     for n in s.get("notices", []):
@@ -312,8 +365,12 @@ def print_summary(result: Result, console: Console) -> None:
         console.print(_step_time_lines(s), end="")
     console.print()
     if s.get("saturation", {}).get("latency_is_queue_artefact"):
-        console.print(Text("The queue grew for the whole run: the latencies below measure the queue "
-                           "(see SATURATED).", style="bold red"))
+        console.print(
+            Text(
+                "The queue grew for the whole run: the latencies below measure the queue (see SATURATED).",
+                style="bold red",
+            )
+        )
     console.print(_latency_table(s))
     grid = _lines(s)
     _trust_lines(s, grid)
@@ -332,16 +389,23 @@ def print_summary(result: Result, console: Console) -> None:
 def _tenant_table(t: dict[str, Any]) -> Table:
     """One row per tenant (metrics/tenants.py), the fairness figures in the title."""
     spread = t["max_counter_spread"]
-    title = (f"tenants ({t['scheduling_policy']}): Jain's index {_num(t['jain_index'])}"
-             + (f", max counter spread {_num(spread)}" if spread is not None else ""))
+    title = f"tenants ({t['scheduling_policy']}): Jain's index {_num(t['jain_index'])}" + (
+        f", max counter spread {_num(spread)}" if spread is not None else ""
+    )
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, title=title, title_justify="left")
     for col in ("tenant", "requests", "rejected", "TTFT p50", "p99 (ms)", "SLO", "goodput/s"):
         table.add_column(col, justify="left" if col == "tenant" else "right")
     for name, d in t["per_tenant"].items():
         why = ", ".join(f"{k.split('_')[0]} {v:,}" for k, v in d["rejected"].items())
-        table.add_row(name, f"{d['num_requests']:,}", f"{d['num_rejected']:,}" + (f" ({why})" if why else ""),
-                      _ms(d["ttft_s"]["p50"]), _ms(d["ttft_s"]["p99"]), _pct(d["slo_attainment"]),
-                      _num(d["goodput_rps"]))
+        table.add_row(
+            name,
+            f"{d['num_requests']:,}",
+            f"{d['num_rejected']:,}" + (f" ({why})" if why else ""),
+            _ms(d["ttft_s"]["p50"]),
+            _ms(d["ttft_s"]["p99"]),
+            _pct(d["slo_attainment"]),
+            _num(d["goodput_rps"]),
+        )
     return table
 
 

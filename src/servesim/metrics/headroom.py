@@ -37,8 +37,9 @@ from servesim.engine.replica import step_wall_s
 from servesim.perf.base import BatchStats
 
 
-def sustainable_rate(dep: Any, mean_prompt: float, mean_output: float,
-                     mean_cached: float = 0.0) -> dict[str, Any] | None:
+def sustainable_rate(
+    dep: Any, mean_prompt: float, mean_output: float, mean_cached: float = 0.0
+) -> dict[str, Any] | None:
     """The steady state of one replica of ``dep`` (a ``deployment.Deployment``) at full load;
     None when it has no meaning: no mean lengths, or a request of the mean length would not
     fit the KV cache (an outlier prompt far longer than any the engine can hold).
@@ -58,19 +59,33 @@ def sustainable_rate(dep: Any, mean_prompt: float, mean_output: float,
     budget_cap = int(eng.max_num_batched_tokens / per_step)
     b = max(1, min(eng.max_num_seqs, fit, budget_cap))
     pf = b * computed / mean_output
-    stats = BatchStats(num_prefill_tokens=int(round(pf)), prefill_attn_work=pf * (cached + computed / 2),
-                       num_prefill_reqs=max(1, int(round(b / mean_output))), num_decode_reqs=b,
-                       sum_decode_context=int(b * (mean_prompt + mean_output / 2)),
-                       sum_prefill_context=int(round(cached * max(1, int(round(b / mean_output))))))
+    stats = BatchStats(
+        num_prefill_tokens=int(round(pf)),
+        prefill_attn_work=pf * (cached + computed / 2),
+        num_prefill_reqs=max(1, int(round(b / mean_output))),
+        num_decode_reqs=b,
+        sum_decode_context=int(b * (mean_prompt + mean_output / 2)),
+        sum_prefill_context=int(round(cached * max(1, int(round(b / mean_output))))),
+    )
     cpu_s = eng.cpu_overhead_s + (eng.cpu_overhead_per_req_s or 0.0) * b
     step_s = step_wall_s(float(dep.perf.batch_time(stats)), cpu_s, bool(eng.async_scheduling))
     limit = "max_num_seqs" if b == eng.max_num_seqs else "kv_cache" if b == fit else "token_budget"
-    return {"num_running": b, "limited_by": limit, "step_s": step_s, "output_tokens_per_s": b / step_s,
-            "requests_per_s": b / step_s / mean_output}
+    return {
+        "num_running": b,
+        "limited_by": limit,
+        "step_s": step_s,
+        "output_tokens_per_s": b / step_s,
+        "requests_per_s": b / step_s / mean_output,
+    }
 
 
-def headroom(result: Any, window_s: float | None, mean_prompt: float, mean_output: float,
-             served_output_tps: float | None) -> dict[str, Any]:
+def headroom(
+    result: Any,
+    window_s: float | None,
+    mean_prompt: float,
+    mean_output: float,
+    served_output_tps: float | None,
+) -> dict[str, Any]:
     reps = result.replicas
     busy = sum(r.busy_s for r in reps)
     gpu = sum(r.gpu_s for r in reps)
@@ -82,16 +97,21 @@ def headroom(result: Any, window_s: float | None, mean_prompt: float, mean_outpu
         "cpu_fraction": (busy - gpu) / den if den else None,
         "idle_fraction": 1 - busy / den if den else None,
         "api_server_fraction": max(servers) / window_s if servers and window_s else None,
-        "capacity_output_tokens_per_s": None, "capacity_requests_per_s": None, "load_fraction": None,
-        "capacity_note": None, "per_replica": [],
+        "capacity_output_tokens_per_s": None,
+        "capacity_requests_per_s": None,
+        "load_fraction": None,
+        "capacity_note": None,
+        "per_replica": [],
     }
     deps = result.deployments
     if not deps or any(d.role != "colocated" for d in deps):
         return out
     share = _largest_share(result.records)
     if share > OUTLIER_SHARE:
-        out["capacity_note"] = (f"no capacity estimate: one request holds {share:.0%} of the tokens served, "
-                                "so a request of the mean length is not a typical one")
+        out["capacity_note"] = (
+            f"no capacity estimate: one request holds {share:.0%} of the tokens served, "
+            "so a request of the mean length is not a typical one"
+        )
         return out
     from servesim.metrics.records import RequestStatus
 
@@ -102,12 +122,16 @@ def headroom(result: Any, window_s: float | None, mean_prompt: float, mean_outpu
     if any(p is None for p in per):
         tokens = mean_prompt + mean_output
         if any(tokens > d.plan.num_gpu_blocks * d.plan.block_size for d in deps):
-            out["capacity_note"] = (f"no capacity estimate: a request of the mean length ({tokens:,.0f} "
-                                    "tokens, outliers included) does not fit a replica's KV cache")
+            out["capacity_note"] = (
+                f"no capacity estimate: a request of the mean length ({tokens:,.0f} "
+                "tokens, outliers included) does not fit a replica's KV cache"
+            )
         return out
     out["per_replica"] = [{"pool": d.name, **p} for d, p in zip(deps, per)]  # type: ignore[dict-item]
-    cap = sum(p["output_tokens_per_s"] * _replicas_held(result, d)  # type: ignore[index]
-              for d, p in zip(deps, per))
+    cap = sum(
+        p["output_tokens_per_s"] * _replicas_held(result, d)  # type: ignore[index]
+        for d, p in zip(deps, per)
+    )
     out["capacity_output_tokens_per_s"] = cap
     out["capacity_requests_per_s"] = cap / mean_output
     out["load_fraction"] = served_output_tps / cap if served_output_tps is not None and cap else None
@@ -149,9 +173,15 @@ def api_server_notices(room: dict[str, Any]) -> list[dict[str, Any]]:
     fraction = room.get("api_server_fraction")
     if fraction is None or fraction < API_SERVER_BUSY:
         return []
-    return [{"code": "api_server_busy", "source": "engine.frontend", "count": None,
-             "message": f"the API server is busy {fraction:.0%} of the run (requests' handling and "
-                        "tokenization, every token's detokenizing and streaming): its queue adds to TTFT "
-                        "and ITL; a larger engine.stream_interval (vLLM --stream-interval) cuts its "
-                        "per-chunk work (more API-server processes, vLLM's --api-server-count, are "
-                        "modelled only as one per data-parallel rank, its default from vLLM 0.16)"}]
+    return [
+        {
+            "code": "api_server_busy",
+            "source": "engine.frontend",
+            "count": None,
+            "message": f"the API server is busy {fraction:.0%} of the run (requests' handling and "
+            "tokenization, every token's detokenizing and streaming): its queue adds to TTFT "
+            "and ITL; a larger engine.stream_interval (vLLM --stream-interval) cuts its "
+            "per-chunk work (more API-server processes, vLLM's --api-server-count, are "
+            "modelled only as one per data-parallel rank, its default from vLLM 0.16)",
+        }
+    ]

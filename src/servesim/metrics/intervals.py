@@ -170,11 +170,11 @@ def interval_sections(summary: dict[str, Any], scenario: Any) -> dict[str, Any]:
     try:
         q = quantiles(regime, base)
     except FileNotFoundError:  # a source tree before tools/fit_intervals.py has written the table
-        return {"intervals": {"level": LEVEL, "regime": regime, "step_regime": base,
-                              "unavailable": TABLE_FILE}}
+        return {
+            "intervals": {"level": LEVEL, "regime": regime, "step_regime": base, "unavailable": TABLE_FILE}
+        }
     lat = summary.get("latency", {})
-    out: dict[str, Any] = {"level": LEVEL, "regime": regime, "step_regime": base,
-                           "log_ratio_quantiles": q}
+    out: dict[str, Any] = {"level": LEVEL, "regime": regime, "step_regime": base, "log_ratio_quantiles": q}
     share = _share((lat.get("ttft_s") or {}).get("mean"), (lat.get("e2e_s") or {}).get("mean"))
     for metric in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
         d = lat.get(metric) or {}
@@ -241,8 +241,10 @@ def quantile_table(residuals: dict[str, dict[str, dict[str, list[float]]]]) -> d
     whole = own["all"]
     out: dict[str, Any] = {}
     for k, r in own.items():
-        out[k] = {"n": len(pooled[k]["ttft"]), **{m: [min(r[m][0], whole[m][0]), max(r[m][1], whole[m][1])]
-                                                  for m in ("ttft", "tpot")}}
+        out[k] = {
+            "n": len(pooled[k]["ttft"]),
+            **{m: [min(r[m][0], whole[m][0]), max(r[m][1], whole[m][1])] for m in ("ttft", "tpot")},
+        }
     return {"regimes": out}
 
 

@@ -56,8 +56,9 @@ def _write_parquet(path: Path, cols: dict[str, np.ndarray]) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.table({name: pa.array(col.tolist() if col.dtype == object else col)
-                      for name, col in cols.items()})
+    table = pa.table(
+        {name: pa.array(col.tolist() if col.dtype == object else col) for name, col in cols.items()}
+    )
     pq.write_table(table, path)
 
 
@@ -77,8 +78,9 @@ def _write_csv(path: Path, cols: dict[str, np.ndarray]) -> None:
             w.writerow([_csv_cell(x) for x in row])
 
 
-def write_outputs(result: Result, out_dir: Path | str,
-                  records_format: RecordsFormat = "parquet") -> list[Path]:
+def write_outputs(
+    result: Result, out_dir: Path | str, records_format: RecordsFormat = "parquet"
+) -> list[Path]:
     """Write summary.json, requests.<fmt>, steps.<fmt> (and timeseries.<fmt> for a cluster
     with operations) into ``out_dir`` (created if needed).
 

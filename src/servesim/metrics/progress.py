@@ -23,8 +23,14 @@ def progress_bar(enabled: bool, total: int, t0: float) -> Iterator[Callable[[int
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    bar = Progress("simulating", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=Console(stderr=True), transient=True)
+    bar = Progress(
+        "simulating",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
     task = bar.add_task("requests", total=total)
     started = False
 
@@ -43,8 +49,14 @@ def progress_bar(enabled: bool, total: int, t0: float) -> Iterator[Callable[[int
             bar.stop()
 
 
-def run_in_slices(loop: Any, horizon_s: float, until_s: float, progress: Callable[[int], None] | None,
-                  num_done: Callable[[], int], grows: bool = False) -> float:
+def run_in_slices(
+    loop: Any,
+    horizon_s: float,
+    until_s: float,
+    progress: Callable[[int], None] | None,
+    num_done: Callable[[], int],
+    grows: bool = False,
+) -> float:
     """Run ``loop`` (an ``engine.events.EventLoop``) to ``until_s``; with ``progress``, in
     about 200 slices of the arrival horizon, calling ``progress(num_done())`` after each
     (no cost in the hot loop). ``grows``: the horizon is not known ahead (closed-loop
@@ -83,8 +95,14 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _run(loop: Any, horizon_s: float, until_s: float, progress: Callable[[int], None] | None,
-         num_done: Callable[[], int], grows: bool) -> float:
+def _run(
+    loop: Any,
+    horizon_s: float,
+    until_s: float,
+    progress: Callable[[int], None] | None,
+    num_done: Callable[[], int],
+    grows: bool,
+) -> float:
     if progress is None:
         return float(loop.run(until_s))
     dt = max(horizon_s / 200, 1e-3)

@@ -48,11 +48,18 @@ class RequestRecords:
     def empty(cls, n: int) -> RequestRecords:
         nan = np.full(n, np.nan)
         return cls(
-            arrival_s=nan.copy(), first_scheduled_s=nan.copy(), first_token_s=nan.copy(),
-            finished_s=nan.copy(), num_prompt_tokens=np.zeros(n, np.int64),
-            num_output_tokens=np.zeros(n, np.int64), num_cached_tokens=np.zeros(n, np.int64),
-            num_preemptions=np.zeros(n, np.int64), replica=np.zeros(n, np.int64),
-            status=np.full(n, RequestStatus.UNFINISHED, np.int8), finished_length=np.zeros(n, np.bool_))
+            arrival_s=nan.copy(),
+            first_scheduled_s=nan.copy(),
+            first_token_s=nan.copy(),
+            finished_s=nan.copy(),
+            num_prompt_tokens=np.zeros(n, np.int64),
+            num_output_tokens=np.zeros(n, np.int64),
+            num_cached_tokens=np.zeros(n, np.int64),
+            num_preemptions=np.zeros(n, np.int64),
+            replica=np.zeros(n, np.int64),
+            status=np.full(n, RequestStatus.UNFINISHED, np.int8),
+            finished_length=np.zeros(n, np.bool_),
+        )
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
@@ -60,11 +67,17 @@ class RequestRecords:
     def columns(self) -> dict[str, np.ndarray]:
         """Plain name -> column mapping (for Arrow/pandas/CSV)."""
         return {
-            "arrival_s": self.arrival_s, "first_scheduled_s": self.first_scheduled_s,
-            "first_token_s": self.first_token_s, "finished_s": self.finished_s,
-            "num_prompt_tokens": self.num_prompt_tokens, "num_output_tokens": self.num_output_tokens,
-            "num_cached_tokens": self.num_cached_tokens, "num_preemptions": self.num_preemptions,
-            "replica": self.replica, "status": self.status, "finished_length": self.finished_length,
+            "arrival_s": self.arrival_s,
+            "first_scheduled_s": self.first_scheduled_s,
+            "first_token_s": self.first_token_s,
+            "finished_s": self.finished_s,
+            "num_prompt_tokens": self.num_prompt_tokens,
+            "num_output_tokens": self.num_output_tokens,
+            "num_cached_tokens": self.num_cached_tokens,
+            "num_preemptions": self.num_preemptions,
+            "replica": self.replica,
+            "status": self.status,
+            "finished_length": self.finished_length,
         }
 
     # Derived per-request latencies (NaN where undefined).
@@ -88,8 +101,17 @@ class RequestRecords:
             return np.where(n > 1, (self.finished_s - self.first_token_s) / (n - 1), np.nan)
 
 
-STEP_COLUMNS = ("replica", "start_s", "duration_s", "num_prefill_tokens", "num_decode_reqs",
-                "num_running", "num_waiting", "kv_blocks_used", "num_preempted")
+STEP_COLUMNS = (
+    "replica",
+    "start_s",
+    "duration_s",
+    "num_prefill_tokens",
+    "num_decode_reqs",
+    "num_running",
+    "num_waiting",
+    "kv_blocks_used",
+    "num_preempted",
+)
 
 
 class StepRows(Protocol):
@@ -133,9 +155,18 @@ class StepSeries:
         self._pending: list[tuple[int, StepRows]] = []  # (event rows before them, rows)
         self._num_pending_rows = 0
 
-    def add_step(self, replica: int, start_s: float, duration_s: float, num_prefill_tokens: int,
-                 num_decode_reqs: int, num_running: int, num_waiting: int, kv_blocks_used: int,
-                 num_preempted: int) -> None:
+    def add_step(
+        self,
+        replica: int,
+        start_s: float,
+        duration_s: float,
+        num_prefill_tokens: int,
+        num_decode_reqs: int,
+        num_running: int,
+        num_waiting: int,
+        kv_blocks_used: int,
+        num_preempted: int,
+    ) -> None:
         """Append one step's row (after any rows held compactly)."""
         c = self._cols
         c["replica"].append(replica)
@@ -183,8 +214,10 @@ class StepSeries:
 
     def columns(self) -> dict[str, np.ndarray]:
         c = self._materialized()
-        return {name: np.asarray(c[name], np.float64 if name in ("start_s", "duration_s") else np.int64)
-                for name in STEP_COLUMNS}
+        return {
+            name: np.asarray(c[name], np.float64 if name in ("start_s", "duration_s") else np.int64)
+            for name in STEP_COLUMNS
+        }
 
     def __len__(self) -> int:
         return len(self._cols["start_s"]) + self._num_pending_rows

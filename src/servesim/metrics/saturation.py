@@ -48,8 +48,14 @@ def _count_by(times: np.ndarray, at: np.ndarray) -> np.ndarray:
 
 
 def _cannot_judge(why: str, cause: str | None = None) -> dict[str, Any]:
-    return {"saturated": False, "latency_is_queue_artefact": False, "verdict": "cannot_judge",
-            "cause": cause, "evidence": None, "hint": f"cannot judge: {why}"}
+    return {
+        "saturated": False,
+        "latency_is_queue_artefact": False,
+        "verdict": "cannot_judge",
+        "cause": cause,
+        "evidence": None,
+        "hint": f"cannot judge: {why}",
+    }
 
 
 def _first_reason(reasons: dict[int, str] | None, rows: np.ndarray) -> str:
@@ -59,9 +65,15 @@ def _first_reason(reasons: dict[int, str] | None, rows: np.ndarray) -> str:
     return f" ({why})" if why else ""
 
 
-def saturation(arrival_s: np.ndarray, first_scheduled_s: np.ndarray, finished_s: np.ndarray,
-               capacity_rps: float | None = None, status: np.ndarray | None = None,
-               reasons: dict[int, str] | None = None, num_replica_failures: int = 0) -> dict[str, Any]:
+def saturation(
+    arrival_s: np.ndarray,
+    first_scheduled_s: np.ndarray,
+    finished_s: np.ndarray,
+    capacity_rps: float | None = None,
+    status: np.ndarray | None = None,
+    reasons: dict[int, str] | None = None,
+    num_replica_failures: int = 0,
+) -> dict[str, Any]:
     """The verdict and its evidence (see the module docstring); ``capacity_rps`` (the
     headroom's sustainable request rate, when known) goes into the hint.
 
@@ -75,8 +87,9 @@ def saturation(arrival_s: np.ndarray, first_scheduled_s: np.ndarray, finished_s:
     """
     arr_all = np.asarray(arrival_s, np.float64)
     n = int((~np.isnan(arr_all)).sum())
-    rejected = (np.asarray(status) == RequestStatus.REJECTED if status is not None
-                else np.zeros(arr_all.shape, bool))
+    rejected = (
+        np.asarray(status) == RequestStatus.REJECTED if status is not None else np.zeros(arr_all.shape, bool)
+    )
     failed = np.zeros(arr_all.shape, bool)
     for i, why in (reasons or {}).items():
         if why.startswith("failed:") and i < failed.size:
@@ -85,20 +98,27 @@ def saturation(arrival_s: np.ndarray, first_scheduled_s: np.ndarray, finished_s:
     num_rejected, num_failed = int(rejected.sum()), int(failed.sum())
     refused = []
     if num_rejected:
-        refused.append(f"{num_rejected:,} of {n:,} requests were rejected"
-                       f"{_first_reason(reasons, np.flatnonzero(rejected))}")
+        refused.append(
+            f"{num_rejected:,} of {n:,} requests were rejected"
+            f"{_first_reason(reasons, np.flatnonzero(rejected))}"
+        )
     if num_failed:
         refused.append(f"{num_failed:,} failed with their replica")
     arr = arr_all[keep]
     if arr.size < 8:
         if refused:
-            return _cannot_judge("; ".join(refused) + f", leaving {arr.size} to judge a queue on",
-                                 "rejections" if num_rejected >= num_failed else "failures")
+            return _cannot_judge(
+                "; ".join(refused) + f", leaving {arr.size} to judge a queue on",
+                "rejections" if num_rejected >= num_failed else "failures",
+            )
         return _cannot_judge("too few requests to judge")
     if float(arr.max() - arr.min()) <= 0:
-        return _cannot_judge(f"all {arr.size:,} requests arrived at once (t = {arr[0]:.3g} s): there is no "
-                             "arrival rate for service to keep up with; the latencies measure draining "
-                             "one burst", "burst")
+        return _cannot_judge(
+            f"all {arr.size:,} requests arrived at once (t = {arr[0]:.3g} s): there is no "
+            "arrival rate for service to keep up with; the latencies measure draining "
+            "one burst",
+            "burst",
+        )
     first = np.asarray(first_scheduled_s, np.float64)[keep]
     done = np.asarray(finished_s, np.float64)[keep]
     a0, a1 = float(arr.min()), float(arr.max())
@@ -135,19 +155,29 @@ def saturation(arrival_s: np.ndarray, first_scheduled_s: np.ndarray, finished_s:
     aside = f" ({'; '.join(refused)}, not counted)" if refused else ""
     if stopped and grows:
         verdict, cause = "not_saturated", "failures"
-        hint = (f"service stopped, not overloaded: no request finished in the second half of the arrivals "
-                f"after {num_replica_failures} replica failure(s); requests in the system grew from "
-                f"{start} to {end} waiting for a replica{aside}")
+        hint = (
+            f"service stopped, not overloaded: no request finished in the second half of the arrivals "
+            f"after {num_replica_failures} replica failure(s); requests in the system grew from "
+            f"{start} to {end} waiting for a replica{aside}"
+        )
     elif saturated:
         verdict, cause = "saturated", "queue"
         cap = f"; this deployment sustains about {capacity_rps:.3g} req/s" if capacity_rps else ""
-        hint = (f"arrivals ({arrival_rps:.3g} req/s) outpace service ({served_rps:.3g} req/s): requests in "
-                "the "
-                f"system grew from {start} to {end} during arrivals{cap}; latency "
-                "figures measure the queue and grow with the run's length. Lower the rate "
-                f"(workload.rate_scale) or add replicas or GPUs{aside}")
+        hint = (
+            f"arrivals ({arrival_rps:.3g} req/s) outpace service ({served_rps:.3g} req/s): requests in "
+            "the "
+            f"system grew from {start} to {end} during arrivals{cap}; latency "
+            "figures measure the queue and grow with the run's length. Lower the rate "
+            f"(workload.rate_scale) or add replicas or GPUs{aside}"
+        )
     else:
         verdict, cause = "not_saturated", None
         hint = f"the queue stays bounded: service keeps up with arrivals{aside}"
-    return {"saturated": saturated, "latency_is_queue_artefact": saturated, "verdict": verdict,
-            "cause": cause, "evidence": evidence, "hint": hint}
+    return {
+        "saturated": saturated,
+        "latency_is_queue_artefact": saturated,
+        "verdict": verdict,
+        "cause": cause,
+        "evidence": evidence,
+        "hint": hint,
+    }

@@ -108,8 +108,17 @@ class Sketch:
         self.max = max(self.max, float(v.max()))
         self.min = min(self.min, float(v.min()))
 
-    def add_buckets(self, bins: dict[int, float], neg_bins: dict[int, float], zeros: float, total: float,
-                    sum_: float, sum_sq: float, min_: float, max_: float) -> None:
+    def add_buckets(
+        self,
+        bins: dict[int, float],
+        neg_bins: dict[int, float],
+        zeros: float,
+        total: float,
+        sum_: float,
+        sum_sq: float,
+        min_: float,
+        max_: float,
+    ) -> None:
         """Add samples already counted by bucket key (``engine.itl``, with this sketch's
         mapping): positive and negative values' buckets, the zeros, and their totals."""
         dd = self.dd

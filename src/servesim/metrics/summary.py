@@ -46,8 +46,9 @@ def weighted_percentile(values: np.ndarray, weights: np.ndarray, p: float) -> fl
     keeps integer weights and integer ``p`` exact (no rounding at p99 of 100 samples).
     """
     order = np.argsort(values, kind="stable")
-    return _sorted_percentiles(np.asarray(values, np.float64)[order],
-                               np.cumsum(np.asarray(weights)[order]), (p,))[0]
+    return _sorted_percentiles(
+        np.asarray(values, np.float64)[order], np.cumsum(np.asarray(weights)[order]), (p,)
+    )[0]
 
 
 def _sorted_percentiles(v: np.ndarray, cum: np.ndarray, ps: tuple[float, ...]) -> list[float]:
@@ -185,15 +186,15 @@ def _latency(result: Result) -> dict[str, Any]:
             out[name], methods[name] = distribution(values), "exact"
     sk = result.itl.sketched()
     if sk is None:
-        out["itl_s"] = distribution(np.asarray(result.itl.gap_s, np.float64),
-                                    np.asarray(result.itl.count, np.int64))
+        out["itl_s"] = distribution(
+            np.asarray(result.itl.gap_s, np.float64), np.asarray(result.itl.count, np.int64)
+        )
         methods["itl_s"] = "exact"
     else:
         out["itl_s"], methods["itl_s"] = sketch_distribution(sk), sk.method
     latency: dict[str, Any] = {name: out[name] for name in LATENCY_METRICS}
     kinds = set(methods.values())
-    latency["method"] = kinds.pop() if len(kinds) == 1 else "; ".join(
-        f"{k}: {v}" for k, v in methods.items())
+    latency["method"] = kinds.pop() if len(kinds) == 1 else "; ".join(f"{k}: {v}" for k, v in methods.items())
     return latency
 
 
@@ -276,20 +277,31 @@ def held_fleet(reps: list[Any], window_s: float | None, end_s: float) -> dict[st
     if not any(r.provisioned_s >= 0 for r in reps):
         n, g = len(reps), sum(r.num_gpus for r in reps)
         hours = None if window_s is None else g * window_s / 3600
-        return {"gpu_hours": hours, "peak_replicas": n, "mean_replicas": float(n), "peak_gpus": g,
-                "mean_gpus": float(g)}
+        return {
+            "gpu_hours": hours,
+            "peak_replicas": n,
+            "mean_replicas": float(n),
+            "peak_gpus": g,
+            "mean_gpus": float(g),
+        }
     # Sweep the lifetimes [start, start + provisioned_s): at equal times an end before a start.
     alive = [r for r in reps if r.provisioned_s > 0]
-    edges = sorted([(r.provisioned_from_s, 1, r.num_gpus) for r in alive]
-                   + [(r.provisioned_from_s + r.provisioned_s, 0, r.num_gpus) for r in alive])
+    edges = sorted(
+        [(r.provisioned_from_s, 1, r.num_gpus) for r in alive]
+        + [(r.provisioned_from_s + r.provisioned_s, 0, r.num_gpus) for r in alive]
+    )
     n = g = peak_n = peak_g = 0
     for _, up, k in edges:
         n, g = (n + 1, g + k) if up else (n - 1, g - k)
         peak_n, peak_g = max(peak_n, n), max(peak_g, g)
     span = end_s
-    return {"gpu_hours": sum(r.provisioned_s * r.num_gpus for r in reps) / 3600, "peak_replicas": peak_n,
-            "mean_replicas": _ratio(sum(r.provisioned_s for r in reps), span), "peak_gpus": peak_g,
-            "mean_gpus": _ratio(sum(r.provisioned_s * r.num_gpus for r in reps), span)}
+    return {
+        "gpu_hours": sum(r.provisioned_s * r.num_gpus for r in reps) / 3600,
+        "peak_replicas": peak_n,
+        "mean_replicas": _ratio(sum(r.provisioned_s for r in reps), span),
+        "peak_gpus": peak_g,
+        "mean_gpus": _ratio(sum(r.provisioned_s * r.num_gpus for r in reps), span),
+    }
 
 
 def _utilization(result: Result, window_s: float | None) -> dict[str, Any]:
@@ -331,23 +343,34 @@ def _utilization(result: Result, window_s: float | None) -> dict[str, Any]:
         # Busy and KV: the mean over replicas (engines); MFU/MBU: the mean over GPUs; each
         # weighted by the time it was held.
         "busy_fraction": None if window_s is None else _ratio(sum(r.busy_s for r in reps), sum(held)),
-        "gpu_fraction": None if window_s is None else _ratio(
-            sum(r.gpu_s * r.num_gpus for r in reps), sum(h * r.num_gpus for h, r in zip(held, reps))),
-        "mfu": None if peak_flops is None or window_s is None else _ratio(
+        "gpu_fraction": None
+        if window_s is None
+        else _ratio(sum(r.gpu_s * r.num_gpus for r in reps), sum(h * r.num_gpus for h, r in zip(held, reps))),
+        "mfu": None
+        if peak_flops is None or window_s is None
+        else _ratio(
             sum(r.flops * r.num_gpus for r in reps),
-            sum(h * (p[0] or 0.0) * r.num_gpus for h, p, r in zip(held, peaks, reps))),
-        "mbu": None if mem_bw is None or window_s is None else _ratio(
+            sum(h * (p[0] or 0.0) * r.num_gpus for h, p, r in zip(held, peaks, reps)),
+        ),
+        "mbu": None
+        if mem_bw is None or window_s is None
+        else _ratio(
             sum(r.bytes * r.num_gpus for r in reps),
-            sum(h * (p[1] or 0.0) * r.num_gpus for h, p, r in zip(held, peaks, reps))),
-        "kv_mean": None if window_s is None else _ratio(
-            sum(r.kv_block_s for r in reps), sum(h * r.num_gpu_blocks for h, r in zip(held, reps))),
-        "kv_peak": max((x for r in reps if (x := _ratio(r.peak_kv_blocks, r.num_gpu_blocks)) is not None),
-                       default=None),
+            sum(h * (p[1] or 0.0) * r.num_gpus for h, p, r in zip(held, peaks, reps)),
+        ),
+        "kv_mean": None
+        if window_s is None
+        else _ratio(sum(r.kv_block_s for r in reps), sum(h * r.num_gpu_blocks for h, r in zip(held, reps))),
+        "kv_peak": max(
+            (x for r in reps if (x := _ratio(r.peak_kv_blocks, r.num_gpu_blocks)) is not None), default=None
+        ),
         "num_preemptions": sum(r.num_preemptions for r in reps),
-        "prefix_hit_rate": _ratio(sum(r.num_prefix_hit_tokens for r in reps),
-                                  sum(r.num_prefix_query_tokens for r in reps)),
-        "pipeline_bubble_fraction": _ratio(sum(r.bubble_s * r.num_gpus for r in reps),
-                                           sum(r.gpu_s * r.num_gpus for r in reps)),
+        "prefix_hit_rate": _ratio(
+            sum(r.num_prefix_hit_tokens for r in reps), sum(r.num_prefix_query_tokens for r in reps)
+        ),
+        "pipeline_bubble_fraction": _ratio(
+            sum(r.bubble_s * r.num_gpus for r in reps), sum(r.gpu_s * r.num_gpus for r in reps)
+        ),
     }
     return {"overall": tot, "replicas": [one(r, *p) for r, p in zip(reps, peaks)]}
 
@@ -362,8 +385,9 @@ def _pools(result: Result, window_s: float | None) -> list[dict[str, Any]]:
     steps = result.steps
     rep_col = np.asarray(steps.replica, np.int64)
     waiting_s = np.asarray(steps.num_waiting, np.float64) * np.asarray(steps.duration_s, np.float64)
-    waiting_by_rep = np.bincount(rep_col, weights=waiting_s, minlength=len(reps)) if len(steps) else \
-        np.zeros(len(reps))
+    waiting_by_rep = (
+        np.bincount(rep_col, weights=waiting_s, minlength=len(reps)) if len(steps) else np.zeros(len(reps))
+    )
     util = _utilization(result, window_s)["replicas"]
     out = []
     for name in names:
@@ -375,29 +399,43 @@ def _pools(result: Result, window_s: float | None) -> list[dict[str, Any]]:
         gpu = rs[0].gpu if rs[0].gpu is not None else result.gpu
         held = [_held_s(r, window_s) or 0.0 for r in rs]
         fleet = held_fleet(rs, window_s, result.end_s)
-        out.append({
-            "name": name, "role": rs[0].role, "num_replicas": fleet["peak_replicas"],
-            "num_gpus": fleet["peak_gpus"], "num_replicas_run": len(rs),
-            "mean_replicas": fleet["mean_replicas"], "gpu_hours": fleet["gpu_hours"],
-            "gpu": getattr(gpu, "name", None),
-            "busy_fraction": None if window_s is None else _ratio(sum(r.busy_s for r in rs), sum(held)),
-            "mfu": _ratio(sum((util[i]["mfu"] or 0.0) * reps[i].num_gpus * h for i, h in zip(idx, held)),
-                          sum(r.num_gpus * h for r, h in zip(rs, held))),
-            "kv_mean": None if window_s is None else _ratio(
-                sum(r.kv_block_s for r in rs), sum(h * r.num_gpu_blocks for h, r in zip(held, rs))),
-            "pipeline_bubble_fraction": _ratio(sum(r.bubble_s for r in rs), sum(r.gpu_s for r in rs)) or 0.0,
-            "num_routed": routed,
-            "mean_num_waiting": num_waiting,
-            "mean_wait_s": None if num_waiting is None or window_s is None else _ratio(
-                num_waiting * window_s, routed),
-            "num_preemptions": sum(r.num_preemptions for r in rs),
-            "prefix_hit_rate": _ratio(sum(r.num_prefix_hit_tokens for r in rs),
-                                      sum(r.num_prefix_query_tokens for r in rs)),
-            "num_kv_transfers_in": n_tr,
-            "kv_transfer_bytes_in": sum(r.kv_transfer_bytes for r in rs),
-            "mean_kv_transfer_s": _ratio(sum(r.kv_transfer_s for r in rs), n_tr),
-            "num_migrations_out": sum(r.num_migrations_out for r in rs),
-        })
+        out.append(
+            {
+                "name": name,
+                "role": rs[0].role,
+                "num_replicas": fleet["peak_replicas"],
+                "num_gpus": fleet["peak_gpus"],
+                "num_replicas_run": len(rs),
+                "mean_replicas": fleet["mean_replicas"],
+                "gpu_hours": fleet["gpu_hours"],
+                "gpu": getattr(gpu, "name", None),
+                "busy_fraction": None if window_s is None else _ratio(sum(r.busy_s for r in rs), sum(held)),
+                "mfu": _ratio(
+                    sum((util[i]["mfu"] or 0.0) * reps[i].num_gpus * h for i, h in zip(idx, held)),
+                    sum(r.num_gpus * h for r, h in zip(rs, held)),
+                ),
+                "kv_mean": None
+                if window_s is None
+                else _ratio(
+                    sum(r.kv_block_s for r in rs), sum(h * r.num_gpu_blocks for h, r in zip(held, rs))
+                ),
+                "pipeline_bubble_fraction": _ratio(sum(r.bubble_s for r in rs), sum(r.gpu_s for r in rs))
+                or 0.0,
+                "num_routed": routed,
+                "mean_num_waiting": num_waiting,
+                "mean_wait_s": None
+                if num_waiting is None or window_s is None
+                else _ratio(num_waiting * window_s, routed),
+                "num_preemptions": sum(r.num_preemptions for r in rs),
+                "prefix_hit_rate": _ratio(
+                    sum(r.num_prefix_hit_tokens for r in rs), sum(r.num_prefix_query_tokens for r in rs)
+                ),
+                "num_kv_transfers_in": n_tr,
+                "kv_transfer_bytes_in": sum(r.kv_transfer_bytes for r in rs),
+                "mean_kv_transfer_s": _ratio(sum(r.kv_transfer_s for r in rs), n_tr),
+                "num_migrations_out": sum(r.num_migrations_out for r in rs),
+            }
+        )
     return out
 
 
@@ -411,16 +449,21 @@ def _energy_cost(result: Result, window_s: float | None, num_out: int, num_in: i
     none_c = {"usd": None, "usd_per_million_output_tokens": None, "usd_per_million_tokens": None}
     if gpu is None or window_s is None or window_s <= 0:
         return {"energy": none_e, "cost": none_c}
+
     def g(r: Any) -> Any:  # a cluster pool's GPU, else the run's
         return r.gpu if getattr(r, "gpu", None) is not None else gpu
 
     dtype = _model_dtype(result.scenario)
+
     def held(r: Any) -> float:  # seconds the replica's GPUs were provisioned
         return window_s if r.provisioned_s < 0 else r.provisioned_s
 
-    energy_j = sum(r.energy_j if r.energy_j >= 0 else
-                   replica_energy_j(g(r), r.num_gpus, held(r), r.gpu_s, r.flops, r.bytes, dtype)
-                   for r in result.replicas)
+    energy_j = sum(
+        r.energy_j
+        if r.energy_j >= 0
+        else replica_energy_j(g(r), r.num_gpus, held(r), r.gpu_s, r.flops, r.bytes, dtype)
+        for r in result.replicas
+    )
     usd = sum(g(r).usd_per_hour * r.num_gpus * held(r) for r in result.replicas) / 3600.0
     energy = {
         "energy_j": energy_j,
@@ -479,8 +522,11 @@ def summarize(result: Result) -> dict[str, Any]:
         from servesim.metrics.tasks import task_summary
 
         summary["tasks"] = task_summary(result.records, *result.tasks)
-    reasoning = {k.removeprefix("reasoning_"): v for k, v in result.workload_stats.items()
-                 if k.startswith("reasoning_")}
+    reasoning = {
+        k.removeprefix("reasoning_"): v
+        for k, v in result.workload_stats.items()
+        if k.startswith("reasoning_")
+    }
     if reasoning:  # tokens generated (reasoning + probes) against fixed-length reasoning
         summary["reasoning"] = reasoning
     summary.update(_trust(result, window_s, throughput))
@@ -522,9 +568,15 @@ def _trust(result: Result, window_s: float | None, throughput: dict[str, Any]) -
     rec = result.records
     out = {
         "headroom": room,
-        "saturation": saturation(rec.arrival_s, rec.first_scheduled_s, rec.finished_s,
-                                 room["capacity_requests_per_s"], rec.status, rec.reasons,
-                                 int((result.operations or {}).get("num_failures") or 0)),
+        "saturation": saturation(
+            rec.arrival_s,
+            rec.first_scheduled_s,
+            rec.finished_s,
+            room["capacity_requests_per_s"],
+            rec.status,
+            rec.reasons,
+            int((result.operations or {}).get("num_failures") or 0),
+        ),
         "notices": list(result.notices) + api_server_notices(room),
     }
     if result.deployments:

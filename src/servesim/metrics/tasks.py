@@ -30,9 +30,15 @@ def task_latencies(records: RequestRecords, task: np.ndarray, start_s: np.ndarra
 def task_summary(records: RequestRecords, task: np.ndarray, start_s: np.ndarray) -> dict[str, Any]:
     lat = task_latencies(records, task, start_s)
     done = lat[np.isfinite(lat)]
-    out: dict[str, Any] = {"num_tasks": int(len(lat)), "num_finished": int(len(done)),
-                           "requests_per_task": float(len(task) / len(lat)) if len(lat) else 0.0}
+    out: dict[str, Any] = {
+        "num_tasks": int(len(lat)),
+        "num_finished": int(len(done)),
+        "requests_per_task": float(len(task) / len(lat)) if len(lat) else 0.0,
+    }
     if len(done):
-        out["latency_s"] = {"mean": float(done.mean()), "max": float(done.max()),
-                            **{f"p{q}": float(np.percentile(done, q)) for q in PERCENTILES}}
+        out["latency_s"] = {
+            "mean": float(done.mean()),
+            "max": float(done.max()),
+            **{f"p{q}": float(np.percentile(done, q)) for q in PERCENTILES},
+        }
     return out

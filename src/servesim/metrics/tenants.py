@@ -30,8 +30,12 @@ def jain_index(x: list[float]) -> float | None:
     return None if a.size == 0 or sq == 0 else float(a.sum()) ** 2 / (a.size * sq)
 
 
-def tenant_summary(result: Result, span_s: float | None, distribution: Callable[..., dict[str, Any]],
-                   meets_limit: Callable[[Any, str, float], np.ndarray]) -> dict[str, Any]:
+def tenant_summary(
+    result: Result,
+    span_s: float | None,
+    distribution: Callable[..., dict[str, Any]],
+    meets_limit: Callable[[Any, str, float], np.ndarray],
+) -> dict[str, Any]:
     """The section; ``distribution`` and ``meets_limit`` are the summary's own (passed in, so
     that this module, which the summary calls, does not import it back)."""
     t = result.tenants

@@ -23,8 +23,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-COLUMNS = ("t_s", "pool", "arrivals", "queue_len", "running", "batch_tokens", "kv_util", "replicas",
-           "power_w", "slo_attainment")
+COLUMNS = (
+    "t_s",
+    "pool",
+    "arrivals",
+    "queue_len",
+    "running",
+    "batch_tokens",
+    "kv_util",
+    "replicas",
+    "power_w",
+    "slo_attainment",
+)
 
 
 @dataclass(slots=True)
@@ -45,8 +55,19 @@ class TimeSeries:
     def __len__(self) -> int:
         return len(self.t_s)
 
-    def add(self, t_s: float, pool: str, arrivals: int, queue_len: int, running: int, batch_tokens: float,
-            kv_util: float, replicas: int, power_w: float, slo_attainment: float) -> None:
+    def add(
+        self,
+        t_s: float,
+        pool: str,
+        arrivals: int,
+        queue_len: int,
+        running: int,
+        batch_tokens: float,
+        kv_util: float,
+        replicas: int,
+        power_w: float,
+        slo_attainment: float,
+    ) -> None:
         self.t_s.append(t_s)
         self.pool.append(pool)
         self.arrivals.append(arrivals)
@@ -60,9 +81,12 @@ class TimeSeries:
 
     def columns(self) -> dict[str, np.ndarray]:
         ints = ("arrivals", "queue_len", "running", "replicas")
-        return {name: np.asarray(self.pool, dtype=object) if name == "pool" else
-                np.asarray(getattr(self, name), dtype=np.int64 if name in ints else np.float64)
-                for name in COLUMNS}
+        return {
+            name: np.asarray(self.pool, dtype=object)
+            if name == "pool"
+            else np.asarray(getattr(self, name), dtype=np.int64 if name in ints else np.float64)
+            for name in COLUMNS
+        }
 
     def of_pool(self, pool: str) -> dict[str, np.ndarray]:
         """The columns of one pool's rows."""

@@ -46,19 +46,29 @@ class RecordWriter:
         rec.first_token_s[idx] = times([r.first_token_s for r in buf])
         rec.finished_s[idx] = times([r.finished_s for r in buf])
         rec.num_output_tokens[idx] = [r.num_output_tokens for r in buf]
-        rec.num_cached_tokens[idx] = np.maximum(np.fromiter([r.num_cached_tokens for r in buf], np.int64, n), 0)
+        rec.num_cached_tokens[idx] = np.maximum(
+            np.fromiter([r.num_cached_tokens for r in buf], np.int64, n), 0
+        )
         rec.num_preemptions[idx] = [r.num_preemptions for r in buf]
         rec.replica[idx] = [r.replica for r in buf]
         rec.finished_length[idx] = [r.finished_length for r in buf]
         status = np.fromiter([r.status for r in buf], np.int64, n)  # as record_status, for the batch
-        rec.status[idx] = np.where(status == ReqStatus.FINISHED, RequestStatus.FINISHED, np.where(
-            status == ReqStatus.REJECTED, RequestStatus.REJECTED, RequestStatus.UNFINISHED))
+        rec.status[idx] = np.where(
+            status == ReqStatus.FINISHED,
+            RequestStatus.FINISHED,
+            np.where(status == ReqStatus.REJECTED, RequestStatus.REJECTED, RequestStatus.UNFINISHED),
+        )
 
 
 def record_status(r: Request) -> int:
     """The record's ``RequestStatus`` of ``r`` (the engine's status, folded to three)."""
-    return (RequestStatus.FINISHED if r.status == ReqStatus.FINISHED else
-            RequestStatus.REJECTED if r.status == ReqStatus.REJECTED else RequestStatus.UNFINISHED)
+    return (
+        RequestStatus.FINISHED
+        if r.status == ReqStatus.FINISHED
+        else RequestStatus.REJECTED
+        if r.status == ReqStatus.REJECTED
+        else RequestStatus.UNFINISHED
+    )
 
 
 def write_record(rec: RequestRecords, r: Request, reason: str = "") -> None:

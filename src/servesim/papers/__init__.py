@@ -16,20 +16,26 @@ __all__ = ["PAPERS", "Figure", "Outcome", "Paper", "get_paper"]
 
 _PAPERS = [
     Paper(
-        "sarathi-serve", "Sarathi-Serve",
+        "sarathi-serve",
+        "Sarathi-Serve",
         "Agrawal et al., Taming Throughput-Latency Tradeoff in LLM Inference with Sarathi-Serve, OSDI'24 "
         "(arXiv 2403.02310), Sec. 5.1, Fig. 10",
         "2.6x the serving capacity of vLLM for Mistral-7B on one A100; up to 3.7x for Yi-34B on two A100s; "
         "up to 5.6x for Falcon-180B with pipeline parallelism",
-        {"model": "Mistral-7B (also Yi-34B TP2, Llama-2-70B, Falcon-180B with pipeline parallelism)",
-         "gpus": "A100-80GB PCIe, NVLinked in pairs (Mistral-7B on 1, Yi-34B on 2; Llama-2-70B on A40s)",
-         "workload": "openchat_sharegpt4 and arxiv_summarization (Table 2), Poisson arrivals, 2,048 requests",
-         "slo": "strict: P99 TBT <= 100 ms (Table 3), median scheduling delay <= 2 s",
-         "baseline": "vLLM (prefill-prioritizing, no chunking), batch 128",
-         "metric": "capacity: the highest rate meeting the SLO, Sarathi-Serve / vLLM"},
-        (around("capacity", "capacity, Sarathi-Serve / vLLM (Mistral-7B, openchat)", "2.6x", 2.6),
-         around("capacity_yi34b", "capacity, Sarathi-Serve / vLLM (Yi-34B TP2, openchat)", "up to 3.7x",
-                3.7)),
+        {
+            "model": "Mistral-7B (also Yi-34B TP2, Llama-2-70B, Falcon-180B with pipeline parallelism)",
+            "gpus": "A100-80GB PCIe, NVLinked in pairs (Mistral-7B on 1, Yi-34B on 2; Llama-2-70B on A40s)",
+            "workload": "openchat_sharegpt4 and arxiv_summarization (Table 2), Poisson arrivals, 2,048 requests",
+            "slo": "strict: P99 TBT <= 100 ms (Table 3), median scheduling delay <= 2 s",
+            "baseline": "vLLM (prefill-prioritizing, no chunking), batch 128",
+            "metric": "capacity: the highest rate meeting the SLO, Sarathi-Serve / vLLM",
+        },
+        (
+            around("capacity", "capacity, Sarathi-Serve / vLLM (Mistral-7B, openchat)", "2.6x", 2.6),
+            around(
+                "capacity_yi34b", "capacity, Sarathi-Serve / vLLM (Yi-34B TP2, openchat)", "up to 3.7x", 3.7
+            ),
+        ),
         "Mistral-7B on a modelled A100-80GB, openchat_sharegpt4-like lengths (Table 2's medians and P90s); "
         "vLLM as servesim's vllm_v0; 2,048 requests (--quick: 1,000). The full run adds Yi-34B TP2 on two "
         "A100s (P99 TBT <= 200 ms; architecture from its config.json). Falcon-180B: not run.",
@@ -38,45 +44,71 @@ _PAPERS = [
         "throughput; a short run overstates a throughput-bound capacity, so --quick reads higher.",
     ),
     Paper(
-        "polca", "POLCA",
+        "polca",
+        "POLCA",
         "Patel et al., POLCA: Power Oversubscription in LLM Cloud Providers, arXiv 2308.12908 (2023)",
         "30% more servers under the same power budget, with SLOs held (attainment ~0.999) by capping "
         "the clocks of low-priority servers first",
-        {"model": "LLM inference workloads characterized on DGX-A100 servers (see paper)",
-         "gpus": "DGX-A100 servers in a row under a provisioned power budget",
-         "workload": "production inference traces", "slo": "latency SLOs of the inference service",
-         "baseline": "the row with as many servers as its nameplate power allows",
-         "metric": "servers added under the budget, SLO attainment, time over budget"},
-        (Figure("slo_attainment", "SLO attainment of the oversubscribed, capped row", "~0.999", 0.995, 1.0,
-                ""),),
+        {
+            "model": "LLM inference workloads characterized on DGX-A100 servers (see paper)",
+            "gpus": "DGX-A100 servers in a row under a provisioned power budget",
+            "workload": "production inference traces",
+            "slo": "latency SLOs of the inference service",
+            "baseline": "the row with as many servers as its nameplate power allows",
+            "metric": "servers added under the budget, SLO attainment, time over budget",
+        },
+        (
+            Figure(
+                "slo_attainment", "SLO attainment of the oversubscribed, capped row", "~0.999", 0.995, 1.0, ""
+            ),
+        ),
         "Llama-3.1-70B on 4 A100s per server, half high- and half low-priority; the budget is 10 "
         "servers' GPU TDP and 13 servers (+30%) run under it, capped at 85% (low priority) and 95% (all) of "
         "the budget; Gamma (CV 2) arrivals at 1.8 req/s per server, 300 s (--quick: 100 s).",
         polca.run,
     ),
     Paper(
-        "block", "Block",
+        "block",
+        "Block",
         "Da et al., Block: Balancing Load in LLM Serving with Context, Knowledge and Predictive "
         "Scheduling, arXiv 2508.03611 (2025)",
         "up to 16.7% more serving capacity (and 49.5% lower P99 latency) than heuristic schedulers, by "
         "routing on predicted metrics",
-        {"model": "several models (see paper)", "gpus": "a 12-GPU cluster",
-         "workload": "several workloads (see paper)", "slo": "latency SLO (see paper)",
-         "baseline": "heuristic schedulers (load-based dispatch)", "metric": "serving capacity gain, %"},
+        {
+            "model": "several models (see paper)",
+            "gpus": "a 12-GPU cluster",
+            "workload": "several workloads (see paper)",
+            "slo": "latency SLO (see paper)",
+            "baseline": "heuristic schedulers (load-based dispatch)",
+            "metric": "serving capacity gain, %",
+        },
         (around("capacity_gain", "capacity gain over a heuristic router", "+16.7%", 16.7, "%"),),
         note="Not run yet: servesim has a predictive router (router: predicted_ttft) but not the paper's "
-             "models and workloads; a stand-in trial found no capacity difference (docs/papers.md).",
+        "models and workloads; a stand-in trial found no capacity difference (docs/papers.md).",
     ),
     Paper(
-        "microserving", "MicroServing",
+        "microserving",
+        "MicroServing",
         "Jin et al., A System for Microserving of LLMs, arXiv 2412.12488 (2024)",
         "balanced prefill-decode disaggregation: up to 47% lower P99 job completion time than data-parallel "
         "serving on long-input workloads",
-        {"model": "LLMs on MLC-LLM engines (see paper)", "gpus": "multi-GPU nodes (see paper)",
-         "workload": "long-input (LooGLE-like) and short-chat workloads", "slo": "-",
-         "baseline": "data-parallel engines", "metric": "P99 job completion time"},
-        (around("p99_jct_cut", "P99 job completion time cut, balanced PD vs data parallel", "up to 47%", 47.0,
-                "%"),),
+        {
+            "model": "LLMs on MLC-LLM engines (see paper)",
+            "gpus": "multi-GPU nodes (see paper)",
+            "workload": "long-input (LooGLE-like) and short-chat workloads",
+            "slo": "-",
+            "baseline": "data-parallel engines",
+            "metric": "P99 job completion time",
+        },
+        (
+            around(
+                "p99_jct_cut",
+                "P99 job completion time cut, balanced PD vs data parallel",
+                "up to 47%",
+                47.0,
+                "%",
+            ),
+        ),
         "servesim's stand-in: Llama-3.1-70B TP4 on H100s, two engines: data parallel against balanced "
         "disaggregation (decode computes the last 10-40% of each prompt), prompts of mean 8,000 tokens, "
         "outputs of mean 64, Poisson at 0.5-2.5 req/s; 1,000 requests per run (--quick: 300).",
@@ -85,13 +117,19 @@ _PAPERS = [
         "cut grows with load, so the 'up to' figure depends on the highest rate swept.",
     ),
     Paper(
-        "orca", "Orca",
+        "orca",
+        "Orca",
         "Yu et al., Orca: A Distributed Serving System for Transformer-Based Generative Models, OSDI'22, "
         "Fig. 10",
         "36.9x the throughput of FasterTransformer at the same latency (GPT-3 175B)",
-        {"model": "GPT-3 13B / 101B / 175B / 341B", "gpus": "A100-40GB, 175B on 16 GPUs (2 nodes)",
-         "workload": "synthetic, uniform lengths", "slo": "equal median normalized latency",
-         "baseline": "FasterTransformer (request-level batching)", "metric": "throughput at equal latency"},
+        {
+            "model": "GPT-3 13B / 101B / 175B / 341B",
+            "gpus": "A100-40GB, 175B on 16 GPUs (2 nodes)",
+            "workload": "synthetic, uniform lengths",
+            "slo": "equal median normalized latency",
+            "baseline": "FasterTransformer (request-level batching)",
+            "metric": "throughput at equal latency",
+        },
         (around("throughput", "throughput, iteration-level / request-level", "36.9x", 36.9),),
         "OPT-13B on one A100-80GB (no GPT-3 175B two-node setup), batches of 16, KV reserved for the maximum "
         "length in both, Poisson at 4 req/s (past both capacities); throughput ratio at saturation.",
@@ -101,39 +139,63 @@ _PAPERS = [
         "must run small batches, on GPT-3 175B across two nodes. Out of range.",
     ),
     Paper(
-        "vllm", "vLLM",
+        "vllm",
+        "vLLM",
         "Kwon et al., Efficient Memory Management for Large Language Model Serving with PagedAttention, "
         "SOSP'23, Sec. 6.2, Fig. 12",
         "1.7-2.7x the request rate of Orca (Oracle) and 2.7-8x that of Orca (Max) at the same normalized "
         "latency",
-        {"model": "OPT-13B (1x A100-40GB), OPT-66B (4x A100), OPT-175B (8x A100-80GB)", "gpus": "A100",
-         "workload": "ShareGPT (mean 161 in, 338 out), Poisson", "slo": "equal normalized latency (s/token)",
-         "baseline": "Orca (Oracle), Orca (Pow2), Orca (Max), FasterTransformer",
-         "metric": "sustained request rate, vLLM / baseline"},
-        (Figure("vs_orca_oracle", "rate, vLLM / Orca (Oracle), OPT-13B", "1.7-2.7x", 1.7, 2.7),
-         Figure("vs_orca_max", "rate, vLLM / Orca (Max), OPT-13B", "2.7-8x", 2.7, 8.0),
-         Figure("vs_orca_oracle_66b", "rate, vLLM / Orca (Oracle), OPT-66B", "1.7-2.7x", 1.7, 2.7),
-         Figure("vs_orca_max_66b", "rate, vLLM / Orca (Max), OPT-66B", "2.7-8x", 2.7, 8.0),
-         Figure("vs_orca_oracle_175b", "rate, vLLM / Orca (Oracle), OPT-175B", "1.7-2.7x", 1.7, 2.7),
-         Figure("vs_orca_max_175b", "rate, vLLM / Orca (Max), OPT-175B", "2.7-8x", 2.7, 8.0)),
+        {
+            "model": "OPT-13B (1x A100-40GB), OPT-66B (4x A100), OPT-175B (8x A100-80GB)",
+            "gpus": "A100",
+            "workload": "ShareGPT (mean 161 in, 338 out), Poisson",
+            "slo": "equal normalized latency (s/token)",
+            "baseline": "Orca (Oracle), Orca (Pow2), Orca (Max), FasterTransformer",
+            "metric": "sustained request rate, vLLM / baseline",
+        },
+        (
+            Figure("vs_orca_oracle", "rate, vLLM / Orca (Oracle), OPT-13B", "1.7-2.7x", 1.7, 2.7),
+            Figure("vs_orca_max", "rate, vLLM / Orca (Max), OPT-13B", "2.7-8x", 2.7, 8.0),
+            Figure("vs_orca_oracle_66b", "rate, vLLM / Orca (Oracle), OPT-66B", "1.7-2.7x", 1.7, 2.7),
+            Figure("vs_orca_max_66b", "rate, vLLM / Orca (Max), OPT-66B", "2.7-8x", 2.7, 8.0),
+            Figure("vs_orca_oracle_175b", "rate, vLLM / Orca (Oracle), OPT-175B", "1.7-2.7x", 1.7, 2.7),
+            Figure("vs_orca_max_175b", "rate, vLLM / Orca (Max), OPT-175B", "2.7-8x", 2.7, 8.0),
+        ),
         "Table 1's models and GPUs (OPT-13B on an A100-40GB, OPT-66B on 4, OPT-175B on 8 A100-80GB; --quick: "
         "OPT-13B only), ShareGPT's mean lengths (lognormal), 1,000 requests (--quick: 200); capacity at mean "
         "normalized latency <= 0.1 s/token.",
         vllm.run,
     ),
     Paper(
-        "distserve", "DistServe",
+        "distserve",
+        "DistServe",
         "Zhong et al., DistServe: Disaggregating Prefill and Decoding for Goodput-optimized Large Language "
         "Model Serving, OSDI'24",
         "up to 7.4x more requests (goodput) or 12.6x tighter SLO than vLLM at 90% SLO attainment",
-        {"model": "OPT-13B / 66B / 175B", "gpus": "A100-80GB (4 nodes x 8)",
-         "workload": "chatbot (ShareGPT), code (HumanEval), summarization (LongBench)",
-         "slo": "TTFT and TPOT per application (OPT-13B chatbot: 0.25 s, 0.1 s), 90% attainment",
-         "baseline": "vLLM (colocated), DeepSpeed-MII", "metric": "per-GPU goodput, DistServe / vLLM"},
-        (Figure("goodput", "per-GPU goodput, DistServe / vLLM (OPT-13B chatbot)",
-                "2.0-4.6x (chatbot; up to 7.4x overall)", 2.0, 4.6),
-         Figure("goodput_66b", "per-GPU goodput, DistServe / vLLM (OPT-66B chatbot)",
-                "2.0-4.6x (chatbot; up to 7.4x overall)", 2.0, 4.6)),
+        {
+            "model": "OPT-13B / 66B / 175B",
+            "gpus": "A100-80GB (4 nodes x 8)",
+            "workload": "chatbot (ShareGPT), code (HumanEval), summarization (LongBench)",
+            "slo": "TTFT and TPOT per application (OPT-13B chatbot: 0.25 s, 0.1 s), 90% attainment",
+            "baseline": "vLLM (colocated), DeepSpeed-MII",
+            "metric": "per-GPU goodput, DistServe / vLLM",
+        },
+        (
+            Figure(
+                "goodput",
+                "per-GPU goodput, DistServe / vLLM (OPT-13B chatbot)",
+                "2.0-4.6x (chatbot; up to 7.4x overall)",
+                2.0,
+                4.6,
+            ),
+            Figure(
+                "goodput_66b",
+                "per-GPU goodput, DistServe / vLLM (OPT-66B chatbot)",
+                "2.0-4.6x (chatbot; up to 7.4x overall)",
+                2.0,
+                4.6,
+            ),
+        ),
         "OPT-13B chatbot: vLLM (V0) TP1 against DistServe prefill TP2 + decode TP1, step times from "
         "DistServe's own A100 fits of each engine (bundled), prompts lognormal median 600, outputs median "
         "150, TTFT <= 0.25 s, TPOT <= 0.1 s; 120 s of Poisson traffic (--quick: 60 s). The full run adds "
@@ -144,29 +206,47 @@ _PAPERS = [
         "applications and models. A prompt median of 600 stands in for DistServe's multi-turn prompts.",
     ),
     Paper(
-        "splitwise", "Splitwise",
+        "splitwise",
+        "Splitwise",
         "Patel et al., Splitwise: Efficient Generative LLM Inference Using Phase Splitting, ISCA'24",
         "1.4x the throughput at 20% lower cost, or 2.35x the throughput at the same cost and power",
-        {"model": "Llama-2-70B, BLOOM-176B", "gpus": "DGX-A100 and DGX-H100 machines",
-         "workload": "Azure LLM inference traces 2023 (coding, conversation)",
-         "slo": "TTFT, TBT, E2E P50/P90/P99",
-         "baseline": "a homogeneous colocated cluster (Baseline-A100 / Baseline-H100)",
-         "metric": "throughput at iso-cost / iso-power"},
-        (around("iso_cost_throughput", "throughput at 20% lower cost", "1.4x", 1.4),
-         around("iso_power_throughput", "throughput at the same cost and power", "2.35x", 2.35)),
+        {
+            "model": "Llama-2-70B, BLOOM-176B",
+            "gpus": "DGX-A100 and DGX-H100 machines",
+            "workload": "Azure LLM inference traces 2023 (coding, conversation)",
+            "slo": "TTFT, TBT, E2E P50/P90/P99",
+            "baseline": "a homogeneous colocated cluster (Baseline-A100 / Baseline-H100)",
+            "metric": "throughput at iso-cost / iso-power",
+        },
+        (
+            around("iso_cost_throughput", "throughput at 20% lower cost", "1.4x", 1.4),
+            around("iso_power_throughput", "throughput at the same cost and power", "2.35x", 2.35),
+        ),
         note="Not run yet: servesim has disaggregated pools on mixed GPUs and the Splitwise A100/H100 "
-             "measurements, but no cluster-provisioning search in the paper's setup.",
+        "measurements, but no cluster-provisioning search in the paper's setup.",
     ),
     Paper(
-        "llumnix", "Llumnix",
+        "llumnix",
+        "Llumnix",
         "Sun et al., Llumnix: Dynamic Scheduling for Large Language Model Serving, OSDI'24",
         "tail latencies an order of magnitude lower than state-of-the-art serving (INFaaS++), by live "
         "migration",
-        {"model": "LLaMA-7B, LLaMA-30B", "gpus": "A10 (24 GB) instances", "workload": "ShareGPT, BurstGPT, "
-         "generated length distributions, Poisson / Gamma arrivals", "slo": "-",
-         "baseline": "INFaaS++ (load-balanced dispatch, no migration)", "metric": "P99 latency ratio"},
-        (around("p99_ratio", "P99 prefill latency, INFaaS++ / Llumnix (largest over the rates)",
-                "an order of magnitude", 10.0),),
+        {
+            "model": "LLaMA-7B, LLaMA-30B",
+            "gpus": "A10 (24 GB) instances",
+            "workload": "ShareGPT, BurstGPT, generated length distributions, Poisson / Gamma arrivals",
+            "slo": "-",
+            "baseline": "INFaaS++ (load-balanced dispatch, no migration)",
+            "metric": "P99 latency ratio",
+        },
+        (
+            around(
+                "p99_ratio",
+                "P99 prefill latency, INFaaS++ / Llumnix (largest over the rates)",
+                "an order of magnitude",
+                10.0,
+            ),
+        ),
         "Llama-2-7B on L4s (no A10 in the catalog), 16 instances (--quick: 4), Gamma (CV 2) arrivals, "
         "long-tailed lengths; least-KV dispatch with and without migration over 4 rates around the knee.",
         llumnix.run,
@@ -175,26 +255,45 @@ _PAPERS = [
         "timing.",
     ),
     Paper(
-        "heteroscale", "HeteroScale",
+        "heteroscale",
+        "HeteroScale",
         "R. Li et al., Taming the Chaos: Coordinated Autoscaling for Heterogeneous and Disaggregated LLM "
         "Inference, arXiv 2508.19559 (2025)",
         "+26.6 percentage points average GPU utilization in production, SLOs upheld",
-        {"model": "production LLMs", "gpus": "tens of thousands of heterogeneous GPUs, P/D disaggregated",
-         "workload": "production traffic", "slo": "production SLOs", "baseline": "traditional autoscaling",
-         "metric": "GPU utilization, points"},
+        {
+            "model": "production LLMs",
+            "gpus": "tens of thousands of heterogeneous GPUs, P/D disaggregated",
+            "workload": "production traffic",
+            "slo": "production SLOs",
+            "baseline": "traditional autoscaling",
+            "metric": "GPU utilization, points",
+        },
         (around("util_points", "GPU utilization gain", "+26.6 points", 26.6, " pts"),),
         note="Not run yet: servesim has coordinated P:D autoscaling (operations.autoscaling).",
     ),
     Paper(
-        "apex", "APEX",
+        "apex",
+        "APEX",
         "Lin et al., APEX: An Extensible and Dynamism-Aware Simulator for Automated Parallel Execution in "
         "LLM Serving, arXiv 2411.17651 (2024)",
         "energy-optimal parallel plans use up to 45% less energy than latency-optimal ones",
-        {"model": "diverse LLMs, up to trillion scale (see paper)", "gpus": "various device clusters",
-         "workload": "long-prompt and long-generation workloads",
-         "slo": "-", "baseline": "the latency-optimal plan", "metric": "energy per request"},
-        (around("energy_cut", "energy per token, energy-optimal below latency-optimal plan", "up to 45%",
-                45.0, "%"),),
+        {
+            "model": "diverse LLMs, up to trillion scale (see paper)",
+            "gpus": "various device clusters",
+            "workload": "long-prompt and long-generation workloads",
+            "slo": "-",
+            "baseline": "the latency-optimal plan",
+            "metric": "energy per request",
+        },
+        (
+            around(
+                "energy_cut",
+                "energy per token, energy-optimal below latency-optimal plan",
+                "up to 45%",
+                45.0,
+                "%",
+            ),
+        ),
         "servesim's plan search as a stand-in for the paper's: Llama-3.1-70B on up to 8 H100s, TP 2/4/8 x "
         "PP 1/2 x "
         "1-4 replicas, chat-like lengths, Poisson at 2 req/s, TTFT <= 2 s and TPOT <= 100 ms; 1,000 requests "
@@ -204,13 +303,19 @@ _PAPERS = [
         "saving depends on how far the SLO lets the energy-optimal plan shrink the GPU count.",
     ),
     Paper(
-        "dynasor", "Dynasor",
+        "dynasor",
+        "Dynasor",
         "Fu et al., Efficiently Serving LLM Reasoning Programs with Certaindex, arXiv 2412.20993 (2024)",
         "up to 50% of the compute saved in batch processing by stopping reasoning whose answer has settled "
         "(Certaindex)",
-        {"model": "reasoning LLMs (see paper)", "gpus": "GPU servers (see paper)",
-         "workload": "math and code reasoning benchmarks, batch and online", "slo": "same accuracy",
-         "baseline": "every sample reasons to its full length", "metric": "tokens (compute) saved"},
+        {
+            "model": "reasoning LLMs (see paper)",
+            "gpus": "GPU servers (see paper)",
+            "workload": "math and code reasoning benchmarks, batch and online",
+            "slo": "same accuracy",
+            "baseline": "every sample reasons to its full length",
+            "metric": "tokens (compute) saved",
+        },
         (around("saving", "reasoning tokens saved", "up to 50%", 50.0, "%"),),
         "servesim's reasoning workload (examples/reasoning_dynasor.yaml: probes every 256 tokens, "
         "2 agreeing probes stop a sample) against the same draws without early exit.",
@@ -219,24 +324,37 @@ _PAPERS = [
         "parameters are the example's, not fitted to the paper's traces.",
     ),
     Paper(
-        "burstgpt", "BurstGPT",
+        "burstgpt",
+        "BurstGPT",
         "Wang et al., BurstGPT: A Real-world Workload Dataset to Optimize LLM Serving Systems, "
         "arXiv 2401.17644 (2024)",
         "LLM request inter-arrivals fit a Gamma distribution (bursty), request lengths a Zipf",
-        {"model": "ChatGPT / GPT-4 on Azure OpenAI", "gpus": "-",
-         "workload": "Azure OpenAI GPT service traces",
-         "slo": "-", "baseline": "Poisson arrivals", "metric": "fitted distributions"},
+        {
+            "model": "ChatGPT / GPT-4 on Azure OpenAI",
+            "gpus": "-",
+            "workload": "Azure OpenAI GPT service traces",
+            "slo": "-",
+            "baseline": "Poisson arrivals",
+            "metric": "fitted distributions",
+        },
         (),
         note="A characterization with no single figure to reproduce; servesim generates Gamma arrivals "
-             "(workload.arrival.process: gamma) but has no Zipf length kind and no BurstGPT trace.",
+        "(workload.arrival.process: gamma) but has no Zipf length kind and no BurstGPT trace.",
     ),
     Paper(
-        "mc-sf", "MC-SF",
+        "mc-sf",
+        "MC-SF",
         "Jaillet et al., Online Scheduling for LLM Inference with KV Cache Constraints, arXiv 2502.07115 "
         "(2025)",
         "31% lower mean latency than a memory-aware benchmark algorithm",
-        {"model": "Llama2-70B", "gpus": "A100 (simulated)", "workload": "LMSYS-Chat-1M",
-         "slo": "-", "baseline": "memory-aware admission in arrival order", "metric": "mean latency"},
+        {
+            "model": "Llama2-70B",
+            "gpus": "A100 (simulated)",
+            "workload": "LMSYS-Chat-1M",
+            "slo": "-",
+            "baseline": "memory-aware admission in arrival order",
+            "metric": "mean latency",
+        },
         (around("mean_latency_cut", "mean latency cut, MC-SF vs memory-aware FCFS", "31%", 31.0, "%"),),
         "Llama-3.1-8B on one A100-80GB with 1,500 KV blocks, uniform lengths (prompt 100-1000, output "
         "300-1500), Poisson at 2 req/s, 1,000 requests (--quick: 200), true output lengths.",

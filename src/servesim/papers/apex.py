@@ -17,16 +17,32 @@ from typing import Any
 
 from servesim.papers.base import Outcome
 
-PLAN = {"gpus": ["H100-SXM"], "max_total_gpus": 8, "tensor_parallel_sizes": [2, 4, 8],
-        "pipeline_parallel_sizes": [1, 2], "replicas": [1, 2, 3, 4], "modes": ["colocated"]}
+PLAN = {
+    "gpus": ["H100-SXM"],
+    "max_total_gpus": 8,
+    "tensor_parallel_sizes": [2, 4, 8],
+    "pipeline_parallel_sizes": [1, 2],
+    "replicas": [1, 2, 3, 4],
+    "modes": ["colocated"],
+}
 
 
 def scenario(n: int) -> dict[str, Any]:
-    return {"name": "apex", "model": {"name": "meta-llama/Llama-3.1-70B"}, "engine": {"max_model_len": 16384},
-            "workload": {"type": "synthetic", "num_requests": n, "seed": 1, "arrival": {"rate": 2.0},
-                         "prompt_len": {"kind": "lognormal", "mean": 1000, "std": 1000, "max": 8000},
-                         "output_len": {"kind": "lognormal", "mean": 250, "std": 250, "max": 2000}},
-            "slo": {"ttft_s": 2.0, "tpot_s": 0.1}, "run": {"record_steps": False}}
+    return {
+        "name": "apex",
+        "model": {"name": "meta-llama/Llama-3.1-70B"},
+        "engine": {"max_model_len": 16384},
+        "workload": {
+            "type": "synthetic",
+            "num_requests": n,
+            "seed": 1,
+            "arrival": {"rate": 2.0},
+            "prompt_len": {"kind": "lognormal", "mean": 1000, "std": 1000, "max": 8000},
+            "output_len": {"kind": "lognormal", "mean": 250, "std": 250, "max": 2000},
+        },
+        "slo": {"ttft_s": 2.0, "tpot_s": 0.1},
+        "run": {"record_steps": False},
+    }
 
 
 def run(quick: bool) -> Outcome:
@@ -34,23 +50,38 @@ def run(quick: bool) -> Outcome:
     from servesim.planner.search import run_plan
     from servesim.planner.space import plan_config
 
-    res = run_plan(scenario_from_dict(scenario(200 if quick else 1000)), plan_config(PLAN, "apex"),
-                   backend="inprocess", workers=1)
-    rows = [{"plan": e.candidate.id, "num_gpus": e.candidate.num_gpus,
-             "pools": ";".join(f"tp{p.tp}pp{p.pp}x{p.num_replicas}"
-                               for p in e.candidate.pools),
-             "meets": e.meets, "j_per_output_token": e.metrics.get("j_per_output_token"),
-             "e2e_p90_s": e.metrics.get("e2e_p90_s")} for e in res.evaluated]
+    res = run_plan(
+        scenario_from_dict(scenario(200 if quick else 1000)),
+        plan_config(PLAN, "apex"),
+        backend="inprocess",
+        workers=1,
+    )
+    rows = [
+        {
+            "plan": e.candidate.id,
+            "num_gpus": e.candidate.num_gpus,
+            "pools": ";".join(f"tp{p.tp}pp{p.pp}x{p.num_replicas}" for p in e.candidate.pools),
+            "meets": e.meets,
+            "j_per_output_token": e.metrics.get("j_per_output_token"),
+            "e2e_p90_s": e.metrics.get("e2e_p90_s"),
+        }
+        for e in res.evaluated
+    ]
     ok = res.ranked()
     if not ok:
         return Outcome({"energy_cut": float("nan")}, rows, ["no plan meets the SLO"])
     by_energy = min(ok, key=lambda e: e.metrics["j_per_output_token"])
     by_latency = min(ok, key=lambda e: e.metrics["e2e_p90_s"])
     cut = 100 * (1 - by_energy.metrics["j_per_output_token"] / by_latency.metrics["j_per_output_token"])
-    return Outcome({"energy_cut": cut}, rows,
-                   [f"{len(ok)} of {len(res.evaluated)} plans meet the SLO; energy-optimal "
-                    f"{by_energy.metrics['j_per_output_token']:.2f} J/token on "
-                    f"{by_energy.candidate.num_gpus} GPUs, "
-                    f"latency-optimal {by_latency.metrics['j_per_output_token']:.2f} J/token on "
-                    f"{by_latency.candidate.num_gpus} GPUs (P90 E2E {by_latency.metrics['e2e_p90_s']:.2f} "
-                    f"s)"])
+    return Outcome(
+        {"energy_cut": cut},
+        rows,
+        [
+            f"{len(ok)} of {len(res.evaluated)} plans meet the SLO; energy-optimal "
+            f"{by_energy.metrics['j_per_output_token']:.2f} J/token on "
+            f"{by_energy.candidate.num_gpus} GPUs, "
+            f"latency-optimal {by_latency.metrics['j_per_output_token']:.2f} J/token on "
+            f"{by_latency.candidate.num_gpus} GPUs (P90 E2E {by_latency.metrics['e2e_p90_s']:.2f} "
+            f"s)"
+        ],
+    )

@@ -10,13 +10,15 @@ from servesim.metrics.summary import weighted_percentile
 from servesim.sim import EngineRun
 
 
-def lognormal_lengths(rng: np.random.Generator, n: int, median: float, sigma: float, lo: int,
-                      hi: int) -> np.ndarray:
+def lognormal_lengths(
+    rng: np.random.Generator, n: int, median: float, sigma: float, lo: int, hi: int
+) -> np.ndarray:
     return np.clip(rng.lognormal(np.log(median), sigma, n), lo, hi).astype(np.int64)
 
 
-def trace_like_lengths(rng: np.random.Generator, n: int, prompt_q: tuple[int, int],
-                       output_q: tuple[int, int], max_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+def trace_like_lengths(
+    rng: np.random.Generator, n: int, prompt_q: tuple[int, int], output_q: tuple[int, int], max_tokens: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Lognormal prompt and output lengths with a trace's (median, P90), trimmed as sarathi's
     TraceRequestLengthGenerator trims them: a request longer than ``max_tokens`` loses the
     excess from its prompt and output in proportion."""

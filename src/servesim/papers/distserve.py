@@ -75,14 +75,25 @@ def fits() -> dict[tuple[str, str, int], Any]:
             for model, by_tp in json.load(member).items():
                 for tp, p in by_tp.items():
                     out[engine, model, int(tp)] = DistServeFit(
-                        model, int(tp), tuple(p["prefill"]), tuple(p["decoding_smallbs"]),
-                        tuple(p["decoding_largebs"]), int(p["decoding_large_small_bs_threshold"]))
+                        model,
+                        int(tp),
+                        tuple(p["prefill"]),
+                        tuple(p["decoding_smallbs"]),
+                        tuple(p["decoding_largebs"]),
+                        int(p["decoding_large_small_bs_threshold"]),
+                    )
     return out
 
 
 def _engine(batched_tokens: int, seqs: int) -> dict[str, Any]:
-    return {"policy": "vllm_v0", "max_num_batched_tokens": batched_tokens, "max_num_seqs": seqs,
-            "max_model_len": 2048, "gpu_memory_utilization": 0.95, "cpu_overhead_s": 0.0}
+    return {
+        "policy": "vllm_v0",
+        "max_num_batched_tokens": batched_tokens,
+        "max_num_seqs": seqs,
+        "max_model_len": 2048,
+        "gpu_memory_utilization": 0.95,
+        "cpu_overhead_s": 0.0,
+    }
 
 
 def pools(model: str, tps: tuple[tuple[str, int], ...]) -> tuple[Any, list[Any]]:
@@ -90,24 +101,51 @@ def pools(model: str, tps: tuple[tuple[str, int], ...]) -> tuple[Any, list[Any]]
     from servesim.cluster.pools import build_pool
     from servesim.config import Scenario
 
-    engines = {"colocated": _engine(16384, 1024), "prefill": _engine(8192, 128),
-               "decode": _engine(65536, 1024)}
-    spec = [{"name": role, "role": role, "num_replicas": 1, "engine": engines[role],
-             "parallel": {"tensor_parallel_size": tp}} for role, tp in tps]
-    sc = Scenario.model_validate({"model": {"name": model}, "hardware": {"gpu": "A100-80GB"},
-                                  "cluster": {"pools": spec, "router": "least_outstanding"}})
+    engines = {
+        "colocated": _engine(16384, 1024),
+        "prefill": _engine(8192, 128),
+        "decode": _engine(65536, 1024),
+    }
+    spec = [
+        {
+            "name": role,
+            "role": role,
+            "num_replicas": 1,
+            "engine": engines[role],
+            "parallel": {"tensor_parallel_size": tp},
+        }
+        for role, tp in tps
+    ]
+    sc = Scenario.model_validate(
+        {
+            "model": {"name": model},
+            "hardware": {"gpu": "A100-80GB"},
+            "cluster": {"pools": spec, "router": "least_outstanding"},
+        }
+    )
     engine_of = {"colocated": "vllm", "prefill": "distserve", "decode": "distserve"}
     fit = fits()
     assert sc.cluster is not None
-    specs = [dataclasses.replace(build_pool(sc, p, load_model(model)),
-                                 perf=DistServeFitPerf(fit[engine_of[p.role], f"facebook/{model.lower()}",
-                                                           p.parallel.tensor_parallel_size]))
-             for p in sc.cluster.pools]
+    specs = [
+        dataclasses.replace(
+            build_pool(sc, p, load_model(model)),
+            perf=DistServeFitPerf(
+                fit[engine_of[p.role], f"facebook/{model.lower()}", p.parallel.tensor_parallel_size]
+            ),
+        )
+        for p in sc.cluster.pools
+    ]
     return sc.cluster, specs
 
 
-def goodput_per_gpu(model: str, system: str, tps: tuple[tuple[str, int], ...], duration_s: float,
-                    iters: int, rows: list[dict[str, Any]]) -> float:
+def goodput_per_gpu(
+    model: str,
+    system: str,
+    tps: tuple[tuple[str, int], ...],
+    duration_s: float,
+    iters: int,
+    rows: list[dict[str, Any]],
+) -> float:
     from servesim.cluster.cluster import run_cluster
     from servesim.workload.base import Workload
 
@@ -125,8 +163,16 @@ def goodput_per_gpu(model: str, system: str, tps: tuple[tuple[str, int], ...], d
         wl = Workload(unit[:k] / rate, prompt[:k], output[:k])
         rec = run_cluster(wl, specs, cfg, record_steps=False).records
         att = float(((rec.ttft_s <= slo[0]) & ~(rec.tpot_s > slo[1])).mean())
-        rows.append({"model": model, "system": system, "rate_req_s": rate, "rate_per_gpu": rate / gpus,
-                     "attainment": att, "meets": att >= 0.9})
+        rows.append(
+            {
+                "model": model,
+                "system": system,
+                "rate_req_s": rate,
+                "rate_per_gpu": rate / gpus,
+                "attainment": att,
+                "meets": att >= 0.9,
+            }
+        )
         return att >= 0.9
 
     lo, hi = lo * gpus, hi * gpus
@@ -148,11 +194,15 @@ def run(quick: bool) -> Outcome:
     for model in ("OPT-13B",) if quick else tuple(RUNS):
         _, vllm_tp, prefill_tp, decode_tp, _, _ = RUNS[model]
         vllm = goodput_per_gpu(model, "vllm", (("colocated", vllm_tp),), duration, iters, rows)
-        dist = goodput_per_gpu(model, "distserve", (("prefill", prefill_tp), ("decode", decode_tp)), duration,
-                               iters, rows)
-        rows += [{"model": model, "system": "vllm", "goodput_req_s_per_gpu": vllm},
-                 {"model": model, "system": "distserve", "goodput_req_s_per_gpu": dist}]
+        dist = goodput_per_gpu(
+            model, "distserve", (("prefill", prefill_tp), ("decode", decode_tp)), duration, iters, rows
+        )
+        rows += [
+            {"model": model, "system": "vllm", "goodput_req_s_per_gpu": vllm},
+            {"model": model, "system": "distserve", "goodput_req_s_per_gpu": dist},
+        ]
         values["goodput" if model == "OPT-13B" else "goodput_66b"] = dist / vllm if vllm else float("inf")
-        notes.append(f"{model}: per-GPU goodput at 90% attainment (req/s/GPU): vLLM {vllm:.3f}, "
-                     f"DistServe {dist:.3f}")
+        notes.append(
+            f"{model}: per-GPU goodput at 90% attainment (req/s/GPU): vLLM {vllm:.3f}, DistServe {dist:.3f}"
+        )
     return Outcome(values, rows, notes)

@@ -17,14 +17,25 @@ from servesim.papers.base import Outcome
 
 def scenario(num_questions: int, early_exit: bool = True) -> dict[str, Any]:
     return {
-        "name": "dynasor", "model": {"name": "Qwen/Qwen3-32B-FP8"}, "hardware": {"gpu": "H100-SXM"},
-        "workload": {"type": "reasoning", "arrival": {"process": "poisson", "rate": 0.1},
-                     "num_questions": num_questions,
-                     "prompt_len": {"kind": "lognormal", "mean": 300, "std": 200},
-                     "quick_len": {"kind": "lognormal", "mean": 1500, "std": 800},
-                     "long_len": {"kind": "lognormal", "mean": 6000, "std": 2500, "max": 16384},
-                     "long_weight": 0.4, "samples": 4, "early_exit": early_exit, "segment_tokens": 256,
-                     "probe_tokens": 16, "agree": 2, "stabilize_alpha": 2.0, "stabilize_beta": 3.0},
+        "name": "dynasor",
+        "model": {"name": "Qwen/Qwen3-32B-FP8"},
+        "hardware": {"gpu": "H100-SXM"},
+        "workload": {
+            "type": "reasoning",
+            "arrival": {"process": "poisson", "rate": 0.1},
+            "num_questions": num_questions,
+            "prompt_len": {"kind": "lognormal", "mean": 300, "std": 200},
+            "quick_len": {"kind": "lognormal", "mean": 1500, "std": 800},
+            "long_len": {"kind": "lognormal", "mean": 6000, "std": 2500, "max": 16384},
+            "long_weight": 0.4,
+            "samples": 4,
+            "early_exit": early_exit,
+            "segment_tokens": 256,
+            "probe_tokens": 16,
+            "agree": 2,
+            "stabilize_alpha": 2.0,
+            "stabilize_beta": 3.0,
+        },
     }
 
 
@@ -33,9 +44,19 @@ def run(quick: bool) -> Outcome:
 
     s = simulate(scenario(12 if quick else 60)).summary
     r = s["reasoning"]
-    rows = [{"system": "dynasor", **{k: v for k, v in r.items() if isinstance(v, (int, float))},
-             "num_output_tokens": s["throughput"]["num_output_tokens"],
-             "tasks_finished": s["tasks"]["num_finished"]}]
-    return Outcome({"saving": 100 * float(r["saving"])}, rows,
-                   [f"tokens generated {r['reasoning_tokens'] + r['probe_tokens']:,} (probes "
-                    f"{r['probe_tokens']:,}) against {r['fixed_length_tokens']:,} reasoning to full length"])
+    rows = [
+        {
+            "system": "dynasor",
+            **{k: v for k, v in r.items() if isinstance(v, (int, float))},
+            "num_output_tokens": s["throughput"]["num_output_tokens"],
+            "tasks_finished": s["tasks"]["num_finished"],
+        }
+    ]
+    return Outcome(
+        {"saving": 100 * float(r["saving"])},
+        rows,
+        [
+            f"tokens generated {r['reasoning_tokens'] + r['probe_tokens']:,} (probes "
+            f"{r['probe_tokens']:,}) against {r['fixed_length_tokens']:,} reasoning to full length"
+        ],
+    )

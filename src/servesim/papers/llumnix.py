@@ -23,14 +23,24 @@ RATES_PER_INSTANCE = (0.25, 0.3, 0.35, 0.4)
 
 
 def scenario(instances: int, rate: float, migration: bool, n: int) -> dict[str, Any]:
-    return {"name": f"llumnix-{'migration' if migration else 'infaas++'}", "model": {"name": "Llama-2-7B"},
-            "hardware": {"gpu": "L4"},
-            "workload": {"type": "synthetic", "seed": 1, "num_requests": n,
-                         "arrival": {"process": "gamma", "cv": 2.0, "rate": rate},
-                         "prompt_len": {"kind": "lognormal", "mean": 512, "std": 512, "max": 3000},
-                         "output_len": {"kind": "lognormal", "mean": 400, "std": 600, "max": 3000}},
-            "cluster": {"router": "least_kv", "pools": [{"name": "c", "num_replicas": instances}],
-                        "migration": {"enabled": migration}}}
+    return {
+        "name": f"llumnix-{'migration' if migration else 'infaas++'}",
+        "model": {"name": "Llama-2-7B"},
+        "hardware": {"gpu": "L4"},
+        "workload": {
+            "type": "synthetic",
+            "seed": 1,
+            "num_requests": n,
+            "arrival": {"process": "gamma", "cv": 2.0, "rate": rate},
+            "prompt_len": {"kind": "lognormal", "mean": 512, "std": 512, "max": 3000},
+            "output_len": {"kind": "lognormal", "mean": 400, "std": 600, "max": 3000},
+        },
+        "cluster": {
+            "router": "least_kv",
+            "pools": [{"name": "c", "num_replicas": instances}],
+            "migration": {"enabled": migration},
+        },
+    }
 
 
 def run(quick: bool) -> Outcome:
@@ -46,10 +56,22 @@ def run(quick: bool) -> Outcome:
             lat = s["latency"]
             system = "llumnix" if migration else "infaas++"
             p99[system] = lat["ttft_s"]["p99"]
-            rows.append({"system": system, "rate_req_s": per * instances, "ttft_p99_s": lat["ttft_s"]["p99"],
-                         "ttft_p50_s": lat["ttft_s"]["p50"], "e2e_p99_s": lat["e2e_s"]["p99"]})
+            rows.append(
+                {
+                    "system": system,
+                    "rate_req_s": per * instances,
+                    "ttft_p99_s": lat["ttft_s"]["p99"],
+                    "ttft_p50_s": lat["ttft_s"]["p50"],
+                    "e2e_p99_s": lat["e2e_s"]["p99"],
+                }
+            )
         ratios.append(p99["infaas++"] / p99["llumnix"])
     best = max(range(len(ratios)), key=ratios.__getitem__)
-    return Outcome({"p99_ratio": ratios[best]}, rows,
-                   ["P99 TTFT ratio by rate (req/s per instance): "
-                    + ", ".join(f"{r:g}: {x:.2f}x" for r, x in zip(RATES_PER_INSTANCE, ratios, strict=True))])
+    return Outcome(
+        {"p99_ratio": ratios[best]},
+        rows,
+        [
+            "P99 TTFT ratio by rate (req/s per instance): "
+            + ", ".join(f"{r:g}: {x:.2f}x" for r, x in zip(RATES_PER_INSTANCE, ratios, strict=True))
+        ],
+    )

@@ -31,15 +31,28 @@ def run(quick: bool) -> Outcome:
     arrival = np.cumsum(rng.exponential(1 / 2, n))
     prompt, output = rng.integers(100, 1000, n), rng.integers(300, 1500, n)
     mean_e2e, rows = {}, []
-    for system, kw in (("vllm_v1", {}), ("memory_aware_fcfs", {"memory_aware_admission": True}),
-                       ("mc_sf", {"memory_aware_admission": True,
-                                  "admission_order": "shortest_predicted_first"})):
-        rec = run_engine(Workload(arrival, prompt, output),
-                         EngineConfig(max_num_seqs=256, max_num_batched_tokens=2048, **kw),  # type: ignore[arg-type]
-                         perf, 1500, 4096, record_steps=False).records
+    for system, kw in (
+        ("vllm_v1", {}),
+        ("memory_aware_fcfs", {"memory_aware_admission": True}),
+        ("mc_sf", {"memory_aware_admission": True, "admission_order": "shortest_predicted_first"}),
+    ):
+        rec = run_engine(
+            Workload(arrival, prompt, output),
+            EngineConfig(max_num_seqs=256, max_num_batched_tokens=2048, **kw),  # type: ignore[arg-type]
+            perf,
+            1500,
+            4096,
+            record_steps=False,
+        ).records
         mean_e2e[system] = float(np.nanmean(rec.e2e_s))
-        rows.append({"system": system, "mean_e2e_s": mean_e2e[system],
-                     "preemptions": int(rec.num_preemptions.sum())})
-    return Outcome({"mean_latency_cut": 100 * (1 - mean_e2e["mc_sf"] / mean_e2e["memory_aware_fcfs"])}, rows,
-                   [f"MC-SF against vLLM V1: {100 * (1 - mean_e2e['mc_sf'] / mean_e2e['vllm_v1']):.0f}% "
-                    f"lower mean latency"])
+        rows.append(
+            {"system": system, "mean_e2e_s": mean_e2e[system], "preemptions": int(rec.num_preemptions.sum())}
+        )
+    return Outcome(
+        {"mean_latency_cut": 100 * (1 - mean_e2e["mc_sf"] / mean_e2e["memory_aware_fcfs"])},
+        rows,
+        [
+            f"MC-SF against vLLM V1: {100 * (1 - mean_e2e['mc_sf'] / mean_e2e['vllm_v1']):.0f}% "
+            f"lower mean latency"
+        ],
+    )

@@ -27,15 +27,26 @@ def scenario(fraction: float | None, rate: float, n: int) -> dict[str, Any]:
     if fraction is None:
         cluster: dict[str, Any] = {"pools": [{"name": "c", "num_replicas": 2}], "router": "least_outstanding"}
     else:
-        cluster = {"pools": [{"name": "p", "role": "prefill"}, {"name": "d", "role": "decode"}],
-                   "disaggregation": {"decode_prefill_fraction": fraction}}
-    return {"name": "microserving", "model": {"name": "meta-llama/Llama-3.1-70B"},
-            "hardware": {"gpu": "H100-SXM"},
-            "parallel": {"tensor_parallel_size": 4},
-            "workload": {"type": "synthetic", "seed": 1, "num_requests": n, "arrival": {"rate": rate},
-                         "prompt_len": {"kind": "lognormal", "mean": 8000, "std": 4000, "max": 16000},
-                         "output_len": {"kind": "lognormal", "mean": 64, "std": 64, "max": 512}},
-            "run": {"record_steps": False}, "cluster": cluster}
+        cluster = {
+            "pools": [{"name": "p", "role": "prefill"}, {"name": "d", "role": "decode"}],
+            "disaggregation": {"decode_prefill_fraction": fraction},
+        }
+    return {
+        "name": "microserving",
+        "model": {"name": "meta-llama/Llama-3.1-70B"},
+        "hardware": {"gpu": "H100-SXM"},
+        "parallel": {"tensor_parallel_size": 4},
+        "workload": {
+            "type": "synthetic",
+            "seed": 1,
+            "num_requests": n,
+            "arrival": {"rate": rate},
+            "prompt_len": {"kind": "lognormal", "mean": 8000, "std": 4000, "max": 16000},
+            "output_len": {"kind": "lognormal", "mean": 64, "std": 64, "max": 512},
+        },
+        "run": {"record_steps": False},
+        "cluster": cluster,
+    }
 
 
 def run(quick: bool) -> Outcome:
@@ -49,11 +60,17 @@ def run(quick: bool) -> Outcome:
             lat = simulate(scenario(f, rate, n)).summary["latency"]["e2e_s"]
             system = "data_parallel" if f is None else f"balanced_pd_{f:g}"
             p99[system] = lat["p99"]
-            rows.append({"system": system, "rate_req_s": rate, "jct_p99_s": lat["p99"],
-                         "jct_mean_s": lat["mean"]})
+            rows.append(
+                {"system": system, "rate_req_s": rate, "jct_p99_s": lat["p99"], "jct_mean_s": lat["mean"]}
+            )
         best = min((k for k in p99 if k != "data_parallel"), key=p99.__getitem__)
         cuts.append((100 * (1 - p99[best] / p99["data_parallel"]), rate, best))
     cut, rate, best = max(cuts)
-    return Outcome({"p99_jct_cut": cut}, rows,
-                   ["P99 JCT cut of the best balanced fraction by rate: "
-                    + ", ".join(f"{r:g} req/s {c:.0f}% ({b})" for c, r, b in cuts)])
+    return Outcome(
+        {"p99_jct_cut": cut},
+        rows,
+        [
+            "P99 JCT cut of the best balanced fraction by rate: "
+            + ", ".join(f"{r:g} req/s {c:.0f}% ({b})" for c, r, b in cuts)
+        ],
+    )

@@ -27,15 +27,26 @@ def run(quick: bool) -> Outcome:
     perf = RooflinePerfModel(load_model("OPT-13B"), get_gpu("A100-80GB"))
     rng = np.random.default_rng(2)
     n = 200 if quick else 1000
-    wl = Workload(np.cumsum(rng.exponential(1 / 4, n)), lognormal_lengths(rng, n, 160, 0.9, 4, 1024),
-                  lognormal_lengths(rng, n, 250, 0.9, 4, 1024))
+    wl = Workload(
+        np.cumsum(rng.exponential(1 / 4, n)),
+        lognormal_lengths(rng, n, 160, 0.9, 4, 1024),
+        lognormal_lengths(rng, n, 250, 0.9, 4, 1024),
+    )
     thr, rows = {}, []
     for system, policy in (("orca", "orca"), ("fastertransformer", "static")):
-        rec = run_engine(wl, EngineConfig(policy=policy, max_num_seqs=16, max_model_len=2048),  # type: ignore[arg-type]
-                         perf, 3000, 2048).records
+        rec = run_engine(
+            wl,
+            EngineConfig(policy=policy, max_num_seqs=16, max_model_len=2048),  # type: ignore[arg-type]
+            perf,
+            3000,
+            2048,
+        ).records
         thr[system] = float(rec.num_output_tokens.sum() / (np.nanmax(rec.finished_s) - rec.arrival_s[0]))
-        rows.append({"system": system, "output_tokens_per_s": thr[system],
-                     "mean_e2e_s": float(np.nanmean(rec.e2e_s))})
-    return Outcome({"throughput": thr["orca"] / thr["fastertransformer"]}, rows,
-                   [f"throughput: iteration-level {thr['orca']:.0f} tok/s, static "
-                    f"{thr['fastertransformer']:.0f} tok/s"])
+        rows.append(
+            {"system": system, "output_tokens_per_s": thr[system], "mean_e2e_s": float(np.nanmean(rec.e2e_s))}
+        )
+    return Outcome(
+        {"throughput": thr["orca"] / thr["fastertransformer"]},
+        rows,
+        [f"throughput: iteration-level {thr['orca']:.0f} tok/s, static {thr['fastertransformer']:.0f} tok/s"],
+    )

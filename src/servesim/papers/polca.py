@@ -22,27 +22,39 @@ TDP_A100_W = 400.0
 GPUS_PER_SERVER = 4
 
 
-def scenario(num_servers: int, budget_w: float | None, duration_s: float, rate_per_server: float = 1.8,
-             seed: int = 2) -> dict[str, Any]:
+def scenario(
+    num_servers: int, budget_w: float | None, duration_s: float, rate_per_server: float = 1.8, seed: int = 2
+) -> dict[str, Any]:
     ops: dict[str, Any] = {"interval_s": 1.0}
     if budget_w is not None:
-        ops["power"] = {"budget_w": budget_w, "low_priority_pools": ["lo"], "cap_low_at": 0.85,
-                        "cap_all_at": 0.95, "hysteresis": 0.05}
+        ops["power"] = {
+            "budget_w": budget_w,
+            "low_priority_pools": ["lo"],
+            "cap_low_at": 0.85,
+            "cap_all_at": 0.95,
+            "hysteresis": 0.05,
+        }
     hi = (num_servers + 1) // 2
     rate = rate_per_server * num_servers
     return {
         "name": f"row-{num_servers}-{'capped' if budget_w else 'uncapped'}",
-        "model": {"name": "Llama-3.1-70B"}, "hardware": {"gpu": "A100-80GB"},
+        "model": {"name": "Llama-3.1-70B"},
+        "hardware": {"gpu": "A100-80GB"},
         "parallel": {"tensor_parallel_size": GPUS_PER_SERVER},
-        "workload": {"type": "synthetic", "seed": seed, "num_requests": int(rate * duration_s),
-                     "arrival": {"process": "gamma", "cv": 2.0, "rate": rate},
-                     "prompt_len": {"kind": "lognormal", "mean": 1000, "std": 800, "max": 6000},
-                     "output_len": {"kind": "lognormal", "mean": 200, "std": 150, "max": 1500}},
+        "workload": {
+            "type": "synthetic",
+            "seed": seed,
+            "num_requests": int(rate * duration_s),
+            "arrival": {"process": "gamma", "cv": 2.0, "rate": rate},
+            "prompt_len": {"kind": "lognormal", "mean": 1000, "std": 800, "max": 6000},
+            "output_len": {"kind": "lognormal", "mean": 200, "std": 150, "max": 1500},
+        },
         "slo": {"ttft_s": 2.0, "tpot_s": 0.1},
-        "cluster": {"router": "least_outstanding",
-                    "pools": [{"name": "hi", "num_replicas": hi},
-                              {"name": "lo", "num_replicas": num_servers - hi}],
-                    "operations": ops},
+        "cluster": {
+            "router": "least_outstanding",
+            "pools": [{"name": "hi", "num_replicas": hi}, {"name": "lo", "num_replicas": num_servers - hi}],
+            "operations": ops,
+        },
     }
 
 
@@ -54,25 +66,38 @@ def measure(sc: dict[str, Any], budget_w: float) -> dict[str, Any]:
     cols = r.timeseries.columns()
     row_w = np.array([sum(cols["power_w"][cols["t_s"] == t]) for t in np.unique(cols["t_s"])])
     lat = s["latency"]
-    return {"system": sc["name"], "mean_power_w": float(row_w.mean()), "peak_power_w": float(row_w.max()),
-            "over_budget_share": float((row_w > budget_w).mean()),
-            "slo_attainment": float(s["slo"]["attainment"]["all"]),
-            "ttft_p50_s": lat["ttft_s"]["p50"], "ttft_p99_s": lat["ttft_s"]["p99"],
-            "tpot_p50_s": lat["tpot_s"]["p50"], "tpot_p99_s": lat["tpot_s"]["p99"]}
+    return {
+        "system": sc["name"],
+        "mean_power_w": float(row_w.mean()),
+        "peak_power_w": float(row_w.max()),
+        "over_budget_share": float((row_w > budget_w).mean()),
+        "slo_attainment": float(s["slo"]["attainment"]["all"]),
+        "ttft_p50_s": lat["ttft_s"]["p50"],
+        "ttft_p99_s": lat["ttft_s"]["p99"],
+        "tpot_p50_s": lat["tpot_s"]["p50"],
+        "tpot_p99_s": lat["tpot_s"]["p99"],
+    }
 
 
 def run(quick: bool) -> Outcome:
     duration = 100.0 if quick else 300.0
     base_servers, servers = 10, 13  # POLCA's +30%
     budget = base_servers * GPUS_PER_SERVER * TDP_A100_W
-    rows = [measure(scenario(base_servers, None, duration), budget),
-            measure(scenario(servers, None, duration), budget),
-            measure(scenario(servers, budget, duration), budget)]
+    rows = [
+        measure(scenario(base_servers, None, duration), budget),
+        measure(scenario(servers, None, duration), budget),
+        measure(scenario(servers, budget, duration), budget),
+    ]
     base, more, capped = rows
-    return Outcome({"slo_attainment": capped["slo_attainment"]}, rows,
-                   [f"budget {budget:.0f} W: {servers} servers (+{servers / base_servers - 1:.0%}) uncapped "
-                    f"are "
-                    f"over it {more['over_budget_share']:.1%} of the time, capped "
-                    f"{capped['over_budget_share']:.1%}; "
-                    f"attainment {base['slo_attainment']:.3f} ({base_servers} servers) -> "
-                    f"{capped['slo_attainment']:.3f} (capped)"])
+    return Outcome(
+        {"slo_attainment": capped["slo_attainment"]},
+        rows,
+        [
+            f"budget {budget:.0f} W: {servers} servers (+{servers / base_servers - 1:.0%}) uncapped "
+            f"are "
+            f"over it {more['over_budget_share']:.1%} of the time, capped "
+            f"{capped['over_budget_share']:.1%}; "
+            f"attainment {base['slo_attainment']:.3f} ({base_servers} servers) -> "
+            f"{capped['slo_attainment']:.3f} (capped)"
+        ],
+    )

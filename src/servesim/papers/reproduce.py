@@ -43,9 +43,18 @@ def figure_rows(paper: Paper, outcome: Outcome | None) -> list[dict[str, Any]]:
     out = []
     for f in paper.figures:
         v = outcome.values.get(f.key) if outcome else None
-        out.append({"paper": paper.key, "figure": f.key, "label": f.label, "published": f.published,
-                    "range_lo": f.lo, "range_hi": f.hi, "servesim": v,
-                    "in_range": None if v is None else f.within(v)})
+        out.append(
+            {
+                "paper": paper.key,
+                "figure": f.key,
+                "label": f.label,
+                "published": f.published,
+                "range_lo": f.lo,
+                "range_hi": f.hi,
+                "servesim": v,
+                "in_range": None if v is None else f.within(v),
+            }
+        )
     return out
 
 
@@ -67,10 +76,25 @@ def write(output: Path, paper: Paper, quick: bool, outcome: Outcome, wall_s: flo
             w.writeheader()
             w.writerows(figures)
         res = output / "reproduce.json"
-        res.write_text(json.dumps({"paper": paper.key, "name": paper.name, "citation": paper.citation,
-                                   "headline": paper.headline, "setup": paper.setup, "here": paper.here,
-                                   "quick": quick, "wall_s": wall_s, "figures": figures,
-                                   "notes": outcome.notes, "rows": outcome.rows}, indent=2, default=float))
+        res.write_text(
+            json.dumps(
+                {
+                    "paper": paper.key,
+                    "name": paper.name,
+                    "citation": paper.citation,
+                    "headline": paper.headline,
+                    "setup": paper.setup,
+                    "here": paper.here,
+                    "quick": quick,
+                    "wall_s": wall_s,
+                    "figures": figures,
+                    "notes": outcome.notes,
+                    "rows": outcome.rows,
+                },
+                indent=2,
+                default=float,
+            )
+        )
     except OSError as err:
         raise ServesimError(f"{output}: cannot write: {err.strerror or err}") from None
     return [res, figs_csv, rows_csv]
@@ -94,8 +118,15 @@ def print_paper(paper: Paper, console: Console) -> None:
         console.print(f"servesim: {paper.here}", markup=False)
 
 
-def reproduce(name: str | None, *, quick: bool = False, output: Path | None = None, show_list: bool = False,
-              strict: bool = False, console: Console | None = None) -> int:
+def reproduce(
+    name: str | None,
+    *,
+    quick: bool = False,
+    output: Path | None = None,
+    show_list: bool = False,
+    strict: bool = False,
+    console: Console | None = None,
+) -> int:
     """Print the list, or run one paper; returns the exit code: 0, or with ``strict`` 1 when a
     figure is out of the paper's range."""
     console = console or Console(highlight=False, soft_wrap=True)
@@ -114,8 +145,13 @@ def reproduce(name: str | None, *, quick: bool = False, output: Path | None = No
     for f in paper.figures:
         v = outcome.values.get(f.key)
         verdict = "-" if v is None else "yes" if f.within(v) else "no"
-        t.add_row(f.label, f.published, f"{fmt(f.lo, f.unit)} - {fmt(f.hi, f.unit)}",
-                  "not run" if v is None else fmt(v, f.unit), verdict)
+        t.add_row(
+            f.label,
+            f.published,
+            f"{fmt(f.lo, f.unit)} - {fmt(f.hi, f.unit)}",
+            "not run" if v is None else fmt(v, f.unit),
+            verdict,
+        )
     console.print(t)
     if any(f.key not in outcome.values for f in paper.figures):
         console.print("not run: figures of the full run only (drop --quick)")

@@ -29,11 +29,22 @@ from servesim.papers.common import capacity, p99_tbt_s, trace_like_lengths
 #: 01-ai/Yi-34B's config.json (the architecture; servesim has no preset of it), but with
 #: max_position_embeddings 8192 instead of 4096: the artifact runs it at max_seq_len 8192
 #: (sarathi's engine does not check), which servesim, like vLLM, would refuse.
-YI_34B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 7168,
-          "intermediate_size": 20480, "num_attention_heads": 56, "num_hidden_layers": 60,
-          "num_key_value_heads": 8, "vocab_size": 64000, "max_position_embeddings": 8192,
-          "rms_norm_eps": 1e-5, "rope_theta": 5000000.0, "tie_word_embeddings": False,
-          "hidden_act": "silu", "torch_dtype": "bfloat16"}
+YI_34B = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 7168,
+    "intermediate_size": 20480,
+    "num_attention_heads": 56,
+    "num_hidden_layers": 60,
+    "num_key_value_heads": 8,
+    "vocab_size": 64000,
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 5000000.0,
+    "tie_word_embeddings": False,
+    "hidden_act": "silu",
+    "torch_dtype": "bfloat16",
+}
 
 #: The artifact's runs (osdi-experiments/figure-5-6/*_strict.yml and its README): model, TP
 #: degree, the strict P99 TBT SLO, and the rates the capacity search brackets.
@@ -58,22 +69,39 @@ def capacities(name: str, n: int, iters: int, rows: list[dict]) -> dict[str, flo
     unit_arrivals = np.cumsum(rng.exponential(1.0, n))
     prompt, output = trace_like_lengths(rng, n, (1730, 5696), (415, 834), mml)
     engines = {
-        "vllm": EngineConfig(policy="vllm_v0", max_num_seqs=128, max_num_batched_tokens=mml,
-                             max_model_len=mml),
-        "sarathi": EngineConfig(policy="sarathi", max_num_seqs=128, max_num_batched_tokens=512,
-                                max_model_len=mml),
+        "vllm": EngineConfig(
+            policy="vllm_v0", max_num_seqs=128, max_num_batched_tokens=mml, max_model_len=mml
+        ),
+        "sarathi": EngineConfig(
+            policy="sarathi", max_num_seqs=128, max_num_batched_tokens=512, max_model_len=mml
+        ),
     }
     par = ParallelConfig(tensor_parallel_size=tp)
     blocks = {k: plan_memory(model, gpu, e, par).num_gpu_blocks for k, e in engines.items()}
 
     def meets(system: str) -> Callable[[float], bool]:
         def ok(rate: float) -> bool:
-            r = run_engine(Workload(unit_arrivals / rate, prompt, output), engines[system], perf,
-                           blocks[system], mml, num_gpus=tp, record_steps=False)
+            r = run_engine(
+                Workload(unit_arrivals / rate, prompt, output),
+                engines[system],
+                perf,
+                blocks[system],
+                mml,
+                num_gpus=tp,
+                record_steps=False,
+            )
             tbt, delay = p99_tbt_s(r), float(np.nanmedian(r.records.queue_s))
             good = tbt <= tbt_slo and delay <= 2.0
-            rows.append({"model": name, "system": system, "rate_req_s": rate, "p99_tbt_s": tbt,
-                         "median_scheduling_delay_s": delay, "meets": good})
+            rows.append(
+                {
+                    "model": name,
+                    "system": system,
+                    "rate_req_s": rate,
+                    "p99_tbt_s": tbt,
+                    "median_scheduling_delay_s": delay,
+                    "meets": good,
+                }
+            )
             return good
 
         return ok
@@ -92,6 +120,8 @@ def run(quick: bool) -> Outcome:
         cap = capacities(name, 1000 if quick else 2048, 5 if quick else 7, rows)
         key = "capacity" if name == "Mistral-7B" else "capacity_yi34b"
         values[key] = cap["sarathi"] / cap["vllm"] if cap["vllm"] else float("inf")
-        notes.append(f"{name}: capacity at P99 TBT <= {RUNS[name][1] * 1e3:.0f} ms (req/s): "
-                     f"vLLM {cap['vllm']:.2f}, Sarathi-Serve {cap['sarathi']:.2f}")
+        notes.append(
+            f"{name}: capacity at P99 TBT <= {RUNS[name][1] * 1e3:.0f} ms (req/s): "
+            f"vLLM {cap['vllm']:.2f}, Sarathi-Serve {cap['sarathi']:.2f}"
+        )
     return Outcome(values, rows, notes)

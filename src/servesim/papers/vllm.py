@@ -51,20 +51,33 @@ def capacities(model_name: str, quick: bool, rows: list[dict]) -> dict[str, floa
     def meets(system: str, policy: str, reservation: str = "max") -> Callable[[float], bool]:
         def ok(rate: float) -> bool:
             wl = Workload(unit_arrivals / rate, prompt, output)
-            cfg = EngineConfig(policy=policy, max_num_seqs=256, max_model_len=mml,  # type: ignore[arg-type]
-                               orca_reservation=reservation)  # type: ignore[arg-type]
+            cfg = EngineConfig(
+                policy=policy,
+                max_num_seqs=256,
+                max_model_len=mml,  # type: ignore[arg-type]
+                orca_reservation=reservation,
+            )  # type: ignore[arg-type]
             rec = run_engine(wl, cfg, perf, blocks, mml, num_gpus=tp, record_steps=False).records
             norm = float(np.nanmean(rec.e2e_s / rec.num_output_tokens))
-            rows.append({"model": model_name, "system": system, "rate_req_s": rate,
-                         "normalized_latency_s_per_token": norm, "meets": norm <= 0.1})
+            rows.append(
+                {
+                    "model": model_name,
+                    "system": system,
+                    "rate_req_s": rate,
+                    "normalized_latency_s_per_token": norm,
+                    "meets": norm <= 0.1,
+                }
+            )
             return norm <= 0.1
 
         return ok
 
     iters = 5 if quick else 7
-    cap = {"vllm": capacity(meets("vllm", "vllm_v1"), lo, hi, iters),
-           "orca_max": capacity(meets("orca_max", "orca"), lo, hi, iters),
-           "orca_oracle": capacity(meets("orca_oracle", "orca", "oracle"), lo, hi, iters)}
+    cap = {
+        "vllm": capacity(meets("vllm", "vllm_v1"), lo, hi, iters),
+        "orca_max": capacity(meets("orca_max", "orca"), lo, hi, iters),
+        "orca_oracle": capacity(meets("orca_oracle", "orca", "oracle"), lo, hi, iters),
+    }
     for k, v in cap.items():
         rows.append({"model": model_name, "system": k, "capacity_req_s": v})
     return cap
@@ -79,6 +92,8 @@ def run(quick: bool) -> Outcome:
         suffix = "" if name == "OPT-13B" else "_" + name.split("-")[1].lower()
         for key in ("orca_oracle", "orca_max"):
             values[f"vs_{key}{suffix}"] = cap["vllm"] / cap[key] if cap[key] else float("inf")
-        notes.append(f"{name} capacity (req/s): vLLM {cap['vllm']:.2f}, Orca (Max) {cap['orca_max']:.2f}, "
-                     f"Orca (Oracle) {cap['orca_oracle']:.2f}")
+        notes.append(
+            f"{name} capacity (req/s): vLLM {cap['vllm']:.2f}, Orca (Max) {cap['orca_max']:.2f}, "
+            f"Orca (Oracle) {cap['orca_oracle']:.2f}"
+        )
     return Outcome(values, rows, notes)

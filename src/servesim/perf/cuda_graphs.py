@@ -80,9 +80,14 @@ class GraphPlan:
 EAGER_PLAN = GraphPlan((), False)
 
 
-def graph_plan(version: str, max_num_seqs: int, max_num_batched_tokens: int,
-               enforce_eager: bool = False, max_capture_size: int | None = None,
-               mode: str | None = None) -> GraphPlan:
+def graph_plan(
+    version: str,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    enforce_eager: bool = False,
+    max_capture_size: int | None = None,
+    mode: str | None = None,
+) -> GraphPlan:
     """The CUDA graphs vLLM ``version`` captures for these engine knobs (see the module doc):
     ``max_capture_size`` is ``--max-cudagraph-capture-size`` (vLLM 0.11+; None: min(2 x
     max_num_seqs, 512)), ``mode`` the ``cudagraph_mode`` (None: the version's default)."""

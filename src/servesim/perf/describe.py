@@ -49,10 +49,14 @@ def describe_perf_model(perf: Any, gpu_name: str, profile: Any = None) -> dict[s
     if name == "KernelPerfModel":
         fallbacks = list(core.fallbacks) if isinstance(core, RooflineFallbacks) else []
         version = core.version or "none"
-        d = {"kind": "kernel_db", "label": f"kernel database ({core.gpu.name}, vLLM {version})"
-             + (f"; roofline for {', '.join(fallbacks)}" if fallbacks else ""),
-             "source": f"measured kernels of vLLM {version} on {core.gpu.name}", "engine_version": version,
-             "roofline_operators": fallbacks}
+        d = {
+            "kind": "kernel_db",
+            "label": f"kernel database ({core.gpu.name}, vLLM {version})"
+            + (f"; roofline for {', '.join(fallbacks)}" if fallbacks else ""),
+            "source": f"measured kernels of vLLM {version} on {core.gpu.name}",
+            "engine_version": version,
+            "roofline_operators": fallbacks,
+        }
         if isinstance(core, SelfDescribing):
             d["detail"] = str(core.describe())  # each operator's source, one a line
         if core.db is None:
@@ -61,11 +65,18 @@ def describe_perf_model(perf: Any, gpu_name: str, profile: Any = None) -> dict[s
         d = own
     elif name == "ProfiledPerfModel":
         t = core.table
-        d = {"kind": "profile", "label": f"profiled operators ({t.model} on {t.gpu}, TP {t.tp})",
-             "source": t.source or "operator tables of the hardware profile", "table_gpu": t.gpu}
+        d = {
+            "kind": "profile",
+            "label": f"profiled operators ({t.model} on {t.gpu}, TP {t.tp})",
+            "source": t.source or "operator tables of the hardware profile",
+            "table_gpu": t.gpu,
+        }
     elif name == "RooflinePerfModel":
-        d = {"kind": "roofline", "label": "roofline (uncalibrated: spec-sheet peaks x default efficiencies)",
-             "source": "catalog spec sheet"}
+        d = {
+            "kind": "roofline",
+            "label": "roofline (uncalibrated: spec-sheet peaks x default efficiencies)",
+            "source": "catalog spec sheet",
+        }
     else:
         d = {"kind": name, "label": name, "source": ""}
     d.setdefault("gpu", gpu_name)
@@ -75,16 +86,20 @@ def describe_perf_model(perf: Any, gpu_name: str, profile: Any = None) -> dict[s
         d["notes"] = notes
     if profile is not None:
         fitted_on = getattr(profile, "fitted_on", "") or ""
-        d["profile"] = {"name": profile.name, "fitted_on": fitted_on,
-                        "fit": {k: v for k, v in (profile.fit or {}).items()
-                                if isinstance(v, (str, int, float))}}
+        d["profile"] = {
+            "name": profile.name,
+            "fitted_on": fitted_on,
+            "fit": {k: v for k, v in (profile.fit or {}).items() if isinstance(v, (str, int, float))},
+        }
         if d["kind"] == "roofline":
             d["label"] = f"roofline calibrated by profile {profile.name!r} (fitted on {fitted_on or '?'})"
             d["source"] = f"profile {profile.name!r}"
         if fitted_on and fitted_on.lower() != gpu_name.lower():
-            d["warnings"].append(f"profile {profile.name!r} was fitted on {fitted_on} and is used on "
-                                 f"{gpu_name}: "
-                                 "its efficiencies are carried over to another GPU's peaks")
+            d["warnings"].append(
+                f"profile {profile.name!r} was fitted on {fitted_on} and is used on "
+                f"{gpu_name}: "
+                "its efficiencies are carried over to another GPU's peaks"
+            )
     if d["kind"] == "profile" and d.get("table_gpu") and d["table_gpu"] != gpu_name:
         d["warnings"].append(f"operator tables measured on {d['table_gpu']} time {gpu_name}")
     return d

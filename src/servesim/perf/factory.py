@@ -19,8 +19,14 @@ def engine_graphs(engine: EngineConfig | None) -> GraphPlan | None:
     """The CUDA graphs of a resolved engine (None without one: eager, as operators are measured)."""
     if engine is None or engine.max_num_seqs is None or engine.max_num_batched_tokens is None:
         return None
-    return graph_plan(engine.version, engine.max_num_seqs, engine.max_num_batched_tokens,
-                      engine.enforce_eager, engine.max_cudagraph_capture_size, engine.cudagraph_mode)
+    return graph_plan(
+        engine.version,
+        engine.max_num_seqs,
+        engine.max_num_batched_tokens,
+        engine.enforce_eager,
+        engine.max_cudagraph_capture_size,
+        engine.cudagraph_mode,
+    )
 
 
 def kernel_version_for(engine_version: str, gpu_name: str) -> str | None:
@@ -44,10 +50,15 @@ def resolve_perf_model(hardware: HardwareConfig, gpu: GpuSpec) -> str:
     return "roofline"
 
 
-def build_step_model(model: ModelSpec, gpu: GpuSpec, parallel: ParallelConfig, hardware: HardwareConfig,
-                     model_cfg: ModelConfig | None = None, links: LinkSpec | None = None,
-                     engine: EngineConfig | None = None
-                     ) -> RooflinePerfModel | PipelinedPerfModel | KernelPerfModel:
+def build_step_model(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    parallel: ParallelConfig,
+    hardware: HardwareConfig,
+    model_cfg: ModelConfig | None = None,
+    links: LinkSpec | None = None,
+    engine: EngineConfig | None = None,
+) -> RooflinePerfModel | PipelinedPerfModel | KernelPerfModel:
     """``build_perf_model``'s model, or where ``resolve_perf_model`` says 'kernels' the measured
     kernels of ``hardware.kernel_version`` (default: ``kernel_version_for`` the engine's
     version); pipeline micro-batches wrap either. ``engine`` (resolved) sets the CUDA graphs."""
@@ -58,14 +69,22 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, parallel: ParallelConfig, h
     version = hardware.kernel_version
     if version is None and engine is not None:
         version = kernel_version_for(engine.version, gpu.name)
-    perf = kernel_perf_model(model, gpu, version, tp=parallel.tensor_parallel_size,
-                             pp=parallel.pipeline_parallel_size, kv_dtype_bytes=kv_b, links=links,
-                             ep=parallel.expert_parallel_size, expert_imbalance=parallel.expert_imbalance,
-                             graphs=graphs, dp=parallel.data_parallel_size,
-                             moe_backend=engine.moe_backend if engine is not None else "auto",
-                             sustained=hardware.sustained_clocks,
-                             fp32_matmul=(engine.float32_matmul_precision if engine is not None
-                                          else "highest"))
+    perf = kernel_perf_model(
+        model,
+        gpu,
+        version,
+        tp=parallel.tensor_parallel_size,
+        pp=parallel.pipeline_parallel_size,
+        kv_dtype_bytes=kv_b,
+        links=links,
+        ep=parallel.expert_parallel_size,
+        expert_imbalance=parallel.expert_imbalance,
+        graphs=graphs,
+        dp=parallel.data_parallel_size,
+        moe_backend=engine.moe_backend if engine is not None else "auto",
+        sustained=hardware.sustained_clocks,
+        fp32_matmul=(engine.float32_matmul_precision if engine is not None else "highest"),
+    )
     if parallel.pipeline_parallel_size > 1 and parallel.num_microbatches > 1:
         return PipelinedPerfModel(perf, parallel.num_microbatches)  # type: ignore[arg-type]
     return perf

@@ -70,17 +70,24 @@ def gqa_roof(prefix: str, model: ModelSpec, gpu: GpuSpec, eff: Efficiencies, kvb
         ce, me = eff.attn_prefill_compute, eff.attn_prefill_memory
 
         def roof_p(b: np.ndarray, s: np.ndarray, h: float, kv: float) -> np.ndarray:
-            return roof_time(2.0 * b * h * hd * s * s, b * s * hd * (2 * h + 4 * kv) * 2.0, peak, gpu.mem_bw, ce, me)
+            return roof_time(
+                2.0 * b * h * hd * s * s, b * s * hd * (2 * h + 4 * kv) * 2.0, peak, gpu.mem_bw, ce, me
+            )
+
         return roof_p
     ce, me = eff.attn_decode_compute, eff.attn_decode_memory
 
     def roof_d(b: np.ndarray, s: np.ndarray, h: float, kv: float) -> np.ndarray:
-        return roof_time(4.0 * b * h * hd * s, b * (s * 2 * kv * hd * kvb + 4 * h * hd), peak, gpu.mem_bw, ce, me)
+        return roof_time(
+            4.0 * b * h * hd * s, b * (s * 2 * kv * hd * kvb + 4 * h * hd), peak, gpu.mem_bw, ce, me
+        )
+
     return roof_d
 
 
-def _mla_decode_roof(model: ModelSpec, gpu: GpuSpec, eff: Efficiencies, tp: int, kvb: float
-                     ) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+def _mla_decode_roof(
+    model: ModelSpec, gpu: GpuSpec, eff: Efficiencies, tp: int, kvb: float
+) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """Roofline seconds of one layer's absorbed MLA decode: the latent once per key, the
     query and output latents per head."""
     m = model
@@ -90,14 +97,29 @@ def _mla_decode_roof(model: ModelSpec, gpu: GpuSpec, eff: Efficiencies, tp: int,
     peak = gpu.flops_for("bfloat16")
 
     def roof(b: np.ndarray, s: np.ndarray) -> np.ndarray:
-        return roof_time(b * s * flops_key, b * (s * latent * kvb + heads * (latent + m.kv_lora_rank) * 2.0), peak,
-                         gpu.mem_bw, eff.attn_decode_compute, eff.attn_decode_memory)
+        return roof_time(
+            b * s * flops_key,
+            b * (s * latent * kvb + heads * (latent + m.kv_lora_rank) * 2.0),
+            peak,
+            gpu.mem_bw,
+            eff.attn_decode_compute,
+            eff.attn_decode_memory,
+        )
+
     return roof
 
 
-def _layer_grid(prefix: str, model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int, kvb: float,
-                eff: Efficiencies, window: int, table_gpu: GpuSpec | None = None
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, str] | None:
+def _layer_grid(
+    prefix: str,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    db: KernelDatabase | None,
+    tp: int,
+    kvb: float,
+    eff: Efficiencies,
+    window: int,
+    table_gpu: GpuSpec | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, str] | None:
     """(batch axis, length axis, log seconds of one layer, source) from a table class, or None.
     ``table_gpu``: the GPU ``db`` was measured on, when not ``gpu`` (scaled by the roofline)."""
     m = model
@@ -132,16 +154,28 @@ def _layer_grid(prefix: str, model: ModelSpec, gpu: GpuSpec, db: KernelDatabase 
     grid = ext_grid(batch, lens, lat, ext_b, ext_s, target) + log(1e-3)
     win = f" window={window}" if window else ""
     if mla:
-        src = (f"table {prefix} {kv_dtype} KV heads={ch} kv={ckv} head_dim={hd}{win} "
-               f"(MLA latent {m.kv_lora_rank}+{m.qk_rope_head_dim}, heads={h}: roofline-scaled)")
+        src = (
+            f"table {prefix} {kv_dtype} KV heads={ch} kv={ckv} head_dim={hd}{win} "
+            f"(MLA latent {m.kv_lora_rank}+{m.qk_rope_head_dim}, heads={h}: roofline-scaled)"
+        )
     else:
         note = "" if (ch, ckv) == (h, kv) else f" (nearest class heads={ch} kv={ckv}, roofline-scaled)"
         src = f"table {prefix} {kv_dtype} KV heads={h} kv={kv} head_dim={hd}{win}{note}{bound}"
     return ext_b, ext_s, grid, src
 
 
-def _sibling_bound(db: KernelDatabase, gpu: GpuSpec, kv_dtype: str, hd: int, heads: int, kv_heads: int,
-                   window: int, batch: np.ndarray, lens: np.ndarray, lat: np.ndarray) -> tuple[np.ndarray, str]:
+def _sibling_bound(
+    db: KernelDatabase,
+    gpu: GpuSpec,
+    kv_dtype: str,
+    hd: int,
+    heads: int,
+    kv_heads: int,
+    window: int,
+    batch: np.ndarray,
+    lens: np.ndarray,
+    lat: np.ndarray,
+) -> tuple[np.ndarray, str]:
     """A decode class's latencies (ms) bounded by its sibling GPU's, and a note.
 
     The sibling (``SIBLINGS``) is the same die with other HBM: the same SMs at the same
@@ -155,8 +189,11 @@ def _sibling_bound(db: KernelDatabase, gpu: GpuSpec, kv_dtype: str, hd: int, hea
     if sib is None or db.version not in kernel_versions(sib) or get_gpu(sib).mem_bw >= gpu.mem_bw:
         return lat, ""
     other = load_database(sib, db.version).attention_class("gen", kv_dtype, hd, heads, kv_heads, window)
-    if other is None or other[3] != (heads, kv_heads) or not (
-            np.array_equal(other[0], batch) and np.array_equal(other[1], lens)):
+    if (
+        other is None
+        or other[3] != (heads, kv_heads)
+        or not (np.array_equal(other[0], batch) and np.array_equal(other[1], lens))
+    ):
         return lat, ""
     with np.errstate(invalid="ignore"):
         slower = np.isfinite(lat) & np.isfinite(other[2]) & (lat > other[2])
@@ -164,11 +201,15 @@ def _sibling_bound(db: KernelDatabase, gpu: GpuSpec, kv_dtype: str, hd: int, hea
         return lat, ""
     worst = float(np.nanmax(np.where(slower, lat / other[2], np.nan)))
     out = np.where(slower, other[2], lat)
-    return out, f" (bounded by {sib}'s table at {int(slower.sum())} points where it was up to {worst:.1f}x slower)"
+    return (
+        out,
+        f" (bounded by {sib}'s table at {int(slower.sum())} points where it was up to {worst:.1f}x slower)",
+    )
 
 
-def _roof_grid(prefix: str, model: ModelSpec, gpu: GpuSpec, tp: int, kvb: float, eff: Efficiencies
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _roof_grid(
+    prefix: str, model: ModelSpec, gpu: GpuSpec, tp: int, kvb: float, eff: Efficiencies
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     m = model
     ext_b = extended_axis(np.array([1.0]), 1.0, MAX_BATCH)
     ext_s = extended_axis(np.array([1.0]), 1.0, MAX_LENGTH)
@@ -176,8 +217,9 @@ def _roof_grid(prefix: str, model: ModelSpec, gpu: GpuSpec, tp: int, kvb: float,
     if m.is_mla and prefix == "gen":
         sec = _mla_decode_roof(m, gpu, eff, tp, kvb)(bb, ss)
     else:
-        sec = gqa_roof(prefix, m, gpu, eff, kvb, m.head_dim)(bb, ss, m.num_attention_heads // tp,
-                                                                 m.kv_heads_per_rank(tp))
+        sec = gqa_roof(prefix, m, gpu, eff, kvb, m.head_dim)(
+            bb, ss, m.num_attention_heads // tp, m.kv_heads_per_rank(tp)
+        )
     return ext_b, ext_s, np.log(sec)
 
 
@@ -193,8 +235,9 @@ def _windowed(prefix: str, ls: np.ndarray, grid: np.ndarray, window: int) -> np.
     return out
 
 
-def checked_prefill_table(db: KernelDatabase | None, gpu: GpuSpec, kv_dtype: str
-                          ) -> tuple[KernelDatabase | None, GpuSpec | None, str]:
+def checked_prefill_table(
+    db: KernelDatabase | None, gpu: GpuSpec, kv_dtype: str
+) -> tuple[KernelDatabase | None, GpuSpec | None, str]:
     """The database whose prefill-attention classes of ``kv_dtype`` time this GPU, the GPU
     they were measured on (None: ``gpu`` itself) and a note: ``db`` unless its classes imply
     points faster than the GPU's peak FLOP/s (``KernelDatabase.prefill_peak_fraction`` above
@@ -210,8 +253,10 @@ def checked_prefill_table(db: KernelDatabase | None, gpu: GpuSpec, kv_dtype: str
     frac = db.prefill_peak_fraction(kv_dtype, gpu.flops_for(kv_dtype))
     if frac <= 1.0:
         return db, None, ""
-    why = (f"{gpu.name}'s vLLM {db.version} {kv_dtype} prefill table not used: {frac:.1f}x the GPU's peak "
-           f"FLOP/s at its fastest")
+    why = (
+        f"{gpu.name}'s vLLM {db.version} {kv_dtype} prefill table not used: {frac:.1f}x the GPU's peak "
+        f"FLOP/s at its fastest"
+    )
     sib = SIBLINGS.get(gpu.name)
     if sib is not None and db.version in kernel_versions(sib):
         sdb, sgpu = load_database(sib, db.version), get_gpu(sib)
@@ -220,8 +265,15 @@ def checked_prefill_table(db: KernelDatabase | None, gpu: GpuSpec, kv_dtype: str
     return None, None, f" ({why})"
 
 
-def attention_grid(prefix: str, model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int, kvb: float,
-                   eff: Efficiencies) -> tuple[Grid, str]:
+def attention_grid(
+    prefix: str,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    db: KernelDatabase | None,
+    tp: int,
+    kvb: float,
+    eff: Efficiencies,
+) -> tuple[Grid, str]:
     """All layers' attention of ``prefix`` ('ctx' prefill, 'gen' decode), and its source."""
     m = model
     kv_dtype = "fp8" if kvb < 2 else "bfloat16"
@@ -233,8 +285,11 @@ def attention_grid(prefix: str, model: ModelSpec, gpu: GpuSpec, db: KernelDataba
         hd = m.head_dim
         why = "MLA prefill at head_dim" if m.is_mla and prefix == "ctx" else f"no {kv_dtype} KV, head_dim"
         b, s, g = _roof_grid(prefix, m, gpu, tp, kvb, eff)
-        src = f"roofline ({why} {hd} attention table)" if not (m.is_mla and prefix == "gen") else \
-            "roofline (MLA latent decode; no head_dim 128 decode table)"
+        src = (
+            f"roofline ({why} {hd} attention table)"
+            if not (m.is_mla and prefix == "gen")
+            else "roofline (MLA latent decode; no head_dim 128 decode table)"
+        )
     else:
         b, s, g, src = full
     src += note

@@ -26,8 +26,9 @@ from servesim.perf.kernels import MAX_TOKENS, KernelDatabase, LogCurve, extended
 CUSTOM_AR_MAX_BYTES = 8 * 2**20
 
 
-def allreduce_curve(gpu: GpuSpec, db: KernelDatabase | None, tp: int, width: int, eff: Efficiencies,
-                    graph_max_tokens: int) -> tuple[LogCurve, str]:
+def allreduce_curve(
+    gpu: GpuSpec, db: KernelDatabase | None, tp: int, width: int, eff: Efficiencies, graph_max_tokens: int
+) -> tuple[LogCurve, str]:
     """(seconds of one all-reduce of T x ``width`` bf16 elements vs T, where it comes from);
     ``db`` None: the ring roofline (no tables, or a group across nodes)."""
     ts = extended_axis(np.array([1.0]), 1.0, MAX_TOKENS)
@@ -36,6 +37,7 @@ def allreduce_curve(gpu: GpuSpec, db: KernelDatabase | None, tp: int, width: int
 
     def roof(size: np.ndarray) -> np.ndarray:
         return 2.0 * (tp - 1) / tp * size * 2.0 / link + lat_s
+
     custom_ok = tp in (2, 4, 6, 8) and (tp == 2 or gpu.name != "L40S")
     graph = db.allreduce(tp, True) if db is not None and custom_ok else None
     eager = db.allreduce(tp, False) if db is not None and custom_ok else None
@@ -51,14 +53,18 @@ def allreduce_curve(gpu: GpuSpec, db: KernelDatabase | None, tp: int, width: int
     if nccl is None and graph is None:
         source = "roofline (ring; no all-reduce table for this TP size or link)"
     else:
-        parts = ([f"custom (CUDA graph <= {graph_max_tokens} tokens, else eager) below 8 MiB"]
-                 if graph is not None else []) + (["NCCL"] if nccl is not None else [])
+        parts = (
+            [f"custom (CUDA graph <= {graph_max_tokens} tokens, else eager) below 8 MiB"]
+            if graph is not None
+            else []
+        ) + (["NCCL"] if nccl is not None else [])
         source = "table " + ", ".join(parts)
     return LogCurve(ts, out), source
 
 
-def gather_scatter_curve(gpu: GpuSpec, db: KernelDatabase | None, num_gpus: int, width: int,
-                         eff: Efficiencies) -> tuple[LogCurve, str]:
+def gather_scatter_curve(
+    gpu: GpuSpec, db: KernelDatabase | None, num_gpus: int, width: int, eff: Efficiencies
+) -> tuple[LogCurve, str]:
     """(seconds of an all-gather and a reduce-scatter of T x ``width`` bf16 elements over
     ``num_gpus`` GPUs vs the gathered tokens T, where it comes from): the token exchange of
     an MoE layer between vLLM's data-parallel ranks (its default ``allgather_reducescatter``
@@ -69,6 +75,7 @@ def gather_scatter_curve(gpu: GpuSpec, db: KernelDatabase | None, num_gpus: int,
 
     def roof(n: np.ndarray) -> np.ndarray:
         return (num_gpus - 1) / num_gpus * n * 2.0 / link + eff.allreduce_latency_s
+
     tables = [db.nccl(op, num_gpus) for op in ("all_gather", "reduce_scatter")] if db is not None else []
     if not tables or any(t is None for t in tables):
         return LogCurve(ts, np.log(2.0 * roof(size))), "roofline (ring all-gather and reduce-scatter)"

@@ -46,9 +46,19 @@ MEM_OP_LATENCY_S = 3e-6
 #: about 4 us; the time is carried to the model's hidden size in proportion to K.
 FP32_ROUTER_SM100_K = 6144
 FP32_ROUTER_SM100 = {  # M: (fp32 us, TF32 us)
-    1: (7.52, 10.9), 4: (20.2, 12.0), 8: (16.7, 12.0), 16: (22.3, 12.2), 32: (63.2, 19.9),
-    48: (63.4, 20.0), 64: (63.3, 20.1), 96: (64.1, 20.2), 128: (69.3, 20.2), 256: (77.8, 22.6),
-    512: (96.8, 25.8), 1024: (111.0, 32.8)}
+    1: (7.52, 10.9),
+    4: (20.2, 12.0),
+    8: (16.7, 12.0),
+    16: (22.3, 12.2),
+    32: (63.2, 19.9),
+    48: (63.4, 20.0),
+    64: (63.3, 20.1),
+    96: (64.1, 20.2),
+    128: (69.3, 20.2),
+    256: (77.8, 22.6),
+    512: (96.8, 25.8),
+    1024: (111.0, 32.8),
+}
 #: MLA's projections (``_mla_ops``), which its measured prefill module holds too.
 MLA_PROJECTIONS = ("gemm_qkv_a", "gemm_q_b", "gemm_uk", "gemm_uv", "gemm_o_proj")
 
@@ -119,8 +129,15 @@ class KernelLayerOps:
         bw, e = self.gpu.mem_bw, self.eff
 
         def roof(m: np.ndarray, n: float, k: float) -> np.ndarray:
-            return roof_time(2.0 * m * n * k, m * k * ab + n * k * wb + m * n * 2.0, peak, bw,
-                             e.linear_compute, e.linear_memory)
+            return roof_time(
+                2.0 * m * n * k,
+                m * k * ab + n * k * wb + m * n * 2.0,
+                peak,
+                bw,
+                e.linear_compute,
+                e.linear_memory,
+            )
+
         return roof
 
     def _gemm(self, name: str, n: int, k: int, dtype: str | None) -> LogCurve:
@@ -132,12 +149,17 @@ class KernelLayerOps:
             self.sources[name] = f"roofline (no {dtype or self.model.dtype} GEMM table)"
             return LogCurve(ms, np.log(roof(ms, n, k)))
         ms = extended_axis(table[0], 1.0, MAX_TOKENS)
-        off = [f"{a}={v} outside {int(ax[0])}-{int(ax[-1])}"
-               for a, v, ax in (("n", n, table[1]), ("k", k, table[2])) if v > ax[-1] or v < ax[0]]
-        self.sources[name] = f"table gemm {dtype} n={n} k={k}" + (f" ({', '.join(off)}: roofline-scaled)"
-                                                                  if off else "")
-        return self._keep_hot(name, LogCurve(ms, gemm_m_curve(table, n, k, ms, roof) + log(1e-3)),
-                              2.0 * n * k, dtype)
+        off = [
+            f"{a}={v} outside {int(ax[0])}-{int(ax[-1])}"
+            for a, v, ax in (("n", n, table[1]), ("k", k, table[2]))
+            if v > ax[-1] or v < ax[0]
+        ]
+        self.sources[name] = f"table gemm {dtype} n={n} k={k}" + (
+            f" ({', '.join(off)}: roofline-scaled)" if off else ""
+        )
+        return self._keep_hot(
+            name, LogCurve(ms, gemm_m_curve(table, n, k, ms, roof) + log(1e-3)), 2.0 * n * k, dtype
+        )
 
     def _build_token_ops(self) -> list[tuple[str, LogCurve, float]]:
         """(name, seconds-vs-T curve, multiplier) of every operator whose time depends on T alone."""
@@ -147,8 +169,13 @@ class KernelLayerOps:
         q = m.num_attention_heads // tp * m.head_dim
         kv = m.kv_heads_per_rank(tp) * m.head_dim
         ops: list[tuple[str, LogCurve, float]] = (
-            self._mla_ops(dt) if m.is_mla else [("gemm_qkv", self._gemm("gemm_qkv", q + 2 * kv, H, dt), L),
-                                                 ("gemm_o_proj", self._gemm("gemm_o_proj", H, q, dt), L)])
+            self._mla_ops(dt)
+            if m.is_mla
+            else [
+                ("gemm_qkv", self._gemm("gemm_qkv", q + 2 * kv, H, dt), L),
+                ("gemm_o_proj", self._gemm("gemm_o_proj", H, q, dt), L),
+            ]
+        )
         gate = 2 if m.mlp_gated else 1
         dense_layers = L - m.num_moe_layers
         if m.is_moe:
@@ -167,7 +194,8 @@ class KernelLayerOps:
             ops.append(("gemm_down", self._gemm("gemm_down", H, width, dt), dense_layers))
         if self.dp > 1:  # the ranks' tokens gathered and scattered back around each MoE layer
             curve, self.sources["gather_scatter"] = gather_scatter_curve(
-                self.gpu, self._comm_db(self.dp * tp), self.dp * tp, H, self.eff)
+                self.gpu, self._comm_db(self.dp * tp), self.dp * tp, H, self.eff
+            )
             ops.append(("gather_scatter", _per_rank(curve, self.dp), m.num_moe_layers))
         if tp > 1:  # attention's and the MLP's (with DP ranks, the dense layers' only)
             ops.append(("allreduce", self._allreduce(H), 2 * L - (m.num_moe_layers if self.dp > 1 else 0)))
@@ -199,8 +227,17 @@ class KernelLayerOps:
         xs = np.exp(curve.lx)
         simt = self.fp32_matmul == "highest"
         peak = g.flops_for("float32") if simt else g.flops_for("bfloat16") / 2
-        gemm = np.maximum(np.exp(curve.ly), roof_time(2.0 * xs * E * H, 4.0 * (xs * H + E * H + xs * E),
-                                                      peak, g.mem_bw, e.linear_compute, e.linear_memory))
+        gemm = np.maximum(
+            np.exp(curve.ly),
+            roof_time(
+                2.0 * xs * E * H,
+                4.0 * (xs * H + E * H + xs * E),
+                peak,
+                g.mem_bw,
+                e.linear_compute,
+                e.linear_memory,
+            ),
+        )
         if g.name in SM100_GPUS:
             ms = sorted(FP32_ROUTER_SM100)
             us = [FP32_ROUTER_SM100[k][0 if simt else 1] for k in ms]
@@ -208,9 +245,9 @@ class KernelLayerOps:
             gemm = np.maximum(gemm, measured)  # past 1024 tokens: the roofline at the fp32 peak
         cast = xs * H * 6.0 / (0.8 * g.mem_bw)
         self.hot.pop("gemm_router", None)  # at sustained clocks as timed here
-        self.sources["gemm_router"] += (f"; fp32 router: the GEMM in {'fp32' if simt else 'TF32'}"
-                                        + (", cuBLAS as measured on GB200" if g.name in SM100_GPUS
-                                           else " at the roofline"))
+        self.sources["gemm_router"] += f"; fp32 router: the GEMM in {'fp32' if simt else 'TF32'}" + (
+            ", cuBLAS as measured on GB200" if g.name in SM100_GPUS else " at the roofline"
+        )
         return LogCurve(xs, np.log(gemm + cast))
 
     def _mla_ops(self, dt: str | None) -> list[tuple[str, LogCurve, float]]:
@@ -224,21 +261,26 @@ class KernelLayerOps:
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
         latent = m.kv_lora_rank + m.qk_rope_head_dim
         if m.q_lora_rank:
-            ops = [("gemm_qkv_a", self._gemm("gemm_qkv_a", m.q_lora_rank + latent, H, dt), L),
-                   ("gemm_q_b", self._gemm("gemm_q_b", heads * qk, m.q_lora_rank, dt), L)]
+            ops = [
+                ("gemm_qkv_a", self._gemm("gemm_qkv_a", m.q_lora_rank + latent, H, dt), L),
+                ("gemm_q_b", self._gemm("gemm_q_b", heads * qk, m.q_lora_rank, dt), L),
+            ]
         else:
             ops = [("gemm_qkv_a", self._gemm("gemm_qkv_a", heads * qk + latent, H, dt), L)]
-        return [*ops,
-                ("gemm_uk", self._gemm("gemm_uk", heads * m.kv_lora_rank, m.qk_nope_head_dim, "bfloat16"), L),
-                ("gemm_uv", self._gemm("gemm_uv", heads * m.v_head_dim, m.kv_lora_rank, "bfloat16"), L),
-                ("gemm_o_proj", self._gemm("gemm_o_proj", H, heads * m.v_head_dim, dt), L)]
+        return [
+            *ops,
+            ("gemm_uk", self._gemm("gemm_uk", heads * m.kv_lora_rank, m.qk_nope_head_dim, "bfloat16"), L),
+            ("gemm_uv", self._gemm("gemm_uv", heads * m.v_head_dim, m.kv_lora_rank, "bfloat16"), L),
+            ("gemm_o_proj", self._gemm("gemm_o_proj", H, heads * m.v_head_dim, dt), L),
+        ]
 
     def _moe(self, dtype: str | None) -> LogCurve:
         """One MoE layer vs this rank's tokens: with DP ranks, the experts of all ``dp x tp``
         GPUs run on ``dp`` times as many."""
         m, g = self.model, self.tp * self.dp
-        curve, self.sources["moe"] = moe_curve(m, self.gpu, self.db, g, self.ep, dtype, self.eff,
-                                               self.moe_backend)
+        curve, self.sources["moe"] = moe_curve(
+            m, self.gpu, self.db, g, self.ep, dtype, self.eff, self.moe_backend
+        )
         # Per token of the step: its top-k experts' gate/up and down GEMMs, the experts spread
         # over the group's GPUs.
         gate = 3 if m.mlp_gated else 2
@@ -260,10 +302,21 @@ class KernelLayerOps:
         reads B200's (NVLink 5 within an 8-GPU board)."""
         db = self._comm_db(self.tp)
         curve, src = allreduce_curve(self.gpu, db, self.tp, width, self.eff, self.cuda_graph_max_tokens)
-        if (src.startswith("roofline") and db is not None and self.gpu.name in SM100_GPUS
-                and self.gpu.name != "B200" and db.version in kernel_versions("B200")):
-            curve, src = allreduce_curve(self.gpu, load_database("B200", db.version), self.tp, width,
-                                         self.eff, self.cuda_graph_max_tokens)
+        if (
+            src.startswith("roofline")
+            and db is not None
+            and self.gpu.name in SM100_GPUS
+            and self.gpu.name != "B200"
+            and db.version in kernel_versions("B200")
+        ):
+            curve, src = allreduce_curve(
+                self.gpu,
+                load_database("B200", db.version),
+                self.tp,
+                width,
+                self.eff,
+                self.cuda_graph_max_tokens,
+            )
             src += " of B200"
         self.sources["allreduce"] = src
         return curve
@@ -280,11 +333,19 @@ class KernelLayerOps:
         m = self.model
         if prefix == "ctx" and m.is_mla and self.db is not None:
             proj = [c for n, c, _ in self._token_ops if n in MLA_PROJECTIONS]
-            hit = mla_prefill_grid(m, self.gpu, self.tp, self.kv_dtype_bytes, _gemm_dtype(m) or "bfloat16",
-                                   lambda t: sum(c.at_many(t) for c in proj), self.eff)
+            hit = mla_prefill_grid(
+                m,
+                self.gpu,
+                self.tp,
+                self.kv_dtype_bytes,
+                _gemm_dtype(m) or "bfloat16",
+                lambda t: sum(c.at_many(t) for c in proj),
+                self.eff,
+            )
             if hit is not None:
                 self.sources[name] = hit[1]
                 return hit[0]
-        grid, self.sources[name] = attention_grid(prefix, m, self.gpu, self.db, self.tp,
-                                                  self.kv_dtype_bytes, self.eff)
+        grid, self.sources[name] = attention_grid(
+            prefix, m, self.gpu, self.db, self.tp, self.kv_dtype_bytes, self.eff
+        )
         return grid

@@ -43,8 +43,14 @@ from servesim.perf.kernels import ext_grid, extended_axis, sm100_folder
 
 MLA_FILE = "mla_context.json"
 #: The model fields that must equal the measured module's for its table to time the model.
-MODULE_FIELDS = ("hidden_size", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
-                 "v_head_dim")
+MODULE_FIELDS = (
+    "hidden_size",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+)
 
 
 @cache
@@ -52,8 +58,9 @@ def _tables() -> dict[str, Any]:
     return dict(json.loads(resources.files("servesim").joinpath("data", "kernels", MLA_FILE).read_text()))
 
 
-def module_series(model: ModelSpec, gpu: GpuSpec, tp: int, kv_dtype: str, gemm_dtype: str
-                  ) -> dict[str, Any] | None:
+def module_series(
+    model: ModelSpec, gpu: GpuSpec, tp: int, kv_dtype: str, gemm_dtype: str
+) -> dict[str, Any] | None:
     """The measured module series of this model's attention on one rank, or None (another
     shape, no table of this GPU, heads, KV dtype or GEMM dtype)."""
     data = _tables()
@@ -67,9 +74,15 @@ def module_series(model: ModelSpec, gpu: GpuSpec, tp: int, kv_dtype: str, gemm_d
     return None if series is None else dict(series)
 
 
-def mla_prefill_grid(model: ModelSpec, gpu: GpuSpec, tp: int, kvb: float, gemm_dtype: str,
-                     projections: Callable[[np.ndarray], np.ndarray], eff: Efficiencies
-                     ) -> tuple[Grid, str] | None:
+def mla_prefill_grid(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    tp: int,
+    kvb: float,
+    gemm_dtype: str,
+    projections: Callable[[np.ndarray], np.ndarray],
+    eff: Efficiencies,
+) -> tuple[Grid, str] | None:
     """All layers' MLA prefill attention on one rank (KV bytes per element ``kvb``), as
     ``attention_grid`` returns it: the measured module less ``projections(tokens)`` (seconds
     of one layer's five projections at that many tokens), at least the attention's FLOPs at
@@ -85,6 +98,7 @@ def mla_prefill_grid(model: ModelSpec, gpu: GpuSpec, tp: int, kvb: float, gemm_d
 
     def roof(b: np.ndarray, length: np.ndarray) -> np.ndarray:
         return mha(b, length, heads, heads)
+
     batch, lens = np.array(s["batch"], np.float64), np.array(s["isl"], np.float64)
     lat = np.array([[np.nan if v is None else v for v in row] for row in s["latency_ms"]], np.float64)
     bb, ss = np.meshgrid(batch, lens, indexing="ij")
@@ -97,10 +111,13 @@ def mla_prefill_grid(model: ModelSpec, gpu: GpuSpec, tp: int, kvb: float, gemm_d
         ok = np.isfinite(rest[i])
         last = int(np.flatnonzero(ok)[-1])
         for j in np.flatnonzero(~ok):
-            rest[i, j] = rest[i, last] * float(roof(batch[i:i + 1], lens[j:j + 1])[0]
-                                               / roof(batch[i:i + 1], lens[last:last + 1])[0])
+            rest[i, j] = rest[i, last] * float(
+                roof(batch[i : i + 1], lens[j : j + 1])[0] / roof(batch[i : i + 1], lens[last : last + 1])[0]
+            )
     ext_b, ext_s = extended_axis(batch, 1.0, MAX_BATCH), extended_axis(lens, 1.0, MAX_LENGTH)
     grid = ext_grid(batch, lens, rest, ext_b, ext_s, roof) + log(1e-3) + log(m.num_layers)
-    src = (f"table mla_context_module {sm100_folder(gpu.name)} vLLM {_tables()['vllm_version']} {kv_dtype} "
-           f"KV {gemm_dtype} heads={heads}, less its projections")
+    src = (
+        f"table mla_context_module {sm100_folder(gpu.name)} vLLM {_tables()['vllm_version']} {kv_dtype} "
+        f"KV {gemm_dtype} heads={heads}, less its projections"
+    )
     return (np.log(ext_b), ext_s, grid), src

@@ -82,13 +82,26 @@ EAGER_HOST_S_PER_LAYER = 0.8e-3
 class KernelPerfModel(KernelLayerOps, RooflineWork):
     """Step time of ``model`` on ``tp`` x ``pp`` GPUs from measured vLLM kernels (PerfModel)."""
 
-    def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1, pp: int = 1,
-                 kv_dtype_bytes: float | None = None, *, version: str | None = None,
-                 links: LinkSpec | None = None, ep: int = 1, expert_imbalance: float = 1.0,
-                 cuda_graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS,
-                 graphs: GraphPlan | None = None,
-                 eager_host_s_per_layer: float | None = None, dp: int = 1,
-                 moe_backend: str = "auto", sustained: bool = True, fp32_matmul: str = "highest") -> None:
+    def __init__(
+        self,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        tp: int = 1,
+        pp: int = 1,
+        kv_dtype_bytes: float | None = None,
+        *,
+        version: str | None = None,
+        links: LinkSpec | None = None,
+        ep: int = 1,
+        expert_imbalance: float = 1.0,
+        cuda_graph_max_tokens: int = CUDA_GRAPH_MAX_TOKENS,
+        graphs: GraphPlan | None = None,
+        eager_host_s_per_layer: float | None = None,
+        dp: int = 1,
+        moe_backend: str = "auto",
+        sustained: bool = True,
+        fp32_matmul: str = "highest",
+    ) -> None:
         """``version``: the vLLM version whose kernels to use (None: the newest with tables
         for this GPU). ``graphs``: the engine's CUDA-graph plan (``perf.cuda_graphs``; None:
         eager, no padding, every kernel launched, all-reduces from the CUDA-graph table up to
@@ -109,8 +122,17 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
             cuda_graph_max_tokens = graphs.max_size if pp == 1 else 0
         self.graphs = graphs if graphs is not None and pp == 1 else EAGER_PLAN
         self._pad = np.asarray(self.graphs.padded_sizes() or [0], np.float64)
-        self.roofline = RooflinePerfModel(model, gpu, tp=tp, pp=pp, kv_dtype_bytes=kv_dtype_bytes,
-                                          links=links, ep=ep, expert_imbalance=expert_imbalance, dp=dp)
+        self.roofline = RooflinePerfModel(
+            model,
+            gpu,
+            tp=tp,
+            pp=pp,
+            kv_dtype_bytes=kv_dtype_bytes,
+            links=links,
+            ep=ep,
+            expert_imbalance=expert_imbalance,
+            dp=dp,
+        )
         self.model, self.gpu, self.tp, self.pp, self.ep = model, gpu, tp, pp, ep
         self.moe_backend, self.fp32_matmul = moe_backend, fp32_matmul
         self.dp = self.roofline.dp  # 1 for a dense model, whose DP ranks share nothing
@@ -119,8 +141,9 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         self.eff = Efficiencies()
         versions = kernel_versions(gpu.name)
         if version is not None and version not in versions:
-            raise ValueError(f"no kernel tables for vLLM {version} on {gpu.name} "
-                             f"(have: {', '.join(versions) or 'none'})")
+            raise ValueError(
+                f"no kernel tables for vLLM {version} on {gpu.name} (have: {', '.join(versions) or 'none'})"
+            )
         self.version = version or (versions[-1] if versions else None)
         self.db: KernelDatabase | None = load_database(gpu.name, self.version) if self.version else None
         self.sources: dict[str, str] = {}
@@ -136,8 +159,10 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         ops = mem_ops_per_step(model)
         self._el_const = MEM_OP_LATENCY_S * ops
         self._samp_req = one["sampling"]
-        self.sources["elementwise"] = (f"roofline bytes (norms, rotary, activation, embedding) + {ops} "
-                                       f"memory ops x {MEM_OP_LATENCY_S * 1e6:g} us")
+        self.sources["elementwise"] = (
+            f"roofline bytes (norms, rotary, activation, embedding) + {ops} "
+            f"memory ops x {MEM_OP_LATENCY_S * 1e6:g} us"
+        )
         self.sources["sampling"] = "roofline"
         e = self.eff
         # Launch costs (the tables hold kernel time): every kernel of every layer when eager,
@@ -145,14 +170,26 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         self._c_eager = e.launch_overhead_s + L * KERNELS_PER_LAYER * e.kernel_overhead_s
         self._c_piece = e.launch_overhead_s + L * e.kernel_overhead_s if self.graphs.mixed else self._c_eager
         self._c_full = e.launch_overhead_s if self.graphs.full_decode else self._c_piece
-        kinds = ", ".join(k for k, on in (("full for decodes", self.graphs.full_decode),
-                                          ("piecewise", self.graphs.mixed)) if on)
-        self.sources["overhead"] = (f"launches: CUDA graphs up to {self.graphs.max_size} tokens ({kinds}"
-                                    f"{'' if self.graphs.mixed else '; steps with a prefill eager'}), "
-                                    "eager above" if self.graphs.max_size else "launches: eager")
-        self.step = KernelStepTime([0.0], [0.0], self._token_table, self._request_table,
-                                   lambda b: self._row(self._prefill, b),
-                                   lambda b: self._row(self._decode, b))
+        kinds = ", ".join(
+            k
+            for k, on in (("full for decodes", self.graphs.full_decode), ("piecewise", self.graphs.mixed))
+            if on
+        )
+        self.sources["overhead"] = (
+            f"launches: CUDA graphs up to {self.graphs.max_size} tokens ({kinds}"
+            f"{'' if self.graphs.mixed else '; steps with a prefill eager'}), "
+            "eager above"
+            if self.graphs.max_size
+            else "launches: eager"
+        )
+        self.step = KernelStepTime(
+            [0.0],
+            [0.0],
+            self._token_table,
+            self._request_table,
+            lambda b: self._row(self._prefill, b),
+            lambda b: self._row(self._decode, b),
+        )
         self.step.graph_max = self.graphs.max_size
         self.step.mixed_max = self.graphs.mixed_max_size
         self.step.c_full, self.step.c_piece, self.step.c_eager = self._c_full, self._c_piece, self._c_eager
@@ -160,8 +197,10 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         per_layer = host * eager_kernels_per_layer(model, tp, self.dp) / reference_kernels(tp)
         self.step.eager_floor = L * per_layer if graphs is not None and pp == 1 else 0.0
         if self.eager_floor:
-            self.sources["overhead"] += (f"; a step without graphs lasts at least {L} layers x "
-                                         f"{per_layer * 1e3:.2f} ms of host launches")
+            self.sources["overhead"] += (
+                f"; a step without graphs lasts at least {L} layers x "
+                f"{per_layer * 1e3:.2f} ms of host launches"
+            )
         self.step.tok = self._token_table(1023)
         self.step.req = self._request_table(255)
         if self.clocks is not None and self.hot:
@@ -179,8 +218,14 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         slowed curves where ``hot`` has them, the same launches, graphs and decode rows."""
         self._hot_token_ops = [(n, self.hot.get(n, c), k) for n, c, k in self._token_ops]
         self._prefill_hot = self._hot_grid(self._prefill)
-        hot = KernelStepTime([0.0], [0.0], lambda n: self._token_table(n, True), self._request_table,
-                             lambda b: self._row(self._prefill_hot, b), lambda b: self._row(self._decode, b))
+        hot = KernelStepTime(
+            [0.0],
+            [0.0],
+            lambda n: self._token_table(n, True),
+            self._request_table,
+            lambda b: self._row(self._prefill_hot, b),
+            lambda b: self._row(self._decode, b),
+        )
         hot.graph_max, hot.mixed_max = self.step.graph_max, self.step.mixed_max
         hot.c_full, hot.c_piece, hot.c_eager = self._c_full, self._c_piece, self._c_eager
         self.step.hot, self.step.onset_s = hot, clocks.onset_s
@@ -194,8 +239,11 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
     @property
     def fallbacks(self) -> tuple[str, ...]:
         """Operators timed by the roofline (no table for this GPU, dtype or shape)."""
-        return tuple(k for k, v in self.sources.items() if v.startswith("roofline") and k not in
-                     ("elementwise", "sampling", "logits_gather", "pipeline"))
+        return tuple(
+            k
+            for k, v in self.sources.items()
+            if v.startswith("roofline") and k not in ("elementwise", "sampling", "logits_gather", "pipeline")
+        )
 
     # ------------------------------------------------------------------ tables on demand
 
@@ -204,13 +252,14 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         at sustained clocks)."""
         t = self._padded(np.asarray(t, np.float64))
         total = self._el_tok * t + self._el_const
-        for _name, curve, mult in (self._hot_token_ops if hot else self._token_ops):
+        for _name, curve, mult in self._hot_token_ops if hot else self._token_ops:
             total += mult * curve.at_many(t)
         if self.pp > 1:  # hidden states and residual between stages
             g = self.gpu
-            total += (self.pp - 1) * (2 * self.model.hidden_size * 2.0 * t
-                                      / (g.interconnect_bw * self.eff.comm)
-                                      + g.interconnect_latency_s)
+            total += (self.pp - 1) * (
+                2 * self.model.hidden_size * 2.0 * t / (g.interconnect_bw * self.eff.comm)
+                + g.interconnect_latency_s
+            )
         return total
 
     def _padded(self, t: np.ndarray) -> np.ndarray:
@@ -233,8 +282,9 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         for _name, curve, mult in self._req_ops:
             total += mult * curve.at_many(r)
         if self.tp > 1:  # logits gather to the first rank
-            total += ((self.tp - 1) / self.tp * self.model.vocab_size * 2.0 * r
-                      / (self.gpu.interconnect_bw * self.eff.comm) + self.eff.allreduce_latency_s)
+            total += (self.tp - 1) / self.tp * self.model.vocab_size * 2.0 * r / (
+                self.gpu.interconnect_bw * self.eff.comm
+            ) + self.eff.allreduce_latency_s
         return total
 
     def _token_table(self, n: int, hot: bool = False) -> list[float]:
@@ -245,8 +295,9 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         size = max(n + 1, 2 * len(step.tok))
         return [0.0, *self._token_seconds(np.arange(1, size), hot).tolist()]
 
-    def _hot_grid(self, grid: tuple[np.ndarray, np.ndarray, np.ndarray] | None
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    def _hot_grid(
+        self, grid: tuple[np.ndarray, np.ndarray, np.ndarray] | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """The prefill-attention grid at sustained clocks: each (batch, length) point slowed
         at its utilization of the bf16 peak (causal pairs of the full layers, the windowed
         layers' at most ``s W - W^2 / 2``)."""
@@ -267,8 +318,9 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         return [0.0, *self._request_seconds(np.arange(1, size)).tolist()]
 
     @staticmethod
-    def _row(att: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
-             b: float) -> tuple[list[float], list[float]]:
+    def _row(
+        att: tuple[np.ndarray, np.ndarray, np.ndarray] | None, b: float
+    ) -> tuple[list[float], list[float]]:
         """(log length, log seconds) of the attention grid at batch ``b`` (log-linear in batch)."""
         assert att is not None
         lb, ls, grid = att
@@ -355,16 +407,26 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         out.update({name: mult * curve.at(r) for name, curve, mult in self._req_ops})
         out["elementwise"] = self._el_tok * tg + self._el_const
         out["sampling"] = self._samp_req * r
-        out["other"] = float(self._token_seconds(np.array([float(t)]))[0] - out["elementwise"]
-                        - sum(mult * curve.at(tg) for _n, curve, mult in self._token_ops)
-                        + self._request_seconds(np.array([float(r)]))[0] - self._samp_req * r
-                        - sum(mult * curve.at(r) for _n, curve, mult in self._req_ops))
+        out["other"] = float(
+            self._token_seconds(np.array([float(t)]))[0]
+            - out["elementwise"]
+            - sum(mult * curve.at(tg) for _n, curve, mult in self._token_ops)
+            + self._request_seconds(np.array([float(r)]))[0]
+            - self._samp_req * r
+            - sum(mult * curve.at(r) for _n, curve, mult in self._req_ops)
+        )
         out["overhead"] = self._const_for(t, pt)
-        out["attn_prefill"] = (row_time(self._row(self._prefill, stats.num_prefill_reqs),
-                                        0.5 * log(2.0 * stats.prefill_attn_work / stats.num_prefill_reqs))
-                               if pt else 0.0)
-        out["attn_decode"] = (row_time(self._row(self._decode, d), log(stats.sum_decode_context / d))
-                              if d else 0.0)
+        out["attn_prefill"] = (
+            row_time(
+                self._row(self._prefill, stats.num_prefill_reqs),
+                0.5 * log(2.0 * stats.prefill_attn_work / stats.num_prefill_reqs),
+            )
+            if pt
+            else 0.0
+        )
+        out["attn_decode"] = (
+            row_time(self._row(self._decode, d), log(stats.sum_decode_context / d)) if d else 0.0
+        )
         gpu = sum(out.values())
         if pt and self.step.hot is not None and gpu > self.step.onset_s:  # past the onset, slower clocks
             out["sustained_clocks"] = past_onset(gpu, self._curves_time(stats, True), self.step.onset_s)
@@ -375,21 +437,25 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
 
     def describe(self) -> str:
         """Which vLLM version's kernels, and where each operator's time comes from."""
-        head = (f"measured kernels of vLLM {self.version} on {self.gpu.name}" if self.version
-                else f"no kernel tables for {self.gpu.name}: every operator on the roofline")
+        head = (
+            f"measured kernels of vLLM {self.version} on {self.gpu.name}"
+            if self.version
+            else f"no kernel tables for {self.gpu.name}: every operator on the roofline"
+        )
         return head + "".join(f"\n  {k}: {v}" for k, v in self.sources.items())
-
 
     def bubble_fraction(self, stats: BatchStats) -> float:
         return self.roofline.bubble_fraction(stats)
 
 
-def kernel_perf_model(model: ModelSpec, gpu: GpuSpec, version: str | None = None,
-                      **kwargs: Any) -> KernelPerfModel:
+def kernel_perf_model(
+    model: ModelSpec, gpu: GpuSpec, version: str | None = None, **kwargs: Any
+) -> KernelPerfModel:
     """``KernelPerfModel`` for a scenario: a vLLM version without tables is a config error."""
     versions = kernel_versions(gpu.name)
     if version is not None and version not in versions:
         have = f"it has {', '.join(versions)}" if versions else "it has none (the roofline times it)"
-        raise ConfigError(f"hardware.kernel_version: no kernel tables for vLLM {version} on {gpu.name}; "
-                          f"{have}")
+        raise ConfigError(
+            f"hardware.kernel_version: no kernel tables for vLLM {version} on {gpu.name}; {have}"
+        )
     return KernelPerfModel(model, gpu, version=version, **kwargs)

@@ -85,12 +85,14 @@ from servesim.perf.kernels import (
 #: (catalog GPU, expert dtype) -> why the packed table is not the kernel vLLM serves with.
 UNSERVED: dict[tuple[str, str], str] = {
     (name, "w4a16_mxfp4"): "vLLM serves MXFP4 experts on SM100 with FlashInfer's TRTLLM-gen MoE; "
-                           "the table (slower than H200's) times another path" for name in SM100_GPUS
+    "the table (slower than H200's) times another path"
+    for name in SM100_GPUS
 }
 #: One catalog GPU per table folder: the GPUs whose served tables ``_transferred`` may carry
 #: to another GPU.
-CANONICAL = tuple(name for i, (name, folder) in enumerate(GPU_TABLES.items())
-                  if folder not in list(GPU_TABLES.values())[:i])
+CANONICAL = tuple(
+    name for i, (name, folder) in enumerate(GPU_TABLES.items()) if folder not in list(GPU_TABLES.values())[:i]
+)
 #: Weight-only expert dtypes (16-bit activations and math).
 WEIGHT_ONLY = ("int4_wo", "w4a16_mxfp4")
 #: Token counts at which a weight-only table is compared with the 16-bit one (decode sizes).
@@ -110,15 +112,22 @@ SERVED_FILE = "served_moe.json"
 #: ``engine.moe_backend`` -> the kernel vLLM serves MXFP4 experts with on SM100
 #: (``Mxfp4Backend``): FlashInfer's TRTLLM-gen MoE with 16-bit activations by default
 #: (``SM100_FI_MXFP4_BF16``), with MXFP8 ones under ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``.
-SM100_MXFP4 = {"auto": "flashinfer_trtllm_mxfp4_bf16", "flashinfer_trtllm": "flashinfer_trtllm_mxfp4_bf16",
-               "flashinfer_mxfp4_mxfp8": "flashinfer_trtllm_mxfp4_mxfp8"}
+SM100_MXFP4 = {
+    "auto": "flashinfer_trtllm_mxfp4_bf16",
+    "flashinfer_trtllm": "flashinfer_trtllm_mxfp4_bf16",
+    "flashinfer_mxfp4_mxfp8": "flashinfer_trtllm_mxfp4_mxfp8",
+}
 #: ``engine.moe_backend`` -> the kernel vLLM serves block-FP8 experts with on SM100: FlashInfer's
 #: TRTLLM-gen MoE, the first of the FP8 oracle's priority list there (its monolithic kernel,
 #: routing inside). ``triton`` is not in it: Triton's ``fused_experts``, the packed tables'.
 SM100_FP8_BLOCK = {"auto": "flashinfer_trtllm_fp8_block", "flashinfer_trtllm": "flashinfer_trtllm_fp8_block"}
 #: The math of each served kernel, the peak of its roofline (16-bit or FP8 tensor cores).
-SERVED_MATH = {"flashinfer_trtllm_mxfp4_bf16": "w4a16_mxfp4", "flashinfer_trtllm_mxfp4_mxfp8": "fp8",
-               "marlin_int4": "int4_wo", "flashinfer_trtllm_fp8_block": "fp8"}
+SERVED_MATH = {
+    "flashinfer_trtllm_mxfp4_bf16": "w4a16_mxfp4",
+    "flashinfer_trtllm_mxfp4_mxfp8": "fp8",
+    "marlin_int4": "int4_wo",
+    "flashinfer_trtllm_fp8_block": "fp8",
+}
 #: vLLM's Marlin MoE of int4 experts (``CompressedTensorsWNA16MarlinMoEMethod``,
 #: ``fused_marlin_moe``) as the served table names it: B200's only Marlin measurement (its
 #: ``int4_wo`` tables of vLLM 0.19.0 time Triton's W4A16 ``fused_experts``, ``marlin_curve``).
@@ -150,10 +159,15 @@ def padded_experts(model: ModelSpec, moe_tp: int, pad: tuple[int, int]) -> Model
     """``model`` with the expert shape the kernel computes on: hidden and per-rank
     intermediate sizes rounded up to ``pad`` (the intermediate size given back as the sum
     over ``moe_tp`` ranks, as ``ModelSpec`` holds it)."""
+
     def up(x: int, to: int) -> int:
         return -(-x // to) * to
-    return replace(model, hidden_size=up(model.hidden_size, pad[0]),
-                   moe_intermediate_size=up(-(-model.moe_intermediate_size // moe_tp), pad[1]) * moe_tp)
+
+    return replace(
+        model,
+        hidden_size=up(model.hidden_size, pad[0]),
+        moe_intermediate_size=up(-(-model.moe_intermediate_size // moe_tp), pad[1]) * moe_tp,
+    )
 
 
 def has_mxfp4_experts(model: ModelSpec) -> bool:
@@ -167,8 +181,15 @@ def _served() -> dict[tuple[str, str], dict[str, Any]]:
     return {(t["gpu"], t["kernel"]): t for t in raw["tables"]}
 
 
-def served_curve(model: ModelSpec, gpu: GpuSpec, kernel: str, moe_tp: int, ep: int,
-                 eff: Efficiencies, pad: tuple[int, int] = NO_PAD) -> tuple[LogCurve, str] | None:
+def served_curve(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    kernel: str,
+    moe_tp: int,
+    ep: int,
+    eff: Efficiencies,
+    pad: tuple[int, int] = NO_PAD,
+) -> tuple[LogCurve, str] | None:
     """One MoE layer timed from the served kernel's own table (``SERVED_FILE``): the series
     of the shape nearest the model's (``_shape_distance``) and, in it, the nearest moe_tp at
     this EP size, carried to the model's shape and sharding by the roofline ratio of the
@@ -188,22 +209,27 @@ def served_curve(model: ModelSpec, gpu: GpuSpec, kernel: str, moe_tp: int, ep: i
     if not series:
         return None
     own = (model.hidden_size, model.moe_intermediate_size, model.num_experts_per_tok, model.num_experts)
-    best = min(series, key=lambda s: (_shape_distance(own, tuple(s["shape"])), abs(log(s["moe_tp"] / moe_tp)),
-                                      s["moe_tp"]))
+    best = min(
+        series,
+        key=lambda s: (_shape_distance(own, tuple(s["shape"])), abs(log(s["moe_tp"] / moe_tp)), s["moe_tp"]),
+    )
     (h, i, k, e), t_tp = best["shape"], best["moe_tp"]
     math = SERVED_MATH[kernel]
     roof = moe_roofline(padded_experts(model, moe_tp, pad), gpu, eff, moe_tp, ep, math)
     tokens, lat = np.array(best["tokens"], dtype=float), np.array(best["latency_ms"], dtype=float)
-    where = (f"table moe {kernel} {h}x{i} top-{k} of {e} experts tp={t_tp} ep={ep} "
-             f"of vLLM {table['vllm_version']}")
+    where = (
+        f"table moe {kernel} {h}x{i} top-{k} of {e} experts tp={t_tp} ep={ep} of vLLM {table['vllm_version']}"
+    )
     same = (h, i, k, e) == own
     if same and t_tp == moe_tp:
         return _curve(tokens, lat, roof), where
     proxy = replace(model, hidden_size=h, moe_intermediate_size=i, num_experts_per_tok=k, num_experts=e)
     ref = moe_roofline(padded_experts(proxy, t_tp, pad), gpu, eff, t_tp, ep, math)
     to = [*(() if same else ("this shape",)), *(() if t_tp == moe_tp else (f"tp={moe_tp}",))]
-    return (_curve(tokens, _rescaled(tokens, lat, roof, ref), roof),
-            f"{where} (roofline-scaled to {', '.join(to)})")
+    return (
+        _curve(tokens, _rescaled(tokens, lat, roof, ref), roof),
+        f"{where} (roofline-scaled to {', '.join(to)})",
+    )
 
 
 def moe_dtype(model: ModelSpec, gemm_dtype: str | None) -> str | None:
@@ -220,8 +246,15 @@ def moe_dtype(model: ModelSpec, gemm_dtype: str | None) -> str | None:
     return gemm_dtype
 
 
-def moe_roofline(model: ModelSpec, gpu: GpuSpec, eff: Efficiencies, moe_tp: int, ep: int, dtype: str | None,
-                 weight_bytes: float | None = None) -> RoofFn:
+def moe_roofline(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    eff: Efficiencies,
+    moe_tp: int,
+    ep: int,
+    dtype: str | None,
+    weight_bytes: float | None = None,
+) -> RoofFn:
     """Seconds of one MoE layer vs tokens (vectorized): the touched experts' weights once,
     the token copies' activations in and out, 2 FLOPs per weight per token copy."""
     m = model
@@ -233,13 +266,21 @@ def moe_roofline(model: ModelSpec, gpu: GpuSpec, eff: Efficiencies, moe_tp: int,
     def roof(t: np.ndarray) -> np.ndarray:
         pairs = t * k / ep
         touched = E * (1.0 - (1.0 - k / m.num_experts) ** t)
-        return roof_time(2.0 * per_expert * pairs, per_expert * wb * touched + pairs * m.hidden_size * 2.0 * 4,
-                         peak, gpu.mem_bw, eff.linear_compute, eff.linear_memory)
+        return roof_time(
+            2.0 * per_expert * pairs,
+            per_expert * wb * touched + pairs * m.hidden_size * 2.0 * 4,
+            peak,
+            gpu.mem_bw,
+            eff.linear_compute,
+            eff.linear_memory,
+        )
+
     return roof
 
 
-def unserved_reason(db: KernelDatabase, model: ModelSpec, gpu: GpuSpec, moe_tp: int, ep: int,
-                    dtype: str) -> str | None:
+def unserved_reason(
+    db: KernelDatabase, model: ModelSpec, gpu: GpuSpec, moe_tp: int, ep: int, dtype: str
+) -> str | None:
     """Why the table of ``dtype`` for this shape is not used (None: it is)."""
     if (gpu.name, dtype) in UNSERVED:
         return UNSERVED[(gpu.name, dtype)]
@@ -259,13 +300,23 @@ def unserved_reason(db: KernelDatabase, model: ModelSpec, gpu: GpuSpec, moe_tp: 
     return None
 
 
-def _nearest(db: KernelDatabase, tgpu: GpuSpec, model: ModelSpec, gpu: GpuSpec, eff: Efficiencies,
-             moe_tp: int, ep: int, dtype: str, roof: RoofFn) -> tuple[LogCurve, str] | None:
+def _nearest(
+    db: KernelDatabase,
+    tgpu: GpuSpec,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    eff: Efficiencies,
+    moe_tp: int,
+    ep: int,
+    dtype: str,
+    roof: RoofFn,
+) -> tuple[LogCurve, str] | None:
     """The table of ``db`` (measured on ``tgpu``) at this shape and the nearest moe_tp,
     scaled by the roofline ratio of this GPU and sharding to the table's."""
     m = model
-    hit = db.moe_nearest(m.hidden_size, m.moe_intermediate_size, m.num_experts_per_tok, m.num_experts,
-                         moe_tp, ep, dtype)
+    hit = db.moe_nearest(
+        m.hidden_size, m.moe_intermediate_size, m.num_experts_per_tok, m.num_experts, moe_tp, ep, dtype
+    )
     if hit is None:
         return None
     tokens, lat, t_tp = hit
@@ -273,12 +324,22 @@ def _nearest(db: KernelDatabase, tgpu: GpuSpec, model: ModelSpec, gpu: GpuSpec, 
     if t_tp == moe_tp and not where:
         return _curve(tokens, lat, roof), f"table moe {dtype} tp={moe_tp} ep={ep}"
     ref = moe_roofline(m, tgpu, eff, t_tp, ep, dtype)
-    return (_curve(tokens, _rescaled(tokens, lat, roof, ref), roof),
-            f"table moe {dtype} tp={t_tp} ep={ep}{where} (roofline-scaled to {gpu.name} tp={moe_tp})")
+    return (
+        _curve(tokens, _rescaled(tokens, lat, roof, ref), roof),
+        f"table moe {dtype} tp={t_tp} ep={ep}{where} (roofline-scaled to {gpu.name} tp={moe_tp})",
+    )
 
 
-def _transferred(db: KernelDatabase, model: ModelSpec, gpu: GpuSpec, eff: Efficiencies, moe_tp: int, ep: int,
-                 dtype: str, roof: RoofFn) -> tuple[LogCurve, str] | None:
+def _transferred(
+    db: KernelDatabase,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    eff: Efficiencies,
+    moe_tp: int,
+    ep: int,
+    dtype: str,
+    roof: RoofFn,
+) -> tuple[LogCurve, str] | None:
     """Another GPU's served table of this shape and dtype (at the vLLM version nearest
     ``db``'s where that GPU's table passes ``unserved_reason``), times the measured ratio
     of this GPU to that one for the same kernel at ``db``'s version, token count by token
@@ -293,8 +354,10 @@ def _transferred(db: KernelDatabase, model: ModelSpec, gpu: GpuSpec, eff: Effici
     served one."""
     m = model
     here = GPU_TABLES.get(gpu.name)
-    others = sorted({name for name, folder in GPU_TABLES.items() if folder != here and name in CANONICAL},
-                    key=lambda name: abs(log(get_gpu(name).mem_bw / gpu.mem_bw)))
+    others = sorted(
+        {name for name, folder in GPU_TABLES.items() if folder != here and name in CANONICAL},
+        key=lambda name: abs(log(get_gpu(name).mem_bw / gpu.mem_bw)),
+    )
     mine = _nearest(db, gpu, m, gpu, eff, moe_tp, ep, dtype, roof)
     if mine is None:
         return None
@@ -316,16 +379,21 @@ def _transferred(db: KernelDatabase, model: ModelSpec, gpu: GpuSpec, eff: Effici
                 continue
             xs = np.exp(served[0].lx)
             ly = served[0].ly + np.log(mine[0].at_many(xs)) - np.log(theirs[0].at_many(xs))
-            return (LogCurve(xs, ly), f"table moe {dtype} tp={moe_tp} ep={ep} of {other} {v}, times the measured "
-                                      f"{gpu.name}/{other} ratio of the same kernel at {db.version}")
+            return (
+                LogCurve(xs, ly),
+                f"table moe {dtype} tp={moe_tp} ep={ep} of {other} {v}, times the measured "
+                f"{gpu.name}/{other} ratio of the same kernel at {db.version}",
+            )
     return None
 
 
 def _version_gap(a: str, b: str) -> float:
     """Distance of two vLLM versions (major.minor.patch as one number)."""
+
     def num(v: str) -> float:
         t = (*version_tuple(v), 0, 0)
         return t[0] * 1e6 + t[1] * 1e3 + t[2]
+
     return abs(num(a) - num(b))
 
 
@@ -336,8 +404,9 @@ def _shape_distance(own: tuple[int, int, int, int], shape: tuple[int, int, int, 
     return abs(log(h * i / (oh * oi))) + abs(log(k / ok)) + abs(log(e / oe))
 
 
-def marlin_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase, moe_tp: int, ep: int,
-                 eff: Efficiencies, roof: RoofFn) -> tuple[LogCurve, str] | None:
+def marlin_curve(
+    model: ModelSpec, gpu: GpuSpec, db: KernelDatabase, moe_tp: int, ep: int, eff: Efficiencies, roof: RoofFn
+) -> tuple[LogCurve, str] | None:
     """4-bit weight-only experts run by vLLM's Marlin MoE (int4 experts; MXFP4 ones with
     ``engine.moe_backend: marlin``).
 
@@ -368,19 +437,33 @@ def marlin_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase, moe_tp: int
             if hit is None:
                 continue
             tokens, lat, t_tp = hit
-            proxy = replace(model, hidden_size=h, moe_intermediate_size=i, num_experts_per_tok=k,
-                            num_experts=e)
+            proxy = replace(
+                model, hidden_size=h, moe_intermediate_size=i, num_experts_per_tok=k, num_experts=e
+            )
             ref = moe_roofline(proxy, gpu, eff, t_tp, ep, "int4_wo", weight_bytes=MARLIN_TABLE_WEIGHT_BYTES)
-            to = [*(() if (h, i, k, e) == own else ("this shape",)), *(() if t_tp == moe_tp else (f"tp={moe_tp}",)),
-                  "its weight bytes"]
-            return (_curve(tokens, _rescaled(tokens, lat, roof, ref), roof),
-                    f"Marlin MoE: table moe int4_wo {h}x{i} top-{k} of {e} experts tp={t_tp} ep={ep} of vLLM "
-                    f"{version} (roofline-scaled to {', '.join(to)})")
+            to = [
+                *(() if (h, i, k, e) == own else ("this shape",)),
+                *(() if t_tp == moe_tp else (f"tp={moe_tp}",)),
+                "its weight bytes",
+            ]
+            return (
+                _curve(tokens, _rescaled(tokens, lat, roof, ref), roof),
+                f"Marlin MoE: table moe int4_wo {h}x{i} top-{k} of {e} experts tp={t_tp} ep={ep} of vLLM "
+                f"{version} (roofline-scaled to {', '.join(to)})",
+            )
     return None
 
 
-def moe_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int, ep: int,
-              dtype: str | None, eff: Efficiencies, backend: str = "auto") -> tuple[LogCurve, str]:
+def moe_curve(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    db: KernelDatabase | None,
+    tp: int,
+    ep: int,
+    dtype: str | None,
+    eff: Efficiencies,
+    backend: str = "auto",
+) -> tuple[LogCurve, str]:
     """Seconds of one MoE layer vs tokens T of the step, and where it comes from.
 
     int4 weight-only experts (GPTQ, AWQ, compressed-tensors W4A16) take ``marlin_curve``
@@ -396,8 +479,11 @@ def moe_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int
     ts = extended_axis(np.array([1.0]), 1.0, MAX_TOKENS)
     skipped = ""
     if db is not None and (dtype == "int4_wo" or (dtype in WEIGHT_ONLY and backend == "marlin")):
-        mroof = (roof if pad == NO_PAD
-                 else moe_roofline(padded_experts(m, moe_tp, pad), gpu, eff, moe_tp, ep, dtype))
+        mroof = (
+            roof
+            if pad == NO_PAD
+            else moe_roofline(padded_experts(m, moe_tp, pad), gpu, eff, moe_tp, ep, dtype)
+        )
         hit = marlin_curve(m, gpu, db, moe_tp, ep, eff, mroof)
         if hit is None and dtype == "int4_wo":
             hit = served_curve(m, gpu, MARLIN_SERVED, moe_tp, ep, eff)
@@ -428,12 +514,21 @@ def moe_curve(model: ModelSpec, gpu: GpuSpec, db: KernelDatabase | None, tp: int
         if found is not None:
             return found
         if dtype in WEIGHT_ONLY:
-            base = db.moe(m.hidden_size, m.moe_intermediate_size, m.num_experts_per_tok, m.num_experts,
-                          moe_tp, ep, "bfloat16")
+            base = db.moe(
+                m.hidden_size,
+                m.moe_intermediate_size,
+                m.num_experts_per_tok,
+                m.num_experts,
+                moe_tp,
+                ep,
+                "bfloat16",
+            )
             if base is not None:
                 ref = moe_roofline(m, gpu, eff, moe_tp, ep, "bfloat16", weight_bytes=2.0)
-                return (_curve(base[0], _rescaled(base[0], base[1], roof, ref), roof),
-                        f"table moe bfloat16 tp={moe_tp} ep={ep} (roofline-scaled to {dtype} weights{skipped})")
+                return (
+                    _curve(base[0], _rescaled(base[0], base[1], roof, ref), roof),
+                    f"table moe bfloat16 tp={moe_tp} ep={ep} (roofline-scaled to {dtype} weights{skipped})",
+                )
     return LogCurve(ts, np.log(roof(ts))), f"roofline (no fused-MoE table for this shape{skipped})"
 
 

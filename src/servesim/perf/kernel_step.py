@@ -71,9 +71,15 @@ class KernelStepTime:
     hot: KernelStepTime | None
     onset_s: float
 
-    def __init__(self, tok: list[float], req: list[float], grow_tokens: Callable[[int], list[float]],
-                 grow_requests: Callable[[int], list[float]], prefill_row: Callable[[int], Row],
-                 decode_row: Callable[[int], Row]) -> None:
+    def __init__(
+        self,
+        tok: list[float],
+        req: list[float],
+        grow_tokens: Callable[[int], list[float]],
+        grow_requests: Callable[[int], list[float]],
+        prefill_row: Callable[[int], Row],
+        decode_row: Callable[[int], Row],
+    ) -> None:
         """``grow_*(n)``: the table for at least counts 0..n; ``*_row(b)``: the row at batch b."""
         self.tok = tok
         self.req = req
@@ -98,8 +104,9 @@ class KernelStepTime:
         pt = stats.num_prefill_tokens
         if pt and total > self.onset_s and self.hot is not None:
             total += past_onset(total, self.hot.gpu_time(stats), self.onset_s)
-        if total < self.eager_floor and pt + stats.num_decode_reqs > (self.mixed_max if pt
-                                                                      else self.graph_max):
+        if total < self.eager_floor and pt + stats.num_decode_reqs > (
+            self.mixed_max if pt else self.graph_max
+        ):
             return self.eager_floor
         return total
 

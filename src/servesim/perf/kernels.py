@@ -44,8 +44,15 @@ from typing import Any
 import numpy as np
 
 #: servesim catalog GPU name -> the database's GPU folder.
-GPU_TABLES = {"A100-80GB": "a100_sxm", "H100-SXM": "h100_sxm", "H200": "h200_sxm", "B200": "b200_sxm",
-              "B300": "b300_sxm", "GB200": "gb200", "L40S": "l40s"}
+GPU_TABLES = {
+    "A100-80GB": "a100_sxm",
+    "H100-SXM": "h100_sxm",
+    "H200": "h200_sxm",
+    "B200": "b200_sxm",
+    "B300": "b300_sxm",
+    "GB200": "gb200",
+    "L40S": "l40s",
+}
 #: Blackwell data-centre GPUs (SM100 family): the tables measured on B200 alone (the served
 #: MoE kernels' and the MLA module's) time the others too.
 SM100_GPUS = ("B200", "B300", "GB200")
@@ -54,6 +61,8 @@ SM100_GPUS = ("B200", "B300", "GB200")
 def sm100_folder(gpu_name: str) -> str:
     """The folder of tables measured on B200 alone that ``gpu_name`` reads (its own else)."""
     return "b200_sxm" if gpu_name in SM100_GPUS else GPU_TABLES.get(gpu_name, "")
+
+
 #: GPUs of the same SM architecture and SM count, differing in HBM only (H100 SXM and H200:
 #: one GH100 die): a shape measured on one is scaled to the other by the roofline (the
 #: bandwidth ratio where memory-bound) when the GPU's own table lacks it or fails a check.
@@ -130,15 +139,16 @@ class KernelDatabase:
             lat = self._clean[dtype] = without_dips(a[f"gemm.{dtype}.lat"], axes)
         return axes[0], axes[1], axes[2], lat
 
-    def attention_class(self, prefix: str, kv_dtype: str, head_dim: int, heads: int, kv_heads: int,
-                        window: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]] | None:
+    def attention_class(
+        self, prefix: str, kv_dtype: str, head_dim: int, heads: int, kv_heads: int, window: int = 0
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]] | None:
         """(batch, length, latency ms [batch, length], (heads, kv heads) used) of the nearest
         measured shape class of ``prefix`` ('ctx' prefill or 'gen' decode), or None."""
         a = self.arrays
         if not self.has(prefix) or kv_dtype not in DTYPES:
             return None
         keys = a[f"{prefix}.keys"]
-        same = ((keys[:, 0] == DTYPES.index(kv_dtype)) & (keys[:, 1] == head_dim) & (keys[:, 4] == window))
+        same = (keys[:, 0] == DTYPES.index(kv_dtype)) & (keys[:, 1] == head_dim) & (keys[:, 4] == window)
         if not same.any():
             return None
         cand = np.flatnonzero(same)
@@ -164,7 +174,16 @@ class KernelDatabase:
                 if key[0] != DTYPES.index(kv_dtype) or key[4]:  # sliding-window classes: not checked
                     continue
                 with np.errstate(invalid="ignore", divide="ignore"):
-                    frac = 2.0 * b * float(key[2]) * float(key[1]) * s * s / (lat.astype(np.float64) * 1e-3) / peak
+                    frac = (
+                        2.0
+                        * b
+                        * float(key[2])
+                        * float(key[1])
+                        * s
+                        * s
+                        / (lat.astype(np.float64) * 1e-3)
+                        / peak
+                    )
                 if np.isfinite(frac).any():
                     worst = max(worst, float(np.nanmax(frac)))
         cache[(kv_dtype, peak)] = worst
@@ -185,8 +204,9 @@ class KernelDatabase:
         i = a["nccl.ops"].tolist().index(op)
         return a["nccl.size"], a["nccl.lat"][i, int(np.searchsorted(a["nccl.num_gpus"], num_gpus))]
 
-    def moe(self, hidden: int, inter: int, topk: int, num_experts: int, moe_tp: int, moe_ep: int,
-            dtype: str) -> tuple[np.ndarray, np.ndarray] | None:
+    def moe(
+        self, hidden: int, inter: int, topk: int, num_experts: int, moe_tp: int, moe_ep: int, dtype: str
+    ) -> tuple[np.ndarray, np.ndarray] | None:
         """(tokens, latency ms) of the fused MoE of exactly this shape, or None."""
         a = self.arrays
         if "moe.lat" not in a or dtype not in DTYPES:
@@ -195,8 +215,9 @@ class KernelDatabase:
         hit = np.flatnonzero((a["moe.keys"] == want).all(axis=1))
         return (a["moe.tokens"], a["moe.lat"][hit[0]]) if len(hit) else None
 
-    def moe_nearest(self, hidden: int, inter: int, topk: int, num_experts: int, moe_tp: int, moe_ep: int,
-                    dtype: str) -> tuple[np.ndarray, np.ndarray, int] | None:
+    def moe_nearest(
+        self, hidden: int, inter: int, topk: int, num_experts: int, moe_tp: int, moe_ep: int, dtype: str
+    ) -> tuple[np.ndarray, np.ndarray, int] | None:
         """(tokens, latency ms, the table's moe_tp) of the fused MoE of this shape, dtype and
         ``moe_ep`` at ``moe_tp`` or, when that is not measured, the nearest measured moe_tp
         (log distance, the smaller on a tie); None when no moe_tp is."""
@@ -205,8 +226,11 @@ class KernelDatabase:
             return None
         keys = a["moe.keys"]
         want = np.array([hidden, inter, topk, num_experts, moe_ep, DTYPES.index(dtype)])
-        hit = [i for i in np.flatnonzero((keys[:, [0, 1, 2, 3, 5, 6]] == want).all(axis=1))
-               if np.isfinite(a["moe.lat"][i]).sum() >= 2]
+        hit = [
+            i
+            for i in np.flatnonzero((keys[:, [0, 1, 2, 3, 5, 6]] == want).all(axis=1))
+            if np.isfinite(a["moe.lat"][i]).sum() >= 2
+        ]
         if not len(hit):
             return None
         c = min(hit, key=lambda i: (abs(log(keys[i, 4] / moe_tp)), keys[i, 4]))
@@ -284,8 +308,13 @@ def log_axis_weights(axis: np.ndarray, x: float) -> tuple[list[tuple[int, float]
     return [(i, 1.0 - w), (i + 1, w)], xc
 
 
-def gemm_m_curve(table: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], n: int, k: int,
-                 query_m: np.ndarray, roof: Callable[[np.ndarray, float, float], np.ndarray]) -> np.ndarray:
+def gemm_m_curve(
+    table: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    n: int,
+    k: int,
+    query_m: np.ndarray,
+    roof: Callable[[np.ndarray, float, float], np.ndarray],
+) -> np.ndarray:
     """Log latency (ms) of an (m x k) @ (k x n) GEMM at every ``query_m``.
 
     Bilinear in (log n, log k) at each measured m (corners that were not measured drop out
@@ -311,8 +340,14 @@ def gemm_m_curve(table: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], n
     return log_curve(msf, row, query_m, lambda m: roof(m, n, k))
 
 
-def ext_grid(batch: np.ndarray, lens: np.ndarray, lat: np.ndarray, ext_batch: np.ndarray,
-             ext_lens: np.ndarray, roof: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
+def ext_grid(
+    batch: np.ndarray,
+    lens: np.ndarray,
+    lat: np.ndarray,
+    ext_batch: np.ndarray,
+    ext_lens: np.ndarray,
+    roof: Callable[[np.ndarray, np.ndarray], np.ndarray],
+) -> np.ndarray:
     """Log latency (ms) of a (batch, length) grid on the extended axes ``ext_batch`` x
     ``ext_lens``: ``log_curve`` along batch in every measured length column, then along
     length in every row. ``roof(batch, length)`` is the roofline time, vectorized (broadcast)."""
@@ -373,16 +408,24 @@ def extended_axis(xs: np.ndarray, lo: float = 1.0, hi: float = float(1 << 22)) -
     ``LogCurve`` holds the roofline-scaled values beyond the measurements)."""
     xs = np.asarray(xs, np.float64)
     first = int(np.ceil(np.log2(xs[0])))
-    below = [2.0 ** e for e in range(int(np.floor(np.log2(lo))), first) if 2.0 ** e < xs[0]]
-    above = [2.0 ** e for e in range(int(np.floor(np.log2(xs[-1]))) + 1, int(np.log2(hi)) + 1)]
+    below = [2.0**e for e in range(int(np.floor(np.log2(lo))), first) if 2.0**e < xs[0]]
+    above = [2.0**e for e in range(int(np.floor(np.log2(xs[-1]))) + 1, int(np.log2(hi)) + 1)]
     return np.array([*below, *xs.tolist(), *above])
 
 
 # --------------------------------------------------------------------------- rooflines for scaling
 
 
-def roof_time(flops: np.ndarray | float, nbytes: np.ndarray | float, peak: float, mem_bw: float,
-              compute_eff: float, memory_eff: float) -> np.ndarray:
+def roof_time(
+    flops: np.ndarray | float,
+    nbytes: np.ndarray | float,
+    peak: float,
+    mem_bw: float,
+    compute_eff: float,
+    memory_eff: float,
+) -> np.ndarray:
     """max(compute, memory) time, seconds, vectorized: the shape rule used off the grid."""
-    return np.maximum(np.asarray(flops, np.float64) / (peak * compute_eff),
-                      np.asarray(nbytes, np.float64) / (mem_bw * memory_eff))
+    return np.maximum(
+        np.asarray(flops, np.float64) / (peak * compute_eff),
+        np.asarray(nbytes, np.float64) / (mem_bw * memory_eff),
+    )

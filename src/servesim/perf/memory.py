@@ -92,8 +92,9 @@ def weights_bytes_per_gpu(model: ModelSpec, tp: int = 1, pp: int = 1, attention_
     return model.linear_weight_bytes(tp, pp, attention_dp) + (vocab + norms) * model.activation_dtype_bytes
 
 
-def served_weights_bytes(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig,
-                         parallel: ParallelConfig) -> float:
+def served_weights_bytes(
+    model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: ParallelConfig
+) -> float:
     """``weights_bytes_per_gpu`` of the weights as vLLM lays them out on ``gpu``: MXFP4
     experts padded as its ``Mxfp4MoEMethod`` pads them for the backend
     (``engine.moe_backend``; ``kernel_moe.mxfp4_pad``): gpt-oss-120b at TP 8 on Blackwell
@@ -134,8 +135,13 @@ def activation_peak_bytes(model: ModelSpec, engine: EngineConfig, tp: int = 1) -
     return float(max(forward, sampler))
 
 
-def suggest_layout(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: ParallelConfig,
-                   kv_dtype_bytes: float | None = None) -> str | None:
+def suggest_layout(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    engine: EngineConfig,
+    parallel: ParallelConfig,
+    kv_dtype_bytes: float | None = None,
+) -> str | None:
     """A change of layout that ``plan_memory`` was checked to accept, as a hint, or None.
 
     Tried in order: more tensor parallelism inside one node (TP up to 8, dividing the
@@ -153,7 +159,8 @@ def suggest_layout(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, paralle
 
     def named(tp: int, pp: int) -> list[str]:
         return ([f"tensor_parallel_size={tp}"] if tp != tp0 else []) + (
-            [f"pipeline_parallel_size={pp}"] if pp != pp0 else [])
+            [f"pipeline_parallel_size={pp}"] if pp != pp0 else []
+        )
 
     for tp, pp in layouts:
         if _fits(model, gpu, engine, layout(tp, pp), kv_dtype_bytes):
@@ -166,8 +173,13 @@ def suggest_layout(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, paralle
     return None
 
 
-def _fits(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: ParallelConfig,
-          kv_dtype_bytes: float | None) -> bool:
+def _fits(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    engine: EngineConfig,
+    parallel: ParallelConfig,
+    kv_dtype_bytes: float | None,
+) -> bool:
     try:
         plan_memory(model, gpu, engine, parallel, kv_dtype_bytes, hint=False)
     except (ConfigError, DoesNotFitError):
@@ -175,21 +187,37 @@ def _fits(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: Parall
     return True
 
 
-def _kv_tokens(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: ParallelConfig,
-               kv_dtype_bytes: float | None) -> int:
+def _kv_tokens(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    engine: EngineConfig,
+    parallel: ParallelConfig,
+    kv_dtype_bytes: float | None,
+) -> int:
     """KV tokens one GPU holds with this layout (0 when the weights do not fit)."""
     tp, pp = parallel.tensor_parallel_size, parallel.pipeline_parallel_size
     max_len = engine.max_model_len or model.max_position_embeddings
     engine = resolve_engine(engine, gpu.mem_bytes, gpu.name, max_len)
     weights = served_weights_bytes(model, gpu, engine, parallel)
-    available = (engine.gpu_memory_utilization * gpu.mem_bytes - weights
-                 - activation_peak_bytes(model, engine, tp) - NON_TORCH_RESERVE_BYTES)
+    available = (
+        engine.gpu_memory_utilization * gpu.mem_bytes
+        - weights
+        - activation_peak_bytes(model, engine, tp)
+        - NON_TORCH_RESERVE_BYTES
+    )
     per_block = model.kv_bytes_per_token(tp, kv_dtype_bytes, pp) * engine.block_size
     return max(0, math.floor(available / per_block)) * engine.block_size
 
 
-def _hint(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: ParallelConfig,
-          kv_dtype_bytes: float | None, enabled: bool, kv_tokens: int = 0) -> str:
+def _hint(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    engine: EngineConfig,
+    parallel: ParallelConfig,
+    kv_dtype_bytes: float | None,
+    enabled: bool,
+    kv_tokens: int = 0,
+) -> str:
     """The end of a does-not-fit message: changes checked to fit, or what else can be done.
 
     ``kv_tokens`` (the KV cache's capacity when the weights fit) offers the shorter
@@ -209,8 +237,15 @@ def _hint(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: Parall
     return "no layout of up to 8 GPUs per pipeline stage fits: use a GPU with more memory or a smaller model"
 
 
-def plan_memory(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: ParallelConfig,
-                kv_dtype_bytes: float | None = None, *, hint: bool = True) -> MemoryPlan:
+def plan_memory(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    engine: EngineConfig,
+    parallel: ParallelConfig,
+    kv_dtype_bytes: float | None = None,
+    *,
+    hint: bool = True,
+) -> MemoryPlan:
     """KV blocks per GPU for ``model`` on ``gpu`` with this engine and parallelism.
 
     Raises DoesNotFitError when the weights do not fit, when nothing is left for the KV
@@ -225,8 +260,10 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: 
     max_model_len = engine.max_model_len or model.max_position_embeddings
     engine = resolve_engine(engine, gpu.mem_bytes, gpu.name, max_model_len)
     if max_model_len > model.max_position_embeddings:
-        raise ConfigError(f"engine.max_model_len ({max_model_len}) exceeds {model.name}'s "
-                          f"max_position_embeddings ({model.max_position_embeddings}); vLLM rejects it too")
+        raise ConfigError(
+            f"engine.max_model_len ({max_model_len}) exceeds {model.name}'s "
+            f"max_position_embeddings ({model.max_position_embeddings}); vLLM rejects it too"
+        )
     check_gpu_blocks_override(engine, max_model_len)
     usable = engine.gpu_memory_utilization * gpu.mem_bytes
     weights = served_weights_bytes(model, gpu, engine, parallel)
@@ -250,14 +287,17 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: 
         most = room / (window + window_tokens * kv_per_token)
         longest = -(-max_model_len // bs) * kv_per_block  # one max_model_len request
         reserve += min(min(engine.max_num_seqs, most) * window, max(window, room - longest))
-    where = (f"{model.name} on {gpu.name} (TP={tp}, PP={pp}, gpu_memory_utilization="
-             f"{engine.gpu_memory_utilization})")
+    where = (
+        f"{model.name} on {gpu.name} (TP={tp}, PP={pp}, gpu_memory_utilization="
+        f"{engine.gpu_memory_utilization})"
+    )
 
     if weights > usable:
         raise DoesNotFitError(
             f"{where}: weights need {weights / _GB:.1f} GB per GPU but only {usable / _GB:.1f} GB are "
             f"usable, {(weights - usable) / _GB:.1f} GB short; "
-            + _hint(model, gpu, engine, parallel, kv_dtype_bytes, hint))
+            + _hint(model, gpu, engine, parallel, kv_dtype_bytes, hint)
+        )
     available = usable - weights - activation - reserve
     if engine.num_gpu_blocks_override is not None:
         num_blocks = engine.num_gpu_blocks_override
@@ -268,10 +308,16 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: 
                 f"{where}: after weights {weights / _GB:.1f} GB, activations {activation / _GB:.1f} GB and "
                 f"reserve {reserve / _GB:.1f} GB the KV cache holds {num_blocks * engine.block_size} tokens, "
                 f"fewer than one max_model_len={max_model_len} sequence (vLLM refuses to start); "
-                + _hint(model, gpu, engine, parallel, kv_dtype_bytes, hint,
-                        num_blocks * engine.block_size))
+                + _hint(model, gpu, engine, parallel, kv_dtype_bytes, hint, num_blocks * engine.block_size)
+            )
     return MemoryPlan(
-        weights_bytes=weights, activation_bytes=activation, reserve_bytes=reserve,
-        kv_bytes_per_token=kv_per_token, kv_bytes_per_block=kv_per_block, block_size=engine.block_size,
-        num_gpu_blocks=num_blocks, max_model_len=max_model_len, usable_bytes=usable,
+        weights_bytes=weights,
+        activation_bytes=activation,
+        reserve_bytes=reserve,
+        kv_bytes_per_token=kv_per_token,
+        kv_bytes_per_block=kv_per_block,
+        block_size=engine.block_size,
+        num_gpu_blocks=num_blocks,
+        max_model_len=max_model_len,
+        usable_bytes=usable,
     )

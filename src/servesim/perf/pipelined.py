@@ -72,8 +72,13 @@ class PipelinedPerfModel:
         if m <= 1:
             return 1, stats
         share = MicroBatchShare(
-            stats.num_prefill_tokens / m, stats.prefill_attn_work / m, stats.num_prefill_reqs / m,
-            stats.num_decode_reqs / m, stats.sum_decode_context / m, stats.sum_prefill_context / m)
+            stats.num_prefill_tokens / m,
+            stats.prefill_attn_work / m,
+            stats.num_prefill_reqs / m,
+            stats.num_decode_reqs / m,
+            stats.sum_decode_context / m,
+            stats.sum_prefill_context / m,
+        )
         return m, share  # type: ignore[return-value]  # read like a BatchStats, fractional counts
 
     def batch_time(self, stats: BatchStats) -> float:

@@ -65,14 +65,23 @@ def bundled_coefficients() -> PowerCoefficients:
     return PowerCoefficients(raw["active"], raw["compute"], raw["memory"], raw["clock"]["prefill_slowdown"])
 
 
-def step_power_frac(coef: PowerCoefficients, compute_util: float, mem_util: float, clock: float = 1.0) -> float:
+def step_power_frac(
+    coef: PowerCoefficients, compute_util: float, mem_util: float, clock: float = 1.0
+) -> float:
     """Power of one GPU over a step, as a fraction of TDP (utilizations against full-clock peaks)."""
     p = coef.active + coef.compute * compute_util * clock * clock + coef.memory * mem_util
     return p if p < 1.0 else 1.0
 
 
-def busy_energy_j(gpu: Any, gpu_s: float, flops: float, bytes_: float, coef: PowerCoefficients | None = None,
-                  dtype: str = "bfloat16", clock: float = 1.0) -> float:
+def busy_energy_j(
+    gpu: Any,
+    gpu_s: float,
+    flops: float,
+    bytes_: float,
+    coef: PowerCoefficients | None = None,
+    dtype: str = "bfloat16",
+    clock: float = 1.0,
+) -> float:
     """Energy of one GPU over ``gpu_s`` seconds of steps doing ``flops`` and ``bytes_`` (per GPU).
 
     Linear in the totals; the TDP cap is applied to the mean power over them (a step above
@@ -86,8 +95,15 @@ def busy_energy_j(gpu: Any, gpu_s: float, flops: float, bytes_: float, coef: Pow
     return gpu.max_power_w * step_power_frac(coef, cu, mu, clock) * gpu_s
 
 
-def replica_energy_j(gpu: Any, num_gpus: int, window_s: float, gpu_s: float, flops: float, bytes_: float,
-                     dtype: str = "bfloat16") -> float:
+def replica_energy_j(
+    gpu: Any,
+    num_gpus: int,
+    window_s: float,
+    gpu_s: float,
+    flops: float,
+    bytes_: float,
+    dtype: str = "bfloat16",
+) -> float:
     """A replica's GPUs over ``window_s``: busy ``gpu_s`` priced by the model, idle the rest."""
     gpu_s = min(gpu_s, window_s)
     busy = busy_energy_j(gpu, gpu_s, flops, bytes_, dtype=dtype)

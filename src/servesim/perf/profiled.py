@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 
 from servesim.catalog.gpus import GpuSpec, LinkSpec, get_gpu
-from servesim.catalog.models import ModelSpec
 from servesim.catalog.hf_config import from_hf_config
+from servesim.catalog.models import ModelSpec
 from servesim.config import EngineConfig, GpuConfig, ModelConfig, ParallelConfig, gpu_config_from_dict
 from servesim.errors import CatalogError, ConfigError
 from servesim.perf.base import BatchStats
@@ -65,9 +65,11 @@ def _profile_hardware(profile: HardwareProfile) -> GpuSpec | None:
 
 
 #: Specs compared by ``profile_mismatch`` (the ones step times are made of), with their units.
-_SPECS = (("bf16 peak", lambda g: g.peak_flops.get("bfloat16", 0.0) / 1e12, "TFLOP/s"),
-          ("memory bandwidth", lambda g: g.mem_bw / 1e9, "GB/s"),
-          ("link bandwidth", lambda g: g.interconnect_bw / 1e9, "GB/s"))
+_SPECS = (
+    ("bf16 peak", lambda g: g.peak_flops.get("bfloat16", 0.0) / 1e12, "TFLOP/s"),
+    ("memory bandwidth", lambda g: g.mem_bw / 1e9, "GB/s"),
+    ("link bandwidth", lambda g: g.interconnect_bw / 1e9, "GB/s"),
+)
 
 
 def profile_mismatch(profile: HardwareProfile, gpu: GpuSpec) -> str | None:
@@ -82,15 +84,22 @@ def profile_mismatch(profile: HardwareProfile, gpu: GpuSpec) -> str | None:
         return None
     where = f"hardware profile {profile.name!r} was fitted on {name}"
     if name.strip().lower() != gpu.name.strip().lower():
-        return (f"{where} but is used on {gpu.name}: its efficiencies are fractions of {name}'s peaks, "
-                f"applied to {gpu.name}'s, an extrapolation (calibrate on {gpu.name} to trust it)")
+        return (
+            f"{where} but is used on {gpu.name}: its efficiencies are fractions of {name}'s peaks, "
+            f"applied to {gpu.name}'s, an extrapolation (calibrate on {gpu.name} to trust it)"
+        )
     if own is None:
         return None
-    diff = [f"{label} {get(gpu):.4g} vs {get(own):.4g} {unit}" for label, get, unit in _SPECS
-            if abs(get(gpu) - get(own)) > 1e-6 * max(abs(get(own)), 1e-12)]
+    diff = [
+        f"{label} {get(gpu):.4g} vs {get(own):.4g} {unit}"
+        for label, get, unit in _SPECS
+        if abs(get(gpu) - get(own)) > 1e-6 * max(abs(get(own)), 1e-12)
+    ]
     if diff:
-        return (f"{where} but is used on a {gpu.name} with other specs ({', '.join(diff)}): another "
-                "machine than the one it was fitted on, an extrapolation")
+        return (
+            f"{where} but is used on a {gpu.name} with other specs ({', '.join(diff)}): another "
+            "machine than the one it was fitted on, an extrapolation"
+        )
     return None
 
 
@@ -129,7 +138,11 @@ class HardwareProfile:
         return engine.model_copy(update={"cpu_overhead_s": self.cpu_overhead_s})
 
     def perf_model(
-        self, model: ModelSpec, gpu: GpuSpec, parallel: ParallelConfig, model_cfg: ModelConfig | None = None,
+        self,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        parallel: ParallelConfig,
+        model_cfg: ModelConfig | None = None,
         links: LinkSpec | None = None,
     ) -> RooflinePerfModel | ProfiledPerfModel:
         """The calibrated roofline, or the profiled model where a table covers this case
@@ -171,8 +184,10 @@ class HardwareProfile:
             d = json.loads(p.read_text())
         except OSError as err:
             known = ", ".join(sorted(bundled_profiles()))
-            raise ConfigError(f"hardware.profile: {p}: cannot read: {err.strerror or err} "
-                              f"(a file, or a bundled profile: {known})") from None
+            raise ConfigError(
+                f"hardware.profile: {p}: cannot read: {err.strerror or err} "
+                f"(a file, or a bundled profile: {known})"
+            ) from None
         except json.JSONDecodeError as err:
             raise ConfigError(f"hardware.profile: {p}: not JSON: {err}") from None
         return HardwareProfile.from_dict(d, str(p))
@@ -332,7 +347,6 @@ class ProfiledPerfModel(RooflineWork):
     def decode_step_times(self, num_decode_reqs: int, sum_decode_context: np.ndarray) -> np.ndarray:
         base = decode_step_times(self.roofline, num_decode_reqs, sum_decode_context)
         return base + self.delta(num_decode_reqs) if num_decode_reqs else base
-
 
 
 def bundled_profiles() -> dict[str, Path]:

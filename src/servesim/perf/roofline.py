@@ -48,18 +48,71 @@ class RooflinePerfModel:
     """Roofline time of one iteration of ``model`` on ``tp`` x ``pp`` GPUs (implements PerfModel)."""
 
     __slots__ = (
-        "model", "gpu", "tp", "pp", "eff", "dtype_bytes", "kv_dtype_bytes",
-        "_work", "_proj_f", "_proj_w", "_proj_a", "_mlp_f", "_mlp_w", "_mlp_a", "_router_f", "_router_w",
-        "_num_experts", "_top_k", "_miss", "_pf_f", "_pf_kv", "_pf_tok", "_dec_f", "_dec_kv", "_dec_req",
-        "_el_tok", "_el_floor", "_lm_f", "_lm_w", "_lm_req", "_samp_req", "_comm_tok", "_comm_const",
-        "_comm_req", "_fixed", "_coef", "_dtype_override", "ep", "expert_imbalance", "links", "_tiles",
-        "graphs", "_pad", "_c_full", "_c_piece", "work_counter", "dp",
+        "model",
+        "gpu",
+        "tp",
+        "pp",
+        "eff",
+        "dtype_bytes",
+        "kv_dtype_bytes",
+        "_work",
+        "_proj_f",
+        "_proj_w",
+        "_proj_a",
+        "_mlp_f",
+        "_mlp_w",
+        "_mlp_a",
+        "_router_f",
+        "_router_w",
+        "_num_experts",
+        "_top_k",
+        "_miss",
+        "_pf_f",
+        "_pf_kv",
+        "_pf_tok",
+        "_dec_f",
+        "_dec_kv",
+        "_dec_req",
+        "_el_tok",
+        "_el_floor",
+        "_lm_f",
+        "_lm_w",
+        "_lm_req",
+        "_samp_req",
+        "_comm_tok",
+        "_comm_const",
+        "_comm_req",
+        "_fixed",
+        "_coef",
+        "_dtype_override",
+        "ep",
+        "expert_imbalance",
+        "links",
+        "_tiles",
+        "graphs",
+        "_pad",
+        "_c_full",
+        "_c_piece",
+        "work_counter",
+        "dp",
     )
 
-    def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1, pp: int = 1,
-                 dtype_bytes: float | None = None, kv_dtype_bytes: float | None = None,
-                 eff: Efficiencies | None = None, *, links: LinkSpec | None = None, ep: int = 1,
-                 expert_imbalance: float = 1.0, graphs: GraphPlan | None = None, dp: int = 1) -> None:
+    def __init__(
+        self,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        tp: int = 1,
+        pp: int = 1,
+        dtype_bytes: float | None = None,
+        kv_dtype_bytes: float | None = None,
+        eff: Efficiencies | None = None,
+        *,
+        links: LinkSpec | None = None,
+        ep: int = 1,
+        expert_imbalance: float = 1.0,
+        graphs: GraphPlan | None = None,
+        dp: int = 1,
+    ) -> None:
         """``links`` (None: the GPU's interconnect for everything, the original model) place
         TP groups and pipeline stages on nodes of ``links.gpus_per_node`` GPUs: a group that
         spans nodes communicates over the network. ``ep`` > 1 (MoE only, dividing ``dp x
@@ -115,7 +168,11 @@ class RooflinePerfModel:
         dec_f, dec_m = 1.0 / (peak_act * e.attn_decode_compute), 1.0 / (gpu.mem_bw * e.attn_decode_memory)
         el_m = 1.0 / (gpu.mem_bw * e.elementwise_memory)
         pj_f, pj_mem = 1.0 / (peak_lin * pj_c), 1.0 / (gpu.mem_bw * pj_m)
-        self._proj_f, self._proj_w, self._proj_a = w["proj_f"] * pj_f, w["proj_w"] * pj_mem, w["proj_a"] * pj_mem
+        self._proj_f, self._proj_w, self._proj_a = (
+            w["proj_f"] * pj_f,
+            w["proj_w"] * pj_mem,
+            w["proj_a"] * pj_mem,
+        )
         ep = self.ep
         imb = self.expert_imbalance if ep > 1 else 1.0  # the busiest expert group sets the pace
         self._mlp_f, self._mlp_w = w["mlp_f"] * lin_f * imb, w["mlp_w"] * lin_m
@@ -126,11 +183,11 @@ class RooflinePerfModel:
         self._num_experts, self._top_k = m.num_experts / ep, m.num_experts_per_tok * self.dp
         self._miss = (1.0 - m.num_experts_per_tok / m.num_experts) ** self.dp if m.is_moe else 0.0
         self._pf_f = w["pf_f"] * pf_f
-        self._pf_kv = w["kv_tok"] * pf_m                       # per context token read
+        self._pf_kv = w["kv_tok"] * pf_m  # per context token read
         self._pf_tok = (2 * w["kv_tok"] + w["qo_tok"]) * pf_m  # per new token: KV read+write, Q, O
         self._dec_f = w["dec_f"] * dec_f
         self._dec_kv = w["kv_tok"] * dec_m
-        self._dec_req = (w["kv_tok"] + w["qo_tok"]) * dec_m    # KV write, Q, O of the new token
+        self._dec_req = (w["kv_tok"] + w["qo_tok"]) * dec_m  # KV write, Q, O of the new token
         self._el_tok = w["el_tok"] * el_m
         self._el_floor = w["el_rows"] * e.row_pass_s
         self._lm_f, self._lm_w, self._lm_req = w["lm_f"] * act_f, w["lm_w"] * lm_mem, w["lm_req"] * lm_mem
@@ -184,8 +241,9 @@ class RooflinePerfModel:
         """Kernel and launch overheads, and the GEMM shapes of wave quantisation."""
         e, m, L = self.eff, self.model, self.model.num_layers
         gemm_k = e.kernel_overhead_s if e.gemm_kernel_overhead_s is None else e.gemm_kernel_overhead_s
-        self._fixed = e.launch_overhead_s + L * ((KERNELS_PER_LAYER - GEMMS_PER_LAYER) * e.kernel_overhead_s
-                                                 + GEMMS_PER_LAYER * gemm_k)
+        self._fixed = e.launch_overhead_s + L * (
+            (KERNELS_PER_LAYER - GEMMS_PER_LAYER) * e.kernel_overhead_s + GEMMS_PER_LAYER * gemm_k
+        )
         # Inside CUDA graphs the per-kernel costs are launches that the replay removes: a full
         # graph (uniform decode) launches once; piecewise graphs leave attention outside.
         self._pad = self.graphs.padded_sizes()
@@ -199,7 +257,8 @@ class RooflinePerfModel:
             shapes = gemm_shapes(m, self.tp)
             self._tiles = tuple(
                 tuple((2.0 * k * L * sec, n) for n, k in shapes[cls])
-                for cls, sec in (("proj", pj_f), ("mlp", lin_f)))
+                for cls, sec in (("proj", pj_f), ("mlp", lin_f))
+            )
 
     def _hot_coefficients(self) -> tuple[Any, ...]:
         """What ``batch_time`` unpacks, in its order. Beyond the classic roofline (blended
@@ -207,13 +266,32 @@ class RooflinePerfModel:
         e = self.eff
         refined = bool(e.roof_blend or self._el_floor or self._tiles)
         return (
-            self._proj_f, self._proj_w, self._proj_a, self._mlp_f, self._mlp_w, self._mlp_a,
-            self._router_f, self._router_w, self._num_experts, self._top_k, self._miss,
-            self._pf_f, self._pf_kv, self._pf_tok, self._dec_f, self._dec_kv, self._dec_req,
-            self._lm_f, self._lm_w, self._lm_req,
-            self._comm_tok + (0.0 if refined else self._el_tok), self._samp_req + self._comm_req,
-            self._fixed + self._comm_const, 1.0 / e.roof_blend if e.roof_blend else 0.0,
-            {} if refined else None)
+            self._proj_f,
+            self._proj_w,
+            self._proj_a,
+            self._mlp_f,
+            self._mlp_w,
+            self._mlp_a,
+            self._router_f,
+            self._router_w,
+            self._num_experts,
+            self._top_k,
+            self._miss,
+            self._pf_f,
+            self._pf_kv,
+            self._pf_tok,
+            self._dec_f,
+            self._dec_kv,
+            self._dec_req,
+            self._lm_f,
+            self._lm_w,
+            self._lm_req,
+            self._comm_tok + (0.0 if refined else self._el_tok),
+            self._samp_req + self._comm_req,
+            self._fixed + self._comm_const,
+            1.0 / e.roof_blend if e.roof_blend else 0.0,
+            {} if refined else None,
+        )
 
     # ------------------------------------------------------------------ hot path
 
@@ -229,9 +307,33 @@ class RooflinePerfModel:
         r = stats.num_prefill_reqs + d
         if t == 0:
             return 0.0
-        (proj_f, proj_w, proj_a, mlp_f, mlp_w, mlp_a, router_f, router_w, num_experts, top_k, miss,
-         pf_f, pf_kv, pf_tok, dec_f, dec_kv, dec_req, lm_f, lm_w, lm_req, per_tok, per_req,
-         const, p, cache) = self._coef
+        (
+            proj_f,
+            proj_w,
+            proj_a,
+            mlp_f,
+            mlp_w,
+            mlp_a,
+            router_f,
+            router_w,
+            num_experts,
+            top_k,
+            miss,
+            pf_f,
+            pf_kv,
+            pf_tok,
+            dec_f,
+            dec_kv,
+            dec_req,
+            lm_f,
+            lm_w,
+            lm_req,
+            per_tok,
+            per_req,
+            const,
+            p,
+            cache,
+        ) = self._coef
         pad = self._pad
         if t < len(pad):  # a CUDA graph of the next capture size (pad is empty when eager)
             t = pad[t]
@@ -242,7 +344,7 @@ class RooflinePerfModel:
             if num_experts:
                 pairs = t * top_k
                 x = mlp_f * pairs + router_f * t
-                y = mlp_w * num_experts * (1.0 - miss ** t) + router_w + mlp_a * pairs
+                y = mlp_w * num_experts * (1.0 - miss**t) + router_w + mlp_a * pairs
             else:
                 x, y = mlp_f * t, mlp_w + mlp_a * t
             total += x if x > y else y
@@ -305,9 +407,12 @@ class RooflinePerfModel:
             proj_c, mlp_c = (sum(c * tiled_area(t, n, tm, tn, sms) for c, n in g) for g in self._tiles)
         if self._num_experts:
             pairs = t * self._top_k
-            touched = self._num_experts * (1.0 - self._miss ** t)
-            mlp = roof(self._mlp_f * pairs + self._router_f * t,
-                       self._mlp_w * touched + self._router_w + self._mlp_a * pairs, bl)
+            touched = self._num_experts * (1.0 - self._miss**t)
+            mlp = roof(
+                self._mlp_f * pairs + self._router_f * t,
+                self._mlp_w * touched + self._router_w + self._mlp_a * pairs,
+                bl,
+            )
         else:
             mlp = roof(mlp_c, self._mlp_w + self._mlp_a * t, bl)
         return roof(proj_c, self._proj_w + self._proj_a * t, bl), mlp
@@ -321,18 +426,23 @@ class RooflinePerfModel:
         r = stats.num_prefill_reqs + d
         if self._num_experts:
             pairs = t * self._top_k
-            touched = self._num_experts * (1.0 - self._miss ** t)
-            mlp = (w["mlp_f"] * pairs + w["router_f"] * t,
-                   (w["mlp_w"] * touched + w["router_w"] if t else 0.0) + w["mlp_a"] * pairs)
+            touched = self._num_experts * (1.0 - self._miss**t)
+            mlp = (
+                w["mlp_f"] * pairs + w["router_f"] * t,
+                (w["mlp_w"] * touched + w["router_w"] if t else 0.0) + w["mlp_a"] * pairs,
+            )
         else:
             mlp = (w["mlp_f"] * t, (w["mlp_w"] if t else 0.0) + w["mlp_a"] * t)
         pt, s = stats.num_prefill_tokens, stats.sum_decode_context
         return {
             "proj": (w["proj_f"] * t, (w["proj_w"] if t else 0.0) + w["proj_a"] * t),
             "mlp": mlp,
-            "attn_prefill": (w["pf_f"] * stats.prefill_attn_work,
-                             w["kv_tok"] * (stats.sum_prefill_context + 2 * pt) + w["qo_tok"] * pt)
-                            if pt else (0.0, 0.0),
+            "attn_prefill": (
+                w["pf_f"] * stats.prefill_attn_work,
+                w["kv_tok"] * (stats.sum_prefill_context + 2 * pt) + w["qo_tok"] * pt,
+            )
+            if pt
+            else (0.0, 0.0),
             "attn_decode": (w["dec_f"] * s, w["kv_tok"] * (s + d) + w["qo_tok"] * d) if d else (0.0, 0.0),
             "elementwise": (0.0, w["el_tok"] * t),
             "lm_head": (w["lm_f"] * r, (w["lm_w"] if r else 0.0) + w["lm_req"] * r),
@@ -357,9 +467,13 @@ class RooflinePerfModel:
         return {
             "proj": proj,
             "mlp": mlp,
-            "attn_prefill": roof(self._pf_f * stats.prefill_attn_work,
-                                 self._pf_kv * stats.sum_prefill_context + self._pf_tok * pt, bl)
-                            if pt else 0.0,
+            "attn_prefill": roof(
+                self._pf_f * stats.prefill_attn_work,
+                self._pf_kv * stats.sum_prefill_context + self._pf_tok * pt,
+                bl,
+            )
+            if pt
+            else 0.0,
             "attn_decode": roof(self._dec_f * s, self._dec_kv * s + self._dec_req * d, bl) if d else 0.0,
             "elementwise": roof(self._el_tok * t, self._el_floor, bl),
             "lm_head": roof(self._lm_f * r, self._lm_w + self._lm_req * r, bl),
@@ -371,9 +485,14 @@ class RooflinePerfModel:
     def batch_work(self, stats: BatchStats) -> tuple[float, float]:
         """(FLOPs, HBM bytes) on one GPU: the sums of ``_classes``, without building it
         (``perf.work_step.WorkCounter``; a micro-batch's fractional share too)."""
-        return self.work_counter.work(stats.num_prefill_tokens, stats.prefill_attn_work,
-                                      stats.num_prefill_reqs, stats.num_decode_reqs,
-                                      stats.sum_decode_context, stats.sum_prefill_context)
+        return self.work_counter.work(
+            stats.num_prefill_tokens,
+            stats.prefill_attn_work,
+            stats.num_prefill_reqs,
+            stats.num_decode_reqs,
+            stats.sum_decode_context,
+            stats.sum_prefill_context,
+        )
 
     def batch_flops(self, stats: BatchStats) -> float:
         """FLOPs on one GPU: one TP rank's share, averaged over pipeline stages."""
@@ -420,11 +539,15 @@ def _decodes(n: float) -> BatchStats:
     return MicroBatchShare(0.0, 0.0, 0.0, n, 0.0, 0.0)  # type: ignore[return-value]
 
 
-def build_perf_model(model: ModelSpec, gpu: GpuSpec, parallel: ParallelConfig,
-                     model_cfg: ModelConfig | None = None,
-                     eff: Efficiencies | None = None,
-                     links: LinkSpec | None = None,
-                     graphs: GraphPlan | None = None) -> RooflinePerfModel | PipelinedPerfModel:
+def build_perf_model(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    parallel: ParallelConfig,
+    model_cfg: ModelConfig | None = None,
+    eff: Efficiencies | None = None,
+    links: LinkSpec | None = None,
+    graphs: GraphPlan | None = None,
+) -> RooflinePerfModel | PipelinedPerfModel:
     """The default perf model of a scenario (``model`` already loaded with ``model_cfg.dtype``).
 
     ``links`` None keeps the GPU's interconnect for every transfer (the single-replica
@@ -432,10 +555,19 @@ def build_perf_model(model: ModelSpec, gpu: GpuSpec, parallel: ParallelConfig,
     engine's CUDA graphs (None: eager).
     """
     kv_b = resolve_kv_dtype_bytes(model_cfg.kv_cache_dtype if model_cfg else "auto", model)
-    perf = RooflinePerfModel(model, gpu, tp=parallel.tensor_parallel_size,
-                             pp=parallel.pipeline_parallel_size, kv_dtype_bytes=kv_b, eff=eff, links=links,
-                             ep=parallel.expert_parallel_size, expert_imbalance=parallel.expert_imbalance,
-                             graphs=graphs, dp=parallel.data_parallel_size)
+    perf = RooflinePerfModel(
+        model,
+        gpu,
+        tp=parallel.tensor_parallel_size,
+        pp=parallel.pipeline_parallel_size,
+        kv_dtype_bytes=kv_b,
+        eff=eff,
+        links=links,
+        ep=parallel.expert_parallel_size,
+        expert_imbalance=parallel.expert_imbalance,
+        graphs=graphs,
+        dp=parallel.data_parallel_size,
+    )
     if parallel.pipeline_parallel_size > 1 and parallel.num_microbatches > 1:
         return PipelinedPerfModel(perf, parallel.num_microbatches)
     return perf

@@ -64,17 +64,23 @@ class SustainedClocks:
         return seconds * np.interp(util, self.util, self.ratio)
 
     def describe(self) -> str:
-        return (f"sustained clocks: compute-bound work past {self.onset_s * 1e3:.0f} ms of a step up to "
-                f"{self.ratio[-1]:.2f}x slower ({self.source})")
+        return (
+            f"sustained clocks: compute-bound work past {self.onset_s * 1e3:.0f} ms of a step up to "
+            f"{self.ratio[-1]:.2f}x slower ({self.source})"
+        )
 
 
 @cache
 def _bundled() -> dict[str, SustainedClocks]:
     raw = json.loads(resources.files("servesim").joinpath("data", "kernels", SUSTAINED_FILE).read_text())
-    src = (f"AIConfigurator's bf16 GEMMs of vLLM {raw['burst_version']} (burst) and "
-           f"{raw['sustained_version']} (sustained, power sampled)")
-    return {name: SustainedClocks(name, tuple(g["util"]), tuple(g["ratio"]), float(g["onset_s"]), src)
-            for name, g in raw["gpus"].items()}
+    src = (
+        f"AIConfigurator's bf16 GEMMs of vLLM {raw['burst_version']} (burst) and "
+        f"{raw['sustained_version']} (sustained, power sampled)"
+    )
+    return {
+        name: SustainedClocks(name, tuple(g["util"]), tuple(g["ratio"]), float(g["onset_s"]), src)
+        for name, g in raw["gpus"].items()
+    }
 
 
 def sustained_clocks(gpu_name: str) -> SustainedClocks | None:

@@ -14,8 +14,9 @@ def activation_dtype(model: ModelSpec) -> str:
     return "float32" if ba >= 4 else model.activation_dtype
 
 
-def work_coefficients(m: ModelSpec, tp: int, ep: int, bw_: float, bkv: float,
-                      bwe: float | None = None, dp: int = 1) -> dict[str, float]:
+def work_coefficients(
+    m: ModelSpec, tp: int, ep: int, bw_: float, bkv: float, bwe: float | None = None, dp: int = 1
+) -> dict[str, float]:
     """Raw work coefficients: FLOPs and bytes, summed over all layers, of one TP rank, with
     weights of ``bw_`` (routed experts ``bwe``, default ``bw_``) and KV cache of ``bkv``
     bytes per element.
@@ -29,35 +30,35 @@ def work_coefficients(m: ModelSpec, tp: int, ep: int, bw_: float, bkv: float,
     """
     bwe = bw_ if bwe is None else bwe
     L, H, ba = m.num_layers, m.hidden_size, m.activation_dtype_bytes
-    q = m.num_attention_heads // tp * m.head_dim            # query width on this rank
-    kv = m.kv_heads_per_rank(tp) * m.head_dim               # K (or V) width on this rank
-    moe_tp = tp * dp // ep if m.is_moe else tp              # GPUs one expert is split over
+    q = m.num_attention_heads // tp * m.head_dim  # query width on this rank
+    kv = m.kv_heads_per_rank(tp) * m.head_dim  # K (or V) width on this rank
+    moe_tp = tp * dp // ep if m.is_moe else tp  # GPUs one expert is split over
     width = (m.moe_intermediate_size if m.is_moe else m.intermediate_size) // moe_tp
-    up = (2 if m.mlp_gated else 1) * width                  # gate+up (or up) output width
+    up = (2 if m.mlp_gated else 1) * width  # gate+up (or up) output width
     vt = m.vocab_size / tp
     Le, Lf = (m.num_moe_layers if m.is_moe else L), m.num_full_attention_layers
     every_tok = m.every_token_mlp_params(tp)
     win_f, win_kv = m.window_attn_per_token(tp, bkv)
     return {
-        "proj_f": 2.0 * m.attn_params_per_layer(tp) * L + win_f,       # per token
-        "proj_w": m.attn_params_per_layer(tp) * L * bw_,               # weight bytes
-        "proj_a": L * ba * (H + (q + 2 * kv) + q + H),                 # per token in/out
-        "mlp_f": 2.0 * m.expert_params(moe_tp) * Le / ep,              # per token-expert pair
+        "proj_f": 2.0 * m.attn_params_per_layer(tp) * L + win_f,  # per token
+        "proj_w": m.attn_params_per_layer(tp) * L * bw_,  # weight bytes
+        "proj_a": L * ba * (H + (q + 2 * kv) + q + H),  # per token in/out
+        "mlp_f": 2.0 * m.expert_params(moe_tp) * Le / ep,  # per token-expert pair
         "mlp_w": m.expert_params(moe_tp) * Le * (bwe if m.is_moe else bw_),  # per expert touched
-        "mlp_a": Le * ba * (H + up + width + H) / ep,                  # per pair in/out
+        "mlp_a": Le * ba * (H + up + width + H) / ep,  # per pair in/out
         "router_f": 2.0 * (m.router_params() * Le + every_tok),
         "router_w": m.router_params() * Le * ba + every_tok * bw_,
-        "pf_f": m.attn_flops_per_pair(tp) * Lf,                        # per unit of attn work
-        "kv_tok": m.kv_bytes_per_token(tp, bkv),                       # KV bytes per token
-        "qo_tok": 2.0 * q * ba * L + win_kv,                           # Q read + O write
-        "dec_f": m.attn_flops_per_pair(tp, decode=True) * Lf,          # per context token
+        "pf_f": m.attn_flops_per_pair(tp) * Lf,  # per unit of attn work
+        "kv_tok": m.kv_bytes_per_token(tp, bkv),  # KV bytes per token
+        "qo_tok": 2.0 * q * ba * L + win_kv,  # Q read + O write
+        "dec_f": m.attn_flops_per_pair(tp, decode=True) * Lf,  # per context token
         "el_tok": L * ba * (8 * H + 2 * (q + kv) + max(1, m.num_experts_per_tok) * (up + width))
-                  + 6 * H * ba,                                        # + embedding, final norm
+        + 6 * H * ba,  # + embedding, final norm
         # 1024-element passes along one token's row per iteration: 2 norms, rotary (q, k),
         # activation, final norm (the residual adds are fused into the norms in vLLM).
         "el_rows": (L * (2 * H + q + kv + width) + H) / ROW_THREADS,
-        "lm_f": 2.0 * H * vt,                                          # per request
+        "lm_f": 2.0 * H * vt,  # per request
         "lm_w": H * vt * ba,
         "lm_req": (H + vt) * ba,
-        "samp_req": 4 * 4.0 * m.vocab_size,                            # 4 fp32 passes over logits
+        "samp_req": 4 * 4.0 * m.vocab_size,  # 4 fp32 passes over logits
     }

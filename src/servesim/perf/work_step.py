@@ -36,8 +36,7 @@ class WorkCounter:
     miss: float  # probability that one token's routing misses a given expert
     pp: float
 
-    def __init__(self, w: dict[str, float], num_experts: float, top_k: float, miss: float,
-                 pp: float) -> None:
+    def __init__(self, w: dict[str, float], num_experts: float, top_k: float, miss: float, pp: float) -> None:
         self.proj_f, self.proj_w = w["proj_f"], w["proj_w"]
         self.proj_a_el = w["proj_a"] + w["el_tok"]
         self.mlp_f, self.mlp_w, self.mlp_a = w["mlp_f"], w["mlp_w"], w["mlp_a"]
@@ -49,11 +48,24 @@ class WorkCounter:
 
     def batch_work(self, stats: BatchStats) -> tuple[float, float]:
         """(FLOPs, HBM bytes) on one GPU of a step's ``BatchStats``."""
-        return self.work(stats.num_prefill_tokens, stats.prefill_attn_work, stats.num_prefill_reqs,
-                         stats.num_decode_reqs, stats.sum_decode_context, stats.sum_prefill_context)
+        return self.work(
+            stats.num_prefill_tokens,
+            stats.prefill_attn_work,
+            stats.num_prefill_reqs,
+            stats.num_decode_reqs,
+            stats.sum_decode_context,
+            stats.sum_prefill_context,
+        )
 
-    def work(self, pt: float, prefill_attn_work: float, num_prefill_reqs: float, d: float,
-             sum_decode_context: float, sum_prefill_context: float) -> tuple[float, float]:
+    def work(
+        self,
+        pt: float,
+        prefill_attn_work: float,
+        num_prefill_reqs: float,
+        d: float,
+        sum_decode_context: float,
+        sum_prefill_context: float,
+    ) -> tuple[float, float]:
         """``batch_work`` from the statistics themselves (fractional for a pipeline
         micro-batch's share): all layers' projections, MLP or experts, attention, LM head
         and sampling, one TP rank's share averaged over the pipeline stages."""
@@ -66,7 +78,7 @@ class WorkCounter:
             f += self.mlp_f * pairs + self.router_f * t
             b += self.mlp_a * pairs
             if t:
-                b += self.mlp_w * self.num_experts * (1.0 - self.miss ** t) + self.router_w
+                b += self.mlp_w * self.num_experts * (1.0 - self.miss**t) + self.router_w
         else:
             f += self.mlp_f * t
             b += self.mlp_a * t

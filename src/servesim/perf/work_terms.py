@@ -139,8 +139,9 @@ def tiled_flops(terms: Terms, cls: str, tile_m: float, tile_n: float) -> np.ndar
     return np.where(known, tiled, terms.flops[cls])
 
 
-def _gemm_rows(model: ModelSpec, tp: int, tokens: np.ndarray, layers: float,
-               classes: Sequence[str] = GEMM_CLASSES) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def _gemm_rows(
+    model: ModelSpec, tp: int, tokens: np.ndarray, layers: float, classes: Sequence[str] = GEMM_CLASSES
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """gemm_n and gemm_f of rows of ``tokens`` (see ``Terms``) for ``classes``; others empty."""
     n = len(tokens)
     shapes = gemm_shapes(model, tp)
@@ -175,8 +176,15 @@ def _terms(n: int, gpu: GpuSpec, peak: dict[str, np.ndarray], **given: Any) -> T
     the fields ``given``, the GPU's memory and link bandwidths, and for every other field no
     work (zeros, no GEMM shapes)."""
     gemm_n, gemm_f = _no_gemms(n)
-    named: dict[str, Any] = {"flops": _empty(n), "bytes": _empty(n), "peak": peak, "mem_bw": np.full(n, gpu.mem_bw),
-                             "link_bw": np.full(n, gpu.interconnect_bw), "gemm_n": gemm_n, "gemm_f": gemm_f}
+    named: dict[str, Any] = {
+        "flops": _empty(n),
+        "bytes": _empty(n),
+        "peak": peak,
+        "mem_bw": np.full(n, gpu.mem_bw),
+        "link_bw": np.full(n, gpu.interconnect_bw),
+        "gemm_n": gemm_n,
+        "gemm_f": gemm_f,
+    }
     for f in fields(Terms):
         if f.name not in named:
             named[f.name] = np.zeros(n)
@@ -219,13 +227,25 @@ def iteration_terms(
         link_bytes[i] += (tp - 1) / tp * model.vocab_size * ba * r
         n_ar[i] = (2 * L + 1) if tp > 1 else 0
     return _terms(
-        n, gpu, peak, flops=flops, bytes=nbytes, link_bytes=link_bytes,
-        num_allreduce=n_ar, num_allreduce_hops=n_ar * 2 * (tp - 1),
+        n,
+        gpu,
+        peak,
+        flops=flops,
+        bytes=nbytes,
+        link_bytes=link_bytes,
+        num_allreduce=n_ar,
+        num_allreduce_hops=n_ar * 2 * (tp - 1),
         num_kernels=nonzero * (KERNELS_PER_LAYER - GEMMS_PER_LAYER) * L,
-        num_gemm_kernels=nonzero * GEMMS_PER_LAYER * L, row_passes=nonzero * pm._work["el_rows"],
-        num_launch=nonzero.copy(), num_steps=nonzero.copy() if engine_steps else np.zeros(n),
+        num_gemm_kernels=nonzero * GEMMS_PER_LAYER * L,
+        row_passes=nonzero * pm._work["el_rows"],
+        num_launch=nonzero.copy(),
+        num_steps=nonzero.copy() if engine_steps else np.zeros(n),
         fixed_s=nonzero * (pp - 1) * gpu.interconnect_latency_s,
-        gemm_m=tokens, gemm_n=gemm_n, gemm_f=gemm_f, num_sms=np.full(n, float(gpu.num_sms)))
+        gemm_m=tokens,
+        gemm_n=gemm_n,
+        gemm_f=gemm_f,
+        num_sms=np.full(n, float(gpu.num_sms)),
+    )
 
 
 def operator_terms(table: OperatorTable, gpu: GpuSpec, cls: str) -> Terms:
@@ -242,14 +262,27 @@ def operator_terms(table: OperatorTable, gpu: GpuSpec, cls: str) -> Terms:
             nbytes[cls][i] -= 6 * table.shape.hidden_size * table.shape.activation_dtype_bytes * t
     for c in CLASSES:
         peak[c][:] = gpu.flops_for(activation_dtype(table.shape))
-    gemm_n, gemm_f = _gemm_rows(table.shape, table.tp, tokens.astype(float), table.shape.num_layers,
-                                [cls] if cls in GEMM_CLASSES else [])
+    gemm_n, gemm_f = _gemm_rows(
+        table.shape,
+        table.tp,
+        tokens.astype(float),
+        table.shape.num_layers,
+        [cls] if cls in GEMM_CLASSES else [],
+    )
     return _terms(
-        n, gpu, peak, flops=flops, bytes=nbytes,
+        n,
+        gpu,
+        peak,
+        flops=flops,
+        bytes=nbytes,
         num_kernels=np.full(n, 0.0 if cls in GEMM_CLASSES else float(OPERATOR_KERNELS[cls])),
         num_gemm_kernels=np.full(n, float(OPERATOR_KERNELS[cls]) if cls in GEMM_CLASSES else 0.0),
         row_passes=np.full(n, layer_rows if cls == "elementwise" else 0.0),
-        gemm_m=tokens.astype(float), gemm_n=gemm_n, gemm_f=gemm_f, num_sms=np.full(n, float(gpu.num_sms)))
+        gemm_m=tokens.astype(float),
+        gemm_n=gemm_n,
+        gemm_f=gemm_f,
+        num_sms=np.full(n, float(gpu.num_sms)),
+    )
 
 
 def attention_terms(table: OperatorTable, gpu: GpuSpec) -> Terms:
@@ -271,5 +304,11 @@ def allreduce_terms(table: AllReduceTable, gpu: GpuSpec) -> Terms:
     """One ring all-reduce per row: 2 (n-1)/n x bytes over the link, plus one latency."""
     n = len(table.time_s)
     w = table.num_workers.astype(float)
-    return _terms(n, gpu, {c: np.ones(n) for c in CLASSES}, link_bytes=2 * (w - 1) / w * table.size_bytes,
-                  num_allreduce=np.ones(n), num_allreduce_hops=2 * (w - 1))
+    return _terms(
+        n,
+        gpu,
+        {c: np.ones(n) for c in CLASSES},
+        link_bytes=2 * (w - 1) / w * table.size_bytes,
+        num_allreduce=np.ones(n),
+        num_allreduce_hops=2 * (w - 1),
+    )

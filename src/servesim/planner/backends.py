@@ -41,8 +41,9 @@ def run_candidate(task: Task) -> Outcome:
     return cid, summary, None, time.perf_counter() - t0
 
 
-def evaluate(tasks: list[Task], backend: Backend = "process", workers: int | None = None,
-             address: str | None = None) -> Iterator[Outcome]:
+def evaluate(
+    tasks: list[Task], backend: Backend = "process", workers: int | None = None, address: str | None = None
+) -> Iterator[Outcome]:
     """Run ``tasks`` on ``backend`` and yield each outcome as it finishes (any order)."""
     if not tasks:
         return iter(())

@@ -136,8 +136,9 @@ def _resolve_pools(c: Candidate, memo: dict[str, Any]) -> list[tuple[Deployment,
     return [(d, shape.role, shape.num_replicas * shape.dp) for d, shape in zip(out, c.pools)]
 
 
-def bound_candidate(c: Candidate, demand: Demand, tpot_s: float | None,
-                    memo: dict[str, Any]) -> tuple[str | None, str, dict[str, float]]:
+def bound_candidate(
+    c: Candidate, demand: Demand, tpot_s: float | None, memo: dict[str, Any]
+) -> tuple[str | None, str, dict[str, float]]:
     """(reason or None, message, figures) of one candidate."""
     try:
         deps = _resolve_pools(c, memo)
@@ -148,7 +149,11 @@ def bound_candidate(c: Candidate, demand: Demand, tpot_s: float | None,
     itl = min(min_itl(d) for d, role, _ in deps if role != "prefill")
     figures = {"min_itl_s": itl}
     if tpot_s is not None and itl > tpot_s:
-        return "latency", f"one decode step takes at least {itl * 1e3:.1f} ms > TPOT limit {tpot_s * 1e3:.1f} ms", figures
+        return (
+            "latency",
+            f"one decode step takes at least {itl * 1e3:.1f} ms > TPOT limit {tpot_s * 1e3:.1f} ms",
+            figures,
+        )
     load = {}
     for role in ("colocated", "prefill", "decode"):
         group = [(d, n) for d, r, n in deps if r == role]
@@ -163,13 +168,21 @@ def bound_candidate(c: Candidate, demand: Demand, tpot_s: float | None,
             cap = sum(prefill_capacity(d) * n for d, n in group)
             figures[f"{role}_prefill_tokens_per_s_max"] = cap
             cached = any(d.engine.enable_prefix_caching for d, _ in group)
-            need = max(need, demand.rate * (demand.mean_uncached_prompt if cached else demand.mean_prompt) / cap)
+            need = max(
+                need, demand.rate * (demand.mean_uncached_prompt if cached else demand.mean_prompt) / cap
+            )
         load[role] = need
     figures["load_bound"] = max(load.values())
     if figures["load_bound"] > 1.0:
         worst = max(load, key=load.__getitem__)
-        return "throughput", (f"{worst} pool busy at least {figures['load_bound']:.2f} s per second at "
-                              f"{demand.rate:.2f} requests/s: it cannot keep up"), figures
+        return (
+            "throughput",
+            (
+                f"{worst} pool busy at least {figures['load_bound']:.2f} s per second at "
+                f"{demand.rate:.2f} requests/s: it cannot keep up"
+            ),
+            figures,
+        )
     return None, "", figures
 
 

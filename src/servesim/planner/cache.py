@@ -55,8 +55,13 @@ def code_fingerprint() -> str:
     computed once a process (about 6 MB read). Any edit to the code or the data (a step
     model, a catalog entry, a kernel table) changes it; caches and byte-code do not."""
     h = hashlib.sha256()
-    files = [f for f in PACKAGE_DIR.rglob("*") if f.is_file() and "__pycache__" not in f.parts
-             and (f.suffix == ".py" or "data" in f.relative_to(PACKAGE_DIR).parts[:1])]
+    files = [
+        f
+        for f in PACKAGE_DIR.rglob("*")
+        if f.is_file()
+        and "__pycache__" not in f.parts
+        and (f.suffix == ".py" or "data" in f.relative_to(PACKAGE_DIR).parts[:1])
+    ]
     for f in sorted(files):
         h.update(f.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0")
         h.update(f.read_bytes())
@@ -95,20 +100,35 @@ class ResultCache:
         """The rows of those keys that are cached: key -> {summary, error, wall_s, label}."""
         out: dict[str, dict[str, Any]] = {}
         for i in range(0, len(keys), 500):  # SQLite's bound-parameter limit
-            part = keys[i:i + 500]
+            part = keys[i : i + 500]
             marks = ",".join("?" * len(part))
             for key, label, summary, error, wall in self._db.execute(
-                    f"SELECT key, label, summary, error, wall_s FROM results WHERE key IN ({marks})", part):
-                out[key] = {"label": label, "summary": json.loads(summary) if summary else None,
-                            "error": error, "wall_s": wall}
+                f"SELECT key, label, summary, error, wall_s FROM results WHERE key IN ({marks})", part
+            ):
+                out[key] = {
+                    "label": label,
+                    "summary": json.loads(summary) if summary else None,
+                    "error": error,
+                    "wall_s": wall,
+                }
         return out
 
-    def put(self, key: str, label: str, summary: dict[str, Any] | None, error: str | None,
-            wall_s: float) -> None:
+    def put(
+        self, key: str, label: str, summary: dict[str, Any] | None, error: str | None, wall_s: float
+    ) -> None:
         """Store one result and commit it (so an interrupted sweep keeps it)."""
-        self._db.execute("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?)",
-                         (key, self.version, label, None if summary is None else json.dumps(summary),
-                          error, wall_s, time.time()))
+        self._db.execute(
+            "INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                key,
+                self.version,
+                label,
+                None if summary is None else json.dumps(summary),
+                error,
+                wall_s,
+                time.time(),
+            ),
+        )
         self._db.commit()
 
     def __len__(self) -> int:

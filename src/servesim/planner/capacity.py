@@ -88,8 +88,12 @@ class RateKnob:
         elif isinstance(wl, BenchmarkWorkload):
             new = wl.model_copy(update={"request_rate": value})
         elif wl.type == "mixture":  # value: the factor on every client's rate
-            clients = [c.model_copy(update={"arrival": c.arrival.model_copy(
-                update={"rate": c.arrival.rate * value})}) for c in wl.clients]
+            clients = [
+                c.model_copy(
+                    update={"arrival": c.arrival.model_copy(update={"rate": c.arrival.rate * value})}
+                )
+                for c in wl.clients
+            ]
             new = wl.model_copy(update={"clients": clients})
         else:  # synthetic, sessions, agents, reasoning
             new = wl.model_copy(update={"arrival": wl.arrival.model_copy(update={"rate": value})})
@@ -103,29 +107,39 @@ def rate_knob(scenario: Scenario) -> RateKnob:
     wl: Any = scenario.workload
     if isinstance(wl, SyntheticWorkload):
         if wl.arrival.process == "burst":
-            raise ConfigError("workload.arrival.process: burst sends every request at t=0, there is "
-                              "no rate to search; use poisson, gamma or constant")
+            raise ConfigError(
+                "workload.arrival.process: burst sends every request at t=0, there is "
+                "no rate to search; use poisson, gamma or constant"
+            )
         return RateKnob("workload.arrival.rate", 1.0, wl.arrival.rate)
     if isinstance(wl, BenchmarkWorkload):
         if not math.isfinite(wl.request_rate):
-            raise ConfigError("workload.request_rate: inf sends every request at once, there is no "
-                              "rate to search; give a finite request_rate")
+            raise ConfigError(
+                "workload.request_rate: inf sends every request at once, there is no "
+                "rate to search; give a finite request_rate"
+            )
         return RateKnob("workload.request_rate", 1.0, wl.request_rate)
     if wl.type in _STARTS and wl.arrival.process == "burst":
-        raise ConfigError(f"workload.arrival.process: burst starts every {_STARTS[wl.type][1]} at t=0, "
-                          "there is no rate to search; use poisson, gamma or constant")
+        raise ConfigError(
+            f"workload.arrival.process: burst starts every {_STARTS[wl.type][1]} at t=0, "
+            "there is no rate to search; use poisson, gamma or constant"
+        )
     generated = load_workload(wl, scenario.run.seed)
     why = _no_rate_knob(wl.type, generated.is_closed_loop)
     if why:
-        raise ConfigError(f"capacity: workload.type {wl.type}: {why}; capacity searches the request rate "
-                          "of a trace, synthetic, mixture, benchmark, inference-perf or guidellm workload (run simulate at the "
-                          "rates to compare instead)")
+        raise ConfigError(
+            f"capacity: workload.type {wl.type}: {why}; capacity searches the request rate "
+            "of a trace, synthetic, mixture, benchmark, inference-perf or guidellm workload (run simulate at the "
+            "rates to compare instead)"
+        )
     arrivals = generated.arrival_s
     span = float(arrivals[-1] - arrivals[0]) if len(arrivals) > 1 else 0.0
     if span <= 0:
         where = f"workload.path: {wl.path}" if isinstance(wl, TraceWorkload) else f"workload ({wl.type})"
-        raise ConfigError(f"{where}: its requests all arrive at one instant (or there is only one); "
-                          "there is no rate to search")
+        raise ConfigError(
+            f"{where}: its requests all arrive at one instant (or there is only one); "
+            "there is no rate to search"
+        )
     rps = (len(arrivals) - 1) / span
     if isinstance(wl, TraceWorkload) or wl.type in _RATE_SCALED:
         return RateKnob("workload.rate_scale", rps / wl.rate_scale, rps)
@@ -137,9 +151,11 @@ def rate_knob(scenario: Scenario) -> RateKnob:
 def _no_rate_knob(kind: str, closed_loop: bool) -> str:
     """Why ``kind``'s request rate is not set by one field (an empty string: it is)."""
     if kind == "sessions":
-        return ("a session's turns are sent when the previous answer comes back (loop: closed), or spread "
-                "over its think times (loop: open), so the request rate does not scale with "
-                "workload.arrival.rate, the rate sessions start")
+        return (
+            "a session's turns are sent when the previous answer comes back (loop: closed), or spread "
+            "over its think times (loop: open), so the request rate does not scale with "
+            "workload.arrival.rate, the rate sessions start"
+        )
     follows = "so the request rate follows the service"
     if kind == "agents":
         return f"an agent task sends each call when the calls it waits for finish, {follows}"
@@ -151,8 +167,11 @@ def _no_rate_knob(kind: str, closed_loop: bool) -> str:
 #: Workloads read from a load generator's own config file: their rates scale by ``rate_scale``.
 _RATE_SCALED = ("inference-perf", "guidellm")
 #: Workloads whose arrival process starts groups of requests: (count field, what starts).
-_STARTS = {"sessions": ("num_sessions", "session"), "agents": ("num_tasks", "task"),
-           "reasoning": ("num_questions", "question")}
+_STARTS = {
+    "sessions": ("num_sessions", "session"),
+    "agents": ("num_tasks", "task"),
+    "reasoning": ("num_questions", "question"),
+}
 
 
 def _prefix(scenario: Scenario, fraction: float, num_requests: int) -> Scenario:
@@ -196,10 +215,16 @@ class Probe:
         return self.verdict.meets and self.cut_short is None and not self.metrics.get("saturated")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rate_rps": self.rate_rps, "knob_value": self.knob_value, "meets": self.meets,
-                "margin": self.verdict.margin, "cut_short": self.cut_short,
-                "num_requests": self.num_requests, "metrics": self.metrics,
-                "verdict": self.verdict.to_dict()}
+        return {
+            "rate_rps": self.rate_rps,
+            "knob_value": self.knob_value,
+            "meets": self.meets,
+            "margin": self.verdict.margin,
+            "cut_short": self.cut_short,
+            "num_requests": self.num_requests,
+            "metrics": self.metrics,
+            "verdict": self.verdict.to_dict(),
+        }
 
 
 def probe_metrics(summary: dict[str, Any]) -> dict[str, Any]:
@@ -209,12 +234,17 @@ def probe_metrics(summary: dict[str, Any]) -> dict[str, Any]:
     usd_per_hour = cost["usd"] * 3600.0 / window if cost["usd"] is not None and window else None
     return {
         "attainment": slo["attainment"]["all"],
-        "ttft_p50_s": lat["ttft_s"]["p50"], "ttft_p99_s": lat["ttft_s"]["p99"],
-        "tpot_p50_s": lat["tpot_s"]["p50"], "tpot_p99_s": lat["tpot_s"]["p99"],
-        "requests_per_s": thr["requests_per_s"], "total_tokens_per_s": thr["total_tokens_per_s"],
+        "ttft_p50_s": lat["ttft_s"]["p50"],
+        "ttft_p99_s": lat["ttft_s"]["p99"],
+        "tpot_p50_s": lat["tpot_s"]["p50"],
+        "tpot_p99_s": lat["tpot_s"]["p99"],
+        "requests_per_s": thr["requests_per_s"],
+        "total_tokens_per_s": thr["total_tokens_per_s"],
         "output_tokens_per_s": thr["output_tokens_per_s"],
-        "goodput_rps": slo["goodput_rps"], "goodput_rps_per_gpu": slo["goodput_rps_per_gpu"],
-        "num_gpus": summary["utilization"]["overall"]["num_gpus"], "usd_per_hour": usd_per_hour,
+        "goodput_rps": slo["goodput_rps"],
+        "goodput_rps_per_gpu": slo["goodput_rps_per_gpu"],
+        "num_gpus": summary["utilization"]["overall"]["num_gpus"],
+        "usd_per_hour": usd_per_hour,
         "saturated": summary["saturation"]["saturated"],
         "headroom_capacity_rps": summary["headroom"]["capacity_requests_per_s"],
         "wall_s": summary["wall_s"],
@@ -229,8 +259,10 @@ def _clear_miss(verdict: Verdict, summary: dict[str, Any], num_full: int) -> str
         allowed = num_full - math.ceil(c.required_fraction * num_full - 1e-9)
         missed = c.num_total - c.num_met
         if missed > allowed:
-            return (f"{missed} of the first {c.num_total} requests miss already, more than the {allowed} "
-                    f"of {num_full} that {c.target_text()} allows")
+            return (
+                f"{missed} of the first {c.num_total} requests miss already, more than the {allowed} "
+                f"of {num_full} that {c.target_text()} allows"
+            )
     if not verdict.meets and summary["saturation"]["saturated"]:
         return "the queue grew through the first requests while service lagged arrivals"
     return None
@@ -248,11 +280,23 @@ def run_probe(scenario: Scenario, knob: RateKnob, rate_rps: float, *, screen: bo
         verdict = check_result(sc.slo, head)
         why = _clear_miss(verdict, head.summary, num_full)
         if why is not None:
-            return Probe(rate_rps, knob.value_for(rate_rps), verdict, why, len(head.records),
-                         probe_metrics(head.summary))
+            return Probe(
+                rate_rps,
+                knob.value_for(rate_rps),
+                verdict,
+                why,
+                len(head.records),
+                probe_metrics(head.summary),
+            )
     result = simulate(sc)
-    return Probe(rate_rps, knob.value_for(rate_rps), check_result(sc.slo, result), None,
-                 len(result.records), probe_metrics(result.summary))
+    return Probe(
+        rate_rps,
+        knob.value_for(rate_rps),
+        check_result(sc.slo, result),
+        None,
+        len(result.records),
+        probe_metrics(result.summary),
+    )
 
 
 # --------------------------------------------------------------------------- the search
@@ -285,37 +329,53 @@ class Capacity:
             "capacity_rps": self.capacity_rps,
             "capacity_total_tokens_per_s": m["total_tokens_per_s"],
             "capacity_output_tokens_per_s": m["output_tokens_per_s"],
-            "goodput_rps": m["goodput_rps"], "goodput_rps_per_gpu": m["goodput_rps_per_gpu"],
-            "num_gpus": m["num_gpus"], "usd_per_hour": usd,
-            "good_requests_per_usd": None if not usd or m["goodput_rps"] is None
+            "goodput_rps": m["goodput_rps"],
+            "goodput_rps_per_gpu": m["goodput_rps_per_gpu"],
+            "num_gpus": m["num_gpus"],
+            "usd_per_hour": usd,
+            "good_requests_per_usd": None
+            if not usd or m["goodput_rps"] is None
             else m["goodput_rps"] * 3600.0 / usd,
-            "knob": self.knob.field, "knob_value": self.lo.knob_value,
+            "knob": self.knob.field,
+            "knob_value": self.lo.knob_value,
             "bracket_rps": [self.lo.rate_rps, None if self.hi is None else self.hi.rate_rps],
-            "relative_width": self.relative_width, "precision": self.precision,
+            "relative_width": self.relative_width,
+            "precision": self.precision,
             "limited_by_max_rate": self.hi is None,
         }
 
     def to_dict(self) -> dict[str, Any]:
-        return {"scenario_name": self.scenario.name, "result": self.figures(),
-                "probes": [p.to_dict() for p in self.probes],
-                "scenario": self.scenario.model_dump(mode="json")}
+        return {
+            "scenario_name": self.scenario.name,
+            "result": self.figures(),
+            "probes": [p.to_dict() for p in self.probes],
+            "scenario": self.scenario.model_dump(mode="json"),
+        }
 
 
 def _closest(probes: list[Probe]) -> Probe:
     return max(probes, key=lambda p: p.verdict.margin)
 
 
-def find_capacity(scenario: Scenario, *, precision: float = 0.05, max_rate: float | None = None,
-                  min_rate: float | None = None, early_stop: bool = True,
-                  on_probe: Callable[[Probe, float | None, float | None], None] | None = None) -> Capacity:
+def find_capacity(
+    scenario: Scenario,
+    *,
+    precision: float = 0.05,
+    max_rate: float | None = None,
+    min_rate: float | None = None,
+    early_stop: bool = True,
+    on_probe: Callable[[Probe, float | None, float | None], None] | None = None,
+) -> Capacity:
     """Search the capacity of ``scenario``'s deployment (the module docstring says how).
 
     ``on_probe(probe, lo_rps, hi_rps)`` is called after each probe with the bracket so far.
     ``min_rate`` defaults to the start rate / 1024.
     """
     if not has_slo(scenario.slo):
-        raise ConfigError("slo: the scenario has no SLO to hold the deployment to; set slo.ttft_s, "
-                          "slo.tpot_s, slo.e2e_s or slo.percentiles")
+        raise ConfigError(
+            "slo: the scenario has no SLO to hold the deployment to; set slo.ttft_s, "
+            "slo.tpot_s, slo.e2e_s or slo.percentiles"
+        )
     if not 0 < precision < 1:
         raise ConfigError(f"--precision: expected a relative width in (0, 1), found {precision:g}")
     for name, rate in (("--max-rate", max_rate), ("--min-rate", min_rate)):
@@ -334,8 +394,10 @@ def find_capacity(scenario: Scenario, *, precision: float = 0.05, max_rate: floa
 
     def probe(rate: float) -> Probe:
         if len(probes) >= MAX_PROBES:
-            raise ServesimError(f"capacity: no answer after {MAX_PROBES} probes (the verdicts do not "
-                                "settle); give --max-rate or a coarser --precision")
+            raise ServesimError(
+                f"capacity: no answer after {MAX_PROBES} probes (the verdicts do not "
+                "settle); give --max-rate or a coarser --precision"
+            )
         screen = early_stop and (lo is None or rate >= SCREEN_RATIO * lo.rate_rps)
         p = run_probe(scenario, knob, rate, screen=screen)
         probes.append(p)
@@ -358,7 +420,9 @@ def find_capacity(scenario: Scenario, *, precision: float = 0.05, max_rate: floa
             raise CapacityNotFound(
                 f"capacity: the SLO targets are missed even at {hi.rate_rps:.4g} req/s, the lowest rate "
                 f"tried (min rate {floor:.4g} req/s); closest probe: {best.rate_rps:.4g} req/s, "
-                f"{best.verdict.describe()}", probes)
+                f"{best.verdict.describe()}",
+                probes,
+            )
         p = probe(hi.rate_rps / 2)
         lo, hi = (p, hi) if p.meets else (None, p)
         report(p)

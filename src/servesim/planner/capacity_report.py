@@ -50,8 +50,15 @@ def probe_progress(enabled: bool, precision: float) -> Iterator[ProbeCallback | 
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    bar = Progress(TextColumn("capacity probes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   TextColumn("{task.description}"), console=Console(stderr=True), transient=True)
+    bar = Progress(
+        TextColumn("capacity probes"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=Console(stderr=True),
+        transient=True,
+    )
     task = bar.add_task("", total=None)
     done = 0
 
@@ -59,9 +66,12 @@ def probe_progress(enabled: bool, precision: float) -> Iterator[ProbeCallback | 
         nonlocal done
         done += 1
         left = probes_left(lo, hi, precision) if hi is not None else 1
-        bar.update(task, completed=done, total=done + left,
-                   description=f"{p.rate_rps:.4g} req/s {_verdict_word(p)}; "
-                               f"bracket [{_num(lo)}, {_num(hi)}] req/s")
+        bar.update(
+            task,
+            completed=done,
+            total=done + left,
+            description=f"{p.rate_rps:.4g} req/s {_verdict_word(p)}; bracket [{_num(lo)}, {_num(hi)}] req/s",
+        )
 
     bar.start()
     try:
@@ -71,17 +81,37 @@ def probe_progress(enabled: bool, precision: float) -> Iterator[ProbeCallback | 
 
 
 def probes_table(probes: list[Probe], knob: str) -> Table:
-    table = Table(title=f"Probes (rate set through {knob}; the same seed for each)", title_justify="left",
-                  box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("#", "req/s", "verdict", "margin", "attained", "TTFT\np99 s", "TPOT\np99 s", "tokens/s",
-                "good\nreq/s"):
+    table = Table(
+        title=f"Probes (rate set through {knob}; the same seed for each)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    for col in (
+        "#",
+        "req/s",
+        "verdict",
+        "margin",
+        "attained",
+        "TTFT\np99 s",
+        "TPOT\np99 s",
+        "tokens/s",
+        "good\nreq/s",
+    ):
         table.add_column(col, justify="left" if col == "verdict" else "right", no_wrap=True)
     for i, p in enumerate(probes, 1):
         m = p.metrics
-        table.add_row(str(i), f"{p.rate_rps:.4g}", _verdict_word(p), f"{p.verdict.margin:+.2f}",
-                      _num(m["attainment"], ".3f"), _num(m["ttft_p99_s"], ".3f"),
-                      _num(m["tpot_p99_s"], ".4f"),
-                      _num(m["total_tokens_per_s"], ".0f"), _num(m["goodput_rps"], ".3g"))
+        table.add_row(
+            str(i),
+            f"{p.rate_rps:.4g}",
+            _verdict_word(p),
+            f"{p.verdict.margin:+.2f}",
+            _num(m["attainment"], ".3f"),
+            _num(m["ttft_p99_s"], ".3f"),
+            _num(m["tpot_p99_s"], ".4f"),
+            _num(m["total_tokens_per_s"], ".0f"),
+            _num(m["goodput_rps"], ".3g"),
+        )
     return table
 
 
@@ -90,31 +120,50 @@ def print_capacity(cap: Capacity, console: Console) -> None:
     console.print(probes_table(cap.probes, cap.knob.field))
     f = cap.figures()
     if cap.hi is None:
-        head = (f"capacity: at least {f['capacity_rps']:.4g} req/s (meets the targets at --max-rate; "
-                "the true capacity may be higher)")
+        head = (
+            f"capacity: at least {f['capacity_rps']:.4g} req/s (meets the targets at --max-rate; "
+            "the true capacity may be higher)"
+        )
     else:
-        head = (f"capacity: {f['capacity_rps']:.4g} req/s ({cap.knob.field} = {f['knob_value']:.4g}); "
-                f"bracket [{f['bracket_rps'][0]:.4g}, {f['bracket_rps'][1]:.4g}] req/s, "
-                f"width {f['relative_width'] * 100:.1f}% (precision {cap.precision * 100:g}%)")
+        head = (
+            f"capacity: {f['capacity_rps']:.4g} req/s ({cap.knob.field} = {f['knob_value']:.4g}); "
+            f"bracket [{f['bracket_rps'][0]:.4g}, {f['bracket_rps'][1]:.4g}] req/s, "
+            f"width {f['relative_width'] * 100:.1f}% (precision {cap.precision * 100:g}%)"
+        )
     console.print(head, soft_wrap=True)
     console.print(f"  targets: {cap.lo.verdict.describe()}", soft_wrap=True)
-    console.print(f"  throughput {_num(f['capacity_total_tokens_per_s'], ',.0f')} tokens/s "
-                  f"({_num(f['capacity_output_tokens_per_s'], ',.0f')} output); goodput "
-                  f"{_num(f['goodput_rps'])} req/s, {_num(f['goodput_rps_per_gpu'])} per GPU "
-                  f"({f['num_gpus']} GPU{'' if f['num_gpus'] == 1 else 's'}), "
-                  f"{_num(f['good_requests_per_usd'], ',.0f')} good requests per $ "
-                  f"at ${_num(f['usd_per_hour'], '.2f')}/hour", soft_wrap=True)
+    console.print(
+        f"  throughput {_num(f['capacity_total_tokens_per_s'], ',.0f')} tokens/s "
+        f"({_num(f['capacity_output_tokens_per_s'], ',.0f')} output); goodput "
+        f"{_num(f['goodput_rps'])} req/s, {_num(f['goodput_rps_per_gpu'])} per GPU "
+        f"({f['num_gpus']} GPU{'' if f['num_gpus'] == 1 else 's'}), "
+        f"{_num(f['good_requests_per_usd'], ',.0f')} good requests per $ "
+        f"at ${_num(f['usd_per_hour'], '.2f')}/hour",
+        soft_wrap=True,
+    )
 
 
 def probe_columns(probes: list[Probe]) -> dict[str, np.ndarray]:
     """One row a probe: rate, verdict, margin and the key figures (``probes.csv``)."""
     keys = list(probes[0].metrics) if probes else []
-    cols: dict[str, list[Any]] = {"rate_rps": [], "knob_value": [], "meets": [], "margin": [],
-                                  "cut_short": [], "num_requests": [], **{k: [] for k in keys}}
+    cols: dict[str, list[Any]] = {
+        "rate_rps": [],
+        "knob_value": [],
+        "meets": [],
+        "margin": [],
+        "cut_short": [],
+        "num_requests": [],
+        **{k: [] for k in keys},
+    }
     for p in probes:
-        for k, v in (("rate_rps", p.rate_rps), ("knob_value", p.knob_value), ("meets", p.meets),
-                     ("margin", p.verdict.margin), ("cut_short", p.cut_short or ""),
-                     ("num_requests", p.num_requests)):
+        for k, v in (
+            ("rate_rps", p.rate_rps),
+            ("knob_value", p.knob_value),
+            ("meets", p.meets),
+            ("margin", p.verdict.margin),
+            ("cut_short", p.cut_short or ""),
+            ("num_requests", p.num_requests),
+        ):
             cols[k].append(v)
         for k in keys:
             v = p.metrics[k]
@@ -127,14 +176,29 @@ def write_capacity(cap: Capacity, out_dir: Path) -> list[Path]:
     from servesim.metrics.output import write_csv, write_files, write_json
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    return write_files(out_dir, [("capacity.json", lambda p: write_json(p, cap.to_dict())),
-                                 ("probes.csv", lambda p: write_csv(p, probe_columns(cap.probes)))])
+    return write_files(
+        out_dir,
+        [
+            ("capacity.json", lambda p: write_json(p, cap.to_dict())),
+            ("probes.csv", lambda p: write_csv(p, probe_columns(cap.probes))),
+        ],
+    )
 
 
-def run_capacity(scenario_path: Path | None, overrides: list[str], output: Path | None, *,
-                 precision: float = 0.05, max_rate: float | None = None, min_rate: float | None = None,
-                 early_stop: bool = True, json_out: bool = False, quiet: bool = False,
-                 progress: bool = False, console: Console | None = None) -> Capacity:
+def run_capacity(
+    scenario_path: Path | None,
+    overrides: list[str],
+    output: Path | None,
+    *,
+    precision: float = 0.05,
+    max_rate: float | None = None,
+    min_rate: float | None = None,
+    early_stop: bool = True,
+    json_out: bool = False,
+    quiet: bool = False,
+    progress: bool = False,
+    console: Console | None = None,
+) -> Capacity:
     """``servesim capacity``: resolve the scenario, search, report, write the files.
 
     When even the lowest rate misses, the probes are printed and ``CapacityNotFound``
@@ -150,8 +214,14 @@ def run_capacity(scenario_path: Path | None, overrides: list[str], output: Path 
     console = console or Console(highlight=False)
     try:
         with probe_progress(progress, precision) as report:
-            cap = find_capacity(scenario, precision=precision, max_rate=max_rate, min_rate=min_rate,
-                                early_stop=early_stop, on_probe=report)
+            cap = find_capacity(
+                scenario,
+                precision=precision,
+                max_rate=max_rate,
+                min_rate=min_rate,
+                early_stop=early_stop,
+                on_probe=report,
+            )
     except ConfigError as err:  # the scenario cannot be searched: name its file
         where = str(scenario_path) if scenario_path is not None else "<default scenario>"
         raise ConfigError(f"{where}: {err}") from None

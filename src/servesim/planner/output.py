@@ -43,15 +43,28 @@ def fronts(result: PlanResult) -> dict[str, Any]:
     pool = [e for e in result.evaluated if e.meets] or [e for e in result.evaluated if e.summary]
 
     def front(metric: str) -> list[dict[str, Any]]:
-        pts = [(e.metrics["usd_per_hour"], e.metrics[metric], e.candidate.id) for e in pool
-               if e.metrics.get(metric) is not None]
+        pts = [
+            (e.metrics["usd_per_hour"], e.metrics[metric], e.candidate.id)
+            for e in pool
+            if e.metrics.get(metric) is not None
+        ]
         ids = pareto(pts)
         by_id = {e.candidate.id: e for e in pool}
-        return [{"id": i, "label": by_id[i].candidate.label(), "usd_per_hour": by_id[i].metrics["usd_per_hour"],
-                 metric: by_id[i].metrics[metric]} for i in ids]
+        return [
+            {
+                "id": i,
+                "label": by_id[i].candidate.label(),
+                "usd_per_hour": by_id[i].metrics["usd_per_hour"],
+                metric: by_id[i].metrics[metric],
+            }
+            for i in ids
+        ]
 
-    return {"among": "meeting_slo" if any(e.meets for e in pool) else "simulated",
-            "cost_vs_latency": front("e2e_p90_s"), "cost_vs_energy": front("j_per_output_token")}
+    return {
+        "among": "meeting_slo" if any(e.meets for e in pool) else "simulated",
+        "cost_vs_latency": front("e2e_p90_s"),
+        "cost_vs_energy": front("j_per_output_token"),
+    }
 
 
 def candidate_rows(result: PlanResult) -> list[dict[str, Any]]:
@@ -71,8 +84,13 @@ def candidate_rows(result: PlanResult) -> list[dict[str, Any]]:
         else:
             row.update(status="simulated", message="")
         row.update({m: (e.metrics.get(m) if e else None) for m in metric_names})
-        row.update(meets_slo=bool(e and e.meets), margin=None if e is None or e.summary is None else e.margin,
-                   rank=rank.get(c.id), cached=bool(e and e.cached), verdict=e.verdict if e else "")
+        row.update(
+            meets_slo=bool(e and e.meets),
+            margin=None if e is None or e.summary is None else e.margin,
+            rank=rank.get(c.id),
+            cached=bool(e and e.cached),
+            verdict=e.verdict if e else "",
+        )
         rows.append(row)
     return rows
 
@@ -92,10 +110,16 @@ def vllm_serve_lines(e: Evaluated) -> list[str]:
             args += ["--data-parallel-size", str(dp)]
         if par.expert_parallel_size > 1:
             args.append("--enable-expert-parallel")
-        args += ["--max-num-seqs", str(eng.max_num_seqs), "--max-num-batched-tokens", str(eng.max_num_batched_tokens),
-                 "--enable-chunked-prefill" if eng.enable_chunked_prefill else "--no-enable-chunked-prefill",
-                 "--enable-prefix-caching" if eng.enable_prefix_caching else "--no-enable-prefix-caching",
-                 "--gpu-memory-utilization", f"{eng.gpu_memory_utilization:g}"]
+        args += [
+            "--max-num-seqs",
+            str(eng.max_num_seqs),
+            "--max-num-batched-tokens",
+            str(eng.max_num_batched_tokens),
+            "--enable-chunked-prefill" if eng.enable_chunked_prefill else "--no-enable-chunked-prefill",
+            "--enable-prefix-caching" if eng.enable_prefix_caching else "--no-enable-prefix-caching",
+            "--gpu-memory-utilization",
+            f"{eng.gpu_memory_utilization:g}",
+        ]
         if e.candidate.scenario.engine.max_model_len:
             args += ["--max-model-len", str(eng.max_model_len)]
         if dep.role in ("prefill", "decode"):
@@ -125,16 +149,27 @@ def _plot(path: Path, result: PlanResult, fr: dict[str, Any]) -> None:
 
     sim = [e for e in result.evaluated if e.summary]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, key, metric, ylabel in ((axes[0], "cost_vs_latency", "e2e_p90_s", "p90 end-to-end latency (s)"),
-                                    (axes[1], "cost_vs_energy", "j_per_output_token", "J per output token")):
+    for ax, key, metric, ylabel in (
+        (axes[0], "cost_vs_latency", "e2e_p90_s", "p90 end-to-end latency (s)"),
+        (axes[1], "cost_vs_energy", "j_per_output_token", "J per output token"),
+    ):
         for ok, colour in ((False, "lightgray"), (True, "tab:blue")):
-            pts = [(e.metrics["usd_per_hour"], e.metrics[metric]) for e in sim
-                   if e.meets == ok and e.metrics.get(metric) is not None]
+            pts = [
+                (e.metrics["usd_per_hour"], e.metrics[metric])
+                for e in sim
+                if e.meets == ok and e.metrics.get(metric) is not None
+            ]
             if pts:
                 ax.scatter(*zip(*pts), s=14, c=colour, label="meets SLOs" if ok else "misses SLOs")
         line = fr[key]
         if line:
-            ax.plot([p["usd_per_hour"] for p in line], [p[metric] for p in line], "o-", c="tab:red", label="Pareto front")
+            ax.plot(
+                [p["usd_per_hour"] for p in line],
+                [p[metric] for p in line],
+                "o-",
+                c="tab:red",
+                label="Pareto front",
+            )
         ax.set_xlabel("$ per hour")
         ax.set_ylabel(ylabel)
         if ax.get_legend_handles_labels()[0]:
@@ -155,15 +190,24 @@ def write_plan(result: PlanResult, out_dir: str | Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     rows = candidate_rows(result)
     fr = fronts(result)
-    doc = {"counts": result.counts(), "objective": result.plan.objective,
-           "wall_s": result.wall_s, "backend": result.backend, "candidates": rows}
-    jobs = [("candidates.parquet", lambda p: pq.write_table(pa.Table.from_pylist(rows), p)),
-            ("candidates.json", lambda p: p.write_text(json.dumps(doc, indent=1, default=str) + "\n")),
-            ("pareto.json", lambda p: p.write_text(json.dumps(fr, indent=1) + "\n"))]
+    doc = {
+        "counts": result.counts(),
+        "objective": result.plan.objective,
+        "wall_s": result.wall_s,
+        "backend": result.backend,
+        "candidates": rows,
+    }
+    jobs = [
+        ("candidates.parquet", lambda p: pq.write_table(pa.Table.from_pylist(rows), p)),
+        ("candidates.json", lambda p: p.write_text(json.dumps(doc, indent=1, default=str) + "\n")),
+        ("pareto.json", lambda p: p.write_text(json.dumps(fr, indent=1) + "\n")),
+    ]
     ranked = result.ranked()
     if ranked:
-        jobs += [("best.yaml", lambda p: p.write_text(best_scenario_yaml(ranked[0]))),
-                 ("best_vllm.sh", lambda p: p.write_text("\n".join(vllm_serve_lines(ranked[0])) + "\n"))]
+        jobs += [
+            ("best.yaml", lambda p: p.write_text(best_scenario_yaml(ranked[0]))),
+            ("best_vllm.sh", lambda p: p.write_text("\n".join(vllm_serve_lines(ranked[0])) + "\n")),
+        ]
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -181,30 +225,51 @@ def console_report(result: PlanResult, top: int = 10) -> Any:
 
     counts = result.counts()
     pruned = ", ".join(f"{k} {v}" for k, v in counts["pruned_by"].items() if v)
-    head = Text(f"{counts['candidates']} candidates: {counts['pruned']} pruned ({pruned or 'none'}), "
-                f"{counts['simulated']} simulated, {counts['cached']} from the cache, "
-                f"{counts['meeting_slo']} meet the SLO targets "
-                f"({result.wall_s:.1f} s, {result.backend} backend)")
+    head = Text(
+        f"{counts['candidates']} candidates: {counts['pruned']} pruned ({pruned or 'none'}), "
+        f"{counts['simulated']} simulated, {counts['cached']} from the cache, "
+        f"{counts['meeting_slo']} meet the SLO targets "
+        f"({result.wall_s:.1f} s, {result.backend} backend)"
+    )
     ranked = result.ranked()
     rows = ranked[:top] if ranked else result.closest(top)
     if not rows:
         return Group(head, Text(nothing_simulated(result), style="yellow"))
-    title = (f"best by {result.plan.objective}" if ranked
-             else "nothing meets the SLOs: the closest candidates")
+    title = f"best by {result.plan.objective}" if ranked else "nothing meets the SLOs: the closest candidates"
     table = Table(title=title, title_justify="left")
     slo = result.base.slo
     ttft_p, tpot_p = judged_percentile(slo, "ttft_s"), judged_percentile(slo, "tpot_s")
-    for name in ("#", "id", "deployment", "mode", "GPUs", "$/h", "attain", f"TTFT {ttft_p}", f"TPOT {tpot_p}",
-                 "tok/s/GPU", "tok/s/user", "J/tok"):
+    for name in (
+        "#",
+        "id",
+        "deployment",
+        "mode",
+        "GPUs",
+        "$/h",
+        "attain",
+        f"TTFT {ttft_p}",
+        f"TPOT {tpot_p}",
+        "tok/s/GPU",
+        "tok/s/user",
+        "J/tok",
+    ):
         table.add_column(name, justify="left" if name in ("deployment", "mode") else "right")
     for i, e in enumerate(rows, 1):
         m = e.metrics
-        table.add_row(str(i), str(e.candidate.id), e.candidate.label(), e.candidate.mode, str(m["num_gpus"]),
-                      f"{m['usd_per_hour']:.2f}", _f(m["attainment"], "{:.1%}"),
-                      _f(_latency(e, "ttft_s", ttft_p), "{:.3f}"),
-                      _f(_latency(e, "tpot_s", tpot_p), "{:.4f}"),
-                      _f(m["tokens_per_s_per_gpu"], "{:.0f}"), _f(m["tokens_per_s_per_user"], "{:.1f}"),
-                      _f(m["j_per_output_token"], "{:.2f}"))
+        table.add_row(
+            str(i),
+            str(e.candidate.id),
+            e.candidate.label(),
+            e.candidate.mode,
+            str(m["num_gpus"]),
+            f"{m['usd_per_hour']:.2f}",
+            _f(m["attainment"], "{:.1%}"),
+            _f(_latency(e, "ttft_s", ttft_p), "{:.3f}"),
+            _f(_latency(e, "tpot_s", tpot_p), "{:.4f}"),
+            _f(m["tokens_per_s_per_gpu"], "{:.0f}"),
+            _f(m["tokens_per_s_per_user"], "{:.1f}"),
+            _f(m["j_per_output_token"], "{:.2f}"),
+        )
     parts: list[Any] = [head, table]
     if ranked:
         parts.append(Text("\n".join(vllm_serve_lines(ranked[0]))))
@@ -249,8 +314,9 @@ def nothing_simulated(result: PlanResult) -> str:
     failed = [e.error for e in result.evaluated if e.error]
     if failed:
         parts.append(f"failed ({len(failed)}): {failed[0]}")
-    return ("nothing was simulated: every candidate was pruned before simulation or failed; "
-            + "; ".join(parts))
+    return "nothing was simulated: every candidate was pruned before simulation or failed; " + "; ".join(
+        parts
+    )
 
 
 def _f(x: float | None, fmt: str) -> str:
@@ -270,8 +336,14 @@ def progress_display(enabled: bool) -> Any:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                   console=Console(stderr=True), transient=True)
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
 
     def start(pruning: Any, total: int) -> Any:
         pruned = sum(pruning.counts().values())
@@ -280,14 +352,26 @@ def progress_display(enabled: bool) -> Any:
 
         def tick(done: int, total: int, cached: int) -> None:
             bar.update(task, completed=done, description=f"simulating ({pruned} pruned, {cached} cached)")
+
         return tick
 
     return start, bar
 
 
-def plan_command(plan_file: str | None, overrides: list[str], options: dict[str, Any], *, backend: str,
-                 workers: int | None, address: str | None, output: str | None, cache: str | None,
-                 top: int, progress: bool, json_out: bool) -> int:
+def plan_command(
+    plan_file: str | None,
+    overrides: list[str],
+    options: dict[str, Any],
+    *,
+    backend: str,
+    workers: int | None,
+    address: str | None,
+    output: str | None,
+    cache: str | None,
+    top: int,
+    progress: bool,
+    json_out: bool,
+) -> int:
     """`servesim plan`: read the plan (file or short form), search, show, write. Returns the
     exit code: 0 when a candidate meets the SLOs, 1 when none does."""
     from rich.console import Console
@@ -304,20 +388,33 @@ def plan_command(plan_file: str | None, overrides: list[str], options: dict[str,
     else:
         base, plan = plan_from_options(**options)
         if overrides:
-            plan = plan_config(plan.model_dump(exclude_defaults=True), "plan options",
-                               [o if o.startswith("plan.") else f"plan.{o}" for o in overrides])
+            plan = plan_config(
+                plan.model_dump(exclude_defaults=True),
+                "plan options",
+                [o if o.startswith("plan.") else f"plan.{o}" for o in overrides],
+            )
     start, bar = progress_display(progress and not json_out)
     try:
-        result = run_plan(base, plan, backend=backend, workers=workers, address=address,  # type: ignore[arg-type]
-                          cache_dir=cache or output, progress=start)
+        result = run_plan(
+            base,
+            plan,
+            backend=backend,
+            workers=workers,
+            address=address,  # type: ignore[arg-type]
+            cache_dir=cache or output,
+            progress=start,
+        )
     finally:
         if bar is not None:
             bar.stop()
     paths = write_plan(result, output) if output else []
     if json_out:
         ranked = result.ranked()
-        doc = {"counts": result.counts(), "best": candidate_rows(result)[ranked[0].candidate.id] if ranked else None,
-               "pareto": fronts(result)}
+        doc = {
+            "counts": result.counts(),
+            "best": candidate_rows(result)[ranked[0].candidate.id] if ranked else None,
+            "pareto": fronts(result),
+        }
         print(json.dumps(doc, indent=1, default=str))
     else:
         console = Console(highlight=False)
@@ -325,8 +422,11 @@ def plan_command(plan_file: str | None, overrides: list[str], options: dict[str,
         if paths:
             console.print(f"wrote {', '.join(p.name for p in paths)} to {output}")
     if not result.ranked():
-        why = ("no candidate meets the SLO targets; the closest are shown above" if result.closest(1)
-               else nothing_simulated(result))
+        why = (
+            "no candidate meets the SLO targets; the closest are shown above"
+            if result.closest(1)
+            else nothing_simulated(result)
+        )
         Console(stderr=True, highlight=False, soft_wrap=True).print(f"error: {why}", markup=False)
         return 1
     return 0

@@ -59,15 +59,21 @@ class PlanResult:
     backend: str
 
     def counts(self) -> dict[str, Any]:
-        return {"candidates": len(self.candidates), "pruned": len(self.pruning.pruned),
-                "pruned_by": self.pruning.counts(), "simulated": sum(not e.cached for e in self.evaluated),
-                "cached": sum(e.cached for e in self.evaluated),
-                "failed": sum(e.error is not None for e in self.evaluated),
-                "meeting_slo": sum(e.meets for e in self.evaluated)}
+        return {
+            "candidates": len(self.candidates),
+            "pruned": len(self.pruning.pruned),
+            "pruned_by": self.pruning.counts(),
+            "simulated": sum(not e.cached for e in self.evaluated),
+            "cached": sum(e.cached for e in self.evaluated),
+            "failed": sum(e.error is not None for e in self.evaluated),
+            "meeting_slo": sum(e.meets for e in self.evaluated),
+        }
 
     def ranked(self) -> list[Evaluated]:
         """Candidates meeting the SLOs, best first by the plan's objective."""
-        return sorted((e for e in self.evaluated if e.meets), key=lambda e: objective_key(e, self.plan.objective))
+        return sorted(
+            (e for e in self.evaluated if e.meets), key=lambda e: objective_key(e, self.plan.objective)
+        )
 
     def closest(self, n: int = 5) -> list[Evaluated]:
         """The candidates nearest to meeting the SLOs (largest margin first)."""
@@ -78,8 +84,11 @@ class PlanResult:
 def objective_key(e: Evaluated, objective: str) -> tuple[float, ...]:
     """Sort key of a candidate meeting the SLOs: the objective, then cost, then latency, then id."""
     m = e.metrics
-    first = {"cost": m["usd_per_hour"], "gpus": float(m["num_gpus"]),
-             "energy": _or_inf(m["j_per_output_token"])}[objective]
+    first = {
+        "cost": m["usd_per_hour"],
+        "gpus": float(m["num_gpus"]),
+        "energy": _or_inf(m["j_per_output_token"]),
+    }[objective]
     return first, m["usd_per_hour"], _or_inf(m["e2e_p90_s"]), float(e.candidate.id)
 
 
@@ -101,7 +110,9 @@ def candidate_metrics(c: Candidate, summary: dict[str, Any]) -> dict[str, Any]:
         "usd_per_hour": get_gpu(c.gpu).usd_per_hour * c.num_gpus,
         "num_gpus": c.num_gpus,
         "attainment": slo["attainment"].get("all"),
-        "ttft_p90_s": pct("ttft_s", "p90"), "tpot_p90_s": pct("tpot_s", "p90"), "e2e_p90_s": pct("e2e_s", "p90"),
+        "ttft_p90_s": pct("ttft_s", "p90"),
+        "tpot_p90_s": pct("tpot_s", "p90"),
+        "e2e_p90_s": pct("e2e_s", "p90"),
         "output_tokens_per_s": out_tps,
         "tokens_per_s_per_gpu": None if out_tps is None else out_tps / c.num_gpus,
         "tokens_per_s_per_user": None if not tpot_mean else 1.0 / tpot_mean,
@@ -131,9 +142,16 @@ def judge(slo: Any, summary: dict[str, Any]) -> tuple[bool, float, str]:
 ProgressFn = Callable[[int, int, int], None]  # (done, total, cached)
 
 
-def run_plan(base: Scenario, plan: PlanConfig, *, backend: Backend = "process", workers: int | None = None,
-             address: str | None = None, cache_dir: str | Path | None = None,
-             progress: Callable[[Pruning, int], ProgressFn] | None = None) -> PlanResult:
+def run_plan(
+    base: Scenario,
+    plan: PlanConfig,
+    *,
+    backend: Backend = "process",
+    workers: int | None = None,
+    address: str | None = None,
+    cache_dir: str | Path | None = None,
+    progress: Callable[[Pruning, int], ProgressFn] | None = None,
+) -> PlanResult:
     """Search ``plan``'s space around ``base``: prune, reuse the cache, simulate the rest.
 
     ``progress(pruning, num_to_simulate)`` returns a callback told (done, total, cached)
@@ -142,8 +160,10 @@ def run_plan(base: Scenario, plan: PlanConfig, *, backend: Backend = "process", 
     from servesim.planner.targets import has_slo
 
     if not has_slo(base.slo):
-        raise ConfigError("plan: the scenario sets no SLO (slo.ttft_s, slo.tpot_s, slo.e2e_s or "
-                          "slo.percentiles); a plan ranks the deployments that meet one")
+        raise ConfigError(
+            "plan: the scenario sets no SLO (slo.ttft_s, slo.tpot_s, slo.e2e_s or "
+            "slo.percentiles); a plan ranks the deployments that meet one"
+        )
     t0 = time.perf_counter()
     candidates = enumerate_candidates(base, plan)
     pruning = prune(candidates, workload_demand(base), base.slo.tpot_s)

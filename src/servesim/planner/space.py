@@ -64,19 +64,32 @@ class Candidate:
         return sum(p.num_gpus for p in self.pools)
 
     def label(self) -> str:
-        pools = " + ".join(f"{p.role[0].upper()} {p.label()}" if p.role != "colocated" else p.label()
-                           for p in self.pools)
+        pools = " + ".join(
+            f"{p.role[0].upper()} {p.label()}" if p.role != "colocated" else p.label() for p in self.pools
+        )
         knobs = " ".join(f"{k}={v}" for k, v in self.knobs if k in self.shown and v is not None)
         return f"{self.gpu} {pools}" + (f" {knobs}" if knobs else "")
 
     def describe(self) -> dict[str, Any]:
         """The shape as flat columns (candidates.parquet)."""
-        out: dict[str, Any] = {"id": self.id, "label": self.label(), "gpu": self.gpu, "mode": self.mode,
-                               "num_gpus": self.num_gpus}
+        out: dict[str, Any] = {
+            "id": self.id,
+            "label": self.label(),
+            "gpu": self.gpu,
+            "mode": self.mode,
+            "num_gpus": self.num_gpus,
+        }
         for p in self.pools:
             key = "" if p.role == "colocated" else f"{p.role}_"
-            out.update({f"{key}replicas": p.num_replicas, f"{key}tp": p.tp, f"{key}pp": p.pp, f"{key}ep": p.ep,
-                        f"{key}dp": p.dp})
+            out.update(
+                {
+                    f"{key}replicas": p.num_replicas,
+                    f"{key}tp": p.tp,
+                    f"{key}pp": p.pp,
+                    f"{key}ep": p.ep,
+                    f"{key}dp": p.dp,
+                }
+            )
         out.update(dict(self.knobs))
         return out
 
@@ -95,8 +108,10 @@ def load_plan(path: str | Path, overrides: list[str] | None = None) -> tuple[Sce
     data = read_scenario_file(p)
     section = data.pop("plan", None)
     if section is None:
-        raise ConfigError(f"{p}: no plan: section; a plan file is a scenario with a plan: section "
-                          "of the ranges to search (docs/planning.md)")
+        raise ConfigError(
+            f"{p}: no plan: section; a plan file is a scenario with a plan: section "
+            "of the ranges to search (docs/planning.md)"
+        )
     plan_sets = [o for o in overrides or [] if o.startswith("plan.")]
     base = scenario_from_dict(data, str(p), [o for o in overrides or [] if not o.startswith("plan.")])
     return _resolve_relative_paths(base, p.parent), plan_config(section, str(p), plan_sets)
@@ -120,11 +135,23 @@ def plan_config(section: Any, source: str, overrides: list[str] | None = None) -
         raise ConfigError(format_validation_error(err, source, PlanConfig, "plan")) from None
 
 
-def plan_from_options(model: str, gpus: list[str], total_gpus: int, *, rate: float, isl: int | None = None,
-                      osl: int | None = None, trace: str | None = None, ttft_s: float | None = None,
-                      tpot_s: float | None = None, num_requests: int = 400,
-                      max_model_len: int | None = None, modes: tuple[str, ...] = ("colocated", "disaggregated"),
-                      seed: int = 0, confidence: float | None = None) -> tuple[Scenario, PlanConfig]:
+def plan_from_options(
+    model: str,
+    gpus: list[str],
+    total_gpus: int,
+    *,
+    rate: float,
+    isl: int | None = None,
+    osl: int | None = None,
+    trace: str | None = None,
+    ttft_s: float | None = None,
+    tpot_s: float | None = None,
+    num_requests: int = 400,
+    max_model_len: int | None = None,
+    modes: tuple[str, ...] = ("colocated", "disaggregated"),
+    seed: int = 0,
+    confidence: float | None = None,
+) -> tuple[Scenario, PlanConfig]:
     """The short form: a base scenario from the options and the default ranges for them
     (``confidence``: ``slo.confidence``, the SLO held at the prediction interval's high end)."""
     if (trace is None) == (isl is None or osl is None):
@@ -132,19 +159,32 @@ def plan_from_options(model: str, gpus: list[str], total_gpus: int, *, rate: flo
     if ttft_s is None and tpot_s is None:
         raise ConfigError("plan: give at least one SLO (--ttft or --tpot)")
     if trace is not None:
-        workload: dict[str, Any] = {"type": "trace", "path": trace, "limit": num_requests,
-                                    "rate_scale": rate / native_rate(trace, num_requests)}
+        workload: dict[str, Any] = {
+            "type": "trace",
+            "path": trace,
+            "limit": num_requests,
+            "rate_scale": rate / native_rate(trace, num_requests),
+        }
     else:
-        workload = {"type": "synthetic", "num_requests": num_requests, "arrival": {"rate": rate},
-                    "prompt_len": {"kind": "constant", "value": isl},
-                    "output_len": {"kind": "constant", "value": osl}}
-    data = {"name": f"plan-{Path(model).stem}", "model": {"name": model}, "workload": workload,
-            "slo": {"ttft_s": ttft_s, "tpot_s": tpot_s, "confidence": confidence},
-            "run": {"seed": seed, "record_steps": False},
-            "engine": {"max_model_len": max_model_len} if max_model_len else {}}
+        workload = {
+            "type": "synthetic",
+            "num_requests": num_requests,
+            "arrival": {"rate": rate},
+            "prompt_len": {"kind": "constant", "value": isl},
+            "output_len": {"kind": "constant", "value": osl},
+        }
+    data = {
+        "name": f"plan-{Path(model).stem}",
+        "model": {"name": model},
+        "workload": workload,
+        "slo": {"ttft_s": ttft_s, "tpot_s": tpot_s, "confidence": confidence},
+        "run": {"seed": seed, "record_steps": False},
+        "engine": {"max_model_len": max_model_len} if max_model_len else {},
+    }
     base = scenario_from_dict(data, "plan options")
-    return base, plan_config({"gpus": gpus, "max_total_gpus": total_gpus, "modes": list(modes)},
-                             "plan options")
+    return base, plan_config(
+        {"gpus": gpus, "max_total_gpus": total_gpus, "modes": list(modes)}, "plan options"
+    )
 
 
 def native_rate(trace: str, limit: int | None) -> float:
@@ -172,12 +212,16 @@ def _replica_counts(plan: PlanConfig, gpus_per_replica: int) -> list[int]:
 
 def _pool_shapes(plan: PlanConfig, layouts: list[tuple[int, int, int, int]]) -> list[tuple[PoolShape, ...]]:
     """Colocated shapes: each layout times each replica count."""
-    return [(PoolShape("colocated", r, tp, pp, ep, dp),) for tp, pp, ep, dp in layouts
-            for r in _replica_counts(plan, tp * pp * dp)]
+    return [
+        (PoolShape("colocated", r, tp, pp, ep, dp),)
+        for tp, pp, ep, dp in layouts
+        for r in _replica_counts(plan, tp * pp * dp)
+    ]
 
 
-def _disagg_shapes(plan: PlanConfig, pre: list[tuple[int, int, int, int]],
-                   dec: list[tuple[int, int, int, int]]) -> list[tuple[PoolShape, ...]]:
+def _disagg_shapes(
+    plan: PlanConfig, pre: list[tuple[int, int, int, int]], dec: list[tuple[int, int, int, int]]
+) -> list[tuple[PoolShape, ...]]:
     """Disaggregated shapes: each prefill and decode layout, each ratio scaled while it fits."""
     out = []
     for (ptp, ppp, pep, _), (dtp, dpp, dep, _) in itertools.product(pre, dec):
@@ -187,17 +231,29 @@ def _disagg_shapes(plan: PlanConfig, pre: list[tuple[int, int, int, int]],
             while (k * a * ptp * ppp + k * b * dtp * dpp) <= plan.max_total_gpus:
                 if (k * a, k * b) not in seen:
                     seen.add((k * a, k * b))
-                    out.append((PoolShape("prefill", k * a, ptp, ppp, pep),
-                                PoolShape("decode", k * b, dtp, dpp, dep)))
+                    out.append(
+                        (
+                            PoolShape("prefill", k * a, ptp, ppp, pep),
+                            PoolShape("decode", k * b, dtp, dpp, dep),
+                        )
+                    )
                 k += 1
     return out
 
 
-def _layouts(tps: list[int], plan: PlanConfig, dps: list[int] | None = None) -> list[tuple[int, int, int, int]]:
+def _layouts(
+    tps: list[int], plan: PlanConfig, dps: list[int] | None = None
+) -> list[tuple[int, int, int, int]]:
     """(tp, pp, ep, dp) of each replica layout: EP over all the server's GPUs (dp x tp) when
     tried; data-parallel ranks without pipeline stages (vLLM refuses DP with PP here)."""
-    return [(tp, pp, tp * dp if ep else 1, dp) for tp in tps for pp in plan.pipeline_parallel_sizes
-            for dp in (dps or [1]) if dp == 1 or pp == 1 for ep in plan.expert_parallel]
+    return [
+        (tp, pp, tp * dp if ep else 1, dp)
+        for tp in tps
+        for pp in plan.pipeline_parallel_sizes
+        for dp in (dps or [1])
+        if dp == 1 or pp == 1
+        for ep in plan.expert_parallel
+    ]
 
 
 def _data_parallel_sizes(base: Scenario, plan: PlanConfig) -> list[int]:
@@ -207,9 +263,11 @@ def _data_parallel_sizes(base: Scenario, plan: PlanConfig) -> list[int]:
     from servesim.catalog.hf_config import load_model
 
     if not load_model(base.model.name).is_moe:
-        raise ConfigError(f"plan.data_parallel_sizes {plan.data_parallel_sizes}: {base.model.name} is a "
-                          "dense model, whose data-parallel ranks share nothing and are replicas: search "
-                          "plan.replicas instead (data-parallel ranks pay off for MoE models)")
+        raise ConfigError(
+            f"plan.data_parallel_sizes {plan.data_parallel_sizes}: {base.model.name} is a "
+            "dense model, whose data-parallel ranks share nothing and are replicas: search "
+            "plan.replicas instead (data-parallel ranks pay off for MoE models)"
+        )
     return plan.data_parallel_sizes
 
 
@@ -218,18 +276,29 @@ def enumerate_candidates(base: Scenario, plan: PlanConfig) -> list[Candidate]:
     from servesim.catalog.gpus import get_gpu
 
     # Catalog names (an alias such as 'h100' becomes 'H100-SXM'; an unknown name is an error).
-    gpus = [get_gpu(g).name for g in plan.gpus] if plan.gpus else [
-        base.hardware.gpu if isinstance(base.hardware.gpu, str) else base.hardware.gpu.name]
+    gpus = (
+        [get_gpu(g).name for g in plan.gpus]
+        if plan.gpus
+        else [base.hardware.gpu if isinstance(base.hardware.gpu, str) else base.hardware.gpu.name]
+    )
     shapes: list[tuple[PoolShape, ...]] = []
     if "colocated" in plan.modes:
-        shapes += _pool_shapes(plan, _layouts(plan.tensor_parallel_sizes, plan, _data_parallel_sizes(base, plan)))
+        shapes += _pool_shapes(
+            plan, _layouts(plan.tensor_parallel_sizes, plan, _data_parallel_sizes(base, plan))
+        )
     if "disaggregated" in plan.modes:
-        shapes += _disagg_shapes(plan, _layouts(plan.prefill_tensor_parallel_sizes or plan.tensor_parallel_sizes, plan),
-                                 _layouts(plan.decode_tensor_parallel_sizes or plan.tensor_parallel_sizes, plan))
+        shapes += _disagg_shapes(
+            plan,
+            _layouts(plan.prefill_tensor_parallel_sizes or plan.tensor_parallel_sizes, plan),
+            _layouts(plan.decode_tensor_parallel_sizes or plan.tensor_parallel_sizes, plan),
+        )
     eng = base.engine
-    axes = {"max_num_batched_tokens": plan.max_num_batched_tokens, "max_num_seqs": plan.max_num_seqs,
-            "enable_chunked_prefill": plan.enable_chunked_prefill or [eng.enable_chunked_prefill],
-            "enable_prefix_caching": plan.enable_prefix_caching or [eng.enable_prefix_caching]}
+    axes = {
+        "max_num_batched_tokens": plan.max_num_batched_tokens,
+        "max_num_seqs": plan.max_num_seqs,
+        "enable_chunked_prefill": plan.enable_chunked_prefill or [eng.enable_chunked_prefill],
+        "enable_prefix_caching": plan.enable_prefix_caching or [eng.enable_prefix_caching],
+    }
     routers = plan.routers or [base.cluster.router if base.cluster else "round_robin"]
     shown = tuple(k for k, v in axes.items() if len(v) > 1) + (("router",) if len(routers) > 1 else ())
     out: list[Candidate] = []
@@ -237,31 +306,65 @@ def enumerate_candidates(base: Scenario, plan: PlanConfig) -> list[Candidate]:
         many = sum(p.num_replicas for p in shape) > 1
         for values in itertools.product(*axes.values(), routers if many else [None]):
             knobs = tuple(zip([*axes, "router"], values))
-            out.append(Candidate(len(out), gpu, "disaggregated" if shape[0].role == "prefill" else "colocated",
-                                 shape, knobs, candidate_scenario(base, gpu, shape, dict(knobs)), shown))
+            out.append(
+                Candidate(
+                    len(out),
+                    gpu,
+                    "disaggregated" if shape[0].role == "prefill" else "colocated",
+                    shape,
+                    knobs,
+                    candidate_scenario(base, gpu, shape, dict(knobs)),
+                    shown,
+                )
+            )
     return out
 
 
-def candidate_scenario(base: Scenario, gpu: str, shape: tuple[PoolShape, ...], knobs: dict[str, Any]) -> Scenario:
+def candidate_scenario(
+    base: Scenario, gpu: str, shape: tuple[PoolShape, ...], knobs: dict[str, Any]
+) -> Scenario:
     """The base scenario with this GPU, layout, engine knobs and router (validated)."""
     engine_upd = {k: v for k, v in knobs.items() if k != "router"}
     engine = base.engine.model_validate({**base.engine.model_dump(exclude_unset=True), **engine_upd})
 
     def par(p: PoolShape) -> ParallelConfig:
-        return base.parallel.model_copy(update={"tensor_parallel_size": p.tp, "pipeline_parallel_size": p.pp,
-                                                "expert_parallel_size": p.ep, "data_parallel_size": p.dp})
+        return base.parallel.model_copy(
+            update={
+                "tensor_parallel_size": p.tp,
+                "pipeline_parallel_size": p.pp,
+                "expert_parallel_size": p.ep,
+                "data_parallel_size": p.dp,
+            }
+        )
 
-    upd: dict[str, Any] = {"hardware": base.hardware.model_copy(update={"gpu": gpu}), "engine": engine,
-                           "name": f"{base.name}-{gpu}-" + "-".join(p.label().replace(" ", "") for p in shape)}
+    upd: dict[str, Any] = {
+        "hardware": base.hardware.model_copy(update={"gpu": gpu}),
+        "engine": engine,
+        "name": f"{base.name}-{gpu}-" + "-".join(p.label().replace(" ", "") for p in shape),
+    }
     if len(shape) == 1 and shape[0].num_replicas == 1:
         upd.update(parallel=par(shape[0]), cluster=None)
         return base.model_copy(update=upd)
     from servesim.config import ClusterConfig, PoolConfig
 
-    pools = [PoolConfig(name="main" if p.role == "colocated" else p.role, role=p.role,
-                        num_replicas=p.num_replicas, parallel=par(p)) for p in shape]
+    pools = [
+        PoolConfig(
+            name="main" if p.role == "colocated" else p.role,
+            role=p.role,
+            num_replicas=p.num_replicas,
+            parallel=par(p),
+        )
+        for p in shape
+    ]
     prior = base.cluster.model_dump(exclude={"pools", "router"}) if base.cluster else {}
-    upd.update(parallel=par(shape[0]),
-               cluster=ClusterConfig.model_validate({**prior, "pools": [p.model_dump() for p in pools],
-                                                     "router": knobs.get("router") or "round_robin"}))
+    upd.update(
+        parallel=par(shape[0]),
+        cluster=ClusterConfig.model_validate(
+            {
+                **prior,
+                "pools": [p.model_dump() for p in pools],
+                "router": knobs.get("router") or "round_robin",
+            }
+        ),
+    )
     return base.model_copy(update=upd)

@@ -123,8 +123,13 @@ class Verdict:
         return f"{head}: " + "; ".join(c.describe() for c in self.checks)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"meets": self.meets, "margin": self.margin, "num_requests": self.num_requests,
-                "num_finished": self.num_finished, "checks": [c.to_dict() for c in self.checks]}
+        return {
+            "meets": self.meets,
+            "margin": self.margin,
+            "num_requests": self.num_requests,
+            "num_finished": self.num_finished,
+            "checks": [c.to_dict() for c in self.checks],
+        }
 
 
 # --------------------------------------------------------------------------- targets
@@ -145,8 +150,17 @@ def attainment_targets(slo: SloConfig) -> dict[str, float]:
 
 def _attainment_check(metric: str, target: float, num_met: int, n: int, limit: float | None) -> TargetCheck:
     value = num_met / n if n else 0.0
-    return TargetCheck("attainment", metric, target, value, value >= target, (value - target) / target,
-                       limit_s=limit, num_met=num_met, num_total=n)
+    return TargetCheck(
+        "attainment",
+        metric,
+        target,
+        value,
+        value >= target,
+        (value - target) / target,
+        limit_s=limit,
+        num_met=num_met,
+        num_total=n,
+    )
 
 
 def _percentile_margin(value: float, max_s: float) -> float:
@@ -156,8 +170,9 @@ def _percentile_margin(value: float, max_s: float) -> float:
 def _verdict(checks: list[TargetCheck], n: int, num_finished: int) -> Verdict:
     if not checks:
         raise ValueError("the scenario has no SLO target to check (see has_slo)")
-    return Verdict(all(c.meets for c in checks), min(c.margin for c in checks), tuple(checks),
-                   n, num_finished)
+    return Verdict(
+        all(c.meets for c in checks), min(c.margin for c in checks), tuple(checks), n, num_finished
+    )
 
 
 # --------------------------------------------------------------------------- from records
@@ -209,9 +224,19 @@ def check_result(slo: SloConfig, result: Result) -> Verdict:
         if math.isnan(value):
             value = math.inf
         within = None if pl.metric == "itl_s" else int((values * up[pl.metric] <= pl.max_s).sum())
-        checks.append(TargetCheck("percentile", pl.metric, pl.max_s, value, value <= pl.max_s,
-                                  _percentile_margin(value, pl.max_s), p=pl.p, num_met=within,
-                                  num_total=int(weights.sum())))
+        checks.append(
+            TargetCheck(
+                "percentile",
+                pl.metric,
+                pl.max_s,
+                value,
+                value <= pl.max_s,
+                _percentile_margin(value, pl.max_s),
+                p=pl.p,
+                num_met=within,
+                num_total=int(weights.sum()),
+            )
+        )
     return _verdict(checks, n, int((rec.status == RequestStatus.FINISHED).sum()))
 
 
@@ -266,25 +291,44 @@ def check_summary(slo: SloConfig, summary: dict[str, Any]) -> Verdict:
     for pl in slo.percentiles:
         value, exact = _summary_percentile(summary, pl.metric, pl.p)
         value *= up[pl.metric]
-        checks.append(TargetCheck("percentile", pl.metric, pl.max_s, value, value <= pl.max_s,
-                                  _percentile_margin(value, pl.max_s), p=pl.p, exact=exact,
-                                  num_total=n if pl.metric != "itl_s" else
-                                  int(summary["latency"]["itl_s"]["count"] or 0)))
+        checks.append(
+            TargetCheck(
+                "percentile",
+                pl.metric,
+                pl.max_s,
+                value,
+                value <= pl.max_s,
+                _percentile_margin(value, pl.max_s),
+                p=pl.p,
+                exact=exact,
+                num_total=n if pl.metric != "itl_s" else int(summary["latency"]["itl_s"]["count"] or 0),
+            )
+        )
     return _verdict(checks, n, int(summary["counts"]["num_finished"]))
 
 
-def _attainment_bound(summary: dict[str, Any], metric: str, target: float, limits: dict[str, float],
-                      up: dict[str, float]) -> TargetCheck:
+def _attainment_bound(
+    summary: dict[str, Any], metric: str, target: float, limits: dict[str, float], up: dict[str, float]
+) -> TargetCheck:
     """An attainment target at the interval's high end, from a summary's stored percentiles:
     met when, for each limit it counts, the stored percentile at or above the share required
     (for ``all``, 1 - (1 - target) / number of limits each: a union bound) times the factor
     is within the limit. Never "meets" wrongly; ``value`` is the target when met, else 0."""
     metrics = list(limits) if metric == "all" else [metric]
     p = 100.0 * (1.0 - (1.0 - target) / len(metrics))
-    worst = min((limits[m] - v * up[m]) / limits[m]
-                for m in metrics for v in [_summary_percentile(summary, m, p)[0]])
+    worst = min(
+        (limits[m] - v * up[m]) / limits[m] for m in metrics for v in [_summary_percentile(summary, m, p)[0]]
+    )
     ok = worst >= 0
     n = int(summary["counts"]["num_requests"])
-    return TargetCheck("attainment", metric, target, target if ok else 0.0, ok,
-                       max(-1.0, worst) if math.isfinite(worst) else -1.0,
-                       limit_s=limits.get(metric), num_total=n, exact=False)
+    return TargetCheck(
+        "attainment",
+        metric,
+        target,
+        target if ok else 0.0,
+        ok,
+        max(-1.0, worst) if math.isfinite(worst) else -1.0,
+        limit_s=limits.get(metric),
+        num_total=n,
+        exact=False,
+    )

@@ -29,12 +29,19 @@ FORMATS = ("html", "png", "svg")
 def _run_blocks(run: RunDir, plots: list[Plot]) -> list[Block]:
     cdfs = [p for p in plots if p.id.startswith("cdf_")]
     series = [p for p in plots if p.id not in {q.id for q in cdfs} and p.id != "utilization"]
-    blocks = [Block("h2", "Summary"), Block("table", rows=[list(r) for r in tables.run_rows(run.summary)],
-                                            key_column=True),
-              Block("h2", "Latency distributions"),
-              Block("note", "Finished requests; ITL rebuilt from the step records (one gap per token). "
-                            "Drag to zoom, double-click to reset."),
-              Block("plots", plots=cdfs), Block("h2", "Over time"), Block("plots", plots=series)]
+    blocks = [
+        Block("h2", "Summary"),
+        Block("table", rows=[list(r) for r in tables.run_rows(run.summary)], key_column=True),
+        Block("h2", "Latency distributions"),
+        Block(
+            "note",
+            "Finished requests; ITL rebuilt from the step records (one gap per token). "
+            "Drag to zoom, double-click to reset.",
+        ),
+        Block("plots", plots=cdfs),
+        Block("h2", "Over time"),
+        Block("plots", plots=series),
+    ]
     pools = tables.pool_rows(run.summary)
     util = [p for p in plots if p.id == "utilization"]
     if pools or util:
@@ -48,9 +55,13 @@ def _run_blocks(run: RunDir, plots: list[Plot]) -> list[Block]:
         blocks += [Block("h2", "Tenants"), Block("note", line), Block("table", header=header, rows=rows)]
     notices = run.summary.get("notices") or []
     if notices:
-        blocks += [Block("h2", "Notices (changes made to the input)"),
-                   Block("table", rows=[[str(n.get("kind", n.get("code", ""))), str(n.get("message", n))]
-                                        for n in notices])]
+        blocks += [
+            Block("h2", "Notices (changes made to the input)"),
+            Block(
+                "table",
+                rows=[[str(n.get("kind", n.get("code", ""))), str(n.get("message", n))] for n in notices],
+            ),
+        ]
     return blocks
 
 
@@ -66,25 +77,54 @@ def _plan_blocks(run: RunDir, plots: list[Plot]) -> list[Block]:
         blocks.append(Block("note", "no candidates table in this folder"))
     blocks.append(Block("h2", "Pareto fronts"))
     if not plots:
-        return blocks + [Block("note", "nothing to draw: no simulated candidate with a cost per hour "
-                                       "(usd_per_hour) and an outcome")]
-    return blocks + [Block("note", "Each outcome against $/hour, one marker per simulated candidate; the "
-                                   "dashed line is pareto.json's front for that outcome."),
-                     Block("plots", plots=plots)]
+        return blocks + [
+            Block(
+                "note",
+                "nothing to draw: no simulated candidate with a cost per hour (usd_per_hour) and an outcome",
+            )
+        ]
+    return blocks + [
+        Block(
+            "note",
+            "Each outcome against $/hour, one marker per simulated candidate; the "
+            "dashed line is pareto.json's front for that outcome.",
+        ),
+        Block("plots", plots=plots),
+    ]
 
 
 def _capacity_blocks(run: RunDir, plots: list[Plot]) -> list[Block]:
     result = (run.documents.get("capacity") or {}).get("result") or {}
     rows = [[k.replace("_", " "), tables.cell(v)] for k, v in result.items()]
-    blocks = [Block("h2", "Capacity"), Block("table", rows=rows, key_column=True),
-              Block("h2", "Probes"), Block("plots", plots=plots)]
+    blocks = [
+        Block("h2", "Capacity"),
+        Block("table", rows=rows, key_column=True),
+        Block("h2", "Probes"),
+        Block("plots", plots=plots),
+    ]
     probes = run.tables.get("probes")
     if probes:
-        names = [c for c in ("rate_rps", "meets", "margin", "cut_short", "attainment", "ttft_p99_s",
-                             "tpot_p99_s", "goodput_rps") if c in probes]
-        blocks.append(Block("table", header=names,
-                            rows=[[tables.cell(probes[c][i]) for c in names]
-                                  for i in range(len(probes[names[0]]))]))
+        names = [
+            c
+            for c in (
+                "rate_rps",
+                "meets",
+                "margin",
+                "cut_short",
+                "attainment",
+                "ttft_p99_s",
+                "tpot_p99_s",
+                "goodput_rps",
+            )
+            if c in probes
+        ]
+        blocks.append(
+            Block(
+                "table",
+                header=names,
+                rows=[[tables.cell(probes[c][i]) for c in names] for i in range(len(probes[names[0]]))],
+            )
+        )
     return blocks
 
 
@@ -92,15 +132,25 @@ def _validate_blocks(run: RunDir, plots: list[Plot]) -> list[Block]:
     blocks = [Block("h2", "Predicted against measured"), Block("plots", plots=plots)]
     groups = tables.group_rows(run.documents.get("groups"))
     if groups:
-        blocks += [Block("h2", "Errors per group (silicon_groups.json)"),
-                   Block("table", header=groups[0], rows=groups[1])]
+        blocks += [
+            Block("h2", "Errors per group (silicon_groups.json)"),
+            Block("table", header=groups[0], rows=groups[1]),
+        ]
     return blocks
 
 
 BLOCKS: dict[str, Callable[[RunDir, list[Plot]], list[Block]]] = {
-    "run": _run_blocks, "plan": _plan_blocks, "capacity": _capacity_blocks, "validate": _validate_blocks}
-TITLES = {"run": "servesim run", "plan": "servesim plan", "capacity": "servesim capacity",
-          "validate": "servesim validation"}
+    "run": _run_blocks,
+    "plan": _plan_blocks,
+    "capacity": _capacity_blocks,
+    "validate": _validate_blocks,
+}
+TITLES = {
+    "run": "servesim run",
+    "plan": "servesim plan",
+    "capacity": "servesim capacity",
+    "validate": "servesim validation",
+}
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
@@ -119,8 +169,11 @@ def _write_plotly_js(folder: Path) -> Path:
     path = folder / plotly_js_name()
     js = plotly_js()
     try:
-        same = path.is_file() and path.stat().st_size == len(js.encode("utf-8")) \
+        same = (
+            path.is_file()
+            and path.stat().st_size == len(js.encode("utf-8"))
             and path.read_text(encoding="utf-8") == js
+        )
     except (OSError, UnicodeDecodeError):
         same = False
     if not same:
@@ -128,8 +181,16 @@ def _write_plotly_js(folder: Path) -> Path:
     return path
 
 
-def _save(title: str, subtitle: str, blocks: list[Block], plots: list[Plot], out: Path, fmt: str,
-          tick: Callable[[int], None] | None, self_contained: bool = False) -> list[Path]:
+def _save(
+    title: str,
+    subtitle: str,
+    blocks: list[Block],
+    plots: list[Plot],
+    out: Path,
+    fmt: str,
+    tick: Callable[[int], None] | None,
+    self_contained: bool = False,
+) -> list[Path]:
     try:
         if fmt == "html":
             if self_contained:
@@ -141,8 +202,10 @@ def _save(title: str, subtitle: str, blocks: list[Block], plots: list[Plot], out
         from servesim.report.static import save_plot
 
         if not plots:
-            raise ServesimError(f"{subtitle}: nothing to draw as {fmt.upper()} (the folder holds no data "
-                                "for any plot); --format html writes its tables")
+            raise ServesimError(
+                f"{subtitle}: nothing to draw as {fmt.upper()} (the folder holds no data "
+                "for any plot); --format html writes its tables"
+            )
         out.mkdir(parents=True, exist_ok=True)
         paths = []
         for k, plot in enumerate(plots):
@@ -172,8 +235,13 @@ def default_output(run_dir: Path, fmt: str) -> Path:
     return run_dir / ("report.html" if fmt == "html" else "plots")
 
 
-def write_report(run_dir: Path | str, out_path: Path | str | None = None, fmt: Format = "html",
-                 progress: bool = False, self_contained: bool = False) -> list[Path]:
+def write_report(
+    run_dir: Path | str,
+    out_path: Path | str | None = None,
+    fmt: Format = "html",
+    progress: bool = False,
+    self_contained: bool = False,
+) -> list[Path]:
     """Report of one output folder (a run, a plan, a capacity search or a validation); returns
     its files: the page and the plotly.js beside it (HTML; the page alone when
     ``self_contained``), or one image per plot (PNG/SVG)."""
@@ -188,15 +256,21 @@ def write_report(run_dir: Path | str, out_path: Path | str | None = None, fmt: F
         if tick:
             tick(2)
         blocks = BLOCKS[run.kind](run, plots)
-        paths = _save(f"{TITLES[run.kind]}: {run.label}", str(run_dir), blocks, plots, out, fmt, None,
-                      self_contained)
+        paths = _save(
+            f"{TITLES[run.kind]}: {run.label}", str(run_dir), blocks, plots, out, fmt, None, self_contained
+        )
         if tick:
             tick(3)
     return paths
 
 
-def write_comparison(run_dirs: list[Path | str], out_path: Path | str, fmt: Format = "html",
-                     progress: bool = False, self_contained: bool = False) -> list[Path]:
+def write_comparison(
+    run_dirs: list[Path | str],
+    out_path: Path | str,
+    fmt: Format = "html",
+    progress: bool = False,
+    self_contained: bool = False,
+) -> list[Path]:
     """Several runs side by side: their summaries in one table, their latency CDFs overlaid."""
     _check_format(fmt)
     if len(run_dirs) < 2:
@@ -206,22 +280,30 @@ def write_comparison(run_dirs: list[Path | str], out_path: Path | str, fmt: Form
         for k, d in enumerate(run_dirs):
             run = open_run_dir(d)
             if run.kind != "run":
-                raise ServesimError(f"{d}: a {run.kind} folder; compare takes run folders "
-                                    "(servesim simulate --output DIR)")
+                raise ServesimError(
+                    f"{d}: a {run.kind} folder; compare takes run folders (servesim simulate --output DIR)"
+                )
             runs.append(run)
             if tick:
                 tick(k + 1)
         labels = [r.label for r in runs]
         if len(set(labels)) < len(labels):  # same scenario name: tell them apart by folder
             for r in runs:
-                r.summary = {**r.summary, "scenario": {**(r.summary.get("scenario") or {}),
-                                                       "name": str(r.path)}}
+                r.summary = {
+                    **r.summary,
+                    "scenario": {**(r.summary.get("scenario") or {}), "name": str(r.path)},
+                }
         plots = [p for p in (figures.cdf_plot(m, t, runs) for m, t in figures.LATENCIES) if p.traces]
         header, rows = tables.comparison_rows(runs)
-        blocks = [Block("h2", "Summaries"), Block("table", header=header, rows=rows, key_column=True),
-                  Block("h2", "Latency distributions"), Block("plots", plots=plots)]
-        paths = _save("servesim comparison", ", ".join(labels), blocks, plots, Path(out_path), fmt, None,
-                      self_contained)
+        blocks = [
+            Block("h2", "Summaries"),
+            Block("table", header=header, rows=rows, key_column=True),
+            Block("h2", "Latency distributions"),
+            Block("plots", plots=plots),
+        ]
+        paths = _save(
+            "servesim comparison", ", ".join(labels), blocks, plots, Path(out_path), fmt, None, self_contained
+        )
         if tick:
             tick(len(run_dirs) + 1)
     return paths

@@ -57,8 +57,9 @@ def latency_values(run: RunDir, metric: str) -> tuple[np.ndarray, np.ndarray | N
     """A latency's samples in seconds (and weights, for ITL), from the run's records."""
     req = run.tables["requests"]
     ok = np.asarray(req["status"]) == 0 if "status" in req else slice(None)
-    arrival, first, finish = (np.asarray(req[c], np.float64)[ok] for c in
-                              ("arrival_s", "first_token_s", "finished_s"))
+    arrival, first, finish = (
+        np.asarray(req[c], np.float64)[ok] for c in ("arrival_s", "first_token_s", "finished_s")
+    )
     n_out = np.asarray(req["num_output_tokens"], np.float64)[ok]
     if metric == "ttft":
         return first - arrival, None
@@ -74,8 +75,13 @@ def latency_values(run: RunDir, metric: str) -> tuple[np.ndarray, np.ndarray | N
 
 def cdf_plot(metric: str, title: str, runs: list[RunDir]) -> Plot:
     """One latency's CDF, one line per run (overlaid for a comparison)."""
-    plot = Plot(f"cdf_{metric}", f"{title} CDF", f"{title} (ms)", "fraction of "
-                + ("tokens" if metric == "itl" else "requests"), log_x=True)
+    plot = Plot(
+        f"cdf_{metric}",
+        f"{title} CDF",
+        f"{title} (ms)",
+        "fraction of " + ("tokens" if metric == "itl" else "requests"),
+        log_x=True,
+    )
     for run in runs:
         values, weights = latency_values(run, metric)
         x, p = sampling.cdf(values * 1e3, weights)
@@ -96,8 +102,11 @@ def replica_pools(summary: dict) -> list[str]:
 
 
 def _blocks_per_pool(summary: dict) -> dict[str, float]:
-    return {str(m.get("pool", "")): float(m["num_gpu_blocks"]) for m in summary.get("memory") or []
-            if m.get("num_gpu_blocks")}
+    return {
+        str(m.get("pool", "")): float(m["num_gpu_blocks"])
+        for m in summary.get("memory") or []
+        if m.get("num_gpu_blocks")
+    }
 
 
 def step_series_plots(run: RunDir) -> list[Plot]:
@@ -108,8 +117,10 @@ def step_series_plots(run: RunDir) -> list[Plot]:
     t = _floats(sampling.centers(edges))
     width = float(edges[1] - edges[0])
     flow = Plot("arrivals", f"Arrivals and completions ({width:g} s bins)", "time (s)", "requests/s")
-    flow.traces = [Trace("arrivals", t, _floats(sampling.rate(req["arrival_s"], edges))),
-                   Trace("completions", t, _floats(sampling.rate(req["finished_s"], edges)))]
+    flow.traces = [
+        Trace("arrivals", t, _floats(sampling.rate(req["arrival_s"], edges))),
+        Trace("completions", t, _floats(sampling.rate(req["finished_s"], edges))),
+    ]
     plots = [flow]
     steps = run.tables.get("steps")
     if not steps or not len(steps["start_s"]):
@@ -117,10 +128,12 @@ def step_series_plots(run: RunDir) -> list[Plot]:
     pools = np.array(replica_pools(run.summary), dtype=object)
     rep = np.asarray(steps["replica"], np.int64)
     blocks = _blocks_per_pool(run.summary)
-    specs = [("queue", "Waiting requests (sum over replicas)", "requests", "num_waiting", "sum"),
-             ("batch", "Running requests per step (sum over replicas)", "requests", "num_running", "sum"),
-             ("batch_tokens", "Tokens per step (mean over replicas)", "tokens", "tokens", "mean"),
-             ("kv_use", "KV cache in use (mean over replicas)", "fraction of blocks", "kv", "mean")]
+    specs = [
+        ("queue", "Waiting requests (sum over replicas)", "requests", "num_waiting", "sum"),
+        ("batch", "Running requests per step (sum over replicas)", "requests", "num_running", "sum"),
+        ("batch_tokens", "Tokens per step (mean over replicas)", "tokens", "tokens", "mean"),
+        ("kv_use", "KV cache in use (mean over replicas)", "fraction of blocks", "kv", "mean"),
+    ]
     for pid, title, ylabel, col, how in specs:
         plot = Plot(pid, f"{title}, {width:g} s bins", "time (s)", ylabel)
         for pool in dict.fromkeys(pools):
@@ -190,11 +203,22 @@ def utilization_plot(run: RunDir) -> Plot | None:
 
 #: The outcomes of a plan's candidates (planner.search.candidate_metrics), in plot order after
 #: the fronts' own metrics.
-PLAN_OUTCOMES = ("e2e_p90_s", "j_per_output_token", "ttft_p90_s", "tpot_p90_s", "attainment", "goodput_rps",
-                 "tokens_per_s_per_gpu", "tokens_per_s_per_user", "usd_per_million_output_tokens")
+PLAN_OUTCOMES = (
+    "e2e_p90_s",
+    "j_per_output_token",
+    "ttft_p90_s",
+    "tpot_p90_s",
+    "attainment",
+    "goodput_rps",
+    "tokens_per_s_per_gpu",
+    "tokens_per_s_per_user",
+    "usd_per_million_output_tokens",
+)
 #: pareto.json's "among": which candidates its fronts were drawn from.
-AMONG = {"meeting_slo": ", among those meeting the SLOs",
-         "simulated": ", among all simulated: none meets the SLOs"}
+AMONG = {
+    "meeting_slo": ", among those meeting the SLOs",
+    "simulated": ", among all simulated: none meets the SLOs",
+}
 #: The keys of a front's row in pareto.json besides its metric.
 _FRONT_KEYS = {"id", "label", "usd_per_hour"}
 
@@ -222,8 +246,10 @@ def plan_plots(run: RunDir) -> list[Plot]:
     if "usd_per_hour" not in cols:
         return []
     cost = np.asarray(cols["usd_per_hour"], np.float64)
-    ids = [str(int(x)) if isinstance(x, float | np.floating) and np.isfinite(x) else str(x)
-           for x in cols.get("id", np.arange(cost.size))]
+    ids = [
+        str(int(x)) if isinstance(x, float | np.floating) and np.isfinite(x) else str(x)
+        for x in cols.get("id", np.arange(cost.size))
+    ]
     desc = [str(x) for x in cols.get("label", ids)]
     meets = np.asarray(cols["meets_slo"], bool) if "meets_slo" in cols else np.ones(cost.size, bool)
     fronts = pareto_fronts(run.documents.get("pareto"))
@@ -242,16 +268,30 @@ def plan_plots(run: RunDir) -> list[Plot]:
         plot = Plot(f"pareto_{metric}", f"{metric} against cost", "cost per hour ($)", metric)
         for label, mask in (("meets SLO", meets & has), ("misses SLO", ~meets & has)):
             if mask.any():
-                plot.traces.append(Trace(label, _floats(cost[mask]), _floats(y[mask]), kind="markers",
-                                         text=[f"{i}: {d}" for i, d, m in zip(ids, desc, mask) if m]))
+                plot.traces.append(
+                    Trace(
+                        label,
+                        _floats(cost[mask]),
+                        _floats(y[mask]),
+                        kind="markers",
+                        text=[f"{i}: {d}" for i, d, m in zip(ids, desc, mask) if m],
+                    )
+                )
         for name, (fm, front) in fronts.items():
             if fm != metric:
                 continue
             k = sorted((row[c] for c in front if c in row), key=lambda i: cost[i])
             if k:
                 label = f"Pareto front ({name}{AMONG.get(str(among), '')})"
-                plot.traces.append(Trace(label, _floats(cost[k]), _floats(y[k]),
-                                         text=[f"{ids[i]}: {desc[i]}" for i in k], dash=True))
+                plot.traces.append(
+                    Trace(
+                        label,
+                        _floats(cost[k]),
+                        _floats(y[k]),
+                        text=[f"{ids[i]}: {desc[i]}" for i in k],
+                        dash=True,
+                    )
+                )
         plots.append(plot)
     return plots[:8]
 
@@ -270,14 +310,27 @@ def validation_plots(run: RunDir) -> list[Plot]:
         pred = np.asarray(cols.get(f"predicted_{metric}_ms", []), np.float64)
         if not meas.size:
             continue
-        plot = Plot(f"validate_{metric}", f"{label}: predicted against measured", f"measured {label} (ms)",
-                    f"predicted {label} (ms)", log_x=True, log_y=True)
+        plot = Plot(
+            f"validate_{metric}",
+            f"{label}: predicted against measured",
+            f"measured {label} (ms)",
+            f"predicted {label} (ms)",
+            log_x=True,
+            log_y=True,
+        )
         ok = run_rows & np.isfinite(meas) & np.isfinite(pred) & (meas > 0) & (pred > 0)
         for g in dict.fromkeys(groups[ok].tolist()):
             m = ok & (groups == g)
             err = 100 * (pred[m] / meas[m] - 1)
-            plot.traces.append(Trace(str(g), _floats(meas[m]), _floats(pred[m]), kind="markers",
-                                     text=[f"{str(g)}: {e:+.1f}%" for e in err]))
+            plot.traces.append(
+                Trace(
+                    str(g),
+                    _floats(meas[m]),
+                    _floats(pred[m]),
+                    kind="markers",
+                    text=[f"{str(g)}: {e:+.1f}%" for e in err],
+                )
+            )
         if ok.any():
             lo, hi = float(min(meas[ok].min(), pred[ok].min())), float(max(meas[ok].max(), pred[ok].max()))
             plot.traces.append(Trace("predicted = measured", [lo, hi], [lo, hi], dash=True))
@@ -293,16 +346,29 @@ def capacity_plots(run: RunDir) -> list[Plot]:
     rate = np.asarray(cols["rate_rps"], np.float64)
     meets = np.asarray([str(x).lower() == "true" for x in cols.get("meets", [])], bool)
     plots = []
-    for metric, title, unit, scale in (("attainment", "SLO attainment", "fraction of requests", 1.0),
-                                       ("ttft_p99_s", "TTFT p99", "ms", 1e3),
-                                       ("tpot_p99_s", "TPOT p99", "ms", 1e3)):
+    for metric, title, unit, scale in (
+        ("attainment", "SLO attainment", "fraction of requests", 1.0),
+        ("ttft_p99_s", "TTFT p99", "ms", 1e3),
+        ("tpot_p99_s", "TPOT p99", "ms", 1e3),
+    ):
         if metric not in cols:
             continue
         y = np.asarray(cols[metric], np.float64) * scale
-        traces = [Trace(name, _floats(rate[m]), _floats(y[m]), "markers")
-                  for name, m in (("meets the SLO", meets), ("misses", ~meets)) if m.any()]
-        plots.append(Plot(f"capacity_{metric}", f"{title} by arrival rate", "arrival rate (req/s)", unit,
-                          traces, log_x=True))
+        traces = [
+            Trace(name, _floats(rate[m]), _floats(y[m]), "markers")
+            for name, m in (("meets the SLO", meets), ("misses", ~meets))
+            if m.any()
+        ]
+        plots.append(
+            Plot(
+                f"capacity_{metric}",
+                f"{title} by arrival rate",
+                "arrival rate (req/s)",
+                unit,
+                traces,
+                log_x=True,
+            )
+        )
     return plots
 
 

@@ -17,8 +17,18 @@ from typing import Any
 from servesim.errors import ServesimError
 from servesim.report.figures import Plot
 
-PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-           "#7f7f7f", "#bcbd22"]
+PALETTE = [
+    "#1f77b4",
+    "#d62728",
+    "#2ca02c",
+    "#ff7f0e",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#17becf",
+    "#7f7f7f",
+    "#bcbd22",
+]
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#222;background:#fafafa}
@@ -104,18 +114,24 @@ def figure(plot: Plot, div: str) -> dict[str, Any]:
             d.update(type="bar", marker={"color": color})
         else:
             d.update(type="scatter", mode="markers" if tr.kind == "markers" else "lines")
-            d["line" if tr.kind == "line" else "marker"] = {"color": color, **({"dash": "dash"} if tr.dash else {})}
+            d["line" if tr.kind == "line" else "marker"] = {
+                "color": color,
+                **({"dash": "dash"} if tr.dash else {}),
+            }
         if tr.text is not None:
             d.update(text=tr.text, hovertemplate="%{text}<br>x=%{x}<br>y=%{y}<extra>%{fullData.name}</extra>")
         data.append(d)
     layout = {
         "title": {"text": html.escape(plot.title), "font": {"size": 14}, "x": 0.01, "xanchor": "left"},
-        "xaxis": {"title": {"text": plot.xlabel}, "type": "log" if plot.log_x else "-",
-                  "automargin": True},
+        "xaxis": {"title": {"text": plot.xlabel}, "type": "log" if plot.log_x else "-", "automargin": True},
         "yaxis": {"title": {"text": plot.ylabel}, "type": "log" if plot.log_y else "-", "automargin": True},
-        "margin": {"l": 60, "r": 20, "t": 40, "b": 50}, "hovermode": "closest",
-        "legend": {"orientation": "h", "y": -0.22}, "barmode": "group", "template": None,
-        "plot_bgcolor": "#fff", "paper_bgcolor": "#fff",
+        "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
+        "hovermode": "closest",
+        "legend": {"orientation": "h", "y": -0.22},
+        "barmode": "group",
+        "template": None,
+        "plot_bgcolor": "#fff",
+        "paper_bgcolor": "#fff",
     }
     return {"div": div, "data": data, "layout": layout}
 
@@ -124,8 +140,11 @@ def _table(block: Block) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in block.header)
     body = []
     for row in block.rows:
-        cells = [f'<td class="k">{html.escape(row[0])}</td>' if block.key_column else
-                 f"<td>{html.escape(row[0])}</td>"] + [f"<td>{html.escape(c)}</td>" for c in row[1:]]
+        cells = [
+            f'<td class="k">{html.escape(row[0])}</td>'
+            if block.key_column
+            else f"<td>{html.escape(row[0])}</td>"
+        ] + [f"<td>{html.escape(c)}</td>" for c in row[1:]]
         body.append("<tr>" + "".join(cells) + "</tr>")
     thead = f"<thead><tr>{head}</tr></thead>" if any(block.header) else ""
     return f'<div class="scroll"><table>{thead}<tbody>{"".join(body)}</tbody></table></div>'
@@ -151,13 +170,18 @@ def render_page(title: str, subtitle: str, blocks: list[Block], plotly_src: str 
                 divs.append(f'<div class="plot" id="{div}"></div>')
             parts.append(f'<div class="grid">{"".join(divs)}</div>')
     data = json.dumps(figs, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{html.escape(title)}</title><style>{CSS}</style>"
-            + (f'<script id="plotly-js" src="{html.escape(plotly_src)}"></script>' if plotly_src
-               else f"<script>{plotly_js()}</script>")
-            + "</head><body>"
-            f"<header><h1>{html.escape(title)}</h1><p>{html.escape(subtitle)}</p></header>"
-            f'<main>{"".join(parts)}</main>'
-            f'<script type="application/json" id="figures">{data}</script>'
-            f"<script>{SCRIPT}</script></body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{html.escape(title)}</title><style>{CSS}</style>"
+        + (
+            f'<script id="plotly-js" src="{html.escape(plotly_src)}"></script>'
+            if plotly_src
+            else f"<script>{plotly_js()}</script>"
+        )
+        + "</head><body>"
+        f"<header><h1>{html.escape(title)}</h1><p>{html.escape(subtitle)}</p></header>"
+        f"<main>{''.join(parts)}</main>"
+        f'<script type="application/json" id="figures">{data}</script>'
+        f"<script>{SCRIPT}</script></body></html>\n"
+    )

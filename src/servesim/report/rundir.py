@@ -27,8 +27,10 @@ from servesim.errors import ServesimError
 Kind = Literal["run", "plan", "capacity", "validate"]
 Columns = dict[str, np.ndarray]
 
-EXPECTED = ("summary.json (servesim simulate --output DIR), candidates.parquet/.json and pareto.json "
-            "(servesim plan), capacity.json (servesim capacity), or silicon_runs.csv (servesim validate --suite silicon --output DIR)")
+EXPECTED = (
+    "summary.json (servesim simulate --output DIR), candidates.parquet/.json and pareto.json "
+    "(servesim plan), capacity.json (servesim capacity), or silicon_runs.csv (servesim validate --suite silicon --output DIR)"
+)
 
 
 @dataclass
@@ -87,7 +89,7 @@ def read_table(folder: Path, stem: str) -> Columns | None:
 def _rows_to_columns(path: Path, doc: Any) -> Columns:
     rows = doc.get("candidates", doc.get("rows")) if isinstance(doc, dict) else doc
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-        raise ServesimError(f"{path}: expected a list of row objects (or {{\"candidates\": [...]}})")
+        raise ServesimError(f'{path}: expected a list of row objects (or {{"candidates": [...]}})')
     names = list(dict.fromkeys(k for r in rows for k in r))
     out: Columns = {}
     for name in names:
@@ -110,16 +112,21 @@ def open_run_dir(path: Path | str) -> RunDir:
         raise ServesimError(f"{path}: not a folder (expected an output folder holding {EXPECTED})")
     if (path / "summary.json").is_file():
         return _read_run(path)
-    if any((path / f"candidates{s}").is_file() for s in (".parquet", ".csv", ".json")) \
-            or (path / "pareto.json").is_file():
+    if (
+        any((path / f"candidates{s}").is_file() for s in (".parquet", ".csv", ".json"))
+        or (path / "pareto.json").is_file()
+    ):
         tables = {"candidates": read_table(path, "candidates")}
         docs = {"pareto": read_json(path / "pareto.json")} if (path / "pareto.json").is_file() else {}
-        return RunDir(path, "plan", tables={k: v for k, v in tables.items() if v is not None},
-                      documents=docs)
+        return RunDir(path, "plan", tables={k: v for k, v in tables.items() if v is not None}, documents=docs)
     if (path / "capacity.json").is_file():
         probes = read_table(path, "probes")
-        return RunDir(path, "capacity", tables={"probes": probes} if probes is not None else {},
-                      documents={"capacity": read_json(path / "capacity.json")})
+        return RunDir(
+            path,
+            "capacity",
+            tables={"probes": probes} if probes is not None else {},
+            documents={"capacity": read_json(path / "capacity.json")},
+        )
     if (path / "silicon_runs.csv").is_file():
         runs = read_table(path, "silicon_runs")
         docs = {}
@@ -132,16 +139,19 @@ def open_run_dir(path: Path | str) -> RunDir:
 def _read_run(path: Path) -> RunDir:
     summary = read_json(path / "summary.json")
     if not isinstance(summary, dict) or "latency" not in summary or "counts" not in summary:
-        raise ServesimError(f"{path / 'summary.json'}: not a servesim summary (no 'latency' and "
-                            "'counts' sections)")
+        raise ServesimError(
+            f"{path / 'summary.json'}: not a servesim summary (no 'latency' and 'counts' sections)"
+        )
     tables: dict[str, Columns] = {}
     for stem in ("requests", "steps", "timeseries"):
         cols = read_table(path, stem)
         if cols is not None:
             tables[stem] = cols
     if "requests" not in tables:
-        raise ServesimError(f"{path}: summary.json without requests.parquet or requests.csv "
-                            "(write the run with servesim simulate --output DIR)")
+        raise ServesimError(
+            f"{path}: summary.json without requests.parquet or requests.csv "
+            "(write the run with servesim simulate --output DIR)"
+        )
     need = ("arrival_s", "first_token_s", "finished_s", "num_output_tokens")
     missing = [c for c in need if c not in tables["requests"]]
     if missing:

@@ -10,13 +10,15 @@ from __future__ import annotations
 import numpy as np
 
 #: Probabilities a CDF is drawn at: 400 evenly spaced, then the tail up to p99.99.
-CDF_PROBS = np.unique(np.concatenate([np.linspace(0.0025, 1.0, 400),
-                                      [0.991, 0.993, 0.995, 0.997, 0.999, 0.9995, 0.9999]]))
+CDF_PROBS = np.unique(
+    np.concatenate([np.linspace(0.0025, 1.0, 400), [0.991, 0.993, 0.995, 0.997, 0.999, 0.9995, 0.9999]])
+)
 MAX_BINS = 300
 
 
-def cdf(values: np.ndarray, weights: np.ndarray | None = None,
-        probs: np.ndarray = CDF_PROBS) -> tuple[np.ndarray, np.ndarray]:
+def cdf(
+    values: np.ndarray, weights: np.ndarray | None = None, probs: np.ndarray = CDF_PROBS
+) -> tuple[np.ndarray, np.ndarray]:
     """(value, probability) pairs of the empirical CDF of the non-NaN ``values``.
 
     The value at probability p is the inverted-CDF quantile (the smallest value whose
@@ -79,8 +81,9 @@ def rate(times_s: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return counts / np.diff(edges)
 
 
-def time_mean(start_s: np.ndarray, duration_s: np.ndarray, value: np.ndarray,
-              edges: np.ndarray) -> np.ndarray:
+def time_mean(
+    start_s: np.ndarray, duration_s: np.ndarray, value: np.ndarray, edges: np.ndarray
+) -> np.ndarray:
     """Busy-time-weighted mean of ``value`` over the steps starting in each bin (NaN: no step)."""
     k = np.clip(np.searchsorted(edges, start_s, side="right") - 1, 0, len(edges) - 2)
     w = np.maximum(np.asarray(duration_s, np.float64), 1e-12)

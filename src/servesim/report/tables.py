@@ -35,37 +35,72 @@ def run_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     """(label, value) of a run's key figures, from its summary.json."""
     sc = summary.get("scenario") or {}
     pools = summary.get("pools") or []
-    hardware = ", ".join(f"{p['name']}: {p['num_replicas']} x {p['gpu']}" for p in pools) \
-        or str(_get(sc, "hardware", "gpu") or "-")
+    hardware = ", ".join(f"{p['name']}: {p['num_replicas']} x {p['gpu']}" for p in pools) or str(
+        _get(sc, "hardware", "gpu") or "-"
+    )
     engine = _get(sc, "engine") or {}
     c = summary.get("counts") or {}
-    rows = [("model", str(_get(sc, "model", "name") or "-")), ("hardware", hardware),
-            ("engine", f"{engine.get('policy', '-')} (vLLM {engine.get('version', '-')})"),
-            ("requests", f"{c.get('num_requests', 0):,} ({c.get('num_finished', 0):,} finished, "
-                         f"{c.get('num_unfinished', 0):,} unfinished, {c.get('num_rejected', 0):,} rejected)")]
-    for metric, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E"),
-                          ("queue_s", "queue")):
+    rows = [
+        ("model", str(_get(sc, "model", "name") or "-")),
+        ("hardware", hardware),
+        ("engine", f"{engine.get('policy', '-')} (vLLM {engine.get('version', '-')})"),
+        (
+            "requests",
+            f"{c.get('num_requests', 0):,} ({c.get('num_finished', 0):,} finished, "
+            f"{c.get('num_unfinished', 0):,} unfinished, {c.get('num_rejected', 0):,} rejected)",
+        ),
+    ]
+    for metric, label in (
+        ("ttft_s", "TTFT"),
+        ("tpot_s", "TPOT"),
+        ("itl_s", "ITL"),
+        ("e2e_s", "E2E"),
+        ("queue_s", "queue"),
+    ):
         d = _get(summary, "latency", metric) or {}
-        rows.append((f"{label} mean / p50 / p90 / p99 (ms)",
-                     " / ".join(_num(d.get(k), scale=1e3) for k in ("mean", "p50", "p90", "p99"))))
+        rows.append(
+            (
+                f"{label} mean / p50 / p90 / p99 (ms)",
+                " / ".join(_num(d.get(k), scale=1e3) for k in ("mean", "p50", "p90", "p99")),
+            )
+        )
     t = summary.get("throughput") or {}
-    rows.append(("throughput", f"{_num(t.get('requests_per_s'))} req/s, "
-                               f"{_num(t.get('output_tokens_per_s'), ',.0f')} output tok/s, "
-                               f"{_num(t.get('total_tokens_per_s'), ',.0f')} tok/s"))
+    rows.append(
+        (
+            "throughput",
+            f"{_num(t.get('requests_per_s'))} req/s, "
+            f"{_num(t.get('output_tokens_per_s'), ',.0f')} output tok/s, "
+            f"{_num(t.get('total_tokens_per_s'), ',.0f')} tok/s",
+        )
+    )
     slo = summary.get("slo") or {}
-    limits = ", ".join(f"{k.removesuffix('_s').upper()} <= {_num(v, scale=1e3)} ms"
-                       for k, v in (slo.get("limits") or {}).items() if v is not None)
+    limits = ", ".join(
+        f"{k.removesuffix('_s').upper()} <= {_num(v, scale=1e3)} ms"
+        for k, v in (slo.get("limits") or {}).items()
+        if v is not None
+    )
     rows.append(("SLO attainment", f"{_num(_get(slo, 'attainment', 'all'), '.1%')} ({limits or 'none'})"))
-    rows.append(("goodput", f"{_num(slo.get('goodput_rps'))} req/s "
-                            f"({_num(slo.get('goodput_rps_per_gpu'))} per GPU)"))
+    rows.append(
+        ("goodput", f"{_num(slo.get('goodput_rps'))} req/s ({_num(slo.get('goodput_rps_per_gpu'))} per GPU)")
+    )
     u = _get(summary, "utilization", "overall") or {}
-    rows.append(("utilization", f"busy {_num(u.get('busy_fraction'), '.1%')}, MFU {_num(u.get('mfu'), '.1%')}, "
-                                f"MBU {_num(u.get('mbu'), '.1%')}, KV mean {_num(u.get('kv_mean'), '.1%')} "
-                                f"peak {_num(u.get('kv_peak'), '.1%')}, preemptions "
-                                f"{_num(u.get('num_preemptions'), ',.0f')}"))
+    rows.append(
+        (
+            "utilization",
+            f"busy {_num(u.get('busy_fraction'), '.1%')}, MFU {_num(u.get('mfu'), '.1%')}, "
+            f"MBU {_num(u.get('mbu'), '.1%')}, KV mean {_num(u.get('kv_mean'), '.1%')} "
+            f"peak {_num(u.get('kv_peak'), '.1%')}, preemptions "
+            f"{_num(u.get('num_preemptions'), ',.0f')}",
+        )
+    )
     e, cost = summary.get("energy") or {}, summary.get("cost") or {}
-    rows.append(("energy", f"{_num(e.get('j_per_output_token'))} J/output token, "
-                           f"{_num(e.get('avg_power_w'), ',.0f')} W mean"))
+    rows.append(
+        (
+            "energy",
+            f"{_num(e.get('j_per_output_token'))} J/output token, "
+            f"{_num(e.get('avg_power_w'), ',.0f')} W mean",
+        )
+    )
     rows.append(("cost", f"${_num(cost.get('usd_per_million_output_tokens'))} per million output tokens"))
     sat = summary.get("saturation") or {}
     if sat:
@@ -101,18 +136,42 @@ def tenant_rows(summary: dict[str, Any]) -> tuple[str, list[str], list[list[str]
     t = summary.get("tenants")
     if not t:
         return None
-    line = (f"Scheduling policy {t['scheduling_policy']}; Jain's index of the tenants' weighted "
-            f"service {cell(t['jain_index'])}; largest counter spread among backlogged tenants "
-            f"{cell(t['max_counter_spread'])}.")
-    header = ["tenant", "weight", "requests", "finished", "rejected", "served input tokens",
-              "served output tokens", "TTFT p50 (s)", "TTFT p99 (s)", "SLO attainment", "goodput (req/s)"]
+    line = (
+        f"Scheduling policy {t['scheduling_policy']}; Jain's index of the tenants' weighted "
+        f"service {cell(t['jain_index'])}; largest counter spread among backlogged tenants "
+        f"{cell(t['max_counter_spread'])}."
+    )
+    header = [
+        "tenant",
+        "weight",
+        "requests",
+        "finished",
+        "rejected",
+        "served input tokens",
+        "served output tokens",
+        "TTFT p50 (s)",
+        "TTFT p99 (s)",
+        "SLO attainment",
+        "goodput (req/s)",
+    ]
     rows = []
     for name, d in t["per_tenant"].items():
         why = ", ".join(f"{k} {v}" for k, v in d["rejected"].items())
-        rows.append([name, cell(d["weight"]), cell(d["num_requests"]), cell(d["num_finished"]),
-                     cell(d["num_rejected"]) + (f" ({why})" if why else ""), cell(d["served_input_tokens"]),
-                     cell(d["served_output_tokens"]), cell(d["ttft_s"]["p50"]), cell(d["ttft_s"]["p99"]),
-                     cell(d["slo_attainment"]), cell(d["goodput_rps"])])
+        rows.append(
+            [
+                name,
+                cell(d["weight"]),
+                cell(d["num_requests"]),
+                cell(d["num_finished"]),
+                cell(d["num_rejected"]) + (f" ({why})" if why else ""),
+                cell(d["served_input_tokens"]),
+                cell(d["served_output_tokens"]),
+                cell(d["ttft_s"]["p50"]),
+                cell(d["ttft_s"]["p99"]),
+                cell(d["slo_attainment"]),
+                cell(d["goodput_rps"]),
+            ]
+        )
     return line, header, rows
 
 

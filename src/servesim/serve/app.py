@@ -117,8 +117,12 @@ def error_response(err: ApiError) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status)
 
 
-def build_app(sim: LiveSim, model_name: str, tokenizer: Tokenizer | None = None,
-              on_start: Callable[[], None] | None = None) -> Starlette:
+def build_app(
+    sim: LiveSim,
+    model_name: str,
+    tokenizer: Tokenizer | None = None,
+    on_start: Callable[[], None] | None = None,
+) -> Starlette:
     """The ASGI app serving ``sim`` under ``model_name``; the simulation runs while it does."""
     tok = tokenizer or Tokenizer()
     metrics = ServeMetrics(sim, model_name)
@@ -129,8 +133,11 @@ def build_app(sim: LiveSim, model_name: str, tokenizer: Tokenizer | None = None,
         try:
             kind = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
             if kind != "application/json":
-                raise ApiError(400, f"the request body must be JSON (Content-Type: application/json), "
-                                    f"got Content-Type {kind or 'empty'}")
+                raise ApiError(
+                    400,
+                    f"the request body must be JSON (Content-Type: application/json), "
+                    f"got Content-Type {kind or 'empty'}",
+                )
             req = parse_request(await request.body(), chat, model_name, tok, next(seq), sim.vocab_size)
             max_tokens = check_length(req, sim.max_model_len)
             why = max((sim.rejection(p, max_tokens) for p, _ in req.prompts), key=len)
@@ -148,9 +155,20 @@ def build_app(sim: LiveSim, model_name: str, tokenizer: Tokenizer | None = None,
         return await completion(request, chat=True)
 
     async def models(_: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [
-            {"id": model_name, "object": "model", "created": 0, "owned_by": "servesim",
-             "max_model_len": sim.max_model_len}]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": model_name,
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "servesim",
+                        "max_model_len": sim.max_model_len,
+                    }
+                ],
+            }
+        )
 
     async def health(_: Request) -> Response:
         return Response(status_code=200)
@@ -172,9 +190,13 @@ def build_app(sim: LiveSim, model_name: str, tokenizer: Tokenizer | None = None,
             sim.close()
             await task
 
-    routes = [Route("/v1/completions", completions, methods=["POST"]),
-              Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-              Route("/v1/models", models), Route("/health", health), Route("/metrics", prometheus)]
+    routes = [
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/models", models),
+        Route("/health", health),
+        Route("/metrics", prometheus),
+    ]
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: not_found})
 
 

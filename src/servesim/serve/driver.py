@@ -67,8 +67,15 @@ class Handle:
 class LiveCluster(Cluster):
     """A cluster whose finished requests go to a callback instead of record columns."""
 
-    def __init__(self, loop: EventLoop, pools: list[PoolSpec], cfg: ClusterConfig, seed: int,
-                 workload: Workload, on_done: Callable[[Request], None]) -> None:
+    def __init__(
+        self,
+        loop: EventLoop,
+        pools: list[PoolSpec],
+        cfg: ClusterConfig,
+        seed: int,
+        workload: Workload,
+        on_done: Callable[[Request], None],
+    ) -> None:
         super().__init__(loop, pools, cfg, RequestRecords.empty(0), seed, record_steps=False, wl=workload)
         self.notify_done = on_done
         self.aborting: dict[int, Request] = {}  # idx -> request whose client went away
@@ -80,6 +87,7 @@ class LiveCluster(Cluster):
             self.apply_aborts(rep.id)
             if then is not None:
                 then(rep)
+
         return at_step_end
 
     def _done(self, req: Request) -> None:
@@ -129,8 +137,15 @@ def single_pool_config() -> ClusterConfig:
 class LiveSim:
     """The live simulation behind the server: ``submit``, ``abort``, and ``run`` (a task)."""
 
-    def __init__(self, pools: list[PoolSpec], cfg: ClusterConfig, *, speed: float = 1.0, seed: int = 0,
-                 workload: Workload | None = None) -> None:
+    def __init__(
+        self,
+        pools: list[PoolSpec],
+        cfg: ClusterConfig,
+        *,
+        speed: float = 1.0,
+        seed: int = 0,
+        workload: Workload | None = None,
+    ) -> None:
         if speed <= 0:
             raise ValueError(f"speed must be > 0, got {speed}")
         self.speed = speed
@@ -173,8 +188,9 @@ class LiveSim:
         for p, (num_prompt, key) in enumerate(prompts):
             group = key & ((1 << 62) - 1)
             for i in range(n):
-                req = Request(self._next_idx, t, num_prompt, max_tokens,
-                              prefix_group=group, prefix_len=num_prompt)
+                req = Request(
+                    self._next_idx, t, num_prompt, max_tokens, prefix_group=group, prefix_len=num_prompt
+                )
                 self._next_idx += 1
                 streams.append(Stream(req, p * n + i, arrival_s=t))
         handle = Handle(streams)
@@ -294,7 +310,9 @@ def _empty_workload() -> Workload:
     """No workload rows: the replicas' policy options see a workload of plain requests."""
     import numpy as np
 
-    return Workload(arrival_s=np.zeros(0), num_prompt_tokens=np.zeros(0, np.int64),
-                    num_output_tokens=np.zeros(0, np.int64), source="live")
-
-
+    return Workload(
+        arrival_s=np.zeros(0),
+        num_prompt_tokens=np.zeros(0, np.int64),
+        num_output_tokens=np.zeros(0, np.int64),
+        source="live",
+    )

@@ -31,12 +31,74 @@ from servesim.engine.replica import Replica
 from servesim.serve.driver import LiveSim, Stream
 
 # vLLM V1's buckets (seconds).
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-                10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-               20.0, 40.0, 80.0)
-E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
-               240.0, 480.0, 960.0, 1920.0, 7680.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+E2E_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 
 #: vLLM's request_latency_buckets: E2E latency and the phases (queue, prefill, decode, inference).
 REQUEST_BUCKETS = E2E_BUCKETS
@@ -53,36 +115,74 @@ class ServeMetrics:
         self.registry = reg = CollectorRegistry()
         labels = ["model_name"]
         self.model = model_name
-        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token (simulated s).",
-                              labels, buckets=TTFT_BUCKETS, registry=reg)
-        self.itl = Histogram("vllm:inter_token_latency_seconds", "Inter-token latency (simulated s).",
-                             labels, buckets=ITL_BUCKETS, registry=reg)
-        self.tpot = Histogram("vllm:time_per_output_token_seconds",
-                              "Time per output token, per gap (deprecated alias of inter_token_latency).",
-                              labels, buckets=ITL_BUCKETS, registry=reg)
-        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "End-to-end request latency (simulated s).",
-                             labels, buckets=E2E_BUCKETS, registry=reg)
+        self.ttft = Histogram(
+            "vllm:time_to_first_token_seconds",
+            "Time to first token (simulated s).",
+            labels,
+            buckets=TTFT_BUCKETS,
+            registry=reg,
+        )
+        self.itl = Histogram(
+            "vllm:inter_token_latency_seconds",
+            "Inter-token latency (simulated s).",
+            labels,
+            buckets=ITL_BUCKETS,
+            registry=reg,
+        )
+        self.tpot = Histogram(
+            "vllm:time_per_output_token_seconds",
+            "Time per output token, per gap (deprecated alias of inter_token_latency).",
+            labels,
+            buckets=ITL_BUCKETS,
+            registry=reg,
+        )
+        self.e2e = Histogram(
+            "vllm:e2e_request_latency_seconds",
+            "End-to-end request latency (simulated s).",
+            labels,
+            buckets=E2E_BUCKETS,
+            registry=reg,
+        )
         self.prompt_tokens = Counter("vllm:prompt_tokens", "Prefill tokens processed.", labels, registry=reg)
-        self.generation_tokens = Counter("vllm:generation_tokens", "Generation tokens processed.", labels,
-                                         registry=reg)
+        self.generation_tokens = Counter(
+            "vllm:generation_tokens", "Generation tokens processed.", labels, registry=reg
+        )
         # Not vLLM's: how late the server hands a token to its connection, behind the simulated
         # time of the step that made it (0 when the machine keeps up with --speed).
-        self.lag = Histogram("servesim:token_release_lag_seconds",
-                             "Wall delay (x speed) between a token's simulated time and its release.",
-                             labels, buckets=LAG_BUCKETS, registry=reg)
-        phase = {name: Histogram(f"vllm:request_{name}_time_seconds", doc, labels, buckets=REQUEST_BUCKETS,
-                                 registry=reg)
-                 for name, doc in (("queue", "Time spent in WAITING phase for request (simulated s)."),
-                                   ("prefill", "Time spent in PREFILL phase for request (simulated s)."),
-                                   ("decode", "Time spent in DECODE phase for request (simulated s)."),
-                                   ("inference", "Time spent in RUNNING phase for request (simulated s)."))}
+        self.lag = Histogram(
+            "servesim:token_release_lag_seconds",
+            "Wall delay (x speed) between a token's simulated time and its release.",
+            labels,
+            buckets=LAG_BUCKETS,
+            registry=reg,
+        )
+        phase = {
+            name: Histogram(
+                f"vllm:request_{name}_time_seconds", doc, labels, buckets=REQUEST_BUCKETS, registry=reg
+            )
+            for name, doc in (
+                ("queue", "Time spent in WAITING phase for request (simulated s)."),
+                ("prefill", "Time spent in PREFILL phase for request (simulated s)."),
+                ("decode", "Time spent in DECODE phase for request (simulated s)."),
+                ("inference", "Time spent in RUNNING phase for request (simulated s)."),
+            )
+        }
         self.queue_time, self.prefill_time = phase["queue"], phase["prefill"]
         self.decode_time, self.inference_time = phase["decode"], phase["inference"]
         self.sim = sim
-        self.finished = Counter("vllm:request_success", "Finished requests.", labels + ["finished_reason"],
-                                registry=reg)
-        for metric in (self.ttft, self.itl, self.tpot, self.e2e, self.prompt_tokens, self.generation_tokens,
-                       self.lag, *phase.values()):
+        self.finished = Counter(
+            "vllm:request_success", "Finished requests.", labels + ["finished_reason"], registry=reg
+        )
+        for metric in (
+            self.ttft,
+            self.itl,
+            self.tpot,
+            self.e2e,
+            self.prompt_tokens,
+            self.generation_tokens,
+            self.lag,
+            *phase.values(),
+        ):
             metric.labels(model_name)  # exported from the start, as vLLM's are
         for reason in FINISH_REASONS:
             self.finished.labels(model_name, reason)
@@ -90,10 +190,14 @@ class ServeMetrics:
         self.first: dict[int, tuple[float, float, float]] = {}
         glabels = ["model_name", "engine"]
         gauges = {
-            "vllm:num_requests_running": ("Requests in the running batch.",
-                                          lambda r: len(r.scheduler.running)),
-            "vllm:num_requests_waiting": ("Requests waiting to be scheduled.",
-                                          lambda r: len(r.scheduler.waiting)),
+            "vllm:num_requests_running": (
+                "Requests in the running batch.",
+                lambda r: len(r.scheduler.running),
+            ),
+            "vllm:num_requests_waiting": (
+                "Requests waiting to be scheduled.",
+                lambda r: len(r.scheduler.waiting),
+            ),
             "vllm:kv_cache_usage_perc": ("KV-cache usage, a fraction (1 = full).", lambda r: r.kv.usage),
             "vllm:gpu_cache_usage_perc": ("KV-cache usage (older name).", lambda r: r.kv.usage),
         }
@@ -152,12 +256,23 @@ def _reader(read: Callable[[Replica], float], rep: Replica) -> Callable[[], floa
 class _EngineCounters:
     """vLLM's per-engine counters, read from each replica's scheduler at scrape time."""
 
-    SPECS = (("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
-              lambda r: getattr(r.kv, "num_query_tokens", 0)),
-             ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
-              lambda r: getattr(r.kv, "num_hit_tokens", 0)),
-             ("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
-              lambda r: getattr(r.scheduler, "num_preemptions", 0)))
+    SPECS = (
+        (
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            lambda r: getattr(r.kv, "num_query_tokens", 0),
+        ),
+        (
+            "vllm:prefix_cache_hits",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            lambda r: getattr(r.kv, "num_hit_tokens", 0),
+        ),
+        (
+            "vllm:num_preemptions",
+            "Cumulative number of preemption from the engine.",
+            lambda r: getattr(r.scheduler, "num_preemptions", 0),
+        ),
+    )
 
     def __init__(self, sim: LiveSim, model_name: str) -> None:
         self.sim, self.model = sim, model_name

@@ -35,8 +35,24 @@ DEFAULT_MAX_TOKENS = 16
 MAX_N = 128
 CHAT_TOKENS_PER_MESSAGE = 4  # <|start_header_id|> role <|end_header_id|> \n\n ... <|eot_id|>
 CHAT_TOKENS_PER_REPLY = 4  # <|begin_of_text|> and the assistant's header
-_WORDS = ("the", " of", " and", " to", " in", " a", " is", " that", " for", " it", " as", " was",
-          " with", " be", " by", " on")
+_WORDS = (
+    "the",
+    " of",
+    " and",
+    " to",
+    " in",
+    " a",
+    " is",
+    " that",
+    " for",
+    " it",
+    " as",
+    " was",
+    " with",
+    " be",
+    " by",
+    " on",
+)
 
 
 class ApiError(Exception):
@@ -108,21 +124,29 @@ def _check_sampling(body: dict) -> None:
             continue
         ok_type = isinstance(value, int) if kind == "integer" else isinstance(value, int | float)
         if isinstance(value, bool) or not ok_type or (kind == "number" and not math.isfinite(value)):
-            raise ApiError(400, f"{name} must be {'an integer' if kind == 'integer' else 'a number'}, "
-                                f"got {json.dumps(value)}", name)
+            raise ApiError(
+                400,
+                f"{name} must be {'an integer' if kind == 'integer' else 'a number'}, "
+                f"got {json.dumps(value)}",
+                name,
+            )
         below = low is not None and (value < low or (value == low and not low_ok))
         if below or (high is not None and value > high):
             lo = "" if low is None else f"{'>=' if low_ok else '>'} {low:g}"
             hi = "" if high is None else f"<= {high:g}"
             raise ApiError(400, f"{name} must be {' and '.join(x for x in (lo, hi) if x)}, got {value}", name)
     stop = body.get("stop")
-    if stop is not None and not isinstance(stop, str) and not (
-            isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
+    if (
+        stop is not None
+        and not isinstance(stop, str)
+        and not (isinstance(stop, list) and all(isinstance(s, str) for s in stop))
+    ):
         raise ApiError(400, "stop must be a string or a list of strings", "stop")
 
 
-def parse_request(raw: bytes, chat: bool, served_model: str, tokenizer: Tokenizer, seq: int,
-                  vocab_size: int | None = None) -> ApiRequest:
+def parse_request(
+    raw: bytes, chat: bool, served_model: str, tokenizer: Tokenizer, seq: int, vocab_size: int | None = None
+) -> ApiRequest:
     """Read a /v1/completions (``chat`` False) or /v1/chat/completions body, or raise ApiError.
     ``vocab_size``: the model's, to refuse token ids outside it (None: not checked)."""
     try:
@@ -153,12 +177,22 @@ def parse_request(raw: bytes, chat: bool, served_model: str, tokenizer: Tokenize
         if not stream:
             raise ApiError(400, "Stream options can only be defined when `stream=True`.", "stream_options")
         if not isinstance(opts, dict) or not isinstance(opts.get("include_usage", False), bool):
-            raise ApiError(400, "stream_options must be an object with a boolean include_usage",
-                           "stream_options")
+            raise ApiError(
+                400, "stream_options must be an object with a boolean include_usage", "stream_options"
+            )
         include_usage = bool(opts.get("include_usage", False))
     prefix = "chatcmpl" if chat else "cmpl"
-    return ApiRequest(chat, model, prompts, max_tokens, n, bool(stream), include_usage, int(time.time()),
-                      f"{prefix}-{seq:08x}")
+    return ApiRequest(
+        chat,
+        model,
+        prompts,
+        max_tokens,
+        n,
+        bool(stream),
+        include_usage,
+        int(time.time()),
+        f"{prefix}-{seq:08x}",
+    )
 
 
 def check_length(req: ApiRequest, max_model_len: int) -> int:
@@ -171,10 +205,14 @@ def check_length(req: ApiRequest, max_model_len: int) -> int:
         max_tokens = req.max_tokens
     if longest + max_tokens > max_model_len or longest >= max_model_len:
         where = "messages" if req.chat else "prompt"
-        raise ApiError(400, f"This model's maximum context length is {max_model_len} tokens. However, you "
-                            f"requested {longest + max_tokens} tokens ({longest} in the {where}, "
-                            f"{max_tokens} in the completion). Please reduce the length of the {where} "
-                            f"or completion.", "max_tokens" if req.max_tokens is not None else where)
+        raise ApiError(
+            400,
+            f"This model's maximum context length is {max_model_len} tokens. However, you "
+            f"requested {longest + max_tokens} tokens ({longest} in the {where}, "
+            f"{max_tokens} in the completion). Please reduce the length of the {where} "
+            f"or completion.",
+            "max_tokens" if req.max_tokens is not None else where,
+        )
     return max_tokens
 
 
@@ -199,22 +237,29 @@ def _completion_prompts(body: dict, tok: Tokenizer, vocab_size: int | None = Non
     prompt = body.get("prompt")
     if isinstance(prompt, str):
         items: list[Any] = [prompt]
-    elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool)
-                                                     for t in prompt):
+    elif (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+    ):
         items = [prompt]
     elif isinstance(prompt, list) and prompt:
         items = prompt
     else:
-        raise ApiError(400, "prompt must be a non-empty string, list of token ids, or list of those",
-                       "prompt")
+        raise ApiError(
+            400, "prompt must be a non-empty string, list of token ids, or list of those", "prompt"
+        )
     out = []
     for item in items:
         if isinstance(item, str):
             if not item:
                 raise ApiError(400, "The decoder prompt cannot be empty", "prompt")
             out.append((max(1, tok.count(item)), _key(item)))
-        elif isinstance(item, list) and item and all(isinstance(t, int) and not isinstance(t, bool)
-                                                     for t in item):
+        elif (
+            isinstance(item, list)
+            and item
+            and all(isinstance(t, int) and not isinstance(t, bool) for t in item)
+        ):
             bad = next((t for t in item if t < 0 or (vocab_size is not None and t >= vocab_size)), None)
             if bad is not None:
                 top = f" (ids 0 to {vocab_size - 1} of the model's vocabulary)" if vocab_size else ""
@@ -255,8 +300,11 @@ def placeholder(start: int, k: int) -> str:
 
 def usage(req: ApiRequest, num_completion: int) -> dict[str, int]:
     num_prompt = sum(p for p, _ in req.prompts) * req.n
-    return {"prompt_tokens": num_prompt, "completion_tokens": num_completion,
-            "total_tokens": num_prompt + num_completion}
+    return {
+        "prompt_tokens": num_prompt,
+        "completion_tokens": num_completion,
+        "total_tokens": num_prompt + num_completion,
+    }
 
 
 def chunk(req: ApiRequest, index: int, text: str, finish_reason: str | None, first: bool) -> dict[str, Any]:
@@ -265,8 +313,12 @@ def chunk(req: ApiRequest, index: int, text: str, finish_reason: str | None, fir
         delta: dict[str, Any] = {"content": text}
         if first:
             delta["role"] = "assistant"
-        choice: dict[str, Any] = {"index": index, "delta": delta, "logprobs": None,
-                                  "finish_reason": finish_reason}
+        choice: dict[str, Any] = {
+            "index": index,
+            "delta": delta,
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
         obj = "chat.completion.chunk"
     else:
         choice = {"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}
@@ -276,8 +328,14 @@ def chunk(req: ApiRequest, index: int, text: str, finish_reason: str | None, fir
 
 def usage_chunk(req: ApiRequest, num_completion: int) -> dict[str, Any]:
     obj = "chat.completion.chunk" if req.chat else "text_completion"
-    return {"id": req.id, "object": obj, "created": req.created, "model": req.model, "choices": [],
-            "usage": usage(req, num_completion)}
+    return {
+        "id": req.id,
+        "object": obj,
+        "created": req.created,
+        "model": req.model,
+        "choices": [],
+        "usage": usage(req, num_completion),
+    }
 
 
 def full_response(req: ApiRequest, counts: list[int]) -> dict[str, Any]:
@@ -286,10 +344,22 @@ def full_response(req: ApiRequest, counts: list[int]) -> dict[str, Any]:
     for i, k in enumerate(counts):
         text = placeholder(0, k)
         if req.chat:
-            choices.append({"index": i, "message": {"role": "assistant", "content": text},
-                            "logprobs": None, "finish_reason": "length"})
+            choices.append(
+                {
+                    "index": i,
+                    "message": {"role": "assistant", "content": text},
+                    "logprobs": None,
+                    "finish_reason": "length",
+                }
+            )
         else:
             choices.append({"index": i, "text": text, "logprobs": None, "finish_reason": "length"})
     obj = "chat.completion" if req.chat else "text_completion"
-    return {"id": req.id, "object": obj, "created": req.created, "model": req.model, "choices": choices,
-            "usage": usage(req, sum(counts))}
+    return {
+        "id": req.id,
+        "object": obj,
+        "created": req.created,
+        "model": req.model,
+        "choices": choices,
+        "usage": usage(req, sum(counts)),
+    }

@@ -32,8 +32,10 @@ def live_sim(sc: Scenario, speed: float = 1.0) -> LiveSim:
     if not speed > 0:
         raise ServesimError(f"--speed: expected a number > 0, got {speed}")
     if sc.cluster is not None and sc.cluster.migration.enabled:
-        raise ServesimError("cluster.migration.enabled: live migration is not served (its watcher "
-                            "runs only while events are pending); set it to false, or use servesim simulate")
+        raise ServesimError(
+            "cluster.migration.enabled: live migration is not served (its watcher "
+            "runs only while events are pending); set it to false, or use servesim simulate"
+        )
     deps = resolve_deployments(sc)
     pools = [pool_spec(d, reference=True) for d in deps]
     sim = LiveSim(pools, sc.cluster or single_pool_config(), speed=speed, seed=sc.run.seed)
@@ -41,8 +43,9 @@ def live_sim(sc: Scenario, speed: float = 1.0) -> LiveSim:
     return sim
 
 
-def make_server(sc: Scenario, host: str = "127.0.0.1", port: int = 8000, speed: float = 1.0,
-                *, quiet: bool = False) -> tuple[uvicorn.Server, socket.socket, LiveSim]:
+def make_server(
+    sc: Scenario, host: str = "127.0.0.1", port: int = 8000, speed: float = 1.0, *, quiet: bool = False
+) -> tuple[uvicorn.Server, socket.socket, LiveSim]:
     """The server of ``sc`` on a socket bound to ``host:port`` (0: a free port), not started."""
     if not 0 <= port <= 65535:
         raise ServesimError(f"--port {port}: expected a port from 0 to 65535 (0: any free port)")
@@ -55,29 +58,48 @@ def make_server(sc: Scenario, host: str = "127.0.0.1", port: int = 8000, speed: 
         if err.errno == errno.EADDRNOTAVAIL:
             raise ServesimError(f"--host {host}: not an address of this machine ({err.strerror})") from None
         if err.errno == errno.EACCES:
-            raise ServesimError(f"--port {port}: cannot listen on {host}:{port}: {err.strerror} (ports "
-                                f"below 1024 need privileges); choose a port from 1024") from None
-        raise ServesimError(f"--port {port}: cannot listen on {host}:{port}: {err.strerror}; "
-                            f"choose another port or stop what listens there") from None
+            raise ServesimError(
+                f"--port {port}: cannot listen on {host}:{port}: {err.strerror} (ports "
+                f"below 1024 need privileges); choose a port from 1024"
+            ) from None
+        raise ServesimError(
+            f"--port {port}: cannot listen on {host}:{port}: {err.strerror}; "
+            f"choose another port or stop what listens there"
+        ) from None
     tok = Tokenizer()
     bound = sock.getsockname()[1]
     model = sc.model.name
 
     def started() -> None:
         if not quiet:
-            log(f"servesim serve: {model} on http://{host}:{bound} at {speed:g}x simulated speed, "
-                f"{len(sim.cluster.replicas)} replica(s), prompt tokens by {tok.name}")
+            log(
+                f"servesim serve: {model} on http://{host}:{bound} at {speed:g}x simulated speed, "
+                f"{len(sim.cluster.replicas)} replica(s), prompt tokens by {tok.name}"
+            )
 
     app = build_app(sim, model, tok, on_start=started)
     # Idle keep-alive connections are kept 65 s (uvicorn's default is 5): a pooling client that
     # reuses one just as the server closes it sees a connection error.
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=1, timeout_keep_alive=65)
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=1,
+        timeout_keep_alive=65,
+    )
     return uvicorn.Server(config), sock, sim
 
 
-def run_serve(scenario_path: Path | None, overrides: list[str], host: str, port: int, speed: float,
-              *, progress: bool = True) -> None:
+def run_serve(
+    scenario_path: Path | None,
+    overrides: list[str],
+    host: str,
+    port: int,
+    speed: float,
+    *,
+    progress: bool = True,
+) -> None:
     """Serve until interrupted (Ctrl-C)."""
     sc = load_scenario(scenario_path, overrides)
     server, sock, sim = make_server(sc, host, port, speed)
@@ -102,11 +124,14 @@ def _status(enabled: bool, sim: LiveSim) -> Iterator[None]:
             running = sum(len(r.scheduler.running) for r in reps)
             waiting = sum(len(r.scheduler.waiting) for r in reps)
             kv = max(r.kv.usage for r in reps)
-            return Text(f"serving: {sim.cluster.num_done} done, {running} running, {waiting} waiting, "
-                        f"KV {100 * kv:.0f}% (fullest replica)")
+            return Text(
+                f"serving: {sim.cluster.num_done} done, {running} running, {waiting} waiting, "
+                f"KV {100 * kv:.0f}% (fullest replica)"
+            )
 
-    bar = Progress(SimColumn(), TimeElapsedColumn(), console=Console(stderr=True), transient=True,
-                   refresh_per_second=2)
+    bar = Progress(
+        SimColumn(), TimeElapsedColumn(), console=Console(stderr=True), transient=True, refresh_per_second=2
+    )
     bar.add_task("serving", total=None)
     with bar:
         yield

@@ -49,10 +49,10 @@ from servesim.validate.common import (
 )
 from servesim.validate.cpu import (
     CPU_GOALS,
-    _can_fit,
     CPU_LIMITS,
     RecordedStepTimes,
     RecordingComparison,
+    _can_fit,
     compare_recording,
     cross_fit_vllm_cpu,
     validate_vllm_cpu,
@@ -69,10 +69,30 @@ from servesim.validate.gpu import (
 from servesim.validate.limits import LATENCY, STEP_TIME, Goal
 
 __all__ = [
-    "CPU_FIT_RECORDING", "CPU_GOALS", "CPU_LIMITS", "DISTSERVE_LIMITS", "LATENCY", "OPERATOR_GOALS", "PROFILES",
-    "SPLITWISE_LIMITS", "STEP_TIME", "Check", "Goal", "known_bad_reasons", "cross_fit_vllm_cpu",
-    "RecordedStepTimes", "RecordingComparison", "compare_recording", "bundled_data", "distserve_grid", "load_bundled_profile", "validate_all", "validate_distserve",
-    "validate_operators", "validate_splitwise", "validate_vllm_cpu",
+    "CPU_FIT_RECORDING",
+    "CPU_GOALS",
+    "CPU_LIMITS",
+    "DISTSERVE_LIMITS",
+    "LATENCY",
+    "OPERATOR_GOALS",
+    "PROFILES",
+    "SPLITWISE_LIMITS",
+    "STEP_TIME",
+    "Check",
+    "Goal",
+    "known_bad_reasons",
+    "cross_fit_vllm_cpu",
+    "RecordedStepTimes",
+    "RecordingComparison",
+    "compare_recording",
+    "bundled_data",
+    "distserve_grid",
+    "load_bundled_profile",
+    "validate_all",
+    "validate_distserve",
+    "validate_operators",
+    "validate_splitwise",
+    "validate_vllm_cpu",
 ]
 
 
@@ -86,9 +106,11 @@ def known_bad_reasons(checks: list[Check]) -> list[str]:
     for c in checks:
         if c.status() == "known bad":
             groups.setdefault((c.suite, c.metric, c.limit_pct, c.known_bad), []).append(c.mape_pct)
-    return [f"known bad: {suite}, {metric}: {len(m)} row{'s' * (len(m) > 1)} at MAPE "
-            f"{min(m):.0f}{f'-{max(m):.0f}' if len(m) > 1 else ''}% against a goal of {goal:g}%: {why}"
-            for (suite, metric, goal, why), m in groups.items()]
+    return [
+        f"known bad: {suite}, {metric}: {len(m)} row{'s' * (len(m) > 1)} at MAPE "
+        f"{min(m):.0f}{f'-{max(m):.0f}' if len(m) > 1 else ''}% against a goal of {goal:g}%: {why}"
+        for (suite, metric, goal, why), m in groups.items()
+    ]
 
 
 SUITES: dict[str, Callable[[Path], list[Check]]] = {
@@ -117,8 +139,9 @@ def validate_all(
     skipped = []
     unknown = set(suites) - {*SUITES, "vllm-cpu", "silicon"}
     if unknown:
-        raise ServesimError(f"unknown validation suites {sorted(unknown)}; "
-                            f"known: {[*SUITES, 'vllm-cpu', 'silicon']}")
+        raise ServesimError(
+            f"unknown validation suites {sorted(unknown)}; known: {[*SUITES, 'vllm-cpu', 'silicon']}"
+        )
     with ExitStack() as stack:
         if data_dir is None or recordings_dir is None:
             bundled = stack.enter_context(bundled_data())
@@ -133,8 +156,9 @@ def validate_all(
                     if _can_fit():
                         checks += cross_fit_vllm_cpu(recordings_dir)
                     else:
-                        skipped.append("vllm-cpu cross-fit: fitting needs scipy "
-                                       "(pip install 'servesim[calibrate]')")
+                        skipped.append(
+                            "vllm-cpu cross-fit: fitting needs scipy (pip install 'servesim[calibrate]')"
+                        )
                 continue
             if name == "silicon":
                 from servesim.validate.silicon_cross import validate_silicon

@@ -62,11 +62,20 @@ def is_inferencemax(source: str) -> bool:
 
 def bench_workload(source: str, isl: int, osl: int, concurrency: int) -> dict[str, Any]:
     """The ``type: benchmark`` workload of one run, as its harness sent it."""
-    wl: dict[str, Any] = {"type": "benchmark", "input_len": isl, "output_len": osl,
-                          "max_concurrency": concurrency, "num_warmups": 0, "seed": 0}
+    wl: dict[str, Any] = {
+        "type": "benchmark",
+        "input_len": isl,
+        "output_len": osl,
+        "max_concurrency": concurrency,
+        "num_warmups": 0,
+        "seed": 0,
+    }
     if is_inferencemax(source):
-        wl.update(client="benchmark_serving", random_range_ratio=INFERENCEMAX_RANGE_RATIO,
-                  num_prompts=INFERENCEMAX_PROMPTS_PER_CLIENT * concurrency)
+        wl.update(
+            client="benchmark_serving",
+            random_range_ratio=INFERENCEMAX_RANGE_RATIO,
+            num_prompts=INFERENCEMAX_PROMPTS_PER_CLIENT * concurrency,
+        )
     else:
         wl.update(random_range_ratio=0.0, num_prompts=max(PROMPTS_PER_CLIENT * concurrency, MIN_PROMPTS))
     return wl
@@ -79,8 +88,10 @@ def unknown_client_count(source: str) -> str | None:
     at TP 2) is below what 48 clients of 4k prompts allow."""
     if "silicon_concurrency=" in source:
         return None
-    return ("no silicon_concurrency in the source: batch_size is the deployment's largest batch, "
-            "not the benchmark's clients, and the run's client count is unknown")
+    return (
+        "no silicon_concurrency in the source: batch_size is the deployment's largest batch, "
+        "not the benchmark's clients, and the run's client count is unknown"
+    )
 
 
 def aiconfigurator_settings(isl: int, osl: int, concurrency: int) -> tuple[dict[str, Any], str]:
@@ -88,12 +99,16 @@ def aiconfigurator_settings(isl: int, osl: int, concurrency: int) -> tuple[dict[
     its generator deploys for ``concurrency`` clients (``--max-num-seqs`` the batch size, the
     token budget and model length of ``AICONFIGURATOR_EXTRA_TOKENS``; the rest vLLM's
     defaults). The budget holds about two prompts of 1k tokens a step, not vLLM's 8,192."""
-    engine = {"max_num_seqs": concurrency,
-              "max_num_batched_tokens": concurrency + isl + AICONFIGURATOR_EXTRA_TOKENS,
-              "max_model_len": isl + osl + AICONFIGURATOR_EXTRA_TOKENS}
-    note = (f"server: AIConfigurator's generated Dynamo vLLM worker (--max-num-seqs {concurrency} "
-            f"--max-num-batched-tokens {engine['max_num_batched_tokens']} --max-model-len "
-            f"{engine['max_model_len']}), inferred from its collection; front end as vLLM's API server")
+    engine = {
+        "max_num_seqs": concurrency,
+        "max_num_batched_tokens": concurrency + isl + AICONFIGURATOR_EXTRA_TOKENS,
+        "max_model_len": isl + osl + AICONFIGURATOR_EXTRA_TOKENS,
+    }
+    note = (
+        f"server: AIConfigurator's generated Dynamo vLLM worker (--max-num-seqs {concurrency} "
+        f"--max-num-batched-tokens {engine['max_num_batched_tokens']} --max-model-len "
+        f"{engine['max_model_len']}), inferred from its collection; front end as vLLM's API server"
+    )
     return engine, note
 
 
@@ -103,9 +118,17 @@ def aiconfigurator_settings(isl: int, osl: int, concurrency: int) -> tuple[dict[
 #: (tools/pack_inferencemax_servers.py), their ``vllm serve`` settings.
 SERVERS_FILE = "inferencemax_servers.json"
 #: Engine fields a script sets that ``server_settings`` passes on (the rest is recorded only).
-ENGINE_FIELDS = ("gpu_memory_utilization", "block_size", "max_num_batched_tokens", "max_num_seqs",
-                 "max_cudagraph_capture_size", "cudagraph_mode", "async_scheduling",
-                 "enable_prefix_caching", "enforce_eager")
+ENGINE_FIELDS = (
+    "gpu_memory_utilization",
+    "block_size",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "max_cudagraph_capture_size",
+    "cudagraph_mode",
+    "async_scheduling",
+    "enable_prefix_caching",
+    "enforce_eager",
+)
 
 
 @cache
@@ -187,8 +210,9 @@ def server_parallelism(script: str, when: str | None) -> tuple[str | None, bool]
     return (None if ep is None else str(ep)), "data-parallel-size" in rec
 
 
-def server_settings(script: str, when: str | None, isl: int, osl: int, concurrency: int
-                    ) -> tuple[dict[str, Any], dict[str, Any], str]:
+def server_settings(
+    script: str, when: str | None, isl: int, osl: int, concurrency: int
+) -> tuple[dict[str, Any], dict[str, Any], str]:
     """(engine fields, model fields, a note) of the version of ``script`` in force at ``when``
     (the latest committed at or before it, on the main line or, before the script's merge,
     on the branch of the pull request that added it, whose benchmark such a run is; the
@@ -223,9 +247,11 @@ def server_settings(script: str, when: str | None, isl: int, osl: int, concurren
         # vLLM's FP8 MoE oracle without its FlashInfer and DeepGEMM backends: Triton's experts
         del env["VLLM_USE_FLASHINFER_MOE_FP8"], env["VLLM_MOE_USE_DEEP_GEMM"]
         engine["moe_backend"] = "triton"
-    unmodelled = [f"{k}={val}" for k, val in env.items()] + \
-        [f"--{k}" + ("" if val is True else f" {val}") for k, val in recorded.items()
-         if k not in ("enable-expert-parallel", "data-parallel-size")]  # server_parallelism
+    unmodelled = [f"{k}={val}" for k, val in env.items()] + [
+        f"--{k}" + ("" if val is True else f" {val}")
+        for k, val in recorded.items()
+        if k not in ("enable-expert-parallel", "data-parallel-size")
+    ]  # server_parallelism
     branch = ", a pull request's branch" if v.get("branch") else ""
     note = f"server: {script}.sh at {v['commit'][:9]} ({v['from'][:10]}{branch})"
     if unmodelled:

@@ -76,11 +76,19 @@ class Check:
         return "known bad" if self.passed(threshold_pct) else "NO"
 
     @classmethod
-    def against(cls, suite: str, case: str, metric: str, errors_pct: np.ndarray, goal: Goal | None,
-                **kw: object) -> Check:
+    def against(
+        cls, suite: str, case: str, metric: str, errors_pct: np.ndarray, goal: Goal | None, **kw: object
+    ) -> Check:
         """A row held to ``goal`` (None: a reference row, not a prediction)."""
-        return cls(suite, case, metric, errors_pct, None if goal is None else goal.limit_pct,
-                   known_bad="" if goal is None else goal.known_bad, **kw)  # type: ignore[arg-type]
+        return cls(
+            suite,
+            case,
+            metric,
+            errors_pct,
+            None if goal is None else goal.limit_pct,
+            known_bad="" if goal is None else goal.known_bad,
+            **kw,
+        )  # type: ignore[arg-type]
 
 
 def load_bundled_profile(role: str) -> HardwareProfile:

@@ -186,12 +186,20 @@ CPU_GOALS = {
     "ttft": LATENCY,
     "tpot": LATENCY,
     "e2e": LATENCY,
-    "replay": Goal(5.0, "a step-time error passes into every latency, and queueing near saturation "
-                        "amplifies it: 5% on the recorded batches leaves room in the 10% latency target"),
-    "steps": Goal(LATENCY.limit_pct, "the number of steps follows from the schedule and the step times: "
-                                     "the latency target"),
-    "schedule": Goal(0.0, "with vLLM's own step times servesim's scheduler must make vLLM's decisions: "
-                          "any step that differs is a scheduling bug"),
+    "replay": Goal(
+        5.0,
+        "a step-time error passes into every latency, and queueing near saturation "
+        "amplifies it: 5% on the recorded batches leaves room in the 10% latency target",
+    ),
+    "steps": Goal(
+        LATENCY.limit_pct,
+        "the number of steps follows from the schedule and the step times: the latency target",
+    ),
+    "schedule": Goal(
+        0.0,
+        "with vLLM's own step times servesim's scheduler must make vLLM's decisions: "
+        "any step that differs is a scheduling bug",
+    ),
 }
 CPU_LIMITS = {(role, kind): goal for role in CPU_ROLES for kind, goal in CPU_GOALS.items()}
 
@@ -234,7 +242,10 @@ def _session_hardware(folder: Path, recordings_dir: Path) -> Path | None:
 
 
 def cross_fit_session(
-    folder: Path, bundled: HardwareProfile, hardware: Path | None = None, prefix: str = "",
+    folder: Path,
+    bundled: HardwareProfile,
+    hardware: Path | None = None,
+    prefix: str = "",
     fit_files: list[str] | None = None,
 ) -> list[Check]:
     """Fit on each recording of a session in turn (``fit_files``: those names only; default
@@ -245,8 +256,7 @@ def cross_fit_session(
     one run does on the runs it never saw."""
     paths = sorted(folder.glob("*.json"))
     names = fit_files if fit_files is not None else [p.name for p in paths]
-    measured = {p.name: _run_metrics(json.loads(p.read_text())["runs"][0])
-                for p in paths}
+    measured = {p.name: _run_metrics(json.loads(p.read_text())["runs"][0]) for p in paths}
     checks = []
     for fit_name in names:
         prof = session_profile(folder, bundled, hardware, fit_name)
@@ -254,8 +264,9 @@ def cross_fit_session(
         for p in paths:
             sim = simulated_metrics(p, prof)
             part = "in-sample" if p.name == fit_name else "held out"
-            errs[part] += [(f"{p.stem} {k}", (sim[k] / measured[p.name][k] - 1) * 100)
-                           for k in CROSS_FIT_METRICS]
+            errs[part] += [
+                (f"{p.stem} {k}", (sim[k] / measured[p.name][k] - 1) * 100) for k in CROSS_FIT_METRICS
+            ]
         fit_stem = Path(fit_name).stem
         for part, rows in errs.items():
             if not rows:
@@ -263,15 +274,17 @@ def cross_fit_session(
             e = np.array([v for _, v in rows])
             worst = rows[int(np.argmax(np.abs(e)))][0]
             n_rec = len(rows) // len(CROSS_FIT_METRICS)
-            checks.append(Check(
-                "vllm-cpu",
-                f"cross-fit: fit on {prefix}{fit_stem}, {part} ({n_rec} recording{'s' * (n_rec > 1)})",
-                "mean and P90 TTFT, TPOT, E2E",
-                e,
-                None,
-                note=f"median |error| {np.median(np.abs(e)):.1f}%, "
-                     f"max {np.max(np.abs(e)):.1f}% ({prefix}{worst})",
-            ))
+            checks.append(
+                Check(
+                    "vllm-cpu",
+                    f"cross-fit: fit on {prefix}{fit_stem}, {part} ({n_rec} recording{'s' * (n_rec > 1)})",
+                    "mean and P90 TTFT, TPOT, E2E",
+                    e,
+                    None,
+                    note=f"median |error| {np.median(np.abs(e)):.1f}%, "
+                    f"max {np.max(np.abs(e)):.1f}% ({prefix}{worst})",
+                )
+            )
     return checks
 
 
@@ -321,8 +334,10 @@ def validate_vllm_cpu(
             prof = bundled  # the recording the bundled profile was fitted on: validate that profile
         elif not _can_fit():
             if skipped is not None:
-                skipped.append(f"vllm-cpu {prefix or folder}: fitting its session's profile needs scipy "
-                               "(pip install 'servesim[calibrate]')")
+                skipped.append(
+                    f"vllm-cpu {prefix or folder}: fitting its session's profile needs scipy "
+                    "(pip install 'servesim[calibrate]')"
+                )
             continue
         else:
             prof = session_profile(folder, bundled, _session_hardware(folder, recordings_dir))

@@ -17,8 +17,11 @@ OPERATOR_GOALS = {
     "proj": STEP_TIME,
     "mlp": STEP_TIME,
     "elementwise": STEP_TIME,
-    "interpolated": Goal(5.0, "interpolating a smooth measured curve between neighbouring token counts "
-                              "should add no more than the kernels' timing noise (a few %)"),
+    "interpolated": Goal(
+        5.0,
+        "interpolating a smooth measured curve between neighbouring token counts "
+        "should add no more than the kernels' timing noise (a few %)",
+    ),
 }
 
 
@@ -114,8 +117,11 @@ def validate_splitwise(data_dir: Path, limits: dict[str, Goal] | None = None) ->
     return checks
 
 
-_OTHER_GPU = Goal(STEP_TIME.limit_pct, "predicting another GPU from its spec-sheet peaks with the same "
-                                       "fitted parameters is what the roofline is for: the step-time target")
+_OTHER_GPU = Goal(
+    STEP_TIME.limit_pct,
+    "predicting another GPU from its spec-sheet peaks with the same "
+    "fitted parameters is what the roofline is for: the step-time target",
+)
 
 #: Goals of the Splitwise suite (mean absolute error per TP degree), and the known misses
 #: (docs/fidelity.md section 2).
@@ -124,13 +130,16 @@ SPLITWISE_LIMITS = {
     "A100-80GB:token": STEP_TIME,
     "H100-SXM:prompt": _OTHER_GPU.missed(
         "H100, TP 8 only (TP 2 and 4 meet it): the per-hop all-reduce latency that explains the A100's "
-        "overhead growing with TP adds to the H100's TP-8 prompts (11.8% without it)"),
+        "overhead growing with TP adds to the H100's TP-8 prompts (11.8% without it)"
+    ),
     "H100-SXM:token": _OTHER_GPU.missed(
         "H100: over-predicted at every TP: most of a 70B decode step in Splitwise's engine is host and engine "
-        "time (launches, rank synchronisation), shorter on the H100 machine; no GPU parameter carries it over"),
+        "time (launches, rank synchronisation), shorter on the H100 machine; no GPU parameter carries it over"
+    ),
     "batched prompts": STEP_TIME.missed(
         "not modelled: Splitwise's prompt time grows faster than linearly in the batch (and one TP-2 "
-        "row drops 8x from batch 32 to 64), unlike one iteration of a continuous-batching engine"),
+        "row drops 8x from batch 32 to 64), unlike one iteration of a continuous-batching engine"
+    ),
 }
 
 
@@ -184,37 +193,57 @@ def validate_distserve(data_dir: Path, limits: dict[tuple[str, str, str], Goal] 
                 case = f"{f.model.split('/')[-1].upper()} A100 TP{f.tp}, {engine} engine; {label}"
                 for metric, pairs in (("prefill time", pre), ("decode step time", dec)):
                     p, m = np.array(pairs).T
-                    checks.append(Check.against("distserve", case, metric, _pct(p, m),
-                                                limits[role, engine, metric]))
+                    checks.append(
+                        Check.against("distserve", case, metric, _pct(p, m), limits[role, engine, metric])
+                    )
     return checks
 
 
-_OPT = Goal(STEP_TIME.limit_pct, "a profile fitted on other models (neither saw an OPT) must carry over "
-                                 "to a new model: the step-time target")
-_E2E_OVERHEAD = ("the profile is Llama-2-70B end to end on Splitwise's engine: its 16 ms per-step overhead "
-                 "and all-reduce hops carry into every OPT step")
-_NO_CPU = ("Vidur operator profile, vLLM's engine: under-predicted at every TP: vLLM's per-step CPU overhead (2024 vLLM) is not in kernel "
-           "timings")
+_OPT = Goal(
+    STEP_TIME.limit_pct,
+    "a profile fitted on other models (neither saw an OPT) must carry over "
+    "to a new model: the step-time target",
+)
+_E2E_OVERHEAD = (
+    "the profile is Llama-2-70B end to end on Splitwise's engine: its 16 ms per-step overhead "
+    "and all-reduce hops carry into every OPT step"
+)
+_NO_CPU = (
+    "Vidur operator profile, vLLM's engine: under-predicted at every TP: vLLM's per-step CPU overhead (2024 vLLM) is not in kernel "
+    "timings"
+)
 
 #: Goals of the DistServe suite, by (profile, engine, metric), with the known misses
 #: (docs/fidelity.md section 3).
 DISTSERVE_LIMITS = {
     ("a100_e2e", "vllm", "prefill time"): _OPT.missed(
         "Splitwise e2e profile, vLLM's engine: under-predicted at every TP: vLLM's 2024 engine spends more on a prefill than Splitwise's, on "
-        "which the profile was fitted; which profile fits depends on the engine's overheads, not the GPU"),
+        "which the profile was fitted; which profile fits depends on the engine's overheads, not the GPU"
+    ),
     ("a100_e2e", "vllm", "decode step time"): _OPT.missed(
-        "Splitwise e2e profile, vLLM's engine: over-predicted: " + _E2E_OVERHEAD + ", and its low decode-attention efficiency"),
+        "Splitwise e2e profile, vLLM's engine: over-predicted: "
+        + _E2E_OVERHEAD
+        + ", and its low decode-attention efficiency"
+    ),
     ("a100_e2e", "distserve", "prefill time"): _OPT.missed(
-        "Splitwise e2e profile, DistServe's engine, OPT-13B TP 1 and 4 only (over-predicted): " + _E2E_OVERHEAD + ", a large share of a small "
-        "model's prefill"),
+        "Splitwise e2e profile, DistServe's engine, OPT-13B TP 1 and 4 only (over-predicted): "
+        + _E2E_OVERHEAD
+        + ", a large share of a small "
+        "model's prefill"
+    ),
     ("a100_e2e", "distserve", "decode step time"): _OPT.missed(
-        "Splitwise e2e profile, DistServe's engine: over-predicted: " + _E2E_OVERHEAD + ", which DistServe's lean engine does not have"),
+        "Splitwise e2e profile, DistServe's engine: over-predicted: "
+        + _E2E_OVERHEAD
+        + ", which DistServe's lean engine does not have"
+    ),
     ("a100_ops", "vllm", "prefill time"): _OPT.missed(_NO_CPU),
     ("a100_ops", "vllm", "decode step time"): _OPT.missed(_NO_CPU),
     ("a100_ops", "distserve", "prefill time"): _OPT.missed(
         "Vidur operator profile, DistServe's engine, sharded steps (OPT-13B TP 2/4, OPT-66B TP 8): small GEMMs are dominated by fixed latency, which "
-        "the profile carries only per kernel (docs/perf_model.md); OPT-13B TP 1 and OPT-66B TP 2-4 meet it"),
+        "the profile carries only per kernel (docs/perf_model.md); OPT-13B TP 1 and OPT-66B TP 2-4 meet it"
+    ),
     ("a100_ops", "distserve", "decode step time"): _OPT.missed(
         "Vidur operator profile, DistServe's engine, sharded steps (OPT-13B TP 2/4, OPT-66B TP 4/8): small GEMMs are dominated by fixed latency, which "
-        "the profile carries only per kernel (docs/perf_model.md); OPT-13B TP 1 and OPT-66B TP 2/3 meet it"),
+        "the profile carries only per kernel (docs/perf_model.md); OPT-13B TP 1 and OPT-66B TP 2/3 meet it"
+    ),
 }

@@ -36,11 +36,19 @@ import numpy as np
 from servesim.errors import ConfigError, WorkloadError
 
 #: inference-perf's latency name -> the vllm bench name servesim's --bench rows use.
-LATENCIES = {"time_to_first_token": "ttft", "time_per_output_token": "tpot", "request_latency": "e2el",
-             "normalized_time_per_output_token": "ntpot"}
+LATENCIES = {
+    "time_to_first_token": "ttft",
+    "time_per_output_token": "tpot",
+    "request_latency": "e2el",
+    "normalized_time_per_output_token": "ntpot",
+}
 STATS = ("mean", "median", "p90", "p99")
-RATES = {"requests_per_sec": "request_throughput", "output_tokens_per_sec": "output_throughput",
-         "input_tokens_per_sec": "input_throughput", "total_tokens_per_sec": "total_token_throughput"}
+RATES = {
+    "requests_per_sec": "request_throughput",
+    "output_tokens_per_sec": "output_throughput",
+    "input_tokens_per_sec": "input_throughput",
+    "total_tokens_per_sec": "total_token_throughput",
+}
 _STAGE = re.compile(r"stage_(\d+)_lifecycle_metrics\.json$")
 
 
@@ -59,8 +67,10 @@ def config_beside(path: Path) -> Path:
     """The ``config.yaml`` inference-perf wrote next to its results."""
     cfg = path.parent / "config.yaml"
     if not cfg.is_file():
-        raise ConfigError(f"{path}: no config.yaml beside it: inference-perf writes the config it ran "
-                          "with into its results folder; copy it there to replay the run")
+        raise ConfigError(
+            f"{path}: no config.yaml beside it: inference-perf writes the config it ran "
+            "with into its results folder; copy it there to replay the run"
+        )
     return cfg
 
 
@@ -82,8 +92,9 @@ def measured_figures(doc: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def predicted_figures(arrival: np.ndarray, first: np.ndarray, finish: np.ndarray, prompt: np.ndarray,
-                      output: np.ndarray) -> dict[str, float]:
+def predicted_figures(
+    arrival: np.ndarray, first: np.ndarray, finish: np.ndarray, prompt: np.ndarray, output: np.ndarray
+) -> dict[str, float]:
     """inference-perf's figures of the given requests (all succeeded), as ``measured_figures`` names them."""
     e2e = finish - arrival
     values = {"ttft": first - arrival, "e2el": e2e, "ntpot": e2e / np.maximum(output, 1)}
@@ -105,10 +116,14 @@ def predicted_figures(arrival: np.ndarray, first: np.ndarray, finish: np.ndarray
     return out
 
 
-def compare_lifecycle(result_path: Path, doc: dict[str, Any], scenario_path: Path | None,
-                      overrides: list[str] | None, progress: bool = False,
-                      cache: dict[Any, Any] | None = None
-                      ) -> tuple[list[tuple[str, float, float, float]], list[str]]:
+def compare_lifecycle(
+    result_path: Path,
+    doc: dict[str, Any],
+    scenario_path: Path | None,
+    overrides: list[str] | None,
+    progress: bool = False,
+    cache: dict[Any, Any] | None = None,
+) -> tuple[list[tuple[str, float, float, float]], list[str]]:
     """The rows (figure, measured, predicted, error %) and notes of one lifecycle metrics file."""
     from servesim import sim
     from servesim.config.files import read_scenario_file
@@ -120,9 +135,11 @@ def compare_lifecycle(result_path: Path, doc: dict[str, Any], scenario_path: Pat
 
     cfg_path = config_beside(result_path).resolve()
     stage = stage_of(result_path)
-    notes = [f"inference-perf {'stage ' + str(stage) if stage is not None else 'summary (all stages)'}; "
-             f"workload from {cfg_path.name} beside it; latencies in ms by vllm bench's names; "
-             "inter_token_latency not compared (per streamed chunk: compare TPOT)"]
+    notes = [
+        f"inference-perf {'stage ' + str(stage) if stage is not None else 'summary (all stages)'}; "
+        f"workload from {cfg_path.name} beside it; latencies in ms by vllm bench's names; "
+        "inter_token_latency not compared (per streamed chunk: compare TPOT)"
+    ]
     raw: dict[str, Any] = dict(read_scenario_file(scenario_path)) if scenario_path is not None else {}
     own = raw.get("workload") if isinstance(raw.get("workload"), dict) else {}
     if own:
@@ -150,24 +167,29 @@ def compare_lifecycle(result_path: Path, doc: dict[str, Any], scenario_path: Pat
     if stage is not None:
         stages = wl.meta["stage"]
         if stage > int(stages.max()):
-            raise WorkloadError(f"{result_path}: stage {stage}, but {cfg_path.name} has "
-                                f"{int(stages.max()) + 1} load stages")
+            raise WorkloadError(
+                f"{result_path}: stage {stage}, but {cfg_path.name} has {int(stages.max()) + 1} load stages"
+            )
         rows = rows[stages == stage]
     ok = cols["status"][rows] == RequestStatus.FINISHED
     sent = int((doc.get("load_summary") or {}).get("count") or 0)
     if sent and sent != len(rows):
-        notes.append(f"requests: the run sent {sent:,}, the replay {len(rows):,} (its own seeded draw "
-                     "of the load)")
+        notes.append(
+            f"requests: the run sent {sent:,}, the replay {len(rows):,} (its own seeded draw of the load)"
+        )
     failed = int((doc.get("failures") or {}).get("count") or 0)
     if failed:
         notes.append(f"{failed:,} requests failed in the run (left out of its figures)")
     if int(np.sum(~ok)):
         notes.append(f"{int(np.sum(~ok)):,} predicted requests did not finish (left out)")
     rows = rows[ok]
-    predicted = predicted_figures(cols["arrival_s"][rows], cols["first_token_s"][rows],
-                                  cols["finished_s"][rows],
-                                  cols["num_prompt_tokens"][rows].astype(np.float64),
-                                  cols["num_output_tokens"][rows].astype(np.float64))
+    predicted = predicted_figures(
+        cols["arrival_s"][rows],
+        cols["first_token_s"][rows],
+        cols["finished_s"][rows],
+        cols["num_prompt_tokens"][rows].astype(np.float64),
+        cols["num_output_tokens"][rows].astype(np.float64),
+    )
     out = []
     for name, meas in measured_figures(doc).items():
         pred = predicted.get(name)
@@ -177,4 +199,3 @@ def compare_lifecycle(result_path: Path, doc: dict[str, Any], scenario_path: Pat
     if not out:
         raise WorkloadError(f"{result_path}: none of its figures could be compared")
     return out, notes
-

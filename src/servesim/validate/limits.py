@@ -28,8 +28,12 @@ class Goal:
 
 
 #: Step times (operators, whole steps): the accuracy a capacity plan needs of them.
-STEP_TIME = Goal(10.0, "a simulated capacity is no better than its step times: the fidelity target for a "
-                       "step-time model is 10%")
+STEP_TIME = Goal(
+    10.0,
+    "a simulated capacity is no better than its step times: the fidelity target for a step-time model is 10%",
+)
 #: End-to-end latencies (mean and P90 TTFT, TPOT, E2E) of a calibrated engine.
-LATENCY = Goal(10.0, "the target for a calibrated engine's latency predictions: mean and P90 TTFT, TPOT "
-                     "and E2E within 10%")
+LATENCY = Goal(
+    10.0,
+    "the target for a calibrated engine's latency predictions: mean and P90 TTFT, TPOT and E2E within 10%",
+)

@@ -47,8 +47,11 @@ from servesim.workload.inference_perf import (
 METRICS = ("ttft", "e2e", "itl")
 STATS = ("mean", "p50", "p90")
 #: exp-config.yaml key -> scenario field.
-ENGINE_KEYS = {"max_model_len": "max_model_len", "max_num_batched_tokens": "max_num_batched_tokens",
-               "max_num_seqs": "max_num_seqs"}
+ENGINE_KEYS = {
+    "max_model_len": "max_model_len",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+    "max_num_seqs": "max_num_seqs",
+}
 
 
 @dataclass
@@ -66,8 +69,10 @@ class OpenLoopRun:
 
 def _read(path: Path) -> Any:
     if not path.exists():
-        raise ConfigError(f"{path}: missing (an open-loop run folder holds exp-config.yaml, config.yaml or "
-                          "profile.yaml, replay.json, ground_truth.json and model_config.json)")
+        raise ConfigError(
+            f"{path}: missing (an open-loop run folder holds exp-config.yaml, config.yaml or "
+            "profile.yaml, replay.json, ground_truth.json and model_config.json)"
+        )
     text = path.read_text(encoding="utf-8")
     try:
         return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
@@ -95,8 +100,9 @@ def run_scenario(folder: Path, base: dict[str, Any], trace: Path) -> tuple[dict[
     replay = _read(folder / "replay.json")
     data = ip.get("data") or {}
     if str(data.get("type")) != "shared_prefix":
-        raise ConfigError(f"{cfg_path}: data.type {data.get('type')!r}: the open-loop suite replays "
-                          "shared_prefix runs")
+        raise ConfigError(
+            f"{cfg_path}: data.type {data.get('type')!r}: the open-loop suite replays shared_prefix runs"
+        )
     given = (data.get("shared_prefix") or {}).items()
     sp = {**SHARED_PREFIX_DEFAULTS, **{_ALIASES.get(k, k): v for k, v in given}}
     groups, per = int(sp["num_groups"]), int(sp["num_prompts_per_group"])
@@ -110,9 +116,17 @@ def run_scenario(folder: Path, base: dict[str, Any], trace: Path) -> tuple[dict[
             i = int(r["index"])
             p = i % (groups * per)
             n = int(r["input_tokens"])
-            f.write(json.dumps({"arrived_at_s": r["arrival_time_us"] / 1e6, "num_prompt_tokens": n,
-                                "num_output_tokens": out_len,
-                                "hash_ids": list(prompt_hash_ids(sys_len + 1, n, p % groups, p))}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "arrived_at_s": r["arrival_time_us"] / 1e6,
+                        "num_prompt_tokens": n,
+                        "num_output_tokens": out_len,
+                        "hash_ids": list(prompt_hash_ids(sys_len + 1, n, p % groups, p)),
+                    }
+                )
+                + "\n"
+            )
     sc = json.loads(json.dumps(base))
     sc["model"] = {**sc.get("model", {}), "name": str(folder / "model_config.json")}
     sc.setdefault("parallel", {})["tensor_parallel_size"] = int(exp.get("tensor_parallelism", 1))
@@ -121,8 +135,12 @@ def run_scenario(folder: Path, base: dict[str, Any], trace: Path) -> tuple[dict[
         if exp.get(k) is not None:
             eng[v] = int(exp[k])
     eng.setdefault("enable_prefix_caching", True)
-    sc["workload"] = {"type": "trace", "path": str(trace), "format": "generic",
-                      "hash_block_tokens": HASH_BLOCK_TOKENS}
+    sc["workload"] = {
+        "type": "trace",
+        "path": str(trace),
+        "format": "generic",
+        "hash_block_tokens": HASH_BLOCK_TOKENS,
+    }
     return sc, outs
 
 
@@ -136,13 +154,17 @@ def replay_run(folder: Path, base: dict[str, Any]) -> OpenLoopRun:
         sc, outs = run_scenario(folder, base, Path(tmp) / "requests.jsonl")
         result = sim.simulate(sc)
     ok = np.array([not r.get("has_error", False) for r in gt])
-    run.measured = figures(np.array([r["ttft_s"] for r in gt])[ok], np.array([r["e2e_s"] for r in gt])[ok],
-                           outs[ok])
+    run.measured = figures(
+        np.array([r["ttft_s"] for r in gt])[ok], np.array([r["e2e_s"] for r in gt])[ok], outs[ok]
+    )
     cols = result.records.columns()
     order = np.argsort(cols["arrival_s"], kind="stable")
     arr = cols["arrival_s"][order]
-    run.predicted = figures((cols["first_token_s"][order] - arr)[ok], (cols["finished_s"][order] - arr)[ok],
-                            cols["num_output_tokens"][order][ok])
+    run.predicted = figures(
+        (cols["first_token_s"][order] - arr)[ok],
+        (cols["finished_s"][order] - arr)[ok],
+        cols["num_output_tokens"][order][ok],
+    )
     if int(np.sum(~ok)):
         run.notes.append(f"{int(np.sum(~ok))} requests with an error left out")
     return run
@@ -160,15 +182,19 @@ def run_folders(root: Path) -> list[Path]:
 
 def summary_rows(runs: list[OpenLoopRun]) -> list[tuple[str, float]]:
     """Median |error| over runs of each figure (the suite's headline)."""
-    return [(f"{m}_{s}", float(np.median([abs(r.error(f'{m}_{s}')) for r in runs])))
-            for m in METRICS for s in STATS]
+    return [
+        (f"{m}_{s}", float(np.median([abs(r.error(f"{m}_{s}")) for r in runs])))
+        for m in METRICS
+        for s in STATS
+    ]
 
 
 def report_text(runs: list[OpenLoopRun]) -> str:
     lines = [f"{'run':<48}" + "".join(f"{m + ' ' + s:>13}" for m in METRICS for s in ("mean",))]
     for r in runs:
-        cells = "".join(f"{r.measured[m + '_mean'] * 1e3:>6.1f}/{r.predicted[m + '_mean'] * 1e3:<6.1f}"
-                        for m in METRICS)
+        cells = "".join(
+            f"{r.measured[m + '_mean'] * 1e3:>6.1f}/{r.predicted[m + '_mean'] * 1e3:<6.1f}" for m in METRICS
+        )
         errs = " ".join(f"{m} {r.error(m + '_mean'):+.1f}%" for m in METRICS)
         lines.append(f"{r.name:<48}{cells}  {errs}")
         lines.extend(f"  {n}" for n in r.notes)
@@ -186,13 +212,26 @@ def write_runs(runs: list[OpenLoopRun], folder: Path) -> Path:
     from servesim.validate.common import write_rows
 
     header = ["run", "figure", "measured_s", "predicted_s", "error_pct"]
-    return write_rows(folder, "open_loop_runs.csv", header,
-                      ([r.name, k, f"{r.measured[k]:.6g}", f"{r.predicted[k]:.6g}", f"{r.error(k):.2f}"]
-                       for r in runs for k in r.measured))
+    return write_rows(
+        folder,
+        "open_loop_runs.csv",
+        header,
+        (
+            [r.name, k, f"{r.measured[k]:.6g}", f"{r.predicted[k]:.6g}", f"{r.error(k):.2f}"]
+            for r in runs
+            for k in r.measured
+        ),
+    )
 
 
-def run_checks(folders: list[Path], scenario: Path | None, overrides: list[str], output: Path | None,
-               threshold: float | None, echo: Any) -> int:
+def run_checks(
+    folders: list[Path],
+    scenario: Path | None,
+    overrides: list[str],
+    output: Path | None,
+    threshold: float | None,
+    echo: Any,
+) -> int:
     """``servesim validate --open-loop``: every run folder replayed on the scenario's GPU and
     vLLM version; the exit code (1 when a median error passes its goal or ``threshold``)."""
     from servesim.config.files import read_scenario_file

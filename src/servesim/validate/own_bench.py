@@ -60,53 +60,76 @@ def read_result(path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file (a `vllm bench serve --save-result` JSON file or an "
-                          "inference-perf lifecycle metrics file)") from None
+        raise ConfigError(
+            f"{path}: no such file (a `vllm bench serve --save-result` JSON file or an "
+            "inference-perf lifecycle metrics file)"
+        ) from None
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: cannot read: {err}") from None
     except json.JSONDecodeError as err:
-        raise WorkloadError(f"{path}: line {err.lineno}: not JSON ({err.msg}); expected the file "
-                            "`vllm bench serve --save-result` writes") from None
+        raise WorkloadError(
+            f"{path}: line {err.lineno}: not JSON ({err.msg}); expected the file "
+            "`vllm bench serve --save-result` writes"
+        ) from None
     if not isinstance(doc, dict):
-        raise WorkloadError(f"{path}: expected one JSON object (a vllm bench result), found "
-                            f"{type(doc).__name__}")
+        raise WorkloadError(
+            f"{path}: expected one JSON object (a vllm bench result), found {type(doc).__name__}"
+        )
     if is_lifecycle_file(doc):  # inference-perf's stage or summary file (validate.ip_bench)
         return doc
     measured = [f"{s}_{m}_ms" for m in METRICS for s in STATS] + list(RATES)
     if not any(_number(doc.get(k)) is not None for k in measured):
-        raise WorkloadError(f"{path}: no measured figure (mean_ttft_ms, mean_tpot_ms, ...): "
-                            "expected the file `vllm bench serve --save-result` writes")
+        raise WorkloadError(
+            f"{path}: no measured figure (mean_ttft_ms, mean_tpot_ms, ...): "
+            "expected the file `vllm bench serve --save-result` writes"
+        )
     return doc
 
 
 def replay_workload(path: Path, doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The ``workload`` section that replays the run of ``doc``, and notes on it."""
     if isinstance(doc.get("input_lens"), list) and isinstance(doc.get("output_lens"), list):
-        return ({"type": "trace", "path": str(path.resolve()), "format": "vllm_bench", "failed": "drop"},
-                [f"workload: the run's {len(doc['input_lens'])} requests with their own lengths"])
+        return (
+            {"type": "trace", "path": str(path.resolve()), "format": "vllm_bench", "failed": "drop"},
+            [f"workload: the run's {len(doc['input_lens'])} requests with their own lengths"],
+        )
     done = _number(doc.get("completed"))
     tin, tout = _number(doc.get("total_input_tokens")), _number(doc.get("total_output_tokens"))
     if not done or tin is None or tout is None:
-        raise WorkloadError(f"{path}: no per-request input_lens/output_lens (saved with --save-detailed) "
-                            "and no completed, total_input_tokens and total_output_tokens to take "
-                            "mean lengths from")
+        raise WorkloadError(
+            f"{path}: no per-request input_lens/output_lens (saved with --save-detailed) "
+            "and no completed, total_input_tokens and total_output_tokens to take "
+            "mean lengths from"
+        )
     n = int(done)
-    wl: dict[str, Any] = {"type": "benchmark", "num_prompts": n, "input_len": max(1, round(tin / n)),
-                          "output_len": max(1, round(tout / n)), "random_range_ratio": 0.0,
-                          "num_warmups": 0}
+    wl: dict[str, Any] = {
+        "type": "benchmark",
+        "num_prompts": n,
+        "input_len": max(1, round(tin / n)),
+        "output_len": max(1, round(tout / n)),
+        "random_range_ratio": 0.0,
+        "num_warmups": 0,
+    }
     rate = doc.get("request_rate", "inf")
     wl["request_rate"] = math.inf if rate in ("inf", None) else float(rate)
     if doc.get("burstiness") is not None:
         wl["burstiness"] = float(doc["burstiness"])
     if doc.get("max_concurrency") is not None:
         wl["max_concurrency"] = int(doc["max_concurrency"])
-    return wl, [f"workload: no per-request lengths in the file (run vllm bench with --save-detailed "
-                f"for them): every one of its {n} requests takes the run's mean lengths, "
-                f"{wl['input_len']} prompt and {wl['output_len']} output tokens"]
+    return wl, [
+        f"workload: no per-request lengths in the file (run vllm bench with --save-detailed "
+        f"for them): every one of its {n} requests takes the run's mean lengths, "
+        f"{wl['input_len']} prompt and {wl['output_len']} output tokens"
+    ]
 
 
-def compare(scenario_path: Path | None, result_path: Path, overrides: list[str] | None = None,
-            progress: bool = False, cache: dict[Any, Any] | None = None) -> BenchComparison:
+def compare(
+    scenario_path: Path | None,
+    result_path: Path,
+    overrides: list[str] | None = None,
+    progress: bool = False,
+    cache: dict[Any, Any] | None = None,
+) -> BenchComparison:
     """Replay the run of ``result_path`` on the deployment of ``scenario_path`` (an
     inference-perf lifecycle metrics file: ``validate.ip_bench``; ``cache`` keeps its
     simulated run for the other stage files of the same run)."""
@@ -147,15 +170,25 @@ def compare(scenario_path: Path | None, result_path: Path, overrides: list[str] 
 def write_comparisons(comparisons: list[BenchComparison], folder: Path) -> Path:
     """``folder/bench_comparison.csv``: one row per (result file, figure)."""
     header = ["result", "figure", "measured", "predicted", "error_pct"]
-    return write_rows(folder, "bench_comparison.csv", header,
-                      ([str(c.path), name, f"{meas:.6g}", f"{pred:.6g}", f"{err:.2f}"]
-                       for c in comparisons for name, meas, pred, err in c.rows))
+    return write_rows(
+        folder,
+        "bench_comparison.csv",
+        header,
+        (
+            [str(c.path), name, f"{meas:.6g}", f"{pred:.6g}", f"{err:.2f}"]
+            for c in comparisons
+            for name, meas, pred, err in c.rows
+        ),
+    )
 
 
 def comparison_text(c: BenchComparison) -> str:
     """The comparison of one result file as fixed-width text."""
-    lines = [f"{c.path}", *(f"  {n}" for n in c.notes),
-             f"  {'figure':<26}{'measured':>12}{'predicted':>12}{'error %':>10}"]
+    lines = [
+        f"{c.path}",
+        *(f"  {n}" for n in c.notes),
+        f"  {'figure':<26}{'measured':>12}{'predicted':>12}{'error %':>10}",
+    ]
     for name, meas, pred, err in c.rows:
         lines.append(f"  {name:<26}{meas:>12.4g}{pred:>12.4g}{err:>+10.1f}")
     return "\n".join(lines)
@@ -167,13 +200,21 @@ def _number(x: Any) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
-def run_checks(results: list[Path], scenario: Path | None, overrides: list[str], output: Path | None,
-               threshold: float | None, echo: Callable[[str], Any]) -> int:
+def run_checks(
+    results: list[Path],
+    scenario: Path | None,
+    overrides: list[str],
+    output: Path | None,
+    threshold: float | None,
+    echo: Callable[[str], Any],
+) -> int:
     """``servesim validate --bench``: each result file replayed on the scenario and printed
     with ``echo``; the exit code (1 when a mean's error passes ``threshold``)."""
     if scenario is None:
-        raise ServesimError("--bench: give --scenario FILE, the deployment the benchmark ran against "
-                            "(model, GPU, parallelism, engine settings)")
+        raise ServesimError(
+            "--bench: give --scenario FILE, the deployment the benchmark ran against "
+            "(model, GPU, parallelism, engine settings)"
+        )
     cache: dict[Any, Any] = {}  # one simulation per inference-perf run, whatever its stage files
     done = [compare(scenario, r, overrides, cache=cache) for r in results]
     echo("error = predicted / measured - 1")

@@ -23,10 +23,10 @@ import io
 import json
 import math
 import tempfile
-from functools import cache
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -47,13 +47,31 @@ from servesim.validate.bench_harness import (
 from servesim.validate.common import Check
 from servesim.validate.limits import Goal
 from servesim.validate.silicon_marks import SILICON_KNOWN_BAD
-from servesim.validate.silicon_results import SiliconCase, group_table, skipped_by_reason, write_report
+from servesim.validate.silicon_results import SiliconCase, group_table
 
 #: Package data: every row of ``silicon_vllm.csv``, the columns below (tools/pack_silicon.py).
 BUNDLED_CSV = "silicon_vllm.csv.gz"
-COLUMNS = ("id", "backend_version", "model_path", "system", "precision", "mode", "isl", "osl",
-           "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size", "attention_dp_size",
-           "moe_tp_size", "moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms", "silicon_data_source")
+COLUMNS = (
+    "id",
+    "backend_version",
+    "model_path",
+    "system",
+    "precision",
+    "mode",
+    "isl",
+    "osl",
+    "gemm_quant_mode",
+    "moe_quant_mode",
+    "batch_size",
+    "tp_size",
+    "pp_size",
+    "attention_dp_size",
+    "moe_tp_size",
+    "moe_ep_size",
+    "silicon_ttft_ms",
+    "silicon_tpot_ms",
+    "silicon_data_source",
+)
 
 #: The measured system -> (servesim GPU, note): each runs on its own kernel tables (B300 and
 #: GB200 on B200's served-MoE and MLA-module tables, ``perf.kernels.sm100_folder``).
@@ -93,12 +111,14 @@ PASS_ENGINE_VERSION = True
 USE_SERVER_SCRIPTS = True
 
 _REAL = "the target for real vLLM runs on GPUs: median |error| of mean "
-TTFT_GOAL = Goal(12.0, _REAL + "TTFT over all runs within 12% (published serving simulators report "
-                                "about 18% on such suites)")
+TTFT_GOAL = Goal(
+    12.0,
+    _REAL + "TTFT over all runs within 12% (published serving simulators report about 18% on such suites)",
+)
 TPOT_GOAL = Goal(8.0, _REAL + "TPOT over all runs within 8%")
-GROUP_GOAL = Goal(20.0, "no (model, GPU) group may be far worse than the whole: median |error| within 20% "
-                        "in every group")
-
+GROUP_GOAL = Goal(
+    20.0, "no (model, GPU) group may be far worse than the whole: median |error| within 20% in every group"
+)
 
 
 def _int(text: str, default: int = 1) -> int:
@@ -142,8 +162,9 @@ def group_label(row: dict[str, str]) -> str:
     return f"{model} {prec} {row['system']}"
 
 
-def _scripted_layout(script: str, when: str | None, tp: int, dp: int, ep: int, conc: int
-                     ) -> tuple[int, int, str]:
+def _scripted_layout(
+    script: str, when: str | None, tp: int, dp: int, ep: int, conc: int
+) -> tuple[int, int, str]:
     """The (attention DP, EP) a run's launch script started vLLM with, and a note where it
     differs from the benchmark matrix's (else '').
 
@@ -166,8 +187,11 @@ def _scripted_layout(script: str, when: str | None, tp: int, dp: int, ep: int, c
     if not why:
         why.append("passes --enable-expert-parallel, and vLLM's EP size is its TP size")
     now = f"TP {tp}" + (f" + EP {run_ep}" if run_ep > 1 else "")
-    return run_dp, run_ep, (f"run as {now} ({conc} clients): the script {' and '.join(why)} "
-                            f"(the matrix gave {was})")
+    return (
+        run_dp,
+        run_ep,
+        (f"run as {now} ({conc} clients): the script {' and '.join(why)} (the matrix gave {was})"),
+    )
 
 
 def _vllm_layout(tp: int, dp: int, ep: int, moe_tp: int) -> tuple[int, int] | str:
@@ -196,8 +220,10 @@ def row_case(row: dict[str, str], nvfp4_dir: Path | None = None) -> SiliconCase:
         return case
 
     if row["mode"] != "agg":
-        return skip(f"mode {row['mode']}: disaggregated prefill/decode workers are not an aggregated "
-                    f"vllm bench run (this suite simulates one engine)")
+        return skip(
+            f"mode {row['mode']}: disaggregated prefill/decode workers are not an aggregated "
+            f"vllm bench run (this suite simulates one engine)"
+        )
     own = not is_inferencemax(row["silicon_data_source"])
     if own and (why := unknown_client_count(row["silicon_data_source"])):
         return skip(why)
@@ -219,9 +245,11 @@ def row_case(row: dict[str, str], nvfp4_dir: Path | None = None) -> SiliconCase:
         assert script is not None
         when = measured_at(row["silicon_data_source"]) or _undated_time(script, row["backend_version"])
         if fixed_client_concurrency(script, row["silicon_data_source"]) == conc:
-            return skip(f"concurrency {conc} is the client's fixed --max-concurrency of the day's "
-                        f"{script}.sh, whose server ran --max-num-seqs $CONC and $CONC x 10 prompts "
-                        "for a $CONC the row does not record")
+            return skip(
+                f"concurrency {conc} is the client's fixed --max-concurrency of the day's "
+                f"{script}.sh, whose server ran --max-num-seqs $CONC and $CONC x 10 prompts "
+                "for a $CONC the row does not record"
+            )
         run_dp, run_ep, note = _scripted_layout(script, when, tp, dp, ep, conc)
         if note:
             case.notes.append(note)
@@ -259,8 +287,12 @@ def row_case(row: dict[str, str], nvfp4_dir: Path | None = None) -> SiliconCase:
         "name": row["id"],
         "model": model_cfg,
         "hardware": {"gpu": gpu[0], "perf_model": "kernels", "kernel_version": version},
-        "parallel": {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "expert_parallel_size": ep,
-                     "data_parallel_size": dp},
+        "parallel": {
+            "tensor_parallel_size": tp,
+            "pipeline_parallel_size": pp,
+            "expert_parallel_size": ep,
+            "data_parallel_size": dp,
+        },
         "engine": engine,
         "workload": bench_workload(row["silicon_data_source"], isl, osl, conc),
         "slo": {"ttft_s": None, "tpot_s": None},
@@ -303,19 +335,24 @@ def nvfp4_configs(presets: set[str]) -> Iterator[Path]:
         for preset in sorted(presets):
             canon = _lookup_preset(preset)
             assert canon is not None, preset
-            cfg = {k: v for k, v in _presets()[canon].items()
-                   if not k.startswith("_servesim") and k != "quantization_config"}
+            cfg = {
+                k: v
+                for k, v in _presets()[canon].items()
+                if not k.startswith("_servesim") and k != "quantization_config"
+            }
             cfg["_name_or_path"] = canon + "-NVFP4"
             d = Path(tmp) / _nvfp4_dirname(preset)
             d.mkdir()
             (d / "config.json").write_text(json.dumps(cfg))
-            (d / "hf_quant_config.json").write_text(json.dumps(
-                {"quantization": {"quant_algo": "NVFP4", "exclude_modules": ["lm_head"]}}))
+            (d / "hf_quant_config.json").write_text(
+                json.dumps({"quantization": {"quant_algo": "NVFP4", "exclude_modules": ["lm_head"]}})
+            )
         yield Path(tmp)
 
 
-def simulate_case(case: SiliconCase, fallback_cache: dict[tuple[Any, ...], tuple[str, ...]] | None = None
-                  ) -> SiliconCase:
+def simulate_case(
+    case: SiliconCase, fallback_cache: dict[tuple[Any, ...], tuple[str, ...]] | None = None
+) -> SiliconCase:
     """Run one case's scenario: its predicted mean TTFT and TPOT (vllm bench's benchmark
     section), the operators the kernel model timed by the roofline; a scenario servesim
     refuses (does not fit, ...) becomes a skip with servesim's message."""
@@ -337,12 +374,20 @@ def simulate_case(case: SiliconCase, fallback_cache: dict[tuple[Any, ...], tuple
     case.predicted_ttft_ms = float(bench["mean_ttft_ms"])
     case.predicted_tpot_ms = float(bench["mean_tpot_ms"])
     case.regime = result.summary["intervals"]["step_regime"]
-    key = (sc.model.name, sc.hardware.gpu, sc.hardware.kernel_version, sc.parallel.tensor_parallel_size,
-           sc.parallel.pipeline_parallel_size, sc.parallel.expert_parallel_size, sc.parallel.data_parallel_size)
+    key = (
+        sc.model.name,
+        sc.hardware.gpu,
+        sc.hardware.kernel_version,
+        sc.parallel.tensor_parallel_size,
+        sc.parallel.pipeline_parallel_size,
+        sc.parallel.expert_parallel_size,
+        sc.parallel.data_parallel_size,
+    )
     cache = fallback_cache if fallback_cache is not None else {}
     if key not in cache:
-        perf = build_step_model(load_model(sc.model.name), get_gpu(sc.hardware.gpu), sc.parallel,
-                                sc.hardware, sc.model)
+        perf = build_step_model(
+            load_model(sc.model.name), get_gpu(sc.hardware.gpu), sc.parallel, sc.hardware, sc.model
+        )
         cache[key] = tuple(getattr(perf, "fallbacks", ()))
     case.fallbacks = cache[key]
     return case
@@ -382,13 +427,21 @@ def checks_of(cases: list[SiliconCase], known_bad: dict[tuple[str, str], str] | 
             why = known_bad.get((g["group"], metric))
             if why:
                 goal = goal.missed(why)
-            errs = np.array([getattr(c, f"{metric.lower()}_err_pct") for c in cases
-                             if not c.skip and (g["group"] == "all runs" or c.group == g["group"])])
+            errs = np.array(
+                [
+                    getattr(c, f"{metric.lower()}_err_pct")
+                    for c in cases
+                    if not c.skip and (g["group"] == "all runs" or c.group == g["group"])
+                ]
+            )
             note = f"median |err|; P90 {g[f'{metric.lower()}_p90_abs']:.1f}%"
             if g["note"]:
                 note += f"; {g['note']}"
             if why and goal.limit_pct is not None and g[f"{metric.lower()}_median_abs"] <= goal.limit_pct:
                 note += "; its known-bad mark is stale: the row meets its goal (remove it)"
-            out.append(MedianCheck.against("silicon", g["group"], f"mean {metric}", errs[np.isfinite(errs)],
-                                           goal, note=note))
+            out.append(
+                MedianCheck.against(
+                    "silicon", g["group"], f"mean {metric}", errs[np.isfinite(errs)], goal, note=note
+                )
+            )
     return out

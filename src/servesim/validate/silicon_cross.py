@@ -50,8 +50,11 @@ WORKFLOW_IMAGE = {"2025-10-29": "0.10.2"}
 #: Host floors (seconds a reference layer) among which each held-out fit chooses.
 FLOOR_GRID_S = (0.6e-3, 0.7e-3, 0.8e-3, 0.9e-3, 1.0e-3)
 RATIO_GOAL = 1.25
-RATIO = Goal((RATIO_GOAL - 1) * 100, "held-out median |error| at most 1.25x the in-sample one, over all runs "
-                                      "(the error column shows (ratio - 1) in %)")
+RATIO = Goal(
+    (RATIO_GOAL - 1) * 100,
+    "held-out median |error| at most 1.25x the in-sample one, over all runs "
+    "(the error column shows (ratio - 1) in %)",
+)
 
 
 @contextmanager
@@ -74,8 +77,9 @@ def fit_loss(cases: list[SiliconCase]) -> float:
         return math.inf
     out = 0.0
     for m in ("ttft", "tpot"):
-        r = np.array([math.log(getattr(c, f"predicted_{m}_ms") / getattr(c, f"measured_{m}_ms"))
-                      for c in run])
+        r = np.array(
+            [math.log(getattr(c, f"predicted_{m}_ms") / getattr(c, f"measured_{m}_ms")) for c in run]
+        )
         out += float(np.median(np.abs(r[np.isfinite(r)])))
     return out
 
@@ -102,8 +106,12 @@ def _predictions_by_floor(rows: list[dict[str, str]], shipped: float) -> dict[fl
         with host_floor(v):
             out[v] = run_cases(rows)
     lo, hi = out[grid[0]], out[grid[-1]]
-    moved = [i for i, (a, b) in enumerate(zip(lo, hi)) if not a.skip and
-             (a.predicted_ttft_ms != b.predicted_ttft_ms or a.predicted_tpot_ms != b.predicted_tpot_ms)]
+    moved = [
+        i
+        for i, (a, b) in enumerate(zip(lo, hi))
+        if not a.skip
+        and (a.predicted_ttft_ms != b.predicted_ttft_ms or a.predicted_tpot_ms != b.predicted_tpot_ms)
+    ]
     for v in grid[1:-1]:
         with host_floor(v):
             sub = run_cases([rows[i] for i in moved])
@@ -168,8 +176,9 @@ def _workflow_versions(rows: list[dict[str, str]], held: list[SiliconCase], floo
 
 
 def _err(cases: list[SiliconCase], metric: str, group: str | None = None) -> np.ndarray:
-    e = np.array([getattr(c, f"{metric}_err_pct") for c in cases
-                  if not c.skip and (group is None or c.group == group)])
+    e = np.array(
+        [getattr(c, f"{metric}_err_pct") for c in cases if not c.skip and (group is None or c.group == group)]
+    )
     return e[np.isfinite(e)]
 
 
@@ -179,8 +188,11 @@ def cross_table(cg: CrossGroup) -> list[dict[str, Any]]:
     groups = sorted(cg.floors)
     out = []
     for g in [*groups, None]:
-        row: dict[str, Any] = {"group": g or "all runs", "n": int(len(_err(cg.in_sample, "ttft", g))),
-                               "floor_ms": round(cg.floors[g] * 1e3, 3) if g else None}
+        row: dict[str, Any] = {
+            "group": g or "all runs",
+            "n": int(len(_err(cg.in_sample, "ttft", g))),
+            "floor_ms": round(cg.floors[g] * 1e3, 3) if g else None,
+        }
         for m in ("ttft", "tpot"):
             a = abs_err_stats(_err(cg.in_sample, m, g))["median_abs"]
             b = abs_err_stats(_err(cg.held_out, m, g))["median_abs"]
@@ -201,15 +213,29 @@ def cross_checks(cg: CrossGroup) -> list[Check]:
             note = f"held out; in-sample {row[f'{m}_in_sample']:.1f}%"
             if g:
                 note += f"; floor refitted without it: {row['floor_ms']:g} ms"
-            out.append(MedianCheck.against("silicon cross-group", row["group"], f"mean {m.upper()}",
-                                           _err(cg.held_out, m, g), None, note=note))
+            out.append(
+                MedianCheck.against(
+                    "silicon cross-group",
+                    row["group"],
+                    f"mean {m.upper()}",
+                    _err(cg.held_out, m, g),
+                    None,
+                    note=note,
+                )
+            )
     total = table[-1]
     for m in ("ttft", "tpot"):
         r = total[f"{m}_ratio"]
-        out.append(Check.against("silicon cross-group", "all runs", f"{m.upper()} held-out / in-sample",
-                                 np.array([(r - 1) * 100]), RATIO,
-                                 note=f"ratio {r:.2f} ({total[f'{m}_held_out']:.1f}% / "
-                                      f"{total[f'{m}_in_sample']:.1f}%)"))
+        out.append(
+            Check.against(
+                "silicon cross-group",
+                "all runs",
+                f"{m.upper()} held-out / in-sample",
+                np.array([(r - 1) * 100]),
+                RATIO,
+                note=f"ratio {r:.2f} ({total[f'{m}_held_out']:.1f}% / {total[f'{m}_in_sample']:.1f}%)",
+            )
+        )
     return out
 
 
@@ -232,25 +258,41 @@ def write_cross_report(cg: CrossGroup, folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     table = cross_table(cg)
     js = folder / "silicon_cross_group.json"
-    js.write_text(json.dumps({"groups": table, "floors_ms": {g: v * 1e3 for g, v in cg.floors.items()},
-                              "all_rows_floor_ms": cg.all_rows_floor * 1e3,
-                              "residuals": residuals(cg.held_out)}, indent=1))
+    js.write_text(
+        json.dumps(
+            {
+                "groups": table,
+                "floors_ms": {g: v * 1e3 for g, v in cg.floors.items()},
+                "all_rows_floor_ms": cg.all_rows_floor * 1e3,
+                "residuals": residuals(cg.held_out),
+            },
+            indent=1,
+        )
+    )
     md = folder / "silicon_cross_group.md"
-    lines = ["| group | runs | floor (ms) | TTFT in-sample | held out | ratio "
-             "| TPOT in-sample | held out | ratio |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| group | runs | floor (ms) | TTFT in-sample | held out | ratio "
+        "| TPOT in-sample | held out | ratio |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in table:
         fl = "-" if r["floor_ms"] is None else f"{r['floor_ms']:g}"
-        lines.append(f"| {r['group']} | {r['n']} | {fl} | {r['ttft_in_sample']:.1f}% "
-                     f"| {r['ttft_held_out']:.1f}% "
-                     f"| {r['ttft_ratio']:.2f} | {r['tpot_in_sample']:.1f}% | {r['tpot_held_out']:.1f}% "
-                     f"| {r['tpot_ratio']:.2f} |")
+        lines.append(
+            f"| {r['group']} | {r['n']} | {fl} | {r['ttft_in_sample']:.1f}% "
+            f"| {r['ttft_held_out']:.1f}% "
+            f"| {r['ttft_ratio']:.2f} | {r['tpot_in_sample']:.1f}% | {r['tpot_held_out']:.1f}% "
+            f"| {r['tpot_ratio']:.2f} |"
+        )
     md.write_text("\n".join(lines) + "\n")
     return [js, md]
 
 
-def validate_silicon(data_dir: Path | None = None, output: Path | None = None,
-                     skipped: list[str] | None = None, cross_group: bool = False) -> list[Check]:
+def validate_silicon(
+    data_dir: Path | None = None,
+    output: Path | None = None,
+    skipped: list[str] | None = None,
+    cross_group: bool = False,
+) -> list[Check]:
     """The suite: ``data_dir/measurements/aiconfigurator/silicon_vllm.csv`` where present,
     else the bundled copy; writes the report files into ``output`` when given; appends one
     note per skip reason to ``skipped``. ``cross_group``: also each (model, GPU) group

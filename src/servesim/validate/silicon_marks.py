@@ -5,12 +5,14 @@ a mark whose row meets its goal is stale, and the suite's output says so on that
 
 from __future__ import annotations
 
-_EAGER_H100 = ("over-predicted on its 1k prompts (median +24%; the 8k ones -18%): a 1,024-token "
-               "prefill is above the 512-token CUDA-graph capture of its PIECEWISE mode and runs "
-               "without graphs, and the host floor of such steps (fitted on Llama-3.1-70B's runs "
-               "alone, carried by kernel count: 62 layers x 1.31 ms) puts it at 81 ms; the H100 rows "
-               "of Qwen3-32B, another cluster, measure 0.84 of their floor-bound predictions too, "
-               "the H200 rows of this model 0.94-0.97")
+_EAGER_H100 = (
+    "over-predicted on its 1k prompts (median +24%; the 8k ones -18%): a 1,024-token "
+    "prefill is above the 512-token CUDA-graph capture of its PIECEWISE mode and runs "
+    "without graphs, and the host floor of such steps (fitted on Llama-3.1-70B's runs "
+    "alone, carried by kernel count: 62 layers x 1.31 ms) puts it at 81 ms; the H100 rows "
+    "of Qwen3-32B, another cluster, measure 0.84 of their floor-bound predictions too, "
+    "the H200 rows of this model 0.94-0.97"
+)
 #: Known misses, by (group or "all runs", metric), measured by this suite (median |error|,
 #: ``servesim validate --suite silicon``), with the reason servesim misses the goal.
 SILICON_KNOWN_BAD: dict[tuple[str, str], str] = {
@@ -19,6 +21,7 @@ SILICON_KNOWN_BAD: dict[tuple[str, str], str] = {
         "CUDA graphs only up to 2 x CONC tokens, measured 170 ms at 4 clients on B200 and 84 ms on "
         "B300 (TP 4, vLLM 0.17.0; the CUDA 12.9 image on B200, the CUDA 13.0 one on B300); "
         "servesim's host floor of steps without graphs is one figure for every machine and puts "
-        "both at 129 ms"),
+        "both at 129 ms"
+    ),
     ("MiniMax-M2.5 fp8 h100_sxm", "TTFT"): "24% (30 runs), " + _EAGER_H100,
 }

@@ -58,8 +58,12 @@ def abs_err_stats(errors_pct: np.ndarray) -> dict[str, float]:
     if not len(e):
         return {"n": 0, "median_abs": math.nan, "p90_abs": math.nan, "median": math.nan}
     a = np.abs(e)
-    return {"n": int(len(e)), "median_abs": float(np.median(a)), "p90_abs": float(np.percentile(a, 90)),
-            "median": float(np.median(e))}
+    return {
+        "n": int(len(e)),
+        "median_abs": float(np.median(a)),
+        "p90_abs": float(np.percentile(a, 90)),
+        "median": float(np.median(e)),
+    }
 
 
 def group_table(cases: list[SiliconCase]) -> list[dict[str, Any]]:
@@ -96,10 +100,31 @@ def write_report(cases: list[SiliconCase], folder: Path) -> list[Path]:
     runs = folder / "silicon_runs.csv"
     with runs.open("w", newline="") as out:
         w = csv.writer(out, lineterminator="\n")
-        w.writerow(["id", "group", "model_path", "system", "precision", "backend_version", "tp", "ep",
-                    "isl", "osl", "concurrency", "measured_ttft_ms", "predicted_ttft_ms", "ttft_err_pct",
-                    "measured_tpot_ms", "predicted_tpot_ms", "tpot_err_pct", "kernel_version",
-                    "roofline_fallbacks", "notes", "skipped"])
+        w.writerow(
+            [
+                "id",
+                "group",
+                "model_path",
+                "system",
+                "precision",
+                "backend_version",
+                "tp",
+                "ep",
+                "isl",
+                "osl",
+                "concurrency",
+                "measured_ttft_ms",
+                "predicted_ttft_ms",
+                "ttft_err_pct",
+                "measured_tpot_ms",
+                "predicted_tpot_ms",
+                "tpot_err_pct",
+                "kernel_version",
+                "roofline_fallbacks",
+                "notes",
+                "skipped",
+            ]
+        )
         for c in cases:
             r, sc = c.row, c.scenario or {}
             ok = not c.skip
@@ -107,27 +132,58 @@ def write_report(cases: list[SiliconCase], folder: Path) -> list[Path]:
             def f(x: float) -> str:
                 return f"{x:.4g}" if ok and math.isfinite(x) else ""
 
-            w.writerow([r["id"], c.group, r["model_path"], r["system"], r["precision"], r["backend_version"],
-                        r["tp_size"], r["moe_ep_size"], r["isl"], r["osl"], r["batch_size"],
-                        r["silicon_ttft_ms"], f(c.predicted_ttft_ms), f(c.ttft_err_pct) if ok else "",
-                        r["silicon_tpot_ms"], f(c.predicted_tpot_ms), f(c.tpot_err_pct) if ok else "",
-                        (sc.get("hardware") or {}).get("kernel_version") or "", " ".join(c.fallbacks),
-                        "; ".join(c.notes), c.skip])
+            w.writerow(
+                [
+                    r["id"],
+                    c.group,
+                    r["model_path"],
+                    r["system"],
+                    r["precision"],
+                    r["backend_version"],
+                    r["tp_size"],
+                    r["moe_ep_size"],
+                    r["isl"],
+                    r["osl"],
+                    r["batch_size"],
+                    r["silicon_ttft_ms"],
+                    f(c.predicted_ttft_ms),
+                    f(c.ttft_err_pct) if ok else "",
+                    r["silicon_tpot_ms"],
+                    f(c.predicted_tpot_ms),
+                    f(c.tpot_err_pct) if ok else "",
+                    (sc.get("hardware") or {}).get("kernel_version") or "",
+                    " ".join(c.fallbacks),
+                    "; ".join(c.notes),
+                    c.skip,
+                ]
+            )
     table = group_table(cases)
     js = folder / "silicon_groups.json"
-    js.write_text(json.dumps({"groups": table, "skipped": skipped_by_reason(cases),
-                              "rows": len(cases), "run": sum(not c.skip for c in cases)}, indent=1))
+    js.write_text(
+        json.dumps(
+            {
+                "groups": table,
+                "skipped": skipped_by_reason(cases),
+                "rows": len(cases),
+                "run": sum(not c.skip for c in cases),
+            },
+            indent=1,
+        )
+    )
     md = folder / "silicon_groups.md"
     md.write_text(markdown_table(table) + "\n")
     return [runs, js, md]
 
 
 def markdown_table(table: list[dict[str, Any]]) -> str:
-    lines = ["| group | runs | TTFT median abs err | P90 | median err "
-             "| TPOT median abs err | P90 | median err |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| group | runs | TTFT median abs err | P90 | median err | TPOT median abs err | P90 | median err |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for g in table:
-        lines.append(f"| {g['group']} | {g['n']} | {g['ttft_median_abs']:.1f}% | {g['ttft_p90_abs']:.1f}% | "
-                     f"{g['ttft_median']:+.1f}% | {g['tpot_median_abs']:.1f}% | {g['tpot_p90_abs']:.1f}% | "
-                     f"{g['tpot_median']:+.1f}% |")
+        lines.append(
+            f"| {g['group']} | {g['n']} | {g['ttft_median_abs']:.1f}% | {g['ttft_p90_abs']:.1f}% | "
+            f"{g['ttft_median']:+.1f}% | {g['tpot_median_abs']:.1f}% | {g['tpot_p90_abs']:.1f}% | "
+            f"{g['tpot_median']:+.1f}% |"
+        )
     return "\n".join(lines)

@@ -31,15 +31,39 @@ from servesim.workload.synthetic import arrival_times, generate_synthetic, sampl
 from servesim.workload.traces import load_trace, read_lengths, read_trace, select
 
 __all__ = [
-    "BUILTIN_TRACES", "BenchmarkClients", "Workload", "arrival_times", "generate_agents", "generate_benchmark", "generate_guidellm", "generate_inference_perf", "generate_mixture", "generate_reasoning",
-    "generate_sessions", "generate_synthetic", "load_trace", "load_workload", "read_lengths", "read_trace", "sample_lengths",
+    "BUILTIN_TRACES",
+    "BenchmarkClients",
+    "Workload",
+    "arrival_times",
+    "generate_agents",
+    "generate_benchmark",
+    "generate_guidellm",
+    "generate_inference_perf",
+    "generate_mixture",
+    "generate_reasoning",
+    "generate_sessions",
+    "generate_synthetic",
+    "load_trace",
+    "load_workload",
+    "read_lengths",
+    "read_trace",
+    "sample_lengths",
     "select",
 ]
 
 
-def load_workload(cfg: SyntheticWorkload | TraceWorkload | BenchmarkWorkload | SessionWorkload | MixtureWorkload
-                  | AgentWorkload | ReasoningWorkload | InferencePerfWorkload
-                  | GuidellmWorkload, seed: int = 0) -> Workload:
+def load_workload(
+    cfg: SyntheticWorkload
+    | TraceWorkload
+    | BenchmarkWorkload
+    | SessionWorkload
+    | MixtureWorkload
+    | AgentWorkload
+    | ReasoningWorkload
+    | InferencePerfWorkload
+    | GuidellmWorkload,
+    seed: int = 0,
+) -> Workload:
     """The requests of a workload config.
 
     Synthetic, benchmark, sessions, mixtures, agents and reasoning: ``seed`` is added to ``cfg.seed`` (a run's seed varies the
@@ -60,13 +84,17 @@ def load_workload(cfg: SyntheticWorkload | TraceWorkload | BenchmarkWorkload | S
     if isinstance(cfg, ReasoningWorkload):
         return generate_reasoning(cfg, seed)
     if isinstance(cfg, InferencePerfWorkload):
-        return _first(generate_inference_perf(cfg.config, cfg.seed + seed, cfg.num_special_tokens,
-                                              cfg.rate_scale), cfg.limit)
+        return _first(
+            generate_inference_perf(cfg.config, cfg.seed + seed, cfg.num_special_tokens, cfg.rate_scale),
+            cfg.limit,
+        )
     if isinstance(cfg, GuidellmWorkload):
-        return _first(generate_guidellm(cfg.config, cfg.seed + seed, cfg.num_special_tokens, cfg.rate_scale),
-                      cfg.limit)
-    raise TypeError(f"expected a SyntheticWorkload, TraceWorkload or BenchmarkWorkload, "
-                    f"got {type(cfg).__name__}")
+        return _first(
+            generate_guidellm(cfg.config, cfg.seed + seed, cfg.num_special_tokens, cfg.rate_scale), cfg.limit
+        )
+    raise TypeError(
+        f"expected a SyntheticWorkload, TraceWorkload or BenchmarkWorkload, got {type(cfg).__name__}"
+    )
 
 
 def _first(wl: Workload, limit: int | None) -> Workload:
@@ -74,8 +102,10 @@ def _first(wl: Workload, limit: int | None) -> Workload:
     if limit is None or limit >= len(wl):
         return wl
     if wl.is_closed_loop:
-        raise ConfigError("workload.limit: a closed loop of clients is cut by its own request count "
-                          "(max_requests), not by limit")
+        raise ConfigError(
+            "workload.limit: a closed loop of clients is cut by its own request count "
+            "(max_requests), not by limit"
+        )
     out = select(wl, limit=limit)
     if "stage" in out.meta:
         out.meta["stage"] = out.meta["stage"][:limit]

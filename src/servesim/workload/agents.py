@@ -69,23 +69,40 @@ def generate_agents(cfg: AgentWorkload, seed: int = 0) -> Workload:
         earliest[n.name] = lb
     arrival = np.stack([earliest[name] for name in llm], axis=1).ravel()
     task = np.repeat(np.arange(t), len(llm))
-    cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
-    after = Dependencies.from_edges(t * len(llm), cat(src, np.int64), cat(dst, np.int64),
-                                    cat(delay, np.float64), task, start)
+    cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)
+    after = Dependencies.from_edges(
+        t * len(llm), cat(src, np.int64), cat(dst, np.int64), cat(delay, np.float64), task, start
+    )
     rows = np.argsort(arrival, kind="stable")
     group = np.zeros(t * len(llm), np.int64) if cfg.system_prompt_len else None
     short = int((prompt < cfg.system_prompt_len + 1).sum()) if cfg.system_prompt_len else 0
     if short:
-        found.append(notice("length_raised", f"workload.nodes: {short:,} of {prompt.size:,} prompts were not "
-                            f"longer than workload.system_prompt_len ({cfg.system_prompt_len}) and were "
-                            f"raised to {cfg.system_prompt_len + 1}", short, "workload.system_prompt_len"))
+        found.append(
+            notice(
+                "length_raised",
+                f"workload.nodes: {short:,} of {prompt.size:,} prompts were not "
+                f"longer than workload.system_prompt_len ({cfg.system_prompt_len}) and were "
+                f"raised to {cfg.system_prompt_len + 1}",
+                short,
+                "workload.system_prompt_len",
+            )
+        )
     return Workload(
-        arrival_s=arrival[rows], num_prompt_tokens=np.maximum(prompt.ravel(), cfg.system_prompt_len + 1)[rows],
-        num_output_tokens=output.ravel()[rows], after=after.permuted(rows),
-        prefix_group=group, prefix_len=cfg.system_prompt_len,
+        arrival_s=arrival[rows],
+        num_prompt_tokens=np.maximum(prompt.ravel(), cfg.system_prompt_len + 1)[rows],
+        num_output_tokens=output.ravel()[rows],
+        after=after.permuted(rows),
+        prefix_group=group,
+        prefix_len=cfg.system_prompt_len,
         source=f"agents({len(llm)} llm calls a task, {t} tasks, seed={total_seed})",
-        meta={"seed": total_seed, "num_tasks": t, "step": np.tile(np.arange(len(llm)), t)[rows],
-              "steps": llm, "notices": found})
+        meta={
+            "seed": total_seed,
+            "num_tasks": t,
+            "step": np.tile(np.arange(len(llm)), t)[rows],
+            "steps": llm,
+            "notices": found,
+        },
+    )
 
 
 def _topological(cfg: AgentWorkload) -> list:

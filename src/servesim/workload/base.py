@@ -60,14 +60,26 @@ class Dependencies:
     task_start_s: np.ndarray  # float64, per task: when it began (end-to-end task latency)
 
     @classmethod
-    def from_edges(cls, n: int, src: np.ndarray, dst: np.ndarray, delay_s: np.ndarray,
-                   task: np.ndarray, task_start_s: np.ndarray) -> Dependencies:
+    def from_edges(
+        cls,
+        n: int,
+        src: np.ndarray,
+        dst: np.ndarray,
+        delay_s: np.ndarray,
+        task: np.ndarray,
+        task_start_s: np.ndarray,
+    ) -> Dependencies:
         order = np.argsort(src, kind="stable")
         start = np.zeros(n + 1, np.int64)
         np.add.at(start, np.asarray(src, np.int64) + 1, 1)
-        return cls(num_preds=np.bincount(dst, minlength=n).astype(np.int64), succ_start=np.cumsum(start),
-                   succ=np.asarray(dst, np.int64)[order], delay_s=np.asarray(delay_s, np.float64)[order],
-                   task=np.asarray(task, np.int64), task_start_s=np.asarray(task_start_s, np.float64))
+        return cls(
+            num_preds=np.bincount(dst, minlength=n).astype(np.int64),
+            succ_start=np.cumsum(start),
+            succ=np.asarray(dst, np.int64)[order],
+            delay_s=np.asarray(delay_s, np.float64)[order],
+            task=np.asarray(task, np.int64),
+            task_start_s=np.asarray(task_start_s, np.float64),
+        )
 
     def permuted(self, order: np.ndarray) -> Dependencies:
         """The same graph with rows renumbered: new row k is old row ``order[k]``."""
@@ -76,8 +88,9 @@ class Dependencies:
         new_of[order] = np.arange(n)
         counts = np.diff(self.succ_start)
         src = np.repeat(np.arange(n), counts)
-        return Dependencies.from_edges(n, new_of[src], new_of[self.succ], self.delay_s, self.task[order],
-                                       self.task_start_s)
+        return Dependencies.from_edges(
+            n, new_of[src], new_of[self.succ], self.delay_s, self.task[order], self.task_start_s
+        )
 
 
 @dataclass(slots=True)
@@ -136,16 +149,22 @@ class Workload:
         else:
             hash_ids = [self.hash_ids[i] for i in idx]
         return Workload(
-            arrival_s=self.arrival_s[idx], num_prompt_tokens=self.num_prompt_tokens[idx],
-            num_output_tokens=self.num_output_tokens[idx], hash_ids=hash_ids,
+            arrival_s=self.arrival_s[idx],
+            num_prompt_tokens=self.num_prompt_tokens[idx],
+            num_output_tokens=self.num_output_tokens[idx],
+            hash_ids=hash_ids,
             hash_block_tokens=self.hash_block_tokens,
             prefix_group=None if self.prefix_group is None else self.prefix_group[idx],
             prefix_len=self.prefix_len,
             priority=None if self.priority is None else self.priority[idx],
             tenant=None if self.tenant is None else self.tenant[idx],
             num_samples=None if self.num_samples is None else self.num_samples[idx],
-            prune_at_token=self.prune_at_token, num_kept_samples=self.num_kept_samples,
-            clients=self.clients, source=self.source, meta=dict(self.meta))
+            prune_at_token=self.prune_at_token,
+            num_kept_samples=self.num_kept_samples,
+            clients=self.clients,
+            source=self.source,
+            meta=dict(self.meta),
+        )
 
 
 def workload_stats(wl: Workload, max_model_len: int | None = None) -> dict[str, float]:
@@ -154,9 +173,11 @@ def workload_stats(wl: Workload, max_model_len: int | None = None) -> dict[str, 
     lengths the engine runs (``served_mean_*``): over the requests it admits (prompt below
     max_model_len), each output cut where prompt + output reaches max_model_len."""
     n = len(wl)
-    out = {"num_requests": n,
-           "mean_prompt_tokens": float(wl.num_prompt_tokens.mean()) if n else 0.0,
-           "mean_output_tokens": float(wl.num_output_tokens.mean()) if n else 0.0}
+    out = {
+        "num_requests": n,
+        "mean_prompt_tokens": float(wl.num_prompt_tokens.mean()) if n else 0.0,
+        "mean_output_tokens": float(wl.num_output_tokens.mean()) if n else 0.0,
+    }
     if max_model_len is not None and n:
         prompt = np.asarray(wl.num_prompt_tokens, np.int64)
         admitted = prompt < max_model_len

@@ -62,8 +62,9 @@ def due_times(n: int, request_rate: float, burstiness: float, rng: np.random.Gen
     return t
 
 
-def sampled_lengths(cfg: BenchmarkWorkload, n: int, seed: int
-                    ) -> tuple[np.ndarray, np.ndarray, tuple[int, int], tuple[int, int]]:
+def sampled_lengths(
+    cfg: BenchmarkWorkload, n: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, tuple[int, int], tuple[int, int]]:
     """Prompt lengths (special tokens included), output lengths and the sampled (not
     special-token) bounds of each, as ``cfg.client`` draws them."""
     r = cfg.random_range_ratio
@@ -82,8 +83,10 @@ def sampled_lengths(cfg: BenchmarkWorkload, n: int, seed: int
         prompt = rng.integers(in_lo, in_hi + 1, size=n).astype(np.int64)
         output = rng.integers(out_lo, out_hi + 1, size=n).astype(np.int64)
     if in_lo < 1:
-        raise WorkloadError(f"workload.input_len: {cfg.input_len} leaves prompts with no sampled "
-                            f"token (num_special_tokens {cfg.num_special_tokens}, random_range_ratio {r})")
+        raise WorkloadError(
+            f"workload.input_len: {cfg.input_len} leaves prompts with no sampled "
+            f"token (num_special_tokens {cfg.num_special_tokens}, random_range_ratio {r})"
+        )
     return prompt + cfg.num_special_tokens, output, (in_lo, in_hi), (out_lo, out_hi)
 
 
@@ -95,8 +98,12 @@ def generate_benchmark(cfg: BenchmarkWorkload, seed: int = 0) -> Workload:
     n = cfg.num_prompts
     check_memory(n, f"num_prompts={n:,}")
     prompt, output, (in_lo, in_hi), (out_lo, out_hi) = sampled_lengths(cfg, n, total_seed)
-    due = due_times(n, cfg.request_rate, cfg.burstiness,
-                    np.random.default_rng(np.random.SeedSequence(total_seed).spawn(1)[0]))
+    due = due_times(
+        n,
+        cfg.request_rate,
+        cfg.burstiness,
+        np.random.default_rng(np.random.SeedSequence(total_seed).spawn(1)[0]),
+    )
     starts = [0]
     if cfg.ready_check:
         starts.append(1)
@@ -106,16 +113,21 @@ def generate_benchmark(cfg: BenchmarkWorkload, seed: int = 0) -> Workload:
     group = None
     if k:
         group = np.full(n + k, -1, np.int64)
-        group[:k + 1] = 0  # the copies and the first measured request: one prompt text
+        group[: k + 1] = 0  # the copies and the first measured request: one prompt text
     return Workload(
         arrival_s=np.concatenate([np.zeros(k), due]),
         num_prompt_tokens=np.concatenate([np.full(k, prompt[0]), prompt]),
         num_output_tokens=np.concatenate([np.full(k, output[0]), output]),
-        prefix_group=group, prefix_len=int(prompt[0]) if k else 0,
+        prefix_group=group,
+        prefix_len=int(prompt[0]) if k else 0,
         clients=BenchmarkClients(cfg.max_concurrency, tuple(dict.fromkeys(starts))),
         source=f"{'vllm bench serve' if cfg.client == 'vllm_bench' else 'benchmark_serving.py'} "
-               f"(random {cfg.input_len}/{cfg.output_len}, concurrency "
-               f"{cfg.max_concurrency}, rate {cfg.request_rate:g}/s, seed={total_seed})",
-        meta={"seed": total_seed, "input_bounds": (int(in_lo + cfg.num_special_tokens),
-                                                   int(in_hi + cfg.num_special_tokens)),
-              "output_bounds": (int(out_lo), int(out_hi)), "num_before": k})
+        f"(random {cfg.input_len}/{cfg.output_len}, concurrency "
+        f"{cfg.max_concurrency}, rate {cfg.request_rate:g}/s, seed={total_seed})",
+        meta={
+            "seed": total_seed,
+            "input_bounds": (int(in_lo + cfg.num_special_tokens), int(in_hi + cfg.num_special_tokens)),
+            "output_bounds": (int(out_lo), int(out_hi)),
+            "num_before": k,
+        },
+    )

@@ -30,8 +30,14 @@ def container_kind(name: str) -> str:
     if name.startswith("builtin:"):
         return "csv"
     low = name.lower().removesuffix(".gz")
-    for ext, kind in ((".parquet", "parquet"), (".pq", "parquet"), (".jsonl", "jsonl"),
-                      (".ndjson", "jsonl"), (".json", "jsonl"), (".csv", "csv")):
+    for ext, kind in (
+        (".parquet", "parquet"),
+        (".pq", "parquet"),
+        (".jsonl", "jsonl"),
+        (".ndjson", "jsonl"),
+        (".json", "jsonl"),
+        (".csv", "csv"),
+    ):
         if low.endswith(ext):
             return kind
     with open_text(name) as f:
@@ -90,7 +96,8 @@ def csv_records(f: TextIO, name: str) -> tuple[tuple[str, ...] | None, Records]:
             if len(row) != len(columns):
                 raise WorkloadError(
                     f"{where}: expected {len(columns)} comma-separated fields "
-                    f"({', '.join(columns)}), found {len(row)}")
+                    f"({', '.join(columns)}), found {len(row)}"
+                )
             yield where, dict(zip(columns, row, strict=True))
 
     return columns, records()
@@ -104,8 +111,10 @@ def jsonl_records(f: TextIO, name: str) -> Records:
         try:
             rec = json.loads(line.rstrip("\r\n"))
         except json.JSONDecodeError as err:
-            raise WorkloadError(f"{where}: expected one JSON object per line, found bad JSON "
-                                f"({err.msg} at column {err.colno})") from None
+            raise WorkloadError(
+                f"{where}: expected one JSON object per line, found bad JSON "
+                f"({err.msg} at column {err.colno})"
+            ) from None
         if not isinstance(rec, dict):
             raise WorkloadError(f"{where}: expected a JSON object, found {type(rec).__name__}")
         yield where, rec

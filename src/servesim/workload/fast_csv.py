@@ -106,10 +106,13 @@ def read_azure_numpy(binary: BinaryIO) -> Parsed | None:
     if max(int(lens.max()), *map(len, names)) > csv.field_size_limit():
         return None  # a field that csv refuses
     padded = np.concatenate((np.zeros(_PAD, np.uint8), b, np.zeros(_PAD, np.uint8)))
-    ns = _timestamps_ns(padded, starts[:, columns.index("TIMESTAMP")] + _PAD,
-                        lens[:, columns.index("TIMESTAMP")])
-    prompt, output = (_counts(padded, starts[:, columns.index(c)] + _PAD, lens[:, columns.index(c)])
-                      for c in ("ContextTokens", "GeneratedTokens"))
+    ns = _timestamps_ns(
+        padded, starts[:, columns.index("TIMESTAMP")] + _PAD, lens[:, columns.index("TIMESTAMP")]
+    )
+    prompt, output = (
+        _counts(padded, starts[:, columns.index(c)] + _PAD, lens[:, columns.index(c)])
+        for c in ("ContextTokens", "GeneratedTokens")
+    )
     if ns is None or prompt is None or output is None:
         return None
     zero = (prompt == 0) | (output == 0)
@@ -130,7 +133,7 @@ def _counts(b: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray |
     d[pos < -lens[:, None]] = 0  # bytes before the field
     if (d > 9).any():
         return None
-    return d.astype(np.int64) @ _TEN[width - 1::-1]
+    return d.astype(np.int64) @ _TEN[width - 1 :: -1]
 
 
 def _timestamps_ns(b: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray | None:
@@ -143,8 +146,12 @@ def _timestamps_ns(b: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.nd
     pos = np.arange(int(lens.max()))
     m = b[starts[:, None] + pos]
     d = m[:, _DIGITS_AT] - np.uint8(48)
-    if ((d > 9).any() or (m[:, [4, 7]] != ord("-")).any() or (m[:, [13, 16]] != ord(":")).any()
-            or ((m[:, 10] != ord(" ")) & (m[:, 10] != ord("T"))).any()):
+    if (
+        (d > 9).any()
+        or (m[:, [4, 7]] != ord("-")).any()
+        or (m[:, [13, 16]] != ord(":")).any()
+        or ((m[:, 10] != ord(" ")) & (m[:, 10] != ord("T"))).any()
+    ):
         return None
     frac = np.zeros(len(m), dtype=np.int64)
     if m.shape[1] > 19:
@@ -154,13 +161,14 @@ def _timestamps_ns(b: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.nd
         f[pos[20:] >= lens[:, None]] = 0  # after the field: 0 digits, as the row parser pads to 9
         if (f > 9).any():
             return None
-        frac = f.astype(np.int64) @ _TEN[8::-1][:f.shape[1]]
+        frac = f.astype(np.int64) @ _TEN[8::-1][: f.shape[1]]
     d = d.astype(np.int64)
     year = d[:, 0] * 1000 + d[:, 1] * 100 + d[:, 2] * 10 + d[:, 3]
     month, day = d[:, 4] * 10 + d[:, 5], d[:, 6] * 10 + d[:, 7]
     hour, minute, second = d[:, 8] * 10 + d[:, 9], d[:, 10] * 10 + d[:, 11], d[:, 12] * 10 + d[:, 13]
-    if ((year < 1) | (month < 1) | (month > 12) | (day < 1) | (hour > 23) | (minute > 59)
-            | (second > 60)).any():
+    if (
+        (year < 1) | (month < 1) | (month > 12) | (day < 1) | (hour > 23) | (minute > 59) | (second > 60)
+    ).any():
         return None
     first = ((year - 1970) * 12 + month - 1).astype("datetime64[M]")
     first_day = first.astype("datetime64[D]").astype(np.int64)

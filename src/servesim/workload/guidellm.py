@@ -452,8 +452,9 @@ def poisson_times(rate: float, seed: int, count: int | None, until_s: float | No
     return np.array(out, np.float64)
 
 
-def generate_guidellm(path: str | Path, seed: int = 0, num_special_tokens: int = 1,
-                      rate_scale: float = 1.0) -> Workload:
+def generate_guidellm(
+    path: str | Path, seed: int = 0, num_special_tokens: int = 1, rate_scale: float = 1.0
+) -> Workload:
     """The requests guidellm sends for the scenario at ``path`` (see the module's docstring).
     ``seed`` is added to the scenario's own ``random_seed`` (0: guidellm's draws exactly)."""
     src = str(path)
@@ -509,8 +510,10 @@ def generate_guidellm(path: str | Path, seed: int = 0, num_special_tokens: int =
         label = f"{kind} {rate:g}/s"
     else:
         if rate_scale != 1.0:
-            raise ConfigError(f"{src}: workload.rate_scale: profile {kind} sends each request when a "
-                              "stream is free, it has no rate to scale")
+            raise ConfigError(
+                f"{src}: workload.rate_scale: profile {kind} sends each request when a "
+                "stream is free, it has no rate to scale"
+            )
         if kind == "synchronous":
             cap = 1
         elif kind == "concurrent":

@@ -55,8 +55,13 @@ from servesim.workload.notices import add_notice, notice
 HASH_BLOCK_TOKENS = 16
 #: inference-perf's defaults (``inference_perf/config``): a shared-prefix group's system
 #: prompt, question and output lengths, groups and prompts per group.
-SHARED_PREFIX_DEFAULTS = {"num_groups": 10, "num_prompts_per_group": 10, "system_prompt_len": 100,
-                          "question_len": 50, "output_len": 50}
+SHARED_PREFIX_DEFAULTS = {
+    "num_groups": 10,
+    "num_prompts_per_group": 10,
+    "system_prompt_len": 100,
+    "question_len": 50,
+    "output_len": 50,
+}
 _ALIASES = {"num_unique_system_prompts": "num_groups", "num_users_per_system_prompt": "num_prompts_per_group"}
 _DIST_KEYS = ("min", "max", "mean", "std_dev", "type", "total_count", "variance", "skew")
 _SUPPORTED_DATA = ("shared_prefix", "random", "synthetic")
@@ -75,8 +80,10 @@ def read_config(path: str | Path) -> dict[str, Any]:
     except yaml.YAMLError as err:
         raise ConfigError(f"{p}: not YAML: {str(err).splitlines()[0]}") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{p}: expected a mapping with 'data' and 'load' sections (inference-perf's "
-                          f"config), got a {type(data).__name__}")
+        raise ConfigError(
+            f"{p}: expected a mapping with 'data' and 'load' sections (inference-perf's "
+            f"config), got a {type(data).__name__}"
+        )
     return data
 
 
@@ -95,18 +102,23 @@ def _number(value: Any, field: str, src: str, *, positive: bool = True) -> float
     return float(value)
 
 
-def stage_arrivals(cfg: dict[str, Any], rng: np.random.Generator, src: str, rate_scale: float = 1.0
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def stage_arrivals(
+    cfg: dict[str, Any], rng: np.random.Generator, src: str, rate_scale: float = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
     """Send times (s from the first stage's start) and each request's stage index; every
     stage's rate times ``rate_scale``."""
     load = _section(cfg, "load", src)
     kind = str(load.get("type", "constant")).lower()
     if kind not in _SUPPORTED_LOAD:
-        raise ConfigError(f"{src}: load.type {kind!r} is not modelled; expected one of "
-                          f"{', '.join(_SUPPORTED_LOAD)} (open-loop rates)")
+        raise ConfigError(
+            f"{src}: load.type {kind!r} is not modelled; expected one of "
+            f"{', '.join(_SUPPORTED_LOAD)} (open-loop rates)"
+        )
     if load.get("sweep"):
-        raise ConfigError(f"{src}: load.sweep: a sweep's stages follow from a saturation probe of the real "
-                          "server; give load.stages (rate and duration of each) instead")
+        raise ConfigError(
+            f"{src}: load.sweep: a sweep's stages follow from a saturation probe of the real "
+            "server; give load.stages (rate and duration of each) instead"
+        )
     stages = load.get("stages")
     if not isinstance(stages, list) or not stages:
         raise ConfigError(f"{src}: load.stages must be a non-empty list of {{rate, duration}}")
@@ -150,15 +162,23 @@ def sample_lengths(dist: Any, count: int, rng: np.random.Generator, field: str, 
             raise ConfigError(f"{src}: {field} must be >= 0, got {dist}")
         return np.full(count, dist, np.int64)
     if not isinstance(dist, dict):
-        raise ConfigError(f"{src}: {field} must be a token count or a distribution "
-                          f"{{min, max, mean, std_dev, type}}, got {dist!r}")
+        raise ConfigError(
+            f"{src}: {field} must be a token count or a distribution "
+            f"{{min, max, mean, std_dev, type}}, got {dist!r}"
+        )
     bad = [k for k in dist if k not in _DIST_KEYS]
     if bad:
-        raise ConfigError(f"{src}: {field}.{bad[0]} is not a field of inference-perf's distribution; "
-                          f"expected {', '.join(_DIST_KEYS)}")
+        raise ConfigError(
+            f"{src}: {field}.{bad[0]} is not a field of inference-perf's distribution; "
+            f"expected {', '.join(_DIST_KEYS)}"
+        )
     lo, hi = int(dist.get("min", 10)), int(dist.get("max", 1024))
     mean = float(dist.get("mean", 512))
-    std = float(dist["variance"]) ** 0.5 if dist.get("variance") is not None else float(dist.get("std_dev", 200))
+    std = (
+        float(dist["variance"]) ** 0.5
+        if dist.get("variance") is not None
+        else float(dist.get("std_dev", 200))
+    )
     kind = str(dist.get("type", "normal")).lower()
     if lo > hi:
         raise ConfigError(f"{src}: {field}: min {lo} > max {hi}")
@@ -175,42 +195,59 @@ def sample_lengths(dist: Any, count: int, rng: np.random.Generator, field: str, 
             raise ConfigError(f"{src}: {field}: mean {mean:g} outside [min {lo}, max {hi}]")
         x = rng.normal(mean, std, count)
     else:
-        raise ConfigError(f"{src}: {field}.type {kind!r} is not modelled; expected normal, lognormal, "
-                          "uniform or fixed")
+        raise ConfigError(
+            f"{src}: {field}.type {kind!r} is not modelled; expected normal, lognormal, uniform or fixed"
+        )
     return np.clip(np.round(np.clip(x, lo, hi)), lo, hi).astype(np.int64)
 
 
-def _shared_prefix(sp: dict[str, Any], rng: np.random.Generator, src: str
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _shared_prefix(
+    sp: dict[str, Any], rng: np.random.Generator, src: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(system prompt length, question length, output length, group) of each of the N prompts,
     in the order requests send them (inference-perf shuffles them once with its seeded rng)."""
     sp = {_ALIASES.get(k, k): v for k, v in sp.items()}
     for key in ("question_distribution", "output_distribution"):
         if sp.get(key) is not None:
             sp[key.replace("_distribution", "_len")] = sp.pop(key)
-    known = (*SHARED_PREFIX_DEFAULTS, "seed", "enable_multi_turn_chat", "question_distribution",
-             "output_distribution")
+    known = (
+        *SHARED_PREFIX_DEFAULTS,
+        "seed",
+        "enable_multi_turn_chat",
+        "question_distribution",
+        "output_distribution",
+    )
     bad = [k for k in sp if k not in known and k != "multimodal"]
     if bad:
-        raise ConfigError(f"{src}: data.shared_prefix.{bad[0]} is not a shared-prefix field; expected "
-                          f"{', '.join(known)}")
+        raise ConfigError(
+            f"{src}: data.shared_prefix.{bad[0]} is not a shared-prefix field; expected {', '.join(known)}"
+        )
     if sp.get("multimodal"):
         raise ConfigError(f"{src}: data.shared_prefix.multimodal: multimodal prompts are not modelled")
     v = {**SHARED_PREFIX_DEFAULTS, **{k: x for k, x in sp.items() if x is not None}}
     groups = int(_number(v["num_groups"], "data.shared_prefix.num_groups", src))
     per = int(_number(v["num_prompts_per_group"], "data.shared_prefix.num_prompts_per_group", src))
     sys_len = sample_lengths(v["system_prompt_len"], groups, rng, "data.shared_prefix.system_prompt_len", src)
-    q = np.concatenate([sample_lengths(v["question_len"], per, rng, "data.shared_prefix.question_len", src)
-                        for _ in range(groups)])
-    out = np.concatenate([sample_lengths(v["output_len"], per, rng, "data.shared_prefix.output_len", src)
-                          for _ in range(groups)])
+    q = np.concatenate(
+        [
+            sample_lengths(v["question_len"], per, rng, "data.shared_prefix.question_len", src)
+            for _ in range(groups)
+        ]
+    )
+    out = np.concatenate(
+        [
+            sample_lengths(v["output_len"], per, rng, "data.shared_prefix.output_len", src)
+            for _ in range(groups)
+        ]
+    )
     group = np.repeat(np.arange(groups, dtype=np.int64), per)
     order = rng.permutation(groups * per)
     return sys_len[group][order], q[order], out[order], group[order]
 
 
-def prompt_hash_ids(sys_len: int, prompt_len: int, group: int, prompt: int,
-                    unit: int = HASH_BLOCK_TOKENS) -> tuple[int, ...]:
+def prompt_hash_ids(
+    sys_len: int, prompt_len: int, group: int, prompt: int, unit: int = HASH_BLOCK_TOKENS
+) -> tuple[int, ...]:
     """Identity of each ``unit`` tokens of a shared-prefix prompt: units wholly inside the
     group's system prompt are the group's, the rest the prompt's own (equal ids at equal
     positions are equal tokens, as prefix caching matches them)."""
@@ -219,8 +256,9 @@ def prompt_hash_ids(sys_len: int, prompt_len: int, group: int, prompt: int,
     return tuple((group << 20) + b if b < shared else (1 << 40) + (prompt << 20) + b for b in range(n))
 
 
-def generate_inference_perf(path: str | Path, seed: int = 0, num_special_tokens: int = 1,
-                            rate_scale: float = 1.0) -> Workload:
+def generate_inference_perf(
+    path: str | Path, seed: int = 0, num_special_tokens: int = 1, rate_scale: float = 1.0
+) -> Workload:
     """The requests inference-perf sends for the config at ``path`` (see the module's docstring),
     every stage's rate times ``rate_scale``."""
     src = str(path)
@@ -229,9 +267,11 @@ def generate_inference_perf(path: str | Path, seed: int = 0, num_special_tokens:
     data = _section(cfg, "data", src)
     kind = str(data.get("type", "mock")).lower()
     if kind not in _SUPPORTED_DATA:
-        raise ConfigError(f"{src}: data.type {kind!r} is not modelled; expected one of "
-                          f"{', '.join(_SUPPORTED_DATA)} (datasets are downloaded by inference-perf, "
-                          "not carried by servesim)")
+        raise ConfigError(
+            f"{src}: data.type {kind!r} is not modelled; expected one of "
+            f"{', '.join(_SUPPORTED_DATA)} (datasets are downloaded by inference-perf, "
+            "not carried by servesim)"
+        )
     meta: dict[str, Any] = {}
     arrival, stage = stage_arrivals(cfg, rng, src, rate_scale)
     n = len(arrival)
@@ -247,31 +287,57 @@ def generate_inference_perf(path: str | Path, seed: int = 0, num_special_tokens:
         p = idx % len(sys_len)
         prompt = sys_len[p] + q_len[p] + num_special_tokens
         output = out_len[p]
-        units = [prompt_hash_ids(int(sys_len[j]) + num_special_tokens, int(sys_len[j] + q_len[j])
-                                 + num_special_tokens, int(group[j]), j) for j in range(len(sys_len))]
+        units = [
+            prompt_hash_ids(
+                int(sys_len[j]) + num_special_tokens,
+                int(sys_len[j] + q_len[j]) + num_special_tokens,
+                int(group[j]),
+                j,
+            )
+            for j in range(len(sys_len))
+        ]
         hash_ids = [units[j] for j in p.tolist()]
     else:
         count_in = (data.get("input_distribution") or {}).get("total_count") or n
         count_out = (data.get("output_distribution") or {}).get("total_count") or n
-        inp = sample_lengths(data.get("input_distribution") or {}, int(count_in), rng, "data.input_distribution",
-                             src)
-        out = sample_lengths(data.get("output_distribution") or {}, int(count_out), rng,
-                             "data.output_distribution", src)
+        inp = sample_lengths(
+            data.get("input_distribution") or {}, int(count_in), rng, "data.input_distribution", src
+        )
+        out = sample_lengths(
+            data.get("output_distribution") or {}, int(count_out), rng, "data.output_distribution", src
+        )
         prompt = inp[idx % len(inp)] + num_special_tokens
         output = out[idx % len(out)]
     server = _section(cfg, "server", src)
     if not server.get("ignore_eos", True):
-        add_notice(meta, notice("eos_unknown", f"{src}: server.ignore_eos is false: the model's EOS may end "
-                                "responses before max_tokens, which servesim cannot know; each request "
-                                "generates its max_tokens", n, src))
+        add_notice(
+            meta,
+            notice(
+                "eos_unknown",
+                f"{src}: server.ignore_eos is false: the model's EOS may end "
+                "responses before max_tokens, which servesim cannot know; each request "
+                "generates its max_tokens",
+                n,
+                src,
+            ),
+        )
     zero = int(np.sum(prompt < 1) + np.sum(output < 1))
     if zero:
         add_notice(meta, notice("zero_length_raised", f"{src}: {zero:,} lengths of 0 raised to 1", zero, src))
     meta["stage"] = stage
-    meta["inference_perf"] = {"data": kind, "load": str(_section(cfg, "load", src).get("type", "constant")),
-                              "stages": int(stage.max()) + 1}
-    wl = Workload(arrival_s=arrival.astype(np.float64), num_prompt_tokens=np.maximum(prompt, 1).astype(np.int64),
-                  num_output_tokens=np.maximum(output, 1).astype(np.int64), hash_ids=hash_ids,
-                  hash_block_tokens=HASH_BLOCK_TOKENS, source=f"inference-perf {src}", meta=meta)
+    meta["inference_perf"] = {
+        "data": kind,
+        "load": str(_section(cfg, "load", src).get("type", "constant")),
+        "stages": int(stage.max()) + 1,
+    }
+    wl = Workload(
+        arrival_s=arrival.astype(np.float64),
+        num_prompt_tokens=np.maximum(prompt, 1).astype(np.int64),
+        num_output_tokens=np.maximum(output, 1).astype(np.int64),
+        hash_ids=hash_ids,
+        hash_block_tokens=HASH_BLOCK_TOKENS,
+        source=f"inference-perf {src}",
+        meta=meta,
+    )
     wl.validate()
     return wl

@@ -25,6 +25,8 @@ def check_memory(num_arrivals: float, given: str) -> None:
     machine's memory cannot hold them at ``MIN_BYTES_PER_REQUEST`` each."""
     memory = _memory_bytes()
     if num_arrivals * MIN_BYTES_PER_REQUEST > memory:
-        raise WorkloadError(f"workload: {given} gives about {num_arrivals:.3g} arrivals, more than this "
-                            f"machine's {memory / 1e9:.0f} GB of memory can simulate (at least "
-                            f"{MIN_BYTES_PER_REQUEST} bytes each); give fewer")
+        raise WorkloadError(
+            f"workload: {given} gives about {num_arrivals:.3g} arrivals, more than this "
+            f"machine's {memory / 1e9:.0f} GB of memory can simulate (at least "
+            f"{MIN_BYTES_PER_REQUEST} bytes each); give fewer"
+        )

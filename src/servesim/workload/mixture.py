@@ -24,7 +24,9 @@ def generate_mixture(cfg: MixtureWorkload, seed: int = 0) -> Workload:
     total_seed = cfg.seed + seed
     if total_seed < 0:
         raise WorkloadError(f"workload.seed: expected seed + run seed >= 0, found {total_seed}")
-    seeds = [int(s.generate_state(1)[0] >> 1) for s in np.random.SeedSequence(total_seed).spawn(len(cfg.clients))]
+    seeds = [
+        int(s.generate_state(1)[0] >> 1) for s in np.random.SeedSequence(total_seed).spawn(len(cfg.clients))
+    ]
     if cfg.num_requests is not None:
         check_memory(cfg.num_requests, f"num_requests={cfg.num_requests:,}")
     horizon = cfg.duration_s
@@ -47,16 +49,27 @@ def generate_mixture(cfg: MixtureWorkload, seed: int = 0) -> Workload:
         raise WorkloadError(f"workload: no arrival before duration_s={cfg.duration_s}")
     wl.tenant = np.asarray(wl.meta["client"], np.int64)
     wl.meta["tenant_names"] = [c.name for c in cfg.clients]
-    wl.meta["requests_per_client"] = dict(zip(
-        [c.name for c in cfg.clients], np.bincount(wl.meta["client"], minlength=len(cfg.clients)).tolist(),
-        strict=True))
+    wl.meta["requests_per_client"] = dict(
+        zip(
+            [c.name for c in cfg.clients],
+            np.bincount(wl.meta["client"], minlength=len(cfg.clients)).tolist(),
+            strict=True,
+        )
+    )
     return wl
 
 
 def _client(c: ClientConfig, horizon: float, seed: int) -> Workload | None:
-    syn = SyntheticWorkload(arrival=c.arrival, prompt_len=c.prompt_len, output_len=c.output_len,
-                            num_requests=None, duration_s=horizon, prefix_groups=c.prefix_groups,
-                            prefix_len=c.prefix_len, seed=seed)
+    syn = SyntheticWorkload(
+        arrival=c.arrival,
+        prompt_len=c.prompt_len,
+        output_len=c.output_len,
+        num_requests=None,
+        duration_s=horizon,
+        prefix_groups=c.prefix_groups,
+        prefix_len=c.prefix_len,
+        seed=seed,
+    )
     try:
         return generate_synthetic(syn)
     except WorkloadError as err:
@@ -68,7 +81,9 @@ def _client(c: ClientConfig, horizon: float, seed: int) -> Workload | None:
 def _merge(parts: list[Workload | None], cfg: MixtureWorkload) -> Workload:
     kept = [(i, p) for i, p in enumerate(parts) if p is not None]
     if not kept:
-        return Workload(np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64), meta={"client": np.zeros(0, np.int64)})
+        return Workload(
+            np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64), meta={"client": np.zeros(0, np.int64)}
+        )
     client = np.concatenate([np.full(len(p), i, np.int64) for i, p in kept])
     arrival = np.concatenate([p.arrival_s for _, p in kept])
     # Prefix groups are per client: client i's groups are numbered after the ones before it.
@@ -76,12 +91,18 @@ def _merge(parts: list[Workload | None], cfg: MixtureWorkload) -> Workload:
     has_groups = any(p.prefix_group is not None for _, p in kept)
     group = None
     if has_groups:
-        group = np.concatenate([p.prefix_group + off if p.prefix_group is not None else np.full(len(p), -1)
-                                for (_, p), off in zip(kept, offsets, strict=True)]).astype(np.int64)
+        group = np.concatenate(
+            [
+                p.prefix_group + off if p.prefix_group is not None else np.full(len(p), -1)
+                for (_, p), off in zip(kept, offsets, strict=True)
+            ]
+        ).astype(np.int64)
         lens = {cfg.clients[i].prefix_len for i, p in kept if p.prefix_group is not None}
         if len(lens) > 1:
-            raise WorkloadError(f"workload.clients: prefix_len must be the same for every client with "
-                                f"prefix_groups, found {sorted(lens)}")
+            raise WorkloadError(
+                f"workload.clients: prefix_len must be the same for every client with "
+                f"prefix_groups, found {sorted(lens)}"
+            )
     order = np.argsort(arrival, kind="stable")
     rates = ", ".join(f"{cfg.clients[i].name} {cfg.clients[i].arrival.rate:g}/s" for i, _ in kept)
     return Workload(
@@ -91,6 +112,10 @@ def _merge(parts: list[Workload | None], cfg: MixtureWorkload) -> Workload:
         prefix_group=None if group is None else group[order],
         prefix_len=max((cfg.clients[i].prefix_len for i, p in kept if p.prefix_group is not None), default=0),
         source=f"mixture({rates})",
-        meta={"client": client[order], "clients": [c.name for c in cfg.clients],
-              "notices": [n for _, p in kept for n in p.meta.get("notices", [])],
-              "seed": cfg.seed})
+        meta={
+            "client": client[order],
+            "clients": [c.name for c in cfg.clients],
+            "notices": [n for _, p in kept for n in p.meta.get("notices", [])],
+            "seed": cfg.seed,
+        },
+    )

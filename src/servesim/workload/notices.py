@@ -34,8 +34,12 @@ def add_notice(meta: dict[str, Any], item: dict[str, Any] | None) -> None:
 def zero_lengths(count: int, source: str) -> dict[str, Any] | None:
     if not count:
         return None
-    return notice("zero_length_raised", f"{source}: {count:,} rows had a prompt or output length of 0, "
-                  "raised to 1", count, source)
+    return notice(
+        "zero_length_raised",
+        f"{source}: {count:,} rows had a prompt or output length of 0, raised to 1",
+        count,
+        source,
+    )
 
 
 def reordered(arrival_s: np.ndarray, source: str) -> dict[str, Any] | None:
@@ -43,12 +47,18 @@ def reordered(arrival_s: np.ndarray, source: str) -> dict[str, Any] | None:
     back = int(np.sum(np.diff(arrival_s) < 0)) if len(arrival_s) > 1 else 0
     if not back:
         return None
-    return notice("reordered", f"{source}: not sorted by arrival time ({back:,} rows arrive before the row "
-                  "above them); sorted by arrival, ties kept in file order", back, source)
+    return notice(
+        "reordered",
+        f"{source}: not sorted by arrival time ({back:,} rows arrive before the row "
+        "above them); sorted by arrival, ties kept in file order",
+        back,
+        source,
+    )
 
 
-def unknown_columns(columns: tuple[str, ...], known: tuple[str, ...], source: str,
-                    what: str = "column") -> list[dict[str, Any]]:
+def unknown_columns(
+    columns: tuple[str, ...], known: tuple[str, ...], source: str, what: str = "column"
+) -> list[dict[str, Any]]:
     """One notice per column the reader does not use, naming the closest known one."""
     out = []
     for c in columns:
@@ -56,13 +66,20 @@ def unknown_columns(columns: tuple[str, ...], known: tuple[str, ...], source: st
             continue
         close = difflib.get_close_matches(c, known, n=1, cutoff=0.6)
         hint = f"; did you mean '{close[0]}'?" if close else f" (known: {', '.join(known)})"
-        out.append(notice("unknown_column", f"{source}: {what} '{c}' is not one this reader uses, "
-                          f"ignored{hint}", None, source))
+        out.append(
+            notice(
+                "unknown_column",
+                f"{source}: {what} '{c}' is not one this reader uses, ignored{hint}",
+                None,
+                source,
+            )
+        )
     return out
 
 
-def hash_ids_beyond_prompt(hash_ids: list[tuple[int, ...]] | None, prompt: np.ndarray,
-                           block_tokens: int, source: str) -> dict[str, Any] | None:
+def hash_ids_beyond_prompt(
+    hash_ids: list[tuple[int, ...]] | None, prompt: np.ndarray, block_tokens: int, source: str
+) -> dict[str, Any] | None:
     """Requests with more hash ids than ``ceil(prompt / block_tokens)`` (the rest are unused)."""
     if hash_ids is None or not len(prompt):
         return None
@@ -70,8 +87,13 @@ def hash_ids_beyond_prompt(hash_ids: list[tuple[int, ...]] | None, prompt: np.nd
     over = int(np.sum(n_ids > -(-prompt // block_tokens)))
     if not over:
         return None
-    return notice("hash_ids_beyond_prompt", f"{source}: {over:,} requests carry more hash ids than their "
-                  f"prompt has blocks of {block_tokens} tokens; the extra ids are ignored", over, source)
+    return notice(
+        "hash_ids_beyond_prompt",
+        f"{source}: {over:,} requests carry more hash ids than their "
+        f"prompt has blocks of {block_tokens} tokens; the extra ids are ignored",
+        over,
+        source,
+    )
 
 
 def clipped(raw: np.ndarray, lo: int, hi: int, name: str) -> dict[str, Any] | None:
@@ -79,5 +101,9 @@ def clipped(raw: np.ndarray, lo: int, hi: int, name: str) -> dict[str, Any] | No
     n = int(np.sum((raw < lo) | (raw > hi)))
     if not n:
         return None
-    return notice("length_clipped", f"{name}: {n:,} of {len(raw):,} sampled lengths fell outside "
-                  f"[{lo}, {hi}] and were clipped to it", n, name)
+    return notice(
+        "length_clipped",
+        f"{name}: {n:,} of {len(raw):,} sampled lengths fell outside [{lo}, {hi}] and were clipped to it",
+        n,
+        name,
+    )

@@ -55,8 +55,13 @@ class RateProfile:
     @classmethod
     def from_config(cls, cfg: RateProfileConfig) -> RateProfile:
         if cfg.shape == "diurnal":
-            return cls("diurnal", cfg.period_s or DAY_S, mid=(cfg.peak + cfg.trough) / 2.0,
-                       amp=(cfg.peak - cfg.trough) / 2.0, peak_at_s=cfg.peak_at_s)
+            return cls(
+                "diurnal",
+                cfg.period_s or DAY_S,
+                mid=(cfg.peak + cfg.trough) / 2.0,
+                amp=(cfg.peak - cfg.trough) / 2.0,
+                peak_at_s=cfg.peak_at_s,
+            )
         t = np.array([p[0] for p in cfg.points], dtype=np.float64)
         m = np.array([p[1] for p in cfg.points], dtype=np.float64)
         if cfg.period_s is not None:  # close the period: linear wraps to m(0), step holds
@@ -129,8 +134,9 @@ class RateProfile:
         """Lambda(r) for 0 <= r < period (or any r >= 0 without a period)."""
         if self.shape == "diurnal":
             w = 2.0 * np.pi / self.period_s
-            return self.mid * r + self.amp / w * (np.sin(w * (r - self.peak_at_s))
-                                                  + math.sin(w * self.peak_at_s))
+            return self.mid * r + self.amp / w * (
+                np.sin(w * (r - self.peak_at_s)) + math.sin(w * self.peak_at_s)
+            )
         i = self._segment(r)
         dt = r - self.knots[i]
         return self.cum[i] + self.m0[i] * dt + 0.5 * self.slope[i] * dt * dt

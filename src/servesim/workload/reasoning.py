@@ -52,8 +52,9 @@ def stop_points(length: np.ndarray, u: np.ndarray, k: int, agree: int) -> tuple[
     return stop.astype(np.int64), probes.astype(np.int64)
 
 
-def draw_samples(cfg: ReasoningWorkload, n: int, seq: np.random.SeedSequence,
-                 found: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def draw_samples(
+    cfg: ReasoningWorkload, n: int, seq: np.random.SeedSequence, found: list[dict]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``n`` samples' reasoning lengths, long-mode flags and answer-settling fractions u."""
     rngs = [np.random.default_rng(s) for s in seq.spawn(4)]
     quick = sample_lengths(cfg.quick_len, n, rngs[0], "workload.quick_len", found)
@@ -87,23 +88,47 @@ def generate_reasoning(cfg: ReasoningWorkload, seed: int = 0) -> Workload:
         rows.add_sample(s, int(question[s]), int(prompt[question[s]]), int(length[s]), int(stop[s]))
     n = len(rows.prompt)
     row_q = np.asarray(rows.question, np.int64)
-    after = Dependencies.from_edges(n, np.asarray(rows.src, np.int64), np.asarray(rows.dst, np.int64),
-                                    np.zeros(len(rows.src)), row_q, start)
-    accounting: dict[str, float] = {"reasoning_tokens": int(stop.sum()),
-                                    "probe_tokens": int(probes.sum()) * cfg.probe_tokens,
-                                    "num_probes": int(probes.sum()), "fixed_length_tokens": int(length.sum())}
+    after = Dependencies.from_edges(
+        n,
+        np.asarray(rows.src, np.int64),
+        np.asarray(rows.dst, np.int64),
+        np.zeros(len(rows.src)),
+        row_q,
+        start,
+    )
+    accounting: dict[str, float] = {
+        "reasoning_tokens": int(stop.sum()),
+        "probe_tokens": int(probes.sum()) * cfg.probe_tokens,
+        "num_probes": int(probes.sum()),
+        "fixed_length_tokens": int(length.sum()),
+    }
     accounting["saving"] = 1.0 - (accounting["reasoning_tokens"] + accounting["probe_tokens"]) / max(
-        1, accounting["fixed_length_tokens"])
+        1, accounting["fixed_length_tokens"]
+    )
     mode = f", early exit every {cfg.segment_tokens} tokens" if cfg.early_exit else ""
     return Workload(
-        arrival_s=start[row_q], num_prompt_tokens=np.asarray(rows.prompt, np.int64),
-        num_output_tokens=np.asarray(rows.output, np.int64), hash_ids=rows.hash_ids,
-        hash_block_tokens=cfg.hash_block_tokens, after=after,
+        arrival_s=start[row_q],
+        num_prompt_tokens=np.asarray(rows.prompt, np.int64),
+        num_output_tokens=np.asarray(rows.output, np.int64),
+        hash_ids=rows.hash_ids,
+        hash_block_tokens=cfg.hash_block_tokens,
+        after=after,
         source=f"reasoning(best-of-{cfg.samples}{mode}, {q} questions, seed={total_seed})",
-        meta={"seed": total_seed, "num_questions": q, "notices": found, "reasoning": accounting,
-              "question": row_q, "sample": np.asarray(rows.sample, np.int64),
-              "probe": np.asarray(rows.is_probe, bool), "length": length, "long": is_long, "u": u,
-              "stop": stop, "probes": probes})
+        meta={
+            "seed": total_seed,
+            "num_questions": q,
+            "notices": found,
+            "reasoning": accounting,
+            "question": row_q,
+            "sample": np.asarray(rows.sample, np.int64),
+            "probe": np.asarray(rows.is_probe, bool),
+            "length": length,
+            "long": is_long,
+            "u": u,
+            "stop": stop,
+            "probes": probes,
+        },
+    )
 
 
 class _Rows:
@@ -143,8 +168,9 @@ class _Rows:
                 self._add(s, q, prompt + done, cfg.probe_tokens, stream, prev, probe=True)
                 prev = len(self.prompt) - 1
 
-    def _add(self, s: int, q: int, stream_len: int, out: int, stream: list[int], prev: int,
-             probe: bool = False) -> None:
+    def _add(
+        self, s: int, q: int, stream_len: int, out: int, stream: list[int], prev: int, probe: bool = False
+    ) -> None:
         full = stream_len // self.unit
         total = stream_len + (self.cfg.probe_prompt_tokens if probe else 0)
         self.hash_ids.append(tuple(stream[:full] + self._fresh(-(-total // self.unit) - full)))

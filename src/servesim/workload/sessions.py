@@ -39,15 +39,23 @@ def _hold_system_prompt(first: np.ndarray, cfg: SessionWorkload, found: list[dic
     dist = cfg.first_prompt_len
     top = min(dist.value if dist.kind == "constant" else dist.max, dist.max, cfg.max_prompt_len)
     if cfg.system_prompt_len and top < need:
-        raise WorkloadError(f"workload.system_prompt_len ({cfg.system_prompt_len}) leaves no room in the "
-                            f"first prompt (workload.first_prompt_len, at most {top} tokens, the system "
-                            f"prompt included); give a shorter system prompt or longer first prompts")
+        raise WorkloadError(
+            f"workload.system_prompt_len ({cfg.system_prompt_len}) leaves no room in the "
+            f"first prompt (workload.first_prompt_len, at most {top} tokens, the system "
+            f"prompt included); give a shorter system prompt or longer first prompts"
+        )
     short = int((first < need).sum())
     if short and cfg.system_prompt_len:
-        found.append(notice("length_raised", f"workload.first_prompt_len: {short:,} of {len(first):,} first "
-                            f"prompts were not longer than workload.system_prompt_len "
-                            f"({cfg.system_prompt_len}) and were raised to {need}", short,
-                            "workload.first_prompt_len"))
+        found.append(
+            notice(
+                "length_raised",
+                f"workload.first_prompt_len: {short:,} of {len(first):,} first "
+                f"prompts were not longer than workload.system_prompt_len "
+                f"({cfg.system_prompt_len}) and were raised to {need}",
+                short,
+                "workload.first_prompt_len",
+            )
+        )
     return np.maximum(first, need) if cfg.system_prompt_len else first
 
 
@@ -86,11 +94,16 @@ def generate_sessions(cfg: SessionWorkload, seed: int = 0) -> Workload:
         follow = np.flatnonzero(k[1:] > 0) + 1  # rows whose previous row is the session's last turn
         after = Dependencies.from_edges(len(rows), follow - 1, follow, think[rows][follow], session, start)
     order = np.argsort(arrival, kind="stable")
-    wl = Workload(arrival_s=arrival, num_prompt_tokens=prompt, num_output_tokens=output,
-                  hash_ids=hash_ids, hash_block_tokens=cfg.hash_block_tokens, after=after,
-                  source=f"sessions({cfg.loop} loop, {s} sessions, seed={total_seed})",
-                  meta={"seed": total_seed, "num_sessions": s, "notices": found,
-                        "num_turns_cut": int(n - len(rows))})
+    wl = Workload(
+        arrival_s=arrival,
+        num_prompt_tokens=prompt,
+        num_output_tokens=output,
+        hash_ids=hash_ids,
+        hash_block_tokens=cfg.hash_block_tokens,
+        after=after,
+        source=f"sessions({cfg.loop} loop, {s} sessions, seed={total_seed})",
+        meta={"seed": total_seed, "num_sessions": s, "notices": found, "num_turns_cut": int(n - len(rows))},
+    )
     return _sorted(wl, order, session)
 
 
@@ -111,8 +124,11 @@ def _hash_ids(prompt: np.ndarray, session: np.ndarray, system_len: int, unit: in
     out = []
     for i, (p, b) in enumerate(zip(prompt.tolist(), base.tolist())):
         full = p // unit
-        ids = list(range(min(full, num_sys))) + list(range(b + num_sys, b + full)) if full > num_sys else list(
-            range(full))
+        ids = (
+            list(range(min(full, num_sys))) + list(range(b + num_sys, b + full))
+            if full > num_sys
+            else list(range(full))
+        )
         if p % unit:
             ids.append(partial_base + i)
         out.append(tuple(ids))

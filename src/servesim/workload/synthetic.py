@@ -29,12 +29,15 @@ def generate_synthetic(cfg: SyntheticWorkload, seed: int = 0) -> Workload:
         raise WorkloadError(f"workload.seed: expected seed + run seed >= 0, found {total_seed}")
     # Five child streams (the first four as before tenants existed: the same draws).
     arrival_rng, prompt_rng, output_rng, group_rng, tenant_rng = (
-        np.random.default_rng(s) for s in np.random.SeedSequence(total_seed).spawn(5))
+        np.random.default_rng(s) for s in np.random.SeedSequence(total_seed).spawn(5)
+    )
     arrival = arrival_times(cfg.arrival, cfg.num_requests, cfg.duration_s, arrival_rng)
     n = len(arrival)
     if n == 0:
-        raise WorkloadError(f"workload: no arrival before duration_s={cfg.duration_s} at rate "
-                            f"{cfg.arrival.rate}/s; raise duration_s or arrival.rate")
+        raise WorkloadError(
+            f"workload: no arrival before duration_s={cfg.duration_s} at rate "
+            f"{cfg.arrival.rate}/s; raise duration_s or arrival.rate"
+        )
     found: list[dict] = []  # notices: lengths clipped to [min, max]
     prompt = sample_lengths(cfg.prompt_len, n, prompt_rng, "workload.prompt_len", found)
     output = sample_lengths(cfg.output_len, n, output_rng, "workload.output_len", found)
@@ -51,13 +54,25 @@ def generate_synthetic(cfg: SyntheticWorkload, seed: int = 0) -> Workload:
         p = np.array([cfg.tenant_shares[k] for k in names], np.float64)
         tenant = tenant_rng.choice(len(names), size=n, p=p / p.sum()).astype(np.int64)
     return Workload(
-        arrival_s=arrival, num_prompt_tokens=prompt, num_output_tokens=output,
-        prefix_group=group, prefix_len=prefix_len, tenant=tenant,
+        arrival_s=arrival,
+        num_prompt_tokens=prompt,
+        num_output_tokens=output,
+        prefix_group=group,
+        prefix_len=prefix_len,
+        tenant=tenant,
         num_samples=np.full(n, cfg.n, np.int64) if cfg.n > 1 else None,
-        prune_at_token=cfg.best_of_prune_at or 0, num_kept_samples=cfg.best_of_keep,
+        prune_at_token=cfg.best_of_prune_at or 0,
+        num_kept_samples=cfg.best_of_keep,
         source=f"synthetic({a.process}, rate={a.rate:g}/s, seed={total_seed})",
-        meta={"seed": total_seed, "process": a.process, "rate": a.rate, "cv": a.cv, "notices": found,
-              **({"tenant_names": names} if names else {})})
+        meta={
+            "seed": total_seed,
+            "process": a.process,
+            "rate": a.rate,
+            "cv": a.cv,
+            "notices": found,
+            **({"tenant_names": names} if names else {}),
+        },
+    )
 
 
 # --------------------------------------------------------------------------- arrivals
@@ -83,21 +98,30 @@ def inter_arrival_gaps(arrival: ArrivalConfig, n: int, rng: np.random.Generator)
     return np.zeros(n)  # burst
 
 
-def check_count(arrival: ArrivalConfig, count: int | None, duration_s: float | None,
-                count_field: str = "num_requests") -> None:
+def check_count(
+    arrival: ArrivalConfig, count: int | None, duration_s: float | None, count_field: str = "num_requests"
+) -> None:
     """Refuse a workload of more arrivals than this machine could hold in memory (``count``,
     or about ``duration_s x arrival.rate``), naming the field, before any is drawn."""
     n = math.inf if count is None else float(count)
     if duration_s is not None and arrival.process != "burst" and arrival.rate_profile is None:
         n = min(n, duration_s * arrival.rate)
     if math.isfinite(n):  # unbounded: refused elsewhere
-        given = f"{count_field}={count:,}" if count is not None and n == count else (
-            f"duration_s={duration_s:g} at arrival.rate={arrival.rate:g}/s")
+        given = (
+            f"{count_field}={count:,}"
+            if count is not None and n == count
+            else (f"duration_s={duration_s:g} at arrival.rate={arrival.rate:g}/s")
+        )
         check_memory(n, given)
 
 
-def arrival_times(arrival: ArrivalConfig, num_requests: int | None, duration_s: float | None,
-                  rng: np.random.Generator, count_field: str = "num_requests") -> np.ndarray:
+def arrival_times(
+    arrival: ArrivalConfig,
+    num_requests: int | None,
+    duration_s: float | None,
+    rng: np.random.Generator,
+    count_field: str = "num_requests",
+) -> np.ndarray:
     """Sorted arrival times: ``num_requests`` of them, or all before ``duration_s``, or,
     with both, whichever limit comes first. ``count_field`` names ``num_requests`` in errors."""
     if num_requests is None and duration_s is None:
@@ -107,7 +131,8 @@ def arrival_times(arrival: ArrivalConfig, num_requests: int | None, duration_s: 
         if num_requests is None:
             raise WorkloadError(
                 "workload.arrival.process=burst puts every request at t=0: give num_requests, "
-                "duration_s alone would be unbounded")
+                "duration_s alone would be unbounded"
+            )
         return np.zeros(num_requests)
     limit_s = math.inf if duration_s is None else duration_s
     profile = None if arrival.rate_profile is None else RateProfile.from_config(arrival.rate_profile)
@@ -128,7 +153,8 @@ def arrival_times(arrival: ArrivalConfig, num_requests: int | None, duration_s: 
     if not np.isfinite(t[-1:]).all():
         raise WorkloadError(
             f"workload.arrival.rate_profile ends at multiplier 0 after {int(np.isfinite(t).sum())} "
-            f"of {len(t)} requests: give duration_s, or a profile that does not end at 0")
+            f"of {len(t)} requests: give duration_s, or a profile that does not end at 0"
+        )
     return t if duration_s is None else t[t < duration_s]
 
 
@@ -138,6 +164,7 @@ def weibull_shape(cv: float) -> float:
     CV^2 = Gamma(1 + 2/k) / Gamma(1 + 1/k)^2 - 1 decreases in k; solved by bisection on
     log k (k = 1 is the exponential, CV 1).
     """
+
     def cv_of(k: float) -> float:
         return math.sqrt(math.exp(math.lgamma(1 + 2 / k) - 2 * math.lgamma(1 + 1 / k)) - 1.0)
 
@@ -164,8 +191,9 @@ def _until(arrival: ArrivalConfig, duration_s: float, rng: np.random.Generator) 
 # --------------------------------------------------------------------------- lengths
 
 
-def sample_lengths(dist: LengthDist, n: int, rng: np.random.Generator, name: str = "length",
-                   found: list[dict] | None = None) -> np.ndarray:
+def sample_lengths(
+    dist: LengthDist, n: int, rng: np.random.Generator, name: str = "length", found: list[dict] | None = None
+) -> np.ndarray:
     """``n`` token lengths (int64), rounded to the nearest integer and clipped to [min, max].
 
     ``found``, when given, receives a notice counting the clipped samples (``workload.notices``).

@@ -72,10 +72,12 @@ def parse_burstgpt(rows: _Rows, columns: tuple[str, ...], head: str, records: Re
         if rows.drop_failed and _int(response) == 0:
             rows.dropped += 1
             continue
-        rows.arrival.append(_number(_need(rec, "Timestamp", where), where, "Timestamp",
-                                    "a non-negative number of seconds"))
-        _add_lengths(rows, where, _need(rec, "Request tokens", where), "Request tokens",
-                     response, "Response tokens")
+        rows.arrival.append(
+            _number(_need(rec, "Timestamp", where), where, "Timestamp", "a non-negative number of seconds")
+        )
+        _add_lengths(
+            rows, where, _need(rec, "Request tokens", where), "Request tokens", response, "Response tokens"
+        )
 
 
 # --------------------------------------------------------------------------- vllm bench
@@ -88,11 +90,15 @@ def parse_vllm_bench(rows: _Rows, doc: dict[str, Any]) -> dict[str, Any]:
     for key in VLLM_BENCH_KEYS:
         value = doc[key]
         if not isinstance(value, list):
-            raise WorkloadError(f"{name}: {key}: expected a list of token counts, found {type(value).__name__}")
+            raise WorkloadError(
+                f"{name}: {key}: expected a list of token counts, found {type(value).__name__}"
+            )
         lens[key] = value
     if len(lens["input_lens"]) != len(lens["output_lens"]):
-        raise WorkloadError(f"{name}: output_lens: expected one per input_lens entry "
-                            f"({len(lens['input_lens'])}), found {len(lens['output_lens'])}")
+        raise WorkloadError(
+            f"{name}: output_lens: expected one per input_lens entry "
+            f"({len(lens['input_lens'])}), found {len(lens['output_lens'])}"
+        )
     errors = doc.get("errors") or [""] * len(lens["input_lens"])
     for i, (p, o) in enumerate(zip(lens["input_lens"], lens["output_lens"], strict=True)):
         if rows.drop_failed and i < len(errors) and errors[i]:
@@ -100,8 +106,11 @@ def parse_vllm_bench(rows: _Rows, doc: dict[str, Any]) -> dict[str, Any]:
             continue
         _add_lengths(rows, f"{name}: request {i}", p, "input_lens", o, "output_lens")
     rate = doc.get("request_rate", "inf")
-    settings = {"request_rate": _rate(rate, name), "burstiness": float(doc.get("burstiness") or 1.0),
-                "max_concurrency": doc.get("max_concurrency")}
+    settings = {
+        "request_rate": _rate(rate, name),
+        "burstiness": float(doc.get("burstiness") or 1.0),
+        "max_concurrency": doc.get("max_concurrency"),
+    }
     mc = settings["max_concurrency"]
     if mc is not None and (_int(mc) is None or _int(mc) < 1):
         raise _bad(name, "max_concurrency", "a positive integer or null", mc)
@@ -151,12 +160,20 @@ def _token_counter():
         return (lambda text: len(enc.encode(text, disallowed_special=()))), "tiktoken cl100k_base"
     except Exception:  # noqa: BLE001 - not installed, or its vocabulary file cannot be fetched
         return (lambda text: round(len(text) / CHARS_PER_TOKEN)), (
-            f"estimated at {CHARS_PER_TOKEN:g} characters a token (tiktoken is not installed)")
+            f"estimated at {CHARS_PER_TOKEN:g} characters a token (tiktoken is not installed)"
+        )
 
 
 def format_notices(rows: _Rows) -> list[dict[str, Any]]:
     """What these formats left out (failed requests dropped)."""
     if not rows.dropped:
         return []
-    return [notice("failed_dropped", f"{rows.name}: {rows.dropped:,} failed requests (0 response "
-                   "tokens or an error) left out (failed: drop)", rows.dropped, rows.name)]
+    return [
+        notice(
+            "failed_dropped",
+            f"{rows.name}: {rows.dropped:,} failed requests (0 response "
+            "tokens or an error) left out (failed: drop)",
+            rows.dropped,
+            rows.name,
+        )
+    ]

@@ -72,8 +72,7 @@ def _priority(raw: Any, where: str) -> int:
     return x
 
 
-_TIMESTAMP = re.compile(
-    r"(\d{4}-\d\d-\d\d)[ T](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)?")
+_TIMESTAMP = re.compile(r"(\d{4}-\d\d-\d\d)[ T](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)?")
 _TIMESTAMP_EXPECTED = "a timestamp like '2023-11-16 18:15:46.6805900'"
 
 
@@ -136,7 +135,8 @@ def _require(columns: tuple[str, ...], wanted: tuple[str, ...], where: str, need
     for c in wanted:
         if c not in columns:
             raise WorkloadError(
-                f"{where}: missing column '{c}' ({need}; found {', '.join(columns) or 'none'})")
+                f"{where}: missing column '{c}' ({need}; found {', '.join(columns) or 'none'})"
+            )
 
 
 def _need(rec: dict[str, Any], key: str, where: str) -> Any:

@@ -84,9 +84,12 @@ GENERIC_ARRIVAL = "arrived_at_s"
 GENERIC_PROMPT = ("num_prompt_tokens", "num_prefill_tokens")  # the second: Vidur / arxiv lengths files
 GENERIC_OUTPUT = ("num_output_tokens", "num_decode_tokens")
 GENERIC_OPTIONAL = ("hash_ids", "prefix_group", "prefix_len", "priority", "tenant")
-KNOWN_COLUMNS = {"azure": AZURE_COLUMNS, "mooncake": (*MOONCAKE_KEYS, "hash_ids"),
-                 "generic": (GENERIC_ARRIVAL, *GENERIC_PROMPT, *GENERIC_OUTPUT, *GENERIC_OPTIONAL),
-                 "burstgpt": BURSTGPT_ALL}
+KNOWN_COLUMNS = {
+    "azure": AZURE_COLUMNS,
+    "mooncake": (*MOONCAKE_KEYS, "hash_ids"),
+    "generic": (GENERIC_ARRIVAL, *GENERIC_PROMPT, *GENERIC_OUTPUT, *GENERIC_OPTIONAL),
+    "burstgpt": BURSTGPT_ALL,
+}
 FORMATS = ("auto", "azure", "mooncake", "generic", "burstgpt", "vllm_bench", "sharegpt")
 
 # --------------------------------------------------------------------------- public API
@@ -98,8 +101,9 @@ FORMATS = ("auto", "azure", "mooncake", "generic", "burstgpt", "vllm_bench", "sh
 SHIFTED = ("burstgpt", "mooncake")
 
 
-def read_trace(path: str | Path, format: str = "auto", hash_block_tokens: int = 512,
-               failed: str = "keep") -> Workload:
+def read_trace(
+    path: str | Path, format: str = "auto", hash_block_tokens: int = 512, failed: str = "keep"
+) -> Workload:
     """Read a whole trace file (or ``builtin:azure_conv`` / ``builtin:azure_code``).
 
     ``format`` is ``auto`` (by extension, then header or keys) or one of ``FORMATS``.
@@ -118,7 +122,8 @@ def read_trace(path: str | Path, format: str = "auto", hash_block_tokens: int = 
             f"{name}: has no '{GENERIC_ARRIVAL}' column (found {', '.join(rows.columns)}): it is a "
             f"lengths-only file and cannot be a trace workload; use it as a length source of a "
             f"synthetic workload: prompt_len: {{kind: trace, trace: {name}, column: prompt}} "
-            f"(and output_len with column: output)")
+            f"(and output_len with column: output)"
+        )
     wl = _to_workload(rows, hash_block_tokens)
     if key is not None:
         while len(_READ_CACHE) >= _READ_CACHE_SIZE:
@@ -161,12 +166,14 @@ def _copy(wl: Workload) -> Workload:
             return copy.deepcopy(v)
         return v  # numbers, strings, and the closed-loop structures, which no caller changes
 
-    return dataclasses.replace(wl, **{f.name: c(getattr(wl, f.name)) for f in dataclasses.fields(wl)
-                                      if f.init})
+    return dataclasses.replace(
+        wl, **{f.name: c(getattr(wl, f.name)) for f in dataclasses.fields(wl) if f.init}
+    )
 
 
-def read_lengths(path: str | Path, column: str = "prompt", format: str = "auto",
-                 failed: str = "keep") -> np.ndarray:
+def read_lengths(
+    path: str | Path, column: str = "prompt", format: str = "auto", failed: str = "keep"
+) -> np.ndarray:
     """The prompt or output lengths (int64, >= 1) of any file :func:`read_trace` reads, in
     file order, plus lengths-only files (no arrival column)."""
     if column not in ("prompt", "output"):
@@ -175,8 +182,13 @@ def read_lengths(path: str | Path, column: str = "prompt", format: str = "auto",
     return np.asarray(rows.prompt if column == "prompt" else rows.output, dtype=np.int64)
 
 
-def select(wl: Workload, rate_scale: float = 1.0, start_s: float | None = None,
-           end_s: float | None = None, limit: int | None = None) -> Workload:
+def select(
+    wl: Workload,
+    rate_scale: float = 1.0,
+    start_s: float | None = None,
+    end_s: float | None = None,
+    limit: int | None = None,
+) -> Workload:
     """Window, limit and speed up a trace.
 
     The window ``[start_s, end_s)`` applies to the original timeline; kept arrivals are then
@@ -192,11 +204,18 @@ def select(wl: Workload, rate_scale: float = 1.0, start_s: float | None = None,
         span = f"{t[0]:.3f}-{t[-1]:.3f} s" if len(wl) else "nothing"
         raise WorkloadError(
             f"{wl.source}: no requests left after selection (start_s={start_s}, end_s={end_s}, "
-            f"limit={limit}); the trace spans {span}")
+            f"limit={limit}); the trace spans {span}"
+        )
     out = wl.subset(slice(lo, hi))
     out.arrival_s = (out.arrival_s - (start_s or 0.0)) / rate_scale
-    out.meta["selection"] = {"rate_scale": rate_scale, "start_s": start_s, "end_s": end_s,
-                             "limit": limit, "first_row": lo, "num_rows": hi - lo}
+    out.meta["selection"] = {
+        "rate_scale": rate_scale,
+        "start_s": start_s,
+        "end_s": end_s,
+        "limit": limit,
+        "first_row": lo,
+        "num_rows": hi - lo,
+    }
     return out
 
 
@@ -205,8 +224,9 @@ def load_trace(cfg: TraceWorkload) -> Workload:
     wl = read_trace(cfg.path, cfg.format, cfg.hash_block_tokens, cfg.failed)
     if cfg.tenant_shares:
         if wl.tenant is not None:
-            raise WorkloadError(f"{cfg.path}: tenant_shares: the trace has a tenant column already; "
-                                "leave tenant_shares out")
+            raise WorkloadError(
+                f"{cfg.path}: tenant_shares: the trace has a tenant column already; leave tenant_shares out"
+            )
         assign_shares(wl, cfg.tenant_shares, cfg.tenant_seed)
     if cfg.rate_scale == 1.0 and cfg.start_s is None and cfg.end_s is None and cfg.limit is None:
         return wl
@@ -261,14 +281,19 @@ def _read_document(rows: _Rows, format: str) -> bool:
         return False
     found = document_format(doc)
     if format in ("vllm_bench", "sharegpt") and found != format:
-        want = "an object with input_lens and output_lens" if format == "vllm_bench" else (
-            "a list of objects with 'conversations'")
+        want = (
+            "an object with input_lens and output_lens"
+            if format == "vllm_bench"
+            else ("a list of objects with 'conversations'")
+        )
         raise WorkloadError(f"{name}: format {format}: expected {want}")
     if found is None:
         if isinstance(doc, dict):
             return False  # one JSON object on one line: a one-record JSON Lines file
-        raise WorkloadError(f"{name}: expected a vllm bench result (input_lens, output_lens), a "
-                            "ShareGPT list (conversations) or one JSON object per line")
+        raise WorkloadError(
+            f"{name}: expected a vllm bench result (input_lens, output_lens), a "
+            "ShareGPT list (conversations) or one JSON object per line"
+        )
     rows.format = found
     if found == "vllm_bench":
         rows.bench = parse_vllm_bench(rows, doc)
@@ -317,8 +342,12 @@ def _parse(rows: _Rows, format: str, columns: tuple[str, ...] | None, head: str,
     rows.format, rows.columns = format, columns
     if format in ("vllm_bench", "sharegpt"):
         raise WorkloadError(f"{rows.name}: format {format}: expected a .json document")
-    parser = {"azure": _parse_azure, "mooncake": _parse_mooncake, "generic": _parse_generic,
-              "burstgpt": parse_burstgpt}[format]
+    parser = {
+        "azure": _parse_azure,
+        "mooncake": _parse_mooncake,
+        "generic": _parse_generic,
+        "burstgpt": parse_burstgpt,
+    }[format]
     parser(rows, columns, head, records)
     if not rows.prompt:
         raise WorkloadError(f"{rows.name}: no requests (the file has a header but no rows)")
@@ -334,26 +363,46 @@ def _parse_azure(rows: _Rows, columns: tuple[str, ...], head: str, records: Reco
     days: dict[str, int] = {}
     for where, rec in records:
         rows.arrival.append(_azure_ns(_need(rec, "TIMESTAMP", where), where, days))
-        _add_lengths(rows, where, _need(rec, "ContextTokens", where), "ContextTokens",
-                     _need(rec, "GeneratedTokens", where), "GeneratedTokens")
+        _add_lengths(
+            rows,
+            where,
+            _need(rec, "ContextTokens", where),
+            "ContextTokens",
+            _need(rec, "GeneratedTokens", where),
+            "GeneratedTokens",
+        )
 
 
 def _parse_mooncake(rows: _Rows, columns: tuple[str, ...], head: str, records: Records) -> None:
     _require(columns, MOONCAKE_KEYS, head, f"Mooncake traces need {', '.join(MOONCAKE_KEYS)}")
     rows.hash_ids = []
     for where, rec in records:
-        rows.arrival.append(_number(_need(rec, "timestamp", where), where, "timestamp",
-                                    "a non-negative number of milliseconds") / 1000.0)
-        _add_lengths(rows, where, _need(rec, "input_length", where), "input_length",
-                     _need(rec, "output_length", where), "output_length")
+        rows.arrival.append(
+            _number(
+                _need(rec, "timestamp", where), where, "timestamp", "a non-negative number of milliseconds"
+            )
+            / 1000.0
+        )
+        _add_lengths(
+            rows,
+            where,
+            _need(rec, "input_length", where),
+            "input_length",
+            _need(rec, "output_length", where),
+            "output_length",
+        )
         rows.hash_ids.append(_hash_ids(rec.get("hash_ids"), where, "hash_ids"))
 
 
 def _parse_generic(rows: _Rows, columns: tuple[str, ...], head: str, records: Records) -> None:
     prompt_col = next((c for c in GENERIC_PROMPT if c in columns), GENERIC_PROMPT[0])
     output_col = next((c for c in GENERIC_OUTPUT if c in columns), GENERIC_OUTPUT[0])
-    _require(columns, (prompt_col, output_col), head,
-             f"generic traces need {GENERIC_ARRIVAL}, {GENERIC_PROMPT[0]}, {GENERIC_OUTPUT[0]}")
+    _require(
+        columns,
+        (prompt_col, output_col),
+        head,
+        f"generic traces need {GENERIC_ARRIVAL}, {GENERIC_PROMPT[0]}, {GENERIC_OUTPUT[0]}",
+    )
     rows.lengths_only = GENERIC_ARRIVAL not in columns
     has_hash, has_group = "hash_ids" in columns, "prefix_group" in columns
     has_plen, has_prio = "prefix_len" in columns, "priority" in columns
@@ -364,10 +413,17 @@ def _parse_generic(rows: _Rows, columns: tuple[str, ...], head: str, records: Re
     rows.tenant = [] if has_tenant else None
     for where, rec in records:
         if not rows.lengths_only:
-            rows.arrival.append(_number(_need(rec, GENERIC_ARRIVAL, where), where, GENERIC_ARRIVAL,
-                                        "a non-negative number of seconds"))
-        _add_lengths(rows, where, _need(rec, prompt_col, where), prompt_col,
-                     _need(rec, output_col, where), output_col)
+            rows.arrival.append(
+                _number(
+                    _need(rec, GENERIC_ARRIVAL, where),
+                    where,
+                    GENERIC_ARRIVAL,
+                    "a non-negative number of seconds",
+                )
+            )
+        _add_lengths(
+            rows, where, _need(rec, prompt_col, where), prompt_col, _need(rec, output_col, where), output_col
+        )
         if has_hash:
             rows.hash_ids.append(_hash_ids(rec.get("hash_ids"), where, "hash_ids"))  # type: ignore[union-attr]
         if has_group:
@@ -426,16 +482,21 @@ def _to_workload(rows: _Rows, hash_block_tokens: int) -> Workload:
         t0 = min(rows.arrival)
         arrival = np.array([t - t0 for t in rows.arrival], dtype=np.int64) / 1e9
     elif rows.bench is not None:
-        arrival = due_times(len(rows.prompt), rows.bench["request_rate"], rows.bench["burstiness"],
-                            np.random.default_rng(0))
+        arrival = due_times(
+            len(rows.prompt), rows.bench["request_rate"], rows.bench["burstiness"], np.random.default_rng(0)
+        )
     else:
         arrival = np.asarray(rows.arrival, dtype=np.float64)
     shift_s = 0.0
     if rows.format in SHIFTED and len(arrival) and float(arrival.min()) != 0.0:
         shift_s = float(arrival.min())  # a later piece of the trace: time from its first arrival
         arrival = arrival - shift_s
-    meta: dict[str, Any] = {"format": rows.format, "num_rows": len(rows.prompt),
-                            "clamped": rows.clamped, "reordered": False}
+    meta: dict[str, Any] = {
+        "format": rows.format,
+        "num_rows": len(rows.prompt),
+        "clamped": rows.clamped,
+        "reordered": False,
+    }
     if shift_s:
         meta["shift_s"] = shift_s
     group = None if rows.group is None else np.asarray(rows.group, dtype=np.int64)
@@ -455,15 +516,19 @@ def _to_workload(rows: _Rows, hash_block_tokens: int) -> Workload:
         priority=None if rows.priority is None else np.asarray(rows.priority, dtype=np.int64),
         tenant=None if rows.tenant is None else np.asarray(rows.tenant, dtype=np.int64),
         clients=None if rows.bench is None else BenchmarkClients(rows.bench["max_concurrency"]),
-        source=rows.name, meta=meta)
+        source=rows.name,
+        meta=meta,
+    )
     if rows.bench is not None:
         meta["vllm_bench"] = rows.bench
     if rows.dropped:
         meta["dropped_failed"] = rows.dropped
     _notices(rows, wl, arrival)
     if shift_s:
-        why = (f"{rows.name}: timestamps start at {shift_s:,.3f} s; shifted so the first request arrives "
-               "at 0 (start_s and end_s count from it)")
+        why = (
+            f"{rows.name}: timestamps start at {shift_s:,.3f} s; shifted so the first request arrives "
+            "at 0 (start_s and end_s count from it)"
+        )
         add_notice(wl.meta, notice("shifted", why, None, rows.name))
     if len(arrival) > 1 and np.any(np.diff(arrival) < 0):
         wl = wl.subset(np.argsort(arrival, kind="stable"))
