@@ -47,9 +47,8 @@ SKIP = {
     r"servesim calibrate prof/ .*": "reads what `servesim profile` writes",
     # Not missing, but slow: tests/test_validate.py computes the same checks (validate_all) and
     # runs the command line on them.
-    r"servesim validate --suite silicon( --cross-group)?( --output \S+)?": "simulates about a thousand measured "
-    "runs (minutes); tests/test_silicon.py "
-    "runs five rows end to end",
+    r"servesim validate --suite silicon( --cross-group)?( --output \S+)?": "simulates about a thousand "
+    "measured runs (minutes); tests/test_silicon.py runs five rows end to end",
     r"servesim validate --suite vllm-cpu --cross-fit": "fits every CPU recording in turn (about a minute); "
     "tests/test_validate.py runs a cheap cross-fit",
     r"servesim reproduce (sarathi-serve|llumnix) --quick": "a capacity search or rate sweep of 30-40 s; "
@@ -123,7 +122,7 @@ def doc_commands(path: Path) -> list[DocCommand]:
             tokens = []
             for tok in lex:
                 for k, v in env.items():
-                    tok = tok.replace("${%s}" % k, v).replace("$" + k, v)
+                    tok = tok.replace("${" + k + "}", v).replace("$" + k, v)
                 tokens.append(tok)
             parts: list[list[str]] = [[]]
             seps: list[str] = []

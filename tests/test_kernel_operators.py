@@ -546,9 +546,9 @@ def test_mla_shared_expert_and_dense_layer_gemms():
     ms, ns, ks, lat = load_database("B200", "0.19.0").gemm("bfloat16")
 
     def table_ms(m_: int, n: int, k: int) -> float:
-        i, j, l = (int(np.searchsorted(a, v)) for a, v in ((ms, m_), (ns, n), (ks, k)))
-        assert (ms[i], ns[j], ks[l]) == (m_, n, k)  # grid points: no interpolation
-        return float(lat[i, j, l])
+        i, j, kk = (int(np.searchsorted(a, v)) for a, v in ((ms, m_), (ns, n), (ks, k)))
+        assert (ms[i], ns[j], ks[kk]) == (m_, n, k)  # grid points: no interpolation
+        return float(lat[i, j, kk])
 
     pm = KernelPerfModel(m, g, tp=8)
     bd = _decode(pm, 16, 1000)

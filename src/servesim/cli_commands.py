@@ -238,7 +238,8 @@ def plan(
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
     report: _REPORT = False,
 ) -> None:
-    """Search deployments (GPU, TP/PP/EP/DP, replicas, disaggregation, engine knobs) for the cheapest meeting the SLOs."""
+    """Search deployments (GPU, TP/PP/EP/DP, replicas, disaggregation, engine knobs) for the cheapest
+    meeting the SLOs."""
     from servesim.planner.output import plan_command
 
     with user_errors():

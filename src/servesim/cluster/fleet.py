@@ -19,8 +19,9 @@ request whose stream broke (TTFT still counts from the original arrival); past
 reason. Requests that arrive while no replica of their stage serves wait in the cluster
 (``park``) and go out when one is ready. Closed-loop clients (benchmark clients, sessions,
 agent tasks) see the same: a retried request keeps its client's slot until its retry
-finishes (the client waits, as for a resent request), and a failed one frees it. Simplification: a retried request gets no
-prefix-cache hits (its block hashes are recomputed for the new replica only).
+finishes (the client waits, as for a resent request), and a failed one frees it.
+Simplification: a retried request gets no prefix-cache hits (its block hashes are recomputed
+for the new replica only).
 """
 
 from __future__ import annotations

@@ -418,7 +418,8 @@ class EngineConfig(_Strict):
         0.0,
         ge=0,
         description=(
-            "memory_aware_admission: predicted output length = true x exp(sigma z), z ~ N(0, 1); this is sigma."
+            "memory_aware_admission: predicted output length = true x exp(sigma z), z ~ N(0, 1); "
+            "this is sigma."
         ),
     )
     admission_order: Literal["fcfs", "shortest_predicted_first"] = Field(

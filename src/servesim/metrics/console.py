@@ -81,7 +81,8 @@ def _workload_source(scenario: Any) -> str:
         )
     if getattr(wl, "type", None) == "mixture":
         names = ", ".join(c.name for c in wl.clients)
-        return f"mixture of {len(wl.clients)} clients ({names}), {sum(c.arrival.rate for c in wl.clients):g} req/s"
+        rate_rps = sum(c.arrival.rate for c in wl.clients)
+        return f"mixture of {len(wl.clients)} clients ({names}), {rate_rps:g} req/s"
     if getattr(wl, "type", None) == "inference-perf":
         return f"inference-perf {wl.config}"
     if getattr(wl, "type", None) == "guidellm":

@@ -129,8 +129,8 @@ def rate_knob(scenario: Scenario) -> RateKnob:
     if why:
         raise ConfigError(
             f"capacity: workload.type {wl.type}: {why}; capacity searches the request rate "
-            "of a trace, synthetic, mixture, benchmark, inference-perf or guidellm workload (run simulate at the "
-            "rates to compare instead)"
+            "of a trace, synthetic, mixture, benchmark, inference-perf or guidellm workload "
+            "(run simulate at the rates to compare instead)"
         )
     arrivals = generated.arrival_s
     span = float(arrivals[-1] - arrivals[0]) if len(arrivals) > 1 else 0.0

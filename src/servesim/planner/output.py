@@ -32,7 +32,7 @@ KV_TRANSFER_CONFIG = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 def pareto(points: list[tuple[float, float, int]]) -> list[int]:
     """Ids of the points no other point beats on both coordinates (both minimised)."""
     front, best_y = [], float("inf")
-    for x, y, cid in sorted(points):
+    for _x, y, cid in sorted(points):
         if y < best_y:
             front.append(cid)
             best_y = y

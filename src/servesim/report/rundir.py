@@ -29,7 +29,8 @@ Columns = dict[str, np.ndarray]
 
 EXPECTED = (
     "summary.json (servesim simulate --output DIR), candidates.parquet/.json and pareto.json "
-    "(servesim plan), capacity.json (servesim capacity), or silicon_runs.csv (servesim validate --suite silicon --output DIR)"
+    "(servesim plan), capacity.json (servesim capacity), or silicon_runs.csv "
+    "(servesim validate --suite silicon --output DIR)"
 )
 
 

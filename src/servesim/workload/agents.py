@@ -69,7 +69,10 @@ def generate_agents(cfg: AgentWorkload, seed: int = 0) -> Workload:
         earliest[n.name] = lb
     arrival = np.stack([earliest[name] for name in llm], axis=1).ravel()
     task = np.repeat(np.arange(t), len(llm))
-    cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)
+
+    def cat(xs: list[np.ndarray], dt: type) -> np.ndarray:
+        return np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)
+
     after = Dependencies.from_edges(
         t * len(llm), cat(src, np.int64), cat(dst, np.int64), cat(delay, np.float64), task, start
     )
