@@ -30,6 +30,7 @@ uniform instant within it (seeded: the run stays a pure function of its seed).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -72,6 +73,19 @@ def check_power_budget(budget_w: float, pools: list[PoolSpec]) -> None:
             f"one replica of any pool (pool {name!r}: {floors[name]:,.0f} W idle); capping "
             f"cannot go below idle, so no replica can run within it"
         )
+
+
+@dataclass(slots=True)
+class _PoolInterval:
+    """One pool's sums over the replicas during one sampling interval."""
+
+    num_arrivals: int = 0  # requests routed to the pool's replicas
+    queue_len: int = 0  # waiting requests at the interval's end
+    num_running: int = 0  # running requests at the interval's end
+    num_steps: int = 0
+    kv_util: float = 0.0  # sum over serving replicas of the blocks in use, averaged in time
+    num_kv: int = 0  # replicas in kv_util
+    num_tokens: int = 0  # batched tokens
 
 
 class Operations:
@@ -224,8 +238,7 @@ class Operations:
             self._carry.append((0.0, 0.0, 0.0))
         energy = {p.name: 0.0 for p in self.pools}
         uncapped = {p.name: 0.0 for p in self.pools}  # the same work at the full clock
-        # arrivals, queue, running, steps, kv, n_kv, tok
-        stats = {p.name: [0, 0, 0, 0, 0.0, 0, 0] for p in self.pools}
+        stats = {p.name: _PoolInterval() for p in self.pools}
         for i, rep in enumerate(c.replicas):
             pool, t = c.pool_of[i], rep.totals
             g, f, b, routed, steps, tokens, kv_s = self._seen[i]
@@ -239,9 +252,9 @@ class Operations:
                 t.kv_block_s,
             )
             s = stats[pool.name]
-            s[0] += t.num_routed - routed
-            s[3] += t.num_steps - steps
-            s[6] += t.num_batched_tokens - tokens
+            s.num_arrivals += t.num_routed - routed
+            s.num_steps += t.num_steps - steps
+            s.num_tokens += t.num_batched_tokens - tokens
             end = fleet.ended_at[i] if fleet.ended_at[i] >= 0 else t1
             held = max(0.0, min(t1, end) - max(t0, fleet.started_at[i]))
             cg, cf, cb = self._carry[i]
@@ -271,12 +284,12 @@ class Operations:
             t.energy_j += e
             energy[pool.name] += e
             if fleet.phase[i] in (ReplicaPhase.SERVING, ReplicaPhase.DRAINING):
-                s[1] += len(rep.scheduler.waiting)
-                s[2] += len(rep.scheduler.running)
+                s.queue_len += len(rep.scheduler.waiting)
+                s.num_running += len(rep.scheduler.running)
                 # Blocks in use, averaged over the interval (a run's block-seconds are
                 # counted when it starts: capped at a full cache).
-                s[4] += min((t.kv_block_s - kv_s) / (dt * t.num_gpu_blocks), 1.0) if dt > 0 else 0.0
-                s[5] += 1
+                s.kv_util += min((t.kv_block_s - kv_s) / (dt * t.num_gpu_blocks), 1.0) if dt > 0 else 0.0
+                s.num_kv += 1
         front_pool = c.pool_of[c.front[0]].name if c.front else None
         self.power_w = sum(energy.values()) / dt if dt > 0 else 0.0
         self.pool_power_w = {k: v / dt if dt > 0 else 0.0 for k, v in energy.items()}
@@ -293,11 +306,11 @@ class Operations:
             self.series.add(
                 t0,
                 p.name,
-                s[0],
-                s[1] + parked,
-                s[2],
-                s[6] / s[3] if s[3] else 0.0,
-                s[4] / s[5] if s[5] else math.nan,
+                s.num_arrivals,
+                s.queue_len + parked,
+                s.num_running,
+                s.num_tokens / s.num_steps if s.num_steps else 0.0,
+                s.kv_util / s.num_kv if s.num_kv else math.nan,
                 fleet.provisioned(p.name),
                 energy[p.name] / dt if dt > 0 else 0.0,
                 d[1] / d[0] if d[0] else math.nan,

@@ -86,7 +86,7 @@ class Replica:
         self.itl = itl
         self.totals = totals
         self.check_invariants = check_invariants
-        self.skip_ahead = hasattr(scheduler, "extend_run") and not check_invariants
+        self.skip_ahead = isinstance(scheduler, DecodePool) and not check_invariants  # decode runs
         self.run: Run | None = None  # the run of pure-decode steps in flight, if any
         self.run_rows: RunRows | None = None  # its step-series rows (steps recorded)
         # A finish inside a run is only seen at the run's end (on_finish is called then):
@@ -205,20 +205,25 @@ class Replica:
         self.run = None
         self.run_rows = None
         end = now + dt
-        if self.skip_ahead and (out.num_pool or out.reqs):
+        if (
+            self.skip_ahead  # set for a DecodePool only, whose schedule() returns LazyOutput
+            and isinstance(sched, DecodePool)
+            and isinstance(out, LazyOutput)
+            and (out.num_pool or out.reqs)
+        ):
             next_event_s = now if self._staged else self.loop.next_loud_time()  # staged: no run
             run = sched.extend_run(
                 out,
                 now,
                 dt,
-                next_event_s,  # type: ignore[attr-defined]
+                next_event_s,
                 self.perf,
                 self.cpu_overhead_s,
                 self.finishes_in_runs,
                 self.steps is not None,
                 self.async_scheduling,
             )
-            if isinstance(out, LazyOutput) and out.first_tokens_done:
+            if out.first_tokens_done:
                 for req in out.reqs:  # the run produced their first tokens, at this step's end
                     req.first_token_s = end
             if run is not None:

@@ -163,7 +163,9 @@ def _latency_table(s: dict[str, Any]) -> Table:
         table.add_row(label, *cells)
     method = s["latency"].get("method", "exact")
     if method != "exact":  # a long run: percentiles from a quantile sketch (docs/metrics.md)
-        by_metric = dict(x.split(": ", 1) for x in method.split("; ")) if ": " in method else {}
+        by_metric: dict[str, str] = (
+            dict(x.split(": ", 1) for x in method.split("; ")) if ": " in method else {}
+        )
         labels = {key: label for label, key in _LATENCY_ROWS}
         names = [labels.get(k, k) for k, v in by_metric.items() if v != "exact"]
         sketch = next((v for v in by_metric.values() if v != "exact"), method)

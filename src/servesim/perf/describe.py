@@ -46,6 +46,7 @@ def describe_perf_model(perf: Any, gpu_name: str, profile: Any = None) -> dict[s
     """The step-time model of a run (see the module docstring)."""
     core, notes = _unwrap(perf)
     name = type(core).__name__
+    d: dict[str, Any]
     if name == "KernelPerfModel":
         fallbacks = list(core.fallbacks) if isinstance(core, RooflineFallbacks) else []
         version = core.version or "none"

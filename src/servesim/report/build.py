@@ -104,7 +104,7 @@ def _capacity_blocks(run: RunDir, plots: list[Plot]) -> list[Block]:
     ]
     probes = run.tables.get("probes")
     if probes:
-        names = [
+        names: list[str] = [
             c
             for c in (
                 "rate_rps",

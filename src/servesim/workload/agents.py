@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from servesim.config import AgentWorkload
+from servesim.config import AgentNode, AgentWorkload
 from servesim.errors import WorkloadError
 from servesim.workload.base import Dependencies, Workload
 from servesim.workload.notices import notice
@@ -108,9 +108,9 @@ def generate_agents(cfg: AgentWorkload, seed: int = 0) -> Workload:
     )
 
 
-def _topological(cfg: AgentWorkload) -> list:
+def _topological(cfg: AgentWorkload) -> list[AgentNode]:
     done: set[str] = set()
-    out = []
+    out: list[AgentNode] = []
     while len(out) < len(cfg.nodes):
         for n in cfg.nodes:
             if n.name not in done and set(n.after) <= done:
