@@ -359,10 +359,10 @@ def calibrate(
                     "are extrapolations",
                     soft_wrap=True,
                 )
-            for case, meas, pred, err in r.worst(5):
+            for case, meas, pred, rel_err in r.worst(5):
                 console.print(
                     f"  worst: {case}: measured {meas * 1e3:.4g} ms, predicted {pred * 1e3:.4g} ms "
-                    f"({err * 100:+.1f}%)",
+                    f"({rel_err * 100:+.1f}%)",
                     soft_wrap=True,
                 )
         console.print(f"wrote {output}", soft_wrap=True)
@@ -630,8 +630,9 @@ def profile(
         typer.echo("wrote " + ", ".join(str(p) for p in paths))
 
 
-for _command in (plan, serve, reproduce):
-    app.command()(_command)
+app.command()(plan)
+app.command()(serve)
+app.command()(reproduce)
 
 
 @app.command()

@@ -428,7 +428,7 @@ class Operations:
         low = set(pw.low_priority_pools)
         for p in self.pools:
             capped = level == 2 or (level == 1 and p.name in low)
-            p.perf.clock = clock if capped else 1.0  # type: ignore[attr-defined]  # ClockedPerf
+            p.perf.clock = clock if capped else 1.0  # ClockedPerf
             if capped:
                 self.capped_s[p.name] += self.cfg.interval_s
 

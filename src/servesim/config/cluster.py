@@ -13,6 +13,8 @@ from servesim.config.parts import GpuConfig, LinksConfig, ParallelConfig
 
 # --------------------------------------------------------------------------- cluster
 
+#: What a pool serves, the values of ``PoolConfig.role``.
+PoolRole = Literal["colocated", "prefill", "decode"]
 RouterName = Literal[
     "round_robin",
     "random",
@@ -30,7 +32,7 @@ class PoolConfig(_Strict):
     """Identical replicas (data parallelism): GPU type, parallelism and engine of each."""
 
     name: str = Field(description="Unique name of the pool (in reports and records).")
-    role: Literal["colocated", "prefill", "decode"] = Field(
+    role: PoolRole = Field(
         "colocated", description="colocated serves whole requests; prefill/decode split them."
     )
     num_replicas: int = Field(

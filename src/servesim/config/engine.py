@@ -170,6 +170,12 @@ class FrontendConfig(_Strict):
     )
 
 
+#: Scheduler families (docs/policies.md), the values of ``EngineConfig.policy``.
+Policy = Literal["vllm_v1", "vllm_v0", "sarathi", "orca", "static"]
+#: What orca reserves at admission, the values of ``EngineConfig.orca_reservation``.
+OrcaReservation = Literal["max", "pow2", "oracle"]
+
+
 class EngineConfig(_Strict):
     """Knobs of the serving engine, named as vLLM names them.
 
@@ -183,7 +189,7 @@ class EngineConfig(_Strict):
     (``enforce_eager``; capture sizes and modes of ``perf.cuda_graphs``).
     """
 
-    policy: Literal["vllm_v1", "vllm_v0", "sarathi", "orca", "static"] = Field(
+    policy: Policy = Field(
         "vllm_v1",
         description=(
             "Scheduler family (docs/policies.md): vllm_v1 (default), vllm_v0 (prefill-priority steps), "
@@ -400,7 +406,7 @@ class EngineConfig(_Strict):
             "and sarathi as in vLLM V0's BlockSpaceManager, else 0)."
         ),
     )
-    orca_reservation: Literal["max", "pow2", "oracle"] = Field(
+    orca_reservation: OrcaReservation = Field(
         "max",
         description=(
             "orca: KV reserved at admission: max_model_len (max), prompt + next power of 2 of the output "

@@ -86,5 +86,5 @@ def build_step_model(
         fp32_matmul=(engine.float32_matmul_precision if engine is not None else "highest"),
     )
     if parallel.pipeline_parallel_size > 1 and parallel.num_microbatches > 1:
-        return PipelinedPerfModel(perf, parallel.num_microbatches)  # type: ignore[arg-type]
+        return PipelinedPerfModel(perf, parallel.num_microbatches)
     return perf

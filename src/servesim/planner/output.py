@@ -376,6 +376,7 @@ def plan_command(
     exit code: 0 when a candidate meets the SLOs, 1 when none does."""
     from rich.console import Console
 
+    from servesim.planner.backends import backend_named
     from servesim.planner.search import run_plan
     from servesim.planner.space import load_plan, plan_config, plan_from_options
 
@@ -398,9 +399,9 @@ def plan_command(
         result = run_plan(
             base,
             plan,
-            backend=backend,
+            backend=backend_named(backend),
             workers=workers,
-            address=address,  # type: ignore[arg-type]
+            address=address,
             cache_dir=cache or output,
             progress=start,
         )

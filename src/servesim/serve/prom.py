@@ -277,7 +277,7 @@ class _EngineCounters:
     def __init__(self, sim: LiveSim, model_name: str) -> None:
         self.sim, self.model = sim, model_name
 
-    def collect(self):  # type: ignore[no-untyped-def]
+    def collect(self):
         for name, doc, read in self.SPECS:
             family = CounterMetricFamily(name, doc, labels=["model_name", "engine"])
             for rep in self.sim.cluster.replicas:
