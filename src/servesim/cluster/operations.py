@@ -35,18 +35,15 @@ from typing import Any
 
 import numpy as np
 
-from servesim.cluster.fleet import Fleet, ReplicaPhase
+from servesim.cluster.fleet import ClusterHost, Fleet, ReplicaPhase
+from servesim.cluster.spec import PoolSpec
+from servesim.config import SloConfig
 from servesim.config.operations import OperationsConfig, PoolScaling
 from servesim.engine.request import Request
 from servesim.errors import ConfigError
 from servesim.metrics.timeseries import TimeSeries
 from servesim.perf.capabilities import Clocked
 from servesim.perf.power import ClockedPerf, bundled_coefficients, busy_energy_j
-
-# The cluster (servesim.cluster.cluster.Cluster) and its pools (PoolSpec) are typed Any here:
-# the cluster module imports this one to run its operations.
-Cluster = Any
-PoolSpec = Any
 
 
 def clocked_pools(pools: list[PoolSpec], cfg: OperationsConfig) -> list[PoolSpec]:
@@ -93,10 +90,10 @@ class Operations:
 
     def __init__(
         self,
-        cluster: Cluster,
+        cluster: ClusterHost,
         pools: list[PoolSpec],
         cfg: OperationsConfig,
-        slo: Any,
+        slo: SloConfig | None,
         num_requests: int,
         seed: int = 0,
     ) -> None:
@@ -136,7 +133,9 @@ class Operations:
         self.pool_power_w: dict[str, float] = {}  # per pool, the last interval's
         self.uncapped_w: dict[str, float] = {}  # per pool, its last interval's work at the full clock
         self._carry = [(0.0, 0.0, 0.0)]  # per replica: (gpu_s, flops, bytes) not yet priced
-        self._seen: list[tuple[float, ...]] = []  # per replica: the totals read at the last tick
+        # per replica: the totals read at the last tick (gpu_s, flops, bytes, num_routed,
+        # num_steps, num_batched_tokens, kv_block_s)
+        self._seen: list[tuple[float, float, float, int, int, int, float]] = []
         self._done: dict[str, list[int]] = {p.name: [0, 0, 0] for p in pools}  # finished, met SLO, tokens
         self._interval_done = self._done
         for rep in cluster.replicas:
@@ -270,7 +269,7 @@ class Operations:
                     busy_energy_j(pool.gpu, busy, cf * share, cb * share, coef, clock=clock)
                     + pool.gpu.idle_power_w * (held - busy)
                 )
-                if clock < 1.0:
+                if clock < 1.0 and isinstance(pool.perf, ClockedPerf):
                     # At the full clock the compute-bound part of each step takes clock x its
                     # time (ClockedPerf): flops / peak x (1 / clock - 1) seconds less in all.
                     busy1 = busy - cf * share / pool.perf.peak_flops * (1 / clock - 1)
@@ -428,7 +427,8 @@ class Operations:
         low = set(pw.low_priority_pools)
         for p in self.pools:
             capped = level == 2 or (level == 1 and p.name in low)
-            p.perf.clock = clock if capped else 1.0  # ClockedPerf
+            assert isinstance(p.perf, Clocked)  # clocked_pools wrapped every pool's model
+            p.perf.clock = clock if capped else 1.0
             if capped:
                 self.capped_s[p.name] += self.cfg.interval_s
 
