@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 
 from servesim.cluster.router import ReplicaLoad
-from servesim.engine.replica import Replica, step_wall_s
+from servesim.engine.replica import Replica
 from servesim.engine.request import Request
 from servesim.engine.scheduler import Scheduler
-from servesim.perf.base import BatchStats
+from servesim.perf.base import BatchStats, step_wall_s
 
 
 def replica_load(

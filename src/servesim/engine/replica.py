@@ -11,7 +11,7 @@ where ``cpu_s`` is the engine's host time of the step: ``cpu_overhead_s`` plus
 
 With async scheduling (vLLM's ``--async-scheduling``, ``engine.async_scheduling``) the CPU's
 scheduling and input preparation of the next step run while the GPU runs this one, so a
-step lasts the larger of the two, not their sum (``step_wall_s``).
+step lasts the larger of the two, not their sum (``perf.base.step_wall_s``).
 
 The replica is busy from the start of a step to its end; arrivals during a step wait
 for the next schedule, as in vLLM's engine-core loop (inputs are drained between steps).
@@ -37,19 +37,12 @@ from servesim.engine.run_rows import RunRows
 from servesim.engine.run_stream import RunStream
 from servesim.engine.scheduler import Scheduler, SchedulerOutput
 from servesim.metrics.records import ItlSamples, ReplicaTotals, StepSeries
-from servesim.perf.base import BatchStats, PerfModel
+from servesim.perf.base import BatchStats, PerfModel, step_wall_s
 from servesim.perf.capabilities import BatchWork, CountsWork, PipelineStages
 from servesim.perf.work_step import WorkCounter
 
 if TYPE_CHECKING:
     from servesim.engine.lockstep import LockstepGroup
-
-
-def step_wall_s(gpu_s: float, cpu_s: float, overlap: bool) -> float:
-    """Wall time of a step: GPU and CPU one after the other, or overlapped (async scheduling)."""
-    if overlap:
-        return gpu_s if gpu_s > cpu_s else cpu_s
-    return gpu_s + cpu_s
 
 
 class Replica:
