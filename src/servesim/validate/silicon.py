@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from servesim.perf.capabilities import RooflineFallbacks
 from servesim.validate.bench_harness import (
     aiconfigurator_settings,
     bench_workload,
@@ -388,7 +389,7 @@ def simulate_case(
         perf = build_step_model(
             load_model(sc.model.name), get_gpu(sc.hardware.gpu), sc.parallel, sc.hardware, sc.model
         )
-        cache[key] = tuple(getattr(perf, "fallbacks", ()))
+        cache[key] = perf.fallbacks if isinstance(perf, RooflineFallbacks) else ()
     case.fallbacks = cache[key]
     return case
 
