@@ -21,8 +21,16 @@ from servesim.config._base import _Strict
 VLLM_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 #: The Hugging Face names of the linear layers vLLM wraps with LoRA in a dense decoder
 #: (``packed_modules_mapping``: q/k/v_proj -> qkv_proj, gate/up_proj -> gate_up_proj).
-LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 LoraModule = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+LORA_MODULES: tuple[LoraModule, ...] = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+)
 
 
 class LoraAdapterConfig(_Strict):

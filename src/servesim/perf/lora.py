@@ -35,6 +35,7 @@ change nothing; dense models only (vLLM's fused-MoE LoRA and MLA layers are not 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from servesim.catalog.gpus import GpuSpec
@@ -81,7 +82,7 @@ def module_dims(model: ModelSpec, tp: int = 1) -> dict[str, tuple[int, int]]:
     }
 
 
-def _sum_dims(dims: dict[str, tuple[int, int]], modules: tuple[str, ...] | list[str]) -> int:
+def _sum_dims(dims: dict[str, tuple[int, int]], modules: Sequence[str]) -> int:
     return sum(dims[m][0] + dims[m][1] for m in modules)
 
 
