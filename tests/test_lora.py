@@ -298,3 +298,37 @@ def test_lora_needs_the_v1_policy_and_a_dense_model():
         EngineConfig(policy="sarathi", lora=lora(num_adapters=2))
     with pytest.raises(ConfigError, match="dense"):
         module_dims(load_model("mistralai/Mixtral-8x7B-v0.1"))
+
+
+# --------------------------------------------------------------------------- a whole run
+
+
+def test_whole_run_reports_its_adapters_and_lora_off_reports_none():
+    import servesim
+    from servesim.config import scenario_from_dict
+
+    base = {
+        "model": {"name": "meta-llama/Llama-3.1-8B"},
+        "hardware": {"gpu": "H100-SXM"},
+        "engine": {"max_model_len": 4096},
+        "workload": {
+            "type": "synthetic",
+            "arrival": {"process": "poisson", "rate": 20.0},
+            "prompt_len": {"kind": "constant", "value": 256},
+            "output_len": {"kind": "constant", "value": 16},
+            "num_requests": 120,
+            "seed": 2,
+        },
+    }
+    lora_on = {"enabled": True, "max_loras": 2, "max_cpu_loras": 3, "num_adapters": 6}
+    s = servesim.simulate(
+        scenario_from_dict({**base, "engine": {"max_model_len": 4096, "lora": lora_on}})
+    ).summary
+    lo = s["lora"]
+    assert s["counts"]["num_finished"] == 120
+    assert lo["max_loras_in_step"] == 2  # six adapters in flight, two slots
+    assert lo["num_delayed"] > 0 and lo["num_gpu_loads"] >= 6 and lo["num_disk_loads"] >= 6
+    assert lo["buffer_bytes"] == 2 * 16 * PER_RANK * 2 == s["memory"][0]["lora_bytes"]
+    assert lo["num_lora_tokens"] == 120 * (256 + 15)  # every prompt token and every decode
+    off = servesim.simulate(scenario_from_dict(base)).summary
+    assert "lora" not in off and off["memory"][0]["lora_bytes"] == 0.0
