@@ -155,7 +155,8 @@ class LoraConfig(_Strict):
             )
         if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
             raise ValueError(
-                f"max_cpu_loras ({self.max_cpu_loras}) must be >= max_loras ({self.max_loras}), as vLLM requires"
+                f"max_cpu_loras ({self.max_cpu_loras}) must be >= max_loras ({self.max_loras}), "
+                "as vLLM requires"
             )
         if self.adapters and self.num_adapters:
             raise ValueError("give adapters or num_adapters, not both")

@@ -25,6 +25,7 @@ draw from ``engine.lora.popularity``.
 
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -110,8 +111,8 @@ def assign_adapters(lora: LoraConfig, wl: Workload) -> np.ndarray:
         unknown = [x for x in names if x not in ids]
         if unknown:
             raise ConfigError(
-                f"{wl.source or 'workload'}: adapter column names {', '.join(map(repr, unknown[:5]))}, not among "
-                f"engine.lora's adapters ({', '.join(ids) or 'none'})"
+                f"{wl.source or 'workload'}: adapter column names {', '.join(map(repr, unknown[:5]))}, "
+                f"not among engine.lora's adapters ({', '.join(ids) or 'none'})"
             )
         table = np.array([0] + [ids[x] for x in names], np.int64)
         return table[np.asarray(wl.adapter, np.int64) + 1]  # column -1 (base model) -> 0
@@ -139,7 +140,8 @@ class LoraScheduler(PolicyScheduler):
         super().__init__(cfg, kv, opts)
         self.max_loras = lora.max_loras
         self.costs = costs
-        self.adapter_of: list[int] = adapter_of.tolist()
+        # 8 bytes a request (a list of Python ints would take ~36), read as plain ints
+        self.adapter_of = array("q", np.asarray(adapter_of, np.int64).tobytes())
         self.slots = AdapterSlots(lora.max_loras, lora.cpu_slots)
         self.totals = LoraTotals(buffer_bytes=costs.buffer_bytes)
         self._step_loras: set[int] = set()  # vLLM's scheduled_loras

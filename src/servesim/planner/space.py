@@ -301,7 +301,9 @@ def enumerate_candidates(base: Scenario, plan: PlanConfig) -> list[Candidate]:
     }
     if plan.max_loras:
         if not eng.lora.enabled:
-            raise ConfigError("plan.max_loras: the scenario serves no LoRA adapters (set engine.lora.enabled)")
+            raise ConfigError(
+                "plan.max_loras: the scenario serves no LoRA adapters (set engine.lora.enabled)"
+            )
         axes["max_loras"] = plan.max_loras
     routers = plan.routers or [base.cluster.router if base.cluster else "round_robin"]
     shown = tuple(k for k, v in axes.items() if len(v) > 1) + (("router",) if len(routers) > 1 else ())
