@@ -121,6 +121,8 @@ class _Rows:
     priority: list[int] | None = None
     tenant: list[int] | None = None
     tenant_ids: dict[str, int] = field(default_factory=dict)
+    adapter: list[int] | None = None  # LoRA adapter names' ids (-1: the base model)
+    adapter_ids: dict[str, int] = field(default_factory=dict)
     clamped: int = 0
     lengths_only: bool = False
     columns: tuple[str, ...] = ()
