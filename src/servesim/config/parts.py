@@ -375,11 +375,13 @@ class BenchmarkWorkload(_Strict):
     request_rate: float = Field(
         float("inf"),
         gt=0,
+        allow_inf_nan=True,
         description=("--request-rate: requests/s at which requests become due (inf: all at the start)."),
     )
     burstiness: float = Field(
         1.0,
         gt=0,
+        allow_inf_nan=True,
         description=("--burstiness: gamma shape of the gaps (1 = Poisson, inf = constant spacing)."),
     )
     num_warmups: int = Field(

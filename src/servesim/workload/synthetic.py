@@ -26,7 +26,9 @@ def generate_synthetic(cfg: SyntheticWorkload, seed: int = 0) -> Workload:
     """Requests of ``cfg``; ``seed`` is added to ``cfg.seed``. Deterministic given the seed."""
     total_seed = cfg.seed + seed
     if total_seed < 0:
-        raise WorkloadError(f"workload.seed: expected seed + run seed >= 0, found {total_seed}")
+        raise WorkloadError(
+            f"workload.seed ({cfg.seed}) + run.seed ({seed}) = {total_seed}: expected a seed >= 0"
+        )
     # Five child streams (the first four as before tenants existed: the same draws).
     arrival_rng, prompt_rng, output_rng, group_rng, tenant_rng = (
         np.random.default_rng(s) for s in np.random.SeedSequence(total_seed).spawn(5)
