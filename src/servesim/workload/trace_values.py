@@ -146,9 +146,9 @@ def _need(rec: dict[str, Any], key: str, where: str) -> Any:
         raise WorkloadError(f"{where}: missing key '{key}'") from None
 
 
-#: The longest prompt or output a trace may give, in tokens: far beyond any context window
-#: (such a request is rejected at max_model_len), and far within int64 and a float's exact range.
-MAX_TRACE_TOKENS = 10**15
+#: The longest prompt or output a trace may give, in tokens: what int64 holds (such a request
+#: is rejected at max_model_len).
+MAX_TRACE_TOKENS = 2**63 - 1
 
 
 def _add_lengths(rows: _Rows, where: str, p_raw: Any, p_col: str, o_raw: Any, o_col: str) -> None:
@@ -159,7 +159,7 @@ def _add_lengths(rows: _Rows, where: str, p_raw: Any, p_col: str, o_raw: Any, o_
         raise _bad(where, o_col, "a positive integer", o_raw)
     for value, raw, col in ((p, p_raw, p_col), (o, o_raw, o_col)):
         if value > MAX_TRACE_TOKENS:
-            raise _bad(where, col, f"a token count of at most {MAX_TRACE_TOKENS:.0e}", raw)
+            raise _bad(where, col, "a token count that fits in 64 bits (at most 2**63 - 1)", raw)
     if p == 0 or o == 0:
         rows.clamped += 1
         p, o = max(p, 1), max(o, 1)
