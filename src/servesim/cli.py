@@ -495,6 +495,10 @@ def validate(
             )
         from servesim import validate as v
 
+        for flag, folder in (("--data-dir", data_dir), ("--recordings", recordings)):
+            if folder is not None and not folder.is_dir():
+                why = "is a file, expected a folder" if folder.exists() else "no such folder"
+                raise ServesimError(f"{flag} {folder}: {why}")
         suites = tuple(suite) if suite else ("operators", "splitwise", "distserve", "vllm-cpu")
         checks, skipped = v.validate_all(
             data_dir, recordings, suites, cross_fit=cross_fit, output=output, cross_group=cross_group
@@ -508,12 +512,10 @@ def validate(
         if output is not None and "silicon" in suites:
             typer.echo(f"wrote {output}/silicon_runs.csv, silicon_groups.json, silicon_groups.md")
         if not checks:
-            typer.echo(
+            raise ServesimError(
                 "nothing validated: no measurement data or recordings found (check --data-dir "
-                "and --recordings)",
-                err=True,
+                "and --recordings)"
             )
-            raise typer.Exit(2)
         failed = [c for c in checks if not c.passed(threshold)]
         if failed:
             typer.echo(f"{len(failed)} of {len(checks)} checks over their limit")
