@@ -422,7 +422,7 @@ def find_capacity(
         raise ConfigError(f"--precision: expected a relative width in (0, 1), found {precision:g}")
     for name, rate in (("--max-rate", max_rate), ("--min-rate", min_rate)):
         if rate is not None and not (rate > 0 and math.isfinite(rate)):
-            raise ConfigError(f"{name}: expected a rate in requests/s > 0, found {rate:g}")
+            raise ConfigError(f"{name}: expected a finite rate > 0, found {rate:g}")
     if max_rate is not None and min_rate is not None and min_rate > max_rate:
         raise ConfigError(f"--min-rate ({min_rate:g}) is above --max-rate ({max_rate:g})")
     knob = rate_knob(scenario)
