@@ -289,6 +289,10 @@ NOTHING_SIMULATED = {
         ["--model", "Llama-3.1-8B", "--total-gpus", "3", "--set", "plan.tensor_parallel_sizes=[3]"],
         "parallel (1): parallel.tensor_parallel_size: 3 does not divide the 32",
     ),
+    "prompt_beyond_max_model_len": (  # was blamed on throughput ("pool busy at least 23 s per second")
+        ["--model", "Llama-3.1-8B", "--isl", "200000", "--total-gpus", "1"],
+        "memory (1): every prompt has at least 200,000 tokens, not below max_model_len (131,072)",
+    ),
     "unreachable_rate": (
         ["--model", "Llama-3.1-8B", "--total-gpus", "2", "--rate", "100000"],
         "throughput (4): colocated pool busy at least",

@@ -170,8 +170,8 @@ def plan_from_options(
             "type": "synthetic",
             "num_requests": num_requests,
             "arrival": {"rate": rate},
-            "prompt_len": {"kind": "constant", "value": isl},
-            "output_len": {"kind": "constant", "value": osl},
+            "prompt_len": {"kind": "constant", "value": isl, "max": max(isl, 1_000_000)},  # unclipped
+            "output_len": {"kind": "constant", "value": osl, "max": max(osl, 1_000_000)},
         }
     data = {
         "name": f"plan-{Path(model).stem}",
