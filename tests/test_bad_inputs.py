@@ -379,3 +379,19 @@ def test_first_prompts_shorter_than_the_system_prompt_are_raised_with_a_notice()
         in (raised[0]["message"])
     )
     assert int(wl.num_prompt_tokens.min()) >= 513
+
+
+@pytest.mark.parametrize("flag", [["--output", ""], ["-o", ""], ["--output="]])
+def test_an_empty_output_path_is_refused_not_read_as_the_current_folder(
+    flag: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--output "$UNSET"`` reached the commands as "." and wrote into the current folder."""
+    from servesim.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["servesim", "simulate", *flag, "--quiet", "--no-progress"])
+    with pytest.raises(SystemExit) as stop:
+        main()
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.startswith("error: --output: an empty path")
+    assert list(tmp_path.iterdir()) == []

@@ -644,8 +644,23 @@ def version() -> None:
     typer.echo(f"servesim {__version__} ({'compiled' if compiled() else 'pure-Python'} engine)")
 
 
+def _empty_output(argv: list[str]) -> bool:
+    """Whether ``--output``/``-o`` is given an empty path (the command line parser reads it as
+    ".", so ``--output "$UNSET"`` would write into the current folder)."""
+    return any(
+        a == "--output=" or (a in ("--output", "-o") and i + 1 < len(argv) and argv[i + 1] == "")
+        for i, a in enumerate(argv)
+    )
+
+
 def main() -> None:
     """Console-script entry point (``servesim``) and ``python -m servesim``."""
+    if _empty_output(sys.argv[1:]):
+        print(
+            "error: --output: an empty path (an unset variable?); give a folder, or . for this one",
+            file=sys.stderr,
+        )
+        sys.exit(EXIT_USER_ERROR)
     try:
         app()
     except KeyboardInterrupt:  # Ctrl-C while parsing or importing
