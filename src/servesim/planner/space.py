@@ -166,6 +166,7 @@ def plan_from_options(
             "rate_scale": rate / native_rate(trace, num_requests),
         }
     else:
+        assert isl is not None and osl is not None  # checked above: --isl and --osl, or --trace
         workload = {
             "type": "synthetic",
             "num_requests": num_requests,
