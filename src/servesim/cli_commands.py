@@ -141,10 +141,15 @@ def capacity(
     precision: Annotated[
         float, typer.Option(help="Stop when the bracket's width is at most this share of its low end.")
     ] = 0.05,
-    max_rate: Annotated[float | None, typer.Option(help="Highest rate to try, requests/s.")] = None,
+    max_rate: Annotated[
+        float | None,
+        typer.Option(
+            help="Highest rate to try, requests/s (sessions, tasks or questions/s for those workloads)."
+        ),
+    ] = None,
     min_rate: Annotated[
         float | None,
-        typer.Option(help="Lowest rate to try, requests/s (default: the scenario's rate / 1024)."),
+        typer.Option(help="Lowest rate to try, in --max-rate's unit (default: the scenario's rate / 1024)."),
     ] = None,
     no_early_stop: Annotated[
         bool, typer.Option("--no-early-stop", help="Run every probe whole (no cut on a prefix's clear miss).")

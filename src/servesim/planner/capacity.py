@@ -80,9 +80,10 @@ MAX_PROBES = 60
 class CapacityNotFound(ServesimError):
     """Even the lowest rate tried misses the SLO targets (the message names the closest probe)."""
 
-    def __init__(self, message: str, probes: list[Probe]) -> None:
+    def __init__(self, message: str, probes: list[Probe], unit: str = "req/s") -> None:
         super().__init__(message)
         self.probes = probes
+        self.unit = unit  # the search's rate unit (sessions/s, ... for workloads that start them)
 
 
 @dataclass(frozen=True, slots=True)
@@ -466,6 +467,7 @@ def find_capacity(
                 f"{best.rate_rps:.4g} {knob.unit}, "
                 f"{best.verdict.describe()}",
                 probes,
+                knob.unit,
             )
         p = probe(hi.rate_rps / step)
         lo, hi = (p, hi) if p.meets else (None, p)

@@ -300,7 +300,7 @@ def run_capacity(
         raise ConfigError(f"{where}: {err}") from None
     except CapacityNotFound as err:
         if not (quiet or json_out):
-            console.print(probes_table(err.probes, "the workload's rate"))
+            console.print(probes_table(err.probes, "the workload's rate", err.unit))
         raise
     paths: list[Path] = []
     if output is not None:  # files first: a closed stdout (| head) must not lose them
