@@ -395,3 +395,21 @@ def test_an_empty_output_path_is_refused_not_read_as_the_current_folder(
     assert stop.value.code == 2
     assert capsys.readouterr().err.startswith("error: --output: an empty path")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_shared_prefix_longer_than_the_prompts_or_without_groups_gets_a_notice() -> None:
+    """Both ran without a word: a prefix beyond the prompt is cut to it, and a prefix_len
+    without prefix_groups (or the reverse) shares nothing."""
+    from servesim.config import SyntheticWorkload
+    from servesim.workload.synthetic import generate_synthetic
+
+    lengths = {"prompt_len": {"kind": "uniform", "low": 50, "high": 150}, "output_len": {"value": 8}}
+    wl = generate_synthetic(SyntheticWorkload(num_requests=200, prefix_groups=2, prefix_len=100, **lengths))
+    short = int((wl.num_prompt_tokens < 100).sum())
+    (beyond,) = [x for x in wl.meta["notices"] if x["code"] == "prefix_beyond_prompt"]
+    assert 0 < short < 200 and beyond["count"] == short
+    assert beyond["message"].startswith(f"workload.prefix_len: {short:,} of 200 prompts are shorter")
+    unused = generate_synthetic(SyntheticWorkload(num_requests=4, prefix_len=100, **lengths)).meta["notices"]
+    assert [x["message"] for x in unused if x["code"] == "prefix_unused"] == [
+        "workload.prefix_len (100) has no effect with workload.prefix_groups 0: no prompts share a prefix"
+    ]

@@ -18,7 +18,7 @@ from servesim.config import ArrivalConfig, DelayDist, LengthDist, SyntheticWorkl
 from servesim.errors import WorkloadError
 from servesim.workload.base import Workload
 from servesim.workload.limits import check_memory
-from servesim.workload.notices import clipped
+from servesim.workload.notices import clipped, notice
 from servesim.workload.rate_profile import RateProfile
 
 
@@ -49,6 +49,27 @@ def generate_synthetic(cfg: SyntheticWorkload, seed: int = 0) -> Workload:
         # length is the sampled total (the convention of the vLLM CPU recorder).
         group = group_rng.integers(0, cfg.prefix_groups, size=n, dtype=np.int64)
         prefix_len = cfg.prefix_len
+        short = int((prompt < prefix_len).sum())
+        if short:
+            found.append(
+                notice(
+                    "prefix_beyond_prompt",
+                    f"workload.prefix_len: {short:,} of {n:,} prompts are shorter than the shared "
+                    f"prefix ({prefix_len:,} tokens); their whole prompt is the shared part",
+                    short,
+                )
+            )
+    elif (cfg.prefix_groups > 0) != (cfg.prefix_len > 0):
+        given, missing = (
+            ("prefix_groups", "prefix_len") if cfg.prefix_groups else ("prefix_len", "prefix_groups")
+        )
+        found.append(
+            notice(
+                "prefix_unused",
+                f"workload.{given} ({getattr(cfg, given)}) has no effect with workload.{missing} 0: "
+                "no prompts share a prefix",
+            )
+        )
     a = cfg.arrival
     tenant, names = None, []
     if cfg.tenant_shares:  # each request's tenant drawn with probability share / total
