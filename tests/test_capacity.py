@@ -328,7 +328,7 @@ def test_sessions_are_searched_on_the_rate_they_start() -> None:
 @pytest.mark.parametrize(
     ("example", "sets"),
     [
-        ("chat_sessions.yaml", ["workload.num_sessions=40"]),
+        ("chat_sessions.yaml", ["workload.num_sessions=20"]),
         ("agent_tasks.yaml", ["workload.num_tasks=40"]),
         ("reasoning_dynasor.yaml", ["workload.num_questions=10"]),
     ],
@@ -340,7 +340,7 @@ def test_capacity_of_the_bundled_session_agent_and_reasoning_examples(example: s
     assert cap.lo.meets and cap.hi is not None and not cap.hi.meets
     assert cap.hi.rate_rps / cap.lo.rate_rps - 1 <= 0.2
     # the probe at the answer ran its share of starts: the window held
-    count = {"chat_sessions.yaml": 40 / 0.5, "agent_tasks.yaml": 40 / 0.5}
+    count = {"chat_sessions.yaml": 20 / 0.5, "agent_tasks.yaml": 40 / 0.5}
     if example in count:
         field = cap_mod._STARTS[sc.workload.type][0]
         assert getattr(cap.knob.at(sc, cap.capacity_rps).workload, field) == round(
