@@ -166,12 +166,13 @@ def plan_from_options(
             "rate_scale": rate / native_rate(trace, num_requests),
         }
     else:
+        assert isl is not None and osl is not None  # checked above: --isl and --osl, or --trace
         workload = {
             "type": "synthetic",
             "num_requests": num_requests,
             "arrival": {"rate": rate},
-            "prompt_len": {"kind": "constant", "value": isl},
-            "output_len": {"kind": "constant", "value": osl},
+            "prompt_len": {"kind": "constant", "value": isl, "max": max(isl, 1_000_000)},  # unclipped
+            "output_len": {"kind": "constant", "value": osl, "max": max(osl, 1_000_000)},
         }
     data = {
         "name": f"plan-{Path(model).stem}",
