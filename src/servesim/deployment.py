@@ -30,6 +30,7 @@ from servesim.config import EngineConfig, LinksConfig, ParallelConfig, PoolConfi
 from servesim.errors import ConfigError
 from servesim.perf.base import PerfModel
 from servesim.perf.describe import describe_perf_model
+from servesim.perf.lora import lora_perf_model
 from servesim.perf.memory import MemoryPlan, plan_memory
 
 
@@ -159,6 +160,7 @@ def resolve_deployment(
         if profile
         else build_step_model(model, gpu, par, sc.hardware, sc.model, links=links, engine=engine)
     )
+    perf = lora_perf_model(engine, model, gpu, par, perf)
     return Deployment(
         name=pool.name if pool is not None else "",
         role=pool.role if pool is not None else "colocated",

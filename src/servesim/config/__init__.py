@@ -32,6 +32,7 @@ from servesim.config.engine import (
     resolve_engine,
     resolve_policy,
 )
+from servesim.config.lora import LoraAdapterConfig, LoraConfig
 from servesim.config.overrides import parse_override
 from servesim.config.parts import (
     ArrivalConfig,
@@ -103,6 +104,8 @@ __all__ = [
     "SloConfig",
     "SpeculativeConfig",
     "SyntheticWorkload",
+    "LoraAdapterConfig",
+    "LoraConfig",
     "TenantConfig",
     "TraceWorkload",
     "WorkloadConfig",

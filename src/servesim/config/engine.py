@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from servesim.config._base import _Strict
+from servesim.config.lora import LoraConfig
 from servesim.errors import ConfigError
 
 # --------------------------------------------------------------------------- engine
@@ -449,6 +450,12 @@ class EngineConfig(_Strict):
             "vLLM's API-server front end: a per-request queue before the scheduler (on by default on GPUs)."
         ),
     )
+    lora: LoraConfig = Field(
+        default_factory=lambda: LoraConfig(),
+        description=(
+            "Multi-LoRA serving: adapter slots, ranks, the adapters and their popularity (off by default)."
+        ),
+    )
     stream_interval: int = Field(
         1,
         ge=1,
@@ -497,6 +504,11 @@ class EngineConfig(_Strict):
             raise ValueError(
                 "scheduling_policy vtc orders admission into a running batch; "
                 "policy static runs one batch to completion: use another policy"
+            )
+        if self.lora.enabled and self.policy != "vllm_v1":
+            raise ValueError(
+                f"lora: multi-LoRA serving is modelled on vLLM V1's scheduler; policy {self.policy} "
+                "takes none (use policy vllm_v1 or lora.enabled false)"
             )
         return self
 

@@ -24,6 +24,7 @@ from servesim.engine.request import Request
 from servesim.engine.scheduler import Scheduler, SchedulerConfig
 from servesim.metrics.records import ItlSamples, ReplicaTotals, StepSeries
 from servesim.perf.base import PerfModel
+from servesim.perf.lora import LoraCostModel, LoraCosts
 from servesim.workload.base import Workload
 
 
@@ -43,6 +44,7 @@ def uses_lazy_engine(engine: EngineConfig, wl: Workload | None, tenant_counters:
         and not engine.memory_aware_admission
         and not engine.watermark
         and not engine.speculative.num_speculative_tokens
+        and not engine.lora.enabled
         and not (tenant_counters and wl.tenant is not None)
         and (wl.num_samples is None or int(wl.num_samples.max(initial=1)) <= 1)
     )
@@ -77,12 +79,14 @@ def make_scheduler(
     reference: bool = False,
     kv_bytes_per_block: float = 0.0,
     tenant_weights: list[float] | None = None,
+    lora_costs: LoraCosts | None = None,
 ) -> Scheduler:
     """The scheduler for ``engine``: lazy V1 where it applies, else the policy's class.
 
     ``tenant_weights``: each tenant's weight (VTC's share), one per name of
     ``wl.meta["tenant_names"]``, given when the run keeps the tenants' counters (None: 1
-    for each, and plain FCFS V1 keeps none)."""
+    for each, and plain FCFS V1 keeps none). ``lora_costs``: the deployment's adapter
+    figures (``perf.lora``), needed with ``engine.lora``."""
     if uses_lazy_engine(engine, wl, tenant_weights is not None):
         return Scheduler(cfg, kv) if reference else LazyScheduler(cfg, kv)
     assert wl is not None  # uses_lazy_engine without a workload
@@ -120,6 +124,10 @@ def make_scheduler(
         vtc_input_weight=engine.vtc_input_weight,
         vtc_output_weight=engine.vtc_output_weight,
     )
+    if engine.lora.enabled:
+        from servesim.engine.lora import lora_scheduler
+
+        return lora_scheduler(cfg, kv, opts, engine.lora, lora_costs, wl)
     return SCHEDULERS[engine.policy](cfg, kv, opts)
 
 
@@ -162,8 +170,20 @@ def build_replica(
     lazy = not reference and uses_lazy_engine(engine, wl, tenant_weights is not None)
     kv = make_kv_cache(engine, num_gpu_blocks, max_model_len, lazy)
     scheduler = make_scheduler(
-        engine, scheduler_config(engine, max_model_len), kv, wl, reference, kv_bytes_per_block, tenant_weights
+        engine,
+        scheduler_config(engine, max_model_len),
+        kv,
+        wl,
+        reference,
+        kv_bytes_per_block,
+        tenant_weights,
+        perf.costs if isinstance(perf, LoraCostModel) else None,
     )
+    if engine.lora.enabled:
+        from servesim.engine.lora import LoraScheduler
+
+        assert isinstance(scheduler, LoraScheduler)
+        totals.lora = scheduler.totals  # its adapters' figures, for the summary
     fe = engine.frontend
     frontend = (
         Frontend(

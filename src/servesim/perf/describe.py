@@ -21,6 +21,7 @@ from typing import Any
 from servesim.perf.base import PerfModel
 from servesim.perf.capabilities import RooflineFallbacks, SelfDescribing
 from servesim.perf.kernel_model import KernelPerfModel
+from servesim.perf.lora import LoraCostModel
 from servesim.perf.pipelined import PipelinedPerfModel
 from servesim.perf.policy_costs import PolicyCostModel
 from servesim.perf.profiled import HardwareProfile, ProfiledPerfModel
@@ -33,6 +34,9 @@ def _unwrap(perf: PerfModel) -> tuple[PerfModel, list[str]]:
     while True:
         if isinstance(perf, PolicyCostModel):
             notes.append("plus swap copies and draft-model steps of the engine policy")
+            perf = perf.base
+        elif isinstance(perf, LoraCostModel):
+            notes.append("plus the LoRA shrink/expand kernels and adapter loads (engine.lora)")
             perf = perf.base
         elif isinstance(perf, PipelinedPerfModel):
             notes.append(f"split into {perf.num_microbatches} pipeline micro-batches")
