@@ -192,8 +192,9 @@ def main() -> None:
         default="inprocess,process1,process,ray",
         help="comma-separated: inprocess (with the breakdown), process1 (a pool of 1), process, ray",
     )
+    ap.add_argument("--no-ray", action="store_true", help="leave Ray out of --backends")
     args = ap.parse_args()
-    todo = args.backends.split(",")
+    todo = [b for b in args.backends.split(",") if not (args.no_ray and b == "ray")]
     import servesim
 
     print(
