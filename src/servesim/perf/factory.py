@@ -50,7 +50,36 @@ def resolve_perf_model(hardware: HardwareConfig, gpu: GpuSpec) -> str:
     return "roofline"
 
 
+# The step models built last in this process, by their inputs' reprs (every field of each):
+# a plan's worker resolves the same model, GPU, parallelism and engine for many candidates,
+# and a measured-kernel model takes milliseconds to build (its tables, its attention grids).
+# A model is not changed once built (a run wraps it, as ``perf.power.ClockedPerf`` does), so
+# candidates share it; the lazily filled tables inside are a pure function of those inputs.
+_BUILT: dict[str, RooflinePerfModel | PipelinedPerfModel | KernelPerfModel] = {}
+_BUILT_MAX = 64
+
+
 def build_step_model(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    parallel: ParallelConfig,
+    hardware: HardwareConfig,
+    model_cfg: ModelConfig | None = None,
+    links: LinkSpec | None = None,
+    engine: EngineConfig | None = None,
+) -> RooflinePerfModel | PipelinedPerfModel | KernelPerfModel:
+    """``_build_step_model``'s model, reused when built before in this process from equal inputs."""
+    key = repr((model, gpu, parallel, hardware, model_cfg, links, engine))
+    perf = _BUILT.get(key)
+    if perf is None:
+        perf = _build_step_model(model, gpu, parallel, hardware, model_cfg, links, engine)
+        while len(_BUILT) >= _BUILT_MAX:
+            _BUILT.pop(next(iter(_BUILT)))
+        _BUILT[key] = perf
+    return perf
+
+
+def _build_step_model(
     model: ModelSpec,
     gpu: GpuSpec,
     parallel: ParallelConfig,
