@@ -56,7 +56,7 @@ def test_names_resolve_and_unknown_ones_are_refused():
     assert get_paper("MC_SF") is PAPERS["mc-sf"]
     res = CliRunner().invoke(app, ["reproduce", "no-such-paper"])
     assert res.exit_code == 2 and "unknown paper" in res.output
-    res = CliRunner().invoke(app, ["reproduce", "block"])
+    res = CliRunner().invoke(app, ["reproduce", "heteroscale"])
     assert res.exit_code == 2 and "published figure and setup only" in res.output
 
 
@@ -95,13 +95,23 @@ def test_apex_energy_optimal_plan_saves_energy_against_the_latency_optimal(tmp_p
 
 
 @pytest.mark.slow
+def test_splitwise_ha_against_baseline_h100_at_the_same_cost_and_power(tmp_path):
+    """Splitwise: 2.35x the throughput at the same cost and power (+-25%): Splitwise-HA against
+    Baseline-H100 in the artifact's iso-power cluster. Splitwise-AA's "1.4x at 20% lower cost"
+    lands above its range (docs/papers.md says why); its figure is reported."""
+    figs = _quick("splitwise", tmp_path)
+    assert 2.35 / 1.25 <= figs["iso_power_throughput"]["servesim"] <= 2.35 * 1.25
+    assert figs["iso_cost_throughput"]["in_range"] is not None
+
+
+@pytest.mark.slow
 def test_sarathi_serve_capacity_gain_on_mistral_7b(tmp_path):
     """Sarathi-Serve, Fig. 10: 2.6x vLLM's capacity for Mistral-7B on one A100 (+-25%)."""
     figs = _quick("sarathi-serve", tmp_path)
     assert 2.6 / 1.25 <= figs["capacity"]["servesim"] <= 2.6 * 1.25
 
 
-@pytest.mark.parametrize("name", ["orca", "mc-sf", "distserve", "microserving"])
+@pytest.mark.parametrize("name", ["orca", "mc-sf", "distserve", "microserving", "block"])
 def test_runs_out_of_range_still_report_their_figure(name, tmp_path):
     """Papers whose quick run servesim does not (yet) bring into the paper's range: the command
     still runs their experiment, prints and writes the figure, and --strict says so by its exit code."""
