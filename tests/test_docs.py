@@ -52,9 +52,8 @@ SKIP = {
     "runs five rows end to end",
     r"servesim validate --suite vllm-cpu --cross-fit": "fits every CPU recording in turn (about a minute); "
     "tests/test_validate.py runs a cheap cross-fit",
-    r"servesim reproduce (sarathi-serve|llumnix|splitwise) --quick": "a capacity search or rate sweep of "
-    "30-40 s; "
-    "tests/test_reproduce.py runs it (slow)",
+    r"servesim reproduce (sarathi-serve|llumnix|splitwise|orca) --quick": "a capacity search or rate sweep "
+    "of 15-45 s of CPU; tests/test_reproduce.py runs it",
     r"servesim validate( --suite vllm-cpu)?": "replays the bundled CPU recordings (10-20 s of one core "
     "per command); tests/test_validate.py checks the same rows "
     "and the command",
