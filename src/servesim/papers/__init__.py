@@ -312,7 +312,9 @@ _PAPERS = [
             "metric": "GPU utilization, points",
         },
         (around("util_points", "GPU utilization gain", "+26.6 points", 26.6, " pts"),),
-        note="Not run yet: servesim has coordinated P:D autoscaling (operations.autoscaling).",
+        note="Not run yet: servesim has coordinated P:D autoscaling (operations.autoscaling, "
+        "prefill_decode_ratio), but the paper's fleet, traffic, and the baseline autoscaler's metrics and "
+        "targets are production settings not public, and the utilization gain is set by those targets.",
     ),
     Paper(
         "apex",
