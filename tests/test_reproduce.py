@@ -105,6 +105,17 @@ def test_splitwise_ha_against_baseline_h100_at_the_same_cost_and_power(tmp_path)
 
 
 @pytest.mark.slow
+def test_mc_sf_full_run_cuts_mean_latency_as_the_paper(tmp_path):
+    """MC-SF: 31% lower mean latency than memory-aware FCFS (+-25%). The quick run (200
+    requests) ends before the queue builds (10.3%); the full run's 1,000 requests are held to
+    the range (docs/papers.md: at 2 req/s this setup is past its capacity)."""
+    res = CliRunner().invoke(app, ["reproduce", "mc-sf", "--strict", "--output", str(tmp_path)])
+    assert res.exit_code in (0, 1), res.output
+    figs = {f["figure"]: f for f in json.loads((tmp_path / "reproduce.json").read_text())["figures"]}
+    assert 31 / 1.25 <= figs["mean_latency_cut"]["servesim"] <= 31 * 1.25
+
+
+@pytest.mark.slow
 def test_sarathi_serve_capacity_gain_on_mistral_7b(tmp_path):
     """Sarathi-Serve, Fig. 10: 2.6x vLLM's capacity for Mistral-7B on one A100 (+-25%)."""
     figs = _quick("sarathi-serve", tmp_path)
