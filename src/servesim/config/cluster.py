@@ -95,7 +95,9 @@ class MigrationConfig(_Strict):
     """Live migration of running requests between replicas of a pool."""
 
     enabled: bool = Field(False, description="Llumnix-style live migration of running requests.")
-    interval_s: float = Field(0.5, gt=0, description="How often the most and least loaded are compared.")
+    interval_s: float = Field(
+        0.5, gt=0, description="How often the replicas are paired, most with least loaded."
+    )
     threshold: float = Field(
         0.2,
         gt=0,
