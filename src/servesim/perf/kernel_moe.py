@@ -116,7 +116,21 @@ SM100_MXFP4 = {
     "auto": "flashinfer_trtllm_mxfp4_bf16",
     "flashinfer_trtllm": "flashinfer_trtllm_mxfp4_bf16",
     "flashinfer_mxfp4_mxfp8": "flashinfer_trtllm_mxfp4_mxfp8",
+    "flashinfer_cutlass": "flashinfer_trtllm_mxfp4_mxfp8",
 }
+#: Kernels vLLM serves that no table times, -> what times them instead: the kernel of the same
+#: weight bytes, activations and math (``flashinfer_cutlass``: FlashInfer's CUTLASS MoE, MXFP4 x
+#: MXFP8 on SM100 as the TRTLLM-gen MXFP8 table, MXFP4 x BF16 on SM90 and FP8 as Triton's
+#: tables; ``deep_gemm``: Triton's block-FP8 table with DeepGEMM's padded rows, ``deep_gemm_curve``).
+CARRIED = {
+    "flashinfer_cutlass": "FlashInfer CUTLASS MoE has no table: timed as the kernel of the same weight "
+    "bytes, activations and math",
+    "deep_gemm": "DeepGEMM MoE has no table: Triton's, with DeepGEMM's 128-row expert blocks from "
+    "128 tokens a step",
+}
+#: DeepGEMM's grouped GEMM (``TritonOrDeepGemmExperts``) runs steps of at least this many tokens
+#: (vLLM's ``_valid_deep_gemm``: M >= 128), each expert's rows padded to a multiple of it.
+DEEP_GEMM_BLOCK = 128
 #: ``engine.moe_backend`` -> the kernel vLLM serves block-FP8 experts with on SM100: FlashInfer's
 #: TRTLLM-gen MoE, the first of the FP8 oracle's priority list there (its monolithic kernel,
 #: routing inside). ``triton`` is not in it: Triton's ``fused_experts``, the packed tables'.
@@ -140,6 +154,7 @@ MARLIN_SERVED = "marlin_int4"
 #: first two; a TP-8 rank's intermediate 360 -> 512, 384 and 384.
 SERVED_PAD = (256, 256)
 MARLIN_MXFP4_PAD = (256, 128)
+CUTLASS_MXFP4_PAD = (128, 128)
 TRITON_MXFP4_PAD = (1, 64)
 NO_PAD = (1, 1)
 
@@ -150,6 +165,8 @@ def mxfp4_pad(gpu: GpuSpec, backend: str) -> tuple[int, int]:
     memory plan both read it."""
     if backend == "marlin":
         return MARLIN_MXFP4_PAD
+    if backend == "flashinfer_cutlass":  # SM100_FI_MXFP4_MXFP8_CUTLASS and SM90_FI_MXFP4_BF16
+        return CUTLASS_MXFP4_PAD
     if gpu.name in SM100_GPUS and backend in SM100_MXFP4:
         return SERVED_PAD
     return TRITON_MXFP4_PAD
@@ -455,6 +472,56 @@ def marlin_curve(
 
 
 def moe_curve(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    db: KernelDatabase | None,
+    tp: int,
+    ep: int,
+    dtype: str | None,
+    eff: Efficiencies,
+    backend: str = "auto",
+) -> tuple[LogCurve, str]:
+    """``_moe_curve``, with the kernels no table times carried from the one that does
+    (``CARRIED``), and ``sources`` saying so."""
+    curve, where = _moe_curve(model, gpu, db, tp, ep, dtype, eff, backend)
+    if backend == "deep_gemm" and dtype == "fp8_block":
+        curve = deep_gemm_curve(curve, model, gpu, eff, tp // ep, ep)
+        return curve, f"{where}; {CARRIED[backend]}"
+    if backend == "flashinfer_cutlass":
+        return curve, f"{where}; {CARRIED[backend]}"
+    return curve, where
+
+
+def deep_gemm_curve(
+    curve: LogCurve, model: ModelSpec, gpu: GpuSpec, eff: Efficiencies, moe_tp: int, ep: int
+) -> LogCurve:
+    """Triton's block-FP8 MoE curve carried to DeepGEMM's grouped GEMM (vLLM's
+    ``TritonOrDeepGemmExperts``, block-FP8 on SM90/SM100 before the FP8 MoE oracle): steps of
+    at least ``DEEP_GEMM_BLOCK`` tokens run DeepGEMM on the contiguous layout, every touched
+    expert's rows padded up to a multiple of 128 (``deep_gemm_moe_permute``); the math grows
+    by the padded over the real rows and the weights are read as before, so the curve is
+    scaled there by the ratio of the two rooflines (the routed rows spread evenly over the
+    touched experts: a simplification). Smaller steps run Triton's kernel, as the table."""
+    m = model
+    E, k = m.num_experts / ep, m.num_experts_per_tok
+    per_expert = m.expert_params(moe_tp)
+    peak = gpu.flops_for("fp8")
+    ts = np.exp(curve.lx)
+    pairs = ts * k / ep
+    touched = np.maximum(E * (1.0 - (1.0 - k / m.num_experts) ** ts), 1.0)
+    padded = touched * DEEP_GEMM_BLOCK * np.ceil(pairs / touched / DEEP_GEMM_BLOCK)
+    nbytes = per_expert * m.expert_weight_bytes * touched + pairs * m.hidden_size * 2.0 * 4
+    real = roof_time(
+        2.0 * per_expert * pairs, nbytes, peak, gpu.mem_bw, eff.linear_compute, eff.linear_memory
+    )
+    pad = roof_time(
+        2.0 * per_expert * padded, nbytes, peak, gpu.mem_bw, eff.linear_compute, eff.linear_memory
+    )
+    scale = np.where(ts >= DEEP_GEMM_BLOCK, pad / real, 1.0)
+    return LogCurve(ts, curve.ly + np.log(scale))
+
+
+def _moe_curve(
     model: ModelSpec,
     gpu: GpuSpec,
     db: KernelDatabase | None,
