@@ -22,7 +22,7 @@ from servesim.config.engine import EngineConfig
 from servesim.config.parts import ParallelConfig
 from servesim.metrics.console import print_summary
 from servesim.perf.efficiencies import Efficiencies
-from servesim.perf.execution_path import execution_path, moe_backend_for
+from servesim.perf.execution_path import ExecutionPath, execution_path, moe_backend_for
 from servesim.perf.kernel_moe import DEEP_GEMM_BLOCK, deep_gemm_curve
 from servesim.perf.kernels import LogCurve, roof_time
 from servesim.perf.memory import served_weights_bytes
@@ -45,7 +45,7 @@ def _per_tensor_fp8() -> ModelSpec:
 
 def _path(
     model: ModelSpec, gpu: str, version: str, tp: int = 4, ep: int = 1, env: dict[str, str] | None = None
-) -> object:
+) -> ExecutionPath:
     return execution_path(model, get_gpu(gpu), EngineConfig(version=version, vllm_env=env or {}), tp, ep)
 
 
@@ -192,8 +192,7 @@ def test_the_moe_kernel_is_the_one_vllm_selects_at_the_tag(
     name: str, gpu: str, version: str, tp: int, ep: int, kernel: str
 ) -> None:
     p = _path(_model(name), gpu, version, tp, ep)
-    assert p.moe is not None and p.moe.value == kernel  # type: ignore[attr-defined]
-    assert p.moe.reason  # type: ignore[attr-defined]
+    assert p.moe is not None and p.moe.value == kernel and p.moe.reason
 
 
 @pytest.mark.parametrize(
@@ -216,7 +215,7 @@ def test_the_moe_kernel_is_the_one_vllm_selects_at_the_tag(
 )
 def test_per_tensor_fp8_experts(gpu: str, version: str, kernel: str) -> None:
     p = _path(_per_tensor_fp8(), gpu, version)
-    assert p.weight_format == "fp8" and p.moe.value == kernel  # type: ignore[attr-defined]
+    assert p.weight_format == "fp8" and p.moe.value == kernel
 
 
 @pytest.mark.parametrize(
@@ -247,15 +246,15 @@ def test_per_tensor_fp8_experts(gpu: str, version: str, kernel: str) -> None:
 def test_the_attention_backend_is_the_one_vllm_selects(
     name: str, gpu: str, version: str, backend: str
 ) -> None:
-    assert _path(_model(name), gpu, version).attention.value == backend  # type: ignore[attr-defined]
+    assert _path(_model(name), gpu, version).attention.value == backend
 
 
 def test_async_scheduling_and_graphs_follow_the_version() -> None:
     m = _model(OSS)
-    assert _path(m, "H100-SXM", "0.13.0").async_scheduling.value == "off"  # type: ignore[attr-defined]
-    assert _path(m, "H100-SXM", "0.14.0").async_scheduling.value == "on"  # type: ignore[attr-defined]
-    assert _path(m, "H100-SXM", "0.10.2").cuda_graphs.value == "piecewise"  # type: ignore[attr-defined]
-    assert _path(m, "H100-SXM", "0.11.0").cuda_graphs.value == "full_and_piecewise"  # type: ignore[attr-defined]
+    assert _path(m, "H100-SXM", "0.13.0").async_scheduling.value == "off"
+    assert _path(m, "H100-SXM", "0.14.0").async_scheduling.value == "on"
+    assert _path(m, "H100-SXM", "0.10.2").cuda_graphs.value == "piecewise"
+    assert _path(m, "H100-SXM", "0.11.0").cuda_graphs.value == "full_and_piecewise"
 
 
 @pytest.mark.parametrize(
@@ -304,8 +303,8 @@ def test_environment_variables_switch_the_kernel(
     name: str, gpu: str, version: str, tp: int, env: dict[str, str], kernel: str
 ) -> None:
     p = _path(_model(name), gpu, version, tp, 1, env)
-    assert p.moe.value == kernel  # type: ignore[attr-defined]
-    assert any(k in p.moe.reason for k in env) or kernel != _path(_model(name), gpu, version, tp).moe.value  # type: ignore[attr-defined]
+    assert p.moe.value == kernel
+    assert any(k in p.moe.reason for k in env) or kernel != _path(_model(name), gpu, version, tp).moe.value
 
 
 def test_the_attention_env_var_and_a_set_moe_backend_override_the_default() -> None:
