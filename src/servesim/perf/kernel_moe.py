@@ -128,6 +128,10 @@ CARRIED = {
     "deep_gemm": "DeepGEMM MoE has no table: Triton's, with DeepGEMM's 128-row expert blocks from "
     "128 tokens a step",
 }
+#: Expert dtypes whose tables time one kernel in every vLLM version (Triton's ``matmul_ogs``
+#: for MXFP4 on Hopper, ``triton_kernels`` built into vLLM from 0.12.0): a version without
+#: the table takes the nearest version's (``_other_version``).
+SAME_KERNEL_ACROSS_VERSIONS = ("w4a16_mxfp4",)
 #: DeepGEMM's grouped GEMM (``TritonOrDeepGemmExperts``) runs steps of at least this many tokens
 #: (vLLM's ``_valid_deep_gemm``: M >= 128), each expert's rows padded to a multiple of it.
 DEEP_GEMM_BLOCK = 128
@@ -404,6 +408,38 @@ def _transferred(
     return None
 
 
+def _other_version(
+    db: KernelDatabase,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    eff: Efficiencies,
+    moe_tp: int,
+    ep: int,
+    dtype: str,
+    roof: RoofFn,
+) -> tuple[LogCurve, str] | None:
+    """This GPU's (else its sibling's) table of this shape and dtype at the vLLM version
+    nearest ``db``'s that has one, carried as ``_nearest`` carries a table, for a kernel that
+    is the same in every version (``SAME_KERNEL_ACROSS_VERSIONS``): the MXFP4 tables time
+    Triton's ``matmul_ogs`` (``triton_kernels``), which only vLLM 0.19.0's Hopper tables
+    measure at gpt-oss's shape; without this a run at vLLM 0.12-0.18 (0.14.0 tables) took
+    the roofline. Simplified: the ``triton_kernels`` build differs between versions."""
+    m = model
+    for name in (gpu.name, SIBLINGS.get(gpu.name)):
+        if name is None:
+            continue
+        tgpu = get_gpu(name)
+        versions = [v for v in kernel_versions(name) if v != db.version]
+        for v in sorted(versions, key=lambda v: _version_gap(v, db.version)):
+            odb = load_database(name, v)
+            if unserved_reason(odb, m, tgpu, moe_tp, ep, dtype) is not None:
+                continue
+            hit = _nearest(odb, tgpu, m, gpu, eff, moe_tp, ep, dtype, roof)
+            if hit is not None:
+                return hit[0], f"{hit[1]} of vLLM {v} (no {dtype} table at {db.version}: the same kernel)"
+    return None
+
+
 def _version_gap(a: str, b: str) -> float:
     """Distance of two vLLM versions (major.minor.patch as one number)."""
 
@@ -578,6 +614,8 @@ def _moe_curve(
                 found = _nearest(sdb, sgpu, m, gpu, eff, moe_tp, ep, dtype, roof)
         if found is None and why is not None and (gpu.name, dtype) not in UNSERVED:
             found = _transferred(db, m, gpu, eff, moe_tp, ep, dtype, roof)
+        if found is None and why is None and dtype in SAME_KERNEL_ACROSS_VERSIONS:
+            found = _other_version(db, m, gpu, eff, moe_tp, ep, dtype, roof)
         if found is not None:
             return found
         if dtype in WEIGHT_ONLY:
