@@ -34,6 +34,11 @@ TRTLLM-gen MoE, the first backend of vLLM's FP8 MoE oracle on SM100; ``engine.mo
 triton``, for servers that turn FlashInfer and DeepGEMM off, keeps the packed tables, which
 time Triton's ``fused_experts``; docs/perf_model.md, "The served block-FP8 MoE of Blackwell").
 
+Kernels no table times are carried from one that does (``CARRIED``: FlashInfer's CUTLASS
+MoE from the kernel of the same bytes and math, DeepGEMM from Triton's block-FP8 table with
+its 128-row expert blocks, ``deep_gemm_curve``), and MXFP4 experts at a version without
+their table take the nearest version's (``_other_version``); ``sources`` says so.
+
 Tables that do not time the kernel vLLM serves with are skipped (``unserved_reason``):
 
 - a weight-only 4-bit table slower than the same GPU's 16-bit table of that shape at
@@ -574,8 +579,9 @@ def _moe_curve(
     (``GPTQMarlinMoEMethod``, ``CompressedTensorsWNA16MarlinMoEMethod``; Triton's W4A16
     ``fused_experts`` is the fallback); where the GPU's packed tables have no Marlin
     measurement (B200), its served table's (``MARLIN_SERVED``). MXFP4 experts do with
-    ``backend`` 'marlin' (``engine.moe_backend``; vLLM's default for them on Hopper is
-    Triton's ``matmul_ogs``)."""
+    ``backend`` 'marlin' (``engine.moe_backend``, 'auto' resolved by ``perf.execution_path``:
+    vLLM's default for them on Hopper is Marlin through 0.11 and Triton's ``matmul_ogs``
+    from 0.12)."""
     m, moe_tp = model, tp // ep
     roof = moe_roofline(m, gpu, eff, moe_tp, ep, dtype)
     pad = mxfp4_pad(gpu, backend) if dtype == "w4a16_mxfp4" else NO_PAD  # the kernels' expert shape
