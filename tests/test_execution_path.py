@@ -383,3 +383,16 @@ def test_the_summary_console_and_report_name_the_path() -> None:
     print_summary(r, Console(file=out, width=300))
     assert "vLLM 0.11.0 path on H100-SXM: MoE marlin, attention flash_attn3" in out.getvalue()
     assert any(k == "vLLM path" and "MoE marlin" in v for k, v in run_rows(r.summary))
+
+
+def test_every_kernel_maps_to_a_moe_backend_the_config_takes() -> None:
+    """``SERVESIM_BACKEND`` (vLLM's kernel -> what times it) names only values of the
+    ``engine.moe_backend`` Literal, each of which the config accepts."""
+    from typing import get_args
+
+    from servesim.perf.execution_path import SERVESIM_BACKEND
+
+    allowed = set(get_args(EngineConfig.model_fields["moe_backend"].annotation))
+    assert set(SERVESIM_BACKEND.values()) <= allowed
+    for value in allowed:
+        assert EngineConfig(moe_backend=value).moe_backend == value
