@@ -396,3 +396,13 @@ def test_every_kernel_maps_to_a_moe_backend_the_config_takes() -> None:
     assert set(SERVESIM_BACKEND.values()) <= allowed
     for value in allowed:
         assert EngineConfig(moe_backend=value).moe_backend == value
+
+
+def test_the_environment_is_a_mapping_kept_hashable() -> None:
+    """A scenario writes ``vllm_env`` as a mapping (YAML numbers allowed); it is kept as
+    sorted string pairs, so the engine config stays hashable and round-trips."""
+    e = EngineConfig(vllm_env={"VLLM_USE_DEEP_GEMM": 0, "VLLM_MXFP4_USE_MARLIN": "1"})
+    assert e.vllm_env == (("VLLM_MXFP4_USE_MARLIN", "1"), ("VLLM_USE_DEEP_GEMM", "0"))
+    assert hash(e) == hash(EngineConfig.model_validate(e.model_dump()))
+    with pytest.raises(ValidationError, match="expected a mapping"):
+        EngineConfig(vllm_env="VLLM_USE_DEEP_GEMM=0")

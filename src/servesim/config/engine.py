@@ -362,8 +362,8 @@ class EngineConfig(_Strict):
             "VLLM_USE_FLASHINFER_MOE_FP8, VLLM_USE_DEEP_GEMM (env); --moe-backend in later versions"
         },
     )
-    vllm_env: dict[str, str] = Field(
-        default_factory=dict,
+    vllm_env: tuple[tuple[str, str], ...] = Field(
+        (),
         description=(
             "Environment variables of the server that change vLLM's default kernels, as set on the "
             'server ("1"/"0"): ' + ", ".join(VLLM_ENV_VARS) + ". They steer engine.moe_backend: "
@@ -489,13 +489,21 @@ class EngineConfig(_Strict):
         version_tuple(v)  # a ValueError names the bad input
         return v
 
-    @field_validator("vllm_env")
+    @field_validator("vllm_env", mode="before")
     @classmethod
-    def _vllm_env(cls, v: dict[str, str]) -> dict[str, str]:
-        bad = sorted(set(v) - set(VLLM_ENV_VARS))
+    def _vllm_env(cls, v: Any) -> tuple[tuple[str, str], ...]:
+        """A mapping (as written in a scenario) or its pairs, kept as sorted pairs so the
+        config stays hashable; values as the server's environment holds them (strings)."""
+        if isinstance(v, dict):
+            pairs = list(v.items())
+        elif isinstance(v, list | tuple) and all(isinstance(p, list | tuple) and len(p) == 2 for p in v):
+            pairs = [tuple(p) for p in v]
+        else:
+            raise ValueError("expected a mapping of vLLM environment variable names to values")
+        bad = sorted({str(k) for k, _ in pairs} - set(VLLM_ENV_VARS))
         if bad:
             raise ValueError(f"{', '.join(bad)} not modelled; expected some of {', '.join(VLLM_ENV_VARS)}")
-        return v
+        return tuple(sorted((str(k), str(val)) for k, val in pairs))
 
     @field_validator("block_size")
     @classmethod
