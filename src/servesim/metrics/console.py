@@ -310,6 +310,16 @@ def _step_time_lines(s: dict[str, Any]) -> Text:
     for label, names in pools.items():
         where = f" (pool {', '.join(names)})" if len(pools) > 1 else ""
         text.append(f"step time: {label}{where}\n")
+    paths = s.get("vllm_execution_path", [])
+    for p in paths:
+        where = f" (pool {p['pool']})" if len(paths) > 1 and p.get("pool") else ""
+        moe = f"MoE {p['moe']['value']}, " if p.get("moe") else ""
+        text.append(
+            f"vLLM {p['vllm_version']} path on {p['gpu']}{where}: {moe}attention {p['attention']['value']}, "
+            f"async scheduling {p['async_scheduling']['value']}, CUDA graphs {p['cuda_graphs']['value']}\n"
+        )
+        if p.get("moe"):
+            text.append(f"  MoE: {p['moe']['reason']}\n", style="dim")
     for w in dict.fromkeys(w for m in models for w in m.get("warnings", [])):
         text.append(f"warning: {w}\n", style="yellow")
     return text
@@ -374,7 +384,7 @@ def print_summary(result: Result, console: Console) -> None:
 
     s = result.summary or summarize(result)
     console.print(_header(result, s))
-    if s.get("step_time_model"):
+    if s.get("step_time_model") or s.get("vllm_execution_path"):
         console.print(_step_time_lines(s), end="")
     console.print()
     if s.get("saturation", {}).get("latency_is_queue_artefact"):

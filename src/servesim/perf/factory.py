@@ -8,11 +8,17 @@ from __future__ import annotations
 from servesim.catalog.gpus import GpuSpec, LinkSpec
 from servesim.catalog.models import ModelSpec, resolve_kv_dtype_bytes
 from servesim.config import EngineConfig, HardwareConfig, ModelConfig, ParallelConfig
+from servesim.perf import execution_path
 from servesim.perf.cuda_graphs import GraphPlan, graph_plan, version_tuple
 from servesim.perf.kernel_model import KernelPerfModel, kernel_perf_model
 from servesim.perf.kernels import kernel_versions
 from servesim.perf.pipelined import PipelinedPerfModel
 from servesim.perf.roofline import RooflinePerfModel, build_perf_model
+
+
+def moe_backend_for(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig | None, tp: int, ep: int) -> str:
+    """``engine.moe_backend``, 'auto' resolved to vLLM's default kernel (``perf.execution_path``)."""
+    return execution_path.moe_backend_for(model, gpu, engine, tp, ep)
 
 
 def engine_graphs(engine: EngineConfig | None) -> GraphPlan | None:
@@ -110,7 +116,13 @@ def _build_step_model(
         expert_imbalance=parallel.expert_imbalance,
         graphs=graphs,
         dp=parallel.data_parallel_size,
-        moe_backend=engine.moe_backend if engine is not None else "auto",
+        moe_backend=moe_backend_for(
+            model,
+            gpu,
+            engine,
+            parallel.tensor_parallel_size * parallel.data_parallel_size,
+            parallel.expert_parallel_size,
+        ),
         sustained=hardware.sustained_clocks,
         fp32_matmul=(engine.float32_matmul_precision if engine is not None else "highest"),
     )

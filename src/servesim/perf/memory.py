@@ -101,8 +101,10 @@ def served_weights_bytes(
 ) -> float:
     """``weights_bytes_per_gpu`` of the weights as vLLM lays them out on ``gpu``: MXFP4
     experts padded as its ``Mxfp4MoEMethod`` pads them for the backend
-    (``engine.moe_backend``; ``kernel_moe.mxfp4_pad``): gpt-oss-120b at TP 8 on Blackwell
-    holds 11.6 GB of experts per GPU (a rank's 360 columns padded to 512), not 7.6 GB."""
+    (``engine.moe_backend``, 'auto' resolved by ``perf.execution_path``;
+    ``kernel_moe.mxfp4_pad``): gpt-oss-120b at TP 8 on Blackwell holds 11.6 GB of experts per
+    GPU (a rank's 360 columns padded to 512), not 7.6 GB."""
+    from servesim.perf.execution_path import moe_backend_for
     from servesim.perf.kernel_moe import has_mxfp4_experts, mxfp4_pad, padded_experts
 
     tp, pp, dp = parallel.tensor_parallel_size, parallel.pipeline_parallel_size, parallel.data_parallel_size
@@ -110,7 +112,8 @@ def served_weights_bytes(
     if not has_mxfp4_experts(model):
         return weights
     moe_tp = max(1, tp * dp // parallel.expert_parallel_size)  # ranks sharing each expert's width
-    padded = padded_experts(model, moe_tp, mxfp4_pad(gpu, engine.moe_backend))
+    backend = moe_backend_for(model, gpu, engine, tp * dp, parallel.expert_parallel_size)
+    padded = padded_experts(model, moe_tp, mxfp4_pad(gpu, backend))
     return weights - model.routed_expert_bytes(tp, pp, dp) + padded.routed_expert_bytes(tp, pp, dp)
 
 

@@ -48,7 +48,12 @@ from servesim.validate.bench_harness import (
 from servesim.validate.common import Check
 from servesim.validate.limits import Goal
 from servesim.validate.silicon_marks import SILICON_KNOWN_BAD
-from servesim.validate.silicon_results import SiliconCase, group_table
+from servesim.validate.silicon_results import (  # skipped_by_reason, write_report: re-exported
+    SiliconCase,
+    group_table,
+    skipped_by_reason,  # noqa: F401
+    write_report,  # noqa: F401
+)
 
 #: Package data: every row of ``silicon_vllm.csv``, the columns below (tools/pack_silicon.py).
 BUNDLED_CSV = "silicon_vllm.csv.gz"
