@@ -38,7 +38,7 @@ class LoraAdapterConfig(_Strict):
 
     name: str = Field(min_length=1, description="The adapter's name, as a trace's adapter column gives it.")
     rank: int = Field(ge=1, le=512, description="The adapter's rank r (at most engine.lora.max_lora_rank).")
-    target_modules: list[LoraModule] | None = Field(
+    target_modules: tuple[LoraModule, ...] | None = Field(
         None,
         description="The modules the adapter's checkpoint holds (None: engine.lora.target_modules).",
     )
@@ -83,15 +83,15 @@ class LoraConfig(_Strict):
         description="Data type of the adapters' weights (auto: the model's).",
         json_schema_extra={"vllm": "--lora-dtype"},
     )
-    target_modules: list[LoraModule] = Field(
-        default_factory=lambda: list(LORA_MODULES),
+    target_modules: tuple[LoraModule, ...] = Field(
+        default_factory=lambda: tuple(LORA_MODULES),
         description=(
             "The modules the adapters' checkpoints hold (their size on disk and over PCIe). The GPU "
             "buffers and kernels cover every linear layer of the model whatever this says, as vLLM's."
         ),
     )
-    adapters: list[LoraAdapterConfig] = Field(
-        default_factory=list,
+    adapters: tuple[LoraAdapterConfig, ...] = Field(
+        default_factory=tuple,
         description="The adapters by name and rank (or leave empty and set num_adapters).",
     )
     num_adapters: int = Field(
