@@ -30,7 +30,6 @@ from enum import IntEnum
 from typing import Any
 
 from servesim.engine.request import ReqStatus, Request
-from servesim.metrics.writer import write_record
 
 # The cluster (servesim.cluster.cluster.Cluster) and its pools (PoolSpec) are typed Any here:
 # the cluster module imports this one to run its operations.
@@ -195,9 +194,7 @@ class Fleet:
             self.num_failed_requests += 1
             c.live.pop(req.idx, None)
             req.status = ReqStatus.WAITING
-            write_record(
-                c.records, req, f"failed: {why} (pool {c.pool_of[i].name}, replica {i}, after {n} retries)"
-            )
+            c.writer.add(req, f"failed: {why} (pool {c.pool_of[i].name}, replica {i}, after {n} retries)")
             c.num_done += 1
             if c.on_done is not None:  # a closed-loop client's request is over: it sends its next
                 c.on_done(req)

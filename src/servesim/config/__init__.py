@@ -29,6 +29,7 @@ from servesim.config.engine import (
     EngineConfig,
     FrontendConfig,
     SpeculativeConfig,
+    budget_refusal,
     resolve_engine,
     resolve_policy,
 )
@@ -110,6 +111,7 @@ __all__ = [
     "load_scenario",
     "parse_override",
     "read_gpu_config",
+    "budget_refusal",
     "resolve_engine",
     "resolve_policy",
     "scenario_from_dict",

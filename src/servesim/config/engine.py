@@ -467,15 +467,9 @@ class EngineConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> EngineConfig:
-        if (
-            not self.enable_chunked_prefill
-            and self.max_model_len is not None
-            and (self.max_num_batched_tokens is not None and self.max_num_batched_tokens < self.max_model_len)
-        ):
-            raise ValueError(
-                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_model_len "
-                f"({self.max_model_len}) when chunked prefill is off, as vLLM requires"
-            )
+        why = budget_refusal(self.enable_chunked_prefill, self.max_num_batched_tokens, self.max_model_len)
+        if why:
+            raise ValueError(why)
         if self.admission_order != "fcfs" and not self.memory_aware_admission:
             raise ValueError(
                 "admission_order orders memory-aware admission: it needs memory_aware_admission: true"
@@ -532,6 +526,26 @@ POLICY_DEFAULTS: dict[str, dict[str, Any]] = {
 _NO_PREFIX_CACHING = ("orca", "static")
 
 
+def budget_refusal(
+    enable_chunked_prefill: bool, max_num_batched_tokens: int | None, max_model_len: int | None
+) -> str:
+    """Why vLLM refuses to start with this token budget ("" if it starts): with chunked
+    prefill off, one step must hold a max-length prompt, else such a prompt would block the
+    FCFS queue for ever (vLLM's ``SchedulerConfig`` check; the one place the rule is
+    written: the config's validator, ``resolve_policy`` and the deployment's check use it)."""
+    if (
+        enable_chunked_prefill
+        or max_num_batched_tokens is None
+        or not max_model_len
+        or max_num_batched_tokens >= max_model_len
+    ):
+        return ""
+    return (
+        f"max_num_batched_tokens ({max_num_batched_tokens}) must be >= max_model_len "
+        f"({max_model_len}) when chunked prefill is off, as vLLM requires"
+    )
+
+
 def resolve_policy(engine: EngineConfig, max_model_len: int | None = None) -> EngineConfig:
     """Fill the knobs a policy defaults differently from vLLM V1 (a pure function).
 
@@ -564,11 +578,10 @@ def resolve_policy(engine: EngineConfig, max_model_len: int | None = None) -> En
             # (and sizes the activation memory, as vLLM's profiling run does).
             tokens = d.get("max_num_batched_tokens") or max(mml or 2048, 16384)
         upd["max_num_batched_tokens"] = tokens
-    elif not d["enable_chunked_prefill"] and mml and tokens < mml:
-        raise ConfigError(
-            f"engine.max_num_batched_tokens ({tokens}) must be >= max_model_len "
-            f"({mml}) for policy {engine.policy}, which does not chunk prompts"
-        )
+    else:
+        why = budget_refusal(d["enable_chunked_prefill"], tokens, mml)
+        if why:
+            raise ConfigError(f"engine.{why} (policy {engine.policy} does not chunk prompts)")
     return engine.model_copy(update=upd)
 
 

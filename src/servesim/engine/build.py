@@ -2,8 +2,8 @@
 
 The one place that decides which engine runs: the lazy vLLM V1 engine where it applies
 (``uses_lazy_engine``), the step-by-step reference scheduler when asked for, and each
-other policy's own scheduler class otherwise. The single-replica run (``servesim.sim``)
-and every replica of a cluster (``servesim.cluster``) are built by ``build_replica``.
+other policy's own scheduler class otherwise. Every replica of the one driver
+(``servesim.cluster``; a plain scenario is a pool of one) is built by ``build_replica``.
 """
 
 from __future__ import annotations

@@ -375,9 +375,10 @@ def print_summary(result: Result, console: Console) -> None:
     grid = _lines(s)
     _trust_lines(s, grid)
     console.print(grid)
-    if s.get("pools"):
+    pools = s.get("pools") or []
+    if len(pools) > 1 or (pools and pools[0]["num_replicas_run"] > 1):  # one replica: the lines above
         console.print()
-        console.print(_pool_lines(s["pools"]))
+        console.print(_pool_lines(pools))
     if s.get("benchmark"):
         console.print()
         console.print(_benchmark_block(s["benchmark"]))

@@ -290,6 +290,6 @@ class Result:
     # series (metrics.timeseries.TimeSeries) and the operations' counts.
     timeseries: Any = None
     # A run with tenants: their names, each row's tenant, weights, SLOs, rejections and the
-    # scheduler's counters (``sim.tenant_record``; summarized by ``metrics.tenants``).
+    # scheduler's counters (``cluster.pools.tenant_record``; summarized by ``metrics.tenants``).
     tenants: dict[str, Any] | None = None
     operations: dict[str, Any] = field(default_factory=dict)
