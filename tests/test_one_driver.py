@@ -108,7 +108,13 @@ def two_tenants(arrival: list[float], prompt: list[int], output: list[int], tena
 
 def run_two_replicas(wl: Workload, engine: EngineConfig, tenants: TenantSetup):  # noqa: ANN201
     pool = PoolSpec(
-        "p", "colocated", 2, resolve_engine(engine, max_model_len=1024), PERF, num_gpu_blocks=500, max_model_len=1024
+        "p",
+        "colocated",
+        2,
+        resolve_engine(engine, max_model_len=1024),
+        PERF,
+        num_gpu_blocks=500,
+        max_model_len=1024,
     )
     cfg = ClusterConfig(pools=[PoolConfig(name="p", num_replicas=2)], router="round_robin")
     return run_cluster(wl, [pool], cfg, tenants=tenants)
@@ -160,4 +166,6 @@ def test_a_scenario_with_tenants_on_two_replicas_summarizes_every_request(tmp_pa
     per = doc["tenants"]["per_tenant"]
     assert sum(t["num_requests"] for t in per.values()) == doc["counts"]["num_requests"]
     assert per["heavy"]["rejected"].get("queue_full", 0) == per["heavy"]["num_rejected"] > 0
-    assert [p["num_routed"] for p in doc["pools"]] == [doc["counts"]["num_requests"] - per["heavy"]["num_rejected"]]
+    assert [p["num_routed"] for p in doc["pools"]] == [
+        doc["counts"]["num_requests"] - per["heavy"]["num_rejected"]
+    ]

@@ -245,8 +245,11 @@ def test_config_validation() -> None:
         scenario_from_dict({"tenants": [{"name": "a", "burst": 3}]})
     with pytest.raises(ConfigError, match="positive share"):
         scenario_from_dict({"workload": {"type": "synthetic", "tenant_shares": {"a": 0}}})
-    with pytest.raises(ConfigError, match="one replica"):
-        scenario_from_dict({"tenants": [{"name": "a"}], "cluster": {"pools": [{"name": "p"}]}})
+    with pytest.raises(ConfigError, match="colocated pools without migration"):
+        disagg = [{"name": "p", "role": "prefill"}, {"name": "d", "role": "decode"}]
+        scenario_from_dict({"tenants": [{"name": "a"}], "cluster": {"pools": disagg}})
+    # A cluster of colocated pools takes them (tests/test_one_driver.py).
+    assert scenario_from_dict({"tenants": [{"name": "a"}], "cluster": {"pools": [{"name": "p"}]}}).tenants
     with pytest.raises(ConfigError, match="attainment and percentiles"):
         scenario_from_dict({"tenants": [{"name": "a", "slo": {"ttft_s": 1, "attainment": {"all": 0.9}}}]})
     with pytest.raises(ConfigError, match="static"):
