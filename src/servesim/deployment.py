@@ -36,6 +36,7 @@ from servesim.config import (
     LinksConfig,
     ParallelConfig,
     PoolConfig,
+    ResolvedEngine,
     Scenario,
     budget_refusal,
     resolve_engine,
@@ -57,7 +58,7 @@ class Deployment:
     model: ModelSpec
     gpu: GpuSpec
     parallel: ParallelConfig
-    engine: EngineConfig  # resolved: no None batch knobs
+    engine: ResolvedEngine  # resolved here, once: no None batch knobs
     plan: MemoryPlan
     links: LinkSpec
     perf: PerfModel

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servesim.cluster.transfer import Link
-from servesim.config import EngineConfig
+from servesim.config import ResolvedEngine
 from servesim.engine.tenants import TenantCounters
 from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, StepSeries
 from servesim.perf.base import PerfModel
@@ -20,7 +20,7 @@ class PoolSpec:
     name: str
     role: str  # colocated | prefill | decode
     num_replicas: int
-    engine: EngineConfig  # resolved (no None batch knobs)
+    engine: ResolvedEngine  # ``config.resolve_engine``'s (no None batch knobs)
     perf: PerfModel
     num_gpu_blocks: int
     max_model_len: int

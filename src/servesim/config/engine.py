@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NewType
 
 from pydantic import Field, field_validator, model_validator
 
@@ -636,6 +636,13 @@ def resolve_execution(engine: EngineConfig, gpu_name: str, pipeline_parallel_siz
     return engine.model_copy(update=upd) if upd else engine
 
 
+#: An engine configuration ``resolve_engine`` returned: no None batch knobs, the policy's
+#: and the version's defaults filled. What a replica is built from (``engine.build``,
+#: ``cluster.spec.PoolSpec``, ``deployment.Deployment``); a type, so that an unresolved
+#: ``EngineConfig`` passed there is a mypy error.
+ResolvedEngine = NewType("ResolvedEngine", EngineConfig)
+
+
 def resolve_engine(
     engine: EngineConfig,
     gpu_mem_bytes: float | None = None,
@@ -643,7 +650,7 @@ def resolve_engine(
     max_model_len: int | None = None,
     world_size: int = 1,
     pipeline_parallel_size: int = 1,
-) -> EngineConfig:
+) -> ResolvedEngine:
     """Fill ``None`` batch knobs with vLLM 0.32's `vllm serve` defaults for this GPU.
 
     ``engine/arg_utils.py:get_batch_defaults``: >= 160 GiB: 16384 tokens / 1024 seqs
@@ -655,7 +662,7 @@ def resolve_engine(
     """
     engine = resolve_execution(resolve_policy(engine, max_model_len), gpu_name, pipeline_parallel_size)
     if engine.max_num_seqs is not None and engine.max_num_batched_tokens is not None:
-        return engine
+        return ResolvedEngine(engine)
     mem = gpu_mem_bytes or 0
     if mem >= 160 * GIB and version_tuple(engine.version) >= LARGE_GPU_BUDGET_FROM:
         tokens, seqs = 16384, 1024
@@ -670,4 +677,4 @@ def resolve_engine(
         if not engine.enable_chunked_prefill and max_model_len:
             tokens = max(tokens, max_model_len)
         upd["max_num_batched_tokens"] = tokens
-    return engine.model_copy(update=upd)
+    return ResolvedEngine(engine.model_copy(update=upd))

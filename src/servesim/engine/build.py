@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from servesim.config import EngineConfig
+from servesim.config import EngineConfig, ResolvedEngine
 from servesim.engine.arrivals import ClosedLoopFeeder
 from servesim.engine.dependencies import DependencyFeeder
 from servesim.engine.events import EventLoop
@@ -48,7 +48,7 @@ def uses_lazy_engine(engine: EngineConfig, wl: Workload | None, tenant_counters:
     )
 
 
-def scheduler_config(engine: EngineConfig, max_model_len: int) -> SchedulerConfig:
+def scheduler_config(engine: ResolvedEngine, max_model_len: int) -> SchedulerConfig:
     """The scheduler's knobs from a resolved ``engine`` (no None batch knobs left)."""
     assert engine.max_num_seqs is not None and engine.max_num_batched_tokens is not None  # resolved
     return SchedulerConfig(
@@ -135,7 +135,7 @@ def policy_perf_model(engine: EngineConfig, perf: PerfModel) -> PerfModel:
 def build_replica(
     replica_id: int,
     loop: EventLoop,
-    engine: EngineConfig,
+    engine: ResolvedEngine,
     perf: PerfModel,
     num_gpu_blocks: int,
     max_model_len: int,
