@@ -77,6 +77,28 @@ class Deployment:
         return describe_perf_model(self.perf, self.gpu.name, self.profile)
 
 
+def check_starts(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    engine: ResolvedEngine,
+    parallel: ParallelConfig,
+    kv_dtype_bytes: float,
+    parallel_field: str = "parallel",
+    engine_field: str = "engine",
+) -> MemoryPlan:
+    """vLLM's start-up refusals, in one check, and the memory plan they leave: the layout
+    (``catalog.parallel.check_parallel``), the memory fit (``perf.memory.plan_memory``:
+    the weights, one ``max_model_len`` sequence in the KV cache, ``max_model_len`` within
+    the model's positions, a block override) and the token budget (``check_budget``).
+    ``*_field`` name the scenario's fields in the messages (a pool's own, or the scenario's)."""
+    from servesim.catalog.parallel import check_parallel
+
+    check_parallel(model, parallel, parallel_field)
+    plan = plan_memory(model, gpu, engine, parallel, kv_dtype_bytes=kv_dtype_bytes)
+    check_budget(engine, plan.max_model_len, engine_field)
+    return plan
+
+
 def check_budget(engine: EngineConfig, max_model_len: int, field: str = "engine") -> None:
     """vLLM's start-up refusals of a resolved engine (``field`` names it in the message):
     with chunked prefill off, one step must hold a max-length prompt
@@ -163,7 +185,6 @@ def resolve_deployment(
     ``model`` and ``profile`` may be passed in when already loaded (a cluster loads them
     once for all its pools). Raises the user errors vLLM would refuse to start with.
     """
-    from servesim.catalog.parallel import check_parallel
     from servesim.perf.factory import build_step_model
 
     model = model or load_model(sc.model.name, sc.model.dtype)
@@ -174,11 +195,6 @@ def resolve_deployment(
     gpu_name = pool.gpu if pool.gpu is not None else sc.hardware.gpu
     gpu = profile.resolve_gpu(gpu_name) if profile else get_gpu(gpu_name)
     par = pool.parallel or sc.parallel
-    check_parallel(
-        model,
-        par,
-        f"cluster.pools[{pool.name}].parallel" if pool.parallel else "parallel",
-    )
     eng = pool.engine or sc.engine
     found = []
     if profile is not None:
@@ -204,9 +220,14 @@ def resolve_deployment(
         pipeline_parallel_size=par.pipeline_parallel_size,
     )
     kv_b = resolve_kv_dtype_bytes(sc.model.kv_cache_dtype, model)
-    plan = plan_memory(model, gpu, engine, par, kv_dtype_bytes=kv_b)
-    check_budget(
-        engine, plan.max_model_len, f"cluster.pools[{pool.name}].engine" if pool.engine else "engine"
+    plan = check_starts(
+        model,
+        gpu,
+        engine,
+        par,
+        kv_b,
+        f"cluster.pools[{pool.name}].parallel" if pool.parallel else "parallel",
+        f"cluster.pools[{pool.name}].engine" if pool.engine else "engine",
     )
     links = pool_links(gpu, pool.links)
     perf = (
