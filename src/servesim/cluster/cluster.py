@@ -249,6 +249,9 @@ class Cluster:
 
     def on_arrival(self, req: Request) -> None:
         self.live[req.idx] = req
+        if self.finishes_in_runs:  # a lone replica (``run_cluster``): nothing to route
+            self._deliver(0, req)
+            return
         dis = self.cfg.disaggregation
         if self.is_disagg and req.num_prompt_tokens < dis.colocate_below_tokens:
             if not self.back:
@@ -259,7 +262,7 @@ class Cluster:
         if not self.front:  # every replica of the stage is starting, failed or stopped
             self.ops.park(req)
             return
-        view = self.stale_views.pop(req.idx, None)
+        view = self.stale_views.pop(req.idx, None) if self.stale_views else None
         if view is None:
             view = self.loads(self.front, req, self.front_router)
         i = self.front[self.front_router(req, view, self.front_state)]
