@@ -429,7 +429,9 @@ class Cluster:
         if self.tenants is None and (self.wl is None or self.wl.tenant is None):
             return None
         counters = [
-            rep.scheduler.tenants for rep in self.replicas if isinstance(rep.scheduler, PolicyScheduler)
+            c
+            for rep in self.replicas
+            if isinstance(rep.scheduler, PolicyScheduler) and (c := rep.scheduler.tenants) is not None
         ]
         return TenantRun(
             scheduler=merged_counters(counters),
@@ -548,7 +550,7 @@ def run_cluster(
             cluster.reject,
             cluster.max_model_len,
             cluster.usable_tokens,
-            cfg.staleness_s,
+            0.0 if lone else cfg.staleness_s,  # a lone replica's view is never read
             cluster.on_look_ahead,
         ).start()
     if cluster.migrator is not None:
