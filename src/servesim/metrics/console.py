@@ -307,7 +307,8 @@ def _step_time_lines(s: dict[str, Any]) -> Text:
 def _trust_lines(s: dict[str, Any], grid: Table) -> None:
     """Memory plan, headroom, saturation and notices (what a user needs to trust the numbers),
     as rows of ``grid``."""
-    for m in s.get("memory", []):
+    plans = s.get("memory", [])
+    for m in plans:
         fit = m["num_mean_requests_fit"]
         fits = (
             f"; {fit:,} requests of mean length {m['mean_request_tokens']:,.0f} fit at once"
@@ -315,7 +316,8 @@ def _trust_lines(s: dict[str, Any], grid: Table) -> None:
             else ""
         )
         grid.add_row(
-            "Memory" + (f" {m['pool']}" if m["pool"] else ""),
+            "Memory"
+            + (f" {m['pool']}" if m["pool"] and len(plans) > 1 else ""),  # one pool: its name says nothing
             f"per GPU: weights {_gb(m['weights_bytes_per_gpu'])}, activations "
             f"{_gb(m['activation_bytes'])}, reserve {_gb(m['non_torch_reserve_bytes'])}; KV "
             f"{_gb(m['kv_cache_bytes'])}: {m['num_gpu_blocks']:,} blocks of {m['block_size']}, "
