@@ -85,7 +85,10 @@ class RunRows:
         run), where a request staged by async scheduling may have arrived before."""
         durations = self.durations
         n = len(durations)
-        total = self.num_waiting * sum(durations)
+        span_s = 0.0
+        for d in durations:  # a float sum as Python's ``sum`` adds them, typed for mypyc
+            span_s += d
+        total: float = self.num_waiting * span_s
         if not self._queued and not self._staged:
             return total
         starts = list(accumulate(durations[:-1], initial=self.start_s))  # as ``write`` sums them
