@@ -138,10 +138,14 @@ class Cluster:
         self.refresh_routes()
         self.ops: Any = None  # servesim.cluster.operations.Operations, when configured
         self.in_transit: set[int] = set()  # request ids whose KV is on a link
-        rng = np.random.default_rng(seed)
         cap = cfg.prefix_load_cap
-        self.front_state = RouterState(np.random.default_rng(rng.integers(1 << 63)), prefix_load_cap=cap)
-        self.back_state = RouterState(np.random.default_rng(rng.integers(1 << 63)), prefix_load_cap=cap)
+        if self.finishes_in_runs:  # a lone replica routes nothing: no generator to seed
+            self.front_state = RouterState(None, prefix_load_cap=cap)
+            self.back_state = RouterState(None, prefix_load_cap=cap)
+        else:
+            rng = np.random.default_rng(seed)
+            self.front_state = RouterState(np.random.default_rng(rng.integers(1 << 63)), prefix_load_cap=cap)
+            self.back_state = RouterState(np.random.default_rng(rng.integers(1 << 63)), prefix_load_cap=cap)
         self.front_router = ROUTERS[cfg.router]
         self.back_router = ROUTERS[cfg.decode_router or cfg.router]
         self.outstanding = [0] * len(self.replicas)
@@ -211,7 +215,7 @@ class Cluster:
             reference=reference,
             kv_bytes_per_block=pool.kv_bytes_per_block,
             check_invariants=check_invariants,
-            on_finish=self.on_finish,
+            on_finish=self.on_lone_finish if self.finishes_in_runs else self.on_finish,
             finishes_in_runs=self.finishes_in_runs,
             tenant_weights=None if self.tenants is None else self.tenants.weights,
         )
@@ -247,11 +251,27 @@ class Cluster:
         """``staleness_s`` before ``req`` arrives: capture the first stage's view for it."""
         self.stale_views[req.idx] = self.loads(self.front, req, self.front_router)
 
-    def on_arrival(self, req: Request) -> None:
+    def on_lone_arrival(self, req: Request) -> None:
+        """``on_arrival`` of a lone replica (``finishes_in_runs``): nothing to route."""
         self.live[req.idx] = req
-        if self.finishes_in_runs:  # a lone replica (``run_cluster``): nothing to route
-            self._deliver(0, req)
+        self.outstanding[0] += 1
+        rep = self.replicas[0]
+        rep.totals.num_routed += 1
+        rep.on_arrival(req)
+
+    def on_lone_finish(self, req: Request) -> None:
+        """``on_finish`` of a lone replica (``finishes_in_runs``): no hand-off, no operations,
+        no client to tell (open loop)."""
+        self.outstanding[0] -= 1
+        self.live.pop(req.idx, None)
+        self.writer.add(req)
+        self.num_done += 1
+
+    def on_arrival(self, req: Request) -> None:
+        if self.finishes_in_runs:
+            self.on_lone_arrival(req)
             return
+        self.live[req.idx] = req
         dis = self.cfg.disaggregation
         if self.is_disagg and req.num_prompt_tokens < dis.colocate_below_tokens:
             if not self.back:
@@ -546,7 +566,11 @@ def run_cluster(
         ArrivalFeeder(
             wl,
             loop,
-            cluster.on_arrival if cluster.gate is None else cluster.on_gated_arrival,
+            cluster.on_gated_arrival
+            if cluster.gate is not None
+            else cluster.on_lone_arrival
+            if lone
+            else cluster.on_arrival,
             cluster.reject,
             cluster.max_model_len,
             cluster.usable_tokens,
