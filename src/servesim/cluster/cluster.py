@@ -59,7 +59,7 @@ from servesim.engine.request import ReqStatus, Request
 from servesim.engine.tenants import TenantCounters, TenantGate, TenantSetup
 from servesim.errors import ConfigError
 from servesim.metrics.progress import run_in_slices
-from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, StepSeries
+from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, RequestStatus, StepSeries
 from servesim.metrics.writer import RecordWriter
 from servesim.workload.base import Workload
 
@@ -112,6 +112,10 @@ class Cluster:
         # A finish inside a run of decode steps is reported at the run's end: exact only where
         # nothing reacts to finishes (``run_cluster``: a lone replica of a fixed fleet, open loop).
         self.finishes_in_runs = finishes_in_runs
+        # A lone replica without a tenants' gate is fed and drained directly (``run_cluster``):
+        # the feeder hands it its arrivals and it hands the record writer its finishes, with
+        # no frame between; its routed count and unfinished requests are read at the end.
+        self.direct = finishes_in_runs and self.gate is None
         self.steps = StepSeries() if record_steps else None
         self.itl = ItlSamples()
         self.replicas: list[Replica] = []
@@ -215,7 +219,11 @@ class Cluster:
             reference=reference,
             kv_bytes_per_block=pool.kv_bytes_per_block,
             check_invariants=check_invariants,
-            on_finish=self.on_lone_finish if self.finishes_in_runs else self.on_finish,
+            on_finish=self.writer.add
+            if self.direct
+            else self.on_lone_finish
+            if self.finishes_in_runs
+            else self.on_finish,
             finishes_in_runs=self.finishes_in_runs,
             tenant_weights=None if self.tenants is None else self.tenants.weights,
         )
@@ -421,6 +429,11 @@ class Cluster:
         for rep in alive:
             if isinstance(rep.scheduler, LazyScheduler):
                 rep.scheduler.materialize_all()
+        if self.direct:  # its requests in flight are in its queues (not forks: rows of their own)
+            sched = self.replicas[0].scheduler
+            for r in [*sched.running, *sched.waiting]:
+                if r.idx < len(self.records):
+                    self.live[r.idx] = r
         parked = self.ops.parked_ids() if self.ops is not None else set()
         for idx, r in self.live.items():
             saved = self.handoff.get(idx)
@@ -568,8 +581,8 @@ def run_cluster(
             loop,
             cluster.on_gated_arrival
             if cluster.gate is not None
-            else cluster.on_lone_arrival
-            if lone
+            else cluster.replicas[0].on_arrival
+            if cluster.direct
             else cluster.on_arrival,
             cluster.reject,
             cluster.max_model_len,
@@ -580,10 +593,21 @@ def run_cluster(
     if cluster.migrator is not None:
         cluster.migrator.start()
     horizon = float(wl.arrival_s[-1]) if len(wl) else 0.0
-    end = run_in_slices(loop, horizon, until_s, progress, lambda: cluster.num_done, grows=closed)
+    lone_rep = cluster.replicas[0]
+    end = run_in_slices(
+        loop,
+        horizon,
+        until_s,
+        progress,
+        (lambda: cluster.num_done + lone_rep.num_finished) if cluster.direct else (lambda: cluster.num_done),
+        grows=closed,
+    )
     if ops is not None and ops.done_at is not None:
         end = ops.done_at
     cluster.finish_run()
+    if cluster.direct:  # every request that arrived by the end and was not refused
+        arrived = (records.status != RequestStatus.REJECTED) & (records.arrival_s <= until_s)
+        lone_rep.totals.num_routed = int(np.count_nonzero(arrived))
     ops_counts = ops.finish(end) if ops is not None else {}
     return ClusterRun(
         records,
