@@ -227,7 +227,8 @@ class Cluster:
             finishes_in_runs=self.finishes_in_runs,
             tenant_weights=None if self.tenants is None else self.tenants.weights,
         )
-        rep.quiet = self.quiet_steps and pool.role != "prefill"
+        # (a lone replica's step ends cut no other replica's runs: they stay ordinary events)
+        rep.quiet = self.quiet_steps and pool.role != "prefill" and not self.finishes_in_runs
         self.max_model_len = min(self.max_model_len, pool.max_model_len)
         self.usable_tokens = min(self.usable_tokens, (pool.num_gpu_blocks - 1) * pool.engine.block_size)
         self.replicas.append(rep)

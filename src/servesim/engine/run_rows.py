@@ -86,18 +86,25 @@ class RunRows:
         durations = self.durations
         n = len(durations)
         span_s = 0.0
-        for d in durations:  # a float sum as Python's ``sum`` adds them, typed for mypyc
+        t = last_start = self.start_s
+        for d in durations:  # float sums as ``sum`` and ``write`` add them, typed for mypyc
+            last_start = t
             span_s += d
+            t += d
         total: float = self.num_waiting * span_s
-        if not self._queued and not self._staged:
+        # Usually every request queued during the run arrived after its last step started
+        # (the run stopped at the arrival): it counts in none of its rows.
+        queued = [q for q in self._queued if q <= last_start]
+        staged = [q for q in self._staged if q <= last_start]
+        if not queued and not staged:
             return total
         starts = list(accumulate(durations[:-1], initial=self.start_s))  # as ``write`` sums them
         suffix = list(accumulate(reversed(durations)))[::-1]  # suffix[r]: the rows from r on
-        for q in self._queued:
+        for q in queued:
             r = bisect_left(starts, q)
             if r < n:
                 total += suffix[r]
-        for q in self._staged:
+        for q in staged:
             r = bisect_left(starts, q) + 1 if q > prev_start_s else 0
             if r < n:
                 total += suffix[r]
