@@ -244,7 +244,7 @@ def test_chunked_prefill_off_with_a_budget_below_max_model_len_is_refused() -> N
         ],
     )
     assert res.exit_code == 2
-    assert "max_num_batched_tokens (2048) is smaller than max_model_len (131072)" in res.output
+    assert "max_num_batched_tokens (2048) must be >= max_model_len (131072)" in res.output
 
 
 def test_scenario_paths_are_relative_to_the_scenario_file(tmp_path: Path) -> None:

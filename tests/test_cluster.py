@@ -58,7 +58,9 @@ def test_one_pool_of_one_replica_matches_the_single_replica_path() -> None:
     single = servesim.simulate(base)
     one = servesim.simulate({**base, "cluster": {"pools": [{"name": "c"}]}})
     np.testing.assert_allclose(one.records.finished_s, single.records.finished_s)
-    assert "pools" not in single.summary and one.summary["pools"][0]["num_routed"] == 120
+    # A plain scenario is a pool of one replica: its pool section is the cluster's, by its name.
+    assert single.summary["pools"][0]["name"] == "engine" and one.summary["pools"][0]["name"] == "c"
+    assert single.summary["pools"][0]["num_routed"] == one.summary["pools"][0]["num_routed"] == 120
 
 
 def test_heterogeneous_pools_summary() -> None:

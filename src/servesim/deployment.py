@@ -7,10 +7,14 @@ pools) into everything a replica is built from and a report describes::
              ─► engine (vLLM's batch defaults for that GPU; the profile's CPU time)
              ─► memory plan (KV blocks) ─► engine checks ─► links ─► perf model
 
-A single-replica run is resolved as a one-replica pool with the scenario's own
+Every scenario runs as a cluster (``as_cluster``): a scenario without a ``cluster``
+section is one colocated pool of one replica (``SINGLE_POOL``), or with data parallelism one
+pool of its DP ranks behind vLLM's own balancing; its pool takes the scenario's own
 ``hardware``/``parallel``/``engine`` and the catalog's links, so every check (the token
 budget with chunked prefill off, the memory fit), every report section (memory plan,
-step-time model) and every option reads the same for one replica and for a cluster.
+step-time model) and every option reads the same for a plain scenario and for the same
+deployment written as a cluster. The engine configuration is resolved here only, once per
+pool (``Deployment.engine``), and ``resolved_scenario`` is the scenario as it ran.
 
 Links: both use ``catalog.gpus.link_spec`` (a cluster pool may override it). Inside one
 node that is exactly the GPU's interconnect, which the single-replica run used alone
@@ -26,7 +30,17 @@ from typing import Any
 from servesim.catalog.gpus import GpuSpec, LinkSpec, get_gpu, link_spec
 from servesim.catalog.hf_config import load_model
 from servesim.catalog.models import ModelSpec, resolve_kv_dtype_bytes
-from servesim.config import EngineConfig, LinksConfig, ParallelConfig, PoolConfig, Scenario, resolve_engine
+from servesim.config import (
+    ClusterConfig,
+    EngineConfig,
+    LinksConfig,
+    ParallelConfig,
+    PoolConfig,
+    ResolvedEngine,
+    Scenario,
+    budget_refusal,
+    resolve_engine,
+)
 from servesim.errors import ConfigError
 from servesim.perf.base import PerfModel
 from servesim.perf.describe import describe_perf_model
@@ -36,15 +50,16 @@ from servesim.perf.memory import MemoryPlan, plan_memory
 
 @dataclass(slots=True)
 class Deployment:
-    """One pool of identical replicas (a single-replica run: one pool of one), resolved."""
+    """One pool of identical replicas (a plain scenario: one pool of one), resolved once:
+    everything a replica is built from (``cluster.pools.pool_spec``) and a report describes."""
 
-    name: str  # the pool's name; "" for a single-replica run
+    name: str  # the pool's name (``SINGLE_POOL`` for a scenario without a cluster section)
     role: str  # colocated | prefill | decode
     num_replicas: int  # engines: the pool's replicas x their data-parallel ranks
     model: ModelSpec
     gpu: GpuSpec
     parallel: ParallelConfig
-    engine: EngineConfig  # resolved: no None batch knobs
+    engine: ResolvedEngine  # resolved here, once: no None batch knobs
     plan: MemoryPlan
     links: LinkSpec
     perf: PerfModel
@@ -63,15 +78,73 @@ class Deployment:
         return describe_perf_model(self.perf, self.gpu.name, self.profile)
 
 
-def check_budget(engine: EngineConfig, max_model_len: int) -> None:
-    """vLLM refuses to start when chunked prefill is off and one step cannot hold a
-    max-length prompt (such a prompt would block the FCFS queue for ever)."""
-    budget = engine.max_num_batched_tokens
-    if not engine.enable_chunked_prefill and budget is not None and budget < max_model_len:
-        raise ConfigError(
-            f"engine.max_num_batched_tokens ({budget}) is smaller than max_model_len ({max_model_len}) "
-            "with chunked prefill off: raise it, lower engine.max_model_len, or enable chunked prefill"
-        )
+def check_starts(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    engine: ResolvedEngine,
+    parallel: ParallelConfig,
+    kv_dtype_bytes: float,
+    parallel_field: str = "parallel",
+    engine_field: str = "engine",
+) -> MemoryPlan:
+    """vLLM's start-up refusals, in one check, and the memory plan they leave: the layout
+    (``catalog.parallel.check_parallel``), the memory fit (``perf.memory.plan_memory``:
+    the weights, one ``max_model_len`` sequence in the KV cache, ``max_model_len`` within
+    the model's positions, a block override) and the token budget (``check_budget``).
+    ``*_field`` name the scenario's fields in the messages (a pool's own, or the scenario's)."""
+    from servesim.catalog.parallel import check_parallel
+
+    check_parallel(model, parallel, parallel_field)
+    plan = plan_memory(model, gpu, engine, parallel, kv_dtype_bytes=kv_dtype_bytes)
+    check_budget(engine, plan.max_model_len, engine_field)
+    return plan
+
+
+def check_budget(engine: EngineConfig, max_model_len: int, field: str = "engine") -> None:
+    """vLLM's start-up refusals of a resolved engine (``field`` names it in the message):
+    with chunked prefill off, one step must hold a max-length prompt
+    (``config.engine.budget_refusal``)."""
+    why = budget_refusal(engine.enable_chunked_prefill, engine.max_num_batched_tokens, max_model_len)
+    if why:
+        raise ConfigError(f"{field}.{why}: raise it, lower {field}.max_model_len, or enable chunked prefill")
+
+
+#: The pool a scenario without a ``cluster`` section runs as (one replica).
+SINGLE_POOL = "engine"
+#: The pool of a scenario without a ``cluster`` section whose ``data_parallel_size`` > 1.
+DP_POOL = "dp"
+
+
+def as_cluster(sc: Scenario) -> ClusterConfig:
+    """The cluster ``sc`` runs as: its own ``cluster`` section, else one colocated pool of
+    one replica (``SINGLE_POOL``), or with ``parallel.data_parallel_size`` > 1 one pool of
+    that many engines behind vLLM's own balancing (router ``vllm_dp``, pool ``DP_POOL``).
+
+    A simplification of vLLM's DP: each rank is an engine of its own (scheduler, KV cache,
+    steps), and an MoE model's ranks are timed as if the others held a batch like theirs
+    (``perf.kernel_model``); vLLM steps them in lockstep, padding every rank's batch to the
+    largest, which balanced ranks make the same."""
+    if sc.cluster is not None:
+        return sc.cluster
+    if sc.parallel.data_parallel_size > 1:
+        return ClusterConfig(pools=[PoolConfig(name=DP_POOL)], router="vllm_dp")
+    return ClusterConfig(pools=[PoolConfig(name=SINGLE_POOL)])
+
+
+def resolved_scenario(sc: Scenario, deps: list[Deployment]) -> Scenario:
+    """``sc`` as it ran: its cluster (``as_cluster``), each pool's own engine and the
+    scenario's engine resolved (no None batch knobs; the scenario's as its first pool
+    that inherits it resolved it)."""
+    cluster = as_cluster(sc)
+    pools = [
+        p.model_copy(update={"engine": d.engine}) if p.engine is not None else p
+        for p, d in zip(cluster.pools, deps, strict=True)
+    ]
+    update: dict[str, Any] = {"cluster": cluster.model_copy(update={"pools": pools})}
+    inherited = [d.engine for p, d in zip(cluster.pools, deps) if p.engine is None]
+    if inherited:
+        update["engine"] = inherited[0]
+    return sc.model_copy(update=update)
 
 
 def pool_links(gpu: GpuSpec, lk: LinksConfig | None) -> LinkSpec:
@@ -107,32 +180,28 @@ def load_profile(sc: Scenario) -> Any:
 def resolve_deployment(
     sc: Scenario, pool: PoolConfig | None = None, *, model: ModelSpec | None = None, profile: Any = None
 ) -> Deployment:
-    """The deployment of one replica (``pool`` None) or of one cluster pool.
+    """The deployment of one pool (``pool`` None: the first of ``as_cluster(sc)``).
 
     A pool's None fields fall back to the scenario's ``hardware``/``parallel``/``engine``.
     ``model`` and ``profile`` may be passed in when already loaded (a cluster loads them
     once for all its pools). Raises the user errors vLLM would refuse to start with.
     """
-    from servesim.catalog.parallel import check_parallel
     from servesim.perf.factory import build_step_model
 
     model = model or load_model(sc.model.name, sc.model.dtype)
-    if profile is None and pool is None:
+    if profile is None:
         profile = load_profile(sc)
-    gpu_name = pool.gpu if pool is not None and pool.gpu is not None else sc.hardware.gpu
+    if pool is None:
+        pool = as_cluster(sc).pools[0]
+    gpu_name = pool.gpu if pool.gpu is not None else sc.hardware.gpu
     gpu = profile.resolve_gpu(gpu_name) if profile else get_gpu(gpu_name)
-    par = (pool.parallel if pool is not None else None) or sc.parallel
-    check_parallel(
-        model,
-        par,
-        f"cluster.pools[{pool.name}].parallel" if pool is not None and pool.parallel else "parallel",
-    )
-    eng = (pool.engine if pool is not None else None) or sc.engine
+    par = pool.parallel or sc.parallel
+    eng = pool.engine or sc.engine
     found = []
     if profile is not None:
         adjusted = profile.adjust_engine(eng)
         if adjusted.cpu_overhead_s != eng.cpu_overhead_s:
-            where = f"pool {pool.name}: " if pool is not None else ""
+            where = f"pool {pool.name}: " if sc.cluster is not None else ""
             found.append(
                 {
                     "code": "profile_cpu_overhead",
@@ -152,9 +221,16 @@ def resolve_deployment(
         pipeline_parallel_size=par.pipeline_parallel_size,
     )
     kv_b = resolve_kv_dtype_bytes(sc.model.kv_cache_dtype, model)
-    plan = plan_memory(model, gpu, engine, par, kv_dtype_bytes=kv_b)
-    check_budget(engine, plan.max_model_len)
-    links = pool_links(gpu, pool.links if pool is not None else None)
+    plan = check_starts(
+        model,
+        gpu,
+        engine,
+        par,
+        kv_b,
+        f"cluster.pools[{pool.name}].parallel" if pool.parallel else "parallel",
+        f"cluster.pools[{pool.name}].engine" if pool.engine else "engine",
+    )
+    links = pool_links(gpu, pool.links)
     perf = (
         profile.perf_model(model, gpu, par, sc.model, links=links)
         if profile
@@ -162,9 +238,9 @@ def resolve_deployment(
     )
     perf = lora_perf_model(engine, model, gpu, par, perf)
     return Deployment(
-        name=pool.name if pool is not None else "",
-        role=pool.role if pool is not None else "colocated",
-        num_replicas=(pool.num_replicas if pool is not None else 1) * par.data_parallel_size,
+        name=pool.name,
+        role=pool.role,
+        num_replicas=pool.num_replicas * par.data_parallel_size,
         model=model,
         gpu=gpu,
         parallel=par,
@@ -184,15 +260,14 @@ def run_notices(wl_meta: dict[str, Any], deps: list[Deployment]) -> list[dict[st
 
 
 def resolve_deployments(sc: Scenario) -> list[Deployment]:
-    """One deployment per pool of the scenario's cluster, or the single replica's."""
-    if sc.cluster is None:
-        return [resolve_deployment(sc)]
+    """One deployment per pool of the cluster the scenario runs as (``as_cluster``)."""
+    cluster = as_cluster(sc)
     model = load_model(sc.model.name, sc.model.dtype)
     profile = load_profile(sc)
-    deps = [resolve_deployment(sc, p, model=model, profile=profile) for p in sc.cluster.pools]
-    for pool, d in zip(sc.cluster.pools, deps):
+    deps = [resolve_deployment(sc, p, model=model, profile=profile) for p in cluster.pools]
+    for pool, d in zip(cluster.pools, deps):
         if d.parallel.data_parallel_size > 1 and (
-            d.role != "colocated" or sc.cluster.operations is not None or sc.cluster.migration.enabled
+            d.role != "colocated" or cluster.operations is not None or cluster.migration.enabled
         ):
             field = f"cluster.pools[{pool.name}].parallel" if pool.parallel else "parallel"
             raise ConfigError(

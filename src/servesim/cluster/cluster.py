@@ -43,22 +43,24 @@ import numpy as np
 from servesim.cluster.loads import replica_load
 from servesim.cluster.migration import Migrator
 from servesim.cluster.router import ROUTERS, ReplicaLoad, RouterState
-from servesim.cluster.spec import ClusterRun, PoolSpec
+from servesim.cluster.spec import ClusterRun, PoolSpec, TenantRun
 from servesim.cluster.transfer import Link
 from servesim.config import ClusterConfig
 from servesim.config.engine import version_tuple
-from servesim.engine.arrivals import ClosedLoopFeeder, done_when_seen, iter_requests, rejection_reason
+from servesim.engine.arrivals import ArrivalFeeder, ClosedLoopFeeder, done_when_seen, rejection_reason
 from servesim.engine.build import build_replica, closed_loop_feeder
 from servesim.engine.dependencies import DependencyFeeder
-from servesim.engine.events import ARRIVAL, EventLoop
+from servesim.engine.events import EventLoop
 from servesim.engine.lazy import LazyScheduler
 from servesim.engine.lockstep import LockstepGroup
+from servesim.engine.policy_base import PolicyScheduler
 from servesim.engine.replica import Replica
 from servesim.engine.request import ReqStatus, Request
+from servesim.engine.tenants import TenantCounters, TenantGate, TenantSetup
 from servesim.errors import ConfigError
 from servesim.metrics.progress import run_in_slices
-from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, StepSeries
-from servesim.metrics.writer import write_record
+from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, RequestStatus, StepSeries
+from servesim.metrics.writer import RecordWriter
 from servesim.workload.base import Workload
 
 # Routers that read nothing of a replica's load but how many candidates there are, or their
@@ -94,11 +96,26 @@ class Cluster:
         record_steps: bool = True,
         wl: Workload | None = None,
         quiet_steps: bool = False,
+        tenants: TenantSetup | None = None,
+        finishes_in_runs: bool = False,
     ) -> None:
         self.loop = loop
         self.wl = wl
         self.cfg = cfg
         self.records = records
+        # Every record is written through it (batched; ``finish_run`` flushes it).
+        self.writer = RecordWriter(records)
+        # The workload's tenants: their weights in each replica's scheduler and their
+        # admission control in front of the router (``on_gated_arrival``).
+        self.tenants = tenants
+        self.gate = TenantGate(tenants.limits) if tenants is not None and tenants.has_limits else None
+        # A finish inside a run of decode steps is reported at the run's end: exact only where
+        # nothing reacts to finishes (``run_cluster``: a lone replica of a fixed fleet, open loop).
+        self.finishes_in_runs = finishes_in_runs
+        # A lone replica without a tenants' gate is fed and drained directly (``run_cluster``):
+        # the feeder hands it its arrivals and it hands the record writer its finishes, with
+        # no frame between; its routed count and unfinished requests are read at the end.
+        self.direct = finishes_in_runs and self.gate is None
         self.steps = StepSeries() if record_steps else None
         self.itl = ItlSamples()
         self.replicas: list[Replica] = []
@@ -125,10 +142,14 @@ class Cluster:
         self.refresh_routes()
         self.ops: Any = None  # servesim.cluster.operations.Operations, when configured
         self.in_transit: set[int] = set()  # request ids whose KV is on a link
-        rng = np.random.default_rng(seed)
         cap = cfg.prefix_load_cap
-        self.front_state = RouterState(np.random.default_rng(rng.integers(1 << 63)), prefix_load_cap=cap)
-        self.back_state = RouterState(np.random.default_rng(rng.integers(1 << 63)), prefix_load_cap=cap)
+        if self.finishes_in_runs:  # a lone replica routes nothing: no generator to seed
+            self.front_state = RouterState(None, prefix_load_cap=cap)
+            self.back_state = RouterState(None, prefix_load_cap=cap)
+        else:
+            rng = np.random.default_rng(seed)
+            self.front_state = RouterState(np.random.default_rng(rng.integers(1 << 63)), prefix_load_cap=cap)
+            self.back_state = RouterState(np.random.default_rng(rng.integers(1 << 63)), prefix_load_cap=cap)
         self.front_router = ROUTERS[cfg.router]
         self.back_router = ROUTERS[cfg.decode_router or cfg.router]
         self.outstanding = [0] * len(self.replicas)
@@ -141,7 +162,6 @@ class Cluster:
         # Closed-loop clients (benchmark workloads): told when a request is done.
         self.on_done: Callable[[Request], None] | None = None
         self.num_handoffs = 0
-        self.num_total = 0
         self.migrator: Migrator | None = None
         if migrating:
             groups = [[i for i, p in enumerate(self.pool_of) if p.name == name] for name in sorted(migrating)]
@@ -199,9 +219,16 @@ class Cluster:
             reference=reference,
             kv_bytes_per_block=pool.kv_bytes_per_block,
             check_invariants=check_invariants,
-            on_finish=self.on_finish,
+            on_finish=self.writer.add
+            if self.direct
+            else self.on_lone_finish
+            if self.finishes_in_runs
+            else self.on_finish,
+            finishes_in_runs=self.finishes_in_runs,
+            tenant_weights=None if self.tenants is None else self.tenants.weights,
         )
-        rep.quiet = self.quiet_steps and pool.role != "prefill"
+        # (a lone replica's step ends cut no other replica's runs: they stay ordinary events)
+        rep.quiet = self.quiet_steps and pool.role != "prefill" and not self.finishes_in_runs
         self.max_model_len = min(self.max_model_len, pool.max_model_len)
         self.usable_tokens = min(self.usable_tokens, (pool.num_gpu_blocks - 1) * pool.engine.block_size)
         self.replicas.append(rep)
@@ -213,11 +240,46 @@ class Cluster:
         """Why ``r`` can never be served on every pool it may visit ('' if it can)."""
         return rejection_reason(r, self.max_model_len, self.usable_tokens)
 
+    def reject(self, r: Request, why: str) -> None:
+        """``r`` is refused for good (it can never be served, or its tenant's gate refused it)."""
+        self.writer.add(r, why)
+        self.num_done += 1
+
+    def on_gated_arrival(self, req: Request) -> None:
+        """An arrival through the tenants' admission control (``engine.tenants.TenantGate``),
+        in front of the router: a refused request is rejected with the gate's reason."""
+        assert self.gate is not None
+        kind, why = self.gate.refusal(req, self.loop.now)
+        if kind:
+            self.gate.reject(req, kind)
+            self.reject(req, why)
+        else:
+            self.on_arrival(req)
+
     def on_look_ahead(self, req: Request) -> None:
         """``staleness_s`` before ``req`` arrives: capture the first stage's view for it."""
         self.stale_views[req.idx] = self.loads(self.front, req, self.front_router)
 
+    def on_lone_arrival(self, req: Request) -> None:
+        """``on_arrival`` of a lone replica (``finishes_in_runs``): nothing to route."""
+        self.live[req.idx] = req
+        self.outstanding[0] += 1
+        rep = self.replicas[0]
+        rep.totals.num_routed += 1
+        rep.on_arrival(req)
+
+    def on_lone_finish(self, req: Request) -> None:
+        """``on_finish`` of a lone replica (``finishes_in_runs``): no hand-off, no operations,
+        no client to tell (open loop)."""
+        self.outstanding[0] -= 1
+        self.live.pop(req.idx, None)
+        self.writer.add(req)
+        self.num_done += 1
+
     def on_arrival(self, req: Request) -> None:
+        if self.finishes_in_runs:
+            self.on_lone_arrival(req)
+            return
         self.live[req.idx] = req
         dis = self.cfg.disaggregation
         if self.is_disagg and req.num_prompt_tokens < dis.colocate_below_tokens:
@@ -229,7 +291,7 @@ class Cluster:
         if not self.front:  # every replica of the stage is starting, failed or stopped
             self.ops.park(req)
             return
-        view = self.stale_views.pop(req.idx, None)
+        view = self.stale_views.pop(req.idx, None) if self.stale_views else None
         if view is None:
             view = self.loads(self.front, req, self.front_router)
         i = self.front[self.front_router(req, view, self.front_state)]
@@ -286,7 +348,7 @@ class Cluster:
 
     def _done(self, req: Request) -> None:
         self.live.pop(req.idx, None)
-        write_record(self.records, req)
+        self.writer.add(req)
         self.num_done += 1
         if self.on_done is not None:
             done_when_seen(self.loop, self.on_done, req)
@@ -362,11 +424,17 @@ class Cluster:
     # ----------------------------------------------------------------- the end
 
     def finish_run(self) -> None:
-        """Record requests still in flight (running, waiting or in transit) as unfinished."""
+        """The end of a run: record requests still in flight (running, waiting or in
+        transit) as unfinished, and each replica's end-of-run totals."""
         alive = [rep for rep in self.replicas if not rep.failed]  # a failed one's requests moved on
         for rep in alive:
             if isinstance(rep.scheduler, LazyScheduler):
                 rep.scheduler.materialize_all()
+        if self.direct:  # its requests in flight are in its queues (not forks: rows of their own)
+            sched = self.replicas[0].scheduler
+            for r in [*sched.running, *sched.waiting]:
+                if r.idx < len(self.records):
+                    self.live[r.idx] = r
         parked = self.ops.parked_ids() if self.ops is not None else set()
         for idx, r in self.live.items():
             saved = self.handoff.get(idx)
@@ -379,45 +447,50 @@ class Cluster:
                 if (r.status == ReqStatus.WAITING and not any(r in rep.scheduler.waiting for rep in alive))
                 else ("running" if r.status == ReqStatus.RUNNING else "waiting")
             )
-            write_record(self.records, r, f"still {where} when the run ended")
+            self.writer.add(r, f"still {where} when the run ended")
+        self.writer.flush()
+        counted: set[int] = set()  # front ends already counted (data-parallel ranks share one)
+        for rep in self.replicas:
+            rep.totals.num_prefix_query_tokens = rep.kv.num_query_tokens
+            rep.totals.num_prefix_hit_tokens = rep.kv.num_hit_tokens
+            fe = rep.frontend
+            if fe is not None and id(fe) not in counted:
+                counted.add(id(fe))
+                rep.totals.frontend_busy_s = fe.busy_s
+
+    def tenant_run(self) -> TenantRun | None:
+        """What the tenants' gate and the replicas' schedulers counted (None: no tenants)."""
+        if self.tenants is None and (self.wl is None or self.wl.tenant is None):
+            return None
+        counters = [
+            c
+            for rep in self.replicas
+            if isinstance(rep.scheduler, PolicyScheduler) and (c := rep.scheduler.tenants) is not None
+        ]
+        return TenantRun(
+            scheduler=merged_counters(counters),
+            rejected=dict(self.gate.rejected) if self.gate is not None else {},
+        )
 
 
-class _Feeder:
-    """Creates requests in arrival order, one pending at a time, ``look_ahead_s`` early:
-    a request is created (and the stale view captured) at ``arrival - look_ahead_s``."""
-
-    def __init__(self, cluster: Cluster, wl: Workload, look_ahead_s: float) -> None:
-        self.cluster = cluster
-        self.loop = cluster.loop
-        self.look_ahead_s = look_ahead_s
-        self.num_rejected = 0
-        self._reqs = iter_requests(wl)
-
-    def next(self, _: object = None) -> None:
-        c = self.cluster
-        for r in self._reqs:
-            c.num_total += 1
-            why = c.rejection(r)
-            if why:
-                r.status = ReqStatus.REJECTED
-                write_record(c.records, r, why)
-                self.num_rejected += 1
-                c.num_done += 1
-                continue
-            if self.look_ahead_s > 0:
-                self.loop.at(max(r.arrival_s - self.look_ahead_s, self.loop.now), self._on_look, r, ARRIVAL)
-            else:
-                self.loop.at(r.arrival_s, self._on_arrival, r, ARRIVAL)
-            return
-
-    def _on_look(self, r: Request) -> None:
-        self.cluster.on_look_ahead(r)
-        self.loop.at(r.arrival_s, self.cluster.on_arrival, r, ARRIVAL)
-        self.next()
-
-    def _on_arrival(self, r: Request) -> None:
-        self.cluster.on_arrival(r)
-        self.next()
+def merged_counters(per_replica: list[TenantCounters]) -> TenantCounters | None:
+    """The tenants' counters over all replicas: each replica's VTC counters, served tokens
+    summed, and the largest spread any replica saw (a lone replica's are its own).
+    Simplified: each replica runs VTC on its own queue, as vLLM replicas behind a router do;
+    nothing balances the counters across replicas."""
+    if not per_replica:
+        return None
+    if len(per_replica) == 1:
+        return per_replica[0]
+    first = per_replica[0]
+    out = TenantCounters(first.weights, first.w_input, first.w_output)
+    for c in per_replica:
+        for t in range(len(out.counters)):
+            out.counters[t] += c.counters[t]
+            out.served_input[t] += c.served_input[t]
+            out.served_output[t] += c.served_output[t]
+        out.max_spread = max(out.max_spread, c.max_spread)
+    return out
 
 
 def _closed_loop(cluster: Cluster, wl: Workload) -> ClosedLoopFeeder | DependencyFeeder:
@@ -429,11 +502,9 @@ def _closed_loop(cluster: Cluster, wl: Workload) -> ClosedLoopFeeder | Dependenc
             "workload's clients send when requests finish: set staleness_s to 0"
         )
 
-    def reject(r: Request, why: str) -> None:
-        write_record(cluster.records, r, why)
-        cluster.num_done += 1
-
-    feeder = closed_loop_feeder(wl, cluster.loop, cluster.on_arrival, reject, cluster.rejection, cluster.itl)
+    feeder = closed_loop_feeder(
+        wl, cluster.loop, cluster.on_arrival, cluster.reject, cluster.rejection, cluster.itl
+    )
     cluster.on_done = feeder.on_request_done
     return feeder
 
@@ -449,52 +520,96 @@ def run_cluster(
     record_steps: bool = True,
     progress: Callable[[int], None] | None = None,
     slo: Any = None,
+    tenants: TenantSetup | None = None,
 ) -> ClusterRun:
-    """Run ``wl`` on a cluster of ``pools`` (no catalog needed: tests use this).
+    """Run ``wl`` on a cluster of ``pools`` (no catalog needed: tests use this): the one
+    driver of every scenario (a plain one is a pool of one replica).
 
     ``record_steps=False`` drops the per-step series (long runs); ``progress(num_done)``
-    is called about 200 times over the run when given, as for one replica. With
-    ``cfg.operations`` the fleet changes over time (``servesim.cluster.operations``; ``slo``
-    is what its SLO attainment counts).
+    is called about 200 times over the run when given. With ``cfg.operations`` the fleet
+    changes over time (``servesim.cluster.operations``; ``slo`` is what its SLO attainment
+    counts). ``tenants``: the weights and admission control of ``wl``'s tenants (None:
+    weight 1 each, no limits, and no counters under plain FCFS); requests the gate refuses
+    are rejected with the reason, and each replica's scheduler keeps the tenants' counters.
     """
     from servesim.cluster.operations import Operations, clocked_pools
 
     ops_cfg = cfg.operations
+    closed = wl.is_closed_loop  # arrivals are the send times of closed-loop clients
+    if tenants is not None and tenants.has_limits and closed:
+        raise ConfigError(
+            "tenants: rate limits and queue caps apply to open-loop arrivals; "
+            "this workload's requests are sent as others finish"
+        )
     if ops_cfg is not None:
         pools = clocked_pools(pools, ops_cfg)
     loop = EventLoop()
     records = RequestRecords.empty(len(wl))
-    if not wl.is_closed_loop:  # else the arrivals are the clients' send times, written as they go
+    if not closed:  # else the arrivals are the clients' send times, written as they go
         records.arrival_s = np.asarray(wl.arrival_s, dtype=np.float64).copy()
     records.num_prompt_tokens = np.asarray(wl.num_prompt_tokens, dtype=np.int64).copy()
-    # Step ends are quiet unless a finish sends a request (closed-loop clients).
+    # Step ends are quiet unless a finish sends a request (closed-loop clients); a lone
+    # replica of a fixed fleet reports its finishes at the end of its runs of decode steps.
+    lone = (
+        sum(p.num_replicas for p in pools) == 1
+        and ops_cfg is None
+        and not cfg.migration.enabled
+        and pools[0].role == "colocated"
+        and not closed
+    )
     cluster = Cluster(
-        loop, pools, cfg, records, seed, check_invariants, record_steps, wl, quiet_steps=not wl.is_closed_loop
+        loop,
+        pools,
+        cfg,
+        records,
+        seed,
+        check_invariants,
+        record_steps,
+        wl,
+        quiet_steps=not closed,
+        tenants=tenants,
+        finishes_in_runs=lone,
     )
     ops = None
     if ops_cfg is not None:
         ops = cluster.ops = Operations(cluster, pools, ops_cfg, slo, len(wl), seed)
         ops.start()
-    if wl.is_closed_loop:
+    if closed:
         _closed_loop(cluster, wl).start()
     else:
-        _Feeder(cluster, wl, cfg.staleness_s).next()
+        ArrivalFeeder(
+            wl,
+            loop,
+            cluster.on_gated_arrival
+            if cluster.gate is not None
+            else cluster.replicas[0].on_arrival
+            if cluster.direct
+            else cluster.on_arrival,
+            cluster.reject,
+            cluster.max_model_len,
+            cluster.usable_tokens,
+            0.0 if lone else cfg.staleness_s,  # a lone replica's view is never read
+            cluster.on_look_ahead,
+        ).start()
     if cluster.migrator is not None:
         cluster.migrator.start()
     horizon = float(wl.arrival_s[-1]) if len(wl) else 0.0
-    end = run_in_slices(loop, horizon, until_s, progress, lambda: cluster.num_done, grows=wl.is_closed_loop)
+    lone_rep = cluster.replicas[0]
+    end = run_in_slices(
+        loop,
+        horizon,
+        until_s,
+        progress,
+        (lambda: cluster.num_done + lone_rep.num_finished) if cluster.direct else (lambda: cluster.num_done),
+        grows=closed,
+    )
     if ops is not None and ops.done_at is not None:
         end = ops.done_at
     cluster.finish_run()
+    if cluster.direct:  # every request that arrived by the end and was not refused
+        arrived = (records.status != RequestStatus.REJECTED) & (records.arrival_s <= until_s)
+        lone_rep.totals.num_routed = int(np.count_nonzero(arrived))
     ops_counts = ops.finish(end) if ops is not None else {}
-    counted: set[int] = set()  # front ends already counted (data-parallel ranks share one)
-    for rep in cluster.replicas:
-        rep.totals.num_prefix_query_tokens = rep.kv.num_query_tokens
-        rep.totals.num_prefix_hit_tokens = rep.kv.num_hit_tokens
-        fe = rep.frontend
-        if fe is not None and id(fe) not in counted:
-            counted.add(id(fe))
-            rep.totals.frontend_busy_s = fe.busy_s
     return ClusterRun(
         records,
         cluster.steps or StepSeries(),
@@ -508,4 +623,5 @@ def run_cluster(
         ops_counts,
         ops.fleet if ops is not None else None,
         ops.notices if ops is not None else [],
+        cluster.tenant_run(),
     )

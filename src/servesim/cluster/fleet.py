@@ -35,8 +35,7 @@ from servesim.cluster.spec import PoolSpec
 from servesim.engine.events import EventLoop
 from servesim.engine.replica import Replica
 from servesim.engine.request import ReqStatus, Request
-from servesim.metrics.records import RequestRecords
-from servesim.metrics.writer import write_record
+from servesim.metrics.writer import RecordWriter
 
 
 class ClusterHost(Protocol):
@@ -53,7 +52,7 @@ class ClusterHost(Protocol):
     live: dict[int, Request]  # arrived and not finished, by request index
     handoff: dict[int, tuple[int, int]]  # request index -> (prompt, max_tokens) in prefill
     in_transit: set[int]  # request indexes whose KV is on a link
-    records: RequestRecords
+    writer: RecordWriter  # the run's one record writer (a failed request's record)
     num_done: int
     on_done: Callable[[Request], None] | None  # closed-loop clients' hook
 
@@ -227,9 +226,7 @@ class Fleet:
             self.num_failed_requests += 1
             c.live.pop(req.idx, None)
             req.status = ReqStatus.WAITING
-            write_record(
-                c.records, req, f"failed: {why} (pool {c.pool_of[i].name}, replica {i}, after {n} retries)"
-            )
+            c.writer.add(req, f"failed: {why} (pool {c.pool_of[i].name}, replica {i}, after {n} retries)")
             c.num_done += 1
             if c.on_done is not None:  # a closed-loop client's request is over: it sends its next
                 c.on_done(req)

@@ -1,4 +1,4 @@
-"""From a scenario's ``cluster`` section to resolved pools, and the cluster's ``simulate``.
+"""From a scenario's cluster (``deployment.as_cluster``) to resolved pools, and ``simulate``.
 
 Each pool is resolved by ``servesim.deployment.resolve_deployment``, the function that
 resolves a single-replica run too (GPU, vLLM's batch defaults for it, memory plan, engine
@@ -11,13 +11,26 @@ over the network, and KV transfers use the per-GPU network bandwidth.
 from __future__ import annotations
 
 import time
+from typing import Any
+
+import numpy as np
 
 from servesim.catalog.models import ModelSpec
 from servesim.cluster.cluster import PoolSpec, run_cluster
-from servesim.config import PoolConfig, Scenario
-from servesim.deployment import Deployment, resolve_deployment, resolve_deployments, run_notices
+from servesim.cluster.spec import TenantRun
+from servesim.config import EngineConfig, PoolConfig, Scenario
+from servesim.deployment import (
+    Deployment,
+    as_cluster,
+    resolve_deployment,
+    resolve_deployments,
+    resolved_scenario,
+    run_notices,
+)
+from servesim.engine.tenants import TenantSetup, resolve_tenants
+from servesim.errors import ConfigError
 from servesim.metrics.records import Result
-from servesim.workload.base import workload_stats
+from servesim.workload.base import Workload, workload_stats
 
 
 def pool_spec(dep: Deployment, reference: bool = False) -> PoolSpec:
@@ -48,29 +61,36 @@ def build_pool(sc: Scenario, pool: PoolConfig, model: ModelSpec, hw: object = No
 
 
 def simulate_cluster(sc: Scenario, t0: float | None = None, *, progress: bool = False) -> Result:
-    """``simulate`` for a scenario with a ``cluster`` section (records, steps, summary)."""
+    """``simulate``: the one driver of every scenario (``deployment.as_cluster``: a plain one
+    is a pool of one replica). Resolves each pool once, loads the workload and its tenants,
+    runs ``run_cluster`` and builds the Result (records, steps, totals, summary)."""
     from servesim.metrics.progress import progress_bar
     from servesim.metrics.summary import summarize
     from servesim.workload import load_workload
 
     t0 = time.perf_counter() if t0 is None else t0
-    assert sc.cluster is not None
     deps = resolve_deployments(sc)
+    cluster = as_cluster(sc)
     pools = [pool_spec(d, sc.run.reference) for d in deps]
     wl = load_workload(sc.workload, sc.run.seed)
+    tenants = scenario_tenants(sc, wl)
+    # The engine the tenants' figures name (VTC's weights, the policy): the first pool's.
+    engine = deps[0].engine
+    vtc = any(d.engine.scheduling_policy == "vtc" for d in deps)
     with progress_bar(progress, len(wl), t0) as report:
         run = run_cluster(
             wl,
             pools,
-            sc.cluster,
+            cluster,
             seed=sc.run.seed,
             check_invariants=sc.run.check_invariants,
             record_steps=sc.run.record_steps,
             progress=report,
             slo=sc.slo,
+            tenants=tenants if tenants is not None and (sc.tenants or vtc) else None,
         )
     result = Result(
-        scenario=sc,
+        scenario=resolved_scenario(sc, deps),
         records=run.records,
         steps=run.steps,
         itl=run.itl,
@@ -84,6 +104,39 @@ def simulate_cluster(sc: Scenario, t0: float | None = None, *, progress: bool = 
         timeseries=run.timeseries,
         operations=run.operations,
     )
+    if tenants is not None:
+        result.tenants = tenant_record(wl, tenants, run.tenants, engine)
     result.wall_s = time.perf_counter() - t0
     result.summary = summarize(result)
     return result
+
+
+def scenario_tenants(sc: Scenario, wl: Workload) -> TenantSetup | None:
+    """The workload's tenants with the scenario's ``tenants`` section (None: no tenants)."""
+    if wl.tenant is None and not sc.tenants:
+        return None
+    from servesim.workload.tenants import tenant_names
+
+    try:
+        return resolve_tenants(tenant_names(wl), sc.tenants)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+def tenant_record(
+    wl: Workload, tenants: TenantSetup, run: TenantRun | None, engine: EngineConfig
+) -> dict[str, Any]:
+    """What the summary needs of a run with tenants (``metrics.tenants``)."""
+    counters = run.scheduler if run is not None else None
+    return {
+        "names": tenants.names,
+        "tenant": np.zeros(len(wl), np.int64) if wl.tenant is None else np.asarray(wl.tenant, np.int64),
+        "weights": tenants.weights,
+        "slos": tenants.slos,
+        "limits": tenants.limits,
+        "rejected": dict(run.rejected) if run is not None else {},
+        "counters": None if counters is None else list(counters.counters),
+        "max_counter_spread": None if counters is None else counters.max_spread,
+        "vtc_weights": (engine.vtc_input_weight, engine.vtc_output_weight),
+        "policy": engine.scheduling_policy,
+    }

@@ -38,7 +38,7 @@ class ReplicaLoad:
 
 @dataclass(slots=True)
 class RouterState:
-    rng: np.random.Generator
+    rng: np.random.Generator | None  # None: a lone replica's, whose router never draws
     next_rr: int = 0
     prefix_load_cap: int = 8
 
@@ -67,6 +67,7 @@ def round_robin(req: Request, loads: Sequence[ReplicaLoad], st: RouterState) -> 
 
 def random(req: Request, loads: Sequence[ReplicaLoad], st: RouterState) -> int:
     """Uniformly at random: the baseline of Mitzenmacher's balls-into-bins analysis."""
+    assert st.rng is not None
     return int(st.rng.integers(len(loads)))
 
 
@@ -95,6 +96,7 @@ def power_of_two(req: Request, loads: Sequence[ReplicaLoad], st: RouterState) ->
     n = len(loads)
     if n == 1:
         return 0
+    assert st.rng is not None
     a, b = (int(x) for x in st.rng.choice(n, size=2, replace=False))
     return b if loads[b].num_outstanding < loads[a].num_outstanding else a
 

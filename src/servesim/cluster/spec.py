@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servesim.cluster.transfer import Link
-from servesim.config import EngineConfig
+from servesim.config import ResolvedEngine
+from servesim.engine.tenants import TenantCounters
 from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, StepSeries
 from servesim.perf.base import PerfModel
 
@@ -19,7 +20,7 @@ class PoolSpec:
     name: str
     role: str  # colocated | prefill | decode
     num_replicas: int
-    engine: EngineConfig  # resolved (no None batch knobs)
+    engine: ResolvedEngine  # ``config.resolve_engine``'s (no None batch knobs)
     perf: PerfModel
     num_gpu_blocks: int
     max_model_len: int
@@ -37,6 +38,16 @@ class PoolSpec:
 
 
 @dataclass(slots=True)
+class TenantRun:
+    """What a run with tenants measured besides the records: the schedulers' counters over
+    all replicas (``cluster.merged_counters``; None where no scheduler keeps them) and the
+    gate's rejections by (tenant, reason)."""
+
+    scheduler: TenantCounters | None
+    rejected: dict[tuple[int, str], int]
+
+
+@dataclass(slots=True)
 class ClusterRun:
     records: RequestRecords
     steps: StepSeries
@@ -50,3 +61,4 @@ class ClusterRun:
     operations: dict[str, Any] = field(default_factory=dict)
     fleet: Any = None  # cluster.fleet.Fleet: each replica's start, ready and end times
     notices: list[dict[str, Any]] = field(default_factory=list)  # operations configured that did not happen
+    tenants: TenantRun | None = None  # a run with tenants (``TenantRun``)

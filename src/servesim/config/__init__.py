@@ -28,7 +28,9 @@ from servesim.config.engine import (
     POLICY_DEFAULTS,
     EngineConfig,
     FrontendConfig,
+    ResolvedEngine,
     SpeculativeConfig,
+    budget_refusal,
     resolve_engine,
     resolve_policy,
 )
@@ -113,6 +115,8 @@ __all__ = [
     "load_scenario",
     "parse_override",
     "read_gpu_config",
+    "ResolvedEngine",
+    "budget_refusal",
     "resolve_engine",
     "resolve_policy",
     "scenario_from_dict",

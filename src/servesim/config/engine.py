@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NewType
 
 from pydantic import Field, field_validator, model_validator
 
@@ -528,15 +528,9 @@ class EngineConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> EngineConfig:
-        if (
-            not self.enable_chunked_prefill
-            and self.max_model_len is not None
-            and (self.max_num_batched_tokens is not None and self.max_num_batched_tokens < self.max_model_len)
-        ):
-            raise ValueError(
-                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_model_len "
-                f"({self.max_model_len}) when chunked prefill is off, as vLLM requires"
-            )
+        why = budget_refusal(self.enable_chunked_prefill, self.max_num_batched_tokens, self.max_model_len)
+        if why:
+            raise ValueError(why)
         if self.admission_order != "fcfs" and not self.memory_aware_admission:
             raise ValueError(
                 "admission_order orders memory-aware admission: it needs memory_aware_admission: true"
@@ -598,6 +592,26 @@ POLICY_DEFAULTS: dict[str, dict[str, Any]] = {
 _NO_PREFIX_CACHING = ("orca", "static")
 
 
+def budget_refusal(
+    enable_chunked_prefill: bool, max_num_batched_tokens: int | None, max_model_len: int | None
+) -> str:
+    """Why vLLM refuses to start with this token budget ("" if it starts): with chunked
+    prefill off, one step must hold a max-length prompt, else such a prompt would block the
+    FCFS queue for ever (vLLM's ``SchedulerConfig`` check; the one place the rule is
+    written: the config's validator, ``resolve_policy`` and the deployment's check use it)."""
+    if (
+        enable_chunked_prefill
+        or max_num_batched_tokens is None
+        or not max_model_len
+        or max_num_batched_tokens >= max_model_len
+    ):
+        return ""
+    return (
+        f"max_num_batched_tokens ({max_num_batched_tokens}) must be >= max_model_len "
+        f"({max_model_len}) when chunked prefill is off, as vLLM requires"
+    )
+
+
 def resolve_policy(engine: EngineConfig, max_model_len: int | None = None) -> EngineConfig:
     """Fill the knobs a policy defaults differently from vLLM V1 (a pure function).
 
@@ -630,11 +644,10 @@ def resolve_policy(engine: EngineConfig, max_model_len: int | None = None) -> En
             # (and sizes the activation memory, as vLLM's profiling run does).
             tokens = d.get("max_num_batched_tokens") or max(mml or 2048, 16384)
         upd["max_num_batched_tokens"] = tokens
-    elif not d["enable_chunked_prefill"] and mml and tokens < mml:
-        raise ConfigError(
-            f"engine.max_num_batched_tokens ({tokens}) must be >= max_model_len "
-            f"({mml}) for policy {engine.policy}, which does not chunk prompts"
-        )
+    else:
+        why = budget_refusal(d["enable_chunked_prefill"], tokens, mml)
+        if why:
+            raise ConfigError(f"engine.{why} (policy {engine.policy} does not chunk prompts)")
     return engine.model_copy(update=upd)
 
 
@@ -689,6 +702,13 @@ def resolve_execution(engine: EngineConfig, gpu_name: str, pipeline_parallel_siz
     return engine.model_copy(update=upd) if upd else engine
 
 
+#: An engine configuration ``resolve_engine`` returned: no None batch knobs, the policy's
+#: and the version's defaults filled. What a replica is built from (``engine.build``,
+#: ``cluster.spec.PoolSpec``, ``deployment.Deployment``); a type, so that an unresolved
+#: ``EngineConfig`` passed there is a mypy error.
+ResolvedEngine = NewType("ResolvedEngine", EngineConfig)
+
+
 def resolve_engine(
     engine: EngineConfig,
     gpu_mem_bytes: float | None = None,
@@ -696,7 +716,7 @@ def resolve_engine(
     max_model_len: int | None = None,
     world_size: int = 1,
     pipeline_parallel_size: int = 1,
-) -> EngineConfig:
+) -> ResolvedEngine:
     """Fill ``None`` batch knobs with vLLM 0.32's `vllm serve` defaults for this GPU.
 
     ``engine/arg_utils.py:get_batch_defaults``: >= 160 GiB: 16384 tokens / 1024 seqs
@@ -708,7 +728,7 @@ def resolve_engine(
     """
     engine = resolve_execution(resolve_policy(engine, max_model_len), gpu_name, pipeline_parallel_size)
     if engine.max_num_seqs is not None and engine.max_num_batched_tokens is not None:
-        return engine
+        return ResolvedEngine(engine)
     mem = gpu_mem_bytes or 0
     if mem >= 160 * GIB and version_tuple(engine.version) >= LARGE_GPU_BUDGET_FROM:
         tokens, seqs = 16384, 1024
@@ -723,4 +743,4 @@ def resolve_engine(
         if not engine.enable_chunked_prefill and max_model_len:
             tokens = max(tokens, max_model_len)
         upd["max_num_batched_tokens"] = tokens
-    return engine.model_copy(update=upd)
+    return ResolvedEngine(engine.model_copy(update=upd))

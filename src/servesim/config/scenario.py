@@ -64,10 +64,15 @@ class Scenario(_Strict):
     @model_validator(mode="after")
     def _check_tenants(self) -> Scenario:
         check_tenants(self.tenants)
-        if self.tenants and (self.cluster is not None or self.parallel.data_parallel_size > 1):
+        cl = self.cluster
+        if (
+            self.tenants
+            and cl is not None
+            and (cl.migration.enabled or any(p.role != "colocated" for p in cl.pools))
+        ):
             raise ValueError(
-                "tenants: admission control and weights are modelled for one replica; "
-                "a cluster (or data_parallel_size > 1) takes none (leave tenants out)"
+                "tenants: admission control and weights are modelled for colocated pools without "
+                "migration; a disaggregated cluster or one with migration takes none (leave tenants out)"
             )
         return self
 

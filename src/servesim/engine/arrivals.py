@@ -68,7 +68,15 @@ def rejection_reason(r: Request, max_model_len: int, usable_tokens: int) -> str:
 
 
 class ArrivalFeeder:
-    """Creates each request at its arrival and schedules the next one."""
+    """Creates each request at its arrival and schedules the next one (the feeder of every
+    open-loop run, one replica or a cluster).
+
+    With ``look_ahead_s`` > 0 a request is created that much before it arrives and handed
+    to ``on_look_ahead`` then (a router that sees replica state ``look_ahead_s`` old takes
+    its view at that instant), then delivered at its arrival. Requests that can never be
+    served (``rejection_reason`` against the smallest ``max_model_len`` and KV cache of the
+    replicas they may visit) go to ``on_reject`` with the reason instead.
+    """
 
     def __init__(
         self,
@@ -78,12 +86,16 @@ class ArrivalFeeder:
         on_reject: Callable[[Request, str], None],
         max_model_len: int,
         usable_tokens: int,
+        look_ahead_s: float = 0.0,
+        on_look_ahead: Callable[[Request], None] | None = None,
     ) -> None:
         self.loop = loop
         self.deliver = deliver
         self.on_reject = on_reject
         self.max_model_len = max_model_len
         self.usable_tokens = usable_tokens
+        self.look_ahead_s = look_ahead_s if on_look_ahead is not None else 0.0
+        self.on_look_ahead = on_look_ahead
         self.num_rejected = 0
         self._reqs = iter_requests(wl)
 
@@ -94,11 +106,22 @@ class ArrivalFeeder:
         for r in self._reqs:
             why = rejection_reason(r, self.max_model_len, self.usable_tokens)
             if not why:
-                self.loop.at(r.arrival_s, self.on_arrival, r, ARRIVAL)
+                if self.look_ahead_s > 0:
+                    at = max(r.arrival_s - self.look_ahead_s, self.loop.now)
+                    self.loop.at(at, self.on_look, r, ARRIVAL)
+                else:
+                    self.loop.at(r.arrival_s, self.on_arrival, r, ARRIVAL)
                 return
             r.status = ReqStatus.REJECTED
             self.num_rejected += 1
             self.on_reject(r, why)
+
+    def on_look(self, r: Request) -> None:
+        """``look_ahead_s`` before ``r`` arrives."""
+        if self.on_look_ahead is not None:
+            self.on_look_ahead(r)
+        self.loop.at(r.arrival_s, self.deliver, r, ARRIVAL)
+        self._schedule_next()
 
     def on_arrival(self, r: Request) -> None:
         self.deliver(r)

@@ -2,8 +2,8 @@
 
 The one place that decides which engine runs: the lazy vLLM V1 engine where it applies
 (``uses_lazy_engine``), the step-by-step reference scheduler when asked for, and each
-other policy's own scheduler class otherwise. The single-replica run (``servesim.sim``)
-and every replica of a cluster (``servesim.cluster``) are built by ``build_replica``.
+other policy's own scheduler class otherwise. Every replica of the one driver
+(``servesim.cluster``; a plain scenario is a pool of one) is built by ``build_replica``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from servesim.config import EngineConfig
+from servesim.config import EngineConfig, ResolvedEngine
 from servesim.engine.arrivals import ClosedLoopFeeder
 from servesim.engine.dependencies import DependencyFeeder
 from servesim.engine.events import EventLoop
@@ -50,7 +50,7 @@ def uses_lazy_engine(engine: EngineConfig, wl: Workload | None, tenant_counters:
     )
 
 
-def scheduler_config(engine: EngineConfig, max_model_len: int) -> SchedulerConfig:
+def scheduler_config(engine: ResolvedEngine, max_model_len: int) -> SchedulerConfig:
     """The scheduler's knobs from a resolved ``engine`` (no None batch knobs left)."""
     assert engine.max_num_seqs is not None and engine.max_num_batched_tokens is not None  # resolved
     return SchedulerConfig(
@@ -143,7 +143,7 @@ def policy_perf_model(engine: EngineConfig, perf: PerfModel) -> PerfModel:
 def build_replica(
     replica_id: int,
     loop: EventLoop,
-    engine: EngineConfig,
+    engine: ResolvedEngine,
     perf: PerfModel,
     num_gpu_blocks: int,
     max_model_len: int,

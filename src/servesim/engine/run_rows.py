@@ -12,6 +12,7 @@ and the waiting counts of the steps after requests queued during the run.
 from __future__ import annotations
 
 from bisect import bisect_left
+from itertools import accumulate
 from typing import Any
 
 from servesim.engine.decode_runs import Run
@@ -76,6 +77,38 @@ class RunRows:
         cols["num_preempted"].extend([0] * m)
         self._written, self._first = cols, first
         self._count_waiting(cols, self._queued, self._staged)
+
+    def waiting_s(self, prev_start_s: float) -> float:
+        """The sum over the run's rows of ``num_waiting x duration_s`` (waiting requests
+        integrated over time), from the run itself, without writing the rows out.
+        ``prev_start_s``: the start of the row just before them (the step that started the
+        run), where a request staged by async scheduling may have arrived before."""
+        durations = self.durations
+        n = len(durations)
+        span_s = 0.0
+        t = last_start = self.start_s
+        for d in durations:  # float sums as ``sum`` and ``write`` add them, typed for mypyc
+            last_start = t
+            span_s += d
+            t += d
+        total: float = self.num_waiting * span_s
+        # Usually every request queued during the run arrived after its last step started
+        # (the run stopped at the arrival): it counts in none of its rows.
+        queued = [q for q in self._queued if q <= last_start]
+        staged = [q for q in self._staged if q <= last_start]
+        if not queued and not staged:
+            return total
+        starts = list(accumulate(durations[:-1], initial=self.start_s))  # as ``write`` sums them
+        suffix = list(accumulate(reversed(durations)))[::-1]  # suffix[r]: the rows from r on
+        for q in queued:
+            r = bisect_left(starts, q)
+            if r < n:
+                total += suffix[r]
+        for q in staged:
+            r = bisect_left(starts, q) + 1 if q > prev_start_s else 0
+            if r < n:
+                total += suffix[r]
+        return total
 
     def _count_waiting(
         self, cols: dict[str, list[Any]], queued_s: list[float], staged_s: list[float]

@@ -328,7 +328,8 @@ def _step_time_lines(s: dict[str, Any]) -> Text:
 def _trust_lines(s: dict[str, Any], grid: Table) -> None:
     """Memory plan, headroom, saturation and notices (what a user needs to trust the numbers),
     as rows of ``grid``."""
-    for m in s.get("memory", []):
+    plans = s.get("memory", [])
+    for m in plans:
         fit = m["num_mean_requests_fit"]
         fits = (
             f"; {fit:,} requests of mean length {m['mean_request_tokens']:,.0f} fit at once"
@@ -336,10 +337,11 @@ def _trust_lines(s: dict[str, Any], grid: Table) -> None:
             else ""
         )
         grid.add_row(
-            "Memory" + (f" {m['pool']}" if m["pool"] else ""),
+            "Memory"
+            + (f" {m['pool']}" if m["pool"] and len(plans) > 1 else ""),  # one pool: its name says nothing
             f"per GPU: weights {_gb(m['weights_bytes_per_gpu'])}, "
             + (f"LoRA {_gb(m['lora_bytes'])}, " if m.get("lora_bytes") else "")
-            + f"activations "
+            + "activations "
             f"{_gb(m['activation_bytes'])}, reserve {_gb(m['non_torch_reserve_bytes'])}; KV "
             f"{_gb(m['kv_cache_bytes'])}: {m['num_gpu_blocks']:,} blocks of {m['block_size']}, "
             f"{m['kv_capacity_tokens']:,} tokens{fits}",
@@ -398,9 +400,10 @@ def print_summary(result: Result, console: Console) -> None:
     grid = _lines(s)
     _trust_lines(s, grid)
     console.print(grid)
-    if s.get("pools"):
+    pools = s.get("pools") or []
+    if len(pools) > 1 or (pools and pools[0]["num_replicas_run"] > 1):  # one replica: the lines above
         console.print()
-        console.print(_pool_lines(s["pools"]))
+        console.print(_pool_lines(pools))
     if s.get("benchmark"):
         console.print()
         console.print(_benchmark_block(s["benchmark"]))

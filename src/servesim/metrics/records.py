@@ -119,9 +119,14 @@ class StepRows(Protocol):
     ``engine.run_rows.RunRows``) until the series is read."""
 
     num_rows: int
+    replica_id: int
 
     def write(self, cols: dict[str, list[Any]]) -> None:
         """Append the rows to ``cols`` (the series' columns by name, in ``STEP_COLUMNS``)."""
+
+    def waiting_s(self, prev_start_s: float) -> float:
+        """The sum of ``num_waiting x duration_s`` over the rows, without writing them
+        (``prev_start_s``: the start of the row before them)."""
 
 
 def _column(name: str) -> property:
@@ -212,20 +217,26 @@ class StepSeries:
     kv_blocks_used = _column("kv_blocks_used")
     num_preempted = _column("num_preempted")
 
+    def waiting_s_by_replica(self, num_replicas: int) -> np.ndarray:
+        """Each replica's waiting requests integrated over its steps (the sum of
+        ``num_waiting x duration_s``), without writing out the rows held compactly: the
+        summary's queueing figures need no step column."""
+        c = self._cols
+        out = np.zeros(num_replicas)
+        if c["start_s"]:
+            waiting = np.asarray(c["num_waiting"], np.float64) * np.asarray(c["duration_s"], np.float64)
+            out += np.bincount(np.asarray(c["replica"], np.int64), weights=waiting, minlength=num_replicas)
+        starts = c["start_s"]
+        for at, rows in self._pending:
+            out[rows.replica_id] += rows.waiting_s(starts[at - 1] if at > 0 else float("-inf"))
+        return out
+
     def columns(self) -> dict[str, np.ndarray]:
         c = self._materialized()
         return {
             name: np.asarray(c[name], np.float64 if name in ("start_s", "duration_s") else np.int64)
             for name in STEP_COLUMNS
         }
-
-    def waiting_s_by_replica(self, num_replicas: int) -> np.ndarray:
-        """Waiting requests times step duration, summed over each replica's steps (at least
-        ``num_replicas`` entries): the summary's time-averaged queue of a pool."""
-        if not len(self):
-            return np.zeros(num_replicas)
-        waiting_s = np.asarray(self.num_waiting, np.float64) * np.asarray(self.duration_s, np.float64)
-        return np.bincount(np.asarray(self.replica, np.int64), weights=waiting_s, minlength=num_replicas)
 
     def __len__(self) -> int:
         return len(self._cols["start_s"]) + self._num_pending_rows
@@ -299,6 +310,6 @@ class Result:
     # series (metrics.timeseries.TimeSeries) and the operations' counts.
     timeseries: Any = None
     # A run with tenants: their names, each row's tenant, weights, SLOs, rejections and the
-    # scheduler's counters (``sim.tenant_record``; summarized by ``metrics.tenants``).
+    # scheduler's counters (``cluster.pools.tenant_record``; summarized by ``metrics.tenants``).
     tenants: dict[str, Any] | None = None
     operations: dict[str, Any] = field(default_factory=dict)

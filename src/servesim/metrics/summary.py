@@ -304,63 +304,36 @@ def held_fleet(reps: list[Any], window_s: float | None, end_s: float) -> dict[st
     }
 
 
-def _utilization(result: Result, window_s: float | None) -> dict[str, Any]:
-    """Time-averages over the time each replica's GPUs were held (the window, or with
-    ``cluster.operations`` each replica's lifetime: a replica stopped at night is not idle)."""
-    peaks = [_peaks(result, r) for r in result.replicas]
-    peak_flops = None if any(f is None for f, _ in peaks) else 1.0
-    mem_bw = None if any(b is None for _, b in peaks) else 1.0
+def replica_figures(
+    reps: list[Any], held: list[float | None], peaks: list[tuple[float | None, float | None]]
+) -> dict[str, Any]:
+    """The time-averaged figures of replicas ``reps`` together: one function for a replica,
+    a pool and the run. ``held``: seconds each replica's GPUs were held (None: unknown);
+    ``peaks``: (peak FLOP/s, HBM bytes/s) of one of its GPUs. Busy and KV: the mean over
+    replicas (engines); GPU time, MFU, MBU and pipeline bubbles: the mean over GPUs; each
+    weighted by the time it was held."""
+    known = all(h is not None for h in held)
+    hs = [h or 0.0 for h in held]
 
-    def one(r: Any, peak_flops: float | None, mem_bw: float | None) -> dict[str, Any]:
-        held = _held_s(r, window_s)
-        return {
-            "num_gpus": r.num_gpus,
-            "num_steps": r.num_steps,
-            "held_s": held,
-            "busy_fraction": _ratio(r.busy_s, held),
-            "gpu_fraction": _ratio(r.gpu_s, held),
-            "mfu": None if peak_flops is None or held is None else _ratio(r.flops, held * peak_flops),
-            "mbu": None if mem_bw is None or held is None else _ratio(r.bytes, held * mem_bw),
-            "kv_mean": None if held is None else _ratio(r.kv_block_s, held * r.num_gpu_blocks),
-            "kv_peak": _ratio(r.peak_kv_blocks, r.num_gpu_blocks),
-            "num_preemptions": r.num_preemptions,
-            "prefix_hit_rate": _ratio(r.num_prefix_hit_tokens, r.num_prefix_query_tokens),
-            "pipeline_bubble_fraction": _ratio(r.bubble_s, r.gpu_s) if r.bubble_s else 0.0,
-        }
+    def over_held(num: float, den: list[float]) -> float | None:
+        return _ratio(num, sum(d * h for d, h in zip(den, hs))) if known else None
 
-    reps = result.replicas
-    fleet = held_fleet(reps, window_s, result.end_s)
-    held = [_held_s(r, window_s) or 0.0 for r in reps]
-    tot = {
-        # With cluster.operations: the most held at once (num_replicas_run: every one that ran).
-        "num_replicas": fleet["peak_replicas"],
-        "num_gpus": fleet["peak_gpus"],
-        "num_replicas_run": len(reps),
-        "mean_replicas": fleet["mean_replicas"],
-        "mean_gpus": fleet["mean_gpus"],
-        "gpu_hours": fleet["gpu_hours"],
+    gpus = [r.num_gpus for r in reps]
+    return {
         "num_steps": sum(r.num_steps for r in reps),
-        # Busy and KV: the mean over replicas (engines); MFU/MBU: the mean over GPUs; each
-        # weighted by the time it was held.
-        "busy_fraction": None if window_s is None else _ratio(sum(r.busy_s for r in reps), sum(held)),
-        "gpu_fraction": None
-        if window_s is None
-        else _ratio(sum(r.gpu_s * r.num_gpus for r in reps), sum(h * r.num_gpus for h, r in zip(held, reps))),
+        "busy_fraction": over_held(sum(r.busy_s for r in reps), [1.0] * len(reps)),
+        "gpu_fraction": over_held(sum(r.gpu_s * g for r, g in zip(reps, gpus)), gpus),
         "mfu": None
-        if peak_flops is None or window_s is None
-        else _ratio(
-            sum(r.flops * r.num_gpus for r in reps),
-            sum(h * (p[0] or 0.0) * r.num_gpus for h, p, r in zip(held, peaks, reps)),
+        if any(f is None for f, _ in peaks)
+        else over_held(
+            sum(r.flops * g for r, g in zip(reps, gpus)), [(f or 0.0) * g for (f, _), g in zip(peaks, gpus)]
         ),
         "mbu": None
-        if mem_bw is None or window_s is None
-        else _ratio(
-            sum(r.bytes * r.num_gpus for r in reps),
-            sum(h * (p[1] or 0.0) * r.num_gpus for h, p, r in zip(held, peaks, reps)),
+        if any(b is None for _, b in peaks)
+        else over_held(
+            sum(r.bytes * g for r, g in zip(reps, gpus)), [(b or 0.0) * g for (_, b), g in zip(peaks, gpus)]
         ),
-        "kv_mean": None
-        if window_s is None
-        else _ratio(sum(r.kv_block_s for r in reps), sum(h * r.num_gpu_blocks for h, r in zip(held, reps))),
+        "kv_mean": over_held(sum(r.kv_block_s for r in reps), [r.num_gpu_blocks for r in reps]),
         "kv_peak": max(
             (x for r in reps if (x := _ratio(r.peak_kv_blocks, r.num_gpu_blocks)) is not None), default=None
         ),
@@ -369,10 +342,35 @@ def _utilization(result: Result, window_s: float | None) -> dict[str, Any]:
             sum(r.num_prefix_hit_tokens for r in reps), sum(r.num_prefix_query_tokens for r in reps)
         ),
         "pipeline_bubble_fraction": _ratio(
-            sum(r.bubble_s * r.num_gpus for r in reps), sum(r.gpu_s * r.num_gpus for r in reps)
-        ),
+            sum(r.bubble_s * g for r, g in zip(reps, gpus)), sum(r.gpu_s * g for r, g in zip(reps, gpus))
+        )
+        or 0.0,
     }
-    return {"overall": tot, "replicas": [one(r, *p) for r, p in zip(reps, peaks)]}
+
+
+def _utilization(result: Result, window_s: float | None) -> dict[str, Any]:
+    """Time-averages over the time each replica's GPUs were held (the window, or with
+    ``cluster.operations`` each replica's lifetime: a replica stopped at night is not idle),
+    for each replica and over the run (``replica_figures``)."""
+    reps = result.replicas
+    peaks = [_peaks(result, r) for r in reps]
+    held = [_held_s(r, window_s) for r in reps]
+    fleet = held_fleet(reps, window_s, result.end_s)
+    tot = {
+        # With cluster.operations: the most held at once (num_replicas_run: every one that ran).
+        "num_replicas": fleet["peak_replicas"],
+        "num_gpus": fleet["peak_gpus"],
+        "num_replicas_run": len(reps),
+        "mean_replicas": fleet["mean_replicas"],
+        "mean_gpus": fleet["mean_gpus"],
+        "gpu_hours": fleet["gpu_hours"],
+        **replica_figures(reps, held if window_s is not None else [None] * len(reps), peaks),
+    }
+    one = [
+        {"num_gpus": r.num_gpus, "held_s": h, **replica_figures([r], [h], [p])}
+        for r, h, p in zip(reps, held, peaks)
+    ]
+    return {"overall": tot, "replicas": one}
 
 
 def _lora(result: Result) -> dict[str, Any] | None:
@@ -388,14 +386,13 @@ def _lora(result: Result) -> dict[str, Any] | None:
 
 
 def _pools(result: Result, window_s: float | None) -> list[dict[str, Any]]:
-    """Per-pool figures of a cluster run (empty for a single replica): utilization, queueing
+    """Per-pool figures (a plain scenario's one pool too, ``deployment.SINGLE_POOL``): utilization, queueing
     (time-averaged waiting requests, and the mean wait by Little's law), KV transfers in."""
     reps = result.replicas
     names = list(dict.fromkeys(r.pool for r in reps if r.pool))
     if not names:
         return []
     waiting_by_rep = result.steps.waiting_s_by_replica(len(reps))
-    util = _utilization(result, window_s)["replicas"]
     out = []
     for name in names:
         idx = [i for i, r in enumerate(reps) if r.pool == name]
@@ -404,7 +401,10 @@ def _pools(result: Result, window_s: float | None) -> list[dict[str, Any]]:
         num_waiting = None if window_s is None else _ratio(float(waiting_by_rep[idx].sum()), window_s)
         n_tr = sum(r.num_kv_transfers for r in rs)
         gpu = rs[0].gpu if rs[0].gpu is not None else result.gpu
-        held = [_held_s(r, window_s) or 0.0 for r in rs]
+        held = [_held_s(r, window_s) for r in rs]
+        fig = replica_figures(
+            rs, held if window_s is not None else [None] * len(rs), [_peaks(result, r) for r in rs]
+        )
         fleet = held_fleet(rs, window_s, result.end_s)
         out.append(
             {
@@ -416,27 +416,17 @@ def _pools(result: Result, window_s: float | None) -> list[dict[str, Any]]:
                 "mean_replicas": fleet["mean_replicas"],
                 "gpu_hours": fleet["gpu_hours"],
                 "gpu": getattr(gpu, "name", None),
-                "busy_fraction": None if window_s is None else _ratio(sum(r.busy_s for r in rs), sum(held)),
-                "mfu": _ratio(
-                    sum((util[i]["mfu"] or 0.0) * reps[i].num_gpus * h for i, h in zip(idx, held)),
-                    sum(r.num_gpus * h for r, h in zip(rs, held)),
-                ),
-                "kv_mean": None
-                if window_s is None
-                else _ratio(
-                    sum(r.kv_block_s for r in rs), sum(h * r.num_gpu_blocks for h, r in zip(held, rs))
-                ),
-                "pipeline_bubble_fraction": _ratio(sum(r.bubble_s for r in rs), sum(r.gpu_s for r in rs))
-                or 0.0,
+                "busy_fraction": fig["busy_fraction"],
+                "mfu": fig["mfu"],
+                "kv_mean": fig["kv_mean"],
+                "pipeline_bubble_fraction": fig["pipeline_bubble_fraction"],
                 "num_routed": routed,
                 "mean_num_waiting": num_waiting,
                 "mean_wait_s": None
                 if num_waiting is None or window_s is None
                 else _ratio(num_waiting * window_s, routed),
-                "num_preemptions": sum(r.num_preemptions for r in rs),
-                "prefix_hit_rate": _ratio(
-                    sum(r.num_prefix_hit_tokens for r in rs), sum(r.num_prefix_query_tokens for r in rs)
-                ),
+                "num_preemptions": fig["num_preemptions"],
+                "prefix_hit_rate": fig["prefix_hit_rate"],
                 "num_kv_transfers_in": n_tr,
                 "kv_transfer_bytes_in": sum(r.kv_transfer_bytes for r in rs),
                 "mean_kv_transfer_s": _ratio(sum(r.kv_transfer_s for r in rs), n_tr),

@@ -1,8 +1,7 @@
-"""Writing a request's outcome into its row of ``RequestRecords``.
+"""Writing a request's outcome into its row of ``RequestRecords``: the one record writer.
 
-The engine calls these when a request finishes, is rejected or is still in flight at the
-end of the run; one replica's run (``servesim.sim``) and a cluster (``servesim.cluster``)
-write the same columns the same way.
+The driver (``servesim.cluster``) hands it each request when it finishes, is rejected or
+is still in flight at the end of the run; ``write_record`` is the same writer for one row.
 """
 
 from __future__ import annotations
@@ -22,7 +21,11 @@ class RecordWriter:
         self.batch = batch
         self.buf: list[Request] = []
 
-    def add(self, r: Request) -> None:
+    def add(self, r: Request, reason: str = "") -> None:
+        """Write ``r``'s outcome (read from it at the next ``flush``: its record must be
+        final), with ``reason``, when given, saying why it was rejected or is unfinished."""
+        if reason:
+            self.records.reasons[r.idx] = reason
         self.buf.append(r)
         if len(self.buf) >= self.batch:
             self.flush()
@@ -58,32 +61,3 @@ class RecordWriter:
             RequestStatus.FINISHED,
             np.where(status == ReqStatus.REJECTED, RequestStatus.REJECTED, RequestStatus.UNFINISHED),
         )
-
-
-def record_status(r: Request) -> int:
-    """The record's ``RequestStatus`` of ``r`` (the engine's status, folded to three)."""
-    return (
-        RequestStatus.FINISHED
-        if r.status == ReqStatus.FINISHED
-        else RequestStatus.REJECTED
-        if r.status == ReqStatus.REJECTED
-        else RequestStatus.UNFINISHED
-    )
-
-
-def write_record(rec: RequestRecords, r: Request, reason: str = "") -> None:
-    """Store ``r``'s outcome in row ``r.idx`` (called when it finishes, is rejected or the
-    run ends), with ``reason``, when given, saying why it was rejected or is unfinished."""
-    i = r.idx
-    rec.arrival_s[i] = r.arrival_s
-    rec.first_scheduled_s[i] = r.first_scheduled_s if r.first_scheduled_s >= 0 else np.nan
-    rec.first_token_s[i] = r.first_token_s if r.first_token_s >= 0 else np.nan
-    rec.finished_s[i] = r.finished_s if r.finished_s >= 0 else np.nan
-    rec.num_output_tokens[i] = r.num_output_tokens
-    rec.num_cached_tokens[i] = max(r.num_cached_tokens, 0)
-    rec.num_preemptions[i] = r.num_preemptions
-    rec.replica[i] = r.replica
-    rec.status[i] = record_status(r)
-    rec.finished_length[i] = r.finished_length
-    if reason:
-        rec.reasons[i] = reason

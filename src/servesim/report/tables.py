@@ -133,9 +133,9 @@ def comparison_rows(runs: list[RunDir]) -> tuple[list[str], list[list[str]]]:
 
 
 def pool_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
-    """Per-pool utilization of a cluster run (None for a single replica)."""
+    """Per-pool utilization (None for one pool of one replica: the run's own figures)."""
     pools = summary.get("pools") or []
-    if not pools:
+    if not pools or (len(pools) == 1 and pools[0].get("num_replicas_run", 1) <= 1):
         return None
     keys = [k for k in pools[0] if k not in ("name",)]
     rows = [[str(p.get("name")), *(cell(p.get(k)) for k in keys)] for p in pools]

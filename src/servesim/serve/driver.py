@@ -11,8 +11,9 @@ A token is released to its client when the simulated time of the end of the step
 produced it is reached, so a client sees the simulated TTFT and inter-token gaps plus the
 HTTP path's own latency.
 
-Every scenario runs as a ``Cluster``: a scenario without a ``cluster`` section is one
-colocated pool of one replica (routing to a single replica adds nothing). Replicas use the
+Every scenario runs as a ``Cluster`` (``deployment.as_cluster``, as ``simulate`` runs it): a
+scenario without a ``cluster`` section is one colocated pool of one replica (routing to a
+single replica adds nothing). Replicas use the
 step-by-step V1 scheduler (``run.reference``; the lazy engine's runs of decode steps jump
 ahead to the next *known* event, and live arrivals are not known ahead), or the policy's
 own class; ``tests/test_differential.py`` holds the two V1 engines to the same decisions.
@@ -127,11 +128,6 @@ class LiveCluster(Cluster):
         self.num_done += 1
         req.status = ReqStatus.REJECTED
         self.notify_done(req)
-
-
-def single_pool_config() -> ClusterConfig:
-    """The cluster of a scenario without one: a colocated pool of one replica."""
-    return ClusterConfig.model_validate({"pools": [{"name": "engine"}]})
 
 
 class LiveSim:

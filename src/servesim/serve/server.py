@@ -1,7 +1,7 @@
 """``servesim serve SCENARIO``: resolve the scenario, bind the port, run the server.
 
 The scenario's deployment is resolved by ``servesim.deployment.resolve_deployments`` (one
-pool per cluster pool, or the single replica) into the cluster's pools
+pool per pool of ``deployment.as_cluster``: a plain scenario's is one replica) into the cluster's pools
 (``servesim.cluster.pools.pool_spec``); its workload section is not read (the clients are
 the workload). The live status (requests done, running, waiting, KV usage) is shown on a
 terminal unless ``--no-progress``.
@@ -20,10 +20,10 @@ import uvicorn
 
 from servesim.cluster.pools import pool_spec
 from servesim.config import Scenario, load_scenario
-from servesim.deployment import resolve_deployments
+from servesim.deployment import as_cluster, resolve_deployments
 from servesim.errors import ServesimError
 from servesim.serve.app import bind, build_app, log
-from servesim.serve.driver import LiveSim, single_pool_config
+from servesim.serve.driver import LiveSim
 from servesim.serve.protocol import Tokenizer
 
 
@@ -38,7 +38,7 @@ def live_sim(sc: Scenario, speed: float = 1.0) -> LiveSim:
         )
     deps = resolve_deployments(sc)
     pools = [pool_spec(d, reference=True) for d in deps]
-    sim = LiveSim(pools, sc.cluster or single_pool_config(), speed=speed, seed=sc.run.seed)
+    sim = LiveSim(pools, as_cluster(sc), speed=speed, seed=sc.run.seed)
     sim.vocab_size = min(d.model.vocab_size for d in deps)
     return sim
 
