@@ -273,6 +273,23 @@ def test_priority_preempts_the_least_urgent_and_returns_its_tokens():
     assert blocks_of(s, b) == [6, 7, 8, 9, 10, 5]
 
 
+def test_a_step_emptied_by_a_self_preemption_is_scheduled_again():
+    """Under the priority policy the oldest running request can be its own victim (it has
+    the largest priority value): vLLM breaks the running loop there and skips the waiting
+    one, so that step schedules nothing, and its engine loop schedules again at once. The
+    replica must do the same rather than go idle with requests running (it stalled here)."""
+    wl = make_workload(
+        [0.145, 0.1937, 0.2067, 0.2558, 0.3575], [279, 118, 328, 148, 215], [59, 39, 17, 53, 53]
+    )
+    wl.priority = np.array([2, 1, 2, 0, 2], dtype=np.int64)
+    eng = EngineConfig(
+        max_num_seqs=8, max_num_batched_tokens=256, block_size=16, scheduling_policy="priority"
+    )
+    run = run_engine(wl, eng, ConstantPerfModel(0.01, 1e-5), 40, 1024)
+    assert (run.records.status == 0).all()  # every request finished
+    assert run.totals.num_preemptions >= 1  # the self-preemption happened
+
+
 # --------------------------------------------------------------------------- swap
 
 

@@ -7,7 +7,7 @@ import gzip
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from servesim.config import (
@@ -178,6 +178,13 @@ def test_queue_cap_counts_requests_never_scheduled() -> None:
     cap=st.one_of(st.none(), st.integers(0, 8)),
     blocks=st.integers(40, 300),
 )
+@example(
+    seed=9318,
+    policy="priority",
+    rate=None,
+    cap=1,
+    blocks=40,
+).via("discovered failure")
 def test_no_request_is_lost(seed: int, policy: str, rate: float | None, cap: int | None, blocks: int) -> None:
     """Every request finishes or is rejected, and the rejections add up per tenant."""
     rng = np.random.default_rng(seed)
@@ -245,8 +252,11 @@ def test_config_validation() -> None:
         scenario_from_dict({"tenants": [{"name": "a", "burst": 3}]})
     with pytest.raises(ConfigError, match="positive share"):
         scenario_from_dict({"workload": {"type": "synthetic", "tenant_shares": {"a": 0}}})
-    with pytest.raises(ConfigError, match="one replica"):
-        scenario_from_dict({"tenants": [{"name": "a"}], "cluster": {"pools": [{"name": "p"}]}})
+    with pytest.raises(ConfigError, match="colocated pools without migration"):
+        disagg = [{"name": "p", "role": "prefill"}, {"name": "d", "role": "decode"}]
+        scenario_from_dict({"tenants": [{"name": "a"}], "cluster": {"pools": disagg}})
+    # A cluster of colocated pools takes them (tests/test_one_driver.py).
+    assert scenario_from_dict({"tenants": [{"name": "a"}], "cluster": {"pools": [{"name": "p"}]}}).tenants
     with pytest.raises(ConfigError, match="attainment and percentiles"):
         scenario_from_dict({"tenants": [{"name": "a", "slo": {"ttft_s": 1, "attainment": {"all": 0.9}}}]})
     with pytest.raises(ConfigError, match="static"):

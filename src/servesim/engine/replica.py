@@ -177,6 +177,17 @@ class Replica:
         if not out.reqs and not out.num_pool and self._staged:
             self._admit_staged(float("inf"))  # an idle engine schedules what it has at once
             out = sched.schedule()
+        # A step whose only decision was a preemption (under the priority policy the victim
+        # can be the request that asked, ahead of others in running: vLLM breaks the running
+        # loop and skips the waiting one, ``Scheduler.schedule``) schedules nothing; vLLM's
+        # engine loop runs that empty step (no model call) and schedules again at once, as here.
+        # Each retry follows a preemption, which empties running, so the retries are bounded.
+        retries = 0
+        while not out.reqs and not out.num_pool and out.preempted and retries <= len(sched.running):
+            preempted = out.preempted
+            out = sched.schedule()
+            out.preempted[:0] = preempted
+            retries += 1
         if not out.reqs and not out.num_pool:
             return None
         for req in out.reqs:
