@@ -129,3 +129,39 @@ def test_streamed_rows_and_summary_are_the_kept_series(name, monkeypatch, tmp_pa
     assert tmp_path / "out" / "steps.parquet" in out
     assert pq.read_table(tmp_path / "out" / "steps.parquet").num_rows == len(want["start_s"])
     assert not streamed.steps.path.with_name("steps1.parquet").exists()
+
+
+def test_simulate_output_streams_a_long_run_into_place(monkeypatch, tmp_path) -> None:
+    """``servesim simulate --output DIR``: a run at or past ``STREAM_STEPS_FROM_REQUESTS``
+    (lowered here) streams its steps beside DIR and moves the file in, rows equal to the
+    in-memory series; nothing temporary is left behind."""
+    import yaml
+    from typer.testing import CliRunner
+
+    import servesim.cluster.pools as pools_mod
+    from servesim.cli import app
+
+    name = "one replica"
+    kept = servesim.simulate(SCENARIOS[name])
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(SCENARIOS[name]))
+    seen: list[StepSeries] = []
+    real = pools_mod.simulate_cluster
+
+    def spy(*args, **kwargs):
+        result = real(*args, **kwargs)
+        seen.append(result.steps)
+        return result
+
+    monkeypatch.setattr(pools_mod, "STREAM_STEPS_FROM_REQUESTS", 0)
+    monkeypatch.setattr(pools_mod, "simulate_cluster", spy)
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, ["simulate", str(path), "--output", str(out), "--quiet", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert isinstance(seen[0], StreamedStepSeries)
+    got = pq.read_table(out / "steps.parquet").to_pydict()
+    want = kept.steps.columns()
+    for col in want:
+        assert np.array_equal(np.asarray(got[col]), want[col]), col
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "scenario.yaml"]
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]

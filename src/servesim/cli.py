@@ -142,7 +142,14 @@ def run_simulate(
     from servesim.metrics.summary import summarize
 
     scenario = load_scenario(scenario_path, overrides)
-    result = sim.simulate(scenario, progress=progress)
+    # A long run streams its step series into the output directory (or, before it exists,
+    # beside it: the same filesystem, so the file is renamed into place, never copied).
+    stream_to = None
+    if output is not None:
+        stream_to = output if output.is_dir() else output.parent if output.parent.is_dir() else None
+    result = sim.simulate(
+        scenario, progress=progress, stream_steps_to=stream_to, steps_format=str(records_format)
+    )
     if not result.summary:
         result.summary = summarize(result)
     paths: list[Path] = []

@@ -115,10 +115,19 @@ def _resolve(scenario: Scenario | dict | str | Path | None) -> Scenario:
 
 
 def simulate(
-    scenario: Scenario | dict[str, Any] | str | Path | None = None, *, progress: bool = False
+    scenario: Scenario | dict[str, Any] | str | Path | None = None,
+    *,
+    progress: bool = False,
+    stream_steps_to: Path | None = None,
+    steps_format: str = "parquet",
 ) -> Result:
     """Run the scenario and return its Result with ``summary`` filled: the one driver
-    (``cluster.pools.simulate_cluster``) for a plain scenario and a cluster alike."""
+    (``cluster.pools.simulate_cluster``) for a plain scenario and a cluster alike.
+    ``stream_steps_to``: a directory where a long run streams its step series
+    (``cluster.pools.STREAM_STEPS_FROM_REQUESTS``; ``metrics.output.write_outputs`` moves
+    the file into place)."""
     from servesim.cluster.pools import simulate_cluster
 
-    return simulate_cluster(_resolve(scenario), progress=progress)
+    return simulate_cluster(
+        _resolve(scenario), progress=progress, stream_steps_to=stream_steps_to, steps_format=steps_format
+    )

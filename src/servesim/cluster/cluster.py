@@ -98,6 +98,7 @@ class Cluster:
         quiet_steps: bool = False,
         tenants: TenantSetup | None = None,
         finishes_in_runs: bool = False,
+        step_series: StepSeries | None = None,
     ) -> None:
         self.loop = loop
         self.wl = wl
@@ -116,7 +117,9 @@ class Cluster:
         # the feeder hands it its arrivals and it hands the record writer its finishes, with
         # no frame between; its routed count and unfinished requests are read at the end.
         self.direct = finishes_in_runs and self.gate is None
-        self.steps = StepSeries() if record_steps else None
+        # The per-step series: in memory, or ``step_series`` (a ``StreamedStepSeries`` that
+        # writes its rows to a file as the run goes), or none.
+        self.steps = (step_series if step_series is not None else StepSeries()) if record_steps else None
         self.itl = ItlSamples()
         self.replicas: list[Replica] = []
         self.pool_of: list[PoolSpec] = []
@@ -521,11 +524,13 @@ def run_cluster(
     progress: Callable[[int], None] | None = None,
     slo: Any = None,
     tenants: TenantSetup | None = None,
+    step_series: StepSeries | None = None,
 ) -> ClusterRun:
     """Run ``wl`` on a cluster of ``pools`` (no catalog needed: tests use this): the one
     driver of every scenario (a plain one is a pool of one replica).
 
-    ``record_steps=False`` drops the per-step series (long runs); ``progress(num_done)``
+    ``record_steps=False`` drops the per-step series (long runs); ``step_series`` replaces the
+    in-memory one (``metrics.step_stream.StreamedStepSeries``); ``progress(num_done)``
     is called about 200 times over the run when given. With ``cfg.operations`` the fleet
     changes over time (``servesim.cluster.operations``; ``slo`` is what its SLO attainment
     counts). ``tenants``: the weights and admission control of ``wl``'s tenants (None:
@@ -569,6 +574,7 @@ def run_cluster(
         quiet_steps=not closed,
         tenants=tenants,
         finishes_in_runs=lone,
+        step_series=step_series,
     )
     ops = None
     if ops_cfg is not None:
@@ -612,7 +618,7 @@ def run_cluster(
     ops_counts = ops.finish(end) if ops is not None else {}
     return ClusterRun(
         records,
-        cluster.steps or StepSeries(),
+        cluster.steps if cluster.steps is not None else StepSeries(),
         cluster.itl,
         [r.totals for r in cluster.replicas],
         end,

@@ -10,7 +10,9 @@ over the network, and KV transfers use the per-GPU network bandwidth.
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -60,10 +62,29 @@ def build_pool(sc: Scenario, pool: PoolConfig, model: ModelSpec, hw: object = No
     return pool_spec(resolve_deployment(sc, pool, model=model, profile=hw), sc.run.reference)
 
 
-def simulate_cluster(sc: Scenario, t0: float | None = None, *, progress: bool = False) -> Result:
+#: From this many requests on, ``simulate(..., stream_steps_to=DIR)`` writes the per-step
+#: series to a file in DIR as the run goes (``metrics.step_stream``) instead of holding it:
+#: about 2.6 GB for a million requests in memory, a few hundred MB streamed, at about twice
+#: the CPU time of the in-memory series (docs/speed.md). Below it the series stays in memory.
+STREAM_STEPS_FROM_REQUESTS = 200_000
+
+
+def simulate_cluster(
+    sc: Scenario,
+    t0: float | None = None,
+    *,
+    progress: bool = False,
+    stream_steps_to: Path | None = None,
+    steps_format: str = "parquet",
+) -> Result:
     """``simulate``: the one driver of every scenario (``deployment.as_cluster``: a plain one
     is a pool of one replica). Resolves each pool once, loads the workload and its tenants,
-    runs ``run_cluster`` and builds the Result (records, steps, totals, summary)."""
+    runs ``run_cluster`` and builds the Result (records, steps, totals, summary).
+
+    ``stream_steps_to``: an existing directory on the output's filesystem; a run of at least
+    ``STREAM_STEPS_FROM_REQUESTS`` requests (with ``run.record_steps``) streams its step
+    series to a temporary file there, in ``steps_format`` (parquet or csv), which
+    ``metrics.output.write_outputs`` moves into place; a run that fails removes it."""
     from servesim.metrics.progress import progress_bar
     from servesim.metrics.summary import summarize
     from servesim.workload import load_workload
@@ -77,18 +98,36 @@ def simulate_cluster(sc: Scenario, t0: float | None = None, *, progress: bool = 
     # The engine the tenants' figures name (VTC's weights, the policy): the first pool's.
     engine = deps[0].engine
     vtc = any(d.engine.scheduling_policy == "vtc" for d in deps)
-    with progress_bar(progress, len(wl), t0) as report:
-        run = run_cluster(
-            wl,
-            pools,
-            cluster,
-            seed=sc.run.seed,
-            check_invariants=sc.run.check_invariants,
-            record_steps=sc.run.record_steps,
-            progress=report,
-            slo=sc.slo,
-            tenants=tenants if tenants is not None and (sc.tenants or vtc) else None,
+    series = None
+    if (
+        stream_steps_to is not None
+        and sc.run.record_steps
+        and steps_format in ("parquet", "csv")
+        and len(wl) >= STREAM_STEPS_FROM_REQUESTS
+    ):
+        from servesim.metrics.step_stream import StreamedStepSeries
+
+        series = StreamedStepSeries(
+            Path(stream_steps_to) / f".steps.{os.getpid()}.{steps_format}.tmp", format=steps_format
         )
+    try:
+        with progress_bar(progress, len(wl), t0) as report:
+            run = run_cluster(
+                wl,
+                pools,
+                cluster,
+                seed=sc.run.seed,
+                check_invariants=sc.run.check_invariants,
+                record_steps=sc.run.record_steps,
+                progress=report,
+                slo=sc.slo,
+                tenants=tenants if tenants is not None and (sc.tenants or vtc) else None,
+                step_series=series,
+            )
+    except BaseException:
+        if series is not None:
+            series.discard()
+        raise
     result = Result(
         scenario=resolved_scenario(sc, deps),
         records=run.records,
