@@ -27,7 +27,7 @@ def fake_sim(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     """Replace the engine with the hand-made Result; records each call's arguments."""
     calls: list[dict[str, Any]] = []
 
-    def fake(scenario: Any, *, progress: bool = False) -> Any:
+    def fake(scenario: Any, *, progress: bool = False, **_: Any) -> Any:
         calls.append({"scenario": scenario, "progress": progress})
         res = make_result()
         res.scenario = scenario
