@@ -111,7 +111,8 @@ def run_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     models = summary.get("step_time_model") or []
     if models:
         rows.append(("step time", "; ".join(dict.fromkeys(str(m.get("label")) for m in models))))
-    for p in summary.get("vllm_execution_path") or []:
+    paths = summary.get("vllm_execution_path") or []
+    for p in paths:
         moe = p.get("moe")
         parts = [f"attention {p['attention']['value']}"]
         if moe:
@@ -120,7 +121,8 @@ def run_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
             f"async scheduling {p['async_scheduling']['value']}",
             f"CUDA graphs {p['cuda_graphs']['value']}",
         ]
-        label = "vLLM path" + (f" {p['pool']}" if p.get("pool") else "")
+        # One pool (a plain scenario's is one pool of one replica): its name says nothing.
+        label = "vLLM path" + (f" {p['pool']}" if p.get("pool") and len(paths) > 1 else "")
         rows.append((label, f"vLLM {p['vllm_version']} on {p['gpu']}: " + "; ".join(parts)))
     return rows
 
