@@ -26,7 +26,15 @@ from typing import Any
 from servesim.catalog.gpus import GpuSpec, LinkSpec, get_gpu, link_spec
 from servesim.catalog.hf_config import load_model
 from servesim.catalog.models import ModelSpec, resolve_kv_dtype_bytes
-from servesim.config import EngineConfig, LinksConfig, ParallelConfig, PoolConfig, Scenario, resolve_engine
+from servesim.config import (
+    EngineConfig,
+    LinksConfig,
+    ParallelConfig,
+    PoolConfig,
+    Scenario,
+    resolve_engine,
+    resolve_kv_offload,
+)
 from servesim.errors import ConfigError
 from servesim.perf.base import PerfModel
 from servesim.perf.describe import describe_perf_model
@@ -150,6 +158,7 @@ def resolve_deployment(
         eng.max_model_len or model.max_position_embeddings,
         pipeline_parallel_size=par.pipeline_parallel_size,
     )
+    engine = resolve_kv_offload(engine, gpu.host_bw)  # offload tiers: the GPU's host link
     kv_b = resolve_kv_dtype_bytes(sc.model.kv_cache_dtype, model)
     plan = plan_memory(model, gpu, engine, par, kv_dtype_bytes=kv_b)
     check_budget(engine, plan.max_model_len)

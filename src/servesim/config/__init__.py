@@ -30,8 +30,10 @@ from servesim.config.engine import (
     FrontendConfig,
     SpeculativeConfig,
     resolve_engine,
+    resolve_kv_offload,
     resolve_policy,
 )
+from servesim.config.kv_offload import KVOffloadConfig
 from servesim.config.overrides import parse_override
 from servesim.config.parts import (
     ArrivalConfig,
@@ -69,6 +71,8 @@ from servesim.config.workload_kinds import (
 )
 
 __all__ = [
+    "resolve_kv_offload",
+    "KVOffloadConfig",
     "GIB",
     "POLICY_DEFAULTS",
     "AgentNode",
