@@ -266,8 +266,9 @@ class OffloadScheduler(Scheduler):
             req.num_computed_tokens = num_computed
             if req.num_cached_tokens < 0:
                 self._count_lookup(req, num_hit, num_ext)
-            if num_ext:
+            if num_ext:  # loaded in the step; LMCache does not store what it found again
                 out.transfer_s += self._sync_load(req, num_hit, num_ext, now)
+                self.next_store[req.idx] = (num_hit + num_ext) // self.block_size
             out.reqs.append(req)
             out.num_tokens.append(n)
             budget -= n
@@ -350,6 +351,7 @@ class OffloadScheduler(Scheduler):
         done = start + copy_s
         self.h2d_free_s = done
         self.loads[req.idx] = Load(keys, num_hit + num_ext, done)
+        self.next_store[req.idx] = (num_hit + num_ext) // bs  # update_state_after_alloc
         t = self.totals
         t.num_loads += 1
         t.load_bytes += len(keys) * self.block_bytes

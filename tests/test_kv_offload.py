@@ -1,0 +1,275 @@
+"""KV offload tiers (engine/kv_offload.py): hand-computed bytes and times, LRU order, a request
+waiting for its load while another runs, block conservation across tiers."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import req
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from servesim.catalog.gpus import get_gpu
+from servesim.catalog.hf_config import load_model
+from servesim.config import EngineConfig, KVOffloadConfig
+from servesim.engine.events import EventLoop
+from servesim.engine.kv_cache import KVCacheManager
+from servesim.engine.kv_offload import INF, LRUTier, OffloadScheduler
+from servesim.engine.request import ReqStatus, Request
+from servesim.engine.scheduler import SchedulerConfig
+from servesim.metrics.records import OffloadTotals
+
+# Llama-3.1-8B: 32 layers x 8 KV heads x head dim 128 x (K and V) x 2 bytes (bf16)
+LLAMA8B_KV_BYTES_PER_TOKEN = 32 * 8 * 128 * 2 * 2  # 131,072 = 128 KiB
+BLOCK_BYTES = 16 * LLAMA8B_KV_BYTES_PER_TOKEN  # 2 MiB a 16-token block
+GIB = 1 << 30
+
+
+def test_kv_bytes_per_token_from_the_model_config():
+    model = load_model("meta-llama/Llama-3.1-8B")
+    assert model.kv_bytes_per_token(1, 2, 1) == LLAMA8B_KV_BYTES_PER_TOKEN
+    assert model.kv_bytes_per_token(2, 2, 1) == LLAMA8B_KV_BYTES_PER_TOKEN / 2  # a TP=2 shard
+
+
+def test_catalog_host_links():
+    assert get_gpu("A100-80GB").host_bw == 25e9  # PCIe Gen4 x16 class
+    assert get_gpu("H100-SXM").host_bw == 55.6e9  # PCIe Gen5 x16, NVbandwidth's H2D figure
+    assert get_gpu("GB200").host_bw == 225e9  # NVLink-C2C 450 GB/s a direction, two GPUs
+
+
+def offload_sched(
+    backend: str = "native",
+    cpu_gib: float = 1.0,
+    num_gpu_blocks: int = 64,
+    num_gpus: int = 1,
+    block_bytes: float = BLOCK_BYTES,
+    host_gb_per_s: float = 25.0,
+    disk_gib: float = 0.0,
+    max_num_batched_tokens: int = 8192,
+) -> tuple[OffloadScheduler, EventLoop]:
+    off = KVOffloadConfig(
+        backend=backend, cpu_size_gib=cpu_gib, host_gb_per_s=host_gb_per_s, disk_size_gib=disk_gib
+    )
+    kv = KVCacheManager(num_gpu_blocks, 16, True, max_model_len=4096)
+    loop = EventLoop()
+    cfg = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=max_num_batched_tokens, max_model_len=4096)
+    return OffloadScheduler(cfg, kv, off, loop, block_bytes, num_gpus, OffloadTotals()), loop
+
+
+def test_cpu_tier_size_from_kv_offloading_size():
+    # 1 GiB / 2 MiB = 512 blocks; with TP=2 each GPU holds 1 MiB of a block: 1 GiB / (1 MiB x 2)
+    assert offload_sched(cpu_gib=1.0)[0].cpu.num_blocks == 512
+    assert offload_sched(cpu_gib=1.0, num_gpus=2, block_bytes=BLOCK_BYTES / 2)[0].cpu.num_blocks == 512
+    # LMCache's 256-token chunk is 16 GPU blocks: 32 MiB, 32 of them in 1 GiB
+    lm, _ = offload_sched("lmcache", cpu_gib=1.0)
+    assert (lm.block_size, lm.factor, lm.block_bytes, lm.cpu.num_blocks) == (256, 16, 32 * (1 << 20), 32)
+
+
+# --------------------------------------------------------------------------- LRU tier
+
+
+def test_lru_tier_evicts_least_recent_ready_unreferenced():
+    t = LRUTier("cpu", 3)
+    assert t.prepare_store([1, 2, 3], now=0.0) == [1, 2, 3]
+    assert t.prepare_store([4], now=0.0) is None  # none ready yet: nothing can go
+    t.mark_ready([1, 2, 3], 1.0)
+    assert t.lookup([1, 2, 3], now=0.5) == 0 and t.lookup([1, 2, 3], now=1.0) == 3
+    t.touch([1, 2])  # a chain's first block becomes the most recent: LRU order 3, 2, 1
+    assert list(t.blocks) == [3, 2, 1]
+    assert t.prepare_store([1, 4], now=1.0) == [4]  # 1 is stored already; 3 goes
+    assert list(t.blocks) == [2, 1, 4] and t.num_evictions == 1
+    t.mark_ready([4], 1.0)
+    t.add_ref([2], 1)  # a load reads 2: 1 goes instead
+    assert t.prepare_store([5], now=1.0) == [5]
+    assert list(t.blocks) == [2, 4, 5]
+    assert t.lookup([2, 4, 5], now=2.0) == 2  # 5's store is not complete
+
+
+# --------------------------------------------------------------------------- native: async load
+
+
+def chain(idx: int, prompt: int, ids: tuple[int, ...], max_tokens: int = 1) -> Request:
+    return req(idx, prompt, max_tokens, hash_ids=ids, hash_block_tokens=16)
+
+
+def step(s: OffloadScheduler, loop: EventLoop, at_s: float, end_s: float):
+    loop.now = at_s
+    out = s.schedule()
+    loop.now = end_s
+    s.update_from_output(out, end_s)
+    return out
+
+
+def test_stored_blocks_then_loaded_while_another_request_runs():
+    s, loop = offload_sched(host_gb_per_s=25.0)
+    a = chain(0, 64, (1, 2, 3, 4))  # 4 full blocks, one output token
+    s.add_request(a)
+    out = step(s, loop, 0.0, 0.010)
+    assert out.reqs == [a] and a.status == ReqStatus.FINISHED
+    block_s = BLOCK_BYTES / 25e9  # 83.886 us a block over 25 GB/s
+    keys = a.block_hashes[:4]
+    # stored as computed, the copy started at the step's end, ready when it is done
+    assert [s.cpu.blocks[k].ready_s for k in keys] == [pytest.approx(0.010 + 4 * block_s)] * 4
+    assert s.totals.num_stored_blocks == 4 and s.totals.store_bytes == 4 * BLOCK_BYTES
+    s.gpu_kv.reset_prefix_cache()  # the GPU's copies are gone (evicted)
+
+    b = chain(1, 80, (1, 2, 3, 4, 5))  # its first 64 tokens are A's prompt
+    c = chain(2, 32, (9, 9))
+    s.add_request(b)
+    s.add_request(c)
+    out = step(s, loop, 0.020, 0.0201)
+    # B found 64 tokens in the CPU tier: its load starts, it is skipped, C runs
+    assert out.reqs == [c] and list(s.waiting) == [b]
+    load = s.loads[b.idx]
+    assert load.done_s == pytest.approx(0.020 + 4 * block_s)  # 335.5 us after the step's start
+    assert len(s.gpu_kv.req_blocks[b.idx]) == 4  # it holds the GPU blocks it loads into
+    assert b.num_cached_tokens == 64 and s.totals.num_cpu_hit_tokens == 64
+    assert s.totals.load_bytes == 4 * BLOCK_BYTES and s.totals.load_s == pytest.approx(4 * block_s)
+
+    out = step(s, loop, 0.0201, 0.0202)  # the load is not done (0.0203355): B still waits
+    assert b not in out.reqs and list(s.waiting) == [b]
+    out = step(s, loop, 0.0204, 0.0205)  # done: B runs its last 16 tokens
+    assert out.reqs == [b] and out.num_tokens == [16]
+    assert b.num_computed_tokens == 80 and not s.loads
+    s.check_invariants()
+
+
+def test_idle_engine_wakes_when_a_load_ends():
+    s, loop = offload_sched()
+    a = chain(0, 32, (1, 2))
+    s.add_request(a)
+    step(s, loop, 0.0, 0.01)
+    s.gpu_kv.reset_prefix_cache()
+    woken: list[float] = []
+    s.wake = woken.append
+    s.add_request(chain(1, 48, (1, 2, 3)))
+    loop.now = 0.02
+    out = s.schedule()
+    assert out.reqs == [] and woken == [pytest.approx(0.02 + 2 * BLOCK_BYTES / 25e9)]
+
+
+def test_loads_queue_on_the_copy_stream():
+    s, loop = offload_sched()
+    for i, ids in enumerate([(1, 2), (3, 4)]):
+        s.add_request(chain(i, 32, ids))
+    step(s, loop, 0.0, 0.01)
+    s.gpu_kv.reset_prefix_cache()
+    b, c = chain(2, 48, (1, 2, 5)), chain(3, 48, (3, 4, 6))
+    s.add_request(b)
+    s.add_request(c)
+    loop.now = 0.02
+    s.schedule()
+    two = 2 * BLOCK_BYTES / 25e9
+    assert s.loads[b.idx].done_s == pytest.approx(0.02 + two)
+    assert s.loads[c.idx].done_s == pytest.approx(0.02 + 2 * two)  # behind B's copy
+    assert s.totals.load_wait_s == pytest.approx(two + 2 * two)
+
+
+# --------------------------------------------------------------------------- lmcache: sync
+
+
+def test_lmcache_loads_and_stores_inside_the_step():
+    s, loop = offload_sched("lmcache", cpu_gib=1.0, host_gb_per_s=50.0)
+    chunk_bytes = 256 * LLAMA8B_KV_BYTES_PER_TOKEN  # 32 MiB
+    a = req(0, 600, 1, hash_ids=tuple(range(1, 38)), hash_block_tokens=16)  # 2 full chunks of its prompt
+    s.add_request(a)
+    loop.now = 0.0
+    out = s.schedule()
+    assert out.transfer_s == pytest.approx(2 * chunk_bytes / 50e9)  # the store waits in the step
+    loop.now = 0.1
+    s.update_from_output(out, 0.1)
+    s.gpu_kv.reset_prefix_cache()
+    b = req(1, 800, 1, hash_ids=tuple(range(1, 38)) + tuple(range(90, 103)), hash_block_tokens=16)
+    s.add_request(b)
+    loop.now = 0.2
+    out = s.schedule()
+    # 512 tokens loaded in the step (synchronous), 288 computed; the prompt's 3rd chunk (tokens
+    # 512-767) stored, the loaded two not again (LMCache skips the tokens it found)
+    assert out.reqs == [b] and out.num_tokens == [288] and b.num_cached_tokens == 512
+    assert out.transfer_s == pytest.approx((2 * chunk_bytes + chunk_bytes) / 50e9)
+    assert s.totals.num_cpu_hit_tokens == 512 and s.totals.load_bytes == 2 * chunk_bytes
+
+
+def test_lmcache_disk_tier_read_before_the_host_copy():
+    # CPU tier of 2 chunks, disk of 8: the first request's chunks are pushed out of the CPU tier
+    s, loop = offload_sched("lmcache", cpu_gib=2 * 32 / 1024, disk_gib=8 * 32 / 1024, host_gb_per_s=50.0)
+    s.disk_bw = 5e9
+    assert (s.cpu.num_blocks, s.disk is not None and s.disk.num_blocks) == (2, 8)
+    chunk_bytes = 256 * LLAMA8B_KV_BYTES_PER_TOKEN
+    for i, base in enumerate((100, 200)):
+        s.add_request(req(i, 512, 1, hash_ids=tuple(range(base, base + 32)), hash_block_tokens=16))
+        step(s, loop, 0.1 * i, 0.1 * i + 0.05)
+    assert s.totals.num_cpu_evictions == 2
+    s.gpu_kv.reset_prefix_cache()
+    b = req(5, 600, 1, hash_ids=tuple(range(100, 132)) + (7,) * 6, hash_block_tokens=16)
+    s.add_request(b)
+    loop.now = 1.0
+    out = s.schedule()
+    assert s.totals.num_disk_hit_tokens == 512 and s.totals.num_cpu_hit_tokens == 0
+    load_s = 2 * chunk_bytes / 5e9 + 2 * chunk_bytes / 50e9  # disk read, then the host copy
+    assert out.transfer_s == pytest.approx(load_s)
+
+
+# --------------------------------------------------------------------------- config
+
+
+def test_config_errors_name_the_field():
+    with pytest.raises(ValidationError, match="cpu_size_gib"):
+        KVOffloadConfig(backend="native")
+    with pytest.raises(ValidationError, match="only the lmcache backend has a disk tier"):
+        KVOffloadConfig(backend="native", cpu_size_gib=4, disk_size_gib=10)
+    with pytest.raises(ValidationError, match="multiple of block_size"):
+        EngineConfig(kv_offload={"backend": "native", "cpu_size_gib": 4, "block_size": 24})
+    with pytest.raises(ValidationError, match="enable_prefix_caching"):
+        EngineConfig(enable_prefix_caching=False, kv_offload={"backend": "native", "cpu_size_gib": 4})
+    assert KVOffloadConfig(backend="lmcache", cpu_size_gib=1).tier_block_size(16) == 256
+
+
+# --------------------------------------------------------------------------- conservation
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 6), st.integers(1, 5), st.integers(1, 40), st.integers(1, 8)),
+        min_size=1,
+        max_size=14,
+    ),
+    st.sampled_from(["native", "lmcache"]),
+    st.integers(6, 40),
+)
+def test_blocks_are_conserved_across_tiers(specs, backend, cpu_blocks):
+    """Any mix of shared prefixes on a small GPU cache and CPU tier: GPU blocks free + held =
+    all, the CPU tier within its capacity with stored - evicted blocks in it, no load left
+    holding a block, and every request done."""
+    block_mb = 2 if backend == "native" else 32
+    s, loop = offload_sched(backend, cpu_gib=cpu_blocks * block_mb / 1024, num_gpu_blocks=24)
+    s.wake = lambda t: None
+    reqs = []
+    for i, (group, nshared, tail, out_len) in enumerate(specs):
+        ids = tuple(range(group * 100, group * 100 + nshared)) + tuple(
+            range(10_000 + 10 * i, 10_000 + 10 * i + 2)
+        )
+        prompt = 16 * nshared + tail
+        r = req(i, prompt, out_len, hash_ids=ids, hash_block_tokens=16)
+        r.arrival_s = 0.003 * i
+        reqs.append(r)
+    t, pending = 0.0, list(reqs)
+    for _ in range(2000):
+        while pending and pending[0].arrival_s <= t:
+            s.add_request(pending.pop(0))
+        loop.now = t
+        out = s.schedule()
+        t += 0.002 + out.transfer_s
+        loop.now = t
+        s.update_from_output(out, t)
+        s.check_invariants()
+        kv = s.gpu_kv
+        held = {b.block_id for bs in kv.req_blocks.values() for b in bs}
+        assert kv.num_free_blocks + len(held) == kv.num_gpu_blocks - 1  # the null block aside
+        assert len(s.cpu.blocks) == s.totals.num_stored_blocks - s.cpu.num_evictions <= s.cpu.num_blocks
+        if not pending and not s.has_work():
+            break
+    assert all(r.status == ReqStatus.FINISHED for r in reqs)
+    assert not s.loads and all(b.ref_cnt == 0 for b in s.cpu.blocks.values())
+    assert all(b.ready_s < INF for b in s.cpu.blocks.values())  # every store completed
