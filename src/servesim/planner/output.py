@@ -120,6 +120,9 @@ def vllm_serve_lines(e: Evaluated) -> list[str]:
             "--gpu-memory-utilization",
             f"{eng.gpu_memory_utilization:g}",
         ]
+        off = eng.kv_offload
+        if off.enabled:
+            args += ["--kv-offloading-backend", off.backend, "--kv-offloading-size", f"{off.cpu_size_gib:g}"]
         if e.candidate.scenario.engine.max_model_len:
             args += ["--max-model-len", str(eng.max_model_len)]
         if dep.role in ("prefill", "decode"):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servesim.config import ParallelConfig, Scenario, scenario_from_dict
+from servesim.config import KVOffloadConfig, ParallelConfig, Scenario, scenario_from_dict
 from servesim.config.files import read_scenario_file
 from servesim.config.messages import format_validation_error
 from servesim.config.plan import PlanConfig
@@ -298,6 +298,7 @@ def enumerate_candidates(base: Scenario, plan: PlanConfig) -> list[Candidate]:
         "max_num_seqs": plan.max_num_seqs,
         "enable_chunked_prefill": plan.enable_chunked_prefill or [eng.enable_chunked_prefill],
         "enable_prefix_caching": plan.enable_prefix_caching or [eng.enable_prefix_caching],
+        "kv_offloading_size_gib": plan.kv_offloading_size_gib or [eng.kv_offload.cpu_size_gib],
     }
     routers = plan.routers or [base.cluster.router if base.cluster else "round_robin"]
     shown = tuple(k for k, v in axes.items() if len(v) > 1) + (("router",) if len(routers) > 1 else ())
@@ -320,11 +321,21 @@ def enumerate_candidates(base: Scenario, plan: PlanConfig) -> list[Candidate]:
     return out
 
 
+def offload_knob(off: KVOffloadConfig, size_gib: float) -> dict[str, Any]:
+    """``engine.kv_offload`` for one offload size: off at 0, else the scenario's backend (native if none)."""
+    if size_gib <= 0:
+        return {"backend": "none"}
+    backend = off.backend if off.enabled else "native"
+    return {**off.model_dump(exclude_unset=True), "backend": backend, "cpu_size_gib": size_gib}
+
+
 def candidate_scenario(
     base: Scenario, gpu: str, shape: tuple[PoolShape, ...], knobs: dict[str, Any]
 ) -> Scenario:
     """The base scenario with this GPU, layout, engine knobs and router (validated)."""
-    engine_upd = {k: v for k, v in knobs.items() if k != "router"}
+    engine_upd = {k: v for k, v in knobs.items() if k not in ("router", "kv_offloading_size_gib")}
+    if "kv_offloading_size_gib" in knobs:
+        engine_upd["kv_offload"] = offload_knob(base.engine.kv_offload, knobs["kv_offloading_size_gib"])
     engine = base.engine.model_validate({**base.engine.model_dump(exclude_unset=True), **engine_upd})
 
     def par(p: PoolShape) -> ParallelConfig:
