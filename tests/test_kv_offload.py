@@ -273,3 +273,36 @@ def test_blocks_are_conserved_across_tiers(specs, backend, cpu_blocks):
     assert all(r.status == ReqStatus.FINISHED for r in reqs)
     assert not s.loads and all(b.ref_cnt == 0 for b in s.cpu.blocks.values())
     assert all(b.ready_s < INF for b in s.cpu.blocks.values())  # every store completed
+
+
+# --------------------------------------------------------------------------- planner
+
+
+def test_plan_searches_the_offload_size():
+    from servesim.config import scenario_from_dict
+    from servesim.planner.output import vllm_serve_lines
+    from servesim.planner.search import Evaluated
+    from servesim.planner.space import enumerate_candidates, plan_config
+
+    base = scenario_from_dict(
+        {
+            "model": {"name": "Llama-3.1-8B"},
+            "engine": {"max_model_len": 4096, "enable_prefix_caching": True},
+            "workload": {"type": "synthetic", "num_requests": 10, "arrival": {"rate": 1.0}},
+        }
+    )
+    plan = plan_config(
+        {
+            "gpus": ["L40S"],
+            "tensor_parallel_sizes": [1],
+            "max_total_gpus": 1,
+            "kv_offloading_size_gib": [0, 64],
+        },
+        "test",
+    )
+    cands = enumerate_candidates(base, plan)
+    offload = [c.scenario.engine.kv_offload for c in cands]
+    assert [(o.backend, o.cpu_size_gib) for o in offload] == [("none", 0.0), ("native", 64.0)]
+    assert "kv_offloading_size_gib" in cands[1].shown
+    lines = vllm_serve_lines(Evaluated(cands[1], None, None, 0.0, False))
+    assert "--kv-offloading-backend native --kv-offloading-size 64" in lines[-1]
