@@ -306,3 +306,59 @@ def test_plan_searches_the_offload_size():
     assert "kv_offloading_size_gib" in cands[1].shown
     lines = vllm_serve_lines(Evaluated(cands[1], None, None, 0.0, False))
     assert "--kv-offloading-backend native --kv-offloading-size 64" in lines[-1]
+
+
+# --------------------------------------------------------------------------- docs
+
+
+@pytest.mark.slow
+def test_kv_offload_doc_figures_are_the_runs():
+    """docs/kv_offload.md's tables quote what the code gives today (about a minute)."""
+    import re
+    from pathlib import Path
+
+    from servesim import simulate
+    from servesim.config import load_scenario
+
+    root = Path(__file__).resolve().parents[1]
+    doc = re.sub(r"\s+", " ", (root / "docs" / "kv_offload.md").read_text(encoding="utf-8"))
+
+    def run(path: str, *sets: str) -> dict:
+        return simulate(load_scenario(root / path, list(sets))).summary
+
+    def row(s: dict, label: str, p50: bool) -> str:
+        ttft, hit = s["latency"]["ttft_s"], s.get("kv_offload", {}).get("hit_rate")
+        cells = [label, f"{ttft['mean']:.2f} s"] + ([f"{ttft['p50']:.2f} s"] if p50 else [])
+        cells += [f"{ttft['p99']:.1f} s", f"{s['slo']['attainment']['all']:.0%}"]
+        gpu = f"{s['utilization']['overall']['prefix_hit_rate']:.1%}"
+        if p50:
+            cells.append(f"{gpu} / {hit['cpu']:.1%}" if hit else f"{gpu} / -")
+        else:
+            cells.append(f"{hit['cpu']:.1%}" if hit else "-")
+        return "| " + " | ".join(cells) + " |"
+
+    ex = "examples/chat_sessions_offload.yaml"
+    for b in ("none", "native", "lmcache"):
+        s = run(ex, f"engine.kv_offload.backend={b}")
+        assert row(s, b, True) in doc
+        if b == "native":
+            off = s["kv_offload"]
+            assert f"(native: {off['load_bytes'] / 1e9:.0f} GB in {off['load_s']:.2f} s of copies" in doc
+            assert f"holds {s['memory'][0]['kv_capacity_tokens'] / 1e3:.0f}k tokens" in doc
+        if b == "lmcache":
+            assert f"add {s['kv_offload']['step_transfer_s']:.1f} s to the steps" in doc
+    mc = (
+        "examples/mooncake_prefix_cache.yaml",
+        f"workload.path={root / 'tests/fixtures/traces/mooncake_conversation_1000.jsonl.gz'}",
+    )
+    s = run(*mc)
+    assert row(s, "none", False) in doc
+    assert f"the GPU's {s['memory'][0]['kv_capacity_tokens'] / 1e3:.0f}k tokens find" in doc
+    assert f"find {s['utilization']['overall']['prefix_hit_rate']:.1%} of prompt tokens" in doc
+    for b, gib, label in (
+        ("native", 256, "native, 256 GiB"),
+        ("native", 1024, "native, 1 TiB"),
+        ("lmcache", 1024, "lmcache, 1 TiB"),
+    ):
+        s = run(*mc, f"engine.kv_offload.backend={b}", f"engine.kv_offload.cpu_size_gib={gib}")
+        assert row(s, label, False) in doc
