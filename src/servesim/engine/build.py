@@ -137,6 +137,8 @@ def offload_scheduler(
     """vLLM V1's scheduler with the KV connector of ``engine.kv_offload`` (``engine/kv_offload.py``)."""
     if kv_bytes_per_block <= 0:
         raise ValueError("kv_offload needs kv_bytes_per_block (the memory plan's) to size its tiers")
+    if engine.kv_offload.host_gb_per_s is None:
+        raise ValueError("kv_offload needs host_gb_per_s (resolve_kv_offload sets the GPU's host link)")
     if wl is not None and wl.num_samples is not None and int(wl.num_samples.max(initial=1)) > 1:
         raise ValueError("kv_offload is not modelled with parallel sampling (n > 1)")
     totals.offload = OffloadTotals()

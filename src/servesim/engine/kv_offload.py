@@ -180,7 +180,7 @@ class OffloadScheduler(Scheduler):
         self.factor = self.block_size // kv.block_size
         # bytes of one offloaded block on one GPU (each GPU copies its own shard)
         self.block_bytes = kv_bytes_per_block * self.factor
-        assert offload.host_gb_per_s is not None, "resolve the host link first (resolve_kv_offload)"
+        assert offload.host_gb_per_s is not None  # build.offload_scheduler checks it
         self.host_bw = offload.host_gb_per_s * 1e9
         self.disk_bw = offload.disk_read_gb_per_s * 1e9
         whole = self.block_bytes * num_gpus  # one block on every GPU of the replica
