@@ -14,7 +14,7 @@ from servesim.catalog.hf_config import load_model
 from servesim.config import EngineConfig, KVOffloadConfig
 from servesim.engine.events import EventLoop
 from servesim.engine.kv_cache import KVCacheManager
-from servesim.engine.kv_offload import INF, LRUTier, OffloadScheduler
+from servesim.engine.kv_offload import INF, ARCTier, LRUTier, OffloadScheduler
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import SchedulerConfig
 from servesim.metrics.records import OffloadTotals
@@ -46,9 +46,14 @@ def offload_sched(
     host_gb_per_s: float = 25.0,
     disk_gib: float = 0.0,
     max_num_batched_tokens: int = 8192,
+    eviction_policy: str = "lru",
 ) -> tuple[OffloadScheduler, EventLoop]:
     off = KVOffloadConfig(
-        backend=backend, cpu_size_gib=cpu_gib, host_gb_per_s=host_gb_per_s, disk_size_gib=disk_gib
+        backend=backend,
+        cpu_size_gib=cpu_gib,
+        host_gb_per_s=host_gb_per_s,
+        disk_size_gib=disk_gib,
+        eviction_policy=eviction_policy,
     )
     kv = KVCacheManager(num_gpu_blocks, 16, True, max_model_len=4096)
     loop = EventLoop()
@@ -74,7 +79,7 @@ def test_lru_tier_evicts_least_recent_ready_unreferenced():
     assert t.prepare_store([4], now=0.0) is None  # none ready yet: nothing can go
     t.mark_ready([1, 2, 3], 1.0)
     assert t.lookup([1, 2, 3], now=0.5) == 0 and t.lookup([1, 2, 3], now=1.0) == 3
-    t.touch([1, 2])  # a chain's first block becomes the most recent: LRU order 3, 2, 1
+    t.touch([1, 2], now=1.0)  # a chain's first block becomes the most recent: LRU order 3, 2, 1
     assert list(t.blocks) == [3, 2, 1]
     assert t.prepare_store([1, 4], now=1.0) == [4]  # 1 is stored already; 3 goes
     assert list(t.blocks) == [2, 1, 4] and t.num_evictions == 1
@@ -83,6 +88,26 @@ def test_lru_tier_evicts_least_recent_ready_unreferenced():
     assert t.prepare_store([5], now=1.0) == [5]
     assert list(t.blocks) == [2, 4, 5]
     assert t.lookup([2, 4, 5], now=2.0) == 2  # 5's store is not complete
+
+
+def test_arc_tier_promotes_on_a_second_touch_and_adapts_its_target():
+    t = ARCTier("cpu", 3)
+    t.prepare_store([1, 2, 3], now=0.0)
+    t.touch([1], now=0.0)  # not ready: a store's own touch, not a second use
+    assert list(t.t1) == [2, 3, 1] and not t.t2
+    t.mark_ready([1, 2, 3], 0.0)
+    t.touch([2], now=1.0)  # ready and touched again: frequent
+    assert list(t.t1) == [3, 1] and list(t.t2) == [2]
+    # T1 holds 2 >= target 0: its oldest, 3, goes to the ghost list B1
+    assert t.prepare_store([4], now=1.0) == [4]
+    assert list(t.t1) == [1, 4] and list(t.b1) == [3] and t.num_evictions == 1
+    t.touch([3], now=1.0)  # a B1 ghost: recency pays, T1's target grows by max(1, |B2|/|B1|)
+    assert t.target_t1 == 1
+    t.mark_ready([4], 1.0)
+    t.add_ref([1], 1)  # a load reads 1: T1's next evictable is 4
+    assert t.prepare_store([5], now=1.0) == [5]
+    assert list(t.t1) == [1, 5] and list(t.b1) == [3, 4] and list(t.t2) == [2]
+    assert set(t.blocks) == {1, 2, 5}
 
 
 # --------------------------------------------------------------------------- native: async load
@@ -222,6 +247,8 @@ def test_config_errors_name_the_field():
         EngineConfig(kv_offload={"backend": "native", "cpu_size_gib": 4, "block_size": 24})
     with pytest.raises(ValidationError, match="enable_prefix_caching"):
         EngineConfig(enable_prefix_caching=False, kv_offload={"backend": "native", "cpu_size_gib": 4})
+    with pytest.raises(ValidationError, match="only the native backend"):
+        KVOffloadConfig(backend="lmcache", cpu_size_gib=4, eviction_policy="arc")
     assert KVOffloadConfig(backend="lmcache", cpu_size_gib=1).tier_block_size(16) == 256
 
 
@@ -235,15 +262,21 @@ def test_config_errors_name_the_field():
         min_size=1,
         max_size=14,
     ),
-    st.sampled_from(["native", "lmcache"]),
+    st.sampled_from(["native", "lmcache", "arc"]),
     st.integers(6, 40),
 )
 def test_blocks_are_conserved_across_tiers(specs, backend, cpu_blocks):
     """Any mix of shared prefixes on a small GPU cache and CPU tier: GPU blocks free + held =
     all, the CPU tier within its capacity with stored - evicted blocks in it, no load left
     holding a block, and every request done."""
-    block_mb = 2 if backend == "native" else 32
-    s, loop = offload_sched(backend, cpu_gib=cpu_blocks * block_mb / 1024, num_gpu_blocks=24)
+    block_mb = 32 if backend == "lmcache" else 2
+    policy = "arc" if backend == "arc" else "lru"
+    s, loop = offload_sched(
+        "lmcache" if backend == "lmcache" else "native",
+        cpu_gib=cpu_blocks * block_mb / 1024,
+        num_gpu_blocks=24,
+        eviction_policy=policy,
+    )
     s.wake = lambda t: None
     reqs = []
     for i, (group, nshared, tail, out_len) in enumerate(specs):

@@ -50,11 +50,12 @@ class KVOffloadConfig(_Strict):
         ),
         json_schema_extra={"vllm": "LMCACHE_MAX_LOCAL_DISK_SIZE (env)"},
     )
-    eviction_policy: Literal["lru"] = Field(
+    eviction_policy: Literal["lru", "arc"] = Field(
         "lru",
         description=(
-            "Eviction in the lower tiers: lru (vLLM's LRUOffloadingManager, the default; LMCache's "
-            "default cache_policy). vLLM's ARC manager is not modelled."
+            "Eviction in the CPU tier: lru (vLLM's LRUOffloadingManager, the default; LMCache's default "
+            "cache_policy) or arc (native only: vLLM's ARCOffloadingManager, eviction_policy in "
+            "kv_connector_extra_config)."
         ),
     )
     block_size: int | None = Field(
@@ -87,6 +88,8 @@ class KVOffloadConfig(_Strict):
     def _check(self) -> KVOffloadConfig:
         if self.backend != "none" and self.cpu_size_gib <= 0:
             raise ValueError(f"backend {self.backend} needs cpu_size_gib > 0 (vLLM's --kv-offloading-size)")
+        if self.eviction_policy == "arc" and self.backend != "native":
+            raise ValueError("eviction_policy arc: only the native backend (vLLM's ARC manager) has it")
         if self.disk_size_gib > 0 and self.backend != "lmcache":
             raise ValueError("disk_size_gib: only the lmcache backend has a disk tier")
         return self

@@ -48,9 +48,9 @@
 
 Simplified, and said so in docs/kv_offload.md: copies run at a fixed bandwidth with no
 per-copy latency and no contention with the forward's HBM traffic; a finished request's
-GPU blocks are freed at once (vLLM keeps them until its stores finish); vLLM's ARC policy,
-its store threshold filter and LMCache's asynchronous loading are not modelled; disk writes
-are taken as done when the chunk is stored.
+GPU blocks are freed at once (vLLM keeps them until its stores finish); vLLM's store
+threshold filter and LMCache's asynchronous loading are not modelled; disk writes are taken
+as done when the chunk is stored. Eviction is LRU, or vLLM's ARC (``ARCTier``) for native.
 
 Used only with the step-by-step vLLM V1 scheduler and its ``KVCacheManager`` (``build.py``):
 with offloading off nothing here runs.
@@ -105,7 +105,7 @@ class LRUTier:
             n += 1
         return n
 
-    def touch(self, keys: list[int]) -> None:
+    def touch(self, keys: list[int], now: float) -> None:
         """Make ``keys`` the most recent, the first of them most of all."""
         blocks = self.blocks
         for k in reversed(keys):
@@ -149,6 +149,90 @@ class LRUTier:
                 b.ref_cnt += delta
 
 
+class ARCTier(LRUTier):
+    """vLLM's ``ARCOffloadingManager`` (``v1/kv_offload/arc_manager.py``, chosen with
+    ``eviction_policy: arc`` in the connector's extra config): new blocks enter T1, a ready
+    block touched again moves to T2; eviction takes T1's oldest evictable block while T1
+    holds at least its adaptive target, else T2's; the evicted keys are remembered in the
+    ghost lists B1/B2 (each at most the capacity), and a touch of a ghost moves the target
+    toward the list it came from. As in vLLM, a store that runs out of evictable blocks
+    midway keeps the evictions it made.
+
+    ``blocks`` holds T1 and T2 together (lookups, loads, readiness); ``t1``/``t2`` keep
+    their orders.
+    """
+
+    __slots__ = ("t1", "t2", "b1", "b2", "target_t1")
+
+    def __init__(self, name: str, num_blocks: int) -> None:
+        LRUTier.__init__(self, name, num_blocks)
+        self.t1: OrderedDict[int, TierBlock] = OrderedDict()
+        self.t2: OrderedDict[int, TierBlock] = OrderedDict()
+        self.b1: OrderedDict[int, None] = OrderedDict()
+        self.b2: OrderedDict[int, None] = OrderedDict()
+        self.target_t1 = 0
+
+    def touch(self, keys: list[int], now: float) -> None:
+        t1, t2, b1, b2 = self.t1, self.t2, self.b1, self.b2
+        for k in reversed(keys):
+            if k in t1:
+                b = t1.pop(k)
+                if b.ready_s > now:  # just offered for storing: not a second use
+                    t1[k] = b
+                else:
+                    t2[k] = b
+            elif k in t2:
+                t2.move_to_end(k)
+            elif k in b1:
+                delta = max(1, len(b2) // len(b1))
+                self.target_t1 = min(self.target_t1 + delta, self.num_blocks)
+            elif k in b2:
+                delta = max(1, len(b1) // len(b2))
+                self.target_t1 = max(self.target_t1 - delta, 0)
+
+    def prepare_store(self, keys: list[int], now: float) -> list[int] | None:
+        blocks = self.blocks
+        new = [k for k in keys if k not in blocks]
+        if not new:
+            return new
+        num_evict = len(blocks) + len(new) - self.num_blocks
+        while num_evict > 0:
+            victim = -1
+            tier, ghosts = self.t1, self.b1
+            if len(self.t1) >= self.target_t1:
+                victim = _oldest_evictable(self.t1, now)
+            if victim < 0:
+                tier, ghosts = self.t2, self.b2
+                victim = _oldest_evictable(self.t2, now)
+                if victim < 0:
+                    return None
+            del tier[victim]
+            del blocks[victim]
+            ghosts[victim] = None
+            self.num_evictions += 1
+            num_evict -= 1
+        for ghosts in (self.b1, self.b2):
+            while len(ghosts) > self.num_blocks:
+                ghosts.popitem(last=False)
+        for k in new:
+            b = blocks[k] = TierBlock()
+            self.t1[k] = b
+            self.b1.pop(k, None)
+            self.b2.pop(k, None)
+        return new
+
+
+def _oldest_evictable(tier: OrderedDict[int, TierBlock], now: float) -> int:
+    """The key of ``tier``'s oldest block that is ready and no load reads (-1: none)."""
+    for k, b in tier.items():
+        if b.ref_cnt == 0 and b.ready_s <= now:
+            return k
+    return -1
+
+
+TIERS: dict[str, type[LRUTier]] = {"lru": LRUTier, "arc": ARCTier}
+
+
 @dataclass(slots=True)
 class Load:
     """A request's asynchronous load (native): its tier keys, tokens and when it is done."""
@@ -184,7 +268,7 @@ class OffloadScheduler(Scheduler):
         self.host_bw = offload.host_gb_per_s * 1e9
         self.disk_bw = offload.disk_read_gb_per_s * 1e9
         whole = self.block_bytes * num_gpus  # one block on every GPU of the replica
-        self.cpu = LRUTier("cpu", int(offload.cpu_size_gib * (1 << 30) // whole))
+        self.cpu = TIERS[offload.eviction_policy]("cpu", int(offload.cpu_size_gib * (1 << 30) // whole))
         self.disk = (
             LRUTier("disk", int(offload.disk_size_gib * (1 << 30) // whole))
             if offload.disk_size_gib
@@ -287,7 +371,7 @@ class OffloadScheduler(Scheduler):
         if num_blocks <= start:
             return 0
         keys = self.tier_keys(req, 0, num_blocks)
-        self.cpu.touch(keys)
+        self.cpu.touch(keys, now)
         n = self._tier_hits(keys[start:], now)
         ext = (start + n) * bs - num_hit
         if ext < bs:
@@ -374,9 +458,9 @@ class OffloadScheduler(Scheduler):
         bs = self.block_size
         num_disk = self._disk_tokens(req, num_hit, num_ext)
         keys = self.tier_keys(req, num_hit // bs, -(-(num_hit + num_ext) // bs))
-        self.cpu.touch(keys)
+        self.cpu.touch(keys, now)
         if self.disk is not None:
-            self.disk.touch(keys)
+            self.disk.touch(keys, now)
         per_token = self.block_bytes / bs
         nbytes = num_ext * per_token
         copy_s = nbytes / self.host_bw + num_disk * per_token / self.disk_bw
@@ -413,7 +497,7 @@ class OffloadScheduler(Scheduler):
             self.totals.num_store_skips += 1
             return
         self.next_store[req.idx] = num_blocks
-        self.cpu.touch(self.tier_keys(req, 0, num_blocks))
+        self.cpu.touch(self.tier_keys(req, 0, num_blocks), now)
         t = self.totals
         t.num_cpu_evictions = self.cpu.num_evictions
         if not new:

@@ -121,7 +121,11 @@ def vllm_serve_lines(e: Evaluated) -> list[str]:
             f"{eng.gpu_memory_utilization:g}",
         ]
         off = eng.kv_offload
-        if off.enabled:
+        if off.enabled and off.eviction_policy == "arc":  # ARC: only through the connector's config
+            extra = {"cpu_bytes_to_use": int(off.cpu_size_gib * (1 << 30)), "eviction_policy": "arc"}
+            connector = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both"}
+            args += ["--kv-transfer-config", json.dumps({**connector, "kv_connector_extra_config": extra})]
+        elif off.enabled:
             args += ["--kv-offloading-backend", off.backend, "--kv-offloading-size", f"{off.cpu_size_gib:g}"]
         if e.candidate.scenario.engine.max_model_len:
             args += ["--max-model-len", str(eng.max_model_len)]
