@@ -107,10 +107,12 @@ class LRUTier:
 
     def touch(self, keys: list[int], now: float) -> None:
         """Make ``keys`` the most recent, the first of them most of all."""
-        blocks = self.blocks
+        move_to_end = self.blocks.move_to_end  # a store touches the request's whole chain: hot
         for k in reversed(keys):
-            if k in blocks:
-                blocks.move_to_end(k)
+            try:
+                move_to_end(k)
+            except KeyError:  # not stored here
+                pass
 
     def prepare_store(self, keys: list[int], now: float) -> list[int] | None:
         """Room for the ``keys`` not yet stored, evicting LRU; the keys to copy, or None
