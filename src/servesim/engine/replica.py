@@ -209,11 +209,11 @@ class Replica:
         end = now + dt
         if self.skip_ahead and (out.num_pool or out.reqs):
             next_event_s = now if self._staged else self.loop.next_loud_time()  # staged: no run
-            run = sched.extend_run(
+            run = sched.extend_run(  # type: ignore[attr-defined]
                 out,
                 now,
                 dt,
-                next_event_s,  # type: ignore[attr-defined]
+                next_event_s,
                 self.perf,
                 self.cpu_overhead_s,
                 self.finishes_in_runs,
