@@ -380,6 +380,12 @@ def test_kv_offload_doc_figures_are_the_runs():
             assert f"holds {s['memory'][0]['kv_capacity_tokens'] / 1e3:.0f}k tokens" in doc
         if b == "lmcache":
             assert f"add {s['kv_offload']['step_transfer_s']:.1f} s to the steps" in doc
+    for rate in (0.25, 0.5, 1.0):
+        cells = []
+        for b in ("none", "native"):
+            slo = run(ex, f"engine.kv_offload.backend={b}", f"workload.arrival.rate={rate}")["slo"]
+            cells.append(f"{slo['attainment']['all']:.0%}, {slo['goodput_rps']:.3f} req/s")
+        assert f"| {rate:g} | {cells[0]} | {cells[1]} |" in doc
     mc = (
         "examples/mooncake_prefix_cache.yaml",
         f"workload.path={root / 'tests/fixtures/traces/mooncake_conversation_1000.jsonl.gz'}",
