@@ -289,6 +289,10 @@ NOTHING_SIMULATED = {
         ["--model", "Llama-3.1-8B", "--total-gpus", "3", "--set", "plan.tensor_parallel_sizes=[3]"],
         "parallel (1): parallel.tensor_parallel_size: 3 does not divide the 32",
     ),
+    "prompt_beyond_max_model_len": (  # was blamed on throughput ("pool busy at least 23 s per second")
+        ["--model", "Llama-3.1-8B", "--isl", "200000", "--total-gpus", "1"],
+        "memory (1): every prompt has at least 200,000 tokens, not below max_model_len (131,072)",
+    ),
     "unreachable_rate": (
         ["--model", "Llama-3.1-8B", "--total-gpus", "2", "--rate", "100000"],
         "throughput (4): colocated pool busy at least",
@@ -375,3 +379,37 @@ def test_first_prompts_shorter_than_the_system_prompt_are_raised_with_a_notice()
         in (raised[0]["message"])
     )
     assert int(wl.num_prompt_tokens.min()) >= 513
+
+
+@pytest.mark.parametrize("flag", [["--output", ""], ["-o", ""], ["--output="]])
+def test_an_empty_output_path_is_refused_not_read_as_the_current_folder(
+    flag: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--output "$UNSET"`` reached the commands as "." and wrote into the current folder."""
+    from servesim.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["servesim", "simulate", *flag, "--quiet", "--no-progress"])
+    with pytest.raises(SystemExit) as stop:
+        main()
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.startswith("error: --output: an empty path")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_shared_prefix_longer_than_the_prompts_or_without_groups_gets_a_notice() -> None:
+    """Both ran without a word: a prefix beyond the prompt is cut to it, and a prefix_len
+    without prefix_groups (or the reverse) shares nothing."""
+    from servesim.config import SyntheticWorkload
+    from servesim.workload.synthetic import generate_synthetic
+
+    lengths = {"prompt_len": {"kind": "uniform", "low": 50, "high": 150}, "output_len": {"value": 8}}
+    wl = generate_synthetic(SyntheticWorkload(num_requests=200, prefix_groups=2, prefix_len=100, **lengths))
+    short = int((wl.num_prompt_tokens < 100).sum())
+    (beyond,) = [x for x in wl.meta["notices"] if x["code"] == "prefix_beyond_prompt"]
+    assert 0 < short < 200 and beyond["count"] == short
+    assert beyond["message"].startswith(f"workload.prefix_len: {short:,} of 200 prompts are shorter")
+    unused = generate_synthetic(SyntheticWorkload(num_requests=4, prefix_len=100, **lengths)).meta["notices"]
+    assert [x["message"] for x in unused if x["code"] == "prefix_unused"] == [
+        "workload.prefix_len (100) has no effect with workload.prefix_groups 0: no prompts share a prefix"
+    ]

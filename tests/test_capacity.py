@@ -242,3 +242,107 @@ def test_the_early_stop_prefix_is_the_first_requests_of_the_whole_run(workload: 
     assert np.array_equal(full.arrival_s[:k], head.arrival_s)
     assert np.array_equal(full.num_prompt_tokens[:k], head.num_prompt_tokens)
     assert np.array_equal(full.num_output_tokens[:k], head.num_output_tokens)
+
+
+# --------------------------------------------------------------------------- the answer's uncertainty
+
+SPREAD = {
+    "workload": {
+        "type": "synthetic",
+        "num_requests": 150,
+        "arrival": {"rate": 4.0},
+        "prompt_len": {"kind": "lognormal", "mean": 1000, "std": 900, "max": 6000},
+        "output_len": {"kind": "lognormal", "mean": 100, "std": 100, "max": 600},
+    },
+    "slo": {"ttft_s": 0.3, "attainment": {"all": 0.9}},
+}
+
+
+def test_the_t_quantiles_are_students() -> None:
+    from scipy.stats import t
+
+    assert cap_mod._T975 == pytest.approx([t.ppf(0.975, df) for df in range(1, 31)], abs=6e-4)
+
+
+def test_the_prediction_interval_is_the_t_interval_of_the_answers() -> None:
+    sp = cap_mod.SeedSpread(100, [0, 1, 2, 3], [10.0, 12.0, 11.0, 13.0], varies=True)
+    s = math.sqrt(((1.5**2) * 2 + 0.5**2 * 2) / 3)  # mean 11.5
+    half = 3.182 * s * math.sqrt(1 + 1 / 4)
+    assert sp.interval == pytest.approx((11.5 - half, 11.5 + half))
+    assert sp.relative_half_width == pytest.approx(half / 11.5)
+    assert sp.is_within(0.4) and not sp.is_within(0.2)
+
+
+def test_the_interval_holds_the_answers_at_other_seeds() -> None:
+    """Five seeds' answers give the interval (about +-26% of the mean at 600 requests); the
+    searches at three further seeds, not used to build it, land inside it."""
+    sc = scenario_from_dict({**SPREAD, "workload": {**SPREAD["workload"], "num_requests": 600}})
+    cap = find_capacity(sc, precision=0.05)
+    spread = cap_mod.seed_spread(cap, 5)
+    assert spread.varies and spread.seeds == [0, 1, 2, 3, 4] and spread.answers[0] == cap.capacity_rps
+    assert len(set(spread.answers)) > 1  # the seed moves the answer
+    assert spread.relative_half_width < 0.35
+    lo, hi = spread.interval
+    for seed in (5, 6, 7):
+        other = find_capacity(cap_mod._with_seed(sc, seed), precision=0.05).capacity_rps
+        assert lo <= other <= hi, (seed, other, spread.interval)
+
+
+def test_the_interval_narrows_as_the_run_grows() -> None:
+    cap = cap_mod.stabilize(scenario_from_dict(SPREAD), width=0.1, seeds=5, precision=0.05, max_requests=600)
+    sizes = [r.num_requests for r in cap.rounds]
+    widths = [r.relative_half_width for r in cap.rounds]
+    assert sizes == [150 * 2**i for i in range(len(sizes))] and len(sizes) >= 2
+    assert widths[-1] < widths[0]
+    stable = cap.uncertainty()["stable"]
+    assert stable == (widths[-1] <= 0.1) and (stable or sizes[-1] * 2 > 600)
+    assert cap.spread is cap.rounds[-1]
+    assert cap.scenario.workload.num_requests == sizes[-1]
+
+
+def test_a_trace_has_no_seed_spread_and_says_so() -> None:
+    sc = load_scenario(None, ["workload.limit=300"])
+    cap = find_capacity(sc, precision=0.3, max_rate=float(rate_knob(sc).base_rps))
+    spread = cap_mod.seed_spread(cap, 5)
+    assert not spread.varies and spread.answers == [cap.capacity_rps] and spread.num_probes == 0
+    assert spread.is_within(0.01)
+
+
+# --------------------------------------------------------------------------- sessions, agents, reasoning
+
+
+def test_sessions_are_searched_on_the_rate_they_start() -> None:
+    """The bundled chat sessions: the knob is the session start rate, and the window the
+    starts span (300 sessions at 0.5/s: 600 s) is held, so twice the rate, twice the sessions."""
+    from servesim.workload import load_workload
+
+    sc = load_scenario("examples/chat_sessions.yaml")
+    knob = rate_knob(sc)
+    assert (knob.field, knob.unit, knob.base_rps) == ("workload.arrival.rate", "sessions/s", 0.5)
+    assert knob.requests_per_start == len(load_workload(sc.workload, 0)) / 300
+    wl = knob.at(sc, 1.0).workload
+    assert (wl.arrival.rate, wl.num_sessions) == (1.0, 600)
+    assert knob.at(sc, 0.1).workload.num_sessions == 60
+
+
+@pytest.mark.parametrize(
+    ("example", "sets"),
+    [
+        ("chat_sessions.yaml", ["workload.num_sessions=20"]),
+        ("agent_tasks.yaml", ["workload.num_tasks=40"]),
+        ("reasoning_dynasor.yaml", ["workload.num_questions=10"]),
+    ],
+)
+def test_capacity_of_the_bundled_session_agent_and_reasoning_examples(example: str, sets: list) -> None:
+    sc = load_scenario(f"examples/{example}", sets)
+    cap = find_capacity(sc, precision=0.2)
+    assert cap.knob.unit.endswith("s/s") and cap.knob.unit != "req/s"
+    assert cap.lo.meets and cap.hi is not None and not cap.hi.meets
+    assert cap.hi.rate_rps / cap.lo.rate_rps - 1 <= 0.2
+    # the probe at the answer ran its share of starts: the window held
+    count = {"chat_sessions.yaml": 20 / 0.5, "agent_tasks.yaml": 40 / 0.5}
+    if example in count:
+        field = cap_mod._STARTS[sc.workload.type][0]
+        assert getattr(cap.knob.at(sc, cap.capacity_rps).workload, field) == round(
+            count[example] * cap.capacity_rps
+        )

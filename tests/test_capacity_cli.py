@@ -6,6 +6,7 @@ import csv
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from servesim.cli import app
@@ -88,3 +89,71 @@ def test_the_progress_bar_counts_probes_against_the_bisection_left(monkeypatch) 
     assert "capacity probes" in shown and "1/5" in shown and "bracket [10, 20] req/s" in shown
     with probe_progress(False, 0.05) as report:
         assert report is None
+
+
+def test_the_answer_at_other_seeds_is_reported_in_console_and_json(tmp_path: Path) -> None:
+    """--seeds 4: the capacity.json's uncertainty holds each seed's answer and the t-based
+    95% prediction interval computed from them; the console prints the same interval."""
+    import math
+
+    args = ["capacity", *SMALL, "--set", "slo.ttft_s=0.05", "--precision", "0.1", "--seeds", "4"]
+    res = CliRunner().invoke(app, [*args, "--output", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    unc = json.loads((tmp_path / "capacity.json").read_text())["uncertainty"]
+    answers = unc["answers"]
+    assert unc["seeds"] == [0, 1, 2, 3] and unc["seed_varies_workload"] and len(answers) == 4
+    mean = sum(answers) / 4
+    std = math.sqrt(sum((a - mean) ** 2 for a in answers) / 3)
+    half = 3.182 * std * math.sqrt(1.25)  # t(0.975, 3)
+    assert unc["interval"] == [max(0.0, mean - half), mean + half]
+    line = next(x for x in res.stdout.splitlines() if "uncertainty:" in x)
+    assert f"lies in [{max(0.0, mean - half):.4g}, {mean + half:.4g}] req/s" in line
+
+
+def test_stable_and_seeds_are_checked() -> None:
+    for extra, message in (
+        (["--seeds", "0"], "--seeds: expected 1 to 31 seeds, found 0"),
+        (["--stable", "0.02", "--precision", "0.05"], "--stable 0.02 is below --precision 0.05"),
+        (["--max-requests", "100"], "--max-requests caps --stable's growth of the run; give --stable too"),
+        (["--stable", "0.2", "--seeds", "1"], "--stable needs at least 2 seeds"),
+    ):
+        res = CliRunner().invoke(app, ["capacity", *SMALL, *extra])
+        assert res.exit_code == 2, res.output
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], res.stderr
+
+
+def test_a_trace_says_its_answer_does_not_move_with_the_seed() -> None:
+    res = CliRunner().invoke(
+        app,
+        ["capacity", "--set", "workload.limit=200", "--precision", "0.3", "--max-rate", "8", "--no-progress"],
+    )
+    assert res.exit_code == 0, res.output
+    assert "uncertainty: the workload is the same at every seed (a trace), so is the answer" in res.stdout
+
+
+def _doc_block_lines(command: list[str]) -> list[str]:
+    res = CliRunner().invoke(app, command, env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    start = next(i for i, x in enumerate(lines) if x.startswith("capacity: "))
+    return [x for x in lines[start:] if x.strip()]
+
+
+def test_the_figures_docs_planning_quotes() -> None:
+    """docs/planning.md's capacity and sessions blocks are what the commands print."""
+    doc = (Path(__file__).parents[1] / "docs" / "planning.md").read_text()
+    for line in _doc_block_lines(
+        ["capacity", "examples/capacity_slo.yaml", "--precision", "0.1", "--no-progress"]
+    ):
+        assert line in doc, line
+    sessions = ["capacity", "examples/chat_sessions.yaml", "--set", "workload.num_sessions=60"]
+    lines = _doc_block_lines([*sessions, "--precision", "0.2", "--seeds", "1", "--no-progress"])
+    assert lines[0] in doc and lines[1] in doc
+
+
+@pytest.mark.slow
+def test_the_stable_run_docs_planning_quotes() -> None:
+    doc = (Path(__file__).parents[1] / "docs" / "planning.md").read_text()
+    lines = _doc_block_lines(["capacity", "examples/capacity_slo.yaml", "--stable", "0.1", "--no-progress"])
+    assert lines[0] in doc and lines[-2] in doc and lines[-1] in doc

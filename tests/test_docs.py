@@ -54,6 +54,9 @@ SKIP = {
     "tests/test_validate.py runs a cheap cross-fit",
     r"servesim reproduce (sarathi-serve|llumnix) --quick": "a capacity search or rate sweep of 30-40 s; "
     "tests/test_reproduce.py runs it (slow)",
+    r"servesim capacity examples/capacity_slo\.yaml --stable 0\.1 --no-progress": "25 capacity searches "
+    "(about 13 s of CPU); tests/test_capacity_cli.py runs it (slow) and checks the figures "
+    "docs/planning.md quotes",
     r"servesim validate( --suite vllm-cpu)?": "replays the bundled CPU recordings (10-20 s of one core "
     "per command); tests/test_validate.py checks the same rows "
     "and the command",

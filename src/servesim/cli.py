@@ -496,6 +496,10 @@ def validate(
             )
         from servesim import validate as v
 
+        for flag, folder in (("--data-dir", data_dir), ("--recordings", recordings)):
+            if folder is not None and not folder.is_dir():
+                why = "is a file, expected a folder" if folder.exists() else "no such folder"
+                raise ServesimError(f"{flag} {folder}: {why}")
         suites = tuple(suite) if suite else ("operators", "splitwise", "distserve", "vllm-cpu")
         checks, skipped = v.validate_all(
             data_dir, recordings, suites, cross_fit=cross_fit, output=output, cross_group=cross_group
@@ -509,12 +513,10 @@ def validate(
         if output is not None and "silicon" in suites:
             typer.echo(f"wrote {output}/silicon_runs.csv, silicon_groups.json, silicon_groups.md")
         if not checks:
-            typer.echo(
+            raise ServesimError(
                 "nothing validated: no measurement data or recordings found (check --data-dir "
-                "and --recordings)",
-                err=True,
+                "and --recordings)"
             )
-            raise typer.Exit(2)
         failed = [c for c in checks if not c.passed(threshold)]
         if failed:
             typer.echo(f"{len(failed)} of {len(checks)} checks over their limit")
@@ -643,8 +645,23 @@ def version() -> None:
     typer.echo(f"servesim {__version__} ({'compiled' if compiled() else 'pure-Python'} engine)")
 
 
+def _empty_output(argv: list[str]) -> bool:
+    """Whether ``--output``/``-o`` is given an empty path (the command line parser reads it as
+    ".", so ``--output "$UNSET"`` would write into the current folder)."""
+    return any(
+        a == "--output=" or (a in ("--output", "-o") and i + 1 < len(argv) and argv[i + 1] == "")
+        for i, a in enumerate(argv)
+    )
+
+
 def main() -> None:
     """Console-script entry point (``servesim``) and ``python -m servesim``."""
+    if _empty_output(sys.argv[1:]):
+        print(
+            "error: --output: an empty path (an unset variable?); give a folder, or . for this one",
+            file=sys.stderr,
+        )
+        sys.exit(EXIT_USER_ERROR)
     try:
         app()
     except KeyboardInterrupt:  # Ctrl-C while parsing or importing

@@ -141,14 +141,37 @@ def capacity(
     precision: Annotated[
         float, typer.Option(help="Stop when the bracket's width is at most this share of its low end.")
     ] = 0.05,
-    max_rate: Annotated[float | None, typer.Option(help="Highest rate to try, requests/s.")] = None,
+    max_rate: Annotated[
+        float | None,
+        typer.Option(
+            help="Highest rate to try, requests/s (sessions, tasks or questions/s for those workloads)."
+        ),
+    ] = None,
     min_rate: Annotated[
         float | None,
-        typer.Option(help="Lowest rate to try, requests/s (default: the scenario's rate / 1024)."),
+        typer.Option(help="Lowest rate to try, in --max-rate's unit (default: the scenario's rate / 1024)."),
     ] = None,
     no_early_stop: Annotated[
         bool, typer.Option("--no-early-stop", help="Run every probe whole (no cut on a prefix's clear miss).")
     ] = False,
+    seeds: Annotated[
+        int,
+        typer.Option(
+            help="Search again at this many seeds in all and report the answer's 95% prediction "
+            "interval (1: not measured)."
+        ),
+    ] = 5,
+    stable: Annotated[
+        float | None,
+        typer.Option(
+            help="Double the workload's request count until the interval's half-width is at most "
+            "this share of the answer (e.g. 0.1), up to --max-requests."
+        ),
+    ] = None,
+    max_requests: Annotated[
+        int | None,
+        typer.Option(help="The most requests --stable grows a run to (default: 16 times the scenario's)."),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
@@ -156,8 +179,10 @@ def capacity(
 ) -> None:
     """Find the highest arrival rate the deployment sustains while meeting its SLO targets.
 
-    Scales the workload's rate (a trace's rate_scale, a synthetic arrival.rate), bracketing
-    then bisecting; exits 1 when even the lowest rate misses. See docs/planning.md.
+    Scales the workload's rate (a trace's rate_scale, a synthetic arrival.rate, the rate
+    sessions, agent tasks or reasoning questions start), bracketing then bisecting, and
+    reports the answer's spread over seeds; exits 1 when even the lowest rate misses. See
+    docs/planning.md.
     """
     from servesim.planner.capacity import CapacityNotFound
     from servesim.planner.capacity_report import run_capacity
@@ -173,6 +198,9 @@ def capacity(
                 max_rate=max_rate,
                 min_rate=min_rate,
                 early_stop=not no_early_stop,
+                seeds=seeds,
+                stable=stable,
+                max_requests=max_requests,
                 json_out=json_out,
                 quiet=quiet,
                 progress=not (no_progress or quiet or json_out),
@@ -238,7 +266,8 @@ def plan(
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
     report: _REPORT = False,
 ) -> None:
-    """Search deployments (GPU, TP/PP/EP/DP, replicas, disaggregation, engine knobs) for the cheapest meeting the SLOs."""
+    """Search deployments (GPU, TP/PP/EP/DP, replicas, disaggregation, engine knobs) for the cheapest
+    meeting the SLOs."""
     from servesim.planner.output import plan_command
 
     with user_errors():

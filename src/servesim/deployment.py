@@ -38,6 +38,7 @@ from servesim.config import (
 from servesim.errors import ConfigError
 from servesim.perf.base import PerfModel
 from servesim.perf.describe import describe_perf_model
+from servesim.perf.lora import lora_perf_model
 from servesim.perf.memory import MemoryPlan, plan_memory
 
 
@@ -168,6 +169,7 @@ def resolve_deployment(
         if profile
         else build_step_model(model, gpu, par, sc.hardware, sc.model, links=links, engine=engine)
     )
+    perf = lora_perf_model(engine, model, gpu, par, perf)
     return Deployment(
         name=pool.name if pool is not None else "",
         role=pool.role if pool is not None else "colocated",

@@ -34,6 +34,7 @@ from servesim.config.engine import (
     resolve_policy,
 )
 from servesim.config.kv_offload import KVOffloadConfig
+from servesim.config.lora import LoraAdapterConfig, LoraConfig
 from servesim.config.overrides import parse_override
 from servesim.config.parts import (
     ArrivalConfig,
@@ -107,6 +108,8 @@ __all__ = [
     "SloConfig",
     "SpeculativeConfig",
     "SyntheticWorkload",
+    "LoraAdapterConfig",
+    "LoraConfig",
     "TenantConfig",
     "TraceWorkload",
     "WorkloadConfig",

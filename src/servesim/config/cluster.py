@@ -29,7 +29,7 @@ RouterName = Literal[
 class PoolConfig(_Strict):
     """Identical replicas (data parallelism): GPU type, parallelism and engine of each."""
 
-    name: str = Field(description="Unique name of the pool (in reports and records).")
+    name: str = Field(min_length=1, description="Unique name of the pool (in reports and records).")
     role: Literal["colocated", "prefill", "decode"] = Field(
         "colocated", description="colocated serves whole requests; prefill/decode split them."
     )

@@ -8,6 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from servesim.config._base import _Strict
 from servesim.config.kv_offload import KVOffloadConfig
+from servesim.config.lora import LoraConfig
 from servesim.errors import ConfigError
 
 # --------------------------------------------------------------------------- engine
@@ -443,6 +444,12 @@ class EngineConfig(_Strict):
             "vLLM's API-server front end: a per-request queue before the scheduler (on by default on GPUs)."
         ),
     )
+    lora: LoraConfig = Field(
+        default_factory=lambda: LoraConfig(),
+        description=(
+            "Multi-LoRA serving: adapter slots, ranks, the adapters and their popularity (off by default)."
+        ),
+    )
     stream_interval: int = Field(
         1,
         ge=1,
@@ -497,6 +504,11 @@ class EngineConfig(_Strict):
                 "policy static runs one batch to completion: use another policy"
             )
         self._check_offload()
+        if self.lora.enabled and self.policy != "vllm_v1":
+            raise ValueError(
+                f"lora: multi-LoRA serving is modelled on vLLM V1's scheduler; policy {self.policy} "
+                "takes none (use policy vllm_v1 or lora.enabled false)"
+            )
         return self
 
     def _check_offload(self) -> None:
@@ -522,6 +534,8 @@ class EngineConfig(_Strict):
             )
         if self.memory_aware_admission or self.speculative.num_speculative_tokens:
             raise ValueError("kv_offload is not modelled with memory_aware_admission or speculative decoding")
+        if self.lora.enabled:
+            raise ValueError("kv_offload is not modelled with engine.lora (LoRA adapters)")
 
 
 GIB = 1 << 30

@@ -99,6 +99,9 @@ def format_validation_error(err: Any, source: str, root: type[BaseModel], prefix
             msg = str(e["ctx"]["error"])  # our own validators' messages, without "Value error, "
         if e["type"] == "extra_forbidden":
             msg = _unknown_key_message(raw_loc, root)
+        if e["type"] == "bool_for_number":  # raised by the model: the field is in its context
+            loc = ".".join([p for p in (loc, str(e["ctx"]["field"])) if p])
+            e = {**e, "input": e["ctx"]["value"]}
         if e["type"] == "union_tag_invalid":  # workload.type: neither synthetic nor trace
             ctx = e.get("ctx", {})
             loc = f"{loc}.{str(ctx.get('discriminator', 'type')).strip(chr(39))}"

@@ -230,6 +230,20 @@ class LengthDist(_Strict):
             raise ValueError(f"expected min <= max, found min={self.min} > max={self.max}")
         if self.kind == "uniform" and self.low > self.high:
             raise ValueError(f"expected low <= high, found low={self.low} > high={self.high}")
+        given = {"constant": ("value", self.value, self.value), "uniform": ("high", self.low, self.high)}
+        if self.kind in given:  # a length asked for exactly is not clipped silently
+            name, lowest, highest = given[self.kind]
+            if highest > self.max:
+                raise ValueError(
+                    f"{name} ({highest:,}) is above max ({self.max:,}), which every length is "
+                    "clipped to; raise max"
+                )
+            if lowest < self.min:
+                which = "value" if self.kind == "constant" else "low"
+                raise ValueError(
+                    f"{which} ({lowest:,}) is below min ({self.min:,}), which every length is "
+                    "raised to; lower min"
+                )
         if self.kind == "trace" and not self.trace:
             raise ValueError("kind: trace needs trace: the file to sample lengths from")
         return self
@@ -375,11 +389,13 @@ class BenchmarkWorkload(_Strict):
     request_rate: float = Field(
         float("inf"),
         gt=0,
+        allow_inf_nan=True,
         description=("--request-rate: requests/s at which requests become due (inf: all at the start)."),
     )
     burstiness: float = Field(
         1.0,
         gt=0,
+        allow_inf_nan=True,
         description=("--burstiness: gamma shape of the gaps (1 = Poisson, inf = constant spacing)."),
     )
     num_warmups: int = Field(

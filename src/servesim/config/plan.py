@@ -114,6 +114,15 @@ class PlanConfig(_Strict):
         ),
         json_schema_extra={"vllm": "--kv-offloading-size"},
     )
+    max_loras: list[int] | None = Field(
+        None,
+        min_length=1,
+        description=(
+            "LoRA GPU slots to try (engine.lora.max_loras; the scenario must enable engine.lora); "
+            "None: the scenario's. A candidate's max_cpu_loras is raised to its max_loras where below."
+        ),
+        json_schema_extra={"vllm": "--max-loras"},
+    )
     routers: list[RouterName] | None = Field(
         None,
         min_length=1,

@@ -25,6 +25,7 @@ from servesim.engine.request import Request
 from servesim.engine.scheduler import Scheduler, SchedulerConfig
 from servesim.metrics.records import ItlSamples, OffloadTotals, ReplicaTotals, StepSeries
 from servesim.perf.base import PerfModel
+from servesim.perf.lora import LoraCostModel, LoraCosts
 from servesim.workload.base import Workload
 
 
@@ -44,6 +45,7 @@ def uses_lazy_engine(engine: EngineConfig, wl: Workload | None, tenant_counters:
         and not engine.memory_aware_admission
         and not engine.watermark
         and not engine.speculative.num_speculative_tokens
+        and not engine.lora.enabled
         and not (tenant_counters and wl.tenant is not None)
         and (wl.num_samples is None or int(wl.num_samples.max(initial=1)) <= 1)
         and not engine.kv_offload.enabled
@@ -79,12 +81,14 @@ def make_scheduler(
     reference: bool = False,
     kv_bytes_per_block: float = 0.0,
     tenant_weights: list[float] | None = None,
+    lora_costs: LoraCosts | None = None,
 ) -> Scheduler:
     """The scheduler for ``engine``: lazy V1 where it applies, else the policy's class.
 
     ``tenant_weights``: each tenant's weight (VTC's share), one per name of
     ``wl.meta["tenant_names"]``, given when the run keeps the tenants' counters (None: 1
-    for each, and plain FCFS V1 keeps none)."""
+    for each, and plain FCFS V1 keeps none). ``lora_costs``: the deployment's adapter
+    figures (``perf.lora``), needed with ``engine.lora``."""
     if uses_lazy_engine(engine, wl, tenant_weights is not None):
         return Scheduler(cfg, kv) if reference else LazyScheduler(cfg, kv)
     assert wl is not None  # uses_lazy_engine without a workload
@@ -122,6 +126,10 @@ def make_scheduler(
         vtc_input_weight=engine.vtc_input_weight,
         vtc_output_weight=engine.vtc_output_weight,
     )
+    if engine.lora.enabled:
+        from servesim.engine.lora import lora_scheduler
+
+        return lora_scheduler(cfg, kv, opts, engine.lora, lora_costs, wl)
     return SCHEDULERS[engine.policy](cfg, kv, opts)
 
 
@@ -201,7 +209,13 @@ def build_replica(
             reference,
             kv_bytes_per_block,
             tenant_weights,
+            perf.costs if isinstance(perf, LoraCostModel) else None,
         )
+    if engine.lora.enabled:
+        from servesim.engine.lora import LoraScheduler
+
+        assert isinstance(scheduler, LoraScheduler)
+        totals.lora = scheduler.totals  # its adapters' figures, for the summary
     fe = engine.frontend
     frontend = (
         Frontend(

@@ -213,6 +213,14 @@ def _lines(s: dict[str, Any]) -> Table:
             f"loaded {off['load_bytes'] / 1e9:,.1f} GB in {_num(off['load_s'])} s, "
             f"stored {off['store_bytes'] / 1e9:,.1f} GB in {_num(off['store_s'])} s (per GPU)",
         )
+    lo = s.get("lora")
+    if lo:  # engine.lora
+        grid.add_row(
+            "LoRA",
+            f"{lo['num_gpu_loads']:,} adapter loads ({lo['num_disk_loads']:,} from disk), "
+            f"{_num(lo['load_s'])} s loading; {lo['num_delayed']:,} requests delayed by max_loras "
+            f"({_pct(lo['delayed_fraction'])}); buffers {_gb(lo['buffer_bytes'])} per GPU",
+        )
     r = s.get("reasoning")
     if r:  # reasoning workloads: tokens against fixed-length reasoning, question latency
         lat = s.get("tasks", {}).get("latency_s", {}).get("mean")
@@ -326,7 +334,9 @@ def _trust_lines(s: dict[str, Any], grid: Table) -> None:
         )
         grid.add_row(
             "Memory" + (f" {m['pool']}" if m["pool"] else ""),
-            f"per GPU: weights {_gb(m['weights_bytes_per_gpu'])}, activations "
+            f"per GPU: weights {_gb(m['weights_bytes_per_gpu'])}, "
+            + (f"LoRA {_gb(m['lora_bytes'])}, " if m.get("lora_bytes") else "")
+            + f"activations "
             f"{_gb(m['activation_bytes'])}, reserve {_gb(m['non_torch_reserve_bytes'])}; KV "
             f"{_gb(m['kv_cache_bytes'])}: {m['num_gpu_blocks']:,} blocks of {m['block_size']}, "
             f"{m['kv_capacity_tokens']:,} tokens{fits}",

@@ -25,6 +25,7 @@ def memory_plan(dep: Any, mean_request_tokens: float | None) -> dict[str, Any]:
         "usable_bytes": p.usable_bytes,
         "weights_bytes_per_gpu": p.weights_bytes,
         "activation_bytes": p.activation_bytes,
+        "lora_bytes": p.lora_bytes,
         "non_torch_reserve_bytes": p.reserve_bytes,
         "outside_utilization_bytes": mem - p.usable_bytes,  # CUDA context and graphs live here
         "kv_cache_bytes": p.kv_cache_bytes,

@@ -286,6 +286,7 @@ class ReplicaTotals:
     kv_transfer_bytes: float = 0.0
     kv_transfer_s: float = 0.0  # sum over received transfers of send-to-delivery time
     num_migrations_out: int = 0
+    lora: Any = None  # engine.lora: the replica's engine.lora.LoraTotals (None: LoRA off)
     # Autoscaled or failed replicas: seconds their GPUs were provisioned (loading weights,
     # serving, draining); -1: the whole run (a static fleet).
     provisioned_s: float = -1.0

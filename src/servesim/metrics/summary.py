@@ -375,6 +375,18 @@ def _utilization(result: Result, window_s: float | None) -> dict[str, Any]:
     return {"overall": tot, "replicas": [one(r, *p) for r, p in zip(reps, peaks)]}
 
 
+def _lora(result: Result) -> dict[str, Any] | None:
+    """engine.lora's figures summed over the replicas (``engine.lora.LoraTotals``), or None."""
+    per = [r.lora.as_dict() for r in result.replicas if r.lora is not None]
+    if not per:
+        return None
+    out: dict[str, Any] = {k: sum(d[k] for d in per) for k in per[0]}
+    out["max_loras_in_step"] = max(d["max_loras_in_step"] for d in per)
+    out["buffer_bytes"] = max(d["buffer_bytes"] for d in per)  # per GPU
+    out["delayed_fraction"] = _ratio(out["num_delayed"], len(result.records.arrival_s))
+    return out
+
+
 def _pools(result: Result, window_s: float | None) -> list[dict[str, Any]]:
     """Per-pool figures of a cluster run (empty for a single replica): utilization, queueing
     (time-averaged waiting requests, and the mean wait by Little's law), KV transfers in."""
@@ -521,6 +533,9 @@ def summarize(result: Result) -> dict[str, Any]:
         from servesim.metrics.tenants import tenant_summary
 
         summary["tenants"] = tenant_summary(run, span_s, distribution, meets_limit)
+    lora = _lora(result)
+    if lora is not None:  # engine.lora: adapter loads, the max_loras limit, LoRA memory
+        summary["lora"] = lora
     if result.tasks is not None:  # sessions, agent runs: end-to-end task latency
         from servesim.metrics.tasks import task_summary
 

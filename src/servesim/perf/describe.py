@@ -29,6 +29,9 @@ def _unwrap(perf: Any) -> tuple[Any, list[str]]:
         if name == "PolicyCostModel":
             notes.append("plus swap copies and draft-model steps of the engine policy")
             perf = perf.base
+        elif name == "LoraCostModel":
+            notes.append("plus the LoRA shrink/expand kernels and adapter loads (engine.lora)")
+            perf = perf.base
         elif name == "PipelinedPerfModel":
             notes.append(f"split into {perf.num_microbatches} pipeline micro-batches")
             perf = perf.inner

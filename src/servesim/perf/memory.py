@@ -31,6 +31,7 @@ from servesim.catalog.models import ModelSpec
 from servesim.config import EngineConfig, ParallelConfig, resolve_engine
 from servesim.config.layout import check_gpu_blocks_override
 from servesim.errors import ConfigError, DoesNotFitError
+from servesim.perf.lora import lora_costs
 
 #: Memory outside PyTorch's allocator that grows during vLLM's profiling run (cuBLAS
 #: workspaces, NCCL / custom all-reduce buffers). vLLM logs it as "non_torch_memory",
@@ -53,6 +54,7 @@ class MemoryPlan:
     num_gpu_blocks: int
     max_model_len: int
     usable_bytes: float
+    lora_bytes: float = 0.0  # engine.lora's stacked adapter buffers (perf.lora)
 
     @property
     def kv_cache_bytes(self) -> float:
@@ -65,7 +67,9 @@ class MemoryPlan:
     def describe(self) -> str:
         return (
             f"usable {self.usable_bytes / _GB:.2f} GB = weights {self.weights_bytes / _GB:.2f} GB"
-            f" + activations {self.activation_bytes / _GB:.2f} GB + reserve {self.reserve_bytes / _GB:.2f} GB"
+            + (f" + LoRA buffers {self.lora_bytes / _GB:.2f} GB" if self.lora_bytes else "")
+            + f" + activations {self.activation_bytes / _GB:.2f} GB"
+            f" + reserve {self.reserve_bytes / _GB:.2f} GB"
             f" + KV cache {self.kv_cache_bytes / _GB:.2f} GB"
             f" ({self.num_gpu_blocks} blocks x {self.block_size} tokens x"
             f" {self.kv_bytes_per_token / 1024:.0f} KiB/token = {self.kv_capacity_tokens} tokens);"
@@ -108,6 +112,17 @@ def served_weights_bytes(
     moe_tp = max(1, tp * dp // parallel.expert_parallel_size)  # ranks sharing each expert's width
     padded = padded_experts(model, moe_tp, mxfp4_pad(gpu, engine.moe_backend))
     return weights - model.routed_expert_bytes(tp, pp, dp) + padded.routed_expert_bytes(tp, pp, dp)
+
+
+def lora_buffer_bytes(
+    model: ModelSpec, gpu: GpuSpec, engine: EngineConfig, parallel: ParallelConfig
+) -> float:
+    """GPU bytes of ``engine.lora``'s stacked adapter buffers (0 when LoRA is off). vLLM
+    allocates them with the model, before the profiling run: they come out of the KV cache."""
+    if not engine.lora.enabled:
+        return 0.0
+    tp, pp = parallel.tensor_parallel_size, parallel.pipeline_parallel_size
+    return lora_costs(engine.lora, model, gpu, tp, pp, engine.pcie_gb_per_s).buffer_bytes
 
 
 def activation_peak_bytes(model: ModelSpec, engine: EngineConfig, tp: int = 1) -> float:
@@ -202,6 +217,7 @@ def _kv_tokens(
     available = (
         engine.gpu_memory_utilization * gpu.mem_bytes
         - weights
+        - lora_buffer_bytes(model, gpu, engine, parallel)
         - activation_peak_bytes(model, engine, tp)
         - NON_TORCH_RESERVE_BYTES
     )
@@ -267,6 +283,7 @@ def plan_memory(
     check_gpu_blocks_override(engine, max_model_len)
     usable = engine.gpu_memory_utilization * gpu.mem_bytes
     weights = served_weights_bytes(model, gpu, engine, parallel)
+    lora = lora_buffer_bytes(model, gpu, engine, parallel)
     activation = activation_peak_bytes(model, engine, tp)
     reserve = NON_TORCH_RESERVE_BYTES
     kv_per_token = model.kv_bytes_per_token(tp, kv_dtype_bytes, pp)
@@ -280,7 +297,7 @@ def plan_memory(
     # never so many that one max_model_len request no longer fits (vLLM's start-up check).
     window = model.kv_window_bytes_per_request(tp, kv_dtype_bytes, pp, engine.block_size)
     if window:
-        room = max(0.0, usable - weights - activation - reserve)
+        room = max(0.0, usable - weights - lora - activation - reserve)
         bs = engine.block_size
         w = model.sliding_window or 1
         window_tokens = (-(-(w - 1) // bs) + 1) * bs  # the tokens of one request's window blocks
@@ -298,14 +315,16 @@ def plan_memory(
             f"usable, {(weights - usable) / _GB:.1f} GB short; "
             + _hint(model, gpu, engine, parallel, kv_dtype_bytes, hint)
         )
-    available = usable - weights - activation - reserve
+    available = usable - weights - lora - activation - reserve
     if engine.num_gpu_blocks_override is not None:
         num_blocks = engine.num_gpu_blocks_override
     else:
         num_blocks = max(0, math.floor(available / kv_per_block))
         if num_blocks * engine.block_size < max_model_len:
             raise DoesNotFitError(
-                f"{where}: after weights {weights / _GB:.1f} GB, activations {activation / _GB:.1f} GB and "
+                f"{where}: after weights {weights / _GB:.1f} GB"
+                + (f", LoRA buffers {lora / _GB:.1f} GB" if lora else "")
+                + f", activations {activation / _GB:.1f} GB and "
                 f"reserve {reserve / _GB:.1f} GB the KV cache holds {num_blocks * engine.block_size} tokens, "
                 f"fewer than one max_model_len={max_model_len} sequence (vLLM refuses to start); "
                 + _hint(model, gpu, engine, parallel, kv_dtype_bytes, hint, num_blocks * engine.block_size)
@@ -320,4 +339,5 @@ def plan_memory(
         num_gpu_blocks=num_blocks,
         max_model_len=max_model_len,
         usable_bytes=usable,
+        lora_bytes=lora,
     )

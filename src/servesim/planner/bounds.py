@@ -55,6 +55,8 @@ class Demand:
     #: workload shares no prefixes, the prompt less the shared prefix for prefix groups,
     #: 0 for traces of block hashes (a hit might cover any prompt).
     mean_uncached_prompt: float
+    #: The shortest prompt: at or above a candidate's max_model_len, every request is rejected.
+    min_prompt: float = 1.0
 
 
 @dataclass(slots=True)
@@ -91,7 +93,13 @@ def workload_demand(base: Scenario) -> Demand:
         uncached = np.where(shared, np.maximum(prompt - wl.prefix_len, 1.0), prompt)
     else:
         uncached = prompt
-    return Demand(rate, float(prompt.mean()), float(np.mean(wl.num_output_tokens)), float(uncached.mean()))
+    return Demand(
+        rate,
+        float(prompt.mean()),
+        float(np.mean(wl.num_output_tokens)),
+        float(uncached.mean()),
+        float(prompt.min()),
+    )
 
 
 def decode_capacity(dep: Deployment, demand: Demand) -> float:
@@ -146,6 +154,14 @@ def bound_candidate(
         return "memory", str(err), {}
     except ConfigError as err:
         return "parallel", str(err), {}
+    max_len = min(d.plan.max_model_len for d, _, _ in deps)
+    if demand.min_prompt >= max_len:  # the engine rejects a prompt of max_model_len or more
+        return (
+            "memory",
+            f"every prompt has at least {demand.min_prompt:,.0f} tokens, not below max_model_len "
+            f"({max_len:,}): every request would be rejected",
+            {},
+        )
     itl = min(min_itl(d) for d, role, _ in deps if role != "prefill")
     figures = {"min_itl_s": itl}
     if tpot_s is not None and itl > tpot_s:

@@ -4,12 +4,19 @@ The deployment (one replica or a cluster) is the scenario's; only the rate of it
 changes (the knob, ``rate_knob``): a trace's ``workload.rate_scale`` (its timestamps
 divided), a synthetic process's ``workload.arrival.rate``, a benchmark's
 ``workload.request_rate``, a mixture's every client's rate by one factor (at the requests
-per second its generated workload gives per unit). Sessions, agent tasks and closed-loop
-reasoning are refused: their requests wait for answers or spread over think times, so no
-field sets their request rate. Every probe is one ``servesim.simulate`` call with the same
-seed, so the requests are the same and only their arrival times shrink or stretch (the
-generators draw gaps of mean 1/rate from one seeded stream): the attainment curve against
-the rate is as monotone as the engine makes it.
+per second its generated workload gives per unit). Sessions, agent tasks and reasoning
+questions are searched on the rate they *start* (``workload.arrival.rate``, in sessions,
+tasks or questions per second): each one brings its whole traffic (turns, calls, rounds,
+think and tool times unchanged), so the request rate scales with it while the requests
+inside a session still wait for their answers. The window the starts span
+(``num_sessions / arrival.rate``, or ``duration_s``) is held: twice the rate starts twice
+as many sessions. (Holding the count instead would squeeze a fixed set of sessions, each
+minutes long with its think times, into an ever shorter window: their concurrency is
+bounded by their number, and a high enough rate would seem to meet the targets.) Every
+probe is one ``servesim.simulate`` call with the same seed, so the requests are the same and
+only their arrival times shrink or stretch (the generators draw gaps of mean 1/rate from
+one seeded stream): the attainment curve against the rate is as monotone as the engine
+makes it.
 
 The search, on the rate in requests/s::
 
@@ -40,6 +47,17 @@ requests. It is cut short as a clear miss when
 Otherwise the whole run decides. Rule 1 rests on more load never making earlier requests
 faster, which holds for the FCFS engines simulated here save for rare preemption orders;
 rule 2 on a stationary rate. ``early_stop=False`` runs every probe whole.
+
+**Uncertainty** (``seed_spread``). The answer is that of one sample of the workload (its
+seed's lengths and arrival gaps); another seed gives another answer. The search is run
+again at ``k - 1`` more seeds (each starting at the first answer, bracketing by
+``1 + 4 precision``), and the ``k`` answers give a 95% prediction interval for the answer
+at a new seed: ``mean +- t(0.975, k-1) s sqrt(1 + 1/k)`` (Student's t; s the answers'
+sample standard deviation). Its half-width over the mean is the answer's relative
+uncertainty; it includes the search's own step (each answer lies within ``precision``
+below its seed's threshold). ``stabilize`` doubles the workload's request count until that
+half-width is within a stated share (or a cap is reached, saying so). A workload that the
+seed does not change (a trace) has no such spread, and the result says so.
 """
 
 from __future__ import annotations
@@ -62,9 +80,10 @@ MAX_PROBES = 60
 class CapacityNotFound(ServesimError):
     """Even the lowest rate tried misses the SLO targets (the message names the closest probe)."""
 
-    def __init__(self, message: str, probes: list[Probe]) -> None:
+    def __init__(self, message: str, probes: list[Probe], unit: str = "req/s") -> None:
         super().__init__(message)
         self.probes = probes
+        self.unit = unit  # the search's rate unit (sessions/s, ... for workloads that start them)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +91,10 @@ class RateKnob:
     """The workload field that sets the arrival rate, and the rate it gives (requests/s)."""
 
     field: str  # dotted, as --set names it
-    rps_per_unit: float  # requests/s for a field value of 1
-    base_rps: float  # the scenario's own rate
+    rps_per_unit: float  # rate (in ``unit``) for a field value of 1
+    base_rps: float  # the scenario's own rate (in ``unit``)
+    unit: str = "req/s"  # sessions/s, tasks/s or questions/s where the knob starts them
+    requests_per_start: float | None = None  # requests a session, task or question sends
 
     def value_for(self, rate_rps: float) -> float:
         return rate_rps / self.rps_per_unit
@@ -95,7 +116,13 @@ class RateKnob:
                 for c in wl.clients
             ]
             new = wl.model_copy(update={"clients": clients})
-        else:  # synthetic, sessions, agents, reasoning
+        elif wl.type in _STARTS:  # the start rate, and as many starts as keep their window's length
+            count = _STARTS[wl.type][0]
+            update: dict[str, Any] = {"arrival": wl.arrival.model_copy(update={"rate": value})}
+            if getattr(wl, count) is not None:
+                update[count] = max(1, round(getattr(wl, count) * value / wl.arrival.rate))
+            new = wl.model_copy(update=update)
+        else:  # synthetic
             new = wl.model_copy(update={"arrival": wl.arrival.model_copy(update={"rate": value})})
         return scenario.model_copy(update={"workload": new})
 
@@ -125,12 +152,22 @@ def rate_knob(scenario: Scenario) -> RateKnob:
             "there is no rate to search; use poisson, gamma or constant"
         )
     generated = load_workload(wl, scenario.run.seed)
-    why = _no_rate_knob(wl.type, generated.is_closed_loop)
-    if why:
+    if wl.type in _STARTS:  # the rate sessions, tasks or questions start; each brings its traffic
+        count, what = _STARTS[wl.type]
+        n = getattr(wl, count)
+        return RateKnob(
+            "workload.arrival.rate",
+            1.0,
+            wl.arrival.rate,
+            unit=f"{what}s/s",
+            requests_per_start=len(generated) / n if n else None,
+        )
+    if generated.is_closed_loop:
         raise ConfigError(
-            f"capacity: workload.type {wl.type}: {why}; capacity searches the request rate "
-            "of a trace, synthetic, mixture, benchmark, inference-perf or guidellm workload (run simulate at the "
-            "rates to compare instead)"
+            f"capacity: workload.type {wl.type}: its requests wait for others to finish, so the "
+            "request rate follows the service; capacity searches the rate of a trace, synthetic, "
+            "mixture, benchmark, inference-perf or guidellm workload, or the rate sessions, agent "
+            "tasks or reasoning questions start (run simulate at the rates to compare instead)"
         )
     arrivals = generated.arrival_s
     span = float(arrivals[-1] - arrivals[0]) if len(arrivals) > 1 else 0.0
@@ -146,22 +183,6 @@ def rate_knob(scenario: Scenario) -> RateKnob:
     if wl.type == "mixture":
         return RateKnob("workload.clients[*].arrival.rate (factor)", rps, rps)
     return RateKnob("workload.arrival.rate", rps / wl.arrival.rate, rps)
-
-
-def _no_rate_knob(kind: str, closed_loop: bool) -> str:
-    """Why ``kind``'s request rate is not set by one field (an empty string: it is)."""
-    if kind == "sessions":
-        return (
-            "a session's turns are sent when the previous answer comes back (loop: closed), or spread "
-            "over its think times (loop: open), so the request rate does not scale with "
-            "workload.arrival.rate, the rate sessions start"
-        )
-    follows = "so the request rate follows the service"
-    if kind == "agents":
-        return f"an agent task sends each call when the calls it waits for finish, {follows}"
-    if kind == "reasoning" and closed_loop:
-        return f"a reasoning question sends each round when the previous one finishes, {follows}"
-    return f"its requests wait for others to finish, {follows}" if closed_loop else ""
 
 
 #: Workloads read from a load generator's own config file: their rates scale by ``rate_scale``.
@@ -312,6 +333,9 @@ class Capacity:
     probes: list[Probe]
     lo: Probe  # the highest rate that met the targets
     hi: Probe | None  # the lowest rate above it that did not (None: max_rate met)
+    spread: SeedSpread | None = None  # the answer at other seeds (seed_spread), if measured
+    rounds: list[SeedSpread] = field(default_factory=list)  # stabilize's runs, smallest first
+    stable_width: float | None = None  # stabilize's target relative half-width
 
     @property
     def capacity_rps(self) -> float:
@@ -342,12 +366,27 @@ class Capacity:
             "relative_width": self.relative_width,
             "precision": self.precision,
             "limited_by_max_rate": self.hi is None,
+            "rate_unit": self.knob.unit,
+            "requests_per_start": self.knob.requests_per_start,
+            "requests_per_s": self.lo.metrics["requests_per_s"],
         }
+
+    def uncertainty(self) -> dict[str, Any] | None:
+        """The answer's spread over seeds and, with ``stabilize``, each request count tried."""
+        if self.spread is None:
+            return None
+        out = self.spread.to_dict()
+        if self.rounds:
+            out["stable_width"] = self.stable_width
+            out["stable"] = self.spread.is_within(self.stable_width)
+            out["rounds"] = [r.to_dict() for r in self.rounds]
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "scenario_name": self.scenario.name,
             "result": self.figures(),
+            "uncertainty": self.uncertainty(),
             "probes": [p.to_dict() for p in self.probes],
             "scenario": self.scenario.model_dump(mode="json"),
         }
@@ -365,11 +404,15 @@ def find_capacity(
     min_rate: float | None = None,
     early_stop: bool = True,
     on_probe: Callable[[Probe, float | None, float | None], None] | None = None,
+    start_rate: float | None = None,
+    step: float = 2.0,
 ) -> Capacity:
     """Search the capacity of ``scenario``'s deployment (the module docstring says how).
 
     ``on_probe(probe, lo_rps, hi_rps)`` is called after each probe with the bracket so far.
-    ``min_rate`` defaults to the start rate / 1024.
+    ``min_rate`` defaults to the start rate / 1024. ``start_rate`` (default: the scenario's
+    own rate) and ``step`` (the bracket's factor, default 2) let a search start near a
+    known answer.
     """
     if not has_slo(scenario.slo):
         raise ConfigError(
@@ -380,11 +423,12 @@ def find_capacity(
         raise ConfigError(f"--precision: expected a relative width in (0, 1), found {precision:g}")
     for name, rate in (("--max-rate", max_rate), ("--min-rate", min_rate)):
         if rate is not None and not (rate > 0 and math.isfinite(rate)):
-            raise ConfigError(f"{name}: expected a rate in requests/s > 0, found {rate:g}")
+            raise ConfigError(f"{name}: expected a finite rate > 0, found {rate:g}")
     if max_rate is not None and min_rate is not None and min_rate > max_rate:
         raise ConfigError(f"--min-rate ({min_rate:g}) is above --max-rate ({max_rate:g})")
     knob = rate_knob(scenario)
-    start = knob.base_rps if max_rate is None else min(knob.base_rps, max_rate)
+    start = knob.base_rps if start_rate is None else start_rate
+    start = start if max_rate is None else min(start, max_rate)
     if min_rate is not None:
         start = max(start, min_rate)
     floor = start / 1024 if min_rate is None else min_rate
@@ -415,19 +459,21 @@ def find_capacity(
     report(p)
     while lo is None:  # halve until one meets
         assert hi is not None
-        if hi.rate_rps / 2 < floor:
+        if hi.rate_rps / step < floor:
             best = _closest(probes)
             raise CapacityNotFound(
-                f"capacity: the SLO targets are missed even at {hi.rate_rps:.4g} req/s, the lowest rate "
-                f"tried (min rate {floor:.4g} req/s); closest probe: {best.rate_rps:.4g} req/s, "
+                f"capacity: the SLO targets are missed even at {hi.rate_rps:.4g} {knob.unit}, the "
+                f"lowest rate tried (min rate {floor:.4g} {knob.unit}); closest probe: "
+                f"{best.rate_rps:.4g} {knob.unit}, "
                 f"{best.verdict.describe()}",
                 probes,
+                knob.unit,
             )
-        p = probe(hi.rate_rps / 2)
+        p = probe(hi.rate_rps / step)
         lo, hi = (p, hi) if p.meets else (None, p)
         report(p)
     while hi is None and (max_rate is None or lo.rate_rps < max_rate):  # double until one misses
-        p = probe(2 * lo.rate_rps if max_rate is None else min(2 * lo.rate_rps, max_rate))
+        p = probe(step * lo.rate_rps if max_rate is None else min(step * lo.rate_rps, max_rate))
         lo, hi = (p, None) if p.meets else (lo, p)
         report(p)
     while hi is not None and hi.rate_rps / lo.rate_rps - 1 > precision:  # bisect
@@ -435,3 +481,205 @@ def find_capacity(
         lo, hi = (p, hi) if p.meets else (lo, p)
         report(p)
     return Capacity(scenario, knob, precision, probes, lo, hi)
+
+
+# --------------------------------------------------------------------------- the answer's uncertainty
+
+#: Student's t quantile at 0.975 for 1..30 degrees of freedom (any statistics table).
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+MAX_SEEDS = len(_T975) + 1
+
+
+@dataclass(slots=True)
+class SeedSpread:
+    """The capacity found at several seeds of one workload: a prediction interval for the
+    answer at another seed (the module docstring, "Uncertainty")."""
+
+    num_requests: int  # requests a run simulates (at the first seed)
+    seeds: list[int]
+    answers: list[float]  # capacity at each seed, in the knob's unit
+    varies: bool  # False: the seed does not change the workload (a trace), so neither the answer
+    num_probes: int = 0  # probes the other seeds' searches ran
+
+    @property
+    def mean(self) -> float:
+        return sum(self.answers) / len(self.answers)
+
+    @property
+    def std(self) -> float:
+        k, m = len(self.answers), self.mean
+        return math.sqrt(sum((a - m) ** 2 for a in self.answers) / (k - 1)) if k > 1 else 0.0
+
+    @property
+    def half_width(self) -> float | None:
+        """95% prediction half-width of the answer at a new seed (None: fewer than 2 seeds)."""
+        k = len(self.answers)
+        if k < 2:
+            return None if self.varies else 0.0
+        return _T975[k - 2] * self.std * math.sqrt(1.0 + 1.0 / k)
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        h = self.half_width
+        return None if h is None else (max(0.0, self.mean - h), self.mean + h)
+
+    @property
+    def relative_half_width(self) -> float | None:
+        h = self.half_width
+        return None if h is None or self.mean <= 0 else h / self.mean
+
+    def is_within(self, width: float | None) -> bool:
+        """The answer is stable to ``width`` (relative half-width), or the seed changes nothing."""
+        rel = self.relative_half_width
+        return not self.varies or (width is not None and rel is not None and rel <= width)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": "capacity searched at each seed; 95% prediction interval of the answer at "
+            "another seed: mean +- t(0.975, k-1) * std * sqrt(1 + 1/k)",
+            "seed_varies_workload": self.varies,
+            "num_requests": self.num_requests,
+            "seeds": self.seeds,
+            "answers": self.answers,
+            "mean": self.mean,
+            "std": self.std,
+            "interval": None if self.interval is None else list(self.interval),
+            "relative_half_width": self.relative_half_width,
+            "num_probes": self.num_probes,
+        }
+
+
+def _with_seed(scenario: Scenario, seed: int) -> Scenario:
+    return scenario.model_copy(update={"run": scenario.run.model_copy(update={"seed": seed})})
+
+
+def _seed_varies(scenario: Scenario) -> bool:
+    """Whether another seed draws another workload (a trace is the same at every seed)."""
+    from servesim.workload import load_workload
+
+    a = load_workload(scenario.workload, scenario.run.seed)
+    b = load_workload(scenario.workload, scenario.run.seed + 1)
+    return len(a) != len(b) or not (
+        (a.arrival_s == b.arrival_s).all()
+        and (a.num_prompt_tokens == b.num_prompt_tokens).all()
+        and (a.num_output_tokens == b.num_output_tokens).all()
+    )
+
+
+def seed_spread(
+    cap: Capacity,
+    seeds: int,
+    *,
+    max_rate: float | None = None,
+    min_rate: float | None = None,
+    early_stop: bool = True,
+) -> SeedSpread:
+    """``cap``'s search again at seeds ``run.seed + 1 .. + seeds - 1``, each started at
+    ``cap``'s answer with a bracket step of ``1 + 4 precision``; a seed at which no rate
+    meets counts as 0."""
+    from servesim.workload import load_workload
+
+    if not 1 <= seeds <= MAX_SEEDS:
+        raise ConfigError(f"--seeds: expected 1 to {MAX_SEEDS} seeds, found {seeds}")
+    sc = cap.scenario
+    base = sc.run.seed
+    num = len(load_workload(sc.workload, base))
+    if seeds == 1:
+        return SeedSpread(num, [base], [cap.capacity_rps], varies=True)
+    if not _seed_varies(sc):
+        return SeedSpread(num, [base], [cap.capacity_rps], varies=False)
+    answers, probes = [cap.capacity_rps], 0
+    for seed in range(base + 1, base + seeds):
+        try:
+            other = find_capacity(
+                _with_seed(sc, seed),
+                precision=cap.precision,
+                max_rate=max_rate,
+                min_rate=min_rate,
+                early_stop=early_stop,
+                start_rate=cap.capacity_rps,
+                step=min(2.0, 1.0 + 4.0 * cap.precision),
+            )
+        except CapacityNotFound as err:
+            answers.append(0.0)
+            probes += len(err.probes)
+            continue
+        answers.append(other.capacity_rps)
+        probes += len(other.probes)
+    return SeedSpread(num, list(range(base, base + seeds)), answers, varies=True, num_probes=probes)
+
+
+def _grown(scenario: Scenario, factor: int) -> Scenario:
+    """``scenario`` with ``factor`` times as many requests (sessions, tasks, questions), or
+    ``factor`` times its duration where it gives none."""
+    wl: Any = scenario.workload
+    count = {
+        "synthetic": "num_requests",
+        "benchmark": "num_prompts",
+        "mixture": "num_requests",
+        **{kind: c for kind, (c, _) in _STARTS.items()},
+    }.get(wl.type)
+    if count is None:
+        raise ConfigError(
+            f"--stable: workload.type {wl.type}: its requests are fixed by its file, so the run "
+            "cannot be made longer; give a longer trace (or drop --stable)"
+        )
+    n = getattr(wl, count)
+    update = {count: n * factor} if n is not None else {"duration_s": wl.duration_s * factor}
+    return scenario.model_copy(update={"workload": wl.model_copy(update=update)})
+
+
+def stabilize(
+    scenario: Scenario,
+    *,
+    width: float,
+    seeds: int = 5,
+    max_requests: int | None = None,
+    precision: float = 0.05,
+    max_rate: float | None = None,
+    min_rate: float | None = None,
+    early_stop: bool = True,
+    on_probe: Callable[[Probe, float | None, float | None], None] | None = None,
+) -> Capacity:
+    """Search, then measure the answer's spread over ``seeds`` seeds; while its relative
+    half-width is above ``width``, double the workload's request count and search again,
+    up to ``max_requests`` (default 16 times the scenario's). The last round's search is the
+    answer; ``Capacity.rounds`` holds every round's spread and ``is_within`` says whether
+    the last one is stable."""
+    from servesim.workload import load_workload
+
+    if not 0 < width < 1:
+        raise ConfigError(f"--stable: expected a relative half-width in (0, 1), found {width:g}")
+    if width < precision:
+        raise ConfigError(
+            f"--stable {width:g} is below --precision {precision:g}: each seed's answer is only "
+            "known to within the precision; give a finer --precision"
+        )
+    if seeds < 2:
+        raise ConfigError(f"--stable needs at least 2 seeds to measure a spread, found --seeds {seeds}")
+    start = len(load_workload(scenario.workload, scenario.run.seed))
+    cap_n = 16 * start if max_requests is None else max_requests
+    if cap_n < start:
+        raise ConfigError(f"--max-requests ({cap_n:,}) is below the scenario's own {start:,} requests")
+    rounds: list[SeedSpread] = []
+    sc = scenario
+    while True:
+        cap = find_capacity(
+            sc,
+            precision=precision,
+            max_rate=max_rate,
+            min_rate=min_rate,
+            early_stop=early_stop,
+            on_probe=on_probe,
+        )
+        spread = seed_spread(cap, seeds, max_rate=max_rate, min_rate=min_rate, early_stop=early_stop)
+        rounds.append(spread)
+        if spread.is_within(width) or 2 * spread.num_requests > cap_n:
+            break
+        sc = _grown(sc, 2)
+    cap.spread, cap.rounds, cap.stable_width = spread, rounds, width
+    return cap

@@ -80,7 +80,7 @@ def probe_progress(enabled: bool, precision: float) -> Iterator[ProbeCallback | 
         bar.stop()
 
 
-def probes_table(probes: list[Probe], knob: str) -> Table:
+def probes_table(probes: list[Probe], knob: str, unit: str = "req/s") -> Table:
     table = Table(
         title=f"Probes (rate set through {knob}; the same seed for each)",
         title_justify="left",
@@ -89,7 +89,7 @@ def probes_table(probes: list[Probe], knob: str) -> Table:
     )
     for col in (
         "#",
-        "req/s",
+        unit,
         "verdict",
         "margin",
         "attained",
@@ -117,20 +117,29 @@ def probes_table(probes: list[Probe], knob: str) -> Table:
 
 def print_capacity(cap: Capacity, console: Console) -> None:
     """The probes, then the answer with its bracket and what it earns."""
-    console.print(probes_table(cap.probes, cap.knob.field))
+    unit = cap.knob.unit
+    console.print(probes_table(cap.probes, cap.knob.field, unit))
     f = cap.figures()
     if cap.hi is None:
         head = (
-            f"capacity: at least {f['capacity_rps']:.4g} req/s (meets the targets at --max-rate; "
+            f"capacity: at least {f['capacity_rps']:.4g} {unit} (meets the targets at --max-rate; "
             "the true capacity may be higher)"
         )
     else:
         head = (
-            f"capacity: {f['capacity_rps']:.4g} req/s ({cap.knob.field} = {f['knob_value']:.4g}); "
-            f"bracket [{f['bracket_rps'][0]:.4g}, {f['bracket_rps'][1]:.4g}] req/s, "
+            f"capacity: {f['capacity_rps']:.4g} {unit} ({cap.knob.field} = {f['knob_value']:.4g}); "
+            f"bracket [{f['bracket_rps'][0]:.4g}, {f['bracket_rps'][1]:.4g}] {unit}, "
             f"width {f['relative_width'] * 100:.1f}% (precision {cap.precision * 100:g}%)"
         )
     console.print(head, soft_wrap=True)
+    if unit != "req/s":
+        each = cap.knob.requests_per_start
+        console.print(
+            f"  each {unit[:-3]} sends {_num(each, '.3g')} requests on average: "
+            f"{_num(None if each is None else each * f['capacity_rps'], '.4g')} req/s offered at the "
+            f"capacity ({_num(f['requests_per_s'], '.4g')} req/s over the run, its tail included)",
+            soft_wrap=True,
+        )
     console.print(f"  targets: {cap.lo.verdict.describe()}", soft_wrap=True)
     console.print(
         f"  throughput {_num(f['capacity_total_tokens_per_s'], ',.0f')} tokens/s "
@@ -141,6 +150,45 @@ def print_capacity(cap: Capacity, console: Console) -> None:
         f"at ${_num(f['usd_per_hour'], '.2f')}/hour",
         soft_wrap=True,
     )
+    for line in uncertainty_lines(cap):
+        console.print(f"  {line}", soft_wrap=True)
+
+
+def uncertainty_lines(cap: Capacity) -> list[str]:
+    """What the answer's spread over seeds says (nothing when it was not measured)."""
+    sp, unit = cap.spread, cap.knob.unit
+    if sp is None:
+        return []
+    if not sp.varies:
+        return [
+            "uncertainty: the workload is the same at every seed (a trace), so is the answer; "
+            "its spread as a sample of the traffic behind the trace is not measured"
+        ]
+    if sp.interval is None:
+        return ["uncertainty: not measured (--seeds 1)"]
+    lo, hi = sp.interval
+    rel = sp.relative_half_width
+    pm = "-" if rel is None else f"+-{rel * 100:.0f}%"
+    lines = [
+        f"uncertainty: {len(sp.answers)} seeds give {min(sp.answers):.4g} to {max(sp.answers):.4g} {unit} "
+        f"at {sp.num_requests:,} requests; the answer at another seed lies in [{lo:.4g}, {hi:.4g}] "
+        f"{unit} ({pm}, 95% prediction interval)"
+    ]
+    if cap.stable_width is None:
+        if rel is not None and rel > 0.1:
+            lines.append(
+                "  not stable at this request count: --stable 0.1 grows the run until it is within +-10%"
+            )
+        return lines
+    steps = ", ".join(f"{r.num_requests:,}: +-{(r.relative_half_width or 0) * 100:.0f}%" for r in cap.rounds)
+    if sp.is_within(cap.stable_width):
+        lines.append(f"  stable to +-{cap.stable_width * 100:g}% at {sp.num_requests:,} requests ({steps})")
+    else:
+        lines.append(
+            f"  NOT stable to +-{cap.stable_width * 100:g}%: still {pm} at {sp.num_requests:,} requests, "
+            f"the most --max-requests allows ({steps})"
+        )
+    return lines
 
 
 def probe_columns(probes: list[Probe]) -> dict[str, np.ndarray]:
@@ -194,6 +242,9 @@ def run_capacity(
     max_rate: float | None = None,
     min_rate: float | None = None,
     early_stop: bool = True,
+    seeds: int = 5,
+    stable: float | None = None,
+    max_requests: int | None = None,
     json_out: bool = False,
     quiet: bool = False,
     progress: bool = False,
@@ -208,26 +259,48 @@ def run_capacity(
 
     from servesim.config import load_scenario
     from servesim.errors import ConfigError, ServesimError
-    from servesim.planner.capacity import CapacityNotFound, find_capacity
+    from servesim.planner.capacity import MAX_SEEDS, CapacityNotFound, find_capacity, seed_spread, stabilize
 
+    if not 1 <= seeds <= MAX_SEEDS:
+        raise ConfigError(f"--seeds: expected 1 to {MAX_SEEDS} seeds, found {seeds}")
+    if max_requests is not None and stable is None:
+        raise ConfigError("--max-requests caps --stable's growth of the run; give --stable too")
+    if max_requests is not None and max_requests < 1:
+        raise ConfigError(f"--max-requests: expected at least 1 request, found {max_requests}")
     scenario = load_scenario(scenario_path, overrides)
     console = console or Console(highlight=False)
     try:
         with probe_progress(progress, precision) as report:
-            cap = find_capacity(
-                scenario,
-                precision=precision,
-                max_rate=max_rate,
-                min_rate=min_rate,
-                early_stop=early_stop,
-                on_probe=report,
-            )
+            if stable is not None:
+                cap = stabilize(
+                    scenario,
+                    width=stable,
+                    seeds=seeds,
+                    max_requests=max_requests,
+                    precision=precision,
+                    max_rate=max_rate,
+                    min_rate=min_rate,
+                    early_stop=early_stop,
+                    on_probe=report,
+                )
+            else:
+                cap = find_capacity(
+                    scenario,
+                    precision=precision,
+                    max_rate=max_rate,
+                    min_rate=min_rate,
+                    early_stop=early_stop,
+                    on_probe=report,
+                )
+                cap.spread = seed_spread(
+                    cap, seeds, max_rate=max_rate, min_rate=min_rate, early_stop=early_stop
+                )
     except ConfigError as err:  # the scenario cannot be searched: name its file
         where = str(scenario_path) if scenario_path is not None else "<default scenario>"
         raise ConfigError(f"{where}: {err}") from None
     except CapacityNotFound as err:
         if not (quiet or json_out):
-            console.print(probes_table(err.probes, "the workload's rate"))
+            console.print(probes_table(err.probes, "the workload's rate", err.unit))
         raise
     paths: list[Path] = []
     if output is not None:  # files first: a closed stdout (| head) must not lose them

@@ -127,6 +127,10 @@ def vllm_serve_lines(e: Evaluated) -> list[str]:
             args += ["--kv-transfer-config", json.dumps({**connector, "kv_connector_extra_config": extra})]
         elif off.enabled:
             args += ["--kv-offloading-backend", off.backend, "--kv-offloading-size", f"{off.cpu_size_gib:g}"]
+        if eng.lora.enabled:
+            args += ["--enable-lora", "--max-loras", str(eng.lora.max_loras)]
+            args += ["--max-lora-rank", str(eng.lora.max_lora_rank)]
+            args += ["--max-cpu-loras", str(eng.lora.cpu_slots)]
         if e.candidate.scenario.engine.max_model_len:
             args += ["--max-model-len", str(eng.max_model_len)]
         if dep.role in ("prefill", "decode"):

@@ -166,12 +166,13 @@ def plan_from_options(
             "rate_scale": rate / native_rate(trace, num_requests),
         }
     else:
+        assert isl is not None and osl is not None  # checked above: --isl and --osl, or --trace
         workload = {
             "type": "synthetic",
             "num_requests": num_requests,
             "arrival": {"rate": rate},
-            "prompt_len": {"kind": "constant", "value": isl},
-            "output_len": {"kind": "constant", "value": osl},
+            "prompt_len": {"kind": "constant", "value": isl, "max": max(isl, 1_000_000)},  # unclipped
+            "output_len": {"kind": "constant", "value": osl, "max": max(osl, 1_000_000)},
         }
     data = {
         "name": f"plan-{Path(model).stem}",
@@ -300,6 +301,12 @@ def enumerate_candidates(base: Scenario, plan: PlanConfig) -> list[Candidate]:
         "enable_prefix_caching": plan.enable_prefix_caching or [eng.enable_prefix_caching],
         "kv_offloading_size_gib": plan.kv_offloading_size_gib or [eng.kv_offload.cpu_size_gib],
     }
+    if plan.max_loras:
+        if not eng.lora.enabled:
+            raise ConfigError(
+                "plan.max_loras: the scenario serves no LoRA adapters (set engine.lora.enabled)"
+            )
+        axes["max_loras"] = plan.max_loras
     routers = plan.routers or [base.cluster.router if base.cluster else "round_robin"]
     shown = tuple(k for k, v in axes.items() if len(v) > 1) + (("router",) if len(routers) > 1 else ())
     out: list[Candidate] = []
@@ -333,9 +340,16 @@ def candidate_scenario(
     base: Scenario, gpu: str, shape: tuple[PoolShape, ...], knobs: dict[str, Any]
 ) -> Scenario:
     """The base scenario with this GPU, layout, engine knobs and router (validated)."""
-    engine_upd = {k: v for k, v in knobs.items() if k not in ("router", "kv_offloading_size_gib")}
+    engine_upd = {
+        k: v for k, v in knobs.items() if k not in ("router", "max_loras", "kv_offloading_size_gib")
+    }
     if "kv_offloading_size_gib" in knobs:
         engine_upd["kv_offload"] = offload_knob(base.engine.kv_offload, knobs["kv_offloading_size_gib"])
+    if "max_loras" in knobs:  # a LoRA slot count: max_cpu_loras (if set) at least as many
+        lora = base.engine.lora.model_dump(exclude_unset=True)
+        n = knobs["max_loras"]
+        cpu = base.engine.lora.max_cpu_loras
+        engine_upd["lora"] = {**lora, "max_loras": n, **({"max_cpu_loras": max(cpu, n)} if cpu else {})}
     engine = base.engine.model_validate({**base.engine.model_dump(exclude_unset=True), **engine_upd})
 
     def par(p: PoolShape) -> ParallelConfig:

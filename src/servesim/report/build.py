@@ -94,8 +94,13 @@ def _plan_blocks(run: RunDir, plots: list[Plot]) -> list[Block]:
 
 
 def _capacity_blocks(run: RunDir, plots: list[Plot]) -> list[Block]:
-    result = (run.documents.get("capacity") or {}).get("result") or {}
+    doc = run.documents.get("capacity") or {}
+    result = doc.get("result") or {}
     rows = [[k.replace("_", " "), tables.cell(v)] for k, v in result.items()]
+    spread = doc.get("uncertainty") or {}  # the answer at other seeds (planner.capacity.SeedSpread)
+    for key in ("seeds", "answers", "interval", "relative_half_width", "stable_width", "stable"):
+        if key in spread:
+            rows.append([f"uncertainty: {key.replace('_', ' ')}", tables.cell(spread[key])])
     blocks = [
         Block("h2", "Capacity"),
         Block("table", rows=rows, key_column=True),

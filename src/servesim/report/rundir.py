@@ -29,7 +29,8 @@ Columns = dict[str, np.ndarray]
 
 EXPECTED = (
     "summary.json (servesim simulate --output DIR), candidates.parquet/.json and pareto.json "
-    "(servesim plan), capacity.json (servesim capacity), or silicon_runs.csv (servesim validate --suite silicon --output DIR)"
+    "(servesim plan), capacity.json (servesim capacity), or silicon_runs.csv (servesim validate "
+    "--suite silicon --output DIR)"
 )
 
 
@@ -110,6 +111,17 @@ def open_run_dir(path: Path | str) -> RunDir:
         raise ServesimError(f"{path}: no such folder (expected an output folder holding {EXPECTED})")
     if not path.is_dir():
         raise ServesimError(f"{path}: not a folder (expected an output folder holding {EXPECTED})")
+    wrote = {  # each command's own files: two of them is one command's output over another's
+        "servesim simulate (summary.json)": (path / "summary.json").is_file(),
+        "servesim plan (pareto.json)": (path / "pareto.json").is_file(),
+        "servesim capacity (capacity.json)": (path / "capacity.json").is_file(),
+    }
+    found = [k for k, v in wrote.items() if v]
+    if len(found) > 1:
+        raise ServesimError(
+            f"{path}: holds the outputs of {' and '.join(found)}: one command wrote into another's "
+            "folder, so which one to report is unclear; give each command its own --output folder"
+        )
     if (path / "summary.json").is_file():
         return _read_run(path)
     if (

@@ -299,7 +299,8 @@ def validate_silicon(
     predicted with what the suite learns from the runs derived without it
     (the held-out rows come first). It lives here, above ``validate.silicon``, whose cases
     both paths run."""
-    from servesim.validate.silicon import checks_of, read_silicon, run_cases, skipped_by_reason, write_report
+    from servesim.validate.silicon import checks_of, read_silicon, run_cases
+    from servesim.validate.silicon_results import skipped_by_reason, write_report
 
     path = None if data_dir is None else data_dir / "measurements" / "aiconfigurator" / "silicon_vllm.csv"
     rows = read_silicon(path if path is not None and path.is_file() else None)

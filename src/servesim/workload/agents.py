@@ -29,7 +29,9 @@ def generate_agents(cfg: AgentWorkload, seed: int = 0) -> Workload:
     """The LLM calls of ``cfg``'s tasks, sorted by earliest send time."""
     total_seed = cfg.seed + seed
     if total_seed < 0:
-        raise WorkloadError(f"workload.seed: expected seed + run seed >= 0, found {total_seed}")
+        raise WorkloadError(
+            f"workload.seed ({cfg.seed}) + run.seed ({seed}) = {total_seed}: expected a seed >= 0"
+        )
     rng_arrival, rng_steps = (np.random.default_rng(s) for s in np.random.SeedSequence(total_seed).spawn(2))
     start = arrival_times(cfg.arrival, cfg.num_tasks, cfg.duration_s, rng_arrival, "num_tasks")
     t = len(start)

@@ -105,6 +105,9 @@ class Workload:
     priority: np.ndarray | None = None  # int64, lower = more urgent (vLLM convention)
     # int64 tenant ids 0..k-1 (None: one anonymous tenant); their names: meta["tenant_names"].
     tenant: np.ndarray | None = None
+    # int64 LoRA adapter per request, an index into meta["adapter_names"] (-1: the base model;
+    # None: no adapter column, engine.lora draws them).
+    adapter: np.ndarray | None = None
     # Parallel sampling (vLLM SamplingParams.n): samples per request (None = 1 each); with
     # prune_at_token > 0, best-of-N pruning keeps num_kept_samples after that many outputs.
     num_samples: np.ndarray | None = None  # int64, >= 1
@@ -158,6 +161,7 @@ class Workload:
             prefix_len=self.prefix_len,
             priority=None if self.priority is None else self.priority[idx],
             tenant=None if self.tenant is None else self.tenant[idx],
+            adapter=None if self.adapter is None else self.adapter[idx],
             num_samples=None if self.num_samples is None else self.num_samples[idx],
             prune_at_token=self.prune_at_token,
             num_kept_samples=self.num_kept_samples,

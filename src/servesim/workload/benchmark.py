@@ -94,7 +94,9 @@ def generate_benchmark(cfg: BenchmarkWorkload, seed: int = 0) -> Workload:
     """The requests of ``cfg``: the ready check and warm-ups first, then the measured run."""
     total_seed = cfg.seed + seed
     if total_seed < 0:
-        raise WorkloadError(f"workload.seed: expected seed + run seed >= 0, found {total_seed}")
+        raise WorkloadError(
+            f"workload.seed ({cfg.seed}) + run.seed ({seed}) = {total_seed}: expected a seed >= 0"
+        )
     n = cfg.num_prompts
     check_memory(n, f"num_prompts={n:,}")
     prompt, output, (in_lo, in_hi), (out_lo, out_hi) = sampled_lengths(cfg, n, total_seed)

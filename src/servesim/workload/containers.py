@@ -53,7 +53,14 @@ def open_text(name: str) -> Iterator[TextIO]:
         text = io.TextIOWrapper(binary, encoding="utf-8-sig", newline="")
         try:
             yield text
-        except (UnicodeDecodeError, OSError, EOFError) as err:
+        except gzip.BadGzipFile:
+            raise WorkloadError(
+                f"{name}: the name ends in .gz but the file is not gzip-compressed; "
+                "rename it without .gz, or compress it"
+            ) from None
+        except EOFError:
+            raise WorkloadError(f"{name}: the gzip stream ends early (a truncated .gz file)") from None
+        except (UnicodeDecodeError, OSError) as err:
             raise WorkloadError(f"{name}: cannot read: {err}") from None
 
 

@@ -23,7 +23,9 @@ def generate_mixture(cfg: MixtureWorkload, seed: int = 0) -> Workload:
     and each client is a tenant (``Workload.tenant``, named in ``meta["tenant_names"]``)."""
     total_seed = cfg.seed + seed
     if total_seed < 0:
-        raise WorkloadError(f"workload.seed: expected seed + run seed >= 0, found {total_seed}")
+        raise WorkloadError(
+            f"workload.seed ({cfg.seed}) + run.seed ({seed}) = {total_seed}: expected a seed >= 0"
+        )
     seeds = [
         int(s.generate_state(1)[0] >> 1) for s in np.random.SeedSequence(total_seed).spawn(len(cfg.clients))
     ]

@@ -68,7 +68,9 @@ def generate_reasoning(cfg: ReasoningWorkload, seed: int = 0) -> Workload:
     """The requests of ``cfg``'s questions: one per sample, or Dynasor's segments and probes."""
     total_seed = cfg.seed + seed
     if total_seed < 0:
-        raise WorkloadError(f"workload.seed: expected seed + run seed >= 0, found {total_seed}")
+        raise WorkloadError(
+            f"workload.seed ({cfg.seed}) + run.seed ({seed}) = {total_seed}: expected a seed >= 0"
+        )
     seq_arrival, seq_prompt, seq_samples = np.random.SeedSequence(total_seed).spawn(3)
     rng_arrival, rng_prompt = np.random.default_rng(seq_arrival), np.random.default_rng(seq_prompt)
     start = arrival_times(cfg.arrival, cfg.num_questions, cfg.duration_s, rng_arrival, "num_questions")

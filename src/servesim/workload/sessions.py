@@ -63,7 +63,9 @@ def generate_sessions(cfg: SessionWorkload, seed: int = 0) -> Workload:
     """The turns of ``cfg``'s sessions, sorted by (earliest) send time."""
     total_seed = cfg.seed + seed
     if total_seed < 0:
-        raise WorkloadError(f"workload.seed: expected seed + run seed >= 0, found {total_seed}")
+        raise WorkloadError(
+            f"workload.seed ({cfg.seed}) + run.seed ({seed}) = {total_seed}: expected a seed >= 0"
+        )
     rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(total_seed).spawn(6)]
     start = arrival_times(cfg.arrival, cfg.num_sessions, cfg.duration_s, rngs[0], "num_sessions")
     s = len(start)

@@ -18,7 +18,7 @@ from servesim.config import ArrivalConfig, DelayDist, LengthDist, SyntheticWorkl
 from servesim.errors import WorkloadError
 from servesim.workload.base import Workload
 from servesim.workload.limits import check_memory
-from servesim.workload.notices import clipped
+from servesim.workload.notices import clipped, notice
 from servesim.workload.rate_profile import RateProfile
 
 
@@ -26,7 +26,9 @@ def generate_synthetic(cfg: SyntheticWorkload, seed: int = 0) -> Workload:
     """Requests of ``cfg``; ``seed`` is added to ``cfg.seed``. Deterministic given the seed."""
     total_seed = cfg.seed + seed
     if total_seed < 0:
-        raise WorkloadError(f"workload.seed: expected seed + run seed >= 0, found {total_seed}")
+        raise WorkloadError(
+            f"workload.seed ({cfg.seed}) + run.seed ({seed}) = {total_seed}: expected a seed >= 0"
+        )
     # Five child streams (the first four as before tenants existed: the same draws).
     arrival_rng, prompt_rng, output_rng, group_rng, tenant_rng = (
         np.random.default_rng(s) for s in np.random.SeedSequence(total_seed).spawn(5)
@@ -47,6 +49,27 @@ def generate_synthetic(cfg: SyntheticWorkload, seed: int = 0) -> Workload:
         # length is the sampled total (the convention of the vLLM CPU recorder).
         group = group_rng.integers(0, cfg.prefix_groups, size=n, dtype=np.int64)
         prefix_len = cfg.prefix_len
+        short = int((prompt < prefix_len).sum())
+        if short:
+            found.append(
+                notice(
+                    "prefix_beyond_prompt",
+                    f"workload.prefix_len: {short:,} of {n:,} prompts are shorter than the shared "
+                    f"prefix ({prefix_len:,} tokens); their whole prompt is the shared part",
+                    short,
+                )
+            )
+    elif (cfg.prefix_groups > 0) != (cfg.prefix_len > 0):
+        given, missing = (
+            ("prefix_groups", "prefix_len") if cfg.prefix_groups else ("prefix_len", "prefix_groups")
+        )
+        found.append(
+            notice(
+                "prefix_unused",
+                f"workload.{given} ({getattr(cfg, given)}) has no effect with workload.{missing} 0: "
+                "no prompts share a prefix",
+            )
+        )
     a = cfg.arrival
     tenant, names = None, []
     if cfg.tenant_shares:  # each request's tenant drawn with probability share / total

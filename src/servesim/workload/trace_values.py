@@ -121,6 +121,8 @@ class _Rows:
     priority: list[int] | None = None
     tenant: list[int] | None = None
     tenant_ids: dict[str, int] = field(default_factory=dict)
+    adapter: list[int] | None = None  # LoRA adapter names' ids (-1: the base model)
+    adapter_ids: dict[str, int] = field(default_factory=dict)
     clamped: int = 0
     lengths_only: bool = False
     columns: tuple[str, ...] = ()
@@ -146,12 +148,20 @@ def _need(rec: dict[str, Any], key: str, where: str) -> Any:
         raise WorkloadError(f"{where}: missing key '{key}'") from None
 
 
+#: The longest prompt or output a trace may give, in tokens: what int64 holds (such a request
+#: is rejected at max_model_len).
+MAX_TRACE_TOKENS = 2**63 - 1
+
+
 def _add_lengths(rows: _Rows, where: str, p_raw: Any, p_col: str, o_raw: Any, o_col: str) -> None:
     p, o = _int(p_raw), _int(o_raw)
     if p is None or p < 0:
         raise _bad(where, p_col, "a positive integer", p_raw)
     if o is None or o < 0:
         raise _bad(where, o_col, "a positive integer", o_raw)
+    for value, raw, col in ((p, p_raw, p_col), (o, o_raw, o_col)):
+        if value > MAX_TRACE_TOKENS:
+            raise _bad(where, col, "a token count that fits in 64 bits (at most 2**63 - 1)", raw)
     if p == 0 or o == 0:
         rows.clamped += 1
         p, o = max(p, 1), max(o, 1)

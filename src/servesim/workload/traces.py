@@ -83,7 +83,7 @@ MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
 GENERIC_ARRIVAL = "arrived_at_s"
 GENERIC_PROMPT = ("num_prompt_tokens", "num_prefill_tokens")  # the second: Vidur / arxiv lengths files
 GENERIC_OUTPUT = ("num_output_tokens", "num_decode_tokens")
-GENERIC_OPTIONAL = ("hash_ids", "prefix_group", "prefix_len", "priority", "tenant")
+GENERIC_OPTIONAL = ("hash_ids", "prefix_group", "prefix_len", "priority", "tenant", "adapter", "lora")
 KNOWN_COLUMNS = {
     "azure": AZURE_COLUMNS,
     "mooncake": (*MOONCAKE_KEYS, "hash_ids"),
@@ -411,6 +411,8 @@ def _parse_generic(rows: _Rows, columns: tuple[str, ...], head: str, records: Re
     rows.group = [] if has_group else None
     rows.priority = [] if has_prio else None
     rows.tenant = [] if has_tenant else None
+    adapter_col = next((c for c in ("adapter", "lora") if c in columns), None)
+    rows.adapter = [] if adapter_col else None
     for where, rec in records:
         if not rows.lengths_only:
             rows.arrival.append(
@@ -434,6 +436,8 @@ def _parse_generic(rows: _Rows, columns: tuple[str, ...], head: str, records: Re
             rows.priority.append(_priority(rec.get("priority"), where))  # type: ignore[union-attr]
         if has_tenant:
             rows.tenant.append(_tenant(rows, rec.get("tenant"), where))  # type: ignore[union-attr]
+        if adapter_col:
+            rows.adapter.append(_adapter(rows, rec.get(adapter_col)))  # type: ignore[union-attr]
 
 
 # --------------------------------------------------------------------------- values
@@ -461,6 +465,18 @@ def _tenant(rows: _Rows, raw: Any, where: str) -> int:
     if tid is None:
         tid = rows.tenant_ids[key] = len(rows.tenant_ids)
     return tid
+
+
+def _adapter(rows: _Rows, raw: Any) -> int:
+    """A LoRA adapter's name: distinct names become 0, 1, 2, ... in order of first appearance;
+    an empty cell (or "base") is the base model, -1."""
+    key = "" if raw is None else str(raw).strip()
+    if key in ("", "base"):
+        return -1
+    aid = rows.adapter_ids.get(key)
+    if aid is None:
+        aid = rows.adapter_ids[key] = len(rows.adapter_ids)
+    return aid
 
 
 def _prefix_len(rows: _Rows, raw: Any, where: str) -> None:
@@ -505,6 +521,8 @@ def _to_workload(rows: _Rows, hash_block_tokens: int) -> Workload:
         meta["prefix_groups"] = {k: v for k, v in rows.group_ids.items()}
     if rows.tenant is not None:
         meta["tenant_names"] = list(rows.tenant_ids)
+    if rows.adapter is not None:
+        meta["adapter_names"] = list(rows.adapter_ids)
     wl = Workload(
         arrival_s=arrival,
         num_prompt_tokens=np.asarray(rows.prompt, dtype=np.int64),
@@ -515,6 +533,7 @@ def _to_workload(rows: _Rows, hash_block_tokens: int) -> Workload:
         prefix_len=prefix_len,
         priority=None if rows.priority is None else np.asarray(rows.priority, dtype=np.int64),
         tenant=None if rows.tenant is None else np.asarray(rows.tenant, dtype=np.int64),
+        adapter=None if rows.adapter is None else np.asarray(rows.adapter, dtype=np.int64),
         clients=None if rows.bench is None else BenchmarkClients(rows.bench["max_concurrency"]),
         source=rows.name,
         meta=meta,
