@@ -394,6 +394,14 @@ def test_kv_offload_doc_figures_are_the_runs():
     assert row(s, "none", False) in doc
     assert f"the GPU's {s['memory'][0]['kv_capacity_tokens'] / 1e3:.0f}k tokens find" in doc
     assert f"find {s['utilization']['overall']['prefix_hit_rate']:.1%} of prompt tokens" in doc
+    from servesim.planner.capacity import find_capacity
+
+    strict = [*mc[1:], "slo.ttft_s=20", 'slo.attainment={"all": 0.8}']
+    caps = []
+    for sets in ([], ["engine.kv_offload.backend=native", "engine.kv_offload.cpu_size_gib=1024"]):
+        cap = find_capacity(load_scenario(root / mc[0], [*strict, *sets]), precision=0.1)
+        caps.append(cap.capacity_rps)
+    assert f"rises from {caps[0]:.3f} to {caps[1]:.3f} requests a second" in doc
     for b, gib, label in (
         ("native", 256, "native, 256 GiB"),
         ("native", 1024, "native, 1 TiB"),
