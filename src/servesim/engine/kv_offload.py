@@ -499,11 +499,11 @@ class OffloadScheduler(Scheduler):
             self.totals.num_store_skips += 1
             return
         self.next_store[req.idx] = num_blocks
-        self.cpu.touch(self.tier_keys(req, 0, num_blocks), now)
         t = self.totals
         t.num_cpu_evictions = self.cpu.num_evictions
         if not new:
             return
+        self.cpu.touch(self.tier_keys(req, 0, num_blocks), now)  # vLLM touches only when it stores
         nbytes = len(new) * self.block_bytes
         copy_s = nbytes / self.host_bw
         t.num_stored_blocks += len(new)
