@@ -1,8 +1,11 @@
 """KV offload tiers below the GPU's prefix cache: vLLM's native CPU offloading and LMCache.
 
-**vLLM native** (``--kv-offloading-backend native --kv-offloading-size GiB``, vLLM 0.11-0.12's
-``OffloadingConnector``: ``distributed/kv_transfer/kv_connector/v1/offloading_connector.py``,
-``v1/kv_offload/cpu.py``, ``v1/kv_offload/lru_manager.py``), as modelled here:
+**vLLM native** (``--kv-offloading-size GiB``, ``--kv-offloading-backend native``, the default
+backend from vLLM 0.14, vllm-project/vllm#32421), modelled from the single-module
+``OffloadingConnector`` of vLLM 0.11-0.14 (``distributed/kv_transfer/kv_connector/v1/
+offloading_connector.py``, ``v1/kv_offload/cpu.py``, ``lru_manager.py``, ``arc_manager.py``;
+later versions split the connector into an ``offloading/`` package and add a multi-tier
+connector, not modelled here):
 
 * The CPU tier holds ``cpu_bytes_to_use // (bytes of one offloaded block x world size)``
   blocks (``CPUOffloadingSpec``); an offloaded block is ``block_size_factor`` GPU blocks and
