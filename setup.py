@@ -52,8 +52,8 @@ def ext_modules() -> list:
     try:
         # --no-warn-unused-configs: [tool.mypy] overrides name modules this build does not check,
         # and mypyc fails on any message, notes included
-        exts = mypycify(["--follow-imports=silent", "--ignore-missing-imports", "--no-warn-unused-configs", *paths],
-                        opt_level="3", group_name="servesim_engine")
+        flags = ["--follow-imports=silent", "--ignore-missing-imports", "--no-warn-unused-configs"]
+        exts = mypycify([*flags, *paths], opt_level="3", group_name="servesim_engine")
     except BaseException:  # a type error mypyc cannot compile: build pure Python instead
         if forced:
             raise

@@ -9,7 +9,8 @@ by this same script in the same session, on the same machine state.
 
     python benchmarks/bench_azure.py                 # fast and reference, 1x and 10x
     python benchmarks/bench_azure.py --no-reference  # fast only
-    python benchmarks/bench_azure.py --perf-model roofline  # the roofline step times (default: the scenario's, measured kernels on the H100)
+    # the roofline step times (default: the scenario's, measured kernels on the H100)
+    python benchmarks/bench_azure.py --perf-model roofline
 """
 
 from __future__ import annotations

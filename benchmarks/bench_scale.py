@@ -12,9 +12,13 @@ loads. "wall" and "cpu" are the simulation (engine and summary), after the workl
     python benchmarks/bench_scale.py --requests 10000000 --repeats 1 # 10M requests
     python benchmarks/bench_scale.py --replicas 16,64                 # pools of 16 and 64
     python benchmarks/bench_scale.py --requests 1000000 --steps      # keep the step series
+    python benchmarks/bench_scale.py --requests 1000000 --stream-steps  # write it to Parquet
 
 Without ``--steps`` the runs keep no per-step series (``run.record_steps=false``), as a long
 run should; the latency percentiles then come from the summary's sketch past 2M samples.
+``--stream-steps`` records the series and writes it to a Parquet file in a temporary
+directory in row groups as the run goes (``metrics.step_stream.StreamedStepSeries``, what a
+run with an output directory does), the file finished within the timed part.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ def repeated_hour(wl, num_requests: int):  # noqa: ANN001, ANN201
     )
 
 
-def one_replica(num_requests: int, steps: bool) -> dict:
+def one_replica(num_requests: int, steps: bool, stream: bool = False) -> dict:
     import servesim
     from servesim.config import load_scenario
     from servesim.deployment import resolve_deployment
@@ -62,7 +66,17 @@ def one_replica(num_requests: int, steps: bool) -> dict:
     from servesim.sim import run_engine
     from servesim.workload import load_workload
 
+    steps = steps or stream
     sc = load_scenario(None, [f"run.record_steps={'true' if steps else 'false'}"])
+    tmp = None
+    if stream:
+        import tempfile
+
+        import servesim.sim as sim_mod
+        from servesim.metrics.step_stream import StreamedStepSeries
+
+        tmp = tempfile.TemporaryDirectory()
+        sim_mod.StepSeries = lambda: StreamedStepSeries(f"{tmp.name}/steps.parquet")  # type: ignore[assignment,misc]
     dep = resolve_deployment(sc)
     wl = load_workload(sc.workload, sc.run.seed)
     if num_requests != len(wl):
@@ -91,8 +105,16 @@ def one_replica(num_requests: int, steps: bool) -> dict:
         deployments=[dep],
     )
     summary = summarize(result)
+    file_mb = 0.0
+    if tmp is not None:
+        import os
+
+        file_mb = os.path.getsize(run.steps.finish()) / 1e6  # type: ignore[attr-defined]
     t2 = time.perf_counter()
+    if tmp is not None:
+        tmp.cleanup()
     return {
+        "steps_file_mb": file_mb,
         "requests": len(wl),
         "wall_s": t2 - t0,
         "cpu_s": _cpu_s() - c0,
@@ -151,14 +173,17 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--baseline-repeats", type=int, default=3)
     ap.add_argument("--steps", action="store_true", help="keep the per-step series")
+    ap.add_argument("--stream-steps", action="store_true", help="write the step series to Parquet as it goes")
     ap.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
         kind, n = a.one[0], int(a.one[1])
-        res = one_replica(n, a.steps) if kind == "requests" else pool(n, a.rate_scale, a.steps)
+        res = (
+            one_replica(n, a.steps, a.stream_steps) if kind == "requests" else pool(n, a.rate_scale, a.steps)
+        )
         print(json.dumps(res))
         return
-    flags = ["--steps"] if a.steps else []
+    flags = (["--steps"] if a.steps else []) + (["--stream-steps"] if a.stream_steps else [])
     jobs = [("requests", int(float(x))) for x in a.requests.split(",") if x] + [
         ("replicas", int(x)) for x in a.replicas.split(",") if x
     ]
@@ -178,7 +203,7 @@ def main() -> None:
         )
     print(
         f"servesim, {'compiled' if base[0]['compiled'] else 'pure-Python'} engine; step series "
-        f"{'kept' if a.steps else 'off'}; medians"
+        f"{'streamed to Parquet' if a.stream_steps else 'kept' if a.steps else 'off'}; medians"
     )
     print(
         f"{'run':>28} {'runs':>4} {'requests':>10} {'wall s':>7} {'cpu s':>7} {'x base':>7} "

@@ -16,9 +16,8 @@ from scipy.optimize import brentq
 from servesim import simulate
 from servesim.config import load_scenario, scenario_from_dict
 from servesim.deployment import resolve_deployment
-from servesim.engine.replica import step_wall_s
 from servesim.errors import ConfigError
-from servesim.perf.base import BatchStats
+from servesim.perf.base import BatchStats, step_wall_s
 from servesim.planner import capacity as cap_mod
 from servesim.planner.capacity import (
     SCREEN_FRACTION,

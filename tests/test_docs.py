@@ -47,13 +47,12 @@ SKIP = {
     r"servesim calibrate prof/ .*": "reads what `servesim profile` writes",
     # Not missing, but slow: tests/test_validate.py computes the same checks (validate_all) and
     # runs the command line on them.
-    r"servesim validate --suite silicon( --cross-group)?( --output \S+)?": "simulates about a thousand measured "
-    "runs (minutes); tests/test_silicon.py "
-    "runs five rows end to end",
+    r"servesim validate --suite silicon( --cross-group)?( --output \S+)?": "simulates about a thousand "
+    "measured runs (minutes); tests/test_silicon.py runs five rows end to end",
     r"servesim validate --suite vllm-cpu --cross-fit": "fits every CPU recording in turn (about a minute); "
     "tests/test_validate.py runs a cheap cross-fit",
-    r"servesim reproduce (sarathi-serve|llumnix) --quick": "a capacity search or rate sweep of 30-40 s; "
-    "tests/test_reproduce.py runs it (slow)",
+    r"servesim reproduce (sarathi-serve|llumnix|splitwise|orca) --quick": "a capacity search or rate sweep "
+    "of 15-45 s of CPU; tests/test_reproduce.py runs it",
     r"servesim capacity examples/capacity_slo\.yaml --stable 0\.1 --no-progress": "25 capacity searches "
     "(about 13 s of CPU); tests/test_capacity_cli.py runs it (slow) and checks the figures "
     "docs/planning.md quotes",
@@ -126,7 +125,7 @@ def doc_commands(path: Path) -> list[DocCommand]:
             tokens = []
             for tok in lex:
                 for k, v in env.items():
-                    tok = tok.replace("${%s}" % k, v).replace("$" + k, v)
+                    tok = tok.replace("${" + k + "}", v).replace("$" + k, v)
                 tokens.append(tok)
             parts: list[list[str]] = [[]]
             seps: list[str] = []

@@ -10,8 +10,7 @@ from servesim.catalog.gpus import get_gpu
 from servesim.catalog.hf_config import load_model
 from servesim.config import EngineConfig, resolve_engine
 from servesim.config.engine import async_default
-from servesim.engine.replica import step_wall_s
-from servesim.perf.base import BatchStats, ConstantPerfModel
+from servesim.perf.base import BatchStats, ConstantPerfModel, step_wall_s
 from servesim.perf.cuda_graphs import EAGER, EAGER_PLAN, FULL, PIECEWISE, graph_plan
 from servesim.perf.factory import kernel_version_for
 from servesim.perf.kernel_model import EAGER_HOST_S_PER_LAYER, KernelPerfModel

@@ -76,7 +76,10 @@ def test_gemm_curve_between_and_beyond_n():
     db = load_database("H100-SXM", "0.19.0")
     ms, ns, ks, lat = db.gemm("bfloat16")
     m = np.array([64.0])
-    roof = lambda m, n, k: m * 0 + n * k  # memory-bound shape rule: time proportional to n x k
+
+    def roof(m: np.ndarray, n: int, k: int) -> np.ndarray:
+        return m * 0 + n * k  # memory-bound shape rule: time proportional to n x k
+
     lo, hi = (int(np.searchsorted(ns, x)) for x in (16384, 51200))
     kk = int(np.searchsorted(ks, 4096))
     i = int(np.searchsorted(ms, 64))

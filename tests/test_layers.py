@@ -19,6 +19,10 @@ The layers, lowest first (a module may import its own layer and those below)::
     engine, perf, metrics, workload      one replica, step times, records, requests
     config, catalog                      scenario schema; model and GPU facts
     errors
+
+Inside layer 2 the packages point one way as well: ``engine`` above ``metrics`` above ``perf``
+and ``workload`` (``LAYER_2``); the imports that still point back are listed by name in
+``LAYER_2_BACK``, so that a new one fails and a removed one is struck from the list.
 """
 
 from __future__ import annotations
@@ -203,3 +207,41 @@ def test_layers_point_down() -> None:
             if layer(b) > layer(a):
                 up[a].append(f"{a} (line {line}) -> {b}")
     assert not up, "imports of a higher layer:\n" + "\n".join(x for v in up.values() for x in v)
+
+
+#: Order of the packages inside layer 2 (higher imports lower, never back).
+LAYER_2 = {"perf": 0, "workload": 0, "metrics": 1, "engine": 2}
+#: Imports inside layer 2 that still point back (importer, imported), each with its reason.
+LAYER_2_BACK = {
+    # records.py re-exports the engine's ItlSamples, which moved to the compiled engine.
+    ("servesim.metrics.records", "servesim.engine.itl"),
+    # write_record reads a finished engine Request into its record row.
+    ("servesim.metrics.writer", "servesim.engine.request"),
+}
+
+
+def package(module: str) -> str:
+    return module.removeprefix("servesim").removeprefix(".").split(".")[0]
+
+
+def layer_two_back_edges(g: dict[str, dict[str, int]]) -> set[tuple[str, str]]:
+    """Imports between two packages of layer 2 that point up ``LAYER_2`` or sideways."""
+    out = set()
+    for a, edges in g.items():
+        for b in edges:
+            pa, pb = package(a), package(b)
+            if pa != pb and pa in LAYER_2 and pb in LAYER_2 and LAYER_2[pb] >= LAYER_2[pa]:
+                out.add((a, b))
+    return out
+
+
+def test_layer_two_points_one_way() -> None:
+    back = layer_two_back_edges(import_graph())
+    new = sorted(back - LAYER_2_BACK)
+    assert not new, "imports pointing back inside layer 2 (LAYER_2):\n" + "\n".join(
+        f"{a} -> {b}" for a, b in new
+    )
+    gone = sorted(LAYER_2_BACK - back)
+    assert not gone, "no longer imported: strike from LAYER_2_BACK:\n" + "\n".join(
+        f"{a} -> {b}" for a, b in gone
+    )

@@ -109,6 +109,18 @@ def test_clients_are_independent_and_num_requests_cuts_the_merge():
     assert np.all(np.diff(cut.arrival_s) >= 0)
 
 
+def test_a_client_quiet_while_num_requests_fill_keeps_its_name_with_zero_requests():
+    # 20 requests at 10 req/s take a horizon of 1.2 x 20 / 10.0001 = 2.4 s, in which a client
+    # at 1e-4 req/s draws no arrival (it did draw none with this seed): the merge holds the
+    # busy client's 20 and counts 0 for the quiet one.
+    busy = {"name": "busy", "arrival": {"process": "poisson", "rate": 10.0}}
+    quiet = {"name": "quiet", "arrival": {"process": "poisson", "rate": 1e-4}}
+    wl = load_workload(MixtureWorkload.model_validate({"clients": [busy, quiet], "num_requests": 20}))
+    assert len(wl) == 20
+    assert wl.meta["requests_per_client"] == {"busy": 20, "quiet": 0}
+    assert wl.tenant.tolist() == [0] * 20
+
+
 @pytest.mark.parametrize(
     "kw,needle",
     [

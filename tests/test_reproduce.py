@@ -56,7 +56,7 @@ def test_names_resolve_and_unknown_ones_are_refused():
     assert get_paper("MC_SF") is PAPERS["mc-sf"]
     res = CliRunner().invoke(app, ["reproduce", "no-such-paper"])
     assert res.exit_code == 2 and "unknown paper" in res.output
-    res = CliRunner().invoke(app, ["reproduce", "block"])
+    res = CliRunner().invoke(app, ["reproduce", "heteroscale"])
     assert res.exit_code == 2 and "published figure and setup only" in res.output
 
 
@@ -95,13 +95,34 @@ def test_apex_energy_optimal_plan_saves_energy_against_the_latency_optimal(tmp_p
 
 
 @pytest.mark.slow
+def test_splitwise_ha_against_baseline_h100_at_the_same_cost_and_power(tmp_path):
+    """Splitwise: 2.35x the throughput at the same cost and power (+-25%): Splitwise-HA against
+    Baseline-H100 in the artifact's iso-power cluster. Splitwise-AA's "1.4x at 20% lower cost"
+    lands above its range (docs/papers.md says why); its figure is reported."""
+    figs = _quick("splitwise", tmp_path)
+    assert 2.35 / 1.25 <= figs["iso_power_throughput"]["servesim"] <= 2.35 * 1.25
+    assert figs["iso_cost_throughput"]["in_range"] is not None
+
+
+@pytest.mark.slow
+def test_mc_sf_full_run_cuts_mean_latency_as_the_paper(tmp_path):
+    """MC-SF: 31% lower mean latency than memory-aware FCFS (+-25%). The quick run (200
+    requests) ends before the queue builds (10.3%); the full run's 1,000 requests are held to
+    the range (docs/papers.md: at 2 req/s this setup is past its capacity)."""
+    res = CliRunner().invoke(app, ["reproduce", "mc-sf", "--strict", "--output", str(tmp_path)])
+    assert res.exit_code in (0, 1), res.output
+    figs = {f["figure"]: f for f in json.loads((tmp_path / "reproduce.json").read_text())["figures"]}
+    assert 31 / 1.25 <= figs["mean_latency_cut"]["servesim"] <= 31 * 1.25
+
+
+@pytest.mark.slow
 def test_sarathi_serve_capacity_gain_on_mistral_7b(tmp_path):
     """Sarathi-Serve, Fig. 10: 2.6x vLLM's capacity for Mistral-7B on one A100 (+-25%)."""
     figs = _quick("sarathi-serve", tmp_path)
     assert 2.6 / 1.25 <= figs["capacity"]["servesim"] <= 2.6 * 1.25
 
 
-@pytest.mark.parametrize("name", ["orca", "mc-sf", "distserve", "microserving"])
+@pytest.mark.parametrize("name", ["orca", "mc-sf", "distserve", "microserving", "block"])
 def test_runs_out_of_range_still_report_their_figure(name, tmp_path):
     """Papers whose quick run servesim does not (yet) bring into the paper's range: the command
     still runs their experiment, prints and writes the figure, and --strict says so by its exit code."""
@@ -111,6 +132,7 @@ def test_runs_out_of_range_still_report_their_figure(name, tmp_path):
 
 
 @pytest.mark.slow
-def test_llumnix_runs_its_rate_sweep(tmp_path):
+def test_llumnix_migration_cuts_the_tail_by_an_order_of_magnitude(tmp_path):
+    """Llumnix: P99 latency an order of magnitude below INFaaS++'s (10x +-25%), 16 instances."""
     figs = _quick("llumnix", tmp_path)
-    assert figs["p99_ratio"]["servesim"] > 0
+    assert 10 / 1.25 <= figs["p99_ratio"]["servesim"] <= 10 * 1.25

@@ -12,6 +12,7 @@ from conftest import shared_data
 
 from servesim.config import Scenario
 from servesim.validate import silicon as s
+from servesim.validate.silicon_results import write_report
 
 
 def _row(**kw: str) -> dict[str, str]:
@@ -515,11 +516,39 @@ def test_a_few_rows_end_to_end(tmp_path):
     for c in run:
         assert math.isfinite(c.ttft_err_pct) and math.isfinite(c.tpot_err_pct)
         assert c.predicted_ttft_ms > 0 and c.predicted_tpot_ms > 0
-    files = s.write_report(cases, tmp_path)
+    files = write_report(cases, tmp_path)
     assert [f.name for f in files] == ["silicon_runs.csv", "silicon_groups.json", "silicon_groups.md"]
     with files[0].open() as f:
         assert len(list(csv.DictReader(f))) == len(cases)
     assert json.loads(files[1].read_text())["run"] == len(run)
+
+
+def test_the_suite_reads_a_data_folder_and_writes_its_report(tmp_path):
+    # validate_silicon, the command's entry, on a data folder of two bundled rows: the same
+    # cases as run_cases on those rows, and its three report files.
+    from servesim.validate.silicon_cross import validate_silicon
+
+    rows = [r for r in s.read_silicon() if r["mode"] == "agg" and r["model_path"] == "Qwen/Qwen3-32B"][:2]
+    folder = tmp_path / "data" / "measurements" / "aiconfigurator"
+    folder.mkdir(parents=True)
+    with (folder / "silicon_vllm.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    skipped: list[str] = []
+    checks = validate_silicon(tmp_path / "data", tmp_path / "out", skipped)
+
+    def rows_of(cs: list) -> list:
+        return [(c.case, c.metric, c.errors_pct.tolist(), c.limit_pct) for c in cs]
+
+    assert checks and rows_of(checks) == rows_of(s.checks_of(s.run_cases(rows)))
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "silicon_groups.json",
+        "silicon_groups.md",
+        "silicon_runs.csv",
+    ]
+    with (tmp_path / "out" / "silicon_runs.csv").open() as f:
+        assert [r["id"] for r in csv.DictReader(f)] == [r["id"] for r in rows]
 
 
 def test_known_bad_marks_name_groups_of_the_data():

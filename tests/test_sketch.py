@@ -81,6 +81,24 @@ def test_itl_pairs_move_into_a_sketch_past_the_limit() -> None:
     assert itl.sketched().count == 0
 
 
+def test_itl_gaps_on_bucket_edges_get_the_sketchs_keys() -> None:
+    """The engine skips the logarithm for a gap inside the current bucket's interval: gaps
+    just inside and just outside each bucket's edges (gamma^k), rising as a run's step times
+    do and falling, land in the buckets the sketch's own mapping gives them."""
+    itl = ItlSamples(exact_max_pairs=0)
+    gamma = (1 + RELATIVE_ACCURACY) / (1 - RELATIVE_ACCURACY)
+    edges = gamma ** np.arange(-260, -150, dtype=np.float64)  # about 6 us to 1.4 s
+    gaps = np.concatenate([edges * f for f in (1 - 1e-15, 1.0, 1 + 1e-15, 1 + 1e-10, 1 - 1e-10)])
+    gaps = np.concatenate([np.sort(gaps), np.sort(gaps)[::-1], np.linspace(0.004, 0.09, 20_000)])
+    itl.extend([float(g) for g in gaps], 1)
+    sk = itl.sketched()
+    ref = Sketch()
+    ref.add_array(gaps)
+    for a, b in zip(sk._buckets(), ref._buckets()):
+        assert np.array_equal(a, b)
+    assert sk.count == ref.count == gaps.size
+
+
 @pytest.fixture(scope="module")
 def small_run() -> servesim.Result:
     return servesim.simulate(

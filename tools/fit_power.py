@@ -141,7 +141,9 @@ def main(src: str, dst: str) -> None:
     clock = clock_fit(rows)
     out = {
         "source": "Splitwise perf_model.csv (github.com/Mutinifni/splitwise-sim, MIT), DGX-A100 rows",
-        "model": "P/TDP = active + compute * flops/(peak*t) + memory * bytes/(bw*t), per GPU while a step runs",
+        "model": (
+            "P/TDP = active + compute * flops/(peak*t) + memory * bytes/(bw*t), per GPU while a step runs"
+        ),
         "active": round(float(coef[0]), 4),
         "compute": round(float(coef[1]), 4),
         "memory": round(float(coef[2]), 4),

@@ -196,9 +196,7 @@ def _logged(repo: Path, paths: list[str], *refs: str) -> list[dict[str, Any]]:
         head = re.fullmatch(r"([0-9a-f]{40}) (\S+)", line)
         if head:
             commit = head.group(1)
-            when = (
-                datetime.fromisoformat(head.group(2)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            )
+            when = datetime.fromisoformat(head.group(2)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         elif line.strip():
             try:
                 text = _git(repo, "show", f"{commit}:{line.strip()}")
@@ -261,9 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         + "\n"
     )
-    print(
-        f"wrote {OUT} ({sum(len(s['versions']) for s in scripts.values())} versions of {len(scripts)} scripts)"
-    )
+    num_versions = sum(len(s["versions"]) for s in scripts.values())
+    print(f"wrote {OUT} ({num_versions} versions of {len(scripts)} scripts)")
     return 0
 
 

@@ -14,7 +14,7 @@ def compiled() -> bool:
     return not lazy.__file__.endswith(".py")
 
 
-def simulate(scenario: Scenario | dict | str | None = None, *, progress: bool = False):  # type: ignore[no-untyped-def]
+def simulate(scenario: Scenario | dict | str | None = None, *, progress: bool = False):
     """Run one simulation and return its ``Result`` (records, step series and summary).
 
     ``scenario`` may be a ``Scenario``, a plain dict in the scenario schema, a path to a

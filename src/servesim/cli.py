@@ -11,7 +11,7 @@ import json
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
@@ -23,12 +23,22 @@ from servesim.cli_base import user_errors as _user_errors
 from servesim.cli_commands import capacity, compare, plan, report, reproduce, serve
 from servesim.errors import ServesimError
 
+if TYPE_CHECKING:
+    from servesim.metrics.output import RecordsFormat as RecordsFormatName
+
 __all__ = ["EXIT_INTERRUPTED", "EXIT_USER_ERROR", "app", "main"]
 
 
 class RecordsFormat(StrEnum):
     parquet = "parquet"
     csv = "csv"
+
+
+#: The choices typer shows, as the names ``metrics.output.write_outputs`` takes.
+RECORDS_FORMATS: dict[RecordsFormat, RecordsFormatName] = {
+    RecordsFormat.parquet: "parquet",
+    RecordsFormat.csv: "csv",
+}
 
 
 class CatalogKind(StrEnum):
@@ -100,7 +110,7 @@ def simulate(
             scenario,
             overrides or [],
             output,
-            records_format.value,
+            RECORDS_FORMATS[records_format],
             json_out=json_out,
             quiet=quiet,
             progress=not (no_progress or quiet or json_out),
@@ -117,7 +127,7 @@ def run_simulate(
     scenario_path: Path | None,
     overrides: list[str],
     output: Path | None,
-    records_format: str,
+    records_format: RecordsFormatName,
     *,
     json_out: bool = False,
     quiet: bool = False,
@@ -138,7 +148,7 @@ def run_simulate(
     paths: list[Path] = []
     if output is not None:  # files first: a closed stdout (| head) must not lose them
         try:
-            paths = write_outputs(result, output, records_format)  # type: ignore[arg-type]
+            paths = write_outputs(result, output, records_format)
         except OSError as err:
             raise ServesimError(f"{output}: cannot write outputs: {err.strerror or err}") from None
     console = console or Console(highlight=False)
@@ -360,10 +370,10 @@ def calibrate(
                     "are extrapolations",
                     soft_wrap=True,
                 )
-            for case, meas, pred, err in r.worst(5):
+            for case, meas, pred, rel_err in r.worst(5):
                 console.print(
                     f"  worst: {case}: measured {meas * 1e3:.4g} ms, predicted {pred * 1e3:.4g} ms "
-                    f"({err * 100:+.1f}%)",
+                    f"({rel_err * 100:+.1f}%)",
                     soft_wrap=True,
                 )
         console.print(f"wrote {output}", soft_wrap=True)
@@ -633,8 +643,9 @@ def profile(
         typer.echo("wrote " + ", ".join(str(p) for p in paths))
 
 
-for _command in (plan, serve, reproduce):
-    app.command()(_command)
+app.command()(plan)
+app.command()(serve)
+app.command()(reproduce)
 
 
 @app.command()

@@ -78,14 +78,15 @@ def report(
     (a run); ranked candidates and Pareto fronts (a plan); predicted vs measured (a validation)."""
     with user_errors():
         from servesim.report import paths_line, write_report
+        from servesim.report.build import format_named
 
         typer.echo(
             paths_line(
                 write_report(
                     run_dir,
                     output,
-                    fmt,
-                    progress=not no_progress,  # type: ignore[arg-type]
+                    format_named(fmt),
+                    progress=not no_progress,
                     self_contained=self_contained,
                 )
             )
@@ -107,13 +108,14 @@ def compare(
     """Several runs side by side: their summaries in one table, their latency CDFs overlaid."""
     with user_errors():
         from servesim.report import paths_line, write_comparison
+        from servesim.report.build import format_named
 
         typer.echo(
             paths_line(
                 write_comparison(
                     list(run_dirs),
                     output,
-                    fmt,  # type: ignore[arg-type]
+                    format_named(fmt),
                     progress=not no_progress,
                     self_contained=self_contained,
                 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -226,7 +227,9 @@ def fit(
     x0 = np.clip(x0, lo + 1e-9, hi) / scale
     log_meas = np.log(measured_s[ok])
 
-    def unpack(x: np.ndarray) -> tuple[dict[str, float], float]:
+    def unpack(x: np.ndarray) -> tuple[dict[str, Any], float]:
+        """(Efficiencies' fields by name: floats, tile sizes, None for unset overrides; the
+        CPU time per step) at the point ``x``."""
         p = dict(start)
         cpu = base_cpu_overhead_s
         for n, v in zip(names, x * scale):

@@ -25,7 +25,6 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -230,7 +229,7 @@ def read_splitwise(path: str | Path) -> list[E2ETiming]:
         rows = list(csv.DictReader(path.open(newline="")))
     except OSError as err:
         raise MeasurementError(f"{path}: cannot read: {err.strerror or err}") from None
-    groups: dict[tuple[Any, ...], list[tuple[float, float]]] = defaultdict(list)
+    groups: dict[tuple[str, str, int, int, int, int], list[tuple[float, float]]] = defaultdict(list)
     for line, row in enumerate(rows, start=2):
         try:
             model, gpu = SPLITWISE_MODELS.get(row["model"]), SPLITWISE_GPUS.get(row["hardware"])

@@ -19,23 +19,55 @@ request whose stream broke (TTFT still counts from the original arrival); past
 reason. Requests that arrive while no replica of their stage serves wait in the cluster
 (``park``) and go out when one is ready. Closed-loop clients (benchmark clients, sessions,
 agent tasks) see the same: a retried request keeps its client's slot until its retry
-finishes (the client waits, as for a resent request), and a failed one frees it. Simplification: a retried request gets no
-prefix-cache hits (its block hashes are recomputed for the new replica only).
+finishes (the client waits, as for a resent request), and a failed one frees it.
+Simplification: a retried request gets no prefix-cache hits (its block hashes are recomputed
+for the new replica only).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from enum import IntEnum
-from typing import Any
+from typing import Any, Protocol
 
+from servesim.cluster.spec import PoolSpec
+from servesim.engine.events import EventLoop
+from servesim.engine.replica import Replica
 from servesim.engine.request import ReqStatus, Request
+from servesim.metrics.records import RequestRecords
 from servesim.metrics.writer import write_record
 
-# The cluster (servesim.cluster.cluster.Cluster) and its pools (PoolSpec) are typed Any here:
-# the cluster module imports this one to run its operations.
-Cluster = Any
-PoolSpec = Any
+
+class ClusterHost(Protocol):
+    """What the fleet and the operations (``cluster.operations``) read and call on the cluster
+    they change: ``cluster.cluster.Cluster`` has it all. A protocol, not that class, since
+    the cluster module imports this one (and the operations) to run them."""
+
+    loop: EventLoop
+    replicas: list[Replica]
+    pool_of: list[PoolSpec]  # replica index -> its pool
+    serving: list[bool]  # the replicas the routers pick among
+    front: list[int]  # the first stage's serving replicas (refresh_routes)
+    outstanding: list[int]  # requests routed to each replica and not finished
+    live: dict[int, Request]  # arrived and not finished, by request index
+    handoff: dict[int, tuple[int, int]]  # request index -> (prompt, max_tokens) in prefill
+    in_transit: set[int]  # request indexes whose KV is on a link
+    records: RequestRecords
+    num_done: int
+    on_done: Callable[[Request], None] | None  # closed-loop clients' hook
+
+    def add_replica(self, pool: PoolSpec) -> int:
+        """A new replica of ``pool``, not yet serving; its index."""
+        ...
+
+    def refresh_routes(self) -> None:
+        """Recompute the routers' candidates from ``serving``."""
+        ...
+
+    def on_arrival(self, req: Request) -> None:
+        """Route a request (arrived, or sent again after a failure)."""
+        ...
 
 
 class ReplicaPhase(IntEnum):
@@ -51,7 +83,7 @@ class Fleet:
 
     def __init__(
         self,
-        cluster: Cluster,
+        cluster: ClusterHost,
         pools: list[PoolSpec],
         load_gb_per_s: float = 2.0,
         startup_s: float = 30.0,

@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 
 from servesim.cluster.router import ReplicaLoad
-from servesim.engine.replica import Replica, step_wall_s
+from servesim.engine.lazy import LazyScheduler
+from servesim.engine.replica import Replica
 from servesim.engine.request import Request
 from servesim.engine.scheduler import Scheduler
-from servesim.perf.base import BatchStats
+from servesim.perf.base import BatchStats, step_wall_s
 
 
 def replica_load(
@@ -46,7 +47,7 @@ def pending_prefill_tokens(sched: Scheduler) -> int:
     n = 0
     for r in sched.waiting:
         n += r.num_prompt_tokens + r.num_output_tokens - r.num_computed_tokens
-    for r in getattr(sched, "individual", sched.running):
+    for r in sched.individual if isinstance(sched, LazyScheduler) else sched.running:
         left = r.num_prompt_tokens - r.num_computed_tokens
         if left > 0:
             n += left

@@ -7,9 +7,10 @@ small (cheap to copy). Its migration copies the KV cache in stages while the req
 decoding, then stops it for the last, small stage (downtime of tens of ms, nearly constant
 in the sequence length).
 
-Modelled here: every ``interval_s`` each pool's most and least loaded replicas are
-compared; if their load fraction differs by more than ``threshold`` and the receiver has
-the blocks, the sender's running decode with the fewest tokens leaves it between two steps
+Modelled here: every ``interval_s`` each pool's replicas are paired as Llumnix pairs them
+(llumnix/global_scheduler/migration_policy.py, ``Defrag``: the i-th most loaded with the i-th
+least loaded); where a pair's load fraction differs by more than ``threshold`` and the receiver
+has the blocks, the sender's running decode with the fewest tokens leaves it between two steps
 (no batch in flight), its KV (``num_computed_tokens`` tokens) crosses the cluster's link,
 and it joins the receiver's queue with those tokens computed. Simplification: the request
 does not decode during the copy, so the whole copy time is charged to it (an upper bound
@@ -63,11 +64,14 @@ class Migrator:
     def on_tick(self, _: object = None) -> None:
         reps = self.cluster.replicas
         for g in self.groups:
+            # Llumnix's pairing (global_scheduler/migration_policy.py, Defrag): the i-th most
+            # loaded with the i-th least loaded, for every pair whose gap passes the threshold.
             load = {i: virtual_usage(reps[i]) for i in g}
-            src = max(g, key=lambda i: (load[i], -i))
-            dst = min(g, key=lambda i: (load[i], i))
-            if load[src] - load[dst] > self.cfg.threshold and reps[src].busy:
-                self.pending[src] = dst
+            desc = sorted(g, key=lambda i: (-load[i], i))
+            asc = sorted(g, key=lambda i: (load[i], i))
+            for src, dst in zip(desc[: len(g) // 2], asc[: len(g) // 2], strict=True):
+                if load[src] - load[dst] > self.cfg.threshold and reps[src].busy:
+                    self.pending[src] = dst
         loop = self.cluster.loop
         if len(loop):  # more to come: keep watching
             loop.at(loop.now + self.cfg.interval_s, self.on_tick)

@@ -30,22 +30,20 @@ uniform instant within it (seeded: the run stays a pure function of its seed).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from servesim.cluster.fleet import Fleet, ReplicaPhase
+from servesim.cluster.fleet import ClusterHost, Fleet, ReplicaPhase
+from servesim.cluster.spec import PoolSpec
+from servesim.config import SloConfig
 from servesim.config.operations import OperationsConfig, PoolScaling
 from servesim.engine.request import Request
 from servesim.errors import ConfigError
 from servesim.metrics.timeseries import TimeSeries
 from servesim.perf.capabilities import Clocked
 from servesim.perf.power import ClockedPerf, bundled_coefficients, busy_energy_j
-
-# The cluster (servesim.cluster.cluster.Cluster) and its pools (PoolSpec) are typed Any here:
-# the cluster module imports this one to run its operations.
-Cluster = Any
-PoolSpec = Any
 
 
 def clocked_pools(pools: list[PoolSpec], cfg: OperationsConfig) -> list[PoolSpec]:
@@ -74,15 +72,28 @@ def check_power_budget(budget_w: float, pools: list[PoolSpec]) -> None:
         )
 
 
+@dataclass(slots=True)
+class _PoolInterval:
+    """One pool's sums over the replicas during one sampling interval."""
+
+    num_arrivals: int = 0  # requests routed to the pool's replicas
+    queue_len: int = 0  # waiting requests at the interval's end
+    num_running: int = 0  # running requests at the interval's end
+    num_steps: int = 0
+    kv_util: float = 0.0  # sum over serving replicas of the blocks in use, averaged in time
+    num_kv: int = 0  # replicas in kv_util
+    num_tokens: int = 0  # batched tokens
+
+
 class Operations:
     """The periodic controller of one cluster run (see the module docstring)."""
 
     def __init__(
         self,
-        cluster: Cluster,
+        cluster: ClusterHost,
         pools: list[PoolSpec],
         cfg: OperationsConfig,
-        slo: Any,
+        slo: SloConfig | None,
         num_requests: int,
         seed: int = 0,
     ) -> None:
@@ -122,7 +133,9 @@ class Operations:
         self.pool_power_w: dict[str, float] = {}  # per pool, the last interval's
         self.uncapped_w: dict[str, float] = {}  # per pool, its last interval's work at the full clock
         self._carry = [(0.0, 0.0, 0.0)]  # per replica: (gpu_s, flops, bytes) not yet priced
-        self._seen: list[tuple[float, ...]] = []  # per replica: the totals read at the last tick
+        # per replica: the totals read at the last tick (gpu_s, flops, bytes, num_routed,
+        # num_steps, num_batched_tokens, kv_block_s)
+        self._seen: list[tuple[float, float, float, int, int, int, float]] = []
         self._done: dict[str, list[int]] = {p.name: [0, 0, 0] for p in pools}  # finished, met SLO, tokens
         self._interval_done = self._done
         for rep in cluster.replicas:
@@ -224,8 +237,7 @@ class Operations:
             self._carry.append((0.0, 0.0, 0.0))
         energy = {p.name: 0.0 for p in self.pools}
         uncapped = {p.name: 0.0 for p in self.pools}  # the same work at the full clock
-        # arrivals, queue, running, steps, kv, n_kv, tok
-        stats = {p.name: [0, 0, 0, 0, 0.0, 0, 0] for p in self.pools}
+        stats = {p.name: _PoolInterval() for p in self.pools}
         for i, rep in enumerate(c.replicas):
             pool, t = c.pool_of[i], rep.totals
             g, f, b, routed, steps, tokens, kv_s = self._seen[i]
@@ -239,9 +251,9 @@ class Operations:
                 t.kv_block_s,
             )
             s = stats[pool.name]
-            s[0] += t.num_routed - routed
-            s[3] += t.num_steps - steps
-            s[6] += t.num_batched_tokens - tokens
+            s.num_arrivals += t.num_routed - routed
+            s.num_steps += t.num_steps - steps
+            s.num_tokens += t.num_batched_tokens - tokens
             end = fleet.ended_at[i] if fleet.ended_at[i] >= 0 else t1
             held = max(0.0, min(t1, end) - max(t0, fleet.started_at[i]))
             cg, cf, cb = self._carry[i]
@@ -257,7 +269,7 @@ class Operations:
                     busy_energy_j(pool.gpu, busy, cf * share, cb * share, coef, clock=clock)
                     + pool.gpu.idle_power_w * (held - busy)
                 )
-                if clock < 1.0:
+                if clock < 1.0 and isinstance(pool.perf, ClockedPerf):
                     # At the full clock the compute-bound part of each step takes clock x its
                     # time (ClockedPerf): flops / peak x (1 / clock - 1) seconds less in all.
                     busy1 = busy - cf * share / pool.perf.peak_flops * (1 / clock - 1)
@@ -271,12 +283,12 @@ class Operations:
             t.energy_j += e
             energy[pool.name] += e
             if fleet.phase[i] in (ReplicaPhase.SERVING, ReplicaPhase.DRAINING):
-                s[1] += len(rep.scheduler.waiting)
-                s[2] += len(rep.scheduler.running)
+                s.queue_len += len(rep.scheduler.waiting)
+                s.num_running += len(rep.scheduler.running)
                 # Blocks in use, averaged over the interval (a run's block-seconds are
                 # counted when it starts: capped at a full cache).
-                s[4] += min((t.kv_block_s - kv_s) / (dt * t.num_gpu_blocks), 1.0) if dt > 0 else 0.0
-                s[5] += 1
+                s.kv_util += min((t.kv_block_s - kv_s) / (dt * t.num_gpu_blocks), 1.0) if dt > 0 else 0.0
+                s.num_kv += 1
         front_pool = c.pool_of[c.front[0]].name if c.front else None
         self.power_w = sum(energy.values()) / dt if dt > 0 else 0.0
         self.pool_power_w = {k: v / dt if dt > 0 else 0.0 for k, v in energy.items()}
@@ -293,11 +305,11 @@ class Operations:
             self.series.add(
                 t0,
                 p.name,
-                s[0],
-                s[1] + parked,
-                s[2],
-                s[6] / s[3] if s[3] else 0.0,
-                s[4] / s[5] if s[5] else math.nan,
+                s.num_arrivals,
+                s.queue_len + parked,
+                s.num_running,
+                s.num_tokens / s.num_steps if s.num_steps else 0.0,
+                s.kv_util / s.num_kv if s.num_kv else math.nan,
                 fleet.provisioned(p.name),
                 energy[p.name] / dt if dt > 0 else 0.0,
                 d[1] / d[0] if d[0] else math.nan,
@@ -415,7 +427,8 @@ class Operations:
         low = set(pw.low_priority_pools)
         for p in self.pools:
             capped = level == 2 or (level == 1 and p.name in low)
-            p.perf.clock = clock if capped else 1.0  # type: ignore[attr-defined]  # ClockedPerf
+            assert isinstance(p.perf, Clocked)  # clocked_pools wrapped every pool's model
+            p.perf.clock = clock if capped else 1.0
             if capped:
                 self.capped_s[p.name] += self.cfg.interval_s
 

@@ -13,10 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from servesim.engine.request import Request
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsDunderLT
 
 
 @dataclass(slots=True)
@@ -42,7 +46,11 @@ class RouterState:
 Router = Callable[[Request, Sequence[ReplicaLoad], RouterState], int]
 
 
-def _argmin(values: Sequence[float | int | tuple]) -> int:
+_Key = TypeVar("_Key", bound="SupportsDunderLT[Any]")  # a number, or a tuple of numbers
+
+
+def _argmin(values: Sequence[_Key]) -> int:
+    """The index of the first smallest value."""
     best = 0
     for i in range(1, len(values)):
         if values[i] < values[best]:

@@ -13,6 +13,8 @@ from servesim.config.parts import GpuConfig, LinksConfig, ParallelConfig
 
 # --------------------------------------------------------------------------- cluster
 
+#: What a pool serves, the values of ``PoolConfig.role``.
+PoolRole = Literal["colocated", "prefill", "decode"]
 RouterName = Literal[
     "round_robin",
     "random",
@@ -30,7 +32,7 @@ class PoolConfig(_Strict):
     """Identical replicas (data parallelism): GPU type, parallelism and engine of each."""
 
     name: str = Field(min_length=1, description="Unique name of the pool (in reports and records).")
-    role: Literal["colocated", "prefill", "decode"] = Field(
+    role: PoolRole = Field(
         "colocated", description="colocated serves whole requests; prefill/decode split them."
     )
     num_replicas: int = Field(
@@ -93,7 +95,9 @@ class MigrationConfig(_Strict):
     """Live migration of running requests between replicas of a pool."""
 
     enabled: bool = Field(False, description="Llumnix-style live migration of running requests.")
-    interval_s: float = Field(0.5, gt=0, description="How often the most and least loaded are compared.")
+    interval_s: float = Field(
+        0.5, gt=0, description="How often the replicas are paired, most with least loaded."
+    )
     threshold: float = Field(
         0.2,
         gt=0,

@@ -50,6 +50,19 @@ GPU_MEMORY_UTILIZATION_092_FROM = (0, 21)
 
 #: KV block sizes vLLM accepts (``vllm/config/cache.py``: ``BlockSize``).
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+#: The environment variables of vLLM that ``engine.vllm_env`` may set: the ones that change the
+#: default kernels (``perf.execution_path``).
+VLLM_ENV_VARS = (
+    "VLLM_MXFP4_USE_MARLIN",
+    "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8",
+    "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8_CUTLASS",
+    "VLLM_USE_FLASHINFER_MOE_MXFP4_BF16",
+    "VLLM_USE_FLASHINFER_MOE_FP8",
+    "VLLM_FLASHINFER_MOE_BACKEND",
+    "VLLM_USE_DEEP_GEMM",
+    "VLLM_MOE_USE_DEEP_GEMM",
+    "VLLM_ATTENTION_BACKEND",
+)
 
 
 class SpeculativeConfig(_Strict):
@@ -172,6 +185,12 @@ class FrontendConfig(_Strict):
     )
 
 
+#: Scheduler families (docs/policies.md), the values of ``EngineConfig.policy``.
+Policy = Literal["vllm_v1", "vllm_v0", "sarathi", "orca", "static"]
+#: What orca reserves at admission, the values of ``EngineConfig.orca_reservation``.
+OrcaReservation = Literal["max", "pow2", "oracle"]
+
+
 class EngineConfig(_Strict):
     """Knobs of the serving engine, named as vLLM names them.
 
@@ -185,7 +204,7 @@ class EngineConfig(_Strict):
     (``enforce_eager``; capture sizes and modes of ``perf.cuda_graphs``).
     """
 
-    policy: Literal["vllm_v1", "vllm_v0", "sarathi", "orca", "static"] = Field(
+    policy: Policy = Field(
         "vllm_v1",
         description=(
             "Scheduler family (docs/policies.md): vllm_v1 (default), vllm_v0 (prefill-priority steps), "
@@ -323,24 +342,42 @@ class EngineConfig(_Strict):
         ),
         json_schema_extra={"vllm": "--compilation-config '{\"cudagraph_mode\": ...}'"},
     )
-    moe_backend: Literal["auto", "marlin", "flashinfer_mxfp4_mxfp8", "flashinfer_trtllm", "triton"] = Field(
+    moe_backend: Literal[
+        "auto",
+        "marlin",
+        "flashinfer_mxfp4_mxfp8",
+        "flashinfer_trtllm",
+        "flashinfer_cutlass",
+        "deep_gemm",
+        "triton",
+    ] = Field(
         "auto",
         description=(
-            "The fused-MoE kernel of 4-bit and block-FP8 experts in the kernel model: auto (vLLM's "
-            "default: Marlin for int4 experts; for MXFP4 Triton's matmul_ogs on Hopper, FlashInfer's "
-            "TRTLLM-gen MoE with 16-bit activations on Blackwell; for block-FP8 FlashInfer's TRTLLM-gen "
-            "MoE on Blackwell, the first choice of vLLM's FP8 MoE oracle, and the measured tables' "
-            "Triton fused_experts elsewhere), marlin (Marlin for MXFP4 experts too: "
-            "VLLM_MXFP4_USE_MARLIN=1), flashinfer_mxfp4_mxfp8 (Blackwell: the TRTLLM-gen MoE with "
-            "MXFP8 activations, VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1; elsewhere as auto), "
-            "flashinfer_trtllm (as auto), or triton (block-FP8 experts on Triton's fused_experts on "
-            "Blackwell too: VLLM_USE_FLASHINFER_MOE_FP8=0 with VLLM_MOE_USE_DEEP_GEMM=0). Each is timed "
-            "from its own measured table carried to the model's shape. See docs/perf_model.md."
+            "The fused-MoE kernel of the routed experts. auto: what engine.version picks for the "
+            "experts' format on this GPU with engine.vllm_env set (perf/execution_path.py, from vLLM's "
+            "get_mxfp4_backend and FP8 MoE selection; docs/perf_model.md, \"vLLM's default execution "
+            "path\"): e.g. MXFP4 on Hopper Triton's matmul_ogs, on Blackwell FlashInfer's TRTLLM-gen MoE; "
+            "block-FP8 DeepGEMM before vLLM 0.14, then FlashInfer TRTLLM-gen on Blackwell and Triton "
+            "on Hopper (FlashInfer CUTLASS with EP); int4 Marlin. Or force one: marlin "
+            "(VLLM_MXFP4_USE_MARLIN=1 for MXFP4), flashinfer_mxfp4_mxfp8 (Blackwell MXFP4 with MXFP8 "
+            "activations, VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1), flashinfer_trtllm, flashinfer_cutlass "
+            "(timed from the Triton or TRTLLM-gen table of the same bytes and FLOPs: no table of its own), "
+            "deep_gemm (block-FP8: Triton's table carried to DeepGEMM's 128-row expert blocks from 128 "
+            "tokens a step) or triton (Triton's fused_experts / matmul_ogs, the packed tables)."
         ),
         json_schema_extra={
             "vllm": "VLLM_MXFP4_USE_MARLIN=1, VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1, "
-            "VLLM_USE_FLASHINFER_MOE_FP8=0 (env)"
+            "VLLM_USE_FLASHINFER_MOE_FP8, VLLM_USE_DEEP_GEMM (env); --moe-backend in later versions"
         },
+    )
+    vllm_env: tuple[tuple[str, str], ...] = Field(
+        (),
+        description=(
+            "Environment variables of the server that change vLLM's default kernels, as set on the "
+            'server ("1"/"0"): ' + ", ".join(VLLM_ENV_VARS) + ". They steer engine.moe_backend: "
+            "auto and the attention backend reported (perf/execution_path.py)."
+        ),
+        json_schema_extra={"vllm": "environment"},
     )
     float32_matmul_precision: Literal["highest", "high", "medium"] = Field(
         "highest",
@@ -402,7 +439,7 @@ class EngineConfig(_Strict):
             "and sarathi as in vLLM V0's BlockSpaceManager, else 0)."
         ),
     )
-    orca_reservation: Literal["max", "pow2", "oracle"] = Field(
+    orca_reservation: OrcaReservation = Field(
         "max",
         description=(
             "orca: KV reserved at admission: max_model_len (max), prompt + next power of 2 of the output "
@@ -420,7 +457,8 @@ class EngineConfig(_Strict):
         0.0,
         ge=0,
         description=(
-            "memory_aware_admission: predicted output length = true x exp(sigma z), z ~ N(0, 1); this is sigma."
+            "memory_aware_admission: predicted output length = true x exp(sigma z), z ~ N(0, 1); "
+            "this is sigma."
         ),
     )
     admission_order: Literal["fcfs", "shortest_predicted_first"] = Field(
@@ -469,6 +507,22 @@ class EngineConfig(_Strict):
     def _version(cls, v: str) -> str:
         version_tuple(v)  # a ValueError names the bad input
         return v
+
+    @field_validator("vllm_env", mode="before")
+    @classmethod
+    def _vllm_env(cls, v: Any) -> tuple[tuple[str, str], ...]:
+        """A mapping (as written in a scenario) or its pairs, kept as sorted pairs so the
+        config stays hashable; values as the server's environment holds them (strings)."""
+        if isinstance(v, dict):
+            pairs = list(v.items())
+        elif isinstance(v, list | tuple) and all(isinstance(p, list | tuple) and len(p) == 2 for p in v):
+            pairs = [tuple(p) for p in v]
+        else:
+            raise ValueError("expected a mapping of vLLM environment variable names to values")
+        bad = sorted({str(k) for k, _ in pairs} - set(VLLM_ENV_VARS))
+        if bad:
+            raise ValueError(f"{', '.join(bad)} not modelled; expected some of {', '.join(VLLM_ENV_VARS)}")
+        return tuple(sorted((str(k), str(val)) for k, val in pairs))
 
     @field_validator("block_size")
     @classmethod

@@ -34,7 +34,7 @@ RENAMED = {
     "mem_bw_tbps": ("mem_bw_tb_per_s", "TB/s"),
     "swap_space_gb": ("swap_space_gib", "GiB, 2^30 bytes, as vLLM's --swap-space"),
 }
-_WORKLOAD_TYPES = {
+_WORKLOAD_TYPES: dict[str, type[BaseModel]] = {
     "synthetic": SyntheticWorkload,
     "trace": TraceWorkload,
     "sessions": SessionWorkload,

@@ -6,6 +6,7 @@ import math
 from typing import Literal
 
 from pydantic import Field, field_serializer, model_validator
+from pydantic.json_schema import JsonDict
 
 from servesim.config._base import _Strict
 from servesim.config.arrival import ArrivalConfig, Seconds
@@ -194,7 +195,7 @@ class LinksConfig(_Strict):
 
 # --------------------------------------------------------------------------- workload
 
-_TOKENS = {"unit": "tokens"}
+_TOKENS: JsonDict = {"unit": "tokens"}  # json_schema_extra: the unit docs/scenario_reference.md shows
 
 
 class LengthDist(_Strict):

@@ -178,7 +178,7 @@ def _resolve_relative_paths(s: Scenario, base: Path) -> Scenario:
     elif isinstance(wl, InferencePerfWorkload | GuidellmWorkload):
         updates["workload"] = wl.model_copy(update={"config": fix(wl.config)})
     elif isinstance(wl, SyntheticWorkload | SessionWorkload):
-        upd = {}
+        upd: dict[str, Any] = {}
         for fld in ("prompt_len", "output_len", "first_prompt_len", "user_len", "turns"):
             if fld not in type(wl).model_fields:
                 continue

@@ -6,12 +6,13 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
+from pydantic.json_schema import JsonDict
 
 from servesim.config._base import _Strict
 from servesim.config.arrival import ArrivalConfig, DelayDist, Seconds
 from servesim.config.parts import BenchmarkWorkload, LengthDist, SyntheticWorkload, TraceWorkload
 
-_TOKENS = {"unit": "tokens"}
+_TOKENS: JsonDict = {"unit": "tokens"}  # json_schema_extra: the unit docs/scenario_reference.md shows
 
 
 class SessionWorkload(_Strict):

@@ -354,7 +354,7 @@ class DecodePool(Scheduler):
             else:
                 stats.sum_decode_context = s
                 g = perf.batch_time(stats)
-            if overlap:  # as replica.step_wall_s
+            if overlap:  # as perf.base.step_wall_s
                 d = g if g > overhead_s else overhead_s
             else:
                 d = g + overhead_s

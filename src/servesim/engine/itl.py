@@ -108,8 +108,11 @@ class ItlSamples:
 
     def _bin(self, gap: float, w: float) -> None:
         # Consecutive gaps mostly fall in one bucket: the key is a monotone function of the
-        # gap, so a gap between the smallest and the largest seen with the current key has
-        # that key, without the logarithm.
+        # gap, so a gap inside the current key's interval has that key, without the
+        # logarithm. The interval is the bucket's (gamma^(k-1), gamma^k] narrowed by a
+        # relative 1e-9 on each side, far beyond the rounding of ln(gap) * multiplier, and
+        # widened to the gaps the logarithm put in it: a gap near a boundary takes the
+        # logarithm, as every gap did before, so the keys are the same.
         if self._lo <= gap <= self._hi:
             self._cur_w += w
         else:
@@ -134,7 +137,11 @@ class ItlSamples:
                     self._hi = gap
                 return
             self._flush_bucket()
-            self._cur_key, self._cur_w, self._lo, self._hi = k, w, gap, gap
+            lo = math.exp((k - 1) / self._mult) * (1.0 + 1e-9)
+            hi = math.exp(k / self._mult) * (1.0 - 1e-9)
+            self._cur_key, self._cur_w = k, w
+            self._lo = lo if lo < gap else gap
+            self._hi = hi if hi > gap else gap
         elif gap < -TINY:
             k = int(math.ceil(math.log(-gap) * self._mult))
             self._neg_bins[k] = self._neg_bins.get(k, 0.0) + w

@@ -77,7 +77,7 @@ class PolicyScheduler(Scheduler):
         )
         self.is_priority = opts.scheduling_policy == "priority" or self.shortest_first
         if self.is_priority:
-            self.waiting = PriorityWaiting()  # type: ignore[assignment]
+            self.waiting = PriorityWaiting()
         self.tenants = (
             TenantCounters(opts.tenant_weights, opts.vtc_input_weight, opts.vtc_output_weight)
             if opts.tenant_weights
@@ -88,7 +88,7 @@ class PolicyScheduler(Scheduler):
                 "scheduling_policy vtc needs the tenants' weights (PolicyOptions.tenant_weights)"
             )
         if self.tenants is not None and not self.is_priority:
-            self.waiting = TenantWaiting(self.tenants, opts.scheduling_policy == "vtc")  # type: ignore[assignment]
+            self.waiting = TenantWaiting(self.tenants, opts.scheduling_policy == "vtc")
         self.swap = (
             SwapSpace(opts.num_host_blocks, opts.kv_bytes_per_block)
             if opts.preemption_mode == "swap"
@@ -279,7 +279,7 @@ class PolicyScheduler(Scheduler):
                 if d.status >= ReqStatus.FINISHED:
                     continue
                 if d.status != ReqStatus.RUNNING:  # waiting after a preemption
-                    self.waiting.remove(d)  # type: ignore[union-attr]
+                    self.waiting.remove(d)
                     if self.swap is not None and self.swap.holds(d):
                         self.swap.swap_in(d)
                 d.status = ReqStatus.FINISHED

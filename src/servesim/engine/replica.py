@@ -11,7 +11,7 @@ where ``cpu_s`` is the engine's host time of the step: ``cpu_overhead_s`` plus
 
 With async scheduling (vLLM's ``--async-scheduling``, ``engine.async_scheduling``) the CPU's
 scheduling and input preparation of the next step run while the GPU runs this one, so a
-step lasts the larger of the two, not their sum (``step_wall_s``).
+step lasts the larger of the two, not their sum (``perf.base.step_wall_s``).
 
 The replica is busy from the start of a step to its end; arrivals during a step wait
 for the next schedule, as in vLLM's engine-core loop (inputs are drained between steps).
@@ -37,19 +37,12 @@ from servesim.engine.run_rows import RunRows
 from servesim.engine.run_stream import RunStream
 from servesim.engine.scheduler import Scheduler, SchedulerOutput
 from servesim.metrics.records import ItlSamples, ReplicaTotals, StepSeries
-from servesim.perf.base import BatchStats, PerfModel
+from servesim.perf.base import BatchStats, PerfModel, step_wall_s
 from servesim.perf.capabilities import BatchWork, CountsWork, PipelineStages
 from servesim.perf.work_step import WorkCounter
 
 if TYPE_CHECKING:
     from servesim.engine.lockstep import LockstepGroup
-
-
-def step_wall_s(gpu_s: float, cpu_s: float, overlap: bool) -> float:
-    """Wall time of a step: GPU and CPU one after the other, or overlapped (async scheduling)."""
-    if overlap:
-        return gpu_s if gpu_s > cpu_s else cpu_s
-    return gpu_s + cpu_s
 
 
 class Replica:
@@ -86,7 +79,7 @@ class Replica:
         self.itl = itl
         self.totals = totals
         self.check_invariants = check_invariants
-        self.skip_ahead = hasattr(scheduler, "extend_run") and not check_invariants
+        self.skip_ahead = isinstance(scheduler, DecodePool) and not check_invariants  # decode runs
         self.run: Run | None = None  # the run of pure-decode steps in flight, if any
         self.run_rows: RunRows | None = None  # its step-series rows (steps recorded)
         # A finish inside a run is only seen at the run's end (on_finish is called then):
@@ -207,9 +200,14 @@ class Replica:
         self.run = None
         self.run_rows = None
         end = now + dt
-        if self.skip_ahead and (out.num_pool or out.reqs):
+        if (
+            self.skip_ahead  # set for a DecodePool only, whose schedule() returns LazyOutput
+            and isinstance(sched, DecodePool)
+            and isinstance(out, LazyOutput)
+            and (out.num_pool or out.reqs)
+        ):
             next_event_s = now if self._staged else self.loop.next_loud_time()  # staged: no run
-            run = sched.extend_run(  # type: ignore[attr-defined]
+            run = sched.extend_run(
                 out,
                 now,
                 dt,
@@ -220,7 +218,7 @@ class Replica:
                 self.steps is not None,
                 self.async_scheduling,
             )
-            if isinstance(out, LazyOutput) and out.first_tokens_done:
+            if out.first_tokens_done:
                 for req in out.reqs:  # the run produced their first tokens, at this step's end
                     req.first_token_s = end
             if run is not None:

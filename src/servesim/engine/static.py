@@ -38,7 +38,7 @@ def reservation_tokens(sched: PolicyScheduler, req: Request) -> int:
 
 
 class StaticScheduler(PolicyScheduler):
-    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.batch_done: list[Request] = []  # finished members waiting for the batch to end
 

@@ -81,7 +81,8 @@ def _workload_source(scenario: Any) -> str:
         )
     if getattr(wl, "type", None) == "mixture":
         names = ", ".join(c.name for c in wl.clients)
-        return f"mixture of {len(wl.clients)} clients ({names}), {sum(c.arrival.rate for c in wl.clients):g} req/s"
+        rate_rps = sum(c.arrival.rate for c in wl.clients)
+        return f"mixture of {len(wl.clients)} clients ({names}), {rate_rps:g} req/s"
     if getattr(wl, "type", None) == "inference-perf":
         return f"inference-perf {wl.config}"
     if getattr(wl, "type", None) == "guidellm":
@@ -162,7 +163,9 @@ def _latency_table(s: dict[str, Any]) -> Table:
         table.add_row(label, *cells)
     method = s["latency"].get("method", "exact")
     if method != "exact":  # a long run: percentiles from a quantile sketch (docs/metrics.md)
-        by_metric = dict(x.split(": ", 1) for x in method.split("; ")) if ": " in method else {}
+        by_metric: dict[str, str] = (
+            dict(x.split(": ", 1) for x in method.split("; ")) if ": " in method else {}
+        )
         labels = {key: label for label, key in _LATENCY_ROWS}
         names = [labels.get(k, k) for k, v in by_metric.items() if v != "exact"]
         sketch = next((v for v in by_metric.values() if v != "exact"), method)
@@ -317,6 +320,16 @@ def _step_time_lines(s: dict[str, Any]) -> Text:
     for label, names in pools.items():
         where = f" (pool {', '.join(names)})" if len(pools) > 1 else ""
         text.append(f"step time: {label}{where}\n")
+    paths = s.get("vllm_execution_path", [])
+    for p in paths:
+        where = f" (pool {p['pool']})" if len(paths) > 1 and p.get("pool") else ""
+        moe = f"MoE {p['moe']['value']}, " if p.get("moe") else ""
+        text.append(
+            f"vLLM {p['vllm_version']} path on {p['gpu']}{where}: {moe}attention {p['attention']['value']}, "
+            f"async scheduling {p['async_scheduling']['value']}, CUDA graphs {p['cuda_graphs']['value']}\n"
+        )
+        if p.get("moe"):
+            text.append(f"  MoE: {p['moe']['reason']}\n", style="dim")
     for w in dict.fromkeys(w for m in models for w in m.get("warnings", [])):
         text.append(f"warning: {w}\n", style="yellow")
     return text
@@ -381,7 +394,7 @@ def print_summary(result: Result, console: Console) -> None:
 
     s = result.summary or summarize(result)
     console.print(_header(result, s))
-    if s.get("step_time_model"):
+    if s.get("step_time_model") or s.get("vllm_execution_path"):
         console.print(_step_time_lines(s), end="")
     console.print()
     if s.get("saturation", {}).get("latency_is_queue_artefact"):

@@ -41,10 +41,24 @@ def memory_plan(dep: Any, mean_request_tokens: float | None) -> dict[str, Any]:
     }
 
 
+def execution_path(dep: Any) -> dict[str, Any] | None:
+    """What the deployment's vLLM version runs by default on its GPU, and why
+    (``perf.execution_path``); None for a deployment without one (a replayed CPU profile)."""
+    from servesim.perf.execution_path import execution_path as path
+
+    eng, par = dep.engine, dep.parallel
+    if dep.profile is not None or dep.gpu.name.lower().startswith("cpu"):
+        return None
+    tp = par.tensor_parallel_size * par.data_parallel_size
+    p = path(dep.model, dep.gpu, eng, tp, par.expert_parallel_size, par.pipeline_parallel_size)
+    return {"pool": dep.name, "gpu": dep.gpu.name, **p.as_dict()}
+
+
 def deployment_sections(result: Any, mean_request_tokens: float | None) -> dict[str, Any]:
-    """``memory`` and ``step_time_model``: lists with one entry per pool."""
+    """``memory``, ``step_time_model`` and ``vllm_execution_path``: lists with one entry per pool."""
     deps = result.deployments
     return {
         "memory": [memory_plan(d, mean_request_tokens) for d in deps],
         "step_time_model": [{"pool": d.name, **d.step_time_model()} for d in deps],
+        "vllm_execution_path": [p for p in (execution_path(d) for d in deps) if p is not None],
     }

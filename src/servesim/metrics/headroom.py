@@ -31,14 +31,34 @@ running decode keeps the engine stepping; it says nothing about room to grow. Tw
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Protocol
 
-from servesim.engine.replica import step_wall_s
-from servesim.perf.base import BatchStats
+from servesim.config import EngineConfig
+from servesim.metrics.records import RequestRecords, RequestStatus, Result
+from servesim.perf.base import BatchStats, PerfModel, step_wall_s
+from servesim.perf.memory import MemoryPlan
+
+
+class PoolDeployment(Protocol):
+    """What the estimate reads of a resolved pool (``deployment.Deployment``, which the layer
+    above builds; a protocol, since metrics cannot import it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def role(self) -> str: ...  # colocated | prefill | decode
+    @property
+    def num_replicas(self) -> int: ...
+    @property
+    def engine(self) -> EngineConfig: ...  # resolved: no None batch knobs
+    @property
+    def plan(self) -> MemoryPlan: ...
+    @property
+    def perf(self) -> PerfModel: ...
 
 
 def sustainable_rate(
-    dep: Any, mean_prompt: float, mean_output: float, mean_cached: float = 0.0
+    dep: PoolDeployment, mean_prompt: float, mean_output: float, mean_cached: float = 0.0
 ) -> dict[str, Any] | None:
     """The steady state of one replica of ``dep`` (a ``deployment.Deployment``) at full load;
     None when it has no meaning: no mean lengths, or a request of the mean length would not
@@ -80,7 +100,7 @@ def sustainable_rate(
 
 
 def headroom(
-    result: Any,
+    result: Result,
     window_s: float | None,
     mean_prompt: float,
     mean_output: float,
@@ -103,7 +123,7 @@ def headroom(
         "capacity_note": None,
         "per_replica": [],
     }
-    deps = result.deployments
+    deps: list[PoolDeployment] = result.deployments
     if not deps or any(d.role != "colocated" for d in deps):
         return out
     share = _largest_share(result.records)
@@ -113,8 +133,6 @@ def headroom(
             "so a request of the mean length is not a typical one"
         )
         return out
-    from servesim.metrics.records import RequestStatus
-
     rec = result.records
     done = rec.status == RequestStatus.FINISHED
     cached = float(rec.num_cached_tokens[done].mean()) if done.any() else 0.0
@@ -127,18 +145,16 @@ def headroom(
                 "tokens, outliers included) does not fit a replica's KV cache"
             )
         return out
-    out["per_replica"] = [{"pool": d.name, **p} for d, p in zip(deps, per)]  # type: ignore[dict-item]
-    cap = sum(
-        p["output_tokens_per_s"] * _replicas_held(result, d)  # type: ignore[index]
-        for d, p in zip(deps, per)
-    )
+    rates = [p for p in per if p is not None]
+    out["per_replica"] = [{"pool": d.name, **p} for d, p in zip(deps, rates, strict=True)]
+    cap = sum(p["output_tokens_per_s"] * _replicas_held(result, d) for d, p in zip(deps, rates, strict=True))
     out["capacity_output_tokens_per_s"] = cap
     out["capacity_requests_per_s"] = cap / mean_output
     out["load_fraction"] = served_output_tps / cap if served_output_tps is not None and cap else None
     return out
 
 
-def _replicas_held(result: Any, dep: Any) -> float:
+def _replicas_held(result: Result, dep: PoolDeployment) -> float:
     """The deployment's replicas: its count, or with cluster.operations (autoscaling, failures)
     the mean held over the run."""
     mine = [r for r in result.replicas if r.pool == dep.name]
@@ -152,11 +168,9 @@ def _replicas_held(result: Any, dep: Any) -> float:
 OUTLIER_SHARE = 0.5
 
 
-def _largest_share(records: Any) -> float:
+def _largest_share(records: RequestRecords) -> float:
     """The largest share of the served tokens (prompt + output of the requests not rejected)
     that one request holds; 0 with fewer than 2 such requests."""
-    from servesim.metrics.records import RequestStatus
-
     served = records.status != RequestStatus.REJECTED
     tokens = (records.num_prompt_tokens[served] + records.num_output_tokens[served]).astype(float)
     total = float(tokens.sum())

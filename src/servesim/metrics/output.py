@@ -94,12 +94,28 @@ def write_outputs(
     jobs: list[tuple[str, Callable[[Path], None]]] = [
         ("summary.json", lambda p: _write_json(p, summary_document(result))),
         (f"requests.{records_format}", lambda p: write_table(p, request_columns(result))),
-        (f"steps.{records_format}", lambda p: write_table(p, result.steps.columns())),
+        (f"steps.{records_format}", lambda p: _write_steps(p, result, records_format, write_table)),
     ]
     ts = result.timeseries  # a cluster with operations: per pool and interval
     if ts is not None and len(ts):
         jobs.append((f"timeseries.{records_format}", lambda p: write_table(p, ts.columns())))
     return write_files(out_dir, jobs)
+
+
+def _write_steps(
+    path: Path,
+    result: Result,
+    records_format: str,
+    write_table: Callable[[Path, dict[str, np.ndarray]], None],
+) -> None:
+    """steps.<fmt>: a series streamed to a file as the run went is moved there, else written."""
+    from servesim.metrics.step_stream import StreamedStepSeries
+
+    steps = result.steps
+    if isinstance(steps, StreamedStepSeries) and steps.format == records_format:
+        steps.move_to(path)
+    else:
+        write_table(path, steps.columns())
 
 
 def write_json(path: Path, doc: dict[str, Any]) -> None:

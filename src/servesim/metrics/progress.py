@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Protocol
 
 
 @contextmanager
@@ -49,8 +49,19 @@ def progress_bar(enabled: bool, total: int, t0: float) -> Iterator[Callable[[int
             bar.stop()
 
 
+class SteppedLoop(Protocol):
+    """What ``run_in_slices`` drives: ``engine.events.EventLoop`` (a protocol, since the
+    engine imports this module and not the reverse)."""
+
+    now: float  # seconds: the time of the event being handled
+
+    def __len__(self) -> int: ...  # events pending
+    def next_time(self) -> float: ...  # the time of the next event
+    def run(self, until: float = ...) -> float: ...  # handle events up to ``until``
+
+
 def run_in_slices(
-    loop: Any,
+    loop: SteppedLoop,
     horizon_s: float,
     until_s: float,
     progress: Callable[[int], None] | None,
@@ -96,7 +107,7 @@ def gc_paused() -> Iterator[None]:
 
 
 def _run(
-    loop: Any,
+    loop: SteppedLoop,
     horizon_s: float,
     until_s: float,
     progress: Callable[[int], None] | None,

@@ -219,6 +219,14 @@ class StepSeries:
             for name in STEP_COLUMNS
         }
 
+    def waiting_s_by_replica(self, num_replicas: int) -> np.ndarray:
+        """Waiting requests times step duration, summed over each replica's steps (at least
+        ``num_replicas`` entries): the summary's time-averaged queue of a pool."""
+        if not len(self):
+            return np.zeros(num_replicas)
+        waiting_s = np.asarray(self.num_waiting, np.float64) * np.asarray(self.duration_s, np.float64)
+        return np.bincount(np.asarray(self.replica, np.int64), weights=waiting_s, minlength=num_replicas)
+
     def __len__(self) -> int:
         return len(self._cols["start_s"]) + self._num_pending_rows
 

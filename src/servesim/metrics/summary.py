@@ -394,12 +394,7 @@ def _pools(result: Result, window_s: float | None) -> list[dict[str, Any]]:
     names = list(dict.fromkeys(r.pool for r in reps if r.pool))
     if not names:
         return []
-    steps = result.steps
-    rep_col = np.asarray(steps.replica, np.int64)
-    waiting_s = np.asarray(steps.num_waiting, np.float64) * np.asarray(steps.duration_s, np.float64)
-    waiting_by_rep = (
-        np.bincount(rep_col, weights=waiting_s, minlength=len(reps)) if len(steps) else np.zeros(len(reps))
-    )
+    waiting_by_rep = result.steps.waiting_s_by_replica(len(reps))
     util = _utilization(result, window_s)["replicas"]
     out = []
     for name in names:

@@ -130,7 +130,11 @@ def pools(model: str, tps: tuple[tuple[str, int], ...]) -> tuple[Any, list[Any]]
         dataclasses.replace(
             build_pool(sc, p, load_model(model)),
             perf=DistServeFitPerf(
-                fit[engine_of[p.role], f"facebook/{model.lower()}", p.parallel.tensor_parallel_size]
+                fit[
+                    engine_of[p.role],
+                    f"facebook/{model.lower()}",
+                    (p.parallel or sc.parallel).tensor_parallel_size,  # None: the scenario's
+                ]
             ),
         )
         for p in sc.cluster.pools

@@ -38,7 +38,7 @@ def run(quick: bool) -> Outcome:
     ):
         rec = run_engine(
             Workload(arrival, prompt, output),
-            EngineConfig(max_num_seqs=256, max_num_batched_tokens=2048, **kw),  # type: ignore[arg-type]
+            EngineConfig(max_num_seqs=256, max_num_batched_tokens=2048, **kw),
             perf,
             1500,
             4096,

@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from servesim.papers.base import Outcome
 from servesim.papers.common import capacity, lognormal_lengths
+
+if TYPE_CHECKING:
+    from servesim.config.engine import OrcaReservation, Policy
 
 #: The paper's Table 1: each model's GPUs (TP degree, memory per GPU), and the rates (req/s)
 #: the capacity search brackets.
@@ -48,15 +52,15 @@ def capacities(model_name: str, quick: bool, rows: list[dict]) -> dict[str, floa
     prompt = lognormal_lengths(rng, n, 107, 0.9, 4, 1024)
     output = lognormal_lengths(rng, n, 225, 0.9, 4, 1024)
 
-    def meets(system: str, policy: str, reservation: str = "max") -> Callable[[float], bool]:
+    def meets(system: str, policy: Policy, reservation: OrcaReservation = "max") -> Callable[[float], bool]:
         def ok(rate: float) -> bool:
             wl = Workload(unit_arrivals / rate, prompt, output)
             cfg = EngineConfig(
                 policy=policy,
                 max_num_seqs=256,
-                max_model_len=mml,  # type: ignore[arg-type]
+                max_model_len=mml,
                 orca_reservation=reservation,
-            )  # type: ignore[arg-type]
+            )
             rec = run_engine(wl, cfg, perf, blocks, mml, num_gpus=tp, record_steps=False).records
             norm = float(np.nanmean(rec.e2e_s / rec.num_output_tokens))
             rows.append(

@@ -116,6 +116,16 @@ class PerfModel(Protocol):
         ...
 
 
+def step_wall_s(gpu_s: float, cpu_s: float, overlap: bool) -> float:
+    """Wall time of a step: GPU and CPU one after the other, or overlapped (async scheduling).
+
+    The engine times its steps with it (``engine.replica``), and so do the estimates of a
+    step that are made without an engine (``metrics.headroom``, ``cluster.loads``)."""
+    if overlap:
+        return gpu_s if gpu_s > cpu_s else cpu_s
+    return gpu_s + cpu_s
+
+
 @dataclass(slots=True)
 class ConstantPerfModel:
     """Every iteration takes ``step_s`` seconds: the constant service time of queueing theory.

@@ -102,10 +102,9 @@ class RooflineFallbacks(Protocol):
 
 @runtime_checkable
 class Clocked(Protocol):
-    @property
-    def clock(self) -> float:
-        """The SM clock as a fraction of its maximum (1.0: unthrottled)."""
-        ...
+    clock: float
+    """The SM clock as a fraction of its maximum (1.0: unthrottled); the power capper sets it
+    (``cluster.operations``)."""
 
 
 def decode_step_times(perf: PerfModel, num_decode_reqs: int, sum_decode_context: np.ndarray) -> np.ndarray:

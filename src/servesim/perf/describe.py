@@ -18,21 +18,27 @@ from __future__ import annotations
 
 from typing import Any
 
+from servesim.perf.base import PerfModel
 from servesim.perf.capabilities import RooflineFallbacks, SelfDescribing
+from servesim.perf.kernel_model import KernelPerfModel
+from servesim.perf.lora import LoraCostModel
+from servesim.perf.pipelined import PipelinedPerfModel
+from servesim.perf.policy_costs import PolicyCostModel
+from servesim.perf.profiled import HardwareProfile, ProfiledPerfModel
+from servesim.perf.roofline import RooflinePerfModel
 
 
-def _unwrap(perf: Any) -> tuple[Any, list[str]]:
+def _unwrap(perf: PerfModel) -> tuple[PerfModel, list[str]]:
     """The model under the wrappers that add costs on top (policy costs, micro-batches)."""
     notes = []
     while True:
-        name = type(perf).__name__
-        if name == "PolicyCostModel":
+        if isinstance(perf, PolicyCostModel):
             notes.append("plus swap copies and draft-model steps of the engine policy")
             perf = perf.base
-        elif name == "LoraCostModel":
+        elif isinstance(perf, LoraCostModel):
             notes.append("plus the LoRA shrink/expand kernels and adapter loads (engine.lora)")
             perf = perf.base
-        elif name == "PipelinedPerfModel":
+        elif isinstance(perf, PipelinedPerfModel):
             notes.append(f"split into {perf.num_microbatches} pipeline micro-batches")
             perf = perf.inner
         else:
@@ -45,11 +51,14 @@ def _own_description(perf: Any) -> dict[str, Any] | None:
     return dict(out) if isinstance(out, dict) else None
 
 
-def describe_perf_model(perf: Any, gpu_name: str, profile: Any = None) -> dict[str, Any]:
+def describe_perf_model(
+    perf: PerfModel, gpu_name: str, profile: HardwareProfile | None = None
+) -> dict[str, Any]:
     """The step-time model of a run (see the module docstring)."""
     core, notes = _unwrap(perf)
     name = type(core).__name__
-    if name == "KernelPerfModel":
+    d: dict[str, Any]
+    if isinstance(core, KernelPerfModel):
         fallbacks = list(core.fallbacks) if isinstance(core, RooflineFallbacks) else []
         version = core.version or "none"
         d = {
@@ -66,7 +75,7 @@ def describe_perf_model(perf: Any, gpu_name: str, profile: Any = None) -> dict[s
             d["warnings"] = [f"no kernel tables for {core.gpu.name}: every operator is the roofline's"]
     elif isinstance(own := _own_description(core), dict):
         d = own
-    elif name == "ProfiledPerfModel":
+    elif isinstance(core, ProfiledPerfModel):
         t = core.table
         d = {
             "kind": "profile",
@@ -74,7 +83,7 @@ def describe_perf_model(perf: Any, gpu_name: str, profile: Any = None) -> dict[s
             "source": t.source or "operator tables of the hardware profile",
             "table_gpu": t.gpu,
         }
-    elif name == "RooflinePerfModel":
+    elif isinstance(core, RooflinePerfModel):
         d = {
             "kind": "roofline",
             "label": "roofline (uncalibrated: spec-sheet peaks x default efficiencies)",
@@ -88,7 +97,7 @@ def describe_perf_model(perf: Any, gpu_name: str, profile: Any = None) -> dict[s
     if notes:
         d["notes"] = notes
     if profile is not None:
-        fitted_on = getattr(profile, "fitted_on", "") or ""
+        fitted_on = profile.fitted_on
         d["profile"] = {
             "name": profile.name,
             "fitted_on": fitted_on,

@@ -8,11 +8,17 @@ from __future__ import annotations
 from servesim.catalog.gpus import GpuSpec, LinkSpec
 from servesim.catalog.models import ModelSpec, resolve_kv_dtype_bytes
 from servesim.config import EngineConfig, HardwareConfig, ModelConfig, ParallelConfig
+from servesim.perf import execution_path
 from servesim.perf.cuda_graphs import GraphPlan, graph_plan, version_tuple
 from servesim.perf.kernel_model import KernelPerfModel, kernel_perf_model
 from servesim.perf.kernels import kernel_versions
 from servesim.perf.pipelined import PipelinedPerfModel
 from servesim.perf.roofline import RooflinePerfModel, build_perf_model
+
+
+def moe_backend_for(model: ModelSpec, gpu: GpuSpec, engine: EngineConfig | None, tp: int, ep: int) -> str:
+    """``engine.moe_backend``, 'auto' resolved to vLLM's default kernel (``perf.execution_path``)."""
+    return execution_path.moe_backend_for(model, gpu, engine, tp, ep)
 
 
 def engine_graphs(engine: EngineConfig | None) -> GraphPlan | None:
@@ -50,7 +56,36 @@ def resolve_perf_model(hardware: HardwareConfig, gpu: GpuSpec) -> str:
     return "roofline"
 
 
+# The step models built last in this process, by their inputs' reprs (every field of each):
+# a plan's worker resolves the same model, GPU, parallelism and engine for many candidates,
+# and a measured-kernel model takes milliseconds to build (its tables, its attention grids).
+# A model is not changed once built (a run wraps it, as ``perf.power.ClockedPerf`` does), so
+# candidates share it; the lazily filled tables inside are a pure function of those inputs.
+_BUILT: dict[str, RooflinePerfModel | PipelinedPerfModel | KernelPerfModel] = {}
+_BUILT_MAX = 64
+
+
 def build_step_model(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    parallel: ParallelConfig,
+    hardware: HardwareConfig,
+    model_cfg: ModelConfig | None = None,
+    links: LinkSpec | None = None,
+    engine: EngineConfig | None = None,
+) -> RooflinePerfModel | PipelinedPerfModel | KernelPerfModel:
+    """``_build_step_model``'s model, reused when built before in this process from equal inputs."""
+    key = repr((model, gpu, parallel, hardware, model_cfg, links, engine))
+    perf = _BUILT.get(key)
+    if perf is None:
+        perf = _build_step_model(model, gpu, parallel, hardware, model_cfg, links, engine)
+        while len(_BUILT) >= _BUILT_MAX:
+            _BUILT.pop(next(iter(_BUILT)))
+        _BUILT[key] = perf
+    return perf
+
+
+def _build_step_model(
     model: ModelSpec,
     gpu: GpuSpec,
     parallel: ParallelConfig,
@@ -81,10 +116,16 @@ def build_step_model(
         expert_imbalance=parallel.expert_imbalance,
         graphs=graphs,
         dp=parallel.data_parallel_size,
-        moe_backend=engine.moe_backend if engine is not None else "auto",
+        moe_backend=moe_backend_for(
+            model,
+            gpu,
+            engine,
+            parallel.tensor_parallel_size * parallel.data_parallel_size,
+            parallel.expert_parallel_size,
+        ),
         sustained=hardware.sustained_clocks,
         fp32_matmul=(engine.float32_matmul_precision if engine is not None else "highest"),
     )
     if parallel.pipeline_parallel_size > 1 and parallel.num_microbatches > 1:
-        return PipelinedPerfModel(perf, parallel.num_microbatches)  # type: ignore[arg-type]
+        return PipelinedPerfModel(perf, parallel.num_microbatches)
     return perf

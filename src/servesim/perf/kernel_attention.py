@@ -43,6 +43,7 @@ import numpy as np
 
 from servesim.catalog.gpus import GpuSpec, get_gpu
 from servesim.catalog.models import ModelSpec
+from servesim.config.engine import version_tuple
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.kernels import (
     SIBLINGS,
@@ -136,7 +137,7 @@ def _layer_grid(
     batch, lens, lat, (ch, ckv) = cls
     bound = ""
     if prefix == "gen" and table_gpu is None:
-        lat, bound = _sibling_bound(db, gpu, kv_dtype, hd, ch, ckv, window, batch, lens, lat)
+        lat, bound = _sibling_bound(db, gpu, kv_dtype, hd, ch, ckv, window, batch, lens, lat, not mla)
     roof_h = gqa_roof(prefix, m, gpu, eff, kvb, hd)
     roof_t = roof_h if table_gpu is None else gqa_roof(prefix, m, table_gpu, eff, kvb, hd)
     target: Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -175,35 +176,59 @@ def _sibling_bound(
     batch: np.ndarray,
     lens: np.ndarray,
     lat: np.ndarray,
+    split_kv: bool = True,
 ) -> tuple[np.ndarray, str]:
-    """A decode class's latencies (ms) bounded by its sibling GPU's, and a note.
+    """A decode class's latencies (ms) bounded by the same class measured on the same die:
+    this GPU's table of another vLLM version, and its sibling's (``SIBLINGS``: the same die
+    with less HBM bandwidth) of any version; and a note.
 
-    The sibling (``SIBLINGS``) is the same die with other HBM: the same SMs at the same
-    clocks run the same vLLM version's kernel, so the GPU with more memory bandwidth cannot
-    take longer at any (batch, length). Where its table does (H200's vLLM 0.19.0 decode
-    tables against H100's: one KV head per rank at batch 8 and 32k tokens takes 151 us on
-    H200 and 58 us on H100, 2.6x where the bandwidth says 0.7x; the sliding-window classes
-    2-4x at every size), it did not time the kernel as vLLM runs it there (the split of the
-    KV sequence across thread blocks), and the sibling's time bounds it from above."""
+    The sibling runs the same kernel on the same SMs at the same clocks, so the GPU with more
+    memory bandwidth cannot take longer at any (batch, length). vLLM's FlashAttention 3 decode
+    splits the KV sequence across thread blocks in every version the tables measure
+    (``v1/attention/backends/flash_attn.py``: ``aot_schedule`` with ``get_scheduler_metadata``,
+    at most ``VLLM_FLASH_ATTN_MAX_NUM_SPLITS_FOR_CUDA_GRAPH`` = 32 splits under full CUDA
+    graphs, from vLLM 0.10.2 through 0.19.0), so a table of the same GPU's that did not split
+    did not time the kernel as vLLM runs it either. Where a table is slower than such a one
+    (H100's vLLM 0.14.0 and H200's 0.14.0 and 0.19.0 decode tables against H100's 0.19.0: one
+    KV head per rank at batch 8 and 32k tokens takes 151 us on H200 and 149 us on H100 at
+    0.14.0, 58 us on H100 at 0.19.0, where the KV bytes at HBM bandwidth take 14-20 us; the
+    sliding-window classes 2-4x at every size), the newer measurement of the same die bounds
+    it (the 0.19.0 collector's H100 runs split the KV as vLLM does; an older table is not
+    taken to bound a newer one).
+    ``split_kv`` False (an MLA decode priced from the class, another kernel): only the
+    sibling's table of the same version bounds it."""
     sib = SIBLINGS.get(gpu.name)
-    if sib is None or db.version not in kernel_versions(sib) or get_gpu(sib).mem_bw >= gpu.mem_bw:
+    newer = [v for v in kernel_versions(gpu.name) if version_tuple(v) > version_tuple(db.version)]
+    others = [(gpu.name, v) for v in newer] if split_kv else []
+    if sib is not None and get_gpu(sib).mem_bw < gpu.mem_bw:
+        others += [
+            (sib, v)
+            for v in kernel_versions(sib)
+            if v == db.version or (split_kv and version_tuple(v) > version_tuple(db.version))
+        ]
+    out, names = lat, []
+    for name, version in others:
+        other = load_database(name, version).attention_class("gen", kv_dtype, hd, heads, kv_heads, window)
+        if (
+            other is None
+            or other[3] != (heads, kv_heads)
+            or not (np.array_equal(other[0], batch) and np.array_equal(other[1], lens))
+        ):
+            continue
+        with np.errstate(invalid="ignore"):
+            slower = np.isfinite(out) & np.isfinite(other[2]) & (out > other[2])
+        if slower.any():
+            out = np.where(slower, other[2], out)
+            names.append(f"{name} {version}" if name != gpu.name else f"its {version}")
+    if not names:
         return lat, ""
-    other = load_database(sib, db.version).attention_class("gen", kv_dtype, hd, heads, kv_heads, window)
-    if (
-        other is None
-        or other[3] != (heads, kv_heads)
-        or not (np.array_equal(other[0], batch) and np.array_equal(other[1], lens))
-    ):
-        return lat, ""
-    with np.errstate(invalid="ignore"):
-        slower = np.isfinite(lat) & np.isfinite(other[2]) & (lat > other[2])
-    if not slower.any():
-        return lat, ""
-    worst = float(np.nanmax(np.where(slower, lat / other[2], np.nan)))
-    out = np.where(slower, other[2], lat)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(np.isfinite(out) & (out < lat), lat / out, np.nan)
+    n, worst = int(np.isfinite(ratio).sum()), float(np.nanmax(ratio))
     return (
         out,
-        f" (bounded by {sib}'s table at {int(slower.sum())} points where it was up to {worst:.1f}x slower)",
+        f" (bounded by the split-KV tables of {', '.join(names)} at {n} points where it was up to "
+        f"{worst:.1f}x slower)",
     )
 
 

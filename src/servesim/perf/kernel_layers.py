@@ -104,6 +104,7 @@ class KernelLayerOps:
     fp32_matmul: str  # engine.float32_matmul_precision
     clocks: SustainedClocks | None  # the GPU's sustained clocks (None: full clocks throughout)
     hot: dict[str, LogCurve]  # the operators' curves at sustained clocks, by name
+    _token_ops: list[tuple[str, LogCurve, float]]  # _build_token_ops's answer, built once
 
     def _peak(self, dtype: str | None) -> float:
         """The dense peak of the tensor cores a dtype's matmuls run on: NVFP4 at twice FP8's,
@@ -333,14 +334,16 @@ class KernelLayerOps:
         m = self.model
         if prefix == "ctx" and m.is_mla and self.db is not None:
             proj = [c for n, c, _ in self._token_ops if n in MLA_PROJECTIONS]
+
+            def proj_s(t: np.ndarray) -> np.ndarray:
+                """Seconds of the MLA projections at ``t`` tokens (summed in order from 0)."""
+                total = np.zeros(np.shape(t))
+                for c in proj:
+                    total = total + c.at_many(t)
+                return total
+
             hit = mla_prefill_grid(
-                m,
-                self.gpu,
-                self.tp,
-                self.kv_dtype_bytes,
-                _gemm_dtype(m) or "bfloat16",
-                lambda t: sum(c.at_many(t) for c in proj),
-                self.eff,
+                m, self.gpu, self.tp, self.kv_dtype_bytes, _gemm_dtype(m) or "bfloat16", proj_s, self.eff
             )
             if hit is not None:
                 self.sources[name] = hit[1]

@@ -40,8 +40,8 @@ Which table times each operator is ``perf.kernel_layers``'s (mixed in). The fuse
 layers, MLA's latent decode) and the collectives (``perf.kernel_comm``) say there which
 table they take. Every operator without a table (GPU, dtype, shape class, MoE shape, TP
 size) is timed by the roofline formula for that operator; ``sources`` says where each
-operator's time comes from and ``fallbacks`` lists the ones on the roofline. The T-dependent terms are tabulated
-per token count (grown by doubling on demand) and the attention rows per batch size, so a
+operator's time comes from and ``fallbacks`` lists the ones on the roofline. The T-dependent
+terms are tabulated per token count (grown by doubling on demand) and the attention rows per batch size, so a
 step costs a few list reads and two 1-D interpolations.
 """
 

@@ -34,6 +34,11 @@ TRTLLM-gen MoE, the first backend of vLLM's FP8 MoE oracle on SM100; ``engine.mo
 triton``, for servers that turn FlashInfer and DeepGEMM off, keeps the packed tables, which
 time Triton's ``fused_experts``; docs/perf_model.md, "The served block-FP8 MoE of Blackwell").
 
+Kernels no table times are carried from one that does (``CARRIED``: FlashInfer's CUTLASS
+MoE from the kernel of the same bytes and math, DeepGEMM from Triton's block-FP8 table with
+its 128-row expert blocks, ``deep_gemm_curve``), and MXFP4 experts at a version without
+their table take the nearest version's (``_other_version``); ``sources`` says so.
+
 Tables that do not time the kernel vLLM serves with are skipped (``unserved_reason``):
 
 - a weight-only 4-bit table slower than the same GPU's 16-bit table of that shape at
@@ -116,7 +121,25 @@ SM100_MXFP4 = {
     "auto": "flashinfer_trtllm_mxfp4_bf16",
     "flashinfer_trtllm": "flashinfer_trtllm_mxfp4_bf16",
     "flashinfer_mxfp4_mxfp8": "flashinfer_trtllm_mxfp4_mxfp8",
+    "flashinfer_cutlass": "flashinfer_trtllm_mxfp4_mxfp8",
 }
+#: Kernels vLLM serves that no table times, -> what times them instead: the kernel of the same
+#: weight bytes, activations and math (``flashinfer_cutlass``: FlashInfer's CUTLASS MoE, MXFP4 x
+#: MXFP8 on SM100 as the TRTLLM-gen MXFP8 table, MXFP4 x BF16 on SM90 and FP8 as Triton's
+#: tables; ``deep_gemm``: Triton's block-FP8 table with DeepGEMM's padded rows, ``deep_gemm_curve``).
+CARRIED = {
+    "flashinfer_cutlass": "FlashInfer CUTLASS MoE has no table: timed as the kernel of the same weight "
+    "bytes, activations and math",
+    "deep_gemm": "DeepGEMM MoE has no table: Triton's, with DeepGEMM's 128-row expert blocks from "
+    "128 tokens a step",
+}
+#: Expert dtypes whose tables time one kernel in every vLLM version (Triton's ``matmul_ogs``
+#: for MXFP4 on Hopper, ``triton_kernels`` built into vLLM from 0.12.0): a version without
+#: the table takes the nearest version's (``_other_version``).
+SAME_KERNEL_ACROSS_VERSIONS = ("w4a16_mxfp4",)
+#: DeepGEMM's grouped GEMM (``TritonOrDeepGemmExperts``) runs steps of at least this many tokens
+#: (vLLM's ``_valid_deep_gemm``: M >= 128), each expert's rows padded to a multiple of it.
+DEEP_GEMM_BLOCK = 128
 #: ``engine.moe_backend`` -> the kernel vLLM serves block-FP8 experts with on SM100: FlashInfer's
 #: TRTLLM-gen MoE, the first of the FP8 oracle's priority list there (its monolithic kernel,
 #: routing inside). ``triton`` is not in it: Triton's ``fused_experts``, the packed tables'.
@@ -140,6 +163,7 @@ MARLIN_SERVED = "marlin_int4"
 #: first two; a TP-8 rank's intermediate 360 -> 512, 384 and 384.
 SERVED_PAD = (256, 256)
 MARLIN_MXFP4_PAD = (256, 128)
+CUTLASS_MXFP4_PAD = (128, 128)
 TRITON_MXFP4_PAD = (1, 64)
 NO_PAD = (1, 1)
 
@@ -150,6 +174,8 @@ def mxfp4_pad(gpu: GpuSpec, backend: str) -> tuple[int, int]:
     memory plan both read it."""
     if backend == "marlin":
         return MARLIN_MXFP4_PAD
+    if backend == "flashinfer_cutlass":  # SM100_FI_MXFP4_MXFP8_CUTLASS and SM90_FI_MXFP4_BF16
+        return CUTLASS_MXFP4_PAD
     if gpu.name in SM100_GPUS and backend in SM100_MXFP4:
         return SERVED_PAD
     return TRITON_MXFP4_PAD
@@ -387,6 +413,38 @@ def _transferred(
     return None
 
 
+def _other_version(
+    db: KernelDatabase,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    eff: Efficiencies,
+    moe_tp: int,
+    ep: int,
+    dtype: str,
+    roof: RoofFn,
+) -> tuple[LogCurve, str] | None:
+    """This GPU's (else its sibling's) table of this shape and dtype at the vLLM version
+    nearest ``db``'s that has one, carried as ``_nearest`` carries a table, for a kernel that
+    is the same in every version (``SAME_KERNEL_ACROSS_VERSIONS``): the MXFP4 tables time
+    Triton's ``matmul_ogs`` (``triton_kernels``), which only vLLM 0.19.0's Hopper tables
+    measure at gpt-oss's shape; without this a run at vLLM 0.12-0.18 (0.14.0 tables) took
+    the roofline. Simplified: the ``triton_kernels`` build differs between versions."""
+    m = model
+    for name in (gpu.name, SIBLINGS.get(gpu.name)):
+        if name is None:
+            continue
+        tgpu = get_gpu(name)
+        versions = [v for v in kernel_versions(name) if v != db.version]
+        for v in sorted(versions, key=lambda v: _version_gap(v, db.version)):
+            odb = load_database(name, v)
+            if unserved_reason(odb, m, tgpu, moe_tp, ep, dtype) is not None:
+                continue
+            hit = _nearest(odb, tgpu, m, gpu, eff, moe_tp, ep, dtype, roof)
+            if hit is not None:
+                return hit[0], f"{hit[1]} of vLLM {v} (no {dtype} table at {db.version}: the same kernel)"
+    return None
+
+
 def _version_gap(a: str, b: str) -> float:
     """Distance of two vLLM versions (major.minor.patch as one number)."""
 
@@ -464,6 +522,56 @@ def moe_curve(
     eff: Efficiencies,
     backend: str = "auto",
 ) -> tuple[LogCurve, str]:
+    """``_moe_curve``, with the kernels no table times carried from the one that does
+    (``CARRIED``), and ``sources`` saying so."""
+    curve, where = _moe_curve(model, gpu, db, tp, ep, dtype, eff, backend)
+    if backend == "deep_gemm" and dtype == "fp8_block":
+        curve = deep_gemm_curve(curve, model, gpu, eff, tp // ep, ep)
+        return curve, f"{where}; {CARRIED[backend]}"
+    if backend == "flashinfer_cutlass":
+        return curve, f"{where}; {CARRIED[backend]}"
+    return curve, where
+
+
+def deep_gemm_curve(
+    curve: LogCurve, model: ModelSpec, gpu: GpuSpec, eff: Efficiencies, moe_tp: int, ep: int
+) -> LogCurve:
+    """Triton's block-FP8 MoE curve carried to DeepGEMM's grouped GEMM (vLLM's
+    ``TritonOrDeepGemmExperts``, block-FP8 on SM90/SM100 before the FP8 MoE oracle): steps of
+    at least ``DEEP_GEMM_BLOCK`` tokens run DeepGEMM on the contiguous layout, every touched
+    expert's rows padded up to a multiple of 128 (``deep_gemm_moe_permute``); the math grows
+    by the padded over the real rows and the weights are read as before, so the curve is
+    scaled there by the ratio of the two rooflines (the routed rows spread evenly over the
+    touched experts: a simplification). Smaller steps run Triton's kernel, as the table."""
+    m = model
+    E, k = m.num_experts / ep, m.num_experts_per_tok
+    per_expert = m.expert_params(moe_tp)
+    peak = gpu.flops_for("fp8")
+    ts = np.exp(curve.lx)
+    pairs = ts * k / ep
+    touched = np.maximum(E * (1.0 - (1.0 - k / m.num_experts) ** ts), 1.0)
+    padded = touched * DEEP_GEMM_BLOCK * np.ceil(pairs / touched / DEEP_GEMM_BLOCK)
+    nbytes = per_expert * m.expert_weight_bytes * touched + pairs * m.hidden_size * 2.0 * 4
+    real = roof_time(
+        2.0 * per_expert * pairs, nbytes, peak, gpu.mem_bw, eff.linear_compute, eff.linear_memory
+    )
+    pad = roof_time(
+        2.0 * per_expert * padded, nbytes, peak, gpu.mem_bw, eff.linear_compute, eff.linear_memory
+    )
+    scale = np.where(ts >= DEEP_GEMM_BLOCK, pad / real, 1.0)
+    return LogCurve(ts, curve.ly + np.log(scale))
+
+
+def _moe_curve(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    db: KernelDatabase | None,
+    tp: int,
+    ep: int,
+    dtype: str | None,
+    eff: Efficiencies,
+    backend: str = "auto",
+) -> tuple[LogCurve, str]:
     """Seconds of one MoE layer vs tokens T of the step, and where it comes from.
 
     int4 weight-only experts (GPTQ, AWQ, compressed-tensors W4A16) take ``marlin_curve``
@@ -471,8 +579,9 @@ def moe_curve(
     (``GPTQMarlinMoEMethod``, ``CompressedTensorsWNA16MarlinMoEMethod``; Triton's W4A16
     ``fused_experts`` is the fallback); where the GPU's packed tables have no Marlin
     measurement (B200), its served table's (``MARLIN_SERVED``). MXFP4 experts do with
-    ``backend`` 'marlin' (``engine.moe_backend``; vLLM's default for them on Hopper is
-    Triton's ``matmul_ogs``)."""
+    ``backend`` 'marlin' (``engine.moe_backend``, 'auto' resolved by ``perf.execution_path``:
+    vLLM's default for them on Hopper is Marlin through 0.11 and Triton's ``matmul_ogs``
+    from 0.12)."""
     m, moe_tp = model, tp // ep
     roof = moe_roofline(m, gpu, eff, moe_tp, ep, dtype)
     pad = mxfp4_pad(gpu, backend) if dtype == "w4a16_mxfp4" else NO_PAD  # the kernels' expert shape
@@ -511,6 +620,8 @@ def moe_curve(
                 found = _nearest(sdb, sgpu, m, gpu, eff, moe_tp, ep, dtype, roof)
         if found is None and why is not None and (gpu.name, dtype) not in UNSERVED:
             found = _transferred(db, m, gpu, eff, moe_tp, ep, dtype, roof)
+        if found is None and why is None and dtype in SAME_KERNEL_ACROSS_VERSIONS:
+            found = _other_version(db, m, gpu, eff, moe_tp, ep, dtype, roof)
         if found is not None:
             return found
         if dtype in WEIGHT_ONLY:

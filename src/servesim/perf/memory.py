@@ -101,8 +101,10 @@ def served_weights_bytes(
 ) -> float:
     """``weights_bytes_per_gpu`` of the weights as vLLM lays them out on ``gpu``: MXFP4
     experts padded as its ``Mxfp4MoEMethod`` pads them for the backend
-    (``engine.moe_backend``; ``kernel_moe.mxfp4_pad``): gpt-oss-120b at TP 8 on Blackwell
-    holds 11.6 GB of experts per GPU (a rank's 360 columns padded to 512), not 7.6 GB."""
+    (``engine.moe_backend``, 'auto' resolved by ``perf.execution_path``;
+    ``kernel_moe.mxfp4_pad``): gpt-oss-120b at TP 8 on Blackwell holds 11.6 GB of experts per
+    GPU (a rank's 360 columns padded to 512), not 7.6 GB."""
+    from servesim.perf.execution_path import moe_backend_for
     from servesim.perf.kernel_moe import has_mxfp4_experts, mxfp4_pad, padded_experts
 
     tp, pp, dp = parallel.tensor_parallel_size, parallel.pipeline_parallel_size, parallel.data_parallel_size
@@ -110,8 +112,18 @@ def served_weights_bytes(
     if not has_mxfp4_experts(model):
         return weights
     moe_tp = max(1, tp * dp // parallel.expert_parallel_size)  # ranks sharing each expert's width
-    padded = padded_experts(model, moe_tp, mxfp4_pad(gpu, engine.moe_backend))
+    backend = moe_backend_for(model, gpu, engine, tp * dp, parallel.expert_parallel_size)
+    padded = padded_experts(model, moe_tp, mxfp4_pad(gpu, backend))
     return weights - model.routed_expert_bytes(tp, pp, dp) + padded.routed_expert_bytes(tp, pp, dp)
+
+
+def resolved_batch_knobs(engine: EngineConfig) -> tuple[int, int, float]:
+    """(max_num_batched_tokens, max_num_seqs, gpu_memory_utilization) of an engine that
+    ``config.resolve_engine`` filled in (the memory plan needs all three)."""
+    tokens, seqs, util = engine.max_num_batched_tokens, engine.max_num_seqs, engine.gpu_memory_utilization
+    if tokens is None or seqs is None or util is None:
+        raise ValueError("the engine's batch knobs are unset: resolve it first (config.resolve_engine)")
+    return tokens, seqs, util
 
 
 def lora_buffer_bytes(
@@ -136,7 +148,7 @@ def activation_peak_bytes(model: ModelSpec, engine: EngineConfig, tp: int = 1) -
       in the model dtype and in fp32, fp32 probabilities and an fp32 sort workspace
       (R x vocab x (b + 12) bytes); the LM head output is gathered to the full vocab.
     """
-    t = engine.max_num_batched_tokens
+    t, max_num_seqs, _ = resolved_batch_knobs(engine)
     b = model.activation_dtype_bytes
     h = model.hidden_size
     qkv = (model.num_attention_heads // tp + 2 * model.kv_heads_per_rank(tp)) * model.head_dim
@@ -145,7 +157,7 @@ def activation_peak_bytes(model: ModelSpec, engine: EngineConfig, tp: int = 1) -
     if model.is_moe:
         mlp = model.num_experts_per_tok * (mlp + h)
     forward = t * b * (4 * h + qkv + mlp)
-    rows = min(engine.max_num_seqs, t)
+    rows = min(max_num_seqs, t)
     sampler = t * h * b + rows * model.vocab_size * (b + 12)
     return float(max(forward, sampler))
 
@@ -215,7 +227,7 @@ def _kv_tokens(
     engine = resolve_engine(engine, gpu.mem_bytes, gpu.name, max_len)
     weights = served_weights_bytes(model, gpu, engine, parallel)
     available = (
-        engine.gpu_memory_utilization * gpu.mem_bytes
+        resolved_batch_knobs(engine)[2] * gpu.mem_bytes
         - weights
         - lora_buffer_bytes(model, gpu, engine, parallel)
         - activation_peak_bytes(model, engine, tp)
@@ -281,7 +293,8 @@ def plan_memory(
             f"max_position_embeddings ({model.max_position_embeddings}); vLLM rejects it too"
         )
     check_gpu_blocks_override(engine, max_model_len)
-    usable = engine.gpu_memory_utilization * gpu.mem_bytes
+    _, max_num_seqs, utilization = resolved_batch_knobs(engine)
+    usable = utilization * gpu.mem_bytes
     weights = served_weights_bytes(model, gpu, engine, parallel)
     lora = lora_buffer_bytes(model, gpu, engine, parallel)
     activation = activation_peak_bytes(model, engine, tp)
@@ -303,7 +316,7 @@ def plan_memory(
         window_tokens = (-(-(w - 1) // bs) + 1) * bs  # the tokens of one request's window blocks
         most = room / (window + window_tokens * kv_per_token)
         longest = -(-max_model_len // bs) * kv_per_block  # one max_model_len request
-        reserve += min(min(engine.max_num_seqs, most) * window, max(window, room - longest))
+        reserve += min(min(max_num_seqs, most) * window, max(window, room - longest))
     where = (
         f"{model.name} on {gpu.name} (TP={tp}, PP={pp}, gpu_memory_utilization="
         f"{engine.gpu_memory_utilization})"

@@ -44,6 +44,7 @@ from servesim.errors import CatalogError, ConfigError
 from servesim.perf.base import BatchStats
 from servesim.perf.capabilities import decode_step_times
 from servesim.perf.operator_tables import OPERATOR_KERNELS, OperatorTable
+from servesim.perf.pipelined import PipelinedPerfModel
 from servesim.perf.roofline import Efficiencies, RooflinePerfModel, RooflineWork, build_perf_model
 
 FORMAT = "servesim-hardware-profile/1"
@@ -144,11 +145,12 @@ class HardwareProfile:
         parallel: ParallelConfig,
         model_cfg: ModelConfig | None = None,
         links: LinkSpec | None = None,
-    ) -> RooflinePerfModel | ProfiledPerfModel:
-        """The calibrated roofline, or the profiled model where a table covers this case
-        (``links``: a cluster pool's links, as ``build_perf_model`` takes them)."""
+    ) -> RooflinePerfModel | PipelinedPerfModel | ProfiledPerfModel:
+        """The calibrated roofline (micro-batched with pipeline stages), or the profiled model
+        where a table covers this case (one stage only; ``links``: a cluster pool's links, as
+        ``build_perf_model`` takes them)."""
         roof = build_perf_model(model, gpu, parallel, model_cfg, eff=self.eff, links=links)
-        if parallel.pipeline_parallel_size == 1:
+        if isinstance(roof, RooflinePerfModel) and parallel.pipeline_parallel_size == 1:
             for t in self.tables:
                 if t.gpu == gpu.name and t.tp == parallel.tensor_parallel_size and same_shape(t.shape, model):
                     return ProfiledPerfModel(roof, t)

@@ -202,7 +202,7 @@ class RooflinePerfModel:
         between nodes (stages fill nodes in order) use the network.
         """
         e, gpu, links, m = self.eff, self.gpu, self.links, self.model
-        tp, pp, ep = self.tp, self.pp, self.ep
+        tp, pp = self.tp, self.pp
         L, H, ba = m.num_layers, m.hidden_size, m.activation_dtype_bytes
         link = 1.0 / (gpu.interconnect_bw * e.comm)
         link_tp = link_pp = link_net = link

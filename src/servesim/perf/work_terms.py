@@ -10,7 +10,7 @@ what ``servesim.calibration.calibrate`` fits. A test checks that the terms repro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -89,19 +89,40 @@ class Terms:
         return len(self.mem_bw)
 
 
-def _eff_pair(e: Efficiencies | dict[str, float], cls: str) -> tuple[float, float]:
-    get = e.get if isinstance(e, dict) else (lambda k: getattr(e, k))  # type: ignore[union-attr]
+def _optional(e: Efficiencies | Mapping[str, float | None], name: str) -> float | None:
+    """An efficiency by name: a field of ``Efficiencies``, or a key of a fit's trial point
+    (a dict); None where unset (the per-class GEMM fields fall back to the linear ones)."""
+    if isinstance(e, Efficiencies):
+        value: float | None = getattr(e, name)
+        return value
+    return e.get(name)
+
+
+def _eff(e: Efficiencies | Mapping[str, float | None], name: str) -> float:
+    """An efficiency that has no fallback (see ``_optional``)."""
+    value = _optional(e, name)
+    if value is None:
+        raise KeyError(f"efficiency {name!r} is unset")
+    return value
+
+
+def _eff_pair(e: Efficiencies | Mapping[str, float | None], cls: str) -> tuple[float, float]:
     if cls in ("proj", "mlp", "lm_head"):
-        c, m = get(f"{cls}_compute"), get(f"{cls}_memory")
-        return (get("linear_compute") if c is None else c, get("linear_memory") if m is None else m)
+        c, m = _optional(e, f"{cls}_compute"), _optional(e, f"{cls}_memory")
+        return (_eff(e, "linear_compute") if c is None else c, _eff(e, "linear_memory") if m is None else m)
     if cls in ("elementwise", "sampling"):
-        return 1.0, get("elementwise_memory")
-    return get(f"{cls}_compute"), get(f"{cls}_memory")
+        return 1.0, _eff(e, "elementwise_memory")
+    return _eff(e, f"{cls}_compute"), _eff(e, f"{cls}_memory")
 
 
-def predict(terms: Terms, eff: Efficiencies | dict[str, float], cpu_overhead_s: float = 0.0) -> np.ndarray:
+def predict(
+    terms: Terms, eff: Efficiencies | Mapping[str, float | None], cpu_overhead_s: float = 0.0
+) -> np.ndarray:
     """Seconds of every row of ``terms`` with these efficiencies (the roofline, vectorized)."""
-    get = eff.get if isinstance(eff, dict) else (lambda k: getattr(eff, k))  # type: ignore[union-attr]
+
+    def get(name: str) -> float:
+        return _eff(eff, name)
+
     total = terms.fixed_s.copy()
     blend = get("roof_blend")
     tm, tn = get("gemm_tile_m"), get("gemm_tile_n")
@@ -120,7 +141,7 @@ def predict(terms: Terms, eff: Efficiencies | dict[str, float], cpu_overhead_s: 
     total += terms.link_bytes / (terms.link_bw * get("comm"))
     total += terms.num_allreduce * get("allreduce_latency_s")
     total += terms.num_allreduce_hops * get("allreduce_hop_s")
-    k, gk = get("kernel_overhead_s"), get("gemm_kernel_overhead_s")
+    k, gk = get("kernel_overhead_s"), _optional(eff, "gemm_kernel_overhead_s")
     total += terms.num_kernels * k + terms.num_gemm_kernels * (k if gk is None else gk)
     total += terms.num_launch * get("launch_overhead_s")
     return total + terms.num_steps * cpu_overhead_s

@@ -13,12 +13,24 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 from servesim.errors import ConfigError, ServesimError
 
 Backend = Literal["inprocess", "process", "ray"]
 BACKENDS = ("inprocess", "process", "ray")
+
+
+def _is_backend(name: str) -> TypeGuard[Backend]:
+    return name in BACKENDS
+
+
+def backend_named(name: str) -> Backend:
+    """The backend ``--backend name`` names, or a ConfigError listing them."""
+    if not _is_backend(name):
+        raise ConfigError(f"--backend {name!r}: expected one of {', '.join(BACKENDS)}")
+    return name
+
 
 #: One task: (candidate id, scenario JSON). One outcome: (id, summary or None, error or None, wall s).
 Task = tuple[int, str]

@@ -32,7 +32,7 @@ KV_TRANSFER_CONFIG = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 def pareto(points: list[tuple[float, float, int]]) -> list[int]:
     """Ids of the points no other point beats on both coordinates (both minimised)."""
     front, best_y = [], float("inf")
-    for x, y, cid in sorted(points):
+    for _x, y, cid in sorted(points):
         if y < best_y:
             front.append(cid)
             best_y = y
@@ -387,6 +387,7 @@ def plan_command(
     exit code: 0 when a candidate meets the SLOs, 1 when none does."""
     from rich.console import Console
 
+    from servesim.planner.backends import backend_named
     from servesim.planner.search import run_plan
     from servesim.planner.space import load_plan, plan_config, plan_from_options
 
@@ -409,9 +410,9 @@ def plan_command(
         result = run_plan(
             base,
             plan,
-            backend=backend,
+            backend=backend_named(backend),
             workers=workers,
-            address=address,  # type: ignore[arg-type]
+            address=address,
             cache_dir=cache or output,
             progress=start,
         )

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from servesim.config import KVOffloadConfig, ParallelConfig, Scenario, scenario_from_dict
+from servesim.config.cluster import PoolRole
 from servesim.config.files import read_scenario_file
 from servesim.config.messages import format_validation_error
 from servesim.config.plan import PlanConfig
@@ -29,7 +30,7 @@ from servesim.errors import ConfigError
 class PoolShape:
     """One pool of a candidate: its role, replicas and each replica's layout."""
 
-    role: str  # colocated | prefill | decode
+    role: PoolRole
     num_replicas: int
     tp: int
     pp: int = 1
@@ -224,7 +225,7 @@ def _disagg_shapes(
     plan: PlanConfig, pre: list[tuple[int, int, int, int]], dec: list[tuple[int, int, int, int]]
 ) -> list[tuple[PoolShape, ...]]:
     """Disaggregated shapes: each prefill and decode layout, each ratio scaled while it fits."""
-    out = []
+    out: list[tuple[PoolShape, ...]] = []
     for (ptp, ppp, pep, _), (dtp, dpp, dep, _) in itertools.product(pre, dec):
         seen = set()
         for a, b in plan.ratios():
@@ -294,7 +295,7 @@ def enumerate_candidates(base: Scenario, plan: PlanConfig) -> list[Candidate]:
             _layouts(plan.decode_tensor_parallel_sizes or plan.tensor_parallel_sizes, plan),
         )
     eng = base.engine
-    axes = {
+    axes: dict[str, list[Any]] = {  # engine knobs (ints, bools) to try, by EngineConfig field
         "max_num_batched_tokens": plan.max_num_batched_tokens,
         "max_num_seqs": plan.max_num_seqs,
         "enable_chunked_prefill": plan.enable_chunked_prefill or [eng.enable_chunked_prefill],

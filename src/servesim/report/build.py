@@ -13,7 +13,7 @@ import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeGuard
 
 from servesim.errors import ServesimError
 from servesim.metrics.progress import progress_bar
@@ -109,7 +109,7 @@ def _capacity_blocks(run: RunDir, plots: list[Plot]) -> list[Block]:
     ]
     probes = run.tables.get("probes")
     if probes:
-        names = [
+        names: list[str] = [
             c
             for c in (
                 "rate_rps",
@@ -230,9 +230,15 @@ def paths_line(paths: list[Path]) -> str:
     return f"wrote {len(paths)} files in {paths[0].parent}"
 
 
-def _check_format(fmt: str) -> None:
-    if fmt not in FORMATS:
+def _is_format(fmt: str) -> TypeGuard[Format]:
+    return fmt in FORMATS
+
+
+def format_named(fmt: str) -> Format:
+    """The report format ``--format fmt`` names, or a ServesimError listing them."""
+    if not _is_format(fmt):
         raise ServesimError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
+    return fmt
 
 
 def default_output(run_dir: Path, fmt: str) -> Path:
@@ -250,7 +256,7 @@ def write_report(
     """Report of one output folder (a run, a plan, a capacity search or a validation); returns
     its files: the page and the plotly.js beside it (HTML; the page alone when
     ``self_contained``), or one image per plot (PNG/SVG)."""
-    _check_format(fmt)
+    fmt = format_named(fmt)
     run_dir = Path(run_dir)
     out = Path(out_path) if out_path is not None else default_output(run_dir, fmt)
     with progress_bar(progress, 3, time.perf_counter()) as tick:
@@ -277,7 +283,7 @@ def write_comparison(
     self_contained: bool = False,
 ) -> list[Path]:
     """Several runs side by side: their summaries in one table, their latency CDFs overlaid."""
-    _check_format(fmt)
+    fmt = format_named(fmt)
     if len(run_dirs) < 2:
         raise ServesimError("compare: give at least two run folders")
     with progress_bar(progress, len(run_dirs) + 1, time.perf_counter()) as tick:

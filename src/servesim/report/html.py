@@ -48,7 +48,8 @@ th{background:#f0f3f6} td.k{color:#555;white-space:nowrap}
 
 SCRIPT = """
 window.addEventListener('error', function (e) {
-  document.body.setAttribute('data-errors', (document.body.getAttribute('data-errors') || '') + e.message + ';');
+  var seen = document.body.getAttribute('data-errors') || '';
+  document.body.setAttribute('data-errors', seen + e.message + ';');
 });
 (function () {
   if (typeof Plotly === 'undefined') {  // plotly-VERSION.min.js not beside the page

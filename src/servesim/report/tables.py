@@ -120,6 +120,17 @@ def run_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     models = summary.get("step_time_model") or []
     if models:
         rows.append(("step time", "; ".join(dict.fromkeys(str(m.get("label")) for m in models))))
+    for p in summary.get("vllm_execution_path") or []:
+        moe = p.get("moe")
+        parts = [f"attention {p['attention']['value']}"]
+        if moe:
+            parts.insert(0, f"MoE {moe['value']} ({moe['reason']})")
+        parts += [
+            f"async scheduling {p['async_scheduling']['value']}",
+            f"CUDA graphs {p['cuda_graphs']['value']}",
+        ]
+        label = "vLLM path" + (f" {p['pool']}" if p.get("pool") else "")
+        rows.append((label, f"vLLM {p['vllm_version']} on {p['gpu']}: " + "; ".join(parts)))
     return rows
 
 

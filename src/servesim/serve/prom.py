@@ -256,28 +256,28 @@ def _reader(read: Callable[[Replica], float], rep: Replica) -> Callable[[], floa
 class _EngineCounters:
     """vLLM's per-engine counters, read from each replica's scheduler at scrape time."""
 
-    SPECS = (
+    SPECS: tuple[tuple[str, str, Callable[[Replica], int]], ...] = (
         (
             "vllm:prefix_cache_queries",
             "Prefix cache queries, in terms of number of queried tokens.",
-            lambda r: getattr(r.kv, "num_query_tokens", 0),
+            lambda r: r.kv.num_query_tokens,  # declared by engine.scheduler.KVCache
         ),
         (
             "vllm:prefix_cache_hits",
             "Prefix cache hits, in terms of number of cached tokens.",
-            lambda r: getattr(r.kv, "num_hit_tokens", 0),
+            lambda r: r.kv.num_hit_tokens,
         ),
         (
             "vllm:num_preemptions",
             "Cumulative number of preemption from the engine.",
-            lambda r: getattr(r.scheduler, "num_preemptions", 0),
+            lambda r: r.scheduler.num_preemptions,  # every Scheduler counts them
         ),
     )
 
     def __init__(self, sim: LiveSim, model_name: str) -> None:
         self.sim, self.model = sim, model_name
 
-    def collect(self):  # type: ignore[no-untyped-def]
+    def collect(self):
         for name, doc, read in self.SPECS:
             family = CounterMetricFamily(name, doc, labels=["model_name", "engine"])
             for rep in self.sim.cluster.replicas:

@@ -39,6 +39,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from servesim.config.engine import VLLM_ENV_VARS
+
 #: InferenceMAX's benchmark client: ``--random-range-ratio`` and requests per client.
 INFERENCEMAX_RANGE_RATIO = 0.8
 INFERENCEMAX_PROMPTS_PER_CLIENT = 10
@@ -247,6 +249,9 @@ def server_settings(
         # vLLM's FP8 MoE oracle without its FlashInfer and DeepGEMM backends: Triton's experts
         del env["VLLM_USE_FLASHINFER_MOE_FP8"], env["VLLM_MOE_USE_DEEP_GEMM"]
         engine["moe_backend"] = "triton"
+    steered = {k: str(env.pop(k)) for k in list(env) if k in VLLM_ENV_VARS}
+    if steered:  # the variables that change vLLM's default kernels (perf.execution_path)
+        engine["vllm_env"] = steered
     unmodelled = [f"{k}={val}" for k, val in env.items()] + [
         f"--{k}" + ("" if val is True else f" {val}")
         for k, val in recorded.items()

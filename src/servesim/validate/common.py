@@ -77,7 +77,16 @@ class Check:
 
     @classmethod
     def against(
-        cls, suite: str, case: str, metric: str, errors_pct: np.ndarray, goal: Goal | None, **kw: object
+        cls,
+        suite: str,
+        case: str,
+        metric: str,
+        errors_pct: np.ndarray,
+        goal: Goal | None,
+        *,
+        measured: float | None = None,
+        predicted: float | None = None,
+        note: str = "",
     ) -> Check:
         """A row held to ``goal`` (None: a reference row, not a prediction)."""
         return cls(
@@ -86,9 +95,11 @@ class Check:
             metric,
             errors_pct,
             None if goal is None else goal.limit_pct,
+            measured=measured,
+            predicted=predicted,
+            note=note,
             known_bad="" if goal is None else goal.known_bad,
-            **kw,
-        )  # type: ignore[arg-type]
+        )
 
 
 def load_bundled_profile(role: str) -> HardwareProfile:
@@ -106,7 +117,10 @@ def bundled_data() -> Iterator[tuple[Path, Path]]:
     with tempfile.TemporaryDirectory(prefix="servesim-validate-") as tmp:
         with ref.open("rb") as f, tarfile.open(fileobj=f, mode="r:gz") as tar:
             # a filter: Python 3.12+ warns without one; Pythons before 3.11.4 have none
-            tar.extractall(tmp, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(tmp, filter="data")
+            else:
+                tar.extractall(tmp)
         yield Path(tmp) / "data", Path(tmp) / "recordings"
 
 

@@ -109,7 +109,7 @@ def compare_recording(path: Path, prof: HardwareProfile, replay: bool = True) ->
     prompt = {r["id"]: r["num_prompt_tokens"] for r in reqs}
     steps = [s for s in run["steps"] if s["scheduled"]]
     stats = steps_to_stats(steps, prompt)
-    replay = np.array([perf.batch_time(s) + engine.cpu_overhead_s for s in stats])
+    replayed_s = np.array([perf.batch_time(s) + engine.cpu_overhead_s for s in stats])
     meas_steps = [(s.num_prefill_tokens, s.num_decode_reqs) for s in stats]
     # vLLM's own cycle: the step plus the short gap before the next one (not idle waits).
     cycle = [
@@ -131,7 +131,7 @@ def compare_recording(path: Path, prof: HardwareProfile, replay: bool = True) ->
         path.stem,
         measured,
         simulated,
-        _pct(replay, log.duration_s),
+        _pct(replayed_s, log.duration_s),
         (len(meas_steps), len(res.steps)),
         _same_pct(meas_steps, res.steps),
         _same_pct(meas_steps, timed.steps),

@@ -133,8 +133,9 @@ SPLITWISE_LIMITS = {
         "overhead growing with TP adds to the H100's TP-8 prompts (11.8% without it)"
     ),
     "H100-SXM:token": _OTHER_GPU.missed(
-        "H100: over-predicted at every TP: most of a 70B decode step in Splitwise's engine is host and engine "
-        "time (launches, rank synchronisation), shorter on the H100 machine; no GPU parameter carries it over"
+        "H100: over-predicted at every TP: most of a 70B decode step in Splitwise's engine is host and "
+        "engine time (launches, rank synchronisation), shorter on the H100 machine; no GPU parameter "
+        "carries it over"
     ),
     "batched prompts": STEP_TIME.missed(
         "not modelled: Splitwise's prompt time grows faster than linearly in the batch (and one TP-2 "
@@ -209,16 +210,17 @@ _E2E_OVERHEAD = (
     "and all-reduce hops carry into every OPT step"
 )
 _NO_CPU = (
-    "Vidur operator profile, vLLM's engine: under-predicted at every TP: vLLM's per-step CPU overhead (2024 vLLM) is not in kernel "
-    "timings"
+    "Vidur operator profile, vLLM's engine: under-predicted at every TP: vLLM's per-step CPU "
+    "overhead (2024 vLLM) is not in kernel timings"
 )
 
 #: Goals of the DistServe suite, by (profile, engine, metric), with the known misses
 #: (docs/fidelity.md section 3).
 DISTSERVE_LIMITS = {
     ("a100_e2e", "vllm", "prefill time"): _OPT.missed(
-        "Splitwise e2e profile, vLLM's engine: under-predicted at every TP: vLLM's 2024 engine spends more on a prefill than Splitwise's, on "
-        "which the profile was fitted; which profile fits depends on the engine's overheads, not the GPU"
+        "Splitwise e2e profile, vLLM's engine: under-predicted at every TP: vLLM's 2024 engine spends "
+        "more on a prefill than Splitwise's, on which the profile was fitted; which profile fits "
+        "depends on the engine's overheads, not the GPU"
     ),
     ("a100_e2e", "vllm", "decode step time"): _OPT.missed(
         "Splitwise e2e profile, vLLM's engine: over-predicted: "
@@ -228,8 +230,7 @@ DISTSERVE_LIMITS = {
     ("a100_e2e", "distserve", "prefill time"): _OPT.missed(
         "Splitwise e2e profile, DistServe's engine, OPT-13B TP 1 and 4 only (over-predicted): "
         + _E2E_OVERHEAD
-        + ", a large share of a small "
-        "model's prefill"
+        + ", a large share of a small model's prefill"
     ),
     ("a100_e2e", "distserve", "decode step time"): _OPT.missed(
         "Splitwise e2e profile, DistServe's engine: over-predicted: "
@@ -239,11 +240,13 @@ DISTSERVE_LIMITS = {
     ("a100_ops", "vllm", "prefill time"): _OPT.missed(_NO_CPU),
     ("a100_ops", "vllm", "decode step time"): _OPT.missed(_NO_CPU),
     ("a100_ops", "distserve", "prefill time"): _OPT.missed(
-        "Vidur operator profile, DistServe's engine, sharded steps (OPT-13B TP 2/4, OPT-66B TP 8): small GEMMs are dominated by fixed latency, which "
-        "the profile carries only per kernel (docs/perf_model.md); OPT-13B TP 1 and OPT-66B TP 2-4 meet it"
+        "Vidur operator profile, DistServe's engine, sharded steps (OPT-13B TP 2/4, OPT-66B TP 8): "
+        "small GEMMs are dominated by fixed latency, which the profile carries only per kernel "
+        "(docs/perf_model.md); OPT-13B TP 1 and OPT-66B TP 2-4 meet it"
     ),
     ("a100_ops", "distserve", "decode step time"): _OPT.missed(
-        "Vidur operator profile, DistServe's engine, sharded steps (OPT-13B TP 2/4, OPT-66B TP 4/8): small GEMMs are dominated by fixed latency, which "
-        "the profile carries only per kernel (docs/perf_model.md); OPT-13B TP 1 and OPT-66B TP 2/3 meet it"
+        "Vidur operator profile, DistServe's engine, sharded steps (OPT-13B TP 2/4, OPT-66B TP 4/8): "
+        "small GEMMs are dominated by fixed latency, which the profile carries only per kernel "
+        "(docs/perf_model.md); OPT-13B TP 1 and OPT-66B TP 2/3 meet it"
     ),
 }

@@ -141,7 +141,8 @@ def compare_lifecycle(
         "inter_token_latency not compared (per streamed chunk: compare TPOT)"
     ]
     raw: dict[str, Any] = dict(read_scenario_file(scenario_path)) if scenario_path is not None else {}
-    own = raw.get("workload") if isinstance(raw.get("workload"), dict) else {}
+    given = raw.get("workload")
+    own: dict[str, Any] = given if isinstance(given, dict) else {}
     if own:
         notes.append("the scenario's own workload is replaced by the run's")
     workload: dict[str, Any] = {"type": "inference-perf", "config": str(cfg_path)}

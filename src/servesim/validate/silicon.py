@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from servesim.perf.capabilities import RooflineFallbacks
 from servesim.validate.bench_harness import (
     aiconfigurator_settings,
     bench_workload,
@@ -47,7 +48,12 @@ from servesim.validate.bench_harness import (
 from servesim.validate.common import Check
 from servesim.validate.limits import Goal
 from servesim.validate.silicon_marks import SILICON_KNOWN_BAD
-from servesim.validate.silicon_results import SiliconCase, group_table
+from servesim.validate.silicon_results import (  # skipped_by_reason, write_report: re-exported
+    SiliconCase,
+    group_table,
+    skipped_by_reason,  # noqa: F401
+    write_report,  # noqa: F401
+)
 
 #: Package data: every row of ``silicon_vllm.csv``, the columns below (tools/pack_silicon.py).
 BUNDLED_CSV = "silicon_vllm.csv.gz"
@@ -388,7 +394,7 @@ def simulate_case(
         perf = build_step_model(
             load_model(sc.model.name), get_gpu(sc.hardware.gpu), sc.parallel, sc.hardware, sc.model
         )
-        cache[key] = tuple(getattr(perf, "fallbacks", ()))
+        cache[key] = perf.fallbacks if isinstance(perf, RooflineFallbacks) else ()
     case.fallbacks = cache[key]
     return case
 

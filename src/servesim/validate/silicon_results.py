@@ -129,7 +129,7 @@ def write_report(cases: list[SiliconCase], folder: Path) -> list[Path]:
             r, sc = c.row, c.scenario or {}
             ok = not c.skip
 
-            def f(x: float) -> str:
+            def f(x: float, ok: bool = ok) -> str:
                 return f"{x:.4g}" if ok and math.isfinite(x) else ""
 
             w.writerow(

@@ -66,8 +66,8 @@ def load_workload(
 ) -> Workload:
     """The requests of a workload config.
 
-    Synthetic, benchmark, sessions, mixtures, agents and reasoning: ``seed`` is added to ``cfg.seed`` (a run's seed varies the
-    draw). Traces are deterministic and ignore ``seed``.
+    Synthetic, benchmark, sessions, mixtures, agents and reasoning: ``seed`` is added to
+    ``cfg.seed`` (a run's seed varies the draw). Traces are deterministic and ignore ``seed``.
     """
     if isinstance(cfg, SyntheticWorkload):
         return generate_synthetic(cfg, seed)

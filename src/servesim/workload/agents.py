@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from servesim.config import AgentWorkload
+from servesim.config import AgentNode, AgentWorkload
 from servesim.errors import WorkloadError
 from servesim.workload.base import Dependencies, Workload
 from servesim.workload.notices import notice
@@ -71,7 +71,10 @@ def generate_agents(cfg: AgentWorkload, seed: int = 0) -> Workload:
         earliest[n.name] = lb
     arrival = np.stack([earliest[name] for name in llm], axis=1).ravel()
     task = np.repeat(np.arange(t), len(llm))
-    cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)
+
+    def cat(xs: list[np.ndarray], dt: type) -> np.ndarray:
+        return np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)
+
     after = Dependencies.from_edges(
         t * len(llm), cat(src, np.int64), cat(dst, np.int64), cat(delay, np.float64), task, start
     )
@@ -107,9 +110,9 @@ def generate_agents(cfg: AgentWorkload, seed: int = 0) -> Workload:
     )
 
 
-def _topological(cfg: AgentWorkload) -> list:
+def _topological(cfg: AgentWorkload) -> list[AgentNode]:
     done: set[str] = set()
-    out = []
+    out: list[AgentNode] = []
     while len(out) < len(cfg.nodes):
         for n in cfg.nodes:
             if n.name not in done and set(n.after) <= done:

@@ -42,9 +42,9 @@ def read_azure_csv(binary: BinaryIO) -> Parsed | None:
     """(arrival_s, prompt, output, clamped, columns) of an Azure CSV, or None if pyarrow
     cannot take it as one (the caller then parses it row by row)."""
     try:
-        import pyarrow as pa  # type: ignore[import-untyped]
-        import pyarrow.compute as pc  # type: ignore[import-untyped]
-        import pyarrow.csv as pcsv  # type: ignore[import-untyped]
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.csv as pcsv
 
         types = {"TIMESTAMP": pa.string(), "ContextTokens": pa.int64(), "GeneratedTokens": pa.int64()}
         table = pcsv.read_csv(binary, convert_options=pcsv.ConvertOptions(column_types=types))

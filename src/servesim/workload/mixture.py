@@ -37,7 +37,7 @@ def generate_mixture(cfg: MixtureWorkload, seed: int = 0) -> Workload:
         horizon = 1.2 * cfg.num_requests / sum(c.arrival.rate for c in cfg.clients)
     for _ in range(40):
         parts = [_client(c, horizon, s) for c, s in zip(cfg.clients, seeds, strict=True)]
-        total = sum(len(p) for p in parts)
+        total = sum(len(p) for p in parts if p is not None)  # None: a client quiet so far
         if cfg.duration_s is not None or total >= (cfg.num_requests or 0):
             break
         horizon *= 2.0

@@ -100,7 +100,8 @@ class RateProfile:
         """m(t)."""
         t = np.asarray(t, dtype=np.float64)
         if self.shape == "diurnal":
-            return self.mid + self.amp * np.cos(2.0 * np.pi * (t - self.peak_at_s) / self.period_s)
+            return self.mid + self.amp * np.cos(2.0 * np.pi * (t - self.peak_at_s) / self._diurnal_period_s())
+        assert self.knots is not None and self.m0 is not None and self.slope is not None
         _, r = self._split(t)
         i = self._segment(r)
         return self.m0[i] + self.slope[i] * (r - self.knots[i])
@@ -126,6 +127,10 @@ class RateProfile:
 
     # ------------------------------------------------------------------ inside a period
 
+    def _diurnal_period_s(self) -> float:
+        assert self.period_s is not None  # from_config gives a diurnal profile a period
+        return self.period_s
+
     def _segment(self, r: np.ndarray) -> np.ndarray:
         assert self.knots is not None
         return np.clip(np.searchsorted(self.knots, r, side="right") - 1, 0, len(self.knots) - 1)
@@ -133,10 +138,12 @@ class RateProfile:
     def _within(self, r: np.ndarray) -> np.ndarray:
         """Lambda(r) for 0 <= r < period (or any r >= 0 without a period)."""
         if self.shape == "diurnal":
-            w = 2.0 * np.pi / self.period_s
+            w = 2.0 * np.pi / self._diurnal_period_s()
             return self.mid * r + self.amp / w * (
                 np.sin(w * (r - self.peak_at_s)) + math.sin(w * self.peak_at_s)
             )
+        assert self.knots is not None and self.cum is not None and self.m0 is not None
+        assert self.slope is not None
         i = self._segment(r)
         dt = r - self.knots[i]
         return self.cum[i] + self.m0[i] * dt + 0.5 * self.slope[i] * dt * dt
@@ -144,6 +151,7 @@ class RateProfile:
     def _points_inverse(self, x: np.ndarray) -> np.ndarray:
         # side="right": a flat (m = 0) segment is skipped to the next one that rises.
         assert self.cum is not None and self.m0 is not None and self.slope is not None
+        assert self.knots is not None
         i = np.clip(np.searchsorted(self.cum, x, side="right") - 1, 0, len(self.cum) - 1)
         if self.period_s is not None:
             i = np.minimum(i, len(self.cum) - 2)  # x < period integral: never the closing knot
@@ -158,7 +166,7 @@ class RateProfile:
 
     def _diurnal_inverse(self, x: np.ndarray) -> np.ndarray:
         lo = np.zeros_like(x)
-        hi = np.full_like(x, float(self.period_s))
+        hi = np.full_like(x, self._diurnal_period_s())
         for _ in range(_BISECTION_STEPS):
             mid = 0.5 * (lo + hi)
             below = self._within(mid) < x

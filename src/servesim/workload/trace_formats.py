@@ -112,7 +112,8 @@ def parse_vllm_bench(rows: _Rows, doc: dict[str, Any]) -> dict[str, Any]:
         "max_concurrency": doc.get("max_concurrency"),
     }
     mc = settings["max_concurrency"]
-    if mc is not None and (_int(mc) is None or _int(mc) < 1):
+    num = _int(mc)
+    if mc is not None and (num is None or num < 1):
         raise _bad(name, "max_concurrency", "a positive integer or null", mc)
     return settings
 

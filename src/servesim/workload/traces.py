@@ -295,9 +295,9 @@ def _read_document(rows: _Rows, format: str) -> bool:
             "ShareGPT list (conversations) or one JSON object per line"
         )
     rows.format = found
-    if found == "vllm_bench":
+    if found == "vllm_bench" and isinstance(doc, dict):  # document_format checked the types
         rows.bench = parse_vllm_bench(rows, doc)
-    else:
+    elif isinstance(doc, list):
         rows.counted = parse_sharegpt(rows, doc)
     if not rows.prompt:
         raise WorkloadError(f"{name}: no requests")

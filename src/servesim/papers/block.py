@@ -1,0 +1,117 @@
+"""Block (Da and Kalyvianaki, "Block: Balancing Load in LLM Serving with Context, Knowledge and
+Predictive Scheduling", arXiv 2508.03611): routing each request to the instance with the least
+predicted latency gives up to 16.7% more serving capacity (and up to 49.5% lower P99 latency)
+than heuristic schedulers, on a 12-GPU cluster.
+
+The paper's setup, from its artifact's end-to-end experiment script (vidur_opt_scheduler,
+``vidur/prediction/exp``): Llama-2-7B, 12 instances of one GPU each (CloudLab d7525 nodes, one
+NVIDIA A30 24 GB each), vLLM with chunked prefill (chunk 512) and at most 48 sequences a batch,
+ShareGPT prompts, 1,000 requests per run at a fixed QPS; Block's ``min_new_request_latency``
+against the heuristics ``round_robin``, ``random``, ``min_current_requests`` and
+``min_gpu_blocks``.
+
+Here: the A30 as a custom GPU from its spec sheet (165 dense BF16 TFLOP/s, 933 GB/s, 24 GB);
+lognormal ShareGPT-like lengths (the vLLM paper's means, 161 in and 338 out); Poisson arrivals,
+1,000 requests per run; servesim's ``predicted_ttft`` router (the rest of the step in flight
+plus queued and own prompt tokens, timed by the replica's perf model: docs/cluster.md) against
+``round_robin``, ``random``, ``least_outstanding`` (min_current_requests), ``least_kv``
+(min_gpu_blocks) and ``least_work``. Capacity: the highest QPS whose P99 TTFT is at most 1 s
+(servesim's SLO: the paper's capacity criterion is not encoded here), by bisection; the gain
+is Block's capacity over the best heuristic's; the P99 cut is Block's P99 TTFT against that
+heuristic's at the heuristic's capacity. --quick: a coarser search (6 steps, 8 full).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from servesim.papers.base import Outcome
+from servesim.papers.common import capacity
+
+A30 = {
+    "name": "A30",
+    "bf16_tflops": 165.0,
+    "mem_gb": 24.0,
+    "mem_bw_tb_per_s": 0.933,
+    "interconnect_gb_per_s": 100.0,
+    "idle_power_w": 30.0,
+    "max_power_w": 165.0,
+}
+MODEL = "meta-llama/Llama-2-7b-hf"
+HEURISTICS = ("round_robin", "random", "least_outstanding", "least_kv", "least_work")
+#: P99 TTFT bound of the capacity search (seconds).
+TTFT_SLO_S = 1.0
+NUM_REQUESTS = 1000
+
+
+def cluster(router: str) -> tuple[Any, list[Any]]:
+    from servesim.catalog.hf_config import load_model
+    from servesim.cluster.pools import build_pool
+    from servesim.config import Scenario
+
+    sc = Scenario.model_validate(
+        {
+            "model": {"name": MODEL},
+            "hardware": {"gpu": A30},
+            "engine": {"max_num_seqs": 48, "max_num_batched_tokens": 512, "max_model_len": 4096},
+            "cluster": {"pools": [{"name": "instances", "num_replicas": 12}], "router": router},
+        }
+    )
+    assert sc.cluster is not None
+    model = load_model(MODEL)
+    return sc.cluster, [build_pool(sc, p, model) for p in sc.cluster.pools]
+
+
+def run(quick: bool) -> Outcome:
+    from servesim.cluster.cluster import run_cluster
+    from servesim.workload.base import Workload
+
+    iters = 6 if quick else 8
+    rng = np.random.default_rng(0)
+    n = NUM_REQUESTS
+    # Lognormal with the vLLM paper's ShareGPT means (161 in, 338 out): median = mean / e^(s^2/2).
+    prompt = np.clip(rng.lognormal(np.log(161) - 0.5, 1.0, n), 4, 2048).astype(np.int64)
+    output = np.clip(rng.lognormal(np.log(338) - 0.5, 1.0, n), 4, 2048).astype(np.int64)
+    unit = np.cumsum(rng.exponential(1.0, n))
+    rows: list[dict[str, Any]] = []
+
+    def search(router: str) -> float:
+        cfg, pools = cluster(router)
+
+        def ok(qps: float) -> bool:
+            return p99_ttft(router, qps, cfg, pools) <= TTFT_SLO_S
+
+        return capacity(ok, 20.0, 160.0, iters)
+
+    def p99_ttft(router: str, qps: float, cfg: Any, pools: list[Any]) -> float:
+        rec = run_cluster(Workload(unit / qps, prompt, output), pools, cfg, record_steps=False).records
+        p99 = float(np.nanpercentile(rec.ttft_s, 99))
+        rows.append({"router": router, "qps": qps, "p99_ttft_s": p99, "meets": p99 <= TTFT_SLO_S})
+        return p99
+
+    caps = {r: search(r) for r in ("predicted_ttft", *HEURISTICS)}
+    best = max(HEURISTICS, key=lambda r: caps[r])
+    at = caps[best]
+    p99_best = p99_ttft(best, at, *cluster(best))
+    p99_block = p99_ttft("predicted_ttft", at, *cluster("predicted_ttft"))
+    for r, c in caps.items():
+        rows.append({"router": r, "capacity_qps": c})
+    notes = [
+        "capacity (QPS at P99 TTFT <= 1 s): "
+        + ", ".join(f"{r} {c:.1f}" for r, c in caps.items())
+        + f"; best heuristic {best}",
+        f"P99 TTFT at {at:.1f} QPS: {best} {p99_best:.2f} s, predicted_ttft {p99_block:.2f} s",
+    ]
+    return Outcome(
+        {
+            "capacity_gain": 100.0 * (caps["predicted_ttft"] / caps[best] - 1.0),
+            # Not held to the paper's 49.5%: one run's P99 of 1,000 requests at one rate (4-39%
+            # between the quick and full searches' best heuristic), where the paper's is its
+            # largest over its runs.
+            "p99_cut": 100.0 * (1.0 - p99_block / p99_best),
+        },
+        rows,
+        notes,
+    )

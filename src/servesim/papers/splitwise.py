@@ -1,0 +1,338 @@
+"""Splitwise (Patel et al., "Splitwise: Efficient Generative LLM Inference Using Phase
+Splitting", ISCA'24): split clusters reach 1.4x the throughput of current designs at 20% lower
+cost, or 2.35x the throughput under the same cost and power budgets.
+
+The paper's setup, from its artifact (Mutinifni/splitwise-sim at 8f99e7d):
+
+* Llama-2-70B at TP8 on whole DGX-A100 and DGX-H100 machines, each step timed by Splitwise's
+  own measurements (``data/perf_model.csv``, bundled with servesim's validation data) as the
+  artifact's ``DatabasePerformanceModel`` times it: a prompt-only step by the median prompt
+  time interpolated linearly (extrapolated past the ends) over the batch's prompt tokens, a
+  mixed step as the prompt step x 1.1. A token-only step is interpolated over the batch size
+  (the measured rows at 512-token prompts, batch 1-64, extrapolated past 64); the artifact
+  indexes token time by prompt_size x batch_size instead, which leaves a decode batch of any
+  size at the batch-1 time, so servesim departs from the artifact there, on physics.
+* Instances: mixed continuous batching, 2,048 batched tokens, 512 sequences
+  (``configs/start_state/{baseline,splitwise}.yaml``); servesim's ``vllm_v1`` schedule, whose
+  2,048-token budget chunks the few longer prompts where the artifact runs them whole.
+* The iso-power clusters of ``scripts/run_throughput_isopower.sh`` (the power of 40 DGX-H100s;
+  the artifact's sweeps convert 1 DGX-H100 to 44 / 24.8 DGX-A100s of power and 4.76 / 2.21 of
+  cost): Baseline-H100 (40 DGX-H100, least outstanding tokens dispatch), Baseline-A100 (70
+  DGX-A100), Splitwise-AA (70 DGX-A100: 45 prompt, 25 token), Splitwise-HH (40 DGX-H100: 25
+  prompt, 15 token) and Splitwise-HA (25 DGX-H100 prompt, 26 DGX-A100 token).
+* Workload: the Azure LLM inference trace 2023, conversation service (bundled), its prompt and
+  output lengths with Poisson arrivals, as the artifact's ``rr_conv_<rate>`` traces.
+* SLOs (``notebooks/plots.ipynb``, ``get_slo``): each request's TTFT, mean TBT and E2E divided
+  by the same request's on an idle DGX-A100 (batch 1); P50/P90/P99 of the TTFT slowdown under
+  2/3/6, of the TBT and E2E slowdowns under 1.25/1.5/5.
+* Throughput: the highest request rate whose run meets all nine SLOs.
+
+The headline figures, as this module reads them from the artifact's clusters (the paper's
+abstract does not name the designs): Splitwise-AA at the iso-power budget costs 19% less than
+Baseline-H100 (70 x 2.21 against 40 x 4.76), the "1.4x at 20% lower cost"; Splitwise-HA fits
+the same budgets (7% lower cost, 1% lower power), the "2.35x at the same cost and power".
+
+Scale: the artifact's clusters as they are; 120 s of traffic per probe and a 9-step
+bisection in 5-320 req/s (--quick: 60 s, 7 steps, Baseline-H100, Splitwise-AA and Splitwise-HA
+only). Instances have no scheduler or API-server overheads, as the artifact's have none.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import tarfile
+from collections import defaultdict
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from servesim.papers.base import Outcome
+from servesim.perf.base import BatchStats
+
+#: (P50, P90, P99) bounds of each slowdown (notebooks/plots.ipynb, get_slo).
+SLO = {"ttft": (2.0, 3.0, 6.0), "tbt": (1.25, 1.5, 5.0), "e2e": (1.25, 1.5, 5.0)}
+#: The artifact's cost and power of one DGX per hour (relative units of its sweeps).
+COST = {"A100-80GB": 2.21, "H100-SXM": 4.76}
+POWER = {"A100-80GB": 24.8, "H100-SXM": 44.0}
+HW = {"A100-80GB": "a100-80gb", "H100-SXM": "h100-80gb"}
+#: Llama-2-70B's context (max_position_embeddings).
+MAX_LEN = 4096
+#: The iso-power designs of run_throughput_isopower.sh: (role, GPU, machines) per pool.
+DESIGNS: dict[str, tuple[tuple[str, str, int], ...]] = {
+    "Baseline-H100": (("colocated", "H100-SXM", 40),),
+    "Baseline-A100": (("colocated", "A100-80GB", 70),),
+    "Splitwise-AA": (("prefill", "A100-80GB", 45), ("decode", "A100-80GB", 25)),
+    "Splitwise-HH": (("prefill", "H100-SXM", 25), ("decode", "H100-SXM", 15)),
+    "Splitwise-HA": (("prefill", "H100-SXM", 25), ("decode", "A100-80GB", 26)),
+}
+
+
+def _interp(x: float, xs: np.ndarray, ys: np.ndarray) -> float:
+    """Linear interpolation, extrapolated past both ends (scipy's interp1d(fill_value="extrapolate"))."""
+    if x <= xs[0]:
+        i = 0
+    elif x >= xs[-1]:
+        i = len(xs) - 2
+    else:
+        return float(np.interp(x, xs, ys))
+    return float(ys[i] + (ys[i + 1] - ys[i]) * (x - xs[i]) / (xs[i + 1] - xs[i]))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SplitwisePerf:
+    """A step time from Splitwise's measurements of Llama-2-70B on one DGX (see the module
+    docstring): prompt seconds by batch prompt tokens, token seconds by batch size."""
+
+    prompt_x: np.ndarray
+    prompt_s: np.ndarray
+    token_x: np.ndarray
+    token_s: np.ndarray
+
+    def prompt_time(self, tokens: float) -> float:
+        return _interp(tokens, self.prompt_x, self.prompt_s)
+
+    def token_time(self, batch: float) -> float:
+        return _interp(batch, self.token_x, self.token_s)
+
+    def batch_time(self, s: BatchStats) -> float:
+        if s.num_prefill_tokens == 0:
+            return self.token_time(s.num_decode_reqs) if s.num_decode_reqs else 0.0
+        t = self.prompt_time(s.num_prefill_tokens + s.num_decode_reqs)
+        return t * 1.1 if s.num_decode_reqs else t
+
+    def batch_flops(self, s: BatchStats) -> float:
+        return 0.0
+
+    def batch_bytes(self, s: BatchStats) -> float:
+        return 0.0
+
+
+def measurements() -> list[dict[str, str]]:
+    """Splitwise's perf_model.csv, from servesim's bundled validation data."""
+    from servesim.validate.common import BUNDLED_DATA
+
+    ref = resources.files("servesim").joinpath("data", BUNDLED_DATA)
+    with ref.open("rb") as f, tarfile.open(fileobj=f, mode="r:gz") as tar:
+        member = tar.extractfile("data/measurements/splitwise/perf_model.csv")
+        assert member is not None
+        return list(csv.DictReader(io.TextIOWrapper(member, "utf-8")))
+
+
+def perf_models(model: str = "llama2-70b", tp: int = 8) -> dict[str, SplitwisePerf]:
+    """One ``SplitwisePerf`` per GPU of the catalog, from the measured medians."""
+    rows = measurements()
+    out = {}
+    for gpu, hw in HW.items():
+        prompt: dict[int, list[float]] = defaultdict(list)
+        token: dict[int, list[float]] = defaultdict(list)
+        for r in rows:
+            if r["model"] != model or r["hardware"] != hw or int(r["tensor_parallel"]) != tp:
+                continue
+            b, p = int(r["batch_size"]), int(r["prompt_size"])
+            prompt[b * p].append(float(r["prompt_time"]) / 1e3)
+            if p == 512:
+                token[b].append(float(r["token_time"]) / 1e3)
+        px = np.array(sorted(prompt), np.float64)
+        tx = np.array(sorted(token), np.float64)
+        out[gpu] = SplitwisePerf(
+            px,
+            np.array([np.median(prompt[int(x)]) for x in px]),
+            tx,
+            np.array([np.median(token[int(x)]) for x in tx]),
+        )
+    return out
+
+
+def _engine() -> dict[str, Any]:
+    return {
+        "policy": "vllm_v1",
+        "max_num_batched_tokens": 2048,
+        "max_num_seqs": 512,
+        "max_model_len": MAX_LEN,
+        # The artifact's instances have no scheduler or API-server overheads (its schedulers'
+        # ``overheads: {}``, executor overheads 0).
+        "cpu_overhead_s": 0.0,
+        "cpu_overhead_per_req_s": 0.0,
+        "frontend": {"enabled": False},
+    }
+
+
+def cluster(design: str, perfs: dict[str, SplitwisePerf]) -> tuple[Any, list[Any]]:
+    """The pools of one design, each replica a DGX at TP8 timed by ``perfs``."""
+    from servesim.catalog.hf_config import load_model
+    from servesim.cluster.pools import build_pool
+    from servesim.config import Scenario
+
+    spec = [
+        {
+            "name": f"{role}-{gpu}",
+            "role": role,
+            "gpu": gpu,
+            "num_replicas": n,
+            "engine": _engine(),
+            "parallel": {"tensor_parallel_size": 8},
+        }
+        for role, gpu, n in DESIGNS[design]
+    ]
+    sc = Scenario.model_validate(
+        {
+            "model": {"name": "Llama-2-70B"},
+            "hardware": {"gpu": "A100-80GB", "perf_model": "roofline"},
+            "cluster": {"pools": spec, "router": "least_work"},
+        }
+    )
+    assert sc.cluster is not None
+    model = load_model("Llama-2-70B")
+    pools = []
+    for p in sc.cluster.pools:
+        gpu = p.gpu if isinstance(p.gpu, str) else "A100-80GB"
+        pools.append(dataclasses.replace(build_pool(sc, p, model), perf=perfs[gpu]))
+    return sc.cluster, pools
+
+
+def slowdowns(rec: Any, perf: SplitwisePerf) -> dict[str, np.ndarray]:
+    """Each request's TTFT, mean TBT and E2E over its own on an idle DGX-A100."""
+    p = np.asarray(rec.num_prompt_tokens, np.float64)
+    n = np.asarray(rec.num_output_tokens, np.float64)
+    ttft0 = np.array([perf.prompt_time(x) for x in p])
+    tbt0 = perf.token_time(1)
+    ttft = np.asarray(rec.ttft_s, np.float64)
+    e2e = np.asarray(rec.e2e_s, np.float64)
+    tbt = np.where(n > 1, (e2e - ttft) / np.maximum(n - 1, 1), tbt0)
+    return {"ttft": ttft / ttft0, "tbt": tbt / tbt0, "e2e": e2e / (ttft0 + tbt0 * (n - 1))}
+
+
+def meets(sd: dict[str, np.ndarray]) -> tuple[bool, dict[str, float]]:
+    got = {}
+    ok = True
+    for key, bounds in SLO.items():
+        x = sd[key]
+        for q, bound in zip((50, 90, 99), bounds, strict=True):
+            v = float(np.nanpercentile(x, q)) if len(x) else float("inf")
+            got[f"{key}_p{q}"] = v
+            ok &= v < bound
+    return ok, got
+
+
+def throughput(
+    design: str,
+    perfs: dict[str, SplitwisePerf],
+    lengths: tuple[np.ndarray, np.ndarray],
+    duration_s: float,
+    iters: int,
+    rows: list[dict[str, Any]],
+) -> float:
+    """The highest Poisson rate (req/s) at which ``design`` meets every SLO."""
+    from servesim.cluster.cluster import run_cluster
+    from servesim.workload.base import Workload
+
+    cfg, pools = cluster(design, perfs)
+    rng = np.random.default_rng(0)
+    prompt, output = lengths
+    n = 40_000
+    unit = np.cumsum(rng.exponential(1.0, n))
+    pick = rng.integers(0, len(prompt), n)
+    ref = perfs["A100-80GB"]
+
+    def ok(rate: float) -> bool:
+        k = int(np.searchsorted(unit / rate, duration_s))
+        wl = Workload(unit[:k] / rate, prompt[pick[:k]], output[pick[:k]])
+        rec = run_cluster(wl, pools, cfg, record_steps=False).records
+        good, got = meets(slowdowns(rec, ref))
+        rows.append({"design": design, "rate_req_s": rate, "meets": good, **got})
+        return good
+
+    from servesim.papers.common import capacity
+
+    return capacity(ok, 5.0, 320.0, iters)
+
+
+def trimmed(prompt: np.ndarray, output: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The trace's lengths with the 8% of requests longer than Llama-2's 4,096 positions cut
+    to fit, prompt and output losing the excess in proportion."""
+    total = prompt + output
+    excess = np.maximum(total - MAX_LEN, 0)
+    p = np.maximum(prompt - np.ceil(excess * prompt / total).astype(np.int64), 1)
+    o = np.maximum(output - np.ceil(excess * output / total).astype(np.int64), 1)
+    return p, o
+
+
+def cost_power(design: str) -> tuple[float, float]:
+    machines = DESIGNS[design]
+    return sum(COST[g] * n for _, g, n in machines), sum(POWER[g] * n for _, g, n in machines)
+
+
+#: The batch sizes Splitwise measured per-token time at (512-token prompts, TP8).
+DECODE_BATCHES = (1, 8, 16, 32, 64)
+
+
+def decode_ratio_rows() -> list[dict[str, Any]]:
+    """A100 / H100 decode step of Llama-2-70B at TP8: servesim's default (kernel database) step
+    per operator, against Splitwise's measured per-token time (the ratio the heterogeneous
+    designs turn on; docs/papers.md)."""
+    from servesim.catalog.gpus import get_gpu
+    from servesim.catalog.hf_config import load_model
+    from servesim.perf.kernel_model import kernel_perf_model
+
+    model = load_model("Llama-2-70B")
+    kernels = {g: kernel_perf_model(model, get_gpu(g), None, tp=8) for g in HW}
+    measured = perf_models()
+    rows = []
+    for b in DECODE_BATCHES:
+        st = BatchStats(num_decode_reqs=b, sum_decode_context=b * (512 + 64))
+        parts = {g: kernels[g].breakdown(st) for g in HW}
+        step = {g: kernels[g].batch_time(st) for g in HW}
+        row: dict[str, Any] = {"design": "decode_ratio", "batch": b}
+        for op in parts["A100-80GB"]:
+            a, h = parts["A100-80GB"][op], parts["H100-SXM"].get(op, 0.0)
+            row[f"{op}_a100_ms"], row[f"{op}_h100_ms"] = a * 1e3, h * 1e3
+        row["servesim_a100_ms"], row["servesim_h100_ms"] = step["A100-80GB"] * 1e3, step["H100-SXM"] * 1e3
+        row["servesim_ratio"] = step["A100-80GB"] / step["H100-SXM"]
+        ma, mh = measured["A100-80GB"].token_time(b), measured["H100-SXM"].token_time(b)
+        row["splitwise_a100_ms"], row["splitwise_h100_ms"] = ma * 1e3, mh * 1e3
+        row["splitwise_ratio"] = ma / mh
+        rows.append(row)
+    return rows
+
+
+def run(quick: bool) -> Outcome:
+    from servesim.workload.traces import read_trace
+
+    duration, iters = (60.0, 7) if quick else (120.0, 9)
+    trace = read_trace("builtin:azure_conv")
+    lengths = trimmed(np.asarray(trace.num_prompt_tokens), np.asarray(trace.num_output_tokens))
+    perfs = perf_models()
+    rows: list[dict[str, Any]] = []
+    thr = {}
+    designs = ("Baseline-H100", "Splitwise-AA", "Splitwise-HA") if quick else tuple(DESIGNS)
+    for d in designs:
+        thr[d] = throughput(d, perfs, lengths, duration, iters, rows)
+    ratio = decode_ratio_rows()
+    rows += ratio
+    notes = [
+        "A100/H100 decode step, Llama-2-70B TP8, batch "
+        + ", ".join(str(r["batch"]) for r in ratio)
+        + ": servesim "
+        + ", ".join(f"{r['servesim_ratio']:.2f}" for r in ratio)
+        + "; Splitwise measured "
+        + ", ".join(f"{r['splitwise_ratio']:.2f}" for r in ratio)
+    ]
+    base_cost, base_power = cost_power("Baseline-H100")
+    for d in designs:
+        c, w = cost_power(d)
+        rows.append({"design": d, "throughput_req_s": thr[d], "cost": c, "power": w})
+        notes.append(
+            f"{d}: {thr[d]:.2f} req/s ({thr[d] / thr['Baseline-H100']:.2f}x), cost {c / base_cost:.2f}, "
+            f"power {w / base_power:.2f} of Baseline-H100's"
+        )
+    return Outcome(
+        {
+            "iso_cost_throughput": thr["Splitwise-AA"] / thr["Baseline-H100"],
+            "iso_power_throughput": thr["Splitwise-HA"] / thr["Baseline-H100"],
+        },
+        rows,
+        notes,
+    )

@@ -1,0 +1,406 @@
+"""What vLLM runs by default: the kernels a version picks for a model on a GPU.
+
+``execution_path`` answers, for a vLLM ``engine.version``, the GPU's SM (compute capability
+x 10), the routed experts' weight format, the layout (TP/EP) and the server's environment
+variables (``engine.vllm_env``), which fused-MoE kernel vLLM selects, which attention
+backend, and the async-scheduling and CUDA-graph defaults; each choice carries a short
+reason naming vLLM's file and the version range the rule holds for.
+``engine.moe_backend: auto`` resolves through it (``moe_backend_for``): the step-time model
+times the chosen kernel (``kernel_moe``), the memory plan pads MXFP4 experts for it.
+
+Every rule below was read in the source distributions of the release tags v0.10.1, v0.10.2,
+v0.11.0, v0.11.2, v0.12.0, v0.13.0, v0.14.0, v0.16.0, v0.17.0, v0.18.0 and v0.19.0 (v0.11.1
+and the v0.15 releases have none: they take the rules of the release before them):
+
+- MXFP4 experts (``quantization/mxfp4.py`` ``get_mxfp4_backend``; from v0.19.0
+  ``fused_moe/oracle/mxfp4.py`` ``select_mxfp4_moe_backend``, the same outcomes): on SM100
+  with FlashInfer, FlashInfer's TRTLLM-gen MoE with 16-bit activations
+  (``SM100_FI_MXFP4_BF16``), with MXFP8 ones under ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``,
+  FlashInfer's CUTLASS MXFP4 x MXFP8 MoE under ``..._MXFP8_CUTLASS=1``; SM100 means capability
+  10.0 exactly through v0.12.x (B300, 10.3, falls through) and the 10.x family from v0.13.0.
+  On SM90 FlashInfer's CUTLASS MXFP4 x BF16 MoE only under
+  ``VLLM_USE_FLASHINFER_MOE_MXFP4_BF16=1``. Otherwise Marlin where ``triton_kernels`` cannot
+  run or under ``VLLM_MXFP4_USE_MARLIN=1`` (read from v0.11.2; v0.10.2-v0.11.0 ignore it
+  there), else Triton's ``matmul_ogs`` (``triton_kernels``). ``triton_kernels`` is an optional
+  package up to v0.11.x (neither the wheel's requirements nor the Docker image install it:
+  Marlin by default, ``engine.moe_backend: triton`` for a server that installed it) and is
+  built into the wheel from v0.12.0 (``vllm.third_party.triton_kernels``), where it runs on
+  SM 9.0 to 10.x only.
+- FP8 experts (``quantization/fp8.py`` ``Fp8MoEMethod`` / ``get_fp8_moe_backend`` through
+  v0.13.x; ``fused_moe/oracle/fp8.py`` ``select_fp8_moe_backend`` from v0.14.0): below SM89
+  Marlin (FP8 weight-only). v0.10.2: DeepGEMM off by default (``VLLM_USE_DEEP_GEMM=0``);
+  block-FP8 on SM100 vLLM's CUTLASS block-scaled grouped GEMM, else Triton's
+  ``fused_experts``. v0.11.0-v0.14.x: FlashInfer only under ``VLLM_USE_FLASHINFER_MOE_FP8=1``;
+  block-FP8 on SM90/SM100 DeepGEMM (``VLLM_USE_DEEP_GEMM`` on by default from v0.11.0; the
+  image installs it), which from v0.12.0 is off by default at a MoE TP size of 8 or more unless
+  ``VLLM_MOE_USE_DEEP_GEMM`` is set; without DeepGEMM, SM100 block-FP8 takes the CUTLASS
+  block-scaled grouped GEMM through v0.13.x and Triton from v0.14.0; the rest Triton. From
+  v0.16.0 a priority list: FlashInfer TRTLLM-gen (SM100, block and per-tensor), FlashInfer
+  CUTLASS (SM90 block and per-tensor, SM100 per-tensor), DeepGEMM, Triton;
+  ``VLLM_USE_FLASHINFER_MOE_FP8=0`` drops the FlashInfer ones, ``VLLM_USE_DEEP_GEMM=0`` or
+  ``VLLM_MOE_USE_DEEP_GEMM=0`` DeepGEMM. From v0.17.0 block-FP8 on SM90 puts Triton first
+  for TP and FlashInfer CUTLASS first for EP. Simplified: the TRTLLM-gen kernel's routing
+  support (which routers its monolithic variant takes) is not checked.
+- int4 experts (GPTQ, AWQ, compressed-tensors W4A16): Marlin (``GPTQMarlinMoEMethod``,
+  ``CompressedTensorsWNA16MarlinMoEMethod``) on SM80 and up.
+- NVFP4 experts: FlashInfer on SM100, Marlin (FP4 weight-only) below; reported, timed from the
+  packed ``nvfp4`` tables as before (simplified: which FlashInfer kernel is not resolved).
+- 16-bit experts: Triton's ``fused_experts``. Simplified: the unquantized oracle's FlashInfer
+  choices of v0.16.0 on are not modelled.
+- Attention (``vllm/platforms/cuda.py``; ``get_attn_backend_cls`` through v0.11.0,
+  ``_get_backend_priorities`` from v0.11.2): SM100 FlashInfer (10.0 exactly in v0.11.0),
+  else FlashAttention (FA3 on SM90, FA2 below), Triton's attention for models with attention
+  sinks (gpt-oss) off SM90/SM100. MLA: SM100 CUTLASS MLA through v0.14.x, FlashInfer MLA from
+  v0.16.0; elsewhere FlashMLA in v0.11.0, FlashAttention MLA first from v0.11.2 (both SM90
+  only), Triton MLA below SM90. ``VLLM_ATTENTION_BACKEND`` overrides.
+- Async scheduling and CUDA graphs: ``config.engine.async_default`` and
+  ``perf.cuda_graphs.graph_plan`` (``vllm/config/vllm.py``), reported here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from servesim.catalog.gpus import GpuSpec
+from servesim.catalog.models import ModelSpec
+from servesim.config.engine import EngineConfig, async_default, version_tuple
+
+#: SM of each catalog GPU (compute capability x 10); AMD's MI300X has none.
+SM_OF: dict[str, int] = {
+    "A100-80GB": 80,
+    "L40S": 89,
+    "L4": 89,
+    "H100-SXM": 90,
+    "H200": 90,
+    "B200": 100,
+    "GB200": 100,
+    "B300": 103,
+}
+#: Release boundaries of the rules (see the module doc).
+V0_11_0, V0_11_1, V0_12_0, V0_13_0 = (0, 11, 0), (0, 11, 1), (0, 12, 0), (0, 13, 0)
+V0_14_0, V0_16_0, V0_17_0 = (0, 14, 0), (0, 16, 0), (0, 17, 0)
+#: DeepGEMM's grouped GEMM runs a step from this many tokens (``_valid_deep_gemm``: M >= 128).
+DEEP_GEMM_MIN_TOKENS = 128
+#: Catalog models whose attention has sinks (one learned logit per head): FlashAttention 2
+#: has no sink support, so vLLM runs Triton's attention for them below SM90.
+SINK_MODELS = ("gpt-oss",)
+
+#: vLLM's kernel -> ``engine.moe_backend`` (the kernel ``kernel_moe`` times).
+SERVESIM_BACKEND = {
+    "triton_kernels_matmul_ogs": "triton",
+    "triton_fused_experts": "triton",
+    "marlin": "marlin",
+    "flashinfer_trtllm": "flashinfer_trtllm",
+    "flashinfer_trtllm_mxfp8": "flashinfer_mxfp4_mxfp8",
+    "flashinfer_cutlass": "flashinfer_cutlass",
+    "deep_gemm": "deep_gemm",
+    "vllm_cutlass_block_grouped_gemm": "triton",
+}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One default of the path: what vLLM runs and why (file and version range)."""
+
+    value: str
+    reason: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"value": self.value, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class ExecutionPath:
+    """What a vLLM version runs for one deployment (``execution_path``)."""
+
+    version: str
+    sm: int | None
+    weight_format: str
+    moe: Choice | None
+    attention: Choice
+    async_scheduling: Choice
+    cuda_graphs: Choice
+    env: dict[str, str]
+
+    @property
+    def moe_backend(self) -> str:
+        """``engine.moe_backend`` of the chosen MoE kernel ('auto' without MoE layers)."""
+        return SERVESIM_BACKEND.get(self.moe.value, "auto") if self.moe else "auto"
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "vllm_version": self.version,
+            "sm": self.sm,
+            "weight_format": self.weight_format,
+            "env": dict(self.env),
+            "attention": self.attention.as_dict(),
+            "async_scheduling": self.async_scheduling.as_dict(),
+            "cuda_graphs": self.cuda_graphs.as_dict(),
+        }
+        if self.moe is not None:
+            out["moe"] = {**self.moe.as_dict(), "moe_backend": self.moe_backend}
+        return out
+
+
+def sm_of(gpu: GpuSpec | str) -> int | None:
+    """The GPU's compute capability x 10 (80, 89, 90, 100, 103; None off the NVIDIA catalog)."""
+    return SM_OF.get(gpu if isinstance(gpu, str) else gpu.name)
+
+
+def weight_format(model: ModelSpec) -> str:
+    """The routed experts' format as vLLM's MoE selection sees it: 'mxfp4', 'int4',
+    'nvfp4', 'fp8_block', 'fp8' (per-tensor) or 'bf16'."""
+    method = model.quant_method.lower()
+    if model.expert_dtype_bytes:
+        if "mxfp4" in method:
+            return "mxfp4"
+        if "int4" in method or "w4a16" in method or "awq" in method or "gptq" in method:
+            return "int4"
+        if "nvfp4" in method:
+            return "nvfp4"
+    if model.dtype == "fp8":
+        return "fp8_block" if "block" in method else "fp8"
+    if model.dtype == "nvfp4":
+        return "nvfp4"
+    return "bf16"
+
+
+def _flag(env: dict[str, str], name: str) -> bool | None:
+    """An environment variable as vLLM's ``envs`` reads a boolean (None: unset)."""
+    if name not in env:
+        return None
+    return env[name].strip().lower() in ("1", "true")
+
+
+def _mxfp4(v: tuple[int, ...], sm: int, env: dict[str, str]) -> Choice:
+    src = (
+        "fused_moe/oracle/mxfp4.py select_mxfp4_moe_backend"
+        if v >= (0, 19, 0)
+        else "quantization/mxfp4.py get_mxfp4_backend"
+    )
+    sm100 = 100 <= sm < 110 if v >= V0_13_0 else sm == 100
+    fam = "SM 10.x (v0.13.0+)" if v >= V0_13_0 else "SM 10.0 exactly (through v0.12.x)"
+    if sm == 90 and _flag(env, "VLLM_USE_FLASHINFER_MOE_MXFP4_BF16"):
+        return Choice(
+            "flashinfer_cutlass",
+            f"{src}: SM90 with VLLM_USE_FLASHINFER_MOE_MXFP4_BF16=1 -> FlashInfer CUTLASS",
+        )
+    if sm100:
+        if _flag(env, "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8_CUTLASS"):
+            return Choice(
+                "flashinfer_cutlass", f"{src}: {fam} with VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8_CUTLASS=1"
+            )
+        if _flag(env, "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8"):
+            return Choice(
+                "flashinfer_trtllm_mxfp8",
+                f"{src}: {fam} with VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 -> TRTLLM-gen MXFP4 x MXFP8",
+            )
+        return Choice("flashinfer_trtllm", f"{src}: {fam} with FlashInfer -> TRTLLM-gen MXFP4 x BF16")
+    if v >= V0_11_1 and _flag(env, "VLLM_MXFP4_USE_MARLIN"):
+        return Choice("marlin", f"{src}, v0.11.2+: VLLM_MXFP4_USE_MARLIN=1 -> Marlin")
+    if v >= V0_12_0:
+        if 90 <= sm < 110:
+            return Choice(
+                "triton_kernels_matmul_ogs",
+                f"{src}, v0.12.0+: triton_kernels built in, runs on SM 9.0-10.x -> Triton matmul_ogs",
+            )
+        return Choice(
+            "marlin", f"{src}, v0.12.0+: triton_kernels runs on SM 9.0-10.x only -> Marlin on SM{sm}"
+        )
+    return Choice(
+        "marlin",
+        f"{src}, v0.10.1-v0.11.x: triton_kernels not installed by vLLM's wheel or image -> Marlin "
+        "(engine.moe_backend: triton for a server that installed it)",
+    )
+
+
+def _fp8(v: tuple[int, ...], sm: int, env: dict[str, str], block: bool, moe_tp: int, ep: int) -> Choice:
+    fi = _flag(env, "VLLM_USE_FLASHINFER_MOE_FP8")
+    dg_env = _flag(env, "VLLM_USE_DEEP_GEMM")
+    moe_dg = _flag(env, "VLLM_MOE_USE_DEEP_GEMM")
+    what = "block-FP8" if block else "per-tensor FP8"
+    if sm < 89:
+        return Choice(
+            "marlin", f"quantization/fp8.py: SM{sm} has no FP8 tensor cores -> Marlin (FP8 weight-only)"
+        )
+    if v >= V0_16_0:
+        src = "fused_moe/oracle/fp8.py select_fp8_moe_backend"
+        fi_ok, dg_ok = fi is not False, dg_env is not False and moe_dg is not False
+        if v >= V0_17_0 and sm == 90 and block:
+            if ep > 1 and fi_ok:
+                return Choice(
+                    "flashinfer_cutlass",
+                    f"{src}, v0.17.0+: SM90 block-FP8 with EP -> FLASHINFER_CUTLASS first",
+                )
+            return Choice("triton_fused_experts", f"{src}, v0.17.0+: SM90 block-FP8 with TP -> TRITON first")
+        if fi_ok and 100 <= sm < 110:
+            return Choice(
+                "flashinfer_trtllm", f"{src}, v0.16.0+: SM100 {what} -> FLASHINFER_TRTLLM (first supported)"
+            )
+        if fi_ok and sm == 90:
+            return Choice(
+                "flashinfer_cutlass", f"{src}, v0.16.0+: SM90 {what} -> FLASHINFER_CUTLASS (first supported)"
+            )
+        if block and dg_ok and sm in (90, 100):
+            return Choice("deep_gemm", f"{src}, v0.16.0+: FlashInfer off -> DEEPGEMM")
+        return Choice("triton_fused_experts", f"{src}, v0.16.0+: -> TRITON")
+    src = (
+        "fused_moe/oracle/fp8.py select_fp8_moe_backend, v0.14.0-v0.15.x"
+        if v >= V0_14_0
+        else "quantization/fp8.py Fp8MoEMethod, v0.10.2-v0.13.x"
+    )
+    sm100 = 100 <= sm < 110 if v >= V0_13_0 else sm == 100
+    if fi and (sm100 or sm == 90):
+        mode = env.get("VLLM_FLASHINFER_MOE_BACKEND", "latency" if v >= V0_12_0 else "throughput")
+        kernel = "flashinfer_trtllm" if mode == "latency" else "flashinfer_cutlass"
+        return Choice(
+            kernel,
+            f"{src}: VLLM_USE_FLASHINFER_MOE_FP8=1 -> FlashInfer, VLLM_FLASHINFER_MOE_BACKEND={mode} "
+            "(default throughput before v0.12.0, latency from it)",
+        )
+    dg_on = dg_env if dg_env is not None else v >= V0_11_0
+    if v >= V0_11_1 and moe_dg is False:
+        dg_on = False
+    if v >= V0_12_0 and moe_dg is None and moe_tp >= 8:
+        if block and sm in (90, 100):
+            why = f"{src}: DeepGEMM off by default at MoE TP >= 8 (v0.12.0+)"
+            if sm == 100 and v < V0_14_0:
+                return Choice(
+                    "vllm_cutlass_block_grouped_gemm", f"{why} -> CUTLASS block-scaled grouped GEMM"
+                )
+            return Choice("triton_fused_experts", f"{why} -> Triton fused_experts")
+        dg_on = False
+    if block and dg_on and sm in (90, 100):
+        return Choice(
+            "deep_gemm",
+            f"{src}: block-FP8 on SM{sm}, VLLM_USE_DEEP_GEMM on (default from v0.11.0) -> "
+            f"DeepGEMM from {DEEP_GEMM_MIN_TOKENS} tokens a step, Triton below",
+        )
+    if block and sm100 and v < V0_14_0:
+        return Choice(
+            "vllm_cutlass_block_grouped_gemm", f"{src}: SM100 block-FP8 -> CUTLASS block-scaled grouped GEMM"
+        )
+    return Choice("triton_fused_experts", f"{src}: {what} -> Triton fused_experts")
+
+
+def _moe(v: tuple[int, ...], sm: int, fmt: str, env: dict[str, str], moe_tp: int, ep: int) -> Choice:
+    if fmt == "mxfp4":
+        return _mxfp4(v, sm, env)
+    if fmt in ("fp8", "fp8_block"):
+        return _fp8(v, sm, env, fmt == "fp8_block", moe_tp, ep)
+    if fmt == "int4":
+        return Choice(
+            "marlin",
+            "quantization/gptq_marlin.py GPTQMarlinMoEMethod, compressed_tensors_moe.py "
+            "CompressedTensorsWNA16MarlinMoEMethod: Marlin on SM80+",
+        )
+    if fmt == "nvfp4":
+        if sm >= 100:
+            return Choice(
+                "flashinfer_trtllm",
+                "quantization/modelopt.py, fused_moe/oracle/nvfp4.py: SM100 -> FlashInfer",
+            )
+        return Choice("marlin", "quantization/modelopt.py: below SM100 -> Marlin (FP4 weight-only)")
+    return Choice(
+        "triton_fused_experts", "fused_moe/layer.py UnquantizedFusedMoEMethod -> Triton fused_experts"
+    )
+
+
+def _attention(v: tuple[int, ...], sm: int | None, model: ModelSpec, env: dict[str, str]) -> Choice:
+    src = "vllm/platforms/cuda.py " + ("_get_backend_priorities" if v > V0_11_0 else "get_attn_backend_cls")
+    forced = env.get("VLLM_ATTENTION_BACKEND")
+    if forced:
+        return Choice(forced.lower(), f"{src}: VLLM_ATTENTION_BACKEND={forced}")
+    if sm is None:
+        return Choice("flash_attn", "not an NVIDIA GPU of the catalog: FlashAttention assumed")
+    sm100 = 100 <= sm < 110 if v > V0_11_0 else sm == 100
+    if model.is_mla:
+        if sm100:
+            if v >= V0_16_0:
+                return Choice("flashinfer_mla", f"{src}, v0.16.0+: SM100 MLA -> FLASHINFER_MLA first")
+            return Choice("cutlass_mla", f"{src}, v0.11.0-v0.14.x: SM100 MLA -> CUTLASS_MLA first")
+        if sm < 90:
+            return Choice(
+                "triton_mla", f"{src}: FlashMLA and FlashAttention MLA need SM90 -> TRITON_MLA on SM{sm}"
+            )
+        if v > V0_11_0:
+            return Choice("flash_attn_mla", f"{src}, v0.11.2+: SM{sm} MLA -> FLASH_ATTN_MLA first")
+        return Choice("flashmla", f"{src}, v0.11.0: SM{sm} MLA -> FlashMLA")
+    if sm100:
+        return Choice("flashinfer", f"{src}: SM100 -> FLASHINFER first (its TRTLLM-gen kernels on SM100)")
+    if sm != 90 and any(n in model.name.lower() for n in SINK_MODELS):
+        return Choice(
+            "triton_attn", f"{src}: attention sinks need FlashAttention 3 (SM90) -> TRITON_ATTN on SM{sm}"
+        )
+    fa = "3" if sm == 90 else "2"
+    return Choice(f"flash_attn{fa}", f"{src}: SM{sm} -> FLASH_ATTN first (FA{fa} on SM{sm})")
+
+
+def _graphs(engine: EngineConfig) -> Choice:
+    src = "vllm/config/vllm.py"
+    if engine.enforce_eager:
+        return Choice("none", "--enforce-eager: no graphs")
+    v = version_tuple(engine.version)
+    mode = engine.cudagraph_mode or ("full_and_piecewise" if v >= (0, 11) else "piecewise")
+    why = (
+        "set"
+        if engine.cudagraph_mode
+        else ("v0.11.0+ default (O2)" if v >= (0, 11) else "default before v0.11.0")
+    )
+    size = engine.max_cudagraph_capture_size
+    cap = f"capture up to {size} tokens (set)" if size else "capture up to min(2 x max_num_seqs, 512) tokens"
+    return Choice(mode, f"{src}: cudagraph_mode {mode} ({why}); {cap} (_set_cudagraph_sizes)")
+
+
+def execution_path(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    engine: EngineConfig,
+    tp: int = 1,
+    ep: int = 1,
+    pipeline_parallel_size: int = 1,
+) -> ExecutionPath:
+    """What ``engine.version`` runs for ``model`` on ``gpu`` at this layout with
+    ``engine.vllm_env`` set (see the module doc). ``engine.moe_backend`` other than 'auto'
+    and ``engine.async_scheduling`` / ``cudagraph_mode`` set by the user are reported as set."""
+    v, sm, env = version_tuple(engine.version), sm_of(gpu), dict(engine.vllm_env)
+    fmt = weight_format(model)
+    moe: Choice | None = None
+    if model.is_moe:
+        if engine.moe_backend != "auto":
+            moe = Choice(engine.moe_backend, "engine.moe_backend set")
+        elif sm is None:
+            moe = Choice(
+                "triton_fused_experts", "not an NVIDIA GPU of the catalog: Triton fused_experts assumed"
+            )
+        else:
+            moe = _moe(v, sm, fmt, env, tp if ep == 1 else 1, ep)
+    if engine.async_scheduling is None:
+        on = async_default(engine, True, pipeline_parallel_size)
+        why = "vllm/config/vllm.py: on from v0.14.0 for V1 on a GPU (off before v0.15.0 with PP or drafts)"
+    else:
+        on = engine.async_scheduling
+        default = async_default(engine, True, pipeline_parallel_size)
+        why = "the version's default (vllm/config/vllm.py)" if on == default else "set (--async-scheduling)"
+    return ExecutionPath(
+        version=engine.version,
+        sm=sm,
+        weight_format=fmt,
+        moe=moe,
+        attention=_attention(v, sm, model, env),
+        async_scheduling=Choice("on" if on else "off", why),
+        cuda_graphs=_graphs(engine),
+        env=env,
+    )
+
+
+def moe_backend_for(
+    model: ModelSpec, gpu: GpuSpec, engine: EngineConfig | None, tp: int = 1, ep: int = 1
+) -> str:
+    """``engine.moe_backend`` with 'auto' resolved to the kernel vLLM picks (``execution_path``)."""
+    if engine is None:
+        return "auto"
+    if engine.moe_backend != "auto" or not model.is_moe:
+        return engine.moe_backend
+    return execution_path(model, gpu, engine, tp, ep).moe_backend
