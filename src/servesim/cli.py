@@ -236,7 +236,7 @@ def _gpus_table() -> Table:
         title="GPUs (dense peak TFLOP/s)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
     )
     table.add_column("name", no_wrap=True)
-    for col in ("BF16", "FP8", "memory", "HBM TB/s", "power W", "$/hour"):
+    for col in ("BF16", "FP8", "memory", "HBM TB/s", "host GB/s", "power W", "$/hour"):
         table.add_column(col, justify="right")
     for name in list_gpus():
         g = get_gpu(name)
@@ -247,6 +247,7 @@ def _gpus_table() -> Table:
             "-" if fp8 is None else f"{fp8 / 1e12:,.0f}",
             f"{g.mem_bytes / 2**30:.0f} GiB",
             f"{g.mem_bw / 1e12:.2f}",
+            f"{g.host_bw / 1e9:.0f}",  # host<->GPU, a direction (KV offloading)
             f"{g.idle_power_w:.0f}-{g.max_power_w:.0f}",
             f"{g.usd_per_hour:.2f}",
         )

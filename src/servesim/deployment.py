@@ -40,6 +40,7 @@ from servesim.config import (
     Scenario,
     budget_refusal,
     resolve_engine,
+    resolve_kv_offload,
 )
 from servesim.errors import ConfigError
 from servesim.perf.base import PerfModel
@@ -220,6 +221,7 @@ def resolve_deployment(
         eng.max_model_len or model.max_position_embeddings,
         pipeline_parallel_size=par.pipeline_parallel_size,
     )
+    engine = resolve_kv_offload(engine, gpu.host_bw)  # offload tiers: the GPU's host link
     kv_b = resolve_kv_dtype_bytes(sc.model.kv_cache_dtype, model)
     plan = check_starts(
         model,

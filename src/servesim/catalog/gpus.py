@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from servesim.errors import CatalogError
@@ -51,6 +51,9 @@ class GpuSpec:
     max_power_w: float
     usd_per_hour: float
     num_sms: int = 0
+    # Host<->GPU copy bandwidth, bytes/s per GPU and direction, pinned host memory with the
+    # copy engines (what KV offloading moves blocks over): ``_HOST_LINK`` below.
+    host_bw: float = 25e9
 
     def flops_for(self, dtype: str) -> float:
         """Peak dense FLOP/s for a dtype; fp8 falls back to bf16 on GPUs without fp8 units."""
@@ -111,6 +114,27 @@ _GPUS: tuple[GpuSpec, ...] = (
     # SMs: 58 (NVIDIA L4 datasheet: 7,424 CUDA cores = 58 x 128; some third-party tables list 60).
     GpuSpec("L4", _flops(121, 242.5, 30.3), 22.0 * _GIB, 0.300e12, 32e9, 10e-6, 16, 72, 0.70, 58),
 )
+
+#: Host<->GPU bandwidth classes (bytes/s per direction; ``GpuSpec.host_bw``). PCIe Gen4 x16:
+#: 32 GB/s raw, ~25 GB/s measured with pinned memory (CUDA's bandwidthTest class of figure).
+#: PCIe Gen5 x16: 64 GB/s raw; NVIDIA's NVbandwidth blog ("NVbandwidth: your essential tool to
+#: measure GPU interconnect and memory performance") shows host_to_device_memcpy_ce at 55.63 GB/s.
+#: NVLink-C2C (GH200/GB200): 900 GB/s bidirectional between the Grace CPU and its GPUs, 450 GB/s
+#: a direction; a GB200 superchip's two GPUs share it (225 GB/s each when both copy), a
+#: spec-sheet figure, not a measurement. MI300X and B300: the PCIe Gen5 class, assumed.
+_HOST_LINK = {"pcie4": 25e9, "pcie5": 55.6e9, "c2c_gb200": 225e9}
+_HOST_LINK_OF = {
+    "A100-80GB": "pcie4",
+    "H100-SXM": "pcie5",
+    "H200": "pcie5",
+    "B200": "pcie5",
+    "B300": "pcie5",
+    "GB200": "c2c_gb200",
+    "MI300X": "pcie5",
+    "L40S": "pcie4",
+    "L4": "pcie4",
+}
+_GPUS = tuple(replace(g, host_bw=_HOST_LINK[_HOST_LINK_OF[g.name]]) for g in _GPUS)
 
 _BY_NAME = {g.name: g for g in _GPUS}
 _ALIASES = {

@@ -32,8 +32,10 @@ from servesim.config.engine import (
     SpeculativeConfig,
     budget_refusal,
     resolve_engine,
+    resolve_kv_offload,
     resolve_policy,
 )
+from servesim.config.kv_offload import KVOffloadConfig
 from servesim.config.lora import LoraAdapterConfig, LoraConfig
 from servesim.config.overrides import parse_override
 from servesim.config.parts import (
@@ -72,6 +74,8 @@ from servesim.config.workload_kinds import (
 )
 
 __all__ = [
+    "resolve_kv_offload",
+    "KVOffloadConfig",
     "GIB",
     "POLICY_DEFAULTS",
     "AgentNode",

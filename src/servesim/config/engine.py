@@ -7,6 +7,7 @@ from typing import Any, Literal, NewType
 from pydantic import Field, field_validator, model_validator
 
 from servesim.config._base import _Strict
+from servesim.config.kv_offload import KVOffloadConfig
 from servesim.config.lora import LoraConfig
 from servesim.errors import ConfigError
 
@@ -496,6 +497,10 @@ class EngineConfig(_Strict):
         ),
         json_schema_extra={"vllm": "--stream-interval"},
     )
+    kv_offload: KVOffloadConfig = Field(
+        default_factory=lambda: KVOffloadConfig(),
+        description="KV offload tiers below the GPU's prefix cache (off by default; docs/kv_offload.md).",
+    )
 
     @field_validator("version")
     @classmethod
@@ -546,12 +551,39 @@ class EngineConfig(_Strict):
                 "scheduling_policy vtc orders admission into a running batch; "
                 "policy static runs one batch to completion: use another policy"
             )
+        self._check_offload()
         if self.lora.enabled and self.policy != "vllm_v1":
             raise ValueError(
                 f"lora: multi-LoRA serving is modelled on vLLM V1's scheduler; policy {self.policy} "
                 "takes none (use policy vllm_v1 or lora.enabled false)"
             )
         return self
+
+    def _check_offload(self) -> None:
+        off = self.kv_offload
+        if not off.enabled:
+            return
+        if off.tier_block_size(self.block_size) % self.block_size:
+            raise ValueError(
+                f"kv_offload.block_size ({off.tier_block_size(self.block_size)}) must be a multiple of "
+                f"block_size ({self.block_size}), as vLLM's offloaded blocks are whole GPU blocks"
+            )
+        others = {
+            "policy": (self.policy, "vllm_v1"),
+            "scheduling_policy": (self.scheduling_policy, "fcfs"),
+            "preemption_mode": (self.preemption_mode, "recompute"),
+        }
+        for name, (value, wanted) in others.items():
+            if value != wanted:
+                raise ValueError(f"kv_offload is modelled for {name}: {wanted} only, found {value}")
+        if not self.enable_prefix_caching:
+            raise ValueError(
+                "kv_offload needs enable_prefix_caching: true (offloaded blocks are found by hash)"
+            )
+        if self.memory_aware_admission or self.speculative.num_speculative_tokens:
+            raise ValueError("kv_offload is not modelled with memory_aware_admission or speculative decoding")
+        if self.lora.enabled:
+            raise ValueError("kv_offload is not modelled with engine.lora (LoRA adapters)")
 
 
 GIB = 1 << 30
@@ -744,3 +776,13 @@ def resolve_engine(
             tokens = max(tokens, max_model_len)
         upd["max_num_batched_tokens"] = tokens
     return ResolvedEngine(engine.model_copy(update=upd))
+
+
+def resolve_kv_offload(engine: ResolvedEngine, host_bw: float) -> ResolvedEngine:
+    """``engine`` with its offload tiers' host link set: the GPU's ``host_bw`` (bytes/s) unless given."""
+    off = engine.kv_offload
+    if not off.enabled or off.host_gb_per_s is not None:
+        return engine
+    return ResolvedEngine(
+        engine.model_copy(update={"kv_offload": off.model_copy(update={"host_gb_per_s": host_bw / 1e9})})
+    )

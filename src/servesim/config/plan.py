@@ -105,6 +105,15 @@ class PlanConfig(_Strict):
         description=("Prefix caching on/off to try; None: the scenario's."),
         json_schema_extra={"vllm": "--enable-prefix-caching"},
     )
+    kv_offloading_size_gib: list[float] | None = Field(
+        None,
+        min_length=1,
+        description=(
+            "KV offload host memory per replica to try, GiB (0: no offloading; otherwise "
+            "engine.kv_offload's backend, native if it has none); None: the scenario's."
+        ),
+        json_schema_extra={"vllm": "--kv-offloading-size"},
+    )
     max_loras: list[int] | None = Field(
         None,
         min_length=1,
@@ -157,6 +166,8 @@ class PlanConfig(_Strict):
         for name in ("max_num_batched_tokens", "max_num_seqs"):
             if any(x is not None and x < 1 for x in getattr(self, name)):
                 raise ValueError(f"{name}: expected values of at least 1 (or null for vLLM's default)")
+        if self.kv_offloading_size_gib is not None and any(x < 0 for x in self.kv_offloading_size_gib):
+            raise ValueError("kv_offloading_size_gib: expected sizes of at least 0 GiB (0: no offloading)")
         return self
 
     def ratios(self) -> list[tuple[int, int]]:

@@ -14,15 +14,16 @@ from typing import Any
 from servesim.config import EngineConfig, ResolvedEngine
 from servesim.engine.arrivals import ClosedLoopFeeder
 from servesim.engine.dependencies import DependencyFeeder
-from servesim.engine.events import EventLoop
+from servesim.engine.events import WAKE, EventLoop
 from servesim.engine.frontend import Frontend
 from servesim.engine.kv_cache import KVCacheManager
 from servesim.engine.kv_counting import CountingKVCache
+from servesim.engine.kv_offload import OffloadScheduler
 from servesim.engine.lazy import LazyScheduler
 from servesim.engine.replica import Replica
 from servesim.engine.request import Request
 from servesim.engine.scheduler import Scheduler, SchedulerConfig
-from servesim.metrics.records import ItlSamples, ReplicaTotals, StepSeries
+from servesim.metrics.records import ItlSamples, OffloadTotals, ReplicaTotals, StepSeries
 from servesim.perf.base import PerfModel
 from servesim.perf.lora import LoraCostModel, LoraCosts
 from servesim.workload.base import Workload
@@ -47,6 +48,7 @@ def uses_lazy_engine(engine: EngineConfig, wl: Workload | None, tenant_counters:
         and not engine.lora.enabled
         and not (tenant_counters and wl.tenant is not None)
         and (wl.num_samples is None or int(wl.num_samples.max(initial=1)) <= 1)
+        and not engine.kv_offload.enabled
     )
 
 
@@ -131,6 +133,28 @@ def make_scheduler(
     return SCHEDULERS[engine.policy](cfg, kv, opts)
 
 
+def offload_scheduler(
+    engine: EngineConfig,
+    cfg: SchedulerConfig,
+    kv: KVCacheManager,
+    wl: Workload | None,
+    loop: EventLoop,
+    kv_bytes_per_block: float,
+    totals: ReplicaTotals,
+) -> OffloadScheduler:
+    """vLLM V1's scheduler with the KV connector of ``engine.kv_offload`` (``engine/kv_offload.py``)."""
+    if kv_bytes_per_block <= 0:
+        raise ValueError("kv_offload needs kv_bytes_per_block (the memory plan's) to size its tiers")
+    if engine.kv_offload.host_gb_per_s is None:
+        raise ValueError("kv_offload needs host_gb_per_s (resolve_kv_offload sets the GPU's host link)")
+    if wl is not None and wl.num_samples is not None and int(wl.num_samples.max(initial=1)) > 1:
+        raise ValueError("kv_offload is not modelled with parallel sampling (n > 1)")
+    totals.offload = OffloadTotals()
+    return OffloadScheduler(
+        cfg, kv, engine.kv_offload, loop, kv_bytes_per_block, totals.num_gpus, totals.offload
+    )
+
+
 def policy_perf_model(engine: EngineConfig, perf: PerfModel) -> PerfModel:
     """``perf`` plus swap copies and draft-model steps when the engine makes them."""
     if engine.preemption_mode != "swap" and not engine.speculative.num_speculative_tokens:
@@ -169,16 +193,24 @@ def build_replica(
     """
     lazy = not reference and uses_lazy_engine(engine, wl, tenant_weights is not None)
     kv = make_kv_cache(engine, num_gpu_blocks, max_model_len, lazy)
-    scheduler = make_scheduler(
-        engine,
-        scheduler_config(engine, max_model_len),
-        kv,
-        wl,
-        reference,
-        kv_bytes_per_block,
-        tenant_weights,
-        perf.costs if isinstance(perf, LoraCostModel) else None,
-    )
+    scheduler: Scheduler
+    if engine.kv_offload.enabled:
+        if tenant_weights is not None and wl is not None and wl.tenant is not None:
+            raise ValueError("kv_offload is not modelled with tenants' fair-share counters")
+        assert isinstance(kv, KVCacheManager)  # not the lazy engine's
+        cfg = scheduler_config(engine, max_model_len)
+        scheduler = offload_scheduler(engine, cfg, kv, wl, loop, kv_bytes_per_block, totals)
+    else:
+        scheduler = make_scheduler(
+            engine,
+            scheduler_config(engine, max_model_len),
+            kv,
+            wl,
+            reference,
+            kv_bytes_per_block,
+            tenant_weights,
+            perf.costs if isinstance(perf, LoraCostModel) else None,
+        )
     if engine.lora.enabled:
         from servesim.engine.lora import LoraScheduler
 
@@ -196,7 +228,7 @@ def build_replica(
         if fe.enabled
         else None
     )
-    return Replica(
+    replica = Replica(
         replica_id,
         loop,
         scheduler,
@@ -212,6 +244,13 @@ def build_replica(
         frontend=frontend,
         cpu_per_req_s=engine.cpu_overhead_per_req_s or 0.0,
     )
+    if isinstance(scheduler, OffloadScheduler):  # an idle engine polls for the end of a load
+
+        def wake(at_s: float) -> None:
+            loop.at(at_s, replica.on_wake, None, WAKE)
+
+        scheduler.wake = wake
+    return replica
 
 
 def closed_loop_feeder(

@@ -202,6 +202,7 @@ class KVCacheManager:
         num_new_computed_tokens: int = 0,
         new_computed: list[KVBlock] | tuple = (),
         full_sequence_must_fit: bool = False,
+        delay_cache: bool = False,
     ) -> list[KVBlock] | None:
         """Make room for ``num_new_tokens`` more tokens of ``req``; None (and no change) if short.
 
@@ -209,7 +210,9 @@ class KVCacheManager:
         are taken (touched) and become the request's first blocks. With
         ``full_sequence_must_fit`` (vLLM's ``scheduler_reserve_full_isl`` admission gate)
         the request's whole current sequence (prompt plus outputs so far), not just this
-        chunk, must fit in the free blocks.
+        chunk, must fit in the free blocks. ``delay_cache`` (vLLM's ``delay_cache_blocks``, for
+        blocks a KV connector is still loading) leaves the new blocks out of the prefix-cache
+        index until ``cache_blocks``.
         """
         bs = self.block_size
         num_computed = req.num_computed_tokens + num_new_computed_tokens
@@ -235,10 +238,16 @@ class KVCacheManager:
         held.extend(new_computed)
         new_blocks = self._get_new_blocks(num_new) if num_new else []
         held.extend(new_blocks)
-        if self.enable_caching:
+        if self.enable_caching and not delay_cache:
             num_to_cache = min(num_computed + num_new_tokens, req.num_prompt_tokens + req.num_output_tokens)
             self._cache_full_blocks(req, held, num_to_cache // bs)
         return new_blocks
+
+    def cache_blocks(self, req: Request, num_tokens: int) -> None:
+        """Index ``req``'s full blocks up to ``num_tokens`` (vLLM ``KVCacheManager.cache_blocks``)."""
+        held = self.req_blocks.get(req.idx)
+        if self.enable_caching and held:
+            self._cache_full_blocks(req, held, min(num_tokens // self.block_size, len(held)))
 
     def free(self, req: Request, keep_for_resume: bool = False) -> None:
         """Return ``req``'s blocks in eviction order, tail first (vLLM ``free_blocks``).

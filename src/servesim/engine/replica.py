@@ -194,6 +194,8 @@ class Replica:
             if req.first_scheduled_s < 0:
                 req.first_scheduled_s = now
         gpu_s = self.perf.batch_time(out.stats)
+        if out.transfer_s:  # KV copies the forward waits for (engine/kv_offload.py)
+            gpu_s += out.transfer_s
         st = out.stats
         cpu_s = self.cpu_overhead_s + self.cpu_per_req_s * (st.num_decode_reqs + st.num_prefill_reqs)
         return out, gpu_s, step_wall_s(gpu_s, cpu_s, self.async_scheduling)

@@ -128,6 +128,9 @@ class SchedulerOutput:
     preempted: list[Request]
     total_tokens: int
     num_pool: int  # decodes scheduled implicitly (lazy engine), not listed in ``reqs``
+    # Seconds the step's forward waits for KV copies it makes synchronously (an LMCache
+    # connector's loads and stores, ``engine/kv_offload.py``); 0 without offloading.
+    transfer_s: float
 
     def __init__(
         self,
@@ -145,6 +148,7 @@ class SchedulerOutput:
         self.preempted = [] if preempted is None else preempted
         self.total_tokens = total_tokens
         self.num_pool = num_pool
+        self.transfer_s = 0.0
 
     def __len__(self) -> int:
         return len(self.reqs)

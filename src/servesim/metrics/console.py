@@ -206,6 +206,16 @@ def _lines(s: dict[str, Any]) -> Table:
         "Scheduler",
         f"preemptions {u['num_preemptions']:,}, prefix-cache hit rate {_pct(u['prefix_hit_rate'])}",
     )
+    off = s.get("kv_offload")
+    if off:  # engine.kv_offload: hits per tier and the KV moved
+        h = off["hit_rate"]
+        disk = f", disk {_pct(h['disk'])}" if off["disk_blocks"] else ""
+        grid.add_row(
+            "KV offload",
+            f"{off['backend']}: prompt tokens found on GPU {_pct(h['gpu'])}, CPU {_pct(h['cpu'])}{disk}; "
+            f"loaded {off['load_bytes'] / 1e9:,.1f} GB in {_num(off['load_s'])} s, "
+            f"stored {off['store_bytes'] / 1e9:,.1f} GB in {_num(off['store_s'])} s (per GPU)",
+        )
     lo = s.get("lora")
     if lo:  # engine.lora
         grid.add_row(

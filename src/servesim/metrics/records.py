@@ -243,6 +243,36 @@ class StepSeries:
 
 
 @dataclass(slots=True)
+class OffloadTotals:
+    """What a replica's KV offload tiers did over the run (``engine/kv_offload.py``).
+
+    Tokens are prompt tokens looked up at a request's first admission, split by the tier that
+    held them (the GPU's prefix cache first); bytes and seconds are per GPU (each GPU moves
+    its own shard over its own host link, in parallel).
+    """
+
+    backend: str = ""
+    block_size: int = 0  # tokens per offloaded block
+    num_cpu_blocks: int = 0
+    num_disk_blocks: int = 0
+    num_query_tokens: int = 0
+    num_gpu_hit_tokens: int = 0
+    num_cpu_hit_tokens: int = 0
+    num_disk_hit_tokens: int = 0
+    num_loads: int = 0  # requests that loaded KV from a lower tier
+    load_bytes: float = 0.0
+    load_s: float = 0.0  # copy time of the loads (bytes / bandwidth, disk reads included)
+    load_wait_s: float = 0.0  # native: from a load's start to its end, queueing on the copy stream included
+    num_stored_blocks: int = 0
+    store_bytes: float = 0.0
+    store_s: float = 0.0  # copy time of the stores
+    num_store_skips: int = 0  # stores refused for want of evictable blocks (retried later)
+    num_cpu_evictions: int = 0
+    num_disk_evictions: int = 0
+    step_transfer_s: float = 0.0  # seconds added to steps by copies the forward waits for (lmcache)
+
+
+@dataclass(slots=True)
 class ReplicaTotals:
     """Aggregates one replica accumulates over the run (for utilization, MFU/MBU, energy)."""
 
@@ -283,6 +313,7 @@ class ReplicaTotals:
     # Energy (J) of its GPUs when the cluster's operations priced it interval by interval
     # (power capping changes the clock); -1: the summary prices it from the totals.
     energy_j: float = -1.0
+    offload: OffloadTotals | None = None  # its KV offload tiers (engine.kv_offload), if any
 
 
 @dataclass(slots=True)

@@ -503,6 +503,9 @@ def summarize(result: Result) -> dict[str, Any]:
         **_energy_cost(result, window_s, whole["num_output_tokens"], whole["num_input_tokens"]),
         "wall_s": float(result.wall_s),
     }
+    offload = _kv_offload(result)
+    if offload is not None:  # engine.kv_offload: hits per tier, KV moved
+        summary["kv_offload"] = offload
     pools = _pools(result, window_s)
     if pools:
         summary["pools"] = pools
@@ -532,6 +535,41 @@ def summarize(result: Result) -> dict[str, Any]:
     summary.update(_trust(result, window_s, throughput))
     summary.update(_intervals(summary, result))
     return _clean(summary)
+
+
+def _kv_offload(result: Result) -> dict[str, Any] | None:
+    """The KV offload tiers over all replicas that have them: prompt tokens found per tier
+    (fractions of the tokens looked up), bytes and seconds moved per GPU, evictions."""
+    tiers = [r.offload for r in result.replicas if r.offload is not None]
+    if not tiers:
+        return None
+
+    def total(name: str) -> Any:
+        return sum(getattr(t, name) for t in tiers)
+
+    query = total("num_query_tokens")
+    return {
+        "backend": tiers[0].backend,
+        "block_size": tiers[0].block_size,
+        "cpu_blocks": total("num_cpu_blocks"),
+        "disk_blocks": total("num_disk_blocks"),
+        "hit_rate": {
+            "gpu": _ratio(total("num_gpu_hit_tokens"), query),
+            "cpu": _ratio(total("num_cpu_hit_tokens"), query),
+            "disk": _ratio(total("num_disk_hit_tokens"), query),
+        },
+        "num_query_tokens": query,
+        "num_loads": total("num_loads"),
+        "load_bytes": total("load_bytes"),
+        "load_s": total("load_s"),
+        "load_wait_s": total("load_wait_s"),
+        "num_stored_blocks": total("num_stored_blocks"),
+        "store_bytes": total("store_bytes"),
+        "store_s": total("store_s"),
+        "num_store_skips": total("num_store_skips"),
+        "step_transfer_s": total("step_transfer_s"),
+        "evictions": {"cpu": total("num_cpu_evictions"), "disk": total("num_disk_evictions")},
+    }
 
 
 def _intervals(summary: dict[str, Any], result: Result) -> dict[str, Any]:

@@ -120,6 +120,13 @@ def vllm_serve_lines(e: Evaluated) -> list[str]:
             "--gpu-memory-utilization",
             f"{eng.gpu_memory_utilization:g}",
         ]
+        off = eng.kv_offload
+        if off.enabled and off.eviction_policy == "arc":  # ARC: only through the connector's config
+            extra = {"cpu_bytes_to_use": int(off.cpu_size_gib * (1 << 30)), "eviction_policy": "arc"}
+            connector = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both"}
+            args += ["--kv-transfer-config", json.dumps({**connector, "kv_connector_extra_config": extra})]
+        elif off.enabled:
+            args += ["--kv-offloading-backend", off.backend, "--kv-offloading-size", f"{off.cpu_size_gib:g}"]
         if eng.lora.enabled:
             args += ["--enable-lora", "--max-loras", str(eng.lora.max_loras)]
             args += ["--max-lora-rank", str(eng.lora.max_lora_rank)]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servesim.config import ParallelConfig, Scenario, scenario_from_dict
+from servesim.config import KVOffloadConfig, ParallelConfig, Scenario, scenario_from_dict
 from servesim.config.cluster import PoolRole
 from servesim.config.files import read_scenario_file
 from servesim.config.messages import format_validation_error
@@ -300,6 +300,7 @@ def enumerate_candidates(base: Scenario, plan: PlanConfig) -> list[Candidate]:
         "max_num_seqs": plan.max_num_seqs,
         "enable_chunked_prefill": plan.enable_chunked_prefill or [eng.enable_chunked_prefill],
         "enable_prefix_caching": plan.enable_prefix_caching or [eng.enable_prefix_caching],
+        "kv_offloading_size_gib": plan.kv_offloading_size_gib or [eng.kv_offload.cpu_size_gib],
     }
     if plan.max_loras:
         if not eng.lora.enabled:
@@ -328,11 +329,23 @@ def enumerate_candidates(base: Scenario, plan: PlanConfig) -> list[Candidate]:
     return out
 
 
+def offload_knob(off: KVOffloadConfig, size_gib: float) -> dict[str, Any]:
+    """``engine.kv_offload`` for one offload size: off at 0, else the scenario's backend (native if none)."""
+    if size_gib <= 0:
+        return {"backend": "none"}
+    backend = off.backend if off.enabled else "native"
+    return {**off.model_dump(exclude_unset=True), "backend": backend, "cpu_size_gib": size_gib}
+
+
 def candidate_scenario(
     base: Scenario, gpu: str, shape: tuple[PoolShape, ...], knobs: dict[str, Any]
 ) -> Scenario:
     """The base scenario with this GPU, layout, engine knobs and router (validated)."""
-    engine_upd = {k: v for k, v in knobs.items() if k not in ("router", "max_loras")}
+    engine_upd = {
+        k: v for k, v in knobs.items() if k not in ("router", "max_loras", "kv_offloading_size_gib")
+    }
+    if "kv_offloading_size_gib" in knobs:
+        engine_upd["kv_offload"] = offload_knob(base.engine.kv_offload, knobs["kv_offloading_size_gib"])
     if "max_loras" in knobs:  # a LoRA slot count: max_cpu_loras (if set) at least as many
         lora = base.engine.lora.model_dump(exclude_unset=True)
         n = knobs["max_loras"]

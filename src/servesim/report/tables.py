@@ -93,6 +93,15 @@ def run_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
             f"{_num(u.get('num_preemptions'), ',.0f')}",
         )
     )
+    off = summary.get("kv_offload")
+    if off:  # engine.kv_offload: prompt tokens found per tier, KV moved (per GPU)
+        h = off.get("hit_rate") or {}
+        hits = ", ".join(f"{tier} {_num(h.get(tier), '.1%')}" for tier in ("gpu", "cpu", "disk"))
+        moved = (
+            f"loaded {_num(off.get('load_bytes', 0) / 1e9, ',.1f')} GB in {_num(off.get('load_s'))} s, "
+            f"stored {_num(off.get('store_bytes', 0) / 1e9, ',.1f')} GB in {_num(off.get('store_s'))} s"
+        )
+        rows.append(("KV offload", f"{off.get('backend')}: hits {hits}; {moved}"))
     e, cost = summary.get("energy") or {}, summary.get("cost") or {}
     rows.append(
         (
