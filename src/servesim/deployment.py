@@ -42,7 +42,7 @@ from servesim.config import (
     resolve_engine,
     resolve_kv_offload,
 )
-from servesim.errors import ConfigError
+from servesim.errors import ConfigError, ServesimError
 from servesim.perf.base import PerfModel
 from servesim.perf.describe import describe_perf_model
 from servesim.perf.lora import lora_perf_model
@@ -68,6 +68,9 @@ class Deployment:
     profile: Any = None  # the HardwareProfile applied, if any
     # Changes made to the config, as ``workload.notices`` records the workload's.
     notices: list[dict[str, Any]] = field(default_factory=list)
+    # The name requests give to reach this pool (``served_model``): a multi-model cluster
+    # routes each request to the pools of the model it names.
+    served_model: str = ""
 
     @property
     def num_gpus(self) -> int:
@@ -253,7 +256,15 @@ def resolve_deployment(
         kv_dtype_bytes=kv_b,
         profile=profile,
         notices=found,
+        served_model=served_model(sc, pool),
     )
+
+
+def served_model(sc: Scenario, pool: PoolConfig) -> str:
+    """The name requests give to reach ``pool`` (the OpenAI API's ``model`` field): its
+    ``served_model_name``, else its model as written, else the scenario's ``model.name``, as
+    ``vllm serve MODEL`` answers to MODEL unless ``--served-model-name`` is given."""
+    return pool.served_model_name or pool.model or sc.model.name
 
 
 def run_notices(wl_meta: dict[str, Any], deps: list[Deployment]) -> list[dict[str, Any]]:
@@ -264,9 +275,20 @@ def run_notices(wl_meta: dict[str, Any], deps: list[Deployment]) -> list[dict[st
 def resolve_deployments(sc: Scenario) -> list[Deployment]:
     """One deployment per pool of the cluster the scenario runs as (``as_cluster``)."""
     cluster = as_cluster(sc)
-    model = load_model(sc.model.name, sc.model.dtype)
     profile = load_profile(sc)
-    deps = [resolve_deployment(sc, p, model=model, profile=profile) for p in cluster.pools]
+    models: dict[str, ModelSpec] = {}  # each base model loaded once, for all its pools
+    deps = []
+    for p in cluster.pools:
+        name = p.model or sc.model.name
+        if name not in models:
+            try:
+                models[name] = load_model(name, sc.model.dtype)
+            except ServesimError as err:
+                if p.model is None:
+                    raise
+                raise ConfigError(f"cluster.pools[{p.name}].model: {err}") from None
+        deps.append(resolve_deployment(sc, p, model=models[name], profile=profile))
+    check_models(cluster, deps)
     for pool, d in zip(cluster.pools, deps):
         if d.parallel.data_parallel_size > 1 and (
             d.role != "colocated" or cluster.operations is not None or cluster.migration.enabled
@@ -278,3 +300,29 @@ def resolve_deployments(sc: Scenario) -> list[Deployment]:
                 "cluster.operations or with migration); expected 1 there"
             )
     return deps
+
+
+def check_models(cluster: ClusterConfig, deps: list[Deployment]) -> None:
+    """A cluster of several served models (``served_model``) runs colocated pools of a fixed
+    fleet: the refusals of what it does not model, and of one name given to two models."""
+    served: dict[str, str] = {}
+    for p, d in zip(cluster.pools, deps, strict=True):
+        other = served.setdefault(d.served_model, d.model.name)
+        if other != d.model.name:
+            raise ConfigError(
+                f"cluster.pools[{p.name}].served_model_name: {d.served_model!r} names two models "
+                f"({other} and {d.model.name}); expected one model per served name"
+            )
+    if len(served) < 2:
+        return
+    if any(d.role != "colocated" for d in deps):
+        raise ConfigError(
+            f"cluster.pools: pools serve {len(served)} models ({', '.join(served)}); several models "
+            "run in colocated pools only (prefill/decode pools are not modelled per model): "
+            "expected role colocated, or one model"
+        )
+    if cluster.operations is not None:
+        raise ConfigError(
+            f"cluster.operations: pools serve {len(served)} models ({', '.join(served)}); "
+            "operations run a cluster of one model: remove cluster.operations, or serve one model"
+        )

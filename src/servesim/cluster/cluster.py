@@ -42,12 +42,19 @@ import numpy as np
 
 from servesim.cluster.loads import replica_load
 from servesim.cluster.migration import Migrator
+from servesim.cluster.models import ModelRoutes
 from servesim.cluster.router import ROUTERS, ReplicaLoad, RouterState
 from servesim.cluster.spec import ClusterRun, PoolSpec, TenantRun
 from servesim.cluster.transfer import Link
 from servesim.config import ClusterConfig
 from servesim.config.engine import version_tuple
-from servesim.engine.arrivals import ArrivalFeeder, ClosedLoopFeeder, done_when_seen, rejection_reason
+from servesim.engine.arrivals import (
+    NO_LIMIT,
+    ArrivalFeeder,
+    ClosedLoopFeeder,
+    done_when_seen,
+    rejection_reason,
+)
 from servesim.engine.build import build_replica, closed_loop_feeder
 from servesim.engine.dependencies import DependencyFeeder
 from servesim.engine.events import EventLoop
@@ -99,6 +106,7 @@ class Cluster:
         tenants: TenantSetup | None = None,
         finishes_in_runs: bool = False,
         step_series: StepSeries | None = None,
+        default_model: str = "",
     ) -> None:
         self.loop = loop
         self.wl = wl
@@ -138,6 +146,19 @@ class Cluster:
             if pool.dp > 1:
                 self._group_ranks(self.replicas[first:], pool.dp, api_servers_per_rank(pool.engine.version))
         self.is_disagg = any(p.role == "prefill" for p in pools)
+        cap = cfg.prefix_load_cap
+        rng = None if self.finishes_in_runs else np.random.default_rng(seed)
+        self.front_state = RouterState(None if rng is None else _child(rng), prefix_load_cap=cap)
+        self.back_state = RouterState(None if rng is None else _child(rng), prefix_load_cap=cap)
+        # Several models (``cluster.models``): each request is routed among its model's replicas.
+        self.models = ModelRoutes.build(pools, wl, default_model, rng, cap)
+        if self.models is not None:
+            if self.is_disagg and len(self.models.served) > 1:
+                raise ConfigError(
+                    "cluster.pools: several models run in colocated pools only (not prefill/decode pools)"
+                )
+            for pool in pools:
+                self.models.add_pool(pool)
         # Which replicas the routers pick among (all, unless operations start, drain or fail them).
         self.serving = [True] * len(self.replicas)
         self.front: list[int] = []
@@ -145,14 +166,6 @@ class Cluster:
         self.refresh_routes()
         self.ops: Any = None  # servesim.cluster.operations.Operations, when configured
         self.in_transit: set[int] = set()  # request ids whose KV is on a link
-        cap = cfg.prefix_load_cap
-        if self.finishes_in_runs:  # a lone replica routes nothing: no generator to seed
-            self.front_state = RouterState(None, prefix_load_cap=cap)
-            self.back_state = RouterState(None, prefix_load_cap=cap)
-        else:
-            rng = np.random.default_rng(seed)
-            self.front_state = RouterState(np.random.default_rng(rng.integers(1 << 63)), prefix_load_cap=cap)
-            self.back_state = RouterState(np.random.default_rng(rng.integers(1 << 63)), prefix_load_cap=cap)
         self.front_router = ROUTERS[cfg.router]
         self.back_router = ROUTERS[cfg.decode_router or cfg.router]
         self.outstanding = [0] * len(self.replicas)
@@ -189,6 +202,8 @@ class Cluster:
             for role in roles
         }
         self.front, self.back = ids[roles[0]], ids["decode"]
+        if self.models is not None:
+            self.models.refresh(self.front, self.pool_of)
 
     def add_replica(self, pool: PoolSpec) -> int:
         """A new replica of ``pool`` (not yet serving: ``serving`` and ``refresh_routes`` say when)."""
@@ -240,8 +255,20 @@ class Cluster:
     # ----------------------------------------------------------------- arrivals
 
     def rejection(self, r: Request) -> str:
-        """Why ``r`` can never be served on every pool it may visit ('' if it can)."""
+        """Why ``r`` can never be served on every pool it may visit ('' if it can; several
+        models: its model's pools, ``cluster.models``)."""
+        if self.models is not None:
+            return self.models.refusal(r)
         return rejection_reason(r, self.max_model_len, self.usable_tokens)
+
+    def refused_model(self, r: Request) -> bool:
+        """Several models: reject ``r`` if its model is served by no pool or it does not fit
+        that model's replicas (the feeder checked nothing: it cannot tell the models apart)."""
+        why = self.models.refusal(r) if self.models is not None else ""
+        if why:
+            r.status = ReqStatus.REJECTED
+            self.reject(r, why)
+        return bool(why)
 
     def reject(self, r: Request, why: str) -> None:
         """``r`` is refused for good (it can never be served, or its tenant's gate refused it)."""
@@ -252,6 +279,8 @@ class Cluster:
         """An arrival through the tenants' admission control (``engine.tenants.TenantGate``),
         in front of the router: a refused request is rejected with the gate's reason."""
         assert self.gate is not None
+        if self.models is not None and self.refused_model(req):
+            return
         kind, why = self.gate.refusal(req, self.loop.now)
         if kind:
             self.gate.reject(req, kind)
@@ -261,7 +290,13 @@ class Cluster:
 
     def on_look_ahead(self, req: Request) -> None:
         """``staleness_s`` before ``req`` arrives: capture the first stage's view for it."""
-        self.stale_views[req.idx] = self.loads(self.front, req, self.front_router)
+        ids = self.front
+        if self.models is not None:
+            g = int(self.models.group[req.idx])
+            if g < 0:
+                return  # rejected at its arrival
+            ids = self.models.front[g]
+        self.stale_views[req.idx] = self.loads(ids, req, self.front_router)
 
     def on_lone_arrival(self, req: Request) -> None:
         """``on_arrival`` of a lone replica (``finishes_in_runs``): nothing to route."""
@@ -283,6 +318,12 @@ class Cluster:
         if self.finishes_in_runs:
             self.on_lone_arrival(req)
             return
+        front, state = self.front, self.front_state
+        if self.models is not None:
+            if self.refused_model(req):
+                return
+            g = int(self.models.group[req.idx])
+            front, state = self.models.front[g], self.models.states[g]
         self.live[req.idx] = req
         dis = self.cfg.disaggregation
         if self.is_disagg and req.num_prompt_tokens < dis.colocate_below_tokens:
@@ -291,13 +332,13 @@ class Cluster:
                 return
             self._deliver(self._route_back(req), req)  # served whole by a decode replica
             return
-        if not self.front:  # every replica of the stage is starting, failed or stopped
+        if not front:  # every replica of the stage is starting, failed or stopped
             self.ops.park(req)
             return
         view = self.stale_views.pop(req.idx, None) if self.stale_views else None
         if view is None:
-            view = self.loads(self.front, req, self.front_router)
-        i = self.front[self.front_router(req, view, self.front_state)]
+            view = self.loads(front, req, self.front_router)
+        i = front[self.front_router(req, view, state)]
         if self.is_disagg:
             p = req.num_prompt_tokens
             self.handoff[req.idx] = (p, req.max_tokens)
@@ -476,6 +517,11 @@ class Cluster:
         )
 
 
+def _child(rng: np.random.Generator) -> np.random.Generator:
+    """A generator of its own, seeded from ``rng``'s next draw."""
+    return np.random.default_rng(rng.integers(1 << 63))
+
+
 def merged_counters(per_replica: list[TenantCounters]) -> TenantCounters | None:
     """The tenants' counters over all replicas: each replica's VTC counters, served tokens
     summed, and the largest spread any replica saw (a lone replica's are its own).
@@ -525,6 +571,7 @@ def run_cluster(
     slo: Any = None,
     tenants: TenantSetup | None = None,
     step_series: StepSeries | None = None,
+    default_model: str = "",
 ) -> ClusterRun:
     """Run ``wl`` on a cluster of ``pools`` (no catalog needed: tests use this): the one
     driver of every scenario (a plain one is a pool of one replica).
@@ -536,6 +583,9 @@ def run_cluster(
     counts). ``tenants``: the weights and admission control of ``wl``'s tenants (None:
     weight 1 each, no limits, and no counters under plain FCFS); requests the gate refuses
     are rejected with the reason, and each replica's scheduler keeps the tenants' counters.
+    Pools of several models (``PoolSpec.served_model``) or requests naming one
+    (``Workload.model``) route each request among its model's replicas (``cluster.models``);
+    ``default_model`` is the name of a request that gives none ("": the first pool's).
     """
     from servesim.cluster.operations import Operations, clocked_pools
 
@@ -561,6 +611,7 @@ def run_cluster(
         and not cfg.migration.enabled
         and pools[0].role == "colocated"
         and not closed
+        and wl.model is None  # requests that name a model are checked against the pool's
     )
     cluster = Cluster(
         loop,
@@ -575,6 +626,7 @@ def run_cluster(
         tenants=tenants,
         finishes_in_runs=lone,
         step_series=step_series,
+        default_model=default_model,
     )
     ops = None
     if ops_cfg is not None:
@@ -592,8 +644,9 @@ def run_cluster(
             if cluster.direct
             else cluster.on_arrival,
             cluster.reject,
-            cluster.max_model_len,
-            cluster.usable_tokens,
+            # several models: each request is checked against its model's pools at its arrival
+            cluster.max_model_len if cluster.models is None else NO_LIMIT,
+            cluster.usable_tokens if cluster.models is None else NO_LIMIT,
             0.0 if lone else cfg.staleness_s,  # a lone replica's view is never read
             cluster.on_look_ahead,
         ).start()

@@ -54,6 +54,7 @@ def pool_spec(dep: Deployment, reference: bool = False) -> PoolSpec:
         kv_bytes_per_block=dep.plan.kv_bytes_per_block,
         weights_bytes_per_gpu=dep.plan.weights_bytes,
         dp=dep.parallel.data_parallel_size if dep.model.is_moe else 1,
+        served_model=dep.served_model,
     )
 
 
@@ -123,6 +124,7 @@ def simulate_cluster(
                 slo=sc.slo,
                 tenants=tenants if tenants is not None and (sc.tenants or vtc) else None,
                 step_series=series,
+                default_model=sc.model.name,
             )
     except BaseException:
         if series is not None:
@@ -145,9 +147,31 @@ def simulate_cluster(
     )
     if tenants is not None:
         result.tenants = tenant_record(wl, tenants, run.tenants, engine)
+    result.models = model_record(sc, wl, deps)
     result.wall_s = time.perf_counter() - t0
     result.summary = summarize(result)
     return result
+
+
+def model_record(sc: Scenario, wl: Workload, deps: list[Deployment]) -> dict[str, Any] | None:
+    """What the summary needs of a run of several models (``metrics.models``; None: the
+    cluster serves one model and no request names one): each row's model name id (-1: it
+    gave none, the scenario's ``model.name``), the names, and each served model's pools."""
+    served = list(dict.fromkeys(d.served_model for d in deps))
+    if len(served) < 2 and wl.model is None:
+        return None
+    pools: dict[str, list[dict[str, Any]]] = {}
+    for d in deps:
+        pools.setdefault(d.served_model, []).append(
+            {"name": d.name, "num_replicas": d.num_replicas, "num_gpus": d.num_replicas * d.num_gpus}
+        )
+    return {
+        "name_id": np.full(len(wl), -1, np.int64) if wl.model is None else np.asarray(wl.model, np.int64),
+        "names": [*map(str, wl.meta.get("model_names", [])), sc.model.name],
+        "served": served,
+        "model": {d.served_model: d.model.name for d in deps},
+        "pools": pools,
+    }
 
 
 def scenario_tenants(sc: Scenario, wl: Workload) -> TenantSetup | None:

@@ -35,6 +35,9 @@ class PoolSpec:
     # Data-parallel ranks of one server that step in lockstep (an MoE model's; 1: each
     # replica on its own). Consecutive replicas form a server, sharing its API front end.
     dp: int = 1
+    # The name requests give to reach this pool (``deployment.served_model``; "": the
+    # cluster's one model). A cluster of several routes each request among its model's pools.
+    served_model: str = ""
 
 
 @dataclass(slots=True)

@@ -47,6 +47,25 @@ class PoolConfig(_Strict):
     parallel: ParallelConfig | None = Field(None, description="None: the scenario's parallel section.")
     engine: EngineConfig | None = Field(None, description="None: the scenario's engine section.")
     links: LinksConfig = Field(LinksConfig(), description="Overrides of the GPU's links.")
+    model: str | None = Field(
+        None,
+        min_length=1,
+        description=(
+            "The base model this pool serves (a catalog preset or a config.json path, as model.name; "
+            "dtypes from the model section); None: model.name. Pools of different models form a "
+            "multi-model cluster: each request goes to a replica of its own model (docs/cluster.md)."
+        ),
+        json_schema_extra={"vllm": "vllm serve MODEL"},
+    )
+    served_model_name: str | None = Field(
+        None,
+        min_length=1,
+        description=(
+            "The name requests give in their model field to reach this pool; None: the pool's model "
+            "as written (vLLM's default)."
+        ),
+        json_schema_extra={"vllm": "--served-model-name"},
+    )
 
 
 class KvLinkConfig(_Strict):

@@ -86,6 +86,14 @@ class ClientConfig(_Strict):
         0, ge=0, description="The client's requests share one of N prefixes (0 = none)."
     )
     prefix_len: int = Field(0, ge=0, description="Shared prefix length in tokens.", json_schema_extra=_TOKENS)
+    model: str | None = Field(
+        None,
+        min_length=1,
+        description=(
+            "The model the client's requests name (the OpenAI API's model field; a pool's "
+            "served_model_name); None: the scenario's model.name."
+        ),
+    )
 
 
 class MixtureWorkload(_Strict):

@@ -414,12 +414,36 @@ def print_summary(result: Result, console: Console) -> None:
     if len(pools) > 1 or (pools and pools[0]["num_replicas_run"] > 1):  # one replica: the lines above
         console.print()
         console.print(_pool_lines(pools))
+    if s.get("models"):
+        console.print()
+        console.print(_model_table(s["models"]))
     if s.get("benchmark"):
         console.print()
         console.print(_benchmark_block(s["benchmark"]))
     if s.get("tenants"):
         console.print()
         console.print(_tenant_table(s["tenants"]))
+
+
+def _model_table(m: dict[str, Any]) -> Table:
+    """One row per model the requests name (metrics/models.py)."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, title="models", title_justify="left")
+    for col in ("model", "pools", "GPUs", "requests", "rejected", "TTFT p50", "TPOT p50 (ms)", "SLO"):
+        table.add_column(
+            col, justify="left" if col in ("model", "pools") else "right", no_wrap=col == "model"
+        )
+    for name, d in m["per_model"].items():
+        table.add_row(
+            name,
+            ", ".join(d["pools"]) or "-",
+            f"{d['num_gpus']:,}",
+            f"{d['num_requests']:,}",
+            f"{d['num_rejected']:,}",
+            _ms(d["ttft_s"]["p50"]),
+            _ms(d["tpot_s"]["p50"]),
+            _pct(d["slo_attainment"]),
+        )
+    return table
 
 
 def _tenant_table(t: dict[str, Any]) -> Table:

@@ -344,3 +344,6 @@ class Result:
     # scheduler's counters (``cluster.pools.tenant_record``; summarized by ``metrics.tenants``).
     tenants: dict[str, Any] | None = None
     operations: dict[str, Any] = field(default_factory=dict)
+    # Several models (``cluster.models``): each row's model name id, the names, and each served
+    # model's pools (``cluster.pools.model_record``; summarized by ``metrics.models``).
+    models: dict[str, Any] | None = None

@@ -518,6 +518,10 @@ def summarize(result: Result) -> dict[str, Any]:
         from servesim.metrics.tenants import tenant_summary
 
         summary["tenants"] = tenant_summary(run, span_s, distribution, meets_limit)
+    if result.models is not None:  # several models: per-model counts, latency, SLOs, GPUs
+        from servesim.metrics.models import model_summary
+
+        summary["models"] = model_summary(run, span_s, distribution, meets_limit)
     lora = _lora(result)
     if lora is not None:  # engine.lora: adapter loads, the max_loras limit, LoRA memory
         summary["lora"] = lora

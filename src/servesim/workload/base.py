@@ -108,6 +108,9 @@ class Workload:
     # int64 LoRA adapter per request, an index into meta["adapter_names"] (-1: the base model;
     # None: no adapter column, engine.lora draws them).
     adapter: np.ndarray | None = None
+    # int64 model per request, an index into meta["model_names"] (the OpenAI API's model field:
+    # a multi-model cluster routes by it; -1 or None: the scenario's model.name).
+    model: np.ndarray | None = None
     # Parallel sampling (vLLM SamplingParams.n): samples per request (None = 1 each); with
     # prune_at_token > 0, best-of-N pruning keeps num_kept_samples after that many outputs.
     num_samples: np.ndarray | None = None  # int64, >= 1
@@ -162,6 +165,7 @@ class Workload:
             priority=None if self.priority is None else self.priority[idx],
             tenant=None if self.tenant is None else self.tenant[idx],
             adapter=None if self.adapter is None else self.adapter[idx],
+            model=None if self.model is None else self.model[idx],
             num_samples=None if self.num_samples is None else self.num_samples[idx],
             prune_at_token=self.prune_at_token,
             num_kept_samples=self.num_kept_samples,

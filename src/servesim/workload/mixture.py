@@ -51,6 +51,11 @@ def generate_mixture(cfg: MixtureWorkload, seed: int = 0) -> Workload:
         raise WorkloadError(f"workload: no arrival before duration_s={cfg.duration_s}")
     wl.tenant = np.asarray(wl.meta["client"], np.int64)
     wl.meta["tenant_names"] = [c.name for c in cfg.clients]
+    names = list(dict.fromkeys(c.model for c in cfg.clients if c.model is not None))
+    if names:  # each client's requests name its model (-1: the scenario's)
+        ids = np.array([names.index(c.model) if c.model is not None else -1 for c in cfg.clients], np.int64)
+        wl.model = ids[wl.tenant]
+        wl.meta["model_names"] = names
     wl.meta["requests_per_client"] = dict(
         zip(
             [c.name for c in cfg.clients],

@@ -123,6 +123,8 @@ class _Rows:
     tenant_ids: dict[str, int] = field(default_factory=dict)
     adapter: list[int] | None = None  # LoRA adapter names' ids (-1: the base model)
     adapter_ids: dict[str, int] = field(default_factory=dict)
+    model: list[int] | None = None  # the models' names' ids (-1: the scenario's model.name)
+    model_ids: dict[str, int] = field(default_factory=dict)
     clamped: int = 0
     lengths_only: bool = False
     columns: tuple[str, ...] = ()

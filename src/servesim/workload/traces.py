@@ -83,7 +83,16 @@ MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
 GENERIC_ARRIVAL = "arrived_at_s"
 GENERIC_PROMPT = ("num_prompt_tokens", "num_prefill_tokens")  # the second: Vidur / arxiv lengths files
 GENERIC_OUTPUT = ("num_output_tokens", "num_decode_tokens")
-GENERIC_OPTIONAL = ("hash_ids", "prefix_group", "prefix_len", "priority", "tenant", "adapter", "lora")
+GENERIC_OPTIONAL = (
+    "hash_ids",
+    "prefix_group",
+    "prefix_len",
+    "priority",
+    "tenant",
+    "adapter",
+    "lora",
+    "model",
+)
 KNOWN_COLUMNS = {
     "azure": AZURE_COLUMNS,
     "mooncake": (*MOONCAKE_KEYS, "hash_ids"),
@@ -413,6 +422,8 @@ def _parse_generic(rows: _Rows, columns: tuple[str, ...], head: str, records: Re
     rows.tenant = [] if has_tenant else None
     adapter_col = next((c for c in ("adapter", "lora") if c in columns), None)
     rows.adapter = [] if adapter_col else None
+    has_model = "model" in columns
+    rows.model = [] if has_model else None
     for where, rec in records:
         if not rows.lengths_only:
             rows.arrival.append(
@@ -438,6 +449,8 @@ def _parse_generic(rows: _Rows, columns: tuple[str, ...], head: str, records: Re
             rows.tenant.append(_tenant(rows, rec.get("tenant"), where))  # type: ignore[union-attr]
         if adapter_col:
             rows.adapter.append(_adapter(rows, rec.get(adapter_col)))  # type: ignore[union-attr]
+        if has_model:
+            rows.model.append(_model(rows, rec.get("model")))  # type: ignore[union-attr]
 
 
 # --------------------------------------------------------------------------- values
@@ -477,6 +490,18 @@ def _adapter(rows: _Rows, raw: Any) -> int:
     if aid is None:
         aid = rows.adapter_ids[key] = len(rows.adapter_ids)
     return aid
+
+
+def _model(rows: _Rows, raw: Any) -> int:
+    """The model a request names (the OpenAI API's model field): distinct names become 0, 1, 2,
+    ... in order of first appearance; an empty cell is the scenario's model.name, -1."""
+    key = "" if raw is None else str(raw).strip()
+    if not key:
+        return -1
+    mid = rows.model_ids.get(key)
+    if mid is None:
+        mid = rows.model_ids[key] = len(rows.model_ids)
+    return mid
 
 
 def _prefix_len(rows: _Rows, raw: Any, where: str) -> None:
@@ -523,6 +548,8 @@ def _to_workload(rows: _Rows, hash_block_tokens: int) -> Workload:
         meta["tenant_names"] = list(rows.tenant_ids)
     if rows.adapter is not None:
         meta["adapter_names"] = list(rows.adapter_ids)
+    if rows.model is not None:
+        meta["model_names"] = list(rows.model_ids)
     wl = Workload(
         arrival_s=arrival,
         num_prompt_tokens=np.asarray(rows.prompt, dtype=np.int64),
@@ -534,6 +561,7 @@ def _to_workload(rows: _Rows, hash_block_tokens: int) -> Workload:
         priority=None if rows.priority is None else np.asarray(rows.priority, dtype=np.int64),
         tenant=None if rows.tenant is None else np.asarray(rows.tenant, dtype=np.int64),
         adapter=None if rows.adapter is None else np.asarray(rows.adapter, dtype=np.int64),
+        model=None if rows.model is None else np.asarray(rows.model, dtype=np.int64),
         clients=None if rows.bench is None else BenchmarkClients(rows.bench["max_concurrency"]),
         source=rows.name,
         meta=meta,
