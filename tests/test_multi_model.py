@@ -1,0 +1,175 @@
+"""Several base models in one cluster (``cluster.models``): each request reaches only the
+replicas of the model it names, with a router state of its own per model; a model no pool
+serves is rejected with that reason; the per-model limits of the "can never be served"
+check; the per-model summary on a real scenario (hand-counted trace rows)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import make_workload
+
+from servesim.cluster.cluster import PoolSpec, run_cluster
+from servesim.config import ClusterConfig, EngineConfig, PoolConfig, Scenario, resolve_engine
+from servesim.metrics.records import RequestStatus
+from servesim.perf.base import ConstantPerfModel
+from servesim.sim import simulate
+
+
+def pool(name: str, n: int, served: str, max_model_len: int = 512, blocks: int = 41) -> PoolSpec:
+    eng = resolve_engine(
+        EngineConfig(max_num_seqs=8, max_num_batched_tokens=2048), max_model_len=max_model_len
+    )
+    return PoolSpec(
+        name,
+        "colocated",
+        n,
+        eng,
+        ConstantPerfModel(0.01),
+        num_gpu_blocks=blocks,
+        max_model_len=max_model_len,
+        served_model=served,
+    )
+
+
+def run(models: list[int], names: list[str], pools: list[PoolSpec], prompts: list[int] | int = 32, **kw):  # type: ignore[no-untyped-def]
+    wl = make_workload([0.0] * len(models), prompts, 4)
+    wl.model = np.asarray(models, np.int64)
+    wl.meta["model_names"] = names
+    cfg = ClusterConfig(pools=[PoolConfig(name=p.name, num_replicas=p.num_replicas) for p in pools], **kw)
+    return run_cluster(wl, pools, cfg, check_invariants=True)
+
+
+def test_each_request_reaches_only_its_models_replicas() -> None:
+    # Pools a (model A, replicas 0 and 1), b (model B, replica 2), c (model A, replica 3).
+    # Round robin per model: A's requests cycle over 0, 1, 3; B's stay on 2. A cursor shared
+    # by the models (B's row 4 leaves it at 1) would send row 5 to replica 1, not 0.
+    pools = [pool("a", 2, "A"), pool("b", 1, "B"), pool("c", 1, "A")]
+    r = run([0, 1, 0, 0, 1, 0, 0], ["A", "B"], pools, router="round_robin")
+    assert (r.records.status == RequestStatus.FINISHED).all()
+    assert r.records.replica.tolist() == [0, 2, 1, 3, 2, 0, 1]
+    assert [t.num_routed for t in r.totals] == [2, 2, 2, 1]  # replica 3: row 3 only
+
+
+def test_least_outstanding_picks_among_the_models_replicas() -> None:
+    # All at t=0: model A's two replicas take rows 0, 1 then 2 (ties to the lowest); B's
+    # lone replica takes every B row although it has the most outstanding.
+    r = run(
+        [0, 1, 0, 1, 0, 1], ["A", "B"], [pool("a", 2, "A"), pool("b", 1, "B")], router="least_outstanding"
+    )
+    assert r.records.replica.tolist() == [0, 2, 1, 2, 0, 2]
+
+
+def test_a_model_no_pool_serves_is_rejected_with_its_name() -> None:
+    r = run([0, 2, 1, -1], ["A", "B", "gpt-4o"], [pool("a", 1, "A"), pool("b", 1, "B")])
+    status = r.records.status.tolist()
+    assert status == [
+        RequestStatus.FINISHED,
+        RequestStatus.REJECTED,
+        RequestStatus.FINISHED,
+        RequestStatus.FINISHED,
+    ]
+    assert r.records.reasons[1] == "model 'gpt-4o' is served by no pool (served: A, B)"
+    # Row 3 names no model: the default name, the first pool's (A), so replica 0.
+    assert r.records.replica[[0, 2, 3]].tolist() == [0, 1, 0]
+    assert [t.num_routed for t in r.totals] == [2, 1]
+
+
+def test_can_never_be_served_is_checked_per_model() -> None:
+    # A: max_model_len 512; B: 2048 with 200 blocks of 16 ((200 - 1) x 16 = 3,184 tokens).
+    pools = [pool("a", 1, "A"), pool("b", 1, "B", max_model_len=2048, blocks=200)]
+    r = run([0, 1], ["A", "B"], pools, prompts=[1000, 1000])
+    assert r.records.status.tolist() == [RequestStatus.REJECTED, RequestStatus.FINISHED]
+    assert r.records.reasons[0] == "prompt of 1000 tokens does not fit max_model_len 512"
+    assert r.records.replica[1] == 1
+
+
+def test_one_pool_and_requests_naming_models() -> None:
+    # One pool: a request naming another model is still rejected (no lone-replica shortcut).
+    r = run([0, 1, 0], ["A", "B"], [pool("a", 1, "A")])
+    assert r.records.status.tolist() == [
+        RequestStatus.FINISHED,
+        RequestStatus.REJECTED,
+        RequestStatus.FINISHED,
+    ]
+    assert r.records.reasons[1] == "model 'B' is served by no pool (served: A)"
+
+
+TRACE = """arrived_at_s,num_prompt_tokens,num_output_tokens,model
+0.0,200,20,meta-llama/Llama-3.1-8B
+0.1,300,10,Qwen/Qwen2.5-7B
+0.2,100,30,meta-llama/Llama-3.1-8B
+0.3,150,5,gpt-4o
+0.4,250,15,
+"""
+
+
+def test_per_model_summary_on_a_scenario(tmp_path: Path) -> None:
+    # Five rows: Llama named twice and once by default (the empty cell: model.name), Qwen
+    # once, gpt-4o (served by no pool) once. GPUs: llama 2 replicas x TP 1, qwen 1 x TP 2.
+    (tmp_path / "t.csv").write_text(TRACE)
+    sc = Scenario.model_validate(
+        {
+            "model": {"name": "meta-llama/Llama-3.1-8B"},
+            "hardware": {"gpu": "H100-SXM"},
+            "cluster": {
+                "router": "round_robin",
+                "pools": [
+                    {"name": "llama", "num_replicas": 2},
+                    {
+                        "name": "qwen",
+                        "model": "Qwen/Qwen2.5-7B",
+                        "parallel": {"tensor_parallel_size": 2},
+                    },
+                ],
+            },
+            "workload": {"type": "trace", "path": str(tmp_path / "t.csv")},
+        }
+    )
+    res = simulate(sc)
+    per = res.summary["models"]["per_model"]
+    assert list(per) == ["meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-7B", "gpt-4o"]
+    llama, qwen, other = per.values()
+    assert (llama["num_requests"], llama["num_finished"], llama["num_gpus"], llama["pools"]) == (
+        3,
+        3,
+        2,
+        ["llama"],
+    )
+    assert (qwen["num_requests"], qwen["num_finished"], qwen["num_gpus"], qwen["model"]) == (
+        1,
+        1,
+        2,
+        "Qwen/Qwen2.5-7B",
+    )
+    assert (other["num_requests"], other["num_rejected"], other["num_gpus"], other["pools"]) == (1, 1, 0, [])
+    assert llama["num_output_tokens"] == 20 + 30 + 15 and qwen["num_output_tokens"] == 10
+    assert llama["ttft_s"]["count"] == 3
+    # Round robin over the llama pool's replicas 0, 1; qwen's replica is 2.
+    assert res.records.replica[[0, 1, 2, 4]].tolist() == [0, 2, 1, 0]
+    assert [r.num_routed for r in res.replicas] == [2, 1, 1]
+    assert res.deployments[1].model.name == "Qwen/Qwen2.5-7B"
+    assert res.deployments[1].served_model == "Qwen/Qwen2.5-7B"
+
+
+def test_operations_with_several_models_are_refused() -> None:
+    from servesim.errors import ConfigError
+
+    sc = Scenario.model_validate(
+        {
+            "cluster": {
+                "pools": [{"name": "a"}, {"name": "b", "model": "Qwen/Qwen2.5-7B"}],
+                "operations": {"failures": {"events": [{"pool": "a", "at_s": 1.0}]}},
+            },
+            "workload": {
+                "type": "synthetic",
+                "num_requests": 4,
+                "prompt_len": {"value": 64},
+                "output_len": {"value": 8},
+            },
+        }
+    )
+    with pytest.raises(ConfigError, match="cluster.operations: pools serve 2 models"):
+        simulate(sc)
