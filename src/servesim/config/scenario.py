@@ -201,4 +201,13 @@ def _resolve_relative_paths(s: Scenario, base: Path) -> Scenario:
         fixed = fix(name)
         if fixed != name:
             updates["model"] = s.model.model_copy(update={"name": fixed})
+    if s.cluster is not None:  # a pool's own model; requests still name it as written
+        pools = []
+        for pool in s.cluster.pools:
+            fixed = fix(pool.model)
+            if fixed != pool.model:
+                served = pool.served_model_name or pool.model
+                pool = pool.model_copy(update={"model": fixed, "served_model_name": served})
+            pools.append(pool)
+        updates["cluster"] = s.cluster.model_copy(update={"pools": pools})
     return s.model_copy(update=updates) if updates else s
