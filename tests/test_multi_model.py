@@ -12,6 +12,7 @@ import pytest
 from conftest import make_workload
 
 from servesim.cluster.cluster import PoolSpec, run_cluster
+from servesim.cluster.spec import ClusterRun
 from servesim.config import ClusterConfig, EngineConfig, PoolConfig, Scenario, resolve_engine
 from servesim.metrics.records import RequestStatus
 from servesim.perf.base import ConstantPerfModel
@@ -34,11 +35,18 @@ def pool(name: str, n: int, served: str, max_model_len: int = 512, blocks: int =
     )
 
 
-def run(models: list[int], names: list[str], pools: list[PoolSpec], prompts: list[int] | int = 32, **kw):  # type: ignore[no-untyped-def]
+def run(
+    models: list[int],
+    names: list[str],
+    pools: list[PoolSpec],
+    prompts: list[int] | int = 32,
+    router: str = "round_robin",
+) -> ClusterRun:
     wl = make_workload([0.0] * len(models), prompts, 4)
     wl.model = np.asarray(models, np.int64)
     wl.meta["model_names"] = names
-    cfg = ClusterConfig(pools=[PoolConfig(name=p.name, num_replicas=p.num_replicas) for p in pools], **kw)
+    pool_cfgs = [PoolConfig(name=p.name, num_replicas=p.num_replicas) for p in pools]
+    cfg = ClusterConfig(pools=pool_cfgs, router=router)  # type: ignore[arg-type]
     return run_cluster(wl, pools, cfg, check_invariants=True)
 
 
