@@ -41,12 +41,14 @@ def run(
     pools: list[PoolSpec],
     prompts: list[int] | int = 32,
     router: str = "round_robin",
+    staleness_s: float = 0.0,
+    at: float = 0.0,
 ) -> ClusterRun:
-    wl = make_workload([0.0] * len(models), prompts, 4)
+    wl = make_workload([at] * len(models), prompts, 4)
     wl.model = np.asarray(models, np.int64)
     wl.meta["model_names"] = names
     pool_cfgs = [PoolConfig(name=p.name, num_replicas=p.num_replicas) for p in pools]
-    cfg = ClusterConfig(pools=pool_cfgs, router=router)  # type: ignore[arg-type]
+    cfg = ClusterConfig(pools=pool_cfgs, router=router, staleness_s=staleness_s)  # type: ignore[arg-type]
     return run_cluster(wl, pools, cfg, check_invariants=True)
 
 
@@ -68,6 +70,17 @@ def test_least_outstanding_picks_among_the_models_replicas() -> None:
         [0, 1, 0, 1, 0, 1], ["A", "B"], [pool("a", 2, "A"), pool("b", 1, "B")], router="least_outstanding"
     )
     assert r.records.replica.tolist() == [0, 2, 1, 2, 0, 2]
+
+
+def test_a_stale_view_is_taken_among_the_models_replicas() -> None:
+    # All arrive at t=1; with staleness 0.5 each view is captured at t=0.5 (empty replicas),
+    # so least_outstanding sees zeros and ties go to the model's first replica (row 2 too,
+    # where a fresh view would send it to replica 1); a row naming no served model captures
+    # nothing and is rejected at its arrival.
+    pools = [pool("a", 2, "A"), pool("b", 1, "B")]
+    r = run([0, 1, 0, 2], ["A", "B", "C"], pools, router="least_outstanding", staleness_s=0.5, at=1.0)
+    assert r.records.replica[:3].tolist() == [0, 2, 0]
+    assert r.records.status[3] == RequestStatus.REJECTED
 
 
 def test_a_model_no_pool_serves_is_rejected_with_its_name() -> None:
