@@ -429,6 +429,8 @@ class Cluster:
     def finish_run(self) -> None:
         """The end of a run: record requests still in flight (running, waiting or in
         transit) as unfinished, and each replica's end-of-run totals."""
+        for rep in self.replicas:
+            rep.finish_waiting()
         alive = [rep for rep in self.replicas if not rep.failed]  # a failed one's requests moved on
         for rep in alive:
             if isinstance(rep.scheduler, LazyScheduler):

@@ -287,6 +287,9 @@ class ReplicaTotals:
     num_run_steps: int = 0  # of which simulated inside skip-ahead runs (lazy engine: no event each)
     num_preemptions: int = 0
     kv_block_s: float = 0.0  # integral of used KV blocks over time (block-seconds)
+    # Waiting requests integrated over its recorded steps (num_waiting x duration_s summed, as
+    # ``StepSeries.waiting_s_by_replica`` sums them; 0 when no step series is kept)
+    waiting_s: float = 0.0
     peak_kv_blocks: int = 0
     num_prefix_query_tokens: int = 0  # prompt tokens looked up in the prefix cache
     num_prefix_hit_tokens: int = 0  # of which found cached

@@ -392,7 +392,7 @@ def _pools(result: Result, window_s: float | None) -> list[dict[str, Any]]:
     names = list(dict.fromkeys(r.pool for r in reps if r.pool))
     if not names:
         return []
-    waiting_by_rep = result.steps.waiting_s_by_replica(len(reps))
+    waiting_by_rep = np.array([r.waiting_s for r in reps])  # as steps.waiting_s_by_replica
     out = []
     for name in names:
         idx = [i for i, r in enumerate(reps) if r.pool == name]
