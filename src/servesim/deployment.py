@@ -25,7 +25,7 @@ between them on one replica as it did in a cluster.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servesim.catalog.gpus import GpuSpec, LinkSpec, get_gpu, link_spec
 from servesim.catalog.hf_config import load_model
@@ -48,6 +48,9 @@ from servesim.perf.describe import describe_perf_model
 from servesim.perf.lora import lora_perf_model
 from servesim.perf.memory import MemoryPlan, plan_memory
 
+if TYPE_CHECKING:
+    from servesim.perf.profiled import HardwareProfile
+
 
 @dataclass(slots=True)
 class Deployment:
@@ -65,7 +68,7 @@ class Deployment:
     links: LinkSpec
     perf: PerfModel
     kv_dtype_bytes: float
-    profile: Any = None  # the HardwareProfile applied, if any
+    profile: HardwareProfile | None = None  # the one applied, if any
     # Changes made to the config, as ``workload.notices`` records the workload's.
     notices: list[dict[str, Any]] = field(default_factory=list)
 
@@ -169,7 +172,7 @@ def pool_links(gpu: GpuSpec, lk: LinksConfig | None) -> LinkSpec:
     )
 
 
-def load_profile(sc: Scenario) -> Any:
+def load_profile(sc: Scenario) -> HardwareProfile | None:
     """The scenario's ``hardware.profile`` (imported only when one is named), or None."""
     if not sc.hardware.profile:
         return None
@@ -179,7 +182,11 @@ def load_profile(sc: Scenario) -> Any:
 
 
 def resolve_deployment(
-    sc: Scenario, pool: PoolConfig | None = None, *, model: ModelSpec | None = None, profile: Any = None
+    sc: Scenario,
+    pool: PoolConfig | None = None,
+    *,
+    model: ModelSpec | None = None,
+    profile: HardwareProfile | None = None,
 ) -> Deployment:
     """The deployment of one pool (``pool`` None: the first of ``as_cluster(sc)``).
 
@@ -233,7 +240,7 @@ def resolve_deployment(
         f"cluster.pools[{pool.name}].engine" if pool.engine else "engine",
     )
     links = pool_links(gpu, pool.links)
-    perf = (
+    perf: PerfModel = (
         profile.perf_model(model, gpu, par, sc.model, links=links)
         if profile
         else build_step_model(model, gpu, par, sc.hardware, sc.model, links=links, engine=engine)
