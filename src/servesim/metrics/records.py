@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from servesim.engine.itl import ItlSamples  # noqa: F401 (the engine's, compiled; its home was here)
+from servesim.metrics.itl import ItlSamples
 
 if TYPE_CHECKING:
     from servesim.catalog.gpus import GpuSpec
