@@ -82,6 +82,22 @@ class Deployment:
         return describe_perf_model(self.perf, self.gpu.name, self.profile)
 
 
+def resolved_engine(
+    engine: EngineConfig, model: ModelSpec, gpu: GpuSpec, parallel: ParallelConfig
+) -> ResolvedEngine:
+    """``engine`` with vLLM's batch defaults for this GPU and layout filled in
+    (``config.engine.resolve_engine``; ``max_model_len`` unset: the model's positions): the
+    one resolution of a deployment's engine, which ``check_starts`` and
+    ``perf.memory.plan_memory`` take resolved."""
+    return resolve_engine(
+        engine,
+        gpu.mem_bytes,
+        gpu.name,
+        engine.max_model_len or model.max_position_embeddings,
+        pipeline_parallel_size=parallel.pipeline_parallel_size,
+    )
+
+
 def check_starts(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -221,13 +237,7 @@ def resolve_deployment(
                 }
             )
         eng = adjusted
-    engine = resolve_engine(
-        eng,
-        gpu.mem_bytes,
-        gpu.name,
-        eng.max_model_len or model.max_position_embeddings,
-        pipeline_parallel_size=par.pipeline_parallel_size,
-    )
+    engine = resolved_engine(eng, model, gpu, par)
     engine = resolve_kv_offload(engine, gpu.host_bw)  # offload tiers: the GPU's host link
     kv_b = resolve_kv_dtype_bytes(sc.model.kv_cache_dtype, model)
     plan = check_starts(
