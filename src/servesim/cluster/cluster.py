@@ -548,8 +548,6 @@ def run_cluster(
     weight 1 each, no limits, and no counters under plain FCFS); requests the gate refuses
     are rejected with the reason, and each replica's scheduler keeps the tenants' counters.
     """
-    from servesim.cluster.operations import Operations, clocked_pools
-
     ops_cfg = cfg.operations
     closed = wl.is_closed_loop  # arrivals are the send times of closed-loop clients
     if tenants is not None and tenants.has_limits and closed:
@@ -557,7 +555,9 @@ def run_cluster(
             "tenants: rate limits and queue caps apply to open-loop arrivals; "
             "this workload's requests are sent as others finish"
         )
-    if ops_cfg is not None:
+    if ops_cfg is not None:  # imported only then: a fixed fleet's run does without it
+        from servesim.cluster.operations import Operations, clocked_pools
+
         pools = clocked_pools(pools, ops_cfg)
     loop = EventLoop()
     records = RequestRecords.empty(len(wl))
