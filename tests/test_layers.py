@@ -212,12 +212,7 @@ def test_layers_point_down() -> None:
 #: Order of the packages inside layer 2 (higher imports lower, never back).
 LAYER_2 = {"perf": 0, "workload": 0, "metrics": 1, "engine": 2}
 #: Imports inside layer 2 that still point back (importer, imported), each with its reason.
-LAYER_2_BACK = {
-    # records.py re-exports the engine's ItlSamples, which moved to the compiled engine.
-    ("servesim.metrics.records", "servesim.engine.itl"),
-    # write_record reads a finished engine Request into its record row.
-    ("servesim.metrics.writer", "servesim.engine.request"),
-}
+LAYER_2_BACK: set[tuple[str, str]] = set()
 
 
 def package(module: str) -> str:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from servesim.catalog.gpus import get_gpu
 from servesim.catalog.hf_config import load_model
 from servesim.config import EngineConfig, LoraConfig, ParallelConfig
+from servesim.deployment import resolved_engine
 from servesim.engine.kv_cache import KVCacheManager
 from servesim.engine.lora import AdapterSlots, LoraScheduler, assign_adapters
 from servesim.engine.policy_base import PolicyOptions
@@ -89,8 +90,10 @@ def test_buffer_memory_comes_out_of_the_kv_cache():
     # 4 slots x rank 16 x 2,621,440 x 2 B = 335,544,320 B = 160 KV blocks of 16 x 128 KiB
     assert lora_costs(cfg, LLAMA, H100).buffer_bytes == 335_544_320
     par = ParallelConfig()
-    off = plan_memory(LLAMA, H100, EngineConfig(max_model_len=8192), par)
-    on = plan_memory(LLAMA, H100, EngineConfig(max_model_len=8192, lora=cfg), par)
+    off = plan_memory(LLAMA, H100, resolved_engine(EngineConfig(max_model_len=8192), LLAMA, H100, par), par)
+    on = plan_memory(
+        LLAMA, H100, resolved_engine(EngineConfig(max_model_len=8192, lora=cfg), LLAMA, H100, par), par
+    )
     assert off.lora_bytes == 0.0 and on.lora_bytes == 335_544_320
     assert off.kv_bytes_per_block == 2 * 1024 * 1024
     assert off.num_gpu_blocks - on.num_gpu_blocks == 160

@@ -8,6 +8,7 @@ import pytest
 
 from servesim.catalog import get_gpu, load_model
 from servesim.config import EngineConfig, ParallelConfig
+from servesim.deployment import resolved_engine
 from servesim.errors import ConfigError, DoesNotFitError
 from servesim.perf.memory import NON_TORCH_RESERVE_BYTES, plan_memory
 
@@ -15,7 +16,12 @@ GIB = 2**30
 
 
 def test_llama31_8b_on_h100_by_hand() -> None:
-    plan = plan_memory(load_model("Llama-3.1-8B"), get_gpu("H100-SXM"), EngineConfig(), ParallelConfig())
+    plan = plan_memory(
+        load_model("Llama-3.1-8B"),
+        get_gpu("H100-SXM"),
+        resolved_engine(EngineConfig(), load_model("Llama-3.1-8B"), get_gpu("H100-SXM"), ParallelConfig()),
+        ParallelConfig(),
+    )
     # Parameters: 32 layers x (QKV+O 4096*(4096+2*1024) + 4096*4096, MLP 3*4096*14336)
     # + embedding and LM head 2 * 128256*4096 + norms (2*32+1)*4096 = 8,030,261,248; bf16.
     weights = (32 * (4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336) + 2 * 128256 * 4096 + 65 * 4096) * 2
@@ -39,8 +45,12 @@ def test_llama31_8b_on_h100_by_hand() -> None:
 def test_gpu_memory_utilization_default_follows_the_version() -> None:
     """0.9 before vLLM 0.21, 0.92 from it (vllm-project/vllm#38284); a set value is kept."""
     m, g = load_model("Llama-3.1-8B"), get_gpu("H100-SXM")
-    old = plan_memory(m, g, EngineConfig(version="0.20.2"), ParallelConfig())
-    new = plan_memory(m, g, EngineConfig(version="0.21.0"), ParallelConfig())
+    old = plan_memory(
+        m, g, resolved_engine(EngineConfig(version="0.20.2"), m, g, ParallelConfig()), ParallelConfig()
+    )
+    new = plan_memory(
+        m, g, resolved_engine(EngineConfig(version="0.21.0"), m, g, ParallelConfig()), ParallelConfig()
+    )
     assert old.usable_bytes == pytest.approx(0.9 * g.mem_bytes)
     assert new.usable_bytes == pytest.approx(0.92 * g.mem_bytes)
     # The 0.02 of an H100 go to the KV cache whole (the rest of the plan is the same).
@@ -52,15 +62,30 @@ def test_gpu_memory_utilization_default_follows_the_version() -> None:
     )
     assert old.num_gpu_blocks == math.floor((0.9 * g.mem_bytes - rest) / old.kv_bytes_per_block)
     assert new.num_gpu_blocks == math.floor((0.92 * g.mem_bytes - rest) / new.kv_bytes_per_block)
-    kept = plan_memory(m, g, EngineConfig(version="0.21.0", gpu_memory_utilization=0.8), ParallelConfig())
+    kept = plan_memory(
+        m,
+        g,
+        resolved_engine(EngineConfig(version="0.21.0", gpu_memory_utilization=0.8), m, g, ParallelConfig()),
+        ParallelConfig(),
+    )
     assert kept.usable_bytes == pytest.approx(0.8 * g.mem_bytes)
 
 
 def test_tensor_parallel_shards_weights_and_kv() -> None:
     m, g = load_model("Llama-3.1-70B"), get_gpu("H100")
     eng = EngineConfig(max_model_len=8192)  # 128k tokens do not fit on TP=2 (vLLM refuses too)
-    p2 = plan_memory(m, g, eng, ParallelConfig(tensor_parallel_size=2))
-    p4 = plan_memory(m, g, eng, ParallelConfig(tensor_parallel_size=4))
+    p2 = plan_memory(
+        m,
+        g,
+        resolved_engine(eng, m, g, ParallelConfig(tensor_parallel_size=2)),
+        ParallelConfig(tensor_parallel_size=2),
+    )
+    p4 = plan_memory(
+        m,
+        g,
+        resolved_engine(eng, m, g, ParallelConfig(tensor_parallel_size=4)),
+        ParallelConfig(tensor_parallel_size=4),
+    )
     assert p2.weights_bytes == pytest.approx(2 * p4.weights_bytes, rel=1e-3)
     assert p2.kv_bytes_per_token == 2 * p4.kv_bytes_per_token
     assert p4.num_gpu_blocks > 2 * p2.num_gpu_blocks
@@ -71,7 +96,12 @@ def test_pipeline_parallel_halves_layers() -> None:
     p = plan_memory(
         m,
         g,
-        EngineConfig(max_model_len=8192),
+        resolved_engine(
+            EngineConfig(max_model_len=8192),
+            m,
+            g,
+            ParallelConfig(tensor_parallel_size=2, pipeline_parallel_size=2),
+        ),
         ParallelConfig(tensor_parallel_size=2, pipeline_parallel_size=2),
     )
     assert p.kv_bytes_per_token == m.kv_bytes_per_token(2) / 2
@@ -80,42 +110,80 @@ def test_pipeline_parallel_halves_layers() -> None:
 
 def test_llama2_70b_does_not_fit_on_one_l4() -> None:
     with pytest.raises(DoesNotFitError, match=r"weights need 138\.0 GB.*GB short; try tensor_parallel_size="):
-        plan_memory(load_model("Llama-2-70B"), get_gpu("L4"), EngineConfig(), ParallelConfig())
+        plan_memory(
+            load_model("Llama-2-70B"),
+            get_gpu("L4"),
+            resolved_engine(EngineConfig(), load_model("Llama-2-70B"), get_gpu("L4"), ParallelConfig()),
+            ParallelConfig(),
+        )
 
 
 def test_kv_cache_too_small_for_max_model_len() -> None:
     m, l4 = load_model("Llama-3.1-8B"), get_gpu("L4")
     with pytest.raises(DoesNotFitError, match=r"fewer than one max_model_len=131072 .*max_model_len <="):
-        plan_memory(m, l4, EngineConfig(), ParallelConfig())
-    plan = plan_memory(m, l4, EngineConfig(max_model_len=8192), ParallelConfig())
+        plan_memory(m, l4, resolved_engine(EngineConfig(), m, l4, ParallelConfig()), ParallelConfig())
+    plan = plan_memory(
+        m, l4, resolved_engine(EngineConfig(max_model_len=8192), m, l4, ParallelConfig()), ParallelConfig()
+    )
     assert plan.num_gpu_blocks * 16 >= 8192
     forced = plan_memory(
-        m, l4, EngineConfig(num_gpu_blocks_override=100, max_model_len=1024), ParallelConfig()
+        m,
+        l4,
+        resolved_engine(
+            EngineConfig(num_gpu_blocks_override=100, max_model_len=1024), m, l4, ParallelConfig()
+        ),
+        ParallelConfig(),
     )
     assert forced.num_gpu_blocks == 100
     # An override must still hold one max_model_len sequence: 1024 / 16 blocks + the null block.
-    plan_memory(m, l4, EngineConfig(num_gpu_blocks_override=65, max_model_len=1024), ParallelConfig())
+    plan_memory(
+        m,
+        l4,
+        resolved_engine(
+            EngineConfig(num_gpu_blocks_override=65, max_model_len=1024), m, l4, ParallelConfig()
+        ),
+        ParallelConfig(),
+    )
     with pytest.raises(ConfigError, match=r"num_gpu_blocks_override \(64\) is below the 65 blocks"):
-        plan_memory(m, l4, EngineConfig(num_gpu_blocks_override=64, max_model_len=1024), ParallelConfig())
+        plan_memory(
+            m,
+            l4,
+            resolved_engine(
+                EngineConfig(num_gpu_blocks_override=64, max_model_len=1024), m, l4, ParallelConfig()
+            ),
+            ParallelConfig(),
+        )
 
 
 def test_max_model_len_above_model_limit_is_rejected() -> None:
     with pytest.raises(ConfigError, match="max_position_embeddings"):
         plan_memory(
-            load_model("Llama-2-7B"), get_gpu("H100"), EngineConfig(max_model_len=8192), ParallelConfig()
+            load_model("Llama-2-7B"),
+            get_gpu("H100"),
+            resolved_engine(
+                EngineConfig(max_model_len=8192), load_model("Llama-2-7B"), get_gpu("H100"), ParallelConfig()
+            ),
+            ParallelConfig(),
         )
 
 
 def test_fp8_kv_cache_doubles_blocks() -> None:
     m, g = load_model("Llama-3.1-8B"), get_gpu("H100")
-    bf16 = plan_memory(m, g, EngineConfig(), ParallelConfig())
-    fp8 = plan_memory(m, g, EngineConfig(), ParallelConfig(), kv_dtype_bytes=1)
+    bf16 = plan_memory(m, g, resolved_engine(EngineConfig(), m, g, ParallelConfig()), ParallelConfig())
+    fp8 = plan_memory(
+        m, g, resolved_engine(EngineConfig(), m, g, ParallelConfig()), ParallelConfig(), kv_dtype_bytes=1
+    )
     assert fp8.num_gpu_blocks in (2 * bf16.num_gpu_blocks, 2 * bf16.num_gpu_blocks + 1)
 
 
 def test_fp8_weights_keep_embeddings_16_bit() -> None:
     m = load_model("Llama-3.1-8B", dtype="fp8")
-    plan = plan_memory(m, get_gpu("H100"), EngineConfig(), ParallelConfig())
+    plan = plan_memory(
+        m,
+        get_gpu("H100"),
+        resolved_engine(EngineConfig(), m, get_gpu("H100"), ParallelConfig()),
+        ParallelConfig(),
+    )
     assert (
         plan.weights_bytes
         == 32 * (4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336) + (2 * 128256 * 4096 + 65 * 4096) * 2
@@ -131,7 +199,12 @@ def test_does_not_fit_hint_names_a_layout_that_fits(name: str, tp: int) -> None:
 
     m, l4 = load_model(name), get_gpu("L4")
     with pytest.raises(DoesNotFitError, match=r"\(checked to fit\)") as err:
-        plan_memory(m, l4, EngineConfig(), ParallelConfig(tensor_parallel_size=tp))
+        plan_memory(
+            m,
+            l4,
+            resolved_engine(EngineConfig(), m, l4, ParallelConfig(tensor_parallel_size=tp)),
+            ParallelConfig(tensor_parallel_size=tp),
+        )
     tips = str(err.value).split("; ")[-1].removesuffix(" (checked to fit)").split(" or ")
     for tip in tips:
         fields = dict(re.findall(r"(\w+)\s*<?=\s*(\d+)", tip))
@@ -140,4 +213,9 @@ def test_does_not_fit_hint_names_a_layout_that_fits(name: str, tp: int) -> None:
             pipeline_parallel_size=int(fields.get("pipeline_parallel_size", 1)),
         )
         max_len = fields.get("max_model_len")
-        plan_memory(m, l4, EngineConfig(max_model_len=int(max_len) if max_len else None), par)
+        plan_memory(
+            m,
+            l4,
+            resolved_engine(EngineConfig(max_model_len=int(max_len) if max_len else None), m, l4, par),
+            par,
+        )

@@ -23,6 +23,7 @@ import pytest
 from servesim.catalog.gpus import get_gpu
 from servesim.catalog.hf_config import load_model
 from servesim.config import EngineConfig, ParallelConfig, SpeculativeConfig, resolve_engine
+from servesim.deployment import resolved_engine
 from servesim.papers.common import capacity as papers_capacity
 from servesim.papers.common import p99_tbt_s
 from servesim.perf.memory import plan_memory
@@ -65,7 +66,9 @@ def test_paged_kv_sustains_higher_rate_than_max_length_reservation():
     gpu = dataclasses.replace(get_gpu("A100-80GB"), name="A100-40GB", mem_bytes=40e9)
     mml = 2048
     engine = resolve_engine(EngineConfig(max_model_len=mml), gpu.mem_bytes, gpu.name, mml)
-    blocks = plan_memory(model, gpu, engine, ParallelConfig()).num_gpu_blocks
+    blocks = plan_memory(
+        model, gpu, resolved_engine(engine, model, gpu, ParallelConfig()), ParallelConfig()
+    ).num_gpu_blocks
     perf = RooflinePerfModel(model, gpu)
     rng = np.random.default_rng(1)
     n = 200
@@ -210,7 +213,12 @@ def test_chunked_prefill_raises_capacity_under_strict_tbt_slo(trace, n, lo, hi, 
             policy="sarathi", max_num_seqs=128, max_num_batched_tokens=512, max_model_len=mml
         ),
     }
-    blocks = {p: plan_memory(model, gpu, e, ParallelConfig()).num_gpu_blocks for p, e in engines.items()}
+    blocks = {
+        p: plan_memory(
+            model, gpu, resolved_engine(e, model, gpu, ParallelConfig()), ParallelConfig()
+        ).num_gpu_blocks
+        for p, e in engines.items()
+    }
     seen: dict[tuple[str, float], tuple[float, float]] = {}
 
     def slo_metrics(policy: str, rate: float) -> tuple[float, float]:

@@ -17,6 +17,7 @@ from servesim.catalog.hf_config import from_hf_config
 from servesim.catalog.models import resolve_kv_dtype_bytes
 from servesim.catalog.quantization import MXFP4_BYTES, NVFP4_BYTES, parse_quantization
 from servesim.config import EngineConfig, ParallelConfig
+from servesim.deployment import resolved_engine
 from servesim.errors import CatalogError
 from servesim.perf.base import BatchStats
 from servesim.perf.memory import plan_memory, served_weights_bytes, weights_bytes_per_gpu
@@ -148,13 +149,18 @@ def test_gpt_oss_experts_held_padded_as_vllm_pads_them(
     padded = 36 * (128 // ep) * 3 * hidden * rank_inter * 4.25 / 8
     want = weights_bytes_per_gpu(m, tp) - experts + padded
     assert served_weights_bytes(m, g, eng, par) == pytest.approx(want, rel=1e-12)
-    plan = plan_memory(m, g, eng, par)
+    plan = plan_memory(m, g, resolved_engine(eng, m, g, par), par)
     assert plan.weights_bytes == served_weights_bytes(m, g, eng, par)
 
 
 def test_gpt_oss_sliding_layers_bounded_in_memory_and_time() -> None:
     m, g = load_model("gpt-oss-120b"), get_gpu("H100")
-    plan = plan_memory(m, g, EngineConfig(), ParallelConfig(tensor_parallel_size=2))
+    plan = plan_memory(
+        m,
+        g,
+        resolved_engine(EngineConfig(), m, g, ParallelConfig(tensor_parallel_size=2)),
+        ParallelConfig(tensor_parallel_size=2),
+    )
     window = m.kv_window_bytes_per_request(2)
     assert plan.kv_bytes_per_token == 18 * 2 * 4 * 64 * 2
     assert plan.reserve_bytes > window  # the windows are set aside beside the non-torch reserve

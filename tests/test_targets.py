@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from servesim import simulate
-from servesim.config import SloConfig, scenario_from_dict
+from servesim.config import Scenario, SloConfig, scenario_from_dict
 from servesim.errors import ConfigError
 from servesim.metrics.records import (
     ItlSamples,
@@ -41,7 +41,7 @@ def _result(ttft: list[float], tpot: list[float], unfinished: int = 0, out_token
     rec.finished_s[:k] = np.asarray(ttft) + np.asarray(tpot) * (out_tokens - 1)
     rec.status[:k] = RequestStatus.FINISHED
     return Result(
-        scenario=None,
+        scenario=Scenario(),
         records=rec,
         steps=StepSeries(),
         itl=ItlSamples(gap_s=[0.01], count=[1]),

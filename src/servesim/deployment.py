@@ -25,7 +25,7 @@ between them on one replica as it did in a cluster.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servesim.catalog.gpus import GpuSpec, LinkSpec, get_gpu, link_spec
 from servesim.catalog.hf_config import load_model
@@ -48,6 +48,9 @@ from servesim.perf.describe import describe_perf_model
 from servesim.perf.lora import lora_perf_model
 from servesim.perf.memory import MemoryPlan, plan_memory
 
+if TYPE_CHECKING:
+    from servesim.perf.profiled import HardwareProfile
+
 
 @dataclass(slots=True)
 class Deployment:
@@ -65,7 +68,7 @@ class Deployment:
     links: LinkSpec
     perf: PerfModel
     kv_dtype_bytes: float
-    profile: Any = None  # the HardwareProfile applied, if any
+    profile: HardwareProfile | None = None  # the one applied, if any
     # Changes made to the config, as ``workload.notices`` records the workload's.
     notices: list[dict[str, Any]] = field(default_factory=list)
     # The name requests give to reach this pool (``served_model``): a multi-model cluster
@@ -80,6 +83,22 @@ class Deployment:
     def step_time_model(self) -> dict[str, Any]:
         """Which step-time model answers, on what data it stands (``perf.describe``)."""
         return describe_perf_model(self.perf, self.gpu.name, self.profile)
+
+
+def resolved_engine(
+    engine: EngineConfig, model: ModelSpec, gpu: GpuSpec, parallel: ParallelConfig
+) -> ResolvedEngine:
+    """``engine`` with vLLM's batch defaults for this GPU and layout filled in
+    (``config.engine.resolve_engine``; ``max_model_len`` unset: the model's positions): the
+    one resolution of a deployment's engine, which ``check_starts`` and
+    ``perf.memory.plan_memory`` take resolved."""
+    return resolve_engine(
+        engine,
+        gpu.mem_bytes,
+        gpu.name,
+        engine.max_model_len or model.max_position_embeddings,
+        pipeline_parallel_size=parallel.pipeline_parallel_size,
+    )
 
 
 def check_starts(
@@ -172,7 +191,7 @@ def pool_links(gpu: GpuSpec, lk: LinksConfig | None) -> LinkSpec:
     )
 
 
-def load_profile(sc: Scenario) -> Any:
+def load_profile(sc: Scenario) -> HardwareProfile | None:
     """The scenario's ``hardware.profile`` (imported only when one is named), or None."""
     if not sc.hardware.profile:
         return None
@@ -182,7 +201,11 @@ def load_profile(sc: Scenario) -> Any:
 
 
 def resolve_deployment(
-    sc: Scenario, pool: PoolConfig | None = None, *, model: ModelSpec | None = None, profile: Any = None
+    sc: Scenario,
+    pool: PoolConfig | None = None,
+    *,
+    model: ModelSpec | None = None,
+    profile: HardwareProfile | None = None,
 ) -> Deployment:
     """The deployment of one pool (``pool`` None: the first of ``as_cluster(sc)``).
 
@@ -217,13 +240,7 @@ def resolve_deployment(
                 }
             )
         eng = adjusted
-    engine = resolve_engine(
-        eng,
-        gpu.mem_bytes,
-        gpu.name,
-        eng.max_model_len or model.max_position_embeddings,
-        pipeline_parallel_size=par.pipeline_parallel_size,
-    )
+    engine = resolved_engine(eng, model, gpu, par)
     engine = resolve_kv_offload(engine, gpu.host_bw)  # offload tiers: the GPU's host link
     kv_b = resolve_kv_dtype_bytes(sc.model.kv_cache_dtype, model)
     plan = check_starts(
@@ -236,7 +253,7 @@ def resolve_deployment(
         f"cluster.pools[{pool.name}].engine" if pool.engine else "engine",
     )
     links = pool_links(gpu, pool.links)
-    perf = (
+    perf: PerfModel = (
         profile.perf_model(model, gpu, par, sc.model, links=links)
         if profile
         else build_step_model(model, gpu, par, sc.hardware, sc.model, links=links, engine=engine)

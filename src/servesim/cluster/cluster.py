@@ -36,7 +36,7 @@ routing instants are not known ahead, uses a view refreshed when it is ``d`` old
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -46,7 +46,7 @@ from servesim.cluster.models import ModelRoutes
 from servesim.cluster.router import ROUTERS, ReplicaLoad, RouterState
 from servesim.cluster.spec import ClusterRun, PoolSpec, TenantRun
 from servesim.cluster.transfer import Link
-from servesim.config import ClusterConfig
+from servesim.config import ClusterConfig, SloConfig
 from servesim.config.engine import version_tuple
 from servesim.engine.arrivals import (
     NO_LIMIT,
@@ -65,6 +65,9 @@ from servesim.engine.replica import Replica
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.tenants import TenantCounters, TenantGate, TenantSetup
 from servesim.errors import ConfigError
+
+if TYPE_CHECKING:
+    from servesim.cluster.operations import Operations
 from servesim.metrics.progress import run_in_slices
 from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, RequestStatus, StepSeries
 from servesim.metrics.writer import RecordWriter
@@ -164,14 +167,14 @@ class Cluster:
         self.front: list[int] = []
         self.back: list[int] = []
         self.refresh_routes()
-        self.ops: Any = None  # servesim.cluster.operations.Operations, when configured
+        self.ops: Operations | None = None  # when configured
         self.in_transit: set[int] = set()  # request ids whose KV is on a link
         self.front_router = ROUTERS[cfg.router]
         self.back_router = ROUTERS[cfg.decode_router or cfg.router]
         self.outstanding = [0] * len(self.replicas)
         self.live: dict[int, Request] = {}  # arrived and not finished
         self.handoff: dict[int, tuple[int, int]] = {}  # idx -> (prompt, max_tokens) while in prefill
-        self.links: dict[Any, Link] = {}
+        self.links: dict[int, Link] = {}  # by receiver, sender or 0 (link.shared_by)
         self.stale_views: dict[int, list[ReplicaLoad]] = {}  # idx -> first-stage view at arrival - d
         self.back_view: tuple[float, list[ReplicaLoad]] | None = None
         self.num_done = 0
@@ -314,6 +317,12 @@ class Cluster:
         self.writer.add(req)
         self.num_done += 1
 
+    def _operations(self) -> Operations:
+        """The cluster's operations: only they fail, stop or start replicas, so only with them
+        can a stage have none serving."""
+        assert self.ops is not None
+        return self.ops
+
     def on_arrival(self, req: Request) -> None:
         if self.finishes_in_runs:
             self.on_lone_arrival(req)
@@ -328,12 +337,12 @@ class Cluster:
         dis = self.cfg.disaggregation
         if self.is_disagg and req.num_prompt_tokens < dis.colocate_below_tokens:
             if not self.back:
-                self.ops.park(req)
+                self._operations().park(req)
                 return
             self._deliver(self._route_back(req), req)  # served whole by a decode replica
             return
         if not front:  # every replica of the stage is starting, failed or stopped
-            self.ops.park(req)
+            self._operations().park(req)
             return
         view = self.stale_views.pop(req.idx, None) if self.stale_views else None
         if view is None:
@@ -409,7 +418,7 @@ class Cluster:
         req, dst, sent_s, num_bytes = arg
         self.in_transit.discard(req.idx)
         if self.replicas[dst].failed:  # the receiver failed while the KV was on the link
-            self.ops.on_lost(req, dst)
+            self._operations().on_lost(req, dst)
             return
         t = self.replicas[dst].totals
         t.num_kv_transfers += 1
@@ -470,6 +479,8 @@ class Cluster:
     def finish_run(self) -> None:
         """The end of a run: record requests still in flight (running, waiting or in
         transit) as unfinished, and each replica's end-of-run totals."""
+        for rep in self.replicas:
+            rep.finish_waiting()
         alive = [rep for rep in self.replicas if not rep.failed]  # a failed one's requests moved on
         for rep in alive:
             if isinstance(rep.scheduler, LazyScheduler):
@@ -568,7 +579,7 @@ def run_cluster(
     until_s: float = float("inf"),
     record_steps: bool = True,
     progress: Callable[[int], None] | None = None,
-    slo: Any = None,
+    slo: SloConfig | None = None,
     tenants: TenantSetup | None = None,
     step_series: StepSeries | None = None,
     default_model: str = "",
@@ -587,8 +598,6 @@ def run_cluster(
     (``Workload.model``) route each request among its model's replicas (``cluster.models``);
     ``default_model`` is the name of a request that gives none ("": the first pool's).
     """
-    from servesim.cluster.operations import Operations, clocked_pools
-
     ops_cfg = cfg.operations
     closed = wl.is_closed_loop  # arrivals are the send times of closed-loop clients
     if tenants is not None and tenants.has_limits and closed:
@@ -596,7 +605,9 @@ def run_cluster(
             "tenants: rate limits and queue caps apply to open-loop arrivals; "
             "this workload's requests are sent as others finish"
         )
-    if ops_cfg is not None:
+    if ops_cfg is not None:  # imported only then: a fixed fleet's run does without it
+        from servesim.cluster.operations import Operations, clocked_pools
+
         pools = clocked_pools(pools, ops_cfg)
     loop = EventLoop()
     records = RequestRecords.empty(len(wl))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from servesim.engine.tenants import TenantSetup, resolve_tenants
 from servesim.errors import ConfigError
 from servesim.metrics.records import Result
 from servesim.workload.base import Workload, workload_stats
+
+if TYPE_CHECKING:
+    from servesim.perf.profiled import HardwareProfile
 
 
 def pool_spec(dep: Deployment, reference: bool = False) -> PoolSpec:
@@ -58,7 +61,9 @@ def pool_spec(dep: Deployment, reference: bool = False) -> PoolSpec:
     )
 
 
-def build_pool(sc: Scenario, pool: PoolConfig, model: ModelSpec, hw: object = None) -> PoolSpec:
+def build_pool(
+    sc: Scenario, pool: PoolConfig, model: ModelSpec, hw: HardwareProfile | None = None
+) -> PoolSpec:
     """One pool, resolved; ``hw`` (the scenario's ``hardware.profile``) calibrates every pool."""
     return pool_spec(resolve_deployment(sc, pool, model=model, profile=hw), sc.run.reference)
 

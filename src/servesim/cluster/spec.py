@@ -59,7 +59,7 @@ class ClusterRun:
     end_s: float
     num_handoffs: int = 0
     num_migrations: int = 0
-    links: dict[Any, Link] = field(default_factory=dict)
+    links: dict[int, Link] = field(default_factory=dict)
     timeseries: Any = None  # metrics.timeseries.TimeSeries, with operations
     operations: dict[str, Any] = field(default_factory=dict)
     fleet: Any = None  # cluster.fleet.Fleet: each replica's start, ready and end times

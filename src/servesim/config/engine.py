@@ -196,7 +196,7 @@ class EngineConfig(_Strict):
 
     Defaults follow vLLM V1 (0.32, the version bundled with the CPU ground-truth tool)
     for the OpenAI-compatible server (`vllm serve`); ``None`` means "vLLM's default for
-    this GPU" and is resolved by ``servesim.sim.resolve_engine``.
+    this GPU" and is resolved by ``resolve_engine`` (through ``servesim.deployment.resolved_engine``).
 
     The GPU execution follows ``version`` (docs/perf_model.md, "vLLM's GPU execution"):
     async scheduling (``async_scheduling``, default on from vLLM 0.14 on GPUs: the CPU's

@@ -82,6 +82,11 @@ class Replica:
         self.skip_ahead = isinstance(scheduler, DecodePool) and not check_invariants  # decode runs
         self.run: Run | None = None  # the run of pure-decode steps in flight, if any
         self.run_rows: RunRows | None = None  # its step-series rows (steps recorded)
+        # Waiting requests integrated over the recorded steps (``ReplicaTotals.waiting_s``):
+        # each finished run's share, in order, until ``finish_waiting`` folds them in after
+        # the event steps', as ``StepSeries.waiting_s_by_replica`` sums them.
+        self._run_waiting_s: list[float] = []
+        self._run_prev_start_s = 0.0  # start of the step that started the run in flight
         # A finish inside a run is only seen at the run's end (on_finish is called then):
         # right for a lone replica, not where a router watches the finishes.
         self.finishes_in_runs = finishes_in_runs
@@ -210,6 +215,7 @@ class Replica:
         self._account(out, now, dt, gpu_s)
         self.run = None
         self.run_rows = None
+        self._run_prev_start_s = now
         end = now + dt
         if (
             self.skip_ahead  # set for a DecodePool only, whose schedule() returns LazyOutput
@@ -258,6 +264,7 @@ class Replica:
 
     def on_batch_done(self, out: SchedulerOutput) -> None:
         if self.failed:
+            self._close_run_rows()  # as the series keeps them: waiting as of the run's start
             return
         now = self.loop.now
         produced, finished = self.scheduler.update_from_output(out, now)
@@ -277,6 +284,7 @@ class Replica:
         run = self.run
         if run is not None and self.run_rows is not None:
             self._count_waiting_during_run(self.run_rows)
+            self._close_run_rows()
         if run is None:
             itl.add(now - last, n_same + out.num_pool)
         else:  # a run of pure-decode steps: one gap per step for the whole pool
@@ -356,6 +364,8 @@ class Replica:
         if used > t.peak_kv_blocks:
             t.peak_kv_blocks = used
         if self.steps is not None:
+            num_waiting = len(self.scheduler.waiting)
+            t.waiting_s += num_waiting * dt
             self.steps.add_step(
                 self.id,
                 now,
@@ -363,7 +373,7 @@ class Replica:
                 st.num_prefill_tokens,
                 st.num_decode_reqs,
                 len(self.scheduler.running),
-                len(self.scheduler.waiting),
+                num_waiting,
                 used,
                 len(out.preempted),
             )
@@ -398,6 +408,22 @@ class Replica:
         if self.steps is not None:  # rows written when read; waiting as of the run's start
             self.run_rows = RunRows(self.id, run, len(self.scheduler.waiting), self.kv.block_size)
             self.steps.add_rows(self.run_rows)
+
+    def _close_run_rows(self) -> None:
+        """The run's rows are final: keep their waiting seconds (``finish_waiting``)."""
+        if self.run_rows is not None:
+            self._run_waiting_s.append(self.run_rows.waiting_s(self._run_prev_start_s))
+            self.run_rows = None
+
+    def finish_waiting(self) -> None:
+        """The end of the run: add the runs' waiting seconds to the event steps' in
+        ``totals.waiting_s`` (a run still in flight with the rows it has), in the order
+        ``StepSeries.waiting_s_by_replica`` adds them, so that the figure is the same."""
+        self._close_run_rows()
+        t = self.totals
+        for w in self._run_waiting_s:
+            t.waiting_s += w
+        self._run_waiting_s = []
 
     def _count_waiting_during_run(self, rows: RunRows) -> None:
         """The run's rows hold the waiting queue as of its start: add the requests queued

@@ -8,21 +8,12 @@ request is a decode in a step when only its newest token is uncomputed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import IntEnum
+
+from servesim.metrics.req_status import ReqStatus as ReqStatus  # its home: below the engine
 
 _TAG_HASH_IDS = 1
 _TAG_GROUP = 2
 UNIQUE_BASE = 1 << 64  # above any hash(): ids of blocks whose content only one request has
-
-
-class ReqStatus(IntEnum):
-    """Ordered so that ``status >= FINISHED`` is one comparison."""
-
-    WAITING = 0
-    PREEMPTED = 1
-    RUNNING = 2
-    FINISHED = 3
-    REJECTED = 4
 
 
 @dataclass(slots=True, eq=False, init=False)

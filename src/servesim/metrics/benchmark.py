@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from servesim.config import BenchmarkWorkload
 from servesim.metrics.records import ItlSamples, RequestRecords, RequestStatus, Result
 
 PERCENTILES = (90, 95, 99)
@@ -34,14 +35,14 @@ METRICS = ("ttft", "tpot", "itl", "e2el")
 
 
 def is_benchmark(result: Result) -> bool:
-    return getattr(getattr(result.scenario, "workload", None), "type", None) == "benchmark"
+    return result.scenario.workload.type == "benchmark"
 
 
 def num_before(result: Result) -> int:
     """Rows of a benchmark workload sent before the measured run (ready check, warm-ups)."""
-    if not is_benchmark(result):
-        return 0
     wl = result.scenario.workload
+    if not isinstance(wl, BenchmarkWorkload):
+        return 0
     return int(wl.ready_check) + int(wl.num_warmups)
 
 
@@ -113,9 +114,9 @@ def _peak_concurrency(start: np.ndarray, end: np.ndarray) -> int:
 
 def benchmark_section(result: Result) -> dict[str, Any] | None:
     """vllm bench's figures of a benchmark workload (None for other workloads)."""
-    if not is_benchmark(result):
-        return None
     cfg = result.scenario.workload
+    if not isinstance(cfg, BenchmarkWorkload):
+        return None
     figures = run_figures(result, num_before(result), cfg.num_special_tokens)
     config = {
         "max_concurrency": cfg.max_concurrency,
@@ -185,8 +186,8 @@ def _goodput(
     result: Result, ttft: np.ndarray, tpot: np.ndarray, e2el: np.ndarray, out: np.ndarray, per_s: Any
 ) -> float | None:
     """``--goodput`` from the scenario's SLOs (None when none is set)."""
-    slo = getattr(result.scenario, "slo", None)
-    limits = {m: getattr(slo, m, None) for m in ("ttft_s", "tpot_s", "e2e_s")}
+    slo = result.scenario.slo
+    limits = {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s}
     if all(v is None for v in limits.values()):
         return None
     all_tpot = np.zeros(out.shape)

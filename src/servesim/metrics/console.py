@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from servesim.config import Scenario
 from servesim.metrics.benchmark import benchmark_lines
 from servesim.metrics.records import Result
 
@@ -65,54 +66,51 @@ def _duration(s: float | None) -> str:
     return f"{_num(s)} s"
 
 
-def _workload_source(scenario: Any) -> str:
-    wl = getattr(scenario, "workload", None)
-    if wl is None:
-        return "?"
-    if getattr(wl, "type", None) == "trace":
+def _workload_source(scenario: Scenario) -> str:
+    wl = scenario.workload
+    if wl.type == "trace":
         text = f"trace {wl.path}"
         if wl.rate_scale != 1.0:
             text += f" x{wl.rate_scale:g} rate"
         return text
-    if getattr(wl, "type", None) == "benchmark":
+    if wl.type == "benchmark":
         return (
             f"vllm bench serve, random {wl.input_len}/{wl.output_len} tokens, "
             f"concurrency {wl.max_concurrency}, {wl.request_rate:g} req/s"
         )
-    if getattr(wl, "type", None) == "mixture":
+    if wl.type == "mixture":
         names = ", ".join(c.name for c in wl.clients)
         rate_rps = sum(c.arrival.rate for c in wl.clients)
         return f"mixture of {len(wl.clients)} clients ({names}), {rate_rps:g} req/s"
-    if getattr(wl, "type", None) == "inference-perf":
+    if wl.type == "inference-perf":
         return f"inference-perf {wl.config}"
-    if getattr(wl, "type", None) == "guidellm":
+    if wl.type == "guidellm":
         return f"guidellm {wl.config}"
     arr = wl.arrival
-    if getattr(wl, "type", None) == "agents":
+    if wl.type == "agents":
         calls = sum(n.kind == "llm" for n in wl.nodes)
         return f"agents ({calls} llm calls a task), {arr.process} {arr.rate:g} tasks/s"
-    if getattr(wl, "type", None) == "reasoning":
+    if wl.type == "reasoning":
         exit_ = ", Dynasor early exit" if wl.early_exit else ""
         return f"reasoning (best-of-{wl.samples}{exit_}), {arr.process} {arr.rate:g} questions/s"
-    if getattr(wl, "type", None) == "sessions":
+    if wl.type == "sessions":
         return f"sessions ({wl.loop} loop), {arr.process} {arr.rate:g} sessions/s"
     return f"synthetic {arr.process} {arr.rate:g} req/s"
 
 
 def _gpu_name(result: Result) -> str:
-    name = getattr(result.gpu, "name", None)
-    if name:
-        return str(name)
-    gpu = getattr(getattr(result.scenario, "hardware", None), "gpu", "?")
-    return str(getattr(gpu, "name", gpu))
+    if result.gpu is not None and result.gpu.name:
+        return result.gpu.name
+    gpu = result.scenario.hardware.gpu
+    return gpu if isinstance(gpu, str) else gpu.name
 
 
 def _header(result: Result, s: dict[str, Any]) -> Text:
     sc = result.scenario
     c = s["counts"]
     util = s["utilization"]["overall"]
-    model = getattr(getattr(sc, "model", None), "name", "?")
-    policy = getattr(getattr(sc, "engine", None), "policy", "?")
+    model = sc.model.name
+    policy = sc.engine.policy
     replicas = f", {util['num_replicas']} replicas" if util["num_replicas"] > 1 else ""
     head = Text()
     head.append(f"{model}", style="bold")

@@ -31,30 +31,10 @@ running decode keeps the engine stepping; it says nothing about room to grow. Tw
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol
+from typing import Any
 
-from servesim.config import EngineConfig
-from servesim.metrics.records import RequestRecords, RequestStatus, Result
-from servesim.perf.base import BatchStats, PerfModel, step_wall_s
-from servesim.perf.memory import MemoryPlan
-
-
-class PoolDeployment(Protocol):
-    """What the estimate reads of a resolved pool (``deployment.Deployment``, which the layer
-    above builds; a protocol, since metrics cannot import it)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def role(self) -> str: ...  # colocated | prefill | decode
-    @property
-    def num_replicas(self) -> int: ...
-    @property
-    def engine(self) -> EngineConfig: ...  # resolved: no None batch knobs
-    @property
-    def plan(self) -> MemoryPlan: ...
-    @property
-    def perf(self) -> PerfModel: ...
+from servesim.metrics.records import PoolDeployment, RequestRecords, RequestStatus, Result
+from servesim.perf.base import BatchStats, step_wall_s
 
 
 def sustainable_rate(
@@ -123,7 +103,7 @@ def headroom(
         "capacity_note": None,
         "per_replica": [],
     }
-    deps: list[PoolDeployment] = result.deployments
+    deps = result.deployments
     if not deps or any(d.role != "colocated" for d in deps):
         return out
     share = _largest_share(result.records)

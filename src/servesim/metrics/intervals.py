@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from servesim.config import BenchmarkWorkload, Scenario, SessionWorkload
+
 LEVEL = 0.8
 QUANTILES = (0.1, 0.9)
 TABLE_FILE = "prediction_intervals.json"
@@ -88,23 +90,20 @@ def step_regime(step: dict[str, Any], run_version: str | None) -> str:
     return "kernel_grid"
 
 
-def is_closed_loop(scenario: Any) -> bool:
+def is_closed_loop(scenario: Scenario) -> bool:
     """A closed loop of benchmark clients (``type: benchmark`` with ``max_concurrency`` and
     every request due at once), or sessions whose turns wait for the last: what the measured
     runs are."""
-    wl = getattr(scenario, "workload", None)
-    kind = getattr(wl, "type", None)
-    if kind == "benchmark":
-        clients = getattr(wl, "max_concurrency", None) is not None
-        return clients and math.isinf(getattr(wl, "request_rate", 0.0))
-    return kind == "sessions" and getattr(wl, "loop", "") == "closed"
+    wl = scenario.workload
+    if isinstance(wl, BenchmarkWorkload):
+        return wl.max_concurrency is not None and math.isinf(wl.request_rate)
+    return isinstance(wl, SessionWorkload) and wl.loop == "closed"
 
 
-def regime_of(summary: dict[str, Any], scenario: Any) -> tuple[str, str]:
+def regime_of(summary: dict[str, Any], scenario: Scenario) -> tuple[str, str]:
     """(regime, step-time regime) of a run: the widest of its pools' step-time regimes, and
     ``open_loop`` for a workload other than a closed loop of clients."""
-    engine = getattr(scenario, "engine", None)
-    version = getattr(engine, "version", None)
+    version = scenario.engine.version
     steps = summary.get("step_time_model") or [{}]
     found = [step_regime(s, version) for s in steps]
     base = min(found, key=ORDER.index)
@@ -164,7 +163,7 @@ def _share(ttft: Any, e2e: Any) -> float | None:
     return min(1.0, ttft / e2e) if ok and e2e > 0 else None
 
 
-def interval_sections(summary: dict[str, Any], scenario: Any) -> dict[str, Any]:
+def interval_sections(summary: dict[str, Any], scenario: Scenario) -> dict[str, Any]:
     """``intervals`` (and ``benchmark_intervals`` for a benchmark workload) of a summary."""
     regime, base = regime_of(summary, scenario)
     try:

@@ -7,13 +7,23 @@ pandas/polars/Arrow without copies.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from servesim.engine.itl import ItlSamples  # noqa: F401 (the engine's, compiled; its home was here)
+from servesim.metrics.itl import ItlSamples
+
+if TYPE_CHECKING:
+    from servesim.catalog.gpus import GpuSpec
+    from servesim.catalog.models import ModelSpec
+    from servesim.config import EngineConfig, ParallelConfig
+    from servesim.config.scenario import Scenario
+    from servesim.metrics.timeseries import TimeSeries
+    from servesim.perf.base import PerfModel
+    from servesim.perf.memory import MemoryPlan
 
 
 class RequestStatus(IntEnum):
@@ -287,6 +297,9 @@ class ReplicaTotals:
     num_run_steps: int = 0  # of which simulated inside skip-ahead runs (lazy engine: no event each)
     num_preemptions: int = 0
     kv_block_s: float = 0.0  # integral of used KV blocks over time (block-seconds)
+    # Waiting requests integrated over its recorded steps (num_waiting x duration_s summed, as
+    # ``StepSeries.waiting_s_by_replica`` sums them; 0 when no step series is kept)
+    waiting_s: float = 0.0
     peak_kv_blocks: int = 0
     num_prefix_query_tokens: int = 0  # prompt tokens looked up in the prefix cache
     num_prefix_hit_tokens: int = 0  # of which found cached
@@ -294,7 +307,7 @@ class ReplicaTotals:
     # what crossed the replica's boundary.
     pool: str = ""
     role: str = ""
-    gpu: Any = None
+    gpu: GpuSpec | None = None
     bubble_s: float = 0.0  # GPU time idle in pipeline bubbles (pp > 1)
     # vLLM's API server in front of it (engine.frontend): seconds of work (requests' handling,
     # outputs' detokenizing and streaming); a server shared by data-parallel ranks counts on
@@ -316,30 +329,61 @@ class ReplicaTotals:
     offload: OffloadTotals | None = None  # its KV offload tiers (engine.kv_offload), if any
 
 
+class PoolDeployment(Protocol):
+    """What the metrics read of a resolved pool: ``deployment.Deployment``, which the layer
+    above builds (a protocol, since metrics cannot import it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def role(self) -> str: ...  # colocated | prefill | decode
+    @property
+    def num_replicas(self) -> int: ...
+    @property
+    def model(self) -> ModelSpec: ...
+    @property
+    def gpu(self) -> GpuSpec: ...
+    @property
+    def parallel(self) -> ParallelConfig: ...
+    @property
+    def engine(self) -> EngineConfig: ...  # resolved: no None batch knobs
+    @property
+    def plan(self) -> MemoryPlan: ...
+    @property
+    def perf(self) -> PerfModel: ...
+    @property
+    def kv_dtype_bytes(self) -> float: ...
+    @property
+    def profile(self) -> Any: ...  # the HardwareProfile applied, if any
+    @property
+    def num_gpus(self) -> int: ...
+    def step_time_model(self) -> dict[str, Any]: ...
+
+
 @dataclass(slots=True)
 class Result:
     """Everything one simulation produced. ``summary`` is filled by ``metrics.summarize``."""
 
-    scenario: Any
+    scenario: Scenario
     records: RequestRecords
     steps: StepSeries
     itl: ItlSamples
     replicas: list[ReplicaTotals]
     end_s: float  # simulated time when the last event happened
-    gpu: Any = None  # GpuSpec used (power, price)
+    gpu: GpuSpec | None = None  # used (power, price)
     wall_s: float = 0.0
     summary: dict[str, Any] = field(default_factory=dict)
     # What a report needs besides the numbers: the resolved deployment of each pool (one
     # for a single replica: ``servesim.deployment.Deployment``) and the changes the
     # readers and the config made to the input (``workload.notices``).
-    deployments: list[Any] = field(default_factory=list)
+    deployments: Sequence[PoolDeployment] = field(default_factory=list)
     notices: list[dict[str, Any]] = field(default_factory=list)
     workload_stats: dict[str, float] = field(default_factory=dict)  # mean_prompt_tokens, mean_output_tokens
     # Requests grouped into tasks (sessions, agent runs): (task of each row, start of each task).
-    tasks: tuple[Any, Any] | None = None
+    tasks: tuple[np.ndarray, np.ndarray] | None = None
     # A cluster with operations (servesim.cluster.operations): the per-pool, per-interval
     # series (metrics.timeseries.TimeSeries) and the operations' counts.
-    timeseries: Any = None
+    timeseries: TimeSeries | None = None
     # A run with tenants: their names, each row's tenant, weights, SLOs, rejections and the
     # scheduler's counters (``cluster.pools.tenant_record``; summarized by ``metrics.tenants``).
     tenants: dict[str, Any] | None = None

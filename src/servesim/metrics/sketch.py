@@ -32,12 +32,12 @@ from ddsketch import DDSketch
 RELATIVE_ACCURACY = 0.01
 # Runs with at most this many samples of a metric (requests, or ITL (gap, count) pairs)
 # keep exact percentiles; above it the summary reads them from a sketch.
-EXACT_MAX_SAMPLES = 1 << 20  # as engine.itl.EXACT_MAX_PAIRS
+EXACT_MAX_SAMPLES = 1 << 20  # as metrics.itl.EXACT_MAX_PAIRS
 
 
 def log_multiplier(relative_accuracy: float) -> float:
     """``1 / ln(gamma)``: the library's LogarithmicMapping puts ``x`` in bucket
-    ``ceil(log_gamma(x))``, computed here (and in ``engine.itl``) as ``ceil(ln(x) * this)``."""
+    ``ceil(log_gamma(x))``, computed here (and in ``metrics.itl``) as ``ceil(ln(x) * this)``."""
     return 1.0 / math.log1p(2.0 * relative_accuracy / (1.0 - relative_accuracy))
 
 
@@ -119,7 +119,7 @@ class Sketch:
         min_: float,
         max_: float,
     ) -> None:
-        """Add samples already counted by bucket key (``engine.itl``, with this sketch's
+        """Add samples already counted by bucket key (``metrics.itl``, with this sketch's
         mapping): positive and negative values' buckets, the zeros, and their totals."""
         dd = self.dd
         for store, by_key in ((dd._store, bins), (dd._negative_store, neg_bins)):

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from servesim.config import Scenario
 from servesim.metrics.benchmark import benchmark_section, measured_run
 from servesim.metrics.records import RequestStatus, Result
 from servesim.perf.power import replica_energy_j
@@ -121,8 +122,8 @@ def _clean(x: Any) -> Any:
     return x
 
 
-def _model_dtype(scenario: Any) -> str:
-    dtype = getattr(getattr(scenario, "model", None), "dtype", "auto")
+def _model_dtype(scenario: Scenario) -> str:
+    dtype = scenario.model.dtype
     return "bfloat16" if dtype in (None, "auto") else str(dtype)
 
 
@@ -233,8 +234,8 @@ def _slo(result: Result, span_s: float | None, num_gpus: float) -> dict[str, Any
     rec = result.records
     n = len(rec)
     finished = rec.status == RequestStatus.FINISHED
-    slo = getattr(result.scenario, "slo", None)
-    limits = {m: getattr(slo, m, None) for m in SLO_METRICS}
+    slo = result.scenario.slo
+    limits = {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s}  # SLO_METRICS
     meets_all = finished.copy()
     attainment: dict[str, float | None] = {}
     for metric, limit in limits.items():
@@ -392,7 +393,7 @@ def _pools(result: Result, window_s: float | None) -> list[dict[str, Any]]:
     names = list(dict.fromkeys(r.pool for r in reps if r.pool))
     if not names:
         return []
-    waiting_by_rep = result.steps.waiting_s_by_replica(len(reps))
+    waiting_by_rep = np.array([r.waiting_s for r in reps])  # as steps.waiting_s_by_replica
     out = []
     for name in names:
         idx = [i for i, r in enumerate(reps) if r.pool == name]

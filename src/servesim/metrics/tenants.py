@@ -43,7 +43,7 @@ def tenant_summary(
     rec = result.records
     ids = t["tenant"]
     w_in, w_out = t["vtc_weights"]
-    scen_slo = getattr(result.scenario, "slo", None)
+    scen_slo = result.scenario.slo
     finished = rec.status == RequestStatus.FINISHED
     scheduled = ~np.isnan(rec.first_scheduled_s)
     per: dict[str, Any] = {}

@@ -1,15 +1,45 @@
 """Writing a request's outcome into its row of ``RequestRecords``: the one record writer.
 
 The driver (``servesim.cluster``) hands it each request when it finishes, is rejected or
-is still in flight at the end of the run; ``write_record`` is the same writer for one row.
+is still in flight at the end of the run.
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 
-from servesim.engine.request import ReqStatus, Request
 from servesim.metrics.records import RequestRecords, RequestStatus
+from servesim.metrics.req_status import ReqStatus
+
+
+class Outcome(Protocol):
+    """What the writer reads of a request: ``engine.request.Request`` (a protocol, since
+    metrics does not import the engine). Times are seconds, negative for never."""
+
+    @property
+    def idx(self) -> int: ...  # its row
+    @property
+    def arrival_s(self) -> float: ...
+    @property
+    def first_scheduled_s(self) -> float: ...
+    @property
+    def first_token_s(self) -> float: ...
+    @property
+    def finished_s(self) -> float: ...
+    @property
+    def num_output_tokens(self) -> int: ...
+    @property
+    def num_cached_tokens(self) -> int: ...
+    @property
+    def num_preemptions(self) -> int: ...
+    @property
+    def replica(self) -> int: ...
+    @property
+    def finished_length(self) -> bool: ...
+    @property
+    def status(self) -> ReqStatus: ...
 
 
 class RecordWriter:
@@ -19,9 +49,9 @@ class RecordWriter:
     def __init__(self, records: RequestRecords, batch: int = 4096) -> None:
         self.records = records
         self.batch = batch
-        self.buf: list[Request] = []
+        self.buf: list[Outcome] = []
 
-    def add(self, r: Request, reason: str = "") -> None:
+    def add(self, r: Outcome, reason: str = "") -> None:
         """Write ``r``'s outcome (read from it at the next ``flush``: its record must be
         final), with ``reason``, when given, saying why it was rejected or is unfinished."""
         if reason:

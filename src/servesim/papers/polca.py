@@ -63,6 +63,7 @@ def measure(sc: dict[str, Any], budget_w: float) -> dict[str, Any]:
 
     r = simulate(sc)
     s = r.summary
+    assert r.timeseries is not None  # a cluster with operations writes one
     cols = r.timeseries.columns()
     row_w = np.array([sum(cols["power_w"][cols["t_s"] == t]) for t in np.unique(cols["t_s"])])
     lat = s["latency"]

@@ -55,6 +55,7 @@ def capacities(name: str, n: int, iters: int, rows: list[dict]) -> dict[str, flo
     from servesim.catalog.gpus import get_gpu
     from servesim.catalog.hf_config import from_hf_config, load_model
     from servesim.config import EngineConfig, ParallelConfig
+    from servesim.deployment import resolved_engine
     from servesim.perf.memory import plan_memory
     from servesim.perf.roofline import RooflinePerfModel
     from servesim.sim import run_engine
@@ -77,7 +78,10 @@ def capacities(name: str, n: int, iters: int, rows: list[dict]) -> dict[str, flo
         ),
     }
     par = ParallelConfig(tensor_parallel_size=tp)
-    blocks = {k: plan_memory(model, gpu, e, par).num_gpu_blocks for k, e in engines.items()}
+    blocks = {
+        k: plan_memory(model, gpu, resolved_engine(e, model, gpu, par), par).num_gpu_blocks
+        for k, e in engines.items()
+    }
 
     def meets(system: str) -> Callable[[float], bool]:
         def ok(rate: float) -> bool:

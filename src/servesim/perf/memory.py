@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 from servesim.catalog.gpus import GpuSpec
 from servesim.catalog.models import ModelSpec
-from servesim.config import EngineConfig, ParallelConfig, resolve_engine
+from servesim.config import EngineConfig, ParallelConfig
+from servesim.config.engine import ResolvedEngine
 from servesim.config.layout import check_gpu_blocks_override
 from servesim.errors import ConfigError, DoesNotFitError
 from servesim.perf.lora import lora_costs
@@ -165,7 +166,7 @@ def activation_peak_bytes(model: ModelSpec, engine: EngineConfig, tp: int = 1) -
 def suggest_layout(
     model: ModelSpec,
     gpu: GpuSpec,
-    engine: EngineConfig,
+    engine: ResolvedEngine,
     parallel: ParallelConfig,
     kv_dtype_bytes: float | None = None,
 ) -> str | None:
@@ -194,7 +195,8 @@ def suggest_layout(
             return " and ".join(named(tp, pp))
     for tp, pp in [(tp0, pp0), *layouts]:
         cap = _kv_tokens(model, gpu, engine, layout(tp, pp), kv_dtype_bytes)
-        shorter = engine.model_copy(update={"max_model_len": cap})
+        # the batch knobs stay as resolved for the full length (resolving again keeps set knobs)
+        shorter = ResolvedEngine(engine.model_copy(update={"max_model_len": cap}))
         if cap >= 1024 and _fits(model, gpu, shorter, layout(tp, pp), kv_dtype_bytes):
             return " and ".join([*named(tp, pp), f"engine.max_model_len={cap}"])
     return None
@@ -203,7 +205,7 @@ def suggest_layout(
 def _fits(
     model: ModelSpec,
     gpu: GpuSpec,
-    engine: EngineConfig,
+    engine: ResolvedEngine,
     parallel: ParallelConfig,
     kv_dtype_bytes: float | None,
 ) -> bool:
@@ -217,14 +219,12 @@ def _fits(
 def _kv_tokens(
     model: ModelSpec,
     gpu: GpuSpec,
-    engine: EngineConfig,
+    engine: ResolvedEngine,
     parallel: ParallelConfig,
     kv_dtype_bytes: float | None,
 ) -> int:
     """KV tokens one GPU holds with this layout (0 when the weights do not fit)."""
     tp, pp = parallel.tensor_parallel_size, parallel.pipeline_parallel_size
-    max_len = engine.max_model_len or model.max_position_embeddings
-    engine = resolve_engine(engine, gpu.mem_bytes, gpu.name, max_len)
     weights = served_weights_bytes(model, gpu, engine, parallel)
     available = (
         resolved_batch_knobs(engine)[2] * gpu.mem_bytes
@@ -240,7 +240,7 @@ def _kv_tokens(
 def _hint(
     model: ModelSpec,
     gpu: GpuSpec,
-    engine: EngineConfig,
+    engine: ResolvedEngine,
     parallel: ParallelConfig,
     kv_dtype_bytes: float | None,
     enabled: bool,
@@ -254,7 +254,7 @@ def _hint(
     if not enabled:
         return ""
     tips = []
-    shorter = engine.model_copy(update={"max_model_len": kv_tokens})
+    shorter = ResolvedEngine(engine.model_copy(update={"max_model_len": kv_tokens}))
     if kv_tokens >= 1024 and _fits(model, gpu, shorter, parallel, kv_dtype_bytes):
         tips.append(f"set engine.max_model_len <= {kv_tokens}")
     found = suggest_layout(model, gpu, engine, parallel, kv_dtype_bytes)
@@ -268,13 +268,16 @@ def _hint(
 def plan_memory(
     model: ModelSpec,
     gpu: GpuSpec,
-    engine: EngineConfig,
+    engine: ResolvedEngine,
     parallel: ParallelConfig,
     kv_dtype_bytes: float | None = None,
     *,
     hint: bool = True,
 ) -> MemoryPlan:
     """KV blocks per GPU for ``model`` on ``gpu`` with this engine and parallelism.
+
+    ``engine`` is resolved by the caller (``deployment.resolved_engine``: vLLM's batch
+    defaults for this GPU and layout), not here.
 
     Raises DoesNotFitError when the weights do not fit, when nothing is left for the KV
     cache, or when the cache cannot hold one ``max_model_len`` sequence (vLLM refuses to
@@ -286,7 +289,6 @@ def plan_memory(
     """
     tp, pp = parallel.tensor_parallel_size, parallel.pipeline_parallel_size
     max_model_len = engine.max_model_len or model.max_position_embeddings
-    engine = resolve_engine(engine, gpu.mem_bytes, gpu.name, max_model_len)
     if max_model_len > model.max_position_embeddings:
         raise ConfigError(
             f"engine.max_model_len ({max_model_len}) exceeds {model.name}'s "

@@ -1,5 +1,5 @@
 """Inter-token latency samples as the engine produces them (compiled with the engine: see
-setup.py; ``metrics.records`` re-exports ``ItlSamples``).
+setup.py; a run's are ``metrics.records.Result.itl``).
 
 One (gap seconds, count) pair per step covers every request that produced a token in that
 step and also in the step before. The pairs are kept exactly while there are at most
