@@ -613,3 +613,23 @@ def test_decode_tables_that_did_not_split_the_kv_are_bounded_by_the_split_one():
         )
     kimi = KernelPerfModel(load_model("moonshotai/Kimi-K2.5"), get_gpu("H100-SXM"), tp=8, version="0.14.0")
     assert "split-KV tables of its" not in kimi.sources["attn_decode"]
+
+
+def test_the_split_kv_bound_holds_only_where_fa3_splits():
+    """FlashAttention 3's ``num_splits_heuristic`` (flash-attention ``hopper/heuristics.h``)
+    runs one split once a decode's (batch x KV heads) tiles fill 80% of the SMs (105.6 of
+    H100's 132), so a newer version's split-KV table bounds an older table only on the rows
+    below: for 32 KV heads per rank (a 7B without GQA), batches 1 and 2; for 8, up to 8."""
+    from servesim.perf.kernel_attention import _sibling_bound
+
+    gpu = get_gpu("H100-SXM")
+    db = load_database("H100-SXM", "0.14.0")
+    b, s, lat, (ch, ckv) = db.attention_class("gen", "bfloat16", 128, 32, 32, 0)
+    assert (ch, ckv) == (32, 8)  # the nearest measured class
+    lat19 = load_database("H100-SXM", "0.19.0").attention_class("gen", "bfloat16", 128, ch, ckv, 0)[2]
+    for kv_heads, split_batches in ((32, [1, 2]), (8, [1, 2, 4, 8])):
+        out, note = _sibling_bound(db, gpu, "bfloat16", 128, ch, ckv, 0, b, s, lat, True, kv_heads)
+        rows = np.isin(b, split_batches)
+        assert np.array_equal(out[~rows], lat[~rows], equal_nan=True)
+        assert np.allclose(out[rows], np.fmin(lat[rows], lat19[rows]), equal_nan=True)
+        assert (out[rows] < lat[rows]).any() and "split-KV tables of its 0.19.0" in note

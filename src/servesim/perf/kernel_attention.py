@@ -137,7 +137,9 @@ def _layer_grid(
     batch, lens, lat, (ch, ckv) = cls
     bound = ""
     if prefix == "gen" and table_gpu is None:
-        lat, bound = _sibling_bound(db, gpu, kv_dtype, hd, ch, ckv, window, batch, lens, lat, not mla)
+        lat, bound = _sibling_bound(
+            db, gpu, kv_dtype, hd, ch, ckv, window, batch, lens, lat, not mla, max(1, round(kv))
+        )
     roof_h = gqa_roof(prefix, m, gpu, eff, kvb, hd)
     roof_t = roof_h if table_gpu is None else gqa_roof(prefix, m, table_gpu, eff, kvb, hd)
     target: Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -177,6 +179,7 @@ def _sibling_bound(
     lens: np.ndarray,
     lat: np.ndarray,
     split_kv: bool = True,
+    model_kv_heads: int = 0,
 ) -> tuple[np.ndarray, str]:
     """A decode class's latencies (ms) bounded by the same class measured on the same die:
     this GPU's table of another vLLM version, and its sibling's (``SIBLINGS``: the same die
@@ -206,6 +209,17 @@ def _sibling_bound(
             for v in kernel_versions(sib)
             if v == db.version or (split_kv and version_tuple(v) > version_tuple(db.version))
         ]
+    # Where FA3 splits: its ``num_splits_heuristic`` (flash-attention ``hopper/heuristics.h``)
+    # keeps one split once the (batch x KV heads) tiles of a decode fill 80% of the SMs, so
+    # only the rows below that, for the model's KV heads per rank (``model_kv_heads``; 0:
+    # the class's), take a newer split-KV table's bound; the sibling's table of the same
+    # version bounds every row (more bandwidth, same kernel).
+    num_sms = gpu.num_sms
+    splits = (
+        (np.asarray(batch, np.float64) * (model_kv_heads or kv_heads) < 0.8 * num_sms)[:, None]
+        if num_sms
+        else np.ones((len(batch), 1), bool)
+    )
     out, names = lat, []
     for name, version in others:
         other = load_database(name, version).attention_class("gen", kv_dtype, hd, heads, kv_heads, window)
@@ -217,6 +231,8 @@ def _sibling_bound(
             continue
         with np.errstate(invalid="ignore"):
             slower = np.isfinite(out) & np.isfinite(other[2]) & (out > other[2])
+        if version != db.version:  # a newer version's table: the split-KV bound
+            slower &= splits
         if slower.any():
             out = np.where(slower, other[2], out)
             names.append(f"{name} {version}" if name != gpu.name else f"its {version}")
