@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import load_script
 from typer.testing import CliRunner
 
 pytest.importorskip("plotly")
@@ -445,48 +446,9 @@ def test_a_million_request_report_stays_small(runs, tmp_path) -> None:
     """1M requests and 1M steps (records built here, not simulated): the page is the size of a
     small run's (plots are sampled), some tens of kB (plotly.js is a file beside it). How fast it is
     built is a benchmark (benchmarks/bench_report.py), not asserted here."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    rng = np.random.default_rng(0)
-    n, n_steps, span = 1_000_000, 1_000_000, 3600.0
-    arrival = np.sort(rng.uniform(0, span, n))
-    ttft = rng.lognormal(np.log(0.2), 0.8, n)
-    n_out = rng.integers(1, 800, n)
-    tpot = rng.lognormal(np.log(0.02), 0.3, n)
-    req = {
-        "arrival_s": arrival,
-        "first_scheduled_s": arrival + ttft / 2,
-        "first_token_s": arrival + ttft,
-        "finished_s": arrival + ttft + tpot * (n_out - 1),
-        "num_prompt_tokens": rng.integers(10, 4000, n),
-        "num_output_tokens": n_out,
-        "num_cached_tokens": np.zeros(n, np.int64),
-        "num_preemptions": np.zeros(n, np.int64),
-        "replica": rng.integers(0, 4, n),
-        "status": np.zeros(n, np.int8),
-    }
-    replica = np.repeat(np.arange(4), n_steps // 4)
-    start = np.tile(np.sort(rng.uniform(0, span, n_steps // 4)), 4)
-    steps = {
-        "replica": replica,
-        "start_s": start,
-        "duration_s": np.full(n_steps, 0.0018),
-        "num_prefill_tokens": rng.integers(0, 8192, n_steps),
-        "num_decode_reqs": rng.integers(0, 256, n_steps),
-        "num_running": rng.integers(0, 256, n_steps),
-        "num_waiting": rng.integers(0, 50, n_steps),
-        "kv_blocks_used": rng.integers(0, 28000, n_steps),
-        "num_preempted": np.zeros(n_steps, np.int64),
-    }
+    bench = load_script(ROOT / "benchmarks" / "bench_report.py")
     big = tmp_path / "big"
-    big.mkdir()
-    pq.write_table(pa.table(req), big / "requests.parquet")
-    pq.write_table(pa.table(steps), big / "steps.parquet")
-    summary = json.loads((runs["vllm_v1"] / "summary.json").read_text())
-    summary["counts"] = {**summary["counts"], "num_requests": n, "num_finished": n, "end_s": span}
-    summary["utilization"]["replicas"] = summary["utilization"]["replicas"] * 4
-    (big / "summary.json").write_text(json.dumps(summary))
+    bench.big_run(runs["vllm_v1"], big)  # the benchmark's run folder: 1M requests, 1M steps
     path = write_report(big, tmp_path / "big.html")[0]
     size = path.stat().st_size
     small = write_report(runs["vllm_v1"], tmp_path / "small.html")[0].stat().st_size
