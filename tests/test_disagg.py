@@ -5,16 +5,12 @@ placement searches are characterization tests: they pin servesim's own earlier o
 
 from __future__ import annotations
 
-import dataclasses
-from pathlib import Path
-
 import numpy as np
 import pytest
 from conftest import make_workload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from servesim.calibration.measurements import DistServeFit, read_distserve
 from servesim.cluster.cluster import PoolSpec, run_cluster
 from servesim.config import (
     ClusterConfig,
@@ -26,7 +22,8 @@ from servesim.config import (
 )
 from servesim.engine.request import ReqStatus
 from servesim.metrics.records import RequestStatus
-from servesim.perf.base import BatchStats, ConstantPerfModel
+from servesim.papers.distserve import pools as distserve_pools
+from servesim.perf.base import ConstantPerfModel
 from servesim.workload.base import Workload
 
 KV_BYTES = 1000.0  # per token
@@ -340,94 +337,6 @@ def test_characterization_colocation_wins_on_short_prompts_loose_slos() -> None:
 
 # --------------------------------------------------------------------------- DistServe, the paper's setup
 
-DISTSERVE_FITS = Path(__file__).parent / "fixtures" / "measurements" / "measurements" / "distserve"
-
-
-@dataclasses.dataclass(slots=True)
-class DistServeFitPerf:
-    """A step time from DistServe's published A100 fit of one engine (prefill ms = a + b Σp +
-    c Σp², decode ms = a + b Σcontext + c batch). A V0 or prefill-only step holds whole
-    prompts, so Σp² = 2 x prefill_attn_work."""
-
-    fit: DistServeFit
-
-    def batch_time(self, s: BatchStats) -> float:
-        t = 0.0
-        if s.num_prefill_reqs:
-            a, b, c = self.fit.prefill
-            t += (a + b * s.num_prefill_tokens + c * 2 * s.prefill_attn_work) * 1e-3
-        if s.num_decode_reqs:
-            t += self.fit.decode_s(s.num_decode_reqs, s.sum_decode_context)
-        return t
-
-    def batch_flops(self, s: BatchStats) -> float:
-        return 0.0
-
-    def batch_bytes(self, s: BatchStats) -> float:
-        return 0.0
-
-
-def _engine(batched_tokens: int, seqs: int) -> dict:
-    return {
-        "policy": "vllm_v0",
-        "max_num_batched_tokens": batched_tokens,
-        "max_num_seqs": seqs,
-        "max_model_len": 2048,
-        "gpu_memory_utilization": 0.95,
-        "cpu_overhead_s": 0.0,
-    }
-
-
-def _distserve_pools(model: str, tps: tuple[tuple[str, int], ...]) -> tuple[ClusterConfig, list[PoolSpec]]:
-    """Pools as DistServe's artifact runs them (evaluation/2-benchmark-serving/
-    2-start-api-server.py): vLLM with 16384 batched tokens and 1024 sequences; DistServe's
-    prefill instance 8192 tokens / 128 requests, its decode instance 1024 requests. Each pool
-    is timed by its engine's fit at its TP degree (vLLM's fit for vLLM, DistServe's for
-    DistServe), since the roofline does not know either engine's overheads."""
-    from servesim.catalog.hf_config import load_model
-    from servesim.cluster.pools import build_pool
-    from servesim.config import Scenario
-
-    engines = {
-        "colocated": _engine(16384, 1024),
-        "prefill": _engine(8192, 128),
-        "decode": _engine(65536, 1024),
-    }
-    pools = [
-        {
-            "name": role,
-            "role": role,
-            "num_replicas": 1,
-            "engine": engines[role],
-            "parallel": {"tensor_parallel_size": tp},
-        }
-        for role, tp in tps
-    ]
-    sc = Scenario.model_validate(
-        {
-            "model": {"name": model},
-            "hardware": {"gpu": "A100-80GB"},
-            "cluster": {"pools": pools, "router": "least_outstanding"},
-        }
-    )
-    engine_of = {"colocated": "vllm", "prefill": "distserve", "decode": "distserve"}
-    fits = {
-        (e, f.model, f.tp): f
-        for e in ("vllm", "distserve")
-        for f in read_distserve(DISTSERVE_FITS / f"distserve_profiler-a100-80g.{e}.json")
-    }
-    specs = [
-        dataclasses.replace(
-            build_pool(sc, p, load_model(model)),
-            perf=DistServeFitPerf(
-                fits[engine_of[p.role], f"facebook/{model.lower()}", p.parallel.tensor_parallel_size]
-            ),
-        )
-        for p in sc.cluster.pools
-    ]
-    assert sc.cluster is not None
-    return sc.cluster, specs
-
 
 def _distserve_goodput_per_gpu(
     model: str,
@@ -440,7 +349,8 @@ def _distserve_goodput_per_gpu(
     """DistServe's metric: the highest Poisson rate (per GPU) at which >= 90% of requests meet
     both the TTFT and the TPOT SLO; 60 s of traffic, common random numbers, bisection on a
     log scale to ~6%."""
-    cfg, specs = _distserve_pools(model, tps)
+    # The reproduction's pools (servesim.papers.distserve): the artifact's engines, DistServe's fits.
+    cfg, specs = distserve_pools(model, tps)
     rng = np.random.default_rng(1)
     n = 8000
     unit = np.cumsum(rng.exponential(1.0, n))
