@@ -296,11 +296,130 @@ def test_bad_lora_config(fields: dict, message: str):
         lora(**fields)
 
 
-def test_lora_needs_the_v1_policy_and_a_dense_model():
+def test_lora_needs_the_v1_policy_and_refuses_what_vllm_refuses():
     with pytest.raises(ValueError, match="policy sarathi"):
         EngineConfig(policy="sarathi", lora=lora(num_adapters=2))
-    with pytest.raises(ConfigError, match="dense"):
-        module_dims(load_model("mistralai/Mixtral-8x7B-v0.1"))
+    cfg = lora(num_adapters=2)
+    with pytest.raises(ConfigError, match="MLA attention"):
+        lora_costs(cfg, load_model("deepseek-ai/DeepSeek-V3"), H100, version="0.19.0")
+    # Experts: FusedMoEWithLoRA first appears in vLLM 0.11.1 (absent from 0.11.0), and asserts
+    # expert parallelism off.
+    with pytest.raises(
+        ConfigError, match=r"vLLM 0.11.0 has no LoRA for them .* first appears in vLLM 0.11.1"
+    ):
+        lora_costs(cfg, MIXTRAL, H100, version="0.11.0")
+    with pytest.raises(ConfigError, match="expert_parallel_size"):
+        lora_costs(cfg, MIXTRAL, H100, tp=2, version="0.11.1", ep=2)
+    assert lora_costs(cfg, MIXTRAL, H100, version="0.11.1").num_moe_layers == 32
+
+
+# --------------------------------------------------------------------------- experts (vLLM 0.11.1+)
+
+MIXTRAL = load_model(
+    "mistralai/Mixtral-8x7B-v0.1"
+)  # hidden 4096, 32 q / 8 kv heads, 8 experts of 14336, top-2
+# Attention per layer and rank (TP 1): q 4096+4096, k and v 4096+1024, o 4096+4096 = 26,624.
+# One expert's w1, w3 (A r x 4096, B 14336 x r) and w2 (A r x 14336, B 4096 x r): 3 x (4096 + 14336) = 55,296.
+MIXTRAL_DENSE = 32 * 26_624  # 851,968
+MIXTRAL_EXPERT = 55_296
+
+
+def test_expert_buffers_are_vllms_stacked_w1_w2_w3():
+    c = lora_costs(lora(max_loras=4, max_lora_rank=16, num_adapters=2), MIXTRAL, H100)
+    assert (c.elems_per_rank, c.expert_elems_per_rank, c.num_experts, c.top_k) == (
+        MIXTRAL_DENSE,
+        55_296,
+        8,
+        2,
+    )
+    # vLLM 0.11.1's create_lora_weights per MoE layer: w1_a and w3_a (4, 8, 16, 4096), w1_b and
+    # w3_b (4, 8, 14336, 16), w2_a (4, 8, 16, 14336), w2_b (4, 8, 4096, 16), all bf16:
+    per_moe_layer = 4 * 8 * 16 * (3 * 4096 + 3 * 14336) * 2
+    attention = 4 * 16 * MIXTRAL_DENSE * 2
+    assert c.buffer_bytes == 32 * per_moe_layer + attention == 1_920_991_232
+    # TP 2: the experts' width is sharded (14336 / 2), hidden is not; attention as a dense model's.
+    c2 = lora_costs(lora(max_loras=4, max_lora_rank=16, num_adapters=2), MIXTRAL, H100, tp=2)
+    assert c2.expert_elems_per_rank == 3 * (4096 + 7168)
+    assert c2.buffer_bytes == 4 * 16 * 2 * (32 * 21_504 + 32 * 8 * 33_792) == 1_195_376_640
+
+
+def test_expert_step_flops_and_bytes_by_hand():
+    c = lora_costs(lora(max_loras=4, max_lora_rank=16, num_adapters=2), MIXTRAL, H100)
+    # FLOPs a token: 2 x 16 x (attention 851,968 + 32 MoE layers x top-2 x 55,296): the shrink
+    # and expand of gate/up and down on each chosen expert.
+    assert c.flops(100) == 100 * 2 * 16 * (851_968 + 32 * 2 * 55_296) == 14_050_918_400
+    # 4 adapter tokens of 2 adapters: 2 tokens each, each choosing 2 of 8 experts uniformly,
+    # touch 8 x (1 - (6/8)^2) = 3.5 experts an adapter: 7 (adapter, expert) pairs a layer.
+    assert c.experts_touched(4, 2) == pytest.approx(7.0, rel=1e-12)
+    weights = 2 * 16 * MIXTRAL_DENSE * 2 + 7 * 32 * 16 * 55_296 * 2  # 54,525,952 + 396,361,728
+    # Activations: attention (q 4096 + 2 x 4096, k and v 4096 + 2 x 1024, o 4096 + 2 x 4096 =
+    # 36,864 a layer) per token; gate and up 4096 + 2 x 14336, down 14336 + 2 x 4096 = 88,064
+    # per (token, expert) pair: 4 x 2 x 32 = 256 pairs.
+    acts = 4 * 32 * 36_864 * 2 + 256 * 88_064 * 2
+    # Intermediates: fp32 on attention (32 x 4 slices), bf16 on the experts (3 slices a pair).
+    inter = 2 * 4 * 16 * 128 * 4 + 2 * 256 * 16 * 3 * 2
+    assert c.bytes(4, 2) == weights + acts + inter == 505_528_320
+    # Kernels: a shrink and an expand per wrapped qkv and o (128), and per MoE layer the align
+    # kernel with two shrink/expand pairs (5 x 32 = 160).
+    memory_s = 505_528_320 / (0.6 * 3.35e12)
+    assert c.kernel_s(4, 2) == pytest.approx(288 * 2e-6 + memory_s, rel=1e-12)
+
+
+def test_a_shared_expert_is_wrapped_as_a_dense_mlp():
+    from servesim.catalog.models import ModelSpec
+
+    # Qwen1.5-MoE-A2.7B's shape (its config.json): 24 layers, hidden 2048, 16 heads of 128,
+    # 60 experts of 1408, top-4, a shared expert of 5632.
+    qwen = ModelSpec(
+        name="Qwen1.5-MoE-A2.7B",
+        num_layers=24,
+        hidden_size=2048,
+        num_attention_heads=16,
+        num_kv_heads=16,
+        head_dim=128,
+        intermediate_size=5632,
+        vocab_size=151_936,
+        num_experts=60,
+        num_experts_per_tok=4,
+        moe_intermediate_size=1408,
+        shared_expert_intermediate_size=5632,
+    )
+    c = lora_costs(lora(max_loras=1, max_lora_rank=8, num_adapters=1), qwen, H100)
+    # Dense path a layer: attention 4 x 4096 + shared gate, up, down 3 x (2048 + 5632) = 39,424.
+    assert c.elems_per_rank == 24 * 39_424
+    assert c.expert_elems_per_rank == 3 * (2048 + 1408)
+    assert c.buffer_bytes == 8 * (24 * 39_424 + 24 * 60 * 10_368) * 2
+    assert c.flops(1) == 2 * 8 * (24 * 39_424 + 24 * 4 * 10_368)
+    # qkv, o, gate_up, down wrapped a layer (2 kernels each) and 5 expert kernels: 312.
+    assert c.kernel_s(1, 1) == pytest.approx(312 * 2e-6 + c.bytes(1, 1) / (0.6 * 3.35e12), rel=1e-12)
+    # An adapter of the attention only holds no expert weights; one of every module holds the
+    # shared expert's and all 60 experts' of each layer.
+    att = lora(max_lora_rank=8, adapters=[{"name": "a", "rank": 8, "target_modules": ["q_proj", "v_proj"]}])
+    assert lora_costs(att, qwen, H100).adapter_bytes[1] == (8 * 24 * 8192 * 2,) * 2
+    assert c.adapter_bytes[1][0] == 8 * (24 * 39_424 + 24 * 60 * 10_368) * 2
+
+
+def test_expert_buffers_come_out_of_the_kv_cache_of_a_run():
+    import servesim
+    from servesim.config import scenario_from_dict
+
+    sc = {
+        "model": {"name": "mistralai/Mixtral-8x7B-v0.1"},
+        "hardware": {"gpu": "H100-SXM"},
+        "parallel": {"tensor_parallel_size": 2},
+        "engine": {"max_model_len": 4096, "lora": {"enabled": True, "max_loras": 4, "num_adapters": 4}},
+        "workload": {
+            "type": "synthetic",
+            "num_requests": 40,
+            "prompt_len": {"value": 256},
+            "output_len": {"value": 8},
+        },
+    }
+    res = servesim.simulate(scenario_from_dict(sc))
+    assert res.summary["memory"][0]["lora_bytes"] == 1_195_376_640
+    assert res.summary["lora"]["num_lora_tokens"] > 0
+    with pytest.raises(ConfigError, match="first appears in vLLM 0.11.1"):
+        servesim.simulate(scenario_from_dict({**sc, "engine": {**sc["engine"], "version": "0.11.0"}}))
 
 
 # --------------------------------------------------------------------------- a whole run

@@ -13,25 +13,35 @@ from conftest import make_workload
 
 from servesim.cluster.cluster import PoolSpec, run_cluster
 from servesim.cluster.spec import ClusterRun
-from servesim.config import ClusterConfig, EngineConfig, PoolConfig, Scenario, resolve_engine
+from servesim.config import ClusterConfig, EngineConfig, KvLinkConfig, PoolConfig, Scenario, resolve_engine
 from servesim.metrics.records import RequestStatus
 from servesim.perf.base import ConstantPerfModel
 from servesim.sim import simulate
 
 
-def pool(name: str, n: int, served: str, max_model_len: int = 512, blocks: int = 41) -> PoolSpec:
+def pool(
+    name: str,
+    n: int,
+    served: str,
+    max_model_len: int = 512,
+    blocks: int = 41,
+    role: str = "colocated",
+    kv_bytes_per_token: float = 0.0,
+) -> PoolSpec:
     eng = resolve_engine(
-        EngineConfig(max_num_seqs=8, max_num_batched_tokens=2048), max_model_len=max_model_len
+        EngineConfig(max_num_seqs=8, max_num_batched_tokens=2048, cpu_overhead_s=0.0),
+        max_model_len=max_model_len,
     )
     return PoolSpec(
         name,
-        "colocated",
+        role,
         n,
         eng,
         ConstantPerfModel(0.01),
         num_gpu_blocks=blocks,
         max_model_len=max_model_len,
         served_model=served,
+        kv_bytes_per_token=kv_bytes_per_token,
     )
 
 
@@ -42,13 +52,14 @@ def run(
     prompts: list[int] | int = 32,
     router: str = "round_robin",
     staleness_s: float = 0.0,
-    at: float = 0.0,
+    at: float | list[float] = 0.0,
+    **cluster: object,
 ) -> ClusterRun:
-    wl = make_workload([at] * len(models), prompts, 4)
+    wl = make_workload(at if isinstance(at, list) else [at] * len(models), prompts, 4)
     wl.model = np.asarray(models, np.int64)
     wl.meta["model_names"] = names
-    pool_cfgs = [PoolConfig(name=p.name, num_replicas=p.num_replicas) for p in pools]
-    cfg = ClusterConfig(pools=pool_cfgs, router=router, staleness_s=staleness_s)  # type: ignore[arg-type]
+    pool_cfgs = [PoolConfig(name=p.name, role=p.role, num_replicas=p.num_replicas) for p in pools]  # type: ignore[arg-type]
+    cfg = ClusterConfig(pools=pool_cfgs, router=router, staleness_s=staleness_s, **cluster)  # type: ignore[arg-type]
     return run_cluster(wl, pools, cfg, check_invariants=True)
 
 
@@ -173,6 +184,107 @@ def test_per_model_summary_on_a_scenario(tmp_path: Path) -> None:
     assert [r.num_routed for r in res.replicas] == [2, 1, 1]
     assert res.deployments[1].model.name == "Qwen/Qwen2.5-7B"
     assert res.deployments[1].served_model == "Qwen/Qwen2.5-7B"
+
+
+def disagg_pools() -> list[PoolSpec]:
+    """Model A: prefill replicas 0, 1 and decode replica 2, 1000 B of KV a token; model B:
+    prefill replica 3 and decode replicas 4, 5, 2000 B a token."""
+    return [
+        pool("pa", 2, "A", role="prefill", kv_bytes_per_token=1000.0),
+        pool("da", 1, "A", role="decode", kv_bytes_per_token=1000.0),
+        pool("pb", 1, "B", role="prefill", kv_bytes_per_token=2000.0),
+        pool("db", 2, "B", role="decode", kv_bytes_per_token=2000.0),
+    ]
+
+
+def test_disaggregated_pools_per_model_route_to_the_models_pair() -> None:
+    # One request a second, alternating A, B (each done before the next arrives): round robin
+    # per model and stage. A's prefills cycle 0, 1, 0 and all decode on 2; B's prefill on 3
+    # and decode on 4, 5, 4. One decode cursor shared by the models, or one decode list,
+    # would send a request to the other model's decode replicas.
+    link = KvLinkConfig(bandwidth_gb_per_s=0.001, latency_us=0.0)  # 1e6 B/s
+    r = run([0, 1, 0, 1, 0, 1], ["A", "B"], disagg_pools(), prompts=100, at=[0, 1, 2, 3, 4, 5], link=link)
+    assert (r.records.status == RequestStatus.FINISHED).all()
+    assert r.records.replica.tolist() == [2, 4, 2, 5, 2, 4]
+    # Prefill replicas count their routed requests; decode replicas their hand-offs.
+    assert [t.num_routed for t in r.totals] == [2, 1, 3, 3, 2, 1]
+    assert [t.num_kv_transfers for t in r.totals] == [0, 0, 3, 0, 2, 1]
+    # Each model's KV: 100 tokens x 1000 B (A) or 2000 B (B) at 1e6 B/s: 0.1 s or 0.2 s.
+    assert [t.kv_transfer_bytes for t in r.totals] == [0, 0, 3e5, 0, 4e5, 2e5]
+    # Prefill step 0.01 s (the first token), the KV's move, 3 decode steps of 0.01 s.
+    np.testing.assert_allclose(r.records.first_token_s, np.arange(6) + 0.01)
+    np.testing.assert_allclose(r.records.finished_s - np.arange(6), [0.14, 0.24] * 3)
+    assert r.num_handoffs == 6
+
+
+def test_short_prompts_go_to_their_models_decode_replicas() -> None:
+    # colocate_below_tokens 50: the 20-token prompts skip prefill and are served whole by a
+    # decode replica of their model (A: 2; B: round robin 4, then 5 for B's next request).
+    from servesim.config.cluster import DisaggConfig
+
+    r = run(
+        [1, 0, 1, 1],
+        ["A", "B"],
+        disagg_pools(),
+        prompts=[20, 20, 100, 20],
+        at=[0, 1, 2, 3],
+        disaggregation=DisaggConfig(colocate_below_tokens=50),
+    )
+    assert r.records.replica.tolist() == [4, 2, 5, 4]
+    assert [t.num_routed for t in r.totals] == [0, 0, 1, 1, 2, 1]
+    assert r.num_handoffs == 1
+
+
+def test_disaggregated_models_on_a_scenario(tmp_path: Path) -> None:
+    # The trace above on Llama-3.1-8B (prefill replica 0, decode 1) and Qwen2.5-7B (prefill
+    # 2, decode 3): each finished request decodes on its model's decode replica, and its KV
+    # crosses the link at its own model's bytes a token (the memory plan's, all layers).
+    (tmp_path / "t.csv").write_text(TRACE)
+    sc = Scenario.model_validate(
+        {
+            "cluster": {
+                "pools": [
+                    {"name": "lp", "role": "prefill"},
+                    {"name": "ld", "role": "decode"},
+                    {"name": "qp", "role": "prefill", "model": "Qwen/Qwen2.5-7B"},
+                    {"name": "qd", "role": "decode", "model": "Qwen/Qwen2.5-7B"},
+                ],
+            },
+            "workload": {"type": "trace", "path": str(tmp_path / "t.csv")},
+        }
+    )
+    res = simulate(sc)
+    per = res.summary["models"]["per_model"]
+    assert [per[m]["pools"] for m in ("meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-7B")] == [
+        ["lp", "ld"],
+        ["qp", "qd"],
+    ]
+    assert [per[m]["num_gpus"] for m in ("meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-7B")] == [2, 2]
+    assert res.records.replica[[0, 1, 2, 4]].tolist() == [1, 3, 1, 1]
+    assert res.records.status[3] == RequestStatus.REJECTED
+    # Llama: 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 B = 131,072 B a token; Qwen2.5-7B:
+    # 28 layers x 4 KV heads x 128 x 2 x 2 B = 57,344 B. Prompts: 200 + 100 + 250; 300.
+    moved = [t.kv_transfer_bytes for t in res.replicas]
+    assert moved == [0, 550 * 131_072, 0, 300 * 57_344]
+
+
+def test_a_model_without_its_decode_pool_is_refused() -> None:
+    from servesim.errors import ConfigError
+
+    sc = Scenario.model_validate(
+        {
+            "cluster": {
+                "pools": [
+                    {"name": "pa", "role": "prefill"},
+                    {"name": "da", "role": "decode"},
+                    {"name": "pb", "role": "prefill", "model": "Qwen/Qwen2.5-7B"},
+                ]
+            },
+            "workload": {"type": "synthetic", "num_requests": 4},
+        }
+    )
+    with pytest.raises(ConfigError, match="model 'Qwen/Qwen2.5-7B' has no decode pool; with prefill/decode"):
+        simulate(sc)
 
 
 def test_operations_with_several_models_are_refused() -> None:

@@ -454,3 +454,58 @@ def test_a_million_request_report_stays_small(runs, tmp_path) -> None:
     small = write_report(runs["vllm_v1"], tmp_path / "small.html")[0].stat().st_size
     assert size < 250_000, f"{size / 1e3:.0f} kB"
     assert size < small + 0.5e6  # no more than the extra utilization plot: sampling, not per request
+
+
+def test_multi_model_run_has_a_row_per_model(tmp_path) -> None:
+    """A run of several models (examples/multi_model.yaml, one minute): the Models table's
+    rows are the models' figures, recomputed here from requests.parquet (each model's
+    requests are those its replicas served: Llama's pool is replicas 0-1, Qwen's replica 2;
+    percentiles of rank ceil(p n / 100); goodput over first arrival to last finish)."""
+    import pyarrow.parquet as pq
+
+    from servesim.report.tables import cell
+
+    out = simulate_to(
+        tmp_path / "mm", str(ROOT / "examples" / "multi_model.yaml"), "--set", "workload.duration_s=60"
+    )
+    page = write_report(out, tmp_path / "r.html")[0].read_text(encoding="utf-8")
+    assert "<h2>Models</h2>" in page
+    assert "SLO attainment (TTFT &lt;= 1 s, TPOT &lt;= 0.05 s)" in page
+    rec = pq.read_table(out / "requests.parquet").to_pydict()
+    arrival, first, done = (np.asarray(rec[k]) for k in ("arrival_s", "first_token_s", "finished_s"))
+    n_out = np.asarray(rec["num_output_tokens"], np.float64)
+    replica = np.asarray(rec["replica"])
+    assert (np.asarray(rec["status"]) == np.asarray(rec["status"])[0]).all()  # all finished
+    span = done.max() - arrival.min()
+    ttft, e2e = first - arrival, done - arrival
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(n_out > 1, (done - first) / (n_out - 1), np.nan)
+    good = (ttft <= 1.0) & ~(tpot > 0.05)
+    rows = {}
+    for tr in re.findall(r"<tr>(.*?)</tr>", page, re.S):
+        cells = re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", tr, re.S)
+        if len(cells) == 16 and cells[1] != "base model":
+            rows[cells[0]] = cells
+
+    def pct(v: np.ndarray, p: int) -> str:
+        v = np.sort(v[~np.isnan(v)])
+        return cell(float(v[max(-(-p * v.size // 100) - 1, 0)]))
+
+    models = (("meta-llama/Llama-3.1-8B", "llama", (0, 1)), ("Qwen/Qwen2.5-7B", "qwen", (2,)))
+    assert list(rows) == [m[0] for m in models]
+    for name, pool, replicas in models:
+        mine = np.isin(replica, replicas)
+        n = int(mine.sum())
+        assert rows[name] == [
+            name,
+            name,
+            pool,
+            str(len(replicas)),
+            str(len(replicas)),
+            cell(n),
+            cell(n),
+            "0",
+            *(pct(v[mine], p) for v in (ttft, tpot, e2e) for p in (50, 99)),
+            cell(int((good & mine).sum()) / n),
+            cell(int((good & mine).sum()) / span),
+        ]

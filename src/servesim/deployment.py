@@ -320,8 +320,9 @@ def resolve_deployments(sc: Scenario) -> list[Deployment]:
 
 
 def check_models(cluster: ClusterConfig, deps: list[Deployment]) -> None:
-    """A cluster of several served models (``served_model``) runs colocated pools of a fixed
-    fleet: the refusals of what it does not model, and of one name given to two models."""
+    """A cluster of several served models (``served_model``) runs a fixed fleet, colocated or
+    with a prefill and a decode pool per model: the refusals of what it does not model, and
+    of one name given to two models."""
     served: dict[str, str] = {}
     for p, d in zip(cluster.pools, deps, strict=True):
         other = served.setdefault(d.served_model, d.model.name)
@@ -332,12 +333,16 @@ def check_models(cluster: ClusterConfig, deps: list[Deployment]) -> None:
             )
     if len(served) < 2:
         return
-    if any(d.role != "colocated" for d in deps):
-        raise ConfigError(
-            f"cluster.pools: pools serve {len(served)} models ({', '.join(served)}); several models "
-            "run in colocated pools only (prefill/decode pools are not modelled per model): "
-            "expected role colocated, or one model"
-        )
+    if any(d.role != "colocated" for d in deps):  # disaggregated: a prefill/decode pair per model
+        for name in served:
+            roles = {d.role for d in deps if d.served_model == name}
+            missing = [r for r in ("prefill", "decode") if r not in roles]
+            if missing:
+                raise ConfigError(
+                    f"cluster.pools: model {name!r} has no {' and no '.join(missing)} pool; with "
+                    f"prefill/decode pools, each of the {len(served)} models ({', '.join(served)}) "
+                    "needs a prefill pool and a decode pool of its own"
+                )
     if cluster.operations is not None:
         raise ConfigError(
             f"cluster.operations: pools serve {len(served)} models ({', '.join(served)}); "

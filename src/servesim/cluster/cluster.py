@@ -156,10 +156,6 @@ class Cluster:
         # Several models (``cluster.models``): each request is routed among its model's replicas.
         self.models = ModelRoutes.build(pools, wl, default_model, rng, cap)
         if self.models is not None:
-            if self.is_disagg and len(self.models.served) > 1:
-                raise ConfigError(
-                    "cluster.pools: several models run in colocated pools only (not prefill/decode pools)"
-                )
             for pool in pools:
                 self.models.add_pool(pool)
         # Which replicas the routers pick among (all, unless operations start, drain or fail them).
@@ -206,7 +202,7 @@ class Cluster:
         }
         self.front, self.back = ids[roles[0]], ids["decode"]
         if self.models is not None:
-            self.models.refresh(self.front, self.pool_of)
+            self.models.refresh(self.front, self.back, self.pool_of)
 
     def add_replica(self, pool: PoolSpec) -> int:
         """A new replica of ``pool`` (not yet serving: ``serving`` and ``refresh_routes`` say when)."""
@@ -336,7 +332,7 @@ class Cluster:
         self.live[req.idx] = req
         dis = self.cfg.disaggregation
         if self.is_disagg and req.num_prompt_tokens < dis.colocate_below_tokens:
-            if not self.back:
+            if not self.back:  # (several models: every model has decode replicas, no operations)
                 self._operations().park(req)
                 return
             self._deliver(self._route_back(req), req)  # served whole by a decode replica
@@ -450,15 +446,25 @@ class Cluster:
         return link
 
     def _route_back(self, req: Request) -> int:
+        """The decode replica ``req`` goes to (several models: among its model's, with that
+        model's router state and stale view, ``cluster.models``)."""
         d = self.cfg.staleness_s
         now = self.loop.now
-        if d > 0 and self.back_view is not None and now - self.back_view[0] < d:
-            view = self.back_view[1]
+        if self.models is None:
+            back, state, stale = self.back, self.back_state, self.back_view
         else:
-            view = self.loads(self.back, req, self.back_router)
+            g = int(self.models.group[req.idx])
+            back, state, stale = self.models.back[g], self.models.back_states[g], self.models.back_views[g]
+        if d > 0 and stale is not None and now - stale[0] < d:
+            view = stale[1]
+        else:
+            view = self.loads(back, req, self.back_router)
             if d > 0:
-                self.back_view = (now, view)
-        return self.back[self.back_router(req, view, self.back_state)]
+                if self.models is None:
+                    self.back_view = (now, view)
+                else:
+                    self.models.back_views[g] = (now, view)
+        return back[self.back_router(req, view, state)]
 
     # ----------------------------------------------------------------- load views
 

@@ -12,6 +12,12 @@ model (``Workload.model``, the trace column ``model`` or a mixture client's ``mo
 named: the scenario's ``model.name``) selects the serving replicas whose pool's
 ``served_model`` is that name, and the cluster's router picks among them with a state of
 its own per model (a round-robin cursor per model, as one endpoint picker per pool has).
+With prefill/decode pools (disaggregation), each model has its own pair of stages, as
+llm-d's or Dynamo's disaggregated deployments run one prefill and one decode group per
+model behind the gateway: a request is routed among its model's prefill replicas, and
+after its prefill among its model's decode replicas (the decode router, with a state of
+its own per model), never to another model's (that model's KV means nothing to it). Every
+served model then needs a prefill pool and a decode pool (``deployment.check_models``).
 A request naming a model no pool serves is rejected with that reason, as the gateway
 answers 404 for it; one too long for every replica of its model is rejected as a lone
 replica rejects it (``engine.arrivals.rejection_reason``, against that model's smallest
@@ -24,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from servesim.cluster.router import RouterState
+from servesim.cluster.router import ReplicaLoad, RouterState
 from servesim.cluster.spec import PoolSpec
 from servesim.engine.arrivals import rejection_reason
 from servesim.engine.request import Request
@@ -35,7 +41,12 @@ class ModelRoutes:
     """Which served model each request names, and each model's serving front replicas."""
 
     def __init__(
-        self, served: list[str], names: list[str], name_id: np.ndarray, states: list[RouterState]
+        self,
+        served: list[str],
+        names: list[str],
+        name_id: np.ndarray,
+        states: list[RouterState],
+        back_states: list[RouterState] | None = None,
     ) -> None:
         self.served = served  # the models' served names, in pool order
         self.names = names  # the names requests give, by id; the last: the default name (id -1)
@@ -44,7 +55,12 @@ class ModelRoutes:
         of_name = np.array([index.get(n, -1) for n in names], np.int64)
         self.group = of_name[name_id]  # per row: its model's index in ``served`` (-1: no pool's)
         self.states = states  # the front router's state of each model
+        # the decode router's state of each model (prefill/decode pools only)
+        self.back_states = back_states or []
         self.front: list[list[int]] = [[] for _ in served]  # serving front replicas per model
+        self.back: list[list[int]] = [[] for _ in served]  # serving decode replicas per model
+        # The decode stage's stale view of each model: (when taken, the view) (``staleness_s``).
+        self.back_views: list[tuple[float, list[ReplicaLoad]] | None] = [None] * len(served)
         self.max_model_len = [1 << 62] * len(served)
         self.usable_tokens = [1 << 62] * len(served)
 
@@ -73,7 +89,16 @@ class ModelRoutes:
             )
             for _ in served
         ]
-        return cls(served, [*names, default_model or served[0]], ids, states)
+        back_states: list[RouterState] = []
+        if any(p.role == "prefill" for p in pools):  # drawn after the front states: those stay as they were
+            back_states = [
+                RouterState(
+                    None if rng is None else np.random.default_rng(rng.integers(1 << 63)),
+                    prefix_load_cap=prefix_load_cap,
+                )
+                for _ in served
+            ]
+        return cls(served, [*names, default_model or served[0]], ids, states, back_states)
 
     def name_of(self, idx: int) -> str:
         """The model name request ``idx`` gave (the default one when it gave none)."""
@@ -86,11 +111,13 @@ class ModelRoutes:
         usable = (pool.num_gpu_blocks - 1) * pool.engine.block_size
         self.usable_tokens[g] = min(self.usable_tokens[g], usable)
 
-    def refresh(self, front: list[int], pool_of: list[PoolSpec]) -> None:
-        """Each model's serving front replicas, from the cluster's."""
+    def refresh(self, front: list[int], back: list[int], pool_of: list[PoolSpec]) -> None:
+        """Each model's serving front (and decode) replicas, from the cluster's."""
         self.front = [[] for _ in self.served]
-        for i in front:
-            self.front[self.served.index(pool_of[i].served_model)].append(i)
+        self.back = [[] for _ in self.served]
+        for ids, per in ((front, self.front), (back, self.back)):
+            for i in ids:
+                per[self.served.index(pool_of[i].served_model)].append(i)
 
     def refusal(self, r: Request) -> str:
         """Why ``r`` can never be served ('' if it can): its model is served by no pool, or

@@ -135,7 +135,10 @@ def lora_buffer_bytes(
     if not engine.lora.enabled:
         return 0.0
     tp, pp = parallel.tensor_parallel_size, parallel.pipeline_parallel_size
-    return lora_costs(engine.lora, model, gpu, tp, pp, engine.pcie_gb_per_s).buffer_bytes
+    ep, dp = parallel.expert_parallel_size, parallel.data_parallel_size
+    return lora_costs(
+        engine.lora, model, gpu, tp, pp, engine.pcie_gb_per_s, engine.version, ep, dp
+    ).buffer_bytes
 
 
 def activation_peak_bytes(model: ModelSpec, engine: EngineConfig, tp: int = 1) -> float:

@@ -49,6 +49,23 @@ def _run_blocks(run: RunDir, plots: list[Plot]) -> list[Block]:
         if pools:
             blocks.append(Block("table", header=pools[0], rows=pools[1]))
         blocks.append(Block("plots", plots=util))
+    models = tables.model_rows(run.summary)
+    if models is not None:
+        limits = next(iter(run.summary["models"]["per_model"].values())).get("slo_limits") or {}
+        slo = (
+            ", ".join(f"{k.removesuffix('_s').upper()} <= {tables.cell(v)} s" for k, v in limits.items())
+            or "none"
+        )
+        blocks += [
+            Block("h2", "Models"),
+            Block(
+                "note",
+                "One row per served model: latency over its finished requests; SLO attainment "
+                f"({slo}) over all its requests, rejected and unfinished ones missing; goodput "
+                "its requests a second that met every SLO.",
+            ),
+            Block("table", header=models[0], rows=models[1]),
+        ]
     tenants = tables.tenant_rows(run.summary)
     if tenants is not None:
         line, header, rows = tenants

@@ -197,6 +197,51 @@ def tenant_rows(summary: dict[str, Any]) -> tuple[str, list[str], list[list[str]
     return line, header, rows
 
 
+def model_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
+    """A run of several models: one row per model from ``models.per_model`` (None otherwise):
+    its requests, latency percentiles of its finished requests, SLO attainment over all its
+    requests, goodput, and the pools, replicas and GPUs that serve it."""
+    per = _get(summary, "models", "per_model")
+    if not per:
+        return None
+    header = [
+        "model",
+        "base model",
+        "pools",
+        "replicas",
+        "GPUs",
+        "requests",
+        "finished",
+        "rejected",
+        "TTFT p50 (s)",
+        "TTFT p99 (s)",
+        "TPOT p50 (s)",
+        "TPOT p99 (s)",
+        "E2E p50 (s)",
+        "E2E p99 (s)",
+        "SLO attainment",
+        "goodput (req/s)",
+    ]
+    rows = []
+    for name, d in per.items():
+        rows.append(
+            [
+                name,
+                cell(d.get("model")),
+                ", ".join(d.get("pools") or []) or "-",
+                cell(d.get("num_replicas")),
+                cell(d.get("num_gpus")),
+                cell(d.get("num_requests")),
+                cell(d.get("num_finished")),
+                cell(d.get("num_rejected")),
+                *(cell(_get(d, m, q)) for m in ("ttft_s", "tpot_s", "e2e_s") for q in ("p50", "p99")),
+                cell(d.get("slo_attainment")),
+                cell(d.get("goodput_rps")),
+            ]
+        )
+    return header, rows
+
+
 def cell(x: Any) -> str:
     if isinstance(x, bool) or x is None or isinstance(x, str):
         return "-" if x is None else str(x)
