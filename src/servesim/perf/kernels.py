@@ -207,7 +207,13 @@ class KernelDatabase:
         over the points of the narrowest measured n >= 128 with m >= 2048 and 2048 <= k <= 8192
         (tokens x inputs), where the GEMM itself is small beside the activation it quantizes.
         0 where the table lacks the points. ``ACTIVATION_QUANT_BYTES_MAX`` says what vLLM's
-        quantization moves."""
+        quantization moves. Cached on the database."""
+        cache: dict[tuple[str, float], float] = self.__dict__.setdefault("_quant_bytes", {})
+        if (dtype, mem_bw) not in cache:
+            cache[(dtype, mem_bw)] = self._activation_quant_bytes(dtype, mem_bw)
+        return cache[(dtype, mem_bw)]
+
+    def _activation_quant_bytes(self, dtype: str, mem_bw: float) -> float:
         ours, bf16 = self.gemm(dtype), self.gemm("bfloat16")
         if ours is None or bf16 is None:
             return 0.0
