@@ -18,6 +18,7 @@ from servesim.perf.base import BatchStats
 from servesim.perf.factory import build_step_model
 from servesim.perf.kernel_model import KernelPerfModel
 from servesim.perf.kernels import (
+    ACTIVATION_QUANT_BYTES_MAX,
     DTYPES,
     GPU_TABLES,
     gemm_m_curve,
@@ -438,3 +439,78 @@ def test_b300_and_gb200_read_their_own_tables_and_b200s_served_ones():
     # GB200's trays hold 4 GPUs: a TP-8 all-reduce reads B200's 8-GPU table, not the roofline
     pm = KernelPerfModel(load_model("meta-llama/Llama-3.1-70B"), get_gpu("GB200"), tp=8)
     assert pm.sources["allreduce"].endswith("of B200") and "allreduce" not in pm.fallbacks
+
+
+# --------------------------------------------------------------------------- FP8 activation quantization
+
+
+def _at(table: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], m: int, n: int, k: int) -> float:
+    """A GEMM table's latency (ms) at a measured (m, n, k)."""
+    ms, ns, ks, lat = table
+    return float(lat[int(np.searchsorted(ms, m)), int(np.searchsorted(ns, n)), int(np.searchsorted(ks, k))])
+
+
+def test_hopper_014_fp8_excess_is_spent_on_the_activation():
+    """H200's vLLM 0.14.0 FP8 GEMMs against its 0.19.0 ones: the bf16 GEMMs of the two
+    collections agree (same GPU, clocks, cuBLAS), while the FP8 GEMMs of 0.14.0 take longer
+    by an amount that does not depend on n (the weights, the output) and doubles with m:
+    time spent on the m x k activation, i.e. its quantization, not the GEMM."""
+    old, new = load_database("H200", "0.14.0"), load_database("H200", "0.19.0")
+    bo, bn = old.gemm("bfloat16"), new.gemm("bfloat16")
+    for m, n, k in ((8192, 128, 4096), (8192, 1024, 4096), (4096, 4096, 4096), (1, 8192, 8192)):
+        assert _at(bo, m, n, k) == pytest.approx(_at(bn, m, n, k), rel=0.05)
+    for dtype in ("fp8", "fp8_block"):
+        fo, fn = old.gemm(dtype), new.gemm(dtype)
+        excess = {
+            (m, n): _at(fo, m, n, 4096) - _at(fn, m, n, 4096) for m in (4096, 8192) for n in (128, 1024)
+        }
+        assert excess[(8192, 1024)] == pytest.approx(excess[(8192, 128)], rel=0.05)
+        assert excess[(4096, 1024)] == pytest.approx(excess[(4096, 128)], rel=0.05)
+        assert excess[(8192, 128)] / excess[(4096, 128)] == pytest.approx(2.0, rel=0.1)
+
+
+def test_activation_quant_bytes_by_hand():
+    """``activation_quant_bytes`` at one point, by hand: H200 (4.8 TB/s), m = 8192, n = 128,
+    k = 4096, (t_fp8 - t_bf16) x bandwidth / (m k). vLLM's quantization moves about 5 bytes
+    an element; the 0.14.0 tables spend far more than ``ACTIVATION_QUANT_BYTES_MAX``, 0.19.0's
+    less."""
+    bw = get_gpu("H200").mem_bw
+    assert bw == 4.8e12
+    for version, dtype, low, high in (
+        ("0.14.0", "fp8", ACTIVATION_QUANT_BYTES_MAX, 60.0),
+        ("0.14.0", "fp8_block", ACTIVATION_QUANT_BYTES_MAX, 80.0),
+        ("0.19.0", "fp8", 2.0, 10.0),
+        ("0.19.0", "fp8_block", 5.0, 15.0),
+    ):
+        db = load_database("H200", version)
+        t, b = _at(db.gemm(dtype), 8192, 128, 4096), _at(db.gemm("bfloat16"), 8192, 128, 4096)
+        one = (t - b) * 1e-3 * bw / (8192 * 4096)
+        assert low < one < high, (version, dtype, one)
+        assert low < db.activation_quant_bytes(dtype, bw) < high
+    for gpu in GPU_TABLES:  # every other packed table passes
+        for version in kernel_versions(gpu):
+            if gpu in ("H100-SXM", "H200") and version == "0.14.0":
+                continue
+            db = load_database(gpu, version)
+            for dtype in ("fp8", "fp8_block"):
+                assert db.activation_quant_bytes(dtype, get_gpu(gpu).mem_bw) <= ACTIVATION_QUANT_BYTES_MAX
+
+
+def test_hopper_014_fp8_gemms_read_the_019_table():
+    """MiniMax-M2.5 (block-FP8) at TP 8 on H200 with the 0.14.0 tables: its QKV and output
+    projections are the 0.19.0 table's measurements at their shapes (n = (6 + 2) x 128 = 1024,
+    k = 3072; n = 3072, k = 6 x 128 = 768: grid points), every layer; bf16 GEMMs (the LM
+    head) stay 0.14.0's; with the 0.19.0 tables nothing changes."""
+    model, gpu = load_model("MiniMaxAI/MiniMax-M2.5"), get_gpu("H200")
+    pm = KernelPerfModel(model, gpu, tp=8, version="0.14.0")
+    new = load_database("H200", "0.19.0").gemm("fp8_block")
+    curves = {name: curve for name, curve, _ in pm._token_ops}
+    for m in (1, 64, 8192):
+        assert curves["gemm_qkv"].at(m) == pytest.approx(_at(new, m, 1024, 3072) * 1e-3, rel=1e-9)
+        assert curves["gemm_o_proj"].at(m) == pytest.approx(_at(new, m, 3072, 768) * 1e-3, rel=1e-9)
+    assert "of vLLM 0.19.0" in pm.sources["gemm_qkv"]
+    assert "0.19.0" not in pm.sources["lm_head"]
+    pm19 = KernelPerfModel(model, gpu, tp=8, version="0.19.0")
+    assert "bytes an activation element" not in pm19.sources["gemm_qkv"]
+    q19 = {name: curve for name, curve, _ in pm19._token_ops}["gemm_qkv"]
+    assert q19.at(64) == curves["gemm_qkv"].at(64)

@@ -13,12 +13,14 @@ import numpy as np
 
 from servesim.catalog.gpus import GpuSpec, LinkSpec
 from servesim.catalog.models import ModelSpec
+from servesim.config.engine import version_tuple
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.kernel_attention import attention_grid
 from servesim.perf.kernel_comm import allreduce_curve, gather_scatter_curve
 from servesim.perf.kernel_mla import mla_prefill_grid
 from servesim.perf.kernel_moe import moe_curve, moe_dtype
 from servesim.perf.kernels import (
+    ACTIVATION_QUANT_BYTES_MAX,
     MAX_TOKENS,
     SM100_GPUS,
     KernelDatabase,
@@ -61,6 +63,12 @@ FP32_ROUTER_SM100 = {  # M: (fp32 us, TF32 us)
 }
 #: MLA's projections (``_mla_ops``), which its measured prefill module holds too.
 MLA_PROJECTIONS = ("gemm_qkv_a", "gemm_q_b", "gemm_uk", "gemm_uv", "gemm_o_proj")
+
+
+def _version_distance(a: str, b: str) -> tuple[int, ...]:
+    """How far two vLLM versions are apart (major, minor, patch differences), for ordering."""
+    ta, tb = (*version_tuple(a), 0, 0, 0), (*version_tuple(b), 0, 0, 0)
+    return tuple(abs(x - y) for x, y in zip(ta[:3], tb[:3]))
 
 
 def _gemm_dtype(model: ModelSpec) -> str | None:
@@ -141,9 +149,41 @@ class KernelLayerOps:
 
         return roof
 
+    def _gemm_table(
+        self, dtype: str | None
+    ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None, str]:
+        """The GEMM table of ``dtype`` and a note: this database's, unless it is an FP8 table
+        that spends more per activation element than vLLM's quantization moves
+        (``ACTIVATION_QUANT_BYTES_MAX``), then the same GPU's table of the nearest other vLLM
+        version that does not (H100's and H200's 0.14.0 FP8 GEMMs read from their 0.19.0
+        tables). The GEMM kernels are the same in the versions these tables stand for (vLLM
+        0.12-0.19 on SM90: CUTLASS ``cutlass_scaled_mm`` for per-tensor FP8, DeepGEMM's
+        ``fp8_gemm_nt`` or CUTLASS's block-scaled GEMM for 128x128 blocks,
+        ``W8A8BlockFp8LinearOp`` in ``quantization/utils/fp8_utils.py``), and the two
+        collections' bf16 GEMMs agree within 1%: what differs is the activation's
+        quantization, which the first collector timed unfused and vLLM does not run so."""
+        db = self.db
+        if db is None or not dtype:
+            return None, ""
+        table = db.gemm(dtype)
+        bw = self.gpu.mem_bw
+        if table is None or dtype not in ("fp8", "fp8_block"):
+            return table, ""
+        spent = db.activation_quant_bytes(dtype, bw)
+        if spent <= ACTIVATION_QUANT_BYTES_MAX:
+            return table, ""
+        why = f"{db.version}'s {dtype} table spends {spent:.0f} bytes an activation element beyond bf16"
+        for v in sorted(kernel_versions(self.gpu.name), key=lambda v: _version_distance(v, db.version)):
+            other = load_database(self.gpu.name, v) if v != db.version else None
+            if other is None or other.gemm(dtype) is None:
+                continue
+            if other.activation_quant_bytes(dtype, bw) <= ACTIVATION_QUANT_BYTES_MAX:
+                return other.gemm(dtype), f" of vLLM {v} ({why}: its quantization unfused)"
+        return table, f" ({why}; no other version's table)"
+
     def _gemm(self, name: str, n: int, k: int, dtype: str | None) -> LogCurve:
         """The seconds-vs-m curve of one GEMM per layer (table, else roofline)."""
-        table = self.db.gemm(dtype) if self.db is not None and dtype else None
+        table, note = self._gemm_table(dtype)
         roof = self._gemm_roof(dtype or "bfloat16")
         if table is None:
             ms = extended_axis(np.array([1.0]), 1.0, MAX_TOKENS)
@@ -155,8 +195,10 @@ class KernelLayerOps:
             for a, v, ax in (("n", n, table[1]), ("k", k, table[2]))
             if v > ax[-1] or v < ax[0]
         ]
-        self.sources[name] = f"table gemm {dtype} n={n} k={k}" + (
-            f" ({', '.join(off)}: roofline-scaled)" if off else ""
+        self.sources[name] = (
+            f"table gemm {dtype} n={n} k={k}"
+            + (f" ({', '.join(off)}: roofline-scaled)" if off else "")
+            + note
         )
         return self._keep_hot(
             name, LogCurve(ms, gemm_m_curve(table, n, k, ms, roof) + log(1e-3)), 2.0 * n * k, dtype

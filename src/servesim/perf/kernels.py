@@ -67,6 +67,18 @@ def sm100_folder(gpu_name: str) -> str:
 #: one GH100 die): a shape measured on one is scaled to the other by the roofline (the
 #: bandwidth ratio where memory-bound) when the GPU's own table lacks it or fails a check.
 SIBLINGS = {"H100-SXM": "H200", "H200": "H100-SXM"}
+#: Bytes per activation element an FP8 GEMM table may spend beyond the bf16 GEMM of the same
+#: shape (``KernelDatabase.activation_quant_bytes``) and still time vLLM's served FP8 linear
+#: layer. vLLM quantizes a linear layer's 16-bit input in one or two passes (per-tensor dynamic
+#: scale: an amax pass and a cast pass, ``scaled_fp8_quant``; 128-wide groups: one pass,
+#: ``per_token_group_quant_fp8``; either fused by torch.compile where it runs the op's native
+#: form), about 5 bytes an element at most, and the GEMM then reads one byte where bf16 reads
+#: two; the limit is six times that. The packed tables: H100's and H200's vLLM 0.14.0 FP8
+#: tables 36-66 bytes (AIConfigurator's first vLLM GEMM collector: the excess independent of
+#: n and proportional to m x k, i.e. spent on the activation, several unfused passes), every
+#: other table 3-23 (L40S 0.14.0's per-tensor FP8 the highest, 23; H100's and H200's 0.19.0
+#: 5-13; H200's per-tensor FP8 table of vLLM 0.18.0, not packed, the same as 0.19.0's).
+ACTIVATION_QUANT_BYTES_MAX = 30.0
 #: Dtype codes of the packed key arrays (``tools/pack_kernels.py`` writes the same tuple).
 DTYPES = ("bfloat16", "fp8", "fp8_block", "nvfp4", "int4_wo", "w4a16_mxfp4", "float16")
 
@@ -188,6 +200,42 @@ class KernelDatabase:
                     worst = max(worst, float(np.nanmax(frac)))
         cache[(kv_dtype, peak)] = worst
         return worst
+
+    def activation_quant_bytes(self, dtype: str, mem_bw: float) -> float:
+        """Bytes per activation element an FP8 GEMM table spends beyond the same table's bf16
+        GEMM, at HBM bandwidth ``mem_bw``: the median of ``(t_dtype - t_bf16) x mem_bw / (m k)``
+        over the points of the narrowest measured n >= 128 with m >= 2048 and 2048 <= k <= 8192
+        (tokens x inputs), where the GEMM itself is small beside the activation it quantizes.
+        0 where the table lacks the points. ``ACTIVATION_QUANT_BYTES_MAX`` says what vLLM's
+        quantization moves. Cached on the database."""
+        cache: dict[tuple[str, float], float] = self.__dict__.setdefault("_quant_bytes", {})
+        if (dtype, mem_bw) not in cache:
+            cache[(dtype, mem_bw)] = self._activation_quant_bytes(dtype, mem_bw)
+        return cache[(dtype, mem_bw)]
+
+    def _activation_quant_bytes(self, dtype: str, mem_bw: float) -> float:
+        ours, bf16 = self.gemm(dtype), self.gemm("bfloat16")
+        if ours is None or bf16 is None:
+            return 0.0
+        ms, ns, ks, lat = ours
+        bms, bns, bks, blat = bf16
+        wide = [n for n in ns if n >= 128 and n in bns]
+        if not wide:
+            return 0.0
+        n = min(wide)
+        vals = []
+        for i, m in enumerate(ms):
+            if m < 2048 or m not in bms:
+                continue
+            bi = int(np.flatnonzero(bms == m)[0])
+            for j, k in enumerate(ks):
+                if not 2048 <= k <= 8192 or k not in bks:
+                    continue
+                a = float(lat[i, int(np.flatnonzero(ns == n)[0]), j])
+                b = float(blat[bi, int(np.flatnonzero(bns == n)[0]), int(np.flatnonzero(bks == k)[0])])
+                if np.isfinite(a) and np.isfinite(b) and a > 0 and b > 0:
+                    vals.append((a - b) * 1e-3 * mem_bw / (float(m) * float(k)))
+        return float(np.median(vals)) if vals else 0.0
 
     def allreduce(self, num_gpus: int, graph: bool) -> tuple[np.ndarray, np.ndarray] | None:
         """(sizes in elements, latency ms) of vLLM's custom all-reduce on ``num_gpus``, or None."""
