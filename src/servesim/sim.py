@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servesim.cluster.pools import tenant_record  # noqa: F401 (re-exported: its old home)
 from servesim.cluster.spec import TenantRun
@@ -22,10 +22,12 @@ from servesim.config import EngineConfig, Scenario, load_scenario, resolve_engin
 from servesim.deployment import SINGLE_POOL, check_budget  # noqa: F401 (re-exported: its old home)
 from servesim.engine.arrivals import iter_requests
 from servesim.engine.request import Request
-from servesim.engine.tenants import TenantSetup
 from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, Result, StepSeries
 from servesim.perf.base import PerfModel
 from servesim.workload.base import Workload
+
+if TYPE_CHECKING:
+    from servesim.engine.tenants import TenantSetup
 
 __all__ = ["EngineRun", "Result", "TenantRun", "make_requests", "run_engine", "simulate", "tenant_record"]
 

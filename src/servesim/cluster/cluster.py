@@ -41,8 +41,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from servesim.cluster.loads import replica_load
-from servesim.cluster.migration import Migrator
-from servesim.cluster.models import ModelRoutes
 from servesim.cluster.router import ROUTERS, ReplicaLoad, RouterState
 from servesim.cluster.spec import ClusterRun, PoolSpec, TenantRun
 from servesim.cluster.transfer import Link
@@ -56,18 +54,18 @@ from servesim.engine.arrivals import (
     rejection_reason,
 )
 from servesim.engine.build import build_replica, closed_loop_feeder
-from servesim.engine.dependencies import DependencyFeeder
 from servesim.engine.events import EventLoop
 from servesim.engine.lazy import LazyScheduler
-from servesim.engine.lockstep import LockstepGroup
-from servesim.engine.policy_base import PolicyScheduler
 from servesim.engine.replica import Replica
 from servesim.engine.request import ReqStatus, Request
-from servesim.engine.tenants import TenantCounters, TenantGate, TenantSetup
 from servesim.errors import ConfigError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # operations, and features a plain run does not use, imported where they run
+    from servesim.cluster.migration import Migrator
+    from servesim.cluster.models import ModelRoutes
     from servesim.cluster.operations import Operations
+    from servesim.engine.dependencies import DependencyFeeder
+    from servesim.engine.tenants import TenantCounters, TenantGate, TenantSetup
 from servesim.metrics.progress import run_in_slices
 from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, RequestStatus, StepSeries
 from servesim.metrics.writer import RecordWriter
@@ -120,7 +118,11 @@ class Cluster:
         # The workload's tenants: their weights in each replica's scheduler and their
         # admission control in front of the router (``on_gated_arrival``).
         self.tenants = tenants
-        self.gate = TenantGate(tenants.limits) if tenants is not None and tenants.has_limits else None
+        self.gate: TenantGate | None = None
+        if tenants is not None and tenants.has_limits:
+            from servesim.engine.tenants import TenantGate
+
+            self.gate = TenantGate(tenants.limits)
         # A finish inside a run of decode steps is reported at the run's end: exact only where
         # nothing reacts to finishes (``run_cluster``: a lone replica of a fixed fleet, open loop).
         self.finishes_in_runs = finishes_in_runs
@@ -154,7 +156,11 @@ class Cluster:
         self.front_state = RouterState(None if rng is None else _child(rng), prefix_load_cap=cap)
         self.back_state = RouterState(None if rng is None else _child(rng), prefix_load_cap=cap)
         # Several models (``cluster.models``): each request is routed among its model's replicas.
-        self.models = ModelRoutes.build(pools, wl, default_model, rng, cap)
+        self.models: ModelRoutes | None = None
+        if len({p.served_model for p in pools}) > 1 or (wl is not None and wl.model is not None):
+            from servesim.cluster.models import ModelRoutes
+
+            self.models = ModelRoutes.build(pools, wl, default_model, rng, cap)
         if self.models is not None:
             if self.is_disagg and len(self.models.served) > 1:
                 raise ConfigError(
@@ -183,6 +189,8 @@ class Cluster:
         self.num_handoffs = 0
         self.migrator: Migrator | None = None
         if migrating:
+            from servesim.cluster.migration import Migrator
+
             groups = [[i for i, p in enumerate(self.pool_of) if p.name == name] for name in sorted(migrating)]
             self.migrator = Migrator(self, cfg.migration, [g for g in groups if len(g) > 1])
 
@@ -190,6 +198,8 @@ class Cluster:
         """Each ``dp`` consecutive replicas are the DP ranks of one server: they step in
         lockstep; with ``own_servers`` each keeps its own API front end, else they share
         the first rank's (``api_servers_per_rank``)."""
+        from servesim.engine.lockstep import LockstepGroup
+
         for k in range(0, len(replicas), dp):
             ranks = replicas[k : k + dp]
             if not own_servers:
@@ -517,6 +527,8 @@ class Cluster:
         """What the tenants' gate and the replicas' schedulers counted (None: no tenants)."""
         if self.tenants is None and (self.wl is None or self.wl.tenant is None):
             return None
+        from servesim.engine.policy_base import PolicyScheduler
+
         counters = [
             c
             for rep in self.replicas
@@ -542,6 +554,8 @@ def merged_counters(per_replica: list[TenantCounters]) -> TenantCounters | None:
         return None
     if len(per_replica) == 1:
         return per_replica[0]
+    from servesim.engine.tenants import TenantCounters
+
     first = per_replica[0]
     out = TenantCounters(first.weights, first.w_input, first.w_output)
     for c in per_replica:

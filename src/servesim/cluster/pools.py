@@ -29,12 +29,12 @@ from servesim.deployment import (
     resolved_scenario,
     run_notices,
 )
-from servesim.engine.tenants import TenantSetup, resolve_tenants
 from servesim.errors import ConfigError
 from servesim.metrics.records import Result
 from servesim.workload.base import Workload, workload_stats
 
 if TYPE_CHECKING:
+    from servesim.engine.tenants import TenantSetup
     from servesim.perf.profiled import HardwareProfile
 
 
@@ -183,6 +183,7 @@ def scenario_tenants(sc: Scenario, wl: Workload) -> TenantSetup | None:
     """The workload's tenants with the scenario's ``tenants`` section (None: no tenants)."""
     if wl.tenant is None and not sc.tenants:
         return None
+    from servesim.engine.tenants import resolve_tenants
     from servesim.workload.tenants import tenant_names
 
     try:
