@@ -89,7 +89,7 @@ def resolved_engine(
     engine: EngineConfig, model: ModelSpec, gpu: GpuSpec, parallel: ParallelConfig
 ) -> ResolvedEngine:
     """``engine`` with vLLM's batch defaults for this GPU and layout filled in
-    (``config.engine.resolve_engine``; ``max_model_len`` unset: the model's positions): the
+    (``config.engine_defaults.resolve_engine``; ``max_model_len`` unset: the model's positions): the
     one resolution of a deployment's engine, which ``check_starts`` and
     ``perf.memory.plan_memory`` take resolved."""
     return resolve_engine(

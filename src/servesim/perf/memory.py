@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from servesim.catalog.gpus import GpuSpec
 from servesim.catalog.models import ModelSpec
 from servesim.config import EngineConfig, ParallelConfig
-from servesim.config.engine import ResolvedEngine
+from servesim.config.engine_defaults import ResolvedEngine
 from servesim.config.layout import check_gpu_blocks_override
 from servesim.errors import ConfigError, DoesNotFitError
 
