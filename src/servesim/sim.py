@@ -76,7 +76,7 @@ def run_engine(
     ``record_steps=False`` drops the per-step series (streaming runs). ``tenants``: the
     weights and admission control of ``wl``'s tenants (``cluster.run_cluster``).
     """
-    from servesim.cluster.cluster import run_cluster
+    from servesim.cluster.run import run_cluster
     from servesim.cluster.spec import PoolSpec
     from servesim.config import ClusterConfig, PoolConfig
 

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from servesim.catalog.models import ModelSpec
-from servesim.cluster.cluster import PoolSpec, run_cluster
+from servesim.cluster.cluster import PoolSpec
+from servesim.cluster.run import run_cluster
 from servesim.cluster.spec import TenantRun
 from servesim.config import EngineConfig, PoolConfig, Scenario
 from servesim.deployment import (
