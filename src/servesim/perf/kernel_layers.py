@@ -178,7 +178,7 @@ class KernelLayerOps:
         gate = 2 if m.mlp_gated else 1
         dense_layers = L - m.num_moe_layers
         if m.is_moe:
-            from servesim.perf.kernel_moe import moe_dtype  # MoE models only
+            from servesim.perf.moe_shapes import moe_dtype  # MoE models only
 
             moe_layers = m.num_moe_layers
             ops.append(("gemm_router", self._router(), moe_layers))

@@ -102,14 +102,14 @@ def served_weights_bytes(
     """``weights_bytes_per_gpu`` of the weights as vLLM lays them out on ``gpu``: MXFP4
     experts padded as its ``Mxfp4MoEMethod`` pads them for the backend
     (``engine.moe_backend``, 'auto' resolved by ``perf.execution_path``;
-    ``kernel_moe.mxfp4_pad``): gpt-oss-120b at TP 8 on Blackwell holds 11.6 GB of experts per
+    ``moe_shapes.mxfp4_pad``): gpt-oss-120b at TP 8 on Blackwell holds 11.6 GB of experts per
     GPU (a rank's 360 columns padded to 512), not 7.6 GB."""
     tp, pp, dp = parallel.tensor_parallel_size, parallel.pipeline_parallel_size, parallel.data_parallel_size
     weights = weights_bytes_per_gpu(model, tp, pp, dp)
     if not model.is_moe:  # no experts to pad
         return weights
     from servesim.perf.execution_path import moe_backend_for
-    from servesim.perf.kernel_moe import has_mxfp4_experts, mxfp4_pad, padded_experts
+    from servesim.perf.moe_shapes import has_mxfp4_experts, mxfp4_pad, padded_experts
 
     if not has_mxfp4_experts(model):
         return weights
