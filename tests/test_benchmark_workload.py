@@ -15,7 +15,8 @@ import pytest
 from pydantic import ValidationError
 
 import servesim
-from servesim.cluster.cluster import PoolSpec, run_cluster
+from servesim.cluster.cluster import PoolSpec
+from servesim.cluster.run import run_cluster
 from servesim.config import BenchmarkWorkload, ClusterConfig, EngineConfig, PoolConfig, resolve_engine
 from servesim.errors import ConfigError
 from servesim.metrics.benchmark import weighted_stats

@@ -19,6 +19,7 @@ from servesim.deployment import resolve_deployment
 from servesim.errors import ConfigError
 from servesim.perf.base import BatchStats, step_wall_s
 from servesim.planner import capacity as cap_mod
+from servesim.planner import rate_knob as rate_knob_mod
 from servesim.planner.capacity import (
     SCREEN_FRACTION,
     CapacityNotFound,
@@ -230,12 +231,12 @@ def test_the_default_deployment_on_the_azure_trace() -> None:
     ],
 )
 def test_the_early_stop_prefix_is_the_first_requests_of_the_whole_run(workload: dict) -> None:
-    from servesim.planner.capacity import _prefix
+    from servesim.planner.rate_knob import prefix_scenario
     from servesim.workload import load_workload
 
     sc = scenario_from_dict({"workload": workload})
     full = load_workload(sc.workload, 0)
-    head = load_workload(_prefix(sc, SCREEN_FRACTION, len(full)).workload, 0)
+    head = load_workload(prefix_scenario(sc, SCREEN_FRACTION, len(full)).workload, 0)
     k = len(head)
     assert k == math.ceil(len(full) * SCREEN_FRACTION)
     assert np.array_equal(full.arrival_s[:k], head.arrival_s)
@@ -341,7 +342,7 @@ def test_capacity_of_the_bundled_session_agent_and_reasoning_examples(example: s
     # the probe at the answer ran its share of starts: the window held
     count = {"chat_sessions.yaml": 20 / 0.5, "agent_tasks.yaml": 40 / 0.5}
     if example in count:
-        field = cap_mod._STARTS[sc.workload.type][0]
+        field = rate_knob_mod.STARTS[sc.workload.type][0]
         assert getattr(cap.knob.at(sc, cap.capacity_rps).workload, field) == round(
             count[example] * cap.capacity_rps
         )

@@ -10,7 +10,8 @@ import pytest
 from conftest import make_workload
 
 import servesim
-from servesim.cluster.cluster import PoolSpec, run_cluster
+from servesim.cluster.cluster import PoolSpec
+from servesim.cluster.run import run_cluster
 from servesim.config import (
     ClusterConfig,
     EngineConfig,

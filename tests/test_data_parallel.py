@@ -11,8 +11,9 @@ from pydantic import ValidationError
 
 from servesim.catalog.gpus import get_gpu
 from servesim.catalog.hf_config import load_model
-from servesim.cluster.cluster import PoolSpec, run_cluster
+from servesim.cluster.cluster import PoolSpec
 from servesim.cluster.router import ROUTERS, ReplicaLoad, RouterState
+from servesim.cluster.run import run_cluster
 from servesim.config import ClusterConfig, EngineConfig, ParallelConfig, PoolConfig, resolve_engine
 from servesim.engine.request import Request
 from servesim.errors import ConfigError

@@ -77,8 +77,8 @@ def test_record_steps_false_drops_the_step_series(cluster: dict | None) -> None:
 
 
 def test_a_cluster_reports_progress() -> None:
-    from servesim.cluster.cluster import run_cluster
     from servesim.cluster.pools import pool_spec
+    from servesim.cluster.run import run_cluster
     from servesim.workload import load_workload
 
     sc = scenario_from_dict(

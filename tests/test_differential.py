@@ -195,7 +195,7 @@ def test_mooncake_slice_prefix_caching():
 def test_streaming_mode_keeps_the_results_without_the_step_series():
     """record_steps=False (long runs): same records and totals, no step rows, the same ITL
     distribution."""
-    from servesim.metrics.summary import distribution
+    from servesim.metrics.stats import distribution
 
     wl = synthetic(7, 400, 20, prompt_max=800, out_max=300)
     engine = EngineConfig(max_num_seqs=64, max_num_batched_tokens=1024)

@@ -229,7 +229,7 @@ def _sends_at_streamed_finishes(rec: object) -> None:
 
 
 def test_a_closed_loop_client_sends_when_its_last_token_is_streamed_on_an_engine_and_a_cluster() -> None:
-    from servesim.cluster.cluster import run_cluster
+    from servesim.cluster.run import run_cluster
     from servesim.cluster.spec import PoolSpec
     from servesim.config import ClusterConfig, PoolConfig
     from servesim.workload import load_workload

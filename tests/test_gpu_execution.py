@@ -9,7 +9,7 @@ import pytest
 from servesim.catalog.gpus import get_gpu
 from servesim.catalog.hf_config import load_model
 from servesim.config import EngineConfig, resolve_engine
-from servesim.config.engine import async_default
+from servesim.config.engine_defaults import async_default
 from servesim.perf.base import BatchStats, ConstantPerfModel, step_wall_s
 from servesim.perf.cuda_graphs import EAGER, EAGER_PLAN, FULL, PIECEWISE, graph_plan
 from servesim.perf.factory import kernel_version_for
@@ -289,7 +289,7 @@ def test_host_time_grows_with_the_requests_of_a_step():
 
 def test_host_time_per_request_defaults():
     gpu = resolve_engine(EngineConfig(), 80 * 2**30, "H100-SXM")
-    from servesim.config.engine import CPU_PER_REQ_S
+    from servesim.config.engine_defaults import CPU_PER_REQ_S
 
     assert gpu.cpu_overhead_per_req_s == CPU_PER_REQ_S == pytest.approx(33e-6)
     assert resolve_engine(EngineConfig(), 64 * 2**30, "cpu-epyc").cpu_overhead_per_req_s == 0.0

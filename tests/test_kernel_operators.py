@@ -15,16 +15,10 @@ from servesim.catalog.hf_config import load_model
 from servesim.perf.base import BatchStats
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.kernel_model import KernelPerfModel
-from servesim.perf.kernel_moe import (
-    DECODE_TOKENS,
-    SERVED_MATH,
-    SERVED_PAD,
-    _rescaled,
-    _transferred,
-    moe_roofline,
-    padded_experts,
-)
+from servesim.perf.kernel_moe import DECODE_TOKENS, _transferred
+from servesim.perf.kernel_moe_served import SERVED_MATH
 from servesim.perf.kernels import load_database
+from servesim.perf.moe_shapes import SERVED_PAD, moe_roofline, padded_experts, rescaled
 
 E = Efficiencies()
 GPT_OSS = (2880, 2880, 4, 128)  # hidden, expert width, top-k, experts
@@ -202,7 +196,7 @@ def test_carrying_a_served_table_to_another_shape_held_out():
                 roof = moe_roofline(shaped(dst), g, E, tp, 1, SERVED_MATH[kernel])
                 ref = moe_roofline(shaped(src), g, E, tp, 1, SERVED_MATH[kernel])
                 tokens = np.array(s["tokens"], dtype=float)
-                carried = _rescaled(tokens, np.array(s["latency_ms"]), roof, ref)
+                carried = rescaled(tokens, np.array(s["latency_ms"]), roof, ref)
                 own = dict(zip(d["tokens"], d["latency_ms"]))
                 errors += [abs(c / own[int(t)] - 1) for t, c in zip(tokens, carried) if int(t) in own]
     assert len(errors) == 432
@@ -212,13 +206,13 @@ def test_carrying_a_served_table_to_another_shape_held_out():
 
 def test_carrying_the_served_block_fp8_table_to_another_shape_held_out():
     # The served block-FP8 kernel is measured at 13 shapes (EP 1): carry each from its
-    # nearest other shape (_shape_distance, as served_curve picks) at TP 1, 2 and 4 and
+    # nearest other shape (shape_distance, as served_curve picks) at TP 1, 2 and 4 and
     # compare with its own measurement at every token count. docs/perf_model.md states the
     # figures: median |error| 5.7%, P90 26.3% over 999 points.
     import json
     from importlib import resources
 
-    from servesim.perf.kernel_moe import _shape_distance
+    from servesim.perf.moe_shapes import shape_distance
 
     raw = json.loads(resources.files("servesim").joinpath("data", "kernels", "served_moe.json").read_text())
     table = next(t for t in raw["tables"] if t["kernel"] == "flashinfer_trtllm_fp8_block")
@@ -233,14 +227,14 @@ def test_carrying_the_served_block_fp8_table_to_another_shape_held_out():
 
     errors = []
     for dst in shapes:
-        src = min((s for s in shapes if s != dst), key=lambda s: _shape_distance(dst, s))
+        src = min((s for s in shapes if s != dst), key=lambda s: shape_distance(dst, s))
         for tp in (1, 2, 4):
             if (src, tp) not in series or (dst, tp) not in series:
                 continue
             s, d = series[(src, tp)], series[(dst, tp)]
             roof, ref = (moe_roofline(spec(x), g, E, tp, 1, "fp8") for x in (dst, src))
             tokens = np.array(s["tokens"], dtype=float)
-            carried = _rescaled(tokens, np.array(s["latency_ms"]), roof, ref)
+            carried = rescaled(tokens, np.array(s["latency_ms"]), roof, ref)
             own = dict(zip(d["tokens"], d["latency_ms"]))
             errors += [abs(c / own[int(t)] - 1) for t, c in zip(tokens, carried) if int(t) in own]
     assert len(shapes) == 13 and len(errors) == 999

@@ -57,7 +57,9 @@ LAYERS = {
     "papers": 5,
     "cli": 6,
     "cli_base": 6,
+    "cli_catalog": 6,
     "cli_commands": 6,
+    "cli_measured": 6,
     "__main__": 6,
     "": 6,  # "": servesim/__init__.py
 }

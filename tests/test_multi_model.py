@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from conftest import make_workload
 
-from servesim.cluster.cluster import PoolSpec, run_cluster
+from servesim.cluster.cluster import PoolSpec
+from servesim.cluster.run import run_cluster
 from servesim.cluster.spec import ClusterRun
 from servesim.config import ClusterConfig, EngineConfig, KvLinkConfig, PoolConfig, Scenario, resolve_engine
 from servesim.metrics.records import RequestStatus

@@ -19,7 +19,7 @@ import yaml
 from typer.testing import CliRunner
 
 from servesim.cli import app
-from servesim.cluster.cluster import run_cluster
+from servesim.cluster.run import run_cluster
 from servesim.cluster.spec import PoolSpec
 from servesim.config import ClusterConfig, EngineConfig, PoolConfig, load_scenario, resolve_engine
 from servesim.deployment import DP_POOL, SINGLE_POOL

@@ -11,7 +11,8 @@ from conftest import make_workload
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servesim.cluster.cluster import PoolSpec, run_cluster
+from servesim.cluster.cluster import PoolSpec
+from servesim.cluster.run import run_cluster
 from servesim.config import ClusterConfig, EngineConfig, PoolConfig, resolve_engine
 from servesim.config.operations import (
     AutoscalingConfig,

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from conftest import make_workload
 
-from servesim.cluster.cluster import PoolSpec, run_cluster
+from servesim.cluster.cluster import PoolSpec
+from servesim.cluster.run import run_cluster
 from servesim.config import ClusterConfig, EngineConfig, PoolConfig, resolve_engine
 from servesim.config.operations import (
     AutoscalingConfig,

@@ -83,7 +83,7 @@ def test_cdfs_pass_through_the_summarys_percentiles(runs) -> None:
 
 def test_itl_from_steps_is_the_engines_itl(runs) -> None:
     """On one replica the step records give exactly the engine's ITL samples (count and percentiles)."""
-    from servesim.metrics.summary import distribution
+    from servesim.metrics.stats import distribution
 
     run = open_run_dir(runs["vllm_v1"])
     got = distribution(*sampling.itl_from_steps(run.tables["steps"]))
@@ -97,7 +97,7 @@ def test_itl_from_steps_on_a_disaggregated_run(runs) -> None:
     """Disaggregated: a request's first decode gap (prefill replica -> decode replica) is the only
     difference, so the counts differ by at most one per request, the percentiles hardly move and
     no gap is longer than the longest the engine saw (a decode replica's idle time is no gap)."""
-    from servesim.metrics.summary import distribution
+    from servesim.metrics.stats import distribution
 
     run = open_run_dir(runs["disagg"])
     got = distribution(*sampling.itl_from_steps(run.tables["steps"]))

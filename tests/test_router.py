@@ -10,8 +10,9 @@ from typing import get_args
 import numpy as np
 from conftest import make_workload
 
-from servesim.cluster.cluster import PoolSpec, run_cluster
+from servesim.cluster.cluster import PoolSpec
 from servesim.cluster.router import ROUTERS, ReplicaLoad, RouterState
+from servesim.cluster.run import run_cluster
 from servesim.config import ClusterConfig, EngineConfig, PoolConfig, RouterName, resolve_engine
 from servesim.engine.request import Request
 from servesim.perf.base import ConstantPerfModel

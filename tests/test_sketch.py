@@ -12,7 +12,8 @@ import servesim
 import servesim.metrics.sketch as sketch_mod
 from servesim.metrics.records import ItlSamples
 from servesim.metrics.sketch import RELATIVE_ACCURACY, Sketch
-from servesim.metrics.summary import LATENCY_METRICS, PERCENTILES, distribution, summarize
+from servesim.metrics.stats import PERCENTILES, distribution
+from servesim.metrics.summary import LATENCY_METRICS, summarize
 
 # The sketch's representative of a bucket is within RELATIVE_ACCURACY of every value in it;
 # the log's rounding can put a value on a bucket's edge, hence the 1e-9.

@@ -31,7 +31,8 @@ from servesim.metrics.records import (
     Result,
     StepSeries,
 )
-from servesim.metrics.summary import distribution, summarize, weighted_percentile
+from servesim.metrics.stats import distribution, weighted_percentile
+from servesim.metrics.summary import summarize
 
 NAN = math.nan
 

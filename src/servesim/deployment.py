@@ -44,8 +44,6 @@ from servesim.config import (
 )
 from servesim.errors import ConfigError, ServesimError
 from servesim.perf.base import PerfModel
-from servesim.perf.describe import describe_perf_model
-from servesim.perf.lora import lora_perf_model
 from servesim.perf.memory import MemoryPlan, plan_memory
 
 if TYPE_CHECKING:
@@ -82,6 +80,8 @@ class Deployment:
 
     def step_time_model(self) -> dict[str, Any]:
         """Which step-time model answers, on what data it stands (``perf.describe``)."""
+        from servesim.perf.describe import describe_perf_model
+
         return describe_perf_model(self.perf, self.gpu.name, self.profile)
 
 
@@ -89,7 +89,7 @@ def resolved_engine(
     engine: EngineConfig, model: ModelSpec, gpu: GpuSpec, parallel: ParallelConfig
 ) -> ResolvedEngine:
     """``engine`` with vLLM's batch defaults for this GPU and layout filled in
-    (``config.engine.resolve_engine``; ``max_model_len`` unset: the model's positions): the
+    (``config.engine_defaults.resolve_engine``; ``max_model_len`` unset: the model's positions): the
     one resolution of a deployment's engine, which ``check_starts`` and
     ``perf.memory.plan_memory`` take resolved."""
     return resolve_engine(
@@ -258,7 +258,10 @@ def resolve_deployment(
         if profile
         else build_step_model(model, gpu, par, sc.hardware, sc.model, links=links, engine=engine)
     )
-    perf = lora_perf_model(engine, model, gpu, par, perf)
+    if engine.lora.enabled:  # the LoRA kernels and loads on top
+        from servesim.perf.lora import lora_perf_model
+
+        perf = lora_perf_model(engine, model, gpu, par, perf)
     return Deployment(
         name=pool.name,
         role=pool.role,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servesim.cluster.pools import tenant_record  # noqa: F401 (re-exported: its old home)
 from servesim.cluster.spec import TenantRun
@@ -22,10 +22,12 @@ from servesim.config import EngineConfig, Scenario, load_scenario, resolve_engin
 from servesim.deployment import SINGLE_POOL, check_budget  # noqa: F401 (re-exported: its old home)
 from servesim.engine.arrivals import iter_requests
 from servesim.engine.request import Request
-from servesim.engine.tenants import TenantSetup
 from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, Result, StepSeries
 from servesim.perf.base import PerfModel
 from servesim.workload.base import Workload
+
+if TYPE_CHECKING:
+    from servesim.engine.tenants import TenantSetup
 
 __all__ = ["EngineRun", "Result", "TenantRun", "make_requests", "run_engine", "simulate", "tenant_record"]
 
@@ -74,7 +76,7 @@ def run_engine(
     ``record_steps=False`` drops the per-step series (streaming runs). ``tenants``: the
     weights and admission control of ``wl``'s tenants (``cluster.run_cluster``).
     """
-    from servesim.cluster.cluster import run_cluster
+    from servesim.cluster.run import run_cluster
     from servesim.cluster.spec import PoolSpec
     from servesim.config import ClusterConfig, PoolConfig
 

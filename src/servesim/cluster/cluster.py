@@ -31,6 +31,8 @@ prompt is done (Splitwise overlaps them layer by layer); hand-off CPU costs are 
 of ``d`` before the arrival: requests are read ahead by ``d`` and each one's view is
 captured at ``arrival - d`` (exact, since arrivals are known). The decode stage, whose
 routing instants are not known ahead, uses a view refreshed when it is ``d`` old.
+
+A run of a workload on the cluster, the one driver, is ``cluster.run.run_cluster``.
 """
 
 from __future__ import annotations
@@ -41,37 +43,30 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from servesim.cluster.loads import replica_load
-from servesim.cluster.migration import Migrator
-from servesim.cluster.models import ModelRoutes
 from servesim.cluster.router import ROUTERS, ReplicaLoad, RouterState
-from servesim.cluster.spec import ClusterRun, PoolSpec, TenantRun
+from servesim.cluster.spec import PoolSpec, TenantRun
 from servesim.cluster.transfer import Link
-from servesim.config import ClusterConfig, SloConfig
+from servesim.config import ClusterConfig
 from servesim.config.engine import version_tuple
 from servesim.engine.arrivals import (
-    NO_LIMIT,
-    ArrivalFeeder,
-    ClosedLoopFeeder,
     done_when_seen,
     rejection_reason,
 )
-from servesim.engine.build import build_replica, closed_loop_feeder
-from servesim.engine.dependencies import DependencyFeeder
+from servesim.engine.build import build_replica
 from servesim.engine.events import EventLoop
 from servesim.engine.lazy import LazyScheduler
-from servesim.engine.lockstep import LockstepGroup
-from servesim.engine.policy_base import PolicyScheduler
 from servesim.engine.replica import Replica
 from servesim.engine.request import ReqStatus, Request
-from servesim.engine.tenants import TenantCounters, TenantGate, TenantSetup
 from servesim.errors import ConfigError
-
-if TYPE_CHECKING:
-    from servesim.cluster.operations import Operations
-from servesim.metrics.progress import run_in_slices
-from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, RequestStatus, StepSeries
+from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, StepSeries
 from servesim.metrics.writer import RecordWriter
 from servesim.workload.base import Workload
+
+if TYPE_CHECKING:  # operations, and features a plain run does not use, imported where they run
+    from servesim.cluster.migration import Migrator
+    from servesim.cluster.models import ModelRoutes
+    from servesim.cluster.operations import Operations
+    from servesim.engine.tenants import TenantCounters, TenantGate, TenantSetup
 
 # Routers that read nothing of a replica's load but how many candidates there are, or their
 # outstanding counts: their view is built without scanning each replica's queues.
@@ -120,7 +115,11 @@ class Cluster:
         # The workload's tenants: their weights in each replica's scheduler and their
         # admission control in front of the router (``on_gated_arrival``).
         self.tenants = tenants
-        self.gate = TenantGate(tenants.limits) if tenants is not None and tenants.has_limits else None
+        self.gate: TenantGate | None = None
+        if tenants is not None and tenants.has_limits:
+            from servesim.engine.tenants import TenantGate
+
+            self.gate = TenantGate(tenants.limits)
         # A finish inside a run of decode steps is reported at the run's end: exact only where
         # nothing reacts to finishes (``run_cluster``: a lone replica of a fixed fleet, open loop).
         self.finishes_in_runs = finishes_in_runs
@@ -154,7 +153,11 @@ class Cluster:
         self.front_state = RouterState(None if rng is None else _child(rng), prefix_load_cap=cap)
         self.back_state = RouterState(None if rng is None else _child(rng), prefix_load_cap=cap)
         # Several models (``cluster.models``): each request is routed among its model's replicas.
-        self.models = ModelRoutes.build(pools, wl, default_model, rng, cap)
+        self.models: ModelRoutes | None = None
+        if len({p.served_model for p in pools}) > 1 or (wl is not None and wl.model is not None):
+            from servesim.cluster.models import ModelRoutes
+
+            self.models = ModelRoutes.build(pools, wl, default_model, rng, cap)
         if self.models is not None:
             for pool in pools:
                 self.models.add_pool(pool)
@@ -179,6 +182,8 @@ class Cluster:
         self.num_handoffs = 0
         self.migrator: Migrator | None = None
         if migrating:
+            from servesim.cluster.migration import Migrator
+
             groups = [[i for i, p in enumerate(self.pool_of) if p.name == name] for name in sorted(migrating)]
             self.migrator = Migrator(self, cfg.migration, [g for g in groups if len(g) > 1])
 
@@ -186,6 +191,8 @@ class Cluster:
         """Each ``dp`` consecutive replicas are the DP ranks of one server: they step in
         lockstep; with ``own_servers`` each keeps its own API front end, else they share
         the first rank's (``api_servers_per_rank``)."""
+        from servesim.engine.lockstep import LockstepGroup
+
         for k in range(0, len(replicas), dp):
             ranks = replicas[k : k + dp]
             if not own_servers:
@@ -523,6 +530,8 @@ class Cluster:
         """What the tenants' gate and the replicas' schedulers counted (None: no tenants)."""
         if self.tenants is None and (self.wl is None or self.wl.tenant is None):
             return None
+        from servesim.engine.policy_base import PolicyScheduler
+
         counters = [
             c
             for rep in self.replicas
@@ -548,6 +557,8 @@ def merged_counters(per_replica: list[TenantCounters]) -> TenantCounters | None:
         return None
     if len(per_replica) == 1:
         return per_replica[0]
+    from servesim.engine.tenants import TenantCounters
+
     first = per_replica[0]
     out = TenantCounters(first.weights, first.w_input, first.w_output)
     for c in per_replica:
@@ -557,147 +568,3 @@ def merged_counters(per_replica: list[TenantCounters]) -> TenantCounters | None:
             out.served_output[t] += c.served_output[t]
         out.max_spread = max(out.max_spread, c.max_spread)
     return out
-
-
-def _closed_loop(cluster: Cluster, wl: Workload) -> ClosedLoopFeeder | DependencyFeeder:
-    """Closed-loop clients in front of the cluster's router; a request is done when it
-    finishes where it ends (after any hand-off) or is rejected."""
-    if cluster.cfg.staleness_s > 0:
-        raise ConfigError(
-            "cluster.staleness_s > 0 needs arrival times known ahead; a benchmark "
-            "workload's clients send when requests finish: set staleness_s to 0"
-        )
-
-    feeder = closed_loop_feeder(
-        wl, cluster.loop, cluster.on_arrival, cluster.reject, cluster.rejection, cluster.itl
-    )
-    cluster.on_done = feeder.on_request_done
-    return feeder
-
-
-def run_cluster(
-    wl: Workload,
-    pools: list[PoolSpec],
-    cfg: ClusterConfig,
-    *,
-    seed: int = 0,
-    check_invariants: bool = False,
-    until_s: float = float("inf"),
-    record_steps: bool = True,
-    progress: Callable[[int], None] | None = None,
-    slo: SloConfig | None = None,
-    tenants: TenantSetup | None = None,
-    step_series: StepSeries | None = None,
-    default_model: str = "",
-) -> ClusterRun:
-    """Run ``wl`` on a cluster of ``pools`` (no catalog needed: tests use this): the one
-    driver of every scenario (a plain one is a pool of one replica).
-
-    ``record_steps=False`` drops the per-step series (long runs); ``step_series`` replaces the
-    in-memory one (``metrics.step_stream.StreamedStepSeries``); ``progress(num_done)``
-    is called about 200 times over the run when given. With ``cfg.operations`` the fleet
-    changes over time (``servesim.cluster.operations``; ``slo`` is what its SLO attainment
-    counts). ``tenants``: the weights and admission control of ``wl``'s tenants (None:
-    weight 1 each, no limits, and no counters under plain FCFS); requests the gate refuses
-    are rejected with the reason, and each replica's scheduler keeps the tenants' counters.
-    Pools of several models (``PoolSpec.served_model``) or requests naming one
-    (``Workload.model``) route each request among its model's replicas (``cluster.models``);
-    ``default_model`` is the name of a request that gives none ("": the first pool's).
-    """
-    ops_cfg = cfg.operations
-    closed = wl.is_closed_loop  # arrivals are the send times of closed-loop clients
-    if tenants is not None and tenants.has_limits and closed:
-        raise ConfigError(
-            "tenants: rate limits and queue caps apply to open-loop arrivals; "
-            "this workload's requests are sent as others finish"
-        )
-    if ops_cfg is not None:  # imported only then: a fixed fleet's run does without it
-        from servesim.cluster.operations import Operations, clocked_pools
-
-        pools = clocked_pools(pools, ops_cfg)
-    loop = EventLoop()
-    records = RequestRecords.empty(len(wl))
-    if not closed:  # else the arrivals are the clients' send times, written as they go
-        records.arrival_s = np.asarray(wl.arrival_s, dtype=np.float64).copy()
-    records.num_prompt_tokens = np.asarray(wl.num_prompt_tokens, dtype=np.int64).copy()
-    # Step ends are quiet unless a finish sends a request (closed-loop clients); a lone
-    # replica of a fixed fleet reports its finishes at the end of its runs of decode steps.
-    lone = (
-        sum(p.num_replicas for p in pools) == 1
-        and ops_cfg is None
-        and not cfg.migration.enabled
-        and pools[0].role == "colocated"
-        and not closed
-        and wl.model is None  # requests that name a model are checked against the pool's
-    )
-    cluster = Cluster(
-        loop,
-        pools,
-        cfg,
-        records,
-        seed,
-        check_invariants,
-        record_steps,
-        wl,
-        quiet_steps=not closed,
-        tenants=tenants,
-        finishes_in_runs=lone,
-        step_series=step_series,
-        default_model=default_model,
-    )
-    ops = None
-    if ops_cfg is not None:
-        ops = cluster.ops = Operations(cluster, pools, ops_cfg, slo, len(wl), seed)
-        ops.start()
-    if closed:
-        _closed_loop(cluster, wl).start()
-    else:
-        ArrivalFeeder(
-            wl,
-            loop,
-            cluster.on_gated_arrival
-            if cluster.gate is not None
-            else cluster.replicas[0].on_arrival
-            if cluster.direct
-            else cluster.on_arrival,
-            cluster.reject,
-            # several models: each request is checked against its model's pools at its arrival
-            cluster.max_model_len if cluster.models is None else NO_LIMIT,
-            cluster.usable_tokens if cluster.models is None else NO_LIMIT,
-            0.0 if lone else cfg.staleness_s,  # a lone replica's view is never read
-            cluster.on_look_ahead,
-        ).start()
-    if cluster.migrator is not None:
-        cluster.migrator.start()
-    horizon = float(wl.arrival_s[-1]) if len(wl) else 0.0
-    lone_rep = cluster.replicas[0]
-    end = run_in_slices(
-        loop,
-        horizon,
-        until_s,
-        progress,
-        (lambda: cluster.num_done + lone_rep.num_finished) if cluster.direct else (lambda: cluster.num_done),
-        grows=closed,
-    )
-    if ops is not None and ops.done_at is not None:
-        end = ops.done_at
-    cluster.finish_run()
-    if cluster.direct:  # every request that arrived by the end and was not refused
-        arrived = (records.status != RequestStatus.REJECTED) & (records.arrival_s <= until_s)
-        lone_rep.totals.num_routed = int(np.count_nonzero(arrived))
-    ops_counts = ops.finish(end) if ops is not None else {}
-    return ClusterRun(
-        records,
-        cluster.steps if cluster.steps is not None else StepSeries(),
-        cluster.itl,
-        [r.totals for r in cluster.replicas],
-        end,
-        cluster.num_handoffs,
-        cluster.migrator.num_migrations if cluster.migrator is not None else 0,
-        cluster.links,
-        ops.series if ops is not None else None,
-        ops_counts,
-        ops.fleet if ops is not None else None,
-        ops.notices if ops is not None else [],
-        cluster.tenant_run(),
-    )

@@ -455,7 +455,7 @@ class Operations:
         for e in self._pending_failures:  # not reached: the loop ended before
             self._failure_notice(e, f"the run ended at {end_s:,.6g} s")
         self._pending_failures = []
-        from servesim.metrics.summary import held_fleet
+        from servesim.metrics.fleet_figures import held_fleet
 
         held = {
             p.name: held_fleet(

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from servesim.catalog.models import ModelSpec
-from servesim.cluster.cluster import PoolSpec, run_cluster
+from servesim.cluster.cluster import PoolSpec
+from servesim.cluster.run import run_cluster
 from servesim.cluster.spec import TenantRun
 from servesim.config import EngineConfig, PoolConfig, Scenario
 from servesim.deployment import (
@@ -29,12 +30,12 @@ from servesim.deployment import (
     resolved_scenario,
     run_notices,
 )
-from servesim.engine.tenants import TenantSetup, resolve_tenants
 from servesim.errors import ConfigError
 from servesim.metrics.records import Result
 from servesim.workload.base import Workload, workload_stats
 
 if TYPE_CHECKING:
+    from servesim.engine.tenants import TenantSetup
     from servesim.perf.profiled import HardwareProfile
 
 
@@ -183,6 +184,7 @@ def scenario_tenants(sc: Scenario, wl: Workload) -> TenantSetup | None:
     """The workload's tenants with the scenario's ``tenants`` section (None: no tenants)."""
     if wl.tenant is None and not sc.tenants:
         return None
+    from servesim.engine.tenants import resolve_tenants
     from servesim.workload.tenants import tenant_names
 
     try:

@@ -4,13 +4,15 @@ scenario (``PoolSpec``), and the run's records, steps and totals (``ClusterRun``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servesim.cluster.transfer import Link
 from servesim.config import ResolvedEngine
-from servesim.engine.tenants import TenantCounters
 from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, StepSeries
 from servesim.perf.base import PerfModel
+
+if TYPE_CHECKING:
+    from servesim.engine.tenants import TenantCounters
 
 
 @dataclass(slots=True)

@@ -6,8 +6,9 @@ values (number of KV blocks, perf-model coefficients) come from pure functions o
 are never written back.
 
 The parts live in ``parts`` (model, hardware, parallelism, workload, SLOs, run), ``arrival``
-(arrival processes and rate profiles), ``engine``
-(and the resolution of its defaults), ``cluster`` and ``scenario`` (the whole, and how
+(arrival processes and rate profiles), ``engine`` (its sub-sections in ``speculative``,
+``frontend``, ``kv_offload`` and ``lora``; the resolution of its defaults in
+``engine_defaults``), ``cluster`` and ``scenario`` (the whole, and how
 it is read); ``files`` reads a scenario file, ``overrides`` applies ``--set``,
 ``messages`` words validation errors, ``layout`` checks a layout against its model and
 ``reference`` renders docs/scenario_reference.md. Everything is importable from
@@ -23,18 +24,16 @@ from servesim.config.cluster import (
     PoolConfig,
     RouterName,
 )
-from servesim.config.engine import (
+from servesim.config.engine import EngineConfig, budget_refusal
+from servesim.config.engine_defaults import (
     GIB,
     POLICY_DEFAULTS,
-    EngineConfig,
-    FrontendConfig,
     ResolvedEngine,
-    SpeculativeConfig,
-    budget_refusal,
     resolve_engine,
     resolve_kv_offload,
     resolve_policy,
 )
+from servesim.config.frontend import FrontendConfig
 from servesim.config.kv_offload import KVOffloadConfig
 from servesim.config.lora import LoraAdapterConfig, LoraConfig
 from servesim.config.overrides import parse_override
@@ -60,6 +59,7 @@ from servesim.config.scenario import (
     read_gpu_config,
     scenario_from_dict,
 )
+from servesim.config.speculative import SpeculativeConfig
 from servesim.config.tenants import TenantConfig
 from servesim.config.workload_kinds import (
     AgentNode,

@@ -9,24 +9,26 @@ other policy's own scheduler class otherwise. Every replica of the one driver
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servesim.config import EngineConfig, ResolvedEngine
 from servesim.engine.arrivals import ClosedLoopFeeder
-from servesim.engine.dependencies import DependencyFeeder
 from servesim.engine.events import WAKE, EventLoop
 from servesim.engine.frontend import Frontend
 from servesim.engine.kv_cache import KVCacheManager
 from servesim.engine.kv_counting import CountingKVCache
-from servesim.engine.kv_offload import OffloadScheduler
 from servesim.engine.lazy import LazyScheduler
 from servesim.engine.replica import Replica
 from servesim.engine.request import Request
 from servesim.engine.scheduler import Scheduler, SchedulerConfig
 from servesim.metrics.records import ItlSamples, OffloadTotals, ReplicaTotals, StepSeries
 from servesim.perf.base import PerfModel
-from servesim.perf.lora import LoraCostModel, LoraCosts
 from servesim.workload.base import Workload
+
+if TYPE_CHECKING:  # features a plain run does not use, imported where they run
+    from servesim.engine.dependencies import DependencyFeeder
+    from servesim.engine.kv_offload import OffloadScheduler
+    from servesim.perf.lora import LoraCosts
 
 
 def uses_lazy_engine(engine: EngineConfig, wl: Workload | None, tenant_counters: bool = False) -> bool:
@@ -143,6 +145,8 @@ def offload_scheduler(
     totals: ReplicaTotals,
 ) -> OffloadScheduler:
     """vLLM V1's scheduler with the KV connector of ``engine.kv_offload`` (``engine/kv_offload.py``)."""
+    from servesim.engine.kv_offload import OffloadScheduler
+
     if kv_bytes_per_block <= 0:
         raise ValueError("kv_offload needs kv_bytes_per_block (the memory plan's) to size its tiers")
     if engine.kv_offload.host_gb_per_s is None:
@@ -162,6 +166,15 @@ def policy_perf_model(engine: EngineConfig, perf: PerfModel) -> PerfModel:
     from servesim.perf.policy_costs import PolicyCostModel
 
     return PolicyCostModel(perf, engine.pcie_gb_per_s * 1e9, engine.speculative.draft_cost_ratio)
+
+
+def _lora_costs(engine: EngineConfig, perf: PerfModel) -> LoraCosts | None:
+    """The adapter figures of ``perf`` when ``engine.lora`` wraps it (``perf.lora.lora_perf_model``)."""
+    if not engine.lora.enabled:
+        return None
+    from servesim.perf.lora import LoraCostModel
+
+    return perf.costs if isinstance(perf, LoraCostModel) else None
 
 
 def build_replica(
@@ -209,7 +222,7 @@ def build_replica(
             reference,
             kv_bytes_per_block,
             tenant_weights,
-            perf.costs if isinstance(perf, LoraCostModel) else None,
+            _lora_costs(engine, perf),
         )
     if engine.lora.enabled:
         from servesim.engine.lora import LoraScheduler
@@ -244,7 +257,10 @@ def build_replica(
         frontend=frontend,
         cpu_per_req_s=engine.cpu_overhead_per_req_s or 0.0,
     )
-    if isinstance(scheduler, OffloadScheduler):  # an idle engine polls for the end of a load
+    if engine.kv_offload.enabled:  # an idle engine polls for the end of a load (OffloadScheduler)
+        from servesim.engine.kv_offload import OffloadScheduler
+
+        assert isinstance(scheduler, OffloadScheduler)
 
         def wake(at_s: float) -> None:
             loop.at(at_s, replica.on_wake, None, WAKE)
@@ -264,6 +280,8 @@ def closed_loop_feeder(
     """The clients of a benchmark workload (``itl`` learns where the measured run starts),
     or the feeder of a workload whose requests release each other (``Workload.after``)."""
     if wl.after is not None:
+        from servesim.engine.dependencies import DependencyFeeder
+
         return DependencyFeeder(wl, loop, deliver, on_reject, rejection)
 
     def measured_run_starts() -> None:

@@ -1,14 +1,16 @@
 """What a report says about the deployment itself: its memory plan and its step-time model,
 one entry per pool (a single-replica run has one), from ``Result.deployments``
-(``servesim.deployment.Deployment``, read here by attribute only)."""
+(``servesim.deployment.Deployment``, read through ``metrics.records.PoolDeployment``)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+from servesim.metrics.records import PoolDeployment, Result
 
-def memory_plan(dep: Any, mean_request_tokens: float | None) -> dict[str, Any]:
+
+def memory_plan(dep: PoolDeployment, mean_request_tokens: float | None) -> dict[str, Any]:
     """One GPU's memory: where it goes, and how many mean-length requests the KV cache holds."""
     p, eng = dep.plan, dep.engine
     mem = float(dep.gpu.mem_bytes)
@@ -41,7 +43,7 @@ def memory_plan(dep: Any, mean_request_tokens: float | None) -> dict[str, Any]:
     }
 
 
-def execution_path(dep: Any) -> dict[str, Any] | None:
+def execution_path(dep: PoolDeployment) -> dict[str, Any] | None:
     """What the deployment's vLLM version runs by default on its GPU, and why
     (``perf.execution_path``); None for a deployment without one (a replayed CPU profile)."""
     from servesim.perf.execution_path import execution_path as path
@@ -54,7 +56,7 @@ def execution_path(dep: Any) -> dict[str, Any] | None:
     return {"pool": dep.name, "gpu": dep.gpu.name, **p.as_dict()}
 
 
-def deployment_sections(result: Any, mean_request_tokens: float | None) -> dict[str, Any]:
+def deployment_sections(result: Result, mean_request_tokens: float | None) -> dict[str, Any]:
     """``memory``, ``step_time_model`` and ``vllm_execution_path``: lists with one entry per pool."""
     deps = result.deployments
     return {

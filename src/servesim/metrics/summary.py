@@ -13,10 +13,9 @@ Rates use ``span_s`` so that the idle tail of a run does not dilute them; averag
 engine activity use ``window_s`` because ``busy_s``, ``flops`` and the rest are accumulated
 until the last event, which may come after the last finish when requests are left over.
 
-Percentiles use one definition for every metric, the inverted CDF (numpy's
-``method="inverted_cdf"``): the p-th percentile is the smallest sample x such that at
-least p% of the samples (by weight) are <= x. It always returns an observed value and
-extends exactly to weighted samples such as the ITL (gap, count) pairs.
+The distributions (one definition of a percentile for every metric, the inverted CDF) are
+``metrics.stats``'s; the replicas' time-averages, for a replica, a pool and the run,
+``metrics.fleet_figures``'s.
 """
 
 from __future__ import annotations
@@ -26,86 +25,17 @@ from typing import Any
 
 import numpy as np
 
-from servesim.config import Scenario
 from servesim.metrics.benchmark import benchmark_section, measured_run
+from servesim.metrics.fleet_figures import held_fleet, model_dtype, pool_figures, utilization
 from servesim.metrics.records import RequestStatus, Result
+from servesim.metrics.stats import distribution, ratio, sketch_distribution
 from servesim.perf.power import replica_energy_j
 
-PERCENTILES = (50, 90, 95, 99)
 LATENCY_METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s")
 SLO_METRICS = ("ttft_s", "tpot_s", "e2e_s")
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def weighted_percentile(values: np.ndarray, weights: np.ndarray, p: float) -> float:
-    """Inverted-CDF percentile: the smallest value whose cumulative weight is >= p% of the total.
-
-    ``p`` is in percent (0..100). With unit weights this equals
-    ``np.percentile(values, p, method="inverted_cdf")``. Comparing ``100 * cum >= p * total``
-    keeps integer weights and integer ``p`` exact (no rounding at p99 of 100 samples).
-    """
-    order = np.argsort(values, kind="stable")
-    return _sorted_percentiles(
-        np.asarray(values, np.float64)[order], np.cumsum(np.asarray(weights)[order]), (p,)
-    )[0]
-
-
-def _sorted_percentiles(v: np.ndarray, cum: np.ndarray, ps: tuple[float, ...]) -> list[float]:
-    """``weighted_percentile`` for each of ``ps``, given sorted values and cumulative weights."""
-    if v.size == 0 or cum[-1] <= 0:
-        return [math.nan] * len(ps)
-    return [float(v[int(np.argmax(100 * cum >= p * cum[-1]))]) for p in ps]
-
-
-def distribution(values: np.ndarray, weights: np.ndarray | None = None) -> dict[str, Any]:
-    """count, mean, p50, p90, p95, p99, max of the non-NaN values (optionally weighted)."""
-    values = np.asarray(values, np.float64)
-    if weights is None:  # unit weights: the percentiles by selection, no sort
-        values = values[~np.isnan(values)]
-        w = None
-        total = int(values.size)
-    else:
-        w = np.asarray(weights)
-        keep = ~np.isnan(values) & (w > 0)
-        values, w = values[keep], w[keep]
-        total = int(w.sum()) if w.size else 0
-    out: dict[str, Any] = {"count": total}
-    if total == 0:
-        out.update({"mean": None, **{f"p{p}": None for p in PERCENTILES}, "max": None})
-        return out
-    # fsum: exactly rounded, so the mean does not depend on how many threads BLAS's dot
-    # product used (a Ray worker runs with one, a process-pool worker with all). Over a
-    # memoryview: the same floats without building a list of them.
-    terms = np.ascontiguousarray(values if w is None else values * w)
-    out["mean"] = math.fsum(terms.data) / total
-    if w is None:
-        pct = _selected_percentiles(values, PERCENTILES)
-    else:
-        # Once for all the percentiles. Equal values may come in any order: the value where
-        # the cumulative weight crosses p% is the same whichever of them comes first.
-        order = np.argsort(values)
-        pct = _sorted_percentiles(values[order], np.cumsum(w[order]), tuple(PERCENTILES))
-    out.update({f"p{p}": x for p, x in zip(PERCENTILES, pct)})
-    out["max"] = float(values.max())
-    return out
-
-
-def _selected_percentiles(values: np.ndarray, ps: tuple[int, ...]) -> list[float]:
-    """``weighted_percentile`` with unit weights for each integer ``p`` of ``ps``: the value
-    of rank ceil(p n / 100) (1-based), found by selection (``np.partition``), not a sort."""
-    n = int(values.size)
-    ranks = [max(-(-p * n // 100) - 1, 0) for p in ps]
-    picked = np.partition(values, ranks)
-    return [float(picked[k]) for k in ranks]
-
-
-def _ratio(num: float, den: float | None) -> float | None:
-    """num / den, or None when the denominator is missing, zero or not finite."""
-    if den is None or not math.isfinite(den) or den <= 0 or not math.isfinite(num):
-        return None
-    return num / den
 
 
 def _clean(x: Any) -> Any:
@@ -120,11 +50,6 @@ def _clean(x: Any) -> Any:
         x = float(x)
         return x if math.isfinite(x) else None
     return x
-
-
-def _model_dtype(scenario: Scenario) -> str:
-    dtype = scenario.model.dtype
-    return "bfloat16" if dtype in (None, "auto") else str(dtype)
 
 
 # --------------------------------------------------------------------------- sections
@@ -152,20 +77,6 @@ def _counts(result: Result) -> dict[str, Any]:
         "span_s": span,
         "window_s": window,
     }
-
-
-def sketch_distribution(sk: Any) -> dict[str, Any]:
-    """``distribution``'s fields from a ``metrics.sketch.Sketch``: the count, mean and max
-    exact, the percentiles within the sketch's relative accuracy of the exact ones."""
-    total = int(round(sk.count))
-    out: dict[str, Any] = {"count": total}
-    if total == 0:
-        out.update({"mean": None, **{f"p{p}": None for p in PERCENTILES}, "max": None})
-        return out
-    out["mean"] = sk.sum / sk.count
-    out.update({f"p{p}": x for p, x in zip(PERCENTILES, sk.percentiles(PERCENTILES))})
-    out["max"] = float(sk.max)
-    return out
 
 
 def _latency(result: Result) -> dict[str, Any]:
@@ -207,10 +118,10 @@ def _throughput(result: Result, span_s: float | None) -> dict[str, Any]:
     return {
         "num_input_tokens": num_in,
         "num_output_tokens": num_out,
-        "requests_per_s": _ratio(int(finished.sum()), span_s),
-        "input_tokens_per_s": _ratio(num_in, span_s),
-        "output_tokens_per_s": _ratio(num_out, span_s),
-        "total_tokens_per_s": _ratio(num_in + num_out, span_s),
+        "requests_per_s": ratio(int(finished.sum()), span_s),
+        "input_tokens_per_s": ratio(num_in, span_s),
+        "output_tokens_per_s": ratio(num_out, span_s),
+        "total_tokens_per_s": ratio(num_in + num_out, span_s),
     }
 
 
@@ -243,135 +154,18 @@ def _slo(result: Result, span_s: float | None, num_gpus: float) -> dict[str, Any
             attainment[metric] = None
             continue
         ok = meets_limit(rec, metric, limit)
-        attainment[metric] = _ratio(int(ok.sum()), n)
+        attainment[metric] = ratio(int(ok.sum()), n)
         meets_all &= ok
     num_good = int(meets_all.sum())
-    attainment["all"] = _ratio(num_good, n)
-    goodput = _ratio(num_good, span_s)
+    attainment["all"] = ratio(num_good, n)
+    goodput = ratio(num_good, span_s)
     return {
         "limits": limits,
         "attainment": attainment,
         "num_good": num_good,
         "goodput_rps": goodput,
-        "goodput_rps_per_gpu": None if goodput is None else _ratio(goodput, num_gpus),
+        "goodput_rps_per_gpu": None if goodput is None else ratio(goodput, num_gpus),
     }
-
-
-def _peaks(result: Result, r: Any) -> tuple[float | None, float | None]:
-    """(peak FLOP/s, HBM bytes/s) of one GPU of replica ``r`` (a cluster pool's GPU, else the run's)."""
-    gpu = r.gpu if getattr(r, "gpu", None) is not None else result.gpu
-    if gpu is None:
-        return None, None
-    return gpu.flops_for(_model_dtype(result.scenario)), getattr(gpu, "mem_bw", None)
-
-
-def _held_s(r: Any, window_s: float | None) -> float | None:
-    """Seconds replica ``r``'s GPUs were held: the window, or with ``cluster.operations`` its
-    lifetime (``provisioned_s``: from its start, loading included, to its stop or failure)."""
-    return window_s if r.provisioned_s < 0 else r.provisioned_s
-
-
-def held_fleet(reps: list[Any], window_s: float | None, end_s: float) -> dict[str, Any]:
-    """GPU-hours held by replicas ``reps``, and how many replicas and GPUs were held at most
-    and on average at once over [0, ``end_s``] (all of them all along without
-    ``cluster.operations``)."""
-    if not any(r.provisioned_s >= 0 for r in reps):
-        n, g = len(reps), sum(r.num_gpus for r in reps)
-        hours = None if window_s is None else g * window_s / 3600
-        return {
-            "gpu_hours": hours,
-            "peak_replicas": n,
-            "mean_replicas": float(n),
-            "peak_gpus": g,
-            "mean_gpus": float(g),
-        }
-    # Sweep the lifetimes [start, start + provisioned_s): at equal times an end before a start.
-    alive = [r for r in reps if r.provisioned_s > 0]
-    edges = sorted(
-        [(r.provisioned_from_s, 1, r.num_gpus) for r in alive]
-        + [(r.provisioned_from_s + r.provisioned_s, 0, r.num_gpus) for r in alive]
-    )
-    n = g = peak_n = peak_g = 0
-    for _, up, k in edges:
-        n, g = (n + 1, g + k) if up else (n - 1, g - k)
-        peak_n, peak_g = max(peak_n, n), max(peak_g, g)
-    span = end_s
-    return {
-        "gpu_hours": sum(r.provisioned_s * r.num_gpus for r in reps) / 3600,
-        "peak_replicas": peak_n,
-        "mean_replicas": _ratio(sum(r.provisioned_s for r in reps), span),
-        "peak_gpus": peak_g,
-        "mean_gpus": _ratio(sum(r.provisioned_s * r.num_gpus for r in reps), span),
-    }
-
-
-def replica_figures(
-    reps: list[Any], held: list[float | None], peaks: list[tuple[float | None, float | None]]
-) -> dict[str, Any]:
-    """The time-averaged figures of replicas ``reps`` together: one function for a replica,
-    a pool and the run. ``held``: seconds each replica's GPUs were held (None: unknown);
-    ``peaks``: (peak FLOP/s, HBM bytes/s) of one of its GPUs. Busy and KV: the mean over
-    replicas (engines); GPU time, MFU, MBU and pipeline bubbles: the mean over GPUs; each
-    weighted by the time it was held."""
-    known = all(h is not None for h in held)
-    hs = [h or 0.0 for h in held]
-
-    def over_held(num: float, den: list[float]) -> float | None:
-        return _ratio(num, sum(d * h for d, h in zip(den, hs))) if known else None
-
-    gpus = [r.num_gpus for r in reps]
-    return {
-        "num_steps": sum(r.num_steps for r in reps),
-        "busy_fraction": over_held(sum(r.busy_s for r in reps), [1.0] * len(reps)),
-        "gpu_fraction": over_held(sum(r.gpu_s * g for r, g in zip(reps, gpus)), gpus),
-        "mfu": None
-        if any(f is None for f, _ in peaks)
-        else over_held(
-            sum(r.flops * g for r, g in zip(reps, gpus)), [(f or 0.0) * g for (f, _), g in zip(peaks, gpus)]
-        ),
-        "mbu": None
-        if any(b is None for _, b in peaks)
-        else over_held(
-            sum(r.bytes * g for r, g in zip(reps, gpus)), [(b or 0.0) * g for (_, b), g in zip(peaks, gpus)]
-        ),
-        "kv_mean": over_held(sum(r.kv_block_s for r in reps), [r.num_gpu_blocks for r in reps]),
-        "kv_peak": max(
-            (x for r in reps if (x := _ratio(r.peak_kv_blocks, r.num_gpu_blocks)) is not None), default=None
-        ),
-        "num_preemptions": sum(r.num_preemptions for r in reps),
-        "prefix_hit_rate": _ratio(
-            sum(r.num_prefix_hit_tokens for r in reps), sum(r.num_prefix_query_tokens for r in reps)
-        ),
-        "pipeline_bubble_fraction": _ratio(
-            sum(r.bubble_s * g for r, g in zip(reps, gpus)), sum(r.gpu_s * g for r, g in zip(reps, gpus))
-        )
-        or 0.0,
-    }
-
-
-def _utilization(result: Result, window_s: float | None) -> dict[str, Any]:
-    """Time-averages over the time each replica's GPUs were held (the window, or with
-    ``cluster.operations`` each replica's lifetime: a replica stopped at night is not idle),
-    for each replica and over the run (``replica_figures``)."""
-    reps = result.replicas
-    peaks = [_peaks(result, r) for r in reps]
-    held = [_held_s(r, window_s) for r in reps]
-    fleet = held_fleet(reps, window_s, result.end_s)
-    tot = {
-        # With cluster.operations: the most held at once (num_replicas_run: every one that ran).
-        "num_replicas": fleet["peak_replicas"],
-        "num_gpus": fleet["peak_gpus"],
-        "num_replicas_run": len(reps),
-        "mean_replicas": fleet["mean_replicas"],
-        "mean_gpus": fleet["mean_gpus"],
-        "gpu_hours": fleet["gpu_hours"],
-        **replica_figures(reps, held if window_s is not None else [None] * len(reps), peaks),
-    }
-    one = [
-        {"num_gpus": r.num_gpus, "held_s": h, **replica_figures([r], [h], [p])}
-        for r, h, p in zip(reps, held, peaks)
-    ]
-    return {"overall": tot, "replicas": one}
 
 
 def _lora(result: Result) -> dict[str, Any] | None:
@@ -382,58 +176,7 @@ def _lora(result: Result) -> dict[str, Any] | None:
     out: dict[str, Any] = {k: sum(d[k] for d in per) for k in per[0]}
     out["max_loras_in_step"] = max(d["max_loras_in_step"] for d in per)
     out["buffer_bytes"] = max(d["buffer_bytes"] for d in per)  # per GPU
-    out["delayed_fraction"] = _ratio(out["num_delayed"], len(result.records.arrival_s))
-    return out
-
-
-def _pools(result: Result, window_s: float | None) -> list[dict[str, Any]]:
-    """Per-pool figures (a plain scenario's one pool too, ``deployment.SINGLE_POOL``): utilization, queueing
-    (time-averaged waiting requests, and the mean wait by Little's law), KV transfers in."""
-    reps = result.replicas
-    names = list(dict.fromkeys(r.pool for r in reps if r.pool))
-    if not names:
-        return []
-    waiting_by_rep = np.array([r.waiting_s for r in reps])  # as steps.waiting_s_by_replica
-    out = []
-    for name in names:
-        idx = [i for i, r in enumerate(reps) if r.pool == name]
-        rs = [reps[i] for i in idx]
-        routed = sum(r.num_routed for r in rs)
-        num_waiting = None if window_s is None else _ratio(float(waiting_by_rep[idx].sum()), window_s)
-        n_tr = sum(r.num_kv_transfers for r in rs)
-        gpu = rs[0].gpu if rs[0].gpu is not None else result.gpu
-        held = [_held_s(r, window_s) for r in rs]
-        fig = replica_figures(
-            rs, held if window_s is not None else [None] * len(rs), [_peaks(result, r) for r in rs]
-        )
-        fleet = held_fleet(rs, window_s, result.end_s)
-        out.append(
-            {
-                "name": name,
-                "role": rs[0].role,
-                "num_replicas": fleet["peak_replicas"],
-                "num_gpus": fleet["peak_gpus"],
-                "num_replicas_run": len(rs),
-                "mean_replicas": fleet["mean_replicas"],
-                "gpu_hours": fleet["gpu_hours"],
-                "gpu": getattr(gpu, "name", None),
-                "busy_fraction": fig["busy_fraction"],
-                "mfu": fig["mfu"],
-                "kv_mean": fig["kv_mean"],
-                "pipeline_bubble_fraction": fig["pipeline_bubble_fraction"],
-                "num_routed": routed,
-                "mean_num_waiting": num_waiting,
-                "mean_wait_s": None
-                if num_waiting is None or window_s is None
-                else _ratio(num_waiting * window_s, routed),
-                "num_preemptions": fig["num_preemptions"],
-                "prefix_hit_rate": fig["prefix_hit_rate"],
-                "num_kv_transfers_in": n_tr,
-                "kv_transfer_bytes_in": sum(r.kv_transfer_bytes for r in rs),
-                "mean_kv_transfer_s": _ratio(sum(r.kv_transfer_s for r in rs), n_tr),
-                "num_migrations_out": sum(r.num_migrations_out for r in rs),
-            }
-        )
+    out["delayed_fraction"] = ratio(out["num_delayed"], len(result.records.arrival_s))
     return out
 
 
@@ -451,7 +194,7 @@ def _energy_cost(result: Result, window_s: float | None, num_out: int, num_in: i
     def g(r: Any) -> Any:  # a cluster pool's GPU, else the run's
         return r.gpu if getattr(r, "gpu", None) is not None else gpu
 
-    dtype = _model_dtype(result.scenario)
+    dtype = model_dtype(result.scenario)
 
     def held(r: Any) -> float:  # seconds the replica's GPUs were provisioned
         return window_s if r.provisioned_s < 0 else r.provisioned_s
@@ -466,13 +209,13 @@ def _energy_cost(result: Result, window_s: float | None, num_out: int, num_in: i
     energy = {
         "energy_j": energy_j,
         "avg_power_w": energy_j / window_s,
-        "j_per_output_token": _ratio(energy_j, num_out),
-        "j_per_token": _ratio(energy_j, num_out + num_in),
+        "j_per_output_token": ratio(energy_j, num_out),
+        "j_per_token": ratio(energy_j, num_out + num_in),
     }
     cost = {
         "usd": usd,
-        "usd_per_million_output_tokens": _ratio(usd * 1e6, num_out),
-        "usd_per_million_tokens": _ratio(usd * 1e6, num_out + num_in),
+        "usd_per_million_output_tokens": ratio(usd * 1e6, num_out),
+        "usd_per_million_tokens": ratio(usd * 1e6, num_out + num_in),
     }
     return {"energy": energy, "cost": cost}
 
@@ -500,14 +243,14 @@ def summarize(result: Result) -> dict[str, Any]:
         "latency": _latency(run),
         "throughput": throughput,
         "slo": _slo(run, span_s, num_gpus),
-        "utilization": _utilization(result, window_s),
+        "utilization": utilization(result, window_s),
         **_energy_cost(result, window_s, whole["num_output_tokens"], whole["num_input_tokens"]),
         "wall_s": float(result.wall_s),
     }
     offload = _kv_offload(result)
     if offload is not None:  # engine.kv_offload: hits per tier, KV moved
         summary["kv_offload"] = offload
-    pools = _pools(result, window_s)
+    pools = pool_figures(result, window_s)
     if pools:
         summary["pools"] = pools
     if result.operations:  # autoscaling, failures, power capping (servesim.cluster.operations)
@@ -559,9 +302,9 @@ def _kv_offload(result: Result) -> dict[str, Any] | None:
         "cpu_blocks": total("num_cpu_blocks"),
         "disk_blocks": total("num_disk_blocks"),
         "hit_rate": {
-            "gpu": _ratio(total("num_gpu_hit_tokens"), query),
-            "cpu": _ratio(total("num_cpu_hit_tokens"), query),
-            "disk": _ratio(total("num_disk_hit_tokens"), query),
+            "gpu": ratio(total("num_gpu_hit_tokens"), query),
+            "cpu": ratio(total("num_cpu_hit_tokens"), query),
+            "disk": ratio(total("num_disk_hit_tokens"), query),
         },
         "num_query_tokens": query,
         "num_loads": total("num_loads"),

@@ -65,7 +65,7 @@ def cluster(router: str) -> tuple[Any, list[Any]]:
 
 
 def run(quick: bool) -> Outcome:
-    from servesim.cluster.cluster import run_cluster
+    from servesim.cluster.run import run_cluster
     from servesim.workload.base import Workload
 
     iters = 6 if quick else 8

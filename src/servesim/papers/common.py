@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from servesim.metrics.summary import weighted_percentile
+from servesim.metrics.stats import weighted_percentile
 from servesim.sim import EngineRun
 
 

@@ -150,7 +150,7 @@ def goodput_per_gpu(
     iters: int,
     rows: list[dict[str, Any]],
 ) -> float:
-    from servesim.cluster.cluster import run_cluster
+    from servesim.cluster.run import run_cluster
     from servesim.workload.base import Workload
 
     slo, _, _, _, lo, hi = RUNS[model]

@@ -226,7 +226,7 @@ def throughput(
     rows: list[dict[str, Any]],
 ) -> float:
     """The highest Poisson rate (req/s) at which ``design`` meets every SLO."""
-    from servesim.cluster.cluster import run_cluster
+    from servesim.cluster.run import run_cluster
     from servesim.workload.base import Workload
 
     cfg, pools = cluster(design, perfs)

@@ -12,37 +12,64 @@ A perf model may describe itself: when it has a ``describe()`` method returning 
 dict (a kernel database names its GPU and engine version there), that answer is used
 and the profile's facts are added to it; the models of this package are described here,
 so that their modules stay the timing alone.
+
+The wrappers and models a plain run does not build (policy costs, LoRA, profiled operators)
+are checked for only where their module is imported: an instance of a class exists only
+once its module is, so describing a run never imports them.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
 from servesim.perf.base import PerfModel
 from servesim.perf.capabilities import RooflineFallbacks, SelfDescribing
 from servesim.perf.kernel_model import KernelPerfModel
-from servesim.perf.lora import LoraCostModel
 from servesim.perf.pipelined import PipelinedPerfModel
-from servesim.perf.policy_costs import PolicyCostModel
-from servesim.perf.profiled import HardwareProfile, ProfiledPerfModel
 from servesim.perf.roofline import RooflinePerfModel
+
+if TYPE_CHECKING:
+    from servesim.perf.profiled import HardwareProfile, ProfiledPerfModel
+
+
+def _loaded(module: str) -> bool:
+    """Whether ``servesim.perf.<module>`` is imported (else none of its models exists)."""
+    return f"servesim.perf.{module}" in sys.modules
 
 
 def _unwrap(perf: PerfModel) -> tuple[PerfModel, list[str]]:
     """The model under the wrappers that add costs on top (policy costs, micro-batches)."""
     notes = []
     while True:
-        if isinstance(perf, PolicyCostModel):
-            notes.append("plus swap copies and draft-model steps of the engine policy")
-            perf = perf.base
-        elif isinstance(perf, LoraCostModel):
-            notes.append("plus the LoRA shrink/expand kernels and adapter loads (engine.lora)")
-            perf = perf.base
-        elif isinstance(perf, PipelinedPerfModel):
+        if _loaded("policy_costs"):
+            from servesim.perf.policy_costs import PolicyCostModel
+
+            if isinstance(perf, PolicyCostModel):
+                notes.append("plus swap copies and draft-model steps of the engine policy")
+                perf = perf.base
+                continue
+        if _loaded("lora"):
+            from servesim.perf.lora import LoraCostModel
+
+            if isinstance(perf, LoraCostModel):
+                notes.append("plus the LoRA shrink/expand kernels and adapter loads (engine.lora)")
+                perf = perf.base
+                continue
+        if isinstance(perf, PipelinedPerfModel):
             notes.append(f"split into {perf.num_microbatches} pipeline micro-batches")
             perf = perf.inner
         else:
             return perf, notes
+
+
+def _as_profiled(perf: PerfModel) -> ProfiledPerfModel | None:
+    """``perf`` when it is a ``perf.profiled.ProfiledPerfModel``, else None."""
+    if not _loaded("profiled"):
+        return None
+    from servesim.perf.profiled import ProfiledPerfModel
+
+    return perf if isinstance(perf, ProfiledPerfModel) else None
 
 
 def _own_description(perf: Any) -> dict[str, Any] | None:
@@ -75,8 +102,8 @@ def describe_perf_model(
             d["warnings"] = [f"no kernel tables for {core.gpu.name}: every operator is the roofline's"]
     elif isinstance(own := _own_description(core), dict):
         d = own
-    elif isinstance(core, ProfiledPerfModel):
-        t = core.table
+    elif (profiled := _as_profiled(core)) is not None:
+        t = profiled.table
         d = {
             "kind": "profile",
             "label": f"profiled operators ({t.model} on {t.gpu}, TP {t.tp})",

@@ -53,7 +53,7 @@ and the v0.15 releases have none: they take the rules of the release before them
   sinks (gpt-oss) off SM90/SM100. MLA: SM100 CUTLASS MLA through v0.14.x, FlashInfer MLA from
   v0.16.0; elsewhere FlashMLA in v0.11.0, FlashAttention MLA first from v0.11.2 (both SM90
   only), Triton MLA below SM90. ``VLLM_ATTENTION_BACKEND`` overrides.
-- Async scheduling and CUDA graphs: ``config.engine.async_default`` and
+- Async scheduling and CUDA graphs: ``config.engine_defaults.async_default`` and
   ``perf.cuda_graphs.graph_plan`` (``vllm/config/vllm.py``), reported here.
 """
 
@@ -64,7 +64,8 @@ from typing import Any
 
 from servesim.catalog.gpus import GpuSpec
 from servesim.catalog.models import ModelSpec
-from servesim.config.engine import EngineConfig, async_default, version_tuple
+from servesim.config.engine import EngineConfig, version_tuple
+from servesim.config.engine_defaults import async_default
 
 #: SM of each catalog GPU (compute capability x 10); AMD's MI300X has none.
 SM_OF: dict[str, int] = {

@@ -17,8 +17,6 @@ from servesim.config.engine import version_tuple
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.kernel_attention import attention_grid
 from servesim.perf.kernel_comm import allreduce_curve, gather_scatter_curve
-from servesim.perf.kernel_mla import mla_prefill_grid
-from servesim.perf.kernel_moe import moe_curve, moe_dtype
 from servesim.perf.kernels import (
     ACTIVATION_QUANT_BYTES_MAX,
     MAX_TOKENS,
@@ -222,6 +220,8 @@ class KernelLayerOps:
         gate = 2 if m.mlp_gated else 1
         dense_layers = L - m.num_moe_layers
         if m.is_moe:
+            from servesim.perf.moe_shapes import moe_dtype  # MoE models only
+
             moe_layers = m.num_moe_layers
             ops.append(("gemm_router", self._router(), moe_layers))
             ops.append(("moe", self._moe(moe_dtype(m, _gemm_dtype(m))), moe_layers))
@@ -320,6 +320,8 @@ class KernelLayerOps:
     def _moe(self, dtype: str | None) -> LogCurve:
         """One MoE layer vs this rank's tokens: with DP ranks, the experts of all ``dp x tp``
         GPUs run on ``dp`` times as many."""
+        from servesim.perf.kernel_moe import moe_curve  # MoE models only
+
         m, g = self.model, self.tp * self.dp
         curve, self.sources["moe"] = moe_curve(
             m, self.gpu, self.db, g, self.ep, dtype, self.eff, self.moe_backend
@@ -375,6 +377,8 @@ class KernelLayerOps:
         prefill from the measured module less its projections, ``perf.kernel_mla``)."""
         m = self.model
         if prefix == "ctx" and m.is_mla and self.db is not None:
+            from servesim.perf.kernel_mla import mla_prefill_grid  # MLA models only
+
             proj = [c for n, c, _ in self._token_ops if n in MLA_PROJECTIONS]
 
             def proj_s(t: np.ndarray) -> np.ndarray:

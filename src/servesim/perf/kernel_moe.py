@@ -57,12 +57,8 @@ Tables that do not time the kernel vLLM serves with are skipped (``unserved_reas
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
-from functools import cache
-from importlib import resources
 from math import log
-from typing import Any
 
 import numpy as np
 
@@ -70,6 +66,7 @@ from servesim.catalog.gpus import GpuSpec, get_gpu
 from servesim.catalog.models import ModelSpec
 from servesim.config.engine import version_tuple
 from servesim.perf.efficiencies import Efficiencies
+from servesim.perf.kernel_moe_served import MARLIN_SERVED, served_curve
 from servesim.perf.kernels import (
     DTYPES,
     GPU_TABLES,
@@ -82,9 +79,18 @@ from servesim.perf.kernels import (
     extended_axis,
     kernel_versions,
     load_database,
-    log_curve,
     roof_time,
-    sm100_folder,
+)
+from servesim.perf.moe_shapes import (
+    NO_PAD,
+    SM100_MXFP4,
+    WEIGHT_ONLY,
+    moe_roofline,
+    mxfp4_pad,
+    padded_experts,
+    rescaled,
+    shape_distance,
+    table_curve,
 )
 
 #: (catalog GPU, expert dtype) -> why the packed table is not the kernel vLLM serves with.
@@ -98,8 +104,6 @@ UNSERVED: dict[tuple[str, str], str] = {
 CANONICAL = tuple(
     name for i, (name, folder) in enumerate(GPU_TABLES.items()) if folder not in list(GPU_TABLES.values())[:i]
 )
-#: Weight-only expert dtypes (16-bit activations and math).
-WEIGHT_ONLY = ("int4_wo", "w4a16_mxfp4")
 #: Token counts at which a weight-only table is compared with the 16-bit one (decode sizes).
 DECODE_TOKENS = 64
 #: Bytes per weight of the Marlin int4 MoE tables (AIConfigurator's collector: 4-bit weights
@@ -109,20 +113,6 @@ MARLIN_TABLE_WEIGHT_BYTES = (4 + 16 / 128) / 8
 MARLIN_TABLES_BEFORE = (0, 17, 0)
 
 
-#: Package data (``tools/pack_served_moe.py``): fused-MoE tables of kernels vLLM serves where
-#: the packed tables time another, each row naming its kernel (AIConfigurator's vLLM 0.24.0
-#: MoE table of B200, at the packed tables' source commit): the two TRTLLM-gen MXFP4 MoEs and
-#: Marlin's int4 MoE (``MARLIN_SERVED``).
-SERVED_FILE = "served_moe.json"
-#: ``engine.moe_backend`` -> the kernel vLLM serves MXFP4 experts with on SM100
-#: (``Mxfp4Backend``): FlashInfer's TRTLLM-gen MoE with 16-bit activations by default
-#: (``SM100_FI_MXFP4_BF16``), with MXFP8 ones under ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``.
-SM100_MXFP4 = {
-    "auto": "flashinfer_trtllm_mxfp4_bf16",
-    "flashinfer_trtllm": "flashinfer_trtllm_mxfp4_bf16",
-    "flashinfer_mxfp4_mxfp8": "flashinfer_trtllm_mxfp4_mxfp8",
-    "flashinfer_cutlass": "flashinfer_trtllm_mxfp4_mxfp8",
-}
 #: Kernels vLLM serves that no table times, -> what times them instead: the kernel of the same
 #: weight bytes, activations and math (``flashinfer_cutlass``: FlashInfer's CUTLASS MoE, MXFP4 x
 #: MXFP8 on SM100 as the TRTLLM-gen MXFP8 table, MXFP4 x BF16 on SM90 and FP8 as Triton's
@@ -144,164 +134,6 @@ DEEP_GEMM_BLOCK = 128
 #: TRTLLM-gen MoE, the first of the FP8 oracle's priority list there (its monolithic kernel,
 #: routing inside). ``triton`` is not in it: Triton's ``fused_experts``, the packed tables'.
 SM100_FP8_BLOCK = {"auto": "flashinfer_trtllm_fp8_block", "flashinfer_trtllm": "flashinfer_trtllm_fp8_block"}
-#: The math of each served kernel, the peak of its roofline (16-bit or FP8 tensor cores).
-SERVED_MATH = {
-    "flashinfer_trtllm_mxfp4_bf16": "w4a16_mxfp4",
-    "flashinfer_trtllm_mxfp4_mxfp8": "fp8",
-    "marlin_int4": "int4_wo",
-    "flashinfer_trtllm_fp8_block": "fp8",
-}
-#: vLLM's Marlin MoE of int4 experts (``CompressedTensorsWNA16MarlinMoEMethod``,
-#: ``fused_marlin_moe``) as the served table names it: B200's only Marlin measurement (its
-#: ``int4_wo`` tables of vLLM 0.19.0 time Triton's W4A16 ``fused_experts``, ``marlin_curve``).
-MARLIN_SERVED = "marlin_int4"
-#: MXFP4 experts run on padded weights: vLLM's ``Mxfp4MoEMethod.create_weights`` (0.10.2 on)
-#: rounds the hidden size and each rank's intermediate size up to multiples of, by backend,
-#: (256, 256) for SM100_FI_MXFP4_MXFP8_TRTLLM and SM100_FI_MXFP4_BF16 (the TRTLLM-gen MoE of
-#: Blackwell), (256, 128) for MARLIN (its kernel needs n % 256 and k % 128) and (1, 64) for
-#: the rest (Triton's ``matmul_ogs``, Hopper's default). gpt-oss: hidden 2880 -> 3072 on the
-#: first two; a TP-8 rank's intermediate 360 -> 512, 384 and 384.
-SERVED_PAD = (256, 256)
-MARLIN_MXFP4_PAD = (256, 128)
-CUTLASS_MXFP4_PAD = (128, 128)
-TRITON_MXFP4_PAD = (1, 64)
-NO_PAD = (1, 1)
-
-
-def mxfp4_pad(gpu: GpuSpec, backend: str) -> tuple[int, int]:
-    """The (hidden, per-rank intermediate) alignment vLLM pads MXFP4 experts to on ``gpu``
-    with ``engine.moe_backend`` ``backend`` (see ``SERVED_PAD``); the kernel model and the
-    memory plan both read it."""
-    if backend == "marlin":
-        return MARLIN_MXFP4_PAD
-    if backend == "flashinfer_cutlass":  # SM100_FI_MXFP4_MXFP8_CUTLASS and SM90_FI_MXFP4_BF16
-        return CUTLASS_MXFP4_PAD
-    if gpu.name in SM100_GPUS and backend in SM100_MXFP4:
-        return SERVED_PAD
-    return TRITON_MXFP4_PAD
-
-
-def padded_experts(model: ModelSpec, moe_tp: int, pad: tuple[int, int]) -> ModelSpec:
-    """``model`` with the expert shape the kernel computes on: hidden and per-rank
-    intermediate sizes rounded up to ``pad`` (the intermediate size given back as the sum
-    over ``moe_tp`` ranks, as ``ModelSpec`` holds it)."""
-
-    def up(x: int, to: int) -> int:
-        return -(-x // to) * to
-
-    return replace(
-        model,
-        hidden_size=up(model.hidden_size, pad[0]),
-        moe_intermediate_size=up(-(-model.moe_intermediate_size // moe_tp), pad[1]) * moe_tp,
-    )
-
-
-def has_mxfp4_experts(model: ModelSpec) -> bool:
-    """Whether the routed experts are MXFP4 (``moe_dtype`` 'w4a16_mxfp4')."""
-    return model.is_moe and moe_dtype(model, None) == "w4a16_mxfp4"
-
-
-@cache
-def _served() -> dict[tuple[str, str], dict[str, Any]]:
-    raw = json.loads(resources.files("servesim").joinpath("data", "kernels", SERVED_FILE).read_text())
-    return {(t["gpu"], t["kernel"]): t for t in raw["tables"]}
-
-
-def served_curve(
-    model: ModelSpec,
-    gpu: GpuSpec,
-    kernel: str,
-    moe_tp: int,
-    ep: int,
-    eff: Efficiencies,
-    pad: tuple[int, int] = NO_PAD,
-) -> tuple[LogCurve, str] | None:
-    """One MoE layer timed from the served kernel's own table (``SERVED_FILE``): the series
-    of the shape nearest the model's (``_shape_distance``) and, in it, the nearest moe_tp at
-    this EP size, carried to the model's shape and sharding by the roofline ratio of the
-    kernel's math (``SERVED_MATH``) with its fixed latency kept (``_rescaled``), as
-    ``marlin_curve`` carries Marlin's. Both rooflines are of the shapes the kernel computes
-    on, padded to ``pad`` (``padded_experts``, ``mxfp4_pad``): the tables name the
-    checkpoint's shape, and vLLM pads inside the layer they time. None where the GPU's
-    tables have no such series.
-
-    The tables are vLLM 0.24.0's measurements of the kernels; runs of earlier versions are
-    timed from them too (the TRTLLM-gen MXFP4 MoE has been vLLM's SM100 kernel since 0.10.2,
-    with older FlashInfer builds: a simplification)."""
-    table = _served().get((sm100_folder(gpu.name), kernel))
-    if table is None:
-        return None
-    series = [s for s in table["series"] if s["moe_ep"] == ep]
-    if not series:
-        return None
-    own = (model.hidden_size, model.moe_intermediate_size, model.num_experts_per_tok, model.num_experts)
-    best = min(
-        series,
-        key=lambda s: (_shape_distance(own, tuple(s["shape"])), abs(log(s["moe_tp"] / moe_tp)), s["moe_tp"]),
-    )
-    (h, i, k, e), t_tp = best["shape"], best["moe_tp"]
-    math = SERVED_MATH[kernel]
-    roof = moe_roofline(padded_experts(model, moe_tp, pad), gpu, eff, moe_tp, ep, math)
-    tokens, lat = np.array(best["tokens"], dtype=float), np.array(best["latency_ms"], dtype=float)
-    where = (
-        f"table moe {kernel} {h}x{i} top-{k} of {e} experts tp={t_tp} ep={ep} of vLLM {table['vllm_version']}"
-    )
-    same = (h, i, k, e) == own
-    if same and t_tp == moe_tp:
-        return _curve(tokens, lat, roof), where
-    proxy = replace(model, hidden_size=h, moe_intermediate_size=i, num_experts_per_tok=k, num_experts=e)
-    ref = moe_roofline(padded_experts(proxy, t_tp, pad), gpu, eff, t_tp, ep, math)
-    to = [*(() if same else ("this shape",)), *(() if t_tp == moe_tp else (f"tp={moe_tp}",))]
-    return (
-        _curve(tokens, _rescaled(tokens, lat, roof, ref), roof),
-        f"{where} (roofline-scaled to {', '.join(to)})",
-    )
-
-
-def moe_dtype(model: ModelSpec, gemm_dtype: str | None) -> str | None:
-    """The fused-MoE table of the routed experts: their own scheme (MXFP4, int4 weight-only)
-    where it differs from the rest, else the linear layers' GEMM dtype."""
-    if model.expert_dtype_bytes:
-        method = model.quant_method.lower()
-        if "mxfp4" in method:
-            return "w4a16_mxfp4"
-        if "int4" in method or "w4a16" in method:
-            return "int4_wo"
-        if "nvfp4" in method:  # NVFP4 experts beside 16-bit attention (NVIDIA's MoE checkpoints)
-            return "nvfp4"
-    return gemm_dtype
-
-
-def moe_roofline(
-    model: ModelSpec,
-    gpu: GpuSpec,
-    eff: Efficiencies,
-    moe_tp: int,
-    ep: int,
-    dtype: str | None,
-    weight_bytes: float | None = None,
-) -> RoofFn:
-    """Seconds of one MoE layer vs tokens (vectorized): the touched experts' weights once,
-    the token copies' activations in and out, 2 FLOPs per weight per token copy."""
-    m = model
-    E, k = m.num_experts / ep, m.num_experts_per_tok
-    wb = m.expert_weight_bytes if weight_bytes is None else weight_bytes
-    per_expert = m.expert_params(moe_tp)
-    peak = gpu.flops_for("bfloat16" if dtype in WEIGHT_ONLY or wb >= 2 or dtype is None else "fp8")
-
-    def roof(t: np.ndarray) -> np.ndarray:
-        pairs = t * k / ep
-        touched = E * (1.0 - (1.0 - k / m.num_experts) ** t)
-        return roof_time(
-            2.0 * per_expert * pairs,
-            per_expert * wb * touched + pairs * m.hidden_size * 2.0 * 4,
-            peak,
-            gpu.mem_bw,
-            eff.linear_compute,
-            eff.linear_memory,
-        )
-
-    return roof
 
 
 def unserved_reason(
@@ -348,10 +180,10 @@ def _nearest(
     tokens, lat, t_tp = hit
     where = "" if tgpu.name == gpu.name else f" of {tgpu.name}"
     if t_tp == moe_tp and not where:
-        return _curve(tokens, lat, roof), f"table moe {dtype} tp={moe_tp} ep={ep}"
+        return table_curve(tokens, lat, roof), f"table moe {dtype} tp={moe_tp} ep={ep}"
     ref = moe_roofline(m, tgpu, eff, t_tp, ep, dtype)
     return (
-        _curve(tokens, _rescaled(tokens, lat, roof, ref), roof),
+        table_curve(tokens, rescaled(tokens, lat, roof, ref), roof),
         f"table moe {dtype} tp={t_tp} ep={ep}{where} (roofline-scaled to {gpu.name} tp={moe_tp})",
     )
 
@@ -455,13 +287,6 @@ def _version_gap(a: str, b: str) -> float:
     return abs(num(a) - num(b))
 
 
-def _shape_distance(own: tuple[int, int, int, int], shape: tuple[int, int, int, int]) -> float:
-    """How far a table's (hidden, width, top-k, experts) is from the model's ``own``: log
-    ratios of the expert's weights, the top-k and the expert count, summed."""
-    (h, i, k, e), (oh, oi, ok, oe) = shape, own
-    return abs(log(h * i / (oh * oi))) + abs(log(k / ok)) + abs(log(e / oe))
-
-
 def marlin_curve(
     model: ModelSpec, gpu: GpuSpec, db: KernelDatabase, moe_tp: int, ep: int, eff: Efficiencies, roof: RoofFn
 ) -> tuple[LogCurve, str] | None:
@@ -477,8 +302,8 @@ def marlin_curve(
     ``fused_marlin_moe`` (GPTQ weights repacked, groups of 128); its second (vLLM 0.17 on)
     runs vLLM's Triton ``fused_experts`` with an int4 W4A16 config under the same kernel
     name, 2-4x slower at decode sizes. The table of the shape nearest the model's
-    (``_shape_distance``) is carried to the model's shape, sharding and weight bytes by the
-    roofline ratio, its fixed latency kept (``_rescaled``); ``roof`` is the model's roofline
+    (``shape_distance``) is carried to the model's shape, sharding and weight bytes by the
+    roofline ratio, its fixed latency kept (``rescaled``); ``roof`` is the model's roofline
     (``moe_curve`` gives MXFP4 experts that of their padded shape, ``mxfp4_pad``).
     None where this GPU has none."""
     code = DTYPES.index("int4_wo")
@@ -490,7 +315,7 @@ def marlin_curve(
         if keys is None:
             continue
         shapes = {(int(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in keys if r[6] == code and r[5] == ep}
-        for h, i, k, e in sorted(shapes, key=lambda s: (_shape_distance(own, s), s)):
+        for h, i, k, e in sorted(shapes, key=lambda s: (shape_distance(own, s), s)):
             hit = vdb.moe_nearest(h, i, k, e, moe_tp, ep, "int4_wo")
             if hit is None:
                 continue
@@ -505,7 +330,7 @@ def marlin_curve(
                 "its weight bytes",
             ]
             return (
-                _curve(tokens, _rescaled(tokens, lat, roof, ref), roof),
+                table_curve(tokens, rescaled(tokens, lat, roof, ref), roof),
                 f"Marlin MoE: table moe int4_wo {h}x{i} top-{k} of {e} experts tp={t_tp} ep={ep} of vLLM "
                 f"{version} (roofline-scaled to {', '.join(to)})",
             )
@@ -637,21 +462,7 @@ def _moe_curve(
             if base is not None:
                 ref = moe_roofline(m, gpu, eff, moe_tp, ep, "bfloat16", weight_bytes=2.0)
                 return (
-                    _curve(base[0], _rescaled(base[0], base[1], roof, ref), roof),
+                    table_curve(base[0], rescaled(base[0], base[1], roof, ref), roof),
                     f"table moe bfloat16 tp={moe_tp} ep={ep} (roofline-scaled to {dtype} weights{skipped})",
                 )
     return LogCurve(ts, np.log(roof(ts))), f"roofline (no fused-MoE table for this shape{skipped})"
-
-
-def _rescaled(tokens: np.ndarray, lat_ms: np.ndarray, roof: RoofFn, ref: RoofFn) -> np.ndarray:
-    """A table measured where ``ref`` is the roofline, carried to where ``roof`` is: the
-    kernel's fixed latency (its time at the fewest tokens over its roof there) kept, the
-    rest scaled by the roofline ratio (milliseconds, as the table)."""
-    tf = tokens.astype(float)
-    fixed = max(0.0, float(lat_ms[0]) * 1e-3 - float(ref(tf[:1])[0]))
-    return lat_ms * (roof(tf) + fixed) / (ref(tf) + fixed)
-
-
-def _curve(tokens: np.ndarray, lat_ms: np.ndarray, roof: RoofFn) -> LogCurve:
-    ts = extended_axis(tokens, 1.0, MAX_TOKENS)
-    return LogCurve(ts, log_curve(tokens.astype(float), lat_ms, ts, roof) + log(1e-3))

@@ -29,10 +29,9 @@ from dataclasses import dataclass
 from servesim.catalog.gpus import GpuSpec
 from servesim.catalog.models import ModelSpec
 from servesim.config import EngineConfig, ParallelConfig
-from servesim.config.engine import ResolvedEngine
+from servesim.config.engine_defaults import ResolvedEngine
 from servesim.config.layout import check_gpu_blocks_override
 from servesim.errors import ConfigError, DoesNotFitError
-from servesim.perf.lora import lora_costs
 
 #: Memory outside PyTorch's allocator that grows during vLLM's profiling run (cuBLAS
 #: workspaces, NCCL / custom all-reduce buffers). vLLM logs it as "non_torch_memory",
@@ -103,13 +102,15 @@ def served_weights_bytes(
     """``weights_bytes_per_gpu`` of the weights as vLLM lays them out on ``gpu``: MXFP4
     experts padded as its ``Mxfp4MoEMethod`` pads them for the backend
     (``engine.moe_backend``, 'auto' resolved by ``perf.execution_path``;
-    ``kernel_moe.mxfp4_pad``): gpt-oss-120b at TP 8 on Blackwell holds 11.6 GB of experts per
+    ``moe_shapes.mxfp4_pad``): gpt-oss-120b at TP 8 on Blackwell holds 11.6 GB of experts per
     GPU (a rank's 360 columns padded to 512), not 7.6 GB."""
-    from servesim.perf.execution_path import moe_backend_for
-    from servesim.perf.kernel_moe import has_mxfp4_experts, mxfp4_pad, padded_experts
-
     tp, pp, dp = parallel.tensor_parallel_size, parallel.pipeline_parallel_size, parallel.data_parallel_size
     weights = weights_bytes_per_gpu(model, tp, pp, dp)
+    if not model.is_moe:  # no experts to pad
+        return weights
+    from servesim.perf.execution_path import moe_backend_for
+    from servesim.perf.moe_shapes import has_mxfp4_experts, mxfp4_pad, padded_experts
+
     if not has_mxfp4_experts(model):
         return weights
     moe_tp = max(1, tp * dp // parallel.expert_parallel_size)  # ranks sharing each expert's width
@@ -134,6 +135,8 @@ def lora_buffer_bytes(
     allocates them with the model, before the profiling run: they come out of the KV cache."""
     if not engine.lora.enabled:
         return 0.0
+    from servesim.perf.lora import lora_costs
+
     tp, pp = parallel.tensor_parallel_size, parallel.pipeline_parallel_size
     ep, dp = parallel.expert_parallel_size, parallel.data_parallel_size
     return lora_costs(

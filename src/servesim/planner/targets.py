@@ -55,7 +55,8 @@ import numpy as np
 
 from servesim.config import SloConfig
 from servesim.metrics.records import RequestStatus, Result
-from servesim.metrics.summary import PERCENTILES, meets_limit, weighted_percentile
+from servesim.metrics.stats import PERCENTILES, weighted_percentile
+from servesim.metrics.summary import meets_limit
 
 DEFAULT_ATTAINMENT = 0.9
 

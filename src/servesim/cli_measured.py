@@ -1,0 +1,392 @@
+"""The ``servesim`` commands over measurements (docs/fidelity.md): ``calibrate`` (fit a
+hardware profile to them), ``validate`` (servesim's predictions against them) and
+``profile`` (measure a model's operators on the local device). ``servesim.cli`` registers
+them on its app; like every command they only parse options and call one typed function.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from servesim.cli_base import EXIT_INTERRUPTED
+from servesim.cli_base import user_errors as _user_errors
+from servesim.errors import ServesimError
+
+
+class CalibrateKind(StrEnum):
+    auto = "auto"
+    operators = "operators"
+    splitwise = "splitwise"
+    engine_log = "engine-log"
+
+
+def calibrate(
+    sources: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Measurements: a Vidur profiling tree (compute/, network/), Splitwise's perf_model.csv, "
+            "or record.py step logs (JSON) / step CSVs (several are fitted together).",
+            show_default=False,
+        ),
+    ],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Profile JSON to write.")],
+    kind: Annotated[
+        CalibrateKind, typer.Option(help="Kind of measurements (auto: from the file).")
+    ] = CalibrateKind.auto,
+    gpu: Annotated[
+        str | None,
+        typer.Option(
+            help="GPU the measurements were taken on (operators: h100/a100; splitwise: A100-80GB/H100-SXM; "
+            "engine-log: a catalog name)."
+        ),
+    ] = None,
+    hardware: Annotated[
+        Path | None,
+        typer.Option(
+            help="engine-log: YAML/JSON of a custom accelerator (hardware.gpu fields: name, bf16_tflops, "
+            "mem_gb, mem_bw_tb_per_s, ...), stored in the profile."
+        ),
+    ] = None,
+    fit_params: Annotated[
+        str | None,
+        typer.Option("--fit", help="Comma-separated parameters to fit instead of the kind's default set."),
+    ] = None,
+    tables: Annotated[
+        bool,
+        typer.Option(
+            "--tables", help="operators: embed the measured tables (the profiled model interpolates in them)."
+        ),
+    ] = False,
+    name: Annotated[str | None, typer.Option(help="Name stored in the profile.")] = None,
+    network: Annotated[
+        bool, typer.Option(help="operators: fit the link to network/<gpu>_dgx/all_reduce.csv when present.")
+    ] = True,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="engine-log: the model the steps ran (a preset name or a config.json); required for a "
+            "step CSV, overrides a record.py log's own."
+        ),
+    ] = None,
+    tp: Annotated[int, typer.Option(min=1, help="engine-log: the engine's tensor-parallel degree.")] = 1,
+) -> None:
+    """Fit the roofline's efficiencies to measurements; print the fit quality; write a profile.
+
+    Name the profile in a scenario as hardware.profile. See docs/fidelity.md.
+    """
+    with _user_errors():
+        from rich.markup import escape
+
+        from servesim.calibration.calibrate import calibrate_source
+        from servesim.calibration.fitting import WEAK_PCT
+        from servesim.config import read_gpu_config
+
+        hw = read_gpu_config(hardware) if hardware else None
+        names = [x.strip() for x in fit_params.split(",") if x.strip()] if fit_params else None
+        spec = None
+        if model is not None:
+            from servesim.catalog.hf_config import load_model
+
+            spec = load_model(model)
+        profile, results = calibrate_source(
+            sources, kind.value, gpu, hw, names, tables, name, network, model=spec, tp=tp
+        )
+        try:  # the file first: a closed stdout (| head) must not lose it
+            profile.save(output)
+        except OSError as err:
+            raise ServesimError(f"{output}: cannot write: {err.strerror or err}") from None
+        console = Console(highlight=False)
+        for r in results:
+            q = r.quality()
+            params = ", ".join(f"{k}={v:.4g}" for k, v in r.params.items())
+            console.print(f"fit {int(q['n'])} measurements: {params}", soft_wrap=True)
+            console.print(
+                f"  R2 {q['r2']:.3f}  MAPE {q['mape_pct']:.1f}%  "
+                f"median {q['median_ape_pct']:.1f}%  "
+                f"P90 {q['p90_ape_pct']:.1f}%  max {q['max_ape_pct']:.1f}%"
+            )
+            for w in r.warnings():
+                console.print(f"  [bold]warning[/bold]: {escape(w)}", soft_wrap=True)
+            weak = r.weakly_constrained()
+            if weak:
+                console.print(
+                    f"  weakly constrained (halving one moves no prediction by more than "
+                    f"{WEAK_PCT:g}%): {', '.join(weak)}; these measurements say little about "
+                    "them, so predictions where they matter (other shapes, longer contexts) "
+                    "are extrapolations",
+                    soft_wrap=True,
+                )
+            for case, meas, pred, rel_err in r.worst(5):
+                console.print(
+                    f"  worst: {case}: measured {meas * 1e3:.4g} ms, predicted {pred * 1e3:.4g} ms "
+                    f"({rel_err * 100:+.1f}%)",
+                    soft_wrap=True,
+                )
+        console.print(f"wrote {output}", soft_wrap=True)
+
+
+def validate(
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="A folder of measurement sets laid out as measurements/splitwise, measurements/distserve, "
+            "measurements/vidur_profiling (for example the full public sets). Default: the subsets "
+            "bundled with servesim."
+        ),
+    ] = None,
+    recordings: Annotated[
+        Path | None,
+        typer.Option(
+            help="Real vLLM CPU recordings, one session per folder (the folder and each subfolder "
+            "holding a rate1.json). Default: the recordings bundled with servesim."
+        ),
+    ] = None,
+    suite: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Suites to run (repeatable): operators, splitwise, distserve, vllm-cpu, silicon. Default: "
+            "all but silicon (it simulates 1,064 measured GPU runs: a few minutes)."
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            file_okay=False,
+            help="A folder for report files (silicon: silicon_runs.csv, silicon_groups.json and .md).",
+        ),
+    ] = None,
+    threshold: Annotated[
+        float | None,
+        typer.Option(
+            help="Fail when any row's mean absolute error exceeds this percentage "
+            "(default: each row's goal; rows known to miss theirs are reported, not failed)."
+        ),
+    ] = None,
+    cross_fit: Annotated[
+        bool,
+        typer.Option(
+            "--cross-fit",
+            help="vllm-cpu: also fit on each recording of a session in turn and report its "
+            "held-out error on the others (needs scipy; ~30 s more).",
+        ),
+    ] = False,
+    cross_group: Annotated[
+        bool,
+        typer.Option(
+            "--cross-group",
+            help="silicon: also predict each (model, GPU) group with the host floor refitted "
+            "without it, beside the in-sample errors (the suite about 3x as long; "
+            "--output also writes silicon_cross_group.json and .md).",
+        ),
+    ] = False,
+    bench: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--bench",
+            dir_okay=False,
+            help="Instead of the bundled sets: a result file of your own `vllm bench serve --save-result` "
+            "run, or an inference-perf stage_N_lifecycle_metrics.json or summary_lifecycle_metrics.json "
+            "(the config.yaml beside it gives the load) (repeatable), replayed on --scenario and compared "
+            "figure by figure.",
+        ),
+    ] = None,
+    open_loop: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--open-loop",
+            file_okay=False,
+            help="Instead of the bundled sets: a folder of real open-loop runs of inference-perf against "
+            "vllm serve (repeatable; each run a folder of exp-config.yaml, config.yaml, replay.json, "
+            "ground_truth.json and model_config.json, docs/fidelity.md), replayed on --scenario's GPU "
+            "and vLLM version.",
+        ),
+    ] = None,
+    scenario: Annotated[
+        Path | None,
+        typer.Option(
+            "--scenario",
+            dir_okay=False,
+            help="With --bench: the scenario of the deployment the benchmark ran against (model, GPU, "
+            "parallelism, engine, vLLM version); its workload is replaced by the run's. With "
+            "--open-loop: the GPU and vLLM version (the run folder gives the rest).",
+        ),
+    ] = None,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="KEY=VALUE",
+            help="With --bench or --open-loop: override one scenario field (repeatable).",
+        ),
+    ] = None,
+) -> None:
+    """Predict every bundled measurement set and print predicted vs measured errors.
+
+    Exits 1 when an error passes its goal and is not a known miss (or passes --threshold).
+    With --bench, compares your own vllm bench or inference-perf runs instead (exits 1 when a
+    mean's error passes --threshold).
+    """
+    with _user_errors():
+        if open_loop:
+            from servesim.validate.openloop import run_checks as open_loop_checks
+
+            code = open_loop_checks(open_loop, scenario, overrides or [], output, threshold, typer.echo)
+            if code:
+                raise typer.Exit(code)
+            return
+        if bench:
+            from servesim.validate.own_bench import run_checks
+
+            code = run_checks(bench, scenario, overrides or [], output, threshold, typer.echo)
+            if code:
+                raise typer.Exit(code)
+            return
+        if scenario is not None or overrides:
+            raise ServesimError(
+                "--scenario and --set go with --bench (a vllm bench or inference-perf result "
+                "file to compare) "
+                "or --open-loop (a folder of open-loop runs)"
+            )
+        from servesim import validate as v
+
+        for flag, folder in (("--data-dir", data_dir), ("--recordings", recordings)):
+            if folder is not None and not folder.is_dir():
+                why = "is a file, expected a folder" if folder.exists() else "no such folder"
+                raise ServesimError(f"{flag} {folder}: {why}")
+        suites = tuple(suite) if suite else ("operators", "splitwise", "distserve", "vllm-cpu")
+        checks, skipped = v.validate_all(
+            data_dir, recordings, suites, cross_fit=cross_fit, output=output, cross_group=cross_group
+        )
+        typer.echo(_validation_table(checks, threshold))
+        if threshold is None:
+            for line in v.known_bad_reasons(checks):
+                typer.echo(line)
+        for note in skipped:
+            typer.echo(f"skipped {note}")
+        if output is not None and "silicon" in suites:
+            typer.echo(f"wrote {output}/silicon_runs.csv, silicon_groups.json, silicon_groups.md")
+        if not checks:
+            raise ServesimError(
+                "nothing validated: no measurement data or recordings found (check --data-dir "
+                "and --recordings)"
+            )
+        failed = [c for c in checks if not c.passed(threshold)]
+        if failed:
+            typer.echo(f"{len(failed)} of {len(checks)} checks over their limit")
+            raise typer.Exit(1)
+        known = sum(c.status(threshold) == "known bad" for c in checks)
+        typer.echo(
+            f"{len(checks) - known} of {len(checks)} checks within their goals"
+            + (f", {known} known to miss theirs (reasons above)" if known else "")
+        )
+
+
+def _validation_table(checks: list[Any], threshold: float | None) -> str:
+    """Plain fixed-width text (wide; meant for logs and docs, not for an 80-column terminal)."""
+
+    def num(x: float | None) -> str:
+        return "" if x is None else f"{x:.4g}"
+
+    head = (
+        "suite",
+        "case",
+        "metric",
+        "n",
+        "measured",
+        "predicted",
+        "MAPE %",
+        "max %",
+        "bias %",
+        "limit %",
+        "ok",
+    )
+    rows = [head]
+    for c in checks:
+        limit = threshold if threshold is not None else c.limit_pct
+        metric = c.metric + (f" [{c.note}]" if c.note else "")
+        rows.append(
+            (
+                c.suite,
+                c.case,
+                metric,
+                str(c.n),
+                num(c.measured),
+                num(c.predicted),
+                f"{c.mape_pct:.1f}",
+                f"{c.max_pct:.1f}",
+                f"{c.bias_pct:+.1f}",
+                "-" if limit is None else f"{limit:g}",
+                c.status(threshold),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = [
+        "  ".join(v.ljust(w) if i < 3 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths)))
+        for r in rows
+    ]
+    lines.insert(1, "-" * len(lines[0]))
+    return "error = predicted / measured - 1; MAPE = mean |error| over n points\n" + "\n".join(lines)
+
+
+def profile(
+    model: Annotated[str, typer.Argument(help="Model preset or path to a config.json.", show_default=False)],
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output", "-o", file_okay=False, help="Directory to write compute/<device-name>/<model>/ into."
+        ),
+    ],
+    device: Annotated[str, typer.Option(help="torch device: cpu, cuda, cuda:1, mps, ...")] = "cpu",
+    device_name: Annotated[str, typer.Option(help="Directory name of this device in the profile.")] = "cpu",
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree whose shard to time.")] = 1,
+    tokens: Annotated[
+        str, typer.Option(help="Comma-separated token counts.")
+    ] = "1,2,4,8,16,32,64,128,256,512",
+    contexts: Annotated[
+        str, typer.Option(help="Comma-separated context lengths (attention).")
+    ] = "128,512,2048",
+    repeats: Annotated[int, typer.Option(help="Timed runs per point (after 2 warm-up runs).")] = 5,
+    no_progress: Annotated[
+        bool,
+        typer.Option("--no-progress", help="Do not show a progress bar (with the time left) while timing."),
+    ] = False,
+) -> None:
+    """Time the model's operators on the local device (needs torch: servesim[profile]).
+
+    Writes Vidur's operator-profile format, ready for `servesim calibrate`. Rows are kept
+    as they are measured (in *.partial.csv until the profile is complete), so Ctrl-C keeps
+    what was measured so far.
+    """
+    with _user_errors():
+        from servesim.catalog.hf_config import load_model
+        from servesim.profile_ops import ProfileInterrupted, profile_operators
+
+        def ints(text: str, what: str) -> tuple[int, ...]:
+            try:
+                return tuple(int(x) for x in text.split(",") if x.strip())
+            except ValueError:
+                raise ServesimError(f"--{what}: expected comma-separated integers, got {text!r}") from None
+
+        try:
+            paths = profile_operators(
+                load_model(model),
+                output,
+                device_name,
+                device,
+                tp,
+                ints(tokens, "tokens"),
+                ints(contexts, "contexts"),
+                repeats=repeats,
+                progress=not no_progress,
+            )
+        except ProfileInterrupted as stop:
+            Console(stderr=True, highlight=False, soft_wrap=True).print(str(stop), markup=False, emoji=False)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        typer.echo("wrote " + ", ".join(str(p) for p in paths))
