@@ -57,7 +57,6 @@ from servesim.engine.events import EventLoop
 from servesim.engine.lazy import LazyScheduler
 from servesim.engine.replica import Replica
 from servesim.engine.request import ReqStatus, Request
-from servesim.errors import ConfigError
 from servesim.metrics.records import ItlSamples, ReplicaTotals, RequestRecords, StepSeries
 from servesim.metrics.writer import RecordWriter
 from servesim.workload.base import Workload
