@@ -56,7 +56,7 @@ def test_names_resolve_and_unknown_ones_are_refused():
     assert get_paper("MC_SF") is PAPERS["mc-sf"]
     res = CliRunner().invoke(app, ["reproduce", "no-such-paper"])
     assert res.exit_code == 2 and "unknown paper" in res.output
-    res = CliRunner().invoke(app, ["reproduce", "heteroscale"])
+    res = CliRunner().invoke(app, ["reproduce", "burstgpt"])
     assert res.exit_code == 2 and "published figure and setup only" in res.output
 
 
@@ -136,3 +136,18 @@ def test_llumnix_migration_cuts_the_tail_by_an_order_of_magnitude(tmp_path):
     """Llumnix: P99 latency an order of magnitude below INFaaS++'s (10x +-25%), 16 instances."""
     figs = _quick("llumnix", tmp_path)
     assert 10 / 1.25 <= figs["p99_ratio"]["servesim"] <= 10 * 1.25
+
+
+@pytest.mark.slow
+def test_heteroscale_holds_the_slo_on_fewer_gpu_hours(tmp_path):
+    """HeteroScale: coordinated P/D scaling on decode TPS upholds the SLOs and saves GPU-hours
+    against each pool scaled alone on its GPU utilization (the paper: "saving hundreds of
+    thousands of GPU-hours daily, all while upholding stringent service level objectives").
+    Its +26.6 points of GPU utilization is out of range here (docs/papers.md says why); the
+    figure is reported."""
+    figs = _quick("heteroscale", tmp_path)
+    assert figs["util_points"]["in_range"] is not None
+    rows = {r["system"]: r for r in json.loads((tmp_path / "reproduce.json").read_text())["rows"]}
+    hs, base = rows["heteroscale-heteroscale"], rows["heteroscale-utilization"]
+    assert hs["slo_attainment"] >= 0.99
+    assert hs["gpu_hours"] < base["gpu_hours"]
