@@ -30,8 +30,9 @@ SLO for 90% of the requests, the other pool over-provisioned), whose decode TPS,
 utilization and prefill:decode capacity ratio are measured; each policy then targets
 ``HEADROOM`` (80%) of what its signal reads at capacity. The figure is the run's average GPU
 utilization (GPU time over GPU time held, starts and drains included), HeteroScale minus the
-baseline, in points. It depends on that headroom and on the pools' bounds, which are
-servesim's choice, not the paper's (not public).
+baseline, in points. Its size depends on the pools' bounds (the baseline's decode pool runs
+near its bound), servesim's choice, not the paper's (not public); its sign does not hang on
+the headroom (docs/papers.md: at 60% it reads -24.7 points quick).
 
 Out of range, and negative: a decode replica's GPU runs a step whenever a request is in
 flight (continuous batching), so its GPU utilization reads near 1 from a few requests up to
