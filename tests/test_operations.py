@@ -557,3 +557,24 @@ def test_intervals_over_the_power_budget_are_counted() -> None:
     assert 0 < over.sum() < len(t)
     assert o["num_intervals"] == len(t) and o["num_intervals_over_budget"] == int(over.sum())
     assert o["over_budget_s"] == pytest.approx(float(dt[over].sum())) and o["budget_w"] == budget
+
+
+@pytest.mark.parametrize(("target", "started"), [(0.25, 0), (0.125, 1)])
+def test_gpu_util_scales_on_the_fraction_of_the_interval_a_replica_ran_steps(
+    target: float, started: int
+) -> None:
+    """One request every 4 s, each 100 steps of 10 ms (1 s): a replica runs steps 1 s in 4,
+    GPU utilization 0.25 at every tick of a 4 s interval. At a target of 0.25 the count stays;
+    at 0.125, ceil(1 x 0.25 / 0.125) = 2 at the first tick, and then each of the two replicas
+    (round robin) is busy 1 s in 8, 0.125, on its target: one start in all."""
+    wl = make_workload(list(4.0 * np.arange(12) + 0.5), 8, 100)
+    ops = OperationsConfig(
+        interval_s=4.0,
+        autoscaling=AutoscalingConfig(
+            pools=[PoolScaling(pool="c", metric="gpu_util", target=target, min_replicas=1, max_replicas=4)],
+            startup_s=0.1,
+        ),
+    )
+    run = run_cluster(wl, [pool("c", 1)], cluster(ops, n=1))
+    assert run.operations["num_replicas_started"] == started
+    assert outcome(run) == (12, 0, 0)

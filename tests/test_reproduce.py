@@ -57,7 +57,7 @@ def test_names_resolve_and_unknown_ones_are_refused():
     assert get_paper("MC_SF") is PAPERS["mc-sf"]
     res = CliRunner().invoke(app, ["reproduce", "no-such-paper"])
     assert res.exit_code == 2 and "unknown paper" in res.output
-    res = CliRunner().invoke(app, ["reproduce", "heteroscale"])
+    res = CliRunner().invoke(app, ["reproduce", "burstgpt"])
     assert res.exit_code == 2 and "published figure and setup only" in res.output
 
 
@@ -123,7 +123,11 @@ def test_sarathi_serve_capacity_gain_on_mistral_7b(tmp_path):
     assert 2.6 / 1.25 <= figs["capacity"]["servesim"] <= 2.6 * 1.25
 
 
-@pytest.mark.parametrize("name", ["orca", "mc-sf", "distserve", "microserving", "block"])
+@pytest.mark.parametrize(
+    "name",
+    # Block's quick search runs the artifact's 10,000 requests per probe (about 100 s of CPU).
+    ["orca", "mc-sf", "distserve", "microserving", pytest.param("block", marks=pytest.mark.slow)],
+)
 def test_runs_out_of_range_still_report_their_figure(name, tmp_path):
     """Papers whose quick run servesim does not (yet) bring into the paper's range: the command
     still runs their experiment, prints and writes the figure, and --strict says so by its exit code."""
@@ -150,3 +154,18 @@ def test_vllm_offload_blog_ttft_and_throughput(tmp_path):
     assert figs["ttft_512"]["servesim"] > 1.0 and figs["ttft_512"]["in_range"] is not None
     rows = (tmp_path / "rows.csv").read_text().splitlines()
     assert len(rows) == 1 + 6 + 2  # header, the six prompts, throughput without and with hits
+
+
+@pytest.mark.slow
+def test_heteroscale_holds_the_slo_on_fewer_gpu_hours(tmp_path):
+    """HeteroScale: coordinated P/D scaling on decode TPS upholds the SLOs and saves GPU-hours
+    against each pool scaled alone on its GPU utilization (the paper: "saving hundreds of
+    thousands of GPU-hours daily, all while upholding stringent service level objectives").
+    Its +26.6 points of GPU utilization is out of range here (docs/papers.md says why); the
+    figure is reported."""
+    figs = _quick("heteroscale", tmp_path)
+    assert figs["util_points"]["in_range"] is not None
+    rows = {r["system"]: r for r in json.loads((tmp_path / "reproduce.json").read_text())["rows"]}
+    hs, base = rows["heteroscale-heteroscale"], rows["heteroscale-utilization"]
+    assert hs["slo_attainment"] >= 0.99
+    assert hs["gpu_hours"] < base["gpu_hours"]

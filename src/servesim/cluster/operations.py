@@ -83,6 +83,8 @@ class _PoolInterval:
     kv_util: float = 0.0  # sum over serving replicas of the blocks in use, averaged in time
     num_kv: int = 0  # replicas in kv_util
     num_tokens: int = 0  # batched tokens
+    gpu_util: float = 0.0  # sum over serving replicas of the fraction of the interval their GPUs were busy
+    num_util: int = 0  # replicas in gpu_util
 
 
 class Operations:
@@ -138,6 +140,7 @@ class Operations:
         self._seen: list[tuple[float, float, float, int, int, int, float]] = []
         self._done: dict[str, list[int]] = {p.name: [0, 0, 0] for p in pools}  # finished, met SLO, tokens
         self._interval_done = self._done
+        self._gpu_util: dict[str, float] = {}  # per pool, the last interval's (``_account``)
         for rep in cluster.replicas:
             rep.totals.energy_j = 0.0
         for e in f.events if f else []:  # replica indexes checked by ClusterConfig
@@ -289,6 +292,9 @@ class Operations:
                 # counted when it starts: capped at a full cache).
                 s.kv_util += min((t.kv_block_s - kv_s) / (dt * t.num_gpu_blocks), 1.0) if dt > 0 else 0.0
                 s.num_kv += 1
+                if held > 0:
+                    s.gpu_util += busy / held
+                    s.num_util += 1
         front_pool = c.pool_of[c.front[0]].name if c.front else None
         self.power_w = sum(energy.values()) / dt if dt > 0 else 0.0
         self.pool_power_w = {k: v / dt if dt > 0 else 0.0 for k, v in energy.items()}
@@ -298,6 +304,7 @@ class Operations:
             if self.cfg.power is not None and self.power_w > self.cfg.power.budget_w:
                 self.num_over_budget += 1
                 self.over_budget_s += dt
+        self._gpu_util = {p.name: stats[p.name].gpu_util / max(stats[p.name].num_util, 1) for p in self.pools}
         for p in self.pools:
             s, d = stats[p.name], self._done[p.name]
             fronts = p.name == front_pool or (front_pool is None and p.role != "decode")
@@ -354,6 +361,7 @@ class Operations:
                 "running": self.series.running[row] / serving,
                 "kv_util": 0.0 if math.isnan(self.series.kv_util[row]) else self.series.kv_util[row],
                 "decode_tokens_per_s": self._interval_done[name][2] / self.cfg.interval_s / serving,
+                "gpu_util": self._gpu_util.get(name, 0.0),
             }[rule.metric]
             ratio = value / rule.target
             # HPA's tolerance: within it the count stays (else a steady load flaps around a boundary).

@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 
 from servesim.config._base import _Strict
 
-ScaleMetric = Literal["queue_len", "running", "kv_util", "decode_tokens_per_s", "slo_attainment"]
+ScaleMetric = Literal["queue_len", "running", "kv_util", "decode_tokens_per_s", "gpu_util", "slo_attainment"]
 
 
 class ScheduleEntry(_Strict):
@@ -34,9 +34,10 @@ class PoolScaling(_Strict):
         "queue_len",
         description=(
             "Per serving replica: waiting requests (queue_len), running requests, KV blocks in use "
-            "(kv_util, fraction), output tokens/s (decode_tokens_per_s); or the fraction of "
-            "requests finished in the last interval that met every SLO (slo_attainment: scale out "
-            "below the target, in when above it with room)."
+            "(kv_util, fraction), output tokens/s (decode_tokens_per_s), the fraction of the "
+            "interval its GPUs ran a step (gpu_util: nvidia-smi's and DCGM's GPU utilization); or "
+            "the fraction of requests finished in the last interval that met every SLO "
+            "(slo_attainment: scale out below the target, in when above it with room)."
         ),
     )
     target: float = Field(gt=0, description="The metric's target value per replica.")
@@ -66,7 +67,7 @@ class PoolScaling(_Strict):
             raise ValueError(
                 f"expected min_replicas <= max_replicas, found {self.min_replicas} > {self.max_replicas}"
             )
-        if self.metric in ("kv_util", "slo_attainment") and self.target > 1:
+        if self.metric in ("kv_util", "gpu_util", "slo_attainment") and self.target > 1:
             raise ValueError(f"metric {self.metric} is a fraction: expected target <= 1, found {self.target}")
         return self
 

@@ -14,6 +14,7 @@ from servesim.papers import (
     block,
     distserve,
     dynasor,
+    heteroscale,
     llumnix,
     mcsf,
     microserving,
@@ -92,20 +93,23 @@ _PAPERS = [
         {
             "model": "Llama-2-7B (also Qwen-7B)",
             "gpus": "12 instances of one GPU (CloudLab d7525: one A30 24 GB each)",
-            "workload": "ShareGPT (also LMSYS), 1,000 requests at a fixed QPS",
+            "workload": "ShareGPT (also LMSYS), 10,000 requests at a fixed QPS in 20-36",
             "slo": "latency (see paper)",
             "baseline": "heuristic schedulers: round robin, random, min current requests, min GPU blocks",
             "metric": "serving capacity gain, %",
         },
         (around("capacity_gain", "capacity gain over the best heuristic", "+16.7%", 16.7, "%"),),
         "The artifact's cluster: Llama-2-7B on 12 A30s (a custom GPU from the spec sheet), vLLM V1 with "
-        "512-token chunks and 48 sequences, ShareGPT-like lengths (lognormal, means 161 and 338), 1,000 "
-        "Poisson requests per run; predicted_ttft routing against round_robin, random, least_outstanding, "
-        "least_kv and least_work; capacity at P99 TTFT <= 1 s (servesim's SLO), bisection in 20-160 QPS "
-        "(--quick: 6 steps, full: 8).",
+        "512-token chunks and 48 sequences, ShareGPT-like lengths (lognormal, means 161 and 338), 10,000 "
+        "Poisson requests per run (the artifact's); predicted_ttft routing against round_robin, random, "
+        "least_outstanding, least_kv and least_work; capacity at P99 TTFT <= 1 s (servesim's SLO), "
+        "bisection in 12-48 QPS (--quick: 5 steps, full: 7).",
         block.run,
-        "The capacity criterion is servesim's (P99 TTFT <= 1 s): the paper's is not encoded here, and the "
-        "gain is steep in it, since the heuristics' P99 TTFT climbs past their knee in a few QPS.",
+        "Over the artifact's 10,000 requests, predicted-TTFT routing and least-KV reach the same capacity "
+        "within the search's resolution: the +21.5% servesim read before came from 1,000-request runs, "
+        "which end before the heuristics' queues build (a transient at 68-84 QPS, past the artifact's "
+        "whole 20-36 sweep). The capacity criterion is servesim's (P99 TTFT <= 1 s; the paper's is not "
+        "encoded here).",
     ),
     Paper(
         "microserving",
@@ -342,10 +346,26 @@ _PAPERS = [
             "baseline": "traditional autoscaling",
             "metric": "GPU utilization, points",
         },
-        (around("util_points", "GPU utilization gain", "+26.6 points", 26.6, " pts"),),
-        note="Not run yet: servesim has coordinated P:D autoscaling (operations.autoscaling, "
-        "prefill_decode_ratio), but the paper's fleet, traffic, and the baseline autoscaler's metrics and "
-        "targets are production settings not public, and the utilization gain is set by those targets.",
+        (
+            around(
+                "util_points",
+                "average GPU utilization, HeteroScale minus per-pool utilization scaling",
+                "+26.6 points",
+                26.6,
+                " pts",
+            ),
+        ),
+        "A stand-in for the production fleet and traffic (not public): Llama-3.1-70B TP4 on H100s in a "
+        "prefill and a decode pool, chat-like lengths, Poisson arrivals under a diurnal cosine (trough 0.3 "
+        "of 80 req/s) over a day compressed to 3,600 s (--quick: 1,800 s), TTFT <= 1 s, TPOT <= 50 ms. "
+        "HeteroScale (decode pool on decode TPS, prefill at the profiled P/D ratio) against each pool "
+        "scaled alone on its GPU utilization; both target 80% of what their signal reads on a replica at "
+        "capacity (profiled), 1-32 replicas a pool, 30 s interval.",
+        heteroscale.run,
+        "GPU utilization (the fraction of time a GPU runs a step, nvidia-smi's and DCGM's) reads near 1 on "
+        "a decode replica whenever a request is in flight, so the baseline scales its decode pool toward "
+        "its bound and reads the higher utilization, while HeteroScale holds the SLO on a fraction of the "
+        "GPU-hours: the gain shows in GPU-hours, not in this metric. Out of range (negative).",
     ),
     Paper(
         "apex",
