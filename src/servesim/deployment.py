@@ -42,7 +42,7 @@ from servesim.config import (
     resolve_engine,
     resolve_kv_offload,
 )
-from servesim.errors import ConfigError, ServesimError
+from servesim.errors import CatalogError, ConfigError, ServesimError
 from servesim.perf.base import PerfModel
 from servesim.perf.describe import describe_perf_model
 from servesim.perf.lora import lora_perf_model
@@ -215,13 +215,20 @@ def resolve_deployment(
     """
     from servesim.perf.factory import build_step_model
 
-    model = model or load_model(sc.model.name, sc.model.dtype)
+    model = model or scenario_model(sc)
     if profile is None:
         profile = load_profile(sc)
     if pool is None:
         pool = as_cluster(sc).pools[0]
     gpu_name = pool.gpu if pool.gpu is not None else sc.hardware.gpu
-    gpu = profile.resolve_gpu(gpu_name) if profile else get_gpu(gpu_name)
+    if profile:
+        gpu = profile.resolve_gpu(gpu_name)
+    else:
+        try:
+            gpu = get_gpu(gpu_name)
+        except CatalogError as err:
+            field = f"cluster.pools[{pool.name}].gpu" if pool.gpu is not None else "hardware.gpu"
+            raise ConfigError(f"{field}: {err}") from None
     par = pool.parallel or sc.parallel
     eng = pool.engine or sc.engine
     found = []
@@ -252,6 +259,12 @@ def resolve_deployment(
         f"cluster.pools[{pool.name}].parallel" if pool.parallel else "parallel",
         f"cluster.pools[{pool.name}].engine" if pool.engine else "engine",
     )
+    check_offload_tier(
+        engine,
+        plan.kv_bytes_per_block,
+        par.tensor_parallel_size * par.pipeline_parallel_size,
+        f"cluster.pools[{pool.name}].engine" if pool.engine else "engine",
+    )
     links = pool_links(gpu, pool.links)
     perf: PerfModel = (
         profile.perf_model(model, gpu, par, sc.model, links=links)
@@ -277,6 +290,48 @@ def resolve_deployment(
     )
 
 
+def check_offload_tier(engine: ResolvedEngine, kv_bytes_per_block: float, num_gpus: int, where: str) -> None:
+    """Refuse an offload tier too small for one offloaded block of the replica (every GPU's
+    shard of it, as ``engine.kv_offload`` sizes the tier): it would offload nothing."""
+    off = engine.kv_offload
+    if not off.enabled or kv_bytes_per_block <= 0:
+        return
+    tokens = off.tier_block_size(engine.block_size)
+    whole = kv_bytes_per_block * (tokens // engine.block_size) * num_gpus
+    for tier, gib in (("cpu_size_gib", off.cpu_size_gib), ("disk_size_gib", off.disk_size_gib)):
+        if 0 < gib * (1 << 30) < whole:
+            raise ConfigError(
+                f"{where}.kv_offload.{tier}: {gib:g} GiB holds no offloaded block of {tokens} tokens "
+                f"({whole / (1 << 20):,.1f} MiB over the replica's {num_gpus} GPU(s)); expected at "
+                f"least {whole / (1 << 30):.3g} GiB"
+            )
+
+
+def scenario_model(sc: Scenario) -> ModelSpec:
+    """The scenario's ``model.name``, loaded; an unknown name or unreadable config.json is
+    an error naming the field."""
+    try:
+        return load_model(sc.model.name, sc.model.dtype)
+    except CatalogError as err:
+        raise ConfigError(f"model.name: {err}") from None
+
+
+def default_model_name(sc: Scenario, deps: list[Deployment]) -> str:
+    """The served name a request that names no model goes to: ``model.name`` when a pool
+    serves that name, else the one served name of the pools that load the same base model
+    (``model.name: meta-llama/Llama-3.1-8B`` beside a pool written ``model: Llama-3.1-8B``),
+    else ``model.name`` (such requests are rejected: no pool serves it)."""
+    name = sc.model.name
+    if any(d.served_model == name for d in deps):
+        return name
+    try:
+        base = load_model(name, sc.model.dtype).name
+    except ServesimError:
+        return name
+    same = list(dict.fromkeys(d.served_model for d in deps if d.model.name == base))
+    return same[0] if len(same) == 1 else name
+
+
 def served_model(sc: Scenario, pool: PoolConfig) -> str:
     """The name requests give to reach ``pool`` (the OpenAI API's ``model`` field): its
     ``served_model_name``, else its model as written, else the scenario's ``model.name``, as
@@ -298,12 +353,13 @@ def resolve_deployments(sc: Scenario) -> list[Deployment]:
     for p in cluster.pools:
         name = p.model or sc.model.name
         if name not in models:
-            try:
-                models[name] = load_model(name, sc.model.dtype)
-            except ServesimError as err:
-                if p.model is None:
-                    raise
-                raise ConfigError(f"cluster.pools[{p.name}].model: {err}") from None
+            if p.model is None:
+                models[name] = scenario_model(sc)
+            else:
+                try:
+                    models[name] = load_model(name, sc.model.dtype)
+                except ServesimError as err:
+                    raise ConfigError(f"cluster.pools[{p.name}].model: {err}") from None
         deps.append(resolve_deployment(sc, p, model=models[name], profile=profile))
     check_models(cluster, deps)
     for pool, d in zip(cluster.pools, deps):

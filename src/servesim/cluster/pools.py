@@ -24,6 +24,7 @@ from servesim.config import EngineConfig, PoolConfig, Scenario
 from servesim.deployment import (
     Deployment,
     as_cluster,
+    default_model_name,
     resolve_deployment,
     resolve_deployments,
     resolved_scenario,
@@ -129,7 +130,7 @@ def simulate_cluster(
                 slo=sc.slo,
                 tenants=tenants if tenants is not None and (sc.tenants or vtc) else None,
                 step_series=series,
-                default_model=sc.model.name,
+                default_model=default_model_name(sc, deps),
             )
     except BaseException:
         if series is not None:
@@ -161,7 +162,7 @@ def simulate_cluster(
 def model_record(sc: Scenario, wl: Workload, deps: list[Deployment]) -> dict[str, Any] | None:
     """What the summary needs of a run of several models (``metrics.models``; None: the
     cluster serves one model and no request names one): each row's model name id (-1: it
-    gave none, the scenario's ``model.name``), the names, and each served model's pools."""
+    gave none: ``deployment.default_model_name``), the names, and each served model's pools."""
     served = list(dict.fromkeys(d.served_model for d in deps))
     if len(served) < 2 and wl.model is None:
         return None
@@ -172,7 +173,7 @@ def model_record(sc: Scenario, wl: Workload, deps: list[Deployment]) -> dict[str
         )
     return {
         "name_id": np.full(len(wl), -1, np.int64) if wl.model is None else np.asarray(wl.model, np.int64),
-        "names": [*map(str, wl.meta.get("model_names", [])), sc.model.name],
+        "names": [*map(str, wl.meta.get("model_names", [])), default_model_name(sc, deps)],
         "served": served,
         "model": {d.served_model: d.model.name for d in deps},
         "pools": pools,

@@ -21,7 +21,7 @@ import uvicorn
 from servesim.cluster.pools import pool_spec
 from servesim.config import Scenario, load_scenario
 from servesim.deployment import as_cluster, resolve_deployments
-from servesim.errors import ServesimError
+from servesim.errors import ServesimError, naming_file
 from servesim.serve.app import bind, build_app, log
 from servesim.serve.driver import LiveSim
 from servesim.serve.protocol import Tokenizer
@@ -102,7 +102,8 @@ def run_serve(
 ) -> None:
     """Serve until interrupted (Ctrl-C)."""
     sc = load_scenario(scenario_path, overrides)
-    server, sock, sim = make_server(sc, host, port, speed)
+    with naming_file(None if scenario_path is None else str(scenario_path)):
+        server, sock, sim = make_server(sc, host, port, speed)
     with _status(progress, sim):
         server.run(sockets=[sock])
 
