@@ -8,6 +8,7 @@ traceback.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -493,6 +494,8 @@ def validate(
     mean's error passes --threshold).
     """
     with _user_errors():
+        if threshold is not None and not (threshold > 0 and math.isfinite(threshold)):
+            raise ServesimError(f"--threshold: expected a percentage > 0, found {threshold:g}")
         if open_loop:
             from servesim.validate.openloop import run_checks as open_loop_checks
 
