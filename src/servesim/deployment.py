@@ -259,6 +259,7 @@ def resolve_deployment(
         f"cluster.pools[{pool.name}].parallel" if pool.parallel else "parallel",
         f"cluster.pools[{pool.name}].engine" if pool.engine else "engine",
     )
+    check_moe_backend(model, gpu, engine, f"cluster.pools[{pool.name}].engine" if pool.engine else "engine")
     check_offload_tier(
         engine,
         plan.kv_bytes_per_block,
@@ -288,6 +289,40 @@ def resolve_deployment(
         notices=found,
         served_model=served_model(sc, pool),
     )
+
+
+def check_moe_backend(model: ModelSpec, gpu: GpuSpec, engine: ResolvedEngine, where: str) -> None:
+    """Refuse an ``engine.moe_backend`` forced where vLLM has no such kernel: FlashInfer's
+    TRTLLM-gen MoE on a GPU other than Blackwell (SM 10.x, ``fused_moe/oracle``'s
+    ``is_device_capability_family(100)``), its MXFP8-activation variant for experts that are
+    not MXFP4, DeepGEMM's grouped GEMM for experts that are not block-FP8 or off SM 9.0/10.0
+    (``_valid_deep_gemm``), FlashInfer's CUTLASS MoE below SM 9.0. A dense model has no
+    routed experts: the setting does nothing there, as vLLM's."""
+    from servesim.perf.execution_path import sm_of, weight_format
+
+    backend = engine.moe_backend
+    if backend == "auto" or not model.is_moe:
+        return
+    sm, fmt = sm_of(gpu), weight_format(model)
+    on = f"{gpu.name} (SM {sm / 10:.1f})" if sm is not None else f"{gpu.name} (not an NVIDIA GPU)"
+    why = ""
+    # per-tensor FP8 on SM 9.0 keeps it: the FP8 selection before vLLM 0.16 sends
+    # VLLM_USE_FLASHINFER_MOE_FP8=1 with the latency backend there (execution_path._fp8)
+    hopper_fp8 = backend == "flashinfer_trtllm" and fmt == "fp8" and sm == 90
+    if (
+        backend in ("flashinfer_trtllm", "flashinfer_mxfp4_mxfp8")
+        and not (sm and 100 <= sm < 110)
+        and not hopper_fp8
+    ):
+        why = f"FlashInfer's TRTLLM-gen MoE runs on Blackwell (SM 10.x) only, not on {on}"
+    elif backend == "flashinfer_mxfp4_mxfp8" and fmt != "mxfp4":
+        why = f"MXFP8 activations are for MXFP4 experts; {model.name}'s experts are {fmt}"
+    elif backend == "deep_gemm" and (fmt != "fp8_block" or sm not in (90, 100)):
+        why = f"DeepGEMM's MoE runs block-FP8 experts on SM 9.0 or 10.0; here {fmt} experts on {on}"
+    elif backend == "flashinfer_cutlass" and not (sm and sm >= 90):
+        why = f"FlashInfer's CUTLASS MoE needs SM 9.0 or newer, not {on}"
+    if why:
+        raise ConfigError(f"{where}.moe_backend: {backend}: {why}; expected auto or a kernel vLLM runs there")
 
 
 def check_offload_tier(engine: ResolvedEngine, kv_bytes_per_block: float, num_gpus: int, where: str) -> None:

@@ -422,7 +422,10 @@ class EngineConfig(_Strict):
             "activations, VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1), flashinfer_trtllm, flashinfer_cutlass "
             "(timed from the Triton or TRTLLM-gen table of the same bytes and FLOPs: no table of its own), "
             "deep_gemm (block-FP8: Triton's table carried to DeepGEMM's 128-row expert blocks from 128 "
-            "tokens a step) or triton (Triton's fused_experts / matmul_ogs, the packed tables)."
+            "tokens a step) or triton (Triton's fused_experts / matmul_ogs, the packed tables). A kernel "
+            "forced where vLLM has none is refused: TRTLLM-gen off Blackwell, MXFP8 activations for "
+            "other than MXFP4 experts, DeepGEMM for other than block-FP8 on SM 9.0/10.0, FlashInfer "
+            "CUTLASS below SM 9.0 (deployment.check_moe_backend)."
         ),
         json_schema_extra={
             "vllm": "VLLM_MXFP4_USE_MARLIN=1, VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1, "
