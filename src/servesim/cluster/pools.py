@@ -101,6 +101,7 @@ def simulate_cluster(
     cluster = as_cluster(sc)
     pools = [pool_spec(d, sc.run.reference) for d in deps]
     wl = load_workload(sc.workload, sc.run.seed)
+    note_adapters_without_lora(wl, deps)
     tenants = scenario_tenants(sc, wl)
     # The engine the tenants' figures name (VTC's weights, the policy): the first pool's.
     engine = deps[0].engine
@@ -157,6 +158,29 @@ def simulate_cluster(
     result.wall_s = time.perf_counter() - t0
     result.summary = summarize(result)
     return result
+
+
+def note_adapters_without_lora(wl: Workload, deps: list[Deployment]) -> None:
+    """A notice when the trace's requests name LoRA adapters (its ``adapter`` or ``lora``
+    column) and no pool serves any (``engine.lora`` off): they run on the base model, where
+    a vLLM server without ``--enable-lora`` would answer 404 to a request naming one."""
+    if wl.adapter is None or any(d.engine.lora.enabled for d in deps):
+        return
+    count = int((np.asarray(wl.adapter) >= 0).sum())
+    if count == 0:
+        return
+    names = list(wl.meta.get("adapter_names") or [])
+    wl.meta.setdefault("notices", []).append(
+        {
+            "code": "adapters_without_lora",
+            "source": wl.source or "workload",
+            "count": count,
+            "message": f"{count:,} of {len(wl):,} requests name a LoRA adapter "
+            f"({', '.join(map(repr, names[:3]))}{', ...' if len(names) > 3 else ''}) but engine.lora "
+            "is off: they run on the base model (set engine.lora.enabled with the adapters to "
+            "serve them)",
+        }
+    )
 
 
 def model_record(sc: Scenario, wl: Workload, deps: list[Deployment]) -> dict[str, Any] | None:
