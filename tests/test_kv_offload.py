@@ -475,3 +475,32 @@ def test_offload_under_pressure_loads_whole_blocks():
     found = t.num_gpu_hit_tokens + t.num_cpu_hit_tokens
     assert found > plain.totals.num_prefix_hit_tokens
     assert (run.records.status == run.records.status[0]).all()  # all finished
+
+
+def test_a_size_without_a_backend_offloads_natively_as_vllm() -> None:
+    """vLLM's CacheConfig.kv_offloading_backend defaults to "native" and offloading is on once
+    --kv-offloading-size is set; `kv_offload: {cpu_size_gib: 16}` ran without a tier."""
+    assert KVOffloadConfig(cpu_size_gib=16).backend == "native"
+    assert KVOffloadConfig(backend="none", cpu_size_gib=16).backend == "none"  # written out: off
+    assert KVOffloadConfig().backend == "none"
+    from servesim.sim import simulate
+
+    wl = {"type": "synthetic", "num_requests": 4, "prompt_len": {"value": 64}, "output_len": {"value": 8}}
+    res = simulate({"engine": {"kv_offload": {"cpu_size_gib": 16}}, "workload": wl})
+    off = res.summary["kv_offload"]
+    # 16 GiB of Llama-3.1-8B's 128 KiB per token (32 layers x 8 KV heads x 128 x 2 x 2 bytes),
+    # in blocks of 16 tokens (2 MiB): 8,192 blocks.
+    assert (off["backend"], off["cpu_blocks"]) == ("native", 16 * 1024 // 2)
+
+
+def test_an_offload_tier_smaller_than_one_block_is_refused() -> None:
+    from servesim.errors import ConfigError
+    from servesim.sim import simulate
+
+    wl = {"type": "synthetic", "num_requests": 4, "prompt_len": {"value": 64}, "output_len": {"value": 8}}
+    kv = {"backend": "native", "cpu_size_gib": 0.25, "block_size": 4096}  # a block: 512 MiB
+    with pytest.raises(
+        ConfigError, match=r"engine.kv_offload.cpu_size_gib: 0.25 GiB holds no offloaded block"
+    ):
+        simulate({"engine": {"kv_offload": kv}, "workload": wl})
+    simulate({"engine": {"kv_offload": {**kv, "cpu_size_gib": 0.5}}, "workload": wl})  # one block: runs

@@ -454,3 +454,17 @@ def test_whole_run_reports_its_adapters_and_lora_off_reports_none():
     assert lo["num_lora_tokens"] == 120 * (256 + 15)  # every prompt token and every decode
     off = servesim.simulate(scenario_from_dict(base)).summary
     assert "lora" not in off and off["memory"][0]["lora_bytes"] == 0.0
+
+
+def test_a_trace_naming_adapters_without_lora_gets_a_notice(tmp_path) -> None:
+    """The adapter column of a scenario without engine.lora was ignored without a word: the
+    requests ran on the base model, where vLLM without --enable-lora answers 404 to them."""
+    from servesim.sim import simulate
+
+    (tmp_path / "t.csv").write_text(
+        "arrived_at_s,num_prompt_tokens,num_output_tokens,adapter\n0,10,5,a\n1,10,5,b\n2,10,5,\n"
+    )
+    res = simulate({"workload": {"type": "trace", "path": str(tmp_path / "t.csv")}})
+    (note,) = [n for n in res.summary["notices"] if n["code"] == "adapters_without_lora"]
+    assert note["count"] == 2  # the empty cell names the base model
+    assert note["message"].startswith("2 of 3 requests name a LoRA adapter ('a', 'b') but engine.lora is off")

@@ -307,3 +307,65 @@ def test_operations_with_several_models_are_refused() -> None:
     )
     with pytest.raises(ConfigError, match="cluster.operations: pools serve 2 models"):
         simulate(sc)
+
+
+def _two_models(tmp_path: Path, llama_as: str = "meta-llama/Llama-3.1-8B") -> Scenario:
+    (tmp_path / "t.csv").write_text(TRACE)
+    return Scenario.model_validate(
+        {
+            "model": {"name": "meta-llama/Llama-3.1-8B"},
+            "hardware": {"gpu": "H100-SXM"},
+            "cluster": {
+                "pools": [
+                    {"name": "llama", "num_replicas": 2, "model": llama_as},
+                    {"name": "qwen", "model": "Qwen/Qwen2.5-7B"},
+                ],
+            },
+            "workload": {"type": "trace", "path": str(tmp_path / "t.csv")},
+        }
+    )
+
+
+def test_headroom_of_several_models_is_per_model(tmp_path: Path) -> None:
+    """One capacity for the mix summed rates no request can move between ("load 16.5% of
+    ~65.6 req/s" for examples/multi_model.yaml): each model gets its pools' steady state at
+    its own requests' mean lengths and its share of the served output tokens."""
+    from servesim.metrics.headroom import sustainable_rate
+
+    res = simulate(_two_models(tmp_path))
+    room = res.summary["headroom"]
+    assert room["capacity_requests_per_s"] is None and room["capacity_output_tokens_per_s"] is None
+    assert room["capacity_note"].startswith("several models: capacity is per model")
+    llama, qwen = room["per_model"]
+    assert [llama["model"], qwen["model"]] == ["meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-7B"]
+    # Llama's three served rows (two named, one by default): prompts 200, 100, 250, outputs
+    # 20, 30, 15; Qwen's one: 300 and 10. Nothing is cached (no prompt repeats).
+    assert res.records.num_cached_tokens.sum() == 0
+    one_llama = sustainable_rate(res.deployments[0], 550 / 3, 65 / 3)
+    one_qwen = sustainable_rate(res.deployments[1], 300, 10)
+    assert one_llama is not None and one_qwen is not None
+    assert llama["capacity_requests_per_s"] == pytest.approx(2 * one_llama["requests_per_s"])
+    assert qwen["capacity_requests_per_s"] == pytest.approx(one_qwen["requests_per_s"])
+    served_tps = res.summary["throughput"]["output_tokens_per_s"]
+    assert llama["load_fraction"] == pytest.approx(
+        served_tps * 65 / 75 / (2 * one_llama["output_tokens_per_s"])
+    )
+    assert qwen["load_fraction"] == pytest.approx(served_tps * 10 / 75 / one_qwen["output_tokens_per_s"])
+    assert room["load_fraction"] == max(llama["load_fraction"], qwen["load_fraction"])
+    assert [(p["pool"], p["model"]) for p in room["per_replica"]] == [
+        ("llama", "meta-llama/Llama-3.1-8B"),
+        ("qwen", "Qwen/Qwen2.5-7B"),
+    ]
+
+
+def test_requests_naming_no_model_reach_the_pool_of_model_name_written_otherwise(tmp_path: Path) -> None:
+    """``model.name: meta-llama/Llama-3.1-8B`` and a pool written ``model: Llama-3.1-8B`` load
+    the same base model; the requests that name none went to the served name
+    'meta-llama/Llama-3.1-8B', which no pool had, and were all rejected."""
+    res = simulate(_two_models(tmp_path, llama_as="Llama-3.1-8B"))
+    per = res.summary["models"]["per_model"]
+    # The default row (0.4 s) joins Llama's; the two rows naming the full name are rejected,
+    # as a gateway answers 404 to a name no server was given.
+    assert per["Llama-3.1-8B"]["num_requests"] == 1 and per["Llama-3.1-8B"]["num_finished"] == 1
+    assert per["meta-llama/Llama-3.1-8B"]["num_rejected"] == 2
+    assert res.records.status[4] == RequestStatus.FINISHED

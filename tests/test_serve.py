@@ -178,6 +178,9 @@ def test_models_and_health(server, client) -> None:
         ({"model": MODEL, "prompt": "x", "top_p": 0}, 400, "top_p"),
         ({"model": MODEL, "prompt": "x", "top_k": 2.5}, 400, "top_k"),
         ({"model": MODEL, "prompt": "x", "stop": 3}, 400, "stop"),
+        ({"model": MODEL, "prompt": "x", "max_tokens": 2, "min_tokens": 5}, 400, "min_tokens"),
+        ({"model": MODEL, "prompt": "x", "logprobs": 1000000}, 400, "logprobs"),  # vLLM's max: 20
+        ({"model": MODEL, "prompt": "x", "logprobs": "all"}, 400, "logprobs"),
     ],
 )
 def test_bad_requests_get_openai_errors(server, body, status, param) -> None:

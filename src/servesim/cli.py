@@ -130,6 +130,7 @@ def run_simulate(
     """Resolve the scenario, simulate, report, write outputs; returns the ``Result``."""
     from servesim import sim
     from servesim.config import load_scenario
+    from servesim.errors import naming_file
     from servesim.metrics.console import print_summary
     from servesim.metrics.output import write_outputs
     from servesim.metrics.summary import summarize
@@ -140,9 +141,10 @@ def run_simulate(
     stream_to = None
     if output is not None:
         stream_to = output if output.is_dir() else output.parent if output.parent.is_dir() else None
-    result = sim.simulate(
-        scenario, progress=progress, stream_steps_to=stream_to, steps_format=str(records_format)
-    )
+    with naming_file(None if scenario_path is None else str(scenario_path)):
+        result = sim.simulate(
+            scenario, progress=progress, stream_steps_to=stream_to, steps_format=str(records_format)
+        )
     if not result.summary:
         result.summary = summarize(result)
     paths: list[Path] = []

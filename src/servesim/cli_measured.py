@@ -6,6 +6,7 @@ them on its app; like every command they only parse options and call one typed f
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -234,6 +235,8 @@ def validate(
     mean's error passes --threshold).
     """
     with _user_errors():
+        if threshold is not None and not (threshold > 0 and math.isfinite(threshold)):
+            raise ServesimError(f"--threshold: expected a percentage > 0, found {threshold:g}")
         if open_loop:
             from servesim.validate.openloop import run_checks as open_loop_checks
 

@@ -42,7 +42,7 @@ from servesim.config import (
     resolve_engine,
     resolve_kv_offload,
 )
-from servesim.errors import ConfigError, ServesimError
+from servesim.errors import CatalogError, ConfigError, ServesimError
 from servesim.perf.base import PerfModel
 from servesim.perf.memory import MemoryPlan, plan_memory
 
@@ -215,13 +215,20 @@ def resolve_deployment(
     """
     from servesim.perf.factory import build_step_model
 
-    model = model or load_model(sc.model.name, sc.model.dtype)
+    model = model or scenario_model(sc)
     if profile is None:
         profile = load_profile(sc)
     if pool is None:
         pool = as_cluster(sc).pools[0]
     gpu_name = pool.gpu if pool.gpu is not None else sc.hardware.gpu
-    gpu = profile.resolve_gpu(gpu_name) if profile else get_gpu(gpu_name)
+    if profile:
+        gpu = profile.resolve_gpu(gpu_name)
+    else:
+        try:
+            gpu = get_gpu(gpu_name)
+        except CatalogError as err:
+            field = f"cluster.pools[{pool.name}].gpu" if pool.gpu is not None else "hardware.gpu"
+            raise ConfigError(f"{field}: {err}") from None
     par = pool.parallel or sc.parallel
     eng = pool.engine or sc.engine
     found = []
@@ -252,6 +259,13 @@ def resolve_deployment(
         f"cluster.pools[{pool.name}].parallel" if pool.parallel else "parallel",
         f"cluster.pools[{pool.name}].engine" if pool.engine else "engine",
     )
+    check_moe_backend(model, gpu, engine, f"cluster.pools[{pool.name}].engine" if pool.engine else "engine")
+    check_offload_tier(
+        engine,
+        plan.kv_bytes_per_block,
+        par.tensor_parallel_size * par.pipeline_parallel_size,
+        f"cluster.pools[{pool.name}].engine" if pool.engine else "engine",
+    )
     links = pool_links(gpu, pool.links)
     perf: PerfModel = (
         profile.perf_model(model, gpu, par, sc.model, links=links)
@@ -280,6 +294,82 @@ def resolve_deployment(
     )
 
 
+def check_moe_backend(model: ModelSpec, gpu: GpuSpec, engine: ResolvedEngine, where: str) -> None:
+    """Refuse an ``engine.moe_backend`` forced where vLLM has no such kernel: FlashInfer's
+    TRTLLM-gen MoE on a GPU other than Blackwell (SM 10.x, ``fused_moe/oracle``'s
+    ``is_device_capability_family(100)``), its MXFP8-activation variant for experts that are
+    not MXFP4, DeepGEMM's grouped GEMM for experts that are not block-FP8 or off SM 9.0/10.0
+    (``_valid_deep_gemm``), FlashInfer's CUTLASS MoE below SM 9.0. A dense model has no
+    routed experts: the setting does nothing there, as vLLM's."""
+    from servesim.perf.execution_path import sm_of, weight_format
+
+    backend = engine.moe_backend
+    if backend == "auto" or not model.is_moe:
+        return
+    sm, fmt = sm_of(gpu), weight_format(model)
+    on = f"{gpu.name} (SM {sm / 10:.1f})" if sm is not None else f"{gpu.name} (not an NVIDIA GPU)"
+    why = ""
+    # per-tensor FP8 on SM 9.0 keeps it: the FP8 selection before vLLM 0.16 sends
+    # VLLM_USE_FLASHINFER_MOE_FP8=1 with the latency backend there (execution_path._fp8)
+    hopper_fp8 = backend == "flashinfer_trtllm" and fmt == "fp8" and sm == 90
+    if (
+        backend in ("flashinfer_trtllm", "flashinfer_mxfp4_mxfp8")
+        and not (sm and 100 <= sm < 110)
+        and not hopper_fp8
+    ):
+        why = f"FlashInfer's TRTLLM-gen MoE runs on Blackwell (SM 10.x) only, not on {on}"
+    elif backend == "flashinfer_mxfp4_mxfp8" and fmt != "mxfp4":
+        why = f"MXFP8 activations are for MXFP4 experts; {model.name}'s experts are {fmt}"
+    elif backend == "deep_gemm" and (fmt != "fp8_block" or sm not in (90, 100)):
+        why = f"DeepGEMM's MoE runs block-FP8 experts on SM 9.0 or 10.0; here {fmt} experts on {on}"
+    elif backend == "flashinfer_cutlass" and not (sm and sm >= 90):
+        why = f"FlashInfer's CUTLASS MoE needs SM 9.0 or newer, not {on}"
+    if why:
+        raise ConfigError(f"{where}.moe_backend: {backend}: {why}; expected auto or a kernel vLLM runs there")
+
+
+def check_offload_tier(engine: ResolvedEngine, kv_bytes_per_block: float, num_gpus: int, where: str) -> None:
+    """Refuse an offload tier too small for one offloaded block of the replica (every GPU's
+    shard of it, as ``engine.kv_offload`` sizes the tier): it would offload nothing."""
+    off = engine.kv_offload
+    if not off.enabled or kv_bytes_per_block <= 0:
+        return
+    tokens = off.tier_block_size(engine.block_size)
+    whole = kv_bytes_per_block * (tokens // engine.block_size) * num_gpus
+    for tier, gib in (("cpu_size_gib", off.cpu_size_gib), ("disk_size_gib", off.disk_size_gib)):
+        if 0 < gib * (1 << 30) < whole:
+            raise ConfigError(
+                f"{where}.kv_offload.{tier}: {gib:g} GiB holds no offloaded block of {tokens} tokens "
+                f"({whole / (1 << 20):,.1f} MiB over the replica's {num_gpus} GPU(s)); expected at "
+                f"least {whole / (1 << 30):.3g} GiB"
+            )
+
+
+def scenario_model(sc: Scenario) -> ModelSpec:
+    """The scenario's ``model.name``, loaded; an unknown name or unreadable config.json is
+    an error naming the field."""
+    try:
+        return load_model(sc.model.name, sc.model.dtype)
+    except CatalogError as err:
+        raise ConfigError(f"model.name: {err}") from None
+
+
+def default_model_name(sc: Scenario, deps: list[Deployment]) -> str:
+    """The served name a request that names no model goes to: ``model.name`` when a pool
+    serves that name, else the one served name of the pools that load the same base model
+    (``model.name: meta-llama/Llama-3.1-8B`` beside a pool written ``model: Llama-3.1-8B``),
+    else ``model.name`` (such requests are rejected: no pool serves it)."""
+    name = sc.model.name
+    if any(d.served_model == name for d in deps):
+        return name
+    try:
+        base = load_model(name, sc.model.dtype).name
+    except ServesimError:
+        return name
+    same = list(dict.fromkeys(d.served_model for d in deps if d.model.name == base))
+    return same[0] if len(same) == 1 else name
+
+
 def served_model(sc: Scenario, pool: PoolConfig) -> str:
     """The name requests give to reach ``pool`` (the OpenAI API's ``model`` field): its
     ``served_model_name``, else its model as written, else the scenario's ``model.name``, as
@@ -301,12 +391,13 @@ def resolve_deployments(sc: Scenario) -> list[Deployment]:
     for p in cluster.pools:
         name = p.model or sc.model.name
         if name not in models:
-            try:
-                models[name] = load_model(name, sc.model.dtype)
-            except ServesimError as err:
-                if p.model is None:
-                    raise
-                raise ConfigError(f"cluster.pools[{p.name}].model: {err}") from None
+            if p.model is None:
+                models[name] = scenario_model(sc)
+            else:
+                try:
+                    models[name] = load_model(name, sc.model.dtype)
+                except ServesimError as err:
+                    raise ConfigError(f"cluster.pools[{p.name}].model: {err}") from None
         deps.append(resolve_deployment(sc, p, model=models[name], profile=profile))
     check_models(cluster, deps)
     for pool, d in zip(cluster.pools, deps):

@@ -25,6 +25,7 @@ from servesim.config import EngineConfig, PoolConfig, Scenario
 from servesim.deployment import (
     Deployment,
     as_cluster,
+    default_model_name,
     resolve_deployment,
     resolve_deployments,
     resolved_scenario,
@@ -101,6 +102,7 @@ def simulate_cluster(
     cluster = as_cluster(sc)
     pools = [pool_spec(d, sc.run.reference) for d in deps]
     wl = load_workload(sc.workload, sc.run.seed)
+    note_adapters_without_lora(wl, deps)
     tenants = scenario_tenants(sc, wl)
     # The engine the tenants' figures name (VTC's weights, the policy): the first pool's.
     engine = deps[0].engine
@@ -130,7 +132,7 @@ def simulate_cluster(
                 slo=sc.slo,
                 tenants=tenants if tenants is not None and (sc.tenants or vtc) else None,
                 step_series=series,
-                default_model=sc.model.name,
+                default_model=default_model_name(sc, deps),
             )
     except BaseException:
         if series is not None:
@@ -159,10 +161,33 @@ def simulate_cluster(
     return result
 
 
+def note_adapters_without_lora(wl: Workload, deps: list[Deployment]) -> None:
+    """A notice when the trace's requests name LoRA adapters (its ``adapter`` or ``lora``
+    column) and no pool serves any (``engine.lora`` off): they run on the base model, where
+    a vLLM server without ``--enable-lora`` would answer 404 to a request naming one."""
+    if wl.adapter is None or any(d.engine.lora.enabled for d in deps):
+        return
+    count = int((np.asarray(wl.adapter) >= 0).sum())
+    if count == 0:
+        return
+    names = list(wl.meta.get("adapter_names") or [])
+    wl.meta.setdefault("notices", []).append(
+        {
+            "code": "adapters_without_lora",
+            "source": wl.source or "workload",
+            "count": count,
+            "message": f"{count:,} of {len(wl):,} requests name a LoRA adapter "
+            f"({', '.join(map(repr, names[:3]))}{', ...' if len(names) > 3 else ''}) but engine.lora "
+            "is off: they run on the base model (set engine.lora.enabled with the adapters to "
+            "serve them)",
+        }
+    )
+
+
 def model_record(sc: Scenario, wl: Workload, deps: list[Deployment]) -> dict[str, Any] | None:
     """What the summary needs of a run of several models (``metrics.models``; None: the
     cluster serves one model and no request names one): each row's model name id (-1: it
-    gave none, the scenario's ``model.name``), the names, and each served model's pools."""
+    gave none: ``deployment.default_model_name``), the names, and each served model's pools."""
     served = list(dict.fromkeys(d.served_model for d in deps))
     if len(served) < 2 and wl.model is None:
         return None
@@ -173,7 +198,7 @@ def model_record(sc: Scenario, wl: Workload, deps: list[Deployment]) -> dict[str
         )
     return {
         "name_id": np.full(len(wl), -1, np.int64) if wl.model is None else np.asarray(wl.model, np.int64),
-        "names": [*map(str, wl.meta.get("model_names", [])), sc.model.name],
+        "names": [*map(str, wl.meta.get("model_names", [])), default_model_name(sc, deps)],
         "served": served,
         "model": {d.served_model: d.model.name for d in deps},
         "pools": pools,

@@ -67,6 +67,16 @@ class RateProfileConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> RateProfileConfig:
+        # A field of the other shape is not read: say so rather than ignore it (compared with
+        # its default, so that a whole dump of the config validates again).
+        unread = ("points", "interpolation") if self.shape == "diurnal" else ("peak", "trough", "peak_at_s")
+        fields = type(self).model_fields
+        given = [f for f in unread if getattr(self, f) != fields[f].get_default(call_default_factory=True)]
+        if given:
+            raise ValueError(
+                f"{', '.join(given)}: not read with shape {self.shape} (a field of shape "
+                f"{'points' if self.shape == 'diurnal' else 'diurnal'}); remove it or set that shape"
+            )
         if self.shape == "diurnal":
             if self.trough > self.peak:
                 raise ValueError(f"expected trough <= peak, found trough={self.trough} > peak={self.peak}")

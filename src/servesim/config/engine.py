@@ -52,6 +52,65 @@ VLLM_ENV_VARS = (
     "VLLM_MOE_USE_DEEP_GEMM",
     "VLLM_ATTENTION_BACKEND",
 )
+#: The values vLLM's ``envs.py`` accepts for the two variables that are not switches (every
+#: other one is read as ``bool(int(value))``, so "true" or "yes" stops the server):
+#: ``VLLM_FLASHINFER_MOE_BACKEND`` (``env_with_choices``) and ``VLLM_ATTENTION_BACKEND``, a
+#: member name of the attention backend enum (``vllm/v1/attention/backends/registry.py``
+#: ``AttentionBackendEnum``, v0.11+; ``vllm/platforms/interface.py`` ``_Backend`` before, whose
+#: V1 names end in _VLLM_V1), looked up by exact name.
+VLLM_ENV_CHOICES: dict[str, tuple[str, ...]] = {
+    "VLLM_FLASHINFER_MOE_BACKEND": ("throughput", "latency", "masked_gemm"),
+    "VLLM_ATTENTION_BACKEND": (
+        "FLASH_ATTN",
+        "FLASH_ATTN_DIFFKV",
+        "TRITON_ATTN",
+        "FLASHINFER",
+        "FLASHINFER_MLA",
+        "FLASHINFER_MLA_SPARSE",
+        "TRITON_MLA",
+        "CUTLASS_MLA",
+        "FLASHMLA",
+        "FLASHMLA_SPARSE",
+        "FLASH_ATTN_MLA",
+        "FLEX_ATTENTION",
+        "TREE_ATTN",
+        "TORCH_SDPA",
+        "XFORMERS",
+        "NO_ATTENTION",
+        "CPU_ATTN",
+        "ROCM_ATTN",
+        "ROCM_AITER_FA",
+        "ROCM_AITER_MLA",
+        "ROCM_AITER_TRITON_MLA",
+        "ROCM_AITER_MLA_SPARSE",
+        "ROCM_AITER_UNIFIED_ATTN",
+        "FLASH_ATTN_VLLM_V1",
+        "TRITON_ATTN_VLLM_V1",
+        "FLASHINFER_VLLM_V1",
+        "FLASHMLA_VLLM_V1",
+        "TRITON_MLA_VLLM_V1",
+        "TORCH_SDPA_VLLM_V1",
+        "ROCM_AITER_MLA_VLLM_V1",
+    ),
+}
+
+
+def _check_env_value(name: str, value: Any) -> None:
+    """``value`` as vLLM's ``envs.py`` reads ``name`` (``VLLM_ENV_CHOICES``; else an integer
+    string, non-zero for on), or a ValueError naming both."""
+    choices = VLLM_ENV_CHOICES.get(name)
+    if choices is not None:
+        if str(value) not in choices:
+            raise ValueError(f"{name}={value!r}: expected one of {', '.join(choices)} (as vLLM reads it)")
+        return
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"{name}={value!r}: expected '1' or '0' (vLLM reads it as bool(int(value)))")
+    try:
+        int(value)
+    except ValueError:
+        raise ValueError(
+            f"{name}={value!r}: expected '1' or '0' (vLLM reads it as bool(int(value)) and would not start)"
+        ) from None
 
 
 #: Scheduler families (docs/policies.md), the values of ``EngineConfig.policy``.
@@ -232,7 +291,10 @@ class EngineConfig(_Strict):
             "activations, VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1), flashinfer_trtllm, flashinfer_cutlass "
             "(timed from the Triton or TRTLLM-gen table of the same bytes and FLOPs: no table of its own), "
             "deep_gemm (block-FP8: Triton's table carried to DeepGEMM's 128-row expert blocks from 128 "
-            "tokens a step) or triton (Triton's fused_experts / matmul_ogs, the packed tables)."
+            "tokens a step) or triton (Triton's fused_experts / matmul_ogs, the packed tables). A kernel "
+            "forced where vLLM has none is refused: TRTLLM-gen off Blackwell, MXFP8 activations for "
+            "other than MXFP4 experts, DeepGEMM for other than block-FP8 on SM 9.0/10.0, FlashInfer "
+            "CUTLASS below SM 9.0 (deployment.check_moe_backend)."
         ),
         json_schema_extra={
             "vllm": "VLLM_MXFP4_USE_MARLIN=1, VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1, "
@@ -391,6 +453,8 @@ class EngineConfig(_Strict):
         bad = sorted({str(k) for k, _ in pairs} - set(VLLM_ENV_VARS))
         if bad:
             raise ValueError(f"{', '.join(bad)} not modelled; expected some of {', '.join(VLLM_ENV_VARS)}")
+        for k, val in pairs:
+            _check_env_value(str(k), val)
         return tuple(sorted((str(k), str(val)) for k, val in pairs))
 
     @field_validator("block_size")

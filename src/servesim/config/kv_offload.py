@@ -10,7 +10,7 @@ together) and ``--kv-offloading-backend native|lmcache`` (``vllm/config/cache.py
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -26,7 +26,9 @@ class KVOffloadConfig(_Strict):
     backend: Literal["none", "native", "lmcache"] = Field(
         "none",
         description=(
-            "none: no offloading; native: vLLM's OffloadingConnector (CPU tier, blocks stored as they "
+            "none: no offloading (the default without cpu_size_gib; a cpu_size_gib without a backend "
+            "is native, vLLM's default --kv-offloading-backend); native: vLLM's OffloadingConnector "
+            "(CPU tier, blocks stored as they "
             "are computed, loads asynchronous: the request waits, others run); lmcache: LMCache's "
             "connector (CPU and optional disk tiers, prompt chunks stored, loads inside the step)."
         ),
@@ -83,6 +85,20 @@ class KVOffloadConfig(_Strict):
             "read, about 7 GB/s spec, 6.5 sustained)."
         ),
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _size_alone_offloads_natively(cls, data: Any) -> Any:
+        """A size without a backend offloads with vLLM's default backend, native
+        (``CacheConfig.kv_offloading_backend = "native"``: ``--kv-offloading-size`` alone turns
+        offloading on); ``backend: none`` written out keeps it off whatever the size."""
+        if not isinstance(data, dict) or "backend" in data:
+            return data
+        try:
+            size = float(data.get("cpu_size_gib") or 0.0)
+        except (TypeError, ValueError):
+            return data  # the field's own validation names it
+        return {**data, "backend": "native"} if size > 0 else data
 
     @model_validator(mode="after")
     def _check(self) -> KVOffloadConfig:

@@ -97,7 +97,11 @@ class LoraConfig(_Strict):
     num_adapters: int = Field(
         0,
         ge=0,
-        description="Without adapters: this many adapters named lora-1, lora-2, ... of rank adapter_rank.",
+        le=100_000,
+        description=(
+            "Without adapters: this many adapters named lora-1, lora-2, ... of rank adapter_rank "
+            "(at most 100,000: each is a named record of the run)."
+        ),
     )
     adapter_rank: int | None = Field(
         None,
@@ -119,7 +123,7 @@ class LoraConfig(_Strict):
         le=1,
         description="popularity: the share of requests that use the base model (no adapter).",
     )
-    seed: int = Field(0, description="Seed of the adapters' draws.")
+    seed: int = Field(0, ge=0, description="Seed of the adapters' draws.")
     disk_gb_per_s: float = Field(
         2.0,
         gt=0,

@@ -337,7 +337,7 @@ class TraceWorkload(_Strict):
             "probability share / sum of shares (numpy default_rng(tenant_seed), in row order)."
         ),
     )
-    tenant_seed: int = Field(0, description="tenant_shares: the seed of the draw.")
+    tenant_seed: int = Field(0, ge=0, description="tenant_shares: the seed of the draw.")
 
     @model_validator(mode="after")
     def _check_shares(self) -> TraceWorkload:

@@ -168,6 +168,8 @@ class PlanConfig(_Strict):
                 raise ValueError(f"{name}: expected values of at least 1 (or null for vLLM's default)")
         if self.kv_offloading_size_gib is not None and any(x < 0 for x in self.kv_offloading_size_gib):
             raise ValueError("kv_offloading_size_gib: expected sizes of at least 0 GiB (0: no offloading)")
+        if self.max_loras is not None and any(x < 1 for x in self.max_loras):
+            raise ValueError("max_loras: expected slot counts of at least 1 (vLLM's --max-loras)")
         return self
 
     def ratios(self) -> list[tuple[int, int]]:

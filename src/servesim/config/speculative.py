@@ -41,4 +41,4 @@ class SpeculativeConfig(_Strict):
         json_schema_extra={"unit": "ratio"},
         description=("Time of one draft-model decode step as a fraction of the target's decode step."),
     )
-    seed: int = Field(0, description="Seed of the acceptance draws.")
+    seed: int = Field(0, ge=0, description="Seed of the acceptance draws.")

@@ -21,6 +21,7 @@ from servesim.engine.lazy import LazyScheduler
 from servesim.engine.replica import Replica
 from servesim.engine.request import Request
 from servesim.engine.scheduler import Scheduler, SchedulerConfig
+from servesim.errors import ConfigError
 from servesim.metrics.records import ItlSamples, OffloadTotals, ReplicaTotals, StepSeries
 from servesim.perf.base import PerfModel
 from servesim.workload.base import Workload
@@ -152,7 +153,11 @@ def offload_scheduler(
     if engine.kv_offload.host_gb_per_s is None:
         raise ValueError("kv_offload needs host_gb_per_s (resolve_kv_offload sets the GPU's host link)")
     if wl is not None and wl.num_samples is not None and int(wl.num_samples.max(initial=1)) > 1:
-        raise ValueError("kv_offload is not modelled with parallel sampling (n > 1)")
+        raise ConfigError(
+            f"workload.n: {int(wl.num_samples.max())} parallel samples per request are not modelled "
+            "with engine.kv_offload (its stores follow one sequence per request); expected n: 1, or "
+            "kv_offload.backend: none"
+        )
     totals.offload = OffloadTotals()
     return OffloadScheduler(
         cfg, kv, engine.kv_offload, loop, kv_bytes_per_block, totals.num_gpus, totals.offload

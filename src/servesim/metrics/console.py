@@ -362,7 +362,15 @@ def _trust_lines(s: dict[str, Any], grid: Table) -> None:
         )
         if h.get("api_server_fraction") is not None:
             text += f"; API server {_pct(h['api_server_fraction'])} busy"
-        if h["load_fraction"] is not None:
+        if h.get("per_model"):  # several models: each its own capacity (metrics.headroom)
+            text += "; load " + ", ".join(
+                f"{m['model']} {_pct(m['load_fraction'])} of ~{_num(m['capacity_requests_per_s'])} req/s"
+                if m["load_fraction"] is not None
+                else f"{m['model']} -"
+                for m in h["per_model"]
+            )
+            text += " sustainable, each model on its own pools"
+        elif h["load_fraction"] is not None:
             limits = sorted({p["limited_by"].replace("_", " ") for p in h["per_replica"]})
             text += (
                 f"; load {_pct(h['load_fraction'])} of ~{_num(h['capacity_requests_per_s'])} req/s "

@@ -33,6 +33,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from servesim.metrics.records import PoolDeployment, RequestRecords, RequestStatus, Result
 from servesim.perf.base import BatchStats, step_wall_s
 
@@ -116,6 +118,8 @@ def headroom(
     rec = result.records
     done = rec.status == RequestStatus.FINISHED
     cached = float(rec.num_cached_tokens[done].mean()) if done.any() else 0.0
+    if result.models is not None and len(result.models["served"]) > 1:
+        return {**out, **_per_model(result, served_output_tps)}
     per = [sustainable_rate(d, mean_prompt, mean_output, cached) for d in deps]
     if any(p is None for p in per):
         tokens = mean_prompt + mean_output
@@ -132,6 +136,63 @@ def headroom(
     out["capacity_requests_per_s"] = cap / mean_output
     out["load_fraction"] = served_output_tps / cap if served_output_tps is not None and cap else None
     return out
+
+
+def _per_model(result: Result, served_output_tps: float | None) -> dict[str, Any]:
+    """Headroom of a cluster of several models: a model's requests run on its own pools only,
+    so the load of one is not carried by another's idle replicas, and one capacity for the
+    mix would be the sum of rates no request can move between. Each model gets the steady
+    state of its pools at its own requests' mean lengths and its share of the served output
+    tokens; the run's ``load_fraction`` is the busiest model's (where headroom ends first)."""
+    m = result.models
+    assert m is not None
+    rec = result.records
+    ids = np.asarray(m["name_id"], np.int64)[len(m["name_id"]) - len(rec) :]
+    names: list[str] = m["names"]
+    done = rec.status == RequestStatus.FINISHED
+    served = rec.status != RequestStatus.REJECTED
+    total_out = float(rec.num_output_tokens[done].sum())
+    by_pool = {d.name: d for d in result.deployments}
+    per_replica: list[dict[str, Any]] = []
+    per_model: list[dict[str, Any]] = []
+    for name in m["served"]:
+        mine = np.isin(ids, [k if k < len(names) - 1 else -1 for k, n in enumerate(names) if n == name])
+        row: dict[str, Any] = {
+            "model": name,
+            "capacity_requests_per_s": None,
+            "capacity_output_tokens_per_s": None,
+            "load_fraction": None,
+        }
+        per_model.append(row)
+        if not (mine & done).any():
+            continue
+        prompt = float(rec.num_prompt_tokens[mine & served].mean())
+        output = float(rec.num_output_tokens[mine & done].mean())
+        cached = float(rec.num_cached_tokens[mine & done].mean())
+        deps = [by_pool[p["name"]] for p in m["pools"].get(name, [])]
+        rates = [sustainable_rate(d, prompt, output, cached) for d in deps]
+        if not deps or any(r is None for r in rates):
+            continue
+        per_replica += [{"pool": d.name, "model": name, **r} for d, r in zip(deps, rates) if r is not None]
+        cap = sum(r["output_tokens_per_s"] * _replicas_held(result, d) for d, r in zip(deps, rates) if r)
+        tps = (
+            None
+            if served_output_tps is None or total_out <= 0
+            else (served_output_tps * float(rec.num_output_tokens[mine & done].sum()) / total_out)
+        )
+        row.update(
+            capacity_requests_per_s=cap / output,
+            capacity_output_tokens_per_s=cap,
+            load_fraction=tps / cap if tps is not None and cap else None,
+        )
+    loads = [r["load_fraction"] for r in per_model if r["load_fraction"] is not None]
+    return {
+        "load_fraction": max(loads) if loads else None,
+        "capacity_note": "several models: capacity is per model (a model's requests run on its own "
+        "pools only); the load is the busiest model's",
+        "per_replica": per_replica,
+        "per_model": per_model,
+    }
 
 
 def _replicas_held(result: Result, dep: PoolDeployment) -> float:

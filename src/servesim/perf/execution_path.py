@@ -168,10 +168,11 @@ def weight_format(model: ModelSpec) -> str:
 
 
 def _flag(env: dict[str, str], name: str) -> bool | None:
-    """An environment variable as vLLM's ``envs`` reads a boolean (None: unset)."""
+    """An environment variable as vLLM's ``envs`` reads a boolean, ``bool(int(value))``
+    (None: unset; ``engine.vllm_env`` holds integer strings only)."""
     if name not in env:
         return None
-    return env[name].strip().lower() in ("1", "true")
+    return bool(int(env[name]))
 
 
 def _mxfp4(v: tuple[int, ...], sm: int, env: dict[str, str]) -> Choice:

@@ -344,6 +344,13 @@ def find_capacity(
         lo, hi = (p, hi) if p.meets else (None, p)
         report(p)
     while hi is None and (max_rate is None or lo.rate_rps < max_rate):  # double until one misses
+        if len(probes) >= MAX_PROBES:
+            raise ConfigError(
+                f"capacity: every rate tried meets the SLO targets, up to {lo.rate_rps:.4g} {knob.unit} "
+                f"({len(probes)} probes): a run of {lo.num_requests:,} requests does not load the "
+                "deployment at any rate; give more requests (workload.num_requests or duration_s) "
+                "or --max-rate"
+            )
         p = probe(step * lo.rate_rps if max_rate is None else min(step * lo.rate_rps, max_rate))
         lo, hi = (p, None) if p.meets else (lo, p)
         report(p)

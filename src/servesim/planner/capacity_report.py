@@ -258,7 +258,7 @@ def run_capacity(
     import json
 
     from servesim.config import load_scenario
-    from servesim.errors import ConfigError, ServesimError
+    from servesim.errors import CatalogError, ConfigError, DoesNotFitError, ServesimError, WorkloadError
     from servesim.planner.capacity import MAX_SEEDS, CapacityNotFound, find_capacity, seed_spread, stabilize
 
     if not 1 <= seeds <= MAX_SEEDS:
@@ -295,9 +295,12 @@ def run_capacity(
                 cap.spread = seed_spread(
                     cap, seeds, max_rate=max_rate, min_rate=min_rate, early_stop=early_stop
                 )
-    except ConfigError as err:  # the scenario cannot be searched: name its file
+    except (ConfigError, WorkloadError, CatalogError, DoesNotFitError) as err:
+        # the scenario cannot be searched or run: name its file
         where = str(scenario_path) if scenario_path is not None else "<default scenario>"
-        raise ConfigError(f"{where}: {err}") from None
+        if where in str(err):
+            raise
+        raise type(err)(f"{where}: {err}") from None
     except CapacityNotFound as err:
         if not (quiet or json_out):
             console.print(probes_table(err.probes, "the workload's rate", err.unit))

@@ -21,7 +21,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from servesim.errors import ConfigError
+from servesim.errors import ConfigError, naming_file
 from servesim.planner.search import Evaluated, PlanResult
 
 #: vLLM's KV connector for disaggregated prefill/decode (NIXL; each side is kv_both and the
@@ -407,15 +407,16 @@ def plan_command(
             )
     start, bar = progress_display(progress and not json_out)
     try:
-        result = run_plan(
-            base,
-            plan,
-            backend=backend_named(backend),
-            workers=workers,
-            address=address,
-            cache_dir=cache or output,
-            progress=start,
-        )
+        with naming_file(None if plan_file is None else str(plan_file)):
+            result = run_plan(
+                base,
+                plan,
+                backend=backend_named(backend),
+                workers=workers,
+                address=address,
+                cache_dir=cache or output,
+                progress=start,
+            )
     finally:
         if bar is not None:
             bar.stop()

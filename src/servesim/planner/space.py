@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from servesim.config import KVOffloadConfig, ParallelConfig, Scenario, scenario_from_dict
 from servesim.config.cluster import PoolRole
 from servesim.config.files import read_scenario_file
@@ -308,6 +310,11 @@ def enumerate_candidates(base: Scenario, plan: PlanConfig) -> list[Candidate]:
                 "plan.max_loras: the scenario serves no LoRA adapters (set engine.lora.enabled)"
             )
         axes["max_loras"] = plan.max_loras
+    if eng.lora.enabled and any(x > 0 for x in axes["kv_offloading_size_gib"]):
+        raise ConfigError(
+            "plan.kv_offloading_size_gib: KV offloading is not modelled with engine.lora (LoRA "
+            "adapters), so no such candidate can run; expected [0], or a scenario without LoRA"
+        )
     routers = plan.routers or [base.cluster.router if base.cluster else "round_robin"]
     shown = tuple(k for k, v in axes.items() if len(v) > 1) + (("router",) if len(routers) > 1 else ())
     out: list[Candidate] = []
@@ -351,7 +358,14 @@ def candidate_scenario(
         n = knobs["max_loras"]
         cpu = base.engine.lora.max_cpu_loras
         engine_upd["lora"] = {**lora, "max_loras": n, **({"max_cpu_loras": max(cpu, n)} if cpu else {})}
-    engine = base.engine.model_validate({**base.engine.model_dump(exclude_unset=True), **engine_upd})
+    try:
+        engine = base.engine.model_validate({**base.engine.model_dump(exclude_unset=True), **engine_upd})
+    except ValidationError as err:  # a combination of the plan's values the engine refuses
+        tried = ", ".join(f"{k}={v}" for k, v in knobs.items() if k != "router")
+        raise ConfigError(
+            f"plan: the candidate with {tried}: "
+            + format_validation_error(err, "engine", type(base.engine)).split(": ", 1)[1]
+        ) from None
 
     def par(p: PoolShape) -> ParallelConfig:
         return base.parallel.model_copy(

@@ -104,6 +104,27 @@ def _rows_to_columns(path: Path, doc: Any) -> Columns:
     return out
 
 
+#: Columns a report reads that the writing command always writes (``planner.output``'s
+#: candidates table; ``validate.silicon_results``' runs table): a table without them is not
+#: that command's, and its report would be empty sections.
+PLAN_COLUMNS = ("id", "status", "usd_per_hour", "meets_slo")
+SILICON_COLUMNS = ("group", "measured_ttft_ms", "predicted_ttft_ms", "measured_tpot_ms", "predicted_tpot_ms")
+
+
+def _check_columns(
+    folder: Path, stem: str, cols: Columns | None, needed: tuple[str, ...], writer: str
+) -> None:
+    if not cols:  # no table, or a JSON list of no rows (which names no columns)
+        return
+    missing = [c for c in needed if c not in cols]
+    if missing:
+        name = next(f"{stem}{x}" for x in (".parquet", ".csv", ".json") if (folder / f"{stem}{x}").is_file())
+        raise ServesimError(
+            f"{folder / name}: not a {writer} table (no column {', '.join(missing)}; found "
+            f"{', '.join(list(cols)[:8]) or 'none'})"
+        )
+
+
 def open_run_dir(path: Path | str) -> RunDir:
     """Read an output folder; a clear error when it is missing or holds none of the files."""
     path = Path(path)
@@ -129,6 +150,7 @@ def open_run_dir(path: Path | str) -> RunDir:
         or (path / "pareto.json").is_file()
     ):
         tables = {"candidates": read_table(path, "candidates")}
+        _check_columns(path, "candidates", tables["candidates"], PLAN_COLUMNS, "servesim plan")
         docs = {"pareto": read_json(path / "pareto.json")} if (path / "pareto.json").is_file() else {}
         return RunDir(path, "plan", tables={k: v for k, v in tables.items() if v is not None}, documents=docs)
     if (path / "capacity.json").is_file():
@@ -141,6 +163,7 @@ def open_run_dir(path: Path | str) -> RunDir:
         )
     if (path / "silicon_runs.csv").is_file():
         runs = read_table(path, "silicon_runs")
+        _check_columns(path, "silicon_runs", runs, SILICON_COLUMNS, "servesim validate --suite silicon")
         docs = {}
         if (path / "silicon_groups.json").is_file():
             docs["groups"] = read_json(path / "silicon_groups.json")

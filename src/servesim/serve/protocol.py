@@ -144,6 +144,32 @@ def _check_sampling(body: dict) -> None:
         raise ApiError(400, "stop must be a string or a list of strings", "stop")
 
 
+#: vLLM's ``--max-logprobs`` default: the most logprobs a request may ask for.
+MAX_LOGPROBS = 20
+
+
+def _check_logprobs(body: dict, chat: bool) -> None:
+    """Completions' ``logprobs`` (an integer) and chat's ``logprobs`` (a boolean) with
+    ``top_logprobs`` (an integer), within ``MAX_LOGPROBS`` as vLLM checks them; the answers
+    carry no logprobs (``logprobs: null``), as servesim samples no tokens."""
+    count = body.get("top_logprobs") if chat else body.get("logprobs")
+    name = "top_logprobs" if chat else "logprobs"
+    if chat and body.get("logprobs") is not None and not isinstance(body.get("logprobs"), bool):
+        raise ApiError(400, "logprobs must be a boolean", "logprobs")
+    if count is None:
+        return
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise ApiError(400, f"{name} must be an integer, got {json.dumps(count)}", name)
+    if not 0 <= count <= MAX_LOGPROBS:
+        raise ApiError(
+            400,
+            f"Requested sample logprobs of {count}, which is greater than max allowed: {MAX_LOGPROBS}"
+            if count > MAX_LOGPROBS
+            else f"{name} must be >= 0, got {count}",
+            name,
+        )
+
+
 def parse_request(
     raw: bytes, chat: bool, served_model: str, tokenizer: Tokenizer, seq: int, vocab_size: int | None = None
 ) -> ApiRequest:
@@ -164,6 +190,15 @@ def parse_request(
     _check_sampling(body)
     key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
     max_tokens = _int_field(body, key, None, 1)
+    min_tokens = body.get("min_tokens")
+    if max_tokens is not None and isinstance(min_tokens, int) and min_tokens > max_tokens:
+        # vLLM's SamplingParams._verify_args
+        raise ApiError(
+            400,
+            f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.",
+            "min_tokens",
+        )
+    _check_logprobs(body, chat)
     n = _int_field(body, "n", 1, 1)
     assert n is not None
     if n > MAX_N:

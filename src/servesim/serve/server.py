@@ -21,7 +21,7 @@ import uvicorn
 from servesim.cluster.pools import pool_spec
 from servesim.config import Scenario, load_scenario
 from servesim.deployment import as_cluster, resolve_deployments
-from servesim.errors import ServesimError
+from servesim.errors import ConfigError, ServesimError, naming_file
 from servesim.serve.app import bind, build_app, log
 from servesim.serve.driver import LiveSim
 from servesim.serve.protocol import Tokenizer
@@ -32,11 +32,23 @@ def live_sim(sc: Scenario, speed: float = 1.0) -> LiveSim:
     if not speed > 0:
         raise ServesimError(f"--speed: expected a number > 0, got {speed}")
     if sc.cluster is not None and sc.cluster.migration.enabled:
-        raise ServesimError(
+        raise ConfigError(
             "cluster.migration.enabled: live migration is not served (its watcher "
             "runs only while events are pending); set it to false, or use servesim simulate"
         )
     deps = resolve_deployments(sc)
+    served = list(dict.fromkeys(d.served_model for d in deps))
+    if len(served) > 1:  # the API answers to one model name (build_app's served model)
+        raise ConfigError(
+            f"cluster.pools: the pools serve {len(served)} models ({', '.join(served)}); servesim serve "
+            "answers to one model (a gateway in front of one server per model is not served): serve "
+            "each model's pools from a scenario of their own, or use servesim simulate"
+        )
+    if any(d.engine.lora.enabled for d in deps):  # requests cannot name an adapter
+        raise ConfigError(
+            "engine.lora.enabled: LoRA adapters are not served (a request cannot name one, and "
+            "/v1/models lists none); set it to false, or use servesim simulate"
+        )
     pools = [pool_spec(d, reference=True) for d in deps]
     sim = LiveSim(pools, as_cluster(sc), speed=speed, seed=sc.run.seed)
     sim.vocab_size = min(d.model.vocab_size for d in deps)
@@ -102,7 +114,8 @@ def run_serve(
 ) -> None:
     """Serve until interrupted (Ctrl-C)."""
     sc = load_scenario(scenario_path, overrides)
-    server, sock, sim = make_server(sc, host, port, speed)
+    with naming_file(None if scenario_path is None else str(scenario_path)):
+        server, sock, sim = make_server(sc, host, port, speed)
     with _status(progress, sim):
         server.run(sockets=[sock])
 

@@ -77,6 +77,18 @@ def read_result(path: Path) -> dict[str, Any]:
         )
     if is_lifecycle_file(doc):  # inference-perf's stage or summary file (validate.ip_bench)
         return doc
+    if isinstance(doc.get("benchmarks"), list):  # guidellm's report (benchmarks.json)
+        raise WorkloadError(
+            f"{path}: a guidellm report (benchmarks); --bench compares `vllm bench serve "
+            "--save-result` files and inference-perf lifecycle metrics, not guidellm's results "
+            "(its scenario file replays as workload: {type: guidellm, config: FILE})"
+        )
+    if "profile" in doc and "data" in doc:  # guidellm's scenario file
+        raise WorkloadError(
+            f"{path}: a guidellm scenario (profile, data), not a result; replay it as "
+            "workload: {type: guidellm, config: FILE}; --bench takes `vllm bench serve "
+            "--save-result` files and inference-perf lifecycle metrics"
+        )
     measured = [f"{s}_{m}_ms" for m in METRICS for s in STATS] + list(RATES)
     if not any(_number(doc.get(k)) is not None for k in measured):
         raise WorkloadError(

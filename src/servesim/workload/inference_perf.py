@@ -82,7 +82,7 @@ def read_config(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(
             f"{p}: expected a mapping with 'data' and 'load' sections (inference-perf's "
-            f"config), got a {type(data).__name__}"
+            f"config), got {'an empty file' if data is None else 'a ' + type(data).__name__}"
         )
     return data
 

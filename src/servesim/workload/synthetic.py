@@ -36,9 +36,16 @@ def generate_synthetic(cfg: SyntheticWorkload, seed: int = 0) -> Workload:
     arrival = arrival_times(cfg.arrival, cfg.num_requests, cfg.duration_s, arrival_rng)
     n = len(arrival)
     if n == 0:
+        profile = cfg.arrival.rate_profile
+        expected = (
+            ""
+            if profile is None or cfg.duration_s is None
+            else f" x arrival.rate_profile (expected arrivals "
+            f"{cfg.arrival.rate * float(RateProfile.from_config(profile).cumulative(cfg.duration_s)):.3g})"
+        )
         raise WorkloadError(
             f"workload: no arrival before duration_s={cfg.duration_s} at rate "
-            f"{cfg.arrival.rate}/s; raise duration_s or arrival.rate"
+            f"{cfg.arrival.rate}/s{expected}; raise duration_s or arrival.rate"
         )
     found: list[dict] = []  # notices: lengths clipped to [min, max]
     prompt = sample_lengths(cfg.prompt_len, n, prompt_rng, "workload.prompt_len", found)
@@ -199,7 +206,10 @@ def weibull_shape(cv: float) -> float:
 
 
 def _until(arrival: ArrivalConfig, duration_s: float, rng: np.random.Generator) -> np.ndarray:
-    """Arrivals before ``duration_s``: draw gaps in chunks until the clock passes it."""
+    """Arrivals before ``duration_s``: draw gaps in chunks until the clock passes it (none
+    when it is 0: a rate profile at multiplier 0 over the whole run, in operational time)."""
+    if duration_s <= 0:
+        return np.zeros(0)
     expected = duration_s * arrival.rate
     chunk = int(expected + 6.0 * math.sqrt(expected) * max(arrival.cv, 1.0)) + 16
     parts, last = [], 0.0
