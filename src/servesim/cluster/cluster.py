@@ -77,6 +77,16 @@ from servesim.workload.base import Workload
 # outstanding counts: their view is built without scanning each replica's queues.
 _LENGTH_ONLY = frozenset(ROUTERS[n] for n in ("round_robin", "random"))
 _OUTSTANDING_ONLY = frozenset(ROUTERS[n] for n in ("least_outstanding", "power_of_two"))
+# Routers whose view no run of decode steps changes (outstanding counts, queue lengths, prompt
+# tokens still to compute: a run admits and finishes nobody): they read a replica without
+# cutting its run in flight (``Replica.cut_run``); the others (KV usage, cached prefixes, the
+# step in flight) cut the run of each replica they read.
+_RUN_BLIND = _LENGTH_ONLY | _OUTSTANDING_ONLY | frozenset(ROUTERS[n] for n in ("least_work", "vllm_dp"))
+
+#: Cut runs (``Replica.cut_run``) where ``run_cluster`` may; False runs every cluster as before
+#: them, each arrival ending every replica's run (the reference tests/test_cut_runs.py holds
+#: the cut runs to).
+CUT_RUNS = True
 _NO_LOAD = ReplicaLoad()  # every entry of a length-only view (the routers do not read it)
 
 #: From this vLLM version ``vllm serve --data-parallel-size N`` starts N API-server
@@ -110,9 +120,14 @@ class Cluster:
         finishes_in_runs: bool = False,
         step_series: StepSeries | None = None,
         default_model: str = "",
+        cut_runs: bool = False,
     ) -> None:
         self.loop = loop
         self.wl = wl
+        # Arrivals are quiet events and each replica cuts its own run of decode steps when a
+        # request reaches it or a router reads it (``engine.replica``'s docstring): a replica's
+        # run no longer ends at every arrival of the cluster.
+        self.cut_runs = cut_runs
         self.cfg = cfg
         self.records = records
         # Every record is written through it (batched; ``finish_run`` flushes it).
@@ -186,6 +201,38 @@ class Cluster:
             groups = [[i for i, p in enumerate(self.pool_of) if p.name == name] for name in sorted(migrating)]
             self.migrator = Migrator(self, cfg.migration, [g for g in groups if len(g) > 1])
 
+    def own_arrivals(self, wl: Workload) -> None:
+        """Round robin over replicas that never change (no operations, no migration), every
+        arrival routed as it comes (one stage, one model, no tenants' gate, no staleness):
+        each replica knows when its next request arrives, so its runs of decode steps stop
+        there (``Replica.arrival_bound``) and go on through its finishes, which nobody
+        watches (the router reads no load, nothing is handed off or sent on a finish): each
+        replica then runs as a lone one does. ``wl``'s requests that the feeder rejects
+        (``rejection_reason``) are routed nowhere."""
+        if not (
+            self.cut_runs
+            and self.front_router is ROUTERS["round_robin"]
+            and not self.is_disagg
+            and self.models is None
+            and self.gate is None
+            and self.ops is None
+            and self.migrator is None
+            and self.on_done is None
+            and self.cfg.staleness_s == 0
+        ):
+            return
+        prompt = np.asarray(wl.num_prompt_tokens, dtype=np.int64)
+        output = np.asarray(wl.num_output_tokens, dtype=np.int64)
+        served = (prompt < self.max_model_len) & (
+            np.minimum(prompt + output, self.max_model_len) <= self.usable_tokens
+        )
+        times = np.asarray(wl.arrival_s, dtype=np.float64)[served]
+        n = len(self.front)
+        for p, i in enumerate(self.front):
+            rep = self.replicas[i]
+            rep.arrival_bound = _OwnArrivals(times[p::n], rep.totals)
+            rep.finishes_in_runs = True
+
     def _group_ranks(self, replicas: list[Replica], dp: int, own_servers: bool) -> None:
         """Each ``dp`` consecutive replicas are the DP ranks of one server: they step in
         lockstep; with ``own_servers`` each keeps its own API front end, else they share
@@ -250,6 +297,7 @@ class Cluster:
         )
         # (a lone replica's step ends cut no other replica's runs: they stay ordinary events)
         rep.quiet = self.quiet_steps and pool.role != "prefill" and not self.finishes_in_runs
+        rep.cut_runs = self.cut_runs
         self.max_model_len = min(self.max_model_len, pool.max_model_len)
         self.usable_tokens = min(self.usable_tokens, (pool.num_gpu_blocks - 1) * pool.engine.block_size)
         self.replicas.append(rep)
@@ -472,7 +520,11 @@ class Cluster:
             return [ReplicaLoad(out[i]) for i in ids]
         with_prefix = router is ROUTERS["prefix_affinity"]
         with_ttft = router is ROUTERS["predicted_ttft"]
-        return [replica_load(self.replicas[i], self.outstanding[i], req, with_prefix, with_ttft) for i in ids]
+        reps = self.replicas
+        if self.cut_runs and router not in _RUN_BLIND:
+            for i in ids:
+                reps[i].cut_run()  # the replica as it is now
+        return [replica_load(reps[i], self.outstanding[i], req, with_prefix, with_ttft) for i in ids]
 
     # ----------------------------------------------------------------- the end
 
@@ -526,6 +578,22 @@ class Cluster:
             scheduler=merged_counters(counters),
             rejected=dict(self.gate.rejected) if self.gate is not None else {},
         )
+
+
+class _OwnArrivals:
+    """When replica ``rep``'s next request arrives, where a round robin over a fixed set of
+    ``n`` replicas sends it the routed requests ``p, p + n, p + 2n, ...`` (``times``: their
+    arrivals): the next one after the ``num_routed`` it was sent (``Replica.arrival_bound``)."""
+
+    __slots__ = ("times", "totals")
+
+    def __init__(self, times: np.ndarray, totals: ReplicaTotals) -> None:
+        self.times = times
+        self.totals = totals
+
+    def __call__(self) -> float:
+        k = self.totals.num_routed
+        return float(self.times[k]) if k < len(self.times) else float("inf")
 
 
 def _child(rng: np.random.Generator) -> np.random.Generator:
@@ -638,6 +706,14 @@ def run_cluster(
         finishes_in_runs=lone,
         step_series=step_series,
         default_model=default_model,
+        # Open loop, several replicas (a lone one's arrivals are all its own), to the end (a
+        # run in flight at ``until_s`` would end later than its arrivals had ended it), and no
+        # migration (it moves requests at step ends).
+        cut_runs=CUT_RUNS
+        and not closed
+        and not lone
+        and until_s == float("inf")
+        and not cfg.migration.enabled,
     )
     ops = None
     if ops_cfg is not None:
@@ -646,6 +722,7 @@ def run_cluster(
     if closed:
         _closed_loop(cluster, wl).start()
     else:
+        cluster.own_arrivals(wl)
         ArrivalFeeder(
             wl,
             loop,
@@ -660,6 +737,7 @@ def run_cluster(
             cluster.usable_tokens if cluster.models is None else NO_LIMIT,
             0.0 if lone else cfg.staleness_s,  # a lone replica's view is never read
             cluster.on_look_ahead,
+            quiet=cluster.cut_runs,
         ).start()
     if cluster.migrator is not None:
         cluster.migrator.start()
