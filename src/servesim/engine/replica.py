@@ -171,6 +171,34 @@ class Replica:
             return
         self.on_engine_arrival(req)
 
+    def settle(self) -> None:
+        """This replica fails or stops now, a run perhaps in flight: its end, which would
+        stream the run's outputs and count its inter-token gaps, never comes. The steps that
+        ended by now are streamed by the API server and their gaps counted, as each step's
+        end would have."""
+        if self._run_out is not None:
+            self.cut_run()
+        run = self.run
+        if run is None:
+            return
+        now = self.loop.now
+        stream = self._run_stream
+        if stream is not None:
+            stream.upto(now, None)
+        if self.run_first_end_s > now or not run.segments:
+            return
+        n = run.segments[0][0]
+        self.itl.add(self.run_first_end_s - self.last_step_end_s, n)
+        t = self.run_first_end_s
+        ended: list[float] = []
+        for d in run.durations:
+            if t + d > now:
+                break
+            t += d
+            ended.append(d)
+        if ended:
+            self.itl.extend(ended, n)
+
     def on_engine_arrival(self, req: Request) -> None:
         """``req`` reaches the engine core's input queue."""
         if self._run_out is not None:
