@@ -197,6 +197,7 @@ class Cluster:
         self.on_done: Callable[[Request], None] | None = None
         self.num_handoffs = 0
         self.migrator: Migrator | None = None
+        self.own_turns = False  # round robin with each replica's arrivals known (``own_arrivals``)
         if migrating:
             groups = [[i for i, p in enumerate(self.pool_of) if p.name == name] for name in sorted(migrating)]
             self.migrator = Migrator(self, cfg.migration, [g for g in groups if len(g) > 1])
@@ -205,7 +206,7 @@ class Cluster:
         """Round robin over replicas that never change (no operations, no migration), every
         arrival routed as it comes (one stage, one model, no tenants' gate, no staleness):
         each replica knows when its next request arrives, so its runs of decode steps stop
-        there (``Replica.arrival_bound``) and go on through its finishes, which nobody
+        there (``Replica.own_arrival_s``) and go on through its finishes, which nobody
         watches (the router reads no load, nothing is handed off or sent on a finish): each
         replica then runs as a lone one does. ``wl``'s requests that the feeder rejects
         (``rejection_reason``) are routed nowhere."""
@@ -230,8 +231,22 @@ class Cluster:
         n = len(self.front)
         for p, i in enumerate(self.front):
             rep = self.replicas[i]
-            rep.arrival_bound = _OwnArrivals(times[p::n], rep.totals)
+            rep.own_arrival_s = times[p::n].copy()  # the p-th routed request, then every n-th
             rep.finishes_in_runs = True
+        self.own_turns = True
+
+    def on_turn_arrival(self, req: Request) -> None:
+        """``on_arrival`` where ``own_arrivals`` holds: to the next replica in turn, the
+        router's cursor moved as ``round_robin`` moves it."""
+        st, front = self.front_state, self.front
+        p = st.next_rr % len(front)
+        st.next_rr = p + 1
+        i = front[p]
+        self.live[req.idx] = req
+        self.outstanding[i] += 1
+        rep = self.replicas[i]
+        rep.totals.num_routed += 1
+        rep.on_arrival(req)
 
     def _group_ranks(self, replicas: list[Replica], dp: int, own_servers: bool) -> None:
         """Each ``dp`` consecutive replicas are the DP ranks of one server: they step in
@@ -580,22 +595,6 @@ class Cluster:
         )
 
 
-class _OwnArrivals:
-    """When replica ``rep``'s next request arrives, where a round robin over a fixed set of
-    ``n`` replicas sends it the routed requests ``p, p + n, p + 2n, ...`` (``times``: their
-    arrivals): the next one after the ``num_routed`` it was sent (``Replica.arrival_bound``)."""
-
-    __slots__ = ("times", "totals")
-
-    def __init__(self, times: np.ndarray, totals: ReplicaTotals) -> None:
-        self.times = times
-        self.totals = totals
-
-    def __call__(self) -> float:
-        k = self.totals.num_routed
-        return float(self.times[k]) if k < len(self.times) else float("inf")
-
-
 def _child(rng: np.random.Generator) -> np.random.Generator:
     """A generator of its own, seeded from ``rng``'s next draw."""
     return np.random.default_rng(rng.integers(1 << 63))
@@ -730,6 +729,8 @@ def run_cluster(
             if cluster.gate is not None
             else cluster.replicas[0].on_arrival
             if cluster.direct
+            else cluster.on_turn_arrival
+            if cluster.own_turns
             else cluster.on_arrival,
             cluster.reject,
             # several models: each request is checked against its model's pools at its arrival

@@ -39,6 +39,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import numpy as np
+import numpy.typing as npt
+
 from servesim.engine.decode_runs import DecodePool, LazyOutput, Run
 from servesim.engine.events import ARRIVAL, BATCH_DONE, WAKE, EventLoop
 from servesim.engine.frontend import Frontend
@@ -107,10 +110,11 @@ class Replica:
         # Set by a cluster whose arrivals are quiet events: a request that reaches this
         # replica, or a router that reads it, cuts its run in flight (``cut_run``).
         self.cut_runs = False
-        # Set by a cluster that knows when this replica's next request comes (round robin
-        # over a fixed set): no request reaches it before ``arrival_bound()``, so its runs
-        # stop there rather than at the cluster's next arrival.
-        self.arrival_bound: Callable[[], float] | None = None
+        # Set by a cluster that knows when this replica's requests come (round robin over a
+        # fixed set): the arrival times of those routed to it, in order, so that no request
+        # reaches it before ``own_arrival_s[totals.num_routed]`` and its runs stop there
+        # rather than at the cluster's next arrival.
+        self.own_arrival_s: npt.NDArray[np.float64] | None = None
         # With ``cut_runs``: when the requests the front end holds reach the engine (in order).
         self._to_engine_s: list[float] = []
         self._run_out: LazyOutput | None = None  # the step that started the run in flight
@@ -286,10 +290,13 @@ class Replica:
             and (out.num_pool or out.reqs)
         ):
             next_event_s = now if self._staged else self.loop.next_loud_time()  # staged: no run
-            if self.arrival_bound is not None:
-                own = self.arrival_bound()
-                if own < next_event_s:
-                    next_event_s = own
+            own = self.own_arrival_s
+            if own is not None:
+                k = self.totals.num_routed
+                if k < len(own):
+                    own_s = float(own[k])
+                    if own_s < next_event_s:
+                        next_event_s = own_s
             if self._to_engine_s and self._to_engine_s[0] < next_event_s:
                 next_event_s = self._to_engine_s[0]
             run = sched.extend_run(
