@@ -157,6 +157,7 @@ class Cluster:
         # The smallest model length and KV cache over the replicas' pools (``rejection``),
         # kept as replicas are added.
         self.max_model_len = self.usable_tokens = 1 << 62
+        self._first_of: dict[str, Replica] = {}  # each pool's first replica
         for pool in pools:
             first = len(self.replicas)
             for _ in range(pool.num_replicas):
@@ -233,7 +234,16 @@ class Cluster:
             rep = self.replicas[i]
             rep.own_arrival_s = times[p::n].copy()  # the p-th routed request, then every n-th
             rep.finishes_in_runs = True
+            rep.on_finish = self.on_turn_finish
         self.own_turns = True
+
+    def on_turn_finish(self, req: Request) -> None:
+        """``on_finish`` where ``own_arrivals`` holds: no hand-off, no operations, no client
+        to tell (open loop)."""
+        self.outstanding[req.replica] -= 1
+        self.live.pop(req.idx, None)
+        self.writer.add(req)
+        self.num_done += 1
 
     def on_turn_arrival(self, req: Request) -> None:
         """``on_arrival`` where ``own_arrivals`` holds: to the next replica in turn, the
@@ -313,6 +323,11 @@ class Cluster:
         # (a lone replica's step ends cut no other replica's runs: they stay ordinary events)
         rep.quiet = self.quiet_steps and pool.role != "prefill" and not self.finishes_in_runs
         rep.cut_runs = self.cut_runs
+        # Replicas of one pool time their runs on the same perf model: one cache of its terms
+        # per pool size (not with operations, whose power caps change a pool's clock).
+        first = self._first_of.setdefault(pool.name, rep)
+        if first is not rep and first.perf is rep.perf and self.cfg.operations is None:
+            rep.share_caches(first)
         self.max_model_len = min(self.max_model_len, pool.max_model_len)
         self.usable_tokens = min(self.usable_tokens, (pool.num_gpu_blocks - 1) * pool.engine.block_size)
         self.replicas.append(rep)

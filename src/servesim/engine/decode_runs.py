@@ -479,6 +479,13 @@ class DecodePool(Scheduler):
         if used > run.peak_used:
             run.peak_used = used
 
+    def share_decode_terms(self, other: DecodePool, perf: PerfModel) -> None:
+        """Keep ``_decode_terms``' cache of ``perf`` in ``other``'s (replicas of one pool, on
+        one perf model: each would compute the same terms for each pool size)."""
+        other._affine_perf = self._affine_perf = perf
+        self._affine = other._affine
+        self._rows = other._rows
+
     def _decode_terms(self, perf: PerfModel, n: int) -> tuple[Any, Any]:
         """The perf model's pure-decode step of ``n`` requests in closed form, cached per
         pool size: ``decode_affine(n)`` where offered (else None), and where not,

@@ -541,6 +541,15 @@ class Replica:
                 len(out.preempted),
             )
 
+    def share_caches(self, other: Replica) -> None:
+        """Keep the per-pool-size caches (a run's work, the decode step's terms) in
+        ``other``'s: a replica of the same pool, on the same perf model."""
+        assert self.perf is other.perf
+        self._run_work = other._run_work
+        sched, theirs = self.scheduler, other.scheduler
+        if isinstance(sched, DecodePool) and isinstance(theirs, DecodePool):
+            sched.share_decode_terms(theirs, self.perf)
+
     def _account_run(self, run: Run) -> None:
         """Account the extra steps of a run of pure-decode steps, segment by segment."""
         self._account_run_totals(run)
