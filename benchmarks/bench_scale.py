@@ -11,6 +11,7 @@ loads. "wall" and "cpu" are the simulation (engine and summary), after the workl
     python benchmarks/bench_scale.py --requests 1000000              # 1M requests
     python benchmarks/bench_scale.py --requests 10000000 --repeats 1 # 10M requests
     python benchmarks/bench_scale.py --replicas 16,64                 # pools of 16 and 64
+    python benchmarks/bench_scale.py --replicas 16,64 --without-cut-runs  # and as before cut runs
     python benchmarks/bench_scale.py --requests 1000000 --steps      # keep the step series
     python benchmarks/bench_scale.py --requests 1000000 --stream-steps  # write it to Parquet
 
@@ -130,11 +131,18 @@ def one_replica(num_requests: int, steps: bool, stream: bool = False) -> dict:
     }
 
 
-def pool(replicas: int, rate_scale: float, steps: bool) -> dict:
-    """The hour at ``rate_scale`` x (0: ``replicas`` x) on a pool of ``replicas`` engines."""
+def pool(replicas: int, rate_scale: float, steps: bool, cut_runs: bool = True) -> dict:
+    """The hour at ``rate_scale`` x (0: ``replicas`` x) on a pool of ``replicas`` engines.
+    As for the baseline, the trace is read and the deployment resolved before the timed part
+    (both are cached: ``servesim.simulate`` then finds them). ``cut_runs=False``: the loop
+    as before cut runs (``cluster.CUT_RUNS``), every arrival ending every replica's run."""
     import servesim
+    import servesim.cluster.cluster as cluster_mod
     from servesim.config import load_scenario, scenario_from_dict
+    from servesim.deployment import resolve_deployment
+    from servesim.workload import load_workload
 
+    cluster_mod.CUT_RUNS = cut_runs
     sc = load_scenario(
         None,
         [f"workload.rate_scale={rate_scale or replicas}", f"run.record_steps={'true' if steps else 'false'}"],
@@ -142,6 +150,8 @@ def pool(replicas: int, rate_scale: float, steps: bool) -> dict:
     d = sc.model_dump(exclude_unset=True)
     d["cluster"] = {"pools": [{"name": "p", "num_replicas": replicas}]}
     sc = scenario_from_dict(d)
+    resolve_deployment(sc)
+    load_workload(sc.workload, sc.run.seed)
     t0, c0 = time.perf_counter(), _cpu_s()
     result = servesim.simulate(sc)
     return {
@@ -174,12 +184,20 @@ def main() -> None:
     ap.add_argument("--baseline-repeats", type=int, default=3)
     ap.add_argument("--steps", action="store_true", help="keep the per-step series")
     ap.add_argument("--stream-steps", action="store_true", help="write the step series to Parquet as it goes")
+    ap.add_argument(
+        "--without-cut-runs",
+        action="store_true",
+        help="also time the pools as before cut runs (every arrival ends every replica's run)",
+    )
+    ap.add_argument("--no-cut", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
         kind, n = a.one[0], int(a.one[1])
         res = (
-            one_replica(n, a.steps, a.stream_steps) if kind == "requests" else pool(n, a.rate_scale, a.steps)
+            one_replica(n, a.steps, a.stream_steps)
+            if kind == "requests"
+            else pool(n, a.rate_scale, a.steps, not a.no_cut)
         )
         print(json.dumps(res))
         return
@@ -191,16 +209,14 @@ def main() -> None:
     base_cpu = statistics.median(r["cpu_s"] for r in base)
     rows = [("baseline: the hour", 19366, base)]
     for kind, n in jobs:
-        runs = [
-            _run(["--one", kind, str(n), "--rate-scale", str(a.rate_scale), *flags]) for _ in range(a.repeats)
-        ]
-        rows.append(
-            (
-                f"{n:,} requests" if kind == "requests" else f"pool of {n} (hour x{a.rate_scale or n:g})",
-                n,
-                runs,
-            )
-        )
+        for cut in (True, False) if kind == "replicas" and a.without_cut_runs else (True,):
+            extra = [] if cut else ["--no-cut"]
+            runs = [
+                _run(["--one", kind, str(n), "--rate-scale", str(a.rate_scale), *flags, *extra])
+                for _ in range(a.repeats)
+            ]
+            name = f"{n:,} requests" if kind == "requests" else f"pool of {n} (hour x{a.rate_scale or n:g})"
+            rows.append((name if cut else f"{name}, no cut", n, runs))
     print(
         f"servesim, {'compiled' if base[0]['compiled'] else 'pure-Python'} engine; step series "
         f"{'streamed to Parquet' if a.stream_steps else 'kept' if a.steps else 'off'}; medians"

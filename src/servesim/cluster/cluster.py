@@ -71,6 +71,16 @@ if TYPE_CHECKING:  # operations, and features a plain run does not use, imported
 # outstanding counts: their view is built without scanning each replica's queues.
 _LENGTH_ONLY = frozenset(ROUTERS[n] for n in ("round_robin", "random"))
 _OUTSTANDING_ONLY = frozenset(ROUTERS[n] for n in ("least_outstanding", "power_of_two"))
+# Routers whose view no run of decode steps changes (outstanding counts, queue lengths, prompt
+# tokens still to compute: a run admits and finishes nobody): they read a replica without
+# cutting its run in flight (``Replica.cut_run``); the others (KV usage, cached prefixes, the
+# step in flight) cut the run of each replica they read.
+_RUN_BLIND = _LENGTH_ONLY | _OUTSTANDING_ONLY | frozenset(ROUTERS[n] for n in ("least_work", "vllm_dp"))
+
+#: Cut runs (``Replica.cut_run``) where ``run_cluster`` may; False runs every cluster as before
+#: them, each arrival ending every replica's run (the reference tests/test_cut_runs.py holds
+#: the cut runs to).
+CUT_RUNS = True
 _NO_LOAD = ReplicaLoad()  # every entry of a length-only view (the routers do not read it)
 
 #: From this vLLM version ``vllm serve --data-parallel-size N`` starts N API-server
@@ -104,9 +114,14 @@ class Cluster:
         finishes_in_runs: bool = False,
         step_series: StepSeries | None = None,
         default_model: str = "",
+        cut_runs: bool = False,
     ) -> None:
         self.loop = loop
         self.wl = wl
+        # Arrivals are quiet events and each replica cuts its own run of decode steps when a
+        # request reaches it or a router reads it (``engine.replica``'s docstring): a replica's
+        # run no longer ends at every arrival of the cluster.
+        self.cut_runs = cut_runs
         self.cfg = cfg
         self.records = records
         # Every record is written through it (batched; ``finish_run`` flushes it).
@@ -140,6 +155,7 @@ class Cluster:
         # The smallest model length and KV cache over the replicas' pools (``rejection``),
         # kept as replicas are added.
         self.max_model_len = self.usable_tokens = 1 << 62
+        self._first_of: dict[str, Replica] = {}  # each pool's first replica
         for pool in pools:
             first = len(self.replicas)
             for _ in range(pool.num_replicas):
@@ -180,11 +196,67 @@ class Cluster:
         self.on_done: Callable[[Request], None] | None = None
         self.num_handoffs = 0
         self.migrator: Migrator | None = None
+        self.own_turns = False  # round robin with each replica's arrivals known (``own_arrivals``)
         if migrating:
             from servesim.cluster.migration import Migrator
 
             groups = [[i for i, p in enumerate(self.pool_of) if p.name == name] for name in sorted(migrating)]
             self.migrator = Migrator(self, cfg.migration, [g for g in groups if len(g) > 1])
+
+    def own_arrivals(self, wl: Workload) -> None:
+        """Round robin over replicas that never change (no operations, no migration), every
+        arrival routed as it comes (one stage, one model, no tenants' gate, no staleness):
+        each replica knows when its next request arrives, so its runs of decode steps stop
+        there (``Replica.own_arrival_s``) and go on through its finishes, which nobody
+        watches (the router reads no load, nothing is handed off or sent on a finish): each
+        replica then runs as a lone one does. ``wl``'s requests that the feeder rejects
+        (``rejection_reason``) are routed nowhere."""
+        if not (
+            self.cut_runs
+            and self.front_router is ROUTERS["round_robin"]
+            and not self.is_disagg
+            and self.models is None
+            and self.gate is None
+            and self.ops is None
+            and self.migrator is None
+            and self.on_done is None
+            and self.cfg.staleness_s == 0
+        ):
+            return
+        prompt = np.asarray(wl.num_prompt_tokens, dtype=np.int64)
+        output = np.asarray(wl.num_output_tokens, dtype=np.int64)
+        served = (prompt < self.max_model_len) & (
+            np.minimum(prompt + output, self.max_model_len) <= self.usable_tokens
+        )
+        times = np.asarray(wl.arrival_s, dtype=np.float64)[served]
+        n = len(self.front)
+        for p, i in enumerate(self.front):
+            rep = self.replicas[i]
+            rep.own_arrival_s = times[p::n].copy()  # the p-th routed request, then every n-th
+            rep.finishes_in_runs = True
+            rep.on_finish = self.on_turn_finish
+        self.own_turns = True
+
+    def on_turn_finish(self, req: Request) -> None:
+        """``on_finish`` where ``own_arrivals`` holds: no hand-off, no operations, no client
+        to tell (open loop)."""
+        self.outstanding[req.replica] -= 1
+        self.live.pop(req.idx, None)
+        self.writer.add(req)
+        self.num_done += 1
+
+    def on_turn_arrival(self, req: Request) -> None:
+        """``on_arrival`` where ``own_arrivals`` holds: to the next replica in turn, the
+        router's cursor moved as ``round_robin`` moves it."""
+        st, front = self.front_state, self.front
+        p = st.next_rr % len(front)
+        st.next_rr = p + 1
+        i = front[p]
+        self.live[req.idx] = req
+        self.outstanding[i] += 1
+        rep = self.replicas[i]
+        rep.totals.num_routed += 1
+        rep.on_arrival(req)
 
     def _group_ranks(self, replicas: list[Replica], dp: int, own_servers: bool) -> None:
         """Each ``dp`` consecutive replicas are the DP ranks of one server: they step in
@@ -252,6 +324,12 @@ class Cluster:
         )
         # (a lone replica's step ends cut no other replica's runs: they stay ordinary events)
         rep.quiet = self.quiet_steps and pool.role != "prefill" and not self.finishes_in_runs
+        rep.cut_runs = self.cut_runs
+        # Replicas of one pool time their runs on the same perf model: one cache of its terms
+        # per pool size (not with operations, whose power caps change a pool's clock).
+        first = self._first_of.setdefault(pool.name, rep)
+        if first is not rep and first.perf is rep.perf and self.cfg.operations is None:
+            rep.share_caches(first)
         self.max_model_len = min(self.max_model_len, pool.max_model_len)
         self.usable_tokens = min(self.usable_tokens, (pool.num_gpu_blocks - 1) * pool.engine.block_size)
         self.replicas.append(rep)
@@ -484,7 +562,11 @@ class Cluster:
             return [ReplicaLoad(out[i]) for i in ids]
         with_prefix = router is ROUTERS["prefix_affinity"]
         with_ttft = router is ROUTERS["predicted_ttft"]
-        return [replica_load(self.replicas[i], self.outstanding[i], req, with_prefix, with_ttft) for i in ids]
+        reps = self.replicas
+        if self.cut_runs and router not in _RUN_BLIND:
+            for i in ids:
+                reps[i].cut_run()  # the replica as it is now
+        return [replica_load(reps[i], self.outstanding[i], req, with_prefix, with_ttft) for i in ids]
 
     # ----------------------------------------------------------------- the end
 

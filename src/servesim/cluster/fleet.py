@@ -209,6 +209,7 @@ class Fleet:
             and r.idx not in self.parked_set
             and r.status < ReqStatus.FINISHED
         ]
+        rep.settle()  # the outputs of the steps that ended before: streamed, their gaps counted
         rep.failed = True  # its pending events do nothing from now on
         c.outstanding[i] = 0
         self._end(i, phase)

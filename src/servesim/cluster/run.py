@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from servesim.cluster import cluster as cluster_mod
 from servesim.cluster.cluster import Cluster
 from servesim.cluster.spec import ClusterRun, PoolSpec
 from servesim.config import ClusterConfig, SloConfig
@@ -114,6 +115,14 @@ def run_cluster(
         finishes_in_runs=lone,
         step_series=step_series,
         default_model=default_model,
+        # Open loop, several replicas (a lone one's arrivals are all its own), to the end (a
+        # run in flight at ``until_s`` would end later than its arrivals had ended it), and no
+        # migration (it moves requests at step ends).
+        cut_runs=cluster_mod.CUT_RUNS
+        and not closed
+        and not lone
+        and until_s == float("inf")
+        and not cfg.migration.enabled,
     )
     ops = None
     if ops_cfg is not None:
@@ -122,6 +131,7 @@ def run_cluster(
     if closed:
         _closed_loop(cluster, wl).start()
     else:
+        cluster.own_arrivals(wl)
         ArrivalFeeder(
             wl,
             loop,
@@ -129,6 +139,8 @@ def run_cluster(
             if cluster.gate is not None
             else cluster.replicas[0].on_arrival
             if cluster.direct
+            else cluster.on_turn_arrival
+            if cluster.own_turns
             else cluster.on_arrival,
             cluster.reject,
             # several models: each request is checked against its model's pools at its arrival
@@ -136,6 +148,7 @@ def run_cluster(
             cluster.usable_tokens if cluster.models is None else NO_LIMIT,
             0.0 if lone else cfg.staleness_s,  # a lone replica's view is never read
             cluster.on_look_ahead,
+            quiet=cluster.cut_runs,
         ).start()
     if cluster.migrator is not None:
         cluster.migrator.start()

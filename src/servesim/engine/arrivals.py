@@ -76,6 +76,10 @@ class ArrivalFeeder:
     its view at that instant), then delivered at its arrival. Requests that can never be
     served (``rejection_reason`` against the smallest ``max_model_len`` and KV cache of the
     replicas they may visit) go to ``on_reject`` with the reason instead.
+
+    ``quiet``: its events are quiet (``EventLoop.at_quiet``), for a cluster whose replicas
+    cut their own runs of decode steps when a request reaches them or a router reads them
+    (``Replica.cut_run``), so that an arrival does not end every replica's run.
     """
 
     def __init__(
@@ -88,8 +92,10 @@ class ArrivalFeeder:
         usable_tokens: int,
         look_ahead_s: float = 0.0,
         on_look_ahead: Callable[[Request], None] | None = None,
+        quiet: bool = False,
     ) -> None:
         self.loop = loop
+        self.quiet = quiet
         self.deliver = deliver
         self.on_reject = on_reject
         self.max_model_len = max_model_len
@@ -106,11 +112,11 @@ class ArrivalFeeder:
         for r in self._reqs:
             why = rejection_reason(r, self.max_model_len, self.usable_tokens)
             if not why:
+                at = self.loop.at_quiet if self.quiet else self.loop.at
                 if self.look_ahead_s > 0:
-                    at = max(r.arrival_s - self.look_ahead_s, self.loop.now)
-                    self.loop.at(at, self.on_look, r, ARRIVAL)
+                    at(max(r.arrival_s - self.look_ahead_s, self.loop.now), self.on_look, r, ARRIVAL)
                 else:
-                    self.loop.at(r.arrival_s, self.on_arrival, r, ARRIVAL)
+                    at(r.arrival_s, self.on_arrival, r, ARRIVAL)
                 return
             r.status = ReqStatus.REJECTED
             self.num_rejected += 1
@@ -120,7 +126,7 @@ class ArrivalFeeder:
         """``look_ahead_s`` before ``r`` arrives."""
         if self.on_look_ahead is not None:
             self.on_look_ahead(r)
-        self.loop.at(r.arrival_s, self.deliver, r, ARRIVAL)
+        (self.loop.at_quiet if self.quiet else self.loop.at)(r.arrival_s, self.deliver, r, ARRIVAL)
         self._schedule_next()
 
     def on_arrival(self, r: Request) -> None:

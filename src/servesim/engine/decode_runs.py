@@ -76,8 +76,11 @@ class Run:
     kv_block_s: float  # sum of used * duration, in step order
     peak_used: int  # most KV blocks in use in a step
     keep_steps: bool  # the step series is recorded (``phases`` kept)
+    bound_s: float  # no step starts at or after it (inf: the run was not bound by time)
+    deferred: bool  # its KV blocks are taken when it is committed (``DecodePool.commit_run``)
+    pending_pops: int  # the blocks its steps took, not yet taken off the free queue
 
-    def __init__(self, end_s: float, keep_steps: bool = True) -> None:
+    def __init__(self, end_s: float, keep_steps: bool = True, deferred: bool = False) -> None:
         self.durations = []
         self.start_s = end_s
         self.keep_steps = keep_steps
@@ -89,6 +92,26 @@ class Run:
         self.total_s = 0.0
         self.kv_block_s = 0.0
         self.peak_used = 0
+        self.bound_s = float("inf")
+        self.deferred = deferred
+        self.pending_pops = 0
+
+    def become(self, other: Run | None) -> None:
+        """Take ``other``'s steps (None: none), keeping this run's lists, which the replica's
+        step rows and stream hold (``DecodePool.cut_run``)."""
+        if other is None:
+            other = Run(self.start_s, self.keep_steps, self.deferred)
+        self.durations[:] = other.durations
+        self.segments[:] = other.segments
+        self.phases[:] = other.phases
+        self.segment_gpu_s[:] = other.segment_gpu_s
+        self.finished[:] = other.finished
+        self.end_s = other.end_s
+        self.total_s = other.total_s
+        self.kv_block_s = other.kv_block_s
+        self.peak_used = other.peak_used
+        self.bound_s = other.bound_s
+        self.pending_pops = other.pending_pops
 
 
 class DecodePool(Scheduler):
@@ -198,6 +221,7 @@ class DecodePool(Scheduler):
         through_finishes: bool = False,
         keep_steps: bool = True,
         overlap: bool = False,
+        defer_pops: bool = False,
     ) -> Run | None:
         """Extend a pure-decode step ``out`` into a run of steps that nothing can interrupt.
 
@@ -221,6 +245,9 @@ class DecodePool(Scheduler):
         A step lasts its GPU time plus its host time (``overhead_s`` plus ``cpu_per_req_s``
         per pooled request), or with ``overlap`` (async scheduling) the larger of the two, as
         ``Replica.step`` times it.
+
+        ``defer_pops`` (not with ``through_finishes``): the blocks the run's steps take stay on
+        the free queue until ``commit_run``, so that ``cut_run`` can end the run earlier.
         """
         if out.is_exact or out.preempted:
             # A step that preempted admitted nobody by rule (vLLM V1), not for want of blocks:
@@ -232,9 +259,11 @@ class DecodePool(Scheduler):
         elif self.individual or not out.num_pool:
             return None
         heap = self._finish_heap
-        run = Run(start_s + first_step_s, keep_steps)
+        run = Run(start_s + first_step_s, keep_steps, defer_pops and not through_finishes)
         j = out.first_it + 1  # the next step
         time_bound = not self.waiting and len(self.running) < self.cfg.max_num_seqs
+        if time_bound:
+            run.bound_s = next_event_s
         while True:
             if heap and heap[0] < j:  # the last step finished pooled requests
                 if not (through_finishes and not self.waiting):
@@ -307,7 +336,7 @@ class DecodePool(Scheduler):
         overhead_s += self.cpu_per_req_s * n  # as Replica.step's host time of n requests
         bs = kv.block_size
         phase = self.phase
-        free = kv.num_free_blocks
+        free = kv.num_free_blocks - run.pending_pops
         base_used = kv.num_gpu_blocks - free
         pool_off = self.pool_off
         durations = run.durations
@@ -387,8 +416,42 @@ class DecodePool(Scheduler):
         if k:
             self._record_segment(run, n, k, j, base_used, popped, t, tot, kv_s, gpu_tot)
         if popped:
-            kv.pop_anonymous(popped)
+            if run.deferred:
+                run.pending_pops += popped
+            else:
+                kv.pop_anonymous(popped)
         return k
+
+    def commit_run(self, run: Run) -> None:
+        """Take a deferred run's blocks off the free queue (``extend_run``'s ``defer_pops``):
+        at its end, or when something reads the replica before."""
+        if run.pending_pops:
+            self.ckv.pop_anonymous(run.pending_pops)
+            run.pending_pops = 0
+        run.deferred = False
+
+    def cut_run(
+        self,
+        out: LazyOutput,
+        run: Run,
+        cut_s: float,
+        perf: PerfModel,
+        overhead_s: float,
+        keep_steps: bool,
+        overlap: bool,
+    ) -> Run | None:
+        """``run``, the deferred run ``extend_run`` made of ``out``, made again with no step
+        starting at or after ``cut_s``: the run the replica would have made had it known of
+        ``cut_s`` (an arrival) when it scheduled ``out``. Exact because nothing has changed
+        the scheduler since (the run's blocks are still free, and its steps are where it
+        would have stopped: ``extend_run``'s time bound)."""
+        assert run.deferred and not run.finished
+        self.it = out.first_it + 1
+        out.num_steps = 1
+        bound = cut_s if cut_s < run.bound_s else run.bound_s
+        return self.extend_run(
+            out, run.start_s, 0.0, bound, perf, overhead_s, False, keep_steps, overlap, True
+        )
 
     def _record_segment(
         self,
@@ -415,6 +478,13 @@ class DecodePool(Scheduler):
         used = base_used + popped  # blocks in use only grow within a segment: its last step's
         if used > run.peak_used:
             run.peak_used = used
+
+    def share_decode_terms(self, other: DecodePool, perf: PerfModel) -> None:
+        """Keep ``_decode_terms``' cache of ``perf`` in ``other``'s (replicas of one pool, on
+        one perf model: each would compute the same terms for each pool size)."""
+        other._affine_perf = self._affine_perf = perf
+        self._affine = other._affine
+        self._rows = other._rows
 
     def _decode_terms(self, perf: PerfModel, n: int) -> tuple[Any, Any]:
         """The perf model's pure-decode step of ``n`` requests in closed form, cached per

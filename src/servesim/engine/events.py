@@ -16,6 +16,11 @@ unless scheduled quiet, so with no quiet events ``next_loud_time`` is ``next_tim
 The loud events are a subset of the heap kept in a second heap of ``(time, priority,
 seq)``; both pop in the same order, so the loud heap's top is dropped when the main loop
 pops the event with its ``seq``.
+
+**Cancelling.** ``at`` and ``at_quiet`` return the event's ``seq``; ``cancel(seq)`` takes a
+pending event out of both heaps (a replica whose run of decode steps was cut short moves
+its step end earlier: ``Replica.cut_run``). It scans the heap, which holds a few events
+per replica, and the pop order stays that of the (time, priority, seq) keys.
 """
 
 from __future__ import annotations
@@ -40,23 +45,43 @@ class EventLoop:
         self._seq = 0
         self._loud: list[tuple[float, int, int]] = []  # the events not scheduled quiet
 
-    def at(self, time: float, callback: Callable[[Any], None], arg: Any = None, priority: int = WAKE) -> None:
-        """Run ``callback(arg)`` at ``time`` (never earlier than now)."""
+    def at(self, time: float, callback: Callable[[Any], None], arg: Any = None, priority: int = WAKE) -> int:
+        """Run ``callback(arg)`` at ``time`` (never earlier than now); returns its ``seq``."""
         if time < self.now:
             raise ValueError(f"event at {time} is before now ({self.now})")
         self._seq += 1
         heapq.heappush(self._heap, (time, priority, self._seq, callback, arg))
         heapq.heappush(self._loud, (time, priority, self._seq))
+        return self._seq
 
     def at_quiet(
         self, time: float, callback: Callable[[Any], None], arg: Any = None, priority: int = WAKE
-    ) -> None:
+    ) -> int:
         """``at`` for an event that gives no replica a request, now or later (see the module
         docstring): it does not bound ``next_loud_time``."""
         if time < self.now:
             raise ValueError(f"event at {time} is before now ({self.now})")
         self._seq += 1
         heapq.heappush(self._heap, (time, priority, self._seq, callback, arg))
+        return self._seq
+
+    def cancel(self, seq: int) -> bool:
+        """Take the pending event ``seq`` out of the loop; False when none is pending."""
+        heap = self._heap
+        for i in range(len(heap)):
+            if heap[i][2] == seq:
+                heap[i] = heap[-1]
+                heap.pop()
+                heapq.heapify(heap)
+                loud = self._loud
+                for j in range(len(loud)):
+                    if loud[j][2] == seq:
+                        loud[j] = loud[-1]
+                        loud.pop()
+                        heapq.heapify(loud)
+                        break
+                return True
+        return False
 
     def __len__(self) -> int:
         return len(self._heap)

@@ -22,12 +22,25 @@ schedules an arrival at once). Token times are the end of the step that produced
 
 With a front end (``engine.frontend``, ``engine/frontend.py``) an arrival first queues in
 vLLM's API-server process and reaches the engine (``queued_s``) when that is done with it.
+
+**Cut runs.** A run of pure-decode steps (``engine/decode_runs.py``) may not start a step
+after a request reaches the engine, so it is bounded by the next event that could bring one
+(``EventLoop.next_loud_time``). In a cluster every arrival could, and each would end every
+replica's run. With ``cut_runs`` (set by the cluster) arrivals are quiet events instead and a
+replica's run goes on past them; a request that reaches this replica, or a router that reads
+its state, first cuts the run in flight at that instant (``cut_run``): the run is made again
+without the steps that start from then on (``DecodePool.cut_run``), its step end moves
+earlier, and what it counted is counted again. Until it ends or is cut, the run's KV blocks
+stay on the free queue (taken at once when it is cut or ends), so a cut undoes nothing there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
 
 from servesim.engine.decode_runs import DecodePool, LazyOutput, Run
 from servesim.engine.events import ARRIVAL, BATCH_DONE, WAKE, EventLoop
@@ -94,6 +107,19 @@ class Replica:
         # finishes route nothing): they are then quiet events and do not cut other
         # replicas' runs (``engine.events``).
         self.quiet = False
+        # Set by a cluster whose arrivals are quiet events: a request that reaches this
+        # replica, or a router that reads it, cuts its run in flight (``cut_run``).
+        self.cut_runs = False
+        # Set by a cluster that knows when this replica's requests come (round robin over a
+        # fixed set): the arrival times of those routed to it, in order, so that no request
+        # reaches it before ``own_arrival_s[totals.num_routed]`` and its runs stop there
+        # rather than at the cluster's next arrival.
+        self.own_arrival_s: npt.NDArray[np.float64] | None = None
+        # With ``cut_runs``: when the requests the front end holds reach the engine (in order).
+        self._to_engine_s: list[float] = []
+        self._run_out: LazyOutput | None = None  # the step that started the run in flight
+        self._run_done_seq = 0  # the event of its end (EventLoop.cancel)
+        self._run_totals: tuple[float, float, int, int, int, float, int, float, float, float] | None = None
         self.run_first_end_s = 0.0
         self.run_waiting0 = 0
         self._run_stream: RunStream | None = None  # the API server's streaming of the run in flight
@@ -135,15 +161,54 @@ class Replica:
         req.replica = self.id
         fe = self.frontend
         if fe is not None:
-            if self.run is not None and self._run_stream is not None:  # outputs before this arrival
-                self._run_stream.upto(self.loop.now, None)
+            if self._run_out is not None:  # as the run would have stopped at this arrival
+                self.cut_run()
+            stream = self._run_stream
+            if self.run is not None and stream is not None:  # outputs before this arrival
+                stream.upto(self.loop.now, None)
             at = fe.admit_at(self.loop.now, req.num_prompt_tokens)
-            self.loop.at(at, self.on_engine_arrival, req, ARRIVAL)
+            if self.cut_runs:
+                self._to_engine_s.append(at)
+                self.loop.at_quiet(at, self.on_engine_arrival, req, ARRIVAL)
+            else:
+                self.loop.at(at, self.on_engine_arrival, req, ARRIVAL)
             return
         self.on_engine_arrival(req)
 
+    def settle(self) -> None:
+        """This replica fails or stops now, a run perhaps in flight: its end, which would
+        stream the run's outputs and count its inter-token gaps, never comes. The steps that
+        ended by now are streamed by the API server and their gaps counted, as each step's
+        end would have."""
+        if self._run_out is not None:
+            self.cut_run()
+        run = self.run
+        if run is None:
+            return
+        now = self.loop.now
+        stream = self._run_stream
+        if stream is not None:
+            stream.upto(now, None)
+        if self.run_first_end_s > now or not run.segments:
+            return
+        n = run.segments[0][0]
+        self.itl.add(self.run_first_end_s - self.last_step_end_s, n)
+        t = self.run_first_end_s
+        ended: list[float] = []
+        for d in run.durations:
+            if t + d > now:
+                break
+            t += d
+            ended.append(d)
+        if ended:
+            self.itl.extend(ended, n)
+
     def on_engine_arrival(self, req: Request) -> None:
         """``req`` reaches the engine core's input queue."""
+        if self._run_out is not None:
+            self.cut_run()
+        if self._to_engine_s and self._to_engine_s[0] <= self.loop.now:
+            del self._to_engine_s[0]
         req.replica = self.id
         req.queued_s = self.loop.now
         if self.busy and self.async_scheduling:
@@ -215,6 +280,7 @@ class Replica:
         self._account(out, now, dt, gpu_s)
         self.run = None
         self.run_rows = None
+        self._run_out = None
         self._run_prev_start_s = now
         end = now + dt
         if (
@@ -224,6 +290,15 @@ class Replica:
             and (out.num_pool or out.reqs)
         ):
             next_event_s = now if self._staged else self.loop.next_loud_time()  # staged: no run
+            own = self.own_arrival_s
+            if own is not None:
+                k = self.totals.num_routed
+                if k < len(own):
+                    own_s = float(own[k])
+                    if own_s < next_event_s:
+                        next_event_s = own_s
+            if self._to_engine_s and self._to_engine_s[0] < next_event_s:
+                next_event_s = self._to_engine_s[0]
             run = sched.extend_run(
                 out,
                 now,
@@ -234,6 +309,7 @@ class Replica:
                 self.finishes_in_runs,
                 self.steps is not None,
                 self.async_scheduling,
+                self.cut_runs,
             )
             if out.first_tokens_done:
                 for req in out.reqs:  # the run produced their first tokens, at this step's end
@@ -244,11 +320,92 @@ class Replica:
                 if self.frontend is not None and self.frontend.streams:
                     self._run_stream = RunStream(self.frontend, out, run, end)
                 self.run_waiting0 = len(sched.waiting)
+                if run.deferred:
+                    self._run_out = out
+                    t = self.totals
+                    self._run_totals = (
+                        t.busy_s,
+                        t.gpu_s,
+                        t.num_steps,
+                        t.num_run_steps,
+                        t.num_batched_tokens,
+                        t.kv_block_s,
+                        t.peak_kv_blocks,
+                        t.flops,
+                        t.bytes,
+                        t.bubble_s,
+                    )
                 self._account_run(run)
                 end = run.end_s  # summed step by step, as the reference engine's clock does
                 self._prev_start_s = end - run.durations[-1]
         self.step_end_s = end
-        (self.loop.at_quiet if self.quiet else self.loop.at)(end, self.on_batch_done, out, BATCH_DONE)
+        self._run_done_seq = (self.loop.at_quiet if self.quiet else self.loop.at)(
+            end, self.on_batch_done, out, BATCH_DONE
+        )
+
+    def cut_run(self) -> None:
+        """Bring the run in flight up to now (``cut_runs``, the module's docstring): drop its
+        steps that start from now on, as it would have stopped had it known of this instant,
+        and take its KV blocks off the free queue. Called before anything reads this replica
+        or gives it a request."""
+        run, out = self.run, self._run_out
+        if run is None or out is None:
+            return
+        sched = self.scheduler
+        assert isinstance(sched, DecodePool) and isinstance(out, LazyOutput)
+        self._run_out = None
+        now = self.loop.now
+        durations = run.durations
+        k = len(durations)
+        i = 0
+        if now < run.bound_s:  # else every step starts before a bound it met
+            start = run.start_s  # the steps' starts, summed as the run's clock did
+            while i < k and start < now:
+                start += durations[i]
+                i += 1
+        if i == k or now >= run.bound_s:
+            sched.commit_run(run)
+            return
+        rows = self.run_rows
+        new = sched.cut_run(
+            out, run, now, self.perf, self.cpu_overhead_s, self.steps is not None, self.async_scheduling
+        )
+        run.become(new)
+        sched.commit_run(run)
+        t = self.totals
+        saved = self._run_totals
+        assert saved is not None
+        (
+            t.busy_s,
+            t.gpu_s,
+            t.num_steps,
+            t.num_run_steps,
+            t.num_batched_tokens,
+            t.kv_block_s,
+            t.peak_kv_blocks,
+            t.flops,
+            t.bytes,
+            t.bubble_s,
+        ) = saved
+        if new is None:  # not one step after the first: no run
+            end = self.run_first_end_s
+            self.run = None
+            self.run_rows = None
+            self._run_stream = None
+            self._prev_start_s = self._run_prev_start_s
+        else:
+            self._account_run_totals(run)
+            end = run.end_s
+            self._prev_start_s = end - run.durations[-1]
+        if rows is not None:
+            rows.num_rows = len(durations)
+            assert self.steps is not None
+            self.steps.rows_cut(k - rows.num_rows)
+        self.loop.cancel(self._run_done_seq)
+        self.step_end_s = end
+        self._run_done_seq = (self.loop.at_quiet if self.quiet else self.loop.at)(
+            end, self.on_batch_done, out, BATCH_DONE
+        )
 
     def idle_step(self, dt: float) -> None:
         """A lockstep group's step in which this rank has no request: it runs vLLM's dummy
@@ -263,6 +420,12 @@ class Replica:
             self.group.rank_done()
 
     def on_batch_done(self, out: SchedulerOutput) -> None:
+        if self._run_out is not None:  # a run nothing cut: its blocks are taken now
+            self._run_out = None
+            run = self.run
+            sched = self.scheduler
+            assert run is not None and isinstance(sched, DecodePool)
+            sched.commit_run(run)
         if self.failed:
             self._close_run_rows()  # as the series keeps them: waiting as of the run's start
             return
@@ -378,8 +541,24 @@ class Replica:
                 len(out.preempted),
             )
 
+    def share_caches(self, other: Replica) -> None:
+        """Keep the per-pool-size caches (a run's work, the decode step's terms) in
+        ``other``'s: a replica of the same pool, on the same perf model."""
+        assert self.perf is other.perf
+        self._run_work = other._run_work
+        sched, theirs = self.scheduler, other.scheduler
+        if isinstance(sched, DecodePool) and isinstance(theirs, DecodePool):
+            sched.share_decode_terms(theirs, self.perf)
+
     def _account_run(self, run: Run) -> None:
         """Account the extra steps of a run of pure-decode steps, segment by segment."""
+        self._account_run_totals(run)
+        if self.steps is not None:  # rows written when read; waiting as of the run's start
+            self.run_rows = RunRows(self.id, run, len(self.scheduler.waiting), self.kv.block_size)
+            self.steps.add_rows(self.run_rows)
+
+    def _account_run_totals(self, run: Run) -> None:
+        """``_account_run``'s part in the replica's totals."""
         durations = run.durations
         k_all = len(durations)
         total = run.total_s
@@ -405,9 +584,6 @@ class Replica:
             t.bytes += k * (aff[2] + aff[3] * mean_s)
             if self._bubble is not None:
                 t.bubble_s += run.segment_gpu_s[seg] * self._bubble(BatchStats(num_decode_reqs=n))
-        if self.steps is not None:  # rows written when read; waiting as of the run's start
-            self.run_rows = RunRows(self.id, run, len(self.scheduler.waiting), self.kv.block_size)
-            self.steps.add_rows(self.run_rows)
 
     def _close_run_rows(self) -> None:
         """The run's rows are final: keep their waiting seconds (``finish_waiting``)."""

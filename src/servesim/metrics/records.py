@@ -200,6 +200,11 @@ class StepSeries:
         self._pending.append((len(self._cols["start_s"]), rows))
         self._num_pending_rows += rows.num_rows
 
+    def rows_cut(self, num_rows: int) -> None:
+        """Rows held compactly lost their last ``num_rows`` before being read (a run of decode
+        steps cut short: ``engine.replica.Replica.cut_run``)."""
+        self._num_pending_rows -= num_rows
+
     def _materialized(self) -> dict[str, list[Any]]:
         if not self._pending:
             return self._cols
