@@ -16,7 +16,8 @@ import pytest
 from conftest import make_workload
 
 import servesim.cluster.cluster as cluster_mod
-from servesim.cluster.cluster import PoolSpec, run_cluster
+from servesim.cluster.cluster import PoolSpec
+from servesim.cluster.run import run_cluster
 from servesim.config import ClusterConfig, EngineConfig, FrontendConfig, PoolConfig, resolve_engine
 from servesim.config.operations import (
     AutoscalingConfig,
@@ -90,6 +91,25 @@ OPS = OperationsConfig(
     ),
     failures=FailuresConfig(events=[FailureEvent(pool="c", replica=1, at_s=5.0, recover_after_s=2.0)]),
 )
+# Scaled on GPU utilization (the busy seconds of the runs in flight at each tick).
+OPS_UTIL = OPS.model_copy(
+    update={
+        "autoscaling": OPS.autoscaling.model_copy(
+            update={
+                "pools": [
+                    PoolScaling(
+                        pool="c",
+                        metric="gpu_util",
+                        target=0.6,
+                        min_replicas=1,
+                        max_replicas=6,
+                        scale_in_grace_s=2.0,
+                    )
+                ]
+            }
+        )
+    }
+)
 SYNC = _engine(True, False)
 PLAIN = _engine(False, False)
 PREFIX = _engine(True, True, prefix=True)
@@ -106,6 +126,10 @@ CASES: dict[str, tuple[list[PoolSpec], ClusterConfig]] = {
     "stale_least_kv": ([_pool("c", 4)], _cfg([("c", 4, "colocated")], "least_kv", staleness_s=0.05)),
     "ops_round_robin": ([_pool("c", 2)], _cfg([("c", 2, "colocated")], "round_robin", operations=OPS)),
     "ops_power_of_two": ([_pool("c", 2)], _cfg([("c", 2, "colocated")], "power_of_two", operations=OPS)),
+    "ops_gpu_util": (
+        [_pool("c", 2)],
+        _cfg([("c", 2, "colocated")], "least_outstanding", operations=OPS_UTIL),
+    ),
     "ops_least_kv": ([_pool("c", 2)], _cfg([("c", 2, "colocated")], "least_kv", operations=OPS)),
     "disaggregated": (
         [_pool("p", 2, "prefill"), _pool("d", 3, "decode")],
