@@ -13,8 +13,9 @@ import servesim
 import servesim.cluster.cluster as cluster_mod
 from servesim.engine.decode_runs import Run
 from servesim.engine.run_rows import RunRows
+from servesim.metrics.flat_runs import FlatRuns
 from servesim.metrics.records import STEP_COLUMNS, StepSeries
-from servesim.metrics.step_arrays import pack, unpack
+from servesim.metrics.step_arrays import PackedGroup
 
 
 def _run() -> Run:
@@ -37,10 +38,10 @@ def test_groups_hold_the_final_rows_only() -> None:
     rows = RunRows(0, _run(), 0, 4)
     s.add_rows(rows)
     _event(s, 1.2, replica=1)  # another replica's step: the run is still open
-    assert [len(g["start_s"]) for g in s._groups] == [1] and len(s) == 9 - 1
+    assert [g.num_rows for g in s._groups] == [1] and len(s) == 9 - 1
     rows.add_waiting([1.6], [1.2])  # queued at 1.6 (waits from 1.75 on); staged at 1.2
     _event(s, 2.25)  # replica 0 steps again: its run's rows are final
-    assert [len(g["start_s"]) for g in s._groups] == [1, 7] and len(s) == 9
+    assert [g.num_rows for g in s._groups] == [1, 7] and len(s) == 9
     c = s.columns()
     assert c["num_waiting"].tolist() == [3, 3, 0, 0, 2, 2, 2, 0, 0]
     assert c["start_s"].tolist() == [0.0, 0.5, 1.0, 1.5, 1.75, 2.0, 2.125, 1.2, 2.25]
@@ -52,23 +53,16 @@ def test_groups_hold_the_final_rows_only() -> None:
     assert s.num_waiting == c["num_waiting"].tolist()  # the lists, read back from the groups
 
 
-def test_pack_keeps_every_value() -> None:
-    part = {
-        name: np.array([1, 1, 2, 2, 2, 7, 1 << 40 if name == "kv_blocks_used" else 0], np.int64)
-        for name in STEP_COLUMNS
-    }
-    part["start_s"] = part["duration_s"] = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
-    packed = pack(part)
-    assert packed["num_waiting"][0].tolist() == [1, 2, 7, 0] and packed["num_waiting"][1].tolist() == [
-        2,
-        3,
-        1,
-        1,
-    ]
-    assert packed["kv_blocks_used"].dtype == np.int64  # 2**40 does not fit int32
-    got = unpack(packed)
+def test_a_packed_group_keeps_every_value() -> None:
+    cols = {name: [1, 1, 2, 7, (1 << 40) if name == "kv_blocks_used" else 0] for name in STEP_COLUMNS}
+    cols["start_s"] = cols["duration_s"] = [0.1, 0.2, 0.3, 0.4, 0.5]
+    group = PackedGroup(cols, [], FlatRuns())
+    assert group.events["num_waiting"].dtype == np.int32  # small counts: 4 bytes
+    assert group.events["kv_blocks_used"].dtype == np.int64  # 2**40 does not fit int32
+    got = group.columns()
     for name in STEP_COLUMNS:
-        assert np.array_equal(got[name], part[name]) and got[name].dtype == part[name].dtype, name
+        assert got[name].tolist() == cols[name], name
+        assert got[name].dtype == (np.float64 if name in ("start_s", "duration_s") else np.int64), name
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))

@@ -32,7 +32,8 @@ class StepRows(Protocol):
 
 
 class FlatRuns:
-    """Runs of rows (``StepRows``) as flat lists, for ``step_arrays.rows_to_arrays``."""
+    """Runs of rows (``StepRows``) as flat lists, for ``step_arrays.rows_to_arrays`` (which
+    reads the same fields as numpy arrays from ``step_arrays.PackedRuns``)."""
 
     def __init__(self) -> None:
         self.durations: list[float] = []  # every row's
@@ -40,8 +41,10 @@ class FlatRuns:
         self.num_rows: list[int] = []
         self.replica: list[int] = []
         self.num_waiting: list[int] = []  # at its start
-        self.queued_s: list[list[float]] = []  # queued during it
-        self.staged_s: list[list[float]] = []  # staged during it
+        self.queued_s: list[float] = []  # requests queued during the runs, run by run
+        self.num_queued: list[int] = []  # per run: how many of them
+        self.staged_s: list[float] = []  # staged during the runs (async scheduling), run by run
+        self.num_staged: list[int] = []
         self.seg_n: list[int] = []  # per segment: pool size
         self.seg_k: list[int] = []  # rows
         self.seg_j0: list[int] = []  # its first step
@@ -69,6 +72,8 @@ def flatten_runs(runs: list[StepRows]) -> FlatRuns:
             flat.seg_j0.append(j0)
             flat.seg_base.append(base)
             phases.extend(ph)
-        flat.queued_s.append(r.queued_s)
-        flat.staged_s.append(r.staged_s)
+        flat.queued_s.extend(r.queued_s)
+        flat.num_queued.append(len(r.queued_s))
+        flat.staged_s.extend(r.staged_s)
+        flat.num_staged.append(len(r.staged_s))
     return flat

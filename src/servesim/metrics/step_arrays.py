@@ -14,9 +14,9 @@ them together, value for value what ``engine.run_rows.RunRows.write`` writes:
   in the rows of the steps that started after they arrived (staged ones by async
   scheduling from the step after that).
 
-``pack``/``unpack`` keep a finished group of rows in memory compactly: the two time columns
-and the KV column as they are, the others (constant over a run's rows) as runs of equal
-values.
+``PackedGroup`` keeps a group of final rows in memory compactly: the event rows as columns,
+the runs as their step times and a few numbers a run and a segment (``PackedRuns``), their
+columns built when read.
 """
 
 from __future__ import annotations
@@ -51,19 +51,22 @@ def event_arrays(cols: dict[str, list[Any]]) -> dict[str, np.ndarray]:
     return {name: np.asarray(cols[name], _dtype(name)) for name in STEP_COLUMNS}
 
 
-def rows_to_arrays(cols: dict[str, list[Any]], at: list[int], flat: FlatRuns) -> dict[str, np.ndarray]:
-    """The rows of ``cols`` with the runs of ``flat`` (``step_series.flatten_runs``) in their
-    places (run i after the first ``at[i]`` rows of ``cols``, in order), as numpy columns."""
+def rows_to_arrays(
+    cols: dict[str, Any], at: list[int] | np.ndarray, flat: FlatRuns | PackedRuns
+) -> dict[str, np.ndarray]:
+    """The rows of ``cols`` (event rows) with the runs of ``flat`` (``flat_runs.flatten_runs``,
+    or packed) in their places (run i after the first ``at[i]`` rows of ``cols``, in order),
+    as numpy columns."""
     ev = event_arrays(cols)
-    if not at:
-        return ev
     n_runs = len(at)
-    lens = np.array(flat.num_rows, np.int64)
+    if not n_runs:
+        return ev
+    lens = np.asarray(flat.num_rows, np.int64)
     run_off = np.zeros(n_runs, np.int64)  # each run's first row among the runs' rows
     np.cumsum(lens[:-1], out=run_off[1:])
     n_run = int(run_off[-1] + lens[-1])
     n_ev = len(ev["start_s"])
-    first = np.array(at, np.int64) + run_off  # each run's first row in the output
+    first = np.asarray(at, np.int64) + run_off  # each run's first row in the output
     run_id = np.repeat(np.arange(n_runs), lens)  # of each of the runs' rows
     where = first[run_id] + (np.arange(n_run) - run_off[run_id])  # its row in the output
     is_ev = np.ones(n_ev + n_run, np.bool_)
@@ -74,32 +77,32 @@ def rows_to_arrays(cols: dict[str, list[Any]], at: list[int], flat: FlatRuns) ->
         col[is_ev] = ev[name]
         out[name] = col
 
-    d = np.array(flat.durations, np.float64)
-    starts = _run_starts(np.array(flat.start_s, np.float64), d, lens, run_off)
+    d = np.asarray(flat.durations, np.float64)
+    starts = _run_starts(np.asarray(flat.start_s, np.float64), d, lens, run_off)
     out["start_s"][where] = starts
     out["duration_s"][where] = d
-    out["replica"][where] = np.repeat(np.array(flat.replica, np.int64), lens)
+    out["replica"][where] = np.repeat(np.asarray(flat.replica, np.int64), lens)
     out["num_prefill_tokens"][where] = 0
     out["num_preempted"][where] = 0
 
     # Segments: pool size n for k rows; KV blocks from the phases at the segment's start.
-    seg_k = np.array(flat.seg_k, np.int64)
+    seg_k = np.asarray(flat.seg_k, np.int64)
     n_segs = len(seg_k)
-    decodes = np.repeat(np.array(flat.seg_n, np.int64), seg_k)
+    decodes = np.repeat(np.asarray(flat.seg_n, np.int64), seg_k)
     out["num_decode_reqs"][where] = decodes
     out["num_running"][where] = decodes  # only pooled decodes run in a run
     bs = flat.block_size
-    seg_j0 = np.array(flat.seg_j0, np.int64)
-    table = np.array(flat.phases, np.int64).reshape(n_segs, bs)
+    seg_j0 = np.asarray(flat.seg_j0, np.int64)
+    table = np.asarray(flat.phases, np.int64).reshape(n_segs, bs)
     seg_off = np.zeros(n_segs, np.int64)
     np.cumsum(seg_k[:-1], out=seg_off[1:])
     seg_id = np.repeat(np.arange(n_segs), seg_k)
     step = seg_j0[seg_id] + (np.arange(n_run) - seg_off[seg_id])
     crossings = np.cumsum(table[seg_id, (-step) % bs])
     before = crossings[seg_off] - table[np.arange(n_segs), (-seg_j0) % bs]  # up to each segment
-    out["kv_blocks_used"][where] = np.array(flat.seg_base, np.int64)[seg_id] + crossings - before[seg_id]
+    out["kv_blocks_used"][where] = np.asarray(flat.seg_base, np.int64)[seg_id] + crossings - before[seg_id]
 
-    waiting = np.repeat(np.array(flat.num_waiting, np.int64), lens)
+    waiting = np.repeat(np.asarray(flat.num_waiting, np.int64), lens)
     _count_waiting(waiting, flat, starts, lens, run_off, out["start_s"], first)
     out["num_waiting"][where] = waiting
     return out
@@ -135,7 +138,7 @@ def _run_starts(start: np.ndarray, d: np.ndarray, lens: np.ndarray, run_off: np.
 
 def _count_waiting(
     waiting: np.ndarray,
-    flat: FlatRuns,
+    flat: FlatRuns | PackedRuns,
     starts: np.ndarray,
     lens: np.ndarray,
     run_off: np.ndarray,
@@ -147,47 +150,67 @@ def _count_waiting(
     the first that starts at or after their arrival; the row before the run, the step that
     started it, counts as that first when it does)."""
     last_start = starts[run_off + lens - 1]
-    for i, (queued_s, staged_s) in enumerate(zip(flat.queued_s, flat.staged_s)):
-        if not (queued_s or staged_s):
-            continue
-        lo, n, last = int(run_off[i]), int(lens[i]), float(last_start[i])
-        # usually each arrived after the run's last step started (the run stopped at it)
-        queued = [q for q in queued_s if q <= last]
-        staged = [q for q in staged_s if q <= last]
-        if not queued and not staged:
-            continue
-        own = starts[lo : lo + n].tolist()
-        prev_s = float(all_starts[first[i] - 1]) if first[i] > 0 else float("-inf")
-        for q in queued:
-            waiting[lo + bisect_left(own, q) : lo + n] += 1
-        for q in staged:
-            r0 = bisect_left(own, q) + 1 if q > prev_s else 0
+    # Usually each arrived after the run's last step started (the run stopped at it): those
+    # count in none of its rows.
+    for times, counts, staged in (
+        (flat.queued_s, flat.num_queued, False),
+        (flat.staged_s, flat.num_staged, True),
+    ):
+        q_s = np.asarray(times, np.float64)
+        run_of = np.repeat(np.arange(len(lens)), np.asarray(counts, np.int64))
+        for k in np.flatnonzero(q_s <= last_start[run_of]).tolist():
+            q, i = float(q_s[k]), int(run_of[k])
+            lo, n = int(run_off[i]), int(lens[i])
+            own = starts[lo : lo + n].tolist()
+            r0 = bisect_left(own, q)
+            if staged:
+                prev_s = float(all_starts[first[i] - 1]) if first[i] > 0 else float("-inf")
+                r0 = r0 + 1 if q > prev_s else 0
             waiting[lo + r0 : lo + n] += 1
 
 
 # ----------------------------------------------------------------- compact groups in memory
 
-PACKED_RUNS = (
-    "replica",
-    "num_prefill_tokens",
-    "num_decode_reqs",
-    "num_running",
-    "num_waiting",
-    "num_preempted",
-)
+
+class PackedRuns:
+    """``FlatRuns`` as numpy arrays: a group's runs kept in memory (about 8 bytes a row, their
+    step times, and a few numbers a run and a segment), their columns built when read."""
+
+    def __init__(self, flat: FlatRuns) -> None:
+        self.durations = np.array(flat.durations, np.float64)
+        self.start_s = np.array(flat.start_s, np.float64)
+        self.num_rows = _narrow(np.array(flat.num_rows, np.int64))
+        self.replica = _narrow(np.array(flat.replica, np.int64))
+        self.num_waiting = _narrow(np.array(flat.num_waiting, np.int64))
+        self.queued_s = np.array(flat.queued_s, np.float64)
+        self.num_queued = _narrow(np.array(flat.num_queued, np.int64))
+        self.staged_s = np.array(flat.staged_s, np.float64)
+        self.num_staged = _narrow(np.array(flat.num_staged, np.int64))
+        self.seg_n = _narrow(np.array(flat.seg_n, np.int64))
+        self.seg_k = _narrow(np.array(flat.seg_k, np.int64))
+        self.seg_j0 = np.array(flat.seg_j0, np.int64)
+        self.seg_base = _narrow(np.array(flat.seg_base, np.int64))
+        self.phases = _narrow(np.array(flat.phases, np.int64))
+        self.block_size = flat.block_size
 
 
-def pack(part: dict[str, np.ndarray]) -> dict[str, Any]:
-    """A group of rows kept in memory: the times as they are, the KV column as int32 where it
-    fits, the other counts as (values, lengths) of their runs of equal values."""
-    packed: dict[str, Any] = {"start_s": part["start_s"], "duration_s": part["duration_s"]}
-    packed["kv_blocks_used"] = _narrow(part["kv_blocks_used"])
-    for name in PACKED_RUNS:
-        col = part[name]
-        cut = np.flatnonzero(col[1:] != col[:-1]) + 1
-        edges = np.concatenate(([0], cut, [len(col)])) if len(col) else np.zeros(1, np.int64)
-        packed[name] = (_narrow(col[edges[:-1]]), np.diff(edges).astype(np.int32))
-    return packed
+class PackedGroup:
+    """Final rows kept in memory (``StepSeries``): the event rows as numpy columns (counts as
+    int32 where they fit), the runs as ``PackedRuns``, each after its ``at`` event rows."""
+
+    def __init__(self, cols: dict[str, list[Any]], at: list[int], flat: FlatRuns) -> None:
+        self.events = {
+            name: np.array(cols[name], np.float64)
+            if name in FLOAT_COLUMNS
+            else _narrow(np.array(cols[name], np.int64))
+            for name in STEP_COLUMNS
+        }
+        self.at = np.array(at, np.int64)
+        self.runs = PackedRuns(flat)
+        self.num_rows = len(cols["start_s"]) + len(flat.durations)
+
+    def columns(self) -> dict[str, np.ndarray]:
+        return rows_to_arrays(self.events, self.at, self.runs)
 
 
 def _narrow(col: np.ndarray) -> np.ndarray:
@@ -195,13 +218,3 @@ def _narrow(col: np.ndarray) -> np.ndarray:
     if len(col) == 0 or (int(col.min()) >= -(1 << 31) and int(col.max()) < 1 << 31):
         return col.astype(np.int32)
     return col
-
-
-def unpack(packed: dict[str, Any]) -> dict[str, np.ndarray]:
-    """The columns of a group kept by ``pack``, as float64 and int64 arrays."""
-    out: dict[str, np.ndarray] = {}
-    for name in STEP_COLUMNS:
-        v = packed[name]
-        col: np.ndarray = np.repeat(v[0], v[1]) if name in PACKED_RUNS else v
-        out[name] = col.astype(_dtype(name), copy=False)
-    return out

@@ -4,8 +4,9 @@ Event steps arrive as rows (``add_step``); the steps of a skip-ahead run (most o
 lone replica) arrive as the run (``add_rows``: its step times, pool sizes and KV phases),
 kept so until read. Once ``row_group_rows`` rows are held, those whose values are final
 become numpy columns in one go (``step_arrays.rows_to_arrays``) and are handed to
-``_emit``: kept in memory compactly (``step_arrays.pack``: about 21 bytes a row against the
-hundreds a row of Python objects takes), or written to a file by ``StreamedStepSeries``.
+``_emit``: kept in memory compactly (``step_arrays.PackedGroup``: about 10 bytes a row of a
+run, their step times, against the hundreds a row of Python objects takes), or written to a
+file by ``StreamedStepSeries``.
 
 A row is final once added as a row (an event step) or, for the rows of a run, once its
 replica has added a row after them: the run's waiting counts are completed when its last
@@ -23,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from servesim.metrics.flat_runs import StepRows, flatten_runs
-from servesim.metrics.step_arrays import STEP_COLUMNS, pack, rows_to_arrays, unpack
+from servesim.metrics.flat_runs import FlatRuns, StepRows, flatten_runs
+from servesim.metrics.step_arrays import STEP_COLUMNS, PackedGroup, rows_to_arrays
 
 ROW_GROUP_ROWS = 1 << 18
 
@@ -36,7 +37,7 @@ class StepSeries:
 
     Event steps are appended as rows (``add_step``). The steps of a skip-ahead run are kept as
     the run (``add_rows``) until ``row_group_rows`` rows are held; the final ones then become
-    compact numpy groups (the module's docstring). A simulation that reads no step column
+    compact groups (the module's docstring). A simulation that reads no step column
     never builds them as Python objects. The column properties give lists; ``columns()``
     gives numpy arrays.
 
@@ -56,7 +57,7 @@ class StepSeries:
         self._pending: list[tuple[int, StepRows]] = []  # (event rows before them, rows)
         self._num_pending_rows = 0
         self._open: dict[int, int] = {}  # replica -> its open run's index in _pending
-        self._groups: list[dict[str, Any]] = []  # rows emitted, kept in memory (``pack``)
+        self._groups: list[PackedGroup] = []  # rows emitted, kept in memory
         self._num_emitted = 0
         # The summary's queueing figure of the rows emitted, in the order the held rows sum it
         # (``waiting_s_by_replica``): the event rows' sums by replica, and each run's in order.
@@ -147,7 +148,9 @@ class StepSeries:
         cols = self._cols
         head = {name: col[:at] for name, col in cols.items()}
         self._keep_waiting(head, done)
-        part = rows_to_arrays(head, [a for a, _ in done], flatten_runs([r for _, r in done]))
+        at_runs = [a for a, _ in done]
+        flat = flatten_runs([r for _, r in done])
+        num_rows = len(head["start_s"]) + len(flat.durations)
         keep = pending[cut:]
         self._set_cols({name: col[at:] for name, col in cols.items()})
         self._pending = [(a - at, r) for a, r in keep]
@@ -156,8 +159,8 @@ class StepSeries:
             n_keep += r.num_rows
         self._num_pending_rows = n_keep
         self._open = {rid: i - cut for rid, i in self._open.items()}
-        self._num_emitted += len(part["start_s"])
-        self._emit(part)
+        self._num_emitted += num_rows
+        self._emit(head, at_runs, flat)
 
     def _keep_waiting(self, cols: dict[str, list[Any]], pending: list[tuple[int, StepRows]]) -> None:
         """Keep the queueing sums of rows about to be emitted (``waiting_s_by_replica``)."""
@@ -170,15 +173,16 @@ class StepSeries:
             prev = starts[at - 1] if at > 0 else float("-inf")
             self._run_waiting_s.append((rows.replica_id, rows.waiting_s(prev)))
 
-    def _emit(self, part: dict[str, Any]) -> None:
-        """Final rows as columns, in order: kept in memory, compactly."""
-        self._groups.append(pack(part))
+    def _emit(self, cols: dict[str, list[Any]], at: list[int], flat: FlatRuns) -> None:
+        """Final rows (event rows ``cols``, each run of ``flat`` after its ``at`` of them):
+        kept in memory, compactly, their columns built when read."""
+        self._groups.append(PackedGroup(cols, at, flat))
 
     def _emitted(self) -> dict[str, Any]:
         """The rows emitted so far, as columns."""
         if not self._groups:
             return rows_to_arrays({name: [] for name in STEP_COLUMNS}, [], flatten_runs([]))
-        parts = [unpack(g) for g in self._groups]
+        parts = [g.columns() for g in self._groups]
         return {name: np.concatenate([p[name] for p in parts]) for name in STEP_COLUMNS}
 
     def _materialized(self) -> dict[str, list[Any]]:

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from servesim.metrics.flat_runs import StepRows
-from servesim.metrics.step_arrays import STEP_COLUMNS, event_arrays
+from servesim.metrics.flat_runs import FlatRuns, StepRows
+from servesim.metrics.step_arrays import STEP_COLUMNS, event_arrays, rows_to_arrays
 from servesim.metrics.step_series import ROW_GROUP_ROWS, StepSeries
 
 
@@ -54,7 +54,8 @@ class StreamedStepSeries(StepSeries):
     def _keep_waiting(self, cols: dict[str, list[Any]], pending: list[tuple[int, StepRows]]) -> None:
         """The sums are kept from the rows written (``_emit``)."""
 
-    def _emit(self, part: dict[str, Any]) -> None:
+    def _emit(self, cols: dict[str, list[Any]], at: list[int], flat: FlatRuns) -> None:
+        part = rows_to_arrays(cols, at, flat)
         rep = part["replica"]
         waiting = np.bincount(rep, weights=part["num_waiting"] * part["duration_s"])
         for r in np.flatnonzero(np.bincount(rep)).tolist():
