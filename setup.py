@@ -33,6 +33,7 @@ COMPILED = [
     "servesim/metrics/step_series.py",
     "servesim/metrics/step_stream.py",
     "servesim/metrics/totals.py",
+    "servesim/metrics/writer.py",
     "servesim/perf/base.py",
     "servesim/perf/kernel_step.py",
     "servesim/perf/work_step.py",

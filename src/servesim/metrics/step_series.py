@@ -2,11 +2,12 @@
 
 Event steps arrive as rows (``add_step``); the steps of a skip-ahead run (most of them, on a
 lone replica) arrive as the run (``add_rows``: its step times, pool sizes and KV phases),
-kept so until read. Once ``row_group_rows`` rows are held, those whose values are final
-become numpy columns in one go (``step_arrays.rows_to_arrays``) and are handed to
-``_emit``: kept in memory compactly (``step_arrays.PackedGroup``: about 10 bytes a row of a
-run, their step times, against the hundreds a row of Python objects takes), or written to a
-file by ``StreamedStepSeries``.
+kept so until read. Once ``row_group_rows`` rows are held (``KEEP_GROUP_ROWS``; a file's
+groups are ``ROW_GROUP_ROWS``), those whose values are final are handed to ``_emit`` as a
+group: kept in memory compactly (``step_arrays.PackedGroup``: about 10 bytes a row of a run,
+its step time, against the hundred-odd a row its Python objects take), their columns built
+with numpy for all of a group's runs at once when read (``step_arrays.rows_to_arrays``), or
+built so and written to a file by ``StreamedStepSeries``.
 
 A row is final once added as a row (an event step) or, for the rows of a run, once its
 replica has added a row after them: the run's waiting counts are completed when its last
@@ -27,7 +28,10 @@ import numpy as np
 from servesim.metrics.flat_runs import FlatRuns, StepRows, flatten_runs
 from servesim.metrics.step_arrays import STEP_COLUMNS, PackedGroup, rows_to_arrays
 
-ROW_GROUP_ROWS = 1 << 18
+ROW_GROUP_ROWS = 1 << 18  # a group written to a file (``StreamedStepSeries``)
+# A group kept in memory: packing a row costs about as much as keeping its run does, so a
+# run up to about a million steps (the Azure hour has 443,278) is kept as it is.
+KEEP_GROUP_ROWS = 1 << 20
 
 __all__ = ["ROW_GROUP_ROWS", "STEP_COLUMNS", "StepRows", "StepSeries"]
 
@@ -46,7 +50,7 @@ class StepSeries:
     ``num_running``, ``num_waiting``, ``kv_blocks_used``, ``num_preempted``.
     """
 
-    def __init__(self, row_group_rows: int = ROW_GROUP_ROWS, **columns: list[Any]) -> None:
+    def __init__(self, row_group_rows: int = KEEP_GROUP_ROWS, **columns: list[Any]) -> None:
         unknown = set(columns) - set(STEP_COLUMNS)
         if unknown:
             raise TypeError(f"StepSeries has no column {sorted(unknown)[0]!r}")
