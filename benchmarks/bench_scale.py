@@ -69,15 +69,14 @@ def one_replica(num_requests: int, steps: bool, stream: bool = False) -> dict:
 
     steps = steps or stream
     sc = load_scenario(None, [f"run.record_steps={'true' if steps else 'false'}"])
-    tmp = None
+    tmp = series = None
     if stream:
         import tempfile
 
-        import servesim.sim as sim_mod
         from servesim.metrics.step_stream import StreamedStepSeries
 
         tmp = tempfile.TemporaryDirectory()
-        sim_mod.StepSeries = lambda: StreamedStepSeries(f"{tmp.name}/steps.parquet")  # type: ignore[assignment,misc]
+        series = StreamedStepSeries(f"{tmp.name}/steps.parquet")
     dep = resolve_deployment(sc)
     wl = load_workload(sc.workload, sc.run.seed)
     if num_requests != len(wl):
@@ -92,6 +91,7 @@ def one_replica(num_requests: int, steps: bool, stream: bool = False) -> dict:
         num_gpus=dep.num_gpus,
         record_steps=steps,
         kv_bytes_per_block=dep.plan.kv_bytes_per_block,
+        step_series=series,
     )
     t1, c1 = time.perf_counter(), _cpu_s()
     rss_engine = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -107,10 +107,10 @@ def one_replica(num_requests: int, steps: bool, stream: bool = False) -> dict:
     )
     summary = summarize(result)
     file_mb = 0.0
-    if tmp is not None:
+    if series is not None:
         import os
 
-        file_mb = os.path.getsize(run.steps.finish()) / 1e6  # type: ignore[attr-defined]
+        file_mb = os.path.getsize(series.finish()) / 1e6
     t2 = time.perf_counter()
     if tmp is not None:
         tmp.cleanup()

@@ -63,6 +63,7 @@ def run_engine(
     record_steps: bool = True,
     kv_bytes_per_block: float = 0.0,
     tenants: TenantSetup | None = None,
+    step_series: StepSeries | None = None,
 ) -> EngineRun:
     """Run one replica of the engine over ``wl`` (no catalog needed: tests use this): the
     one driver (``cluster.run_cluster``) on a pool of one replica.
@@ -75,6 +76,8 @@ def run_engine(
     ``progress(num_done)`` is called about 200 times over the run when given.
     ``record_steps=False`` drops the per-step series (streaming runs). ``tenants``: the
     weights and admission control of ``wl``'s tenants (``cluster.run_cluster``).
+    ``step_series`` replaces the in-memory step series (a ``metrics.step_stream.
+    StreamedStepSeries`` writes it to a file as the run goes).
     """
     from servesim.cluster.run import run_cluster
     from servesim.cluster.spec import PoolSpec
@@ -101,6 +104,7 @@ def run_engine(
         record_steps=record_steps,
         progress=progress,
         tenants=tenants,
+        step_series=step_series,
     )
     return EngineRun(run.records, run.steps, run.itl, run.totals[0], run.end_s, run.tenants)
 

@@ -35,8 +35,8 @@ class RunRows:
         self.block_size = block_size
         self.num_waiting = num_waiting
         self.num_rows = len(run.durations)
-        self._queued: list[float] = []  # queued during the run (the waiting queue), sorted
-        self._staged: list[float] = []  # arrived during the run, staged (async scheduling)
+        self.queued_s: list[float] = []  # queued during the run (the waiting queue), sorted
+        self.staged_s: list[float] = []  # arrived during the run, staged (async scheduling)
         self._written: dict[str, list[Any]] | None = None
         self._first = 0  # index of the first row in the columns written
 
@@ -45,8 +45,8 @@ class RunRows:
         the rows of the steps that started after they arrived; those staged by async
         scheduling (``staged_s``) from the step after that (they join the waiting queue
         at the start of the second step after their arrival)."""
-        self._queued.extend(queued_s)
-        self._staged.extend(staged_s)
+        self.queued_s.extend(queued_s)
+        self.staged_s.extend(staged_s)
         if self._written is not None:
             self._count_waiting(self._written, queued_s, staged_s)
 
@@ -76,7 +76,7 @@ class RunRows:
         cols["num_waiting"].extend([self.num_waiting] * m)
         cols["num_preempted"].extend([0] * m)
         self._written, self._first = cols, first
-        self._count_waiting(cols, self._queued, self._staged)
+        self._count_waiting(cols, self.queued_s, self.staged_s)
 
     def waiting_s(self, prev_start_s: float) -> float:
         """The sum over the run's rows of ``num_waiting x duration_s`` (waiting requests
@@ -94,8 +94,8 @@ class RunRows:
         total: float = self.num_waiting * span_s
         # Usually every request queued during the run arrived after its last step started
         # (the run stopped at the arrival): it counts in none of its rows.
-        queued = [q for q in self._queued if q <= last_start]
-        staged = [q for q in self._staged if q <= last_start]
+        queued = [q for q in self.queued_s if q <= last_start]
+        staged = [q for q in self.staged_s if q <= last_start]
         if not queued and not staged:
             return total
         starts = list(accumulate(durations[:-1], initial=self.start_s))  # as ``write`` sums them
