@@ -104,6 +104,19 @@ SCENARIOS = {
         "engine": {"async_scheduling": True},
         "cluster": {"pools": [{"name": "p", "num_replicas": 3}], "router": "least_outstanding"},
     },
+    # Runs of two KV block sizes in one group of rows (each segment's phases its own width).
+    "pools of block sizes 16 and 32": {
+        "workload": {
+            "type": "synthetic",
+            "num_requests": 900,
+            "arrival": {"process": "gamma", "rate": 100, "cv": 4},
+            **LOADED,
+        },
+        "cluster": {
+            "pools": [{"name": "a"}, {"name": "b", "engine": {"block_size": 32}}],
+            "router": "least_outstanding",
+        },
+    },
 }
 
 

@@ -49,8 +49,8 @@ class FlatRuns:
         self.seg_k: list[int] = []  # rows
         self.seg_j0: list[int] = []  # its first step
         self.seg_base: list[int] = []  # KV blocks in use before it
-        self.phases: list[int] = []  # block_size counts a segment: the pool by block phase
-        self.block_size = 1
+        self.phases: list[int] = []  # its block size's counts: the pool by block phase
+        self.seg_bs: list[int] = []  # its block size (its replica's KV cache's)
 
 
 def flatten_runs(runs: list[StepRows]) -> FlatRuns:
@@ -64,7 +64,6 @@ def flatten_runs(runs: list[StepRows]) -> FlatRuns:
         flat.num_rows.append(r.num_rows)
         flat.replica.append(r.replica_id)
         flat.num_waiting.append(r.num_waiting)
-        flat.block_size = r.block_size
         for n, k, _ in r.segments:
             flat.seg_n.append(n)
             flat.seg_k.append(k)
@@ -72,6 +71,7 @@ def flatten_runs(runs: list[StepRows]) -> FlatRuns:
             flat.seg_j0.append(j0)
             flat.seg_base.append(base)
             phases.extend(ph)
+            flat.seg_bs.append(r.block_size)
         flat.queued_s.extend(r.queued_s)
         flat.num_queued.append(len(r.queued_s))
         flat.staged_s.extend(r.staged_s)

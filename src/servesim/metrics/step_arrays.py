@@ -99,21 +99,36 @@ def rows_to_arrays(
     decodes = np.repeat(_array(flat.seg_n, np.int64), seg_k)
     out["num_decode_reqs"][where] = decodes
     out["num_running"][where] = decodes  # only pooled decodes run in a run
-    bs = flat.block_size
+    seg_bs = _array(flat.seg_bs, np.int64)  # block sizes: pools of a cluster may differ
     seg_j0 = _array(flat.seg_j0, np.int64)
-    table = _array(flat.phases, np.int64).reshape(n_segs, bs)
+    table = _phase_table(_array(flat.phases, np.int64), seg_bs)
     seg_off = np.zeros(n_segs, np.int64)
     np.cumsum(seg_k[:-1], out=seg_off[1:])
     seg_id = np.repeat(np.arange(n_segs), seg_k)
     step = seg_j0[seg_id] + (np.arange(n_run) - seg_off[seg_id])
-    crossings = np.cumsum(table[seg_id, (-step) % bs])
-    before = crossings[seg_off] - table[np.arange(n_segs), (-seg_j0) % bs]  # up to each segment
+    crossings = np.cumsum(table[seg_id, (-step) % seg_bs[seg_id]])
+    before = crossings[seg_off] - table[np.arange(n_segs), (-seg_j0) % seg_bs]  # up to each segment
     out["kv_blocks_used"][where] = _array(flat.seg_base, np.int64)[seg_id] + crossings - before[seg_id]
 
     waiting = np.repeat(_array(flat.num_waiting, np.int64), lens)
     _count_waiting(waiting, flat, starts, lens, run_off, out["start_s"], first)
     out["num_waiting"][where] = waiting
     return out
+
+
+def _phase_table(phases: np.ndarray, seg_bs: np.ndarray) -> np.ndarray:
+    """The segments' phase counts as a table, one row a segment (``seg_bs[i]`` counts in row
+    i, zeros after them where block sizes differ)."""
+    n_segs = len(seg_bs)
+    width = int(seg_bs.max()) if n_segs else 1
+    if n_segs == 0 or int(seg_bs.min()) == width:
+        return phases.reshape(n_segs, width)
+    table = np.zeros((n_segs, width), np.int64)
+    off = np.zeros(n_segs, np.int64)
+    np.cumsum(seg_bs[:-1], out=off[1:])
+    seg_of = np.repeat(np.arange(n_segs), seg_bs)
+    table[seg_of, np.arange(len(phases)) - off[seg_of]] = phases
+    return table
 
 
 def _run_starts(start: np.ndarray, d: np.ndarray, lens: np.ndarray, run_off: np.ndarray) -> np.ndarray:
@@ -199,7 +214,7 @@ class PackedRuns:
         self.seg_j0 = _array(flat.seg_j0, np.int64)
         self.seg_base = _narrow(_array(flat.seg_base, np.int64))
         self.phases = _narrow(_array(flat.phases, np.int64))
-        self.block_size = flat.block_size
+        self.seg_bs = _narrow(_array(flat.seg_bs, np.int64))
 
 
 class PackedGroup:
