@@ -33,6 +33,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -72,7 +73,7 @@ def pack(repo: Path, rev: str) -> dict[str, object]:
         "kernels": KERNELS,
         "float_arrays": sorted(k for k, v in arrays.items() if v.dtype == np.float32),
     }
-    stored = {k: (_planes(v) if v.dtype == np.float32 else v) for k, v in arrays.items()}
+    stored: dict[str, Any] = {k: (_planes(v) if v.dtype == np.float32 else v) for k, v in arrays.items()}
     stored["meta"] = np.array(json.dumps(meta))
     stored.update({f"shape.{k}": np.array(v.shape) for k, v in arrays.items() if v.dtype == np.float32})
     out = OUT / f"{GPU}_{VERSION}_gemm.npz"
