@@ -176,9 +176,10 @@ class KernelLayerOps:
           ``vllm/model_executor/kernels/linear/__init__.py`` of 0.19.0), and timed it
           outside FlashInfer's autotuner, where ``AutoTuner.choose_one`` returns the first
           runner's fallback tactic (FlashInfer 0.6.6, ``gemm/gemm_base.py``,
-          ``fp8_gemm_sm100``); vLLM serves it autotuned (``kernel_warmup.flashinfer_autotune``,
-          on from -O1, -O2 the default). What B200 FP8 GEMMs read instead is vLLM 0.24.0's
-          table of its CUTLASS ``scaled_mm`` with per-token dynamic scales
+          ``fp8_gemm_sm100``); vLLM serves it autotuned (``kernel_warmup.flashinfer_autotune``:
+          always on SM90 and later in 0.14.0, from -O1 in 0.19.0, -O2 the default). What
+          B200 FP8 GEMMs read instead is vLLM 0.24.0's table of its CUTLASS ``scaled_mm``
+          with per-token dynamic scales
           (``CutlassFP8ScaledMMLinearKernel``, 0.72x bf16's time; its SM100 tile
           configurations are those of vLLM 0.10.1 and 0.19.0): the kernel vLLM 0.10-0.19
           serve dynamic-scale FP8 checkpoints with, and 0.10's static ones. The autotuned
