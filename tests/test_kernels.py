@@ -3,6 +3,7 @@ step times against hand-computed sums of looked-up kernels, fallbacks, configura
 
 from __future__ import annotations
 
+import json
 import os
 from math import exp, log
 from pathlib import Path
@@ -20,10 +21,13 @@ from servesim.perf.kernel_model import KernelPerfModel
 from servesim.perf.kernels import (
     ACTIVATION_QUANT_BYTES_MAX,
     DTYPES,
+    FP8_COMPUTE_BOUND_RATIO_MAX,
     GPU_TABLES,
+    KernelDatabase,
     gemm_m_curve,
     kernel_versions,
     load_database,
+    load_served_gemm,
     log_curve,
     without_dips,
 )
@@ -514,3 +518,72 @@ def test_hopper_014_fp8_gemms_read_the_019_table():
     assert "bytes an activation element" not in pm19.sources["gemm_qkv"]
     q19 = {name: curve for name, curve, _ in pm19._token_ops}["gemm_qkv"]
     assert q19.at(64) == curves["gemm_qkv"].at(64)
+
+
+# --------------------------------------------------------------------------- FP8 slower than bf16
+
+
+def test_compute_bound_ratio_by_hand():
+    """``compute_bound_ratio`` of a made-up table: n = k = 4096, m = 1024, 4096 and 8192; bf16
+    1, 2, 4 ms, FP8 2, 1.2, 3.2 ms. Only m >= 4096 counts (the m = 1024 point, ratio 2, is
+    not compute-bound): ratios 0.6 and 0.8, median 0.7. A table without bf16 GEMMs gives 0."""
+    ax = {"m": np.array([1024, 4096, 8192]), "n": np.array([4096]), "k": np.array([4096])}
+    raw: dict[str, np.ndarray] = {"meta": np.array(json.dumps({"vllm_version": "x", "float_arrays": []}))}
+    for dtype, lat in (("bfloat16", [1.0, 2.0, 4.0]), ("fp8", [2.0, 1.2, 3.2])):
+        raw.update({f"gemm.{dtype}.{a}": v for a, v in ax.items()})
+        raw[f"gemm.{dtype}.lat"] = np.array(lat, np.float32).reshape(3, 1, 1)
+    assert KernelDatabase(raw).compute_bound_ratio("fp8") == pytest.approx(0.7, rel=1e-6)
+    del raw["gemm.bfloat16.lat"]
+    assert KernelDatabase(raw).compute_bound_ratio("fp8") == 0.0
+
+
+def test_b200_019_fp8_gemms_are_slower_than_bf16_at_compute_bound_shapes():
+    """B200's vLLM 0.19.0 per-tensor FP8 GEMM at 8192 x 8192 x 8192 takes 1.037 ms, the same
+    table's bf16 GEMM 0.708 ms (1.47x, where FP8 has twice the dense rate): the table fails
+    ``FP8_COMPUTE_BOUND_RATIO_MAX`` (median over m, n, k >= 4096 between 1.1 and 1.2), and so
+    do B300's and GB200's; vLLM 0.24.0's CUTLASS ``scaled_mm`` table of B200 passes (0.717
+    against 0.652 ms there, median 0.72), as do H100's and H200's 0.19.0 tables (0.56-0.66)."""
+    old, served = load_database("B200", "0.19.0"), load_served_gemm("B200")
+    assert served is not None and load_served_gemm("H200") is None
+    assert _at(old.gemm("fp8"), 8192, 8192, 8192) == pytest.approx(1.0375, abs=1e-4)
+    assert _at(old.gemm("bfloat16"), 8192, 8192, 8192) == pytest.approx(0.7077, abs=1e-4)
+    assert _at(served.gemm("fp8"), 8192, 8192, 8192) == pytest.approx(0.7168, abs=1e-4)
+    assert _at(served.gemm("bfloat16"), 8192, 8192, 8192) == pytest.approx(0.6519, abs=1e-4)
+    assert 1.1 < old.compute_bound_ratio("fp8") < 1.2
+    for gpu in ("B300", "GB200"):
+        assert load_database(gpu, "0.19.0").compute_bound_ratio("fp8") > FP8_COMPUTE_BOUND_RATIO_MAX
+    assert 0.65 < served.compute_bound_ratio("fp8") < 0.8
+    for gpu in ("H100-SXM", "H200"):
+        assert load_database(gpu, "0.19.0").compute_bound_ratio("fp8") < 0.7
+    meta = served.meta
+    assert meta["commit"] == "095f58a51c4ca8e61b66ec108d86f223f8d559ce"
+    assert meta["kernels"]["fp8"] == "CutlassFP8ScaledMMLinearKernel" and meta["vllm_version"] == "0.24.0"
+    assert meta["tables"] == [
+        "aic-core/src/aiconfigurator_core/systems/data/b200_sxm/gemm/vllm/0.24.0/gemm_perf.parquet"
+    ]
+
+
+def test_b200_fp8_gemms_read_the_served_table():
+    """Llama-3.1-70B-FP8 (per-tensor FP8) at TP 1 on B200: its output projection (n = k =
+    8192, a grid point) is the 0.24.0 table's measurement at every m, and the source names
+    it and why; B300's fails the same check and keeps its own table (no other to read);
+    block FP8 on B200 (MiniMax-M2.5's projections) keeps 0.19.0's, no served table of it."""
+    served = load_served_gemm("B200")
+    assert served is not None
+    pm = KernelPerfModel(load_model("nvidia/Llama-3.1-70B-Instruct-FP8"), get_gpu("B200"), tp=1)
+    o_proj = {name: curve for name, curve, _ in pm._token_ops}["gemm_o_proj"]
+    for m in (1, 64, 8192):
+        assert o_proj.at(m) == pytest.approx(_at(served.gemm("fp8"), m, 8192, 8192) * 1e-3, rel=1e-9)
+    assert o_proj.at(8192) == pytest.approx(0.7168e-3, rel=1e-3)
+    assert "of vLLM 0.24.0's served kernel" in pm.sources["gemm_o_proj"]
+    assert "0.19.0's fp8 table takes 1.14x" in pm.sources["gemm_o_proj"]
+    b300 = KernelPerfModel(load_model("nvidia/Llama-3.1-70B-Instruct-FP8"), get_gpu("B300"), tp=1)
+    own = load_database("B300", "0.19.0").gemm("fp8")
+    assert {n: c for n, c, _ in b300._token_ops}["gemm_o_proj"].at(64) == pytest.approx(
+        _at(own, 64, 8192, 8192) * 1e-3, rel=1e-9
+    )
+    assert b300.sources["gemm_o_proj"].endswith("no other version's table)")
+    block = KernelPerfModel(load_model("MiniMaxAI/MiniMax-M2.5"), get_gpu("B200"), tp=4)
+    assert (
+        "0.24.0" not in block.sources["gemm_qkv"] and "no other version's table" in block.sources["gemm_qkv"]
+    )

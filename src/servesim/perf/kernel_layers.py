@@ -19,6 +19,7 @@ from servesim.perf.kernel_attention import attention_grid
 from servesim.perf.kernel_comm import allreduce_curve, gather_scatter_curve
 from servesim.perf.kernels import (
     ACTIVATION_QUANT_BYTES_MAX,
+    FP8_COMPUTE_BOUND_RATIO_MAX,
     MAX_TOKENS,
     SM100_GPUS,
     KernelDatabase,
@@ -27,6 +28,7 @@ from servesim.perf.kernels import (
     gemm_m_curve,
     kernel_versions,
     load_database,
+    load_served_gemm,
     roof_time,
 )
 from servesim.perf.sustained import SustainedClocks
@@ -151,33 +153,75 @@ class KernelLayerOps:
         self, dtype: str | None
     ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None, str]:
         """The GEMM table of ``dtype`` and a note: this database's, unless it is an FP8 table
-        that spends more per activation element than vLLM's quantization moves
-        (``ACTIVATION_QUANT_BYTES_MAX``), then the same GPU's table of the nearest other vLLM
-        version that does not (H100's and H200's 0.14.0 FP8 GEMMs read from their 0.19.0
-        tables). The GEMM kernels are the same in the versions these tables stand for (vLLM
-        0.12-0.19 on SM90: CUTLASS ``cutlass_scaled_mm`` for per-tensor FP8, DeepGEMM's
-        ``fp8_gemm_nt`` or CUTLASS's block-scaled GEMM for 128x128 blocks,
-        ``W8A8BlockFp8LinearOp`` in ``quantization/utils/fp8_utils.py``), and the two
-        collections' bf16 GEMMs agree within 1%: what differs is the activation's
-        quantization, which the first collector timed unfused and vLLM does not run so."""
+        that fails a check of what vLLM's served FP8 linear layer does (``_unserved``), then
+        the same GPU's table of the nearest other vLLM version that passes both, else its
+        served-GEMM table (``SERVED_GEMM_FILES``) if that passes, else this database's with
+        the reason in the note.
+
+        - Activation bytes: a table that spends more per activation element than vLLM's
+          quantization moves (``ACTIVATION_QUANT_BYTES_MAX``) timed the quantization
+          unfused: H100's and H200's 0.14.0 FP8 GEMMs read from their 0.19.0 tables. The
+          GEMM kernels are the same in the versions these tables stand for (vLLM 0.12-0.19
+          on SM90: CUTLASS ``cutlass_scaled_mm`` for per-tensor FP8, DeepGEMM's
+          ``fp8_gemm_nt`` or CUTLASS's block-scaled GEMM for 128x128 blocks,
+          ``W8A8BlockFp8LinearOp`` in ``quantization/utils/fp8_utils.py``), and the two
+          collections' bf16 GEMMs agree within 1%.
+        - Compute-bound ratio: a table slower than the same collection's bf16 GEMMs at
+          compute-bound shapes (``FP8_COMPUTE_BOUND_RATIO_MAX``; FP8 has twice the dense
+          rate) timed a kernel configuration vLLM does not serve. B200's 0.19.0 per-tensor
+          FP8 table is one (1.14x bf16's time): AIConfigurator's collector built that layer
+          with static activation scales (``Fp8Config(activation_scheme="static")``), which
+          vLLM 0.14-0.19 runs on SM100 with FlashInfer's ``bmm_fp8(..., "auto")``
+          (``FlashInferFP8ScaledMMLinearKernel`` first in ``_POSSIBLE_FP8_KERNELS``,
+          ``vllm/model_executor/kernels/linear/__init__.py`` of 0.19.0), and timed it
+          outside FlashInfer's autotuner, where ``AutoTuner.choose_one`` returns the first
+          runner's fallback tactic (FlashInfer 0.6.6, ``gemm/gemm_base.py``,
+          ``fp8_gemm_sm100``); vLLM serves it autotuned (``kernel_warmup.flashinfer_autotune``:
+          always on SM90 and later in 0.14.0, from -O1 in 0.19.0, -O2 the default). What
+          B200 FP8 GEMMs read instead is vLLM 0.24.0's table of its CUTLASS ``scaled_mm``
+          with per-token dynamic scales
+          (``CutlassFP8ScaledMMLinearKernel``, 0.72x bf16's time; its SM100 tile
+          configurations are those of vLLM 0.10.1 and 0.19.0): the kernel vLLM 0.10-0.19
+          serve dynamic-scale FP8 checkpoints with, and 0.10's static ones. The autotuned
+          ``bmm_fp8`` that 0.14-0.19 serve static checkpoints with (the catalog's
+          Llama-3.1-70B-FP8) is not measured: that table stands for it, a simplification.
+          The two collections' bf16 GEMMs agree (median 0.995 at m = 8192). B200's 0.19.0
+          block-FP8 table (1.05x) and B300's, GB200's and L40S's tables that fail keep
+          their own: no other table of theirs passes."""
         db = self.db
         if db is None or not dtype:
             return None, ""
         table = db.gemm(dtype)
-        bw = self.gpu.mem_bw
         if table is None or dtype not in ("fp8", "fp8_block"):
             return table, ""
-        spent = db.activation_quant_bytes(dtype, bw)
-        if spent <= ACTIVATION_QUANT_BYTES_MAX:
+        why = self._unserved(db, dtype)
+        if not why:
             return table, ""
-        why = f"{db.version}'s {dtype} table spends {spent:.0f} bytes an activation element beyond bf16"
         for v in sorted(kernel_versions(self.gpu.name), key=lambda v: _version_distance(v, db.version)):
             other = load_database(self.gpu.name, v) if v != db.version else None
-            if other is None or other.gemm(dtype) is None:
-                continue
-            if other.activation_quant_bytes(dtype, bw) <= ACTIVATION_QUANT_BYTES_MAX:
-                return other.gemm(dtype), f" of vLLM {v} ({why}: its quantization unfused)"
+            if other is not None and other.gemm(dtype) is not None and not self._unserved(other, dtype):
+                return other.gemm(dtype), f" of vLLM {v} ({why})"
+        served = load_served_gemm(self.gpu.name)
+        if served is not None and served.gemm(dtype) is not None and not self._unserved(served, dtype):
+            return served.gemm(dtype), f" of vLLM {served.version}'s served kernel ({why})"
         return table, f" ({why}; no other version's table)"
+
+    def _unserved(self, db: KernelDatabase, dtype: str) -> str:
+        """Why ``db``'s ``dtype`` GEMM table does not time vLLM's served FP8 linear layer
+        (``_gemm_table``), or ''."""
+        spent = db.activation_quant_bytes(dtype, self.gpu.mem_bw)
+        if spent > ACTIVATION_QUANT_BYTES_MAX:
+            return (
+                f"{db.version}'s {dtype} table spends {spent:.0f} bytes an activation element "
+                "beyond bf16: its quantization unfused"
+            )
+        ratio = db.compute_bound_ratio(dtype)
+        if ratio > FP8_COMPUTE_BOUND_RATIO_MAX:
+            return (
+                f"{db.version}'s {dtype} table takes {ratio:.2f}x its bf16 GEMMs' time at "
+                "compute-bound shapes: a kernel configuration vLLM does not serve"
+            )
+        return ""
 
     def _gemm(self, name: str, n: int, k: int, dtype: str | None) -> LogCurve:
         """The seconds-vs-m curve of one GEMM per layer (table, else roofline)."""

@@ -79,6 +79,20 @@ SIBLINGS = {"H100-SXM": "H200", "H200": "H100-SXM"}
 #: other table 3-23 (L40S 0.14.0's per-tensor FP8 the highest, 23; H100's and H200's 0.19.0
 #: 5-13; H200's per-tensor FP8 table of vLLM 0.18.0, not packed, the same as 0.19.0's).
 ACTIVATION_QUANT_BYTES_MAX = 30.0
+#: The largest median time an FP8 GEMM table may take, relative to the same table's bf16
+#: GEMMs, at shapes where both are compute-bound (``KernelDatabase.compute_bound_ratio``:
+#: m, n and k >= 4096), and still time a kernel vLLM serves: FP8's dense tensor-core rate is
+#: twice bf16's on every GPU these tables cover (Ada, Hopper, Blackwell), so a served FP8
+#: GEMM runs faster there. Served kernels measure 0.56-0.80 (H100's and H200's vLLM 0.19.0
+#: FP8 and block-FP8 tables; B200's vLLM 0.24.0 CUTLASS ``scaled_mm``, 0.72); B200's, B300's
+#: and GB200's 0.19.0 per-tensor FP8 tables 1.12-1.16 (FlashInfer's ``bmm_fp8`` timed with
+#: its untuned fallback tactic, ``perf.kernel_layers``), their block-FP8 ones 1.02-1.05, the
+#: 0.14.0 tables of H100 (1.12, 1.21), H200's block FP8 (1.20) and L40S's FP8 (1.17).
+FP8_COMPUTE_BOUND_RATIO_MAX = 1.0
+#: Catalog GPU -> a packed GEMM table, outside ``index.json``, of the kernel vLLM serves
+#: FP8 GEMMs with where the GPU's own tables fail a check (``tools/pack_served_gemm.py``:
+#: B200's per-tensor FP8 GEMMs of vLLM 0.24.0, CUTLASS ``scaled_mm``).
+SERVED_GEMM_FILES = {"B200": "b200_sxm_0.24.0_gemm.npz"}
 #: Dtype codes of the packed key arrays (``tools/pack_kernels.py`` writes the same tuple).
 DTYPES = ("bfloat16", "fp8", "fp8_block", "nvfp4", "int4_wo", "w4a16_mxfp4", "float16")
 
@@ -113,6 +127,18 @@ def load_database(gpu_name: str, version: str) -> KernelDatabase:
     """The tables of one catalog GPU and vLLM version (read once per process)."""
     folder = GPU_TABLES[gpu_name]
     path = resources.files("servesim").joinpath("data", "kernels", f"{folder}_{version}.npz")
+    with path.open("rb") as f, np.load(f, allow_pickle=False) as z:
+        raw = {k: z[k] for k in z.files}
+    return KernelDatabase(raw)
+
+
+@lru_cache(maxsize=4)
+def load_served_gemm(gpu_name: str) -> KernelDatabase | None:
+    """The served-GEMM table of a catalog GPU (``SERVED_GEMM_FILES``), or None."""
+    name = SERVED_GEMM_FILES.get(gpu_name)
+    if name is None:
+        return None
+    path = resources.files("servesim").joinpath("data", "kernels", name)
     with path.open("rb") as f, np.load(f, allow_pickle=False) as z:
         raw = {k: z[k] for k in z.files}
     return KernelDatabase(raw)
@@ -236,6 +262,35 @@ class KernelDatabase:
                 if np.isfinite(a) and np.isfinite(b) and a > 0 and b > 0:
                     vals.append((a - b) * 1e-3 * mem_bw / (float(m) * float(k)))
         return float(np.median(vals)) if vals else 0.0
+
+    def compute_bound_ratio(self, dtype: str) -> float:
+        """The median of ``t_dtype / t_bf16`` over the shapes both GEMM tables of this database
+        measure with m, n and k all >= 4096 (tokens, outputs, inputs), where a GEMM is
+        compute-bound on every GPU of these tables: what ``FP8_COMPUTE_BOUND_RATIO_MAX`` bounds.
+        0 where the tables share no such shape. Cached on the database."""
+        cache: dict[str, float] = self.__dict__.setdefault("_bound_ratio", {})
+        if dtype not in cache:
+            cache[dtype] = self._compute_bound_ratio(dtype)
+        return cache[dtype]
+
+    def _compute_bound_ratio(self, dtype: str) -> float:
+        ours, bf16 = self.gemm(dtype), self.gemm("bfloat16")
+        if ours is None or bf16 is None:
+            return 0.0
+        picks = []
+        for axis, other in zip(ours[:3], bf16[:3]):
+            keep = [v for v in axis if v >= 4096 and v in other]
+            picks.append(
+                (
+                    [int(np.flatnonzero(axis == v)[0]) for v in keep],
+                    [int(np.flatnonzero(other == v)[0]) for v in keep],
+                )
+            )
+        (mi, bmi), (ni, bni), (ki, bki) = picks
+        a = ours[3][np.ix_(mi, ni, ki)].astype(np.float64)
+        b = bf16[3][np.ix_(bmi, bni, bki)].astype(np.float64)
+        ok = np.isfinite(a) & np.isfinite(b) & (a > 0) & (b > 0)
+        return float(np.median(a[ok] / b[ok])) if ok.any() else 0.0
 
     def allreduce(self, num_gpus: int, graph: bool) -> tuple[np.ndarray, np.ndarray] | None:
         """(sizes in elements, latency ms) of vLLM's custom all-reduce on ``num_gpus``, or None."""
