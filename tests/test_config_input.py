@@ -47,6 +47,14 @@ def test_set_list_element_changes_only_that_element(tmp_path: Path) -> None:
     assert a.engine is not None and a.engine.max_num_seqs == 8 and b.engine is None
 
 
+def test_set_one_variable_of_the_vllm_env_mapping() -> None:
+    """engine.vllm_env is kept as sorted (name, value) pairs: --set names one variable of it."""
+    sc = load_scenario(
+        None, ["engine.vllm_env.VLLM_USE_DEEP_GEMM=0", "engine.vllm_env.VLLM_MXFP4_USE_MARLIN=1"]
+    )
+    assert sc.engine.vllm_env == (("VLLM_MXFP4_USE_MARLIN", "1"), ("VLLM_USE_DEEP_GEMM", "0"))
+
+
 def test_set_workload_type_switches_whatever_the_order(tmp_path: Path) -> None:
     f = tmp_path / "s.yaml"
     f.write_text("workload: {type: trace, path: 'builtin:azure_conv', rate_scale: 2}\n")

@@ -46,7 +46,8 @@ def set_path(d: dict[str, Any], dotted: str, value: Any, default: BaseModel) -> 
         if nxt is None and keys[i + 1].isdigit():
             raise ConfigError(_no_list_message(dotted, keys[: i + 1], keys[i + 2 :], value))
         scalar = nxt if nxt is not None else _default_at(default, keys[: i + 1])
-        if scalar is not None and not isinstance(scalar, dict | list | BaseModel):
+        # (a mapping field kept as a tuple of pairs, such as engine.vllm_env, takes keys)
+        if scalar is not None and not isinstance(scalar, dict | list | tuple | BaseModel):
             raise ConfigError(_scalar_message(dotted, keys[: i + 1], scalar, type(default)))
         if not isinstance(nxt, dict | list):
             nxt = {}
