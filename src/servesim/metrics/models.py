@@ -8,34 +8,26 @@ unfinished and rejected ones miss.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from servesim.metrics.records import RequestStatus, Result
-
-
-def _ratio(num: float, den: float | None) -> float | None:
-    return None if den is None or not den > 0 else num / den
+from servesim.metrics.stats import distribution, meets_limit, ratio
 
 
 def model_summary(
     result: Result,
     span_s: float | None,
-    distribution: Callable[..., dict[str, Any]],
-    meets_limit: Callable[[Any, str, float], np.ndarray],
 ) -> dict[str, Any]:
-    """The section; ``distribution`` and ``meets_limit`` are the summary's own (passed in, so
-    that this module, which the summary calls, does not import it back)."""
+    """The section, with the summary's distributions and SLO rule (``metrics.stats``)."""
     m = result.models
     assert m is not None
     rec = result.records
     ids = np.asarray(m["name_id"], np.int64)
     ids = ids[len(ids) - len(rec) :]  # a benchmark's measured run: its last rows
     names: list[str] = m["names"]
-    slo = getattr(result.scenario, "slo", None)
-    limits = slo.limits() if slo is not None else {}
+    limits = result.scenario.slo.limits()
     finished = rec.status == RequestStatus.FINISHED
     rejected = rec.status == RequestStatus.REJECTED
     # The names requests gave, grouped: the default name's id (-1) with the same name's.
@@ -70,8 +62,8 @@ def model_summary(
             "tpot_s": _brief(distribution(rec.tpot_s[done])),
             "e2e_s": _brief(distribution(rec.e2e_s[done])),
             "slo_limits": limits,
-            "slo_attainment": _ratio(int(good.sum()), n),
-            "goodput_rps": _ratio(int(good.sum()), span_s),
+            "slo_attainment": ratio(int(good.sum()), n),
+            "goodput_rps": ratio(int(good.sum()), span_s),
         }
     return {"per_model": per}
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from servesim.metrics.records import RequestStatus
+
 PERCENTILES = (50, 90, 95, 99)
 
 
@@ -98,3 +100,15 @@ def sketch_distribution(sk: Any) -> dict[str, Any]:
     out.update({f"p{p}": x for p, x in zip(PERCENTILES, sk.percentiles(PERCENTILES))})
     out["max"] = float(sk.max)
     return out
+
+
+def meets_limit(rec: Any, metric: str, limit: float) -> np.ndarray:
+    """Which requests of ``rec`` (``RequestRecords``) meet one SLO limit: finished, with
+    ``metric`` at most ``limit``; a finished request with one output token has no TPOT and
+    meets a TPOT limit. Unfinished and rejected requests miss."""
+    finished = rec.status == RequestStatus.FINISHED
+    value = getattr(rec, metric)
+    ok = finished & (value <= limit)  # NaN compares False: a miss
+    if metric == "tpot_s":
+        ok |= finished & np.isnan(value)
+    return np.asarray(ok)

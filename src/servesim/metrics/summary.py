@@ -28,7 +28,7 @@ import numpy as np
 from servesim.metrics.benchmark import benchmark_section, measured_run
 from servesim.metrics.fleet_figures import held_fleet, model_dtype, pool_figures, utilization
 from servesim.metrics.records import RequestStatus, Result
-from servesim.metrics.stats import distribution, ratio, sketch_distribution
+from servesim.metrics.stats import distribution, meets_limit, ratio, sketch_distribution
 from servesim.perf.power import replica_energy_j
 
 LATENCY_METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s")
@@ -123,18 +123,6 @@ def _throughput(result: Result, span_s: float | None) -> dict[str, Any]:
         "output_tokens_per_s": ratio(num_out, span_s),
         "total_tokens_per_s": ratio(num_in + num_out, span_s),
     }
-
-
-def meets_limit(rec: Any, metric: str, limit: float) -> np.ndarray:
-    """Which requests of ``rec`` (``RequestRecords``) meet one SLO limit: finished, with
-    ``metric`` at most ``limit``; a finished request with one output token has no TPOT and
-    meets a TPOT limit. Unfinished and rejected requests miss."""
-    finished = rec.status == RequestStatus.FINISHED
-    value = getattr(rec, metric)
-    ok = finished & (value <= limit)  # NaN compares False: a miss
-    if metric == "tpot_s":
-        ok |= finished & np.isnan(value)
-    return np.asarray(ok)
 
 
 def _slo(result: Result, span_s: float | None, num_gpus: float) -> dict[str, Any]:
@@ -261,11 +249,11 @@ def summarize(result: Result) -> dict[str, Any]:
     if result.tenants is not None:  # per-tenant counts, service, SLOs and fairness
         from servesim.metrics.tenants import tenant_summary
 
-        summary["tenants"] = tenant_summary(run, span_s, distribution, meets_limit)
+        summary["tenants"] = tenant_summary(run, span_s)
     if result.models is not None:  # several models: per-model counts, latency, SLOs, GPUs
         from servesim.metrics.models import model_summary
 
-        summary["models"] = model_summary(run, span_s, distribution, meets_limit)
+        summary["models"] = model_summary(run, span_s)
     lora = _lora(result)
     if lora is not None:  # engine.lora: adapter loads, the max_loras limit, LoRA memory
         summary["lora"] = lora

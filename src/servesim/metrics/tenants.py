@@ -11,16 +11,12 @@ defines it only when every tenant asks for more than its share (backlogged).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from servesim.metrics.records import RequestStatus, Result
-
-
-def _ratio(num: float, den: float | None) -> float | None:
-    return None if den is None or not den > 0 else num / den
+from servesim.metrics.stats import distribution, meets_limit, ratio
 
 
 def jain_index(x: list[float]) -> float | None:
@@ -33,11 +29,8 @@ def jain_index(x: list[float]) -> float | None:
 def tenant_summary(
     result: Result,
     span_s: float | None,
-    distribution: Callable[..., dict[str, Any]],
-    meets_limit: Callable[[Any, str, float], np.ndarray],
 ) -> dict[str, Any]:
-    """The section; ``distribution`` and ``meets_limit`` are the summary's own (passed in, so
-    that this module, which the summary calls, does not import it back)."""
+    """The section, with the summary's distributions and SLO rule (``metrics.stats``)."""
     t = result.tenants
     assert t is not None
     rec = result.records
@@ -80,8 +73,8 @@ def tenant_summary(
             "ttft_s": _brief(distribution(rec.ttft_s[done])),
             "e2e_s": _brief(distribution(rec.e2e_s[done])),
             "slo_limits": limits,
-            "slo_attainment": _ratio(int(good.sum()), n),
-            "goodput_rps": _ratio(int(good.sum()), span_s),
+            "slo_attainment": ratio(int(good.sum()), n),
+            "goodput_rps": ratio(int(good.sum()), span_s),
             "counter": None if t["counters"] is None else t["counters"][k],
         }
     return {

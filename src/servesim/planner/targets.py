@@ -9,7 +9,7 @@ two kinds of **targets** over a run's requests:
   definition, ``vllm bench serve --goodput``): a request is good when it meets every
   objective. A request that did not finish (unfinished at the end of the run, or rejected)
   misses every limit; a finished request with one output token has no TPOT and meets a
-  TPOT limit (``metrics.summary.meets_limit``, the same rule as the summary's attainment).
+  TPOT limit (``metrics.stats.meets_limit``, the same rule as the summary's attainment).
 - ``percentiles``: ``[{metric, p, max_s}]``. The p-th percentile of the metric over all
   requests must be at most ``max_s``. Percentiles are the inverted CDF used everywhere in
   servesim (the smallest sample with at least p% of the samples at or below it), and a
@@ -55,8 +55,7 @@ import numpy as np
 
 from servesim.config import SloConfig
 from servesim.metrics.records import RequestStatus, Result
-from servesim.metrics.stats import PERCENTILES, weighted_percentile
-from servesim.metrics.summary import meets_limit
+from servesim.metrics.stats import PERCENTILES, meets_limit, weighted_percentile
 
 DEFAULT_ATTAINMENT = 0.9
 
