@@ -23,7 +23,7 @@ from servesim.config.parts import ParallelConfig
 from servesim.metrics.console import print_summary
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.execution_path import ExecutionPath, execution_path, moe_backend_for
-from servesim.perf.kernel_moe import DEEP_GEMM_BLOCK, deep_gemm_curve
+from servesim.perf.kernel_moe import DEEP_GEMM_BLOCK, padded_triton_curve
 from servesim.perf.kernels import LogCurve, roof_time
 from servesim.perf.memory import served_weights_bytes
 from servesim.report.tables import run_rows
@@ -113,7 +113,34 @@ MOE_GRID = [
         id="fp8.py@v0.10.2 B200: CutlassBlockScaledGroupedGemm",
     ),
     pytest.param(
-        QWEN_FP8, "H100-SXM", "0.11.0", 4, 1, "deep_gemm", id="fp8.py@v0.11.0 H100: VLLM_USE_DEEP_GEMM=1"
+        QWEN_FP8, "H100-SXM", "0.11.0", 2, 1, "deep_gemm", id="fp8.py@v0.11.0 H100 TP2: VLLM_USE_DEEP_GEMM=1"
+    ),
+    pytest.param(
+        QWEN_FP8,
+        "H200",
+        "0.11.0",
+        4,
+        1,
+        "triton_fused_experts",
+        id="fused_moe.py@v0.11.0 H200 TP4: no E8M0 on SM90, _valid_deep_gemm N=384 <= 512 -> Triton",
+    ),
+    pytest.param(
+        QWEN_FP8,
+        "B200",
+        "0.11.0",
+        4,
+        1,
+        "deep_gemm",
+        id="fused_moe.py@v0.11.0 B200 TP4: E8M0 on SM100 -> DeepGEMM at any N",
+    ),
+    pytest.param(
+        QWEN_FP8,
+        "H200",
+        "0.11.2",
+        4,
+        1,
+        "deep_gemm",
+        id="deep_gemm.py@v0.11.2 H200 TP4: E8M0 on SM90 by default -> DeepGEMM at any N",
     ),
     pytest.param(QWEN_FP8, "H200", "0.12.0", 4, 1, "deep_gemm", id="fp8.py@v0.12.0 H200 TP4: DEEPGEMM"),
     pytest.param(
@@ -335,14 +362,15 @@ def test_auto_resolves_to_the_kernel_and_pads_the_experts_for_it() -> None:
     assert math.isclose(w_marlin - w_triton, experts * (3072 / 2880 - 1), rel_tol=1e-9)
 
 
-def test_deep_gemm_is_triton_below_128_tokens_and_pads_expert_rows_above() -> None:
-    """DeepGEMM's grouped GEMM runs steps of >= 128 tokens with each touched expert's rows
-    padded to 128: Qwen3-235B (top-8 of 128) at TP 4 on H200, 128 tokens route 1,024 rows to
-    ~128 experts (8 each), run as 128 rows each: 16x the math of the real rows."""
+def test_deep_gemm_without_a_gemm_table_pads_triton_expert_rows_from_128_tokens() -> None:
+    """Where the GPU has no block-FP8 GEMM table (``padded_triton_curve``), DeepGEMM's grouped
+    GEMM is Triton's curve with each touched expert's rows padded to 128 from 128 tokens:
+    Qwen3-235B (top-8 of 128) at TP 4 on H200, 128 tokens route 1,024 rows to ~128 experts
+    (8 each), run as 128 rows each: 16x the math of the real rows."""
     m, gpu, eff = _model(QWEN_FP8), get_gpu("H200"), Efficiencies()
     ts = np.array([1.0, 64.0, 127.0, 128.0, 4096.0])
     flat = LogCurve(ts, np.log(np.full(ts.size, 1e-3)))
-    dg = np.exp(deep_gemm_curve(flat, m, gpu, eff, 4, 1).ly)
+    dg = np.exp(padded_triton_curve(flat, m, gpu, eff, 4, 1).ly)
     assert np.allclose(dg[:3], 1e-3)
     per_expert = m.expert_params(4)
     touched = 128 * (1 - (1 - 8 / 128) ** 128)

@@ -33,7 +33,13 @@ and the v0.15 releases have none: they take the rules of the release before them
   ``fused_experts``. v0.11.0-v0.14.x: FlashInfer only under ``VLLM_USE_FLASHINFER_MOE_FP8=1``;
   block-FP8 on SM90/SM100 DeepGEMM (``VLLM_USE_DEEP_GEMM`` on by default from v0.11.0; the
   image installs it), which from v0.12.0 is off by default at a MoE TP size of 8 or more unless
-  ``VLLM_MOE_USE_DEEP_GEMM`` is set; without DeepGEMM, SM100 block-FP8 takes the CUTLASS
+  ``VLLM_MOE_USE_DEEP_GEMM`` is set. Where DeepGEMM runs, and on which rows (``DeepGemmRun``,
+  ``deep_gemm_run``): with E8M0 scales (SM100; SM90 from v0.11.1) at every step, so decode
+  steps too; without them (SM90, v0.11.0) only steps of 128 tokens or more and only where
+  the rank's expert intermediate size is above 512 (``_valid_deep_gemm``; Qwen3-235B's 384
+  at TP 4 runs Triton at every step). Through v0.12.x DeepGEMM computes the worst-case
+  ``M x topk + experts x 127`` rows (the unwritten ones as expert 0's), from v0.13.0 only
+  the touched experts' rows padded to 128. Without DeepGEMM, SM100 block-FP8 takes the CUTLASS
   block-scaled grouped GEMM through v0.13.x and Triton from v0.14.0; the rest Triton. From
   v0.16.0 a priority list: FlashInfer TRTLLM-gen (SM100, block and per-tensor), FlashInfer
   CUTLASS (SM90 block and per-tensor, SM100 per-tensor), DeepGEMM, Triton;
@@ -81,8 +87,13 @@ SM_OF: dict[str, int] = {
 #: Release boundaries of the rules (see the module doc).
 V0_11_0, V0_11_1, V0_12_0, V0_13_0 = (0, 11, 0), (0, 11, 1), (0, 12, 0), (0, 13, 0)
 V0_14_0, V0_16_0, V0_17_0 = (0, 14, 0), (0, 16, 0), (0, 17, 0)
-#: DeepGEMM's grouped GEMM runs a step from this many tokens (``_valid_deep_gemm``: M >= 128).
+#: DeepGEMM's grouped GEMM runs a step from this many tokens (``_valid_deep_gemm``: M >= 128) where
+#: its activations' scales are not E8M0 (``DeepGemmRun.every_step``), and only where the rank's
+#: expert intermediate size is above ``DEEP_GEMM_MIN_N`` (``_valid_deep_gemm``: ``N <= 512`` falls back
+#: to Triton) and it and the hidden size are multiples of 128.
 DEEP_GEMM_MIN_TOKENS = 128
+DEEP_GEMM_MIN_N = 512
+DEEP_GEMM_ALIGN = 128
 #: Catalog models whose attention has sinks (one learned logit per head): FlashAttention 2
 #: has no sink support, so vLLM runs Triton's attention for them below SM90.
 SINK_MODELS = ("gpt-oss",)
@@ -98,6 +109,50 @@ SERVESIM_BACKEND = {
     "deep_gemm": "deep_gemm",
     "vllm_cutlass_block_grouped_gemm": "triton",
 }
+
+
+@dataclass(frozen=True)
+class DeepGemmRun:
+    """How vLLM runs DeepGEMM's contiguous grouped GEMM on a step's routed rows, by version
+    (``deep_gemm_run``; the step-time model reads it, ``perf.kernel_moe.deep_gemm_curve``).
+
+    ``every_step``: the GEMMs use E8M0 (power-of-two) scales, and then
+    ``fused_experts(allow_deep_gemm=True)`` (``fused_moe/fused_moe.py``, through v0.13.x) and
+    ``TritonOrDeepGemmExperts._select_experts_impl`` (``triton_deep_gemm_moe.py``) take
+    DeepGEMM at every step (``is_deep_gemm_e8m0_used() or _valid_deep_gemm(...)``); without
+    them only steps of at least ``DEEP_GEMM_MIN_TOKENS`` tokens, Triton below. E8M0 is on by
+    default on SM100 from v0.10.2, on SM90 from v0.11.1 (``VLLM_USE_DEEP_GEMM_E8M0``, default
+    1, ``utils/deep_gemm.py is_deep_gemm_e8m0_used``; v0.10.2-v0.11.0 read
+    ``VLLM_USE_DEEP_GEMM_E8M0_HOPPER``, default 0, on SM90).
+
+    ``skips_padding``: the rows DeepGEMM computes. ``deepgemm_moe_permute``
+    (``fused_moe/deep_gemm_utils.py``) sizes the permuted activations for the worst case,
+    ``M_sum = round_up(M x topk + local_experts x 127, 128)`` (``compute_aligned_M``; the
+    tensor-parallel path has no per-expert counts on the host), and writes each expert's
+    rows padded to a multiple of 128. Through v0.12.x the expert index of the unwritten
+    rows is initialized to 0 (``torch.zeros``): DeepGEMM computes all ``M_sum`` rows, the
+    unwritten ones as expert 0's. From v0.13.0 it is -1 (``torch.full(..., -1)``), which
+    DeepGEMM's scheduler skips: only the touched experts' padded rows are computed.
+
+    ``chunk_tokens``: ``VLLM_FUSED_MOE_CHUNK_SIZE``, the tokens of one pass of the modular
+    kernel (32,768 through v0.11.x, 16,384 from v0.12.0, ``envs.py``); a larger step runs
+    in chunks, each with its own ``M_sum``.
+    """
+
+    every_step: bool
+    skips_padding: bool
+    chunk_tokens: int
+
+
+def deep_gemm_run(engine: EngineConfig | None, gpu: GpuSpec | str) -> DeepGemmRun:
+    """``DeepGemmRun`` of ``engine.version`` on ``gpu`` (vLLM's defaults; None: the default
+    version's)."""
+    v = version_tuple(engine.version if engine is not None else EngineConfig().version)
+    sm = sm_of(gpu)
+    every = sm is not None and (sm >= 100 or v >= V0_11_1)
+    return DeepGemmRun(
+        every_step=every, skips_padding=v >= V0_13_0, chunk_tokens=16384 if v >= V0_12_0 else 32768
+    )
 
 
 @dataclass(frozen=True)
@@ -217,7 +272,23 @@ def _mxfp4(v: tuple[int, ...], sm: int, env: dict[str, str]) -> Choice:
     )
 
 
-def _fp8(v: tuple[int, ...], sm: int, env: dict[str, str], block: bool, moe_tp: int, ep: int) -> Choice:
+def _deep_gemm_shape_ok(model: ModelSpec, moe_tp: int) -> bool:
+    """``_valid_deep_gemm`` (``fused_moe/deep_gemm_moe.py``) on the rank's expert shape: the
+    intermediate size N (``w2.size(2)``) above 512 and, with the hidden size K, a multiple
+    of 128."""
+    n, k = model.moe_intermediate_size // max(moe_tp, 1), model.hidden_size
+    return n > DEEP_GEMM_MIN_N and n % DEEP_GEMM_ALIGN == 0 and k % DEEP_GEMM_ALIGN == 0
+
+
+def _fp8(
+    v: tuple[int, ...],
+    sm: int,
+    env: dict[str, str],
+    block: bool,
+    moe_tp: int,
+    ep: int,
+    model: ModelSpec,
+) -> Choice:
     fi = _flag(env, "VLLM_USE_FLASHINFER_MOE_FP8")
     dg_env = _flag(env, "VLLM_USE_DEEP_GEMM")
     moe_dg = _flag(env, "VLLM_MOE_USE_DEEP_GEMM")
@@ -274,10 +345,23 @@ def _fp8(v: tuple[int, ...], sm: int, env: dict[str, str], block: bool, moe_tp: 
             return Choice("triton_fused_experts", f"{why} -> Triton fused_experts")
         dg_on = False
     if block and dg_on and sm in (90, 100):
+        every = sm >= 100 or v >= V0_11_1
+        if not every and not _deep_gemm_shape_ok(model, moe_tp):
+            n = model.moe_intermediate_size // max(moe_tp, 1)
+            return Choice(
+                "triton_fused_experts",
+                f"{src}: block-FP8 on SM{sm}, DeepGEMM allowed but without E8M0 scales (SM90 before "
+                f"v0.11.1) _valid_deep_gemm refuses N={n} (N <= {DEEP_GEMM_MIN_N} or not a multiple of "
+                f"{DEEP_GEMM_ALIGN}) -> Triton fused_experts at every step",
+            )
+        when = (
+            "at every step (E8M0 scales: SM100, SM90 from v0.11.1)"
+            if every
+            else f"from {DEEP_GEMM_MIN_TOKENS} tokens a step, Triton below"
+        )
         return Choice(
             "deep_gemm",
-            f"{src}: block-FP8 on SM{sm}, VLLM_USE_DEEP_GEMM on (default from v0.11.0) -> "
-            f"DeepGEMM from {DEEP_GEMM_MIN_TOKENS} tokens a step, Triton below",
+            f"{src}: block-FP8 on SM{sm}, VLLM_USE_DEEP_GEMM on (default from v0.11.0) -> DeepGEMM {when}",
         )
     if block and sm100 and v < V0_14_0:
         return Choice(
@@ -286,11 +370,13 @@ def _fp8(v: tuple[int, ...], sm: int, env: dict[str, str], block: bool, moe_tp: 
     return Choice("triton_fused_experts", f"{src}: {what} -> Triton fused_experts")
 
 
-def _moe(v: tuple[int, ...], sm: int, fmt: str, env: dict[str, str], moe_tp: int, ep: int) -> Choice:
+def _moe(
+    v: tuple[int, ...], sm: int, fmt: str, env: dict[str, str], moe_tp: int, ep: int, model: ModelSpec
+) -> Choice:
     if fmt == "mxfp4":
         return _mxfp4(v, sm, env)
     if fmt in ("fp8", "fp8_block"):
-        return _fp8(v, sm, env, fmt == "fp8_block", moe_tp, ep)
+        return _fp8(v, sm, env, fmt == "fp8_block", moe_tp, ep, model)
     if fmt == "int4":
         return Choice(
             "marlin",
@@ -377,7 +463,7 @@ def execution_path(
                 "triton_fused_experts", "not an NVIDIA GPU of the catalog: Triton fused_experts assumed"
             )
         else:
-            moe = _moe(v, sm, fmt, env, tp if ep == 1 else 1, ep)
+            moe = _moe(v, sm, fmt, env, tp if ep == 1 else 1, ep, model)
     if engine.async_scheduling is None:
         on = async_default(engine, True, pipeline_parallel_size)
         why = "vllm/config/vllm.py: on from v0.14.0 for V1 on a GPU (off before v0.15.0 with PP or drafts)"

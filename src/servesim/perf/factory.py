@@ -123,6 +123,7 @@ def _build_step_model(
             parallel.tensor_parallel_size * parallel.data_parallel_size,
             parallel.expert_parallel_size,
         ),
+        deep_gemm=execution_path.deep_gemm_run(engine, gpu),
         sustained=hardware.sustained_clocks,
         fp32_matmul=(engine.float32_matmul_precision if engine is not None else "highest"),
     )

@@ -6,6 +6,7 @@ of a step from these curves (tables on demand, the hot path) is ``perf.kernel_mo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from math import log
 from typing import Any
 
@@ -15,6 +16,7 @@ from servesim.catalog.gpus import GpuSpec, LinkSpec
 from servesim.catalog.models import ModelSpec
 from servesim.config.engine import version_tuple
 from servesim.perf.efficiencies import Efficiencies
+from servesim.perf.execution_path import DeepGemmRun
 from servesim.perf.kernel_attention import attention_grid
 from servesim.perf.kernel_comm import allreduce_curve, gather_scatter_curve
 from servesim.perf.kernels import (
@@ -104,6 +106,7 @@ class KernelLayerOps:
     dp: int
     eff: Efficiencies
     moe_backend: str
+    deep_gemm: DeepGemmRun  # how the version runs DeepGEMM's MoE (perf.execution_path)
     db: KernelDatabase | None
     links: LinkSpec | None
     kv_dtype_bytes: float
@@ -361,14 +364,40 @@ class KernelLayerOps:
             ("gemm_o_proj", self._gemm("gemm_o_proj", H, heads * m.v_head_dim, dt), L),
         ]
 
+    def _block_fp8_gemm(self) -> tuple[Callable[[np.ndarray, int, int], np.ndarray] | None, str]:
+        """Seconds of a dense block-FP8 GEMM at every m of an array, (m x k) @ (k x n), from
+        the table the linear layers read (``_gemm_table``; None: the GPU has none), and which
+        table: what DeepGEMM's MoE is timed from (``kernel_moe.deep_gemm_curve``)."""
+        table, note = self._gemm_table("fp8_block")
+        if table is None or self.db is None:
+            return None, ""
+        roof = self._gemm_roof("fp8_block")
+
+        def seconds(ms: np.ndarray, n: int, k: int) -> np.ndarray:
+            return np.exp(gemm_m_curve(table, n, k, np.asarray(ms, dtype=np.float64), roof)) * 1e-3
+
+        return seconds, f"table gemm fp8_block{note or ' of vLLM ' + self.db.version}"
+
     def _moe(self, dtype: str | None) -> LogCurve:
         """One MoE layer vs this rank's tokens: with DP ranks, the experts of all ``dp x tp``
         GPUs run on ``dp`` times as many."""
         from servesim.perf.kernel_moe import moe_curve  # MoE models only
 
         m, g = self.model, self.tp * self.dp
+        gemm, gemm_source = self._block_fp8_gemm() if self.moe_backend == "deep_gemm" else (None, "")
         curve, self.sources["moe"] = moe_curve(
-            m, self.gpu, self.db, g, self.ep, dtype, self.eff, self.moe_backend
+            m,
+            self.gpu,
+            self.db,
+            g,
+            self.ep,
+            dtype,
+            self.eff,
+            self.moe_backend,
+            self.deep_gemm,
+            gemm,
+            MEM_OP_LATENCY_S,
+            gemm_source,
         )
         # Per token of the step: its top-k experts' gate/up and down GEMMs, the experts spread
         # over the group's GPUs.

@@ -58,6 +58,7 @@ from servesim.errors import ConfigError
 from servesim.perf.base import BatchStats
 from servesim.perf.cuda_graphs import EAGER_PLAN, GraphPlan, eager_kernels_per_layer, reference_kernels
 from servesim.perf.efficiencies import KERNELS_PER_LAYER, Efficiencies
+from servesim.perf.execution_path import DeepGemmRun, deep_gemm_run
 from servesim.perf.kernel_layers import MEM_OP_LATENCY_S, KernelLayerOps, mem_ops_per_step
 from servesim.perf.kernel_step import KernelStepTime, Row, past_onset, row_time
 from servesim.perf.kernels import KernelDatabase, kernel_versions, load_database
@@ -99,6 +100,7 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         eager_host_s_per_layer: float | None = None,
         dp: int = 1,
         moe_backend: str = "auto",
+        deep_gemm: DeepGemmRun | None = None,
         sustained: bool = True,
         fp32_matmul: str = "highest",
     ) -> None:
@@ -113,11 +115,13 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         ``dp`` > 1: one of vLLM's data-parallel ranks of an MoE model, its expert layers run
         on the tokens of all ``dp`` ranks (each taken to hold a batch like this one) over the
         ``dp x tp`` GPUs, the tokens gathered and scattered back around each. ``moe_backend``:
-        ``engine.moe_backend``. ``sustained``: a step's compute-bound work past the GPU's
-        onset runs at its sustained clocks where they are measured (``perf.sustained``;
-        ``hardware.sustained_clocks``). ``fp32_matmul``: ``engine.float32_matmul_precision``
-        (an fp32 router on the CUDA cores, or TF32). Other arguments as ``RooflinePerfModel``'s, which
-        times the operators without tables and gives FLOPs and bytes (for MFU/MBU)."""
+        ``engine.moe_backend``; ``deep_gemm``: how the engine's version runs DeepGEMM's MoE
+        (``perf.execution_path.deep_gemm_run``; None: the default version's). ``sustained``:
+        a step's compute-bound work past the GPU's onset runs at its sustained clocks where
+        they are measured (``perf.sustained``; ``hardware.sustained_clocks``). ``fp32_matmul``:
+        ``engine.float32_matmul_precision`` (an fp32 router on the CUDA cores, or TF32). Other
+        arguments as ``RooflinePerfModel``'s, which times the operators without tables and
+        gives FLOPs and bytes (for MFU/MBU)."""
         if graphs is not None:
             cuda_graph_max_tokens = graphs.max_size if pp == 1 else 0
         self.graphs = graphs if graphs is not None and pp == 1 else EAGER_PLAN
@@ -135,6 +139,7 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         )
         self.model, self.gpu, self.tp, self.pp, self.ep = model, gpu, tp, pp, ep
         self.moe_backend, self.fp32_matmul = moe_backend, fp32_matmul
+        self.deep_gemm = deep_gemm if deep_gemm is not None else deep_gemm_run(None, gpu)
         self.dp = self.roofline.dp  # 1 for a dense model, whose DP ranks share nothing
         self.links, self.cuda_graph_max_tokens = links, cuda_graph_max_tokens
         self.kv_dtype_bytes = self.roofline.kv_dtype_bytes

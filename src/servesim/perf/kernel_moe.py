@@ -34,10 +34,13 @@ TRTLLM-gen MoE, the first backend of vLLM's FP8 MoE oracle on SM100; ``engine.mo
 triton``, for servers that turn FlashInfer and DeepGEMM off, keeps the packed tables, which
 time Triton's ``fused_experts``; docs/perf_model.md, "The served block-FP8 MoE of Blackwell").
 
-Kernels no table times are carried from one that does (``CARRIED``: FlashInfer's CUTLASS
-MoE from the kernel of the same bytes and math, DeepGEMM from Triton's block-FP8 table with
-its 128-row expert blocks, ``deep_gemm_curve``), and MXFP4 experts at a version without
-their table take the nearest version's (``_other_version``); ``sources`` says so.
+Kernels no MoE table times are carried from one that does (``CARRIED``: FlashInfer's CUTLASS
+MoE from the kernel of the same bytes and math), DeepGEMM's MoE from the dense block-FP8 GEMM
+table of the same kernel at the rows vLLM's version makes it compute (``deep_gemm_curve``:
+the worst-case padded rows at every step in vLLM 0.11.1-0.12, the touched experts' padded
+rows from 0.13; Triton's table with padded rows where the GPU has no such GEMM table,
+``padded_triton_curve``), and MXFP4 experts at a version without their table take the
+nearest version's (``_other_version``); ``sources`` says so.
 
 Tables that do not time the kernel vLLM serves with are skipped (``unserved_reason``):
 
@@ -57,6 +60,7 @@ Tables that do not time the kernel vLLM serves with are skipped (``unserved_reas
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from math import log
 
@@ -66,6 +70,7 @@ from servesim.catalog.gpus import GpuSpec, get_gpu
 from servesim.catalog.models import ModelSpec
 from servesim.config.engine import version_tuple
 from servesim.perf.efficiencies import Efficiencies
+from servesim.perf.execution_path import DeepGemmRun, deep_gemm_run
 from servesim.perf.kernel_moe_served import MARLIN_SERVED, served_curve
 from servesim.perf.kernels import (
     DTYPES,
@@ -116,7 +121,8 @@ MARLIN_TABLES_BEFORE = (0, 17, 0)
 #: Kernels vLLM serves that no table times, -> what times them instead: the kernel of the same
 #: weight bytes, activations and math (``flashinfer_cutlass``: FlashInfer's CUTLASS MoE, MXFP4 x
 #: MXFP8 on SM100 as the TRTLLM-gen MXFP8 table, MXFP4 x BF16 on SM90 and FP8 as Triton's
-#: tables; ``deep_gemm``: Triton's block-FP8 table with DeepGEMM's padded rows, ``deep_gemm_curve``).
+#: tables; ``deep_gemm``, without a block-FP8 GEMM table: Triton's block-FP8 table with DeepGEMM's
+#: padded rows, ``padded_triton_curve``).
 CARRIED = {
     "flashinfer_cutlass": "FlashInfer CUTLASS MoE has no table: timed as the kernel of the same weight "
     "bytes, activations and math",
@@ -130,6 +136,9 @@ SAME_KERNEL_ACROSS_VERSIONS = ("w4a16_mxfp4",)
 #: DeepGEMM's grouped GEMM (``TritonOrDeepGemmExperts``) runs steps of at least this many tokens
 #: (vLLM's ``_valid_deep_gemm``: M >= 128), each expert's rows padded to a multiple of it.
 DEEP_GEMM_BLOCK = 128
+#: How DeepGEMM runs where no engine says (``perf.execution_path.deep_gemm_run`` of the default
+#: vLLM version on Hopper).
+DEFAULT_DEEP_GEMM_RUN = deep_gemm_run(None, "H200")
 #: ``engine.moe_backend`` -> the kernel vLLM serves block-FP8 experts with on SM100: FlashInfer's
 #: TRTLLM-gen MoE, the first of the FP8 oracle's priority list there (its monolithic kernel,
 #: routing inside). ``triton`` is not in it: Triton's ``fused_experts``, the packed tables'.
@@ -337,6 +346,15 @@ def marlin_curve(
     return None
 
 
+#: Seconds of one dense block-FP8 GEMM, (m x k) @ (k x n), at every m of an array: the served
+#: block-FP8 GEMM table (``KernelLayerOps._gemm_table``), read as the linear layers read it.
+GemmFn = Callable[[np.ndarray, int, int], np.ndarray]
+#: The memory-bound kernels of DeepGEMM's MoE besides its two GEMMs (vLLM's ``DeepGemmExperts``,
+#: ``fused_moe/deep_gemm_moe.py``): ``count_expert_num_tokens``, the two ``ep_scatter`` kernels
+#: (``deepgemm_moe_permute``), the gated activation and ``ep_gather`` (the unpermute and sum).
+DEEP_GEMM_MEM_KERNELS = 5
+
+
 def moe_curve(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -346,28 +364,129 @@ def moe_curve(
     dtype: str | None,
     eff: Efficiencies,
     backend: str = "auto",
+    deep_gemm: DeepGemmRun | None = None,
+    gemm: GemmFn | None = None,
+    mem_op_s: float = 0.0,
+    gemm_source: str = "the block-FP8 GEMM table",
 ) -> tuple[LogCurve, str]:
     """``_moe_curve``, with the kernels no table times carried from the one that does
-    (``CARRIED``), and ``sources`` saying so."""
+    (``CARRIED``), and ``sources`` saying so. DeepGEMM's MoE (``backend`` 'deep_gemm',
+    block-FP8 experts) is timed from ``gemm``, the GPU's dense block-FP8 GEMM table, at the
+    rows ``deep_gemm`` says vLLM computes (``deep_gemm_curve``; without ``gemm``, Triton's
+    table with DeepGEMM's padded rows, ``padded_triton_curve``); ``gemm_source`` names it."""
     curve, where = _moe_curve(model, gpu, db, tp, ep, dtype, eff, backend)
     if backend == "deep_gemm" and dtype == "fp8_block":
-        curve = deep_gemm_curve(curve, model, gpu, eff, tp // ep, ep)
-        return curve, f"{where}; {CARRIED[backend]}"
+        run = deep_gemm if deep_gemm is not None else DEFAULT_DEEP_GEMM_RUN
+        if gemm is None:
+            curve = padded_triton_curve(curve, model, gpu, eff, tp // ep, ep)
+            return curve, f"{where}; {CARRIED[backend]}"
+        curve = deep_gemm_curve(curve, model, gpu, eff, tp // ep, ep, run, gemm, mem_op_s)
+        first = (
+            "every step" if run.every_step else f"steps of {DEEP_GEMM_BLOCK} tokens or more ({where} below)"
+        )
+        rows = (
+            "the touched experts' rows padded to 128"
+            if run.skips_padding
+            else "the worst-case M x topk + experts x 127 rows"
+        )
+        return curve, (
+            f"DeepGEMM MoE at {first}: {gemm_source or 'the block-FP8 GEMM table'} at {rows}, "
+            "the touched experts' weights streamed"
+        )
     if backend == "flashinfer_cutlass":
         return curve, f"{where}; {CARRIED[backend]}"
     return curve, where
 
 
+def deep_gemm_rows(
+    ts: np.ndarray, model: ModelSpec, moe_tp: int, ep: int, run: DeepGemmRun
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows DeepGEMM computes, routed rows, touched experts) of one rank at ``ts`` tokens a
+    step (``DeepGemmRun``): from vLLM 0.13 the touched experts' rows, each expert's padded to
+    a multiple of 128 (the routed rows spread evenly over the touched experts: a
+    simplification); before, every chunk's ``round_up(M x topk + local_experts x 127, 128)``,
+    the routed rows of every rank counted (with EP the other ranks' pairs are unwritten rows
+    too). ``moe_tp`` is unused by the row count, kept for the caller's symmetry."""
+    del moe_tp
+    m, b = model, float(DEEP_GEMM_BLOCK)
+    experts, k = m.num_experts / ep, m.num_experts_per_tok
+    pairs = ts * k / ep
+    touched = np.maximum(experts * (1.0 - (1.0 - k / m.num_experts) ** ts), 1.0)
+    if run.skips_padding:
+        return touched * b * np.ceil(pairs / touched / b), pairs, touched
+    c = float(run.chunk_tokens)
+    full, rest = np.floor(ts / c), ts - np.floor(ts / c) * c
+
+    def worst(tokens: np.ndarray | float) -> np.ndarray:
+        return b * np.ceil((np.asarray(tokens) * k + experts * (b - 1.0)) / b)
+
+    rows = full * worst(c) + np.where(rest > 0, worst(rest), 0.0)
+    return rows, pairs, touched
+
+
 def deep_gemm_curve(
+    triton: LogCurve,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    eff: Efficiencies,
+    moe_tp: int,
+    ep: int,
+    run: DeepGemmRun,
+    gemm: GemmFn,
+    mem_op_s: float = 0.0,
+) -> LogCurve:
+    """One MoE layer run by DeepGEMM's MoE (vLLM's ``DeepGemmExperts``: permute, grouped GEMM
+    of the gate and up projections, gated activation, grouped GEMM of the down projection,
+    unpermute and sum; ``fused_moe/deep_gemm_moe.py`` of vLLM 0.11-0.19) on the ``Triton``
+    curve's token axis; steps DeepGEMM does not run (``run.every_step`` false, below 128
+    tokens) keep the Triton curve.
+
+    The grouped GEMM is timed from the dense block-FP8 GEMM table ``gemm`` (on Hopper vLLM
+    0.19.0's, which times DeepGEMM's ``fp8_gemm_nt`` from 32 rows, ``W8A8BlockFp8LinearOp``)
+    at the rows it computes (``deep_gemm_rows``). ``m_grouped_fp8_gemm_nt_contiguous`` runs
+    the same SM90 kernel as ``fp8_gemm_nt`` tile for tile on the concatenated rows (each
+    128-row block multiplies its own expert's weights: the layout's alignment, 128, is the
+    kernel's M block), so its math at R rows is the dense GEMM's at R rows; what differs is
+    that each touched expert's weights are read from HBM rather than one matrix from L2.
+    The kernel's loads overlap its math (TMA pipeline), so a grouped GEMM takes the longer
+    of the dense table's time at R rows and its own bytes (R x K FP8 activations, touched x
+    N x K FP8 weights, R x N 16-bit outputs) at the HBM bandwidth (``linear_memory`` of
+    it): at Qwen3-235B's TP 2 decode (16,384 rows, 82 experts touched) the table's 0.30 ms
+    for the gate/up GEMM against 0.16 ms of bytes, the table. The activation, permute and
+    unpermute kernels are
+    memory-bound: their bytes (the permuted FP8 activations written, the gate/up output
+    read and the activation written in 16 bits, the down output read and the step's output
+    written in 16 bits) at the HBM bandwidth, plus ``mem_op_s`` each of
+    ``DEEP_GEMM_MEM_KERNELS``. Simplified: the table's GEMM times the quantization of its
+    own input, so the first GEMM's counts a quantization of R rows where vLLM quantizes the
+    step's tokens before the permute; the tables' DeepGEMM build is vLLM 0.19's."""
+    m = model
+    ts = np.exp(triton.lx)
+    rows, pairs, touched = deep_gemm_rows(ts, m, moe_tp, ep, run)
+    h, n = m.hidden_size, m.moe_intermediate_size // moe_tp
+    up = (2 if m.mlp_gated else 1) * n
+    bw = gpu.mem_bw
+
+    def grouped(n_out: int, k_in: int) -> np.ndarray:
+        streamed = (rows * k_in + touched * n_out * k_in + rows * n_out * 2.0) / (bw * eff.linear_memory)
+        return np.maximum(np.asarray(gemm(rows, n_out, k_in)), streamed)
+
+    moved = ts * h + pairs * h + rows * up * 2.0 + rows * n * 2.0 + pairs * h * 2.0 + ts * h * 2.0
+    t = grouped(up, h) + grouped(h, n) + moved / (bw * eff.linear_memory) + DEEP_GEMM_MEM_KERNELS * mem_op_s
+    on = np.ones_like(ts, dtype=bool) if run.every_step else ts >= DEEP_GEMM_BLOCK
+    return LogCurve(ts, np.where(on, np.log(t), triton.ly))
+
+
+def padded_triton_curve(
     curve: LogCurve, model: ModelSpec, gpu: GpuSpec, eff: Efficiencies, moe_tp: int, ep: int
 ) -> LogCurve:
-    """Triton's block-FP8 MoE curve carried to DeepGEMM's grouped GEMM (vLLM's
-    ``TritonOrDeepGemmExperts``, block-FP8 on SM90/SM100 before the FP8 MoE oracle): steps of
-    at least ``DEEP_GEMM_BLOCK`` tokens run DeepGEMM on the contiguous layout, every touched
-    expert's rows padded up to a multiple of 128 (``deep_gemm_moe_permute``); the math grows
-    by the padded over the real rows and the weights are read as before, so the curve is
-    scaled there by the ratio of the two rooflines (the routed rows spread evenly over the
-    touched experts: a simplification). Smaller steps run Triton's kernel, as the table."""
+    """Triton's block-FP8 MoE curve carried to DeepGEMM's grouped GEMM where the GPU has no
+    block-FP8 GEMM table to time it from (``deep_gemm_curve``): steps of at least
+    ``DEEP_GEMM_BLOCK`` tokens take every touched expert's rows padded up to a multiple of
+    128; the math grows by the padded over the real rows and the weights are read as before,
+    so the curve is scaled there by the ratio of the two rooflines (the routed rows spread
+    evenly over the touched experts: a simplification). Smaller steps run Triton's kernel,
+    as the table."""
     m = model
     E, k = m.num_experts / ep, m.num_experts_per_tok
     per_expert = m.expert_params(moe_tp)
