@@ -176,3 +176,16 @@ def test_vllm_0_11_runs_triton_below_128_tokens_and_at_small_n() -> None:
     assert _moe(dg2).at(4096.0) != tri[2].at(4096.0)
     both = np.array([1.0, 16.0, 4096.0])
     assert np.allclose(_moe(dg4).at_many(both), tri[4].at_many(both), rtol=1e-12)
+
+
+def test_the_gemm_table_deep_gemm_is_timed_from_is_the_measured_deep_gemm_one() -> None:
+    """Provenance: Hopper's DeepGEMM MoE reads the packed vLLM 0.19.0 block-FP8 GEMM table,
+    AIConfigurator's collection of vLLM's block-FP8 linear layer (DeepGEMM's ``fp8_gemm_nt``
+    from 32 rows on SM90, ``W8A8BlockFp8LinearOp._run_flashinfer``, v0.19.0
+    ``quantization/utils/fp8_utils.py``), not the 0.14.0 one, whose quantization is unfused."""
+    db = load_database("H200", "0.19.0")
+    assert db.version == "0.19.0" and db.gemm("fp8_block") is not None
+    assert "kernels/h200_sxm/gemm/vllm/0.19.0/gemm_perf.parquet" in db.meta["tables"]
+    source = _qwen("0.12.0", 4).sources["moe"]
+    assert source.startswith("DeepGEMM MoE at every step: table gemm fp8_block of vLLM 0.19.0 (")
+    assert "0.14.0's fp8_block table spends" in source and "worst-case" in source
