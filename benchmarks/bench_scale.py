@@ -12,6 +12,7 @@ loads. "wall" and "cpu" are the simulation (engine and summary), after the workl
     python benchmarks/bench_scale.py --requests 10000000 --repeats 1 # 10M requests
     python benchmarks/bench_scale.py --replicas 16,64                 # pools of 16 and 64
     python benchmarks/bench_scale.py --replicas 16,64 --without-cut-runs  # and as before cut runs
+    python benchmarks/bench_scale.py --replicas 16,64 --router random  # routed at random
     python benchmarks/bench_scale.py --requests 1000000 --steps      # keep the step series
     python benchmarks/bench_scale.py --requests 1000000 --stream-steps  # write it to Parquet
 
@@ -131,7 +132,9 @@ def one_replica(num_requests: int, steps: bool, stream: bool = False) -> dict:
     }
 
 
-def pool(replicas: int, rate_scale: float, steps: bool, cut_runs: bool = True) -> dict:
+def pool(
+    replicas: int, rate_scale: float, steps: bool, cut_runs: bool = True, router: str = "round_robin"
+) -> dict:
     """The hour at ``rate_scale`` x (0: ``replicas`` x) on a pool of ``replicas`` engines.
     As for the baseline, the trace is read and the deployment resolved before the timed part
     (both are cached: ``servesim.simulate`` then finds them). ``cut_runs=False``: the loop
@@ -148,7 +151,7 @@ def pool(replicas: int, rate_scale: float, steps: bool, cut_runs: bool = True) -
         [f"workload.rate_scale={rate_scale or replicas}", f"run.record_steps={'true' if steps else 'false'}"],
     )
     d = sc.model_dump(exclude_unset=True)
-    d["cluster"] = {"pools": [{"name": "p", "num_replicas": replicas}]}
+    d["cluster"] = {"pools": [{"name": "p", "num_replicas": replicas}], "router": router}
     sc = scenario_from_dict(d)
     resolve_deployment(sc)
     load_workload(sc.workload, sc.run.seed)
@@ -189,6 +192,7 @@ def main() -> None:
         action="store_true",
         help="also time the pools as before cut runs (every arrival ends every replica's run)",
     )
+    ap.add_argument("--router", default="round_robin", help="the pools' router (round_robin, random, ...)")
     ap.add_argument("--no-cut", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -197,7 +201,7 @@ def main() -> None:
         res = (
             one_replica(n, a.steps, a.stream_steps)
             if kind == "requests"
-            else pool(n, a.rate_scale, a.steps, not a.no_cut)
+            else pool(n, a.rate_scale, a.steps, not a.no_cut, a.router)
         )
         print(json.dumps(res))
         return
@@ -212,10 +216,26 @@ def main() -> None:
         for cut in (True, False) if kind == "replicas" and a.without_cut_runs else (True,):
             extra = [] if cut else ["--no-cut"]
             runs = [
-                _run(["--one", kind, str(n), "--rate-scale", str(a.rate_scale), *flags, *extra])
+                _run(
+                    [
+                        "--one",
+                        kind,
+                        str(n),
+                        "--rate-scale",
+                        str(a.rate_scale),
+                        "--router",
+                        a.router,
+                        *flags,
+                        *extra,
+                    ]
+                )
                 for _ in range(a.repeats)
             ]
-            name = f"{n:,} requests" if kind == "requests" else f"pool of {n} (hour x{a.rate_scale or n:g})"
+            name = (
+                f"{n:,} requests"
+                if kind == "requests"
+                else f"pool of {n} (hour x{a.rate_scale or n:g}, {a.router})"
+            )
             rows.append((name if cut else f"{name}, no cut", n, runs))
     print(
         f"servesim, {'compiled' if base[0]['compiled'] else 'pure-Python'} engine; step series "

@@ -213,3 +213,31 @@ def test_cancel_takes_an_event_out() -> None:
     assert d > c
     loop.run()
     assert seen == ["d", "c"] and len(loop) == 0 and loop.next_loud_time() == float("inf")
+
+
+@pytest.mark.parametrize("router", ["round_robin", "random"])
+def test_each_replica_knows_its_own_arrivals(monkeypatch: pytest.MonkeyPatch, router: str) -> None:
+    """Round robin and random routing over a fixed pool: each replica is told, before the
+    run, the arrival times of the requests it will be given (random's draws made up front,
+    the router's own calls in arrival order), and those are the requests it served."""
+    seen: list[Any] = []
+    own = cluster_mod.Cluster.own_arrivals
+
+    def spy(self: Any, wl: Any) -> None:
+        own(self, wl)
+        seen.append(self)
+
+    monkeypatch.setattr(cluster_mod.Cluster, "own_arrivals", spy)
+    pools, cfg = CASES[router]
+    res = _run(monkeypatch, True, pools, cfg)
+    (cluster,) = seen
+    assert cluster.own_turns
+    rec = res.records
+    counts = []
+    for i, rep in enumerate(cluster.replicas):
+        mine = np.sort(rec.arrival_s[rec.replica == i])
+        np.testing.assert_array_equal(rep.own_arrival_s, mine)
+        counts.append(len(mine))
+    assert sum(counts) == len(rec.arrival_s) == 700
+    if router == "random":  # not in turn: the counts differ
+        assert len(set(counts)) > 1

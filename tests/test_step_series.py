@@ -78,7 +78,9 @@ def test_grouped_rows_are_the_runs_written_out(name, monkeypatch) -> None:
         # the lists RunRows.write writes one value at a time, the same rows
         assert getattr(kept.steps, col) == want[col].tolist(), col
     n = len(grouped.replicas)
-    assert grouped.steps.waiting_s_by_replica(n).tolist() == [r.waiting_s for r in grouped.replicas]
+    assert grouped.steps.waiting_s_by_replica(n).tolist() == pytest.approx(
+        [r.waiting_s for r in grouped.replicas], rel=1e-12
+    )
     assert [r.waiting_s for r in grouped.replicas] == [r.waiting_s for r in kept.replicas]
     drop = {"wall_s"}  # the run's own wall time
     assert {k: v for k, v in grouped.summary.items() if k not in drop} == {

@@ -588,7 +588,7 @@ class Replica:
     def _close_run_rows(self) -> None:
         """The run's rows are final: keep their waiting seconds (``finish_waiting``)."""
         if self.run_rows is not None:
-            self._run_waiting_s.append(self.run_rows.waiting_s(self._run_prev_start_s))
+            self._run_waiting_s.append(self.run_rows.seal(self._run_prev_start_s))
             self.run_rows = None
 
     def finish_waiting(self) -> None:

@@ -7,10 +7,15 @@ writes the same rows, value for value, when a column is first read: start times 
 step by step from the run's start, as the engine's clock did; KV blocks in use from the
 blocks each step's crossings took, from the pool's block phases at the segment's start;
 and the waiting counts of the steps after requests queued during the run.
+
+Once the run has ended (``seal``) its step times are kept as C doubles: a series holds up to
+a million rows before it packs them, and a float object a row, read back and freed long
+after the run, cost more than the run itself.
 """
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left
 from itertools import accumulate
 from typing import Any
@@ -39,6 +44,27 @@ class RunRows:
         self.staged_s: list[float] = []  # arrived during the run, staged (async scheduling)
         self._written: dict[str, list[Any]] | None = None
         self._first = 0  # index of the first row in the columns written
+        # After ``seal``: the step times as C doubles, and the waiting sum ``waiting_s`` gave
+        # for the start before the run it was given then.
+        self.sealed: array[float] | None = None
+        self._sealed_prev_s = 0.0
+        self._sealed_waiting_s = 0.0
+
+    def seal(self, prev_start_s: float) -> float:
+        """The run has ended and its rows are final (its replica counted who queued during
+        it): keep its step times as C doubles, read while the run's floats are fresh, and
+        let go of the run's list. Returns ``waiting_s(prev_start_s)``, which it keeps."""
+        w = self.waiting_s(prev_start_s)
+        self.sealed = array("d", self.durations)
+        self.durations = []
+        self._sealed_prev_s = prev_start_s
+        self._sealed_waiting_s = w
+        return w
+
+    def step_times(self) -> list[float]:
+        """The rows' step times (a list, sealed or not)."""
+        sealed = self.sealed
+        return self.durations if sealed is None else sealed.tolist()
 
     def add_waiting(self, queued_s: list[float], staged_s: list[float]) -> None:
         """Requests that queued during the run (``queued_s``, sorted) count as waiting in
@@ -54,7 +80,7 @@ class RunRows:
         """Append the run's rows to the series' columns."""
         starts, used = cols["start_s"], cols["kv_blocks_used"]
         decodes, running = cols["num_decode_reqs"], cols["num_running"]
-        durations = self.durations
+        durations = self.step_times()
         first = len(starts)
         bs = self.block_size
         t = self.start_s
@@ -83,7 +109,10 @@ class RunRows:
         integrated over time), from the run itself, without writing the rows out.
         ``prev_start_s``: the start of the row just before them (the step that started the
         run), where a request staged by async scheduling may have arrived before."""
-        durations = self.durations
+        sealed = self.sealed
+        if sealed is not None and prev_start_s == self._sealed_prev_s:
+            return self._sealed_waiting_s
+        durations = self.durations if sealed is None else sealed.tolist()
         n = len(durations)
         span_s = 0.0
         t = last_start = self.start_s

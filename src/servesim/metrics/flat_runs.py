@@ -5,6 +5,7 @@ over the runs reads each run's fields natively.
 
 from __future__ import annotations
 
+from array import array
 from typing import Any, Protocol
 
 
@@ -15,7 +16,8 @@ class StepRows(Protocol):
     num_rows: int
     replica_id: int
     start_s: float  # start of the first row's step
-    durations: list[float]  # one a row
+    durations: list[float]  # one a row (empty once sealed)
+    sealed: array[float] | None  # one a row, as C doubles, once its run has ended
     segments: list[tuple[int, int, int]]  # (pool size, rows, decode context sum of the first)
     phases: list[tuple[int, int, list[int]]]  # per segment: (first step, blocks used before, phases)
     block_size: int
@@ -36,7 +38,7 @@ class FlatRuns:
     reads the same fields as numpy arrays from ``step_arrays.PackedRuns``)."""
 
     def __init__(self) -> None:
-        self.durations: list[float] = []  # every row's
+        self.durations: array[float] = array("d")  # every row's
         self.start_s: list[float] = []  # per run: its first row's start
         self.num_rows: list[int] = []
         self.replica: list[int] = []
@@ -59,7 +61,11 @@ def flatten_runs(runs: list[StepRows]) -> FlatRuns:
     durations = flat.durations
     phases = flat.phases
     for r in runs:
-        durations.extend(r.durations)
+        sealed = r.sealed
+        if sealed is not None:
+            durations.extend(sealed)
+        else:
+            durations.fromlist(r.durations)
         flat.start_s.append(r.start_s)
         flat.num_rows.append(r.num_rows)
         flat.replica.append(r.replica_id)

@@ -63,10 +63,6 @@ class StepSeries:
         self._open: dict[int, int] = {}  # replica -> its open run's index in _pending
         self._groups: list[PackedGroup] = []  # rows emitted, kept in memory
         self._num_emitted = 0
-        # The summary's queueing figure of the rows emitted, in the order the held rows sum it
-        # (``waiting_s_by_replica``): the event rows' sums by replica, and each run's in order.
-        self._emitted_waiting_s: dict[int, float] = {}
-        self._run_waiting_s: list[tuple[int, float]] = []
 
     def _set_cols(self, cols: dict[str, list[Any]]) -> None:
         """The event rows held, one list a column (attributes: the replica adds a row a step)."""
@@ -173,15 +169,8 @@ class StepSeries:
         self._emit(head, at_runs, flat)
 
     def _keep_waiting(self, cols: dict[str, list[Any]], pending: list[tuple[int, StepRows]]) -> None:
-        """Keep the queueing sums of rows about to be emitted (``waiting_s_by_replica``)."""
-        if cols["start_s"]:
-            self._emitted_waiting_s = event_waiting_s(
-                self._emitted_waiting_s, cols["replica"], cols["num_waiting"], cols["duration_s"]
-            )
-        starts: list[float] = cols["start_s"]
-        for at, rows in pending:
-            prev = starts[at - 1] if at > 0 else float("-inf")
-            self._run_waiting_s.append((rows.replica_id, rows.waiting_s(prev)))
+        """What a series that lets go of its rows keeps of those about to be emitted
+        (``StreamedStepSeries``); this one keeps the rows."""
 
     def _emit(self, cols: dict[str, list[Any]], at: list[int], flat: FlatRuns) -> None:
         """Final rows (event rows ``cols``, each run of ``flat`` after its ``at`` of them):
@@ -205,7 +194,6 @@ class StepSeries:
             self._set_cols({name: emitted[name].tolist() + held[name] for name in STEP_COLUMNS})
             self._pending = [(a + n, r) for a, r in self._pending]
             self._groups, self._num_emitted = [], 0
-            self._emitted_waiting_s, self._run_waiting_s = {}, []
         if not self._pending:
             return self._cols
         old = self._cols
@@ -262,19 +250,11 @@ class StepSeries:
 
     def waiting_s_by_replica(self, num_replicas: int) -> Any:
         """Each replica's waiting requests integrated over its steps (the sum of
-        ``num_waiting x duration_s``), without writing out the rows held compactly: the
-        summary's queueing figures need no step column. Summed as the engine sums
-        ``ReplicaTotals.waiting_s``: each replica's event rows in order, then its runs'."""
-        sums = event_waiting_s(self._emitted_waiting_s, self._replica, self._num_waiting, self._duration_s)
-        out = np.zeros(max(num_replicas, max(sums, default=-1) + 1))
-        for rid, w in sums.items():
-            out[rid] = w
-        for rid, w in self._run_waiting_s:
-            out[rid] += w
-        starts = self._start_s
-        for at, rows in self._pending:
-            out[rows.replica_id] += rows.waiting_s(starts[at - 1] if at > 0 else float("-inf"))
-        return out
+        ``num_waiting x duration_s``), as the engine sums ``ReplicaTotals.waiting_s`` (in
+        another order: equal to rounding). A check of the engine's figure, from the columns."""
+        cols = self.columns()
+        rep = cols["replica"]
+        return np.bincount(rep, weights=cols["num_waiting"] * cols["duration_s"], minlength=num_replicas)
 
     def columns(self) -> dict[str, Any]:
         """Every row, as float64 (times) and int64 columns."""
@@ -288,14 +268,3 @@ class StepSeries:
 
     def __len__(self) -> int:
         return self._num_emitted + len(self._start_s) + self._num_pending_rows
-
-
-def event_waiting_s(
-    have: dict[int, float], replica: list[int], num_waiting: list[int], duration_s: list[float]
-) -> dict[int, float]:
-    """Each replica's ``num_waiting x duration_s`` summed over event rows, in order, after
-    ``have`` (its sums so far)."""
-    out = dict(have)
-    for r, w, d in zip(replica, num_waiting, duration_s):
-        out[r] = out.get(r, 0.0) + w * d
-    return out

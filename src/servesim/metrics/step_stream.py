@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from servesim.metrics.flat_runs import FlatRuns, StepRows
+from servesim.metrics.flat_runs import FlatRuns
 from servesim.metrics.step_arrays import STEP_COLUMNS, event_arrays, rows_to_arrays
 from servesim.metrics.step_series import ROW_GROUP_ROWS, StepSeries
 
@@ -50,9 +50,6 @@ class StreamedStepSeries(StepSeries):
         if self._finished:
             raise RuntimeError(f"{self.path}: the step series was finished; no rows can be added")
         StepSeries._emit_final(self, everything)
-
-    def _keep_waiting(self, cols: dict[str, list[Any]], pending: list[tuple[int, StepRows]]) -> None:
-        """The sums are kept from the rows written (``_emit``)."""
 
     def _emit(self, cols: dict[str, list[Any]], at: list[int], flat: FlatRuns) -> None:
         part = rows_to_arrays(cols, at, flat)
