@@ -82,5 +82,7 @@ def freeness(
     sched = rep.scheduler
     batch = len(sched.running) + (1 if sched.waiting else 0)
     if batch == 0:
-        return math.inf if arriving not in headroom else float(rep.kv.num_free_blocks - headroom[arriving])
+        if arriving is None or arriving not in headroom:
+            return math.inf
+        return float(rep.kv.num_free_blocks - headroom[arriving])
     return (rep.kv.num_free_blocks - virtual_blocks(rep, headroom, arriving)) / batch
