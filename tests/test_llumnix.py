@@ -124,6 +124,31 @@ def test_headroom_keeps_normal_requests_off_the_high_priority_replica() -> None:
     assert replicas({0: 480}) == [0, 1, 1, 1, 1, 1]
 
 
+def test_migration_by_freeness_moves_normal_requests_off_the_high_priority_replica() -> None:
+    # Round robin puts the high-priority request (priority 0) and two normal ones on replica
+    # 0, three normal ones on replica 1 (200 usable blocks each; 32-token prompts, 100
+    # outputs). With a headroom of 190 blocks (3,040 tokens) replica 0 reads about
+    # (194 - 190) / 3 = 1.3 free blocks per request, at or below the threshold of 3: it sends,
+    # the least urgent first, to replica 1 (about 194 / 3 = 65), until only the high-priority
+    # request, which its headroom keeps, is left. Without it both read about 65: no migration.
+    wl = make_workload([0.0, 0.01, 0.02, 0.03, 0.04, 0.05], 32, 100)
+    wl.priority = np.array([0, 1, 1, 1, 1, 1], np.int64)
+
+    def run(headroom: dict[int, int]) -> Any:
+        cfg = ClusterConfig(
+            pools=[PoolConfig(name="c", num_replicas=2)],
+            router="round_robin",
+            priority_headroom_tokens=headroom,
+            migration=MigrationConfig(enabled=True, interval_s=0.05, load="freeness"),
+        )
+        return run_cluster(wl, [pool(2, blocks=201)], cfg, check_invariants=True)
+
+    off, on = run({}), run({0: 3040})
+    assert off.records.replica.tolist() == [0, 1, 0, 1, 0, 1] and off.num_migrations == 0
+    assert on.records.replica.tolist() == [0, 1, 1, 1, 1, 1]
+    assert [t.num_migrations_out for t in on.totals] == [2, 0]
+
+
 def test_migration_by_freeness_drains_a_replica_scaled_in_at_once() -> None:
     # Two replicas, 8 long requests spread over them; at the first operations tick (t = 1 s)
     # the average freeness is far above scale_in_above, so one replica drains. With
