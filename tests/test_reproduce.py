@@ -126,7 +126,15 @@ def test_sarathi_serve_capacity_gain_on_mistral_7b(tmp_path):
 @pytest.mark.parametrize(
     "name",
     # Block's quick search runs the artifact's 10,000 requests per probe (about 100 s of CPU).
-    ["orca", "mc-sf", "distserve", "microserving", pytest.param("block", marks=pytest.mark.slow)],
+    [
+        "orca",
+        "mc-sf",
+        "distserve",
+        "microserving",
+        pytest.param("block", marks=pytest.mark.slow),
+        # Llumnix's cost run: 12 autoscaled runs (about 30 s of CPU).
+        pytest.param("llumnix-cost", marks=pytest.mark.slow),
+    ],
 )
 def test_runs_out_of_range_still_report_their_figure(name, tmp_path):
     """Papers whose quick run servesim does not (yet) bring into the paper's range: the command
@@ -141,6 +149,14 @@ def test_llumnix_migration_cuts_the_tail_by_an_order_of_magnitude(tmp_path):
     """Llumnix: P99 latency an order of magnitude below INFaaS++'s (10x +-25%), 16 instances."""
     figs = _quick("llumnix", tmp_path)
     assert 10 / 1.25 <= figs["p99_ratio"]["servesim"] <= 10 * 1.25
+
+
+@pytest.mark.slow
+def test_llumnix_priority_headroom_speeds_up_high_priority_requests(tmp_path):
+    """Llumnix: high-priority requests up to 1.5x faster than under Llumnix-base (+-25%), 16
+    A10 instances (6 runs, about 12 s of CPU)."""
+    figs = _quick("llumnix-priority", tmp_path)
+    assert 1.5 / 1.25 <= figs["high_priority_speedup"]["servesim"] <= 1.5 * 1.25
 
 
 def test_vllm_offload_blog_ttft_and_throughput(tmp_path):

@@ -42,6 +42,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from servesim.cluster.fleet import ReplicaPhase
+from servesim.cluster.freeness import headroom_blocks
 from servesim.cluster.loads import replica_load
 from servesim.cluster.router import ROUTERS, ReplicaLoad, RouterState
 from servesim.cluster.spec import PoolSpec, TenantRun
@@ -148,6 +150,8 @@ class Cluster:
         self.replicas: list[Replica] = []
         self.pool_of: list[PoolSpec] = []
         migrating = {p.name for p in pools if p.role != "prefill"} if cfg.migration.enabled else set()
+        self.migrating = migrating  # pools whose replicas run the reference scheduler for migration
+        self._headroom: dict[int, dict[int, int]] = {}  # block size -> headroom blocks per priority
         self.check_invariants = check_invariants
         # Replicas whose finishes route nothing (all but prefill replicas, unless requests
         # are sent when others finish or migrate) step on quiet events (engine.events).
@@ -202,8 +206,7 @@ class Cluster:
         if migrating:
             from servesim.cluster.migration import Migrator
 
-            groups = [[i for i, p in enumerate(self.pool_of) if p.name == name] for name in sorted(migrating)]
-            self.migrator = Migrator(self, cfg.migration, [g for g in groups if len(g) > 1])
+            self.migrator = Migrator(self, cfg.migration, sorted(migrating))
 
     def own_arrivals(self, wl: Workload) -> None:
         """Round robin or random routing over replicas that never change (no operations, no
@@ -306,10 +309,24 @@ class Cluster:
 
     def add_replica(self, pool: PoolSpec) -> int:
         """A new replica of ``pool`` (not yet serving: ``serving`` and ``refresh_routes`` say when)."""
-        self._add_replica(pool, self.check_invariants, pool.reference)
+        self._add_replica(pool, self.check_invariants, pool.reference or pool.name in self.migrating)
         self.outstanding.append(0)
         self.serving.append(False)
-        return len(self.replicas) - 1
+        i = len(self.replicas) - 1
+        if self.migrator is not None and pool.name in self.migrating:
+            self.migrator.watch(i)
+        return i
+
+    def on_left(self, i: int) -> None:
+        """A request migrated off replica ``i``: a draining one with nothing left stops."""
+        if self.ops is not None:
+            self.ops.on_replica_idle_check(i)
+
+    def draining(self, i: int) -> bool:
+        """Whether replica ``i`` is being scaled in (it finishes what it has, takes nothing new)."""
+        if self.ops is None:
+            return False
+        return self.ops.fleet.phase[i] == ReplicaPhase.DRAINING
 
     def _add_replica(self, pool: PoolSpec, check_invariants: bool, reference: bool) -> None:
         totals = ReplicaTotals(
@@ -588,7 +605,18 @@ class Cluster:
         if self.cut_runs and router not in _RUN_BLIND:
             for i in ids:
                 reps[i].cut_run()  # the replica as it is now
+        if router is ROUTERS["llumnix"]:
+            out = self.outstanding
+            return [replica_load(reps[i], out[i], req, False, False, self.headroom_of(i)) for i in ids]
         return [replica_load(reps[i], self.outstanding[i], req, with_prefix, with_ttft) for i in ids]
+
+    def headroom_of(self, i: int) -> dict[int, int]:
+        """Replica ``i``'s headroom per priority in its KV blocks (``cluster.freeness``)."""
+        bs = self.pool_of[i].engine.block_size
+        got = self._headroom.get(bs)
+        if got is None:
+            got = self._headroom[bs] = headroom_blocks(self.cfg.priority_headroom_tokens, bs)
+        return got
 
     # ----------------------------------------------------------------- the end
 

@@ -68,6 +68,10 @@ class ClusterHost(Protocol):
         """Route a request (arrived, or sent again after a failure)."""
         ...
 
+    def headroom_of(self, i: int) -> dict[int, int]:
+        """Replica ``i``'s priority headroom in its KV blocks (``cluster.freeness``)."""
+        ...
+
 
 class ReplicaPhase(IntEnum):
     STARTING = 0

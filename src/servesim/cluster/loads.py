@@ -1,14 +1,17 @@
 """What a router sees of a replica: its load now, and the TTFT it would give a request.
 
 ``Cluster.loads`` asks ``replica_load`` for each candidate of a routing decision; the
-prefix-cache hit and the predicted TTFT are computed only for the routers that read them
-(``prefix_affinity``, ``predicted_ttft``), since both cost more than the counters.
+prefix-cache hit, the predicted TTFT and Llumnix's freeness are computed only for the
+routers that read them (``prefix_affinity``, ``predicted_ttft``, ``llumnix``), since they
+cost more than the counters.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
+from servesim.cluster.freeness import freeness
 from servesim.cluster.router import ReplicaLoad
 from servesim.engine.lazy import LazyScheduler
 from servesim.engine.replica import Replica
@@ -18,9 +21,15 @@ from servesim.perf.base import BatchStats, step_wall_s
 
 
 def replica_load(
-    rep: Replica, num_outstanding: int, req: Request, with_prefix: bool, with_ttft: bool
+    rep: Replica,
+    num_outstanding: int,
+    req: Request,
+    with_prefix: bool,
+    with_ttft: bool,
+    headroom: Mapping[int, int] | None = None,
 ) -> ReplicaLoad:
-    """``rep``'s load for routing ``req`` (``num_outstanding``: routed to it, not finished)."""
+    """``rep``'s load for routing ``req`` (``num_outstanding``: routed to it, not finished;
+    ``headroom``: blocks per priority, given only for the router that reads the freeness)."""
     sched = rep.scheduler
     kv = rep.kv
     pending = pending_prefill_tokens(sched)
@@ -31,6 +40,8 @@ def replica_load(
         kv_usage=kv.usage,
         pending_tokens=pending + len(sched.running),
     )
+    if headroom is not None:
+        x.freeness = freeness(rep, headroom, arriving=req.priority)
     if with_prefix or with_ttft:
         x.prefix_hit_tokens = kv.get_computed_blocks(req)[1]
     if with_ttft:

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from servesim.cluster.fleet import ClusterHost, Fleet, ReplicaPhase
+from servesim.cluster.freeness import virtual_blocks
 from servesim.cluster.spec import PoolSpec
 from servesim.config import SloConfig
 from servesim.config.operations import OperationsConfig, PoolScaling
@@ -347,7 +348,9 @@ class Operations:
         row = len(self.series) - len(self.pools) + [p.name for p in self.pools].index(name)  # this tick's
         serving = max(fleet.count(name, ReplicaPhase.SERVING), 1)
         queue = self.series.queue_len[row]
-        if rule.metric == "slo_attainment":
+        if rule.metric == "freeness":
+            want = current + self._freeness_step(rule)
+        elif rule.metric == "slo_attainment":
             att = self.series.slo_attainment[row]
             if math.isnan(att):
                 want = current if queue == 0 else current + 1
@@ -373,6 +376,37 @@ class Operations:
                 want = max(want, 1)
         floor = max(rule.min_replicas, self._scheduled_floor(name, now))
         return min(max(want, floor), rule.max_replicas)
+
+    def _freeness_step(self, rule: PoolScaling) -> int:
+        """Llumnix's scaling (the artifact's ``avg_load`` policy, llumnix at 37d8e5ea,
+        ``global_scheduler/scale_scheduler.py``, on ``cluster.freeness``): the pool's freeness
+        is the free blocks less the virtual usages over all its serving replicas, per request
+        of their batches. Below ``target``: one more replica; else, when that freeness with the
+        replica that would drain taken away (its blocks gone, its requests kept) stays above
+        ``scale_in_above``: one fewer; else none; and none while a replica is starting."""
+        c, fleet = self.cluster, self.fleet
+        ids = fleet.serving_ids(rule.pool)
+        # The artifact decides nothing until every instance reports (``check_scale``): a
+        # starting replica holds the decision back.
+        if not ids or fleet.count(rule.pool, ReplicaPhase.STARTING):
+            return 0
+        free = virtual = batch = 0
+        for i in ids:
+            rep = c.replicas[i]
+            free += rep.kv.num_free_blocks
+            virtual += virtual_blocks(rep, c.headroom_of(i))
+            batch += len(rep.scheduler.running) + (1 if rep.scheduler.waiting else 0)
+        if batch == 0:
+            return -1 if len(ids) > 1 else 0
+        if (free - virtual) / batch < rule.target:
+            return 1
+        assert rule.scale_in_above is not None
+        out = c.outstanding
+        victim = min(reversed(ids), key=lambda j: out[j])  # Fleet.drain's choice
+        total = c.replicas[victim].kv.num_gpu_blocks - 1
+        if len(ids) > 1 and (free - total - virtual) / batch > rule.scale_in_above:
+            return -1
+        return 0
 
     def _scheduled_floor(self, name: str, now: float) -> int:
         a = self.cfg.autoscaling

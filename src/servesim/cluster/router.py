@@ -34,6 +34,7 @@ class ReplicaLoad:
     pending_tokens: int = 0  # prompt tokens still to compute here + one per running request
     prefix_hit_tokens: int = 0  # this request's cached prefix here (prefix_affinity only)
     predicted_ttft_s: float = 0.0  # this request's predicted TTFT here (predicted_ttft only)
+    freeness: float = 0.0  # Llumnix's free blocks per request (llumnix only; cluster.freeness)
 
 
 @dataclass(slots=True)
@@ -145,6 +146,15 @@ def vllm_dp(req: Request, loads: Sequence[ReplicaLoad], st: RouterState) -> int:
     return _argmin([4 * (x.num_outstanding - x.num_running) + x.num_running for x in loads])
 
 
+def llumnix(req: Request, loads: Sequence[ReplicaLoad], st: RouterState) -> int:
+    """The freest instance (Llumnix, OSDI'24, Sec. 4.4.2: dispatch to the instance with the
+    highest freeness, ``cluster.freeness``: free KV blocks per request of its batch after the
+    virtual usages: the queued head-of-line demand and each running priority's headroom),
+    then the fewest outstanding. The artifact's ``load`` dispatch policy
+    (``global_scheduler/dispatch_scheduler.py``) picks the least loaded the same way."""
+    return _argmin([(-x.freeness, x.num_outstanding) for x in loads])
+
+
 ROUTERS: dict[str, Router] = {
     "round_robin": round_robin,
     "random": random,
@@ -155,4 +165,5 @@ ROUTERS: dict[str, Router] = {
     "prefix_affinity": prefix_affinity,
     "predicted_ttft": predicted_ttft,
     "vllm_dp": vllm_dp,
+    "llumnix": llumnix,
 }

@@ -25,6 +25,7 @@ RouterName = Literal[
     "prefix_affinity",
     "predicted_ttft",
     "vllm_dp",
+    "llumnix",
 ]
 
 
@@ -121,8 +122,26 @@ class MigrationConfig(_Strict):
         0.2,
         gt=0,
         le=1,
-        description="KV-load gap (fraction of blocks) that migrates.",
+        description="load usage: the KV-load gap (fraction of blocks) that migrates.",
         json_schema_extra={"unit": "fraction"},
+    )
+    load: Literal["usage", "freeness"] = Field(
+        "usage",
+        description=(
+            "The load migration balances: usage (blocks in use plus the queued requests' blocks, over "
+            "all blocks; pairs whose gap passes threshold migrate) or freeness (Llumnix's, "
+            "servesim.cluster.freeness: free blocks per request after the virtual usages, with "
+            "priority_headroom_tokens and draining replicas at -inf; replicas below "
+            "freeness_threshold send to replicas above it)."
+        ),
+    )
+    freeness_threshold: float = Field(
+        3.0,
+        description=(
+            "load freeness: replicas freer than this receive, the others send (blocks per request; "
+            "Llumnix's MIGRATE_OUT_THRESHOLD, -3 as a load)."
+        ),
+        json_schema_extra={"unit": "blocks per request"},
     )
 
 
@@ -140,6 +159,14 @@ class ClusterConfig(_Strict):
         description=(
             "prefix_affinity: only replicas with at most this many more outstanding requests than the "
             "least loaded compete."
+        ),
+    )
+    priority_headroom_tokens: dict[int, int] = Field(
+        default_factory=dict,
+        description=(
+            "Llumnix's headroom per request priority, e.g. {0: 4096}: a replica running requests of "
+            "that priority counts this many more tokens in use in its freeness (the llumnix router, "
+            "migration with load freeness), so normal requests keep off it (docs/policies.md, Priorities)."
         ),
     )
     link: KvLinkConfig = Field(KvLinkConfig(), description="The link KV caches cross between replicas.")
@@ -170,7 +197,7 @@ class ClusterConfig(_Strict):
         return self
 
     def _check_operations(self, ops: OperationsConfig, names: set[str]) -> None:
-        """Every pool an operation names exists; live migration does not mix with them."""
+        """Every pool an operation names exists; live migration does not mix with failures."""
         named: list[tuple[str, str]] = []
         if ops.autoscaling is not None:
             named += [("autoscaling.pools", s.pool) for s in ops.autoscaling.pools]
@@ -196,7 +223,8 @@ class ClusterConfig(_Strict):
                     f"operations.failures.events: pool {e.pool!r} never has a replica {e.replica} "
                     f"(it has at most {sizes[e.pool]}, numbered from 0)"
                 )
-        if self.migration.enabled:
+        if self.migration.enabled and f is not None:
             raise ValueError(
-                "operations and migration.enabled do not combine: migration assumes a fixed fleet"
+                "operations.failures and migration.enabled do not combine: migration moves requests "
+                "between replicas that stay up (autoscaling and power capping combine with it)"
             )

@@ -12,7 +12,9 @@ from pydantic import Field, model_validator
 
 from servesim.config._base import _Strict
 
-ScaleMetric = Literal["queue_len", "running", "kv_util", "decode_tokens_per_s", "gpu_util", "slo_attainment"]
+ScaleMetric = Literal[
+    "queue_len", "running", "kv_util", "decode_tokens_per_s", "gpu_util", "slo_attainment", "freeness"
+]
 
 
 class ScheduleEntry(_Strict):
@@ -37,10 +39,22 @@ class PoolScaling(_Strict):
             "(kv_util, fraction), output tokens/s (decode_tokens_per_s), the fraction of the "
             "interval its GPUs ran a step (gpu_util: nvidia-smi's and DCGM's GPU utilization); or "
             "the fraction of requests finished in the last interval that met every SLO "
-            "(slo_attainment: scale out below the target, in when above it with room)."
+            "(slo_attainment: scale out below the target, in when above it with room); or Llumnix's "
+            "average freeness over the serving replicas (freeness, in free KV blocks per request: one "
+            "more replica below target, one fewer when the others would stay above scale_in_above)."
         ),
     )
-    target: float = Field(gt=0, description="The metric's target value per replica.")
+    target: float = Field(
+        gt=0, description="The metric's target value per replica (freeness: the scale-out threshold)."
+    )
+    scale_in_above: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "metric freeness: scale in by one when the average freeness without the replica that would "
+            "drain stays above this (Llumnix's SCALE_DOWN_THRESHOLD, 60 as freeness)."
+        ),
+    )
     min_replicas: int = Field(1, ge=0, description="Never fewer (0: the pool may scale to zero).")
     max_replicas: int = Field(8, ge=1, description="Never more.")
     scale_in_grace_s: float = Field(
@@ -69,6 +83,14 @@ class PoolScaling(_Strict):
             )
         if self.metric in ("kv_util", "gpu_util", "slo_attainment") and self.target > 1:
             raise ValueError(f"metric {self.metric} is a fraction: expected target <= 1, found {self.target}")
+        if self.metric == "freeness":
+            if self.scale_in_above is None or self.scale_in_above <= self.target:
+                raise ValueError(
+                    f"metric freeness scales out below target ({self.target:g}) and in above "
+                    f"scale_in_above: expected scale_in_above > target, found {self.scale_in_above}"
+                )
+        elif self.scale_in_above is not None:
+            raise ValueError(f"scale_in_above is read with metric freeness only, not {self.metric}")
         return self
 
 

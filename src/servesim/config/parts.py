@@ -289,6 +289,15 @@ class SyntheticWorkload(_Strict):
             "with probability share / sum of shares (empty: no tenants; docs/policies.md, Tenants)."
         ),
     )
+    priority_shares: dict[int, float] = Field(
+        default_factory=dict,
+        description=(
+            "Request priorities by value and share, e.g. {0: 0.1, 1: 0.9} (lower = more urgent, vLLM's "
+            "convention): each request's priority is drawn with probability share / sum of shares "
+            "(empty: every request has priority 0). Read by engine.scheduling_policy priority and "
+            "cluster.priority_headroom_tokens (docs/policies.md, Priorities)."
+        ),
+    )
     seed: int = Field(0, description="Seed of the generator (with run.seed).")
 
     @model_validator(mode="after")
@@ -296,6 +305,9 @@ class SyntheticWorkload(_Strict):
         if self.num_requests is None and self.duration_s is None:
             raise ValueError("give num_requests or duration_s")
         check_shares(self.tenant_shares)
+        for value, share in self.priority_shares.items():
+            if not share > 0 or share == float("inf"):
+                raise ValueError(f"priority_shares.{value}: expected a positive share, found {share}")
         return self
 
 

@@ -20,6 +20,20 @@ from typing import Any
 
 from servesim.papers.base import Outcome
 
+#: NVIDIA A10 (24 GB GDDR6, 600 GB/s, 125 dense BF16 TFLOP/s, 150 W, PCIe Gen4 x16) from its
+#: spec sheet: Llumnix's GPU, not in servesim's catalog (the priority and cost runs use it).
+A10 = {
+    "name": "A10",
+    "bf16_tflops": 125.0,
+    "mem_gb": 24.0,
+    "mem_bw_tb_per_s": 0.6,
+    "interconnect_gb_per_s": 32.0,
+    "idle_power_w": 30.0,
+    "max_power_w": 150.0,
+}
+#: LLaMA-7B's positions (Llama-2-7B has 4,096): a request's prompt and output fit in it.
+LLAMA_7B_LEN = 2048
+
 #: Requests per second per instance swept (the baseline's knee on these lengths is ~0.3).
 RATES_PER_INSTANCE = (0.25, 0.3, 0.35, 0.4)
 

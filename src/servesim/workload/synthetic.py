@@ -29,9 +29,10 @@ def generate_synthetic(cfg: SyntheticWorkload, seed: int = 0) -> Workload:
         raise WorkloadError(
             f"workload.seed ({cfg.seed}) + run.seed ({seed}) = {total_seed}: expected a seed >= 0"
         )
-    # Five child streams (the first four as before tenants existed: the same draws).
-    arrival_rng, prompt_rng, output_rng, group_rng, tenant_rng = (
-        np.random.default_rng(s) for s in np.random.SeedSequence(total_seed).spawn(5)
+    # Six child streams (the first four as before tenants existed, the fifth as before
+    # priorities: the same draws).
+    arrival_rng, prompt_rng, output_rng, group_rng, tenant_rng, priority_rng = (
+        np.random.default_rng(s) for s in np.random.SeedSequence(total_seed).spawn(6)
     )
     arrival = arrival_times(cfg.arrival, cfg.num_requests, cfg.duration_s, arrival_rng)
     n = len(arrival)
@@ -83,6 +84,11 @@ def generate_synthetic(cfg: SyntheticWorkload, seed: int = 0) -> Workload:
         names = list(cfg.tenant_shares)
         p = np.array([cfg.tenant_shares[k] for k in names], np.float64)
         tenant = tenant_rng.choice(len(names), size=n, p=p / p.sum()).astype(np.int64)
+    priority = None
+    if cfg.priority_shares:  # each request's priority drawn with probability share / total
+        values = np.array(list(cfg.priority_shares), np.int64)
+        q = np.array(list(cfg.priority_shares.values()), np.float64)
+        priority = values[priority_rng.choice(len(values), size=n, p=q / q.sum())]
     return Workload(
         arrival_s=arrival,
         num_prompt_tokens=prompt,
@@ -90,6 +96,7 @@ def generate_synthetic(cfg: SyntheticWorkload, seed: int = 0) -> Workload:
         prefix_group=group,
         prefix_len=prefix_len,
         tenant=tenant,
+        priority=priority,
         num_samples=np.full(n, cfg.n, np.int64) if cfg.n > 1 else None,
         prune_at_token=cfg.best_of_prune_at or 0,
         num_kept_samples=cfg.best_of_keep,
