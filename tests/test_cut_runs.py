@@ -1,7 +1,7 @@
 """Cut runs (``engine.replica``'s docstring): a cluster's arrivals are quiet events and each
 replica cuts its own run of decode steps when a request reaches it or a router that reads
 runs inspects it; round robin over a fixed pool bounds each replica's runs by its own next
-arrival (``Cluster.own_arrivals``). Every cluster below runs both ways, the other way being
+arrival (``cluster.turns.known_turns``). Every cluster below runs both ways, the other way being
 the loop as it was before (``cluster.CUT_RUNS = False``: every arrival ends every run), and
 gives the same records and step rows; only float sums whose terms a run groups differently
 (busy seconds, KV block-seconds, the front end's busy seconds, inter-token gaps at a run's
@@ -220,18 +220,20 @@ def test_each_replica_knows_its_own_arrivals(monkeypatch: pytest.MonkeyPatch, ro
     """Round robin and random routing over a fixed pool: each replica is told, before the
     run, the arrival times of the requests it will be given (random's draws made up front,
     the router's own calls in arrival order), and those are the requests it served."""
+    import servesim.cluster.run as run_mod
+
     seen: list[Any] = []
-    own = cluster_mod.Cluster.own_arrivals
+    known = run_mod.known_turns
 
-    def spy(self: Any, wl: Any) -> None:
-        own(self, wl)
-        seen.append(self)
+    def spy(cluster: Any, wl: Any) -> Any:
+        seen.append(cluster)
+        return known(cluster, wl)
 
-    monkeypatch.setattr(cluster_mod.Cluster, "own_arrivals", spy)
+    monkeypatch.setattr(run_mod, "known_turns", spy)
     pools, cfg = CASES[router]
     res = _run(monkeypatch, True, pools, cfg)
     (cluster,) = seen
-    assert cluster.own_turns
+    assert all(cluster.replicas[i].finishes_in_runs for i in cluster.front)
     rec = res.records
     counts = []
     for i, rep in enumerate(cluster.replicas):

@@ -200,88 +200,10 @@ class Cluster:
         self.on_done: Callable[[Request], None] | None = None
         self.num_handoffs = 0
         self.migrator: Migrator | None = None
-        self.own_turns = False  # round robin with each replica's arrivals known (``own_arrivals``)
-        self.turns: list[int] | None = None  # random routing's draws (``own_arrivals``)
-        self.num_turns = 0
         if migrating:
             from servesim.cluster.migration import Migrator
 
             self.migrator = Migrator(self, cfg.migration, sorted(migrating))
-
-    def own_arrivals(self, wl: Workload) -> None:
-        """Round robin or random routing over replicas that never change (no operations, no
-        migration), every arrival routed as it comes (one stage, one model, no tenants'
-        gate, no staleness): each replica knows when its next request arrives, so its runs
-        of decode steps stop there (``Replica.own_arrival_s``) and go on through its
-        finishes, which nobody watches (the router reads no load, nothing is handed off or
-        sent on a finish): each replica then runs as a lone one does. ``wl``'s requests that
-        the feeder rejects (``rejection_reason``) are routed nowhere. Random routing's
-        choices are drawn here, one ``random`` draw per routed request in arrival order, as
-        the router would draw them as they arrive (the same generator, the same calls)."""
-        router = self.front_router
-        if not (
-            self.cut_runs
-            and router in (ROUTERS["round_robin"], ROUTERS["random"])
-            and not self.is_disagg
-            and self.models is None
-            and self.gate is None
-            and self.ops is None
-            and self.migrator is None
-            and self.on_done is None
-            and self.cfg.staleness_s == 0
-        ):
-            return
-        prompt = np.asarray(wl.num_prompt_tokens, dtype=np.int64)
-        output = np.asarray(wl.num_output_tokens, dtype=np.int64)
-        served = (prompt < self.max_model_len) & (
-            np.minimum(prompt + output, self.max_model_len) <= self.usable_tokens
-        )
-        times = np.asarray(wl.arrival_s, dtype=np.float64)[served]
-        n = len(self.front)
-        if router is ROUTERS["random"]:
-            st = self.front_state
-            assert st.rng is not None
-            draw = st.rng.integers  # the router's own call, once per request
-            turns = np.fromiter((draw(n) for _ in range(len(times))), np.int64, len(times))
-            self.turns = turns.tolist()
-            for p, i in enumerate(self.front):
-                rep = self.replicas[i]
-                rep.own_arrival_s = times[turns == p]
-        else:
-            for p, i in enumerate(self.front):
-                # the p-th routed request, then every n-th
-                self.replicas[i].own_arrival_s = times[p::n].copy()
-        for i in self.front:
-            rep = self.replicas[i]
-            rep.finishes_in_runs = True
-            rep.on_finish = self.on_turn_finish
-        self.own_turns = True
-
-    def on_turn_finish(self, req: Request) -> None:
-        """``on_finish`` where ``own_arrivals`` holds: no hand-off, no operations, no client
-        to tell (open loop)."""
-        self.outstanding[req.replica] -= 1
-        self.live.pop(req.idx, None)
-        self.writer.add(req)
-        self.num_done += 1
-
-    def on_turn_arrival(self, req: Request) -> None:
-        """``on_arrival`` where ``own_arrivals`` holds: to the next replica in turn, the
-        router's cursor moved as ``round_robin`` moves it, or to the replica drawn for it."""
-        st, front = self.front_state, self.front
-        turns = self.turns
-        if turns is None:
-            p = st.next_rr % len(front)
-            st.next_rr = p + 1
-        else:
-            p = turns[self.num_turns]
-            self.num_turns += 1
-        i = front[p]
-        self.live[req.idx] = req
-        self.outstanding[i] += 1
-        rep = self.replicas[i]
-        rep.totals.num_routed += 1
-        rep.on_arrival(req)
 
     def _group_ranks(self, replicas: list[Replica], dp: int, own_servers: bool) -> None:
         """Each ``dp`` consecutive replicas are the DP ranks of one server: they step in

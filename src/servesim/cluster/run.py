@@ -16,6 +16,7 @@ import numpy as np
 from servesim.cluster import cluster as cluster_mod
 from servesim.cluster.cluster import Cluster
 from servesim.cluster.spec import ClusterRun, PoolSpec
+from servesim.cluster.turns import known_turns
 from servesim.config import ClusterConfig, SloConfig
 from servesim.engine.arrivals import NO_LIMIT, ArrivalFeeder, ClosedLoopFeeder
 from servesim.engine.build import closed_loop_feeder
@@ -131,7 +132,7 @@ def run_cluster(
     if closed:
         _closed_loop(cluster, wl).start()
     else:
-        cluster.own_arrivals(wl)
+        turns = known_turns(cluster, wl)
         ArrivalFeeder(
             wl,
             loop,
@@ -139,8 +140,8 @@ def run_cluster(
             if cluster.gate is not None
             else cluster.replicas[0].on_arrival
             if cluster.direct
-            else cluster.on_turn_arrival
-            if cluster.own_turns
+            else turns.on_arrival
+            if turns is not None
             else cluster.on_arrival,
             cluster.reject,
             # several models: each request is checked against its model's pools at its arrival
