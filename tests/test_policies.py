@@ -7,6 +7,8 @@ import typing
 import numpy as np
 import pytest
 from conftest import make_workload, req
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from servesim.config import EngineConfig, resolve_engine, scenario_from_dict
 from servesim.engine.admission import MemoryAwareAdmission
@@ -246,6 +248,39 @@ def test_buddy_allocator_carves_rounds_and_merges_as_the_vllm_papers_orca():
     assert b.free_starts[4] == [0] and b.allocate(4) == 0
     with pytest.raises(ValueError, match="power of two"):
         BuddyAllocator(10, 6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    num_blocks=st.integers(1, 300),
+    ops=st.lists(st.tuples(st.booleans(), st.integers(1, 64), st.integers(0, 1000)), max_size=60),
+)
+def test_buddy_allocator_keeps_its_chunks_disjoint_aligned_and_counted(num_blocks, ops):
+    """Whatever the order of reservations and frees: held chunks never overlap and are aligned
+    to their size, the free count is the free lists', and freeing everything restores the
+    carve."""
+    b = BuddyAllocator(num_blocks, 64)
+    carve = {s: sorted(v) for s, v in b.free_starts.items() if v}
+    held: dict[int, int] = {}
+    for is_alloc, n, k in ops:
+        if is_alloc:
+            start = b.allocate(n)
+            if start is None:  # no free chunk of that size or larger
+                assert all(not v for size, v in b.free_starts.items() if size >= BuddyAllocator.chunk_for(n))
+            else:
+                size = BuddyAllocator.chunk_for(n)
+                assert start % size == 0 and start + size <= num_blocks
+                assert all(start + size <= s or s + z <= start for s, z in held.items())
+                held[start] = size
+        elif held:
+            start = sorted(held)[k % len(held)]
+            b.free(start)
+            del held[start]
+        free = sum(size * len(v) for size, v in b.free_starts.items())
+        assert b.num_free_blocks == free == num_blocks - sum(held.values())
+    for start in list(held):
+        b.free(start)
+    assert {s: sorted(v) for s, v in b.free_starts.items() if v} == carve
 
 
 def test_orca_max_batches_seven_requests_on_opt_13b():
