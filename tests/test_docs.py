@@ -51,9 +51,9 @@ SKIP = {
     "measured runs (minutes); tests/test_silicon.py runs five rows end to end",
     r"servesim validate --suite vllm-cpu --cross-fit": "fits every CPU recording in turn (about a minute); "
     "tests/test_validate.py runs a cheap cross-fit",
-    r"servesim reproduce (sarathi-serve|llumnix(-priority|-cost)?|splitwise|orca|heteroscale|block) "
-    r"--quick": "a capacity search, rate sweep or compressed day of 15-100 s of CPU; tests/test_reproduce.py "
-    "runs it",
+    r"servesim reproduce (sarathi-serve|llumnix(-priority|-cost)?|splitwise|orca|heteroscale|block|vllm) "
+    r"--quick( --output \S+)?": "a capacity search, rate sweep or compressed day of 15-100 s of CPU; "
+    "tests/test_reproduce.py runs it",
     r"servesim capacity examples/capacity_slo\.yaml --stable 0\.1 --no-progress": "25 capacity searches "
     "(about 13 s of CPU); tests/test_capacity_cli.py runs it (slow) and checks the figures "
     "docs/planning.md quotes",

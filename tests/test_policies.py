@@ -7,9 +7,12 @@ import typing
 import numpy as np
 import pytest
 from conftest import make_workload, req
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from servesim.config import EngineConfig, resolve_engine, scenario_from_dict
 from servesim.engine.admission import MemoryAwareAdmission
+from servesim.engine.buddy import BuddyAllocator
 from servesim.engine.build import make_scheduler
 from servesim.engine.kv_cache import KVCacheManager
 from servesim.engine.kv_counting import CountingKVCache
@@ -205,17 +208,90 @@ def test_orca_reserves_the_maximum_length_and_never_preempts():
 
 
 def test_orca_oracle_and_pow2_reservations():
-    for kind, want in (("oracle", [1, 2, 3]), ("pow2", [1, 2, 3, 4])):
+    for kind, want in (("oracle", [1, 2]), ("pow2", [1, 2, 3, 4])):
         s = sched(
             OrcaScheduler,
             opts=PolicyOptions(orca_reservation=kind),
             max_model_len=4096,
             max_num_batched_tokens=4096,
         )
-        r = req(0, 20, 17)  # oracle: 37 tokens = 3 blocks; pow2: 20 + 32 = 52 = 4 blocks
+        r = req(0, 20, 9)  # oracle: 29 tokens = 2 blocks; pow2: 20 + 16 = 36 = 3 blocks -> a chunk of 4
         s.add_request(r)
         step(s)
         assert blocks_of(s, r) == want
+
+
+def test_buddy_allocator_carves_rounds_and_merges_as_the_vllm_papers_orca():
+    """The vLLM paper's Orca artifact (``BuddyAllocator``): chunks carved left to right, a
+    reservation rounded up to a power of two, buddies merged when both are free."""
+    b = BuddyAllocator(981, 128)  # OPT-13B's 15.7K KV slots (Table 1) in blocks of 16
+    assert {s: v for s, v in b.free_starts.items() if v} == {
+        128: [0, 128, 256, 384, 512, 640, 768],
+        64: [896],
+        16: [960],
+        4: [976],
+        1: [980],
+    }
+    assert [b.allocate(128) for _ in range(8)] == [768, 640, 512, 384, 256, 128, 0, None]
+    assert b.num_free_blocks == 85 and not b.can_allocate(65) and b.can_allocate(64)
+    b.free(384)
+    assert b.allocate(20) == 896  # 32 blocks: the smallest larger chunk (64 at 896) is split
+    assert b.free_starts[32] == [928] and b.chunk_size[896] == 32
+
+    # External fragmentation: 4 blocks free, but in two chunks of 2 that are not buddies.
+    b = BuddyAllocator(8, 8)
+    assert [b.allocate(2) for _ in range(4)] == [0, 2, 4, 6]
+    b.free(0)
+    b.free(4)
+    assert b.num_free_blocks == 4 and b.allocate(3) is None and b.allocate(4) is None
+    b.free(2)  # 0 and 2 merge into a chunk of 4
+    assert b.free_starts[4] == [0] and b.allocate(4) == 0
+    with pytest.raises(ValueError, match="power of two"):
+        BuddyAllocator(10, 6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    num_blocks=st.integers(1, 300),
+    ops=st.lists(st.tuples(st.booleans(), st.integers(1, 64), st.integers(0, 1000)), max_size=60),
+)
+def test_buddy_allocator_keeps_its_chunks_disjoint_aligned_and_counted(num_blocks, ops):
+    """Whatever the order of reservations and frees: held chunks never overlap and are aligned
+    to their size, the free count is the free lists', and freeing everything restores the
+    carve."""
+    b = BuddyAllocator(num_blocks, 64)
+    carve = {s: sorted(v) for s, v in b.free_starts.items() if v}
+    held: dict[int, int] = {}
+    for is_alloc, n, k in ops:
+        if is_alloc:
+            start = b.allocate(n)
+            if start is None:  # no free chunk of that size or larger
+                assert all(not v for size, v in b.free_starts.items() if size >= BuddyAllocator.chunk_for(n))
+            else:
+                size = BuddyAllocator.chunk_for(n)
+                assert start % size == 0 and start + size <= num_blocks
+                assert all(start + size <= s or s + z <= start for s, z in held.items())
+                held[start] = size
+        elif held:
+            start = sorted(held)[k % len(held)]
+            b.free(start)
+            del held[start]
+        free = sum(size * len(v) for size, v in b.free_starts.items())
+        assert b.num_free_blocks == free == num_blocks - sum(held.values())
+    for start in list(held):
+        b.free(start)
+    assert {s: sorted(v) for s, v in b.free_starts.items() if v} == carve
+
+
+def test_orca_max_batches_seven_requests_on_opt_13b():
+    """vLLM paper, Fig. 13a: Orca (Max) batches 7.00 requests on OPT-13B (15.7K slots, Table
+    1): seven 2,048-token chunks of 128 blocks fit the 981 blocks, the eighth request waits."""
+    s = sched(OrcaScheduler, blocks=982, max_model_len=2048, max_num_batched_tokens=2560)
+    for i in range(9):
+        s.add_request(req(i, 10, 100))
+    out, _, _ = step(s)
+    assert ids(out.reqs) == list(range(7)) and s.buddy.num_free_blocks == 85
+    assert all(len(s.kv.req_blocks[i]) == 128 for i in range(7))
 
 
 def test_static_batch_runs_to_its_longest_request():

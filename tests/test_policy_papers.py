@@ -14,7 +14,6 @@ random numbers).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -22,7 +21,7 @@ import pytest
 
 from servesim.catalog.gpus import get_gpu
 from servesim.catalog.hf_config import load_model
-from servesim.config import EngineConfig, ParallelConfig, SpeculativeConfig, resolve_engine
+from servesim.config import EngineConfig, ParallelConfig, SpeculativeConfig
 from servesim.deployment import resolved_engine
 from servesim.papers.common import capacity as papers_capacity
 from servesim.papers.common import p99_tbt_s
@@ -50,54 +49,11 @@ def capacity(meets_slo: Callable[[float], bool], lo: float, hi: float, iters: in
 # --------------------------------------------------------------------------- vLLM vs Orca
 
 
-def test_paged_kv_sustains_higher_rate_than_max_length_reservation():
-    """vLLM (Kwon et al., SOSP'23), Sec. 6.2 and Fig. 12: on ShareGPT, vLLM sustains 1.7-2.7x
-    the request rate of Orca (Oracle) and 2.7-8x that of Orca (Max) at the same normalized
-    latency (mean end-to-end latency / output tokens), over OPT-13B/66B/175B.
-
-    Here: OPT-13B on a modelled A100-40GB (the A100-80GB with 40 GB), max_model_len 2048,
-    200 requests with ShareGPT's mean lengths (Fig. 11: 161 in, 338 out; lognormal, sigma
-    0.9, so medians 107 and 225, clipped to 1024 as vLLM's benchmark filters), Poisson
-    arrivals; capacity = the largest rate with mean normalized latency <= 0.1 s/token.
-    vLLM V1 (paged, preemption) against Orca reserving max_model_len (Max) or prompt + true
-    output (Oracle) per request.
-    """
-    model = load_model("OPT-13B")
-    gpu = dataclasses.replace(get_gpu("A100-80GB"), name="A100-40GB", mem_bytes=40e9)
-    mml = 2048
-    engine = resolve_engine(EngineConfig(max_model_len=mml), gpu.mem_bytes, gpu.name, mml)
-    blocks = plan_memory(
-        model, gpu, resolved_engine(engine, model, gpu, ParallelConfig()), ParallelConfig()
-    ).num_gpu_blocks
-    perf = RooflinePerfModel(model, gpu)
-    rng = np.random.default_rng(1)
-    n = 200
-    unit_arrivals = np.cumsum(rng.exponential(1.0, n))
-    prompt = lognormal_lengths(rng, n, 107, 0.9, 4, 1024)
-    output = lognormal_lengths(rng, n, 225, 0.9, 4, 1024)
-
-    def meets(policy: str, reservation: str = "max") -> Callable[[float], bool]:
-        def ok(rate: float) -> bool:
-            wl = Workload(unit_arrivals / rate, prompt, output)
-            cfg = EngineConfig(
-                policy=policy, max_num_seqs=256, max_model_len=mml, orca_reservation=reservation
-            )
-            rec = run_engine(wl, cfg, perf, blocks, mml).records
-            return float(np.nanmean(rec.e2e_s / rec.num_output_tokens)) <= 0.1
-
-        return ok
-
-    vllm = capacity(meets("vllm_v1"), 0.2, 16)
-    orca_max = capacity(meets("orca"), 0.2, 16)
-    orca_oracle = capacity(meets("orca", "oracle"), 0.2, 16)
-    print(
-        f"capacity vLLM {vllm:.2f} req/s, Orca (Max) {orca_max:.2f} req/s ({vllm / orca_max:.1f}x), "
-        f"Orca (Oracle) {orca_oracle:.2f} req/s ({vllm / orca_oracle:.1f}x)"
-    )
-    # Measured 6.4x and 1.9x (capacities bisected to ~7%, so a ratio to ~15%): the paper's
-    # ranges, cut to within 25% of what this scenario shows.
-    assert 5.1 <= vllm / orca_max <= 8.0
-    assert 1.7 <= vllm / orca_oracle <= 2.4
+# vLLM's paper (SOSP'23, Fig. 12: 1.7-2.7x Orca (Oracle)'s rate, 2.7-8x Orca (Max)'s) is held to
+# its ranges in its own setup by tests/test_reproduce.py (servesim reproduce vllm: Table 1's KV
+# slots, the artifact's buddy-allocated Orca baselines, 1,000 requests); tests/test_policies.py
+# checks the buddy allocator block by block. A 200-request run with today's memory plan, which
+# this file held before, measures a transient (docs/papers.md).
 
 
 # --------------------------------------------------------------------------- Orca vs static

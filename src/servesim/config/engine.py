@@ -375,7 +375,8 @@ class EngineConfig(_Strict):
         "max",
         description=(
             "orca: KV reserved at admission: max_model_len (max), prompt + next power of 2 of the output "
-            "(pow2), or prompt + the true output (oracle), the three Orca baselines of the vLLM paper."
+            "(pow2), or prompt + the true output (oracle), the three Orca baselines of the vLLM paper; the "
+            "reservation is contiguous, rounded up to a power of two of blocks by a buddy allocator."
         ),
     )
     memory_aware_admission: bool = Field(

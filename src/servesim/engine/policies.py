@@ -9,17 +9,18 @@ vllm_v1    ``PolicyScheduler``: running first, then waiting FCFS (or by priority
            token budget; chunked prefill; recompute (or swap) preemption of the newest.
 vllm_v0    ``V0Scheduler``: prefill-priority steps, watermark, whole prompts.
 sarathi    ``SarathiScheduler``: decodes, then running prefill chunks, then new requests.
-orca       ``OrcaScheduler``: whole prompts, KV reserved for the maximum length at admission.
+orca       ``OrcaScheduler``: whole prompts, a contiguous KV reservation (buddy allocator) at admission.
 static     ``StaticScheduler`` (``engine/static.py``): one batch runs to completion.
 =========  ==================================================================================
 """
 
 from __future__ import annotations
 
-from servesim.engine.kv_cache import KVBlock
-from servesim.engine.policy_base import PolicyScheduler
+from servesim.engine.buddy import BuddyAllocator
+from servesim.engine.kv_cache import KVBlock, KVCacheManager
+from servesim.engine.policy_base import PolicyOptions, PolicyScheduler
 from servesim.engine.request import Request
-from servesim.engine.scheduler import DECODE, PREFILL, SchedulerOutput
+from servesim.engine.scheduler import DECODE, PREFILL, SchedulerConfig, SchedulerOutput
 from servesim.engine.static import StaticScheduler, reservation_tokens
 
 
@@ -106,27 +107,56 @@ class OrcaScheduler(PolicyScheduler):
     """Orca (Yu et al., OSDI'22): iteration-level scheduling with max-length KV reservation.
 
     Models the Orca baselines of the vLLM paper (Kwon et al., SOSP'23, Sec. 6.1: Orca's
-    scheduling re-implemented on the same kernels), not Orca's own (unreleased) system.
+    scheduling re-implemented on the same kernels; its artifact sosp-ae-39/sosp-ae-astra,
+    ``orca/cacheflow/master/scheduler.py`` and ``block_manager.py``), not Orca's own
+    (unreleased) system.
 
-    The V1 loop without a token budget or chunking: each iteration runs every running
-    request (whole prompts of the newly admitted ones, one token for the others, mixed in
-    one batch by selective batching) and admits waiting requests FCFS while
-    ``len(running) < max_num_seqs`` and the KV slots of their *maximum* length can be
-    reserved (Orca's Algorithm 1: ``n_slots`` reserved = max tokens). Nothing is paged, so
-    nothing is ever preempted, and memory reserved for tokens not yet (or never) generated
-    is idle. ``orca_reservation`` picks the vLLM paper's three baselines: ``max``
+    The V1 loop without chunking: each iteration runs every running request (whole prompts
+    of the newly admitted ones, one token for the others, mixed in one batch by selective
+    batching) and admits waiting requests FCFS while ``len(running) < max_num_seqs``, the
+    prompt fits what is left of ``max_num_batched_tokens`` after one token per running
+    request, and the request's reservation fits (Orca's Algorithm 1: ``n_slots`` reserved
+    = max tokens). ``orca_reservation`` picks the vLLM paper's three baselines: ``max``
     (max_model_len), ``pow2`` (prompt + output rounded up to a power of two) and ``oracle``
-    (prompt + the true output). Simplified: the reservation is in blocks of ``block_size``
-    (Orca reserves contiguous slots; the difference is under one block per request) and
-    there is no prefix caching.
+    (prompt + the true output). The reservation is contiguous: a buddy allocator
+    (``engine/buddy.py``, the artifact's ``BuddyAllocator``) rounds it up to a power of two
+    of blocks, at most the chunk that holds max_model_len, and a request waits while no
+    free chunk is large enough. Nothing is paged, so nothing is ever preempted, and memory
+    reserved for tokens not yet (or never) generated is idle. There is no prefix caching.
     """
+
+    def __init__(self, cfg: SchedulerConfig, kv: KVCacheManager, opts: PolicyOptions | None = None) -> None:
+        super().__init__(cfg, kv, opts)
+        bs, usable = self.kv.block_size, self.kv.num_gpu_blocks - 1
+        self.buddy = BuddyAllocator(usable, BuddyAllocator.chunk_for(-(-self.cfg.max_model_len // bs)))
+        # The largest chunk carved bounds a reservation (below max_model_len's in a small cache).
+        self.max_chunk = self.buddy.largest_free
+        self.chunk_start: dict[int, int] = {}  # request idx -> start block of its chunk
 
     def _prefix_hit(self, req: Request) -> tuple[list[KVBlock], int]:
         return [], 0
 
     def _admit_allocate(self, req: Request, n: int, num_hit: int, hit: list[KVBlock]) -> bool:
-        reserve = reservation_tokens(self, req)
-        return self.kv.allocate_slots(req, reserve - req.num_computed_tokens) is not None
+        bs = self.kv.block_size
+        want = -(-reservation_tokens(self, req) // bs)
+        chunk = min(BuddyAllocator.chunk_for(want), self.max_chunk)
+        start = self.buddy.allocate(chunk)
+        if start is None:
+            return False
+        if self.kv.allocate_slots(req, chunk * bs - req.num_computed_tokens) is None:
+            self.buddy.free(start)
+            return False
+        self.chunk_start[req.idx] = start
+        return True
+
+    def _release(self, finished: list[Request]) -> None:
+        for req in finished:
+            self.buddy.free(self.chunk_start.pop(req.idx))
+        super()._release(finished)
+
+    def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
+        self.buddy.free(self.chunk_start.pop(victim.idx))
+        super()._preempt(victim, out)
 
 
 SCHEDULERS: dict[str, type[PolicyScheduler]] = {

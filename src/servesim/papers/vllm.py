@@ -3,12 +3,25 @@ PagedAttention", SOSP'23), Sec. 6.2 and Fig. 12: on ShareGPT, vLLM sustains 1.7-
 request rate of Orca (Oracle) and 2.7-8x that of Orca (Max) at the same normalized latency
 (mean end-to-end latency / output tokens), over OPT-13B/66B/175B.
 
-Here: the paper's Table 1 models and GPUs: OPT-13B on one A100-40GB (the A100-80GB with 40 GB),
-OPT-66B on 4 A100-40GB (TP4), OPT-175B on 8 A100-80GB (TP8); --quick runs OPT-13B only.
-max_model_len 2048, ShareGPT's mean lengths (Fig. 11: 161 in, 338 out; lognormal, sigma 0.9,
-clipped to 1024), Poisson arrivals; capacity = the largest rate with mean normalized latency
-<= 0.1 s/token (Fig. 12's knee). vLLM (paged, preemption) against Orca reserving
-max_model_len (Max) or prompt + true output (Oracle) per request.
+Here, the setup of the paper (Sec. 6.1, Table 1) and of its artifact (sosp-ae-39/sosp-ae-astra:
+``experiments/fig12-*.sh``, ``astra/`` for vLLM and ``orca/`` for the Orca baselines):
+
+* OPT-13B on one A100-40GB (the A100-80GB with 40 GB), OPT-66B on 4 A100-40GB (TP4), OPT-175B
+  on 8 A100-80GB (TP8), each with Table 1's KV cache: 15.7K, 9.7K and 60.1K token slots, in
+  blocks of 16 (servesim's own memory plan of today's vLLM leaves less: 11.5K, 4.0K, 45.3K);
+* both systems run the artifact's loop (``cacheflow/master/scheduler.py``): whole prompts, a
+  budget of 2,560 tokens a step (one per running request plus the prompts joining),
+  2,048 sequences; vLLM pages its KV cache (admission keeps 1% of the blocks free) and
+  preempts the newest request by recomputation; the Orca baselines reserve contiguous
+  memory through a buddy allocator (``engine/buddy.py``) for max_model_len (Max), the prompt
+  plus the output rounded up to a power of two (Pow2, not run) or the prompt plus the true
+  output (Oracle), each rounded up to a power of two of blocks;
+* max_model_len 2048; ShareGPT's mean lengths (Fig. 11: 161 in, 338 out; lognormal, sigma
+  0.9, clipped to 1024; the artifact's length file is not bundled), Poisson arrivals;
+* capacity = the largest rate with mean normalized latency <= 0.1 s/token (Fig. 12's
+  knee), bisected over the same arrivals. The paper runs 1-hour traces (15 minutes for
+  OPT-175B), thousands of requests at these rates: here 3,000 requests a run (--quick:
+  1,000, OPT-13B only).
 """
 
 from __future__ import annotations
@@ -25,29 +38,36 @@ from servesim.papers.common import capacity, lognormal_lengths
 if TYPE_CHECKING:
     from servesim.config.engine import OrcaReservation, Policy
 
-#: The paper's Table 1: each model's GPUs (TP degree, memory per GPU), and the rates (req/s)
-#: the capacity search brackets.
-MODELS = {"OPT-13B": (1, 40e9, 0.2, 16.0), "OPT-66B": (4, 40e9, 0.05, 8.0), "OPT-175B": (8, 80e9, 0.05, 8.0)}
+#: The paper's Table 1: each model's GPUs (TP degree, memory per GPU), its "Max. # KV cache
+#: slots" (15.7K, 9.7K, 60.1K tokens), and the rates (req/s) the capacity search brackets.
+MODELS = {
+    "OPT-13B": (1, 40e9, 15_700, 0.2, 16.0),
+    "OPT-66B": (4, 40e9, 9_700, 0.05, 8.0),
+    "OPT-175B": (8, 80e9, 60_100, 0.05, 8.0),
+}
+#: The artifact's block size, token budget and sequence limit, both systems alike
+#: (``cacheflow/master/server.py``: ``--block-size 16``, ``--max-num-batched-tokens 2560``,
+#: ``--max-num-sequences 2048``).
+BLOCK_SIZE, MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS = 16, 2560, 2048
 
 
 def capacities(model_name: str, quick: bool, rows: list[dict]) -> dict[str, float]:
     from servesim.catalog.gpus import get_gpu
     from servesim.catalog.hf_config import load_model
-    from servesim.config import EngineConfig, ParallelConfig, resolve_engine
-    from servesim.perf.memory import plan_memory
+    from servesim.config import EngineConfig
     from servesim.perf.roofline import RooflinePerfModel
     from servesim.sim import run_engine
     from servesim.workload.base import Workload
 
-    tp, mem, lo, hi = MODELS[model_name]
+    tp, mem, slots, lo, hi = MODELS[model_name]
     model = load_model(model_name)
     gpu = dataclasses.replace(get_gpu("A100-80GB"), name=f"A100-{mem / 1e9:.0f}GB", mem_bytes=mem)
     mml = 2048
-    engine = resolve_engine(EngineConfig(max_model_len=mml), gpu.mem_bytes, gpu.name, mml)
-    blocks = plan_memory(model, gpu, engine, ParallelConfig(tensor_parallel_size=tp)).num_gpu_blocks
+    # Table 1's slots in blocks of 16, plus the null block servesim's cache keeps aside.
+    blocks = slots // BLOCK_SIZE + 1
     perf = RooflinePerfModel(model, gpu, tp=tp)
     rng = np.random.default_rng(1)
-    n = 200 if quick else 1000
+    n = 1000 if quick else 3000
     unit_arrivals = np.cumsum(rng.exponential(1.0, n))
     prompt = lognormal_lengths(rng, n, 107, 0.9, 4, 1024)
     output = lognormal_lengths(rng, n, 225, 0.9, 4, 1024)
@@ -57,7 +77,11 @@ def capacities(model_name: str, quick: bool, rows: list[dict]) -> dict[str, floa
             wl = Workload(unit_arrivals / rate, prompt, output)
             cfg = EngineConfig(
                 policy=policy,
-                max_num_seqs=256,
+                block_size=BLOCK_SIZE,
+                max_num_seqs=MAX_NUM_SEQS,
+                max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
+                enable_chunked_prefill=False,
+                watermark=0.01 if policy == "vllm_v1" else 0.0,
                 max_model_len=mml,
                 orca_reservation=reservation,
             )
@@ -88,7 +112,7 @@ def capacities(model_name: str, quick: bool, rows: list[dict]) -> dict[str, floa
 
 
 def run(quick: bool) -> Outcome:
-    """OPT-13B (--quick: OPT-13B only, 200 requests); the full run adds OPT-66B and OPT-175B."""
+    """OPT-13B (--quick: OPT-13B only, 1,000 requests); the full run adds OPT-66B and OPT-175B."""
     rows: list[dict] = []
     values, notes = {}, []
     for name in ("OPT-13B",) if quick else tuple(MODELS):
