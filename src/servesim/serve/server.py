@@ -44,10 +44,15 @@ def live_sim(sc: Scenario, speed: float = 1.0) -> LiveSim:
             "answers to one model (a gateway in front of one server per model is not served): serve "
             "each model's pools from a scenario of their own, or use servesim simulate"
         )
-    if any(d.engine.lora.enabled for d in deps):  # requests cannot name an adapter
+    lora = [d.name for d in deps if d.engine.lora.enabled]
+    if lora:  # requests cannot name an adapter
+        configs = {p.name: p for p in (sc.cluster.pools if sc.cluster is not None else [])}
+        own = [n for n in lora if n in configs and configs[n].engine is not None]
+        field = f"cluster.pools[{own[0]}].engine.lora.enabled" if own else "engine.lora.enabled"
         raise ConfigError(
-            "engine.lora.enabled: LoRA adapters are not served (a request cannot name one, and "
-            "/v1/models lists none); set it to false, or use servesim simulate"
+            f"{field}: LoRA adapters are not served (a request cannot name one, and /v1/models "
+            "lists none); set it to false to serve the base model, or use servesim simulate with "
+            "a trace whose adapter column names each request's adapter"
         )
     pools = [pool_spec(d, reference=True) for d in deps]
     sim = LiveSim(pools, as_cluster(sc), speed=speed, seed=sc.run.seed)
