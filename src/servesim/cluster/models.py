@@ -228,10 +228,15 @@ class ModelRoutes:
             rows = (self.model_of == g) & (adapter >= 0)
             for k in np.unique(adapter[rows]):
                 pick = frozenset(p.name for p in of_model if names[int(k)] in adapters_served(p))
-                if not pick:
+                roles = {p.role for p in of_model if p.name in pick}
+                lacking = [r for r in (("prefill", "decode") if disagg else ()) if r not in roles]
+                if not pick or lacking:
+                    stage = f"no {lacking[0]} pool" if pick else "no pool"
+                    source = wl.source or "workload" if wl.adapter is not None else "cluster.pools"
                     raise ConfigError(
-                        f"{wl.source or 'workload'}: requests name LoRA adapter {names[int(k)]!r} of "
-                        f"{model}, which no pool serves (engine.lora.adapters)"
+                        f"{source}: requests name LoRA adapter {names[int(k)]!r} of "
+                        f"{model}, which {stage} serves (engine.lora.adapters; with prefill/decode "
+                        "pools both stages run the adapter)"
                     )
                 if len(pick) == len(of_model):
                     continue  # every pool of the model serves it: the model's own group
