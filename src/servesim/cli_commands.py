@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from servesim.cli_base import user_errors
+from servesim.cli_base import check_output, user_errors
 from servesim.errors import ServesimError
 
 _FORMAT = Annotated[
@@ -42,6 +42,7 @@ _REPORT = Annotated[
 def _check_report(report: bool, output: Path | None) -> None:
     if report and output is None:
         raise ServesimError("--report: give --output DIR (the report is written to DIR/report.html)")
+    check_output(output)
 
 
 def _write_report(output: Path, quiet: bool = False) -> None:
@@ -363,5 +364,6 @@ def reproduce(
     from servesim.papers.reproduce import reproduce as run_reproduce
 
     with user_errors():
+        check_output(output)
         code = run_reproduce(name, quick=quick, output=output, show_list=show_list, strict=strict)
     raise typer.Exit(code)

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from servesim.cli_base import EXIT_INTERRUPTED
+from servesim.cli_base import EXIT_INTERRUPTED, check_output
 from servesim.cli_base import user_errors as _user_errors
 from servesim.errors import ServesimError
 
@@ -238,6 +238,7 @@ def validate(
         if threshold is not None and not (threshold > 0 and math.isfinite(threshold)):
             raise ServesimError(f"--threshold: expected a percentage > 0, found {threshold:g}")
         _check_validate_flags(open_loop, bench, suite, cross_fit, cross_group, data_dir, recordings)
+        check_output(output)
         if open_loop:
             from servesim.validate.openloop import run_checks as open_loop_checks
 
