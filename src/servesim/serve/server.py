@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import socket
 import sys
 from collections.abc import Iterator
@@ -29,8 +30,8 @@ from servesim.serve.protocol import Tokenizer
 
 def live_sim(sc: Scenario, speed: float = 1.0) -> LiveSim:
     """The live simulation of scenario ``sc``'s deployment (its workload is not read)."""
-    if not speed > 0:
-        raise ServesimError(f"--speed: expected a number > 0, got {speed}")
+    if not (speed > 0 and math.isfinite(speed)):
+        raise ServesimError(f"--speed: expected a finite number > 0, got {speed}")
     if sc.cluster is not None and sc.cluster.migration.enabled:
         raise ConfigError(
             "cluster.migration.enabled: live migration is not served (its watcher "
