@@ -21,6 +21,7 @@ import uvicorn
 
 from servesim.cluster.pools import pool_spec
 from servesim.config import Scenario, load_scenario
+from servesim.config.engine import version_notice
 from servesim.deployment import as_cluster, resolve_deployments
 from servesim.errors import ConfigError, ServesimError, naming_file
 from servesim.serve.app import bind, build_app, log
@@ -94,6 +95,9 @@ def make_server(
                 f"servesim serve: {model} on http://{host}:{bound} at {speed:g}x simulated speed, "
                 f"{len(sim.cluster.replicas)} replica(s), prompt tokens by {tok.name}"
             )
+            for version in dict.fromkeys(p.engine.version for p in sim.pools):
+                if version_notice(version):  # after the start line, which clients read first
+                    log(f"notice: {version_notice(version)}")
 
     app = build_app(sim, model, tok, on_start=started)
     # Idle keep-alive connections are kept 65 s (uvicorn's default is 5): a pooling client that
