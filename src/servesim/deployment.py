@@ -457,7 +457,23 @@ def resolve_deployments(sc: Scenario) -> list[Deployment]:
                 "colocated pools of a fixed fleet only (not in prefill/decode pools, under "
                 "cluster.operations or with migration); expected 1 there"
             )
+    check_fleet_size(cluster, deps)
     return deps
+
+
+def check_fleet_size(cluster: ClusterConfig, deps: list[Deployment]) -> None:
+    """Refuse a fleet (its pools' replicas, or the autoscaler's most) that this machine's
+    memory cannot simulate, naming the field, before any replica is built."""
+    from servesim.workload.limits import check_replicas
+
+    most = {p.name: d.num_replicas for p, d in zip(cluster.pools, deps, strict=True)}
+    scaled = cluster.operations.autoscaling if cluster.operations is not None else None
+    for a in scaled.pools if scaled is not None else []:
+        most[a.pool] = max(most.get(a.pool, 0), a.max_replicas)
+    biggest = max(most, key=lambda name: most[name])
+    check_replicas(
+        sum(most.values()), f"cluster.pools[{biggest}]: num_replicas (or autoscaling max_replicas)"
+    )
 
 
 def check_models(cluster: ClusterConfig, deps: list[Deployment]) -> None:
