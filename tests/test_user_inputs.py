@@ -222,3 +222,28 @@ def test_absent_content_and_null_assistant_content_are_read_as_empty_text() -> N
     assert empty > 0
     assert _chat([{"role": "user"}]) == empty  # the custom-role type: content optional
     assert _chat([{"role": "user", "content": "hi"}, {"role": "assistant", "content": None}]) > empty
+
+
+# ---------------------------------------------------------------------- inference-perf, guidellm files
+
+
+def test_an_inference_perf_rate_yaml_reads_as_text_is_a_number() -> None:
+    """YAML 1.1 reads 2e1 as the string '2e1'; inference-perf's pydantic models read it as 20.
+    A constant stage sends int(rate x duration) requests (its ConstantLoadTimer): 20 x 3 = 60."""
+    import numpy as np
+
+    from servesim.workload.inference_perf import stage_arrivals
+
+    cfg = yaml.safe_load("load: {type: constant, stages: [{rate: 2e1, duration: 3}]}")
+    assert cfg["load"]["stages"][0]["rate"] == "2e1"
+    times, stage = stage_arrivals(cfg, np.random.default_rng(0), "c.yaml")
+    assert len(times) == 60 and set(stage.tolist()) == {0}
+
+
+def test_a_guidellm_file_nested_past_the_parser_is_an_error(tmp_path: Path) -> None:
+    from servesim.workload.guidellm import read_scenario
+
+    path = tmp_path / "s.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ConfigError, match="s.json: not readable: nested too deeply"):
+        read_scenario(path)
