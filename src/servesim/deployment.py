@@ -43,7 +43,7 @@ from servesim.config import (
     resolve_kv_offload,
 )
 from servesim.config.engine import version_notice
-from servesim.errors import CatalogError, ConfigError, ServesimError
+from servesim.errors import CatalogError, ConfigError, DoesNotFitError, ServesimError
 from servesim.perf.base import PerfModel
 from servesim.perf.memory import MemoryPlan, plan_memory
 
@@ -373,7 +373,7 @@ def check_offload_host_memory(
         source = (
             "hardware.host_mem_gib_per_gpu" if gib_per_gpu is not None else f"the catalog's {gpu.name} node"
         )
-        raise ConfigError(
+        raise DoesNotFitError(  # the tier does not fit the host (a plan prunes it for memory)
             f"{where}.kv_offload.cpu_size_gib: {off.cpu_size_gib:g} GiB exceeds the host memory of the "
             f"replica's {num_gpus} GPU(s): {host / (1 << 30):,.4g} GiB "
             f"({per_gpu / (1 << 30):,.4g} GiB per GPU, {source}); vLLM allocates the whole tier in pinned "
