@@ -86,9 +86,14 @@ def _scenario_path(case: dict[str, Any], tmp_path: Path) -> Path | None:
     return None
 
 
+def _names_here(word: str) -> bool:
+    """Whether an argv word names a path of this folder (one below a file of it included)."""
+    return (HERE / word).exists() or (HERE / word.split("/")[0]).is_file() or word.startswith("no_such")
+
+
 def _other_command(case: dict[str, Any]) -> None:
     """A case of another command (``argv``): its words naming files of this folder point there."""
-    argv = [str(HERE / a) if (HERE / a).exists() or a.startswith("no_such") else a for a in case["argv"]]
+    argv = [str(HERE / a) if _names_here(a) else a for a in case["argv"]]
     res = CliRunner().invoke(app, argv)
     assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
     assert "Traceback" not in res.output
@@ -96,7 +101,7 @@ def _other_command(case: dict[str, Any]) -> None:
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
     assert case["message"] in lines[0]
-    named = [a for a in case["argv"][1:] if (HERE / a).exists() or a.startswith("no_such")]
+    named = [a for a in case["argv"][1:] if _names_here(a)]
     if named and case.get("names_file", True):
         assert named[0] in lines[0]
 

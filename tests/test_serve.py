@@ -393,7 +393,7 @@ def test_cli_refuses_a_taken_port_and_a_bad_scenario(tmp_path) -> None:
     r = runner.invoke(app, ["serve", str(bad), "--port", "0", "--no-progress"])
     assert r.exit_code == 2 and "engine_typo" in r.output and "bad.yaml" in r.output
     r = runner.invoke(app, ["serve", str(path), "--speed", "0", "--port", "0", "--no-progress"])
-    assert r.exit_code == 2 and "--speed: expected a number > 0" in r.output
+    assert r.exit_code == 2 and "--speed: expected a finite number > 0" in r.output
     r = runner.invoke(
         app,
         [

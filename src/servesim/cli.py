@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
-from servesim.cli_base import EXIT_INTERRUPTED, EXIT_USER_ERROR, app
+from servesim.cli_base import EXIT_INTERRUPTED, EXIT_USER_ERROR, app, check_output
 from servesim.cli_base import user_errors as _user_errors
 from servesim.cli_catalog import catalog
 from servesim.cli_commands import capacity, compare, plan, report, reproduce, serve
@@ -99,6 +99,7 @@ def simulate(
     with _user_errors():
         if report and output is None:
             raise ServesimError("--report: give --output DIR (the report is written to DIR/report.html)")
+        check_output(output)
         run_simulate(
             scenario,
             overrides or [],

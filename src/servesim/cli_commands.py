@@ -7,13 +7,14 @@ command they only parse options and call one typed function.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from servesim.cli_base import user_errors
+from servesim.cli_base import check_output, user_errors
 from servesim.errors import ServesimError
 
 _FORMAT = Annotated[
@@ -42,6 +43,36 @@ _REPORT = Annotated[
 def _check_report(report: bool, output: Path | None) -> None:
     if report and output is None:
         raise ServesimError("--report: give --output DIR (the report is written to DIR/report.html)")
+    check_output(output)
+
+
+#: The short form's options with their defaults (``plan``): with a plan file they would be ignored.
+_SHORT_FORM = {
+    "model": None,
+    "gpus": ["H100-SXM"],
+    "total_gpus": 8,
+    "isl": None,
+    "osl": None,
+    "trace": None,
+    "rate": 1.0,
+    "ttft_s": None,
+    "tpot_s": None,
+    "num_requests": 400,
+    "confidence": None,
+}
+
+
+def _refuse_short_form(opts: Mapping[str, object]) -> None:
+    """A plan file gives the model, GPUs, workload and SLO itself: a short-form option beside
+    it would be ignored, so it is refused naming the file's field to set instead."""
+    flag = {"ttft_s": "ttft", "tpot_s": "tpot"}
+    given = [k for k, default in _SHORT_FORM.items() if opts.get(k) != default]
+    if given:
+        name = "--" + flag.get(given[0], given[0]).replace("_", "-")
+        raise ServesimError(
+            f"{name}: a short-form option, not read with a plan file; set it in the file or with --set "
+            "(e.g. --set model.name=..., --set slo.confidence=0.8, --set plan.gpus=[...])"
+        )
 
 
 def _write_report(output: Path, quiet: bool = False) -> None:
@@ -287,6 +318,8 @@ def plan(
             "num_requests": num_requests,
             "confidence": confidence,
         }
+        if plan_file is not None:
+            _refuse_short_form(opts)
         sets = [*(overrides or []), *([f"plan.objective={objective}"] if objective else [])]
         code = plan_command(
             str(plan_file) if plan_file else None,
@@ -363,5 +396,6 @@ def reproduce(
     from servesim.papers.reproduce import reproduce as run_reproduce
 
     with user_errors():
+        check_output(output)
         code = run_reproduce(name, quick=quick, output=output, show_list=show_list, strict=strict)
     raise typer.Exit(code)

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from servesim.cli_base import EXIT_INTERRUPTED
+from servesim.cli_base import EXIT_INTERRUPTED, check_output
 from servesim.cli_base import user_errors as _user_errors
 from servesim.errors import ServesimError
 
@@ -237,6 +237,8 @@ def validate(
     with _user_errors():
         if threshold is not None and not (threshold > 0 and math.isfinite(threshold)):
             raise ServesimError(f"--threshold: expected a percentage > 0, found {threshold:g}")
+        _check_validate_flags(open_loop, bench, suite, cross_fit, cross_group, data_dir, recordings)
+        check_output(output)
         if open_loop:
             from servesim.validate.openloop import run_checks as open_loop_checks
 
@@ -289,6 +291,48 @@ def validate(
             f"{len(checks) - known} of {len(checks)} checks within their goals"
             + (f", {known} known to miss theirs (reasons above)" if known else "")
         )
+
+
+def _check_validate_flags(
+    open_loop: list[Path] | None,
+    bench: list[Path] | None,
+    suite: list[str] | None,
+    cross_fit: bool,
+    cross_group: bool,
+    data_dir: Path | None,
+    recordings: Path | None,
+) -> None:
+    """Refuse flags the chosen mode would ignore: the bundled suites' options beside
+    --open-loop or --bench (which replay the user's runs instead), and --cross-group or
+    --cross-fit without the suite they extend."""
+    mode = "--open-loop" if open_loop else "--bench" if bench else None
+    suite_flags = [
+        name
+        for name, given in (
+            ("--suite", bool(suite)),
+            ("--cross-fit", cross_fit),
+            ("--cross-group", cross_group),
+            ("--data-dir", data_dir is not None),
+            ("--recordings", recordings is not None),
+        )
+        if given
+    ]
+    if open_loop and bench:
+        raise ServesimError("--open-loop and --bench: give one (each replays its own runs)")
+    if mode and suite_flags:
+        raise ServesimError(
+            f"{suite_flags[0]}: an option of the bundled suites; {mode} replays your runs instead "
+            "(run servesim validate without it for the suites)"
+        )
+    suites = set(suite) if suite else {"operators", "splitwise", "distserve", "vllm-cpu"}
+    for flag, given, needs in (
+        ("--cross-group", cross_group, "silicon"),
+        ("--cross-fit", cross_fit, "vllm-cpu"),
+    ):
+        if given and needs not in suites:
+            raise ServesimError(
+                f"{flag}: extends the {needs} suite, which this run leaves out; add --suite {needs}"
+            )
 
 
 def _validation_table(checks: list[Any], threshold: float | None) -> str:

@@ -42,7 +42,8 @@ from servesim.config import (
     resolve_engine,
     resolve_kv_offload,
 )
-from servesim.errors import CatalogError, ConfigError, ServesimError
+from servesim.config.engine import version_notice
+from servesim.errors import CatalogError, ConfigError, DoesNotFitError, ServesimError
 from servesim.perf.base import PerfModel
 from servesim.perf.memory import MemoryPlan, plan_memory
 
@@ -266,6 +267,13 @@ def resolve_deployment(
         par.tensor_parallel_size * par.pipeline_parallel_size,
         f"cluster.pools[{pool.name}].engine" if pool.engine else "engine",
     )
+    check_offload_host_memory(
+        engine,
+        gpu,
+        sc.hardware.host_mem_gib_per_gpu,
+        par.tensor_parallel_size * par.pipeline_parallel_size,
+        f"cluster.pools[{pool.name}].engine" if pool.engine else "engine",
+    )
     links = pool_links(gpu, pool.links)
     perf: PerfModel = (
         profile.perf_model(model, gpu, par, sc.model, links=links)
@@ -345,6 +353,34 @@ def check_offload_tier(engine: ResolvedEngine, kv_bytes_per_block: float, num_gp
             )
 
 
+def check_offload_host_memory(
+    engine: ResolvedEngine, gpu: GpuSpec, gib_per_gpu: float | None, num_gpus: int, where: str
+) -> None:
+    """Refuse a CPU offload tier larger than the replica's host memory (``hardware.host_mem_gib_per_gpu``,
+    else the GPU catalog's reference node, ``GpuSpec.host_mem_bytes``; unknown: not checked).
+
+    vLLM does not clamp it: its ``CPUOffloadingSpec`` (``vllm/v1/kv_offload/cpu.py``, v0.11 on)
+    sizes the tier as ``cpu_bytes_to_use // kv_bytes_per_offloaded_block`` blocks and maps all
+    ``cpu_bytes_to_use`` bytes of pinned host memory at start-up (LMCache's
+    ``max_local_cpu_size`` likewise allocates its buffer), which fails on a host without them.
+    Simplified: the rest of the host's use (the weights' staging, the API server) is not counted."""
+    off = engine.kv_offload
+    per_gpu = gib_per_gpu * (1 << 30) if gib_per_gpu is not None else gpu.host_mem_bytes
+    if not off.enabled or per_gpu <= 0:
+        return
+    host = per_gpu * num_gpus
+    if off.cpu_size_gib * (1 << 30) > host:
+        source = (
+            "hardware.host_mem_gib_per_gpu" if gib_per_gpu is not None else f"the catalog's {gpu.name} node"
+        )
+        raise DoesNotFitError(  # the tier does not fit the host (a plan prunes it for memory)
+            f"{where}.kv_offload.cpu_size_gib: {off.cpu_size_gib:g} GiB exceeds the host memory of the "
+            f"replica's {num_gpus} GPU(s): {host / (1 << 30):,.4g} GiB "
+            f"({per_gpu / (1 << 30):,.4g} GiB per GPU, {source}); vLLM allocates the whole tier in pinned "
+            "host memory at start-up"
+        )
+
+
 def scenario_model(sc: Scenario) -> ModelSpec:
     """The scenario's ``model.name``, loaded; an unknown name or unreadable config.json is
     an error naming the field."""
@@ -378,8 +414,19 @@ def served_model(sc: Scenario, pool: PoolConfig) -> str:
 
 
 def run_notices(wl_meta: dict[str, Any], deps: list[Deployment]) -> list[dict[str, Any]]:
-    """Every change made to the input: the workload's (``workload.notices``), then the config's."""
-    return [*wl_meta.get("notices", []), *(n for d in deps for n in d.notices)]
+    """Every change made to the input: the workload's (``workload.notices``), then the config's,
+    then one line per ``engine.version`` outside the versions servesim knows."""
+    versions = dict.fromkeys(d.engine.version for d in deps)
+    found = [(v, version_notice(v)) for v in versions]
+    return [
+        *wl_meta.get("notices", []),
+        *(n for d in deps for n in d.notices),
+        *(
+            {"code": "version_outside", "source": "engine.version", "count": None, "message": m}
+            for v, m in found
+            if m
+        ),
+    ]
 
 
 def resolve_deployments(sc: Scenario) -> list[Deployment]:
@@ -410,7 +457,23 @@ def resolve_deployments(sc: Scenario) -> list[Deployment]:
                 "colocated pools of a fixed fleet only (not in prefill/decode pools, under "
                 "cluster.operations or with migration); expected 1 there"
             )
+    check_fleet_size(cluster, deps)
     return deps
+
+
+def check_fleet_size(cluster: ClusterConfig, deps: list[Deployment]) -> None:
+    """Refuse a fleet (its pools' replicas, or the autoscaler's most) that this machine's
+    memory cannot simulate, naming the field, before any replica is built."""
+    from servesim.workload.limits import check_replicas
+
+    most = {p.name: d.num_replicas for p, d in zip(cluster.pools, deps, strict=True)}
+    scaled = cluster.operations.autoscaling if cluster.operations is not None else None
+    for a in scaled.pools if scaled is not None else []:
+        most[a.pool] = max(most.get(a.pool, 0), a.max_replicas)
+    biggest = max(most, key=lambda name: most[name])
+    check_replicas(
+        sum(most.values()), f"cluster.pools[{biggest}]: num_replicas (or autoscaling max_replicas)"
+    )
 
 
 def check_models(cluster: ClusterConfig, deps: list[Deployment]) -> None:

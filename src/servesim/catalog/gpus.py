@@ -54,6 +54,9 @@ class GpuSpec:
     # Host<->GPU copy bandwidth, bytes/s per GPU and direction, pinned host memory with the
     # copy engines (what KV offloading moves blocks over): ``_HOST_LINK`` below.
     host_bw: float = 25e9
+    # Host memory per GPU, bytes: the system memory of the catalog's reference node divided by
+    # its GPUs (``_HOST_MEM`` below); what KV offloading to the CPU can use at most. 0: unknown.
+    host_mem_bytes: float = 0.0
 
     def flops_for(self, dtype: str) -> float:
         """Peak dense FLOP/s for a dtype; fp8 falls back to bf16 on GPUs without fp8 units."""
@@ -134,7 +137,28 @@ _HOST_LINK_OF = {
     "L40S": "pcie4",
     "L4": "pcie4",
 }
-_GPUS = tuple(replace(g, host_bw=_HOST_LINK[_HOST_LINK_OF[g.name]]) for g in _GPUS)
+#: Host memory per GPU (bytes; ``GpuSpec.host_mem_bytes``): the system memory of a reference
+#: node over its GPUs. NVIDIA DGX A100 (80GB), DGX H100, DGX H200, DGX B200 and DGX B300: 2 TB
+#: of DDR5/DDR4 for 8 GPUs (their datasheets; B200/B300 configurable to 4 TB); GB200 NVL72:
+#: 480 GB of LPDDR5X per Grace CPU shared by its 2 GPUs (NVIDIA's GB200 NVL72 spec: 17 TB for
+#: 36 Grace CPUs, the rest being the GPUs' own HBM counted by some tables); MI300X: the 2 TB of
+#: an 8-GPU OAM server (AMD's MI300X platform reference, assumed); L40S: AWS g6e.48xlarge's
+#: 1,536 GiB for 8 GPUs; L4: AWS g6.48xlarge's 768 GiB for 8. Servers are sold with other
+#: amounts: a node with more memory is a custom GPU (``hardware.gpu`` as a mapping).
+_HOST_MEM = {
+    "A100-80GB": 256 * _GIB,
+    "H100-SXM": 256 * _GIB,
+    "H200": 256 * _GIB,
+    "B200": 256 * _GIB,
+    "B300": 256 * _GIB,
+    "GB200": 240 * _GIB,
+    "MI300X": 256 * _GIB,
+    "L40S": 192 * _GIB,
+    "L4": 96 * _GIB,
+}
+_GPUS = tuple(
+    replace(g, host_bw=_HOST_LINK[_HOST_LINK_OF[g.name]], host_mem_bytes=_HOST_MEM[g.name]) for g in _GPUS
+)
 
 _BY_NAME = {g.name: g for g in _GPUS}
 _ALIASES = {

@@ -173,7 +173,13 @@ class Cluster:
         self.back_state = RouterState(None if rng is None else _child(rng), prefix_load_cap=cap)
         # Several models (``cluster.models``): each request is routed among its model's replicas.
         self.models: ModelRoutes | None = None
-        if len({p.served_model for p in pools}) > 1 or (wl is not None and wl.model is not None):
+        from servesim.cluster.models import adapters_split
+
+        if (
+            len({p.served_model for p in pools}) > 1
+            or (wl is not None and wl.model is not None)
+            or adapters_split(pools)
+        ):
             from servesim.cluster.models import ModelRoutes
 
             self.models = ModelRoutes.build(pools, wl, default_model, rng, cap)

@@ -19,6 +19,7 @@ import numpy as np
 
 from servesim.catalog.models import ModelSpec
 from servesim.cluster.cluster import PoolSpec
+from servesim.cluster.models import check_adapters
 from servesim.cluster.run import run_cluster
 from servesim.cluster.spec import TenantRun
 from servesim.config import EngineConfig, PoolConfig, Scenario
@@ -103,6 +104,7 @@ def simulate_cluster(
     pools = [pool_spec(d, sc.run.reference) for d in deps]
     wl = load_workload(sc.workload, sc.run.seed)
     note_adapters_without_lora(wl, deps)
+    check_adapters(pools, wl, default_model_name(sc, deps))
     tenants = scenario_tenants(sc, wl)
     # The engine the tenants' figures name (VTC's weights, the policy): the first pool's.
     engine = deps[0].engine

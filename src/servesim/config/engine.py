@@ -4,6 +4,7 @@ checks on it; its sub-sections live in ``speculative``, ``frontend``, ``kv_offlo
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -15,6 +16,14 @@ from servesim.config.lora import LoraConfig
 from servesim.config.speculative import SpeculativeConfig
 
 # --------------------------------------------------------------------------- engine
+
+
+#: A vLLM version as its releases and wheels are numbered: MAJOR.MINOR[.PATCH], an optional
+#: leading v, and PEP 440 pre/post/dev and local suffixes ('0.11.0rc2', '0.15.1.post1',
+#: '0.10.2.dev57+g1234abc').
+_VERSION_RE = re.compile(
+    r"[vV]?\d+\.\d+(?:\.\d+)?(?:[-.]?(?:rc|a|b|alpha|beta|post|dev)\d*)*(?:\+[0-9A-Za-z.]+)?"
+)
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -36,6 +45,44 @@ def version_tuple(version: str) -> tuple[int, ...]:
 
 #: The newest vLLM version modelled (the newest the bundled kernel tables measure).
 VLLM_DEFAULT_VERSION = "0.19.0"
+#: The vLLM versions whose rules servesim has read: the execution-path rules from v0.10.1
+#: (docs/perf_model.md, "vLLM's default execution path"), the engine defaults up to v0.32
+#: (``engine_defaults``). A version outside runs with the nearest end's rules (every
+#: version-dependent rule is a threshold within this range), with a notice.
+VLLM_OLDEST_KNOWN = "0.10.1"
+VLLM_NEWEST_KNOWN = "0.32"
+
+
+def check_version(version: str) -> str:
+    """``version`` if it is written as a vLLM version is, else a ValueError saying what was expected."""
+    if not _VERSION_RE.fullmatch(version.strip()):
+        raise ValueError(
+            f"not a vLLM version: {version!r} (expected MAJOR.MINOR[.PATCH] as vLLM's releases are "
+            f"numbered, e.g. {VLLM_DEFAULT_VERSION!r})"
+        )
+    return version
+
+
+def version_notice(version: str) -> str:
+    """A line saying which version's behaviour is used for a ``version`` outside the range
+    servesim knows ('' inside it)."""
+    v, oldest, newest = (
+        version_tuple(version),
+        version_tuple(VLLM_OLDEST_KNOWN),
+        version_tuple(VLLM_NEWEST_KNOWN),
+    )
+    if v < oldest:
+        return (
+            f"engine.version {version} is older than any vLLM servesim models ({VLLM_OLDEST_KNOWN} to "
+            f"{VLLM_NEWEST_KNOWN}): vLLM {VLLM_OLDEST_KNOWN}'s behaviour is used"
+        )
+    if v[:2] > newest:
+        return (
+            f"engine.version {version} is newer than any vLLM servesim models ({VLLM_OLDEST_KNOWN} to "
+            f"{VLLM_NEWEST_KNOWN}): vLLM {VLLM_NEWEST_KNOWN}'s behaviour is used"
+        )
+    return ""
+
 
 #: KV block sizes vLLM accepts (``vllm/config/cache.py``: ``BlockSize``).
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
@@ -232,7 +279,9 @@ class EngineConfig(_Strict):
         description=(
             "The vLLM version whose GPU execution is modelled: the async-scheduling default, the "
             "CUDA-graph capture sizes and modes, and the kernel tables (hardware.kernel_version "
-            "defaults to the newest measured at or below it). See docs/perf_model.md."
+            "defaults to the newest measured at or below it). Written as vLLM numbers its releases "
+            "(MAJOR.MINOR[.PATCH], quoted in YAML); one outside 0.10.1-0.32, the versions whose "
+            "rules servesim read, runs with the nearer end's rules and a notice. See docs/perf_model.md."
         ),
     )
     async_scheduling: bool | None = Field(
@@ -435,11 +484,16 @@ class EngineConfig(_Strict):
         description="KV offload tiers below the GPU's prefix cache (off by default; docs/kv_offload.md).",
     )
 
-    @field_validator("version")
+    @field_validator("version", mode="before")
     @classmethod
-    def _version(cls, v: str) -> str:
-        version_tuple(v)  # a ValueError names the bad input
-        return v
+    def _version(cls, v: Any) -> Any:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            # YAML reads 0.10 as the number 0.1: a version is only safe as a string
+            raise ValueError(
+                f'got the number {v!r}: write the version in quotes, e.g. "0.19.0" (YAML reads 0.10 '
+                "as the number 0.1)"
+            )
+        return check_version(v) if isinstance(v, str) else v
 
     @field_validator("vllm_env", mode="before")
     @classmethod

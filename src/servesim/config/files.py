@@ -55,6 +55,10 @@ class _DuplicateKey(Exception):
         self.key, self.line, self.first = key, line, first
 
 
+#: A file nested past Python's recursion limit: its reader cannot hold it.
+TOO_DEEP = "nested too deeply to read (hundreds of levels of lists or mappings); a scenario nests a few"
+
+
 def load_yaml_text(text: str, source: str) -> Any:
     """YAML text as Python data; a duplicate key or a syntax error is a ``ConfigError``."""
     try:
@@ -71,6 +75,8 @@ def load_yaml_text(text: str, source: str) -> Any:
         raise ConfigError(f"{source}: {where}invalid YAML: {what}") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{source}: invalid YAML: {err}") from None
+    except RecursionError:  # the parser recurses once per level of brackets or indentation
+        raise ConfigError(f"{source}: {TOO_DEEP}") from None
 
 
 def load_toml_text(text: str, source: str) -> dict[str, Any]:
@@ -79,6 +85,8 @@ def load_toml_text(text: str, source: str) -> dict[str, Any]:
 
     try:
         return tomllib.loads(text)
+    except RecursionError:
+        raise ConfigError(f"{source}: {TOO_DEEP}") from None
     except tomllib.TOMLDecodeError as err:
         msg = str(err)
         at = re.search(r"\s*\(at line (\d+), column \d+\)$", msg) or re.search(

@@ -22,6 +22,11 @@ def set_path(d: dict[str, Any], dotted: str, value: Any, default: BaseModel) -> 
         last = i == len(keys) - 1
         if isinstance(cur, list):
             where = ".".join(keys[:i])
+            if k.startswith("-") and k[1:].isdigit():
+                raise ConfigError(
+                    f"--set {dotted}: {where} is a list; name an element by its index from 0 "
+                    f"(a negative index is not read), e.g. {where}.0"
+                )
             if not k.isdigit():
                 raise ConfigError(
                     f"--set {dotted}: {where} is a list; name an element by its index, e.g. {where}.0.{k}"
@@ -90,9 +95,14 @@ def _no_list_message(dotted: str, where: list[str], rest: list[str], value: Any)
     return f"{head}; set the whole list: --set '{path}=[...]'"
 
 
-def parse_override(text: str) -> tuple[str, Any]:
-    """``engine.max_num_seqs=64`` -> ("engine.max_num_seqs", 64); values parse as YAML scalars."""
+def parse_override(text: str, root: type[BaseModel] | None = None) -> tuple[str, Any]:
+    """``engine.max_num_seqs=64`` -> ("engine.max_num_seqs", 64); values parse as YAML scalars.
+
+    With ``root`` (the model the key is a path into), a number given to a text field stays the
+    text typed: ``engine.version=0.10`` is "0.10", not YAML's number 0.1."""
     import yaml
+
+    from servesim.config.files import TOO_DEEP, _DuplicateKey, _UniqueKeyLoader
 
     if "=" not in text:
         raise ConfigError(f"--set {text!r}: expected KEY=VALUE, for example engine.max_num_seqs=64")
@@ -100,8 +110,22 @@ def parse_override(text: str) -> tuple[str, Any]:
     key = key.strip()
     if not key:
         raise ConfigError(f"--set {text!r}: empty key")
+    if "" in (k.strip() for k in key.split(".")):
+        raise ConfigError(f"--set {text!r}: an empty part in the key {key!r}; expected names joined by dots")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = yaml.load(raw, Loader=_UniqueKeyLoader) if raw.strip() else ""  # noqa: S506 - safe
+    except _DuplicateKey as dup:
+        raise ConfigError(
+            f"--set {key}: the value gives key {dup.key!r} twice; each key may appear once"
+        ) from None
+    except RecursionError:
+        raise ConfigError(f"--set {key}: the value is {TOO_DEEP}") from None
     except yaml.YAMLError:
         value = raw
+    if root is not None and isinstance(value, int | float) and not isinstance(value, bool):
+        keys = key.split(".")
+        model = model_at(root, keys[:-1])
+        field = model.model_fields.get(keys[-1]) if model is not None else None
+        if field is not None and field.annotation in (str, str | None):
+            value = raw.strip()
     return key, value

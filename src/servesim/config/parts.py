@@ -60,6 +60,17 @@ class HardwareConfig(_Strict):
         "H100-SXM", description="Catalog name (see `servesim catalog`) or a custom GPU."
     )
     profile: str | None = Field(None, description="Path of a calibrated hardware profile (JSON) to apply.")
+    host_mem_gib_per_gpu: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "Host (CPU) memory per GPU, GiB: the node's system memory over its GPUs, the most "
+            "engine.kv_offload.cpu_size_gib may take (per GPU of the replica). None: the GPU "
+            "catalog's reference node (256 GiB for an 8-GPU DGX H100's 2 TiB; unknown for a "
+            "custom GPU: not checked)."
+        ),
+        json_schema_extra={"unit": "GiB"},
+    )
     perf_model: Literal["roofline", "kernels"] | None = Field(
         None,
         description=(

@@ -100,7 +100,7 @@ def scenario_from_dict(
     from pydantic import ValidationError
 
     data = dict(data or {})
-    parsed = [parse_override(text) for text in overrides or []]
+    parsed = [parse_override(text, Scenario) for text in overrides or []]
     if parsed and "workload" not in data and any(k.startswith("workload.") for k, _ in parsed):
         # Overriding a field of the default workload: start from the default's fields.
         data["workload"] = Scenario.model_fields["workload"].default.model_dump(exclude_defaults=True)

@@ -100,21 +100,17 @@ class AdapterSlots:
 
 def assign_adapters(lora: LoraConfig, wl: Workload) -> np.ndarray:
     """Each request's adapter id: 0 for the base model, k for the k-th of
-    ``lora.adapter_list()``. From the workload's adapter column (names; an unknown name is
-    an error), else drawn: base model with probability ``base_fraction``, else an adapter
-    by ``popularity`` (uniform, or Zipf: weight 1 / k^s for the k-th)."""
+    ``lora.adapter_list()``. From the workload's adapter column (names), else drawn: base
+    model with probability ``base_fraction``, else an adapter by ``popularity`` (uniform, or
+    Zipf: weight 1 / k^s for the k-th). A name this engine does not serve is 0 here: its
+    requests are routed to the pools that serve it, and a name no pool serves is refused at
+    start-up (``cluster.models.check_adapters``)."""
     adapters = lora.adapter_list()
     n = len(wl)
     if wl.adapter is not None:
         names: list[str] = list(wl.meta.get("adapter_names") or [])
         ids = {a.name: k for k, a in enumerate(adapters, 1)}
-        unknown = [x for x in names if x not in ids]
-        if unknown:
-            raise ConfigError(
-                f"{wl.source or 'workload'}: adapter column names {', '.join(map(repr, unknown[:5]))}, "
-                f"not among engine.lora's adapters ({', '.join(ids) or 'none'})"
-            )
-        table = np.array([0] + [ids[x] for x in names], np.int64)
+        table = np.array([0] + [ids.get(x, 0) for x in names], np.int64)
         return table[np.asarray(wl.adapter, np.int64) + 1]  # column -1 (base model) -> 0
     rng = np.random.default_rng(lora.seed)
     k = np.arange(1, len(adapters) + 1, dtype=np.float64)

@@ -305,6 +305,16 @@ def _completion_prompts(body: dict, tok: Tokenizer, vocab_size: int | None = Non
     return out
 
 
+#: Roles whose ``content`` may be null (the OpenAI types vLLM validates ``messages`` with:
+#: ``ChatCompletionAssistantMessageParam``, content optional and nullable beside ``tool_calls``;
+#: ``ChatCompletionFunctionMessageParam``, ``Required[Optional[str]]``). For any other role a
+#: null content matches no member of vLLM's ``ChatCompletionMessageParam`` union (its own
+#: ``CustomChatCompletionMessageParam`` takes a string or a list of parts), so vLLM answers 400;
+#: a message without the key at all matches that custom member (``total=False``) and is read
+#: as empty text (``chat_utils._parse_chat_message_content``: ``content = []``).
+NULL_CONTENT_ROLES = ("assistant", "function")
+
+
 def _chat_prompt(body: dict, tok: Tokenizer) -> list[tuple[int, int]]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -315,6 +325,13 @@ def _chat_prompt(body: dict, tok: Tokenizer) -> list[tuple[int, int]]:
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise ApiError(400, f"messages[{k}] must be an object with a string role", "messages")
         content = m.get("content")
+        if content is None and "content" in m and m["role"] not in NULL_CONTENT_ROLES:
+            raise ApiError(
+                400,
+                f"messages[{k}].content: null is accepted only for an assistant or function message, "
+                f"not for role {m['role']!r} (a string or a list of parts expected)",
+                "messages",
+            )
         if content is None:
             text = ""
         elif isinstance(content, str):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import socket
 import sys
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ import uvicorn
 
 from servesim.cluster.pools import pool_spec
 from servesim.config import Scenario, load_scenario
+from servesim.config.engine import version_notice
 from servesim.deployment import as_cluster, resolve_deployments
 from servesim.errors import ConfigError, ServesimError, naming_file
 from servesim.serve.app import bind, build_app, log
@@ -29,8 +31,8 @@ from servesim.serve.protocol import Tokenizer
 
 def live_sim(sc: Scenario, speed: float = 1.0) -> LiveSim:
     """The live simulation of scenario ``sc``'s deployment (its workload is not read)."""
-    if not speed > 0:
-        raise ServesimError(f"--speed: expected a number > 0, got {speed}")
+    if not (speed > 0 and math.isfinite(speed)):
+        raise ServesimError(f"--speed: expected a finite number > 0, got {speed}")
     if sc.cluster is not None and sc.cluster.migration.enabled:
         raise ConfigError(
             "cluster.migration.enabled: live migration is not served (its watcher "
@@ -44,10 +46,15 @@ def live_sim(sc: Scenario, speed: float = 1.0) -> LiveSim:
             "answers to one model (a gateway in front of one server per model is not served): serve "
             "each model's pools from a scenario of their own, or use servesim simulate"
         )
-    if any(d.engine.lora.enabled for d in deps):  # requests cannot name an adapter
+    lora = [d.name for d in deps if d.engine.lora.enabled]
+    if lora:  # requests cannot name an adapter
+        configs = {p.name: p for p in (sc.cluster.pools if sc.cluster is not None else [])}
+        own = [n for n in lora if n in configs and configs[n].engine is not None]
+        field = f"cluster.pools[{own[0]}].engine.lora.enabled" if own else "engine.lora.enabled"
         raise ConfigError(
-            "engine.lora.enabled: LoRA adapters are not served (a request cannot name one, and "
-            "/v1/models lists none); set it to false, or use servesim simulate"
+            f"{field}: LoRA adapters are not served (a request cannot name one, and /v1/models "
+            "lists none); set it to false to serve the base model, or use servesim simulate with "
+            "a trace whose adapter column names each request's adapter"
         )
     pools = [pool_spec(d, reference=True) for d in deps]
     sim = LiveSim(pools, as_cluster(sc), speed=speed, seed=sc.run.seed)
@@ -88,6 +95,9 @@ def make_server(
                 f"servesim serve: {model} on http://{host}:{bound} at {speed:g}x simulated speed, "
                 f"{len(sim.cluster.replicas)} replica(s), prompt tokens by {tok.name}"
             )
+            for version in dict.fromkeys(p.engine.version for p in sim.pools):
+                if version_notice(version):  # after the start line, which clients read first
+                    log(f"notice: {version_notice(version)}")
 
     app = build_app(sim, model, tok, on_start=started)
     # Idle keep-alive connections are kept 65 s (uvicorn's default is 5): a pooling client that

@@ -78,6 +78,43 @@ def _read(path: Path) -> Any:
         return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as err:
         raise ConfigError(f"{path}: cannot parse: {str(err).splitlines()[0]}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: cannot parse: nested too deeply") from None
+
+
+def _mapping(path: Path, data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        got = "an empty file" if data is None else f"a {type(data).__name__}"
+        raise ConfigError(f"{path}: expected a mapping, got {got}")
+    return data
+
+
+def _number(where: str, row: Any, key: str, least: float) -> float:
+    """``row``'s ``key``: a finite number of at least ``least``, or an error naming it."""
+    value = row.get(key) if isinstance(row, dict) else None
+    if not isinstance(value, int | float) or isinstance(value, bool) or not value >= least:
+        what = f"{key} {value!r}" if isinstance(row, dict) else f"{row!r:.40}"
+        raise ConfigError(f"{where}: {what}; expected {key}, a number >= {least:g}")
+    if not np.isfinite(value):
+        raise ConfigError(f"{where}: {key} {value!r}; expected a finite number")
+    return float(value)
+
+
+def _rows(path: Path, what: str, rows: Any, fields: dict[str, float]) -> list[dict[str, Any]]:
+    """The entries of a replay or ground-truth list (``what``: where in the file), each with
+    an integer ``index`` and the ``fields`` (name -> least value) checked; no index twice."""
+    if not isinstance(rows, list) or not rows:
+        raise ConfigError(f"{path}: {what}: expected a non-empty list of requests, got {rows!r:.60}")
+    seen: set[int] = set()
+    for k, row in enumerate(rows):
+        where = f"{path}: {what}[{k}]"
+        index = _number(where, row, "index", 0)
+        if index != int(index) or int(index) in seen:
+            raise ConfigError(f"{where}: index {row['index']!r}; expected an integer given once")
+        seen.add(int(index))
+        for key, least in fields.items():
+            _number(where, row, key, least)
+    return sorted(rows, key=lambda r: r["index"])
 
 
 def figures(ttft: np.ndarray, e2e: np.ndarray, out_tokens: np.ndarray) -> dict[str, float]:
@@ -94,10 +131,11 @@ def figures(ttft: np.ndarray, e2e: np.ndarray, out_tokens: np.ndarray) -> dict[s
 def run_scenario(folder: Path, base: dict[str, Any], trace: Path) -> tuple[dict[str, Any], np.ndarray]:
     """The scenario replaying the run of ``folder`` (its requests written to ``trace``) and
     each request's output length."""
-    exp = _read(folder / "exp-config.yaml")
+    exp = _mapping(folder / "exp-config.yaml", _read(folder / "exp-config.yaml"))
     cfg_path = folder / "config.yaml" if (folder / "config.yaml").exists() else folder / "profile.yaml"
-    ip = _read(cfg_path)
-    replay = _read(folder / "replay.json")
+    ip = _mapping(cfg_path, _read(cfg_path))
+    replay_path = folder / "replay.json"
+    replay = _mapping(replay_path, _read(replay_path))
     data = ip.get("data") or {}
     if str(data.get("type")) != "shared_prefix":
         raise ConfigError(
@@ -109,7 +147,7 @@ def run_scenario(folder: Path, base: dict[str, Any], trace: Path) -> tuple[dict[
     sys_len, out_len = sp["system_prompt_len"], sp["output_len"]
     if not isinstance(sys_len, int) or not isinstance(out_len, int):
         raise ConfigError(f"{cfg_path}: the open-loop suite replays fixed system_prompt_len and output_len")
-    reqs = sorted(replay["requests"], key=lambda r: r["index"])
+    reqs = _rows(replay_path, "requests", replay.get("requests"), {"arrival_time_us": 0, "input_tokens": 1})
     outs = np.full(len(reqs), out_len, np.int64)
     with trace.open("w") as f:
         for r in reqs:
@@ -148,10 +186,17 @@ def replay_run(folder: Path, base: dict[str, Any]) -> OpenLoopRun:
     """Replay one run folder on ``base`` (a scenario dict: GPU, vLLM version) and compare."""
     from servesim import sim
 
-    gt = sorted(_read(folder / "ground_truth.json"), key=lambda r: r["index"])
+    gt_path = folder / "ground_truth.json"
+    gt = _rows(gt_path, "entries", _read(gt_path), {"ttft_s": 0, "e2e_s": 0})
     run = OpenLoopRun(folder.name)
     with tempfile.TemporaryDirectory() as tmp:
         sc, outs = run_scenario(folder, base, Path(tmp) / "requests.jsonl")
+        replayed = [int(r["index"]) for r in _read(folder / "replay.json")["requests"]]
+        if sorted(replayed) != [int(r["index"]) for r in gt]:
+            raise ConfigError(
+                f"{gt_path}: {len(gt):,} requests, replay.json {len(replayed):,}; expected the same "
+                "requests (one entry per index of replay.json)"
+            )
         result = sim.simulate(sc)
     ok = np.array([not r.get("has_error", False) for r in gt])
     run.measured = figures(
@@ -172,6 +217,8 @@ def replay_run(folder: Path, base: dict[str, Any]) -> OpenLoopRun:
 
 def run_folders(root: Path) -> list[Path]:
     """``root`` itself if it is a run folder, else its subfolders that are."""
+    if not root.is_dir():
+        raise ConfigError(f"{root}: {'is a file, expected a folder' if root.exists() else 'no such folder'}")
     if (root / "replay.json").exists():
         return [root]
     found = sorted(p for p in root.iterdir() if p.is_dir() and (p / "replay.json").exists())
@@ -246,6 +293,9 @@ def run_checks(
             node = node.setdefault(k, {})
         node[keys[-1]] = value
     base.pop("workload", None)
+    from servesim.config import scenario_from_dict
+
+    scenario_from_dict(dict(base), str(scenario) if scenario is not None else "--set")  # errors name it
     runs = [replay_run(f, base) for root in folders for f in run_folders(root)]
     echo("measured/predicted ms; error = predicted / measured - 1")
     echo(report_text(runs))

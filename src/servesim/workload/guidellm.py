@@ -74,6 +74,7 @@ import yaml
 
 from servesim.errors import ConfigError
 from servesim.workload.base import BenchmarkClients, Workload
+from servesim.workload.limits import check_memory
 from servesim.workload.notices import add_notice, notice
 
 #: guidellm's default seed (``random_seed``, 0.7: ``seed.value``).
@@ -150,6 +151,8 @@ def read_scenario(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{p}: line {err.lineno}: not JSON ({err.msg})") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{p}: not YAML: {str(err).splitlines()[0]}") from None
+    except RecursionError:
+        raise ConfigError(f"{p}: not readable: nested too deeply") from None
     if isinstance(doc, dict):
         for key in ("config", "args"):  # a guidellm report holds its scenario under one of these
             if isinstance(doc.get(key), dict) and ("spec" in doc[key] or "data" in doc[key]):
@@ -485,6 +488,13 @@ def generate_guidellm(
         raise ConfigError(
             f"{src}: give max_seconds or max_requests (synthetic data never runs out, so "
             "guidellm would run until stopped)"
+        )
+    expected = math.inf if max_n is None else max_n  # refused before any is drawn if too many
+    if kind in _OPEN and value is not None and max_s is not None:
+        expected = min(expected, max_s * value * rate_scale)
+    if math.isfinite(expected):
+        check_memory(
+            expected, f"{src}: max_requests {max_n:g}" if expected == max_n else f"{src}: max_seconds"
         )
     meta: dict[str, Any] = {}
     cap: int | None = st["cap"]

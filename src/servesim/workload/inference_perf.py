@@ -49,6 +49,7 @@ import yaml
 
 from servesim.errors import ConfigError
 from servesim.workload.base import Workload
+from servesim.workload.limits import check_memory
 from servesim.workload.notices import add_notice, notice
 
 #: Tokens per prompt-identity unit of the generated prompts (vLLM's default KV block size).
@@ -79,6 +80,8 @@ def read_config(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{p}: cannot read: {err}") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{p}: not YAML: {str(err).splitlines()[0]}") from None
+    except RecursionError:
+        raise ConfigError(f"{p}: not readable: nested too deeply") from None
     if not isinstance(data, dict):
         raise ConfigError(
             f"{p}: expected a mapping with 'data' and 'load' sections (inference-perf's "
@@ -95,10 +98,19 @@ def _section(cfg: dict[str, Any], key: str, src: str) -> dict[str, Any]:
 
 
 def _number(value: Any, field: str, src: str, *, positive: bool = True) -> float:
+    """A number of the config; a numeric string (YAML reads 1e20 as one) is read as inference-perf's
+    pydantic models read it, as a number."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            pass
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"{src}: {field} must be a number, got {value!r}")
     if positive and not value > 0:
         raise ConfigError(f"{src}: {field} must be > 0, got {value!r}")
+    if not np.isfinite(value):
+        raise ConfigError(f"{src}: {field} must be a finite number, got {value!r}")
     return float(value)
 
 
@@ -123,6 +135,12 @@ def stage_arrivals(
     if not isinstance(stages, list) or not stages:
         raise ConfigError(f"{src}: load.stages must be a non-empty list of {{rate, duration}}")
     interval = _number(load.get("interval", 1.0), "load.interval", src, positive=False)
+    total = 0.0  # the stages' requests, refused before any is drawn if memory cannot hold them
+    for k, st in enumerate(stages):
+        if isinstance(st, dict):
+            rate = _number(st.get("rate"), f"load.stages[{k}].rate", src) * rate_scale
+            total += rate * _number(st.get("duration"), f"load.stages[{k}].duration", src)
+    check_memory(total, f"{src}: load.stages (rate x duration)")
     times: list[np.ndarray] = []
     index: list[np.ndarray] = []
     start = 0.0

@@ -30,3 +30,20 @@ def check_memory(num_arrivals: float, given: str) -> None:
             f"machine's {memory / 1e9:.0f} GB of memory can simulate (at least "
             f"{MIN_BYTES_PER_REQUEST} bytes each); give fewer"
         )
+
+
+#: Bytes a simulated replica takes at the least: 4,000 replicas of one pool (Llama-3.1-8B on
+#: H100s, the lazy engine) add 25 MB to a run, 6.4 KB each; a fleet larger than the
+#: machine's memory holds at this size is refused before it is built.
+MIN_BYTES_PER_REPLICA = 6144
+
+
+def check_replicas(num_replicas: float, given: str) -> None:
+    """Refuse a fleet of ``num_replicas`` (what ``given`` names) the machine's memory cannot
+    hold at ``MIN_BYTES_PER_REPLICA`` each."""
+    memory = _memory_bytes()
+    if num_replicas * MIN_BYTES_PER_REPLICA > memory:
+        raise WorkloadError(
+            f"{given}: {num_replicas:,.0f} replicas, more than this machine's {memory / 1e9:.0f} GB of "
+            f"memory can simulate (at least {MIN_BYTES_PER_REPLICA:,} bytes each); give fewer"
+        )

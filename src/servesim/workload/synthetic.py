@@ -141,12 +141,15 @@ def check_count(
     """Refuse a workload of more arrivals than this machine could hold in memory (``count``,
     or about ``duration_s x arrival.rate``), naming the field, before any is drawn."""
     n = math.inf if count is None else float(count)
+    by_count = count is not None  # the count bounds the arrivals (a huge int is no exact float)
     if duration_s is not None and arrival.process != "burst" and arrival.rate_profile is None:
-        n = min(n, duration_s * arrival.rate)
+        by_duration = duration_s * arrival.rate
+        if by_duration < n:
+            n, by_count = by_duration, False
     if math.isfinite(n):  # unbounded: refused elsewhere
         given = (
             f"{count_field}={count:,}"
-            if count is not None and n == count
+            if by_count
             else (f"duration_s={duration_s:g} at arrival.rate={arrival.rate:g}/s")
         )
         check_memory(n, given)
