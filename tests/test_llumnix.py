@@ -207,3 +207,14 @@ def test_synthetic_priorities_follow_their_shares_and_leave_the_other_draws_alon
     assert np.array_equal(plain.num_prompt_tokens, wl.num_prompt_tokens)
     again = generate_synthetic(SyntheticWorkload(**base, priority_shares={0: 1, 1: 9}))  # type: ignore[arg-type]
     assert np.array_equal(again.priority, wl.priority)
+
+
+def test_the_head_of_the_line_counts_its_tokens_not_its_unknown_output() -> None:
+    # 11 blocks of 16 tokens; A (40 tokens) runs; E waits with a 20-token prompt (2 blocks)
+    # and up to 100 tokens to generate, which no router knows: its demand is its 2 blocks.
+    s = make_scheduler(max_num_seqs=1)
+    s.add_request(req(0, 40, 8, priority=0))
+    s.schedule()
+    s.add_request(req(4, 20, 100, priority=1))
+    assert [r.idx for r in s.waiting] == [4]
+    assert virtual_blocks(replica_of(s), {}) == 2

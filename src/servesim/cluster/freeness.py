@@ -7,7 +7,7 @@ freeness is what its memory leaves per request of its batch::
     freeness = (M - sum of virtual usages) / B       M: KV blocks, B: batch size
 
     virtual usage of a request =
-        queued, at the head of the line:  its demand (the blocks of its prompt)
+        queued, at the head of the line:  its demand (the blocks of its tokens so far)
         queued, behind it:                0
         on a terminating instance:        infinite     (scale-in: the instance drains)
         running:                          its blocks + headroom(priority) / #running of that priority
