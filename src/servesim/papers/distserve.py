@@ -170,6 +170,17 @@ def _traffic(n: int = 8000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return unit, prompt, output
 
 
+def scale_at_attainment(
+    ttft_s: np.ndarray, tpot_s: np.ndarray, slo: tuple[float, float], target: float = 0.9
+) -> float:
+    """The smallest s at which a fraction >= ``target`` of the requests has TTFT <= s x slo[0]
+    and TPOT <= s x slo[1] (a NaN TPOT, a one-token request's, meets any): the ceil(target x
+    n)-th smallest of max(TTFT / slo[0], TPOT / slo[1]). _plot.py reads the same crossing off
+    its attainment curve, by linear interpolation between the scales it plots."""
+    need = np.maximum(np.asarray(ttft_s) / slo[0], np.nan_to_num(np.asarray(tpot_s) / slo[1], nan=0.0))
+    return float(np.sort(need)[int(np.ceil(target * len(need) - 1e-9)) - 1])
+
+
 def slo_scale(
     model: str,
     system: str,
@@ -192,8 +203,7 @@ def slo_scale(
     rec = run_cluster(
         Workload(unit[:k] / rate, prompt[:k], output[:k]), specs, cfg, record_steps=False
     ).records
-    need = np.maximum(rec.ttft_s / slo[0], np.nan_to_num(rec.tpot_s / slo[1], nan=0.0))
-    scale = float(np.sort(need)[int(np.ceil(0.9 * len(need))) - 1])
+    scale = scale_at_attainment(rec.ttft_s, rec.tpot_s, slo)
     rows.append(
         {
             "model": model,
