@@ -41,10 +41,12 @@ _PAPERS = [
         "up to 5.6x for Falcon-180B with pipeline parallelism",
         {
             "model": "Mistral-7B (also Yi-34B TP2, Llama-2-70B, Falcon-180B with pipeline parallelism)",
-            "gpus": "A100-80GB PCIe, NVLinked in pairs (Mistral-7B on 1, Yi-34B on 2; Llama-2-70B on A40s)",
+            "gpus": "A100-80GB PCIe, NVLinked in pairs (Mistral-7B on 1, Yi-34B on 2, Falcon-180B on 2 "
+            "nodes of 4; Llama-2-70B on A40s)",
             "workload": "openchat_sharegpt4 and arxiv_summarization (Table 2), Poisson arrivals, 2,048 "
             "requests",
-            "slo": "strict: P99 TBT <= 100 ms (Table 3), median scheduling delay <= 2 s",
+            "slo": "strict: P99 TBT <= 100 ms (Table 3; Yi-34B 200 ms, Falcon-180B 1 s), median scheduling "
+            "delay <= 2 s",
             "baseline": "vLLM (prefill-prioritizing, no chunking), batch 128",
             "metric": "capacity: the highest rate meeting the SLO, Sarathi-Serve / vLLM",
         },
