@@ -315,7 +315,10 @@ _PAPERS = [
         "applications and models. A prompt median of 600 stands in for DistServe's multi-turn prompts; "
         "9.3% of its prompts (over about 1,490 tokens) cannot meet the 0.25 s TTFT on vLLM's one GPU "
         "under DistServe's own fit, so vLLM attains at most 90.7% and its goodput falls with the run "
-        "length (1.96x at 60 s, 2.52x at 120 s, 6.54x at 240 s): not a steady state.",
+        "length (1.96x at 60 s, 2.52x at 120 s, 6.54x at 240 s): not a steady state. The SLO scale reads "
+        "1.82x at 60 and 120 s, 1.87x at 240 s, 1.37x at 480 s (DistServe's queue builds at 1.5 req/s/GPU). "
+        "OPT-175B lands below both ranges: servesim steps DistServe's PP3 pipelines synchronously and "
+        "times both systems by the roofline (docs/papers.md).",
     ),
     Paper(
         "splitwise",
