@@ -135,6 +135,40 @@ def test_sarathi_serve_capacity_gain_on_mistral_7b(tmp_path):
     assert 2.6 / 1.25 <= figs["capacity"]["servesim"] <= 2.6 * 1.25
 
 
+def test_falcon_180b_is_its_published_architecture():
+    """Falcon-180B as the full Sarathi-Serve run reads it (tiiuae/falcon-180B's config.json in
+    servesim's keys): 80 layers of QKV (232 + 2 x 8 heads of 64), the output projection and the
+    ungated 4 x 14848 MLP, plus the tied 65024-token embedding, is 178,552,307,712 weights
+    before the norms; a token's KV is 80 layers x K and V x 8 heads x 64 x 2 bytes, and under
+    TP4 x PP2 one GPU holds 40 layers of 2 heads of it."""
+    from servesim.catalog.hf_config import from_hf_config
+    from servesim.papers.sarathi import FALCON_180B
+
+    m = from_hf_config(FALCON_180B, "tiiuae/falcon-180B")
+    h, layers = 14848, 80
+    weights = layers * (h * (232 + 2 * 8) * 64 + h * h + 2 * h * 4 * h) + 65024 * h
+    assert weights == 178_552_307_712
+    assert weights <= m.num_params() <= weights + layers * 4 * h + 2 * h  # layer norms' weights and biases
+    assert m.kv_bytes_per_token() == layers * 2 * 8 * 64 * 2
+    assert m.kv_bytes_per_token(tp=4, pp=2) == 40 * 2 * 2 * 64 * 2
+
+
+def test_distserve_slo_scale_is_the_90_percent_crossing():
+    """DistServe's SLO scale (the artifact's _plot.py, draw_slo_scale_plot): the smallest factor
+    on both limits at which 90% of the requests meet them. Ten requests against (0.25 s, 0.1 s):
+    the ninth smallest need, where each request needs max(TTFT / 0.25, TPOT / 0.1)."""
+    import numpy as np
+
+    from servesim.papers.distserve import scale_at_attainment
+
+    ttft = np.array([0.05, 0.1, 0.125, 0.2, 0.25, 0.3, 0.5, 0.05, 1.0, 0.05])
+    tpot = np.array([0.01, 0.02, 0.05, 0.01, 0.02, 0.03, 0.01, 0.3, 0.02, float("nan")])
+    # needs: 0.2, 0.4, 0.5, 0.8, 1.0, 1.2, 2.0, 3.0, 4.0, 0.2 -> sorted, the 9th is 3.0
+    assert scale_at_attainment(ttft, tpot, (0.25, 0.1)) == pytest.approx(3.0)
+    assert scale_at_attainment(ttft, tpot, (0.25, 0.1), target=0.5) == pytest.approx(0.8)
+    assert scale_at_attainment(ttft, tpot, (0.25, 0.1), target=1.0) == pytest.approx(4.0)
+
+
 @pytest.mark.parametrize(
     "name",
     # Block's quick search runs the artifact's 10,000 requests per probe (about 100 s of CPU).

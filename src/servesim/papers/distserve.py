@@ -15,7 +15,18 @@ prompt; its distribution is not published). Goodput: the highest Poisson rate pe
 scale (to ~3%; --quick ~6%).
 
 The full run adds OPT-66B (TTFT <= 0.4 s, TPOT <= 0.1 s): vLLM TP4 against prefill TP4 and
-decode TP4 (the artifact's decode is TP2 x PP2; DistServe publishes no pipeline fit).
+decode TP4 (the artifact's decode is TP2 x PP2; DistServe publishes no pipeline fit), and
+OPT-175B (TTFT <= 4 s, TPOT <= 0.2 s; the paper's Sec. 6.1 and Table 1 placement for ShareGPT:
+prefill TP3 x PP3 and decode TP4 x PP3, 21 GPUs, against vLLM TP8 on 8, as _plot.py's backends
+count them). DistServe publishes no fit for OPT-175B, so both systems are timed by servesim's
+roofline (pipeline stages one after the other, no engine overheads).
+
+The second metric (the paper's Fig. 8 lower row; _plot.py's draw_slo_scale_plot): at one per-GPU
+rate (OPT-13B 1.5, OPT-66B 0.25, OPT-175B 0.125 req/s/GPU, _plot.py's plot_fig8_lower) the TTFT
+and TPOT limits are scaled together, and the SLO scale is the smallest factor at which 90% of
+the requests meet both; the figure is vLLM's scale over DistServe's ("x tighter SLO"). One run
+per system gives it exactly: the 90th percentile of each request's max(TTFT / TTFT SLO, TPOT /
+TPOT SLO). The paper: 1.8-3.2x on the chatbot (Sec. 6.2), up to 12.6x over all applications.
 """
 
 from __future__ import annotations
@@ -34,7 +45,17 @@ from servesim.perf.base import BatchStats
 #: The artifact's chatbot runs: (TTFT, TPOT) SLO, vLLM's TP, DistServe's prefill and decode TP
 #: (OPT-66B's decode is TP2 x PP2 there; DistServe publishes no pipeline fit, so TP4 here), and
 #: the per-GPU rates the search brackets.
-RUNS = {"OPT-13B": ((0.25, 0.1), 1, 2, 1, 0.2, 4.0), "OPT-66B": ((0.4, 0.1), 4, 4, 4, 0.05, 4.0)}
+RUNS = {
+    "OPT-13B": ((0.25, 0.1), 1, 2, 1, 0.2, 4.0),
+    "OPT-66B": ((0.4, 0.1), 4, 4, 4, 0.05, 4.0),
+    "OPT-175B": ((4.0, 0.2), 8, 3, 4, 0.02, 1.0),
+}
+
+#: Pipeline stages by role (the paper's OPT-175B placement: prefill and decode PP3).
+PP = {"OPT-175B": {"colocated": 1, "prefill": 3, "decode": 3}}
+
+#: The per-GPU rate at which the artifact reads the SLO scale (_plot.py, plot_fig8_lower).
+SCALE_RATE = {"OPT-13B": 1.5, "OPT-66B": 0.25, "OPT-175B": 0.125}
 
 
 @dataclasses.dataclass(slots=True)
@@ -106,13 +127,14 @@ def pools(model: str, tps: tuple[tuple[str, int], ...]) -> tuple[Any, list[Any]]
         "prefill": _engine(8192, 128),
         "decode": _engine(65536, 1024),
     }
+    pp = PP.get(model, {})
     spec = [
         {
             "name": role,
             "role": role,
             "num_replicas": 1,
             "engine": engines[role],
-            "parallel": {"tensor_parallel_size": tp},
+            "parallel": {"tensor_parallel_size": tp, "pipeline_parallel_size": pp.get(role, 1)},
         }
         for role, tp in tps
     ]
@@ -126,20 +148,73 @@ def pools(model: str, tps: tuple[tuple[str, int], ...]) -> tuple[Any, list[Any]]
     engine_of = {"colocated": "vllm", "prefill": "distserve", "decode": "distserve"}
     fit = fits()
     assert sc.cluster is not None
-    specs = [
-        dataclasses.replace(
-            build_pool(sc, p, load_model(model)),
-            perf=DistServeFitPerf(
-                fit[
-                    engine_of[p.role],
-                    f"facebook/{model.lower()}",
-                    (p.parallel or sc.parallel).tensor_parallel_size,  # None: the scenario's
-                ]
-            ),
+    specs = []
+    for p in sc.cluster.pools:
+        built = build_pool(sc, p, load_model(model))
+        key = (
+            engine_of[p.role],
+            f"facebook/{model.lower()}",
+            (p.parallel or sc.parallel).tensor_parallel_size,
         )
-        for p in sc.cluster.pools
-    ]
+        # No fit (OPT-175B): servesim's roofline, as build_pool made it.
+        specs.append(dataclasses.replace(built, perf=DistServeFitPerf(fit[key])) if key in fit else built)
     return sc.cluster, specs
+
+
+def _traffic(n: int = 8000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Unit-rate Poisson arrivals and the stand-in chatbot lengths (one draw for every run)."""
+    rng = np.random.default_rng(1)
+    unit = np.cumsum(rng.exponential(1.0, n))
+    prompt = np.clip(rng.lognormal(np.log(600), 0.7, n), 4, 1536).astype(np.int64)
+    output = np.clip(rng.lognormal(np.log(150), 0.9, n), 4, 512).astype(np.int64)
+    return unit, prompt, output
+
+
+def scale_at_attainment(
+    ttft_s: np.ndarray, tpot_s: np.ndarray, slo: tuple[float, float], target: float = 0.9
+) -> float:
+    """The smallest s at which a fraction >= ``target`` of the requests has TTFT <= s x slo[0]
+    and TPOT <= s x slo[1] (a NaN TPOT, a one-token request's, meets any): the ceil(target x
+    n)-th smallest of max(TTFT / slo[0], TPOT / slo[1]). _plot.py reads the same crossing off
+    its attainment curve, by linear interpolation between the scales it plots."""
+    need = np.maximum(np.asarray(ttft_s) / slo[0], np.nan_to_num(np.asarray(tpot_s) / slo[1], nan=0.0))
+    return float(np.sort(need)[int(np.ceil(target * len(need) - 1e-9)) - 1])
+
+
+def slo_scale(
+    model: str,
+    system: str,
+    tps: tuple[tuple[str, int], ...],
+    duration_s: float,
+    rows: list[dict[str, Any]],
+) -> float:
+    """The smallest factor on both SLO limits at which >= 90% of the requests meet them, at the
+    artifact's per-GPU rate (``SCALE_RATE``): the 90th percentile (the ceil(0.9 n)-th smallest) of
+    each request's max(TTFT / TTFT limit, TPOT / TPOT limit); a one-token request has no TPOT."""
+    from servesim.cluster.run import run_cluster
+    from servesim.workload.base import Workload
+
+    slo = RUNS[model][0]
+    cfg, specs = pools(model, tps)
+    unit, prompt, output = _traffic()
+    gpus = sum(s.num_gpus for s in specs)
+    rate = SCALE_RATE[model] * gpus
+    k = int(np.searchsorted(unit / rate, duration_s))
+    rec = run_cluster(
+        Workload(unit[:k] / rate, prompt[:k], output[:k]), specs, cfg, record_steps=False
+    ).records
+    scale = scale_at_attainment(rec.ttft_s, rec.tpot_s, slo)
+    rows.append(
+        {
+            "model": model,
+            "system": system,
+            "rate_req_s": rate,
+            "rate_per_gpu": SCALE_RATE[model],
+            "requests": k,
+            "slo_scale": scale,
+        }
+    )
+    return scale
 
 
 def goodput_per_gpu(
@@ -155,11 +230,7 @@ def goodput_per_gpu(
 
     slo, _, _, _, lo, hi = RUNS[model]
     cfg, specs = pools(model, tps)
-    rng = np.random.default_rng(1)
-    n = 8000
-    unit = np.cumsum(rng.exponential(1.0, n))
-    prompt = np.clip(rng.lognormal(np.log(600), 0.7, n), 4, 1536).astype(np.int64)
-    output = np.clip(rng.lognormal(np.log(150), 0.9, n), 4, 512).astype(np.int64)
+    unit, prompt, output = _traffic()
     gpus = sum(s.num_gpus for s in specs)
 
     def ok(rate: float) -> bool:
@@ -190,23 +261,33 @@ def goodput_per_gpu(
     return lo / gpus
 
 
+#: The figure keys of each model's goodput and SLO-scale ratios.
+SUFFIX = {"OPT-13B": "", "OPT-66B": "_66b", "OPT-175B": "_175b"}
+
+
 def run(quick: bool) -> Outcome:
-    """OPT-13B (--quick: 60 s of traffic, a coarser search); the full run adds OPT-66B."""
+    """OPT-13B (--quick: 60 s of traffic, a coarser search); the full run adds OPT-66B and OPT-175B."""
     duration, iters = (60.0, 7) if quick else (120.0, 9)
     rows: list[dict[str, Any]] = []
     values, notes = {}, []
     for model in ("OPT-13B",) if quick else tuple(RUNS):
         _, vllm_tp, prefill_tp, decode_tp, _, _ = RUNS[model]
-        vllm = goodput_per_gpu(model, "vllm", (("colocated", vllm_tp),), duration, iters, rows)
-        dist = goodput_per_gpu(
-            model, "distserve", (("prefill", prefill_tp), ("decode", decode_tp)), duration, iters, rows
-        )
+        systems = {
+            "vllm": (("colocated", vllm_tp),),
+            "distserve": (("prefill", prefill_tp), ("decode", decode_tp)),
+        }
+        good = {k: goodput_per_gpu(model, k, tps, duration, iters, rows) for k, tps in systems.items()}
+        scale = {k: slo_scale(model, k, tps, duration, rows) for k, tps in systems.items()}
         rows += [
-            {"model": model, "system": "vllm", "goodput_req_s_per_gpu": vllm},
-            {"model": model, "system": "distserve", "goodput_req_s_per_gpu": dist},
+            {"model": model, "system": k, "goodput_req_s_per_gpu": good[k], "slo_scale": scale[k]}
+            for k in systems
         ]
-        values["goodput" if model == "OPT-13B" else "goodput_66b"] = dist / vllm if vllm else float("inf")
+        vllm, dist = good["vllm"], good["distserve"]
+        values["goodput" + SUFFIX[model]] = dist / vllm if vllm else float("inf")
+        values["slo_scale" + SUFFIX[model]] = scale["vllm"] / scale["distserve"]
         notes.append(
-            f"{model}: per-GPU goodput at 90% attainment (req/s/GPU): vLLM {vllm:.3f}, DistServe {dist:.3f}"
+            f"{model}: per-GPU goodput at 90% attainment (req/s/GPU): vLLM {vllm:.3f}, DistServe {dist:.3f}; "
+            f"SLO scale at 90% and {SCALE_RATE[model]} req/s/GPU: vLLM {scale['vllm']:.2f}, "
+            f"DistServe {scale['distserve']:.2f}"
         )
     return Outcome(values, rows, notes)
