@@ -94,7 +94,9 @@ def test_unwritable_output_is_a_user_error(fake_sim: list[dict[str, Any]], tmp_p
     blocker.write_text("")
     out = runner.invoke(app, ["simulate", "-q", "--output", str(blocker / "sub")])
     assert out.exit_code == 2
-    assert out.stderr.startswith(f"error: {blocker / 'sub'}: cannot write outputs")
+    # refused before the run: the folder cannot be created under a file
+    assert out.stderr == f"error: {blocker / 'sub'}: cannot create it: {blocker} is a file, not a folder\n"
+    assert fake_sim == []
 
 
 def test_scenario_file_and_overrides(fake_sim: list[dict[str, Any]], tmp_path: Path) -> None:
