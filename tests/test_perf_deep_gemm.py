@@ -71,6 +71,61 @@ def test_how_the_version_runs_deep_gemm(
     )
 
 
+@pytest.mark.parametrize(
+    ("version", "gpu", "env", "every_step"),
+    [
+        pytest.param(
+            "0.11.0",
+            "H200",
+            {"VLLM_USE_DEEP_GEMM_E8M0_HOPPER": "1"},
+            True,
+            id="utils/deep_gemm.py@v0.11.0: SM90 E8M0 with VLLM_USE_DEEP_GEMM_E8M0_HOPPER=1",
+        ),
+        pytest.param(
+            "0.11.0",
+            "B200",
+            {"VLLM_USE_DEEP_GEMM_E8M0": "0"},
+            False,
+            id="utils/deep_gemm.py@v0.11.0: SM100 without E8M0",
+        ),
+        pytest.param(
+            "0.11.0",
+            "B200",
+            {"VLLM_USE_DEEP_GEMM_E8M0_HOPPER": "1"},
+            True,
+            id="utils/deep_gemm.py@v0.11.0: the Hopper switch leaves SM100 as it is",
+        ),
+        pytest.param(
+            "0.12.0",
+            "H200",
+            {"VLLM_USE_DEEP_GEMM_E8M0": "0"},
+            False,
+            id="utils/deep_gemm.py@v0.12.0: VLLM_USE_DEEP_GEMM_E8M0=0 on any GPU",
+        ),
+        pytest.param(
+            "0.12.0",
+            "H200",
+            {"VLLM_USE_DEEP_GEMM_E8M0_HOPPER": "1"},
+            True,
+            id="v0.12.0 reads no Hopper switch: E8M0 by default",
+        ),
+    ],
+)
+def test_the_server_s_e8m0_switches(version: str, gpu: str, env: dict[str, str], every_step: bool) -> None:
+    """``VLLM_USE_DEEP_GEMM_E8M0`` and (through v0.11.0) ``VLLM_USE_DEEP_GEMM_E8M0_HOPPER`` in
+    ``engine.vllm_env`` decide whether DeepGEMM runs at every step (``is_deep_gemm_e8m0_used``)."""
+    run = deep_gemm_run(EngineConfig(version=version, vllm_env=env), get_gpu(gpu))
+    assert run.every_step is every_step
+
+
+def test_without_e8m0_vllm_0_12_runs_triton_at_small_n() -> None:
+    """v0.12.0 on SM90 with ``VLLM_USE_DEEP_GEMM_E8M0=0``: ``_valid_deep_gemm`` decides again,
+    so at TP 4 (N = 384 <= 512) every step is Triton's, as v0.11.0's default is."""
+    plain, off = _qwen("0.12.0", 4), _qwen("0.12.0", 4, env={"VLLM_USE_DEEP_GEMM_E8M0": "0"})
+    assert plain.moe_backend == "deep_gemm" and off.moe_backend == "triton"
+    assert _qwen("0.12.0", 2, env={"VLLM_USE_DEEP_GEMM_E8M0": "0"}).moe_backend == "deep_gemm"  # N = 768
+
+
 def test_the_rows_deep_gemm_computes() -> None:
     """``compute_aligned_M`` (``deep_gemm_utils.py``): M_sum = round_up(M x topk + experts x
     127, 128), all computed through v0.12 (unwritten rows are expert 0's); from v0.13 the
@@ -96,15 +151,15 @@ def _moe(perf: KernelPerfModel) -> LogCurve:
     return next(curve for name, curve, _ in perf._token_ops if name == "moe")
 
 
-def _qwen(version: str, tp: int, gpu: str = "H200") -> KernelPerfModel:
+def _qwen(version: str, tp: int, gpu: str = "H200", env: dict[str, str] | None = None) -> KernelPerfModel:
     """The step model of a vLLM ``version`` server of Qwen3-235B-A22B-FP8 (the factory's:
-    the version's kernel tables, MoE kernel and DeepGEMM run)."""
+    the version's kernel tables, MoE kernel and DeepGEMM run; ``env``: ``engine.vllm_env``)."""
     model = build_step_model(
         load_model(QWEN_FP8),
         get_gpu(gpu),
         ParallelConfig(tensor_parallel_size=tp),
         HardwareConfig(gpu=gpu, perf_model="kernels"),
-        engine=EngineConfig(version=version),
+        engine=EngineConfig(version=version, vllm_env=env or {}),
     )
     assert isinstance(model, KernelPerfModel)
     return model

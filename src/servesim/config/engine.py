@@ -97,6 +97,8 @@ VLLM_ENV_VARS = (
     "VLLM_FLASHINFER_MOE_BACKEND",
     "VLLM_USE_DEEP_GEMM",
     "VLLM_MOE_USE_DEEP_GEMM",
+    "VLLM_USE_DEEP_GEMM_E8M0",
+    "VLLM_USE_DEEP_GEMM_E8M0_HOPPER",
     "VLLM_ATTENTION_BACKEND",
 )
 #: The values vLLM's ``envs.py`` accepts for the two variables that are not switches (every

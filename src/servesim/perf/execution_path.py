@@ -145,14 +145,28 @@ class DeepGemmRun:
 
 
 def deep_gemm_run(engine: EngineConfig | None, gpu: GpuSpec | str) -> DeepGemmRun:
-    """``DeepGemmRun`` of ``engine.version`` on ``gpu`` (vLLM's defaults; None: the default
-    version's)."""
-    v = version_tuple(engine.version if engine is not None else EngineConfig().version)
-    sm = sm_of(gpu)
-    every = sm is not None and (sm >= 100 or v >= V0_11_1)
+    """``DeepGemmRun`` of ``engine.version`` on ``gpu`` (vLLM's defaults and ``engine.vllm_env``;
+    None: the default version's)."""
+    eng = engine if engine is not None else EngineConfig()
+    v = version_tuple(eng.version)
+    every = e8m0_used(v, sm_of(gpu), dict(eng.vllm_env))
     return DeepGemmRun(
         every_step=every, skips_padding=v >= V0_13_0, chunk_tokens=16384 if v >= V0_12_0 else 32768
     )
+
+
+def e8m0_used(v: tuple[int, ...], sm: int | None, env: dict[str, str]) -> bool:
+    """Whether DeepGEMM's GEMMs use E8M0 scales (``utils/deep_gemm.py``
+    ``is_deep_gemm_e8m0_used``). From v0.11.1 on any GPU DeepGEMM runs on, unless
+    ``VLLM_USE_DEEP_GEMM_E8M0=0``; through v0.11.0 on SM100 exactly
+    (``is_device_capability(100)``) with ``VLLM_USE_DEEP_GEMM_E8M0`` (default 1) and on SM90
+    with ``VLLM_USE_DEEP_GEMM_E8M0_HOPPER`` (default 0, v0.10.2-v0.11.0)."""
+    if sm is None:
+        return False
+    e8m0 = _flag(env, "VLLM_USE_DEEP_GEMM_E8M0") is not False
+    if v >= V0_11_1:
+        return e8m0
+    return (sm == 100 and e8m0) or (sm == 90 and _flag(env, "VLLM_USE_DEEP_GEMM_E8M0_HOPPER") is True)
 
 
 @dataclass(frozen=True)
@@ -345,19 +359,20 @@ def _fp8(
             return Choice("triton_fused_experts", f"{why} -> Triton fused_experts")
         dg_on = False
     if block and dg_on and sm in (90, 100):
-        every = sm >= 100 or v >= V0_11_1
+        every = e8m0_used(v, sm, env)
         if not every and not _deep_gemm_shape_ok(model, moe_tp):
             n = model.moe_intermediate_size // max(moe_tp, 1)
             return Choice(
                 "triton_fused_experts",
                 f"{src}: block-FP8 on SM{sm}, DeepGEMM allowed but without E8M0 scales (SM90 before "
-                f"v0.11.1) _valid_deep_gemm refuses N={n} (N <= {DEEP_GEMM_MIN_N} or not a multiple of "
-                f"{DEEP_GEMM_ALIGN}) -> Triton fused_experts at every step",
+                f"v0.11.1, or VLLM_USE_DEEP_GEMM_E8M0=0) _valid_deep_gemm refuses N={n} (N <= "
+                f"{DEEP_GEMM_MIN_N} or not a multiple of {DEEP_GEMM_ALIGN}) -> Triton fused_experts "
+                "at every step",
             )
         when = (
-            "at every step (E8M0 scales: SM100, SM90 from v0.11.1)"
+            "at every step (E8M0 scales: SM100, SM90 from v0.11.1; VLLM_USE_DEEP_GEMM_E8M0)"
             if every
-            else f"from {DEEP_GEMM_MIN_TOKENS} tokens a step, Triton below"
+            else f"from {DEEP_GEMM_MIN_TOKENS} tokens a step, Triton below (no E8M0 scales)"
         )
         return Choice(
             "deep_gemm",
