@@ -83,7 +83,7 @@ def test_a_sealed_run_writes_the_same_rows_and_waiting_sum() -> None:
     assert want_waiting == 1.25 + 0.5 + 0.5
     assert rows[1].seal(0.5) == want_waiting and rows[1].durations == [] and rows[1].sealed is not None
     assert rows[1].waiting_s(0.5) == want_waiting
-    assert rows[1].waiting_s(float("-inf")) == rows[0].waiting_s(float("-inf"))  # another start: computed
+    assert rows[1].waiting_s(float("-inf")) == rows[0].waiting_s(float("-inf"))  # from the doubles
     _event(plain, 2.25)
     _event(sealed, 2.25)
     want = plain.columns()

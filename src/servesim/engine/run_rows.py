@@ -44,21 +44,15 @@ class RunRows:
         self.staged_s: list[float] = []  # arrived during the run, staged (async scheduling)
         self._written: dict[str, list[Any]] | None = None
         self._first = 0  # index of the first row in the columns written
-        # After ``seal``: the step times as C doubles, and the waiting sum ``waiting_s`` gave
-        # for the start before the run it was given then.
-        self.sealed: array[float] | None = None
-        self._sealed_prev_s = 0.0
-        self._sealed_waiting_s = 0.0
+        self.sealed: array[float] | None = None  # after ``seal``: the step times as C doubles
 
     def seal(self, prev_start_s: float) -> float:
         """The run has ended and its rows are final (its replica counted who queued during
         it): keep its step times as C doubles, read while the run's floats are fresh, and
-        let go of the run's list. Returns ``waiting_s(prev_start_s)``, which it keeps."""
+        let go of the run's list. Returns ``waiting_s(prev_start_s)``, the replica's share."""
         w = self.waiting_s(prev_start_s)
         self.sealed = array("d", self.durations)
         self.durations = []
-        self._sealed_prev_s = prev_start_s
-        self._sealed_waiting_s = w
         return w
 
     def step_times(self) -> list[float]:
@@ -109,10 +103,7 @@ class RunRows:
         integrated over time), from the run itself, without writing the rows out.
         ``prev_start_s``: the start of the row just before them (the step that started the
         run), where a request staged by async scheduling may have arrived before."""
-        sealed = self.sealed
-        if sealed is not None and prev_start_s == self._sealed_prev_s:
-            return self._sealed_waiting_s
-        durations = self.durations if sealed is None else sealed.tolist()
+        durations = self.step_times()
         n = len(durations)
         span_s = 0.0
         t = last_start = self.start_s

@@ -153,7 +153,6 @@ class StepSeries:
         done = pending[:cut]
         cols = self._cols
         head = {name: col[:at] for name, col in cols.items()}
-        self._keep_waiting(head, done)
         at_runs = [a for a, _ in done]
         flat = flatten_runs([r for _, r in done])
         num_rows = len(head["start_s"]) + len(flat.durations)
@@ -167,10 +166,6 @@ class StepSeries:
         self._open = {rid: i - cut for rid, i in self._open.items()}
         self._num_emitted += num_rows
         self._emit(head, at_runs, flat)
-
-    def _keep_waiting(self, cols: dict[str, list[Any]], pending: list[tuple[int, StepRows]]) -> None:
-        """What a series that lets go of its rows keeps of those about to be emitted
-        (``StreamedStepSeries``); this one keeps the rows."""
 
     def _emit(self, cols: dict[str, list[Any]], at: list[int], flat: FlatRuns) -> None:
         """Final rows (event rows ``cols``, each run of ``flat`` after its ``at`` of them):
