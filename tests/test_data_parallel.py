@@ -15,6 +15,7 @@ from servesim.cluster.cluster import PoolSpec
 from servesim.cluster.router import ROUTERS, ReplicaLoad, RouterState
 from servesim.cluster.run import run_cluster
 from servesim.config import ClusterConfig, EngineConfig, ParallelConfig, PoolConfig, resolve_engine
+from servesim.engine.frontend import api_servers_per_rank
 from servesim.engine.request import Request
 from servesim.errors import ConfigError
 from servesim.perf.base import BatchStats
@@ -213,8 +214,8 @@ def test_from_vllm_0_16_each_rank_has_an_api_server_of_its_own(monkeypatch: pyte
     # serve.py); 0.12 ran one API server for all ranks.
     from servesim.cluster import cluster
 
-    assert cluster.api_servers_per_rank("0.16.0") and cluster.api_servers_per_rank("0.19.0")
-    assert not cluster.api_servers_per_rank("0.12.0") and not cluster.api_servers_per_rank("0.15.1")
+    assert api_servers_per_rank("0.16.0") and api_servers_per_rank("0.19.0")
+    assert not api_servers_per_rank("0.12.0") and not api_servers_per_rank("0.15.1")
     own = simulate(scenario(2, engine={"max_model_len": 4096, "version": "0.19.0"}))
     monkeypatch.setattr(cluster, "api_servers_per_rank", lambda version: False)  # else the same
     one = simulate(scenario(2, engine={"max_model_len": 4096, "version": "0.19.0"}))

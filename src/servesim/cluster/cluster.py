@@ -49,13 +49,13 @@ from servesim.cluster.router import ROUTERS, ReplicaLoad, RouterState
 from servesim.cluster.spec import PoolSpec, TenantRun
 from servesim.cluster.transfer import Link
 from servesim.config import ClusterConfig
-from servesim.config.engine import version_tuple
 from servesim.engine.arrivals import (
     done_when_seen,
     rejection_reason,
 )
 from servesim.engine.build import build_replica
 from servesim.engine.events import EventLoop
+from servesim.engine.frontend import api_servers_per_rank
 from servesim.engine.lazy import LazyScheduler
 from servesim.engine.replica import Replica
 from servesim.engine.request import ReqStatus, Request
@@ -67,7 +67,7 @@ if TYPE_CHECKING:  # operations, and features a plain run does not use, imported
     from servesim.cluster.migration import Migrator
     from servesim.cluster.models import ModelRoutes
     from servesim.cluster.operations import Operations
-    from servesim.engine.tenants import TenantCounters, TenantGate, TenantSetup
+    from servesim.engine.tenants import TenantGate, TenantSetup
 
 # Routers that read nothing of a replica's load but how many candidates there are, or their
 # outstanding counts: their view is built without scanning each replica's queues.
@@ -84,20 +84,6 @@ _RUN_BLIND = _LENGTH_ONLY | _OUTSTANDING_ONLY | frozenset(ROUTERS[n] for n in ("
 #: the cut runs to).
 CUT_RUNS = True
 _NO_LOAD = ReplicaLoad()  # every entry of a length-only view (the routers do not read it)
-
-#: From this vLLM version ``vllm serve --data-parallel-size N`` starts N API-server
-#: processes (``entrypoints/cli/serve.py``: ``--api-server-count`` defaults to the DP size
-#: with its internal load balancer; read in 0.16.0 and 0.32.0; 0.12.0 starts one; 0.13-0.15
-#: not read, taken as one).
-API_SERVER_PER_RANK_FROM = (0, 16)
-
-
-def api_servers_per_rank(version: str) -> bool:
-    """Does a DP server of vLLM ``version`` run one API server per rank (not one for all)?
-    Simplified: vLLM's API servers take connections as the kernel hands them out and send
-    each request to the least loaded rank, not one server a rank; the model gives each rank
-    its own, the same load on each."""
-    return version_tuple(version)[:2] >= API_SERVER_PER_RANK_FROM
 
 
 class Cluster:
@@ -590,6 +576,7 @@ class Cluster:
         if self.tenants is None and (self.wl is None or self.wl.tenant is None):
             return None
         from servesim.engine.policy_base import PolicyScheduler
+        from servesim.engine.tenants import merged_counters
 
         counters = [
             c
@@ -605,25 +592,3 @@ class Cluster:
 def _child(rng: np.random.Generator) -> np.random.Generator:
     """A generator of its own, seeded from ``rng``'s next draw."""
     return np.random.default_rng(rng.integers(1 << 63))
-
-
-def merged_counters(per_replica: list[TenantCounters]) -> TenantCounters | None:
-    """The tenants' counters over all replicas: each replica's VTC counters, served tokens
-    summed, and the largest spread any replica saw (a lone replica's are its own).
-    Simplified: each replica runs VTC on its own queue, as vLLM replicas behind a router do;
-    nothing balances the counters across replicas."""
-    if not per_replica:
-        return None
-    if len(per_replica) == 1:
-        return per_replica[0]
-    from servesim.engine.tenants import TenantCounters
-
-    first = per_replica[0]
-    out = TenantCounters(first.weights, first.w_input, first.w_output)
-    for c in per_replica:
-        for t in range(len(out.counters)):
-            out.counters[t] += c.counters[t]
-            out.served_input[t] += c.served_input[t]
-            out.served_output[t] += c.served_output[t]
-        out.max_spread = max(out.max_spread, c.max_spread)
-    return out

@@ -45,7 +45,7 @@ class PoolSpec:
 @dataclass(slots=True)
 class TenantRun:
     """What a run with tenants measured besides the records: the schedulers' counters over
-    all replicas (``cluster.merged_counters``; None where no scheduler keeps them) and the
+    all replicas (``engine.tenants.merged_counters``; None where no scheduler keeps them) and the
     gate's rejections by (tenant, reason)."""
 
     scheduler: TenantCounters | None

@@ -26,7 +26,7 @@ MEASURED_PER_CHUNK_S = 69e-6
 class FrontendConfig(_Strict):
     """vLLM's OpenAI API server (the front-end process of ``vllm serve``) before the engine.
 
-    One process (one per data-parallel rank from vLLM 0.16, ``cluster.api_servers_per_rank``)
+    One process (one per data-parallel rank from vLLM 0.16, ``engine.frontend.api_servers_per_rank``)
     and one tokenizer worker serve every request in turn (vLLM 0.10-0.19: the
     ``AsyncMicrobatchTokenizer``'s single-thread executor; 0.32: the renderer's pool of
     ``renderer_num_workers`` = 1), so each request's HTTP handling, validation and

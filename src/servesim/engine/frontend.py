@@ -41,6 +41,22 @@ same from step to step), not request by request.
 
 from __future__ import annotations
 
+from servesim.config.engine import version_tuple
+
+#: From this vLLM version ``vllm serve --data-parallel-size N`` starts N API-server
+#: processes (``entrypoints/cli/serve.py``: ``--api-server-count`` defaults to the DP size
+#: with its internal load balancer; read in 0.16.0 and 0.32.0; 0.12.0 starts one; 0.13-0.15
+#: not read, taken as one).
+API_SERVER_PER_RANK_FROM = (0, 16)
+
+
+def api_servers_per_rank(version: str) -> bool:
+    """Does a DP server of vLLM ``version`` run one API server per rank (not one for all)?
+    Simplified: vLLM's API servers take connections as the kernel hands them out and send
+    each request to the least loaded rank, not one server a rank; the model gives each rank
+    its own, the same load on each."""
+    return version_tuple(version)[:2] >= API_SERVER_PER_RANK_FROM
+
 
 class Frontend:
     """The FIFO server: ``admit_at(now, n)`` is when a request of ``n`` prompt tokens that

@@ -276,3 +276,23 @@ def resolve_tenants(names: list[str], configs: list) -> TenantSetup:
         )
         slos.append(c.slo if c is not None else None)
     return TenantSetup(list(names), weights, limits, slos)
+
+
+def merged_counters(per_replica: list[TenantCounters]) -> TenantCounters | None:
+    """The tenants' counters over all replicas: each replica's VTC counters, served tokens
+    summed, and the largest spread any replica saw (a lone replica's are its own).
+    Simplified: each replica runs VTC on its own queue, as vLLM replicas behind a router do;
+    nothing balances the counters across replicas."""
+    if not per_replica:
+        return None
+    if len(per_replica) == 1:
+        return per_replica[0]
+    first = per_replica[0]
+    out = TenantCounters(first.weights, first.w_input, first.w_output)
+    for c in per_replica:
+        for t in range(len(out.counters)):
+            out.counters[t] += c.counters[t]
+            out.served_input[t] += c.served_input[t]
+            out.served_output[t] += c.served_output[t]
+        out.max_spread = max(out.max_spread, c.max_spread)
+    return out
