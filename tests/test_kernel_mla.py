@@ -58,7 +58,7 @@ def test_the_prefill_attention_is_the_measured_module_less_its_projections(name,
     # a 1k prompt: the module's attention and small kernels are over 10x what the roofline
     # gave the attention alone (0.11-0.12 ms a layer against 0.006-0.007 ms): the norms,
     # rotary, cache write and split of the up-projected keys the GQA tables do not hold
-    roof = gqa_roof("ctx", m, g, pm.eff, pm.kv_dtype_bytes, m.head_dim)
+    roof = gqa_roof("ctx", g, pm.eff, pm.kv_dtype_bytes, m.head_dim)
     alone = float(roof(np.array([1.0]), np.array([1024.0]), heads, heads)[0])
     assert _prefill(pm, 1, 1024)["attn_prefill"] / m.num_layers > 10 * alone
 

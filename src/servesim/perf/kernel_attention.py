@@ -37,6 +37,7 @@ roofline.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from math import log
 
 import numpy as np
@@ -46,6 +47,7 @@ from servesim.catalog.models import ModelSpec
 from servesim.config.engine import version_tuple
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.kernels import (
+    DTYPES,
     SIBLINGS,
     KernelDatabase,
     ext_grid,
@@ -64,7 +66,7 @@ MLA_PROXY_HEAD_DIM = 128
 MAX_BATCH, MAX_LENGTH = float(1 << 16), float(1 << 22)
 
 
-def gqa_roof(prefix: str, model: ModelSpec, gpu: GpuSpec, eff: Efficiencies, kvb: float, hd: int) -> Roof3:
+def gqa_roof(prefix: str, gpu: GpuSpec, eff: Efficiencies, kvb: float, hd: int) -> Roof3:
     """Roofline seconds of one layer's attention at (batch, length, heads, KV heads)."""
     peak = gpu.flops_for("bfloat16")
     if prefix == "ctx":
@@ -138,10 +140,10 @@ def _layer_grid(
     bound = ""
     if prefix == "gen" and table_gpu is None:
         lat, bound = _sibling_bound(
-            db, gpu, kv_dtype, hd, ch, ckv, window, batch, lens, lat, not mla, max(1, round(kv))
+            db, gpu, kv_dtype, hd, ch, ckv, window, batch, lens, lat, not mla, max(1, round(kv)), eff
         )
-    roof_h = gqa_roof(prefix, m, gpu, eff, kvb, hd)
-    roof_t = roof_h if table_gpu is None else gqa_roof(prefix, m, table_gpu, eff, kvb, hd)
+    roof_h = gqa_roof(prefix, gpu, eff, kvb, hd)
+    roof_t = roof_h if table_gpu is None else gqa_roof(prefix, table_gpu, eff, kvb, hd)
     target: Callable[[np.ndarray, np.ndarray], np.ndarray]
     target = _mla_decode_roof(m, gpu, eff, tp, kvb) if mla else (lambda b, s: roof_h(b, s, h, kv))
     lat = lat.astype(np.float64)
@@ -180,6 +182,7 @@ def _sibling_bound(
     lat: np.ndarray,
     split_kv: bool = True,
     model_kv_heads: int = 0,
+    eff: Efficiencies | None = None,
 ) -> tuple[np.ndarray, str]:
     """A decode class's latencies (ms) bounded by the same class measured on the same die:
     this GPU's table of another vLLM version, and its sibling's (``SIBLINGS``: the same die
@@ -198,6 +201,16 @@ def _sibling_bound(
     sliding-window classes 2-4x at every size), the newer measurement of the same die bounds
     it (the 0.19.0 collector's H100 runs split the KV as vLLM does; an older table is not
     taken to bound a newer one).
+    The sibling's latencies are carried to this GPU before they bound it: the table's
+    smallest latency (the kernel's fixed time) kept, the part above it scaled by what the
+    two GPUs' own tables of that version measure where neither kernel splits the KV
+    (``sibling_decode_ratio``: H200 over H100 0.71-0.72 with a bf16 KV cache, about its
+    bandwidth ratio 3.35 / 4.8 = 0.70, and 0.87-0.92 with an FP8 one), else by the ratio of
+    the class's decode rooflines (``gqa_roof``; ``eff``: default ``Efficiencies()``). Taken
+    raw, the bound left H200 at H100's bandwidth: MiniMax-M2.5 at TP 8 (one bf16 KV head a
+    rank), 64 requests of 16k tokens, took 162 us a layer (H200's own point; H100's 188 us
+    did not bound it) where H200 reads the 537 MB of KV at full bandwidth in 112 us; carried,
+    136 us.
     ``split_kv`` False (an MLA decode priced from the class, another kernel): only the
     sibling's table of the same version bounds it."""
     sib = SIBLINGS.get(gpu.name)
@@ -221,6 +234,9 @@ def _sibling_bound(
         else np.ones((len(batch), 1), bool)
     )
     out, names = lat, []
+    eff = eff if eff is not None else Efficiencies()
+    kvb = 1.0 if kv_dtype == "fp8" else 2.0
+    bb, ss = np.meshgrid(np.asarray(batch, np.float64), np.asarray(lens, np.float64), indexing="ij")
     for name, version in others:
         other = load_database(name, version).attention_class("gen", kv_dtype, hd, heads, kv_heads, window)
         if (
@@ -229,13 +245,25 @@ def _sibling_bound(
             or not (np.array_equal(other[0], batch) and np.array_equal(other[1], lens))
         ):
             continue
+        theirs, label = other[2].astype(np.float64), f"its {version}"
+        if name != gpu.name:  # the sibling's times on this GPU, above their fixed time
+            floor = float(np.nanmin(theirs))
+            carry = sibling_decode_ratio(gpu.name, name, version, kv_dtype, hd)
+            if carry is None:  # no pair of tables to measure it: the rooflines' ratio
+                here = gqa_roof("gen", gpu, eff, kvb, hd)(bb, ss, float(heads), float(kv_heads))
+                there = gqa_roof("gen", get_gpu(name), eff, kvb, hd)(bb, ss, float(heads), float(kv_heads))
+                theirs = floor + (theirs - floor) * here / there
+                label = f"{name} {version} (carried by the rooflines)"
+            else:
+                theirs = floor + (theirs - floor) * carry
+                label = f"{name} {version} (x{carry:.2f} above its fixed time)"
         with np.errstate(invalid="ignore"):
-            slower = np.isfinite(out) & np.isfinite(other[2]) & (out > other[2])
+            slower = np.isfinite(out) & np.isfinite(theirs) & (out > theirs)
         if version != db.version:  # a newer version's table: the split-KV bound
             slower &= splits
         if slower.any():
-            out = np.where(slower, other[2], out)
-            names.append(f"{name} {version}" if name != gpu.name else f"its {version}")
+            out = np.where(slower, theirs, out)
+            names.append(label)
     if not names:
         return lat, ""
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -248,6 +276,55 @@ def _sibling_bound(
     )
 
 
+@cache
+def sibling_decode_ratio(gpu_name: str, sib_name: str, version: str, kv_dtype: str, hd: int) -> float | None:
+    """How much longer ``gpu_name``'s decode attention takes than its sibling's, above each
+    table's fixed time, as their own tables of ``version`` measure it where neither table's
+    kernel splits the KV: the median over every (batch, length >= 2k) point of every
+    full-attention class of ``kv_dtype`` and head size ``hd`` measured on both, with
+    batch x KV heads >= 80% of the SMs (FA3's ``num_splits_heuristic`` runs one split
+    there, whatever the collector did), of (t - its class's smallest time) / (the sibling's
+    t - its smallest). None: no such point (the caller takes the rooflines' ratio).
+
+    H200 over H100 (1.43x the bandwidth: 0.70 if memory-bound), head size 128, 241 points
+    each: a bf16 KV cache 0.71 (vLLM 0.19.0's tables) and 0.72 (0.14.0's); an FP8 one 0.87
+    and 0.92. The FP8 cache gains less than the bandwidth: the FP8 decode is not bound by
+    its bytes alone (FA3 converts every key and value it loads), so no roofline carries it."""
+    here, there = load_database(gpu_name, version), load_database(sib_name, version)
+    if not (here.has("gen") and there.has("gen")) or kv_dtype not in DTYPES:
+        return None
+    num_sms = get_gpu(gpu_name).num_sms or get_gpu(sib_name).num_sms
+    if not num_sms:
+        return None
+    ratios: list[np.ndarray] = []
+    for key in here.arrays["gen.keys"]:
+        if key[0] != DTYPES.index(kv_dtype) or key[1] != hd or key[4]:
+            continue
+        h, kv = int(key[2]), int(key[3])
+        a, b = (
+            here.attention_class("gen", kv_dtype, hd, h, kv),
+            there.attention_class("gen", kv_dtype, hd, h, kv),
+        )
+        if a is None or b is None or a[3] != (h, kv) or b[3] != (h, kv):
+            continue
+        if not (np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])):
+            continue
+        ta, tb = a[2].astype(np.float64), b[2].astype(np.float64)
+        fa, fb = float(np.nanmin(ta)), float(np.nanmin(tb))
+        ok = (
+            (a[0].astype(np.float64)[:, None] * kv >= 0.8 * num_sms)
+            & (a[1].astype(np.float64)[None, :] >= 2048)
+            & np.isfinite(ta)
+            & np.isfinite(tb)
+        )
+        ok &= tb > fb
+        if ok.any():
+            ratios.append((ta[ok] - fa) / (tb[ok] - fb))
+    if not ratios:
+        return None
+    return float(np.median(np.concatenate(ratios)))
+
+
 def _roof_grid(
     prefix: str, model: ModelSpec, gpu: GpuSpec, tp: int, kvb: float, eff: Efficiencies
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -258,7 +335,7 @@ def _roof_grid(
     if m.is_mla and prefix == "gen":
         sec = _mla_decode_roof(m, gpu, eff, tp, kvb)(bb, ss)
     else:
-        sec = gqa_roof(prefix, m, gpu, eff, kvb, m.head_dim)(
+        sec = gqa_roof(prefix, gpu, eff, kvb, m.head_dim)(
             bb, ss, m.num_attention_heads // tp, m.kv_heads_per_rank(tp)
         )
     return ext_b, ext_s, np.log(sec)

@@ -94,7 +94,7 @@ def mla_prefill_grid(
     if s is None:
         return None
     heads = m.num_attention_heads // tp
-    mha = gqa_roof("ctx", m, gpu, eff, kvb, m.head_dim)  # multi-head: as many KV heads as heads
+    mha = gqa_roof("ctx", gpu, eff, kvb, m.head_dim)  # multi-head: as many KV heads as heads
 
     def roof(b: np.ndarray, length: np.ndarray) -> np.ndarray:
         return mha(b, length, heads, heads)
