@@ -160,7 +160,10 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         self._prefill = self._attention("ctx", "attn_prefill")
         self._decode = self._attention("gen", "attn_decode")
         one = self.roofline.breakdown(BatchStats(num_prefill_tokens=1, num_prefill_reqs=1))
-        self._el_tok = one["elementwise"]  # the default roofline's elementwise class is linear in T
+        # The default roofline's elementwise class is linear in T; the MoE layers' activation
+        # is left to the fused-MoE tables, which time vLLM's whole op (activation included).
+        r = self.roofline
+        self._el_tok = one["elementwise"] * (1.0 - r._work["moe_act_tok"] / r._work["el_tok"])
         ops = mem_ops_per_step(model)
         self._el_const = MEM_OP_LATENCY_S * ops
         self._samp_req = one["sampling"]

@@ -54,6 +54,10 @@ def work_coefficients(
         "dec_f": m.attn_flops_per_pair(tp, decode=True) * Lf,  # per context token
         "el_tok": L * ba * (8 * H + 2 * (q + kv) + max(1, m.num_experts_per_tok) * (up + width))
         + 6 * H * ba,  # + embedding, final norm
+        # Of el_tok, the MoE layers' gated activation (gate/up output read, activation written):
+        # vLLM runs it inside its fused-MoE op, so a model that times that op from its kernel
+        # tables charges it there (perf.kernel_model), not as an elementwise kernel.
+        "moe_act_tok": Le * ba * max(1, m.num_experts_per_tok) * (up + width) if m.is_moe else 0.0,
         # 1024-element passes along one token's row per iteration: 2 norms, rotary (q, k),
         # activation, final norm (the residual adds are fused into the norms in vLLM).
         "el_rows": (L * (2 * H + q + kv + width) + H) / ROW_THREADS,

@@ -6,7 +6,7 @@ a mark whose row meets its goal is stale, and the suite's output says so on that
 from __future__ import annotations
 
 _EAGER_H100 = (
-    "over-predicted on its 1k prompts (median +24%; the 8k ones -18%): a 1,024-token "
+    "over-predicted on its 1k prompts (median +22%; the 8k ones -20%): a 1,024-token "
     "prefill is above the 512-token CUDA-graph capture of its PIECEWISE mode and runs "
     "without graphs, and the host floor of such steps (fitted on Llama-3.1-70B's runs "
     "alone, carried by kernel count: 62 layers x 1.31 ms) puts it at 81 ms; the H100 rows "
@@ -17,11 +17,11 @@ _EAGER_H100 = (
 #: ``servesim validate --suite silicon``), with the reason servesim misses the goal.
 SILICON_KNOWN_BAD: dict[tuple[str, str], str] = {
     ("Kimi-K2.5 fp4 b300_sxm", "TTFT"): (
-        "23% (22 runs; median +23%, its 1k prompts +23-59%): the B200 recipe these runs served, with "
+        "23% (22 runs; median +23%, its 1k prompts +21-59%): the B200 recipe these runs served, with "
         "CUDA graphs only up to 2 x CONC tokens, measured 170 ms at 4 clients on B200 and 84 ms on "
         "B300 (TP 4, vLLM 0.17.0; the CUDA 12.9 image on B200, the CUDA 13.0 one on B300); "
         "servesim's host floor of steps without graphs is one figure for every machine and puts "
         "both at 129 ms"
     ),
-    ("MiniMax-M2.5 fp8 h100_sxm", "TTFT"): "24% (30 runs), " + _EAGER_H100,
+    ("MiniMax-M2.5 fp8 h100_sxm", "TTFT"): "22% (30 runs), " + _EAGER_H100,
 }
