@@ -60,7 +60,11 @@ class RunRows:
         segs, phases = flat.segs, flat.phases
         bs = self.block_size
         for (n, k, _), (j0, base, ph) in zip(self.segments, self.phases):
-            segs.extend((n, k, j0, base, bs))
+            segs.append(n)  # SEG_FIELDS values
+            segs.append(k)
+            segs.append(j0)
+            segs.append(base)
+            segs.append(bs)
             phases.extend(ph)
         flat.queued_s.extend(self.queued_s)
         flat.num_queued.append(len(self.queued_s))

@@ -1,4 +1,4 @@
-"""Runs of step-series rows as flat buffers (``FlatRuns``), for building their columns with
+"""Runs of step-series rows as flat lists and C doubles (``FlatRuns``), for building their columns with
 numpy (``metrics.step_arrays``). Compiled with the engine (mypyc, ``setup.py``): each run
 writes itself in (``StepRows.flatten_into``, a native loop over its own fields) as soon as
 its rows are final, so that no object a run outlives it in the series.
@@ -31,7 +31,7 @@ class StepRows(Protocol):
 
 
 class FlatRuns:
-    """Runs of rows (``StepRows``) one after another in typed buffers, for
+    """Runs of rows (``StepRows``) one after another (step times as C doubles, the rest as lists), for
     ``step_arrays.rows_to_arrays`` (which reads the same fields as numpy arrays from
     ``step_arrays.PackedRuns``)."""
 
@@ -47,8 +47,8 @@ class FlatRuns:
         self.num_staged: list[int] = []
         # per segment, SEG_FIELDS values: pool size, rows, its first step, KV blocks in use
         # before it, its block size (its replica's KV cache's)
-        self.segs: array[int] = array("q")
-        self.phases: array[int] = array("q")  # per segment, its block size's counts: the pool by block phase
+        self.segs: list[int] = []
+        self.phases: list[int] = []  # per segment, its block size's counts: the pool by block phase
 
     def copy(self) -> FlatRuns:
         """A copy, for rows to be added to without changing these."""

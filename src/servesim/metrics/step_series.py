@@ -175,11 +175,14 @@ class StepSeries:
                 at = 0
         if at == 0 and not self._flat_at:
             return
-        cols = self._cols
-        head = {name: col[:at] for name, col in cols.items()}
+        head = self._cols
+        tail: dict[str, list[Any]] = {}
+        for name, col in head.items():  # the rows after ``at`` move, the others stay
+            tail[name] = col[at:]
+            del col[at:]
         at_runs, flat = self._flat_at, self._flat
         num_rows = at + self._num_flat_rows
-        self._set_cols({name: col[at:] for name, col in cols.items()})
+        self._set_cols(tail)
         self._pending = [(a - at, r) for a, r in pending]
         self._flat, self._flat_at, self._num_flat_rows = FlatRuns(), [], 0
         self._num_emitted += num_rows
