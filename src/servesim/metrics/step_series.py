@@ -118,9 +118,9 @@ class StepSeries:
         self._num_waiting.append(num_waiting)
         self._kv_blocks_used.append(kv_blocks_used)
         self._num_preempted.append(num_preempted)
-        if self._open and replica in self._open:
-            del self._open[replica]  # the replica's run before this row is final now
-            self._flush(False)
+        if self._open:  # the replica's run before this row is final now
+            if self._open.pop(replica, -1) == self._first_pending:  # the first run not written
+                self._flush(False)
         if len(self._start_s) + self._num_pending_rows + self._num_flat_rows >= self.row_group_rows:
             self._emit_final(False)
 
@@ -144,8 +144,13 @@ class StepSeries:
         the buffers (``_flat``) and let them go."""
         pending = self._pending
         n = len(pending)
-        if not everything and self._open:
-            n = min(self._open.values()) - self._first_pending
+        if everything:
+            self._open = {}  # every run written as it is
+        elif self._open:
+            first, is_open = self._first_pending, self._open
+            n = 0
+            while n < len(pending) and is_open.get(pending[n][1].replica_id, -1) != first + n:
+                n += 1
         if n <= 0:
             return
         flat, flat_at = self._flat, self._flat_at
