@@ -1,16 +1,18 @@
-"""The step-series rows of a run of pure-decode steps, kept as the run until they are read.
+"""The step-series rows of a run of pure-decode steps, kept as the run until they are final.
 
 A run (``decode_runs.Run``) of k steps would be k rows of the step series, nine values
 each; most simulations never read them (the summary needs none on a lone replica). So the
 replica hands the series a ``RunRows`` (``metrics.records.StepSeries.add_rows``), which
-writes the same rows, value for value, when a column is first read: start times summed
-step by step from the run's start, as the engine's clock did; KV blocks in use from the
-blocks each step's crossings took, from the pool's block phases at the segment's start;
-and the waiting counts of the steps after requests queued during the run.
+stands for the same rows, value for value: start times summed step by step from the run's
+start, as the engine's clock did; KV blocks in use from the blocks each step's crossings
+took, from the pool's block phases at the segment's start; and the waiting counts of the
+steps after requests queued during the run (``add_waiting``, when the run ends).
 
-Once the run has ended (``seal``) its step times are kept as C doubles: a series holds up to
-a million rows before it packs them, and a float object a row, read back and freed long
-after the run, cost more than the run itself.
+Once the rows are final (the replica has stepped again) the series has the run write itself
+into its buffers (``flatten_into``: the step times as C doubles, a few numbers a run and a
+segment; ``metrics.flat_runs.FlatRuns``) and lets it go, while its lists are fresh: their
+columns are built with numpy when read (``metrics.step_arrays``). ``write`` writes the rows
+one value at a time, for a series read as lists before the run is written in.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Runs of step-series rows as flat lists and C doubles (``FlatRuns``), for building their columns with
-numpy (``metrics.step_arrays``). Compiled with the engine (mypyc, ``setup.py``): each run
-writes itself in (``StepRows.flatten_into``, a native loop over its own fields) as soon as
-its rows are final, so that no object a run outlives it in the series.
+"""Runs of step-series rows one after another (``FlatRuns``: step times as C doubles, the
+rest as lists), for building their columns with numpy (``metrics.step_arrays``). Compiled
+with the engine (mypyc, ``setup.py``): each run writes itself in (``StepRows.flatten_into``,
+native code over its own fields) as soon as its rows are final, and the series lets it go.
 """
 
 from __future__ import annotations
@@ -31,9 +31,8 @@ class StepRows(Protocol):
 
 
 class FlatRuns:
-    """Runs of rows (``StepRows``) one after another (step times as C doubles, the rest as lists), for
-    ``step_arrays.rows_to_arrays`` (which reads the same fields as numpy arrays from
-    ``step_arrays.PackedRuns``)."""
+    """Runs of rows (``StepRows``) one after another, for ``step_arrays.rows_to_arrays``
+    (which reads the same fields as numpy arrays from ``step_arrays.PackedRuns``)."""
 
     def __init__(self) -> None:
         self.durations: array[float] = array("d")  # every row's
