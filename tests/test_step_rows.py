@@ -66,29 +66,27 @@ def test_columns_given_at_construction() -> None:
     assert len(s) == 2 and s.replica == []
 
 
-def test_a_sealed_run_writes_the_same_rows_and_waiting_sum() -> None:
-    """Once its run ended, a run's step times are kept as C doubles (``RunRows.seal``): the
-    rows written, their packed columns and the waiting sums are those of the unsealed run."""
-    plain, sealed = StepSeries(), StepSeries()
+def test_a_final_run_written_into_the_buffers_gives_the_same_rows() -> None:
+    """Once its replica steps again, a run's rows are final: the series writes them into its
+    typed buffers (``RunRows.flatten_into``) and lets the run go. The rows read back, and the
+    waiting sum of its seal, are those of the run read while in flight."""
+    open_s, final = StepSeries(), StepSeries()
     rows = []
-    for s in (plain, sealed):
+    for s in (open_s, final):
         r = RunRows(0, _run(), 1, 4)
         r.add_waiting([1.6], [1.2])
         _event(s, 0.5)
         s.add_rows(r)
         rows.append(r)
-    want_waiting = rows[0].waiting_s(0.5)
     # 1 waiting in each of the five rows (1.25 s of steps); 1 queued at 1.6 in the rows from 1.75
     # on (0.5 s); 1 staged at 1.2 from the row after the first to start after it (1.5): 0.5 s
-    assert want_waiting == 1.25 + 0.5 + 0.5
-    assert rows[1].seal(0.5) == want_waiting and rows[1].durations == [] and rows[1].sealed is not None
-    assert rows[1].waiting_s(0.5) == want_waiting
-    assert rows[1].waiting_s(float("-inf")) == rows[0].waiting_s(float("-inf"))  # from the doubles
-    _event(plain, 2.25)
-    _event(sealed, 2.25)
-    want = plain.columns()
-    got = sealed.columns()  # packed through flat_runs: the doubles copied as a block
+    assert rows[1].seal(0.5) == rows[0].waiting_s(0.5) == 1.25 + 0.5 + 0.5
+    want = open_s.columns()  # the run still held, flattened for the read
+    _event(final, 2.25)
+    assert final._pending == [] and final._flat.num_rows == [5] and len(final) == 7  # written, let go
+    got = final.columns()
     for name in want:
-        assert want[name].tolist() == got[name].tolist(), name
-    assert sealed.duration_s == [0.5, 0.5, 0.25, 0.25, 0.125, 0.125, 0.5]  # written from the doubles
-    assert sealed.num_waiting == plain.num_waiting == [0, 1, 1, 3, 3, 3, 0]
+        assert want[name].tolist() == got[name][:6].tolist(), name
+    assert final.duration_s == [0.5, 0.5, 0.25, 0.25, 0.125, 0.125, 0.5]  # read back from the buffers
+    assert final.num_waiting == [0, 1, 1, 3, 3, 3, 0]
+    assert final.kv_blocks_used == [9, 10, 12, 12, 13, 14, 9]

@@ -1,26 +1,28 @@
-"""The step-series rows of a run of pure-decode steps, kept as the run until they are read.
+"""The step-series rows of a run of pure-decode steps, kept as the run until they are final.
 
 A run (``decode_runs.Run``) of k steps would be k rows of the step series, nine values
 each; most simulations never read them (the summary needs none on a lone replica). So the
 replica hands the series a ``RunRows`` (``metrics.records.StepSeries.add_rows``), which
-writes the same rows, value for value, when a column is first read: start times summed
-step by step from the run's start, as the engine's clock did; KV blocks in use from the
-blocks each step's crossings took, from the pool's block phases at the segment's start;
-and the waiting counts of the steps after requests queued during the run.
+stands for the same rows, value for value: start times summed step by step from the run's
+start, as the engine's clock did; KV blocks in use from the blocks each step's crossings
+took, from the pool's block phases at the segment's start; and the waiting counts of the
+steps after requests queued during the run (``add_waiting``, when the run ends).
 
-Once the run has ended (``seal``) its step times are kept as C doubles: a series holds up to
-a million rows before it packs them, and a float object a row, read back and freed long
-after the run, cost more than the run itself.
+Once the rows are final (the replica has stepped again) the series has the run write itself
+into its buffers (``flatten_into``: the step times as C doubles, a few numbers a run and a
+segment; ``metrics.flat_runs.FlatRuns``) and lets it go, while its lists are fresh: their
+columns are built with numpy when read (``metrics.step_arrays``). ``write`` writes the rows
+one value at a time, for a series read as lists before the run is written in.
 """
 
 from __future__ import annotations
 
-from array import array
 from bisect import bisect_left
 from itertools import accumulate
 from typing import Any
 
 from servesim.engine.decode_runs import Run
+from servesim.metrics.flat_runs import FlatRuns
 
 
 class RunRows:
@@ -44,21 +46,32 @@ class RunRows:
         self.staged_s: list[float] = []  # arrived during the run, staged (async scheduling)
         self._written: dict[str, list[Any]] | None = None
         self._first = 0  # index of the first row in the columns written
-        self.sealed: array[float] | None = None  # after ``seal``: the step times as C doubles
 
     def seal(self, prev_start_s: float) -> float:
         """The run has ended and its rows are final (its replica counted who queued during
-        it): keep its step times as C doubles, read while the run's floats are fresh, and
-        let go of the run's list. Returns ``waiting_s(prev_start_s)``, the replica's share."""
-        w = self.waiting_s(prev_start_s)
-        self.sealed = array("d", self.durations)
-        self.durations = []
-        return w
+        it): ``waiting_s(prev_start_s)``, the replica's share of the waiting seconds."""
+        return self.waiting_s(prev_start_s)
 
-    def step_times(self) -> list[float]:
-        """The rows' step times (a list, sealed or not)."""
-        sealed = self.sealed
-        return self.durations if sealed is None else sealed.tolist()
+    def flatten_into(self, flat: FlatRuns) -> None:
+        """Append the rows, as ``step_arrays.rows_to_arrays`` reads them, to ``flat``."""
+        flat.durations.fromlist(self.durations)
+        flat.start_s.append(self.start_s)
+        flat.num_rows.append(self.num_rows)
+        flat.replica.append(self.replica_id)
+        flat.num_waiting.append(self.num_waiting)
+        segs, phases = flat.segs, flat.phases
+        bs = self.block_size
+        for (n, k, _), (j0, base, ph) in zip(self.segments, self.phases):
+            segs.append(n)  # SEG_FIELDS values
+            segs.append(k)
+            segs.append(j0)
+            segs.append(base)
+            segs.append(bs)
+            phases.extend(ph)
+        flat.queued_s.extend(self.queued_s)
+        flat.num_queued.append(len(self.queued_s))
+        flat.staged_s.extend(self.staged_s)
+        flat.num_staged.append(len(self.staged_s))
 
     def add_waiting(self, queued_s: list[float], staged_s: list[float]) -> None:
         """Requests that queued during the run (``queued_s``, sorted) count as waiting in
@@ -74,7 +87,7 @@ class RunRows:
         """Append the run's rows to the series' columns."""
         starts, used = cols["start_s"], cols["kv_blocks_used"]
         decodes, running = cols["num_decode_reqs"], cols["num_running"]
-        durations = self.step_times()
+        durations = self.durations
         first = len(starts)
         bs = self.block_size
         t = self.start_s
@@ -103,7 +116,7 @@ class RunRows:
         integrated over time), from the run itself, without writing the rows out.
         ``prev_start_s``: the start of the row just before them (the step that started the
         run), where a request staged by async scheduling may have arrived before."""
-        durations = self.step_times()
+        durations = self.durations
         n = len(durations)
         span_s = 0.0
         t = last_start = self.start_s

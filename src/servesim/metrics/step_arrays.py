@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from servesim.metrics.flat_runs import FlatRuns, StepRows  # noqa: F401 (StepRows: re-exported)
+from servesim.metrics.flat_runs import SEG_FIELDS, FlatRuns, StepRows  # noqa: F401 (StepRows: re-exported)
 
 STEP_COLUMNS = (
     "replica",
@@ -98,13 +98,14 @@ def rows_to_arrays(
     out["num_preempted"][where] = 0
 
     # Segments: pool size n for k rows; KV blocks from the phases at the segment's start.
-    seg_k = _array(flat.seg_k, np.int64)
+    segs = _array(flat.segs, np.int64).reshape(-1, SEG_FIELDS)
+    seg_k = segs[:, 1]
     n_segs = len(seg_k)
-    decodes = np.repeat(_array(flat.seg_n, np.int64), seg_k)
+    decodes = np.repeat(segs[:, 0], seg_k)
     out["num_decode_reqs"][where] = decodes
     out["num_running"][where] = decodes  # only pooled decodes run in a run
-    seg_bs = _array(flat.seg_bs, np.int64)  # block sizes: pools of a cluster may differ
-    seg_j0 = _array(flat.seg_j0, np.int64)
+    seg_bs = segs[:, 4]  # block sizes: pools of a cluster may differ
+    seg_j0 = segs[:, 2]
     table = _phase_table(_array(flat.phases, np.int64), seg_bs)
     seg_off = np.zeros(n_segs, np.int64)
     np.cumsum(seg_k[:-1], out=seg_off[1:])
@@ -112,7 +113,7 @@ def rows_to_arrays(
     step = seg_j0[seg_id] + (np.arange(n_run) - seg_off[seg_id])
     crossings = np.cumsum(table[seg_id, (-step) % seg_bs[seg_id]])
     before = crossings[seg_off] - table[np.arange(n_segs), (-seg_j0) % seg_bs]  # up to each segment
-    out["kv_blocks_used"][where] = _array(flat.seg_base, np.int64)[seg_id] + crossings - before[seg_id]
+    out["kv_blocks_used"][where] = segs[:, 3][seg_id] + crossings - before[seg_id]
 
     waiting = np.repeat(_array(flat.num_waiting, np.int64), lens)
     _count_waiting(waiting, flat, starts, lens, run_off, out["start_s"], first)
@@ -213,12 +214,8 @@ class PackedRuns:
         self.num_queued = _narrow(_array(flat.num_queued, np.int64))
         self.staged_s = _array(flat.staged_s, np.float64)
         self.num_staged = _narrow(_array(flat.num_staged, np.int64))
-        self.seg_n = _narrow(_array(flat.seg_n, np.int64))
-        self.seg_k = _narrow(_array(flat.seg_k, np.int64))
-        self.seg_j0 = _array(flat.seg_j0, np.int64)
-        self.seg_base = _narrow(_array(flat.seg_base, np.int64))
+        self.segs = _narrow(_array(flat.segs, np.int64))  # SEG_FIELDS a segment
         self.phases = _narrow(_array(flat.phases, np.int64))
-        self.seg_bs = _narrow(_array(flat.seg_bs, np.int64))
 
 
 class PackedGroup:

@@ -1,8 +1,10 @@
 """The per-step series of a simulation (``StepSeries``): one row per engine iteration.
 
 Event steps arrive as rows (``add_step``); the steps of a skip-ahead run (most of them, on a
-lone replica) arrive as the run (``add_rows``: its step times, pool sizes and KV phases),
-kept so until read. Once ``row_group_rows`` rows are held (``KEEP_GROUP_ROWS``; a file's
+lone replica) arrive as the run (``add_rows``: its step times, pool sizes and KV phases).
+Once its rows are final, and every run before it is written, a run is written into typed
+buffers (``flat_runs.FlatRuns``: its step times as C doubles, a few numbers a run and a
+segment) and let go. Once ``row_group_rows`` rows are held (``KEEP_GROUP_ROWS``; a file's
 groups are ``ROW_GROUP_ROWS``), those whose values are final are handed to ``_emit`` as a
 group: kept in memory compactly (``step_arrays.PackedGroup``: about 10 bytes a row of a run,
 its step time, against the hundred-odd a row its Python objects take), their columns built
@@ -60,7 +62,11 @@ class StepSeries:
         self._set_cols({name: list(columns.get(name, ())) for name in STEP_COLUMNS})
         self._pending: list[tuple[int, StepRows]] = []  # (event rows before them, rows)
         self._num_pending_rows = 0
-        self._open: dict[int, int] = {}  # replica -> its open run's index in _pending
+        self._first_pending = 0  # the number of runs added before _pending[0]
+        self._open: dict[int, int] = {}  # replica -> its open run's number (runs added before it)
+        self._flat = FlatRuns()  # the runs before _pending, written out
+        self._flat_at: list[int] = []  # event rows before each of them
+        self._num_flat_rows = 0
         self._groups: list[PackedGroup] = []  # rows emitted, kept in memory
         self._num_emitted = 0
 
@@ -112,18 +118,19 @@ class StepSeries:
         self._num_waiting.append(num_waiting)
         self._kv_blocks_used.append(kv_blocks_used)
         self._num_preempted.append(num_preempted)
-        if self._open and replica in self._open:
-            del self._open[replica]  # the replica's run before this row is final now
-        if len(self._start_s) + self._num_pending_rows >= self.row_group_rows:
+        if self._open:  # the replica's run before this row is final now
+            if self._open.pop(replica, -1) == self._first_pending:  # the first run not written
+                self._flush(False)
+        if len(self._start_s) + self._num_pending_rows + self._num_flat_rows >= self.row_group_rows:
             self._emit_final(False)
 
     def add_rows(self, rows: StepRows) -> None:
         """Append rows kept compactly until a column is read (they may still change until
         their replica adds a row: the run's waiting counts are completed when it ends)."""
-        self._open[rows.replica_id] = len(self._pending)
+        self._open[rows.replica_id] = self._first_pending + len(self._pending)
         self._pending.append((len(self._start_s), rows))
         self._num_pending_rows += rows.num_rows
-        if len(self._start_s) + self._num_pending_rows >= self.row_group_rows:
+        if len(self._start_s) + self._num_pending_rows + self._num_flat_rows >= self.row_group_rows:
             self._emit_final(False)
 
     def rows_cut(self, num_rows: int) -> None:
@@ -132,38 +139,57 @@ class StepSeries:
         replica's open run, never emitted before its replica adds a row after it)."""
         self._num_pending_rows -= num_rows
 
+    def _flush(self, everything: bool) -> None:
+        """Write the runs before the first open one (all of them with ``everything``) into
+        the buffers (``_flat``) and let them go."""
+        pending = self._pending
+        n = len(pending)
+        if everything:
+            self._open = {}  # every run written as it is
+        elif self._open:
+            first, is_open = self._first_pending, self._open
+            n = 0
+            while n < len(pending) and is_open.get(pending[n][1].replica_id, -1) != first + n:
+                n += 1
+        if n <= 0:
+            return
+        flat, flat_at = self._flat, self._flat_at
+        rows = 0
+        for i in range(n):
+            at, r = pending[i]
+            flat_at.append(at)
+            r.flatten_into(flat)
+            rows += r.num_rows
+        del pending[:n]
+        self._first_pending += n
+        self._num_pending_rows -= rows
+        self._num_flat_rows += rows
+
     def _emit_final(self, everything: bool) -> None:
         """Hand the final rows (all of them with ``everything``) to ``_emit`` as columns."""
+        self._flush(everything)
         n_cols = len(self._start_s)
         pending = self._pending
         if everything:
-            at, cut = n_cols, len(pending)
+            at = n_cols
         else:
-            # Held back: the first open run, and the row before it, or without one the last
-            # row (a run may follow it).
-            first_open = min(self._open.values()) if self._open else len(pending)
-            at = (pending[first_open][0] if self._open else n_cols) - 1
+            # Held back: the first open run (written runs are before it), and the row before
+            # it, or without one the last row (a run may follow it).
+            at = (pending[0][0] if pending else n_cols) - 1
             if at < 0:
                 at = 0
-            cut = 0
-            while cut < first_open and pending[cut][0] <= at:
-                cut += 1
-        if at == 0 and cut == 0:
+        if at == 0 and not self._flat_at:
             return
-        done = pending[:cut]
-        cols = self._cols
-        head = {name: col[:at] for name, col in cols.items()}
-        at_runs = [a for a, _ in done]
-        flat = flatten_runs([r for _, r in done])
-        num_rows = len(head["start_s"]) + len(flat.durations)
-        keep = pending[cut:]
-        self._set_cols({name: col[at:] for name, col in cols.items()})
-        self._pending = [(a - at, r) for a, r in keep]
-        n_keep = 0
-        for _, r in keep:
-            n_keep += r.num_rows
-        self._num_pending_rows = n_keep
-        self._open = {rid: i - cut for rid, i in self._open.items()}
+        head = self._cols
+        tail: dict[str, list[Any]] = {}
+        for name, col in head.items():  # the rows after ``at`` move, the others stay
+            tail[name] = col[at:]
+            del col[at:]
+        at_runs, flat = self._flat_at, self._flat
+        num_rows = at + self._num_flat_rows
+        self._set_cols(tail)
+        self._pending = [(a - at, r) for a, r in pending]
+        self._flat, self._flat_at, self._num_flat_rows = FlatRuns(), [], 0
         self._num_emitted += num_rows
         self._emit(head, at_runs, flat)
 
@@ -182,13 +208,14 @@ class StepSeries:
     def _materialized(self) -> dict[str, list[Any]]:
         """Every row as lists (the columns' properties): the groups emitted and the runs held
         written out (a run still open goes on counting its waiting requests into them)."""
-        if self._groups:
+        if self._groups or self._flat_at:
             emitted = self._emitted()
-            n = len(emitted["start_s"])
-            held = self._cols
-            self._set_cols({name: emitted[name].tolist() + held[name] for name in STEP_COLUMNS})
+            written = rows_to_arrays(self._cols, self._flat_at, self._flat)  # every written run's rows
+            n = len(emitted["start_s"]) + self._num_flat_rows  # before every run not written
+            self._set_cols({name: emitted[name].tolist() + written[name].tolist() for name in STEP_COLUMNS})
             self._pending = [(a + n, r) for a, r in self._pending]
             self._groups, self._num_emitted = [], 0
+            self._flat, self._flat_at, self._num_flat_rows = FlatRuns(), [], 0
         if not self._pending:
             return self._cols
         old = self._cols
@@ -203,6 +230,7 @@ class StepSeries:
         for name in STEP_COLUMNS:
             cols[name].extend(old[name][done:])
         self._set_cols(cols)
+        self._first_pending += len(self._pending)
         self._pending, self._num_pending_rows, self._open = [], 0, {}
         return cols
 
@@ -254,7 +282,9 @@ class StepSeries:
     def columns(self) -> dict[str, Any]:
         """Every row, as float64 (times) and int64 columns."""
         held = rows_to_arrays(
-            self._cols, [a for a, _ in self._pending], flatten_runs([r for _, r in self._pending])
+            self._cols,
+            self._flat_at + [a for a, _ in self._pending],
+            flatten_runs([r for _, r in self._pending], self._flat.copy()),
         )
         if not self._groups:
             return held
@@ -262,4 +292,4 @@ class StepSeries:
         return {name: np.concatenate((emitted[name], held[name])) for name in STEP_COLUMNS}
 
     def __len__(self) -> int:
-        return self._num_emitted + len(self._start_s) + self._num_pending_rows
+        return self._num_emitted + len(self._start_s) + self._num_flat_rows + self._num_pending_rows
