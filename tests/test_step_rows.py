@@ -90,3 +90,26 @@ def test_a_final_run_written_into_the_buffers_gives_the_same_rows() -> None:
     assert final.duration_s == [0.5, 0.5, 0.25, 0.25, 0.125, 0.125, 0.5]  # read back from the buffers
     assert final.num_waiting == [0, 1, 1, 3, 3, 3, 0]
     assert final.kv_blocks_used == [9, 10, 12, 12, 13, 14, 9]
+
+
+def test_phase_counts_past_a_byte_are_kept_as_ints() -> None:
+    """The buffers keep a segment's phase counts as bytes while every count is under 256
+    (``FlatRuns.add_phases``); a pool of 300 requests in one phase moves them all to ints,
+    the counts before it included, and the rows are the same."""
+    big = Run(end_s=3.0)  # steps 5, 6, 7 of a pool of 301, 300 of them crossing at step 6
+    big.durations = [0.5, 0.25, 0.25]
+    big.segments = [(301, 3, 3000)]
+    big.phases = [(5, 10, [1, 0, 300, 0])]
+    want = [9, 10, 12, 12, 13, 14, 9, 10, 310, 310, 9]
+    for group_rows in (1 << 20, 1):  # held in the buffers, or packed a row at a time
+        s = StepSeries(row_group_rows=group_rows)
+        _event(s, 0.5)
+        s.add_rows(RunRows(0, _run(), 1, 4))
+        _event(s, 2.25)
+        s.add_rows(RunRows(0, big, 0, 4))
+        _event(s, 4.0)
+        if group_rows > 1:
+            assert s._flat.wide_phases == [1, 0, 2, 0, 1, 0, 0, 1, 1, 0, 300, 0]
+        assert s.columns()["kv_blocks_used"].tolist() == want
+        assert s.kv_blocks_used == want
+        assert s.num_decode_reqs == [1, 3, 3, 3, 2, 2, 1, 301, 301, 301, 1]

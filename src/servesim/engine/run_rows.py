@@ -59,7 +59,7 @@ class RunRows:
         flat.num_rows.append(self.num_rows)
         flat.replica.append(self.replica_id)
         flat.num_waiting.append(self.num_waiting)
-        segs, phases = flat.segs, flat.phases
+        segs = flat.segs
         bs = self.block_size
         for (n, k, _), (j0, base, ph) in zip(self.segments, self.phases):
             segs.append(n)  # SEG_FIELDS values
@@ -67,7 +67,7 @@ class RunRows:
             segs.append(j0)
             segs.append(base)
             segs.append(bs)
-            phases.extend(ph)
+            flat.add_phases(ph)
         flat.queued_s.extend(self.queued_s)
         flat.num_queued.append(len(self.queued_s))
         flat.staged_s.extend(self.staged_s)

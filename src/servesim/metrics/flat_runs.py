@@ -1,7 +1,8 @@
 """Runs of step-series rows one after another (``FlatRuns``: step times as C doubles, the
-rest as lists), for building their columns with numpy (``metrics.step_arrays``). Compiled
-with the engine (mypyc, ``setup.py``): each run writes itself in (``StepRows.flatten_into``,
-native code over its own fields) as soon as its rows are final, and the series lets it go.
+pool's phase counts as bytes, the rest as lists), for building their columns with numpy
+(``metrics.step_arrays``). Compiled with the engine (mypyc, ``setup.py``): each run writes
+itself in (``StepRows.flatten_into``, native code over its own fields) as soon as its rows
+are final, and the series lets it go.
 """
 
 from __future__ import annotations
@@ -47,7 +48,23 @@ class FlatRuns:
         # per segment, SEG_FIELDS values: pool size, rows, its first step, KV blocks in use
         # before it, its block size (its replica's KV cache's)
         self.segs: list[int] = []
-        self.phases: list[int] = []  # per segment, its block size's counts: the pool by block phase
+        # per segment, its block size's counts: the pool by block phase. One byte a count
+        # (``bytearray.extend`` converts a segment's in one call, numpy reads them without a
+        # conversion) until a count reaches 256; from then on every count is in ``wide_phases``.
+        self.phases = bytearray()
+        self.wide_phases: list[int] | None = None
+
+    def add_phases(self, counts: list[int]) -> None:
+        """Append a segment's phase counts."""
+        wide = self.wide_phases
+        if wide is None:
+            try:
+                self.phases.extend(counts)  # all or nothing
+                return
+            except ValueError:  # a count of 256 or more (a pool that large in one phase)
+                wide = self.wide_phases = list(self.phases)
+                self.phases = bytearray()
+        wide.extend(counts)
 
     def copy(self) -> FlatRuns:
         """A copy, for rows to be added to without changing these."""
@@ -63,6 +80,8 @@ class FlatRuns:
         c.num_staged.extend(self.num_staged)
         c.segs.extend(self.segs)
         c.phases.extend(self.phases)
+        if self.wide_phases is not None:
+            c.wide_phases = list(self.wide_phases)
         return c
 
 

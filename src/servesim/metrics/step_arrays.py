@@ -106,7 +106,7 @@ def rows_to_arrays(
     out["num_running"][where] = decodes  # only pooled decodes run in a run
     seg_bs = segs[:, 4]  # block sizes: pools of a cluster may differ
     seg_j0 = segs[:, 2]
-    table = _phase_table(_array(flat.phases, np.int64), seg_bs)
+    table = _phase_table(_phase_counts(flat).astype(np.int64), seg_bs)
     seg_off = np.zeros(n_segs, np.int64)
     np.cumsum(seg_k[:-1], out=seg_off[1:])
     seg_id = np.repeat(np.arange(n_segs), seg_k)
@@ -119,6 +119,16 @@ def rows_to_arrays(
     _count_waiting(waiting, flat, starts, lens, run_off, out["start_s"], first)
     out["num_waiting"][where] = waiting
     return out
+
+
+def _phase_counts(flat: FlatRuns | PackedRuns) -> np.ndarray:
+    """The segments' phase counts one after another (``FlatRuns.add_phases``): bytes
+    (uint8), or ints where a count reached 256."""
+    if isinstance(flat, PackedRuns):
+        return flat.phases
+    if flat.wide_phases is not None:
+        return _array(flat.wide_phases, np.int64)
+    return np.frombuffer(flat.phases, np.uint8)
 
 
 def _phase_table(phases: np.ndarray, seg_bs: np.ndarray) -> np.ndarray:
@@ -215,7 +225,8 @@ class PackedRuns:
         self.staged_s = _array(flat.staged_s, np.float64)
         self.num_staged = _narrow(_array(flat.num_staged, np.int64))
         self.segs = _narrow(_array(flat.segs, np.int64))  # SEG_FIELDS a segment
-        self.phases = _narrow(_array(flat.phases, np.int64))
+        counts = _phase_counts(flat)  # bytes, copied, or ints as narrow as they fit
+        self.phases = counts.copy() if counts.dtype == np.uint8 else _narrow(counts)
 
 
 class PackedGroup:
