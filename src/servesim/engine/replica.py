@@ -532,7 +532,20 @@ class Replica:
         next stage when the batch has left the one before and the stage is free (a flow
         shop: batches keep their order), each stage taking its share of the batch's forward
         (``perf.pipelined.stage_times``); its tokens come out when it leaves the last stage.
-        The loop is ready to schedule again after ``cpu_s``. Async scheduling with pp > 1
+        The loop is ready to schedule again after ``cpu_s``.
+
+        DistServe's engine runs the same queue (LLMServe/DistServe, ``distserve/
+        single_stage_engine.py``: ``batches_in_pipeline`` holds up to pp batches, an empty
+        schedule pushes a placeholder and polls again after 3 ms, a full queue awaits the
+        oldest), its decoding scheduler keeping each request in one of pp batch groups
+        (``decoding_stage_scheduler.py``); the 3 ms polls are not modelled. The Sarathi-Serve
+        artifact (microsoft/sarathi-serve, branch osdi-sarathi-serve,
+        ``sarathi/engine/pipeline_parallel_llm_engine.py``) schedules a micro-batch when the
+        first stage hands one on, when an output comes back and on a 10 ms timer, and its
+        schedulers skip a request that is executing, a prompt chunk included
+        (``pipeline_chunks`` False for every policy but vllm_v1: ``_hide_in_flight``).
+        Simplification: its timer (which lets a new arrival into a micro-batch within 10 ms,
+        with no cap on the micro-batches in flight) is run as this queue of pp. Async scheduling with pp > 1
         (refused by vLLM 0.12-0.14's config, allowed from 0.15 with decodes scheduled
         again behind output placeholders, ``async_scheduler.py``) is not modelled: with
         pp > 1 the replica runs the synchronous batch queue. Simplification: an output
