@@ -173,7 +173,7 @@ class Replica:
         self.pp = pipeline_stages
         # Whether a prompt's next chunk may be scheduled while its previous one is in flight
         # (vLLM V1), or a request in flight is not scheduled at all (the Sarathi-Serve
-        # artifact's schedulers: ``_hide_in_flight``).
+        # artifact's scheduler, the ``sarathi`` policy: ``_hide_in_flight``).
         self.pipeline_chunks = pipeline_chunks
         if pipeline_stages > 1:
             self.async_scheduling = False  # the synchronous batch queue (the docstring)
@@ -543,7 +543,9 @@ class Replica:
         ``sarathi/engine/pipeline_parallel_llm_engine.py``) schedules a micro-batch when the
         first stage hands one on, when an output comes back and on a 10 ms timer, and its
         schedulers skip a request that is executing, a prompt chunk included
-        (``pipeline_chunks`` False for every policy but vllm_v1: ``_hide_in_flight``).
+        (``pipeline_chunks`` False for the ``sarathi`` policy: ``_hide_in_flight``; the
+        ``vllm_v0`` loop, the artifact's vLLM baseline, runs whole prompts, which the
+        scheduler skips in flight by itself).
         Simplification: its timer (which lets a new arrival into a micro-batch within 10 ms,
         with no cap on the micro-batches in flight) is run as this queue of pp. Async scheduling with pp > 1
         (refused by vLLM 0.12-0.14's config, allowed from 0.15 with decodes scheduled
@@ -800,7 +802,7 @@ class Replica:
 
     def _check_flight(self) -> None:
         """The batch queue: at most pp batches in flight, and a request in two of them only
-        with prompt chunks (vLLM V1: never with the Sarathi-Serve artifact's schedulers),
+        with prompt chunks (vLLM V1's; never with the Sarathi-Serve artifact's scheduler),
         its tokens in flight computed (advanced at schedule time)."""
         assert len(self._flight) <= self.pp
         tokens: dict[int, list[int]] = {}
