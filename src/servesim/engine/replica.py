@@ -26,8 +26,11 @@ earlier ones are on later stages, requests in flight are not scheduled again unt
 batch's output is back, each stage takes its share of the batch's forward, and the batch's
 tokens come out when it leaves the last stage. The replica's GPU time is then the span with
 a batch on some stage and its bubbles the part of it each GPU idles. Such a replica steps
-one batch at a time (no decode runs: the reference scheduler). (Data parallelism with
-pp > 1, a lockstep group of such replicas, is refused by the scenario's checks.)
+one batch at a time (no decode runs: the reference scheduler). Its step-end hook
+(``on_step_end``: live migration, the live server's aborts) runs only when no batch is in
+flight, so that nothing it takes out of the scheduler has a batch still to come back (vLLM
+applies aborts before each output instead: simplified). (Data parallelism with pp > 1, a
+lockstep group of such replicas, is refused by the scenario's checks.)
 
 With a front end (``engine.frontend``, ``engine/frontend.py``) an arrival first queues in
 vLLM's API-server process and reaches the engine (``queued_s``) when that is done with it.
