@@ -155,7 +155,7 @@ def test_stage_times_split_the_roofline_step():
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     pp=st.integers(2, 4),
-    policy=st.sampled_from(["vllm_v1", "sarathi", "vllm_v0"]),
+    policy=st.sampled_from(["vllm_v1", "sarathi", "vllm_v0", "orca", "static"]),
     chunked=st.booleans(),
     seed=st.integers(0, 10_000),
     blocks=st.integers(12, 60),
@@ -169,7 +169,7 @@ def test_batch_queue_properties(pp, policy, chunked, seed, blocks):
     arrivals = np.sort(rng.uniform(0.0, 3.0, n))
     prompts = rng.integers(1, 90, n)
     outputs = rng.integers(1, 20, n)
-    chunks = policy == "sarathi" or (policy == "vllm_v1" and chunked)  # vllm_v0: whole prompts
+    chunks = policy == "sarathi" or (policy == "vllm_v1" and chunked)  # the others: whole prompts
     eng = EngineConfig(
         policy=policy,
         max_num_seqs=6,
