@@ -175,10 +175,9 @@ _PAPERS = [
         "request's, the largest ratio of the three; 600 requests per run (--quick: 300).",
         orca.run,
         "The paper does not say at which latency the 36.9x is read, and the ratio grows with the level as "
-        "FasterTransformer's best batch stays small while Orca's grows (13.9x, 22.9x, 22.9x at 1.25x, 1.5x, "
-        "2x in the quick run): the figure is the largest over servesim's three levels. Out of range: the "
-        "full run's 27.0x is the steady state (1,200 requests a run read 27.0x too), the quick run's 22.9x "
-        "a transient of 300 requests.",
+        "FasterTransformer's best batch stays small while Orca's grows (19.4x, 27.0x, 22.9x at 1.25x, 1.5x, "
+        "2x in the quick run, Orca's batches two in flight on the PP2 stages, a static batch alone): the "
+        "figure is the largest over servesim's three levels. Out of range (docs/papers.md).",
     ),
     Paper(
         "vllm",
