@@ -551,9 +551,10 @@ class Replica:
         scheduler skips in flight by itself).
         Simplification: its timer (which lets a new arrival into a micro-batch within 10 ms,
         with no cap on the micro-batches in flight) is run as this queue of pp. Async scheduling with pp > 1
-        (refused by vLLM 0.12-0.14's config, allowed from 0.15 with decodes scheduled
-        again behind output placeholders, ``async_scheduler.py``) is not modelled: with
-        pp > 1 the replica runs the synchronous batch queue. Simplification: an output
+        is not modelled: with pp > 1 the replica runs the synchronous batch queue. (In vLLM
+        0.10.1 and 0.11.0 async scheduling sets the queue to 2 whatever pp; 0.13.0's
+        ``vllm/config/vllm.py`` refuses it with pp > 1; 0.16.0-0.19.0 allow it, a queue of pp,
+        the ``AsyncScheduler`` scheduling a decode again behind its output placeholder.) Simplification: an output
         that comes back while the loop prepares a batch is processed at once, not when the
         loop is next free."""
         hidden = None if self.pipeline_chunks or not self._flight else self._hide_in_flight()
