@@ -554,9 +554,9 @@ class Replica:
         is not modelled: with pp > 1 the replica runs the synchronous batch queue. (In vLLM
         0.10.1 and 0.11.0 async scheduling sets the queue to 2 whatever pp; 0.13.0's
         ``vllm/config/vllm.py`` refuses it with pp > 1; 0.16.0-0.19.0 allow it, a queue of pp,
-        the ``AsyncScheduler`` scheduling a decode again behind its output placeholder.) Simplification: an output
-        that comes back while the loop prepares a batch is processed at once, not when the
-        loop is next free."""
+        the ``AsyncScheduler`` scheduling a decode again behind its output placeholder.)
+        Simplification: an output that comes back while the loop prepares a batch is
+        processed at once, not when the loop is next free."""
         hidden = None if self.pipeline_chunks or not self._flight else self._hide_in_flight()
         plan = self.plan_step()
         if hidden is not None:
