@@ -24,6 +24,7 @@ from servesim.engine.scheduler import Scheduler, SchedulerConfig
 from servesim.errors import ConfigError
 from servesim.metrics.records import ItlSamples, OffloadTotals, ReplicaTotals, StepSeries
 from servesim.perf.base import PerfModel
+from servesim.perf.pipelined import pipeline_stages
 from servesim.workload.base import Workload
 
 if TYPE_CHECKING:  # features a plain run does not use, imported where they run
@@ -209,6 +210,10 @@ def build_replica(
     options read it); ``kv_bytes_per_block`` (the memory plan's) sizes swap space;
     ``tenant_weights``: the weight of each of the workload's tenants (None: 1 each).
     """
+    # Pipeline stages: the batch queue runs one batch at a time, on the reference scheduler
+    # (no decode runs; ``engine.replica``).
+    pp = pipeline_stages(perf)
+    reference = reference or pp > 1
     lazy = not reference and uses_lazy_engine(engine, wl, tenant_weights is not None)
     kv = make_kv_cache(engine, num_gpu_blocks, max_model_len, lazy)
     scheduler: Scheduler
@@ -261,6 +266,10 @@ def build_replica(
         async_scheduling=bool(engine.async_scheduling),
         frontend=frontend,
         cpu_per_req_s=engine.cpu_overhead_per_req_s or 0.0,
+        pipeline_stages=pp,
+        # the Sarathi-Serve artifact's scheduler skips a prompt chunk in flight (Replica._hide_in_flight);
+        # the other policies run whole prompts or vLLM V1's chunks
+        pipeline_chunks=engine.policy != "sarathi",
     )
     if engine.kv_offload.enabled:  # an idle engine polls for the end of a load (OffloadScheduler)
         from servesim.engine.kv_offload import OffloadScheduler

@@ -49,11 +49,13 @@ class StaticScheduler(PolicyScheduler):
         out = SchedulerOutput()
         if self.running:
             for req in self.running:
+                if req.num_computed_tokens >= req.num_prompt_tokens + req.num_output_tokens:
+                    continue  # its token is in flight (pipeline stages, engine.replica)
                 ok = self.kv.allocate_slots(req, 1)
                 assert ok is not None, "static batching reserved the maximum length"
                 out.reqs.append(req)
                 out.num_tokens.append(1)
-            out.total_tokens = len(self.running)
+            out.total_tokens = len(out.reqs)
         elif not self.batch_done:
             self._form_batch(out)
         self._finalize(out)

@@ -8,8 +8,11 @@ over generated tokens), and at a given latency FasterTransformer can only run th
 that reach it, while Orca batches many requests at nearly the same per-token latency.
 
 Here: OPT-175B (GPT-3 175B's shape: 96 layers, width 12,288) on 16 A100-40GB (the A100-80GB
-with 40 GB), TP8 x PP2 as the paper's two nodes (servesim runs the two stages in turn, one
-micro-batch, for both systems alike); uniform lengths, input 32-512 and output 1-512 tokens,
+with 40 GB), TP8 x PP2 as the paper's two nodes (the engine keeps two batches in flight, one a
+stage, as Orca's scheduler does: its Algorithm 1 waits for a batch's return only once
+n_workers batches are scheduled and does not select a request that is running; a static batch
+holds all its requests, so FasterTransformer's stays one batch going through the stages in
+turn: its micro-batches are not modelled); uniform lengths, input 32-512 and output 1-512 tokens,
 every request generating its full length (servesim's reading of the paper's synthetic trace);
 KV reserved for the maximum length in both. Orca: servesim's ``orca`` policy at maximum batch
 sizes 8, 16, 32 and 128; FasterTransformer: ``static`` batching at 1, 8, 16 and 32. For a

@@ -18,12 +18,14 @@ The full run adds the artifact's Yi-34B (yi34_strict.yml): TP2 on two A100s, str
 
 It also adds Falcon-180B (falcon180b_strict.yml: tiiuae/falcon-180B at TP4 x PP2 on two nodes
 of four A100s, P99 TBT <= 1 s, the same schedulers and trace; the paper: up to 5.6x). The
-artifact runs pipelines on its PipelineParallelLLMEngine (branch osdi-sarathi-serve,
-sarathi/engine/pipeline_parallel_llm_engine.py): a new micro-batch is scheduled as soon as the
-first stage hands the last one on, so each stage works on a different micro-batch of other
-requests. servesim's engine steps the whole pipeline at once (``perf.roofline``: the stage
-times add up, one micro-batch a step), which the reproduction keeps: the figure lands below the
-range, and docs/papers.md measures why.
+artifact runs both systems' pipelines on its PipelineParallelLLMEngine (branch
+osdi-sarathi-serve, sarathi/engine/pipeline_parallel_llm_engine.py): a new micro-batch is
+scheduled when the first stage hands one on, when an output comes back and on a 10 ms timer,
+so each stage works on a micro-batch of other requests, and its schedulers skip a request that
+is executing, a prompt chunk included. servesim's engine runs such a pipeline as a queue of pp
+micro-batches in flight (``engine.replica.Replica._pipeline_step``: each stage its share of a
+micro-batch, a request in flight skipped, its chunks too for these schedulers), the artifact's
+timer aside. docs/papers.md gives the figures.
 """
 
 from __future__ import annotations
@@ -91,12 +93,9 @@ RUNS = {
 FALCON_LINKS = (25e9, 10e9, 4)
 
 
-def capacities(name: str, n: int, iters: int, rows: list[dict], ways: int = 1) -> dict[str, float]:
-    """Each system's capacity (req/s) on ``name``'s run of ``n`` requests. ``ways`` > 1 measures
-    the pipeline engine's bound instead: each system as ``ways`` independent engines (every
-    ``ways``-th request, 1/``ways`` of the KV cache, the same synchronous step), which is the
-    artifact's asynchronous pipeline when its ``ways`` = PP micro-batches take equal time; the
-    capacity is of the whole stream (one engine's share of it is simulated)."""
+def capacities(name: str, n: int, iters: int, rows: list[dict]) -> dict[str, float]:
+    """Each system's capacity (req/s) on ``name``'s run of ``n`` requests (with pp > 1 the
+    engine keeps pp micro-batches in flight, ``engine.replica``)."""
     from servesim.catalog.gpus import get_gpu, link_spec
     from servesim.catalog.hf_config import from_hf_config, load_model
     from servesim.config import EngineConfig, ParallelConfig
@@ -130,11 +129,9 @@ def capacities(name: str, n: int, iters: int, rows: list[dict], ways: int = 1) -
     }
     par = ParallelConfig(tensor_parallel_size=tp, pipeline_parallel_size=pp)
     blocks = {
-        k: plan_memory(model, gpu, resolved_engine(e, model, gpu, par), par).num_gpu_blocks // ways
+        k: plan_memory(model, gpu, resolved_engine(e, model, gpu, par), par).num_gpu_blocks
         for k, e in engines.items()
     }
-    unit_arrivals, prompt, output = unit_arrivals[::ways], prompt[::ways], output[::ways]
-    label = "" if ways == 1 else f"-{ways}-engines"
 
     def meets(system: str) -> Callable[[float], bool]:
         def ok(rate: float) -> bool:
@@ -152,7 +149,7 @@ def capacities(name: str, n: int, iters: int, rows: list[dict], ways: int = 1) -
             rows.append(
                 {
                     "model": name,
-                    "system": system + label,
+                    "system": system,
                     "rate_req_s": rate,
                     "p99_tbt_s": tbt,
                     "median_scheduling_delay_s": delay,
@@ -165,7 +162,7 @@ def capacities(name: str, n: int, iters: int, rows: list[dict], ways: int = 1) -
 
     cap = {k: capacity(meets(k), lo, hi, iters) for k in engines}
     for k, v in cap.items():
-        rows.append({"model": name, "system": k + label, "capacity_req_s": v})
+        rows.append({"model": name, "system": k, "capacity_req_s": v})
     return cap
 
 
@@ -182,11 +179,4 @@ def run(quick: bool) -> Outcome:
             f"{name}: capacity at P99 TBT <= {RUNS[name][2] * 1e3:.0f} ms (req/s): "
             f"vLLM {cap['vllm']:.2f}, Sarathi-Serve {cap['sarathi']:.2f}"
         )
-        if RUNS[name][1] > 1:  # the asynchronous pipeline's bound (docs/papers.md)
-            bound = capacities(name, 2048, 7, rows, ways=RUNS[name][1])
-            notes.append(
-                f"{name}: as {RUNS[name][1]} independent engines (the artifact's pipeline with equal "
-                f"micro-batches): vLLM {bound['vllm']:.2f}, Sarathi-Serve {bound['sarathi']:.2f} req/s; "
-                f"Sarathi-Serve's over vLLM's stepped whole: {bound['sarathi'] / cap['vllm']:.2f}x"
-            )
     return Outcome(values, rows, notes)

@@ -455,6 +455,12 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
     def bubble_fraction(self, stats: BatchStats) -> float:
         return self.roofline.bubble_fraction(stats)
 
+    def last_stage_s(self, stats: BatchStats) -> float:
+        """Seconds of ``batch_time`` only the last pipeline stage spends: the per-request
+        operators (LM head, sampling, logits gather; ``perf.pipelined.stage_times``)."""
+        r = stats.num_prefill_reqs + stats.num_decode_reqs
+        return float(self._request_seconds(np.array([float(r)]))[0]) if r else 0.0
+
 
 def kernel_perf_model(
     model: ModelSpec, gpu: GpuSpec, version: str | None = None, **kwargs: Any

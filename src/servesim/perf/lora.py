@@ -69,6 +69,7 @@ from servesim.config.engine import VLLM_DEFAULT_VERSION, version_tuple
 from servesim.config.lora import LoraConfig
 from servesim.errors import ConfigError
 from servesim.perf.base import BatchStats, PerfModel
+from servesim.perf.pipelined import stage_head_s
 
 #: Wrapped layers per decoder layer (qkv, o, gate_up, down): each runs a shrink and an expand.
 LORA_LAYERS_PER_DECODER_LAYER = 4
@@ -346,6 +347,10 @@ class LoraCostModel:
         if stats.num_lora_tokens:
             t += self.costs.kernel_s(stats.num_lora_tokens, stats.num_loras)
         return t + stats.lora_load_s
+
+    def last_stage_s(self, stats: BatchStats) -> float:
+        """The wrapped model's last-stage share (``perf.pipelined.stage_times``)."""
+        return stage_head_s(self.base, stats)
 
     def batch_flops(self, stats: BatchStats) -> float:
         return self.base.batch_flops(stats) + self.costs.flops(stats.num_lora_tokens)

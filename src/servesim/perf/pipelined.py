@@ -1,10 +1,11 @@
-"""Pipeline parallelism with micro-batches: a roofline model's step split into micro-batches
-that flow through the stages (``PipelinedPerfModel``, built by ``roofline.build_perf_model``)."""
+"""Pipeline parallelism: the stages of a step (``stage_times``, ``pipeline_stages``, which the
+engine's batch queue uses, ``engine/replica.py``), and GPipe micro-batches inside a step
+(``PipelinedPerfModel``, built by ``roofline.build_perf_model`` with ``num_microbatches`` > 1)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -39,6 +40,56 @@ class StagedPerfModel(Protocol):
     def batch_flops(self, stats: BatchStats) -> float: ...
 
     def batch_bytes(self, stats: BatchStats) -> float: ...
+
+
+@runtime_checkable
+class LastStageHead(Protocol):
+    def last_stage_s(self, stats: BatchStats) -> float:
+        """Seconds of ``batch_time`` that only the last pipeline stage spends: the LM head,
+        the logits gather and sampling. The rest (the layers, their all-reduces and the
+        sends between stages) is split evenly over the stages."""
+        ...
+
+
+def stage_head_s(perf: object, stats: BatchStats) -> float:
+    """``perf.last_stage_s(stats)`` where the model offers it, else 0 (equal stages)."""
+    return perf.last_stage_s(stats) if isinstance(perf, LastStageHead) else 0.0
+
+
+def stage_times(perf: object, stats: BatchStats, gpu_s: float, pp: int) -> tuple[float, float]:
+    """(seconds on each of the first pp - 1 stages, seconds on the last stage) of a batch whose
+    whole forward takes ``gpu_s`` (``batch_time`` plus what the step waits for) on ``pp`` stages:
+    ``(pp - 1) x first + last = gpu_s``.
+
+    The stages are not equal: vLLM splits the decoder layers evenly over the stages
+    (``get_pp_indices``) and runs the LM head and sampling on the last one only, so where the
+    model offers ``last_stage_s`` (the roofline and the measured-kernel model do) the last
+    stage takes that on top of its share. Simplifications: the layers' share is ``1 / pp``
+    even where pp does not divide the layer count; the pp - 1 sends between stages (which
+    the models price in ``batch_time``) are spread over all stages; the embedding is counted
+    with the layers; a model without ``last_stage_s`` has equal stages."""
+    head = stage_head_s(perf, stats)
+    if head > gpu_s:
+        head = gpu_s
+    share = (gpu_s - head) / pp
+    return share, share + head
+
+
+def pipeline_stages(perf: object) -> int:
+    """The pipeline stages the engine pipelines batches over: the model's ``pp``, looked up
+    through the wrappers that add costs to a step (``base``: policy costs, LoRA, power
+    capping); 1 for a ``PipelinedPerfModel``, whose GPipe step keeps the whole step on the
+    pipeline (its micro-batches fill and drain it inside the step) and for models without
+    stages."""
+    seen: object | None = perf
+    for _ in range(8):
+        if seen is None or isinstance(seen, PipelinedPerfModel):
+            return 1
+        pp = getattr(seen, "pp", None)
+        if isinstance(pp, int):
+            return pp
+        seen = getattr(seen, "base", None)
+    return 1
 
 
 class PipelinedPerfModel:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servesim.perf.base import BatchStats, PerfModel
+from servesim.perf.pipelined import stage_head_s
 
 
 @dataclass(slots=True)
@@ -37,6 +38,10 @@ class PolicyCostModel:
             draft = BatchStats(num_decode_reqs=n, sum_decode_context=mean_context)
             t += self.draft_cost_ratio * k * self.base.batch_time(draft)
         return t
+
+    def last_stage_s(self, stats: BatchStats) -> float:
+        """The wrapped model's last-stage share (``perf.pipelined.stage_times``)."""
+        return stage_head_s(self.base, stats)
 
     def batch_flops(self, stats: BatchStats) -> float:
         return self.base.batch_flops(stats)

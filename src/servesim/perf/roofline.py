@@ -7,9 +7,10 @@ prefill attention, decode attention, norms/elementwise, LM head, sampling)::
 
 plus tensor-parallel all-reduces (ring: 2 (tp-1)/tp x message / link bandwidth + latency,
 two per layer as in Megatron-style TP), the logits gather, pipeline send/receive, and a
-fixed GPU-side launch overhead. Everything is for one TP rank; pipeline stages run one
-micro-batch one after another, so the iteration time is the sum of the stage times
-(a simplification: vLLM overlaps micro-batches of different steps across stages).
+fixed GPU-side launch overhead. Everything is for one TP rank; ``batch_time`` is the sum of
+the pipeline stages' times (one batch's way through the whole pipeline). The engine
+overlaps batches across stages as vLLM's batch queue does (``engine/replica.py``), from
+each stage's share (``last_stage_s``: what only the last stage runs; ``perf.pipelined.stage_times``).
 
 Every count is linear in a handful of aggregate batch statistics (except the MoE
 expected-distinct-experts term), so ``__init__`` precomputes seconds-per-unit coefficients
@@ -500,8 +501,20 @@ class RooflinePerfModel:
 
     def bubble_fraction(self, stats: BatchStats) -> float:
         """Fraction of the iteration a GPU idles in pipeline bubbles: (pp - 1)/pp with one
-        micro-batch (each stage works while the other pp - 1 wait)."""
+        micro-batch (each stage works while the other pp - 1 wait). The engine's batch
+        queue overlaps batches across stages and counts its own bubbles (``engine/replica.py``)."""
         return (self.pp - 1) / self.pp
+
+    def last_stage_s(self, stats: BatchStats) -> float:
+        """Seconds of ``batch_time`` only the last pipeline stage spends: the LM head, the
+        logits gather and sampling (``perf.pipelined.stage_times`` splits the rest evenly)."""
+        r = stats.num_prefill_reqs + stats.num_decode_reqs
+        if not r:
+            return 0.0
+        p = self._coef[23]
+        x, y = self._lm_f * r, self._lm_w + self._lm_req * r
+        head = (x if x > y else y) if not p else _pnorm(x, y, p)
+        return head + (self._samp_req + self._comm_req) * r
 
     def batch_bytes(self, stats: BatchStats) -> float:
         """HBM bytes on one GPU: one TP rank's share, averaged over pipeline stages."""
