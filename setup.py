@@ -24,6 +24,7 @@ COMPILED = [
     "servesim/engine/lazy.py",
     "servesim/engine/run_rows.py",
     "servesim/engine/replica.py",
+    "servesim/engine/batch_queue.py",
     "servesim/engine/frontend.py",
     "servesim/engine/run_stream.py",
     "servesim/engine/lockstep.py",

@@ -267,8 +267,9 @@ def build_replica(
         frontend=frontend,
         cpu_per_req_s=engine.cpu_overhead_per_req_s or 0.0,
         pipeline_stages=pp,
-        # the Sarathi-Serve artifact's scheduler skips a prompt chunk in flight (Replica._hide_in_flight);
-        # the other policies run whole prompts or vLLM V1's chunks
+        # the Sarathi-Serve artifact's scheduler skips a prompt chunk in flight
+        # (engine.batch_queue.BatchQueue.hide_in_flight); the other policies run whole
+        # prompts or vLLM V1's chunks
         pipeline_chunks=engine.policy != "sarathi",
     )
     if engine.kv_offload.enabled:  # an idle engine polls for the end of a load (OffloadScheduler)

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from servesim.engine.batch_queue import BatchQueue, own_output
 from servesim.engine.decode_runs import DecodePool, LazyOutput, Run
 from servesim.engine.events import ARRIVAL, BATCH_DONE, WAKE, EventLoop
 from servesim.engine.frontend import Frontend
@@ -64,7 +65,6 @@ from servesim.engine.scheduler import Scheduler, SchedulerOutput
 from servesim.metrics.records import ItlSamples, ReplicaTotals, StepSeries
 from servesim.perf.base import BatchStats, PerfModel, step_wall_s
 from servesim.perf.capabilities import BatchWork, CountsWork, PipelineStages
-from servesim.perf.pipelined import stage_times
 from servesim.perf.work_step import WorkCounter
 
 if TYPE_CHECKING:
@@ -169,22 +169,20 @@ class Replica:
         self._bubble: Callable[[BatchStats], float] | None = (
             perf.bubble_fraction if isinstance(perf, PipelineStages) and perf.pp > 1 else None
         )
-        # The batch queue of pipeline parallelism (the module's docstring): the stages, the
-        # batches in flight (output, end) oldest first, when each stage is next free, whether
-        # the engine loop comes back by itself (a schedule is due) rather than waiting for
-        # the oldest batch, and the ends of the GPU and busy spans counted so far.
+        # Pipeline parallelism (pp > 1 stages): the batch queue (the module's docstring).
+        # ``chunks``: whether a prompt's next chunk may be scheduled while its previous one
+        # is in flight (vLLM V1), or a request in flight is not scheduled at all (the
+        # Sarathi-Serve artifact's scheduler, the ``sarathi`` policy).
         self.pp = pipeline_stages
-        # Whether a prompt's next chunk may be scheduled while its previous one is in flight
-        # (vLLM V1), or a request in flight is not scheduled at all (the Sarathi-Serve
-        # artifact's scheduler, the ``sarathi`` policy: ``_hide_in_flight``).
-        self.pipeline_chunks = pipeline_chunks
+        self.batches: BatchQueue | None = (
+            BatchQueue(pipeline_stages, pipeline_chunks) if pipeline_stages > 1 else None
+        )
+        # The batches in flight, oldest first (the queue's own list; always empty when pp = 1).
+        self._flight: list[tuple[SchedulerOutput, float]] = (
+            [] if self.batches is None else self.batches.flight
+        )
         if pipeline_stages > 1:
             self.async_scheduling = False  # the synchronous batch queue (the docstring)
-        self._flight: list[tuple[SchedulerOutput, float]] = []
-        self._stage_free = [0.0] * pipeline_stages
-        self._due = False
-        self._gpu_end_s = 0.0
-        self._busy_end_s = 0.0
 
     # ----------------------------------------------------------------- events
 
@@ -467,7 +465,9 @@ class Replica:
             self._close_run_rows()  # as the series keeps them: waiting as of the run's start
             return
         now = self.loop.now
-        produced, finished = self.scheduler.update_from_output(out if not flight else self._own(out), now)
+        produced, finished = self.scheduler.update_from_output(
+            own_output(out, flight) if flight else out, now
+        )
         last = self.last_step_end_s
         n_same = 0
         itl = self.itl
@@ -506,9 +506,9 @@ class Replica:
             self._check()
         if self.group is not None:
             self.group.rank_done()
-        elif self.pp > 1:
+        elif self.batches is not None:
             self.step_end_s = flight[0][1] if flight else now
-            if not self._due:  # the engine loop was waiting for this batch
+            if not self.batches.due:  # the engine loop was waiting for this batch
                 self.step()
         else:
             self.step()
@@ -516,135 +516,39 @@ class Replica:
     # ----------------------------------------------------------------- pipeline
 
     def _pipeline_step(self) -> None:
-        """The engine loop of pipeline parallelism (pp > 1), as vLLM V1's batch queue runs it.
-
-        Modelled on ``EngineCore.step_with_batch_queue`` (``vllm/v1/engine/core.py``, vLLM
-        0.10.1-0.19.0) with ``batch_queue_size = executor.max_concurrent_batches`` = pp
-        (``vllm/v1/executor/multiproc_executor.py``, ``ray_distributed_executor.py`` /
-        ``ray_executor.py``): while fewer than pp batches are in flight the loop schedules a
-        new batch and submits it without waiting, drains its input queue, and schedules
-        again; when the schedule is empty (every request is in flight or waits for blocks)
-        or the queue is full, it blocks on the oldest batch, processes its output
-        (``update_from_output``) and schedules again. Arrivals while it blocks wait for the
-        output. The scheduler skips a running request with nothing new to compute: a decode
-        whose token is in flight (``num_new_tokens == 0``, ``vllm/v1/core/sched/scheduler.py``)
-        and a prompt whose last chunk is; a chunked prefill's next chunk is scheduled while
-        the previous one is in flight (computed tokens advance at schedule time).
-
-        A batch prepared on the host for ``cpu_s`` enters stage 1 when that is free and each
-        next stage when the batch has left the one before and the stage is free (a flow
-        shop: batches keep their order), each stage taking its share of the batch's forward
-        (``perf.pipelined.stage_times``); its tokens come out when it leaves the last stage.
-        The loop is ready to schedule again after ``cpu_s``.
-
-        DistServe's engine runs the same queue (LLMServe/DistServe, ``distserve/
-        single_stage_engine.py``: ``batches_in_pipeline`` holds up to pp batches, an empty
-        schedule pushes a placeholder and polls again after 3 ms, a full queue awaits the
-        oldest), its decoding scheduler keeping each request in one of pp batch groups
-        (``decoding_stage_scheduler.py``); the 3 ms polls are not modelled. The Sarathi-Serve
-        artifact (microsoft/sarathi-serve, branch osdi-sarathi-serve,
-        ``sarathi/engine/pipeline_parallel_llm_engine.py``) schedules a micro-batch when the
-        first stage hands one on, when an output comes back and on a 10 ms timer, and its
-        schedulers skip a request that is executing, a prompt chunk included
-        (``pipeline_chunks`` False for the ``sarathi`` policy: ``_hide_in_flight``; the
-        ``vllm_v0`` loop, the artifact's vLLM baseline, runs whole prompts, which the
-        scheduler skips in flight by itself).
-        Simplification: its timer (which lets a new arrival into a micro-batch within 10 ms,
-        with no cap on the micro-batches in flight) is run as this queue of pp. Async scheduling with pp > 1
-        is not modelled: with pp > 1 the replica runs the synchronous batch queue. (In vLLM
-        0.10.1 and 0.11.0 async scheduling sets the queue to 2 whatever pp; 0.13.0's
-        ``vllm/config/vllm.py`` refuses it with pp > 1; 0.16.0-0.19.0 allow it, a queue of pp,
-        the ``AsyncScheduler`` scheduling a decode again behind its output placeholder.)
-        Simplification: an output that comes back while the loop prepares a batch is
-        processed at once, not when the loop is next free."""
-        hidden = None if self.pipeline_chunks or not self._flight else self._hide_in_flight()
+        """The engine loop of pipeline parallelism (pp > 1): schedule a batch, put it through
+        the stages and, while the queue has room, come back when the host is ready
+        (``engine.batch_queue``, which cites the engines it models)."""
+        q = self.batches
+        assert q is not None
+        hidden = None if q.chunks or not q.flight else q.hide_in_flight(self.scheduler)
         plan = self.plan_step()
         if hidden is not None:
-            self._unhide(*hidden)
+            q.unhide(self.scheduler, *hidden)
         if plan is None:  # wait for the oldest batch, or idle
-            self.busy = bool(self._flight)
+            self.busy = bool(q.flight)
             return
         out, gpu_s, _ = plan
         now = self.loop.now
         st = out.stats
         cpu_s = self.cpu_overhead_s + self.cpu_per_req_s * (st.num_decode_reqs + st.num_prefill_reqs)
-        pp = self.pp
-        share, last = stage_times(self.perf, st, gpu_s, pp)
-        free = self._stage_free
-        t = now + cpu_s
-        first_s = t if t > free[0] else free[0]
-        t = first_s
-        for j in range(pp):
-            if free[j] > t:
-                t = free[j]
-            t += last if j == pp - 1 else share
-            free[j] = t
-        end = t
-        # The span with a batch on some stage (``gpu_s``; the GPUs idle in it for all but
-        # their stage's share, ``bubble_s``) and the span with a batch scheduled or in
-        # flight (``busy_s``): each batch adds what it extends them by.
-        gpu_new = end - (first_s if first_s > self._gpu_end_s else self._gpu_end_s)
-        busy_new = end - (now if now > self._busy_end_s else self._busy_end_s)
-        self._gpu_end_s = self._busy_end_s = end
-        self._account(out, now, busy_new, gpu_new, gpu_new - gpu_s / pp)
+        end, busy_new, gpu_new, bubble_s = q.submit(self.perf, out, gpu_s, now, cpu_s)
+        self._account(out, now, busy_new, gpu_new, bubble_s)
         self.busy = True
-        self._flight.append((out, end))
         if self.check_invariants:
-            self._check_flight()
-        self.step_end_s = self._flight[0][1]
+            q.check()
+        self.step_end_s = q.flight[0][1]
         (self.loop.at_quiet if self.quiet else self.loop.at)(end, self.on_batch_done, out, BATCH_DONE)
-        if len(self._flight) < pp:  # room in the queue: the loop schedules again when ready
-            self._due = True
+        if len(q.flight) < q.pp:  # room in the queue: the loop schedules again when ready
+            q.due = True
             (self.loop.at_quiet if self.quiet else self.loop.at)(now + cpu_s, self._on_due, None, WAKE)
 
-    def _hide_in_flight(self) -> tuple[list[Request], set[int], int] | None:
-        """Take the running requests in flight out of the scheduler's view for one schedule,
-        as the Sarathi-Serve artifact's schedulers skip a request that is executing (``if not
-        seq.is_paused()``, ``sarathi/core/scheduler/sarathi_scheduler.py`` and
-        ``vllm_scheduler.py``, branch osdi-sarathi-serve), a prompt chunk in flight included:
-        (the running list as it was, the ids in flight, how many were taken out). They still
-        count against ``max_num_seqs``; simplification: they cannot be preemption victims."""
-        in_flight = {id(r) for o, _ in self._flight for r in o.reqs}
-        sched = self.scheduler
-        running = sched.running
-        shown = [r for r in running if id(r) not in in_flight]
-        k = len(running) - len(shown)
-        if not k:
-            return None
-        sched.running = shown
-        sched.cfg.max_num_seqs -= k
-        return running, in_flight, k
-
-    def _unhide(self, running: list[Request], in_flight: set[int], k: int) -> None:
-        """Put the requests ``_hide_in_flight`` took out back in their places in running."""
-        sched = self.scheduler
-        sched.cfg.max_num_seqs += k
-        now_running = sched.running
-        kept = {id(r) for r in now_running}
-        was = {id(r) for r in running}
-        merged = [r for r in running if id(r) in in_flight or id(r) in kept]
-        merged.extend(r for r in now_running if id(r) not in was)
-        sched.running = merged
-
     def _on_due(self, _: object) -> None:
-        self._due = False
+        q = self.batches
+        assert q is not None
+        q.due = False
         if not self.failed:
             self.step()
-
-    def _own(self, out: SchedulerOutput) -> SchedulerOutput:
-        """``out`` without the requests also in a later batch in flight: a prompt chunk whose
-        next chunk is in flight samples nothing (vLLM's model runner discards a partial
-        prefill's token by the batch's own counts), and a request preempted and scheduled
-        again since is the later batch's."""
-        later = {id(r) for o, _ in self._flight for r in o.reqs}
-        if not any(id(r) in later for r in out.reqs):
-            return out
-        own = SchedulerOutput(stats=out.stats)
-        for r, n in zip(out.reqs, out.num_tokens):
-            if id(r) not in later:
-                own.reqs.append(r)
-                own.num_tokens.append(n)
-        return own
 
     def _stream(
         self, out: SchedulerOutput, produced: list[Request], finished: list[Request], now: float
@@ -801,24 +705,5 @@ class Replica:
             assert r.num_computed_tokens <= r.num_prompt_tokens + r.num_output_tokens
         for r in sched.waiting:
             assert r.status in (ReqStatus.WAITING, ReqStatus.PREEMPTED)
-        if self.pp > 1:
-            self._check_flight()
-
-    def _check_flight(self) -> None:
-        """The batch queue: at most pp batches in flight, and a request in two of them only
-        with prompt chunks (vLLM V1's; never with the Sarathi-Serve artifact's scheduler),
-        its tokens in flight computed (advanced at schedule time)."""
-        assert len(self._flight) <= self.pp
-        tokens: dict[int, list[int]] = {}
-        for o, _ in self._flight:
-            for r, n in zip(o.reqs, o.num_tokens):
-                tokens.setdefault(id(r), []).append(n)
-        for o, _ in self._flight:
-            for r in o.reqs:
-                mine = tokens[id(r)]
-                if r.status != ReqStatus.RUNNING or len(mine) == 1 or r.num_preemptions:
-                    continue
-                assert self.pipeline_chunks
-                assert sum(mine) <= r.num_computed_tokens
-                # all but the last are chunks that end short of the request's tokens
-                assert r.num_computed_tokens - mine[-1] < r.num_prompt_tokens + r.num_output_tokens
+        if self.batches is not None:
+            self.batches.check()

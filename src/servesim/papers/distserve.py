@@ -21,7 +21,7 @@ prefill TP3 x PP3 and decode TP4 x PP3, 21 GPUs, against vLLM TP8 on 8, as _plot
 count them). DistServe publishes no fit for OPT-175B, so both systems are timed by servesim's
 own step-time model (no engine overheads). A PP3 instance keeps up to three batches in flight,
 one a stage, as DistServe's engine does (``distserve/single_stage_engine.py``,
-``batches_in_pipeline``; servesim's ``engine.replica.Replica._pipeline_step``).
+``batches_in_pipeline``; servesim's ``engine.batch_queue``).
 
 The second metric (the paper's Fig. 8 lower row; _plot.py's draw_slo_scale_plot): at one per-GPU
 rate (OPT-13B 1.5, OPT-66B 0.25, OPT-175B 0.125 req/s/GPU, _plot.py's plot_fig8_lower) the TTFT

@@ -23,7 +23,7 @@ osdi-sarathi-serve, sarathi/engine/pipeline_parallel_llm_engine.py): a new micro
 scheduled when the first stage hands one on, when an output comes back and on a 10 ms timer,
 so each stage works on a micro-batch of other requests, and its schedulers skip a request that
 is executing, a prompt chunk included. servesim's engine runs such a pipeline as a queue of pp
-micro-batches in flight (``engine.replica.Replica._pipeline_step``: each stage its share of a
+micro-batches in flight (``engine.batch_queue``: each stage its share of a
 micro-batch, a request in flight skipped, its chunks too for these schedulers), the artifact's
 timer aside. docs/papers.md gives the figures.
 """
