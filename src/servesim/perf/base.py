@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 
 @dataclass(slots=True, init=False)
@@ -126,6 +127,7 @@ def step_wall_s(gpu_s: float, cpu_s: float, overlap: bool) -> float:
     return gpu_s + cpu_s
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # tests stage it (tests/test_pipeline_engine.py)
 @dataclass(slots=True)
 class ConstantPerfModel:
     """Every iteration takes ``step_s`` seconds: the constant service time of queueing theory.
