@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_right
 from dataclasses import dataclass
-from math import log
+from math import exp, log
 from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,7 @@ from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import Scheduler, SchedulerOutput
 from servesim.perf.base import BatchStats, PerfModel
 from servesim.perf.capabilities import AffineDecode, DecodeTerms, decode_step_times
-from servesim.perf.kernel_step import Row, row_time_at
+from servesim.perf.kernel_step import Row
 
 if TYPE_CHECKING:
     from servesim.engine.kv_counting import CountingKVCache
@@ -67,8 +67,10 @@ class Run:
     start_s: float  # start of the first step
     segments: list[tuple[int, int, int]]  # (pool size, steps, decode context sum of the first)
     # Per segment, for the step series' KV column (``run_rows.RunRows``; empty when steps
-    # are not recorded): (first step, blocks in use before it, the pool's block phases).
-    phases: list[tuple[int, int, list[int]]]
+    # are not recorded): (first step, blocks in use before it, the pool's block phases: as
+    # bytes, which the series appends to its buffer as they are, or a list where a count
+    # reaches 256).
+    phases: list[tuple[int, int, bytes | list[int]]]
     segment_gpu_s: list[float]  # per segment: the GPU's part of its steps (no CPU time)
     end_s: float  # end of the last step
     finished: list[Request]  # left at a step's end, in order
@@ -112,6 +114,21 @@ class Run:
         self.peak_used = other.peak_used
         self.bound_s = other.bound_s
         self.pending_pops = other.pending_pops
+
+
+def _row_piece(
+    xs: list[float], ys: list[float], i: int
+) -> tuple[float, bool, float, float, float, float, float]:
+    """The piece of the row (xs, ys) at ``i = bisect_right(xs, x)``, for ``row_time_at``'s
+    value there with the same operations: (the x where the next piece starts, inside the row,
+    y0, dy, x0, dx, the edge's time). Inside, ``row_time_at`` is
+    ``exp(y0 + dy * (x - x0) / dx)``; outside it is ``edge``, ``exp`` of the end value."""
+    inf = float("inf")
+    if i <= 0:
+        return (xs[0] if xs else inf), False, 0.0, 0.0, 0.0, 0.0, exp(ys[0])
+    if i >= len(xs):
+        return inf, False, 0.0, 0.0, 0.0, 0.0, exp(ys[-1])
+    return xs[i], True, ys[i - 1], ys[i] - ys[i - 1], xs[i - 1], xs[i] - xs[i - 1], 0.0
 
 
 class DecodePool(Scheduler):
@@ -259,9 +276,11 @@ class DecodePool(Scheduler):
         elif self.individual or not out.num_pool:
             return None
         heap = self._finish_heap
-        run = Run(start_s + first_step_s, keep_steps, defer_pops and not through_finishes)
         j = out.first_it + 1  # the next step
         time_bound = not self.waiting and len(self.running) < self.cfg.max_num_seqs
+        if time_bound and start_s + first_step_s >= next_event_s and not (heap and heap[0] < j):
+            return None  # the loop's first test, before a Run is made (most steps end here)
+        run = Run(start_s + first_step_s, keep_steps, defer_pops and not through_finishes)
         if time_bound:
             run.bound_s = next_event_s
         while True:
@@ -347,13 +366,19 @@ class DecodePool(Scheduler):
         rest = a = b = c = 0.0
         row: Row | None = None
         xs: list[float] = []
+        ys: list[float] = []
         i_row = 0  # bisect_right(xs, log length): only grows, as the context does
+        # The attention row's piece at i_row, as row_time_at reads it: the step's log time
+        # is y0 + dy * (x - x0) / dx inside the row, the constant edge outside (lin False).
+        x_next = y0 = dy = x0 = dx = edge = 0.0
+        lin = False
         if coef is not None:
             rest, a, b, c = coef
         elif rc is not None:
             rest, row = rc
-            xs = row[0]
+            xs, ys = row
             i_row = bisect_right(xs, log((pool_off + n * (j + 1)) / n))
+            x_next, lin, y0, dy, x0, dx, edge = _row_piece(xs, ys, i_row)
         stats = BatchStats(num_decode_reqs=n)
         stop = min(last, j + SCALAR_STEPS - 1)
         done = False
@@ -375,11 +400,16 @@ class DecodePool(Scheduler):
             if coef is not None:  # batch_time's terms, the decode attention's written out
                 x, y = a * s, b * s + c
                 g = rest + (x if x > y else y)
-            elif row is not None:  # batch_time's terms, one attention lookup
+            elif row is not None:  # batch_time's terms, row_time_at's sums
                 x = log(s / n)
-                while i_row < len(xs) and xs[i_row] <= x:
-                    i_row += 1
-                g = rest + row_time_at(row, x, i_row)
+                if x >= x_next:  # past the piece's end: the next piece (the context only grows)
+                    while i_row < len(xs) and xs[i_row] <= x:
+                        i_row += 1
+                    x_next, lin, y0, dy, x0, dx, edge = _row_piece(xs, ys, i_row)
+                if lin:
+                    g = rest + exp(y0 + dy * (x - x0) / dx)
+                else:
+                    g = rest + edge
             else:
                 stats.sum_decode_context = s
                 g = perf.batch_time(stats)
@@ -470,7 +500,12 @@ class DecodePool(Scheduler):
         (``base_used`` blocks in use before them, ``popped`` more by their end)."""
         run.segments.append((n, k, self.pool_off + n * (j - k + 1)))
         if run.keep_steps:
-            run.phases.append((j - k, base_used, list(self.phase)))
+            phase = self.phase
+            try:
+                counts: bytes | list[int] = bytes(phase)
+            except ValueError:  # a count of 256 or more
+                counts = list(phase)
+            run.phases.append((j - k, base_used, counts))
         run.segment_gpu_s.append(gpu_s)
         run.end_s = end_s
         run.total_s += total_s

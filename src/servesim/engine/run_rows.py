@@ -67,7 +67,10 @@ class RunRows:
             segs.append(j0)
             segs.append(base)
             segs.append(bs)
-            flat.add_phases(ph)
+            if isinstance(ph, bytes) and flat.wide_phases is None:
+                flat.phases.extend(ph)  # a copy of the buffer: no conversion
+            else:
+                flat.add_phases(list(ph))
         flat.queued_s.extend(self.queued_s)
         flat.num_queued.append(len(self.queued_s))
         flat.staged_s.extend(self.staged_s)
