@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from servesim.papers.base import Outcome
+from servesim.papers.base import Outcome, Paper, around
 from servesim.papers.common import capacity
 
 A30 = {
@@ -118,3 +118,34 @@ def run(quick: bool) -> Outcome:
         rows,
         notes,
     )
+
+
+#: The paper's headline, setup and figures (``servesim reproduce block``).
+PAPER = Paper(
+    "block",
+    "Block",
+    "Da and Kalyvianaki, Block: Balancing Load in LLM Serving with Context, Knowledge and Predictive "
+    "Scheduling, arXiv 2508.03611 (2025); artifact vidur_opt_scheduler, vidur/prediction/exp",
+    "up to 16.7% more serving capacity (and 49.5% lower P99 latency) than heuristic schedulers, by "
+    "routing on predicted metrics",
+    {
+        "model": "Llama-2-7B (also Qwen-7B)",
+        "gpus": "12 instances of one GPU (CloudLab d7525: one A30 24 GB each)",
+        "workload": "ShareGPT (also LMSYS), 10,000 requests at a fixed QPS in 20-36",
+        "slo": "latency (see paper)",
+        "baseline": "heuristic schedulers: round robin, random, min current requests, min GPU blocks",
+        "metric": "serving capacity gain, %",
+    },
+    (around("capacity_gain", "capacity gain over the best heuristic", "+16.7%", 16.7, "%"),),
+    "The artifact's cluster: Llama-2-7B on 12 A30s (a custom GPU from the spec sheet), vLLM V1 with "
+    "512-token chunks and 48 sequences, ShareGPT-like lengths (lognormal, means 161 and 338), 10,000 "
+    "Poisson requests per run (the artifact's); predicted_ttft routing against round_robin, random, "
+    "least_outstanding, least_kv and least_work; capacity at P99 TTFT <= 1 s (servesim's SLO), "
+    "bisection in 12-48 QPS (--quick: 5 steps, full: 7).",
+    run,
+    "Over the artifact's 10,000 requests, predicted-TTFT routing and least-KV reach the same capacity "
+    "within the search's resolution: the +21.5% servesim read before came from 1,000-request runs, "
+    "which end before the heuristics' queues build (a transient at 68-84 QPS, past the artifact's "
+    "whole 20-36 sweep). The capacity criterion is servesim's (P99 TTFT <= 1 s; the paper's is not "
+    "encoded here).",
+)

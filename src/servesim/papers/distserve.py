@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from servesim.papers.base import Outcome
+from servesim.papers.base import Figure, Outcome, Paper
 from servesim.perf.base import BatchStats
 
 #: The artifact's chatbot runs: (TTFT, TPOT) SLO, vLLM's TP, DistServe's prefill and decode TP
@@ -293,3 +293,84 @@ def run(quick: bool) -> Outcome:
             f"DistServe {scale['distserve']:.2f}"
         )
     return Outcome(values, rows, notes)
+
+
+#: The paper's headline, setup and figures (``servesim reproduce distserve``).
+PAPER = Paper(
+    "distserve",
+    "DistServe",
+    "Zhong et al., DistServe: Disaggregating Prefill and Decoding for Goodput-optimized Large Language "
+    "Model Serving, OSDI'24",
+    "up to 7.4x more requests (goodput) or 12.6x tighter SLO than vLLM at 90% SLO attainment",
+    {
+        "model": "OPT-13B / 66B / 175B",
+        "gpus": "A100-80GB (4 nodes x 8)",
+        "workload": "chatbot (ShareGPT), code (HumanEval), summarization (LongBench)",
+        "slo": "TTFT and TPOT per application (OPT-13B chatbot: 0.25 s, 0.1 s), 90% attainment",
+        "baseline": "vLLM (colocated), DeepSpeed-MII",
+        "metric": "per-GPU goodput, DistServe / vLLM; SLO scale (TTFT and TPOT limits scaled together) "
+        "at 90% attainment and a fixed per-GPU rate, vLLM / DistServe",
+    },
+    (
+        Figure(
+            "goodput",
+            "per-GPU goodput, DistServe / vLLM (OPT-13B chatbot)",
+            "2.0-4.6x (chatbot; up to 7.4x overall)",
+            2.0,
+            4.6,
+        ),
+        Figure(
+            "slo_scale",
+            "SLO scale at 90% attainment, vLLM / DistServe (OPT-13B chatbot, 1.5 req/s/GPU)",
+            "1.8-3.2x tighter (chatbot; up to 12.6x overall)",
+            1.8,
+            3.2,
+        ),
+        Figure(
+            "goodput_66b",
+            "per-GPU goodput, DistServe / vLLM (OPT-66B chatbot)",
+            "2.0-4.6x (chatbot; up to 7.4x overall)",
+            2.0,
+            4.6,
+        ),
+        Figure(
+            "slo_scale_66b",
+            "SLO scale at 90% attainment, vLLM / DistServe (OPT-66B chatbot, 0.25 req/s/GPU)",
+            "1.8-3.2x tighter (chatbot; up to 12.6x overall)",
+            1.8,
+            3.2,
+        ),
+        Figure(
+            "goodput_175b",
+            "per-GPU goodput, DistServe / vLLM (OPT-175B chatbot)",
+            "2.0-4.6x (chatbot; up to 7.4x overall)",
+            2.0,
+            4.6,
+        ),
+        Figure(
+            "slo_scale_175b",
+            "SLO scale at 90% attainment, vLLM / DistServe (OPT-175B chatbot, 0.125 req/s/GPU)",
+            "1.8-3.2x tighter (chatbot; up to 12.6x overall)",
+            1.8,
+            3.2,
+        ),
+    ),
+    "OPT-13B chatbot: vLLM (V0) TP1 against DistServe prefill TP2 + decode TP1, step times from "
+    "DistServe's own A100 fits of each engine (bundled), prompts lognormal median 600, outputs median "
+    "150, TTFT <= 0.25 s, TPOT <= 0.1 s; 120 s of Poisson traffic (--quick: 60 s). The full run adds "
+    "OPT-66B (TTFT <= 0.4 s): vLLM TP4 against prefill TP4 + decode TP4 (the artifact's TP2 x PP2), and "
+    "OPT-175B (TTFT <= 4 s, TPOT <= 0.2 s): vLLM TP8 against prefill TP3 x PP3 + decode TP4 x PP3, "
+    "timed by servesim's roofline (DistServe publishes no OPT-175B fit). The SLO scale is read at the "
+    "artifact's per-GPU rate from one run of each system.",
+    run,
+    "The gain is steep in the prompt length, which DistServe's preprocessing sets and does not publish; "
+    "the chatbot's 2.0-4.6x is its range on ShareGPT, the 7.4x its best case across "
+    "applications and models. A prompt median of 600 stands in for DistServe's multi-turn prompts; "
+    "9.3% of its prompts (over about 1,490 tokens) cannot meet the 0.25 s TTFT on vLLM's one GPU "
+    "under DistServe's own fit, so vLLM attains at most 90.7% and its goodput falls with the run "
+    "length (1.96x at 60 s, 2.52x at 120 s, 6.54x at 240 s): not a steady state. The SLO scale reads "
+    "1.82x at 60 and 120 s, 1.87x at 240 s, 1.37x at 480 s (DistServe's queue builds at 1.5 req/s/GPU). "
+    "OPT-175B lands below both ranges, timed by the roofline for both systems: DistServe's PP3 "
+    "prefill instance takes every waiting prompt into one batch and runs it through the stages "
+    "alone, as its engine's queue does, and a decode token crosses three stages (docs/papers.md).",
+)

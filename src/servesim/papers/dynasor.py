@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from servesim.papers.base import Outcome
+from servesim.papers.base import Outcome, Paper, around
 
 
 def scenario(num_questions: int, early_exit: bool = True) -> dict[str, Any]:
@@ -60,3 +60,27 @@ def run(quick: bool) -> Outcome:
             f"{r['probe_tokens']:,}) against {r['fixed_length_tokens']:,} reasoning to full length"
         ],
     )
+
+
+#: The paper's headline, setup and figures (``servesim reproduce dynasor``).
+PAPER = Paper(
+    "dynasor",
+    "Dynasor",
+    "Fu et al., Efficiently Serving LLM Reasoning Programs with Certaindex, arXiv 2412.20993 (2024)",
+    "up to 50% of the compute saved in batch processing by stopping reasoning whose answer has settled "
+    "(Certaindex)",
+    {
+        "model": "reasoning LLMs (see paper)",
+        "gpus": "GPU servers (see paper)",
+        "workload": "math and code reasoning benchmarks, batch and online",
+        "slo": "same accuracy",
+        "baseline": "every sample reasons to its full length",
+        "metric": "tokens (compute) saved",
+    },
+    (around("saving", "reasoning tokens saved", "up to 50%", 50.0, "%"),),
+    "servesim's reasoning workload (examples/reasoning_dynasor.yaml: probes every 256 tokens, "
+    "2 agreeing probes stop a sample) against the same draws without early exit.",
+    run,
+    "The saving is a property of the answer-settling model (when a sample's answer settles), whose "
+    "parameters are the example's, not fitted to the paper's traces.",
+)

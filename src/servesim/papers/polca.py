@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from servesim.papers.base import Outcome
+from servesim.papers.base import Figure, Outcome, Paper
 
 TDP_A100_W = 400.0
 GPUS_PER_SERVER = 4
@@ -102,3 +102,26 @@ def run(quick: bool) -> Outcome:
             f"{capped['slo_attainment']:.3f} (capped)"
         ],
     )
+
+
+#: The paper's headline, setup and figures (``servesim reproduce polca``).
+PAPER = Paper(
+    "polca",
+    "POLCA",
+    "Patel et al., POLCA: Power Oversubscription in LLM Cloud Providers, arXiv 2308.12908 (2023)",
+    "30% more servers under the same power budget, with SLOs held (attainment ~0.999) by capping "
+    "the clocks of low-priority servers first",
+    {
+        "model": "LLM inference workloads characterized on DGX-A100 servers (see paper)",
+        "gpus": "DGX-A100 servers in a row under a provisioned power budget",
+        "workload": "production inference traces",
+        "slo": "latency SLOs of the inference service",
+        "baseline": "the row with as many servers as its nameplate power allows",
+        "metric": "servers added under the budget, SLO attainment, time over budget",
+    },
+    (Figure("slo_attainment", "SLO attainment of the oversubscribed, capped row", "~0.999", 0.995, 1.0, ""),),
+    "Llama-3.1-70B on 4 A100s per server, half high- and half low-priority; the budget is 10 "
+    "servers' GPU TDP and 13 servers (+30%) run under it, capped at 85% (low priority) and 95% (all) of "
+    "the budget; Gamma (CV 2) arrivals at 1.8 req/s per server, 300 s (--quick: 100 s).",
+    run,
+)
