@@ -1,4 +1,4 @@
-"""Pipeline parallelism as the engines run it: up to pp batches in flight (``engine/replica.py``,
+"""Pipeline parallelism as the engines run it: up to pp batches in flight (``engine/batch_queue.py``,
 vLLM V1's batch queue), each stage taking its share of the batch, hand-computed."""
 
 from __future__ import annotations
@@ -159,9 +159,10 @@ def test_stage_times_split_the_roofline_step():
     chunked=st.booleans(),
     seed=st.integers(0, 10_000),
     blocks=st.integers(12, 60),
+    wakes=st.booleans(),
 )
-def test_batch_queue_properties(pp, policy, chunked, seed, blocks):
-    # No lost requests, the KV blocks all back, and (``Replica._check_flight`` at every
+def test_batch_queue_properties(pp, policy, chunked, seed, blocks, wakes):
+    # No lost requests, the KV blocks all back, and (``BatchQueue.check`` at every
     # launch and output) at most pp batches in flight, a request in two only as vLLM V1's
     # prompt chunks.
     rng = np.random.default_rng(seed)
@@ -176,6 +177,7 @@ def test_batch_queue_properties(pp, policy, chunked, seed, blocks):
         max_num_batched_tokens=32 if chunks else 128,
         cpu_overhead_s=0.001,
         enable_prefix_caching=False,
+        pipeline_wakes=wakes,
         **({"enable_chunked_prefill": chunked} if policy == "vllm_v1" else {}),  # type: ignore[arg-type]
     )
     perf = StagedConstant(step_s=0.02, per_token_s=0.001, pp=pp)
@@ -186,3 +188,30 @@ def test_batch_queue_properties(pp, policy, chunked, seed, blocks):
     np.testing.assert_array_equal(rec.num_output_tokens, outputs)
     assert run.totals.bubble_s >= 0.0
     assert run.totals.bubble_s <= run.totals.gpu_s
+
+
+@pytest.mark.parametrize("wakes", [False, True])
+def test_an_arrival_while_the_loop_waits(wakes: bool) -> None:
+    # Two stages of 0.5 s; r0 arrives at 0, r1 at 0.25 while r0's prefill is on stage 1, the
+    # queue (of 2) has room and the loop, its schedule empty (r0 in flight), waits.
+    # vLLM V1 (wakes False) blocks on the oldest batch: r1 waits for r0's batch, back at 1.0,
+    # and rides with r0's decode ([1.0, 1.5] [1.5, 2.0]); its first token at 2.0, its second
+    # ([2.0, 2.5] [2.5, 3.0]) at 3.0.
+    # DistServe's, the Sarathi-Serve artifact's and Orca's loops (wakes True) take r1 at 0.25:
+    # it enters stage 1 when r0 leaves it ([0.5, 1.0] [1.0, 1.5]), first token 1.5; its decode
+    # goes in when its prefill is back ([1.5, 2.0] [2.0, 2.5]), second token 2.5.
+    wl = make_workload([0.0, 0.25], 4, 2)
+    run = run_engine(
+        wl, engine(8, pipeline_wakes=wakes), StagedConstant(step_s=1.0), 16, 64, check_invariants=True
+    )
+    rec = run.records
+    assert np.all(rec.status == RequestStatus.FINISHED)
+    if wakes:
+        np.testing.assert_array_equal(rec.first_token_s, [1.0, 1.5])
+        np.testing.assert_array_equal(rec.finished_s, [2.0, 2.5])
+        np.testing.assert_array_equal(run.steps.start_s, [0.0, 0.25, 1.0, 1.5])
+    else:
+        np.testing.assert_array_equal(rec.first_token_s, [1.0, 2.0])
+        np.testing.assert_array_equal(rec.finished_s, [2.0, 3.0])
+        np.testing.assert_array_equal(run.steps.start_s, [0.0, 1.0, 2.0])
+        np.testing.assert_array_equal(run.steps.num_prefill_tokens, [4, 4, 0])

@@ -296,6 +296,16 @@ class EngineConfig(_Strict):
         ),
         json_schema_extra={"vllm": "--async-scheduling"},
     )
+    pipeline_wakes: bool | None = Field(
+        None,
+        description=(
+            "With pipeline parallelism: whether a request that arrives while the engine loop waits "
+            "for a batch in flight, with room in its queue, is scheduled at once (true: DistServe's "
+            "and the Sarathi-Serve artifact's polling loops, Orca's scheduler) or waits for the oldest "
+            "batch's output (false: vLLM V1's batch queue and vLLM V0's virtual engines). None: true "
+            "for orca, else false. See engine/batch_queue.py."
+        ),
+    )
     enforce_eager: bool = Field(
         False,
         description=("No CUDA graphs: every kernel pays its launch, no padding, eager all-reduce."),

@@ -40,6 +40,17 @@ the ``AsyncScheduler`` scheduling a decode again behind its output placeholder.)
 Simplification: an output that comes back while the loop prepares a batch is
 processed at once, not when the loop is next free.
 
+**Arrivals while the loop waits** (``wakes``, ``engine.pipeline_wakes``). vLLM V1's loop,
+its schedule empty and batches in flight, blocks on the oldest batch (``future.result()``):
+a request that arrives meanwhile waits for that output. vLLM V0's pipeline (one loop a
+virtual engine, ``AsyncLLMEngine.run_engine_loop``, 0.6-0.10) takes new requests from its
+tracker only when a virtual engine starts a step, after its previous step is back, so it
+waits too. DistServe's loop polls every 3 ms, the Sarathi-Serve artifact's on a 10 ms timer
+(for its vLLM baseline too, which runs in the same engine), and Orca's scheduler (its
+Algorithm 1) waits only once n_workers batches are in flight: they take the request at once
+while their queue has room. Simplification: the polls' delay (at most 3 or 10 ms) is not
+charged.
+
 ``Replica._pipeline_step`` runs the loop; this module holds the queue's state (the batches in
 flight, when each stage is next free, the spans counted so far) and its rules.
 """
@@ -62,11 +73,13 @@ class BatchQueue:
     stage; ``chunks``: whether a prompt's next chunk may be scheduled while its previous one
     is in flight (vLLM V1) or a request in flight is not scheduled at all (the Sarathi-Serve
     artifact's scheduler). ``due``: the engine loop comes back by itself (a schedule is due)
-    rather than waiting for the oldest batch."""
+    rather than waiting for the oldest batch. ``wakes``: while it waits with room in the
+    queue, an arrival makes the loop schedule again (the module's docstring)."""
 
-    def __init__(self, pp: int, chunks: bool) -> None:
+    def __init__(self, pp: int, chunks: bool, wakes: bool = False) -> None:
         self.pp = pp
         self.chunks = chunks
+        self.wakes = wakes
         self.flight: list[tuple[SchedulerOutput, float]] = []
         self.stage_free = [0.0] * pp  # when each stage is next free
         self.due = False

@@ -271,6 +271,9 @@ def build_replica(
         # (engine.batch_queue.BatchQueue.hide_in_flight); the other policies run whole
         # prompts or vLLM V1's chunks
         pipeline_chunks=engine.policy != "sarathi",
+        pipeline_wakes=engine.pipeline_wakes
+        if engine.pipeline_wakes is not None
+        else engine.policy == "orca",
     )
     if engine.kv_offload.enabled:  # an idle engine polls for the end of a load (OffloadScheduler)
         from servesim.engine.kv_offload import OffloadScheduler

@@ -90,6 +90,7 @@ class Replica:
         cpu_per_req_s: float = 0.0,
         pipeline_stages: int = 1,
         pipeline_chunks: bool = True,
+        pipeline_wakes: bool = False,
     ) -> None:
         self.id = replica_id
         self.frontend = frontend  # vLLM's API server before the scheduler (None: arrivals go straight in)
@@ -175,7 +176,7 @@ class Replica:
         # Sarathi-Serve artifact's scheduler, the ``sarathi`` policy).
         self.pp = pipeline_stages
         self.batches: BatchQueue | None = (
-            BatchQueue(pipeline_stages, pipeline_chunks) if pipeline_stages > 1 else None
+            BatchQueue(pipeline_stages, pipeline_chunks, pipeline_wakes) if pipeline_stages > 1 else None
         )
         # The batches in flight, oldest first (the queue's own list; always empty when pp = 1).
         self._flight: list[tuple[SchedulerOutput, float]] = (
@@ -244,6 +245,15 @@ class Replica:
             self._staged.append(req)  # the next step is already scheduled
             return
         self.scheduler.add_request(req)
+        q = self.batches
+        if q is not None and q.wakes and self.busy and not q.due and len(q.flight) < q.pp:
+            # The loop waits for a batch with room in its queue: an engine that takes new work
+            # while it waits (``BatchQueue.wakes``) schedules again once this instant's
+            # arrivals are queued.
+            if not self.wake_pending:
+                self.wake_pending = True
+                (self.loop.at_quiet if self.quiet else self.loop.at)(self.loop.now, self._on_poll, None, WAKE)
+            return
         if not self.busy and not self.wake_pending:
             # Start the step after every arrival of this instant is queued (WAKE runs
             # after ARRIVAL at equal times), as the engine drains its input queue first.
@@ -542,6 +552,13 @@ class Replica:
         if len(q.flight) < q.pp:  # room in the queue: the loop schedules again when ready
             q.due = True
             (self.loop.at_quiet if self.quiet else self.loop.at)(now + cpu_s, self._on_due, None, WAKE)
+
+    def _on_poll(self, _: object) -> None:
+        self.wake_pending = False
+        q = self.batches
+        assert q is not None
+        if not self.failed and not q.due and len(q.flight) < q.pp:
+            self.step()
 
     def _on_due(self, _: object) -> None:
         q = self.batches

@@ -108,9 +108,12 @@ def fits() -> dict[tuple[str, str, int], Any]:
     return out
 
 
-def _engine(batched_tokens: int, seqs: int) -> dict[str, Any]:
+def _engine(batched_tokens: int, seqs: int, polls: bool = False) -> dict[str, Any]:
+    """An engine's settings; ``polls``: DistServe's engine loop, which polls for arrivals every
+    3 ms while batches are in flight (``engine.batch_queue``)."""
     return {
         "policy": "vllm_v0",
+        "pipeline_wakes": polls,
         "max_num_batched_tokens": batched_tokens,
         "max_num_seqs": seqs,
         "max_model_len": 2048,
@@ -126,8 +129,8 @@ def pools(model: str, tps: tuple[tuple[str, int], ...]) -> tuple[Any, list[Any]]
 
     engines = {
         "colocated": _engine(16384, 1024),
-        "prefill": _engine(8192, 128),
-        "decode": _engine(65536, 1024),
+        "prefill": _engine(8192, 128, polls=True),
+        "decode": _engine(65536, 1024, polls=True),
     }
     pp = PP.get(model, {})
     spec = [

@@ -119,12 +119,22 @@ def capacities(name: str, n: int, iters: int, rows: list[dict]) -> dict[str, flo
     rng = np.random.default_rng(2)
     unit_arrivals = np.cumsum(rng.exponential(1.0, n))
     prompt, output = trace_like_lengths(rng, n, (1730, 5696), (415, 834), mml)
+    # Both systems run in the artifact's engine, whose pipeline loop takes an arrival while
+    # a micro-batch is in flight (its 10 ms timer: engine.batch_queue).
     engines = {
         "vllm": EngineConfig(
-            policy="vllm_v0", max_num_seqs=128, max_num_batched_tokens=mml, max_model_len=mml
+            policy="vllm_v0",
+            max_num_seqs=128,
+            max_num_batched_tokens=mml,
+            max_model_len=mml,
+            pipeline_wakes=True,
         ),
         "sarathi": EngineConfig(
-            policy="sarathi", max_num_seqs=128, max_num_batched_tokens=512, max_model_len=mml
+            policy="sarathi",
+            max_num_seqs=128,
+            max_num_batched_tokens=512,
+            max_model_len=mml,
+            pipeline_wakes=True,
         ),
     }
     par = ParallelConfig(tensor_parallel_size=tp, pipeline_parallel_size=pp)
