@@ -20,8 +20,9 @@ OPT-175B (TTFT <= 4 s, TPOT <= 0.2 s; the paper's Sec. 6.1 and Table 1 placement
 prefill TP3 x PP3 and decode TP4 x PP3, 21 GPUs, against vLLM TP8 on 8, as _plot.py's backends
 count them). DistServe publishes no fit for OPT-175B, so both systems are timed by servesim's
 own step-time model (no engine overheads). A PP3 instance keeps up to three batches in flight,
-one a stage, as DistServe's engine does (``distserve/single_stage_engine.py``,
-``batches_in_pipeline``; servesim's ``engine.batch_queue``).
+one a stage, and takes an arrival while batches are in flight (its loop polls every 3 ms),
+as DistServe's engine does (``distserve/single_stage_engine.py``, ``batches_in_pipeline``;
+servesim's ``engine.batch_queue``, ``engine.pipeline_wakes``).
 
 The second metric (the paper's Fig. 8 lower row; _plot.py's draw_slo_scale_plot): at one per-GPU
 rate (OPT-13B 1.5, OPT-66B 0.25, OPT-175B 0.125 req/s/GPU, _plot.py's plot_fig8_lower) the TTFT
@@ -373,7 +374,7 @@ PAPER = Paper(
     "under DistServe's own fit, so vLLM attains at most 90.7% and its goodput falls with the run "
     "length (1.96x at 60 s, 2.52x at 120 s, 6.54x at 240 s): not a steady state. The SLO scale reads "
     "1.82x at 60 and 120 s, 1.87x at 240 s, 1.37x at 480 s (DistServe's queue builds at 1.5 req/s/GPU). "
-    "OPT-175B lands below both ranges, timed by the roofline for both systems: DistServe's PP3 "
-    "prefill instance takes every waiting prompt into one batch and runs it through the stages "
-    "alone, as its engine's queue does, and a decode token crosses three stages (docs/papers.md).",
+    "OPT-175B lands below both ranges, timed by the roofline for both systems: a decode token "
+    "crosses DistServe's three pipeline stages, so its TPOT is over twice vLLM's on TP8 "
+    "(docs/papers.md).",
 )
