@@ -1,5 +1,5 @@
 """Pipeline parallelism: the stages of a step (``stage_times``, ``pipeline_stages``, which the
-engine's batch queue uses, ``engine/replica.py``), and GPipe micro-batches inside a step
+engine's batch queue uses, ``engine/batch_queue.py``), and GPipe micro-batches inside a step
 (``PipelinedPerfModel``, built by ``roofline.build_perf_model`` with ``num_microbatches`` > 1)."""
 
 from __future__ import annotations

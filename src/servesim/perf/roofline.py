@@ -9,7 +9,7 @@ plus tensor-parallel all-reduces (ring: 2 (tp-1)/tp x message / link bandwidth +
 two per layer as in Megatron-style TP), the logits gather, pipeline send/receive, and a
 fixed GPU-side launch overhead. Everything is for one TP rank; ``batch_time`` is the sum of
 the pipeline stages' times (one batch's way through the whole pipeline). The engine
-overlaps batches across stages as vLLM's batch queue does (``engine/replica.py``), from
+overlaps batches across stages as vLLM's batch queue does (``engine/batch_queue.py``), from
 each stage's share (``last_stage_s``: what only the last stage runs; ``perf.pipelined.stage_times``).
 
 Every count is linear in a handful of aggregate batch statistics (except the MoE
@@ -502,7 +502,7 @@ class RooflinePerfModel:
     def bubble_fraction(self, stats: BatchStats) -> float:
         """Fraction of the iteration a GPU idles in pipeline bubbles: (pp - 1)/pp with one
         micro-batch (each stage works while the other pp - 1 wait). The engine's batch
-        queue overlaps batches across stages and counts its own bubbles (``engine/replica.py``)."""
+        queue overlaps batches across stages and counts its own bubbles (``engine/batch_queue.py``)."""
         return (self.pp - 1) / self.pp
 
     def last_stage_s(self, stats: BatchStats) -> float:
