@@ -95,7 +95,7 @@ FALCON_LINKS = (25e9, 10e9, 4)
 
 def capacities(name: str, n: int, iters: int, rows: list[dict]) -> dict[str, float]:
     """Each system's capacity (req/s) on ``name``'s run of ``n`` requests (with pp > 1 the
-    engine keeps pp micro-batches in flight, ``engine.replica``)."""
+    engine keeps pp micro-batches in flight, ``engine.batch_queue``)."""
     from servesim.catalog.gpus import get_gpu, link_spec
     from servesim.catalog.hf_config import from_hf_config, load_model
     from servesim.config import EngineConfig, ParallelConfig
