@@ -284,6 +284,16 @@ def test_async_scheduling_and_graphs_follow_the_version() -> None:
     assert _path(m, "H100-SXM", "0.11.0").cuda_graphs.value == "full_and_piecewise"
 
 
+def test_async_scheduling_with_pipeline_stages_is_reported_as_not_modelled() -> None:
+    # vLLM 0.15+ runs async scheduling with pp > 1 (0.14 does not); servesim's batch queue runs
+    # such a pipeline synchronously, and the report says so rather than "on".
+    m, gpu = _model(OSS), get_gpu("H100-SXM")
+    on = execution_path(m, gpu, EngineConfig(version="0.19.0"), 4, 1, 2).async_scheduling
+    assert on.value.startswith("on in vLLM, not modelled") and "engine/batch_queue.py" in on.reason
+    assert execution_path(m, gpu, EngineConfig(version="0.14.0"), 4, 1, 2).async_scheduling.value == "off"
+    assert execution_path(m, gpu, EngineConfig(version="0.19.0"), 4, 1, 1).async_scheduling.value == "on"
+
+
 @pytest.mark.parametrize(
     ("name", "gpu", "version", "tp", "env", "kernel"),
     [

@@ -486,13 +486,17 @@ def execution_path(
         on = engine.async_scheduling
         default = async_default(engine, True, pipeline_parallel_size)
         why = "the version's default (vllm/config/vllm.py)" if on == default else "set (--async-scheduling)"
+    value = "on" if on else "off"
+    if on and pipeline_parallel_size > 1:  # engine.batch_queue: the synchronous queue
+        value = "on in vLLM, not modelled with pipeline parallelism (run synchronously)"
+        why += "; servesim runs a pipeline's batch queue without it (engine/batch_queue.py)"
     return ExecutionPath(
         version=engine.version,
         sm=sm,
         weight_format=fmt,
         moe=moe,
         attention=_attention(v, sm, model, env),
-        async_scheduling=Choice("on" if on else "off", why),
+        async_scheduling=Choice(value, why),
         cuda_graphs=_graphs(engine),
         env=env,
     )
