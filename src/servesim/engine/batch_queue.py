@@ -43,7 +43,7 @@ processed at once, not when the loop is next free.
 **Arrivals while the loop waits** (``wakes``, ``engine.pipeline_wakes``). vLLM V1's loop,
 its schedule empty and batches in flight, blocks on the oldest batch (``future.result()``):
 a request that arrives meanwhile waits for that output. vLLM V0's pipeline (one loop a
-virtual engine, ``AsyncLLMEngine.run_engine_loop``, 0.6-0.10) takes new requests from its
+virtual engine, ``AsyncLLMEngine.run_engine_loop``, as read in vLLM 0.6) takes new requests from its
 tracker only when a virtual engine starts a step, after its previous step is back, so it
 waits too. DistServe's loop polls every 3 ms, the Sarathi-Serve artifact's on a 10 ms timer
 (for its vLLM baseline too, which runs in the same engine), and Orca's scheduler (its
