@@ -215,17 +215,3 @@ def test_an_arrival_while_the_loop_waits(wakes: bool) -> None:
         np.testing.assert_array_equal(rec.finished_s, [2.0, 3.0])
         np.testing.assert_array_equal(run.steps.start_s, [0.0, 1.0, 2.0])
         np.testing.assert_array_equal(run.steps.num_prefill_tokens, [4, 4, 0])
-
-
-def test_kernel_models_last_stage_is_its_per_request_operators():
-    # The measured-kernel model's last stage runs the LM head, logits gather and sampling: the
-    # per-request operators, read from the step's own table for whole requests and from the
-    # curves for a fractional count; both agree, and a batch without requests has none.
-    from servesim.perf.kernel_model import KernelPerfModel
-
-    perf = KernelPerfModel(load_model("meta-llama/Llama-3.1-8B"), get_gpu("H100-SXM"), tp=1, pp=2)
-    whole = perf.last_stage_s(BatchStats(num_decode_reqs=24, sum_decode_context=24 * 500))
-    part = perf.last_stage_s(BatchStats(num_decode_reqs=24.0, sum_decode_context=24 * 500.0))
-    assert whole == perf.step.req[24] and whole > 0.0
-    assert part == pytest.approx(whole, rel=1e-12)
-    assert perf.last_stage_s(BatchStats(num_prefill_tokens=0)) == 0.0
