@@ -4,12 +4,13 @@ store's P99 TBT and median scheduling delay, figures traced by hand from that co
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from servesim.papers.sarathi import a100_pcie, artifact_search, artifact_slo_metrics
+from servesim.papers.sarathi import a100_pcie, artifact_requests, artifact_search, artifact_slo_metrics
 
 
 def test_the_search_walks_the_artifacts_rates_and_keeps_the_highest_that_met_the_slo():
@@ -66,3 +67,25 @@ def test_the_artifacts_gpu_is_the_pcie_a100():
     gpu = a100_pcie()
     assert gpu.mem_bw == 1.935e12
     assert gpu.flops_for("bfloat16") == 312e12
+
+
+def test_the_bundled_trace_is_table_2s_openchat_sharegpt4():
+    """The paper's Table 2 for openchat_sharegpt4: prompt tokens median 1730 and P90 5696,
+    output tokens 415 and 834, over the trace's 30,731 requests (all within 8,192 tokens,
+    the "8k filtered" of its name, so the trimming leaves them as they are)."""
+    arrivals, prompt, output = artifact_requests(30_731, 8192)
+    assert len(prompt) == 30_731
+    assert np.median(prompt) == 1730 and np.percentile(prompt, 90) == 5696
+    assert np.median(output) == 415 and np.percentile(output, 90) == 834
+    assert (prompt + output).max() <= 8192
+
+
+def test_the_arrivals_are_the_artifacts_capped_poisson_draws():
+    """PoissonRequestIntervalGenerator at 1 req/s with Python's random seeded 42: the first
+    interval is -ln(1 - 0.6394267984578837) (random.Random(42)'s first draw) = 1.0201 s, and
+    no interval is longer than 3 / qps; a trimmed request loses its excess in proportion."""
+    arrivals, prompt, output = artifact_requests(2048, 8192)
+    assert arrivals[0] == pytest.approx(-math.log(1 - 0.6394267984578837))
+    assert np.diff(arrivals).max() <= 3.0
+    _, short_p, short_d = artifact_requests(2048, 1000)
+    assert (short_p + short_d).max() <= 1000 and short_p.min() >= 1 and short_d.min() >= 1
