@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-TDP_A100_W = 400.0
-GPUS_PER_SERVER = 4
+from servesim.papers import polca
+from servesim.papers.polca import GPUS_PER_SERVER, TDP_A100_W
 
 
 def scenario(
@@ -33,39 +33,9 @@ def scenario(
     seed: int = 2,
     hysteresis: float | None = None,
 ) -> dict[str, Any]:
-    """``hysteresis``: the capper's band (None: the scenario default, 0.1 of the budget)."""
-    ops: dict[str, Any] = {"interval_s": 1.0}
-    if budget_w is not None:
-        ops["power"] = {
-            "budget_w": budget_w,
-            "low_priority_pools": ["lo"],
-            "cap_low_at": 0.85,
-            "cap_all_at": 0.95,
-        }
-        if hysteresis is not None:
-            ops["power"]["hysteresis"] = hysteresis
-    hi = (num_servers + 1) // 2
-    rate = rate_per_server * num_servers
-    return {
-        "name": f"row-{num_servers}-{'capped' if budget_w else 'uncapped'}",
-        "model": {"name": "Llama-3.1-70B"},
-        "hardware": {"gpu": "A100-80GB"},
-        "parallel": {"tensor_parallel_size": GPUS_PER_SERVER},
-        "workload": {
-            "type": "synthetic",
-            "seed": seed,
-            "num_requests": int(rate * duration_s),
-            "arrival": {"process": "gamma", "cv": 2.0, "rate": rate},
-            "prompt_len": {"kind": "lognormal", "mean": 1000, "std": 800, "max": 6000},
-            "output_len": {"kind": "lognormal", "mean": 200, "std": 150, "max": 1500},
-        },
-        "slo": {"ttft_s": 2.0, "tpot_s": 0.1},
-        "cluster": {
-            "router": "least_outstanding",
-            "pools": [{"name": "hi", "num_replicas": hi}, {"name": "lo", "num_replicas": num_servers - hi}],
-            "operations": ops,
-        },
-    }
+    """POLCA's row (``servesim reproduce polca``'s scenario); ``hysteresis``: the capper's
+    band (None: the scenario default, 0.1 of the budget)."""
+    return polca.scenario(num_servers, budget_w, duration_s, rate_per_server, seed, hysteresis)
 
 
 def measure(sc: dict[str, Any], budget_w: float, progress: bool = False) -> dict[str, Any]:

@@ -215,3 +215,17 @@ def test_an_arrival_while_the_loop_waits(wakes: bool) -> None:
         np.testing.assert_array_equal(rec.finished_s, [2.0, 3.0])
         np.testing.assert_array_equal(run.steps.start_s, [0.0, 1.0, 2.0])
         np.testing.assert_array_equal(run.steps.num_prefill_tokens, [4, 4, 0])
+
+
+def test_kernel_models_last_stage_is_its_per_request_operators():
+    # The measured-kernel model's last stage runs the LM head, logits gather and sampling: the
+    # per-request operators, read from the step's own table as batch_time reads it; the table
+    # agrees with the curves it is built from, and a batch without requests has none.
+    from servesim.perf.kernel_model import KernelPerfModel
+
+    perf = KernelPerfModel(load_model("meta-llama/Llama-3.1-8B"), get_gpu("H100-SXM"), tp=1, pp=2)
+    for n in (1, 24, 700):
+        got = perf.last_stage_s(BatchStats(num_decode_reqs=n, sum_decode_context=n * 500))
+        assert got == perf.step.req[n] and got > 0.0
+        assert got == pytest.approx(float(perf._request_seconds(np.array([float(n)]))[0]), rel=1e-12)
+    assert perf.last_stage_s(BatchStats(num_prefill_tokens=0)) == 0.0

@@ -171,7 +171,7 @@ def test_distserve_slo_scale_is_the_90_percent_crossing():
 
 @pytest.mark.parametrize(
     "name",
-    # Block's quick search runs the artifact's 10,000 requests per probe (about 100 s of CPU).
+    # Block's quick search runs the artifact's 10,000 requests per probe (about 170 s of CPU).
     [
         "mc-sf",
         "distserve",

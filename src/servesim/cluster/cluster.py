@@ -515,6 +515,7 @@ class Cluster:
             return [ReplicaLoad(out[i]) for i in ids]
         with_prefix = router is ROUTERS["prefix_affinity"]
         with_ttft = router is ROUTERS["predicted_ttft"]
+        with_latency = router is ROUTERS["predicted_latency"]
         reps = self.replicas
         if self.cut_runs and router not in _RUN_BLIND:
             for i in ids:
@@ -522,7 +523,8 @@ class Cluster:
         if router is ROUTERS["llumnix"]:
             out = self.outstanding
             return [replica_load(reps[i], out[i], req, False, False, self.headroom_of(i)) for i in ids]
-        return [replica_load(reps[i], self.outstanding[i], req, with_prefix, with_ttft) for i in ids]
+        out = self.outstanding
+        return [replica_load(reps[i], out[i], req, with_prefix, with_ttft, None, with_latency) for i in ids]
 
     def headroom_of(self, i: int) -> dict[int, int]:
         """Replica ``i``'s headroom per priority in its KV blocks (``cluster.freeness``)."""

@@ -34,6 +34,8 @@ class ReplicaLoad:
     pending_tokens: int = 0  # prompt tokens still to compute here + one per running request
     prefix_hit_tokens: int = 0  # this request's cached prefix here (prefix_affinity only)
     predicted_ttft_s: float = 0.0  # this request's predicted TTFT here (predicted_ttft only)
+    predicted_latency_s: float = 0.0  # its predicted end-to-end latency here (predicted_latency only)
+    free_kv_blocks: int = 0  # free KV-cache blocks
     freeness: float = 0.0  # Llumnix's free blocks per request (llumnix only; cluster.freeness)
 
 
@@ -136,6 +138,30 @@ def predicted_ttft(req: Request, loads: Sequence[ReplicaLoad], st: RouterState) 
     return _argmin([(x.predicted_ttft_s, x.num_outstanding) for x in loads])
 
 
+def predicted_latency(req: Request, loads: Sequence[ReplicaLoad], st: RouterState) -> int:
+    """The least predicted end-to-end latency of the request (Block, Da and Kalyvianaki 2025,
+    arXiv 2508.03611: its ``min_new_request_latency`` scheduler), then the fewest outstanding.
+
+    Block asks each instance's predictor to simulate the instance's running and queued
+    requests with the new one added, each with its response length, and routes to the
+    instance where the new request would complete first (``cluster.loads.predict_latency``,
+    which cites the artifact's files). Here the simulation is servesim's own, by segments of
+    steps timed by the replica's perf model; response lengths are the requests' own (Block*,
+    the artifact's oracle-length variant). The artifact breaks ties at random; here they go
+    to the fewest outstanding, then the lowest position.
+    """
+    return _argmin([(x.predicted_latency_s, x.num_outstanding) for x in loads])
+
+
+def infaas(req: Request, loads: Sequence[ReplicaLoad], st: RouterState) -> int:
+    """The most free KV blocks per running request, then the fewest outstanding: INFaaS++ as
+    Block's artifact dispatches it (``min_infass_load`` in vidur_opt_scheduler at e1db3ed,
+    ``vidur/prediction/predictor/simulate_predictor.py``: ``-free_gpu_blocks /
+    max(running, 1)``, the least of it). Unlike ``llumnix`` it reads the free blocks as they
+    are, without the virtual usage of queued requests."""
+    return _argmin([(-x.free_kv_blocks / max(x.num_running, 1), x.num_outstanding) for x in loads])
+
+
 def vllm_dp(req: Request, loads: Sequence[ReplicaLoad], st: RouterState) -> int:
     """vLLM's balancing over the data-parallel ranks of one server (``DPLBAsyncMPClient.
     get_core_engine_for_request``, vLLM 0.10-0.19): the least ``4 x waiting + running``,
@@ -166,4 +192,6 @@ ROUTERS: dict[str, Router] = {
     "predicted_ttft": predicted_ttft,
     "vllm_dp": vllm_dp,
     "llumnix": llumnix,
+    "predicted_latency": predicted_latency,
+    "infaas": infaas,
 }

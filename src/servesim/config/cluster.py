@@ -26,6 +26,8 @@ RouterName = Literal[
     "predicted_ttft",
     "vllm_dp",
     "llumnix",
+    "predicted_latency",
+    "infaas",
 ]
 
 

@@ -459,7 +459,14 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         """Seconds of ``batch_time`` only the last pipeline stage spends: the per-request
         operators (LM head, sampling, logits gather; ``perf.pipelined.stage_times``)."""
         r = stats.num_prefill_reqs + stats.num_decode_reqs
-        return float(self._request_seconds(np.array([float(r)]))[0]) if r else 0.0
+        if not r:
+            return 0.0
+        step = self.step
+        if type(r) is int:  # the step's own per-request table, as batch_time reads it
+            if r >= len(step.req):
+                step.req = step.grow_requests(r)
+            return step.req[r]
+        return float(self._request_seconds(np.array([float(r)]))[0])
 
 
 def kernel_perf_model(
