@@ -31,8 +31,10 @@ schedulers skip a request that is executing, a prompt chunk included
 (``chunks`` False for the ``sarathi`` policy: ``BatchQueue.hide_in_flight``; the
 ``vllm_v0`` loop, the artifact's vLLM baseline, runs whole prompts, which the
 scheduler skips in flight by itself).
-Simplification: its timer (which lets a new arrival into a micro-batch within 10 ms,
-with no cap on the micro-batches in flight) is run as this queue of pp. Async scheduling with pp > 1
+Its schedulers return nothing while pp micro-batches are in flight (``BaseScheduler.schedule``:
+``num_running_batches >= num_pipeline_stages``, the count dropped when an output is processed,
+``sarathi/core/scheduler/base_scheduler.py``), so the timer only lets an arrival in while the
+queue has room: this queue of pp (``wakes`` below). Async scheduling with pp > 1
 is not modelled: with pp > 1 the replica runs the synchronous batch queue. (In vLLM
 0.10.1 and 0.11.0 async scheduling sets the queue to 2 whatever pp; 0.13.0's
 ``vllm/config/vllm.py`` refuses it with pp > 1; 0.16.0-0.19.0 allow it, a queue of pp,

@@ -10,12 +10,13 @@ Here, the setup of the paper (Sec. 6.1, Table 1) and of its artifact (sosp-ae-39
   on 8 A100-80GB (TP8), each with Table 1's KV cache: 15.7K, 9.7K and 60.1K token slots, in
   blocks of 16 (servesim's own memory plan of today's vLLM leaves less: 11.5K, 4.0K, 45.3K);
 * both systems run the artifact's loop (``cacheflow/master/scheduler.py``): whole prompts, a
-  budget of 2,560 tokens a step (one per running request plus the prompts joining),
-  2,048 sequences; vLLM pages its KV cache (admission keeps 1% of the blocks free) and
-  preempts the newest request by recomputation; the Orca baselines reserve contiguous
-  memory through a buddy allocator (``engine/buddy.py``) for max_model_len (Max), the prompt
-  plus the output rounded up to a power of two (Pow2, not run) or the prompt plus the true
-  output (Oracle), each rounded up to a power of two of blocks;
+  budget of 2,560 tokens a step (one per running request plus the prompts joining), 2,048
+  sequences (256 in the Orca fork's server); vLLM pages its KV cache (admission keeps 1% of
+  the blocks free) and preempts the newest request by recomputation; the Orca baselines
+  reserve contiguous memory through a buddy allocator (``engine/buddy.py``) for
+  max_model_len (Max), the prompt plus the output rounded up to a power of two (Pow2, not
+  run) or the prompt plus the true output (Oracle), each rounded up to a power of two of
+  blocks;
 * max_model_len 2048; ShareGPT's mean lengths (Fig. 11: 161 in, 338 out; lognormal, sigma
   0.9, clipped to 1024; the artifact's length file is not bundled), Poisson arrivals;
 * capacity = the largest rate with mean normalized latency <= 0.1 s/token (Fig. 12's
@@ -45,10 +46,11 @@ MODELS = {
     "OPT-66B": (4, 40e9, 9_700, 0.05, 8.0),
     "OPT-175B": (8, 80e9, 60_100, 0.05, 8.0),
 }
-#: The artifact's block size, token budget and sequence limit, both systems alike
-#: (``cacheflow/master/server.py``: ``--block-size 16``, ``--max-num-batched-tokens 2560``,
-#: ``--max-num-sequences 2048``).
-BLOCK_SIZE, MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS = 16, 2560, 2048
+#: The artifact's block size, token budget and sequence limit (``astra/cacheflow/master/
+#: server.py``: ``--block-size 16``, ``--max-num-batched-tokens 2560``, ``--max-num-sequences
+#: 2048``; ``experiments/text_completion.py`` sets none of them). Its Orca fork
+#: (``orca/cacheflow/master/server.py``) has the same block size and budget but 256 sequences.
+BLOCK_SIZE, MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS, ORCA_MAX_NUM_SEQS = 16, 2560, 2048, 256
 
 
 def capacities(model_name: str, quick: bool, rows: list[dict]) -> dict[str, float]:
@@ -78,7 +80,7 @@ def capacities(model_name: str, quick: bool, rows: list[dict]) -> dict[str, floa
             cfg = EngineConfig(
                 policy=policy,
                 block_size=BLOCK_SIZE,
-                max_num_seqs=MAX_NUM_SEQS,
+                max_num_seqs=ORCA_MAX_NUM_SEQS if policy == "orca" else MAX_NUM_SEQS,
                 max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
                 enable_chunked_prefill=False,
                 watermark=0.01 if policy == "vllm_v1" else 0.0,
@@ -158,5 +160,7 @@ PAPER = Paper(
     run,
     "OPT-175B lands below both ranges (about 2.5x and 1.6x): its 60.1K slots hold 29 Orca (Max) "
     "reservations, so memory binds Orca least there; the artifact's own rate sweeps for OPT-175B "
-    "(up to 3.0, 1.8 and 1.25 req/s) put the paper's figures for it at the low end of its ranges.",
+    "(up to 3.0, 1.8 and 1.25 req/s) put the paper's figures for it at the low end of its ranges; "
+    "the artifact's host time a step (Ray calls) and a request (its Python sampler), not measured, "
+    "move it either way (docs/papers.md).",
 )
