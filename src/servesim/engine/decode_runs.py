@@ -66,11 +66,12 @@ class Run:
     durations: list[float]
     start_s: float  # start of the first step
     segments: list[tuple[int, int, int]]  # (pool size, steps, decode context sum of the first)
-    # Per segment, for the step series' KV column (``run_rows.RunRows``; empty when steps
-    # are not recorded): (first step, blocks in use before it, the pool's block phases: as
-    # bytes, which the series appends to its buffer as they are, or a list where a count
-    # reaches 256).
-    phases: list[tuple[int, int, bytes | list[int]]]
+    # For the step series (``run_rows.RunRows``; empty when steps are not recorded), laid out
+    # as its buffers keep them (``metrics.flat_runs.FlatRuns``), which copy each list whole:
+    # per segment ``SEG_FIELDS`` ints (pool size, steps, first step, KV blocks in use before it)
+    # and the pool's counts by block phase (bytes, or a list where a count reaches 256).
+    seg_rows: list[int]
+    phases: list[bytes | list[int]]
     segment_gpu_s: list[float]  # per segment: the GPU's part of its steps (no CPU time)
     end_s: float  # end of the last step
     finished: list[Request]  # left at a step's end, in order
@@ -87,6 +88,7 @@ class Run:
         self.start_s = end_s
         self.keep_steps = keep_steps
         self.segments = []
+        self.seg_rows = []
         self.phases = []
         self.segment_gpu_s = []
         self.end_s = end_s
@@ -105,6 +107,7 @@ class Run:
             other = Run(self.start_s, self.keep_steps, self.deferred)
         self.durations[:] = other.durations
         self.segments[:] = other.segments
+        self.seg_rows[:] = other.seg_rows
         self.phases[:] = other.phases
         self.segment_gpu_s[:] = other.segment_gpu_s
         self.finished[:] = other.finished
@@ -500,12 +503,17 @@ class DecodePool(Scheduler):
         (``base_used`` blocks in use before them, ``popped`` more by their end)."""
         run.segments.append((n, k, self.pool_off + n * (j - k + 1)))
         if run.keep_steps:
+            rows = run.seg_rows  # ``metrics.flat_runs.SEG_FIELDS`` values
+            rows.append(n)
+            rows.append(k)
+            rows.append(j - k)
+            rows.append(base_used)
             phase = self.phase
             try:
                 counts: bytes | list[int] = bytes(phase)
             except ValueError:  # a count of 256 or more
                 counts = list(phase)
-            run.phases.append((j - k, base_used, counts))
+            run.phases.append(counts)
         run.segment_gpu_s.append(gpu_s)
         run.end_s = end_s
         run.total_s += total_s

@@ -21,8 +21,8 @@ columns built when read.
 
 from __future__ import annotations
 
-from array import array
 from bisect import bisect_left
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -52,14 +52,11 @@ def event_arrays(cols: dict[str, Any]) -> dict[str, np.ndarray]:
     return {name: _array(cols[name], _dtype(name)) for name in STEP_COLUMNS}
 
 
-def _array(values: list[Any] | np.ndarray | array[Any], dtype: type) -> np.ndarray:
+def _array(values: list[Any] | np.ndarray, dtype: type) -> np.ndarray:
     """``values`` as an array of ``dtype`` (a list through ``np.fromiter``: it skips the type
-    discovery ``np.array`` does for each element, a fifth faster; an ``array.array`` through
-    its buffer)."""
+    discovery ``np.array`` does for each element, a fifth faster)."""
     if isinstance(values, np.ndarray):
         return values.astype(dtype, copy=False)
-    if isinstance(values, array):
-        return np.frombuffer(values, np.dtype(values.typecode)).astype(dtype)  # a copy
     return np.fromiter(values, dtype, len(values))
 
 
@@ -104,7 +101,7 @@ def rows_to_arrays(
     decodes = np.repeat(segs[:, 0], seg_k)
     out["num_decode_reqs"][where] = decodes
     out["num_running"][where] = decodes  # only pooled decodes run in a run
-    seg_bs = segs[:, 4]  # block sizes: pools of a cluster may differ
+    seg_bs = np.repeat(_array(flat.block_size, np.int64), _array(flat.num_segs, np.int64))  # pools may differ
     seg_j0 = segs[:, 2]
     table = _phase_table(_phase_counts(flat).astype(np.int64), seg_bs)
     seg_off = np.zeros(n_segs, np.int64)
@@ -122,13 +119,14 @@ def rows_to_arrays(
 
 
 def _phase_counts(flat: FlatRuns | PackedRuns) -> np.ndarray:
-    """The segments' phase counts one after another (``FlatRuns.add_phases``): bytes
-    (uint8), or ints where a count reached 256."""
+    """The segments' phase counts one after another: bytes (uint8), or ints where a count
+    reached 256 (a segment's counts are then a list)."""
     if isinstance(flat, PackedRuns):
         return flat.phases
-    if flat.wide_phases is not None:
-        return _array(flat.wide_phases, np.int64)
-    return np.frombuffer(flat.phases, np.uint8)
+    try:
+        return np.frombuffer(b"".join(flat.phases), np.uint8)  # type: ignore[arg-type]  # lists: below
+    except TypeError:  # a list among them
+        return np.fromiter(chain.from_iterable(flat.phases), np.int64)
 
 
 def _phase_table(phases: np.ndarray, seg_bs: np.ndarray) -> np.ndarray:
@@ -220,13 +218,15 @@ class PackedRuns:
         self.num_rows = _narrow(_array(flat.num_rows, np.int64))
         self.replica = _narrow(_array(flat.replica, np.int64))
         self.num_waiting = _narrow(_array(flat.num_waiting, np.int64))
+        self.block_size = _narrow(_array(flat.block_size, np.int64))
+        self.num_segs = _narrow(_array(flat.num_segs, np.int64))
         self.queued_s = _array(flat.queued_s, np.float64)
         self.num_queued = _narrow(_array(flat.num_queued, np.int64))
         self.staged_s = _array(flat.staged_s, np.float64)
         self.num_staged = _narrow(_array(flat.num_staged, np.int64))
         self.segs = _narrow(_array(flat.segs, np.int64))  # SEG_FIELDS a segment
-        counts = _phase_counts(flat)  # bytes, copied, or ints as narrow as they fit
-        self.phases = counts.copy() if counts.dtype == np.uint8 else _narrow(counts)
+        counts = _phase_counts(flat)  # bytes (joined: a new buffer), or ints as narrow as they fit
+        self.phases = counts if counts.dtype == np.uint8 else _narrow(counts)
 
 
 class PackedGroup:
