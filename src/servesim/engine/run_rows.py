@@ -9,7 +9,8 @@ took, from the pool's block phases at the segment's start; and the waiting count
 steps after requests queued during the run (``add_waiting``, when the run ends).
 
 Once the rows are final (the replica has stepped again) the series has the run write itself
-into its buffers (``flatten_into``: its lists copied whole, a few numbers a run;
+into its buffers (``flatten_into``: the step times as C doubles, its other lists copied
+whole, a few numbers a run;
 ``metrics.flat_runs.FlatRuns``) and lets it go: their columns are built with numpy when
 read (``metrics.step_arrays``). ``write`` writes the rows one value at a time, for a series
 read as lists before the run is written in.
@@ -55,7 +56,7 @@ class RunRows:
     def flatten_into(self, flat: FlatRuns) -> None:
         """Append the rows, as ``step_arrays.rows_to_arrays`` reads them, to ``flat``: the
         run's lists are laid out as its buffers, so each is copied whole."""
-        flat.durations.extend(self.durations)
+        flat.durations.fromlist(self.durations)
         flat.start_s.append(self.start_s)
         flat.num_rows.append(self.num_rows)
         flat.replica.append(self.replica_id)

@@ -1,5 +1,5 @@
-"""Runs of step-series rows one after another (``FlatRuns``: a few lists of numbers and the
-pool's phase counts as bytes), for building their columns with numpy
+"""Runs of step-series rows one after another (``FlatRuns``: step times as C doubles, a few
+lists of numbers and the pool's phase counts as bytes), for building their columns with numpy
 (``metrics.step_arrays``). Compiled with the engine (mypyc, ``setup.py``): each run writes
 itself in (``StepRows.flatten_into``, native code over its own fields) as soon as its rows
 are final, and the series lets it go. A run keeps its segments' rows laid out as the buffers
@@ -9,6 +9,7 @@ lists whole, with no work a row or a segment.
 
 from __future__ import annotations
 
+from array import array
 from typing import Any, Protocol
 
 SEG_FIELDS = 4  # a segment in ``FlatRuns.segs``: pool size, rows, first step, KV blocks in use before
@@ -37,10 +38,7 @@ class FlatRuns:
     (which reads the same fields as numpy arrays from ``step_arrays.PackedRuns``)."""
 
     def __init__(self) -> None:
-        # Every row's step time: the runs' own floats, converted once when the group is
-        # packed (``np.fromiter``, about 12 ns a row; ``array.fromlist`` here took about 19 ns
-        # a row, and its growth copied the buffer again and again).
-        self.durations: list[float] = []
+        self.durations: array[float] = array("d")  # every row's
         self.start_s: list[float] = []  # per run: its first row's start
         self.num_rows: list[int] = []
         self.replica: list[int] = []
