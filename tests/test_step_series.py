@@ -92,9 +92,9 @@ def test_grouped_rows_are_the_runs_written_out(name, monkeypatch) -> None:
 
 @pytest.mark.parametrize("group_rows", [37, 1 << 20])
 def test_event_rows_in_chunks_are_the_same_rows(group_rows, monkeypatch) -> None:
-    """Event rows are appended to lists of ``EVENT_CHUNK`` rows, converted to numpy columns
-    chunk by chunk and joined when the rows are emitted or read: with chunks of 5 rows (pure
-    Python; compiled, the constant is built in) every column is the one kept in lists."""
+    """Event rows are appended to lists of ``EVENT_CHUNK`` rows, set aside whole and joined
+    when the rows are emitted or read: with chunks of 5 rows (pure Python; compiled, the
+    constant is built in) every column is the one kept in a single list."""
     name = next(iter(SCENARIOS))
     kept = servesim.simulate(SCENARIOS[name])
     monkeypatch.setattr(step_series_mod, "EVENT_CHUNK", 5)
@@ -105,21 +105,20 @@ def test_event_rows_in_chunks_are_the_same_rows(group_rows, monkeypatch) -> None
         return held[-1]
 
     monkeypatch.setattr(cluster_mod, "StepSeries", series)
-    joined: list[int] = []  # the chunks held at each join
+    joined: list[int] = []  # the chunks set aside at each join
     if not servesim.compiled():
-        join = StepSeries._held_events
+        join = StepSeries._join_chunks
 
-        def counted(self: StepSeries) -> dict:
+        def counted(self: StepSeries) -> None:
             joined.append(len(self._chunks))
-            return join(self)
+            join(self)
 
-        monkeypatch.setattr(StepSeries, "_held_events", counted)
+        monkeypatch.setattr(StepSeries, "_join_chunks", counted)
     chunked = servesim.simulate(SCENARIOS[name])
     assert len(held) == 1 and len(chunked.steps) == len(kept.steps)
     want, got = kept.steps.columns(), chunked.steps.columns()
     if not servesim.compiled():
-        assert max(joined) > 1  # rows were converted in chunks
+        assert max(joined) > 1  # rows were set aside in chunks
     for col in STEP_COLUMNS:
         assert np.array_equal(want[col], got[col]) and got[col].dtype == want[col].dtype, col
     assert chunked.steps.num_waiting == kept.steps.num_waiting  # the lists, read after columns()
-    assert chunked.steps.start_s == kept.steps.start_s

@@ -10,7 +10,6 @@ import pytest
 
 import servesim
 import servesim.cluster.cluster as cluster_mod
-import servesim.metrics.step_series as step_series_mod
 import servesim.sim as sim_mod
 from servesim.engine.decode_runs import Run
 from servesim.engine.run_rows import RunRows
@@ -126,7 +125,6 @@ SCENARIOS = {
 def test_streamed_rows_and_summary_are_the_kept_series(name, monkeypatch, tmp_path) -> None:
     kept = servesim.simulate(SCENARIOS[name])
     _streamed(monkeypatch, tmp_path, row_group_rows=37)
-    monkeypatch.setattr(step_series_mod, "EVENT_CHUNK", 5)  # event rows in chunks (pure Python)
     streamed = servesim.simulate(SCENARIOS[name])
     assert isinstance(streamed.steps, StreamedStepSeries)
     want, got = kept.steps.columns(), streamed.steps.columns()

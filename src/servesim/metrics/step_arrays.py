@@ -246,7 +246,7 @@ class PackedGroup:
     """Final rows kept in memory (``StepSeries``): the event rows as numpy columns (counts as
     int32 where they fit), the runs as ``PackedRuns``, each after its ``at`` event rows."""
 
-    def __init__(self, cols: dict[str, Any], at: list[int], flat: FlatRuns) -> None:
+    def __init__(self, cols: dict[str, list[Any]], at: list[int], flat: FlatRuns) -> None:
         self.events = {
             name: _array(cols[name], np.float64)
             if name in FLOAT_COLUMNS

@@ -28,16 +28,15 @@ from typing import Any, Final
 import numpy as np
 
 from servesim.metrics.flat_runs import FlatRuns, StepRows, flatten_runs
-from servesim.metrics.step_arrays import STEP_COLUMNS, PackedGroup, event_arrays, rows_to_arrays
+from servesim.metrics.step_arrays import STEP_COLUMNS, PackedGroup, rows_to_arrays
 
 ROW_GROUP_ROWS = 1 << 18  # a group written to a file (``StreamedStepSeries``)
 # A group kept in memory: packing a row costs about as much as keeping its run does, so a
 # run up to about a million steps (the Azure hour has 443,278) is kept as it is.
 KEEP_GROUP_ROWS = 1 << 20
-# Event rows are appended to lists of up to this many rows, then converted to numpy columns
-# (``step_arrays.event_arrays``) while their values are fresh in the cache, and the lists let
-# go: converted when the group is emitted, a million rows later, each value was a cache miss
-# to read and another to free. The chunks are joined when the rows are emitted or read.
+# Event rows are appended to lists of up to this many rows, then set aside whole: a list grows
+# by an eighth at a time, each growth a copy of it unless it can grow in place, which a long
+# list among the engine's allocations seldom can. They are joined when the group is emitted.
 EVENT_CHUNK: Final = 4096
 
 __all__ = ["ROW_GROUP_ROWS", "STEP_COLUMNS", "StepRows", "StepSeries"]
@@ -65,7 +64,7 @@ class StepSeries:
             raise ValueError(f"row_group_rows must be at least 1, not {row_group_rows}")
         self.row_group_rows = row_group_rows
         self._set_cols({name: list(columns.get(name, ())) for name in STEP_COLUMNS})
-        self._chunks: list[dict[str, Any]] = []  # event rows before the lists, as numpy columns
+        self._chunks: list[dict[str, list[Any]]] = []  # full lists of event rows, before the current
         self._num_chunked = 0  # the rows in them
         self._pending: list[tuple[int, StepRows]] = []  # (event rows before them, rows)
         self._num_pending_rows = 0
@@ -126,7 +125,7 @@ class StepSeries:
         self._kv_blocks_used.append(kv_blocks_used)
         self._num_preempted.append(num_preempted)
         if len(self._start_s) >= EVENT_CHUNK:
-            self._chunks.append(event_arrays(self._cols))
+            self._chunks.append(self._cols)
             self._num_chunked += len(self._start_s)
             self._set_cols({name: [] for name in STEP_COLUMNS})
         if self._open:  # the replica's run before this row is final now
@@ -139,18 +138,24 @@ class StepSeries:
         """The event rows held."""
         return self._num_chunked + len(self._start_s)
 
-    def _held_events(self) -> dict[str, Any]:
-        """The event rows held, as columns: the lists, or with rows in chunks numpy arrays."""
-        if not self._chunks:
-            return self._cols
-        parts = [*self._chunks, event_arrays(self._cols)]
-        return {name: np.concatenate([p[name] for p in parts]) for name in STEP_COLUMNS}
-
     def _join_chunks(self) -> None:
         """Make the event rows held one list a column again."""
-        if self._chunks:
-            self._set_cols({name: col.tolist() for name, col in self._held_events().items()})
-            self._chunks, self._num_chunked = [], 0
+        if not self._chunks:
+            return
+        parts = self._chunks
+        parts.append(self._cols)
+        n = self._num_events()
+        cols: dict[str, list[Any]] = {}
+        for name in STEP_COLUMNS:
+            col: list[Any] = [0] * n  # filled by slices: no growth
+            i = 0
+            for part in parts:
+                values = part[name]
+                col[i : i + len(values)] = values
+                i += len(values)
+            cols[name] = col
+        self._chunks, self._num_chunked = [], 0
+        self._set_cols(cols)
 
     def add_rows(self, rows: StepRows) -> None:
         """Append rows kept compactly until a column is read (they may still change until
@@ -196,7 +201,8 @@ class StepSeries:
     def _emit_final(self, everything: bool) -> None:
         """Hand the final rows (all of them with ``everything``) to ``_emit`` as columns."""
         self._flush(everything)
-        n_cols = self._num_events()
+        self._join_chunks()
+        n_cols = len(self._start_s)
         pending = self._pending
         if everything:
             at = n_cols
@@ -208,17 +214,11 @@ class StepSeries:
                 at = 0
         if at == 0 and not self._flat_at:
             return
-        head: dict[str, Any] = self._held_events()
+        head = self._cols
         tail: dict[str, list[Any]] = {}
-        if self._chunks:  # numpy columns: the rows after ``at`` back to lists (a few, mostly)
-            for name, arr in head.items():
-                tail[name] = arr[at:].tolist()
-                head[name] = arr[:at]
-            self._chunks, self._num_chunked = [], 0
-        else:
-            for name, col in head.items():  # the rows after ``at`` move, the others stay
-                tail[name] = col[at:]
-                del col[at:]
+        for name, col in head.items():  # the rows after ``at`` move, the others stay
+            tail[name] = col[at:]
+            del col[at:]
         at_runs, flat = self._flat_at, self._flat
         num_rows = at + self._num_flat_rows
         self._set_cols(tail)
@@ -227,7 +227,7 @@ class StepSeries:
         self._num_emitted += num_rows
         self._emit(head, at_runs, flat)
 
-    def _emit(self, cols: dict[str, Any], at: list[int], flat: FlatRuns) -> None:
+    def _emit(self, cols: dict[str, list[Any]], at: list[int], flat: FlatRuns) -> None:
         """Final rows (event rows ``cols``, each run of ``flat`` after its ``at`` of them):
         kept in memory, compactly, their columns built when read."""
         self._groups.append(PackedGroup(cols, at, flat))
@@ -316,8 +316,9 @@ class StepSeries:
 
     def columns(self) -> dict[str, Any]:
         """Every row, as float64 (times) and int64 columns."""
+        self._join_chunks()
         held = rows_to_arrays(
-            self._held_events(),
+            self._cols,
             self._flat_at + [a for a, _ in self._pending],
             flatten_runs([r for _, r in self._pending], self._flat.copy()),
         )

@@ -51,7 +51,7 @@ class StreamedStepSeries(StepSeries):
             raise RuntimeError(f"{self.path}: the step series was finished; no rows can be added")
         StepSeries._emit_final(self, everything)
 
-    def _emit(self, cols: dict[str, Any], at: list[int], flat: FlatRuns) -> None:
+    def _emit(self, cols: dict[str, list[Any]], at: list[int], flat: FlatRuns) -> None:
         part = rows_to_arrays(cols, at, flat)
         rep = part["replica"]
         waiting = np.bincount(rep, weights=part["num_waiting"] * part["duration_s"])
