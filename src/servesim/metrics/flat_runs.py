@@ -10,12 +10,12 @@ lists whole, with no work a row or a segment.
 from __future__ import annotations
 
 from array import array
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 SEG_FIELDS = 4  # a segment in ``FlatRuns.segs``: pool size, rows, first step, KV blocks in use before
 # Step times are kept in arrays of up to this many rows (and a run's): an array grows by a
 # sixteenth at a time, each growth a copy, and a small one's copies stay in the cache.
-DURATION_CHUNK: Final = 8192
+DURATION_CHUNK = 1 << 13
 
 
 class StepRows(Protocol):

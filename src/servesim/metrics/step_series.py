@@ -23,7 +23,7 @@ Compiled with the engine (mypyc, ``setup.py``): the replica adds a row or a run 
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +37,7 @@ KEEP_GROUP_ROWS = 1 << 20
 # Event rows are appended to lists of up to this many rows, then set aside whole: a list grows
 # by an eighth at a time, each growth a copy of it unless it can grow in place, which a long
 # list among the engine's allocations seldom can. They are joined when the group is emitted.
-EVENT_CHUNK: Final = 4096
+EVENT_CHUNK = 1 << 12
 
 __all__ = ["ROW_GROUP_ROWS", "STEP_COLUMNS", "StepRows", "StepSeries"]
 
