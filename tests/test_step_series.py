@@ -11,7 +11,6 @@ from test_step_stream import SCENARIOS  # tests/ is on sys.path (rootdir-relativ
 
 import servesim
 import servesim.cluster.cluster as cluster_mod
-import servesim.metrics.step_series as step_series_mod
 from servesim.engine.decode_runs import Run
 from servesim.engine.run_rows import RunRows
 from servesim.metrics.flat_runs import FlatRuns
@@ -88,37 +87,3 @@ def test_grouped_rows_are_the_runs_written_out(name, monkeypatch) -> None:
     assert {k: v for k, v in grouped.summary.items() if k not in drop} == {
         k: v for k, v in kept.summary.items() if k not in drop
     }
-
-
-@pytest.mark.parametrize("group_rows", [37, 1 << 20])
-def test_event_rows_in_chunks_are_the_same_rows(group_rows, monkeypatch) -> None:
-    """Event rows are appended to lists of ``EVENT_CHUNK`` rows, set aside whole and joined
-    when the rows are emitted or read: with chunks of 5 rows (pure Python; compiled, the
-    constant is built in) every column is the one kept in a single list."""
-    name = next(iter(SCENARIOS))
-    kept = servesim.simulate(SCENARIOS[name])
-    monkeypatch.setattr(step_series_mod, "EVENT_CHUNK", 5)
-    held: list[StepSeries] = []
-
-    def series() -> StepSeries:
-        held.append(StepSeries(row_group_rows=group_rows))
-        return held[-1]
-
-    monkeypatch.setattr(cluster_mod, "StepSeries", series)
-    joined: list[int] = []  # the chunks set aside at each join
-    if not servesim.compiled():
-        join = StepSeries._join_chunks
-
-        def counted(self: StepSeries) -> None:
-            joined.append(len(self._chunks))
-            join(self)
-
-        monkeypatch.setattr(StepSeries, "_join_chunks", counted)
-    chunked = servesim.simulate(SCENARIOS[name])
-    assert len(held) == 1 and len(chunked.steps) == len(kept.steps)
-    want, got = kept.steps.columns(), chunked.steps.columns()
-    if not servesim.compiled():
-        assert max(joined) > 1  # rows were set aside in chunks
-    for col in STEP_COLUMNS:
-        assert np.array_equal(want[col], got[col]) and got[col].dtype == want[col].dtype, col
-    assert chunked.steps.num_waiting == kept.steps.num_waiting  # the lists, read after columns()

@@ -34,10 +34,6 @@ ROW_GROUP_ROWS = 1 << 18  # a group written to a file (``StreamedStepSeries``)
 # A group kept in memory: packing a row costs about as much as keeping its run does, so a
 # run up to about a million steps (the Azure hour has 443,278) is kept as it is.
 KEEP_GROUP_ROWS = 1 << 20
-# Event rows are appended to lists of up to this many rows, then set aside whole: a list grows
-# by an eighth at a time, each growth a copy of it unless it can grow in place, which a long
-# list among the engine's allocations seldom can. They are joined when the group is emitted.
-EVENT_CHUNK = 1 << 12
 
 __all__ = ["ROW_GROUP_ROWS", "STEP_COLUMNS", "StepRows", "StepSeries"]
 
@@ -64,8 +60,6 @@ class StepSeries:
             raise ValueError(f"row_group_rows must be at least 1, not {row_group_rows}")
         self.row_group_rows = row_group_rows
         self._set_cols({name: list(columns.get(name, ())) for name in STEP_COLUMNS})
-        self._chunks: list[dict[str, list[Any]]] = []  # full lists of event rows, before the current
-        self._num_chunked = 0  # the rows in them
         self._pending: list[tuple[int, StepRows]] = []  # (event rows before them, rows)
         self._num_pending_rows = 0
         self._first_pending = 0  # the number of runs added before _pending[0]
@@ -124,46 +118,19 @@ class StepSeries:
         self._num_waiting.append(num_waiting)
         self._kv_blocks_used.append(kv_blocks_used)
         self._num_preempted.append(num_preempted)
-        if len(self._start_s) >= EVENT_CHUNK:
-            self._chunks.append(self._cols)
-            self._num_chunked += len(self._start_s)
-            self._set_cols({name: [] for name in STEP_COLUMNS})
         if self._open:  # the replica's run before this row is final now
             if self._open.pop(replica, -1) == self._first_pending:  # the first run not written
                 self._flush(False)
-        if self._num_events() + self._num_pending_rows + self._num_flat_rows >= self.row_group_rows:
+        if len(self._start_s) + self._num_pending_rows + self._num_flat_rows >= self.row_group_rows:
             self._emit_final(False)
-
-    def _num_events(self) -> int:
-        """The event rows held."""
-        return self._num_chunked + len(self._start_s)
-
-    def _join_chunks(self) -> None:
-        """Make the event rows held one list a column again."""
-        if not self._chunks:
-            return
-        parts = self._chunks
-        parts.append(self._cols)
-        n = self._num_events()
-        cols: dict[str, list[Any]] = {}
-        for name in STEP_COLUMNS:
-            col: list[Any] = [0] * n  # filled by slices: no growth
-            i = 0
-            for part in parts:
-                values = part[name]
-                col[i : i + len(values)] = values
-                i += len(values)
-            cols[name] = col
-        self._chunks, self._num_chunked = [], 0
-        self._set_cols(cols)
 
     def add_rows(self, rows: StepRows) -> None:
         """Append rows kept compactly until a column is read (they may still change until
         their replica adds a row: the run's waiting counts are completed when it ends)."""
         self._open[rows.replica_id] = self._first_pending + len(self._pending)
-        self._pending.append((self._num_events(), rows))
+        self._pending.append((len(self._start_s), rows))
         self._num_pending_rows += rows.num_rows
-        if self._num_events() + self._num_pending_rows + self._num_flat_rows >= self.row_group_rows:
+        if len(self._start_s) + self._num_pending_rows + self._num_flat_rows >= self.row_group_rows:
             self._emit_final(False)
 
     def rows_cut(self, num_rows: int) -> None:
@@ -201,7 +168,6 @@ class StepSeries:
     def _emit_final(self, everything: bool) -> None:
         """Hand the final rows (all of them with ``everything``) to ``_emit`` as columns."""
         self._flush(everything)
-        self._join_chunks()
         n_cols = len(self._start_s)
         pending = self._pending
         if everything:
@@ -242,7 +208,6 @@ class StepSeries:
     def _materialized(self) -> dict[str, list[Any]]:
         """Every row as lists (the columns' properties): the groups emitted and the runs held
         written out (a run still open goes on counting its waiting requests into them)."""
-        self._join_chunks()
         if self._groups or self._flat_at:
             emitted = self._emitted()
             written = rows_to_arrays(self._cols, self._flat_at, self._flat)  # every written run's rows
@@ -316,7 +281,6 @@ class StepSeries:
 
     def columns(self) -> dict[str, Any]:
         """Every row, as float64 (times) and int64 columns."""
-        self._join_chunks()
         held = rows_to_arrays(
             self._cols,
             self._flat_at + [a for a, _ in self._pending],
@@ -328,4 +292,4 @@ class StepSeries:
         return {name: np.concatenate((emitted[name], held[name])) for name in STEP_COLUMNS}
 
     def __len__(self) -> int:
-        return self._num_emitted + self._num_events() + self._num_flat_rows + self._num_pending_rows
+        return self._num_emitted + len(self._start_s) + self._num_flat_rows + self._num_pending_rows
