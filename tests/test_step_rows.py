@@ -7,10 +7,8 @@ written. The lazy engine's rows against the reference engine's are in test_diffe
 
 from __future__ import annotations
 
-import servesim
 from servesim.engine.decode_runs import Run
 from servesim.engine.run_rows import RunRows
-from servesim.metrics import flat_runs
 from servesim.metrics.records import StepSeries
 
 
@@ -117,19 +115,3 @@ def test_phase_counts_past_a_byte_are_kept_as_ints() -> None:
         assert s.columns()["kv_blocks_used"].tolist() == want
         assert s.kv_blocks_used == want
         assert s.num_decode_reqs == [1, 3, 3, 3, 2, 2, 1, 301, 301, 301, 1]
-
-
-def test_step_times_in_chunks_read_back_whole(monkeypatch) -> None:
-    """The buffers keep step times in arrays of ``DURATION_CHUNK`` rows (and a run's): with
-    chunks of 4 rows, three runs of 5 rows take three arrays, and the rows are the same."""
-    monkeypatch.setattr(flat_runs, "DURATION_CHUNK", 4)  # pure Python; compiled, 8192 (one array)
-    s = StepSeries()
-    for start in (0.5, 2.5, 4.5):
-        _event(s, start)
-        s.add_rows(RunRows(0, _run(), 0, 4))
-    _event(s, 6.5)
-    if not servesim.compiled():
-        assert [len(c) for c in s._flat.duration_chunks] == [5, 5] and len(s._flat.durations) == 5
-    assert s.duration_s == [0.5] + [0.5, 0.25, 0.25, 0.125, 0.125, 0.5] * 3
-    run_starts = [1.0, 1.5, 1.75, 2.0, 2.125]  # each run's clock from its start (1.0)
-    assert s.start_s == [0.5, *run_starts, 2.5, *run_starts, 4.5, *run_starts, 6.5]

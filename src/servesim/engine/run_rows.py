@@ -56,7 +56,7 @@ class RunRows:
     def flatten_into(self, flat: FlatRuns) -> None:
         """Append the rows, as ``step_arrays.rows_to_arrays`` reads them, to ``flat``: the
         run's lists are laid out as its buffers, so each is copied whole."""
-        flat.add_durations(self.durations)
+        flat.durations.fromlist(self.durations)
         flat.start_s.append(self.start_s)
         flat.num_rows.append(self.num_rows)
         flat.replica.append(self.replica_id)

@@ -13,9 +13,6 @@ from array import array
 from typing import Any, Protocol
 
 SEG_FIELDS = 4  # a segment in ``FlatRuns.segs``: pool size, rows, first step, KV blocks in use before
-# Step times are kept in arrays of up to this many rows (and a run's): an array grows by a
-# sixteenth at a time, each growth a copy, and a small one's copies stay in the cache.
-DURATION_CHUNK = 1 << 13
 
 
 class StepRows(Protocol):
@@ -41,8 +38,7 @@ class FlatRuns:
     (which reads the same fields as numpy arrays from ``step_arrays.PackedRuns``)."""
 
     def __init__(self) -> None:
-        self.durations: array[float] = array("d")  # the latest rows' step times
-        self.duration_chunks: list[array[float]] = []  # the rows' before them, in full chunks
+        self.durations: array[float] = array("d")  # every row's
         self.start_s: list[float] = []  # per run: its first row's start
         self.num_rows: list[int] = []
         self.replica: list[int] = []
@@ -60,19 +56,10 @@ class FlatRuns:
         # by numpy without a conversion once joined), or a list where a count reaches 256
         self.phases: list[bytes | list[int]] = []
 
-    def add_durations(self, durations: list[float]) -> None:
-        """Append a run's step times (as C doubles)."""
-        d = self.durations
-        if len(d) >= DURATION_CHUNK:
-            self.duration_chunks.append(d)
-            d = self.durations = array("d")
-        d.fromlist(durations)
-
     def copy(self) -> FlatRuns:
         """A copy, for rows to be added to without changing these."""
         c = FlatRuns()
         c.durations.extend(self.durations)
-        c.duration_chunks.extend(self.duration_chunks)  # full: never added to again
         c.start_s.extend(self.start_s)
         c.num_rows.extend(self.num_rows)
         c.replica.extend(self.replica)

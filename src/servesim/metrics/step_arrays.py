@@ -90,7 +90,7 @@ def rows_to_arrays(
         col[is_ev] = ev[name]
         out[name] = col
 
-    d = _durations(flat)
+    d = _array(flat.durations, np.float64)
     starts = _run_starts(_array(flat.start_s, np.float64), d, lens, run_off)
     out["start_s"][where] = starts
     out["duration_s"][where] = d
@@ -120,15 +120,6 @@ def rows_to_arrays(
     _count_waiting(waiting, flat, starts, lens, run_off, out["start_s"], first)
     out["num_waiting"][where] = waiting
     return out
-
-
-def _durations(flat: FlatRuns | PackedRuns) -> np.ndarray:
-    """Every row's step time, one after another (a new array)."""
-    if isinstance(flat, PackedRuns):
-        return flat.durations
-    parts = [np.frombuffer(c, np.float64) for c in flat.duration_chunks]
-    parts.append(np.frombuffer(flat.durations, np.float64))
-    return np.concatenate(parts)
 
 
 def _phase_counts(flat: FlatRuns | PackedRuns) -> np.ndarray:
@@ -226,7 +217,7 @@ class PackedRuns:
     step times, and a few numbers a run and a segment), their columns built when read."""
 
     def __init__(self, flat: FlatRuns) -> None:
-        self.durations = _durations(flat)
+        self.durations = _array(flat.durations, np.float64)
         self.start_s = _array(flat.start_s, np.float64)
         self.num_rows = _narrow(_array(flat.num_rows, np.int64))
         self.replica = _narrow(_array(flat.replica, np.int64))
@@ -255,7 +246,7 @@ class PackedGroup:
         }
         self.at = _array(at, np.int64)
         self.runs = PackedRuns(flat)
-        self.num_rows = len(cols["start_s"]) + len(self.runs.durations)
+        self.num_rows = len(cols["start_s"]) + len(flat.durations)
 
     def columns(self) -> dict[str, np.ndarray]:
         return rows_to_arrays(self.events, self.at, self.runs)
