@@ -10,10 +10,9 @@ steps after requests queued during the run (``add_waiting``, when the run ends).
 
 Once the rows are final (the replica has stepped again) the series has the run write itself
 into its buffers (``flatten_into``: the step times as C doubles, its other lists copied
-whole, a few numbers a run;
-``metrics.flat_runs.FlatRuns``) and lets it go: their columns are built with numpy when
-read (``metrics.step_arrays``). ``write`` writes the rows one value at a time, for a series
-read as lists before the run is written in.
+whole, a few numbers a run; ``metrics.flat_runs.FlatRuns``) and lets it go: their columns are
+built with numpy when read (``metrics.step_arrays``). ``write`` writes the rows one value at a
+time, for a series read as lists before the run is written in.
 """
 
 from __future__ import annotations
