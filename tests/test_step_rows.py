@@ -17,9 +17,10 @@ def _run() -> Run:
     run = Run(end_s=1.0)  # its first step starts at 1.0
     run.durations = [0.5, 0.25, 0.25, 0.125, 0.125]
     run.segments = [(3, 3, 30), (2, 2, 20)]
-    # (first step, blocks in use before it, requests by block phase): at step j those in
-    # phase (-j) % 4 cross a block boundary.
-    run.phases = [(5, 10, [1, 0, 2, 0]), (8, 12, [1, 0, 0, 1])]
+    # Per segment (pool size, steps, first step, blocks in use before it), and the requests
+    # by block phase: at step j those in phase (-j) % 4 cross a block boundary.
+    run.seg_rows = [3, 3, 5, 10, 2, 2, 8, 12]
+    run.phases = [bytes([1, 0, 2, 0]), bytes([1, 0, 0, 1])]
     return run
 
 
@@ -93,13 +94,14 @@ def test_a_final_run_written_into_the_buffers_gives_the_same_rows() -> None:
 
 
 def test_phase_counts_past_a_byte_are_kept_as_ints() -> None:
-    """The buffers keep a segment's phase counts as bytes while every count is under 256
-    (``FlatRuns.add_phases``); a pool of 300 requests in one phase moves them all to ints,
-    the counts before it included, and the rows are the same."""
+    """A segment's phase counts are bytes while every count is under 256; a pool of 300
+    requests in one phase keeps that segment's as a list of ints, and the buffers read the
+    counts of every segment as ints then: the rows are the same."""
     big = Run(end_s=3.0)  # steps 5, 6, 7 of a pool of 301, 300 of them crossing at step 6
     big.durations = [0.5, 0.25, 0.25]
     big.segments = [(301, 3, 3000)]
-    big.phases = [(5, 10, [1, 0, 300, 0])]
+    big.seg_rows = [301, 3, 5, 10]
+    big.phases = [[1, 0, 300, 0]]
     want = [9, 10, 12, 12, 13, 14, 9, 10, 310, 310, 9]
     for group_rows in (1 << 20, 1):  # held in the buffers, or packed a row at a time
         s = StepSeries(row_group_rows=group_rows)
@@ -109,7 +111,7 @@ def test_phase_counts_past_a_byte_are_kept_as_ints() -> None:
         s.add_rows(RunRows(0, big, 0, 4))
         _event(s, 4.0)
         if group_rows > 1:
-            assert s._flat.wide_phases == [1, 0, 2, 0, 1, 0, 0, 1, 1, 0, 300, 0]
+            assert s._flat.phases == [bytes([1, 0, 2, 0]), bytes([1, 0, 0, 1]), [1, 0, 300, 0]]
         assert s.columns()["kv_blocks_used"].tolist() == want
         assert s.kv_blocks_used == want
         assert s.num_decode_reqs == [1, 3, 3, 3, 2, 2, 1, 301, 301, 301, 1]

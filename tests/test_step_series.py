@@ -23,7 +23,8 @@ def _run() -> Run:
     run = Run(end_s=1.0)
     run.durations = [0.5, 0.25, 0.25, 0.125, 0.125]
     run.segments = [(3, 3, 30), (2, 2, 20)]
-    run.phases = [(5, 10, [1, 0, 2, 0]), (8, 12, [1, 0, 0, 1])]
+    run.seg_rows = [3, 3, 5, 10, 2, 2, 8, 12]
+    run.phases = [bytes([1, 0, 2, 0]), bytes([1, 0, 0, 1])]
     return run
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_right
 from dataclasses import dataclass
-from math import exp, log
+from math import exp, inf, log
 from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
@@ -66,11 +66,12 @@ class Run:
     durations: list[float]
     start_s: float  # start of the first step
     segments: list[tuple[int, int, int]]  # (pool size, steps, decode context sum of the first)
-    # Per segment, for the step series' KV column (``run_rows.RunRows``; empty when steps
-    # are not recorded): (first step, blocks in use before it, the pool's block phases: as
-    # bytes, which the series appends to its buffer as they are, or a list where a count
-    # reaches 256).
-    phases: list[tuple[int, int, bytes | list[int]]]
+    # For the step series (``run_rows.RunRows``; empty when steps are not recorded), laid out
+    # as its buffers keep them (``metrics.flat_runs.FlatRuns``), which copy each list whole:
+    # per segment ``SEG_FIELDS`` ints (pool size, steps, first step, KV blocks in use before it)
+    # and the pool's counts by block phase (bytes, or a list where a count reaches 256).
+    seg_rows: list[int]
+    phases: list[bytes | list[int]]
     segment_gpu_s: list[float]  # per segment: the GPU's part of its steps (no CPU time)
     end_s: float  # end of the last step
     finished: list[Request]  # left at a step's end, in order
@@ -87,6 +88,7 @@ class Run:
         self.start_s = end_s
         self.keep_steps = keep_steps
         self.segments = []
+        self.seg_rows = []
         self.phases = []
         self.segment_gpu_s = []
         self.end_s = end_s
@@ -105,6 +107,7 @@ class Run:
             other = Run(self.start_s, self.keep_steps, self.deferred)
         self.durations[:] = other.durations
         self.segments[:] = other.segments
+        self.seg_rows[:] = other.seg_rows
         self.phases[:] = other.phases
         self.segment_gpu_s[:] = other.segment_gpu_s
         self.finished[:] = other.finished
@@ -154,9 +157,10 @@ class DecodePool(Scheduler):
         self._finishes: dict[int, list[tuple[Request, int]]] = {}
         self._finish_heap: list[int] = []
         self._run_finished: list[Request] = []  # finished inside a run, not reported yet
-        self._affine: dict[int, Any] = {}  # pool size -> perf.decode_affine(pool size)
+        # pool size -> perf.decode_affine(pool size), and perf.decode_terms(pool size)
+        self._affine: dict[int, tuple[float, float, float, float] | None] = {}
         self._affine_perf: Any = None
-        self._rows: dict[int, Any] = {}  # pool size -> perf.decode_terms(pool size)
+        self._rows: dict[int, tuple[float, Row] | None] = {}
 
     # ----------------------------------------------------------------- pool bookkeeping
 
@@ -361,7 +365,6 @@ class DecodePool(Scheduler):
         durations = run.durations
         k0 = len(durations)
         t = run.end_s
-        popped = 0
         coef, rc = self._decode_terms(perf, n)
         rest = a = b = c = 0.0
         row: Row | None = None
@@ -379,13 +382,13 @@ class DecodePool(Scheduler):
             xs, ys = row
             i_row = bisect_right(xs, log((pool_off + n * (j + 1)) / n))
             x_next, lin, y0, dy, x0, dx, edge = _row_piece(xs, ys, i_row)
-        stats = BatchStats(num_decode_reqs=n)
-        stop = min(last, j + SCALAR_STEPS - 1)
+        stats = BatchStats(num_decode_reqs=n) if coef is None and row is None else None
         done = False
-        add_d = durations.append
         tot = kv_s = gpu_tot = 0.0  # this segment's sums, in step order
         if not time_bound:
-            next_event_s = float("inf")
+            next_event_s = inf
+        popped = 0
+        stop = min(last, j + SCALAR_STEPS - 1)
         while j <= stop:
             if t >= next_event_s:
                 done = True
@@ -411,6 +414,7 @@ class DecodePool(Scheduler):
                 else:
                     g = rest + edge
             else:
+                assert stats is not None
                 stats.sum_decode_context = s
                 g = perf.batch_time(stats)
             if overlap:  # as perf.base.step_wall_s
@@ -419,7 +423,7 @@ class DecodePool(Scheduler):
                 d = g + overhead_s
             gpu_tot += g
             u = base_used + popped
-            add_d(d)
+            durations.append(d)  # compiled: a list append (a bound method's alias is a call)
             tot += d
             kv_s += u * d
             t += d
@@ -500,12 +504,17 @@ class DecodePool(Scheduler):
         (``base_used`` blocks in use before them, ``popped`` more by their end)."""
         run.segments.append((n, k, self.pool_off + n * (j - k + 1)))
         if run.keep_steps:
+            rows = run.seg_rows  # ``metrics.flat_runs.SEG_FIELDS`` values
+            rows.append(n)
+            rows.append(k)
+            rows.append(j - k)
+            rows.append(base_used)
             phase = self.phase
             try:
                 counts: bytes | list[int] = bytes(phase)
             except ValueError:  # a count of 256 or more
                 counts = list(phase)
-            run.phases.append((j - k, base_used, counts))
+            run.phases.append(counts)
         run.segment_gpu_s.append(gpu_s)
         run.end_s = end_s
         run.total_s += total_s
@@ -521,7 +530,9 @@ class DecodePool(Scheduler):
         self._affine = other._affine
         self._rows = other._rows
 
-    def _decode_terms(self, perf: PerfModel, n: int) -> tuple[Any, Any]:
+    def _decode_terms(
+        self, perf: PerfModel, n: int
+    ) -> tuple[tuple[float, float, float, float] | None, tuple[float, Row] | None]:
         """The perf model's pure-decode step of ``n`` requests in closed form, cached per
         pool size: ``decode_affine(n)`` where offered (else None), and where not,
         ``decode_terms(n)`` (else None: ``batch_time`` every step)."""
@@ -529,14 +540,18 @@ class DecodePool(Scheduler):
             self._affine_perf = perf
             self._affine.clear()
             self._rows.clear()
-        coef = self._affine.get(n, False)
-        if coef is False:
-            coef = self._affine[n] = perf.decode_affine(n) if isinstance(perf, AffineDecode) else None
+        affine = self._affine
+        if n in affine:
+            coef = affine[n]
+        else:
+            coef = affine[n] = perf.decode_affine(n) if isinstance(perf, AffineDecode) else None
         if coef is not None:
             return coef, None
-        rc = self._rows.get(n, False)
-        if rc is False:
-            rc = self._rows[n] = perf.decode_terms(n) if isinstance(perf, DecodeTerms) else None
+        rows = self._rows
+        if n in rows:
+            rc = rows[n]
+        else:
+            rc = rows[n] = perf.decode_terms(n) if isinstance(perf, DecodeTerms) else None
         return None, rc
 
     def _extend_vectorized(

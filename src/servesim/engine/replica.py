@@ -668,11 +668,12 @@ class Replica:
         t.gpu_s += sum(run.segment_gpu_s)
         t.num_steps += k_all
         t.num_run_steps += k_all
-        t.num_batched_tokens += sum(n * k for n, k, _ in run.segments)
         t.kv_block_s += run.kv_block_s
         if run.peak_used > t.peak_kv_blocks:
             t.peak_kv_blocks = run.peak_used
+        tokens = 0  # one a pooled request and step (a loop: compiled, a generator is an object)
         for seg, (n, k, s_first) in enumerate(run.segments):
+            tokens += n * k
             # FLOPs and bytes are affine in the decode context, which grows by n per step:
             # k steps do k * work(their mean context).
             aff = self._run_work.get(n)
@@ -685,6 +686,7 @@ class Replica:
             t.bytes += k * (aff[2] + aff[3] * mean_s)
             if self._bubble is not None:
                 t.bubble_s += run.segment_gpu_s[seg] * self._bubble(BatchStats(num_decode_reqs=n))
+        t.num_batched_tokens += tokens
 
     def _close_run_rows(self) -> None:
         """The run's rows are final: keep their waiting seconds (``finish_waiting``)."""

@@ -9,10 +9,10 @@ took, from the pool's block phases at the segment's start; and the waiting count
 steps after requests queued during the run (``add_waiting``, when the run ends).
 
 Once the rows are final (the replica has stepped again) the series has the run write itself
-into its buffers (``flatten_into``: the step times as C doubles, a few numbers a run and a
-segment; ``metrics.flat_runs.FlatRuns``) and lets it go, while its lists are fresh: their
-columns are built with numpy when read (``metrics.step_arrays``). ``write`` writes the rows
-one value at a time, for a series read as lists before the run is written in.
+into its buffers (``flatten_into``: the step times as C doubles, its other lists copied
+whole, a few numbers a run; ``metrics.flat_runs.FlatRuns``) and lets it go: their columns are
+built with numpy when read (``metrics.step_arrays``). ``write`` writes the rows one value at a
+time, for a series read as lists before the run is written in.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from itertools import accumulate
 from typing import Any
 
 from servesim.engine.decode_runs import Run
-from servesim.metrics.flat_runs import FlatRuns
+from servesim.metrics.flat_runs import SEG_FIELDS, FlatRuns
 
 
 class RunRows:
@@ -37,7 +37,7 @@ class RunRows:
         self.replica_id = replica_id
         self.start_s = run.start_s
         self.durations = run.durations
-        self.segments = run.segments
+        self.seg_rows = run.seg_rows
         self.phases = run.phases
         self.block_size = block_size
         self.num_waiting = num_waiting
@@ -53,24 +53,17 @@ class RunRows:
         return self.waiting_s(prev_start_s)
 
     def flatten_into(self, flat: FlatRuns) -> None:
-        """Append the rows, as ``step_arrays.rows_to_arrays`` reads them, to ``flat``."""
+        """Append the rows, as ``step_arrays.rows_to_arrays`` reads them, to ``flat``: the
+        run's lists are laid out as its buffers, so each is copied whole."""
         flat.durations.fromlist(self.durations)
         flat.start_s.append(self.start_s)
         flat.num_rows.append(self.num_rows)
         flat.replica.append(self.replica_id)
         flat.num_waiting.append(self.num_waiting)
-        segs = flat.segs
-        bs = self.block_size
-        for (n, k, _), (j0, base, ph) in zip(self.segments, self.phases):
-            segs.append(n)  # SEG_FIELDS values
-            segs.append(k)
-            segs.append(j0)
-            segs.append(base)
-            segs.append(bs)
-            if isinstance(ph, bytes) and flat.wide_phases is None:
-                flat.phases.extend(ph)  # a copy of the buffer: no conversion
-            else:
-                flat.add_phases(list(ph))
+        flat.block_size.append(self.block_size)
+        flat.num_segs.append(len(self.phases))
+        flat.segs.extend(self.seg_rows)
+        flat.phases.extend(self.phases)
         flat.queued_s.extend(self.queued_s)
         flat.num_queued.append(len(self.queued_s))
         flat.staged_s.extend(self.staged_s)
@@ -95,7 +88,10 @@ class RunRows:
         bs = self.block_size
         t = self.start_s
         i = 0
-        for (n, k, _), (j0, base_used, phase) in zip(self.segments, self.phases):
+        seg_rows = self.seg_rows
+        for s, phase in enumerate(self.phases):
+            f = SEG_FIELDS * s
+            n, k, j0, base_used = seg_rows[f], seg_rows[f + 1], seg_rows[f + 2], seg_rows[f + 3]
             popped = 0
             for j in range(j0, j0 + k):
                 starts.append(t)
@@ -119,6 +115,8 @@ class RunRows:
         integrated over time), from the run itself, without writing the rows out.
         ``prev_start_s``: the start of the row just before them (the step that started the
         run), where a request staged by async scheduling may have arrived before."""
+        if not self.num_waiting and not self.queued_s and not self.staged_s:
+            return 0.0  # nobody waits in any row (what the sum below gives: 0 x its span)
         durations = self.durations
         n = len(durations)
         span_s = 0.0

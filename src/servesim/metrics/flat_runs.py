@@ -1,8 +1,10 @@
-"""Runs of step-series rows one after another (``FlatRuns``: step times as C doubles, the
-pool's phase counts as bytes, the rest as lists), for building their columns with numpy
+"""Runs of step-series rows one after another (``FlatRuns``: step times as C doubles, a few
+lists of numbers and the pool's phase counts as bytes), for building their columns with numpy
 (``metrics.step_arrays``). Compiled with the engine (mypyc, ``setup.py``): each run writes
 itself in (``StepRows.flatten_into``, native code over its own fields) as soon as its rows
-are final, and the series lets it go.
+are final, and the series lets it go. A run keeps its segments' rows laid out as the buffers
+keep them (``decode_runs.Run.seg_rows`` and ``phases``), so writing a run in copies a few
+lists whole, with no work a row or a segment.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from array import array
 from typing import Any, Protocol
 
-SEG_FIELDS = 5  # a segment in ``FlatRuns.segs``: pool size, rows, first step, blocks before, block size
+SEG_FIELDS = 4  # a segment in ``FlatRuns.segs``: pool size, rows, first step, KV blocks in use before
 
 
 class StepRows(Protocol):
@@ -41,30 +43,18 @@ class FlatRuns:
         self.num_rows: list[int] = []
         self.replica: list[int] = []
         self.num_waiting: list[int] = []  # at its start
+        self.block_size: list[int] = []  # its replica's KV cache's
+        self.num_segs: list[int] = []
         self.queued_s: list[float] = []  # requests queued during the runs, run by run
         self.num_queued: list[int] = []  # per run: how many of them
         self.staged_s: list[float] = []  # staged during the runs (async scheduling), run by run
         self.num_staged: list[int] = []
         # per segment, SEG_FIELDS values: pool size, rows, its first step, KV blocks in use
-        # before it, its block size (its replica's KV cache's)
+        # before it
         self.segs: list[int] = []
-        # per segment, its block size's counts: the pool by block phase. One byte a count
-        # (``bytearray.extend`` converts a segment's in one call, numpy reads them without a
-        # conversion) until a count reaches 256; from then on every count is in ``wide_phases``.
-        self.phases = bytearray()
-        self.wide_phases: list[int] | None = None
-
-    def add_phases(self, counts: list[int]) -> None:
-        """Append a segment's phase counts."""
-        wide = self.wide_phases
-        if wide is None:
-            try:
-                self.phases.extend(counts)  # all or nothing
-                return
-            except ValueError:  # a count of 256 or more (a pool that large in one phase)
-                wide = self.wide_phases = list(self.phases)
-                self.phases = bytearray()
-        wide.extend(counts)
+        # per segment, its run's block size's counts: the pool by block phase, as bytes (read
+        # by numpy without a conversion once joined), or a list where a count reaches 256
+        self.phases: list[bytes | list[int]] = []
 
     def copy(self) -> FlatRuns:
         """A copy, for rows to be added to without changing these."""
@@ -74,14 +64,14 @@ class FlatRuns:
         c.num_rows.extend(self.num_rows)
         c.replica.extend(self.replica)
         c.num_waiting.extend(self.num_waiting)
+        c.block_size.extend(self.block_size)
+        c.num_segs.extend(self.num_segs)
         c.queued_s.extend(self.queued_s)
         c.num_queued.extend(self.num_queued)
         c.staged_s.extend(self.staged_s)
         c.num_staged.extend(self.num_staged)
         c.segs.extend(self.segs)
-        c.phases.extend(self.phases)
-        if self.wide_phases is not None:
-            c.wide_phases = list(self.wide_phases)
+        c.phases.extend(self.phases)  # bytes, and lists never changed once added
         return c
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -104,7 +105,7 @@ def rows_to_arrays(
     decodes = np.repeat(segs[:, 0], seg_k)
     out["num_decode_reqs"][where] = decodes
     out["num_running"][where] = decodes  # only pooled decodes run in a run
-    seg_bs = segs[:, 4]  # block sizes: pools of a cluster may differ
+    seg_bs = np.repeat(_array(flat.block_size, np.int64), _array(flat.num_segs, np.int64))  # pools may differ
     seg_j0 = segs[:, 2]
     table = _phase_table(_phase_counts(flat).astype(np.int64), seg_bs)
     seg_off = np.zeros(n_segs, np.int64)
@@ -122,13 +123,14 @@ def rows_to_arrays(
 
 
 def _phase_counts(flat: FlatRuns | PackedRuns) -> np.ndarray:
-    """The segments' phase counts one after another (``FlatRuns.add_phases``): bytes
-    (uint8), or ints where a count reached 256."""
+    """The segments' phase counts one after another: bytes (uint8), or ints where a count
+    reached 256 (a segment's counts are then a list)."""
     if isinstance(flat, PackedRuns):
         return flat.phases
-    if flat.wide_phases is not None:
-        return _array(flat.wide_phases, np.int64)
-    return np.frombuffer(flat.phases, np.uint8)
+    try:
+        return np.frombuffer(b"".join(flat.phases), np.uint8)  # type: ignore[arg-type]  # lists: below
+    except TypeError:  # a list among them
+        return np.fromiter(chain.from_iterable(flat.phases), np.int64)
 
 
 def _phase_table(phases: np.ndarray, seg_bs: np.ndarray) -> np.ndarray:
@@ -220,13 +222,15 @@ class PackedRuns:
         self.num_rows = _narrow(_array(flat.num_rows, np.int64))
         self.replica = _narrow(_array(flat.replica, np.int64))
         self.num_waiting = _narrow(_array(flat.num_waiting, np.int64))
+        self.block_size = _narrow(_array(flat.block_size, np.int64))
+        self.num_segs = _narrow(_array(flat.num_segs, np.int64))
         self.queued_s = _array(flat.queued_s, np.float64)
         self.num_queued = _narrow(_array(flat.num_queued, np.int64))
         self.staged_s = _array(flat.staged_s, np.float64)
         self.num_staged = _narrow(_array(flat.num_staged, np.int64))
         self.segs = _narrow(_array(flat.segs, np.int64))  # SEG_FIELDS a segment
-        counts = _phase_counts(flat)  # bytes, copied, or ints as narrow as they fit
-        self.phases = counts.copy() if counts.dtype == np.uint8 else _narrow(counts)
+        counts = _phase_counts(flat)  # bytes (joined: a new buffer), or ints as narrow as they fit
+        self.phases = counts if counts.dtype == np.uint8 else _narrow(counts)
 
 
 class PackedGroup:
