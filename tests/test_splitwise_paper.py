@@ -126,8 +126,11 @@ def test_artifact_semantics_map_to_the_engine_and_cluster():
         True,
         2048,
     )
+    token = splitwise._engine(splitwise.ARTIFACT, "decode")
+    assert (token["policy"], token["enable_chunked_prefill"]) == ("vllm_v1", False)
     perfs = splitwise.perf_models(token_lookup=True)
     cfg, pools = splitwise.cluster("Splitwise-HA", perfs, splitwise.ARTIFACT)
+    assert [p.engine.policy for p in cfg.pools] == ["vllm_v0", "vllm_v1"]
     assert cfg.decode_router == "least_kv"
     assert cfg.link.bandwidth_gb_per_s == pytest.approx(200 * 2**30 / 1e9)
     assert [(p.role, p.num_replicas) for p in cfg.pools] == [("prefill", 25), ("decode", 26)]

@@ -136,7 +136,8 @@ class Semantics:
       4,096-token budget (a whole Llama-2 prompt; the artifact's 2,048 admits a longer prompt
       alone); ``prefill_first`` instead takes vLLM V0's prefill-priority loop, the artifact's
       ``SplitwiseInstance.select_batch`` order (pending prompts before running tokens), less
-      its mixing of tokens into the prompt step's spare budget.
+      its mixing of tokens into the prompt step's spare budget (token machines keep V1's loop,
+      unchunked: they receive no prompts to put first).
     * ``token_dispatch``: the split designs' token machine is the one with the least KV memory
       in use (``MixedPoolScheduler.find_best_token_instance``: least ``sched_memory``), the
       KV cache crossing a 200 GiB/s link (``mixed_pool.yml``'s ``transfer_bandwidth``).
@@ -194,8 +195,10 @@ def perf_models(
     return out
 
 
-def _engine(sem: Semantics = Semantics()) -> dict[str, Any]:
-    policy = "vllm_v0" if sem.prefill_first else "vllm_v1"
+def _engine(sem: Semantics = Semantics(), role: str = "colocated") -> dict[str, Any]:
+    # A token machine receives no prompts to put first: V0's prefill-only step would stall its
+    # decodes for each request handed over, which the artifact's token instances never do.
+    policy = "vllm_v0" if sem.prefill_first and role != "decode" else "vllm_v1"
     whole = sem.whole_prompts or sem.prefill_first
     return {
         "policy": policy,
@@ -225,7 +228,7 @@ def cluster(
             "role": role,
             "gpu": gpu,
             "num_replicas": n,
-            "engine": _engine(sem),
+            "engine": _engine(sem, role),
             "parallel": {"tensor_parallel_size": 8},
         }
         for role, gpu, n in DESIGNS[design]
