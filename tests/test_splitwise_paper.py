@@ -70,3 +70,88 @@ def test_slowdowns_are_against_an_idle_a100(perfs):
         assert sd[key][0] == pytest.approx(1.0)
     ok, _ = splitwise.meets(sd)
     assert ok
+
+
+def test_artifacts_token_lookup_leaves_a_decode_batch_at_the_batch_1_time():
+    """DatabasePerformanceModel (8f99e7d) indexes token time by prompt_size x batch_size
+    (128-32,768) and reads it at a token-only batch's size: a batch of 1-127 lies below the
+    first point, on the line through the medians at 128 and 256 (single 128- and 256-token
+    prompts: A100 43.0 and 43.5 ms, H100 29.9 and 28.3 ms); a batch of 512 reads a single
+    512-token prompt's time."""
+    import numpy as np
+
+    art = splitwise.perf_models(token_lookup=True)
+    rows = splitwise.measurements()
+    for gpu, hw in splitwise.HW.items():
+
+        def median(bt: int, hw: str = hw) -> float:
+            return float(
+                np.median(
+                    [
+                        float(r["token_time"]) / 1e3
+                        for r in rows
+                        if r["model"] == "llama2-70b"
+                        and r["hardware"] == hw
+                        and r["tensor_parallel"] == "8"
+                        and int(r["prompt_size"]) * int(r["batch_size"]) == bt
+                    ]
+                )
+            )
+
+        y128, y256 = median(128), median(256)
+        for b in (1, 64, 127):
+            want = y128 + (y256 - y128) * (b - 128) / 128
+            assert art[gpu].token_time(b) == pytest.approx(want), (gpu, b)
+        assert art[gpu].token_time(512) == pytest.approx(median(512)), gpu
+    a = art["A100-80GB"]
+    assert a.token_time(1) * 1e3 == pytest.approx(42.6, abs=0.05)
+    assert a.token_time(512) * 1e3 == pytest.approx(45.0, abs=0.05)
+    # servesim's own reading of the same rows: 45.0 ms at batch 1, 71.6 ms at batch 64.
+    assert splitwise.perf_models()["A100-80GB"].token_time(64) / a.token_time(64) > 1.6
+
+
+def test_artifact_semantics_map_to_the_engine_and_cluster():
+    """The artifact's instances run prompts whole, prompts first (vLLM V0's loop, a whole
+    Llama-2 prompt's budget); its MixedPoolScheduler takes the token machine with the least
+    KV memory over a 200 GiB/s link. servesim's reading: vLLM V1, 2,048-token chunks."""
+    art = splitwise._engine(splitwise.ARTIFACT)
+    assert (art["policy"], art["enable_chunked_prefill"], art["max_num_batched_tokens"]) == (
+        "vllm_v0",
+        False,
+        4096,
+    )
+    own = splitwise._engine()
+    assert (own["policy"], own["enable_chunked_prefill"], own["max_num_batched_tokens"]) == (
+        "vllm_v1",
+        True,
+        2048,
+    )
+    token = splitwise._engine(splitwise.ARTIFACT, "decode")
+    assert (token["policy"], token["enable_chunked_prefill"]) == ("vllm_v1", False)
+    perfs = splitwise.perf_models(token_lookup=True)
+    cfg, pools = splitwise.cluster("Splitwise-HA", perfs, splitwise.ARTIFACT)
+    assert [p.engine.policy for p in cfg.pools] == ["vllm_v0", "vllm_v1"]
+    assert cfg.decode_router == "least_kv"
+    assert cfg.link.bandwidth_gb_per_s == pytest.approx(200 * 2**30 / 1e9)
+    assert [(p.role, p.num_replicas) for p in cfg.pools] == [("prefill", 25), ("decode", 26)]
+    assert splitwise.cluster("Splitwise-HA", perfs)[0].decode_router is None
+
+
+def test_notebook_slowdowns_divide_by_all_output_tokens():
+    """Scheduler.get_results: TBT = (E2E - TTFT) / token_size; add_baseline_perf: the idle
+    TBT is the token predictor at the prompt size (1,000 tokens: A100 44.6 ms)."""
+    import numpy as np
+
+    a = splitwise.perf_models()["A100-80GB"]
+    nb = splitwise.perf_models(token_lookup=True)["A100-80GB"]
+
+    class Rec:
+        num_prompt_tokens = np.array([1000])
+        num_output_tokens = np.array([11])
+        ttft_s = np.array([a.prompt_time(1000)])
+        e2e_s = np.array([a.prompt_time(1000) + 11 * 0.05])
+
+    sd = splitwise.slowdowns(Rec, a, nb)
+    assert sd["tbt"][0] == pytest.approx(0.05 / nb.token_time(1000))
+    assert nb.token_time(1000) * 1e3 == pytest.approx(44.6, abs=0.05)
+    assert splitwise.slowdowns(Rec, a)["tbt"][0] == pytest.approx(0.055 / a.token_time(1))
