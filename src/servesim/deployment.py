@@ -42,7 +42,7 @@ from servesim.config import (
     resolve_engine,
     resolve_kv_offload,
 )
-from servesim.config.engine import version_notice
+from servesim.config.vllm_version import version_notice
 from servesim.errors import CatalogError, ConfigError, DoesNotFitError, ServesimError
 from servesim.perf.base import PerfModel
 from servesim.perf.memory import MemoryPlan, plan_memory

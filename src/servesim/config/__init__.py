@@ -8,7 +8,8 @@ are never written back.
 The parts live in ``parts`` (model, hardware, parallelism, workload, SLOs, run), ``arrival``
 (arrival processes and rate profiles), ``engine`` (its sub-sections in ``speculative``,
 ``frontend``, ``kv_offload`` and ``lora``; the resolution of its defaults in
-``engine_defaults``), ``cluster`` and ``scenario`` (the whole, and how
+``engine_defaults``; the vLLM versions in ``vllm_version`` and the server's environment
+variables in ``vllm_env``), ``cluster`` and ``scenario`` (the whole, and how
 it is read); ``files`` reads a scenario file, ``overrides`` applies ``--set``,
 ``messages`` words validation errors, ``layout`` checks a layout against its model and
 ``reference`` renders docs/scenario_reference.md. Everything is importable from
