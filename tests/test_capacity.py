@@ -20,15 +20,10 @@ from servesim.errors import ConfigError
 from servesim.perf.base import BatchStats, step_wall_s
 from servesim.planner import capacity as cap_mod
 from servesim.planner import rate_knob as rate_knob_mod
-from servesim.planner.capacity import (
-    SCREEN_FRACTION,
-    CapacityNotFound,
-    Probe,
-    find_capacity,
-    probe_metrics,
-    rate_knob,
-    run_probe,
-)
+from servesim.planner import spread as spread_mod
+from servesim.planner.capacity import CapacityNotFound, find_capacity
+from servesim.planner.probe import SCREEN_FRACTION, Probe, probe_metrics, run_probe
+from servesim.planner.rate_knob import rate_knob
 from servesim.planner.targets import TargetCheck, Verdict
 
 PROMPT = 512
@@ -88,7 +83,7 @@ def test_capacity_under_a_ttft_target_is_m_d_1_theory() -> None:
     lo, hi = cap.lo.rate_rps, cap.hi.rate_rps  # type: ignore[union-attr]
     assert hi / lo - 1 <= 0.05
     # Sampling error of the attainment of 3000 correlated requests: batch means of the run at lo.
-    rec = simulate(cap_mod.rate_knob(sc).at(sc, lo)).records
+    rec = simulate(rate_knob(sc).at(sc, lo)).records
     hits = (rec.ttft_s <= limit).astype(float)
     sigma = float(np.std(hits.reshape(20, -1).mean(axis=1), ddof=1) / math.sqrt(20))
     assert sigma < 0.02  # small enough for the bound below to pin the rate to a few percent
@@ -261,11 +256,11 @@ SPREAD = {
 def test_the_t_quantiles_are_students() -> None:
     from scipy.stats import t
 
-    assert cap_mod._T975 == pytest.approx([t.ppf(0.975, df) for df in range(1, 31)], abs=6e-4)
+    assert spread_mod._T975 == pytest.approx([t.ppf(0.975, df) for df in range(1, 31)], abs=6e-4)
 
 
 def test_the_prediction_interval_is_the_t_interval_of_the_answers() -> None:
-    sp = cap_mod.SeedSpread(100, [0, 1, 2, 3], [10.0, 12.0, 11.0, 13.0], varies=True)
+    sp = spread_mod.SeedSpread(100, [0, 1, 2, 3], [10.0, 12.0, 11.0, 13.0], varies=True)
     s = math.sqrt(((1.5**2) * 2 + 0.5**2 * 2) / 3)  # mean 11.5
     half = 3.182 * s * math.sqrt(1 + 1 / 4)
     assert sp.interval == pytest.approx((11.5 - half, 11.5 + half))

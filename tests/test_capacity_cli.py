@@ -67,8 +67,8 @@ def test_the_progress_bar_counts_probes_against_the_bisection_left(monkeypatch) 
     import io
     import sys
 
-    from servesim.planner.capacity import Probe
     from servesim.planner.capacity_report import probe_progress, probes_left
+    from servesim.planner.probe import Probe
     from servesim.planner.targets import TargetCheck, Verdict
 
     # From [10, 20] to 5%: halving log(2) down to log(1.05) takes ceil(log2(14.2)) = 4 steps.

@@ -19,7 +19,7 @@ from servesim.catalog.gpus import get_gpu
 from servesim.catalog.hf_config import load_model
 from servesim.catalog.models import ModelSpec
 from servesim.config.engine import EngineConfig
-from servesim.config.parts import ParallelConfig
+from servesim.config.hardware import ParallelConfig
 from servesim.metrics.console import print_summary
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.execution_path import ExecutionPath, execution_path, moe_backend_for

@@ -254,7 +254,7 @@ def test_rate_scale_and_limit_and_the_capacity_knob():
     """rate_scale multiplies every stage's rate (durations kept: twice the requests), limit takes
     the first N; capacity searches rate_scale like a trace's."""
     from servesim.config import Scenario
-    from servesim.planner.capacity import rate_knob
+    from servesim.planner.rate_knob import rate_knob
     from servesim.workload import load_workload
 
     cfg = {"type": "inference-perf", "config": str(FIX / "shared_prefix.yaml")}

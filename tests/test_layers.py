@@ -15,7 +15,7 @@ The layers, lowest first (a module may import its own layer and those below)::
                                          targets, capacity and configuration search; the live server
     sim                                  simulate(scenario) -> Result
     cluster, calibration, profile_ops,   many replicas; fitting perf models; timing operators;
-    deployment                           a scenario's deployment, resolved once
+    deployment, deployment_checks        a scenario's deployment, resolved once; the refusals of it
     engine, perf, metrics, workload      one replica, step times, records, requests
     config, catalog                      scenario schema; model and GPU facts
     errors
@@ -49,6 +49,7 @@ LAYERS = {
     "profile_ops": 3,
     "profile_layers": 3,
     "deployment": 3,
+    "deployment_checks": 3,
     "sim": 4,
     "validate": 5,
     "report": 5,

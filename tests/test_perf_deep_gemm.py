@@ -16,7 +16,7 @@ import pytest
 from servesim.catalog.gpus import get_gpu
 from servesim.catalog.hf_config import load_model
 from servesim.config.engine import EngineConfig
-from servesim.config.parts import HardwareConfig, ParallelConfig
+from servesim.config.hardware import HardwareConfig, ParallelConfig
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.execution_path import DeepGemmRun, deep_gemm_run
 from servesim.perf.factory import build_step_model

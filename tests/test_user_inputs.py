@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from servesim.catalog.gpus import get_gpu
 from servesim.cli import app
 from servesim.config import EngineConfig, load_scenario
-from servesim.config.engine import version_notice
+from servesim.config.vllm_version import version_notice
 from servesim.errors import ConfigError
 from servesim.serve.protocol import ApiError, Tokenizer, parse_request
 from servesim.sim import simulate

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -17,6 +17,9 @@ from rich.console import Console
 from servesim.cli_base import EXIT_INTERRUPTED, check_output
 from servesim.cli_base import user_errors as _user_errors
 from servesim.errors import ServesimError
+
+if TYPE_CHECKING:
+    from servesim.calibration.fitting import FitResult
 
 
 class CalibrateKind(StrEnum):
@@ -81,10 +84,7 @@ def calibrate(
     Name the profile in a scenario as hardware.profile. See docs/fidelity.md.
     """
     with _user_errors():
-        from rich.markup import escape
-
         from servesim.calibration.calibrate import calibrate_source
-        from servesim.calibration.fitting import WEAK_PCT
         from servesim.config import read_gpu_config
 
         hw = read_gpu_config(hardware) if hardware else None
@@ -103,32 +103,42 @@ def calibrate(
             raise ServesimError(f"{output}: cannot write: {err.strerror or err}") from None
         console = Console(highlight=False)
         for r in results:
-            q = r.quality()
-            params = ", ".join(f"{k}={v:.4g}" for k, v in r.params.items())
-            console.print(f"fit {int(q['n'])} measurements: {params}", soft_wrap=True)
-            console.print(
-                f"  R2 {q['r2']:.3f}  MAPE {q['mape_pct']:.1f}%  "
-                f"median {q['median_ape_pct']:.1f}%  "
-                f"P90 {q['p90_ape_pct']:.1f}%  max {q['max_ape_pct']:.1f}%"
-            )
-            for w in r.warnings():
-                console.print(f"  [bold]warning[/bold]: {escape(w)}", soft_wrap=True)
-            weak = r.weakly_constrained()
-            if weak:
-                console.print(
-                    f"  weakly constrained (halving one moves no prediction by more than "
-                    f"{WEAK_PCT:g}%): {', '.join(weak)}; these measurements say little about "
-                    "them, so predictions where they matter (other shapes, longer contexts) "
-                    "are extrapolations",
-                    soft_wrap=True,
-                )
-            for case, meas, pred, rel_err in r.worst(5):
-                console.print(
-                    f"  worst: {case}: measured {meas * 1e3:.4g} ms, predicted {pred * 1e3:.4g} ms "
-                    f"({rel_err * 100:+.1f}%)",
-                    soft_wrap=True,
-                )
+            _print_fit(console, r)
         console.print(f"wrote {output}", soft_wrap=True)
+
+
+def _print_fit(console: Console, r: FitResult) -> None:
+    """One fit's parameters and quality, its warnings, the parameters the measurements say
+    little about and its five worst predictions."""
+    from rich.markup import escape
+
+    from servesim.calibration.fitting import WEAK_PCT
+
+    q = r.quality()
+    params = ", ".join(f"{k}={v:.4g}" for k, v in r.params.items())
+    console.print(f"fit {int(q['n'])} measurements: {params}", soft_wrap=True)
+    console.print(
+        f"  R2 {q['r2']:.3f}  MAPE {q['mape_pct']:.1f}%  "
+        f"median {q['median_ape_pct']:.1f}%  "
+        f"P90 {q['p90_ape_pct']:.1f}%  max {q['max_ape_pct']:.1f}%"
+    )
+    for w in r.warnings():
+        console.print(f"  [bold]warning[/bold]: {escape(w)}", soft_wrap=True)
+    weak = r.weakly_constrained()
+    if weak:
+        console.print(
+            f"  weakly constrained (halving one moves no prediction by more than "
+            f"{WEAK_PCT:g}%): {', '.join(weak)}; these measurements say little about "
+            "them, so predictions where they matter (other shapes, longer contexts) "
+            "are extrapolations",
+            soft_wrap=True,
+        )
+    for case, meas, pred, rel_err in r.worst(5):
+        console.print(
+            f"  worst: {case}: measured {meas * 1e3:.4g} ms, predicted {pred * 1e3:.4g} ms "
+            f"({rel_err * 100:+.1f}%)",
+            soft_wrap=True,
+        )
 
 
 def validate(
@@ -239,17 +249,8 @@ def validate(
             raise ServesimError(f"--threshold: expected a percentage > 0, found {threshold:g}")
         _check_validate_flags(open_loop, bench, suite, cross_fit, cross_group, data_dir, recordings)
         check_output(output)
-        if open_loop:
-            from servesim.validate.openloop import run_checks as open_loop_checks
-
-            code = open_loop_checks(open_loop, scenario, overrides or [], output, threshold, typer.echo)
-            if code:
-                raise typer.Exit(code)
-            return
-        if bench:
-            from servesim.validate.own_bench import run_checks
-
-            code = run_checks(bench, scenario, overrides or [], output, threshold, typer.echo)
+        if open_loop or bench:
+            code = _replay_runs(open_loop, bench, scenario, overrides or [], output, threshold)
             if code:
                 raise typer.Exit(code)
             return
@@ -259,38 +260,71 @@ def validate(
                 "file to compare) "
                 "or --open-loop (a folder of open-loop runs)"
             )
-        from servesim import validate as v
+        _run_suites(data_dir, recordings, suite, cross_fit, cross_group, output, threshold)
 
-        for flag, folder in (("--data-dir", data_dir), ("--recordings", recordings)):
-            if folder is not None and not folder.is_dir():
-                why = "is a file, expected a folder" if folder.exists() else "no such folder"
-                raise ServesimError(f"{flag} {folder}: {why}")
-        suites = tuple(suite) if suite else ("operators", "splitwise", "distserve", "vllm-cpu")
-        checks, skipped = v.validate_all(
-            data_dir, recordings, suites, cross_fit=cross_fit, output=output, cross_group=cross_group
+
+def _replay_runs(
+    open_loop: list[Path] | None,
+    bench: list[Path] | None,
+    scenario: Path | None,
+    overrides: list[str],
+    output: Path | None,
+    threshold: float | None,
+) -> int:
+    """validate --open-loop or --bench: the user's own runs replayed on ``scenario`` and
+    compared; the exit code."""
+    if open_loop:
+        from servesim.validate.openloop import run_checks as open_loop_checks
+
+        return open_loop_checks(open_loop, scenario, overrides, output, threshold, typer.echo)
+    from servesim.validate.own_bench import run_checks
+
+    assert bench
+    return run_checks(bench, scenario, overrides, output, threshold, typer.echo)
+
+
+def _run_suites(
+    data_dir: Path | None,
+    recordings: Path | None,
+    suite: list[str] | None,
+    cross_fit: bool,
+    cross_group: bool,
+    output: Path | None,
+    threshold: float | None,
+) -> None:
+    """validate's bundled suites (or those of ``data_dir``/``recordings``): the table of
+    checks, the known misses and the verdict (typer.Exit(1) when a check is over its limit)."""
+    from servesim import validate as v
+
+    for flag, folder in (("--data-dir", data_dir), ("--recordings", recordings)):
+        if folder is not None and not folder.is_dir():
+            why = "is a file, expected a folder" if folder.exists() else "no such folder"
+            raise ServesimError(f"{flag} {folder}: {why}")
+    suites = tuple(suite) if suite else ("operators", "splitwise", "distserve", "vllm-cpu")
+    checks, skipped = v.validate_all(
+        data_dir, recordings, suites, cross_fit=cross_fit, output=output, cross_group=cross_group
+    )
+    typer.echo(_validation_table(checks, threshold))
+    if threshold is None:
+        for line in v.known_bad_reasons(checks):
+            typer.echo(line)
+    for note in skipped:
+        typer.echo(f"skipped {note}")
+    if output is not None and "silicon" in suites:
+        typer.echo(f"wrote {output}/silicon_runs.csv, silicon_groups.json, silicon_groups.md")
+    if not checks:
+        raise ServesimError(
+            "nothing validated: no measurement data or recordings found (check --data-dir and --recordings)"
         )
-        typer.echo(_validation_table(checks, threshold))
-        if threshold is None:
-            for line in v.known_bad_reasons(checks):
-                typer.echo(line)
-        for note in skipped:
-            typer.echo(f"skipped {note}")
-        if output is not None and "silicon" in suites:
-            typer.echo(f"wrote {output}/silicon_runs.csv, silicon_groups.json, silicon_groups.md")
-        if not checks:
-            raise ServesimError(
-                "nothing validated: no measurement data or recordings found (check --data-dir "
-                "and --recordings)"
-            )
-        failed = [c for c in checks if not c.passed(threshold)]
-        if failed:
-            typer.echo(f"{len(failed)} of {len(checks)} checks over their limit")
-            raise typer.Exit(1)
-        known = sum(c.status(threshold) == "known bad" for c in checks)
-        typer.echo(
-            f"{len(checks) - known} of {len(checks)} checks within their goals"
-            + (f", {known} known to miss theirs (reasons above)" if known else "")
-        )
+    failed = [c for c in checks if not c.passed(threshold)]
+    if failed:
+        typer.echo(f"{len(failed)} of {len(checks)} checks over their limit")
+        raise typer.Exit(1)
+    known = sum(c.status(threshold) == "known bad" for c in checks)
+    typer.echo(
+        f"{len(checks) - known} of {len(checks)} checks within their goals"
+        + (f", {known} known to miss theirs (reasons above)" if known else "")
+    )
 
 
 def _check_validate_flags(

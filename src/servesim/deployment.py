@@ -14,7 +14,8 @@ pool of its DP ranks behind vLLM's own balancing; its pool takes the scenario's 
 budget with chunked prefill off, the memory fit), every report section (memory plan,
 step-time model) and every option reads the same for a plain scenario and for the same
 deployment written as a cluster. The engine configuration is resolved here only, once per
-pool (``Deployment.engine``), and ``resolved_scenario`` is the scenario as it ran.
+pool (``Deployment.engine``), and ``resolved_scenario`` is the scenario as it ran. The
+refusals (vLLM's start-up checks, and those of the pools together) are ``deployment_checks``.
 
 Links: both use ``catalog.gpus.link_spec`` (a cluster pool may override it). Inside one
 node that is exactly the GPU's interconnect, which the single-replica run used alone
@@ -38,14 +39,23 @@ from servesim.config import (
     PoolConfig,
     ResolvedEngine,
     Scenario,
-    budget_refusal,
     resolve_engine,
     resolve_kv_offload,
 )
-from servesim.config.engine import version_notice
-from servesim.errors import CatalogError, ConfigError, DoesNotFitError, ServesimError
+from servesim.config.vllm_version import version_notice
+from servesim.deployment_checks import (  # noqa: F401 (check_budget re-exported: its old home)
+    check_budget,
+    check_data_parallel,
+    check_fleet_size,
+    check_models,
+    check_moe_backend,
+    check_offload_host_memory,
+    check_offload_tier,
+    check_starts,
+)
+from servesim.errors import CatalogError, ConfigError, ServesimError
 from servesim.perf.base import PerfModel
-from servesim.perf.memory import MemoryPlan, plan_memory
+from servesim.perf.memory import MemoryPlan
 
 if TYPE_CHECKING:
     from servesim.perf.profiled import HardwareProfile
@@ -100,37 +110,6 @@ def resolved_engine(
         engine.max_model_len or model.max_position_embeddings,
         pipeline_parallel_size=parallel.pipeline_parallel_size,
     )
-
-
-def check_starts(
-    model: ModelSpec,
-    gpu: GpuSpec,
-    engine: ResolvedEngine,
-    parallel: ParallelConfig,
-    kv_dtype_bytes: float,
-    parallel_field: str = "parallel",
-    engine_field: str = "engine",
-) -> MemoryPlan:
-    """vLLM's start-up refusals, in one check, and the memory plan they leave: the layout
-    (``catalog.parallel.check_parallel``), the memory fit (``perf.memory.plan_memory``:
-    the weights, one ``max_model_len`` sequence in the KV cache, ``max_model_len`` within
-    the model's positions, a block override) and the token budget (``check_budget``).
-    ``*_field`` name the scenario's fields in the messages (a pool's own, or the scenario's)."""
-    from servesim.catalog.parallel import check_parallel
-
-    check_parallel(model, parallel, parallel_field)
-    plan = plan_memory(model, gpu, engine, parallel, kv_dtype_bytes=kv_dtype_bytes)
-    check_budget(engine, plan.max_model_len, engine_field)
-    return plan
-
-
-def check_budget(engine: EngineConfig, max_model_len: int, field: str = "engine") -> None:
-    """vLLM's start-up refusals of a resolved engine (``field`` names it in the message):
-    with chunked prefill off, one step must hold a max-length prompt
-    (``config.engine.budget_refusal``)."""
-    why = budget_refusal(engine.enable_chunked_prefill, engine.max_num_batched_tokens, max_model_len)
-    if why:
-        raise ConfigError(f"{field}.{why}: raise it, lower {field}.max_model_len, or enable chunked prefill")
 
 
 #: The pool a scenario without a ``cluster`` section runs as (one replica).
@@ -214,76 +193,19 @@ def resolve_deployment(
     ``model`` and ``profile`` may be passed in when already loaded (a cluster loads them
     once for all its pools). Raises the user errors vLLM would refuse to start with.
     """
-    from servesim.perf.factory import build_step_model
-
     model = model or scenario_model(sc)
     if profile is None:
         profile = load_profile(sc)
     if pool is None:
         pool = as_cluster(sc).pools[0]
-    gpu_name = pool.gpu if pool.gpu is not None else sc.hardware.gpu
-    if profile:
-        gpu = profile.resolve_gpu(gpu_name)
-    else:
-        try:
-            gpu = get_gpu(gpu_name)
-        except CatalogError as err:
-            field = f"cluster.pools[{pool.name}].gpu" if pool.gpu is not None else "hardware.gpu"
-            raise ConfigError(f"{field}: {err}") from None
+    gpu = pool_gpu(sc, pool, profile)
     par = pool.parallel or sc.parallel
-    eng = pool.engine or sc.engine
-    found = []
-    if profile is not None:
-        adjusted = profile.adjust_engine(eng)
-        if adjusted.cpu_overhead_s != eng.cpu_overhead_s:
-            where = f"pool {pool.name}: " if sc.cluster is not None else ""
-            found.append(
-                {
-                    "code": "profile_cpu_overhead",
-                    "source": str(sc.hardware.profile),
-                    "count": None,
-                    "message": f"{where}engine.cpu_overhead_s {eng.cpu_overhead_s:g} s replaced by "
-                    f"the profile's {adjusted.cpu_overhead_s:g} s (set it in the scenario "
-                    "to keep it)",
-                }
-            )
-        eng = adjusted
+    eng, notices = profiled_engine(sc, pool, pool.engine or sc.engine, profile)
     engine = resolved_engine(eng, model, gpu, par)
     engine = resolve_kv_offload(engine, gpu.host_bw)  # offload tiers: the GPU's host link
     kv_b = resolve_kv_dtype_bytes(sc.model.kv_cache_dtype, model)
-    plan = check_starts(
-        model,
-        gpu,
-        engine,
-        par,
-        kv_b,
-        f"cluster.pools[{pool.name}].parallel" if pool.parallel else "parallel",
-        f"cluster.pools[{pool.name}].engine" if pool.engine else "engine",
-    )
-    check_moe_backend(model, gpu, engine, f"cluster.pools[{pool.name}].engine" if pool.engine else "engine")
-    check_offload_tier(
-        engine,
-        plan.kv_bytes_per_block,
-        par.tensor_parallel_size * par.pipeline_parallel_size,
-        f"cluster.pools[{pool.name}].engine" if pool.engine else "engine",
-    )
-    check_offload_host_memory(
-        engine,
-        gpu,
-        sc.hardware.host_mem_gib_per_gpu,
-        par.tensor_parallel_size * par.pipeline_parallel_size,
-        f"cluster.pools[{pool.name}].engine" if pool.engine else "engine",
-    )
+    plan = check_pool_starts(sc, pool, model, gpu, engine, par, kv_b)
     links = pool_links(gpu, pool.links)
-    perf: PerfModel = (
-        profile.perf_model(model, gpu, par, sc.model, links=links)
-        if profile
-        else build_step_model(model, gpu, par, sc.hardware, sc.model, links=links, engine=engine)
-    )
-    if engine.lora.enabled:  # the LoRA kernels and loads on top
-        from servesim.perf.lora import lora_perf_model
-
-        perf = lora_perf_model(engine, model, gpu, par, perf)
     return Deployment(
         name=pool.name,
         role=pool.role,
@@ -294,91 +216,102 @@ def resolve_deployment(
         engine=engine,
         plan=plan,
         links=links,
-        perf=perf,
+        perf=step_model(sc, model, gpu, par, engine, links, profile),
         kv_dtype_bytes=kv_b,
         profile=profile,
-        notices=found,
+        notices=notices,
         served_model=served_model(sc, pool),
     )
 
 
-def check_moe_backend(model: ModelSpec, gpu: GpuSpec, engine: ResolvedEngine, where: str) -> None:
-    """Refuse an ``engine.moe_backend`` forced where vLLM has no such kernel: FlashInfer's
-    TRTLLM-gen MoE on a GPU other than Blackwell (SM 10.x, ``fused_moe/oracle``'s
-    ``is_device_capability_family(100)``), its MXFP8-activation variant for experts that are
-    not MXFP4, DeepGEMM's grouped GEMM for experts that are not block-FP8 or off SM 9.0/10.0
-    (``_valid_deep_gemm``), FlashInfer's CUTLASS MoE below SM 9.0. A dense model has no
-    routed experts: the setting does nothing there, as vLLM's."""
-    from servesim.perf.execution_path import sm_of, weight_format
-
-    backend = engine.moe_backend
-    if backend == "auto" or not model.is_moe:
-        return
-    sm, fmt = sm_of(gpu), weight_format(model)
-    on = f"{gpu.name} (SM {sm / 10:.1f})" if sm is not None else f"{gpu.name} (not an NVIDIA GPU)"
-    why = ""
-    # per-tensor FP8 on SM 9.0 keeps it: the FP8 selection before vLLM 0.16 sends
-    # VLLM_USE_FLASHINFER_MOE_FP8=1 with the latency backend there (execution_path._fp8)
-    hopper_fp8 = backend == "flashinfer_trtllm" and fmt == "fp8" and sm == 90
-    if (
-        backend in ("flashinfer_trtllm", "flashinfer_mxfp4_mxfp8")
-        and not (sm and 100 <= sm < 110)
-        and not hopper_fp8
-    ):
-        why = f"FlashInfer's TRTLLM-gen MoE runs on Blackwell (SM 10.x) only, not on {on}"
-    elif backend == "flashinfer_mxfp4_mxfp8" and fmt != "mxfp4":
-        why = f"MXFP8 activations are for MXFP4 experts; {model.name}'s experts are {fmt}"
-    elif backend == "deep_gemm" and (fmt != "fp8_block" or sm not in (90, 100)):
-        why = f"DeepGEMM's MoE runs block-FP8 experts on SM 9.0 or 10.0; here {fmt} experts on {on}"
-    elif backend == "flashinfer_cutlass" and not (sm and sm >= 90):
-        why = f"FlashInfer's CUTLASS MoE needs SM 9.0 or newer, not {on}"
-    if why:
-        raise ConfigError(f"{where}.moe_backend: {backend}: {why}; expected auto or a kernel vLLM runs there")
+def pool_gpu(sc: Scenario, pool: PoolConfig, profile: HardwareProfile | None) -> GpuSpec:
+    """The pool's GPU (its own ``gpu``, else ``hardware.gpu``): the profile's, else the
+    catalog's; an unknown name is an error naming the field."""
+    gpu_name = pool.gpu if pool.gpu is not None else sc.hardware.gpu
+    if profile:
+        return profile.resolve_gpu(gpu_name)
+    try:
+        return get_gpu(gpu_name)
+    except CatalogError as err:
+        field = f"cluster.pools[{pool.name}].gpu" if pool.gpu is not None else "hardware.gpu"
+        raise ConfigError(f"{field}: {err}") from None
 
 
-def check_offload_tier(engine: ResolvedEngine, kv_bytes_per_block: float, num_gpus: int, where: str) -> None:
-    """Refuse an offload tier too small for one offloaded block of the replica (every GPU's
-    shard of it, as ``engine.kv_offload`` sizes the tier): it would offload nothing."""
-    off = engine.kv_offload
-    if not off.enabled or kv_bytes_per_block <= 0:
-        return
-    tokens = off.tier_block_size(engine.block_size)
-    whole = kv_bytes_per_block * (tokens // engine.block_size) * num_gpus
-    for tier, gib in (("cpu_size_gib", off.cpu_size_gib), ("disk_size_gib", off.disk_size_gib)):
-        if 0 < gib * (1 << 30) < whole:
-            raise ConfigError(
-                f"{where}.kv_offload.{tier}: {gib:g} GiB holds no offloaded block of {tokens} tokens "
-                f"({whole / (1 << 20):,.1f} MiB over the replica's {num_gpus} GPU(s)); expected at "
-                f"least {whole / (1 << 30):.3g} GiB"
-            )
-
-
-def check_offload_host_memory(
-    engine: ResolvedEngine, gpu: GpuSpec, gib_per_gpu: float | None, num_gpus: int, where: str
-) -> None:
-    """Refuse a CPU offload tier larger than the replica's host memory (``hardware.host_mem_gib_per_gpu``,
-    else the GPU catalog's reference node, ``GpuSpec.host_mem_bytes``; unknown: not checked).
-
-    vLLM does not clamp it: its ``CPUOffloadingSpec`` (``vllm/v1/kv_offload/cpu.py``, v0.11 on)
-    sizes the tier as ``cpu_bytes_to_use // kv_bytes_per_offloaded_block`` blocks and maps all
-    ``cpu_bytes_to_use`` bytes of pinned host memory at start-up (LMCache's
-    ``max_local_cpu_size`` likewise allocates its buffer), which fails on a host without them.
-    Simplified: the rest of the host's use (the weights' staging, the API server) is not counted."""
-    off = engine.kv_offload
-    per_gpu = gib_per_gpu * (1 << 30) if gib_per_gpu is not None else gpu.host_mem_bytes
-    if not off.enabled or per_gpu <= 0:
-        return
-    host = per_gpu * num_gpus
-    if off.cpu_size_gib * (1 << 30) > host:
-        source = (
-            "hardware.host_mem_gib_per_gpu" if gib_per_gpu is not None else f"the catalog's {gpu.name} node"
+def profiled_engine(
+    sc: Scenario, pool: PoolConfig, eng: EngineConfig, profile: HardwareProfile | None
+) -> tuple[EngineConfig, list[dict[str, Any]]]:
+    """``eng`` with the profile's fitted CPU time (``HardwareProfile.adjust_engine``), and
+    the notice of the change when it changed the scenario's."""
+    found: list[dict[str, Any]] = []
+    if profile is None:
+        return eng, found
+    adjusted = profile.adjust_engine(eng)
+    if adjusted.cpu_overhead_s != eng.cpu_overhead_s:
+        where = f"pool {pool.name}: " if sc.cluster is not None else ""
+        found.append(
+            {
+                "code": "profile_cpu_overhead",
+                "source": str(sc.hardware.profile),
+                "count": None,
+                "message": f"{where}engine.cpu_overhead_s {eng.cpu_overhead_s:g} s replaced by "
+                f"the profile's {adjusted.cpu_overhead_s:g} s (set it in the scenario "
+                "to keep it)",
+            }
         )
-        raise DoesNotFitError(  # the tier does not fit the host (a plan prunes it for memory)
-            f"{where}.kv_offload.cpu_size_gib: {off.cpu_size_gib:g} GiB exceeds the host memory of the "
-            f"replica's {num_gpus} GPU(s): {host / (1 << 30):,.4g} GiB "
-            f"({per_gpu / (1 << 30):,.4g} GiB per GPU, {source}); vLLM allocates the whole tier in pinned "
-            "host memory at start-up"
-        )
+    return adjusted, found
+
+
+def check_pool_starts(
+    sc: Scenario,
+    pool: PoolConfig,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    engine: ResolvedEngine,
+    par: ParallelConfig,
+    kv_dtype_bytes: float,
+) -> MemoryPlan:
+    """vLLM's start-up refusals of the pool (``deployment_checks``), each naming the pool's
+    own field or the scenario's, and the memory plan they leave."""
+    engine_field = f"cluster.pools[{pool.name}].engine" if pool.engine else "engine"
+    plan = check_starts(
+        model,
+        gpu,
+        engine,
+        par,
+        kv_dtype_bytes,
+        f"cluster.pools[{pool.name}].parallel" if pool.parallel else "parallel",
+        engine_field,
+    )
+    check_moe_backend(model, gpu, engine, engine_field)
+    num_gpus = par.tensor_parallel_size * par.pipeline_parallel_size
+    check_offload_tier(engine, plan.kv_bytes_per_block, num_gpus, engine_field)
+    check_offload_host_memory(engine, gpu, sc.hardware.host_mem_gib_per_gpu, num_gpus, engine_field)
+    return plan
+
+
+def step_model(
+    sc: Scenario,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    par: ParallelConfig,
+    engine: ResolvedEngine,
+    links: LinkSpec,
+    profile: HardwareProfile | None,
+) -> PerfModel:
+    """The pool's step-time model: the profile's, else the one ``hardware.perf_model``
+    names (``perf.factory``); with LoRA adapters, their kernels and loads on top."""
+    from servesim.perf.factory import build_step_model
+
+    perf: PerfModel = (
+        profile.perf_model(model, gpu, par, sc.model, links=links)
+        if profile
+        else build_step_model(model, gpu, par, sc.hardware, sc.model, links=links, engine=engine)
+    )
+    if engine.lora.enabled:  # the LoRA kernels and loads on top
+        from servesim.perf.lora import lora_perf_model
+
+        perf = lora_perf_model(engine, model, gpu, par, perf)
+    return perf
 
 
 def scenario_model(sc: Scenario) -> ModelSpec:
@@ -447,61 +380,6 @@ def resolve_deployments(sc: Scenario) -> list[Deployment]:
                     raise ConfigError(f"cluster.pools[{p.name}].model: {err}") from None
         deps.append(resolve_deployment(sc, p, model=models[name], profile=profile))
     check_models(cluster, deps)
-    for pool, d in zip(cluster.pools, deps):
-        if d.parallel.data_parallel_size > 1 and (
-            d.role != "colocated" or cluster.operations is not None or cluster.migration.enabled
-        ):
-            field = f"cluster.pools[{pool.name}].parallel" if pool.parallel else "parallel"
-            raise ConfigError(
-                f"{field}.data_parallel_size: {d.parallel.data_parallel_size} DP ranks run in "
-                "colocated pools of a fixed fleet only (not in prefill/decode pools, under "
-                "cluster.operations or with migration); expected 1 there"
-            )
+    check_data_parallel(cluster, deps)
     check_fleet_size(cluster, deps)
     return deps
-
-
-def check_fleet_size(cluster: ClusterConfig, deps: list[Deployment]) -> None:
-    """Refuse a fleet (its pools' replicas, or the autoscaler's most) that this machine's
-    memory cannot simulate, naming the field, before any replica is built."""
-    from servesim.workload.limits import check_replicas
-
-    most = {p.name: d.num_replicas for p, d in zip(cluster.pools, deps, strict=True)}
-    scaled = cluster.operations.autoscaling if cluster.operations is not None else None
-    for a in scaled.pools if scaled is not None else []:
-        most[a.pool] = max(most.get(a.pool, 0), a.max_replicas)
-    biggest = max(most, key=lambda name: most[name])
-    check_replicas(
-        sum(most.values()), f"cluster.pools[{biggest}]: num_replicas (or autoscaling max_replicas)"
-    )
-
-
-def check_models(cluster: ClusterConfig, deps: list[Deployment]) -> None:
-    """A cluster of several served models (``served_model``) runs a fixed fleet, colocated or
-    with a prefill and a decode pool per model: the refusals of what it does not model, and
-    of one name given to two models."""
-    served: dict[str, str] = {}
-    for p, d in zip(cluster.pools, deps, strict=True):
-        other = served.setdefault(d.served_model, d.model.name)
-        if other != d.model.name:
-            raise ConfigError(
-                f"cluster.pools[{p.name}].served_model_name: {d.served_model!r} names two models "
-                f"({other} and {d.model.name}); expected one model per served name"
-            )
-    if len(served) < 2:
-        return
-    if any(d.role != "colocated" for d in deps):  # disaggregated: a prefill/decode pair per model
-        for name in served:
-            roles = {d.role for d in deps if d.served_model == name}
-            missing = [r for r in ("prefill", "decode") if r not in roles]
-            if missing:
-                raise ConfigError(
-                    f"cluster.pools: model {name!r} has no {' and no '.join(missing)} pool; with "
-                    f"prefill/decode pools, each of the {len(served)} models ({', '.join(served)}) "
-                    "needs a prefill pool and a decode pool of its own"
-                )
-    if cluster.operations is not None:
-        raise ConfigError(
-            f"cluster.operations: pools serve {len(served)} models ({', '.join(served)}); "
-            "operations run a cluster of one model: remove cluster.operations, or serve one model"
-        )

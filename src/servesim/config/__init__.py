@@ -5,17 +5,19 @@ scenario is resolved once (file, then ``--set`` overrides, then validation); der
 values (number of KV blocks, perf-model coefficients) come from pure functions of it and
 are never written back.
 
-The parts live in ``parts`` (model, hardware, parallelism, workload, SLOs, run), ``arrival``
+The parts live in ``parts`` (model, SLOs, run), ``hardware`` (GPU, parallelism, links),
+``workloads`` (lengths, synthetic, trace, benchmark), ``arrival``
 (arrival processes and rate profiles), ``engine`` (its sub-sections in ``speculative``,
 ``frontend``, ``kv_offload`` and ``lora``; the resolution of its defaults in
-``engine_defaults``), ``cluster`` and ``scenario`` (the whole, and how
+``engine_defaults``; the vLLM versions in ``vllm_version`` and the server's environment
+variables in ``vllm_env``), ``cluster`` and ``scenario`` (the whole, and how
 it is read); ``files`` reads a scenario file, ``overrides`` applies ``--set``,
 ``messages`` words validation errors, ``layout`` checks a layout against its model and
 ``reference`` renders docs/scenario_reference.md. Everything is importable from
 ``servesim.config``.
 """
 
-from servesim.config.arrival import DelayDist, RateProfileConfig
+from servesim.config.arrival import ArrivalConfig, DelayDist, RateProfileConfig
 from servesim.config.cluster import (
     ClusterConfig,
     DisaggConfig,
@@ -34,24 +36,11 @@ from servesim.config.engine_defaults import (
     resolve_policy,
 )
 from servesim.config.frontend import FrontendConfig
+from servesim.config.hardware import GpuConfig, HardwareConfig, LinksConfig, ParallelConfig
 from servesim.config.kv_offload import KVOffloadConfig
 from servesim.config.lora import LoraAdapterConfig, LoraConfig
 from servesim.config.overrides import parse_override
-from servesim.config.parts import (
-    ArrivalConfig,
-    BenchmarkWorkload,
-    GpuConfig,
-    HardwareConfig,
-    LengthDist,
-    LinksConfig,
-    ModelConfig,
-    ParallelConfig,
-    PercentileLimit,
-    RunConfig,
-    SloConfig,
-    SyntheticWorkload,
-    TraceWorkload,
-)
+from servesim.config.parts import ModelConfig, PercentileLimit, RunConfig, SloConfig
 from servesim.config.scenario import (
     Scenario,
     gpu_config_from_dict,
@@ -72,6 +61,7 @@ from servesim.config.workload_kinds import (
     SessionWorkload,
     WorkloadConfig,
 )
+from servesim.config.workloads import BenchmarkWorkload, LengthDist, SyntheticWorkload, TraceWorkload
 
 __all__ = [
     "resolve_kv_offload",

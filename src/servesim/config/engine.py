@@ -1,10 +1,11 @@
 """The engine section (``EngineConfig``), named as vLLM names its options, with vLLM's start-up
 checks on it; its sub-sections live in ``speculative``, ``frontend``, ``kv_offload`` and
-``lora``, the resolution of its defaults in ``engine_defaults``."""
+``lora``, the resolution of its defaults in ``engine_defaults``, the vLLM versions
+(``engine.version``) in ``vllm_version`` and the server's environment variables
+(``engine.vllm_env``) in ``vllm_env``."""
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -14,154 +15,18 @@ from servesim.config.frontend import FrontendConfig
 from servesim.config.kv_offload import KVOffloadConfig
 from servesim.config.lora import LoraConfig
 from servesim.config.speculative import SpeculativeConfig
-
-# --------------------------------------------------------------------------- engine
-
-
-#: A vLLM version as its releases and wheels are numbered: MAJOR.MINOR[.PATCH], an optional
-#: leading v, and PEP 440 pre/post/dev and local suffixes ('0.11.0rc2', '0.15.1.post1',
-#: '0.10.2.dev57+g1234abc').
-_VERSION_RE = re.compile(
-    r"[vV]?\d+\.\d+(?:\.\d+)?(?:[-.]?(?:rc|a|b|alpha|beta|post|dev)\d*)*(?:\+[0-9A-Za-z.]+)?"
+from servesim.config.vllm_env import VLLM_ENV_VARS, env_pairs
+from servesim.config.vllm_version import (  # noqa: F401 (re-exported: their old home)
+    VLLM_DEFAULT_VERSION,
+    VLLM_NEWEST_KNOWN,
+    VLLM_OLDEST_KNOWN,
+    check_version,
+    version_notice,
+    version_tuple,
 )
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    """'0.19.0' -> (0, 19, 0); 'v0.15' -> (0, 15). Non-numeric suffixes ('rc1') are dropped."""
-    out: list[int] = []
-    for part in version.lstrip("vV").split("."):
-        digits = ""
-        for ch in part:
-            if not ch.isdigit():
-                break
-            digits += ch
-        if not digits:
-            break
-        out.append(int(digits))
-    if not out:
-        raise ValueError(f"not a vLLM version: {version!r}")
-    return tuple(out)
-
-
-#: The newest vLLM version modelled (the newest the bundled kernel tables measure).
-VLLM_DEFAULT_VERSION = "0.19.0"
-#: The vLLM versions whose rules servesim has read: the execution-path rules from v0.10.1
-#: (docs/perf_model.md, "vLLM's default execution path"), the engine defaults up to v0.32
-#: (``engine_defaults``). A version outside runs with the nearest end's rules (every
-#: version-dependent rule is a threshold within this range), with a notice.
-VLLM_OLDEST_KNOWN = "0.10.1"
-VLLM_NEWEST_KNOWN = "0.32"
-
-
-def check_version(version: str) -> str:
-    """``version`` if it is written as a vLLM version is, else a ValueError saying what was expected."""
-    if not _VERSION_RE.fullmatch(version.strip()):
-        raise ValueError(
-            f"not a vLLM version: {version!r} (expected MAJOR.MINOR[.PATCH] as vLLM's releases are "
-            f"numbered, e.g. {VLLM_DEFAULT_VERSION!r})"
-        )
-    return version
-
-
-def version_notice(version: str) -> str:
-    """A line saying which version's behaviour is used for a ``version`` outside the range
-    servesim knows ('' inside it)."""
-    v, oldest, newest = (
-        version_tuple(version),
-        version_tuple(VLLM_OLDEST_KNOWN),
-        version_tuple(VLLM_NEWEST_KNOWN),
-    )
-    if v < oldest:
-        return (
-            f"engine.version {version} is older than any vLLM servesim models ({VLLM_OLDEST_KNOWN} to "
-            f"{VLLM_NEWEST_KNOWN}): vLLM {VLLM_OLDEST_KNOWN}'s behaviour is used"
-        )
-    if v[:2] > newest:
-        return (
-            f"engine.version {version} is newer than any vLLM servesim models ({VLLM_OLDEST_KNOWN} to "
-            f"{VLLM_NEWEST_KNOWN}): vLLM {VLLM_NEWEST_KNOWN}'s behaviour is used"
-        )
-    return ""
-
 
 #: KV block sizes vLLM accepts (``vllm/config/cache.py``: ``BlockSize``).
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
-#: The environment variables of vLLM that ``engine.vllm_env`` may set: the ones that change the
-#: default kernels (``perf.execution_path``).
-VLLM_ENV_VARS = (
-    "VLLM_MXFP4_USE_MARLIN",
-    "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8",
-    "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8_CUTLASS",
-    "VLLM_USE_FLASHINFER_MOE_MXFP4_BF16",
-    "VLLM_USE_FLASHINFER_MOE_FP8",
-    "VLLM_FLASHINFER_MOE_BACKEND",
-    "VLLM_USE_DEEP_GEMM",
-    "VLLM_MOE_USE_DEEP_GEMM",
-    "VLLM_USE_DEEP_GEMM_E8M0",
-    "VLLM_USE_DEEP_GEMM_E8M0_HOPPER",
-    "VLLM_ATTENTION_BACKEND",
-)
-#: The values vLLM's ``envs.py`` accepts for the two variables that are not switches (every
-#: other one is read as ``bool(int(value))``, so "true" or "yes" stops the server):
-#: ``VLLM_FLASHINFER_MOE_BACKEND`` (``env_with_choices``) and ``VLLM_ATTENTION_BACKEND``, a
-#: member name of the attention backend enum (``vllm/v1/attention/backends/registry.py``
-#: ``AttentionBackendEnum``, v0.11+; ``vllm/platforms/interface.py`` ``_Backend`` before, whose
-#: V1 names end in _VLLM_V1), looked up by exact name.
-VLLM_ENV_CHOICES: dict[str, tuple[str, ...]] = {
-    "VLLM_FLASHINFER_MOE_BACKEND": ("throughput", "latency", "masked_gemm"),
-    "VLLM_ATTENTION_BACKEND": (
-        "FLASH_ATTN",
-        "FLASH_ATTN_DIFFKV",
-        "TRITON_ATTN",
-        "FLASHINFER",
-        "FLASHINFER_MLA",
-        "FLASHINFER_MLA_SPARSE",
-        "TRITON_MLA",
-        "CUTLASS_MLA",
-        "FLASHMLA",
-        "FLASHMLA_SPARSE",
-        "FLASH_ATTN_MLA",
-        "FLEX_ATTENTION",
-        "TREE_ATTN",
-        "TORCH_SDPA",
-        "XFORMERS",
-        "NO_ATTENTION",
-        "CPU_ATTN",
-        "ROCM_ATTN",
-        "ROCM_AITER_FA",
-        "ROCM_AITER_MLA",
-        "ROCM_AITER_TRITON_MLA",
-        "ROCM_AITER_MLA_SPARSE",
-        "ROCM_AITER_UNIFIED_ATTN",
-        "FLASH_ATTN_VLLM_V1",
-        "TRITON_ATTN_VLLM_V1",
-        "FLASHINFER_VLLM_V1",
-        "FLASHMLA_VLLM_V1",
-        "TRITON_MLA_VLLM_V1",
-        "TORCH_SDPA_VLLM_V1",
-        "ROCM_AITER_MLA_VLLM_V1",
-    ),
-}
-
-
-def _check_env_value(name: str, value: Any) -> None:
-    """``value`` as vLLM's ``envs.py`` reads ``name`` (``VLLM_ENV_CHOICES``; else an integer
-    string, non-zero for on), or a ValueError naming both."""
-    choices = VLLM_ENV_CHOICES.get(name)
-    if choices is not None:
-        if str(value) not in choices:
-            raise ValueError(f"{name}={value!r}: expected one of {', '.join(choices)} (as vLLM reads it)")
-        return
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ValueError(f"{name}={value!r}: expected '1' or '0' (vLLM reads it as bool(int(value)))")
-    try:
-        int(value)
-    except ValueError:
-        raise ValueError(
-            f"{name}={value!r}: expected '1' or '0' (vLLM reads it as bool(int(value)) and would not start)"
-        ) from None
-
-
 #: Scheduler families (docs/policies.md), the values of ``EngineConfig.policy``.
 Policy = Literal["vllm_v1", "vllm_v0", "sarathi", "orca", "static"]
 #: What orca reserves at admission, the values of ``EngineConfig.orca_reservation``.
@@ -510,20 +375,8 @@ class EngineConfig(_Strict):
     @field_validator("vllm_env", mode="before")
     @classmethod
     def _vllm_env(cls, v: Any) -> tuple[tuple[str, str], ...]:
-        """A mapping (as written in a scenario) or its pairs, kept as sorted pairs so the
-        config stays hashable; values as the server's environment holds them (strings)."""
-        if isinstance(v, dict):
-            pairs = list(v.items())
-        elif isinstance(v, list | tuple) and all(isinstance(p, list | tuple) and len(p) == 2 for p in v):
-            pairs = [tuple(p) for p in v]
-        else:
-            raise ValueError("expected a mapping of vLLM environment variable names to values")
-        bad = sorted({str(k) for k, _ in pairs} - set(VLLM_ENV_VARS))
-        if bad:
-            raise ValueError(f"{', '.join(bad)} not modelled; expected some of {', '.join(VLLM_ENV_VARS)}")
-        for k, val in pairs:
-            _check_env_value(str(k), val)
-        return tuple(sorted((str(k), str(val)) for k, val in pairs))
+        """A mapping (as written in a scenario) or its pairs, as sorted pairs (``env_pairs``)."""
+        return env_pairs(v)
 
     @field_validator("block_size")
     @classmethod

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any, NewType
 
-from servesim.config.engine import EngineConfig, budget_refusal, version_tuple
+from servesim.config.engine import EngineConfig, budget_refusal
+from servesim.config.vllm_version import version_tuple
 from servesim.errors import ConfigError
 
 #: vLLM turned async scheduling on by default in 0.14 (vllm-project/vllm#27614: "Enable

@@ -14,7 +14,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from servesim.config.parts import SyntheticWorkload, TraceWorkload
 from servesim.config.workload_kinds import (
     AgentWorkload,
     GuidellmWorkload,
@@ -23,6 +22,7 @@ from servesim.config.workload_kinds import (
     ReasoningWorkload,
     SessionWorkload,
 )
+from servesim.config.workloads import SyntheticWorkload, TraceWorkload
 
 #: Fields renamed so that their unit reads one way: old name -> (new name, unit).
 RENAMED = {

@@ -11,18 +11,10 @@ from servesim.config._base import _Strict
 from servesim.config.cluster import ClusterConfig
 from servesim.config.engine import EngineConfig
 from servesim.config.files import load_yaml_text, read_scenario_file
+from servesim.config.hardware import GpuConfig, HardwareConfig, ParallelConfig
 from servesim.config.messages import format_validation_error
 from servesim.config.overrides import parse_override, set_path
-from servesim.config.parts import (
-    GpuConfig,
-    HardwareConfig,
-    ModelConfig,
-    ParallelConfig,
-    RunConfig,
-    SloConfig,
-    SyntheticWorkload,
-    TraceWorkload,
-)
+from servesim.config.parts import ModelConfig, RunConfig, SloConfig
 from servesim.config.tenants import TenantConfig, check_tenants
 from servesim.config.workload_kinds import (
     GuidellmWorkload,
@@ -30,6 +22,7 @@ from servesim.config.workload_kinds import (
     SessionWorkload,
     WorkloadConfig,
 )
+from servesim.config.workloads import SyntheticWorkload, TraceWorkload
 from servesim.errors import ConfigError
 
 

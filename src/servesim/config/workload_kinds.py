@@ -10,7 +10,7 @@ from pydantic.json_schema import JsonDict
 
 from servesim.config._base import _Strict
 from servesim.config.arrival import ArrivalConfig, DelayDist, Seconds
-from servesim.config.parts import BenchmarkWorkload, LengthDist, SyntheticWorkload, TraceWorkload
+from servesim.config.workloads import BenchmarkWorkload, LengthDist, SyntheticWorkload, TraceWorkload
 
 _TOKENS: JsonDict = {"unit": "tokens"}  # json_schema_extra: the unit docs/scenario_reference.md shows
 

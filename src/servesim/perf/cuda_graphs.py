@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servesim.catalog.models import ModelSpec
-from servesim.config.engine import version_tuple
+from servesim.config.vllm_version import version_tuple
 
 #: Modes of a step, as vLLM's CUDA-graph dispatcher picks them.
 FULL, PIECEWISE, EAGER = "full", "piecewise", "eager"

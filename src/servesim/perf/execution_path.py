@@ -70,8 +70,9 @@ from typing import Any
 
 from servesim.catalog.gpus import GpuSpec
 from servesim.catalog.models import ModelSpec
-from servesim.config.engine import EngineConfig, version_tuple
+from servesim.config.engine import EngineConfig
 from servesim.config.engine_defaults import async_default
+from servesim.config.vllm_version import version_tuple
 
 #: SM of each catalog GPU (compute capability x 10); AMD's MI300X has none.
 SM_OF: dict[str, int] = {

@@ -44,7 +44,7 @@ import numpy as np
 
 from servesim.catalog.gpus import GpuSpec, get_gpu
 from servesim.catalog.models import ModelSpec
-from servesim.config.engine import version_tuple
+from servesim.config.vllm_version import version_tuple
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.kernels import (
     DTYPES,

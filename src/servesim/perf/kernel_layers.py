@@ -14,7 +14,7 @@ import numpy as np
 
 from servesim.catalog.gpus import GpuSpec, LinkSpec
 from servesim.catalog.models import ModelSpec
-from servesim.config.engine import version_tuple
+from servesim.config.vllm_version import version_tuple
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.execution_path import DeepGemmRun
 from servesim.perf.kernel_attention import attention_grid

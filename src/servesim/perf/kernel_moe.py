@@ -68,7 +68,7 @@ import numpy as np
 
 from servesim.catalog.gpus import GpuSpec, get_gpu
 from servesim.catalog.models import ModelSpec
-from servesim.config.engine import version_tuple
+from servesim.config.vllm_version import version_tuple
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.execution_path import DeepGemmRun, deep_gemm_run
 from servesim.perf.kernel_moe_served import MARLIN_SERVED, served_curve

@@ -65,8 +65,8 @@ from dataclasses import dataclass
 from servesim.catalog.gpus import GpuSpec
 from servesim.catalog.models import ModelSpec
 from servesim.config import EngineConfig, ParallelConfig
-from servesim.config.engine import VLLM_DEFAULT_VERSION, version_tuple
 from servesim.config.lora import LoraConfig
+from servesim.config.vllm_version import VLLM_DEFAULT_VERSION, version_tuple
 from servesim.errors import ConfigError
 from servesim.perf.base import BatchStats, PerfModel
 from servesim.perf.pipelined import stage_head_s

@@ -34,19 +34,8 @@ serves, only because it ends before the queue grows long; such a rate is not sus
 The answer is ``lo``: a rate that met its targets, with a higher one (``hi``) that did not;
 the true threshold of this workload lies in between, so ``precision`` is relative.
 
-**Early stop.** A probe well above the highest rate known to meet (``SCREEN_RATIO`` times
-it, or any probe while none is known) first runs the first ``SCREEN_FRACTION`` of its
-requests. It is cut short as a clear miss when
-
-1. those requests alone already miss more than the whole run may (attainment target a over
-   N requests allows N - ceil(aN) misses; a P-th percentile limit N - ceil(PN/100)): more
-   requests only add load, so they cannot bring them back; or
-2. the saturation detector (``metrics.saturation``) finds the queue growing through the
-   whole prefix while service lags arrivals, and the prefix misses its targets.
-
-Otherwise the whole run decides. Rule 1 rests on more load never making earlier requests
-faster, which holds for the FCFS engines simulated here save for rare preemption orders;
-rule 2 on a stationary rate. ``early_stop=False`` runs every probe whole.
+**Early stop.** A probe well above the highest rate known to meet is first run on a
+prefix of its requests and cut short as a clear miss (``planner.probe`` says when).
 
 **Uncertainty** (``seed_spread``). The answer is that of one sample of the workload (its
 seed's lengths and arrival gaps); another seed gives another answer. The search is run
@@ -69,12 +58,17 @@ from typing import Any
 
 from servesim.config import Scenario
 from servesim.errors import ConfigError, ServesimError
-from servesim.planner.rate_knob import STARTS, RateKnob, prefix_scenario, rate_knob
-from servesim.planner.targets import Verdict, check_result, has_slo
+from servesim.planner.probe import (  # noqa: F401 (re-exported: their old home)
+    SCREEN_FRACTION,
+    SCREEN_RATIO,
+    Probe,
+    probe_metrics,
+    run_probe,
+)
+from servesim.planner.rate_knob import STARTS, RateKnob, rate_knob
+from servesim.planner.spread import MAX_SEEDS, SeedSpread
+from servesim.planner.targets import has_slo
 
-SCREEN_FRACTION = 0.25
-SCREEN_RATIO = 1.5
-SCREEN_MIN_REQUESTS = 200  # a shorter workload is run whole: its prefix would say little
 MAX_PROBES = 60
 
 
@@ -85,110 +79,6 @@ class CapacityNotFound(ServesimError):
         super().__init__(message)
         self.probes = probes
         self.unit = unit  # the search's rate unit (sessions/s, ... for workloads that start them)
-
-
-# --------------------------------------------------------------------------- probes
-
-
-@dataclass(slots=True)
-class Probe:
-    """One simulated rate: its verdict and the figures a reader checks it by."""
-
-    rate_rps: float
-    knob_value: float
-    verdict: Verdict
-    cut_short: str | None  # why the run stopped at its prefix (None: run whole)
-    num_requests: int  # requests simulated
-    metrics: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def meets(self) -> bool:
-        """Run whole, its SLO targets met, and its queue bounded: a rate sustained."""
-        return self.verdict.meets and self.cut_short is None and not self.metrics.get("saturated")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "rate_rps": self.rate_rps,
-            "knob_value": self.knob_value,
-            "meets": self.meets,
-            "margin": self.verdict.margin,
-            "cut_short": self.cut_short,
-            "num_requests": self.num_requests,
-            "metrics": self.metrics,
-            "verdict": self.verdict.to_dict(),
-        }
-
-
-def probe_metrics(summary: dict[str, Any]) -> dict[str, Any]:
-    """The key figures of one probe's summary (``metrics.summary``)."""
-    lat, thr, slo, cost = summary["latency"], summary["throughput"], summary["slo"], summary["cost"]
-    window = summary["counts"]["window_s"]
-    usd_per_hour = cost["usd"] * 3600.0 / window if cost["usd"] is not None and window else None
-    return {
-        "attainment": slo["attainment"]["all"],
-        "ttft_p50_s": lat["ttft_s"]["p50"],
-        "ttft_p99_s": lat["ttft_s"]["p99"],
-        "tpot_p50_s": lat["tpot_s"]["p50"],
-        "tpot_p99_s": lat["tpot_s"]["p99"],
-        "requests_per_s": thr["requests_per_s"],
-        "total_tokens_per_s": thr["total_tokens_per_s"],
-        "output_tokens_per_s": thr["output_tokens_per_s"],
-        "goodput_rps": slo["goodput_rps"],
-        "goodput_rps_per_gpu": slo["goodput_rps_per_gpu"],
-        "num_gpus": summary["utilization"]["overall"]["num_gpus"],
-        "usd_per_hour": usd_per_hour,
-        "saturated": summary["saturation"]["saturated"],
-        "headroom_capacity_rps": summary["headroom"]["capacity_requests_per_s"],
-        "wall_s": summary["wall_s"],
-    }
-
-
-def _clear_miss(verdict: Verdict, summary: dict[str, Any], num_full: int) -> str | None:
-    """Why a prefix run is a clear miss of the whole run (see the module docstring), or None."""
-    for c in verdict.checks:
-        if c.num_met is None or c.metric == "itl_s":
-            continue
-        allowed = num_full - math.ceil(c.required_fraction * num_full - 1e-9)
-        missed = c.num_total - c.num_met
-        if missed > allowed:
-            return (
-                f"{missed} of the first {c.num_total} requests miss already, more than the {allowed} "
-                f"of {num_full} that {c.target_text()} allows"
-            )
-    if not verdict.meets and summary["saturation"]["saturated"]:
-        return "the queue grew through the first requests while service lagged arrivals"
-    return None
-
-
-def run_probe(scenario: Scenario, knob: RateKnob, rate_rps: float, *, screen: bool) -> Probe:
-    """Simulate ``scenario`` at ``rate_rps``; with ``screen``, its prefix first (early stop)."""
-    from servesim.sim import simulate
-    from servesim.workload import load_workload
-
-    sc = knob.at(scenario, rate_rps)
-    num_full = len(load_workload(sc.workload, sc.run.seed))
-    if screen and num_full >= SCREEN_MIN_REQUESTS:
-        head = simulate(prefix_scenario(sc, SCREEN_FRACTION, num_full))
-        verdict = check_result(sc.slo, head)
-        why = _clear_miss(verdict, head.summary, num_full)
-        if why is not None:
-            return Probe(
-                rate_rps,
-                knob.value_for(rate_rps),
-                verdict,
-                why,
-                len(head.records),
-                probe_metrics(head.summary),
-            )
-    result = simulate(sc)
-    return Probe(
-        rate_rps,
-        knob.value_for(rate_rps),
-        check_result(sc.slo, result),
-        None,
-        len(result.records),
-        probe_metrics(result.summary),
-    )
 
 
 # --------------------------------------------------------------------------- the search
@@ -285,6 +175,26 @@ def find_capacity(
     own rate) and ``step`` (the bracket's factor, default 2) let a search start near a
     known answer.
     """
+    _check_search(scenario, precision, max_rate, min_rate)
+    knob = rate_knob(scenario)
+    start = knob.base_rps if start_rate is None else start_rate
+    start = start if max_rate is None else min(start, max_rate)
+    if min_rate is not None:
+        start = max(start, min_rate)
+    search = _Search(scenario, knob, early_stop, on_probe)
+    search.start(start)
+    search.halve_until_one_meets(step, start / 1024 if min_rate is None else min_rate)
+    search.double_until_one_misses(step, max_rate)
+    search.bisect(precision)
+    assert search.lo is not None  # halve_until_one_meets found one
+    return Capacity(scenario, knob, precision, search.probes, search.lo, search.hi)
+
+
+def _check_search(
+    scenario: Scenario, precision: float, max_rate: float | None, min_rate: float | None
+) -> None:
+    """The user errors of a search's options: no SLO to search against, a precision or a
+    rate bound out of range."""
     if not has_slo(scenario.slo):
         raise ConfigError(
             "slo: the scenario has no SLO to hold the deployment to; set slo.ttft_s, "
@@ -297,138 +207,103 @@ def find_capacity(
             raise ConfigError(f"{name}: expected a finite rate > 0, found {rate:g}")
     if max_rate is not None and min_rate is not None and min_rate > max_rate:
         raise ConfigError(f"--min-rate ({min_rate:g}) is above --max-rate ({max_rate:g})")
-    knob = rate_knob(scenario)
-    start = knob.base_rps if start_rate is None else start_rate
-    start = start if max_rate is None else min(start, max_rate)
-    if min_rate is not None:
-        start = max(start, min_rate)
-    floor = start / 1024 if min_rate is None else min_rate
-    probes: list[Probe] = []
+
+
+@dataclass(slots=True)
+class _Search:
+    """The bracket of one search as its probes narrow it: ``lo`` the highest rate that met
+    the targets, ``hi`` the lowest above it that did not (None: not known yet)."""
+
+    scenario: Scenario
+    knob: RateKnob
+    early_stop: bool
+    on_probe: Callable[[Probe, float | None, float | None], None] | None
+    probes: list[Probe] = field(default_factory=list)
     lo: Probe | None = None
     hi: Probe | None = None
 
-    def probe(rate: float) -> Probe:
-        if len(probes) >= MAX_PROBES:
+    def probe(self, rate: float) -> Probe:
+        """Simulate ``rate`` (screened by its prefix when well above ``lo``)."""
+        if len(self.probes) >= MAX_PROBES:
             raise ServesimError(
                 f"capacity: no answer after {MAX_PROBES} probes (the verdicts do not "
                 "settle); give --max-rate or a coarser --precision"
             )
-        screen = early_stop and (lo is None or rate >= SCREEN_RATIO * lo.rate_rps)
-        p = run_probe(scenario, knob, rate, screen=screen)
-        probes.append(p)
+        screen = self.early_stop and (self.lo is None or rate >= SCREEN_RATIO * self.lo.rate_rps)
+        p = run_probe(self.scenario, self.knob, rate, screen=screen)
+        self.probes.append(p)
         return p
 
-    def report(p: Probe) -> None:
-        if on_probe is not None:
-            on_probe(p, lo.rate_rps if lo else None, hi.rate_rps if hi else None)
+    def settle(self, p: Probe, lo: Probe | None, hi: Probe | None) -> None:
+        """The bracket after probe ``p``, told to ``on_probe``."""
+        self.lo, self.hi = lo, hi
+        if self.on_probe is not None:
+            self.on_probe(p, lo.rate_rps if lo else None, hi.rate_rps if hi else None)
 
-    p = probe(start)
-    if p.meets:
-        lo = p
-    else:
-        hi = p
-    report(p)
-    while lo is None:  # halve until one meets
-        assert hi is not None
-        if hi.rate_rps / step < floor:
-            best = _closest(probes)
-            raise CapacityNotFound(
-                f"capacity: the SLO targets are missed even at {hi.rate_rps:.4g} {knob.unit}, the "
-                f"lowest rate tried (min rate {floor:.4g} {knob.unit}); closest probe: "
-                f"{best.rate_rps:.4g} {knob.unit}, "
-                f"{best.verdict.describe()}",
-                probes,
-                knob.unit,
-            )
-        p = probe(hi.rate_rps / step)
-        lo, hi = (p, hi) if p.meets else (None, p)
-        report(p)
-    while hi is None and (max_rate is None or lo.rate_rps < max_rate):  # double until one misses
-        if len(probes) >= MAX_PROBES:
-            raise ConfigError(
-                f"capacity: every rate tried meets the SLO targets, up to {lo.rate_rps:.4g} {knob.unit} "
-                f"({len(probes)} probes): a run of {lo.num_requests:,} requests does not load the "
-                "deployment at any rate; give more requests (workload.num_requests or duration_s) "
-                "or --max-rate"
-            )
-        p = probe(step * lo.rate_rps if max_rate is None else min(step * lo.rate_rps, max_rate))
-        lo, hi = (p, None) if p.meets else (lo, p)
-        report(p)
-    while hi is not None and hi.rate_rps / lo.rate_rps - 1 > precision:  # bisect
-        p = probe(math.sqrt(lo.rate_rps * hi.rate_rps))
-        lo, hi = (p, hi) if p.meets else (lo, p)
-        report(p)
-    return Capacity(scenario, knob, precision, probes, lo, hi)
+    def start(self, rate: float) -> None:
+        p = self.probe(rate)
+        if p.meets:
+            self.settle(p, p, None)
+        else:
+            self.settle(p, None, p)
+
+    def halve_until_one_meets(self, step: float, floor: float) -> None:
+        """Divide the rate by ``step`` until a probe meets; none above ``floor``:
+        CapacityNotFound, naming the closest probe."""
+        while self.lo is None:
+            hi = self.hi
+            assert hi is not None
+            if hi.rate_rps / step < floor:
+                best = _closest(self.probes)
+                unit = self.knob.unit
+                raise CapacityNotFound(
+                    f"capacity: the SLO targets are missed even at {hi.rate_rps:.4g} {unit}, the "
+                    f"lowest rate tried (min rate {floor:.4g} {unit}); closest probe: "
+                    f"{best.rate_rps:.4g} {unit}, "
+                    f"{best.verdict.describe()}",
+                    self.probes,
+                    unit,
+                )
+            p = self.probe(hi.rate_rps / step)
+            if p.meets:
+                self.settle(p, p, hi)
+            else:
+                self.settle(p, None, p)
+
+    def double_until_one_misses(self, step: float, max_rate: float | None) -> None:
+        """Multiply the rate by ``step`` (up to ``max_rate``) until a probe misses."""
+        lo = self.lo
+        assert lo is not None
+        while self.hi is None and (max_rate is None or lo.rate_rps < max_rate):
+            if len(self.probes) >= MAX_PROBES:
+                raise ConfigError(
+                    f"capacity: every rate tried meets the SLO targets, up to {lo.rate_rps:.4g} "
+                    f"{self.knob.unit} ({len(self.probes)} probes): a run of {lo.num_requests:,} "
+                    "requests does not load the deployment at any rate; give more requests "
+                    "(workload.num_requests or duration_s) or --max-rate"
+                )
+            p = self.probe(step * lo.rate_rps if max_rate is None else min(step * lo.rate_rps, max_rate))
+            if p.meets:
+                self.settle(p, p, None)
+                lo = p
+            else:
+                self.settle(p, lo, p)
+
+    def bisect(self, precision: float) -> None:
+        """Probe the bracket's geometric mean until ``hi / lo - 1 <= precision``."""
+        lo, hi = self.lo, self.hi
+        assert lo is not None
+        while hi is not None and hi.rate_rps / lo.rate_rps - 1 > precision:
+            p = self.probe(math.sqrt(lo.rate_rps * hi.rate_rps))
+            if p.meets:
+                self.settle(p, p, hi)
+                lo = p
+            else:
+                self.settle(p, lo, p)
+                hi = p
 
 
 # --------------------------------------------------------------------------- the answer's uncertainty
-
-#: Student's t quantile at 0.975 for 1..30 degrees of freedom (any statistics table).
-_T975 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
-MAX_SEEDS = len(_T975) + 1
-
-
-@dataclass(slots=True)
-class SeedSpread:
-    """The capacity found at several seeds of one workload: a prediction interval for the
-    answer at another seed (the module docstring, "Uncertainty")."""
-
-    num_requests: int  # requests a run simulates (at the first seed)
-    seeds: list[int]
-    answers: list[float]  # capacity at each seed, in the knob's unit
-    varies: bool  # False: the seed does not change the workload (a trace), so neither the answer
-    num_probes: int = 0  # probes the other seeds' searches ran
-
-    @property
-    def mean(self) -> float:
-        return sum(self.answers) / len(self.answers)
-
-    @property
-    def std(self) -> float:
-        k, m = len(self.answers), self.mean
-        return math.sqrt(sum((a - m) ** 2 for a in self.answers) / (k - 1)) if k > 1 else 0.0
-
-    @property
-    def half_width(self) -> float | None:
-        """95% prediction half-width of the answer at a new seed (None: fewer than 2 seeds)."""
-        k = len(self.answers)
-        if k < 2:
-            return None if self.varies else 0.0
-        return _T975[k - 2] * self.std * math.sqrt(1.0 + 1.0 / k)
-
-    @property
-    def interval(self) -> tuple[float, float] | None:
-        h = self.half_width
-        return None if h is None else (max(0.0, self.mean - h), self.mean + h)
-
-    @property
-    def relative_half_width(self) -> float | None:
-        h = self.half_width
-        return None if h is None or self.mean <= 0 else h / self.mean
-
-    def is_within(self, width: float | None) -> bool:
-        """The answer is stable to ``width`` (relative half-width), or the seed changes nothing."""
-        rel = self.relative_half_width
-        return not self.varies or (width is not None and rel is not None and rel <= width)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "method": "capacity searched at each seed; 95% prediction interval of the answer at "
-            "another seed: mean +- t(0.975, k-1) * std * sqrt(1 + 1/k)",
-            "seed_varies_workload": self.varies,
-            "num_requests": self.num_requests,
-            "seeds": self.seeds,
-            "answers": self.answers,
-            "mean": self.mean,
-            "std": self.std,
-            "interval": None if self.interval is None else list(self.interval),
-            "relative_half_width": self.relative_half_width,
-            "num_probes": self.num_probes,
-        }
 
 
 def _with_seed(scenario: Scenario, seed: int) -> Scenario:

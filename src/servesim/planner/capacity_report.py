@@ -19,7 +19,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from servesim.planner.capacity import Capacity, Probe
+from servesim.planner.capacity import Capacity
+from servesim.planner.probe import Probe
 
 ProbeCallback = Callable[[Probe, float | None, float | None], None]
 
@@ -259,7 +260,8 @@ def run_capacity(
 
     from servesim.config import load_scenario
     from servesim.errors import CatalogError, ConfigError, DoesNotFitError, ServesimError, WorkloadError
-    from servesim.planner.capacity import MAX_SEEDS, CapacityNotFound, find_capacity, seed_spread, stabilize
+    from servesim.planner.capacity import CapacityNotFound, find_capacity, seed_spread, stabilize
+    from servesim.planner.spread import MAX_SEEDS
 
     if not 1 <= seeds <= MAX_SEEDS:
         raise ConfigError(f"--seeds: expected 1 to {MAX_SEEDS} seeds, found {seeds}")

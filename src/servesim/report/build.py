@@ -114,7 +114,7 @@ def _capacity_blocks(run: RunDir, plots: list[Plot]) -> list[Block]:
     doc = run.documents.get("capacity") or {}
     result = doc.get("result") or {}
     rows = [[k.replace("_", " "), tables.cell(v)] for k, v in result.items()]
-    spread = doc.get("uncertainty") or {}  # the answer at other seeds (planner.capacity.SeedSpread)
+    spread = doc.get("uncertainty") or {}  # the answer at other seeds (planner.spread.SeedSpread)
     for key in ("seeds", "answers", "interval", "relative_half_width", "stable_width", "stable"):
         if key in spread:
             rows.append([f"uncertainty: {key.replace('_', ' ')}", tables.cell(spread[key])])

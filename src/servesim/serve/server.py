@@ -21,7 +21,7 @@ import uvicorn
 
 from servesim.cluster.pools import pool_spec
 from servesim.config import Scenario, load_scenario
-from servesim.config.engine import version_notice
+from servesim.config.vllm_version import version_notice
 from servesim.deployment import as_cluster, resolve_deployments
 from servesim.errors import ConfigError, ServesimError, naming_file
 from servesim.serve.app import bind, build_app, log

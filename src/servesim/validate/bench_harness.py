@@ -39,7 +39,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from servesim.config.engine import VLLM_ENV_VARS
+from servesim.config.vllm_env import VLLM_ENV_VARS
 
 #: InferenceMAX's benchmark client: ``--random-range-ratio`` and requests per client.
 INFERENCEMAX_RANGE_RATIO = 0.8
