@@ -47,16 +47,9 @@ from servesim.validate.common import (
     bundled_data,
     load_bundled_profile,
 )
-from servesim.validate.cpu import (
-    CPU_GOALS,
-    CPU_LIMITS,
-    RecordedStepTimes,
-    RecordingComparison,
-    _can_fit,
-    compare_recording,
-    cross_fit_vllm_cpu,
-    validate_vllm_cpu,
-)
+from servesim.validate.cpu import CPU_GOALS, CPU_LIMITS, _can_fit, validate_vllm_cpu
+from servesim.validate.cpu_fits import cross_fit_vllm_cpu
+from servesim.validate.cpu_recordings import RecordedStepTimes, RecordingComparison, compare_recording
 from servesim.validate.gpu import (
     DISTSERVE_LIMITS,
     OPERATOR_GOALS,
