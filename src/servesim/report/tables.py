@@ -201,7 +201,7 @@ def tenant_rows(summary: dict[str, Any]) -> tuple[str, list[str], list[list[str]
         "SLO attainment",
         "goodput (req/s)",
     ]
-    rows: list[tuple[str, str]] = []
+    rows = []
     for name, d in t["per_tenant"].items():
         why = ", ".join(f"{k} {v}" for k, v in d["rejected"].items())
         rows.append(
@@ -247,7 +247,7 @@ def model_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]] | N
         "SLO attainment",
         "goodput (req/s)",
     ]
-    rows: list[tuple[str, str]] = []
+    rows = []
     for name, d in per.items():
         rows.append(
             [
