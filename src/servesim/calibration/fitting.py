@@ -201,24 +201,8 @@ def fit(
         raise CalibrationError("calibration needs scipy: pip install 'servesim[calibrate]'") from None
     base = base or Efficiencies()
     measured_s = np.asarray(measured_s, float)
-    if len(measured_s) != len(terms):
-        raise CalibrationError(f"{len(terms)} work rows but {len(measured_s)} measurements")
-    ok = measured_s > 0
-    if ok.sum() < len(names) + 1:
-        raise CalibrationError(
-            f"{int(ok.sum())} usable measurements cannot determine {len(names)} parameters"
-        )
-    unknown = [n for n in names if n not in BOUNDS]
-    if unknown:
-        raise CalibrationError(f"unknown parameters {unknown}; fittable: {sorted(BOUNDS)}")
-    start = dataclasses.asdict(base)
-    for k in list(start):
-        if k.startswith(("proj_", "mlp_", "lm_head_")) and start[k] is None and k in names:
-            start[k] = start["linear_" + k.rsplit("_", 1)[1]]
-    if start["gemm_kernel_overhead_s"] is None and "gemm_kernel_overhead_s" in names:
-        start["gemm_kernel_overhead_s"] = start["kernel_overhead_s"]
-    if not start["roof_blend"] and "roof_blend" in names:
-        start["roof_blend"] = 0.2  # from the max itself the gradient is zero
+    ok = _usable(terms, measured_s, names)
+    start = _start(base, names)
     lo = np.array([BOUNDS[n][0] for n in names])
     hi = np.array([BOUNDS[n][1] for n in names])
     # Overheads are fitted in microseconds so every parameter has a similar scale.
@@ -258,12 +242,6 @@ def fit(
     p, cpu = unpack(res.x)
     eff = Efficiencies(**p)
     pred = predict(terms, eff, cpu)
-    sensitivity = {}
-    for n in names:
-        if n.endswith("_s"):
-            continue
-        halved = predict(terms, {**p, n: p[n] / 2}, cpu)
-        sensitivity[n] = float(np.max(np.abs(halved[ok] / pred[ok] - 1.0)) * 100)
     return FitResult(
         eff,
         cpu,
@@ -271,8 +249,57 @@ def fit(
         measured_s,
         pred,
         list(labels) if labels else [str(i) for i in range(len(measured_s))],
-        sensitivity_pct=sensitivity,
+        sensitivity_pct=_sensitivity(terms, p, cpu, names, ok, pred),
     )
+
+
+def _usable(terms: Terms, measured_s: np.ndarray, names: Sequence[str]) -> np.ndarray:
+    """The measurements a fit can use (> 0), refused where they cannot determine ``names``."""
+    if len(measured_s) != len(terms):
+        raise CalibrationError(f"{len(terms)} work rows but {len(measured_s)} measurements")
+    ok = measured_s > 0
+    if ok.sum() < len(names) + 1:
+        raise CalibrationError(
+            f"{int(ok.sum())} usable measurements cannot determine {len(names)} parameters"
+        )
+    unknown = [n for n in names if n not in BOUNDS]
+    if unknown:
+        raise CalibrationError(f"unknown parameters {unknown}; fittable: {sorted(BOUNDS)}")
+    return ok
+
+
+def _start(base: Efficiencies, names: Sequence[str]) -> dict[str, Any]:
+    """The fit's starting point: ``base``, with the unset overrides being fitted started at
+    what they override (a per-GEMM efficiency at the linear one, the GEMM launch overhead at
+    the kernel one) and a fitted roof blend started off its maximum."""
+    start = dataclasses.asdict(base)
+    for k in list(start):
+        if k.startswith(("proj_", "mlp_", "lm_head_")) and start[k] is None and k in names:
+            start[k] = start["linear_" + k.rsplit("_", 1)[1]]
+    if start["gemm_kernel_overhead_s"] is None and "gemm_kernel_overhead_s" in names:
+        start["gemm_kernel_overhead_s"] = start["kernel_overhead_s"]
+    if not start["roof_blend"] and "roof_blend" in names:
+        start["roof_blend"] = 0.2  # from the max itself the gradient is zero
+    return start
+
+
+def _sensitivity(
+    terms: Terms,
+    p: dict[str, Any],
+    cpu: float,
+    names: Sequence[str],
+    ok: np.ndarray,
+    pred: np.ndarray,
+) -> dict[str, float]:
+    """Per fitted efficiency (not the overheads): the largest change, in %, of a usable
+    prediction when it is halved."""
+    sensitivity = {}
+    for n in names:
+        if n.endswith("_s"):
+            continue
+        halved = predict(terms, {**p, n: p[n] / 2}, cpu)
+        sensitivity[n] = float(np.max(np.abs(halved[ok] / pred[ok] - 1.0)) * 100)
+    return sensitivity
 
 
 def fit_tiles(
