@@ -196,13 +196,39 @@ def fit(
     stay at ``base``. Needs scipy (``pip install servesim[calibrate]``).
     """
     try:
-        from scipy.optimize import least_squares
+        import scipy.optimize  # noqa: F401 - _solve's least squares
     except ImportError:
         raise CalibrationError("calibration needs scipy: pip install 'servesim[calibrate]'") from None
     base = base or Efficiencies()
     measured_s = np.asarray(measured_s, float)
     ok = _usable(terms, measured_s, names)
-    start = _start(base, names)
+    p, cpu, fitted = _solve(terms, measured_s, ok, names, _start(base, names), base_cpu_overhead_s)
+    eff = Efficiencies(**p)
+    pred = predict(terms, eff, cpu)
+    return FitResult(
+        eff,
+        cpu,
+        fitted,
+        measured_s,
+        pred,
+        list(labels) if labels else [str(i) for i in range(len(measured_s))],
+        sensitivity_pct=_sensitivity(terms, p, cpu, names, ok, pred),
+    )
+
+
+def _solve(
+    terms: Terms,
+    measured_s: np.ndarray,
+    ok: np.ndarray,
+    names: Sequence[str],
+    start: dict[str, Any],
+    base_cpu_overhead_s: float,
+) -> tuple[dict[str, Any], float, dict[str, float]]:
+    """Bounded least squares on log(predicted / measured) of the usable rows ``ok``, from
+    ``start``: (Efficiencies' fields at the fit, the CPU time per step, the fitted values
+    by name)."""
+    from scipy.optimize import least_squares
+
     lo = np.array([BOUNDS[n][0] for n in names])
     hi = np.array([BOUNDS[n][1] for n in names])
     # Overheads are fitted in microseconds so every parameter has a similar scale.
@@ -240,17 +266,7 @@ def fit(
         max_nfev=2000,
     )
     p, cpu = unpack(res.x)
-    eff = Efficiencies(**p)
-    pred = predict(terms, eff, cpu)
-    return FitResult(
-        eff,
-        cpu,
-        {n: float(v) for n, v in zip(names, res.x * scale)},
-        measured_s,
-        pred,
-        list(labels) if labels else [str(i) for i in range(len(measured_s))],
-        sensitivity_pct=_sensitivity(terms, p, cpu, names, ok, pred),
-    )
+    return p, cpu, {n: float(v) for n, v in zip(names, res.x * scale)}
 
 
 def _usable(terms: Terms, measured_s: np.ndarray, names: Sequence[str]) -> np.ndarray:
