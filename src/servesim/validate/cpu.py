@@ -123,59 +123,64 @@ def _validate_session(
     fit_max_prompt = max((c.max_prompt for p, c in comparisons if p.name == CPU_FIT_RECORDING), default=0)
     for path, c in comparisons:
         c.name = prefix + path.stem
-        if path.name == CPU_FIT_RECORDING:
-            role, case = "fit", f"{c.name} (fit, in-sample)"
-        elif c.max_prompt > fit_max_prompt:
-            role = "longer"
-            case = f"{c.name} (held out, longer prompts than the fit: busy {c.busy_frac:.0%})"
-        elif c.busy_frac >= CPU_HEAVY_BUSY:
-            role, case = "heavy", f"{c.name} (held out, heavy: busy {c.busy_frac:.0%})"
-        else:
-            role, case = "predicted", f"{c.name} (held out, busy {c.busy_frac:.0%})"
-        for key, meas in c.measured.items():
-            pred = c.simulated[key]
-            checks.append(
-                Check.against(
-                    "vllm-cpu",
-                    case,
-                    key,
-                    _pct(np.array([pred]), np.array([meas])),
-                    limits[role, key.split("_")[1]],
-                    measured=meas,
-                    predicted=pred,
-                )
-            )
-        checks.append(
-            Check.against(
-                "vllm-cpu",
-                case,
-                "step time (recorded batches)",
-                c.replay_err_pct,
-                limits[role, "replay"],
-            )
-        )
-        checks.append(
-            Check.against(
-                "vllm-cpu",
-                case,
-                "number of steps",
-                _pct(np.array([c.num_steps[1]]), np.array([c.num_steps[0]])),
-                limits[role, "steps"],
-                measured=c.num_steps[0],
-                predicted=c.num_steps[1],
-                note=f"{c.same_steps_pct:.0f}% of steps identical, index-aligned",
-            )
-        )
-        checks.append(
-            Check.against(
-                "vllm-cpu",
-                case,
-                "schedule with vLLM's step times: % of steps differing",
-                np.array([100.0 - c.replayed_same_pct]),
-                limits[role, "schedule"],
-            )
-        )
+        role, case = _role(path, c, fit_max_prompt)
+        checks += _recording_checks(c, case, {kind: limits[role, kind] for kind in CPU_GOALS})
         checks += _repeat_spread(path, c, prefix)
+    return checks
+
+
+def _role(path: Path, c: RecordingComparison, fit_max_prompt: int) -> tuple[str, str]:
+    """The recording's role (``CPU_ROLES``) and its case label."""
+    if path.name == CPU_FIT_RECORDING:
+        return "fit", f"{c.name} (fit, in-sample)"
+    if c.max_prompt > fit_max_prompt:
+        return "longer", f"{c.name} (held out, longer prompts than the fit: busy {c.busy_frac:.0%})"
+    if c.busy_frac >= CPU_HEAVY_BUSY:
+        return "heavy", f"{c.name} (held out, heavy: busy {c.busy_frac:.0%})"
+    return "predicted", f"{c.name} (held out, busy {c.busy_frac:.0%})"
+
+
+def _recording_checks(c: RecordingComparison, case: str, goals: dict[str, Goal]) -> list[Check]:
+    """One recording against its role's goals (by metric kind): its request metrics, the
+    recorded batches' step times, the number of steps, and the schedule with vLLM's step times."""
+    checks = []
+    for key, meas in c.measured.items():
+        pred = c.simulated[key]
+        checks.append(
+            Check.against(
+                "vllm-cpu",
+                case,
+                key,
+                _pct(np.array([pred]), np.array([meas])),
+                goals[key.split("_")[1]],
+                measured=meas,
+                predicted=pred,
+            )
+        )
+    checks.append(
+        Check.against("vllm-cpu", case, "step time (recorded batches)", c.replay_err_pct, goals["replay"])
+    )
+    checks.append(
+        Check.against(
+            "vllm-cpu",
+            case,
+            "number of steps",
+            _pct(np.array([c.num_steps[1]]), np.array([c.num_steps[0]])),
+            goals["steps"],
+            measured=c.num_steps[0],
+            predicted=c.num_steps[1],
+            note=f"{c.same_steps_pct:.0f}% of steps identical, index-aligned",
+        )
+    )
+    checks.append(
+        Check.against(
+            "vllm-cpu",
+            case,
+            "schedule with vLLM's step times: % of steps differing",
+            np.array([100.0 - c.replayed_same_pct]),
+            goals["schedule"],
+        )
+    )
     return checks
 
 
