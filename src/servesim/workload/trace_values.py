@@ -171,6 +171,14 @@ def _add_lengths(rows: _Rows, where: str, p_raw: Any, p_col: str, o_raw: Any, o_
 # --------------------------------------------------------------------------- ids and shared values
 
 
+def _first_seen_id(ids: dict[str, int], key: str) -> int:
+    """``key``'s id in ``ids``: distinct keys become 0, 1, 2, ... in order of first appearance."""
+    i = ids.get(key)
+    if i is None:
+        i = ids[key] = len(ids)
+    return i
+
+
 def _group(rows: _Rows, raw: Any) -> int:
     """Distinct non-empty group values become 0, 1, 2, ... in order of first appearance."""
     if raw is None:
@@ -178,10 +186,7 @@ def _group(rows: _Rows, raw: Any) -> int:
     key = str(raw).strip()
     if key in ("", "-1"):
         return -1
-    gid = rows.group_ids.get(key)
-    if gid is None:
-        gid = rows.group_ids[key] = len(rows.group_ids)
-    return gid
+    return _first_seen_id(rows.group_ids, key)
 
 
 def _tenant(rows: _Rows, raw: Any, where: str) -> int:
@@ -189,10 +194,7 @@ def _tenant(rows: _Rows, raw: Any, where: str) -> int:
     key = "" if raw is None else str(raw).strip()
     if not key:
         raise _bad(where, "tenant", "a tenant name or number", raw)
-    tid = rows.tenant_ids.get(key)
-    if tid is None:
-        tid = rows.tenant_ids[key] = len(rows.tenant_ids)
-    return tid
+    return _first_seen_id(rows.tenant_ids, key)
 
 
 def _adapter(rows: _Rows, raw: Any) -> int:
@@ -201,10 +203,7 @@ def _adapter(rows: _Rows, raw: Any) -> int:
     key = "" if raw is None else str(raw).strip()
     if key in ("", "base"):
         return -1
-    aid = rows.adapter_ids.get(key)
-    if aid is None:
-        aid = rows.adapter_ids[key] = len(rows.adapter_ids)
-    return aid
+    return _first_seen_id(rows.adapter_ids, key)
 
 
 def _model(rows: _Rows, raw: Any) -> int:
@@ -213,10 +212,7 @@ def _model(rows: _Rows, raw: Any) -> int:
     key = "" if raw is None else str(raw).strip()
     if not key:
         return -1
-    mid = rows.model_ids.get(key)
-    if mid is None:
-        mid = rows.model_ids[key] = len(rows.model_ids)
-    return mid
+    return _first_seen_id(rows.model_ids, key)
 
 
 def _prefix_len(rows: _Rows, raw: Any, where: str) -> None:
