@@ -97,6 +97,18 @@ def _section(cfg: dict[str, Any], key: str, src: str) -> dict[str, Any]:
     return sec
 
 
+def _modelled_type(
+    section: dict[str, Any], name: str, default: str, supported: tuple[str, ...], why: str, src: str
+) -> str:
+    """``section``'s ``type`` (lower case), refused where servesim does not model it."""
+    kind = str(section.get("type", default)).lower()
+    if kind not in supported:
+        raise ConfigError(
+            f"{src}: {name}.type {kind!r} is not modelled; expected one of {', '.join(supported)} ({why})"
+        )
+    return kind
+
+
 def _number(value: Any, field: str, src: str, *, positive: bool = True) -> float:
     """A number of the config; a numeric string (YAML reads 1e20 as one) is read as inference-perf's
     pydantic models read it, as a number."""
@@ -120,12 +132,7 @@ def stage_arrivals(
     """Send times (s from the first stage's start) and each request's stage index; every
     stage's rate times ``rate_scale``."""
     load = _section(cfg, "load", src)
-    kind = str(load.get("type", "constant")).lower()
-    if kind not in _SUPPORTED_LOAD:
-        raise ConfigError(
-            f"{src}: load.type {kind!r} is not modelled; expected one of "
-            f"{', '.join(_SUPPORTED_LOAD)} (open-loop rates)"
-        )
+    kind = _modelled_type(load, "load", "constant", _SUPPORTED_LOAD, "open-loop rates", src)
     if load.get("sweep"):
         raise ConfigError(
             f"{src}: load.sweep: a sweep's stages follow from a saturation probe of the real "
@@ -283,13 +290,14 @@ def generate_inference_perf(
     cfg = read_config(path)
     rng = np.random.default_rng(seed)
     data = _section(cfg, "data", src)
-    kind = str(data.get("type", "mock")).lower()
-    if kind not in _SUPPORTED_DATA:
-        raise ConfigError(
-            f"{src}: data.type {kind!r} is not modelled; expected one of "
-            f"{', '.join(_SUPPORTED_DATA)} (datasets are downloaded by inference-perf, "
-            "not carried by servesim)"
-        )
+    kind = _modelled_type(
+        data,
+        "data",
+        "mock",
+        _SUPPORTED_DATA,
+        "datasets are downloaded by inference-perf, not carried by servesim",
+        src,
+    )
     meta: dict[str, Any] = {}
     arrival, stage = stage_arrivals(cfg, rng, src, rate_scale)
     n = len(arrival)
