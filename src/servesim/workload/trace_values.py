@@ -171,14 +171,6 @@ def _add_lengths(rows: _Rows, where: str, p_raw: Any, p_col: str, o_raw: Any, o_
 # --------------------------------------------------------------------------- ids and shared values
 
 
-def _first_seen_id(ids: dict[str, int], key: str) -> int:
-    """``key``'s id in ``ids``: distinct keys become 0, 1, 2, ... in order of first appearance."""
-    i = ids.get(key)
-    if i is None:
-        i = ids[key] = len(ids)
-    return i
-
-
 def _group(rows: _Rows, raw: Any) -> int:
     """Distinct non-empty group values become 0, 1, 2, ... in order of first appearance."""
     if raw is None:
@@ -186,7 +178,7 @@ def _group(rows: _Rows, raw: Any) -> int:
     key = str(raw).strip()
     if key in ("", "-1"):
         return -1
-    return _first_seen_id(rows.group_ids, key)
+    return rows.group_ids.setdefault(key, len(rows.group_ids))
 
 
 def _tenant(rows: _Rows, raw: Any, where: str) -> int:
@@ -194,7 +186,7 @@ def _tenant(rows: _Rows, raw: Any, where: str) -> int:
     key = "" if raw is None else str(raw).strip()
     if not key:
         raise _bad(where, "tenant", "a tenant name or number", raw)
-    return _first_seen_id(rows.tenant_ids, key)
+    return rows.tenant_ids.setdefault(key, len(rows.tenant_ids))
 
 
 def _adapter(rows: _Rows, raw: Any) -> int:
@@ -203,7 +195,7 @@ def _adapter(rows: _Rows, raw: Any) -> int:
     key = "" if raw is None else str(raw).strip()
     if key in ("", "base"):
         return -1
-    return _first_seen_id(rows.adapter_ids, key)
+    return rows.adapter_ids.setdefault(key, len(rows.adapter_ids))
 
 
 def _model(rows: _Rows, raw: Any) -> int:
@@ -212,7 +204,7 @@ def _model(rows: _Rows, raw: Any) -> int:
     key = "" if raw is None else str(raw).strip()
     if not key:
         return -1
-    return _first_seen_id(rows.model_ids, key)
+    return rows.model_ids.setdefault(key, len(rows.model_ids))
 
 
 def _prefix_len(rows: _Rows, raw: Any, where: str) -> None:
