@@ -48,6 +48,7 @@ LAYERS = {
     "calibration": 3,
     "profile_ops": 3,
     "profile_layers": 3,
+    "profile_checks": 3,
     "deployment": 3,
     "deployment_checks": 3,
     "sim": 4,

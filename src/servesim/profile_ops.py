@@ -15,7 +15,7 @@ in eager mode is what the engine pays too.
 
 Before any timing the inputs are checked (the grid, the tensor-parallel degree against
 the model's heads) and so is the device: one the installed torch cannot use is refused
-in one line, with nothing written. While timing, each completed row is appended to
+in one line, with nothing written (``profile_checks``). While timing, each completed row is appended to
 ``mlp.partial.csv`` / ``attention.partial.csv``; both are renamed to their final names
 only when the whole profile is measured, so an interrupted run keeps what it measured
 under names ``calibrate`` does not read, and never leaves a final pair from two runs.
@@ -29,11 +29,13 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from servesim.catalog.models import ModelSpec
-from servesim.errors import ConfigError, ServesimError
+from servesim.errors import ServesimError
+from servesim.profile_checks import check_device, check_inputs, import_torch
 from servesim.profile_layers import attention_rows, layer_ops, time_stats
 
 DEFAULT_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -72,119 +74,9 @@ ATTENTION_FIELDS = (
     + ("num_tensor_parallel_workers",)
 )
 
-#: Device types this command times on (each has ``torch.<type>.synchronize``, but the CPU).
-_DEVICE_TYPES = {"cpu": "CPU", "cuda": "CUDA", "mps": "MPS", "xpu": "XPU"}
-
 
 class ProfileInterrupted(KeyboardInterrupt):
     """Ctrl-C while timing; ``str()`` says what was kept (the rows measured so far)."""
-
-
-def _torch() -> Any:
-    try:
-        import torch
-    except ImportError:
-        raise ServesimError(
-            "servesim profile needs torch, which is not installed: pip install 'servesim[profile]' "
-            "(a CPU-only build: pip install torch --index-url https://download.pytorch.org/whl/cpu)"
-        ) from None
-    return torch
-
-
-def check_inputs(
-    model: ModelSpec,
-    tp: int,
-    tokens: Sequence[int],
-    contexts: Sequence[int],
-    batches: Sequence[int],
-    warmup: int,
-    repeats: int,
-) -> None:
-    """Raise a ServesimError naming the option when a profile of these inputs cannot run."""
-    if model.is_moe:
-        raise ServesimError(f"{model.name}: profiling MoE experts is not supported")
-    for what, values in (("--tokens", tokens), ("--contexts", contexts), ("batches", batches)):
-        if not values:
-            raise ServesimError(f"{what}: expected at least one positive integer, got none")
-        bad = [v for v in values if v < 1]
-        if bad:
-            raise ServesimError(f"{what}: {bad[0]} is not a positive integer (expected >= 1)")
-        dup = sorted({v for v in values if list(values).count(v) > 1})
-        if dup:
-            raise ServesimError(f"{what}: {dup[0]} is given more than once (expected distinct values)")
-    if repeats < 1:
-        raise ServesimError(f"--repeats: {repeats}; expected at least 1 timed run per point")
-    if warmup < 0:
-        raise ServesimError(f"warmup: {warmup}; expected 0 or more")
-    if tp < 1:
-        raise ServesimError(f"--tp: {tp}; expected a tensor-parallel degree of at least 1")
-    from servesim.catalog.parallel import check_parallel
-    from servesim.config import ParallelConfig
-
-    try:
-        check_parallel(model, ParallelConfig.model_construct(tensor_parallel_size=tp))
-    except ConfigError as err:
-        raise ServesimError("--tp: " + str(err).removeprefix("parallel.tensor_parallel_size: ")) from None
-    if model.intermediate_size % tp:
-        raise ServesimError(
-            f"--tp: {tp} does not divide the MLP width {model.intermediate_size} of "
-            f"{model.name} (each rank holds an equal shard)"
-        )
-
-
-def _devices_here(torch: Any) -> list[str]:
-    here = ["cpu"]
-    for kind in ("cuda", "xpu"):
-        mod = getattr(torch, kind, None)
-        try:
-            if mod is not None and mod.is_available():
-                here += [f"{kind}:{i}" for i in range(int(mod.device_count()))]
-        except Exception:  # a backend that cannot even be queried is not usable here
-            pass
-    try:
-        if torch.backends.mps.is_available():
-            here.append("mps")
-    except Exception:
-        pass
-    return here
-
-
-def check_device(torch: Any, device: str, option: str = "--device") -> None:
-    """Raise a ServesimError, in one line, when the installed torch cannot time on ``device``."""
-    kind, _, index = device.partition(":")
-    version = getattr(torch, "__version__", "unknown")
-
-    def refuse(why: str) -> ServesimError:
-        return ServesimError(
-            f"{option} {device}: the installed torch (version {version}) cannot use it "
-            f"({why}; devices here: {', '.join(_devices_here(torch))})"
-        )
-
-    if kind not in _DEVICE_TYPES or (index and not index.isdigit()):
-        raise refuse(f"expected one of {', '.join(_DEVICE_TYPES)}, optionally with an index such as cuda:1")
-    try:
-        torch.device(device)
-    except (RuntimeError, TypeError, ValueError):
-        raise refuse("torch does not accept this device string") from None
-    if kind == "cpu":
-        return
-    label = _DEVICE_TYPES[kind]
-    if kind == "mps":
-        if not torch.backends.mps.is_available():
-            raise refuse("MPS not available")
-        return
-    mod = getattr(torch, kind, None)
-    if mod is None or not mod.is_available():
-        why, built = f"{label} not available", getattr(torch, "version", None)
-        if kind == "cuda" and getattr(built, "cuda", "") is None and getattr(built, "hip", None) is None:
-            why += ": this torch build has no CUDA support"
-        raise refuse(why)
-    count = int(mod.device_count())
-    if index and int(index) >= count:
-        raise refuse(
-            f"{label} device {index} does not exist: {count} {label} device"
-            f"{'' if count == 1 else 's'}, {kind}:0 to {kind}:{count - 1}"
-        )
 
 
 def _timer(torch: Any, device: str, warmup: int, repeats: int) -> Callable[[Callable[[], Any]], list[float]]:
@@ -355,14 +247,10 @@ def profile_operators(
     """
     check_inputs(model, tp, tokens, contexts, batches, warmup, repeats)
     folder = _profile_folder(out_dir, device_name, model)
-    torch = _torch()
+    torch = import_torch()
     check_device(torch, device)
     dtype = getattr(torch, model.dtype if model.dtype in ("bfloat16", "float16", "float32") else "bfloat16")
-    h, hd = model.hidden_size, model.head_dim
-    nq, nkv = model.num_attention_heads // tp, model.kv_heads_per_rank(tp)
-    q, kv, width = nq * hd, nkv * hd, model.intermediate_size // tp
-    up = (2 if model.mlp_gated else 1) * width
-    timed = _timer(torch, device, warmup, repeats)
+    timing = _Timing(_timer(torch, device, warmup, repeats))
 
     def rand(*shape: int) -> Any:
         return torch.randn(*shape, dtype=dtype, device=device) * 0.02
@@ -370,41 +258,16 @@ def profile_operators(
     total = count_points(tokens, contexts, batches)
     mlp = _RowFile(folder / "mlp.csv", MLP_FIELDS)
     attention = _RowFile(folder / "attention.csv", ATTENTION_FIELDS)
-    done = 0
 
     def kept(stopped: str) -> str:
-        files = [
-            (f, n) for f, n in ((mlp, len(tokens)), (attention, total - len(OPS) * len(tokens))) if f.rows
-        ]
-        if not files:
-            return f"{stopped} after {done} of {total} timings; no row was complete, nothing was kept"
-        rows = " and ".join(f"{f.rows} of {n} {f.final.stem} rows ({f.partial.name})" for f, n in files)
-        names = " and ".join(f.final.name for f, _ in files)
-        return (
-            f"{stopped} after {done} of {total} timings; kept {rows} in {folder} "
-            f"(calibrate reads them once renamed to {names})"
-        )
+        return _kept(stopped, timing.done, total, mlp, attention, len(tokens), folder)
 
     oom = _oom_errors(torch)
     try:
         with _progress(progress, total) as step:
-
-            def time_point(what: str, fn: Callable[[], Any]) -> list[float]:
-                nonlocal done
-                step(what)
-                ms = timed(fn)
-                done += 1
-                return ms
-
-            w_qkv, w_o, w_up, w_down = rand(h, q + 2 * kv), rand(q, h), rand(h, up), rand(width, h)
-            w_norm, emb = rand(h), rand(model.vocab_size // tp, h)
-            for t in tokens:
-                ops = layer_ops(torch, model, t, rand, (w_qkv, w_o, w_up, w_down, w_norm, emb), tp)
-                row: dict[str, Any] = {}
-                for name in OPS:
-                    row.update(time_stats(time_point(f"{name} at {t} tokens", ops[name]), name))
-                mlp.write(row | _mlp_row_keys(model, t, tp))
-            for row in attention_rows(torch, time_point, rand, model, tp, tokens, contexts, batches):
+            timing.step = step
+            _time_mlp(torch, model, tp, tokens, rand, timing.point, mlp)
+            for row in attention_rows(torch, timing.point, rand, model, tp, tokens, contexts, batches):
                 attention.write(row)
     except KeyboardInterrupt:
         raise ProfileInterrupted(kept("interrupted")) from None
@@ -415,3 +278,59 @@ def profile_operators(
         mlp.close()
         attention.close()
     return [mlp.finish(), attention.finish()]
+
+
+@dataclass
+class _Timing:
+    """Times the points one at a time, each a step of the progress bar, counting those done
+    (what an interrupted run says it kept)."""
+
+    timed: Callable[[Callable[[], Any]], list[float]]
+    step: Callable[[str], None] = lambda what: None
+    done: int = 0
+
+    def point(self, what: str, fn: Callable[[], Any]) -> list[float]:
+        self.step(what)
+        ms = self.timed(fn)
+        self.done += 1
+        return ms
+
+
+def _time_mlp(
+    torch: Any,
+    model: ModelSpec,
+    tp: int,
+    tokens: Sequence[int],
+    rand: Callable[..., Any],
+    time_point: Callable[[str, Callable[[], Any]], list[float]],
+    mlp: _RowFile,
+) -> None:
+    """One ``mlp.csv`` row per token count: every operator of ``OPS`` on one layer's weights
+    (one TP rank's share)."""
+    h, hd = model.hidden_size, model.head_dim
+    nq, nkv = model.num_attention_heads // tp, model.kv_heads_per_rank(tp)
+    q, kv, width = nq * hd, nkv * hd, model.intermediate_size // tp
+    up = (2 if model.mlp_gated else 1) * width
+    w_qkv, w_o, w_up, w_down = rand(h, q + 2 * kv), rand(q, h), rand(h, up), rand(width, h)
+    w_norm, emb = rand(h), rand(model.vocab_size // tp, h)
+    for t in tokens:
+        ops = layer_ops(torch, model, t, rand, (w_qkv, w_o, w_up, w_down, w_norm, emb), tp)
+        row: dict[str, Any] = {}
+        for name in OPS:
+            row.update(time_stats(time_point(f"{name} at {t} tokens", ops[name]), name))
+        mlp.write(row | _mlp_row_keys(model, t, tp))
+
+
+def _kept(
+    stopped: str, done: int, total: int, mlp: _RowFile, attention: _RowFile, num_tokens: int, folder: Path
+) -> str:
+    """What a run stopped after ``done`` of ``total`` timings kept, for its message."""
+    files = [(f, n) for f, n in ((mlp, num_tokens), (attention, total - len(OPS) * num_tokens)) if f.rows]
+    if not files:
+        return f"{stopped} after {done} of {total} timings; no row was complete, nothing was kept"
+    rows = " and ".join(f"{f.rows} of {n} {f.final.stem} rows ({f.partial.name})" for f, n in files)
+    names = " and ".join(f.final.name for f, _ in files)
+    return (
+        f"{stopped} after {done} of {total} timings; kept {rows} in {folder} "
+        f"(calibrate reads them once renamed to {names})"
+    )

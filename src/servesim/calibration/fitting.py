@@ -196,29 +196,39 @@ def fit(
     stay at ``base``. Needs scipy (``pip install servesim[calibrate]``).
     """
     try:
-        from scipy.optimize import least_squares
+        import scipy.optimize  # noqa: F401 - _solve's least squares
     except ImportError:
         raise CalibrationError("calibration needs scipy: pip install 'servesim[calibrate]'") from None
     base = base or Efficiencies()
     measured_s = np.asarray(measured_s, float)
-    if len(measured_s) != len(terms):
-        raise CalibrationError(f"{len(terms)} work rows but {len(measured_s)} measurements")
-    ok = measured_s > 0
-    if ok.sum() < len(names) + 1:
-        raise CalibrationError(
-            f"{int(ok.sum())} usable measurements cannot determine {len(names)} parameters"
-        )
-    unknown = [n for n in names if n not in BOUNDS]
-    if unknown:
-        raise CalibrationError(f"unknown parameters {unknown}; fittable: {sorted(BOUNDS)}")
-    start = dataclasses.asdict(base)
-    for k in list(start):
-        if k.startswith(("proj_", "mlp_", "lm_head_")) and start[k] is None and k in names:
-            start[k] = start["linear_" + k.rsplit("_", 1)[1]]
-    if start["gemm_kernel_overhead_s"] is None and "gemm_kernel_overhead_s" in names:
-        start["gemm_kernel_overhead_s"] = start["kernel_overhead_s"]
-    if not start["roof_blend"] and "roof_blend" in names:
-        start["roof_blend"] = 0.2  # from the max itself the gradient is zero
+    ok = _usable(terms, measured_s, names)
+    p, cpu, fitted = _solve(terms, measured_s, ok, names, _start(base, names), base_cpu_overhead_s)
+    eff = Efficiencies(**p)
+    pred = predict(terms, eff, cpu)
+    return FitResult(
+        eff,
+        cpu,
+        fitted,
+        measured_s,
+        pred,
+        list(labels) if labels else [str(i) for i in range(len(measured_s))],
+        sensitivity_pct=_sensitivity(terms, p, cpu, names, ok, pred),
+    )
+
+
+def _solve(
+    terms: Terms,
+    measured_s: np.ndarray,
+    ok: np.ndarray,
+    names: Sequence[str],
+    start: dict[str, Any],
+    base_cpu_overhead_s: float,
+) -> tuple[dict[str, Any], float, dict[str, float]]:
+    """Bounded least squares on log(predicted / measured) of the usable rows ``ok``, from
+    ``start``: (Efficiencies' fields at the fit, the CPU time per step, the fitted values
+    by name)."""
+    from scipy.optimize import least_squares
+
     lo = np.array([BOUNDS[n][0] for n in names])
     hi = np.array([BOUNDS[n][1] for n in names])
     # Overheads are fitted in microseconds so every parameter has a similar scale.
@@ -256,23 +266,56 @@ def fit(
         max_nfev=2000,
     )
     p, cpu = unpack(res.x)
-    eff = Efficiencies(**p)
-    pred = predict(terms, eff, cpu)
+    return p, cpu, {n: float(v) for n, v in zip(names, res.x * scale)}
+
+
+def _usable(terms: Terms, measured_s: np.ndarray, names: Sequence[str]) -> np.ndarray:
+    """The measurements a fit can use (> 0), refused where they cannot determine ``names``."""
+    if len(measured_s) != len(terms):
+        raise CalibrationError(f"{len(terms)} work rows but {len(measured_s)} measurements")
+    ok = measured_s > 0
+    if ok.sum() < len(names) + 1:
+        raise CalibrationError(
+            f"{int(ok.sum())} usable measurements cannot determine {len(names)} parameters"
+        )
+    unknown = [n for n in names if n not in BOUNDS]
+    if unknown:
+        raise CalibrationError(f"unknown parameters {unknown}; fittable: {sorted(BOUNDS)}")
+    return ok
+
+
+def _start(base: Efficiencies, names: Sequence[str]) -> dict[str, Any]:
+    """The fit's starting point: ``base``, with the unset overrides being fitted started at
+    what they override (a per-GEMM efficiency at the linear one, the GEMM launch overhead at
+    the kernel one) and a fitted roof blend started off its maximum."""
+    start = dataclasses.asdict(base)
+    for k in list(start):
+        if k.startswith(("proj_", "mlp_", "lm_head_")) and start[k] is None and k in names:
+            start[k] = start["linear_" + k.rsplit("_", 1)[1]]
+    if start["gemm_kernel_overhead_s"] is None and "gemm_kernel_overhead_s" in names:
+        start["gemm_kernel_overhead_s"] = start["kernel_overhead_s"]
+    if not start["roof_blend"] and "roof_blend" in names:
+        start["roof_blend"] = 0.2  # from the max itself the gradient is zero
+    return start
+
+
+def _sensitivity(
+    terms: Terms,
+    p: dict[str, Any],
+    cpu: float,
+    names: Sequence[str],
+    ok: np.ndarray,
+    pred: np.ndarray,
+) -> dict[str, float]:
+    """Per fitted efficiency (not the overheads): the largest change, in %, of a usable
+    prediction when it is halved."""
     sensitivity = {}
     for n in names:
         if n.endswith("_s"):
             continue
         halved = predict(terms, {**p, n: p[n] / 2}, cpu)
         sensitivity[n] = float(np.max(np.abs(halved[ok] / pred[ok] - 1.0)) * 100)
-    return FitResult(
-        eff,
-        cpu,
-        {n: float(v) for n, v in zip(names, res.x * scale)},
-        measured_s,
-        pred,
-        list(labels) if labels else [str(i) for i in range(len(measured_s))],
-        sensitivity_pct=sensitivity,
-    )
+    return sensitivity
 
 
 def fit_tiles(

@@ -12,7 +12,7 @@ import json
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from servesim.catalog.architectures import MOE_TYPES, check_architecture
 from servesim.catalog.models import _TIED_BY_DEFAULT, DTYPE_BYTES, ModelSpec, normalize_dtype
@@ -123,19 +123,7 @@ def from_hf_config(
     checkpoint's quantization sets the weight bytes, another ``dtype`` replaces it.
     """
     src = source or name
-    if not isinstance(cfg, dict):
-        raise CatalogError(f"{src}: expected a JSON object, found {type(cfg).__name__}")
-    outer = cfg
-    if isinstance(cfg.get("text_config"), dict):
-        cfg = {
-            **{k: v for k, v in outer.items() if k in ("torch_dtype", "dtype", "quantization_config")},
-            **cfg["text_config"],
-        }
-    if "num_hidden_layers" not in cfg and isinstance(cfg.get("quantization"), dict):
-        raise CatalogError(
-            f"{src}: this is a ModelOpt hf_quant_config.json, not a model's config.json; "
-            f"give the config.json beside it"
-        )
+    cfg, outer = _language_config(cfg, src)
     model_type = check_architecture(cfg, outer, src) or str(outer.get("model_type", "")).lower()
 
     def num(keys: tuple[str, ...], default: Any = ...) -> int:
@@ -153,43 +141,16 @@ def from_hf_config(
     vocab = num(("vocab_size",))
     # vLLM falls back to 2048 when a config gives no maximum length.
     max_pos = num(("max_position_embeddings", "max_seq_len", "seq_length", "n_positions"), 2048)
-    experts, top_k = _experts(cfg, model_type, src)
-    moe_inter = num(("moe_intermediate_size",), inter) if experts else 0
-    if experts and cfg.get("n_shared_experts"):
-        shared = _int(cfg["n_shared_experts"], "n_shared_experts", src) * moe_inter
-    else:
-        shared = int(cfg.get("shared_expert_intermediate_size") or 0) if experts else 0
-    dense_layers = _num_dense_layers(cfg, layers, src) if experts else 0
+    moe = _moe(cfg, model_type, layers, inter, src)
     if heads % kv_heads:
         raise CatalogError(
             f"{src}: num_attention_heads ({heads}) is not a multiple of num_key_value_heads ({kv_heads})"
         )
     tied = cfg.get("tie_word_embeddings", outer.get("tie_word_embeddings", model_type in _TIED_BY_DEFAULT))
-    gated = "ffn_dim" not in cfg and model_type != "opt"
-
-    expert_bytes, method, kv_dtype = 0.0, "", ""
-    if dtype == "auto":
-        raw = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
-        dtype = normalize_dtype(raw, f"{src}: torch_dtype")
-        if dtype == "float32":  # vLLM's dtype='auto' serves fp32 checkpoints in 16 bits
-            dtype = "bfloat16"
-        quant = parse_quantization(cfg, hf_quant_config, dtype, src)
-        dtype_bytes = DTYPE_BYTES[dtype]
-        if quant is not None:
-            dtype, dtype_bytes, expert_bytes, method = (
-                quant.dtype,
-                quant.dtype_bytes,
-                quant.expert_dtype_bytes,
-                quant.method,
-            )
-            kv_dtype = quant.kv_cache_dtype
-    else:
-        dtype = normalize_dtype(dtype)
-        dtype_bytes = DTYPE_BYTES[dtype]
+    prec = _precision(cfg, dtype, hf_quant_config, src)
     window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
     layer_types = cfg.get("layer_types") or []
     sliding_layers = sum(1 for t in layer_types if t == "sliding_attention") if window else 0
-    qk_norm_ar = bool(cfg.get("use_qk_norm")) and cfg.get("qk_norm_type") == "per_layer"
     return ModelSpec(
         name=name,
         num_layers=layers,
@@ -200,23 +161,97 @@ def from_hf_config(
         intermediate_size=inter,
         vocab_size=vocab,
         tie_word_embeddings=bool(tied),
-        num_experts=experts,
-        num_experts_per_tok=top_k,
-        moe_intermediate_size=moe_inter,
-        dtype=dtype,
-        dtype_bytes=dtype_bytes,
+        num_experts=moe.num_experts,
+        num_experts_per_tok=moe.num_experts_per_tok,
+        moe_intermediate_size=moe.moe_intermediate_size,
+        dtype=prec.dtype,
+        dtype_bytes=prec.dtype_bytes,
         max_position_embeddings=max_pos,
-        mlp_gated=gated,
+        mlp_gated="ffn_dim" not in cfg and model_type != "opt",
         sliding_window=int(window) if window else None,
-        shared_expert_intermediate_size=shared,
-        num_dense_layers=dense_layers,
+        shared_expert_intermediate_size=moe.shared_expert_intermediate_size,
+        num_dense_layers=moe.num_dense_layers,
         num_sliding_layers=sliding_layers,
-        expert_dtype_bytes=expert_bytes,
-        quant_method=method,
-        kv_cache_dtype=kv_dtype,
-        qk_norm_allreduce=qk_norm_ar,
+        expert_dtype_bytes=prec.expert_dtype_bytes,
+        quant_method=prec.quant_method,
+        kv_cache_dtype=prec.kv_cache_dtype,
+        qk_norm_allreduce=bool(cfg.get("use_qk_norm")) and cfg.get("qk_norm_type") == "per_layer",
         router_fp32=model_type in _FP32_ROUTER,
         **mla,
+    )
+
+
+def _language_config(cfg: dict[str, Any], src: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the language model's config, the whole file's): a multimodal config's ``text_config``
+    with the file's dtype and quantization, else the config itself."""
+    if not isinstance(cfg, dict):
+        raise CatalogError(f"{src}: expected a JSON object, found {type(cfg).__name__}")
+    outer = cfg
+    if isinstance(cfg.get("text_config"), dict):
+        cfg = {
+            **{k: v for k, v in outer.items() if k in ("torch_dtype", "dtype", "quantization_config")},
+            **cfg["text_config"],
+        }
+    if "num_hidden_layers" not in cfg and isinstance(cfg.get("quantization"), dict):
+        raise CatalogError(
+            f"{src}: this is a ModelOpt hf_quant_config.json, not a model's config.json; "
+            f"give the config.json beside it"
+        )
+    return cfg, outer
+
+
+class _Moe(NamedTuple):
+    """A model's mixture-of-experts sizes (all 0 for a dense model)."""
+
+    num_experts: int
+    num_experts_per_tok: int
+    moe_intermediate_size: int
+    shared_expert_intermediate_size: int
+    num_dense_layers: int
+
+
+def _moe(cfg: dict[str, Any], model_type: str, layers: int, inter: int, src: str) -> _Moe:
+    experts, top_k = _experts(cfg, model_type, src)
+    moe_inter = (
+        _int(_pick(cfg, ("moe_intermediate_size",), src, inter), "moe_intermediate_size", src)
+        if experts
+        else 0
+    )
+    if experts and cfg.get("n_shared_experts"):
+        shared = _int(cfg["n_shared_experts"], "n_shared_experts", src) * moe_inter
+    else:
+        shared = int(cfg.get("shared_expert_intermediate_size") or 0) if experts else 0
+    dense_layers = _num_dense_layers(cfg, layers, src) if experts else 0
+    return _Moe(experts, top_k, moe_inter, shared, dense_layers)
+
+
+class _Precision(NamedTuple):
+    """The weights' dtype and bytes, the experts' bytes (0: the weights'), the quantization
+    method and the KV cache dtype a checkpoint sets ('': none)."""
+
+    dtype: str
+    dtype_bytes: float
+    expert_dtype_bytes: float
+    quant_method: str
+    kv_cache_dtype: str
+
+
+def _precision(
+    cfg: dict[str, Any], dtype: str, hf_quant_config: dict[str, Any] | None, src: str
+) -> _Precision:
+    """With ``dtype`` 'auto', the checkpoint's dtype and quantization; else ``dtype`` alone."""
+    if dtype != "auto":
+        dtype = normalize_dtype(dtype)
+        return _Precision(dtype, DTYPE_BYTES[dtype], 0.0, "", "")
+    raw = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
+    dtype = normalize_dtype(raw, f"{src}: torch_dtype")
+    if dtype == "float32":  # vLLM's dtype='auto' serves fp32 checkpoints in 16 bits
+        dtype = "bfloat16"
+    quant = parse_quantization(cfg, hf_quant_config, dtype, src)
+    if quant is None:
+        return _Precision(dtype, DTYPE_BYTES[dtype], 0.0, "", "")
+    return _Precision(
+        quant.dtype, quant.dtype_bytes, quant.expert_dtype_bytes, quant.method, quant.kv_cache_dtype
     )
 
 

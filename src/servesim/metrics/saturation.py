@@ -30,6 +30,7 @@ the failures, not called saturation.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -86,6 +87,85 @@ def saturation(
     "queue", "rejections", "failures", "burst" or None.
     """
     arr_all = np.asarray(arrival_s, np.float64)
+    judged = _judged(arr_all, status, reasons)
+    arr = arr_all[judged.keep]
+    if (why_not := _cannot_judge_queue(arr, judged)) is not None:
+        return why_not
+    first = np.asarray(first_scheduled_s, np.float64)[judged.keep]
+    done = np.asarray(finished_s, np.float64)[judged.keep]
+    q = _queue(arr, first, done)
+    grows = q.growth >= q.need and q.rise >= q.need / 2
+    lags = q.served_rps < RATE_SHARE * q.arrival_rps
+    stopped = q.served_rps == 0 and (num_replica_failures > 0 or judged.num_failed > 0)
+    saturated = grows and lags and not stopped
+    evidence = {
+        "sample_s": [float(x) for x in q.at],
+        "num_waiting": [int(x) for x in q.waiting],
+        "num_in_system": [int(x) for x in q.in_system],
+        "in_system_growth": q.growth,
+        "arrival_rate_rps": q.arrival_rps,
+        "served_rate_rps": q.served_rps,
+        "window_s": [q.a0, q.a1],
+        "num_rejected": judged.num_rejected,
+        "num_failed": judged.num_failed,
+    }
+    verdict, cause, hint = _verdict(q, judged, grows, saturated, stopped, capacity_rps, num_replica_failures)
+    return {
+        "saturated": saturated,
+        "latency_is_queue_artefact": saturated,
+        "verdict": verdict,
+        "cause": cause,
+        "evidence": evidence,
+        "hint": hint,
+    }
+
+
+def _verdict(
+    q: _Queue,
+    judged: _Judged,
+    grows: bool,
+    saturated: bool,
+    stopped: bool,
+    capacity_rps: float | None,
+    num_replica_failures: int,
+) -> tuple[str, str | None, str]:
+    """The verdict, its cause and the hint that explains it."""
+    aside = f" ({'; '.join(judged.refused)}, not counted)" if judged.refused else ""
+    if stopped and grows:
+        verdict, cause = "not_saturated", "failures"
+        hint = (
+            f"service stopped, not overloaded: no request finished in the second half of the arrivals "
+            f"after {num_replica_failures} replica failure(s); requests in the system grew from "
+            f"{q.start} to {q.end} waiting for a replica{aside}"
+        )
+    elif saturated:
+        verdict, cause = "saturated", "queue"
+        cap = f"; this deployment sustains about {capacity_rps:.3g} req/s" if capacity_rps else ""
+        hint = (
+            f"arrivals ({q.arrival_rps:.3g} req/s) outpace service ({q.served_rps:.3g} req/s): requests in "
+            "the "
+            f"system grew from {q.start} to {q.end} during arrivals{cap}; latency "
+            "figures measure the queue and grow with the run's length. Lower the rate "
+            f"(workload.rate_scale) or add replicas or GPUs{aside}"
+        )
+    else:
+        verdict, cause = "not_saturated", None
+        hint = f"the queue stays bounded: service keeps up with arrivals{aside}"
+    return verdict, cause, hint
+
+
+@dataclass(slots=True)
+class _Judged:
+    """Which requests the queue is judged on (``keep``), and those set apart: rejected by the
+    engine, or lost with a failed replica (``refused``: what the hint says of them)."""
+
+    keep: np.ndarray  # bool per row
+    num_rejected: int
+    num_failed: int
+    refused: list[str]
+
+
+def _judged(arr_all: np.ndarray, status: np.ndarray | None, reasons: dict[int, str] | None) -> _Judged:
     n = int((~np.isnan(arr_all)).sum())
     rejected = (
         np.asarray(status) == RequestStatus.REJECTED if status is not None else np.zeros(arr_all.shape, bool)
@@ -104,12 +184,17 @@ def saturation(
         )
     if num_failed:
         refused.append(f"{num_failed:,} failed with their replica")
-    arr = arr_all[keep]
+    return _Judged(keep, num_rejected, num_failed, refused)
+
+
+def _cannot_judge_queue(arr: np.ndarray, judged: _Judged) -> dict[str, Any] | None:
+    """The "cannot_judge" verdict where the judged arrivals (``arr``) are too few or all at
+    one instant; None where a queue can be judged on them."""
     if arr.size < 8:
-        if refused:
+        if judged.refused:
             return _cannot_judge(
-                "; ".join(refused) + f", leaving {arr.size} to judge a queue on",
-                "rejections" if num_rejected >= num_failed else "failures",
+                "; ".join(judged.refused) + f", leaving {arr.size} to judge a queue on",
+                "rejections" if judged.num_rejected >= judged.num_failed else "failures",
             )
         return _cannot_judge("too few requests to judge")
     if float(arr.max() - arr.min()) <= 0:
@@ -119,8 +204,31 @@ def saturation(
             "one burst",
             "burst",
         )
-    first = np.asarray(first_scheduled_s, np.float64)[keep]
-    done = np.asarray(finished_s, np.float64)[keep]
+    return None
+
+
+@dataclass(slots=True)
+class _Queue:
+    """The queue over the arrival window ``[a0, a1]``: in the system and waiting at each
+    sample instant ``at``, its growth from the end of the first quarter (``start``) to the
+    end (``end``), the growth that counts (``need``), the rise of its median from the first
+    half to the second, and the arrival and served rates over the second half."""
+
+    a0: float
+    a1: float
+    at: np.ndarray
+    waiting: np.ndarray
+    in_system: np.ndarray
+    start: int
+    end: int
+    growth: int
+    need: float
+    rise: float
+    arrival_rps: float
+    served_rps: float
+
+
+def _queue(arr: np.ndarray, first: np.ndarray, done: np.ndarray) -> _Queue:
     a0, a1 = float(arr.min()), float(arr.max())
     at = a0 + (a1 - a0) * np.arange(1, NUM_SAMPLES + 1) / NUM_SAMPLES
     arrived = _count_by(arr, at)
@@ -128,7 +236,6 @@ def saturation(
     waiting = arrived - _count_by(first, at)
     q, h = NUM_SAMPLES // 4, NUM_SAMPLES // 2
     start, end = int(in_system[q - 1]), int(in_system[-1])
-    growth = end - start
     need = max(10, GROWTH_SHARE * arr.size)
     rise = float(np.median(in_system[h:]) - np.median(in_system[:h]))
     half = np.array([(a0 + a1) / 2, a1])
@@ -137,47 +244,6 @@ def saturation(
     span = (a1 - a0) / 2
     arrival_rps = float(arrived_h[1] - arrived_h[0]) / span
     served_rps = float(finished_h[1] - finished_h[0]) / span
-    grows = growth >= need and rise >= need / 2
-    lags = served_rps < RATE_SHARE * arrival_rps
-    stopped = served_rps == 0 and (num_replica_failures > 0 or num_failed > 0)
-    saturated = grows and lags and not stopped
-    evidence = {
-        "sample_s": [float(x) for x in at],
-        "num_waiting": [int(x) for x in waiting],
-        "num_in_system": [int(x) for x in in_system],
-        "in_system_growth": growth,
-        "arrival_rate_rps": arrival_rps,
-        "served_rate_rps": served_rps,
-        "window_s": [a0, a1],
-        "num_rejected": num_rejected,
-        "num_failed": num_failed,
-    }
-    aside = f" ({'; '.join(refused)}, not counted)" if refused else ""
-    if stopped and grows:
-        verdict, cause = "not_saturated", "failures"
-        hint = (
-            f"service stopped, not overloaded: no request finished in the second half of the arrivals "
-            f"after {num_replica_failures} replica failure(s); requests in the system grew from "
-            f"{start} to {end} waiting for a replica{aside}"
-        )
-    elif saturated:
-        verdict, cause = "saturated", "queue"
-        cap = f"; this deployment sustains about {capacity_rps:.3g} req/s" if capacity_rps else ""
-        hint = (
-            f"arrivals ({arrival_rps:.3g} req/s) outpace service ({served_rps:.3g} req/s): requests in "
-            "the "
-            f"system grew from {start} to {end} during arrivals{cap}; latency "
-            "figures measure the queue and grow with the run's length. Lower the rate "
-            f"(workload.rate_scale) or add replicas or GPUs{aside}"
-        )
-    else:
-        verdict, cause = "not_saturated", None
-        hint = f"the queue stays bounded: service keeps up with arrivals{aside}"
-    return {
-        "saturated": saturated,
-        "latency_is_queue_artefact": saturated,
-        "verdict": verdict,
-        "cause": cause,
-        "evidence": evidence,
-        "hint": hint,
-    }
+    return _Queue(
+        a0, a1, at, waiting, in_system, start, end, end - start, need, rise, arrival_rps, served_rps
+    )

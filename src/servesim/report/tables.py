@@ -33,6 +33,11 @@ def _num(x: Any, fmt: str = ",.3g", scale: float = 1.0, unit: str = "") -> str:
 
 def run_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     """(label, value) of a run's key figures, from its summary.json."""
+    return [*_setup_rows(summary), *_latency_rows(summary), *_service_rows(summary), *_verdict_rows(summary)]
+
+
+def _setup_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """What ran: the model, the hardware, the engine, the requests."""
     sc = summary.get("scenario") or {}
     pools = summary.get("pools") or []
     hardware = ", ".join(f"{p['name']}: {p['num_replicas']} x {p['gpu']}" for p in pools) or str(
@@ -50,6 +55,12 @@ def run_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
             f"{c.get('num_unfinished', 0):,} unfinished, {c.get('num_rejected', 0):,} rejected)",
         ),
     ]
+    return rows
+
+
+def _latency_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """Mean and percentiles of TTFT, TPOT, ITL, E2E and queueing, in ms."""
+    rows: list[tuple[str, str]] = []
     for metric, label in (
         ("ttft_s", "TTFT"),
         ("tpot_s", "TPOT"),
@@ -64,6 +75,13 @@ def run_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
                 " / ".join(_num(d.get(k), scale=1e3) for k in ("mean", "p50", "p90", "p99")),
             )
         )
+    return rows
+
+
+def _service_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """What the deployment delivered: throughput, SLO attainment and goodput, utilization,
+    KV offload, energy and cost."""
+    rows: list[tuple[str, str]] = []
     t = summary.get("throughput") or {}
     rows.append(
         (
@@ -111,6 +129,13 @@ def run_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
         )
     )
     rows.append(("cost", f"${_num(cost.get('usd_per_million_output_tokens'))} per million output tokens"))
+    return rows
+
+
+def _verdict_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """How to read the figures: the saturation verdict, the step-time model, vLLM's
+    execution path per pool."""
+    rows: list[tuple[str, str]] = []
     sat = summary.get("saturation") or {}
     if sat:
         if sat.get("verdict") == "cannot_judge":  # the hint says "cannot judge: why"

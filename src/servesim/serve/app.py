@@ -124,12 +124,28 @@ def build_app(
     on_start: Callable[[], None] | None = None,
 ) -> Starlette:
     """The ASGI app serving ``sim`` under ``model_name``; the simulation runs while it does."""
-    tok = tokenizer or Tokenizer()
-    metrics = ServeMetrics(sim, model_name)
-    seq = itertools.count()
-    headers = {TOKENIZER_HEADER: tok.name}
+    api = _Endpoints(sim, model_name, tokenizer or Tokenizer())
+    routes = [
+        Route("/v1/completions", api.completions, methods=["POST"]),
+        Route("/v1/chat/completions", api.chat_completions, methods=["POST"]),
+        Route("/v1/models", api.models),
+        Route("/health", api.health),
+        Route("/metrics", api.prometheus),
+    ]
+    return Starlette(routes=routes, lifespan=_lifespan(sim, on_start), exception_handlers={404: _not_found})
 
-    async def completion(request: Request, chat: bool) -> Response:
+
+class _Endpoints:
+    """The OpenAI API's routes over one live simulation, and its Prometheus metrics."""
+
+    def __init__(self, sim: LiveSim, model_name: str, tok: Tokenizer) -> None:
+        self.sim, self.model_name, self.tok = sim, model_name, tok
+        self.metrics = ServeMetrics(sim, model_name)
+        self.seq = itertools.count()
+        self.headers = {TOKENIZER_HEADER: tok.name}
+
+    async def completion(self, request: Request, chat: bool) -> Response:
+        sim = self.sim
         try:
             kind = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
             if kind != "application/json":
@@ -138,7 +154,9 @@ def build_app(
                     f"the request body must be JSON (Content-Type: application/json), "
                     f"got Content-Type {kind or 'empty'}",
                 )
-            req = parse_request(await request.body(), chat, model_name, tok, next(seq), sim.vocab_size)
+            req = parse_request(
+                await request.body(), chat, self.model_name, self.tok, next(self.seq), sim.vocab_size
+            )
             max_tokens = check_length(req, sim.max_model_len)
             why = max((sim.rejection(p, max_tokens) for p, _ in req.prompts), key=len)
             if why:
@@ -146,38 +164,46 @@ def build_app(
         except ApiError as err:
             return error_response(err)
         handle = sim.submit(req.prompts, max_tokens, req.n)
-        return LiveResponse(sim, req, handle, headers)  # type: ignore[return-value]
+        return LiveResponse(sim, req, handle, self.headers)  # type: ignore[return-value]
 
-    async def completions(request: Request) -> Response:
-        return await completion(request, chat=False)
+    async def completions(self, request: Request) -> Response:
+        return await self.completion(request, chat=False)
 
-    async def chat_completions(request: Request) -> Response:
-        return await completion(request, chat=True)
+    async def chat_completions(self, request: Request) -> Response:
+        return await self.completion(request, chat=True)
 
-    async def models(_: Request) -> Response:
+    async def models(self, _: Request) -> Response:
         return JSONResponse(
             {
                 "object": "list",
                 "data": [
                     {
-                        "id": model_name,
+                        "id": self.model_name,
                         "object": "model",
                         "created": 0,
                         "owned_by": "servesim",
-                        "max_model_len": sim.max_model_len,
+                        "max_model_len": self.sim.max_model_len,
                     }
                 ],
             }
         )
 
-    async def health(_: Request) -> Response:
+    async def health(self, _: Request) -> Response:
         return Response(status_code=200)
 
-    async def prometheus(_: Request) -> Response:
-        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+    async def prometheus(self, _: Request) -> Response:
+        return Response(self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    async def not_found(request: Request, exc: Exception) -> Response:
-        return error_response(ApiError(404, f"no route {request.method} {request.url.path}"))
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return error_response(ApiError(404, f"no route {request.method} {request.url.path}"))
+
+
+def _lifespan(
+    sim: LiveSim, on_start: Callable[[], None] | None
+) -> Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]:
+    """Run the simulation while the app serves (``on_start`` once it has started); close it
+    and wait for it to end at shutdown."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -190,14 +216,7 @@ def build_app(
             sim.close()
             await task
 
-    routes = [
-        Route("/v1/completions", completions, methods=["POST"]),
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/models", models),
-        Route("/health", health),
-        Route("/metrics", prometheus),
-    ]
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: not_found})
+    return lifespan
 
 
 def bind(host: str, port: int) -> socket.socket:

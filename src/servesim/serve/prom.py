@@ -113,65 +113,40 @@ class ServeMetrics:
 
     def __init__(self, sim: LiveSim, model_name: str) -> None:
         self.registry = reg = CollectorRegistry()
-        labels = ["model_name"]
         self.model = model_name
-        self.ttft = Histogram(
-            "vllm:time_to_first_token_seconds",
-            "Time to first token (simulated s).",
-            labels,
-            buckets=TTFT_BUCKETS,
-            registry=reg,
+        self.ttft = _histogram(
+            "vllm:time_to_first_token_seconds", "Time to first token (simulated s).", TTFT_BUCKETS, reg
         )
-        self.itl = Histogram(
-            "vllm:inter_token_latency_seconds",
-            "Inter-token latency (simulated s).",
-            labels,
-            buckets=ITL_BUCKETS,
-            registry=reg,
+        self.itl = _histogram(
+            "vllm:inter_token_latency_seconds", "Inter-token latency (simulated s).", ITL_BUCKETS, reg
         )
-        self.tpot = Histogram(
+        self.tpot = _histogram(
             "vllm:time_per_output_token_seconds",
             "Time per output token, per gap (deprecated alias of inter_token_latency).",
-            labels,
-            buckets=ITL_BUCKETS,
-            registry=reg,
+            ITL_BUCKETS,
+            reg,
         )
-        self.e2e = Histogram(
-            "vllm:e2e_request_latency_seconds",
-            "End-to-end request latency (simulated s).",
-            labels,
-            buckets=E2E_BUCKETS,
-            registry=reg,
+        self.e2e = _histogram(
+            "vllm:e2e_request_latency_seconds", "End-to-end request latency (simulated s).", E2E_BUCKETS, reg
         )
-        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prefill tokens processed.", labels, registry=reg)
+        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prefill tokens processed.", _LABELS, registry=reg)
         self.generation_tokens = Counter(
-            "vllm:generation_tokens", "Generation tokens processed.", labels, registry=reg
+            "vllm:generation_tokens", "Generation tokens processed.", _LABELS, registry=reg
         )
         # Not vLLM's: how late the server hands a token to its connection, behind the simulated
         # time of the step that made it (0 when the machine keeps up with --speed).
-        self.lag = Histogram(
+        self.lag = _histogram(
             "servesim:token_release_lag_seconds",
             "Wall delay (x speed) between a token's simulated time and its release.",
-            labels,
-            buckets=LAG_BUCKETS,
-            registry=reg,
+            LAG_BUCKETS,
+            reg,
         )
-        phase = {
-            name: Histogram(
-                f"vllm:request_{name}_time_seconds", doc, labels, buckets=REQUEST_BUCKETS, registry=reg
-            )
-            for name, doc in (
-                ("queue", "Time spent in WAITING phase for request (simulated s)."),
-                ("prefill", "Time spent in PREFILL phase for request (simulated s)."),
-                ("decode", "Time spent in DECODE phase for request (simulated s)."),
-                ("inference", "Time spent in RUNNING phase for request (simulated s)."),
-            )
-        }
+        phase = _phase_histograms(reg)
         self.queue_time, self.prefill_time = phase["queue"], phase["prefill"]
         self.decode_time, self.inference_time = phase["decode"], phase["inference"]
         self.sim = sim
         self.finished = Counter(
-            "vllm:request_success", "Finished requests.", labels + ["finished_reason"], registry=reg
+            "vllm:request_success", "Finished requests.", [*_LABELS, "finished_reason"], registry=reg
         )
         for metric in (
             self.ttft,
@@ -188,23 +163,7 @@ class ServeMetrics:
             self.finished.labels(model_name, reason)
         # request idx -> (queued, first scheduled, first token), simulated s, from its first token
         self.first: dict[int, tuple[float, float, float]] = {}
-        glabels = ["model_name", "engine"]
-        gauges = {
-            "vllm:num_requests_running": (
-                "Requests in the running batch.",
-                lambda r: len(r.scheduler.running),
-            ),
-            "vllm:num_requests_waiting": (
-                "Requests waiting to be scheduled.",
-                lambda r: len(r.scheduler.waiting),
-            ),
-            "vllm:kv_cache_usage_perc": ("KV-cache usage, a fraction (1 = full).", lambda r: r.kv.usage),
-            "vllm:gpu_cache_usage_perc": ("KV-cache usage (older name).", lambda r: r.kv.usage),
-        }
-        for name, (doc, read) in gauges.items():
-            g = Gauge(name, doc, glabels, registry=reg)
-            for rep in sim.cluster.replicas:
-                g.labels(model_name, str(rep.id)).set_function(_reader(read, rep))
+        _add_replica_gauges(sim, model_name, reg)
         reg.register(_EngineCounters(sim, model_name))
         sim.on_tokens = self.on_tokens
         sim.on_finished = self.on_finished
@@ -247,6 +206,49 @@ class ServeMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+_LABELS = ["model_name"]
+
+
+def _histogram(name: str, doc: str, buckets: tuple[float, ...], reg: CollectorRegistry) -> Histogram:
+    return Histogram(name, doc, _LABELS, buckets=buckets, registry=reg)
+
+
+def _phase_histograms(reg: CollectorRegistry) -> dict[str, Histogram]:
+    """A finished request's phases (queue, prefill, decode, inference), as vLLM's."""
+    return {
+        name: Histogram(
+            f"vllm:request_{name}_time_seconds", doc, _LABELS, buckets=REQUEST_BUCKETS, registry=reg
+        )
+        for name, doc in (
+            ("queue", "Time spent in WAITING phase for request (simulated s)."),
+            ("prefill", "Time spent in PREFILL phase for request (simulated s)."),
+            ("decode", "Time spent in DECODE phase for request (simulated s)."),
+            ("inference", "Time spent in RUNNING phase for request (simulated s)."),
+        )
+    }
+
+
+def _add_replica_gauges(sim: LiveSim, model_name: str, reg: CollectorRegistry) -> None:
+    """vLLM's scheduler and KV-cache gauges, one series per replica (label ``engine``), read
+    at scrape time."""
+    gauges: dict[str, tuple[str, Callable[[Replica], float]]] = {
+        "vllm:num_requests_running": (
+            "Requests in the running batch.",
+            lambda r: len(r.scheduler.running),
+        ),
+        "vllm:num_requests_waiting": (
+            "Requests waiting to be scheduled.",
+            lambda r: len(r.scheduler.waiting),
+        ),
+        "vllm:kv_cache_usage_perc": ("KV-cache usage, a fraction (1 = full).", lambda r: r.kv.usage),
+        "vllm:gpu_cache_usage_perc": ("KV-cache usage (older name).", lambda r: r.kv.usage),
+    }
+    for name, (doc, read) in gauges.items():
+        g = Gauge(name, doc, [*_LABELS, "engine"], registry=reg)
+        for rep in sim.cluster.replicas:
+            g.labels(model_name, str(rep.id)).set_function(_reader(read, rep))
 
 
 def _reader(read: Callable[[Replica], float], rep: Replica) -> Callable[[], float]:

@@ -47,16 +47,9 @@ from servesim.validate.common import (
     bundled_data,
     load_bundled_profile,
 )
-from servesim.validate.cpu import (
-    CPU_GOALS,
-    CPU_LIMITS,
-    RecordedStepTimes,
-    RecordingComparison,
-    _can_fit,
-    compare_recording,
-    cross_fit_vllm_cpu,
-    validate_vllm_cpu,
-)
+from servesim.validate.cpu import CPU_GOALS, CPU_LIMITS, _can_fit, validate_vllm_cpu
+from servesim.validate.cpu_fits import cross_fit_vllm_cpu
+from servesim.validate.cpu_recordings import RecordedStepTimes, RecordingComparison, compare_recording
 from servesim.validate.gpu import (
     DISTSERVE_LIMITS,
     OPERATOR_GOALS,
@@ -132,7 +125,7 @@ def validate_all(
     ``data_dir`` (measurement sets, laid out as ``measurements/<set>/...``) and
     ``recordings_dir`` default to the data bundled with servesim. ``cross_fit``: vllm-cpu
     also fits on each recording of a session in turn and reports its held-out error on the
-    others (``cpu.cross_fit_session``; needs scipy, ~30 s on the bundled recordings).
+    others (``cpu_fits.cross_fit_session``; needs scipy, ~30 s on the bundled recordings).
     ``cross_group``: silicon also predicts each (model, GPU) group with what it learns from
     the runs derived without that group (``silicon_cross``)."""
     checks: list[Check] = []

@@ -29,11 +29,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from servesim.errors import ConfigError, WorkloadError
+
+if TYPE_CHECKING:
+    from servesim.config import Scenario
+    from servesim.workload.base import Workload
 
 #: inference-perf's latency name -> the vllm bench name servesim's --bench rows use.
 LATENCIES = {
@@ -125,14 +129,6 @@ def compare_lifecycle(
     cache: dict[Any, Any] | None = None,
 ) -> tuple[list[tuple[str, float, float, float]], list[str]]:
     """The rows (figure, measured, predicted, error %) and notes of one lifecycle metrics file."""
-    from servesim import sim
-    from servesim.config.files import read_scenario_file
-    from servesim.config.scenario import _resolve_relative_paths, scenario_from_dict
-    from servesim.metrics.records import RequestStatus
-    from servesim.validate.common import base_model_name
-    from servesim.workload import load_workload
-    from servesim.workload.inference_perf import read_config
-
     cfg_path = config_beside(result_path).resolve()
     stage = stage_of(result_path)
     notes = [
@@ -140,50 +136,20 @@ def compare_lifecycle(
         f"workload from {cfg_path.name} beside it; latencies in ms by vllm bench's names; "
         "inter_token_latency not compared (per streamed chunk: compare TPOT)"
     ]
-    raw: dict[str, Any] = dict(read_scenario_file(scenario_path)) if scenario_path is not None else {}
-    given = raw.get("workload")
-    own: dict[str, Any] = given if isinstance(given, dict) else {}
-    if own:
-        notes.append("the scenario's own workload is replaced by the run's")
-    workload: dict[str, Any] = {"type": "inference-perf", "config": str(cfg_path)}
-    if own.get("type") == "inference-perf":  # keep its tokenizer and seed settings
-        workload.update({k: own[k] for k in ("num_special_tokens", "seed") if k in own})
-    raw["workload"] = workload
-    scenario = scenario_from_dict(raw, str(scenario_path or "<default scenario>"), overrides)
-    if scenario_path is not None:
-        scenario = _resolve_relative_paths(scenario, scenario_path.parent)
-    model = str(((read_config(cfg_path).get("server") or {}).get("model_name")) or "")
-    if model and base_model_name(model) != base_model_name(scenario.model.name):
-        notes.append(f"model: the run served {model}, the scenario simulates {scenario.model.name}")
+    scenario = _replay_scenario(cfg_path, scenario_path, overrides, notes)
     key = (str(cfg_path), scenario.model_dump_json())
     if cache is not None and key in cache:
         result, wl = cache[key]
     else:
+        from servesim import sim
+        from servesim.workload import load_workload
+
         wl = load_workload(scenario.workload, scenario.run.seed)
         result = sim.simulate(scenario, progress=progress)
         if cache is not None:
             cache[key] = (result, wl)
     cols = result.records.columns()
-    rows = np.arange(len(wl))
-    if stage is not None:
-        stages = wl.meta["stage"]
-        if stage > int(stages.max()):
-            raise WorkloadError(
-                f"{result_path}: stage {stage}, but {cfg_path.name} has {int(stages.max()) + 1} load stages"
-            )
-        rows = rows[stages == stage]
-    ok = cols["status"][rows] == RequestStatus.FINISHED
-    sent = int((doc.get("load_summary") or {}).get("count") or 0)
-    if sent and sent != len(rows):
-        notes.append(
-            f"requests: the run sent {sent:,}, the replay {len(rows):,} (its own seeded draw of the load)"
-        )
-    failed = int((doc.get("failures") or {}).get("count") or 0)
-    if failed:
-        notes.append(f"{failed:,} requests failed in the run (left out of its figures)")
-    if int(np.sum(~ok)):
-        notes.append(f"{int(np.sum(~ok)):,} predicted requests did not finish (left out)")
-    rows = rows[ok]
+    rows = _compared_rows(result_path, doc, cfg_path, stage, wl, cols["status"], notes)
     predicted = predicted_figures(
         cols["arrival_s"][rows],
         cols["first_token_s"][rows],
@@ -200,3 +166,66 @@ def compare_lifecycle(
     if not out:
         raise WorkloadError(f"{result_path}: none of its figures could be compared")
     return out, notes
+
+
+def _replay_scenario(
+    cfg_path: Path, scenario_path: Path | None, overrides: list[str] | None, notes: list[str]
+) -> Scenario:
+    """The scenario (``scenario_path``, else the default one, with ``overrides``) with its
+    workload replaced by the run's inference-perf config; notes where the two differ."""
+    from servesim.config.files import read_scenario_file
+    from servesim.config.scenario import _resolve_relative_paths, scenario_from_dict
+    from servesim.validate.common import base_model_name
+    from servesim.workload.inference_perf import read_config
+
+    raw: dict[str, Any] = dict(read_scenario_file(scenario_path)) if scenario_path is not None else {}
+    given = raw.get("workload")
+    own: dict[str, Any] = given if isinstance(given, dict) else {}
+    if own:
+        notes.append("the scenario's own workload is replaced by the run's")
+    workload: dict[str, Any] = {"type": "inference-perf", "config": str(cfg_path)}
+    if own.get("type") == "inference-perf":  # keep its tokenizer and seed settings
+        workload.update({k: own[k] for k in ("num_special_tokens", "seed") if k in own})
+    raw["workload"] = workload
+    scenario = scenario_from_dict(raw, str(scenario_path or "<default scenario>"), overrides)
+    if scenario_path is not None:
+        scenario = _resolve_relative_paths(scenario, scenario_path.parent)
+    model = str(((read_config(cfg_path).get("server") or {}).get("model_name")) or "")
+    if model and base_model_name(model) != base_model_name(scenario.model.name):
+        notes.append(f"model: the run served {model}, the scenario simulates {scenario.model.name}")
+    return scenario
+
+
+def _compared_rows(
+    result_path: Path,
+    doc: dict[str, Any],
+    cfg_path: Path,
+    stage: int | None,
+    wl: Workload,
+    status: np.ndarray,
+    notes: list[str],
+) -> np.ndarray:
+    """The predicted requests compared with the file's figures: those of its stage (all for a
+    summary) that finished; notes on counts that differ from the run's."""
+    from servesim.metrics.records import RequestStatus
+
+    rows = np.arange(len(wl))
+    if stage is not None:
+        stages = wl.meta["stage"]
+        if stage > int(stages.max()):
+            raise WorkloadError(
+                f"{result_path}: stage {stage}, but {cfg_path.name} has {int(stages.max()) + 1} load stages"
+            )
+        rows = rows[stages == stage]
+    ok = status[rows] == RequestStatus.FINISHED
+    sent = int((doc.get("load_summary") or {}).get("count") or 0)
+    if sent and sent != len(rows):
+        notes.append(
+            f"requests: the run sent {sent:,}, the replay {len(rows):,} (its own seeded draw of the load)"
+        )
+    failed = int((doc.get("failures") or {}).get("count") or 0)
+    if failed:
+        notes.append(f"{failed:,} requests failed in the run (left out of its figures)")
+    if int(np.sum(~ok)):
+        notes.append(f"{int(np.sum(~ok)):,} predicted requests did not finish (left out)")
+    return rows[ok]

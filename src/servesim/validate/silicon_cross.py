@@ -11,7 +11,7 @@ reading what the suite and the step-time model depend on:
 - the known-bad marks (``silicon_marks.SILICON_KNOWN_BAD``), written per group from the
   group's own errors: they change no prediction, and the held-out rows are judged without
   them;
-- **rows without a vLLM version run at the newest tables** (``silicon.PASS_ENGINE_VERSION``
+- **rows without a vLLM version run at the newest tables** (``silicon_cases.PASS_ENGINE_VERSION``
   passes none): a switch that serves one group, chosen over the version their workflow's
   image ran on Llama-3.1-70B's own errors (docs/fidelity.md, "Tried and not adopted"), and
   no other group carries the evidence to choose it again. Held out, such a row runs as the
@@ -19,7 +19,7 @@ reading what the suite and the step-time model depend on:
   choice), else at the newest tables as in sample (nightlies, unknown images);
 - everything else is the row's (parallel layout, vLLM version), its launch script's, vLLM's
   defaults or the kernel tables' (measured on kernels, not on these runs). The time a run of
-  the Kimi gap-analysis sheet is taken to have run at (``silicon._undated_time``) is read
+  the Kimi gap-analysis sheet is taken to have run at (``silicon_cases._undated_time``) is read
   from the other rows of its launch script, which are of its own group: a setting of how
   the run was launched (its script's version), not a latency, so it is kept.
 
@@ -156,7 +156,8 @@ def image_version(row: dict[str, str]) -> str | None:
 def _workflow_versions(rows: list[dict[str, str]], held: list[SiliconCase], floors: dict[str, float]) -> None:
     """Re-run, in ``held``, the rows without a version whose workflow image is known, as
     that vLLM version (its engine defaults, the nearest kernel tables), at their group's floor."""
-    from servesim.validate.silicon import MODELS, kernel_version_for, nvfp4_configs, row_case, simulate_case
+    from servesim.validate.silicon import simulate_case
+    from servesim.validate.silicon_cases import MODELS, kernel_version_for, nvfp4_configs, row_case
 
     todo = [i for i, r in enumerate(rows) if image_version(r) and not held[i].skip]
     if not todo:

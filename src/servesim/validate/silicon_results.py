@@ -93,6 +93,32 @@ def skipped_by_reason(cases: list[SiliconCase]) -> dict[str, int]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
+#: The columns of ``silicon_runs.csv``.
+RUN_COLUMNS = (
+    "id",
+    "group",
+    "model_path",
+    "system",
+    "precision",
+    "backend_version",
+    "tp",
+    "ep",
+    "isl",
+    "osl",
+    "concurrency",
+    "measured_ttft_ms",
+    "predicted_ttft_ms",
+    "ttft_err_pct",
+    "measured_tpot_ms",
+    "predicted_tpot_ms",
+    "tpot_err_pct",
+    "kernel_version",
+    "roofline_fallbacks",
+    "notes",
+    "skipped",
+)
+
+
 def write_report(cases: list[SiliconCase], folder: Path) -> list[Path]:
     """``silicon_runs.csv`` (one row per measured run, skipped ones with their reason),
     ``silicon_groups.json`` and ``silicon_groups.md`` (the group table) in ``folder``."""
@@ -100,63 +126,9 @@ def write_report(cases: list[SiliconCase], folder: Path) -> list[Path]:
     runs = folder / "silicon_runs.csv"
     with runs.open("w", newline="") as out:
         w = csv.writer(out, lineterminator="\n")
-        w.writerow(
-            [
-                "id",
-                "group",
-                "model_path",
-                "system",
-                "precision",
-                "backend_version",
-                "tp",
-                "ep",
-                "isl",
-                "osl",
-                "concurrency",
-                "measured_ttft_ms",
-                "predicted_ttft_ms",
-                "ttft_err_pct",
-                "measured_tpot_ms",
-                "predicted_tpot_ms",
-                "tpot_err_pct",
-                "kernel_version",
-                "roofline_fallbacks",
-                "notes",
-                "skipped",
-            ]
-        )
+        w.writerow(list(RUN_COLUMNS))
         for c in cases:
-            r, sc = c.row, c.scenario or {}
-            ok = not c.skip
-
-            def f(x: float, ok: bool = ok) -> str:
-                return f"{x:.4g}" if ok and math.isfinite(x) else ""
-
-            w.writerow(
-                [
-                    r["id"],
-                    c.group,
-                    r["model_path"],
-                    r["system"],
-                    r["precision"],
-                    r["backend_version"],
-                    r["tp_size"],
-                    r["moe_ep_size"],
-                    r["isl"],
-                    r["osl"],
-                    r["batch_size"],
-                    r["silicon_ttft_ms"],
-                    f(c.predicted_ttft_ms),
-                    f(c.ttft_err_pct) if ok else "",
-                    r["silicon_tpot_ms"],
-                    f(c.predicted_tpot_ms),
-                    f(c.tpot_err_pct) if ok else "",
-                    (sc.get("hardware") or {}).get("kernel_version") or "",
-                    " ".join(c.fallbacks),
-                    "; ".join(c.notes),
-                    c.skip,
-                ]
-            )
+            w.writerow(_run_row(c))
     table = group_table(cases)
     js = folder / "silicon_groups.json"
     js.write_text(
@@ -173,6 +145,39 @@ def write_report(cases: list[SiliconCase], folder: Path) -> list[Path]:
     md = folder / "silicon_groups.md"
     md.write_text(markdown_table(table) + "\n")
     return [runs, js, md]
+
+
+def _run_row(c: SiliconCase) -> list[Any]:
+    """One case's ``silicon_runs.csv`` row (``RUN_COLUMNS``); a skipped one has no predictions."""
+    r, sc = c.row, c.scenario or {}
+    ok = not c.skip
+
+    def f(x: float) -> str:
+        return f"{x:.4g}" if ok and math.isfinite(x) else ""
+
+    return [
+        r["id"],
+        c.group,
+        r["model_path"],
+        r["system"],
+        r["precision"],
+        r["backend_version"],
+        r["tp_size"],
+        r["moe_ep_size"],
+        r["isl"],
+        r["osl"],
+        r["batch_size"],
+        r["silicon_ttft_ms"],
+        f(c.predicted_ttft_ms),
+        f(c.ttft_err_pct) if ok else "",
+        r["silicon_tpot_ms"],
+        f(c.predicted_tpot_ms),
+        f(c.tpot_err_pct) if ok else "",
+        (sc.get("hardware") or {}).get("kernel_version") or "",
+        " ".join(c.fallbacks),
+        "; ".join(c.notes),
+        c.skip,
+    ]
 
 
 def markdown_table(table: list[dict[str, Any]]) -> str:

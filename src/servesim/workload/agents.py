@@ -14,6 +14,8 @@ send (tool waits only, no service), so the rows sort by it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from servesim.config import AgentNode, AgentWorkload
@@ -39,14 +41,73 @@ def generate_agents(cfg: AgentWorkload, seed: int = 0) -> Workload:
         raise WorkloadError(f"workload: no task starts before duration_s={cfg.duration_s}")
     order = _topological(cfg)
     llm = [n.name for n in order if n.kind == "llm"]
-    col = {name: j for j, name in enumerate(llm)}
     found: list[dict] = []
+    calls = _walk(order, llm, start, rng_steps, found)
+    task = np.repeat(np.arange(t), len(llm))
+    after = Dependencies.from_edges(t * len(llm), calls.src, calls.dst, calls.delay, task, start)
+    rows = np.argsort(calls.arrival, kind="stable")
+    group = np.zeros(t * len(llm), np.int64) if cfg.system_prompt_len else None
+    prompt = calls.prompt
+    short = int((prompt < cfg.system_prompt_len + 1).sum()) if cfg.system_prompt_len else 0
+    if short:
+        found.append(
+            notice(
+                "length_raised",
+                f"workload.nodes: {short:,} of {prompt.size:,} prompts were not "
+                f"longer than workload.system_prompt_len ({cfg.system_prompt_len}) and were "
+                f"raised to {cfg.system_prompt_len + 1}",
+                short,
+                "workload.system_prompt_len",
+            )
+        )
+    return Workload(
+        arrival_s=calls.arrival[rows],
+        num_prompt_tokens=np.maximum(prompt.ravel(), cfg.system_prompt_len + 1)[rows],
+        num_output_tokens=calls.output.ravel()[rows],
+        after=after.permuted(rows),
+        prefix_group=group,
+        prefix_len=cfg.system_prompt_len,
+        source=f"agents({len(llm)} llm calls a task, {t} tasks, seed={total_seed})",
+        meta={
+            "seed": total_seed,
+            "num_tasks": t,
+            "step": np.tile(np.arange(len(llm)), t)[rows],
+            "steps": llm,
+            "notices": found,
+        },
+    )
+
+
+@dataclass(slots=True)
+class _Calls:
+    """Every task's LLM calls, task-major (row ``task * num_llm + step``): lengths (tasks x
+    steps), earliest send times, and the dependency edges between them with their delays."""
+
+    prompt: np.ndarray
+    output: np.ndarray
+    arrival: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    delay: np.ndarray
+
+
+def _walk(
+    order: list[AgentNode],
+    llm: list[str],
+    start: np.ndarray,
+    rng_steps: np.random.Generator,
+    found: list[dict],
+) -> _Calls:
+    """Walk the graph in topological order, one draw per step for every task (vectorised over
+    tasks): an LLM step's lengths, a tool step's wait, and the delays they put on successors."""
+    t = len(start)
+    col = {name: j for j, name in enumerate(llm)}
     prompt, output = np.zeros((t, len(llm)), np.int64), np.zeros((t, len(llm)), np.int64)
     inbound: dict[str, dict[str, np.ndarray]] = {}  # step -> {LLM predecessor or START: delay per task}
     outbound: dict[str, dict[str, np.ndarray]] = {}
     earliest: dict[str, np.ndarray] = {}  # LLM step -> earliest send per task
     src, dst, delay = [], [], []
-    for n in order:  # one draw per step for every task (vectorised over tasks)
+    for n in order:
         step_rng = np.random.default_rng(rng_steps.integers(1 << 62))
         inn: dict[str, np.ndarray] = {} if n.after else {START: np.zeros(t)}
         for p in n.after:
@@ -70,44 +131,11 @@ def generate_agents(cfg: AgentWorkload, seed: int = 0) -> Workload:
                 delay.append(d)
         earliest[n.name] = lb
     arrival = np.stack([earliest[name] for name in llm], axis=1).ravel()
-    task = np.repeat(np.arange(t), len(llm))
+    return _Calls(prompt, output, arrival, _cat(src, np.int64), _cat(dst, np.int64), _cat(delay, np.float64))
 
-    def cat(xs: list[np.ndarray], dt: type) -> np.ndarray:
-        return np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)
 
-    after = Dependencies.from_edges(
-        t * len(llm), cat(src, np.int64), cat(dst, np.int64), cat(delay, np.float64), task, start
-    )
-    rows = np.argsort(arrival, kind="stable")
-    group = np.zeros(t * len(llm), np.int64) if cfg.system_prompt_len else None
-    short = int((prompt < cfg.system_prompt_len + 1).sum()) if cfg.system_prompt_len else 0
-    if short:
-        found.append(
-            notice(
-                "length_raised",
-                f"workload.nodes: {short:,} of {prompt.size:,} prompts were not "
-                f"longer than workload.system_prompt_len ({cfg.system_prompt_len}) and were "
-                f"raised to {cfg.system_prompt_len + 1}",
-                short,
-                "workload.system_prompt_len",
-            )
-        )
-    return Workload(
-        arrival_s=arrival[rows],
-        num_prompt_tokens=np.maximum(prompt.ravel(), cfg.system_prompt_len + 1)[rows],
-        num_output_tokens=output.ravel()[rows],
-        after=after.permuted(rows),
-        prefix_group=group,
-        prefix_len=cfg.system_prompt_len,
-        source=f"agents({len(llm)} llm calls a task, {t} tasks, seed={total_seed})",
-        meta={
-            "seed": total_seed,
-            "num_tasks": t,
-            "step": np.tile(np.arange(len(llm)), t)[rows],
-            "steps": llm,
-            "notices": found,
-        },
-    )
+def _cat(xs: list[np.ndarray], dt: type) -> np.ndarray:
+    return np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)
 
 
 def _topological(cfg: AgentWorkload) -> list[AgentNode]:

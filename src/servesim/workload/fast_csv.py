@@ -1,6 +1,6 @@
 """Fast paths for Azure-format CSV traces: a numpy reader, and pyarrow for large files.
 
-The row-by-row parser (``traces._parse_azure``) costs about 8 us a row: 0.13 s for the
+The row-by-row parser (``trace_formats.parse_azure``) costs about 8 us a row: 0.13 s for the
 one-hour conversation trace, a sixth of a fast simulation of it. Two readers take a whole
 well-formed Azure trace at once:
 

@@ -97,6 +97,18 @@ def _section(cfg: dict[str, Any], key: str, src: str) -> dict[str, Any]:
     return sec
 
 
+def _modelled_type(
+    section: dict[str, Any], name: str, default: str, supported: tuple[str, ...], why: str, src: str
+) -> str:
+    """``section``'s ``type`` (lower case), refused where servesim does not model it."""
+    kind = str(section.get("type", default)).lower()
+    if kind not in supported:
+        raise ConfigError(
+            f"{src}: {name}.type {kind!r} is not modelled; expected one of {', '.join(supported)} ({why})"
+        )
+    return kind
+
+
 def _number(value: Any, field: str, src: str, *, positive: bool = True) -> float:
     """A number of the config; a numeric string (YAML reads 1e20 as one) is read as inference-perf's
     pydantic models read it, as a number."""
@@ -120,12 +132,7 @@ def stage_arrivals(
     """Send times (s from the first stage's start) and each request's stage index; every
     stage's rate times ``rate_scale``."""
     load = _section(cfg, "load", src)
-    kind = str(load.get("type", "constant")).lower()
-    if kind not in _SUPPORTED_LOAD:
-        raise ConfigError(
-            f"{src}: load.type {kind!r} is not modelled; expected one of "
-            f"{', '.join(_SUPPORTED_LOAD)} (open-loop rates)"
-        )
+    kind = _modelled_type(load, "load", "constant", _SUPPORTED_LOAD, "open-loop rates", src)
     if load.get("sweep"):
         raise ConfigError(
             f"{src}: load.sweep: a sweep's stages follow from a saturation probe of the real "
@@ -283,65 +290,25 @@ def generate_inference_perf(
     cfg = read_config(path)
     rng = np.random.default_rng(seed)
     data = _section(cfg, "data", src)
-    kind = str(data.get("type", "mock")).lower()
-    if kind not in _SUPPORTED_DATA:
-        raise ConfigError(
-            f"{src}: data.type {kind!r} is not modelled; expected one of "
-            f"{', '.join(_SUPPORTED_DATA)} (datasets are downloaded by inference-perf, "
-            "not carried by servesim)"
-        )
+    kind = _modelled_type(
+        data,
+        "data",
+        "mock",
+        _SUPPORTED_DATA,
+        "datasets are downloaded by inference-perf, not carried by servesim",
+        src,
+    )
     meta: dict[str, Any] = {}
     arrival, stage = stage_arrivals(cfg, rng, src, rate_scale)
     n = len(arrival)
     if n == 0:
         raise ConfigError(f"{src}: load.stages send no request (rate x duration < 1 in every stage)")
-    idx = np.arange(n)
     hash_ids = None
     if kind == "shared_prefix":
-        sp = data.get("shared_prefix")
-        if not isinstance(sp, dict):
-            raise ConfigError(f"{src}: data.type shared_prefix needs a data.shared_prefix mapping")
-        sys_len, q_len, out_len, group = _shared_prefix(sp, rng, src)
-        p = idx % len(sys_len)
-        prompt = sys_len[p] + q_len[p] + num_special_tokens
-        output = out_len[p]
-        units = [
-            prompt_hash_ids(
-                int(sys_len[j]) + num_special_tokens,
-                int(sys_len[j] + q_len[j]) + num_special_tokens,
-                int(group[j]),
-                j,
-            )
-            for j in range(len(sys_len))
-        ]
-        hash_ids = [units[j] for j in p.tolist()]
+        prompt, output, hash_ids = _shared_prefix_requests(data, n, rng, src, num_special_tokens)
     else:
-        count_in = (data.get("input_distribution") or {}).get("total_count") or n
-        count_out = (data.get("output_distribution") or {}).get("total_count") or n
-        inp = sample_lengths(
-            data.get("input_distribution") or {}, int(count_in), rng, "data.input_distribution", src
-        )
-        out = sample_lengths(
-            data.get("output_distribution") or {}, int(count_out), rng, "data.output_distribution", src
-        )
-        prompt = inp[idx % len(inp)] + num_special_tokens
-        output = out[idx % len(out)]
-    server = _section(cfg, "server", src)
-    if not server.get("ignore_eos", True):
-        add_notice(
-            meta,
-            notice(
-                "eos_unknown",
-                f"{src}: server.ignore_eos is false: the model's EOS may end "
-                "responses before max_tokens, which servesim cannot know; each request "
-                "generates its max_tokens",
-                n,
-                src,
-            ),
-        )
-    zero = int(np.sum(prompt < 1) + np.sum(output < 1))
-    if zero:
-        add_notice(meta, notice("zero_length_raised", f"{src}: {zero:,} lengths of 0 raised to 1", zero, src))
+        prompt, output = _distribution_requests(data, n, rng, src, num_special_tokens)
+    _add_notices(meta, cfg, prompt, output, src)
     meta["stage"] = stage
     meta["inference_perf"] = {
         "data": kind,
@@ -359,3 +326,67 @@ def generate_inference_perf(
     )
     wl.validate()
     return wl
+
+
+def _shared_prefix_requests(
+    data: dict[str, Any], n: int, rng: np.random.Generator, src: str, num_special_tokens: int
+) -> tuple[np.ndarray, np.ndarray, list[tuple[int, ...]]]:
+    """``data.type: shared_prefix``: the prompts (system prompt + question), outputs and hash
+    ids of ``n`` requests, cycling through the generated prompts in order."""
+    sp = data.get("shared_prefix")
+    if not isinstance(sp, dict):
+        raise ConfigError(f"{src}: data.type shared_prefix needs a data.shared_prefix mapping")
+    sys_len, q_len, out_len, group = _shared_prefix(sp, rng, src)
+    p = np.arange(n) % len(sys_len)
+    prompt = sys_len[p] + q_len[p] + num_special_tokens
+    output = out_len[p]
+    units = [
+        prompt_hash_ids(
+            int(sys_len[j]) + num_special_tokens,
+            int(sys_len[j] + q_len[j]) + num_special_tokens,
+            int(group[j]),
+            j,
+        )
+        for j in range(len(sys_len))
+    ]
+    return prompt, output, [units[j] for j in p.tolist()]
+
+
+def _distribution_requests(
+    data: dict[str, Any], n: int, rng: np.random.Generator, src: str, num_special_tokens: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``data.type: random / synthetic``: prompt and output lengths of ``n`` requests, from
+    ``total_count`` draws of each distribution (default ``n``) taken in turn."""
+    count_in = (data.get("input_distribution") or {}).get("total_count") or n
+    count_out = (data.get("output_distribution") or {}).get("total_count") or n
+    inp = sample_lengths(
+        data.get("input_distribution") or {}, int(count_in), rng, "data.input_distribution", src
+    )
+    out = sample_lengths(
+        data.get("output_distribution") or {}, int(count_out), rng, "data.output_distribution", src
+    )
+    idx = np.arange(n)
+    return inp[idx % len(inp)] + num_special_tokens, out[idx % len(out)]
+
+
+def _add_notices(
+    meta: dict[str, Any], cfg: dict[str, Any], prompt: np.ndarray, output: np.ndarray, src: str
+) -> None:
+    """Into ``meta``: responses the model's EOS could end early, and lengths of 0 raised to 1."""
+    n = len(prompt)
+    server = _section(cfg, "server", src)
+    if not server.get("ignore_eos", True):
+        add_notice(
+            meta,
+            notice(
+                "eos_unknown",
+                f"{src}: server.ignore_eos is false: the model's EOS may end "
+                "responses before max_tokens, which servesim cannot know; each request "
+                "generates its max_tokens",
+                n,
+                src,
+            ),
+        )
+    zero = int(np.sum(prompt < 1) + np.sum(output < 1))
+    if zero:
+        add_notice(meta, notice("zero_length_raised", f"{src}: {zero:,} lengths of 0 raised to 1", zero, src))

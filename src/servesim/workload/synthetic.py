@@ -37,25 +37,63 @@ def generate_synthetic(cfg: SyntheticWorkload, seed: int = 0) -> Workload:
     arrival = arrival_times(cfg.arrival, cfg.num_requests, cfg.duration_s, arrival_rng)
     n = len(arrival)
     if n == 0:
-        profile = cfg.arrival.rate_profile
-        expected = (
-            ""
-            if profile is None or cfg.duration_s is None
-            else f" x arrival.rate_profile (expected arrivals "
-            f"{cfg.arrival.rate * float(RateProfile.from_config(profile).cumulative(cfg.duration_s)):.3g})"
-        )
-        raise WorkloadError(
-            f"workload: no arrival before duration_s={cfg.duration_s} at rate "
-            f"{cfg.arrival.rate}/s{expected}; raise duration_s or arrival.rate"
-        )
+        raise _no_arrivals(cfg)
     found: list[dict] = []  # notices: lengths clipped to [min, max]
     prompt = sample_lengths(cfg.prompt_len, n, prompt_rng, "workload.prompt_len", found)
     output = sample_lengths(cfg.output_len, n, output_rng, "workload.output_len", found)
+    group, prefix_len = _prefix_groups(cfg, prompt, group_rng, found)
+    a = cfg.arrival
+    tenant, names = _tenants(cfg, n, tenant_rng)
+    priority = _priorities(cfg, n, priority_rng)
+    return Workload(
+        arrival_s=arrival,
+        num_prompt_tokens=prompt,
+        num_output_tokens=output,
+        prefix_group=group,
+        prefix_len=prefix_len,
+        tenant=tenant,
+        priority=priority,
+        num_samples=np.full(n, cfg.n, np.int64) if cfg.n > 1 else None,
+        prune_at_token=cfg.best_of_prune_at or 0,
+        num_kept_samples=cfg.best_of_keep,
+        source=f"synthetic({a.process}, rate={a.rate:g}/s, seed={total_seed})",
+        meta={
+            "seed": total_seed,
+            "process": a.process,
+            "rate": a.rate,
+            "cv": a.cv,
+            "notices": found,
+            **({"tenant_names": names} if names else {}),
+        },
+    )
+
+
+def _no_arrivals(cfg: SyntheticWorkload) -> WorkloadError:
+    """The error of a run whose arrival process gives no request before ``duration_s``."""
+    profile = cfg.arrival.rate_profile
+    expected = (
+        ""
+        if profile is None or cfg.duration_s is None
+        else f" x arrival.rate_profile (expected arrivals "
+        f"{cfg.arrival.rate * float(RateProfile.from_config(profile).cumulative(cfg.duration_s)):.3g})"
+    )
+    return WorkloadError(
+        f"workload: no arrival before duration_s={cfg.duration_s} at rate "
+        f"{cfg.arrival.rate}/s{expected}; raise duration_s or arrival.rate"
+    )
+
+
+def _prefix_groups(
+    cfg: SyntheticWorkload, prompt: np.ndarray, rng: np.random.Generator, found: list[dict]
+) -> tuple[np.ndarray | None, int]:
+    """Each request's shared-prefix group and the prefix length (None, 0 without groups);
+    a notice in ``found`` where prompts are shorter than the prefix or half the setting is given."""
+    n = len(prompt)
     group, prefix_len = None, 0
     if cfg.prefix_groups > 0 and cfg.prefix_len > 0:
         # Shared prefixes are the first min(prefix_len, prompt) tokens of the prompt, whose
         # length is the sampled total (the convention of the vLLM CPU recorder).
-        group = group_rng.integers(0, cfg.prefix_groups, size=n, dtype=np.int64)
+        group = rng.integers(0, cfg.prefix_groups, size=n, dtype=np.int64)
         prefix_len = cfg.prefix_len
         short = int((prompt < prefix_len).sum())
         if short:
@@ -78,38 +116,25 @@ def generate_synthetic(cfg: SyntheticWorkload, seed: int = 0) -> Workload:
                 "no prompts share a prefix",
             )
         )
-    a = cfg.arrival
-    tenant, names = None, []
-    if cfg.tenant_shares:  # each request's tenant drawn with probability share / total
-        names = list(cfg.tenant_shares)
-        p = np.array([cfg.tenant_shares[k] for k in names], np.float64)
-        tenant = tenant_rng.choice(len(names), size=n, p=p / p.sum()).astype(np.int64)
-    priority = None
-    if cfg.priority_shares:  # each request's priority drawn with probability share / total
-        values = np.array(list(cfg.priority_shares), np.int64)
-        q = np.array(list(cfg.priority_shares.values()), np.float64)
-        priority = values[priority_rng.choice(len(values), size=n, p=q / q.sum())]
-    return Workload(
-        arrival_s=arrival,
-        num_prompt_tokens=prompt,
-        num_output_tokens=output,
-        prefix_group=group,
-        prefix_len=prefix_len,
-        tenant=tenant,
-        priority=priority,
-        num_samples=np.full(n, cfg.n, np.int64) if cfg.n > 1 else None,
-        prune_at_token=cfg.best_of_prune_at or 0,
-        num_kept_samples=cfg.best_of_keep,
-        source=f"synthetic({a.process}, rate={a.rate:g}/s, seed={total_seed})",
-        meta={
-            "seed": total_seed,
-            "process": a.process,
-            "rate": a.rate,
-            "cv": a.cv,
-            "notices": found,
-            **({"tenant_names": names} if names else {}),
-        },
-    )
+    return group, prefix_len
+
+
+def _tenants(cfg: SyntheticWorkload, n: int, rng: np.random.Generator) -> tuple[np.ndarray | None, list[str]]:
+    """Each request's tenant, drawn with probability share / total, and the tenants' names."""
+    if not cfg.tenant_shares:
+        return None, []
+    names = list(cfg.tenant_shares)
+    p = np.array([cfg.tenant_shares[k] for k in names], np.float64)
+    return rng.choice(len(names), size=n, p=p / p.sum()).astype(np.int64), names
+
+
+def _priorities(cfg: SyntheticWorkload, n: int, rng: np.random.Generator) -> np.ndarray | None:
+    """Each request's priority, drawn with probability share / total (None: no priorities)."""
+    if not cfg.priority_shares:
+        return None
+    values = np.array(list(cfg.priority_shares), np.int64)
+    q = np.array(list(cfg.priority_shares.values()), np.float64)
+    return values[rng.choice(len(values), size=n, p=q / q.sum())]
 
 
 # --------------------------------------------------------------------------- arrivals

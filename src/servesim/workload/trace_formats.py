@@ -1,6 +1,8 @@
-"""More trace formats: BurstGPT CSV, ``vllm bench serve --save-result`` JSON, ShareGPT JSON.
+"""Trace formats: Azure 2023/2024, Mooncake and generic records (CSV, JSONL or Parquet, the
+format found from the header or keys by :func:`parse_records`), BurstGPT CSV,
+``vllm bench serve --save-result`` JSON and ShareGPT JSON.
 
-Each parser fills the reader's columns (``traces._Rows``) from ``(where, record)`` pairs,
+Each parser fills the reader's columns (``trace_values._Rows``) from ``(where, record)`` pairs,
 so every bad value names the file, the line (or the list index in a JSON document) and
 the field. Formats, as published:
 
@@ -33,10 +35,47 @@ from typing import Any
 from servesim.errors import WorkloadError
 from servesim.workload.containers import Records, open_text
 from servesim.workload.notices import notice
-from servesim.workload.trace_values import _add_lengths, _bad, _int, _need, _number, _require, _Rows
+from servesim.workload.trace_values import (
+    _adapter,
+    _add_lengths,
+    _azure_ns,
+    _bad,
+    _group,
+    _hash_ids,
+    _int,
+    _model,
+    _need,
+    _number,
+    _prefix_len,
+    _priority,
+    _require,
+    _Rows,
+    _tenant,
+)
 
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
+GENERIC_ARRIVAL = "arrived_at_s"
+GENERIC_PROMPT = ("num_prompt_tokens", "num_prefill_tokens")  # the second: Vidur / arxiv lengths files
+GENERIC_OUTPUT = ("num_output_tokens", "num_decode_tokens")
+GENERIC_OPTIONAL = (
+    "hash_ids",
+    "prefix_group",
+    "prefix_len",
+    "priority",
+    "tenant",
+    "adapter",
+    "lora",
+    "model",
+)
 BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
 BURSTGPT_ALL = ("Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type")
+KNOWN_COLUMNS = {
+    "azure": AZURE_COLUMNS,
+    "mooncake": (*MOONCAKE_KEYS, "hash_ids"),
+    "generic": (GENERIC_ARRIVAL, *GENERIC_PROMPT, *GENERIC_OUTPUT, *GENERIC_OPTIONAL),
+    "burstgpt": BURSTGPT_ALL,
+}
 VLLM_BENCH_KEYS = ("input_lens", "output_lens")
 CHARS_PER_TOKEN = 4.0  # the usual English rule of thumb for GPT-style BPE vocabularies
 
@@ -60,6 +99,137 @@ def document_format(doc: Any) -> str | None:
     if isinstance(doc, list) and doc and isinstance(doc[0], dict) and "conversations" in doc[0]:
         return "sharegpt"
     return None
+
+
+# --------------------------------------------------------------------------- Azure, Mooncake, generic
+
+
+def parse_records(
+    rows: _Rows, format: str, columns: tuple[str, ...] | None, head: str, records: Records
+) -> None:
+    """Detect the format from the header (JSONL: the first record's keys), parse every record.
+
+    ``head`` is where a missing column is reported: the CSV header line, the Parquet file,
+    or (JSONL) the first record's line.
+    """
+    if columns is None:
+        first = next(records, None)
+        if first is None:
+            raise WorkloadError(f"{rows.name}: no requests (the file is empty)")
+        head, columns = first[0], tuple(first[1])
+        records = _chain(first, records)
+    if format == "auto":
+        if all(c in columns for c in AZURE_COLUMNS):
+            format = "azure"
+        elif all(c in columns for c in MOONCAKE_KEYS):
+            format = "mooncake"
+        elif all(c in columns for c in BURSTGPT_COLUMNS):
+            format = "burstgpt"
+        else:
+            format = "generic"
+    rows.format, rows.columns = format, columns
+    if format in ("vllm_bench", "sharegpt"):
+        raise WorkloadError(f"{rows.name}: format {format}: expected a .json document")
+    parser = {
+        "azure": parse_azure,
+        "mooncake": parse_mooncake,
+        "generic": parse_generic,
+        "burstgpt": parse_burstgpt,
+    }[format]
+    parser(rows, columns, head, records)
+    if not rows.prompt:
+        raise WorkloadError(f"{rows.name}: no requests (the file has a header but no rows)")
+
+
+def _chain(first: tuple[str, dict[str, Any]], rest: Records) -> Records:
+    yield first
+    yield from rest
+
+
+def parse_azure(rows: _Rows, columns: tuple[str, ...], head: str, records: Records) -> None:
+    _require(columns, AZURE_COLUMNS, head, f"Azure traces need {', '.join(AZURE_COLUMNS)}")
+    days: dict[str, int] = {}
+    for where, rec in records:
+        rows.arrival.append(_azure_ns(_need(rec, "TIMESTAMP", where), where, days))
+        _add_lengths(
+            rows,
+            where,
+            _need(rec, "ContextTokens", where),
+            "ContextTokens",
+            _need(rec, "GeneratedTokens", where),
+            "GeneratedTokens",
+        )
+
+
+def parse_mooncake(rows: _Rows, columns: tuple[str, ...], head: str, records: Records) -> None:
+    _require(columns, MOONCAKE_KEYS, head, f"Mooncake traces need {', '.join(MOONCAKE_KEYS)}")
+    rows.hash_ids = []
+    for where, rec in records:
+        rows.arrival.append(
+            _number(
+                _need(rec, "timestamp", where), where, "timestamp", "a non-negative number of milliseconds"
+            )
+            / 1000.0
+        )
+        _add_lengths(
+            rows,
+            where,
+            _need(rec, "input_length", where),
+            "input_length",
+            _need(rec, "output_length", where),
+            "output_length",
+        )
+        rows.hash_ids.append(_hash_ids(rec.get("hash_ids"), where, "hash_ids"))
+
+
+def parse_generic(rows: _Rows, columns: tuple[str, ...], head: str, records: Records) -> None:
+    prompt_col = next((c for c in GENERIC_PROMPT if c in columns), GENERIC_PROMPT[0])
+    output_col = next((c for c in GENERIC_OUTPUT if c in columns), GENERIC_OUTPUT[0])
+    _require(
+        columns,
+        (prompt_col, output_col),
+        head,
+        f"generic traces need {GENERIC_ARRIVAL}, {GENERIC_PROMPT[0]}, {GENERIC_OUTPUT[0]}",
+    )
+    rows.lengths_only = GENERIC_ARRIVAL not in columns
+    has_hash, has_group = "hash_ids" in columns, "prefix_group" in columns
+    has_plen, has_prio = "prefix_len" in columns, "priority" in columns
+    has_tenant = "tenant" in columns
+    rows.hash_ids = [] if has_hash else None
+    rows.group = [] if has_group else None
+    rows.priority = [] if has_prio else None
+    rows.tenant = [] if has_tenant else None
+    adapter_col = next((c for c in ("adapter", "lora") if c in columns), None)
+    rows.adapter = [] if adapter_col else None
+    has_model = "model" in columns
+    rows.model = [] if has_model else None
+    for where, rec in records:
+        if not rows.lengths_only:
+            rows.arrival.append(
+                _number(
+                    _need(rec, GENERIC_ARRIVAL, where),
+                    where,
+                    GENERIC_ARRIVAL,
+                    "a non-negative number of seconds",
+                )
+            )
+        _add_lengths(
+            rows, where, _need(rec, prompt_col, where), prompt_col, _need(rec, output_col, where), output_col
+        )
+        if has_hash:
+            rows.hash_ids.append(_hash_ids(rec.get("hash_ids"), where, "hash_ids"))  # type: ignore[union-attr]
+        if has_group:
+            rows.group.append(_group(rows, rec.get("prefix_group")))  # type: ignore[union-attr]
+        if has_plen:
+            _prefix_len(rows, rec.get("prefix_len"), where)
+        if has_prio:
+            rows.priority.append(_priority(rec.get("priority"), where))  # type: ignore[union-attr]
+        if has_tenant:
+            rows.tenant.append(_tenant(rows, rec.get("tenant"), where))  # type: ignore[union-attr]
+        if adapter_col:
+            rows.adapter.append(_adapter(rows, rec.get(adapter_col)))  # type: ignore[union-attr]
+        if has_model:
+            rows.model.append(_model(rows, rec.get("model")))  # type: ignore[union-attr]
 
 
 # --------------------------------------------------------------------------- BurstGPT

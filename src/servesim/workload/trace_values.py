@@ -99,9 +99,6 @@ def _azure_ns(raw: Any, where: str, days: dict[str, int]) -> int:
     return secs * 1_000_000_000 + (int(frac.ljust(9, "0")) if frac else 0)
 
 
-# --------------------------------------------------------------------------- to a Workload
-
-
 # --------------------------------------------------------------------------- columns
 
 
@@ -169,3 +166,54 @@ def _add_lengths(rows: _Rows, where: str, p_raw: Any, p_col: str, o_raw: Any, o_
         p, o = max(p, 1), max(o, 1)
     rows.prompt.append(p)
     rows.output.append(o)
+
+
+# --------------------------------------------------------------------------- ids and shared values
+
+
+def _group(rows: _Rows, raw: Any) -> int:
+    """Distinct non-empty group values become 0, 1, 2, ... in order of first appearance."""
+    if raw is None:
+        return -1
+    key = str(raw).strip()
+    if key in ("", "-1"):
+        return -1
+    return rows.group_ids.setdefault(key, len(rows.group_ids))
+
+
+def _tenant(rows: _Rows, raw: Any, where: str) -> int:
+    """Distinct tenant values (names or numbers) become 0, 1, 2, ... in order of first appearance."""
+    key = "" if raw is None else str(raw).strip()
+    if not key:
+        raise _bad(where, "tenant", "a tenant name or number", raw)
+    return rows.tenant_ids.setdefault(key, len(rows.tenant_ids))
+
+
+def _adapter(rows: _Rows, raw: Any) -> int:
+    """A LoRA adapter's name: distinct names become 0, 1, 2, ... in order of first appearance;
+    an empty cell (or "base") is the base model, -1."""
+    key = "" if raw is None else str(raw).strip()
+    if key in ("", "base"):
+        return -1
+    return rows.adapter_ids.setdefault(key, len(rows.adapter_ids))
+
+
+def _model(rows: _Rows, raw: Any) -> int:
+    """The model a request names (the OpenAI API's model field): distinct names become 0, 1, 2,
+    ... in order of first appearance; an empty cell is the scenario's model.name, -1."""
+    key = "" if raw is None else str(raw).strip()
+    if not key:
+        return -1
+    return rows.model_ids.setdefault(key, len(rows.model_ids))
+
+
+def _prefix_len(rows: _Rows, raw: Any, where: str) -> None:
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return
+    x = _int(raw)
+    if x is None or x < 0:
+        raise _bad(where, "prefix_len", "a non-negative integer", raw)
+    if rows.prefix_len is None:
+        rows.prefix_len = x
+    elif x != rows.prefix_len:
+        raise _bad(where, "prefix_len", f"the same value on every row ({rows.prefix_len})", raw)
