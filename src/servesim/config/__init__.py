@@ -21,6 +21,7 @@ from servesim.config.cluster import (
     DisaggConfig,
     KvLinkConfig,
     MigrationConfig,
+    OverflowConfig,
     PoolConfig,
     RouterName,
 )
@@ -97,6 +98,7 @@ __all__ = [
     "LengthDist",
     "LinksConfig",
     "MigrationConfig",
+    "OverflowConfig",
     "MixtureWorkload",
     "ModelConfig",
     "ParallelConfig",
