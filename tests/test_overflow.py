@@ -43,14 +43,18 @@ def cfg(
     kw.setdefault("link", KvLinkConfig(bandwidth_gb_per_s=BW_GBPS, latency_us=0.0))
     kw.setdefault("router", "least_work")
     over = OverflowConfig(enabled=True, prefill_queue_tokens=queue, decode_capacity_tokens=capacity)
-    return ClusterConfig(
-        pools=[
-            PoolConfig(name="p", role="prefill", num_replicas=n_p),
-            PoolConfig(name="d", role="decode", num_replicas=n_d),
-        ],
-        disaggregation=DisaggConfig(decode_prefill_fraction=frac, colocate_below_tokens=below, overflow=over),
-        **kw,
-    )  # type: ignore[arg-type]
+    return ClusterConfig.model_validate(
+        {
+            "pools": [
+                PoolConfig(name="p", role="prefill", num_replicas=n_p),
+                PoolConfig(name="d", role="decode", num_replicas=n_d),
+            ],
+            "disaggregation": DisaggConfig(
+                decode_prefill_fraction=frac, colocate_below_tokens=below, overflow=over
+            ),
+            **kw,
+        }
+    )
 
 
 def counts(lent: int = 0, borrowed: int = 0, returned: int = 0, whole: int = 0) -> dict[str, int]:

@@ -46,21 +46,43 @@ are not counted as its queue; a replica back in its pool keeps nothing of its mi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from servesim.cluster.loads import pending_prefill_tokens
+from servesim.cluster.router import ReplicaLoad, Router, RouterState
+from servesim.cluster.spec import PoolSpec
 from servesim.config import OverflowConfig
+from servesim.engine.replica import Replica
 from servesim.engine.request import Request
 
-if TYPE_CHECKING:
-    from servesim.cluster.cluster import Cluster
+
+class OverflowHost(Protocol):
+    """What the mixed pool uses of the cluster it serves (``servesim.cluster.Cluster``)."""
+
+    replicas: list[Replica]
+    pool_of: list[PoolSpec]  # replica index -> its pool
+    outstanding: list[int]  # requests routed to each replica and not finished
+    front: list[int]  # the serving prefill replicas
+    back: list[int]  # the serving decode replicas
+    front_router: Router
+    back_router: Router
+    front_state: RouterState
+    back_state: RouterState
+
+    def loads(self, ids: list[int], req: Request, router: Router) -> list[ReplicaLoad]:
+        """Each candidate's load as ``router`` sees it now."""
+        ...
+
+    def quiet_of(self, pool: PoolSpec) -> bool:
+        """Whether ``pool``'s replicas step on quiet events."""
+        ...
 
 
 class MixedPool:
     """Which replicas are mixed, what each holds reserved, and the placements of a cluster
     whose pools overflow (the module's docstring)."""
 
-    def __init__(self, cluster: Cluster, cfg: OverflowConfig) -> None:
+    def __init__(self, cluster: OverflowHost, cfg: OverflowConfig) -> None:
         self.cluster = cluster
         self.queue_tokens = cfg.prefill_queue_tokens
         pools = cluster.pool_of

@@ -232,7 +232,7 @@ class ClusterConfig(_Strict):
             self._check_overflow(roles)
         return self
 
-    def _check_overflow(self, roles: set[str]) -> None:
+    def _check_overflow(self, roles: set[PoolRole]) -> None:
         """The mixed pool needs a prefill and a decode pool of one model and a fixed fleet."""
         where = "disaggregation.overflow.enabled"
         if "prefill" not in roles:
