@@ -100,6 +100,21 @@ def test_past_the_prefill_threshold_a_decode_replica_runs_the_prompt_whole() -> 
     assert dec.kv_transfer_bytes == 100 * KV_BYTES
 
 
+def test_the_prompt_in_flight_counts_as_pending() -> None:
+    # r0's 200-token prompt runs 0-0.01 (one output token: no hand-off). At 0.005 r1 queues
+    # behind it; r2 then finds r1's 100 waiting, r0's 200 in flight and one running request:
+    # 301 + 100 > 250 (without the step in flight, 101 + 100 would pass), so the decode
+    # replica is lent and runs r2 whole (0.005-0.025). r1's prompt runs 0.01-0.02 and
+    # decodes on the mixed replica after 0.1 s of KV transfer: 0.13.
+    wl = make_workload([0.0, 0.005, 0.005], [200, 100, 100], [1, 2, 2])
+    run = run_cluster(wl, [pool("p", "prefill"), pool("d", "decode")], cfg(queue=250), check_invariants=True)
+    r = run.records
+    assert r.replica.tolist() == [0, 1, 1]
+    np.testing.assert_allclose(r.first_token_s, [0.01, 0.02, 0.015])
+    np.testing.assert_allclose(r.finished_s, [0.01, 0.13, 0.025])
+    assert run.overflow == counts(lent=1, returned=1, whole=1)
+
+
 def test_a_lent_prompt_moves_on_when_its_replica_is_not_the_decode_pick() -> None:
     # Decode router round robin over replicas 1 and 2. r0 (t=0) decodes on 1 until 0.40; r1
     # (t=0.05) on 2, done at 0.18. At t=0.2 r2 takes the idle prefill replica and r3 finds it

@@ -30,9 +30,9 @@ its loop, a prefill replica borrowed for decodes decodes in its own.
 
 ``MixedPool`` is this for any split cluster (``cluster.disaggregation.overflow``): the front
 router's pick stands in for the artifact's fewest pending tokens (and is checked first), the
-decode router's pick for its least memory; pending tokens are the ``least_work`` router's
-(``cluster.loads.pending_prefill_tokens`` plus one per running request), a replica has a
-queue when its scheduler has a waiting request, and reservations count prompt + ``max_tokens``
+decode router's pick for its least memory; pending tokens are the prompt tokens of the
+requests whose first token is not out plus one per running request (``pending_tokens``), a
+replica has a queue when its scheduler has a waiting request, and reservations count prompt + ``max_tokens``
 tokens against ``decode_capacity_tokens`` (default: the replica's KV cache).
 
 Simplified: servesim picks the decode replica when the prompt is done (the artifact at the
@@ -48,10 +48,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from servesim.cluster.loads import pending_prefill_tokens
 from servesim.cluster.router import ReplicaLoad, Router, RouterState
 from servesim.cluster.spec import PoolSpec
 from servesim.config import OverflowConfig
+from servesim.engine.lazy import LazyScheduler
 from servesim.engine.replica import Replica
 from servesim.engine.request import Request
 
@@ -104,10 +104,18 @@ class MixedPool:
     # ----------------------------------------------------------------- loads
 
     def pending_tokens(self, i: int) -> int:
-        """Replica ``i``'s pending tokens: prompt tokens still to compute plus one per running
-        request (the artifact's ``sched_pending_tokens``)."""
+        """Replica ``i``'s pending tokens (the artifact's ``sched_pending_tokens``): the prompt
+        tokens of its requests whose first token is not out, the step in flight's included (the
+        artifact counts a prompt until its task completes; servesim's schedulers count a chunk
+        computed once scheduled), plus one per running request."""
         sched = self.cluster.replicas[i].scheduler
-        return pending_prefill_tokens(sched) + len(sched.running)
+        n = 0
+        for r in sched.waiting:
+            n += r.num_prompt_tokens + r.num_output_tokens - r.num_computed_tokens
+        for r in sched.individual if isinstance(sched, LazyScheduler) else sched.running:
+            if r.num_output_tokens == 0:
+                n += r.num_prompt_tokens
+        return n + len(sched.running)
 
     def is_long(self, i: int, prompt: int) -> bool:
         """Whether replica ``i``'s queue is too long for a prompt of ``prompt`` tokens
