@@ -57,12 +57,15 @@ def cfg(
     )
 
 
-def counts(lent: int = 0, borrowed: int = 0, returned: int = 0, whole: int = 0) -> dict[str, int]:
+def counts(
+    lent: int = 0, borrowed: int = 0, returned: int = 0, whole: int = 0, rerouted: int = 0
+) -> dict[str, int]:
     return {
         "num_lent": lent,
         "num_borrowed": borrowed,
         "num_returned": returned,
         "num_whole": whole,
+        "num_rerouted": rerouted,
         "num_mixed_at_end": lent + borrowed - returned,
     }
 
@@ -98,6 +101,19 @@ def test_past_the_prefill_threshold_a_decode_replica_runs_the_prompt_whole() -> 
     pre, dec = run.totals
     assert (pre.num_routed, dec.num_routed, dec.num_kv_transfers) == (1, 2, 1)
     assert dec.kv_transfer_bytes == 100 * KV_BYTES
+
+
+def test_an_overloaded_pick_passes_the_prompt_to_a_less_loaded_prefill_replica() -> None:
+    # Round robin sends r0 (100 tokens) to replica 0 and r1 (10) to replica 1; its next pick
+    # for r2, replica 0, has 100 waiting (100 + 100 > 150), replica 1 only 10 (10 + 100 <= 150):
+    # r2 joins r1's step there, and nothing is lent. One output token each: no hand-off.
+    wl = make_workload([0.0, 0.0, 0.0], [100, 10, 100], 1)
+    run = run_cluster(
+        wl, [pool("p", "prefill", 2), pool("d", "decode")], cfg(2, 1, queue=150, router="round_robin")
+    )
+    assert run.records.replica.tolist() == [0, 1, 1]
+    np.testing.assert_allclose(run.records.finished_s, [0.01] * 3)
+    assert run.overflow == counts(rerouted=1)
 
 
 def test_the_prompt_in_flight_counts_as_pending() -> None:

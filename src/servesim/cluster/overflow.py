@@ -100,6 +100,7 @@ class MixedPool:
         self.num_borrowed = 0  # prefill replicas that joined to run decodes
         self.num_returned = 0  # mixed replicas back in their pools
         self.num_whole = 0  # requests run whole on one replica (no KV transfer)
+        self.num_rerouted = 0  # prompts the front router's overloaded pick passed to a less loaded one
 
     # ----------------------------------------------------------------- loads
 
@@ -182,6 +183,7 @@ class MixedPool:
                 return self._prompt_at(req, i, prompt)
             i = self.least_pending(own)
             if not self.is_long(i, prompt):
+                self.num_rerouted += 1
                 return self._prompt_at(req, i, prompt)
         if self.mixed:
             i = self.least_pending(self.mixed)
@@ -245,5 +247,6 @@ class MixedPool:
             "num_borrowed": self.num_borrowed,
             "num_returned": self.num_returned,
             "num_whole": self.num_whole,
+            "num_rerouted": self.num_rerouted,
             "num_mixed_at_end": len(self.mixed),
         }
