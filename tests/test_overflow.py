@@ -301,3 +301,18 @@ def test_no_request_lost_or_duplicated(
     assert o["num_mixed_at_end"] == 0 and o["num_returned"] == o["num_lent"] + o["num_borrowed"]
     # A hand-off moves KV unless the request decodes where its prompt ran.
     assert sum(t.num_kv_transfers for t in run.totals) <= run.num_handoffs
+
+
+def test_splitwises_artifact_semantics_run_the_mixed_pool() -> None:
+    """The artifact runs ``MixedPoolScheduler`` for its split designs (mixed_pool.yml: 8,192
+    pending prompt tokens; full at (8 x 80 GiB - 135e9 B) / (2 x 8,192 x 80 x 2 B) = 210,645.6
+    tokens, rounded up), ``TokenJSQScheduler`` for its baselines; servesim's reading runs none."""
+    from servesim.papers import splitwise
+
+    perfs = splitwise.perf_models(token_lookup=True)
+    over = splitwise.cluster("Splitwise-AA", perfs, splitwise.ARTIFACT)[0].disaggregation.overflow
+    assert (over.enabled, over.prefill_queue_tokens, over.decode_capacity_tokens) == (True, 8192, 210_646)
+    assert not splitwise.cluster("Baseline-H100", perfs, splitwise.ARTIFACT)[
+        0
+    ].disaggregation.overflow.enabled
+    assert not splitwise.cluster("Splitwise-HA", perfs)[0].disaggregation.overflow.enabled
