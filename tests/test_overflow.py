@@ -316,3 +316,29 @@ def test_splitwises_artifact_semantics_run_the_mixed_pool() -> None:
         0
     ].disaggregation.overflow.enabled
     assert not splitwise.cluster("Splitwise-HA", perfs)[0].disaggregation.overflow.enabled
+
+
+def test_cut_runs_give_the_reference_loops_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lent decode replicas step on loud events while they may hand a prompt on: runs of decode
+    steps cut at arrivals (``cluster.CUT_RUNS``) give what the loop that ends every run at
+    every arrival gives, with many lends, borrows and returns."""
+    import servesim.cluster.cluster as cl
+
+    rng = np.random.default_rng(3)
+    n = 300
+    wl = make_workload(
+        np.sort(rng.uniform(0, 3.0, n)).tolist(),
+        rng.integers(20, 300, n).tolist(),
+        rng.integers(1, 40, n).tolist(),
+    )
+    pools = [pool("p", "prefill", 2, blocks=60, seqs=16), pool("d", "decode", 3, blocks=60, seqs=16)]
+    c = cfg(2, 3, queue=300, capacity=900, decode_router="least_kv")
+    runs = []
+    for cut in (True, False):
+        monkeypatch.setattr(cl, "CUT_RUNS", cut)
+        runs.append(run_cluster(wl, pools, c))
+    a, b = runs
+    assert a.overflow == b.overflow and a.overflow["num_lent"] > 0 and a.overflow["num_borrowed"] > 0
+    np.testing.assert_array_equal(a.records.replica, b.records.replica)
+    np.testing.assert_allclose(a.records.finished_s, b.records.finished_s)
+    np.testing.assert_allclose(a.records.first_token_s, b.records.first_token_s)
