@@ -28,19 +28,23 @@ A mixed machine runs prompts and tokens in one batch (``SplitwiseInstance.select
 servesim runs it as its replica's own engine: a decode replica lent a prompt prefills it in
 its loop, a prefill replica borrowed for decodes decodes in its own.
 
-``MixedPool`` is this for any split cluster (``cluster.disaggregation.overflow``): the front
-router's pick stands in for the artifact's fewest pending tokens (and is checked first), the
-decode router's pick for its least memory; pending tokens are the prompt tokens of the
-requests whose first token is not out plus one per running request (``pending_tokens``), a
-replica has a queue when its scheduler has a waiting request, and reservations count prompt + ``max_tokens``
-tokens against ``decode_capacity_tokens`` (default: the replica's KV cache).
+``MixedPool`` is this for any split cluster (``cluster.disaggregation.overflow``). A prompt
+goes to the front router's pick unless it is overloaded, then to the prefill replica with the
+fewest pending tokens (the artifact's own pick) unless that one is too; a decode goes to the
+decode router's pick unless it is full, then to the decode replica with the fewest tokens
+reserved. Pending tokens are the prompt tokens of the requests whose first token is not out
+plus one per running request (``pending_tokens``); a replica has a queue when its scheduler
+has a waiting request; a request reserves prompt + ``max_tokens`` tokens (the artifact one
+more) against ``decode_capacity_tokens`` (default: the replica's KV cache).
 
 Simplified: servesim picks the decode replica when the prompt is done (the artifact at the
 arrival), so a full decode pool borrows then, and a request that nothing can hold stays where
 its prompt ran (the artifact runs such a request whole from its arrival); a lent prompt runs
 whole on its decode replica when that replica is also the decode router's pick at the arrival
-(the artifact's same-machine case), else its KV moves on; requests in a replica's API server
-are not counted as its queue; a replica back in its pool keeps nothing of its mixed time.
+(the artifact's same-machine case), else its KV moves on; requests still in a replica's API
+server are not counted in its queue; a request that stays where its prompt ran keeps no blocks
+in between (it is admitted again, its KV computed: the blocks are allocated again, nothing
+recomputed).
 """
 
 from __future__ import annotations
