@@ -284,11 +284,22 @@ def test_no_request_lost_or_duplicated(
         finishes.append(req.idx)  # type: ignore[attr-defined]
         orig(self, req)  # type: ignore[arg-type]
 
+    import servesim.cluster.overflow as ov
+
+    made: list[ov.MixedPool] = []
+    init = ov.MixedPool.__init__
+
+    def keep(self: ov.MixedPool, cluster: ov.OverflowHost, cfg: OverflowConfig) -> None:
+        init(self, cluster, cfg)
+        made.append(self)
+
     cl.Cluster._done = spy  # type: ignore[method-assign]
+    ov.MixedPool.__init__ = keep  # type: ignore[method-assign]
     try:
         run = run_cluster(wl, pools, c, check_invariants=True)
     finally:
         cl.Cluster._done = orig  # type: ignore[method-assign]
+        ov.MixedPool.__init__ = init  # type: ignore[method-assign]
     rec = run.records
     usable = (blocks - 1) * 16
     servable = [p + o <= usable and p < 1024 for _, p, o in reqs]
@@ -299,6 +310,9 @@ def test_no_request_lost_or_duplicated(
     # Every replica lent or borrowed is back in its pool once nothing is left in flight.
     o = run.overflow
     assert o["num_mixed_at_end"] == 0 and o["num_returned"] == o["num_lent"] + o["num_borrowed"]
+    # and every reservation is released.
+    (mixed,) = made
+    assert mixed.held == {} and mixed.reserved == [0] * (n_p + n_d)
     # A hand-off moves KV unless the request decodes where its prompt ran.
     assert sum(t.num_kv_transfers for t in run.totals) <= run.num_handoffs
 

@@ -388,7 +388,10 @@ class Cluster:
             if not self.back:  # (several models: every model has decode replicas, no operations)
                 self._operations().park(req)
                 return
-            self._deliver(self._route_back(req), req)  # served whole by a decode replica
+            d = self._route_back(req)  # served whole by a decode replica
+            if self.overflow is not None:  # its tokens count against the replica's room
+                self.overflow.hold(req, d, req.num_prompt_tokens + req.max_tokens)
+            self._deliver(d, req)
             return
         if not front:  # every replica of the stage is starting, failed or stopped
             self._operations().park(req)
