@@ -180,7 +180,7 @@ class MixedPool:
         overloaded, the least loaded of those left."""
         c = self.cluster
         prompt, need = req.num_prompt_tokens, req.num_prompt_tokens + req.max_tokens
-        own = [i for i in front if not self.is_mixed[i]]
+        own = [i for i in front if not self.is_mixed[i]] if self.mixed else front
         if own:
             i = own[c.front_router(req, c.loads(own, req, c.front_router), c.front_state)]
             if not self.is_long(i, prompt):
@@ -219,7 +219,7 @@ class MixedPool:
         all full, ``src`` itself."""
         c = self.cluster
         self.release(req)
-        own = [d for d in c.back if not self.is_mixed[d]]
+        own = [d for d in c.back if not self.is_mixed[d]] if self.mixed else c.back
         dst = -1
         if own:
             d = own[c.back_router(req, c.loads(own, req, c.back_router), c.back_state)]
