@@ -299,9 +299,10 @@ class Cluster:
         self.pool_of.append(pool)
 
     def quiet_of(self, pool: PoolSpec) -> bool:
-        """Whether ``pool``'s replicas step on quiet events: their finishes route nothing (a
-        prefill replica's hand a request on; a lone replica's step ends cut no other
-        replica's runs: they stay ordinary events)."""
+        """Whether ``pool``'s replicas step on quiet events (their finishes route nothing): not
+        a prefill pool's, whose finishes hand requests on (nor a decode replica's while the
+        mixed pool has lent it a prompt: ``MixedPool.join``), nor a lone replica's, whose step
+        ends cut no other replica's runs (they stay ordinary events)."""
         return self.quiet_steps and pool.role != "prefill" and not self.finishes_in_runs
 
     # ----------------------------------------------------------------- arrivals
