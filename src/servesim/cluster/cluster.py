@@ -22,6 +22,10 @@ shared ``EventLoop``; the cluster only decides where requests go and moves them:
   and the first token (so TTFT is measured at the decode replica).
 * **Per-request choice**: prompts shorter than ``colocate_below_tokens`` skip the prefill
   pool and are served whole by a decode replica.
+* **Mixed pool** (Splitwise's ``MixedPoolScheduler``, ``disaggregation.overflow``,
+  ``cluster.overflow``): an overloaded prefill pool lends a prompt to a decode replica and a
+  full decode pool borrows a prefill replica; a request whose two phases land on one replica
+  runs there whole, its KV never moving.
 
 Simplifications: the prefill replica frees a request's blocks when its first token comes
 out (real systems hold them until the transfer completes); KV transfers start when the
@@ -54,7 +58,7 @@ from servesim.engine.arrivals import (
     rejection_reason,
 )
 from servesim.engine.build import build_replica
-from servesim.engine.events import EventLoop
+from servesim.engine.events import ARRIVAL, EventLoop
 from servesim.engine.frontend import api_servers_per_rank
 from servesim.engine.lazy import LazyScheduler
 from servesim.engine.replica import Replica
@@ -67,6 +71,7 @@ if TYPE_CHECKING:  # operations, and features a plain run does not use, imported
     from servesim.cluster.migration import Migrator
     from servesim.cluster.models import ModelRoutes
     from servesim.cluster.operations import Operations
+    from servesim.cluster.overflow import MixedPool
     from servesim.engine.tenants import TenantGate, TenantSetup
 
 # Routers that read nothing of a replica's load but how many candidates there are, or their
@@ -196,6 +201,12 @@ class Cluster:
             from servesim.cluster.migration import Migrator
 
             self.migrator = Migrator(self, cfg.migration, sorted(migrating))
+        # Splitwise's mixed pool: the prefill and decode pools lend each other replicas.
+        self.overflow: MixedPool | None = None
+        if cfg.disaggregation.overflow.enabled and self.is_disagg:
+            from servesim.cluster.overflow import MixedPool
+
+            self.overflow = MixedPool(self, cfg.disaggregation.overflow)
 
     def _group_ranks(self, replicas: list[Replica], dp: int, own_servers: bool) -> None:
         """Each ``dp`` consecutive replicas are the DP ranks of one server: they step in
@@ -275,8 +286,7 @@ class Cluster:
             finishes_in_runs=self.finishes_in_runs,
             tenant_weights=None if self.tenants is None else self.tenants.weights,
         )
-        # (a lone replica's step ends cut no other replica's runs: they stay ordinary events)
-        rep.quiet = self.quiet_steps and pool.role != "prefill" and not self.finishes_in_runs
+        rep.quiet = self.quiet_of(pool)
         rep.cut_runs = self.cut_runs
         # Replicas of one pool time their runs on the same perf model: one cache of its terms
         # per pool size (not with operations, whose power caps change a pool's clock).
@@ -287,6 +297,13 @@ class Cluster:
         self.usable_tokens = min(self.usable_tokens, (pool.num_gpu_blocks - 1) * pool.engine.block_size)
         self.replicas.append(rep)
         self.pool_of.append(pool)
+
+    def quiet_of(self, pool: PoolSpec) -> bool:
+        """Whether ``pool``'s replicas step on quiet events (their finishes route nothing): not
+        a prefill pool's, whose finishes hand requests on (nor a decode replica's while the
+        mixed pool has lent it a prompt: ``MixedPool.join``), nor a lone replica's, whose step
+        ends cut no other replica's runs (they stay ordinary events)."""
+        return self.quiet_steps and pool.role != "prefill" and not self.finishes_in_runs
 
     # ----------------------------------------------------------------- arrivals
 
@@ -372,15 +389,24 @@ class Cluster:
             if not self.back:  # (several models: every model has decode replicas, no operations)
                 self._operations().park(req)
                 return
-            self._deliver(self._route_back(req), req)  # served whole by a decode replica
+            d = self._route_back(req)  # served whole by a decode replica
+            if self.overflow is not None:  # its tokens count against the replica's room
+                self.overflow.hold(req, d, req.num_prompt_tokens + req.max_tokens)
+            self._deliver(d, req)
             return
         if not front:  # every replica of the stage is starting, failed or stopped
             self._operations().park(req)
             return
         view = self.stale_views.pop(req.idx, None) if self.stale_views else None
-        if view is None:
-            view = self.loads(front, req, self.front_router)
-        i = front[self.front_router(req, view, state)]
+        if self.overflow is not None:  # reads the replicas as they are now
+            i, whole = self.overflow.place_prompt(req, front, self.back)
+            if whole:
+                self._deliver(i, req)
+                return
+        else:
+            if view is None:
+                view = self.loads(front, req, self.front_router)
+            i = front[self.front_router(req, view, state)]
         if self.is_disagg:
             p = req.num_prompt_tokens
             self.handoff[req.idx] = (p, req.max_tokens)
@@ -406,6 +432,9 @@ class Cluster:
             self._done(req)
             if self.ops is not None:
                 self.ops.on_replica_idle_check(src)
+            if self.overflow is not None:
+                self.overflow.release(req)
+                self.overflow.on_left(src)
             return
         if self.ops is not None and not self.back:  # no decode replica serves: sent again
             req.num_prompt_tokens, req.max_tokens = saved
@@ -425,12 +454,18 @@ class Cluster:
         req.block_hashes = []  # recomputed on the decode replica (its own block size)
         req.prev_blocks = None
         self.num_handoffs += 1
-        dst = self._route_back(req)
+        mixed = self.overflow
+        dst = self._route_back(req) if mixed is None else mixed.place_decode(req, src, prompt + max_tokens)
         self.outstanding[dst] += 1
         self.replicas[dst].totals.num_routed += 1
-        self.send_kv(src, dst, req, computed)
+        if dst == src:  # (the mixed pool) it decodes where its prompt ran: no KV moves
+            self.loop.at(self.loop.now, self.replicas[dst].on_engine_arrival, req, ARRIVAL)
+        else:
+            self.send_kv(src, dst, req, computed)
         if self.ops is not None:
             self.ops.on_replica_idle_check(src)
+        if mixed is not None:
+            mixed.on_left(src)
 
     def _done(self, req: Request) -> None:
         self.live.pop(req.idx, None)

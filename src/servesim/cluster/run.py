@@ -184,4 +184,5 @@ def run_cluster(
         ops.fleet if ops is not None else None,
         ops.notices if ops is not None else [],
         cluster.tenant_run(),
+        cluster.overflow.counts() if cluster.overflow is not None else {},
     )

@@ -67,3 +67,5 @@ class ClusterRun:
     fleet: Any = None  # cluster.fleet.Fleet: each replica's start, ready and end times
     notices: list[dict[str, Any]] = field(default_factory=list)  # operations configured that did not happen
     tenants: TenantRun | None = None  # a run with tenants (``TenantRun``)
+    # What the mixed pool did (``cluster.overflow.MixedPool.counts``); empty without it.
+    overflow: dict[str, int] = field(default_factory=dict)

@@ -23,6 +23,7 @@ from servesim.config.cluster import (
     DisaggConfig,
     KvLinkConfig,
     MigrationConfig,
+    OverflowConfig,
     PoolConfig,
     RouterName,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "LengthDist",
     "LinksConfig",
     "MigrationConfig",
+    "OverflowConfig",
     "MixtureWorkload",
     "ModelConfig",
     "ParallelConfig",

@@ -90,6 +90,35 @@ class KvLinkConfig(_Strict):
     )
 
 
+class OverflowConfig(_Strict):
+    """Splitwise's mixed pool (``MixedPoolScheduler`` of Mutinifni/splitwise-sim at 8f99e7d;
+    servesim.cluster.overflow): an overloaded prefill pool lends prompts to decode replicas,
+    a full decode pool borrows prefill replicas; a lent or borrowed replica serves both phases
+    until it is idle, then returns to its pool."""
+
+    enabled: bool = Field(False, description="Let the two pools overflow into each other.")
+    prefill_queue_tokens: int = Field(
+        8192,
+        ge=1,
+        json_schema_extra={"unit": "tokens"},
+        description=(
+            "A prefill replica is overloaded when it has waiting requests and its pending tokens "
+            "(prompt tokens still to compute plus one per running request) plus the new prompt pass "
+            "this (the artifact's prompt_max_pending_batch_tokens, mixed_pool.yml)."
+        ),
+    )
+    decode_capacity_tokens: int | None = Field(
+        None,
+        ge=1,
+        json_schema_extra={"unit": "tokens"},
+        description=(
+            "A decode replica is full when the tokens its requests hold at their longest (prompt + "
+            "max_tokens of each routed and not finished) plus the new request's reach this; None: "
+            "its KV cache's tokens."
+        ),
+    )
+
+
 class DisaggConfig(_Strict):
     """Prefill/decode disaggregation (docs/cluster.md)."""
 
@@ -110,6 +139,9 @@ class DisaggConfig(_Strict):
         description=(
             "Prompts shorter than this skip the prefill pool and are served whole by a decode replica."
         ),
+    )
+    overflow: OverflowConfig = Field(
+        OverflowConfig(), description="Splitwise's mixed pool: the pools lend replicas to each other."
     )
 
 
@@ -196,7 +228,21 @@ class ClusterConfig(_Strict):
             )
         if self.operations is not None:
             self._check_operations(self.operations, set(names))
+        if self.disaggregation.overflow.enabled:
+            self._check_overflow(roles)
         return self
+
+    def _check_overflow(self, roles: set[PoolRole]) -> None:
+        """The mixed pool needs a prefill and a decode pool of one model and a fixed fleet."""
+        where = "disaggregation.overflow.enabled"
+        if "prefill" not in roles:
+            raise ValueError(f"{where} needs a prefill and a decode pool (this cluster has {sorted(roles)})")
+        if len({p.model for p in self.pools}) > 1 or any(p.served_model_name for p in self.pools):
+            raise ValueError(f"{where} does not combine with pools of several models")
+        if self.operations is not None:
+            raise ValueError(f"{where} does not combine with operations (a fixed fleet only)")
+        if self.migration.enabled:
+            raise ValueError(f"{where} does not combine with migration.enabled")
 
     def _check_operations(self, ops: OperationsConfig, names: set[str]) -> None:
         """Every pool an operation names exists; live migration does not mix with failures."""
