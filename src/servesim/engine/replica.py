@@ -49,7 +49,7 @@ stay on the free queue (taken at once when it is cut or ends), so a cut undoes n
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -58,6 +58,7 @@ from servesim.engine.batch_queue import BatchQueue, own_output
 from servesim.engine.decode_runs import DecodePool, LazyOutput, Run
 from servesim.engine.events import ARRIVAL, BATCH_DONE, WAKE, EventLoop
 from servesim.engine.frontend import Frontend
+from servesim.engine.kv_counting import CountingKVCache
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.run_rows import RunRows
 from servesim.engine.run_stream import RunStream
@@ -98,6 +99,9 @@ class Replica:
         self.loop = loop
         self.scheduler = scheduler
         self.kv = scheduler.kv
+        # The same cache where it is the counting one (the lazy engine's): compiled, its
+        # fields read natively, where ``kv`` (a protocol) is read by name
+        self._ckv = scheduler.kv if isinstance(scheduler.kv, CountingKVCache) else None
         self.perf = perf
         self.cpu_overhead_s = cpu_overhead_s
         self.cpu_per_req_s = cpu_per_req_s  # host time per scheduled request and step
@@ -252,13 +256,13 @@ class Replica:
             # arrivals are queued.
             if not self.wake_pending:
                 self.wake_pending = True
-                (self.loop.at_quiet if self.quiet else self.loop.at)(self.loop.now, self._on_poll, None, WAKE)
+                self._at(self.loop.now, self._on_poll, None, WAKE)
             return
         if not self.busy and not self.wake_pending:
             # Start the step after every arrival of this instant is queued (WAKE runs
             # after ARRIVAL at equal times), as the engine drains its input queue first.
             self.wake_pending = True
-            (self.loop.at_quiet if self.quiet else self.loop.at)(self.loop.now, self.on_wake, None, WAKE)
+            self._at(self.loop.now, self.on_wake, None, WAKE)
 
     def on_wake(self, _: object) -> None:
         self.wake_pending = False
@@ -276,7 +280,8 @@ class Replica:
         if plan is None:
             self.busy = False
             return
-        self.launch_step(*plan)
+        out, gpu_s, dt = plan  # unpacked: compiled, a native call (``*plan`` is a generic one)
+        self.launch_step(out, gpu_s, dt)
 
     def plan_step(self) -> tuple[SchedulerOutput, float, float] | None:
         """Schedule the next step: (its output, GPU seconds, wall seconds), None when there
@@ -381,9 +386,14 @@ class Replica:
                 end = run.end_s  # summed step by step, as the reference engine's clock does
                 self._prev_start_s = end - run.durations[-1]
         self.step_end_s = end
-        self._run_done_seq = (self.loop.at_quiet if self.quiet else self.loop.at)(
-            end, self.on_batch_done, out, BATCH_DONE
-        )
+        self._run_done_seq = self._at(end, self.on_batch_done, out, BATCH_DONE)
+
+    def _at(self, time: float, callback: Callable[[Any], None], arg: Any, priority: int) -> int:
+        """``loop.at``, or ``loop.at_quiet`` for a replica whose events are quiet (compiled,
+        a native call each, where the bound method chosen by an expression is an object)."""
+        if self.quiet:
+            return self.loop.at_quiet(time, callback, arg, priority)
+        return self.loop.at(time, callback, arg, priority)
 
     def cut_run(self) -> None:
         """Bring the run in flight up to now (``cut_runs``, the module's docstring): drop its
@@ -445,9 +455,7 @@ class Replica:
             self.steps.rows_cut(k - rows.num_rows)
         self.loop.cancel(self._run_done_seq)
         self.step_end_s = end
-        self._run_done_seq = (self.loop.at_quiet if self.quiet else self.loop.at)(
-            end, self.on_batch_done, out, BATCH_DONE
-        )
+        self._run_done_seq = self._at(end, self.on_batch_done, out, BATCH_DONE)
 
     def idle_step(self, dt: float) -> None:
         """A lockstep group's step in which this rank has no request: it runs vLLM's dummy
@@ -548,10 +556,10 @@ class Replica:
         if self.check_invariants:
             q.check()
         self.step_end_s = q.flight[0][1]
-        (self.loop.at_quiet if self.quiet else self.loop.at)(end, self.on_batch_done, out, BATCH_DONE)
+        self._at(end, self.on_batch_done, out, BATCH_DONE)
         if len(q.flight) < q.pp:  # room in the queue: the loop schedules again when ready
             q.due = True
-            (self.loop.at_quiet if self.quiet else self.loop.at)(now + cpu_s, self._on_due, None, WAKE)
+            self._at(now + cpu_s, self._on_due, None, WAKE)
 
     def _on_poll(self, _: object) -> None:
         self.wake_pending = False
@@ -611,7 +619,8 @@ class Replica:
         queue's own count of pipeline bubbles, else the perf model's share of ``gpu_s``)."""
         st = out.stats
         t = self.totals
-        used = self.kv.num_used_blocks
+        ckv = self._ckv
+        used = ckv.num_used_blocks if ckv is not None else self.kv.num_used_blocks
         t.busy_s += dt
         t.gpu_s += gpu_s
         f, b = self._work(st) if self._counter is None else self._counter.batch_work(st)
@@ -655,7 +664,9 @@ class Replica:
         """Account the extra steps of a run of pure-decode steps, segment by segment."""
         self._account_run_totals(run)
         if self.steps is not None:  # rows written when read; waiting as of the run's start
-            self.run_rows = RunRows(self.id, run, len(self.scheduler.waiting), self.kv.block_size)
+            ckv = self._ckv
+            bs = ckv.block_size if ckv is not None else self.kv.block_size
+            self.run_rows = RunRows(self.id, run, len(self.scheduler.waiting), bs)
             self.steps.add_rows(self.run_rows)
 
     def _account_run_totals(self, run: Run) -> None:
