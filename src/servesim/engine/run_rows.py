@@ -22,7 +22,7 @@ from itertools import accumulate
 from typing import Any, Final
 
 from servesim.engine.decode_runs import Run
-from servesim.metrics.flat_runs import SEG_FIELDS, FlatRuns
+from servesim.metrics.flat_runs import SEG_FIELDS, FlatRuns, StepRows
 
 # A run's ``queued_s`` and ``staged_s`` until ``add_waiting`` gives it some (a run nobody
 # queued during keeps it): one empty list shared by every run and never changed, instead of
@@ -30,7 +30,7 @@ from servesim.metrics.flat_runs import SEG_FIELDS, FlatRuns
 _NONE_QUEUED: Final[list[float]] = []
 
 
-class RunRows:
+class RunRows(StepRows):
     """The rows of one run's steps (the step that started it has its own row, just before)."""
 
     replica_id: int
@@ -60,7 +60,7 @@ class RunRows:
     def flatten_into(self, flat: FlatRuns) -> None:
         """Append the rows, as ``step_arrays.rows_to_arrays`` reads them, to ``flat``: the
         run's lists are laid out as its buffers, so each is copied whole."""
-        flat.durations.fromlist(self.durations)
+        flat.add_durations(self.durations)
         flat.start_s.append(self.start_s)
         flat.num_rows.append(self.num_rows)
         flat.replica.append(self.replica_id)
