@@ -49,7 +49,7 @@ stay on the free queue (taken at once when it is cut or ends), so a cut undoes n
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -66,10 +66,13 @@ from servesim.engine.scheduler import Scheduler, SchedulerOutput
 from servesim.metrics.records import ItlSamples, ReplicaTotals, StepSeries
 from servesim.perf.base import BatchStats, PerfModel, step_wall_s
 from servesim.perf.capabilities import BatchWork, CountsWork, PipelineStages
+from servesim.perf.kernel_step import KernelStepTime
 from servesim.perf.work_step import WorkCounter
 
 if TYPE_CHECKING:
     from servesim.engine.lockstep import LockstepGroup
+
+_sum: Final = sum  # compiled, a C static (``sum`` is looked up in the builtins module each call)
 
 
 class Replica:
@@ -103,6 +106,9 @@ class Replica:
         # fields read natively, where ``kv`` (a protocol) is read by name
         self._ckv = scheduler.kv if isinstance(scheduler.kv, CountingKVCache) else None
         self.perf = perf
+        # The same model where it is the kernel one (the default): compiled, a native call a
+        # step, where ``perf`` (a protocol) has its method looked up by name
+        self._kst = perf if isinstance(perf, KernelStepTime) else None
         self.cpu_overhead_s = cpu_overhead_s
         self.cpu_per_req_s = cpu_per_req_s  # host time per scheduled request and step
         if isinstance(scheduler, DecodePool):  # the lazy engine's decode runs add it per step
@@ -310,7 +316,8 @@ class Replica:
         for req in out.reqs:
             if req.first_scheduled_s < 0:
                 req.first_scheduled_s = now
-        gpu_s = self.perf.batch_time(out.stats)
+        kst = self._kst
+        gpu_s = kst.batch_time(out.stats) if kst is not None else self.perf.batch_time(out.stats)
         if out.transfer_s:  # KV copies the forward waits for (engine/kv_offload.py)
             gpu_s += out.transfer_s
         st = out.stats
@@ -676,7 +683,7 @@ class Replica:
         total = run.total_s
         t = self.totals
         t.busy_s += total
-        t.gpu_s += sum(run.segment_gpu_s)
+        t.gpu_s += _sum(run.segment_gpu_s)
         t.num_steps += k_all
         t.num_run_steps += k_all
         t.kv_block_s += run.kv_block_s
