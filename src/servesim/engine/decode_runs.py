@@ -100,7 +100,7 @@ class Run:
         self.total_s = 0.0
         self.kv_block_s = 0.0
         self.peak_used = 0
-        self.bound_s = float("inf")
+        self.bound_s = inf  # math.inf: compiled, a constant (float("inf") parses a string)
         self.deferred = deferred
         self.pending_pops = 0
 
@@ -130,7 +130,6 @@ def _row_piece(
     value there with the same operations: (the x where the next piece starts, inside the row,
     y0, dy, x0, dx, the edge's time). Inside, ``row_time_at`` is
     ``exp(y0 + dy * (x - x0) / dx)``; outside it is ``edge``, ``exp`` of the end value."""
-    inf = float("inf")
     if i <= 0:
         return (xs[0] if xs else inf), False, 0.0, 0.0, 0.0, 0.0, exp(ys[0])
     if i >= len(xs):

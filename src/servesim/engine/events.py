@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
+from math import inf
 from typing import Any, Final
 
 ARRIVAL: Final = 0
@@ -92,13 +93,13 @@ class EventLoop:
 
     def next_time(self) -> float:
         """Time of the next pending event (inf when none)."""
-        return self._heap[0][0] if self._heap else float("inf")
+        return self._heap[0][0] if self._heap else inf
 
     def next_loud_time(self) -> float:
         """Time of the next pending event not scheduled quiet (inf when none)."""
-        return self._loud[0][0] if self._loud else float("inf")
+        return self._loud[0][0] if self._loud else inf
 
-    def run(self, until: float = float("inf")) -> float:
+    def run(self, until: float = inf) -> float:
         """Process events in order until none are left or the next is past ``until``."""
         heap = self._heap
         loud = self._loud

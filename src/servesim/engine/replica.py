@@ -49,6 +49,7 @@ stay on the free queue (taken at once when it is cut or ends), so a cut undoes n
 from __future__ import annotations
 
 from collections.abc import Callable
+from math import inf
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -298,7 +299,7 @@ class Replica:
             self._admit_staged(self._prev_start_s)
         out = sched.schedule()
         if not out.reqs and not out.num_pool and self._staged:
-            self._admit_staged(float("inf"))  # an idle engine schedules what it has at once
+            self._admit_staged(inf)  # an idle engine schedules what it has at once
             out = sched.schedule()
         # A step whose only decision was a preemption (under the priority policy the victim
         # can be the request that asked, ahead of others in running: vLLM breaks the running
@@ -592,7 +593,7 @@ class Replica:
         fe = self.frontend
         assert fe is not None
         if self.run is not None and self._run_stream is not None:
-            self._run_stream.upto(float("inf"), finished)
+            self._run_stream.upto(inf, finished)
             self._run_stream = None
             return
         new_first = [req for req in out.reqs if req.first_token_s == now]
