@@ -112,11 +112,10 @@ class ArrivalFeeder:
         for r in self._reqs:
             why = rejection_reason(r, self.max_model_len, self.usable_tokens)
             if not why:
-                at = self.loop.at_quiet if self.quiet else self.loop.at
                 if self.look_ahead_s > 0:
-                    at(max(r.arrival_s - self.look_ahead_s, self.loop.now), self.on_look, r, ARRIVAL)
+                    self._at(max(r.arrival_s - self.look_ahead_s, self.loop.now), self.on_look, r)
                 else:
-                    at(r.arrival_s, self.on_arrival, r, ARRIVAL)
+                    self._at(r.arrival_s, self.on_arrival, r)
                 return
             r.status = ReqStatus.REJECTED
             self.num_rejected += 1
@@ -126,8 +125,16 @@ class ArrivalFeeder:
         """``look_ahead_s`` before ``r`` arrives."""
         if self.on_look_ahead is not None:
             self.on_look_ahead(r)
-        (self.loop.at_quiet if self.quiet else self.loop.at)(r.arrival_s, self.deliver, r, ARRIVAL)
+        self._at(r.arrival_s, self.deliver, r)
         self._schedule_next()
+
+    def _at(self, time: float, callback: Callable[[Request], None], r: Request) -> None:
+        """``loop.at`` or ``loop.at_quiet`` (compiled, a native call each, where the bound
+        method chosen by an expression is an object)."""
+        if self.quiet:
+            self.loop.at_quiet(time, callback, r, ARRIVAL)
+        else:
+            self.loop.at(time, callback, r, ARRIVAL)
 
     def on_arrival(self, r: Request) -> None:
         self.deliver(r)

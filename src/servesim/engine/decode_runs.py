@@ -15,7 +15,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from math import exp, inf, log
 from types import FunctionType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
@@ -40,6 +40,10 @@ COMPILED = not isinstance(_probe, FunctionType)
 # on long runs (measured on the Azure hour: 32 was 7% slower than 1024 and than no chunks,
 # as most chunks are cut short by the next arrival).
 SCALAR_STEPS = 1 << 62 if COMPILED else 1024
+# Final: compiled, C statics (a module's attribute or global would be looked up by name)
+_heappush: Final = heapq.heappush
+_heappop: Final = heapq.heappop
+_bisect_right: Final = bisect_right
 
 
 @dataclass(slots=True, init=False)
@@ -96,7 +100,7 @@ class Run:
         self.total_s = 0.0
         self.kv_block_s = 0.0
         self.peak_used = 0
-        self.bound_s = float("inf")
+        self.bound_s = inf  # math.inf: compiled, a constant (float("inf") parses a string)
         self.deferred = deferred
         self.pending_pops = 0
 
@@ -126,7 +130,6 @@ def _row_piece(
     value there with the same operations: (the x where the next piece starts, inside the row,
     y0, dy, x0, dx, the edge's time). Inside, ``row_time_at`` is
     ``exp(y0 + dy * (x - x0) / dx)``; outside it is ``edge``, ``exp`` of the end value."""
-    inf = float("inf")
     if i <= 0:
         return (xs[0] if xs else inf), False, 0.0, 0.0, 0.0, 0.0, exp(ys[0])
     if i >= len(xs):
@@ -183,7 +186,7 @@ class DecodePool(Scheduler):
         bucket = self._finishes.get(fin)
         if bucket is None:
             self._finishes[fin] = [(r, ep)]
-            heapq.heappush(self._finish_heap, fin)
+            _heappush(self._finish_heap, fin)
         else:
             bucket.append((r, ep))
 
@@ -213,7 +216,7 @@ class DecodePool(Scheduler):
         heap = self._finish_heap
         done: list[Request] = []
         while heap and heap[0] < it_end:
-            for r in self._valid(self._finishes.pop(heapq.heappop(heap), None)):
+            for r in self._valid(self._finishes.pop(_heappop(heap), None)):
                 self._leave_pool(r, it_end)
                 r.status = ReqStatus.FINISHED
                 r.finished_s = now
@@ -380,7 +383,7 @@ class DecodePool(Scheduler):
         elif rc is not None:
             rest, row = rc
             xs, ys = row
-            i_row = bisect_right(xs, log((pool_off + n * (j + 1)) / n))
+            i_row = _bisect_right(xs, log((pool_off + n * (j + 1)) / n))
             x_next, lin, y0, dy, x0, dx, edge = _row_piece(xs, ys, i_row)
         stats = BatchStats(num_decode_reqs=n) if coef is None and row is None else None
         done = False

@@ -27,11 +27,16 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import Any
+from math import inf
+from typing import Any, Final
 
-ARRIVAL = 0
-BATCH_DONE = 1
-WAKE = 2
+ARRIVAL: Final = 0
+BATCH_DONE: Final = 1
+WAKE: Final = 2
+
+# Final: compiled, a C static (a module's attribute would be looked up by name each call)
+_heappush: Final = heapq.heappush
+_heappop: Final = heapq.heappop
 
 
 class EventLoop:
@@ -50,8 +55,8 @@ class EventLoop:
         if time < self.now:
             raise ValueError(f"event at {time} is before now ({self.now})")
         self._seq += 1
-        heapq.heappush(self._heap, (time, priority, self._seq, callback, arg))
-        heapq.heappush(self._loud, (time, priority, self._seq))
+        _heappush(self._heap, (time, priority, self._seq, callback, arg))
+        _heappush(self._loud, (time, priority, self._seq))
         return self._seq
 
     def at_quiet(
@@ -62,7 +67,7 @@ class EventLoop:
         if time < self.now:
             raise ValueError(f"event at {time} is before now ({self.now})")
         self._seq += 1
-        heapq.heappush(self._heap, (time, priority, self._seq, callback, arg))
+        _heappush(self._heap, (time, priority, self._seq, callback, arg))
         return self._seq
 
     def cancel(self, seq: int) -> bool:
@@ -88,17 +93,17 @@ class EventLoop:
 
     def next_time(self) -> float:
         """Time of the next pending event (inf when none)."""
-        return self._heap[0][0] if self._heap else float("inf")
+        return self._heap[0][0] if self._heap else inf
 
     def next_loud_time(self) -> float:
         """Time of the next pending event not scheduled quiet (inf when none)."""
-        return self._loud[0][0] if self._loud else float("inf")
+        return self._loud[0][0] if self._loud else inf
 
-    def run(self, until: float = float("inf")) -> float:
+    def run(self, until: float = inf) -> float:
         """Process events in order until none are left or the next is past ``until``."""
         heap = self._heap
         loud = self._loud
-        pop = heapq.heappop
+        pop = _heappop
         while heap:
             if heap[0][0] > until:
                 break

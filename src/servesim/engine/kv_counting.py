@@ -37,6 +37,7 @@ request's materialized token count before the request is touched again here.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from servesim.engine.kv_cache import check_num_gpu_blocks
 from servesim.engine.kv_free_queue import CachedBlock, FreeRunQueue, Run
@@ -55,7 +56,7 @@ class Hit:
         self.own = own
 
 
-NO_HIT = Hit([], 0)
+NO_HIT: Final = Hit([], 0)
 
 
 def num_shareable_blocks(req: Request, block_size: int) -> int:

@@ -49,7 +49,8 @@ stay on the free queue (taken at once when it is cut or ends), so a cut undoes n
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from math import inf
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -58,6 +59,7 @@ from servesim.engine.batch_queue import BatchQueue, own_output
 from servesim.engine.decode_runs import DecodePool, LazyOutput, Run
 from servesim.engine.events import ARRIVAL, BATCH_DONE, WAKE, EventLoop
 from servesim.engine.frontend import Frontend
+from servesim.engine.kv_counting import CountingKVCache
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.run_rows import RunRows
 from servesim.engine.run_stream import RunStream
@@ -65,10 +67,13 @@ from servesim.engine.scheduler import Scheduler, SchedulerOutput
 from servesim.metrics.records import ItlSamples, ReplicaTotals, StepSeries
 from servesim.perf.base import BatchStats, PerfModel, step_wall_s
 from servesim.perf.capabilities import BatchWork, CountsWork, PipelineStages
+from servesim.perf.kernel_step import KernelStepTime
 from servesim.perf.work_step import WorkCounter
 
 if TYPE_CHECKING:
     from servesim.engine.lockstep import LockstepGroup
+
+_sum: Final = sum  # compiled, a C static (``sum`` is looked up in the builtins module each call)
 
 
 class Replica:
@@ -98,7 +103,13 @@ class Replica:
         self.loop = loop
         self.scheduler = scheduler
         self.kv = scheduler.kv
+        # The same cache where it is the counting one (the lazy engine's): compiled, its
+        # fields read natively, where ``kv`` (a protocol) is read by name
+        self._ckv = scheduler.kv if isinstance(scheduler.kv, CountingKVCache) else None
         self.perf = perf
+        # The same model where it is the kernel one (the default): compiled, a native call a
+        # step, where ``perf`` (a protocol) has its method looked up by name
+        self._kst = perf if isinstance(perf, KernelStepTime) else None
         self.cpu_overhead_s = cpu_overhead_s
         self.cpu_per_req_s = cpu_per_req_s  # host time per scheduled request and step
         if isinstance(scheduler, DecodePool):  # the lazy engine's decode runs add it per step
@@ -252,13 +263,13 @@ class Replica:
             # arrivals are queued.
             if not self.wake_pending:
                 self.wake_pending = True
-                (self.loop.at_quiet if self.quiet else self.loop.at)(self.loop.now, self._on_poll, None, WAKE)
+                self._at(self.loop.now, self._on_poll, None, WAKE)
             return
         if not self.busy and not self.wake_pending:
             # Start the step after every arrival of this instant is queued (WAKE runs
             # after ARRIVAL at equal times), as the engine drains its input queue first.
             self.wake_pending = True
-            (self.loop.at_quiet if self.quiet else self.loop.at)(self.loop.now, self.on_wake, None, WAKE)
+            self._at(self.loop.now, self.on_wake, None, WAKE)
 
     def on_wake(self, _: object) -> None:
         self.wake_pending = False
@@ -276,7 +287,8 @@ class Replica:
         if plan is None:
             self.busy = False
             return
-        self.launch_step(*plan)
+        out, gpu_s, dt = plan  # unpacked: compiled, a native call (``*plan`` is a generic one)
+        self.launch_step(out, gpu_s, dt)
 
     def plan_step(self) -> tuple[SchedulerOutput, float, float] | None:
         """Schedule the next step: (its output, GPU seconds, wall seconds), None when there
@@ -287,7 +299,7 @@ class Replica:
             self._admit_staged(self._prev_start_s)
         out = sched.schedule()
         if not out.reqs and not out.num_pool and self._staged:
-            self._admit_staged(float("inf"))  # an idle engine schedules what it has at once
+            self._admit_staged(inf)  # an idle engine schedules what it has at once
             out = sched.schedule()
         # A step whose only decision was a preemption (under the priority policy the victim
         # can be the request that asked, ahead of others in running: vLLM breaks the running
@@ -305,7 +317,8 @@ class Replica:
         for req in out.reqs:
             if req.first_scheduled_s < 0:
                 req.first_scheduled_s = now
-        gpu_s = self.perf.batch_time(out.stats)
+        kst = self._kst
+        gpu_s = kst.batch_time(out.stats) if kst is not None else self.perf.batch_time(out.stats)
         if out.transfer_s:  # KV copies the forward waits for (engine/kv_offload.py)
             gpu_s += out.transfer_s
         st = out.stats
@@ -381,9 +394,14 @@ class Replica:
                 end = run.end_s  # summed step by step, as the reference engine's clock does
                 self._prev_start_s = end - run.durations[-1]
         self.step_end_s = end
-        self._run_done_seq = (self.loop.at_quiet if self.quiet else self.loop.at)(
-            end, self.on_batch_done, out, BATCH_DONE
-        )
+        self._run_done_seq = self._at(end, self.on_batch_done, out, BATCH_DONE)
+
+    def _at(self, time: float, callback: Callable[[Any], None], arg: Any, priority: int) -> int:
+        """``loop.at``, or ``loop.at_quiet`` for a replica whose events are quiet (compiled,
+        a native call each, where the bound method chosen by an expression is an object)."""
+        if self.quiet:
+            return self.loop.at_quiet(time, callback, arg, priority)
+        return self.loop.at(time, callback, arg, priority)
 
     def cut_run(self) -> None:
         """Bring the run in flight up to now (``cut_runs``, the module's docstring): drop its
@@ -445,9 +463,7 @@ class Replica:
             self.steps.rows_cut(k - rows.num_rows)
         self.loop.cancel(self._run_done_seq)
         self.step_end_s = end
-        self._run_done_seq = (self.loop.at_quiet if self.quiet else self.loop.at)(
-            end, self.on_batch_done, out, BATCH_DONE
-        )
+        self._run_done_seq = self._at(end, self.on_batch_done, out, BATCH_DONE)
 
     def idle_step(self, dt: float) -> None:
         """A lockstep group's step in which this rank has no request: it runs vLLM's dummy
@@ -548,10 +564,10 @@ class Replica:
         if self.check_invariants:
             q.check()
         self.step_end_s = q.flight[0][1]
-        (self.loop.at_quiet if self.quiet else self.loop.at)(end, self.on_batch_done, out, BATCH_DONE)
+        self._at(end, self.on_batch_done, out, BATCH_DONE)
         if len(q.flight) < q.pp:  # room in the queue: the loop schedules again when ready
             q.due = True
-            (self.loop.at_quiet if self.quiet else self.loop.at)(now + cpu_s, self._on_due, None, WAKE)
+            self._at(now + cpu_s, self._on_due, None, WAKE)
 
     def _on_poll(self, _: object) -> None:
         self.wake_pending = False
@@ -577,7 +593,7 @@ class Replica:
         fe = self.frontend
         assert fe is not None
         if self.run is not None and self._run_stream is not None:
-            self._run_stream.upto(float("inf"), finished)
+            self._run_stream.upto(inf, finished)
             self._run_stream = None
             return
         new_first = [req for req in out.reqs if req.first_token_s == now]
@@ -611,7 +627,8 @@ class Replica:
         queue's own count of pipeline bubbles, else the perf model's share of ``gpu_s``)."""
         st = out.stats
         t = self.totals
-        used = self.kv.num_used_blocks
+        ckv = self._ckv
+        used = ckv.num_used_blocks if ckv is not None else self.kv.num_used_blocks
         t.busy_s += dt
         t.gpu_s += gpu_s
         f, b = self._work(st) if self._counter is None else self._counter.batch_work(st)
@@ -655,7 +672,9 @@ class Replica:
         """Account the extra steps of a run of pure-decode steps, segment by segment."""
         self._account_run_totals(run)
         if self.steps is not None:  # rows written when read; waiting as of the run's start
-            self.run_rows = RunRows(self.id, run, len(self.scheduler.waiting), self.kv.block_size)
+            ckv = self._ckv
+            bs = ckv.block_size if ckv is not None else self.kv.block_size
+            self.run_rows = RunRows(self.id, run, len(self.scheduler.waiting), bs)
             self.steps.add_rows(self.run_rows)
 
     def _account_run_totals(self, run: Run) -> None:
@@ -665,7 +684,7 @@ class Replica:
         total = run.total_s
         t = self.totals
         t.busy_s += total
-        t.gpu_s += sum(run.segment_gpu_s)
+        t.gpu_s += _sum(run.segment_gpu_s)
         t.num_steps += k_all
         t.num_run_steps += k_all
         t.kv_block_s += run.kv_block_s

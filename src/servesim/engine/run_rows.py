@@ -19,13 +19,18 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from itertools import accumulate
-from typing import Any
+from typing import Any, Final
 
 from servesim.engine.decode_runs import Run
-from servesim.metrics.flat_runs import SEG_FIELDS, FlatRuns
+from servesim.metrics.flat_runs import SEG_FIELDS, FlatRuns, StepRows
+
+# A run's ``queued_s`` and ``staged_s`` until ``add_waiting`` gives it some (a run nobody
+# queued during keeps it): one empty list shared by every run and never changed, instead of
+# two empty lists a run.
+_NONE_QUEUED: Final[list[float]] = []
 
 
-class RunRows:
+class RunRows(StepRows):
     """The rows of one run's steps (the step that started it has its own row, just before)."""
 
     replica_id: int
@@ -42,8 +47,8 @@ class RunRows:
         self.block_size = block_size
         self.num_waiting = num_waiting
         self.num_rows = len(run.durations)
-        self.queued_s: list[float] = []  # queued during the run (the waiting queue), sorted
-        self.staged_s: list[float] = []  # arrived during the run, staged (async scheduling)
+        self.queued_s = _NONE_QUEUED  # queued during the run (the waiting queue), sorted
+        self.staged_s = _NONE_QUEUED  # arrived during the run, staged (async scheduling)
         self._written: dict[str, list[Any]] | None = None
         self._first = 0  # index of the first row in the columns written
 
@@ -55,7 +60,7 @@ class RunRows:
     def flatten_into(self, flat: FlatRuns) -> None:
         """Append the rows, as ``step_arrays.rows_to_arrays`` reads them, to ``flat``: the
         run's lists are laid out as its buffers, so each is copied whole."""
-        flat.durations.fromlist(self.durations)
+        flat.add_durations(self.durations)
         flat.start_s.append(self.start_s)
         flat.num_rows.append(self.num_rows)
         flat.replica.append(self.replica_id)
@@ -74,8 +79,8 @@ class RunRows:
         the rows of the steps that started after they arrived; those staged by async
         scheduling (``staged_s``) from the step after that (they join the waiting queue
         at the start of the second step after their arrival)."""
-        self.queued_s.extend(queued_s)
-        self.staged_s.extend(staged_s)
+        self.queued_s = self.queued_s + queued_s  # a new list: the first may be _NONE_QUEUED
+        self.staged_s = self.staged_s + staged_s
         if self._written is not None:
             self._count_waiting(self._written, queued_s, staged_s)
 

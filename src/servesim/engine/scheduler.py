@@ -42,6 +42,7 @@ from typing import Any, Protocol
 
 from mypy_extensions import mypyc_attr
 
+from servesim.engine.kv_counting import CountingKVCache
 from servesim.engine.request import ReqStatus, Request
 from servesim.perf.base import BatchStats
 
@@ -159,6 +160,9 @@ class Scheduler:
     def __init__(self, cfg: SchedulerConfig, kv: KVCache) -> None:
         self.cfg = cfg
         self.kv = kv
+        # The same cache where it is the counting one (the lazy engine's): compiled, its
+        # fields and methods reached natively, where ``kv`` (a protocol) is read by name
+        self._ckv = kv if isinstance(kv, CountingKVCache) else None
         self.waiting: WaitingQueue = deque()
         self.running: list[Request] = []
         self.num_preemptions = 0
@@ -315,8 +319,13 @@ class Scheduler:
             self._on_admitted(out, req)
             if req.num_cached_tokens < 0:
                 req.num_cached_tokens = num_computed
-                kv.num_query_tokens += req.num_prompt_tokens
-                kv.num_hit_tokens += num_hit
+                ckv = self._ckv
+                if ckv is not None:
+                    ckv.num_query_tokens += req.num_prompt_tokens
+                    ckv.num_hit_tokens += num_hit
+                else:
+                    kv.num_query_tokens += req.num_prompt_tokens
+                    kv.num_hit_tokens += num_hit
             out.reqs.append(req)
             out.num_tokens.append(n)
             budget -= n
@@ -324,7 +333,8 @@ class Scheduler:
 
     def _prefix_hit(self, req: Request) -> tuple[Any, int]:
         """The cached blocks a new request finds and their tokens."""
-        return self.kv.get_computed_blocks(req)
+        ckv = self._ckv
+        return ckv.get_computed_blocks(req) if ckv is not None else self.kv.get_computed_blocks(req)
 
     def _may_admit(self, req: Request, swapped: bool | None) -> bool:
         """Whether the policy admits ``req`` now, blocks aside (vLLM V1: always)."""
@@ -332,7 +342,11 @@ class Scheduler:
 
     def _admit_allocate(self, req: Request, n: int, num_hit: int, hit: Any) -> bool:
         """Blocks for the first chunk, gated on the whole sequence fitting (vLLM V1's default)."""
-        return self.kv.allocate_slots(req, n, num_hit, hit, self.cfg.scheduler_reserve_full_isl) is not None
+        full = self.cfg.scheduler_reserve_full_isl
+        ckv = self._ckv
+        if ckv is not None:
+            return ckv.allocate_slots(req, n, num_hit, hit, full) is not None
+        return self.kv.allocate_slots(req, n, num_hit, hit, full) is not None
 
     def _on_admitted(self, out: SchedulerOutput, req: Request) -> None:
         """``req`` has just moved to running."""

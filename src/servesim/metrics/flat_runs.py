@@ -10,27 +10,32 @@ lists whole, with no work a row or a segment.
 from __future__ import annotations
 
 from array import array
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 SEG_FIELDS = 4  # a segment in ``FlatRuns.segs``: pool size, rows, first step, KV blocks in use before
 
 
-class StepRows(Protocol):
+class StepRows:
     """Rows of the step series kept compactly (a run of the lazy engine's decode steps,
-    ``engine.run_rows.RunRows``) until they are final."""
+    ``engine.run_rows.RunRows``, its subclass) until they are final. A class, not a protocol:
+    compiled, the series reads its fields and calls its methods natively."""
 
     num_rows: int
     replica_id: int
 
     def write(self, cols: dict[str, list[Any]]) -> None:
         """Append the rows to ``cols`` (the series' columns by name, in ``STEP_COLUMNS``)."""
+        raise NotImplementedError
 
     def flatten_into(self, flat: FlatRuns) -> None:
         """Append what ``step_arrays.rows_to_arrays`` reads of the rows to ``flat``."""
+        raise NotImplementedError
 
     def waiting_s(self, prev_start_s: float) -> float:
         """The sum of ``num_waiting x duration_s`` over the rows, without writing them
         (``prev_start_s``: the start of the row before them)."""
+        raise NotImplementedError
 
 
 class FlatRuns:
@@ -39,6 +44,9 @@ class FlatRuns:
 
     def __init__(self) -> None:
         self.durations: array[float] = array("d")  # every row's
+        # ``durations.fromlist``, bound once (compiled, a method called by name is looked up
+        # each call)
+        self.add_durations: Callable[[list[float]], None] = self.durations.fromlist
         self.start_s: list[float] = []  # per run: its first row's start
         self.num_rows: list[int] = []
         self.replica: list[int] = []

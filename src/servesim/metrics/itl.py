@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any
+from typing import Any, Final
 
 EXACT_MAX_PAIRS = 1 << 20
 RELATIVE_ACCURACY = 0.01  # as metrics.sketch's
 # ddsketch's min_possible: smaller gaps count as zero.
-TINY = sys.float_info.min * (1.0 + 2.0 * RELATIVE_ACCURACY / (1.0 - RELATIVE_ACCURACY))
+TINY: Final = sys.float_info.min * (1.0 + 2.0 * RELATIVE_ACCURACY / (1.0 - RELATIVE_ACCURACY))
 
 
 class ItlSamples:

@@ -118,9 +118,13 @@ class StepSeries:
         self._num_waiting.append(num_waiting)
         self._kv_blocks_used.append(kv_blocks_used)
         self._num_preempted.append(num_preempted)
-        if self._open:  # the replica's run before this row is final now
-            if self._open.pop(replica, -1) == self._first_pending:  # the first run not written
-                self._flush(False)
+        is_open = self._open
+        if is_open:  # the replica's run before this row is final now
+            k = is_open.get(replica, -1)  # get and del: compiled, native (``pop`` by name is not)
+            if k >= 0:
+                del is_open[replica]
+                if k == self._first_pending:  # the first run not written
+                    self._flush(False)
         if len(self._start_s) + self._num_pending_rows + self._num_flat_rows >= self.row_group_rows:
             self._emit_final(False)
 

@@ -6,7 +6,7 @@ is still in flight at the end of the run.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -20,26 +20,13 @@ class Outcome(Protocol):
 
     @property
     def idx(self) -> int: ...  # its row
-    @property
-    def arrival_s(self) -> float: ...
-    @property
-    def first_scheduled_s(self) -> float: ...
-    @property
-    def first_token_s(self) -> float: ...
-    @property
-    def finished_s(self) -> float: ...
-    @property
-    def num_output_tokens(self) -> int: ...
-    @property
-    def num_cached_tokens(self) -> int: ...
-    @property
-    def num_preemptions(self) -> int: ...
-    @property
-    def replica(self) -> int: ...
-    @property
-    def finished_length(self) -> bool: ...
-    @property
-    def status(self) -> ReqStatus: ...
+
+    def outcome(self) -> tuple[Any, ...]:
+        """(idx, arrival_s, first_scheduled_s, first_token_s, finished_s, num_output_tokens,
+        num_cached_tokens, num_preemptions, replica, finished_length, status): one call a
+        request (compiled, each field read by name would be a lookup). Typed loosely: the
+        values stay the tuple's objects, not converted and boxed again."""
+        ...
 
 
 class RecordWriter:
@@ -67,25 +54,36 @@ class RecordWriter:
         self.buf = []
         rec = self.records
         n = len(buf)
-        idx = np.fromiter([r.idx for r in buf], np.int64, n)
+        (
+            idx_v,
+            arrival_s,
+            first_scheduled_s,
+            first_token_s,
+            finished_s,
+            num_output_tokens,
+            num_cached_tokens,
+            num_preemptions,
+            replica,
+            finished_length,
+            status_v,
+        ) = zip(*[r.outcome() for r in buf])
+        idx = np.fromiter(idx_v, np.int64, n)
 
-        def times(values: list[float]) -> np.ndarray:
+        def times(values: tuple[float, ...]) -> np.ndarray:
             a = np.array(values, np.float64)
             a[a < 0] = np.nan
             return a
 
-        rec.arrival_s[idx] = [r.arrival_s for r in buf]  # when sent, for closed-loop clients
-        rec.first_scheduled_s[idx] = times([r.first_scheduled_s for r in buf])
-        rec.first_token_s[idx] = times([r.first_token_s for r in buf])
-        rec.finished_s[idx] = times([r.finished_s for r in buf])
-        rec.num_output_tokens[idx] = [r.num_output_tokens for r in buf]
-        rec.num_cached_tokens[idx] = np.maximum(
-            np.fromiter([r.num_cached_tokens for r in buf], np.int64, n), 0
-        )
-        rec.num_preemptions[idx] = [r.num_preemptions for r in buf]
-        rec.replica[idx] = [r.replica for r in buf]
-        rec.finished_length[idx] = [r.finished_length for r in buf]
-        status = np.fromiter([r.status for r in buf], np.int64, n)  # as record_status, for the batch
+        rec.arrival_s[idx] = arrival_s  # when sent, for closed-loop clients
+        rec.first_scheduled_s[idx] = times(first_scheduled_s)
+        rec.first_token_s[idx] = times(first_token_s)
+        rec.finished_s[idx] = times(finished_s)
+        rec.num_output_tokens[idx] = num_output_tokens
+        rec.num_cached_tokens[idx] = np.maximum(np.fromiter(num_cached_tokens, np.int64, n), 0)
+        rec.num_preemptions[idx] = num_preemptions
+        rec.replica[idx] = replica
+        rec.finished_length[idx] = finished_length
+        status = np.fromiter(status_v, np.int64, n)  # as record_status, for the batch
         rec.status[idx] = np.where(
             status == ReqStatus.FINISHED,
             RequestStatus.FINISHED,
