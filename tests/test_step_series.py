@@ -5,6 +5,8 @@ its queueing sums are the replicas' own, to the last bit."""
 
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 import pytest
 from test_step_stream import SCENARIOS  # tests/ is on sys.path (rootdir-relative, no __init__)
@@ -87,3 +89,20 @@ def test_grouped_rows_are_the_runs_written_out(name, monkeypatch) -> None:
     assert {k: v for k, v in grouped.summary.items() if k not in drop} == {
         k: v for k, v in kept.summary.items() if k not in drop
     }
+
+
+def test_run_step_times_go_in_as_the_same_doubles() -> None:
+    """``FlatRuns.add_durations`` packs a run's step times with ``struct``: the doubles
+    ``array.fromlist`` adds, for runs of none, one, a few and more steps than it keeps a
+    packer for (4096), one after another."""
+    flat = FlatRuns()
+    want = array("d")
+    rng = np.random.default_rng(7)
+    for n in (0, 1, 3, 3, 5000, 2, 4096, 4097):
+        durs = [float(x) for x in rng.exponential(0.02, n)]
+        if n:
+            durs[0] = 1e-300 if n % 2 else 0.1 + 0.2  # a tiny value, a rounded sum
+        flat.add_durations(durs)
+        want.fromlist(durs)
+    assert len(flat.durations) == len(want) == 1 + 3 + 3 + 5000 + 2 + 4096 + 4097
+    assert flat.durations.tobytes() == want.tobytes()

@@ -67,6 +67,7 @@ from servesim.engine.scheduler import Scheduler, SchedulerOutput
 from servesim.metrics.records import ItlSamples, ReplicaTotals, StepSeries
 from servesim.perf.base import BatchStats, PerfModel, step_wall_s
 from servesim.perf.capabilities import BatchWork, CountsWork, PipelineStages
+from servesim.perf.kernel_model import KernelPerfModel
 from servesim.perf.kernel_step import KernelStepTime
 from servesim.perf.work_step import WorkCounter
 
@@ -107,9 +108,14 @@ class Replica:
         # fields read natively, where ``kv`` (a protocol) is read by name
         self._ckv = scheduler.kv if isinstance(scheduler.kv, CountingKVCache) else None
         self.perf = perf
-        # The same model where it is the kernel one (the default): compiled, a native call a
-        # step, where ``perf`` (a protocol) has its method looked up by name
-        self._kst = perf if isinstance(perf, KernelStepTime) else None
+        # The kernel model's compiled step times where it is the kernel one (the default): a
+        # native call a step, where ``perf`` (a protocol) has its method looked up by name and
+        # ``KernelPerfModel.batch_time`` (interpreted) hands a step's whole counts to ``step``
+        self._kst: KernelStepTime | None = None
+        if type(perf) is KernelPerfModel:
+            self._kst = perf.step
+        elif isinstance(perf, KernelStepTime):
+            self._kst = perf
         self.cpu_overhead_s = cpu_overhead_s
         self.cpu_per_req_s = cpu_per_req_s  # host time per scheduled request and step
         if isinstance(scheduler, DecodePool):  # the lazy engine's decode runs add it per step
