@@ -11,6 +11,7 @@ float through ``PyArg_Parse``, several times the cost of the packing, for the sa
 
 from __future__ import annotations
 
+from abc import ABCMeta, abstractmethod
 from array import array
 from collections.abc import Callable
 from struct import Struct
@@ -24,22 +25,26 @@ _PACKS: Final[dict[int, Callable[..., bytes]]] = {}
 _MAX_PACKED: Final = 4096
 
 
-class StepRows:
+class StepRows(metaclass=ABCMeta):
     """Rows of the step series kept compactly (a run of the lazy engine's decode steps,
     ``engine.run_rows.RunRows``, its subclass) until they are final. A class, not a protocol:
-    compiled, the series reads its fields and calls its methods natively."""
+    compiled, the series reads its fields and calls its methods natively (an abstract class:
+    mypyc keeps a class whose metaclass is ``ABCMeta`` native)."""
 
     num_rows: int
     replica_id: int
 
+    @abstractmethod
     def write(self, cols: dict[str, list[Any]]) -> None:
         """Append the rows to ``cols`` (the series' columns by name, in ``STEP_COLUMNS``)."""
         raise NotImplementedError
 
+    @abstractmethod
     def flatten_into(self, flat: FlatRuns) -> None:
         """Append what ``step_arrays.rows_to_arrays`` reads of the rows to ``flat``."""
         raise NotImplementedError
 
+    @abstractmethod
     def waiting_s(self, prev_start_s: float) -> float:
         """The sum of ``num_waiting x duration_s`` over the rows, without writing them
         (``prev_start_s``: the start of the row before them)."""
