@@ -27,6 +27,7 @@ from servesim.metrics.records import RequestRecords, RequestStatus, StepSeries
 from servesim.workload.base import Workload
 
 if TYPE_CHECKING:  # features a plain run does not use, imported where they run
+    from servesim.cluster.operations import Operations
     from servesim.engine.dependencies import DependencyFeeder
     from servesim.engine.tenants import TenantSetup
 
@@ -45,6 +46,53 @@ def _closed_loop(cluster: Cluster, wl: Workload) -> ClosedLoopFeeder | Dependenc
     )
     cluster.on_done = feeder.on_request_done
     return feeder
+
+
+def _new_records(wl: Workload) -> RequestRecords:
+    """The run's records, with what the workload knows ahead written in."""
+    records = RequestRecords.empty(len(wl))
+    if not wl.is_closed_loop:  # else the arrivals are the clients' send times, written as they go
+        records.arrival_s = np.asarray(wl.arrival_s, dtype=np.float64).copy()
+    records.num_prompt_tokens = np.asarray(wl.num_prompt_tokens, dtype=np.int64).copy()
+    return records
+
+
+def _is_lone(wl: Workload, pools: list[PoolSpec], cfg: ClusterConfig) -> bool:
+    """Whether the run is one replica of a fixed fleet under open-loop arrivals. Step ends
+    are quiet unless a finish sends a request (closed-loop clients); a lone replica reports
+    its finishes at the end of its runs of decode steps."""
+    return (
+        sum(p.num_replicas for p in pools) == 1
+        and cfg.operations is None
+        and not cfg.migration.enabled
+        and pools[0].role == "colocated"
+        and not wl.is_closed_loop
+        and wl.model is None  # requests that name a model are checked against the pool's
+    )
+
+
+def _open_loop(cluster: Cluster, wl: Workload, lone: bool) -> ArrivalFeeder:
+    """The open-loop arrivals, each handed to where it enters: the tenants' gate, the lone
+    replica, the known turns of conversations, or the router."""
+    turns = known_turns(cluster, wl)
+    return ArrivalFeeder(
+        wl,
+        cluster.loop,
+        cluster.on_gated_arrival
+        if cluster.gate is not None
+        else cluster.replicas[0].on_arrival
+        if cluster.direct
+        else turns.on_arrival
+        if turns is not None
+        else cluster.on_arrival,
+        cluster.reject,
+        # several models: each request is checked against its model's pools at its arrival
+        cluster.max_model_len if cluster.models is None else NO_LIMIT,
+        cluster.usable_tokens if cluster.models is None else NO_LIMIT,
+        0.0 if lone else cluster.cfg.staleness_s,  # a lone replica's view is never read
+        cluster.on_look_ahead,
+        quiet=cluster.cut_runs,
+    )
 
 
 def run_cluster(
@@ -88,20 +136,8 @@ def run_cluster(
 
         pools = clocked_pools(pools, ops_cfg)
     loop = EventLoop()
-    records = RequestRecords.empty(len(wl))
-    if not closed:  # else the arrivals are the clients' send times, written as they go
-        records.arrival_s = np.asarray(wl.arrival_s, dtype=np.float64).copy()
-    records.num_prompt_tokens = np.asarray(wl.num_prompt_tokens, dtype=np.int64).copy()
-    # Step ends are quiet unless a finish sends a request (closed-loop clients); a lone
-    # replica of a fixed fleet reports its finishes at the end of its runs of decode steps.
-    lone = (
-        sum(p.num_replicas for p in pools) == 1
-        and ops_cfg is None
-        and not cfg.migration.enabled
-        and pools[0].role == "colocated"
-        and not closed
-        and wl.model is None  # requests that name a model are checked against the pool's
-    )
+    records = _new_records(wl)
+    lone = _is_lone(wl, pools, cfg)
     cluster = Cluster(
         loop,
         pools,
@@ -132,43 +168,44 @@ def run_cluster(
     if closed:
         _closed_loop(cluster, wl).start()
     else:
-        turns = known_turns(cluster, wl)
-        ArrivalFeeder(
-            wl,
-            loop,
-            cluster.on_gated_arrival
-            if cluster.gate is not None
-            else cluster.replicas[0].on_arrival
-            if cluster.direct
-            else turns.on_arrival
-            if turns is not None
-            else cluster.on_arrival,
-            cluster.reject,
-            # several models: each request is checked against its model's pools at its arrival
-            cluster.max_model_len if cluster.models is None else NO_LIMIT,
-            cluster.usable_tokens if cluster.models is None else NO_LIMIT,
-            0.0 if lone else cfg.staleness_s,  # a lone replica's view is never read
-            cluster.on_look_ahead,
-            quiet=cluster.cut_runs,
-        ).start()
+        _open_loop(cluster, wl, lone).start()
     if cluster.migrator is not None:
         cluster.migrator.start()
+    end = _run_to_end(cluster, wl, until_s, progress, ops)
+    return _gathered(cluster, records, end, ops)
+
+
+def _run_to_end(
+    cluster: Cluster,
+    wl: Workload,
+    until_s: float,
+    progress: Callable[[int], None] | None,
+    ops: Operations | None,
+) -> float:
+    """Run the event loop in slices to the end (``until_s`` at the latest) and finish the
+    run; its end time."""
     horizon = float(wl.arrival_s[-1]) if len(wl) else 0.0
     lone_rep = cluster.replicas[0]
     end = run_in_slices(
-        loop,
+        cluster.loop,
         horizon,
         until_s,
         progress,
         (lambda: cluster.num_done + lone_rep.num_finished) if cluster.direct else (lambda: cluster.num_done),
-        grows=closed,
+        grows=wl.is_closed_loop,
     )
     if ops is not None and ops.done_at is not None:
         end = ops.done_at
     cluster.finish_run()
     if cluster.direct:  # every request that arrived by the end and was not refused
+        records = cluster.records
         arrived = (records.status != RequestStatus.REJECTED) & (records.arrival_s <= until_s)
         lone_rep.totals.num_routed = int(np.count_nonzero(arrived))
+    return end
+
+
+def _gathered(cluster: Cluster, records: RequestRecords, end: float, ops: Operations | None) -> ClusterRun:
+    """The run as ``run_cluster`` returns it, at its end ``end``."""
     ops_counts = ops.finish(end) if ops is not None else {}
     return ClusterRun(
         records,
