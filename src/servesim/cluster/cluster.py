@@ -122,11 +122,7 @@ class Cluster:
         # The workload's tenants: their weights in each replica's scheduler and their
         # admission control in front of the router (``on_gated_arrival``).
         self.tenants = tenants
-        self.gate: TenantGate | None = None
-        if tenants is not None and tenants.has_limits:
-            from servesim.engine.tenants import TenantGate
-
-            self.gate = TenantGate(tenants.limits)
+        self.gate = _tenant_gate(tenants)
         # A finish inside a run of decode steps is reported at the run's end: exact only where
         # nothing reacts to finishes (``run_cluster``: a lone replica of a fixed fleet, open loop).
         self.finishes_in_runs = finishes_in_runs
@@ -151,32 +147,15 @@ class Cluster:
         # kept as replicas are added.
         self.max_model_len = self.usable_tokens = 1 << 62
         self._first_of: dict[str, Replica] = {}  # each pool's first replica
-        for pool in pools:
-            first = len(self.replicas)
-            for _ in range(pool.num_replicas):
-                self._add_replica(pool, check_invariants, pool.reference or pool.name in migrating)
-            if pool.dp > 1:
-                self._group_ranks(self.replicas[first:], pool.dp, api_servers_per_rank(pool.engine.version))
+        self._add_pools(pools, check_invariants)
         self.is_disagg = any(p.role == "prefill" for p in pools)
         cap = cfg.prefix_load_cap
         rng = None if self.finishes_in_runs else np.random.default_rng(seed)
-        self.front_state = RouterState(None if rng is None else _child(rng), prefix_load_cap=cap)
-        self.back_state = RouterState(None if rng is None else _child(rng), prefix_load_cap=cap)
+        self.front_state, self.back_state = (
+            RouterState(None if rng is None else _child(rng), prefix_load_cap=cap) for _ in range(2)
+        )
         # Several models (``cluster.models``): each request is routed among its model's replicas.
-        self.models: ModelRoutes | None = None
-        from servesim.cluster.models import adapters_split
-
-        if (
-            len({p.served_model for p in pools}) > 1
-            or (wl is not None and wl.model is not None)
-            or adapters_split(pools)
-        ):
-            from servesim.cluster.models import ModelRoutes
-
-            self.models = ModelRoutes.build(pools, wl, default_model, rng, cap)
-        if self.models is not None:
-            for pool in pools:
-                self.models.add_pool(pool)
+        self.models = _model_routes(pools, wl, default_model, rng, cap)
         # Which replicas the routers pick among (all, unless operations start, drain or fail them).
         self.serving = [True] * len(self.replicas)
         self.front: list[int] = []
@@ -196,17 +175,34 @@ class Cluster:
         # Closed-loop clients (benchmark workloads): told when a request is done.
         self.on_done: Callable[[Request], None] | None = None
         self.num_handoffs = 0
-        self.migrator: Migrator | None = None
-        if migrating:
-            from servesim.cluster.migration import Migrator
-
-            self.migrator = Migrator(self, cfg.migration, sorted(migrating))
+        self.migrator = self._migrator(migrating)
         # Splitwise's mixed pool: the prefill and decode pools lend each other replicas.
-        self.overflow: MixedPool | None = None
-        if cfg.disaggregation.overflow.enabled and self.is_disagg:
-            from servesim.cluster.overflow import MixedPool
+        self.overflow = self._mixed_pool()
 
-            self.overflow = MixedPool(self, cfg.disaggregation.overflow)
+    def _migrator(self, migrating: set[str]) -> Migrator | None:
+        """Llumnix's migration between the replicas of the pools ``migrating`` (None: none)."""
+        if not migrating:
+            return None
+        from servesim.cluster.migration import Migrator
+
+        return Migrator(self, self.cfg.migration, sorted(migrating))
+
+    def _mixed_pool(self) -> MixedPool | None:
+        """Splitwise's mixed pool where configured on a disaggregated cluster (else None)."""
+        if not (self.cfg.disaggregation.overflow.enabled and self.is_disagg):
+            return None
+        from servesim.cluster.overflow import MixedPool
+
+        return MixedPool(self, self.cfg.disaggregation.overflow)
+
+    def _add_pools(self, pools: list[PoolSpec], check_invariants: bool) -> None:
+        """The pools' replicas, in order; a pool with DP ranks grouped by server."""
+        for pool in pools:
+            first = len(self.replicas)
+            for _ in range(pool.num_replicas):
+                self._add_replica(pool, check_invariants, pool.reference or pool.name in self.migrating)
+            if pool.dp > 1:
+                self._group_ranks(self.replicas[first:], pool.dp, api_servers_per_rank(pool.engine.version))
 
     def _group_ranks(self, replicas: list[Replica], dp: int, own_servers: bool) -> None:
         """Each ``dp`` consecutive replicas are the DP ranks of one server: they step in
@@ -624,6 +620,29 @@ class Cluster:
             scheduler=merged_counters(counters),
             rejected=dict(self.gate.rejected) if self.gate is not None else {},
         )
+
+
+def _tenant_gate(tenants: TenantSetup | None) -> TenantGate | None:
+    """The tenants' admission control in front of the router, where they have limits."""
+    if tenants is None or not tenants.has_limits:
+        return None
+    from servesim.engine.tenants import TenantGate
+
+    return TenantGate(tenants.limits)
+
+
+def _model_routes(
+    pools: list[PoolSpec], wl: Workload | None, default_model: str, rng: np.random.Generator | None, cap: int
+) -> ModelRoutes | None:
+    """Routes by model (``ModelRoutes.build``), each pool added; None where every request goes
+    to every replica."""
+    from servesim.cluster.models import ModelRoutes
+
+    routes = ModelRoutes.build(pools, wl, default_model, rng, cap)
+    if routes is not None:
+        for pool in pools:
+            routes.add_pool(pool)
+    return routes
 
 
 def _child(rng: np.random.Generator) -> np.random.Generator:
