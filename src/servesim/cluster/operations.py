@@ -44,7 +44,7 @@ from servesim.engine.request import Request
 from servesim.errors import ConfigError
 from servesim.metrics.timeseries import TimeSeries
 from servesim.perf.capabilities import Clocked
-from servesim.perf.power import ClockedPerf, bundled_coefficients, busy_energy_j
+from servesim.perf.power import ClockedPerf, PowerCoefficients, bundled_coefficients, busy_energy_j
 
 
 def clocked_pools(pools: list[PoolSpec], cfg: OperationsConfig) -> list[PoolSpec]:
@@ -71,6 +71,31 @@ def check_power_budget(budget_w: float, pools: list[PoolSpec]) -> None:
             f"one replica of any pool (pool {name!r}: {floors[name]:,.0f} W idle); capping "
             f"cannot go below idle, so no replica can run within it"
         )
+
+
+def _interval_energy(
+    pool: PoolSpec, held: float, busy: float, flops: float, nbytes: float, coef: PowerCoefficients
+) -> tuple[float, float]:
+    """Energy (J) of a replica of ``pool`` held ``held`` seconds of an interval, ``busy`` of
+    them stepping through ``flops`` and ``nbytes``: at its clock, and the same work at the
+    full clock (what a power cap saves)."""
+    if pool.gpu is None or held <= 0:
+        return 0.0, 0.0
+    clock = pool.perf.clock if isinstance(pool.perf, Clocked) else 1.0
+    e = pool.num_gpus * (
+        busy_energy_j(pool.gpu, busy, flops, nbytes, coef, clock=clock)
+        + pool.gpu.idle_power_w * (held - busy)
+    )
+    if not (clock < 1.0 and isinstance(pool.perf, ClockedPerf)):
+        return e, e
+    # At the full clock the compute-bound part of each step takes clock x its time
+    # (ClockedPerf): flops / peak x (1 / clock - 1) seconds less in all.
+    busy1 = busy - flops / pool.perf.peak_flops * (1 / clock - 1)
+    busy1 = busy1 if busy1 > 0 else busy * clock
+    e1 = pool.num_gpus * (
+        busy_energy_j(pool.gpu, busy1, flops, nbytes, coef) + pool.gpu.idle_power_w * (held - busy1)
+    )
+    return e, e1
 
 
 @dataclass(slots=True)
@@ -266,22 +291,7 @@ class Operations:
             # is priced in the next ones.
             share = min(1.0, held / cg) if cg > 0 else 0.0
             busy = cg * share
-            e = e1 = 0.0
-            if pool.gpu is not None and held > 0:
-                clock = pool.perf.clock if isinstance(pool.perf, Clocked) else 1.0
-                e = e1 = pool.num_gpus * (
-                    busy_energy_j(pool.gpu, busy, cf * share, cb * share, coef, clock=clock)
-                    + pool.gpu.idle_power_w * (held - busy)
-                )
-                if clock < 1.0 and isinstance(pool.perf, ClockedPerf):
-                    # At the full clock the compute-bound part of each step takes clock x its
-                    # time (ClockedPerf): flops / peak x (1 / clock - 1) seconds less in all.
-                    busy1 = busy - cf * share / pool.perf.peak_flops * (1 / clock - 1)
-                    busy1 = busy1 if busy1 > 0 else busy * clock
-                    e1 = pool.num_gpus * (
-                        busy_energy_j(pool.gpu, busy1, cf * share, cb * share, coef)
-                        + pool.gpu.idle_power_w * (held - busy1)
-                    )
+            e, e1 = _interval_energy(pool, held, busy, cf * share, cb * share, coef)
             uncapped[pool.name] += e1
             self._carry[i] = (cg - busy, cf * (1 - share), cb * (1 - share))
             t.energy_j += e
@@ -296,7 +306,6 @@ class Operations:
                 if held > 0:
                     s.gpu_util += busy / held
                     s.num_util += 1
-        front_pool = c.pool_of[c.front[0]].name if c.front else None
         self.power_w = sum(energy.values()) / dt if dt > 0 else 0.0
         self.pool_power_w = {k: v / dt if dt > 0 else 0.0 for k, v in energy.items()}
         self.uncapped_w = {k: v / dt if dt > 0 else 0.0 for k, v in uncapped.items()}
@@ -306,6 +315,15 @@ class Operations:
                 self.num_over_budget += 1
                 self.over_budget_s += dt
         self._gpu_util = {p.name: stats[p.name].gpu_util / max(stats[p.name].num_util, 1) for p in self.pools}
+        self._write_rows(t0, dt, stats, energy)
+
+    def _write_rows(
+        self, t0: float, dt: float, stats: dict[str, _PoolInterval], energy: dict[str, float]
+    ) -> None:
+        """One series row per pool for the interval from ``t0`` (``dt`` long); the interval's
+        finishes are kept (``_interval_done``) and counted afresh."""
+        c, fleet = self.cluster, self.fleet
+        front_pool = c.pool_of[c.front[0]].name if c.front else None
         for p in self.pools:
             s, d = stats[p.name], self._done[p.name]
             fronts = p.name == front_pool or (front_pool is None and p.role != "decode")
