@@ -38,6 +38,7 @@ from servesim.workload.base import Workload, workload_stats
 
 if TYPE_CHECKING:
     from servesim.engine.tenants import TenantSetup
+    from servesim.metrics.step_stream import StreamedStepSeries
     from servesim.perf.profiled import HardwareProfile
 
 
@@ -109,18 +110,7 @@ def simulate_cluster(
     # The engine the tenants' figures name (VTC's weights, the policy): the first pool's.
     engine = deps[0].engine
     vtc = any(d.engine.scheduling_policy == "vtc" for d in deps)
-    series = None
-    if (
-        stream_steps_to is not None
-        and sc.run.record_steps
-        and steps_format in ("parquet", "csv")
-        and len(wl) >= STREAM_STEPS_FROM_REQUESTS
-    ):
-        from servesim.metrics.step_stream import StreamedStepSeries
-
-        series = StreamedStepSeries(
-            Path(stream_steps_to) / f".steps.{os.getpid()}.{steps_format}.tmp", format=steps_format
-        )
+    series = _streamed_series(sc, len(wl), stream_steps_to, steps_format)
     try:
         with progress_bar(progress, len(wl), t0) as report:
             run = run_cluster(
@@ -161,6 +151,25 @@ def simulate_cluster(
     result.wall_s = time.perf_counter() - t0
     result.summary = summarize(result)
     return result
+
+
+def _streamed_series(
+    sc: Scenario, num_requests: int, stream_steps_to: Path | None, steps_format: str
+) -> StreamedStepSeries | None:
+    """The step series streamed to a temporary file in ``stream_steps_to``, for a run long
+    enough (``STREAM_STEPS_FROM_REQUESTS``) that keeps its steps; None: kept in memory."""
+    if (
+        stream_steps_to is None
+        or not sc.run.record_steps
+        or steps_format not in ("parquet", "csv")
+        or num_requests < STREAM_STEPS_FROM_REQUESTS
+    ):
+        return None
+    from servesim.metrics.step_stream import StreamedStepSeries
+
+    return StreamedStepSeries(
+        Path(stream_steps_to) / f".steps.{os.getpid()}.{steps_format}.tmp", format=steps_format
+    )
 
 
 def note_adapters_without_lora(wl: Workload, deps: list[Deployment]) -> None:
