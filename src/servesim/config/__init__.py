@@ -61,6 +61,7 @@ from servesim.config.workload_kinds import (
     ReasoningWorkload,
     SessionWorkload,
     WorkloadConfig,
+    WorkloadKind,
 )
 from servesim.config.workloads import BenchmarkWorkload, LengthDist, SyntheticWorkload, TraceWorkload
 
@@ -107,6 +108,7 @@ __all__ = [
     "TenantConfig",
     "TraceWorkload",
     "WorkloadConfig",
+    "WorkloadKind",
     "gpu_config_from_dict",
     "load_scenario",
     "parse_override",

@@ -302,7 +302,8 @@ class GuidellmWorkload(_Strict):
     )
 
 
-WorkloadConfig = Annotated[
+#: Every kind of workload a scenario can name (``load_workload`` takes any of them).
+WorkloadKind = (
     SyntheticWorkload
     | TraceWorkload
     | BenchmarkWorkload
@@ -311,6 +312,6 @@ WorkloadConfig = Annotated[
     | AgentWorkload
     | ReasoningWorkload
     | InferencePerfWorkload
-    | GuidellmWorkload,
-    Field(discriminator="type"),
-]
+    | GuidellmWorkload
+)
+WorkloadConfig = Annotated[WorkloadKind, Field(discriminator="type")]

@@ -16,6 +16,7 @@ from servesim.config import (
     SessionWorkload,
     SyntheticWorkload,
     TraceWorkload,
+    WorkloadKind,
 )
 from servesim.errors import ConfigError
 from servesim.workload.agents import generate_agents
@@ -52,18 +53,7 @@ __all__ = [
 ]
 
 
-def load_workload(
-    cfg: SyntheticWorkload
-    | TraceWorkload
-    | BenchmarkWorkload
-    | SessionWorkload
-    | MixtureWorkload
-    | AgentWorkload
-    | ReasoningWorkload
-    | InferencePerfWorkload
-    | GuidellmWorkload,
-    seed: int = 0,
-) -> Workload:
+def load_workload(cfg: WorkloadKind, seed: int = 0) -> Workload:
     """The requests of a workload config.
 
     Synthetic, benchmark, sessions, mixtures, agents and reasoning: ``seed`` is added to
