@@ -5,7 +5,10 @@ and setup, and the quick runs whose figures land in the paper's range are held t
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -29,15 +32,41 @@ SYSTEMS = (
     "Dynasor",
     "BurstGPT",
     "MC-SF",
+    "VTC",
+    "Speculative decoding",
 )
+
+#: The papers docs/policies.md cites for the policies it models, each by the words it cites
+#: it with, and the paper's key here.
+POLICY_PAGE_PAPERS = {
+    "MC-SF": "mc-sf",
+    "BurstGPT": "burstgpt",
+    "Sarathi-Serve": "sarathi-serve",
+    "Orca: A Distributed Serving System": "orca",
+    "Kwon et al., SOSP'23": "vllm",
+    "Llumnix": "llumnix-priority",
+    "Fairness in Serving Large Language Models": "vtc",
+    "Leviathan et al. 2023": "speculative-decoding",
+}
 
 
 def test_list_names_every_paper():
-    res = CliRunner().invoke(app, ["reproduce", "--list"])
+    res = CliRunner().invoke(app, ["reproduce", "--list"], env={"COLUMNS": "400"})  # rows unwrapped
     assert res.exit_code == 0, res.output
     for name in SYSTEMS:
         assert name in res.output
+    for key in PAPERS:
+        assert f" {key} " in res.output, key
     assert {p.name for p in PAPERS.values()} == set(SYSTEMS)
+    # Llumnix's three claims: tail latency, priorities, cost.
+    assert {"llumnix", "llumnix-priority", "llumnix-cost"} <= set(PAPERS)
+
+
+def test_list_names_every_paper_the_policy_page_cites():
+    text = (Path(__file__).resolve().parents[1] / "docs" / "policies.md").read_text(encoding="utf-8")
+    for words, key in POLICY_PAGE_PAPERS.items():
+        assert words in " ".join(text.split()), words
+        assert key in PAPERS, key
 
 
 def test_every_paper_states_its_setup_and_figures():
@@ -61,13 +90,61 @@ def test_names_resolve_and_unknown_ones_are_refused():
     assert res.exit_code == 2 and "published figure and setup only" in res.output
 
 
+#: docs/papers.md: its Results table quotes each run's figures.
+PAPERS_MD = Path(__file__).resolve().parents[1] / "docs" / "papers.md"
+
+
+def doc_cell(name: str) -> str:
+    """The "servesim quick / full" cell of the paper's row in docs/papers.md's Results table
+    (the row that names ``servesim reproduce NAME --quick``)."""
+    for line in PAPERS_MD.read_text(encoding="utf-8").splitlines():
+        if line.startswith("| ") and f"`servesim reproduce {name} --quick`" in line:
+            return line.split(" | ")[3]
+    raise AssertionError(f"docs/papers.md has no Results row for servesim reproduce {name} --quick")
+
+
+def quoted_forms(value: float, unit: str) -> list[str]:
+    """How the Results table writes a figure: a ratio to 2 decimals ("2.75x"), a percentage or
+    points to 1 ("37.7%", "+0.0%", "-22.6"), a fraction to 3 or 4 ("0.998")."""
+    if unit == "x":
+        return [f"{value:.2f}x"]
+    if unit == "%":
+        return [f"{value:.1f}%", f"{value:+.1f}%"]
+    if unit == "":
+        return [f"{value:.3f}", f"{value:.4f}"]
+    return [f"{value:.1f}", f"{value:+.1f}"]
+
+
+def assert_docs_quote(name: str, figures: dict) -> None:
+    """Every figure this run produced is written in the paper's Results row (docs/papers.md
+    quotes the code as it is: a run that moves a figure fails here until the row says so)."""
+    cell = doc_cell(name)
+    units = {f.key: f.unit for f in get_paper(name).figures}
+    for key, f in figures.items():
+        if f["servesim"] is None:
+            continue
+        forms = quoted_forms(f["servesim"], units[key])
+        assert any(re.search(rf"(?<![\d.]){re.escape(q)}(?!\d)", cell) for q in forms), (
+            f"docs/papers.md, {name}: {key} = {forms[0]} is not in the row's figures: {cell!r}"
+        )
+
+
+def test_quoted_forms_match_the_rows_writing():
+    cell = "Mistral-7B 2.75x / 2.69x; +0.0% / +1.1%; 0.998 / 0.999; -22.6 / -25.6 points; 37.7%"
+    for value, unit in ((2.7499, "x"), (0.01, "%"), (0.9979, ""), (-22.61, " pts"), (37.71, "%")):
+        assert any(q in cell for q in quoted_forms(value, unit)), (value, unit)
+    assert not re.search(rf"(?<![\d.]){re.escape('2.75x')}(?!\d)", "12.75x")
+
+
 def _quick(name: str, tmp_path) -> dict:  # noqa: ANN001
     res = CliRunner().invoke(app, ["reproduce", name, "--quick", "--strict", "--output", str(tmp_path)])
     assert res.exit_code in (0, 1), res.output
     out = json.loads((tmp_path / "reproduce.json").read_text())
     assert (tmp_path / "rows.csv").exists() and (tmp_path / "figures.csv").exists()
     assert res.exit_code == (0 if all(f["in_range"] in (True, None) for f in out["figures"]) else 1)
-    return {f["figure"]: f for f in out["figures"]}
+    figs = {f["figure"]: f for f in out["figures"]}
+    assert_docs_quote(name, figs)
+    return figs
 
 
 def test_vllm_against_orca_lands_in_the_papers_ranges(tmp_path):
@@ -176,9 +253,6 @@ def test_distserve_slo_scale_is_the_90_percent_crossing():
     "name",
     # Block's quick search runs the artifact's 10,000 requests per probe (about 170 s of CPU).
     [
-        "mc-sf",
-        "distserve",
-        "microserving",
         pytest.param("block", marks=pytest.mark.slow),
         # Llumnix's cost run: 12 autoscaled runs (about 30 s of CPU).
         pytest.param("llumnix-cost", marks=pytest.mark.slow),
@@ -240,3 +314,87 @@ def test_heteroscale_holds_the_slo_on_fewer_gpu_hours(tmp_path):
     hs, base = rows["heteroscale-heteroscale"], rows["heteroscale-utilization"]
     assert hs["slo_attainment"] >= 0.99
     assert hs["gpu_hours"] < base["gpu_hours"]
+
+
+def test_vtc_keeps_backlogged_tenants_within_the_papers_bound(tmp_path):
+    """VTC (Sheng et al., OSDI'24, Sec. 4): backlogged tenants' counters stay within U =
+    max(w_p L_input, w_q M) of each other (the figure: the largest spread over U, at most 1),
+    and FCFS on the same requests has no such bound (its spread passes U). The stand-in is
+    docs/policies.md's example (about 4 s of CPU)."""
+    figs = _quick("vtc", tmp_path)
+    assert 0 < figs["spread_over_u"]["servesim"] <= 1.0
+    rows = {r["system"]: r for r in json.loads((tmp_path / "reproduce.json").read_text())["rows"]}
+    assert rows["fcfs"]["spread_over_u"] > 1.0
+    # U = max(1 x the longest prompt, 2 x the KV cache's tokens), by hand from the row's inputs.
+    vtc = rows["vtc"]
+    assert vtc["bound_u"] == max(vtc["longest_prompt"], 2 * vtc["kv_capacity_tokens"])
+
+
+def test_vtc_runs_the_policy_pages_example():
+    import yaml
+
+    from servesim.papers.vtc import EXAMPLE
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "tenants_fair_share.yaml"
+    assert yaml.safe_load(path.read_text()) == EXAMPLE
+
+
+def test_distserve_vllm_cannot_meet_the_ttft_of_the_long_stand_in_prompts(tmp_path):
+    """DistServe's OPT-13B chatbot (TTFT <= 0.25 s, TPOT <= 0.1 s), out of the paper's range
+    for a measured reason (docs/papers.md): under DistServe's own A100 fit of vLLM, a lone
+    TP1 prefill of a prompt past about 1,490 tokens already takes more than 0.25 s (a + b p +
+    c p^2 ms: 0.257 s at 1,536), while DistServe's TP2 prefill of 1,536 tokens takes 0.126 s.
+    So no vLLM run can attain more than the share of its requests below that length, whatever
+    the rate, and its goodput at 90% hangs on how many long prompts a run draws. Asserted: the
+    fit's times, that bound on every vLLM probe of the quick run, and the paper's direction
+    (DistServe ahead on both metrics)."""
+    from servesim.papers.distserve import _traffic, fits
+
+    fit = fits()
+
+    def prefill_s(engine: str, tp: int, p: np.ndarray | int) -> np.ndarray:
+        a, b, c = fit[engine, "facebook/opt-13b", tp].prefill
+        return (a + b * np.asarray(p) + c * np.asarray(p) ** 2) * 1e-3
+
+    assert prefill_s("vllm", 1, 1400) < 0.25 < prefill_s("vllm", 1, 1536)
+    assert prefill_s("distserve", 2, 1536) < 0.25
+    unit, prompt, _ = _traffic()
+    too_long = prefill_s("vllm", 1, prompt) > 0.25
+    figs = _quick("distserve", tmp_path)
+    rows = json.loads((tmp_path / "reproduce.json").read_text())["rows"]
+    probes = [r for r in rows if r["system"] == "vllm" and "attainment" in r]
+    assert probes
+    for r in probes:
+        k = int(np.searchsorted(unit / r["rate_req_s"], 60.0))  # the quick run's 60 s of traffic
+        assert r["attainment"] <= 1 - too_long[:k].mean() + 1e-12, r
+    assert figs["goodput"]["servesim"] > 1.0 and figs["slo_scale"]["servesim"] > 1.0
+
+
+def test_mc_sf_quick_run_shows_the_papers_mechanism(tmp_path):
+    """MC-SF's quick run (200 requests) is a transient, below the paper's 31% (the full run is
+    held to it, a slow test above). What the paper argues holds on it: admission that projects
+    the true output lengths never overflows the KV cache (no preemption) where vLLM V1's greedy
+    admission does, and the shortest-first order cuts the mean latency below memory-aware FCFS."""
+    figs = _quick("mc-sf", tmp_path)
+    rows = {r["system"]: r for r in json.loads((tmp_path / "reproduce.json").read_text())["rows"]}
+    assert rows["mc_sf"]["preemptions"] == rows["memory_aware_fcfs"]["preemptions"] == 0
+    assert rows["vllm_v1"]["preemptions"] > 0
+    assert figs["mean_latency_cut"]["servesim"] > 0
+
+
+def test_microserving_balanced_pd_cuts_the_tail_more_as_load_grows(tmp_path):
+    """MicroServing's stand-in (docs/papers.md: the paper's models, engines and traces are not
+    encoded, so its figure is not held to the paper's range): balanced prefill-decode
+    disaggregation cuts the P99 job completion time of long-input requests against data
+    parallel at every rate swept, the paper's direction, and the cut is larger at the highest
+    rate than at the lowest (the decode engine's spare time takes prompt tails off a queue
+    that grows with load)."""
+    _quick("microserving", tmp_path)
+    rows = json.loads((tmp_path / "reproduce.json").read_text())["rows"]
+    cuts = {}
+    for rate in sorted({r["rate_req_s"] for r in rows}):
+        at = {r["system"]: r["jct_p99_s"] for r in rows if r["rate_req_s"] == rate}
+        dp = at.pop("data_parallel")
+        cuts[rate] = 1 - min(at.values()) / dp
+    assert all(c > 0 for c in cuts.values()), cuts
+    assert cuts[max(cuts)] > cuts[min(cuts)], cuts
