@@ -104,10 +104,10 @@ def doc_cell(name: str) -> str:
 
 
 def quoted_forms(value: float, unit: str) -> list[str]:
-    """How the Results table writes a figure: a ratio to 2 decimals ("2.75x"), a percentage or
+    """How the Results table writes a figure: a ratio to 2 or 1 decimals ("2.75x", "31.9x"), a percentage or
     points to 1 ("37.7%", "+0.0%", "-22.6"), a fraction to 3 or 4 ("0.998")."""
     if unit == "x":
-        return [f"{value:.2f}x"]
+        return [f"{value:.2f}x", f"{value:.1f}x"]
     if unit == "%":
         return [f"{value:.1f}%", f"{value:+.1f}%"]
     if unit == "":
@@ -398,3 +398,29 @@ def test_microserving_balanced_pd_cuts_the_tail_more_as_load_grows(tmp_path):
         cuts[rate] = 1 - min(at.values()) / dp
     assert all(c > 0 for c in cuts.values()), cuts
     assert cuts[max(cuts)] > cuts[min(cuts)], cuts
+
+
+def test_output_writes_the_plot_page_with_the_papers_curve(tmp_path):
+    """--output with plotly installed: plot.html (and plotly.js beside it) holds the figures'
+    bars (the paper's range, servesim's value) and the paper's curve redrawn from the rows, one
+    line per system (MicroServing: P99 JCT against the rate, data parallel and each balanced
+    fraction)."""
+    pytest.importorskip("plotly")
+    _quick("microserving", tmp_path)
+    page = (tmp_path / "plot.html").read_text(encoding="utf-8")
+    found = re.search(r'<script[^>]*id="figures"[^>]*>(.*?)</script>', page, re.S)
+    assert found is not None
+    figs = {f["div"]: f for f in json.loads(found.group(1))}
+    bars = figs["plot-0-figures"]["data"]
+    assert [t["name"] for t in bars] == ["paper's range, low", "paper's range, high", "servesim"]
+    assert bars[0]["y"] == [pytest.approx(47 / 1.25)] and bars[1]["y"] == [pytest.approx(47 * 1.25)]
+    lines = {t["name"]: t for t in figs["plot-1-curve"]["data"]}
+    assert set(lines) == {
+        "data_parallel",
+        "balanced_pd_0.1",
+        "balanced_pd_0.2",
+        "balanced_pd_0.3",
+        "balanced_pd_0.4",
+    }
+    assert lines["data_parallel"]["x"] == [0.5, 1.0, 1.5, 2.0, 2.5]
+    assert list((tmp_path).glob("plotly-*.min.js"))
