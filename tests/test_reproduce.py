@@ -259,21 +259,25 @@ def test_distserve_slo_scale_is_the_90_percent_crossing():
     assert scale_at_attainment(ttft, tpot, (0.25, 0.1), target=1.0) == pytest.approx(4.0)
 
 
-@pytest.mark.parametrize(
-    "name",
-    # Block's quick search runs the artifact's 10,000 requests per probe (about 170 s of CPU).
-    [
-        pytest.param("block", marks=pytest.mark.slow),
-        # Llumnix's cost run: 12 autoscaled runs (about 30 s of CPU).
-        pytest.param("llumnix-cost", marks=pytest.mark.slow),
-    ],
-)
-def test_runs_out_of_range_still_report_their_figure(name, tmp_path):
-    """Papers whose quick run servesim does not (yet) bring into the paper's range: the command
-    still runs their experiment, prints and writes the figure, and --strict says so by its exit code."""
-    figs = _quick(name, tmp_path)
-    first = next(iter(figs.values()))  # the headline figure; others may be of the full run only
-    assert first["servesim"] is not None and first["in_range"] is not None
+@pytest.mark.slow
+def test_block_routes_no_worse_than_the_artifacts_heuristics(tmp_path):
+    """Block, out of the paper's range (docs/papers.md: at the artifact's 3 s P99 TTFT the knee
+    moves about 1%, as in the artifact's own summaries), holds the paper's direction: Block's
+    predicted-latency routing (Block*, oracle lengths) has at least the capacity of each of the
+    artifact's heuristics, above round robin's and random's, and at every load both probed a
+    P99 TTFT no higher than the best heuristic's (about 170 s of CPU: 10,000 requests a probe)."""
+    figs = _quick("block", tmp_path)
+    assert figs["capacity_gain"]["servesim"] >= 0
+    rows = json.loads((tmp_path / "reproduce.json").read_text())["rows"]
+    cap = {r["router"]: r["capacity_qps"] for r in rows if r.get("capacity_qps") is not None}
+    assert cap["predicted_latency"] >= max(cap["llumnix"], cap["infaas"])
+    assert cap["predicted_latency"] > max(cap["round_robin"], cap["random"])
+    best = max(("llumnix", "infaas"), key=cap.__getitem__)
+    p99 = {(r["router"], r["qps"]): r["p99_ttft_s"] for r in rows if r.get("p99_ttft_s") is not None}
+    shared = [q for (router, q) in p99 if router == best and ("predicted_latency", q) in p99]
+    assert shared
+    for q in shared:
+        assert p99["predicted_latency", q] <= p99[best, q], q
 
 
 def test_orca_lands_in_the_papers_range(tmp_path):
