@@ -216,6 +216,7 @@ def test_mc_sf_full_run_cuts_mean_latency_as_the_paper(tmp_path):
     assert res.exit_code in (0, 1), res.output
     figs = {f["figure"]: f for f in json.loads((tmp_path / "reproduce.json").read_text())["figures"]}
     assert 31 / 1.25 <= figs["mean_latency_cut"]["servesim"] <= 31 * 1.25
+    assert_docs_quote("mc-sf", figs)  # the full run's figure, quoted beside the quick one
 
 
 @pytest.mark.slow
