@@ -281,6 +281,24 @@ def test_block_routes_no_worse_than_the_artifacts_heuristics(tmp_path):
         assert p99["predicted_latency", q] <= p99[best, q], q
 
 
+@pytest.mark.slow
+def test_llumnix_cost_migration_buys_latency_while_drains_hold_little(tmp_path):
+    """Llumnix's auto-scaling, out of the paper's range (docs/papers.md), for the reason the run
+    measures: at the same scaling thresholds migration lowers the P99 TTFT below INFaaS++'s (the
+    paper's mechanism), while INFaaS++'s stopped replicas spend too little of its instance-time
+    draining for migration's scale-in to save the paper's 36% by itself (the bound the run
+    computes stays below the range's floor). 12 autoscaled runs, about 30 s of CPU."""
+    figs = _quick("llumnix-cost", tmp_path)
+    assert figs["cost_saving"]["servesim"] >= 0
+    rows = json.loads((tmp_path / "reproduce.json").read_text())["rows"]
+    base = {r["cv"]: r for r in rows if r["system"] == "infaas++"}
+    same = {r["cv"]: r for r in rows if r["system"] == "llumnix" and r["scale_out_below"] == 10}
+    assert set(base) == set(same) == {4.0, 8.0}
+    for cv in base:
+        assert same[cv]["ttft_p99_s"] < base[cv]["ttft_p99_s"], cv
+        assert 100 * base[cv]["drain_share"] < 36 / 1.25, cv
+
+
 def test_orca_lands_in_the_papers_range(tmp_path):
     """Orca, Sec. 6.3: 36.9x FasterTransformer's throughput at equal latency (+-25%), GPT-3 175B's
     shape on 16 A100-40GB at TP8 x PP2, Orca's batches two in flight (about 110 s of CPU)."""
