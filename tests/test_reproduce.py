@@ -200,11 +200,16 @@ def test_splitwise_against_baseline_h100_in_the_iso_power_cluster(tmp_path):
     its simulator's semantics (docs/papers.md). Splitwise-AA's "1.4x at 20% lower cost" lands
     in range (0.02x above its floor); Splitwise-HA's "2.35x at the same cost and power" falls
     below it and is reported, as are servesim's own readings of both (docs/papers.md says why
-    each differs)."""
+    each differs). What holds of Splitwise-HA under both readings is the paper's direction: it
+    serves more than Baseline-H100 and more than Splitwise-AA (its H100 prompt machines)."""
     figs = _quick("splitwise", tmp_path)
     assert 1.4 / 1.25 <= figs["iso_cost_throughput"]["servesim"] <= 1.4 * 1.25
-    for name in ("iso_power_throughput", "iso_cost_throughput_servesim", "iso_power_throughput_servesim"):
-        assert figs[name]["in_range"] is not None and figs[name]["servesim"] > 0
+    for suffix in ("", "_servesim"):
+        ha, aa = (
+            figs["iso_power_throughput" + suffix]["servesim"],
+            figs["iso_cost_throughput" + suffix]["servesim"],
+        )
+        assert ha > aa > 1.0, suffix
 
 
 @pytest.mark.slow
