@@ -1,7 +1,8 @@
 """Prefill/decode disaggregation: exact hand-off timing on tiny clusters, the shared KV
 link, decode-side admission, balanced and per-request strategies, a property test that
 no request is lost or duplicated, and the DistServe reproduction in servesim's terms (its
-placement searches are characterization tests: they pin servesim's own earlier output)."""
+placement searches are characterization tests: they pin servesim's own earlier output; the
+tests in DistServe's own setup assert the paper's direction and the mechanism, not a figure)."""
 
 from __future__ import annotations
 
@@ -374,38 +375,9 @@ def _distserve_goodput_per_gpu(
     return lo / gpus
 
 
-@pytest.mark.slow
-@pytest.mark.characterization
-@pytest.mark.parametrize(
-    ("model", "slo", "tps", "prompt_median", "hi", "measured"),
-    [
-        ("OPT-13B", (0.25, 0.1), (1, 2, 1), 107, 12.0, 0.47),  # vLLM 9.35, DistServe 4.42 req/s/GPU
-        ("OPT-13B", (0.25, 0.1), (1, 2, 1), 600, 4.0, 1.79),  # 1.02, 1.82
-        ("OPT-66B", (0.4, 0.1), (4, 4, 4), 600, 4.0, 2.49),  # 0.179, 0.446 (prompt median 107: 1.18x)
-    ],
-)
-def test_characterization_distserve_paper_setup_gain_depends_on_prompt_length(
-    model, slo, tps, prompt_median, hi, measured
-) -> None:
-    """Characterization: pins servesim's own gains (``measured``), not the paper's 2.0-4.6x.
-
-    DistServe (Zhong et al., OSDI'24), chatbot on ShareGPT: per-GPU goodput at 90% SLO
-    attainment, DistServe 2.0-4.6x vLLM (see docs/cluster.md for the whole finding).
-
-    The paper's setup, from its artifact (LLMServe/DistServe, evaluation/ae-scripts/e2e/
-    _plot.py and 2-start-api-server.py): OPT-13B, TTFT <= 0.25 s and TPOT <= 0.1 s, vLLM TP1
-    on 1 GPU against DistServe's prefill TP2 + decode TP1 (3 GPUs); OPT-66B, TTFT <= 0.4 s,
-    TPOT <= 0.1 s, vLLM TP4 against prefill TP4 + decode TP2 x PP2 (8 GPUs; here decode TP4,
-    as DistServe publishes no PP fit). Step times: DistServe's own A100 fits of each engine.
-    vLLM is V0 (prefill-prioritizing, no chunked prefill), as the paper's vLLM was.
-
-    Lengths: lognormal outputs (median 150, up to 512) and prompts of median 107 (ShareGPT's
-    single-turn prompts as vLLM's paper reports them) or 600 (DistServe's preprocessing joins
-    a random number of earlier turns into the prompt, so its prompts are longer; its exact
-    distribution is not published). The gain is steep in the prompt length: with short prompts
-    a prefill is cheap, TTFT holds on one colocated GPU and the dedicated prefill GPUs idle
-    (colocation wins); with long prompts vLLM's batched prefills push TTFT over 0.25 s early.
-    """
+def _distserve_gain(
+    model: str, slo: tuple[float, float], tps: tuple[int, int, int], prompt_median: float, hi: float
+) -> float:
     vllm_tp, prefill_tp, decode_tp = tps
     colo = _distserve_goodput_per_gpu(model, (("colocated", vllm_tp),), prompt_median, slo, 0.02, hi)
     dis = _distserve_goodput_per_gpu(
@@ -415,6 +387,45 @@ def test_characterization_distserve_paper_setup_gain_depends_on_prompt_length(
         f"{model}, prompt median {prompt_median}: vLLM {colo:.3f}, DistServe {dis:.3f} req/s/GPU: "
         f"{dis / colo:.2f}x"
     )
-    # The measured gain to within 20% (each capacity is bisected to ~6%): short prompts must
-    # keep colocation ahead, long ones must give DistServe its gain.
-    assert measured / 1.2 <= dis / colo <= measured * 1.2
+    return dis / colo
+
+
+@pytest.mark.slow
+def test_distserve_paper_setup_gain_grows_with_prompt_length() -> None:
+    """DistServe (Zhong et al., OSDI'24), chatbot on ShareGPT: per-GPU goodput at 90% SLO
+    attainment, DistServe 2.0-4.6x vLLM (see docs/cluster.md and docs/papers.md for the whole
+    finding).
+
+    The paper's setup, from its artifact (LLMServe/DistServe, evaluation/ae-scripts/e2e/
+    _plot.py and 2-start-api-server.py): OPT-13B, TTFT <= 0.25 s and TPOT <= 0.1 s, vLLM TP1
+    on 1 GPU against DistServe's prefill TP2 + decode TP1 (3 GPUs). Step times: DistServe's
+    own A100 fits of each engine. vLLM is V0 (prefill-prioritizing, no chunked prefill), as
+    the paper's vLLM was.
+
+    Lengths: lognormal outputs (median 150, up to 512) and prompts of median 107 (ShareGPT's
+    single-turn prompts as vLLM's paper reports them) or 600 (DistServe's preprocessing joins
+    a random number of earlier turns into the prompt, so its prompts are longer; its exact
+    distribution is not published). The gain is steep in the prompt length: with short prompts
+    a prefill is cheap, TTFT holds on one colocated GPU and the dedicated prefill GPUs idle;
+    with long prompts vLLM's batched prefills push TTFT over 0.25 s early. Measured 0.47x
+    (vLLM 8.46, DistServe 4.00 req/s/GPU) and 1.94x (0.94, 1.82). Asserted: the paper's
+    direction on the longer prompts (DistServe ahead) and the mechanism (the gain grows with
+    the prompt length), not these figures; the paper's range is read by
+    ``servesim reproduce distserve`` (docs/papers.md says why no run length holds it).
+    """
+    short = _distserve_gain("OPT-13B", (0.25, 0.1), (1, 2, 1), 107, 12.0)
+    long = _distserve_gain("OPT-13B", (0.25, 0.1), (1, 2, 1), 600, 4.0)
+    assert long > 1.0
+    assert short < long
+
+
+@pytest.mark.slow
+def test_distserve_paper_setup_opt_66b_is_ahead_of_vllm() -> None:
+    """DistServe on OPT-66B (TTFT <= 0.4 s, TPOT <= 0.1 s): vLLM TP4 against prefill TP4 +
+    decode TP2 x PP2 in the artifact (8 GPUs; here decode TP4, as DistServe publishes no PP
+    fit), prompts of median 600. Measured 2.70x (vLLM 0.158, DistServe 0.428 req/s/GPU; prompt
+    median 107: 1.13x). Asserted: the paper's direction, DistServe ahead. vLLM's TP4 prefill
+    of a 1,536-token prompt takes 0.478 s under DistServe's fit, past the 0.4 s TTFT, so a
+    long enough run leaves vLLM no goodput at 90% (docs/papers.md); a 60 s run reads its
+    first minute's draws."""
+    assert _distserve_gain("OPT-66B", (0.4, 0.1), (4, 4, 4), 600, 4.0) > 1.0

@@ -2,14 +2,13 @@
 
 Each test states the paper's setup, the scaled-down setup here (a modelled A100 or H100,
 a short synthetic workload with the paper's kind of length distribution, fixed seeds), and
-asserts the size of the effect servesim showed on this scenario when the test was written
-(within a stated tolerance; inside the paper's range where the paper gives one). The pinned
-numbers are servesim's own earlier output, not the papers' and not a measurement of a real
-engine: a failure says servesim's answer moved, which a change to the step model may
-rightly do (then re-measure and update the number, saying why). Whether servesim agrees
-with the papers is what the docstrings discuss (docs/policies.md). Capacities are found by
-a geometric bisection over the arrival rate with the arrival pattern held fixed (common
-random numbers).
+asserts what the paper or the arithmetic says: the mechanism (what fails the SLO, what is
+avoided), the direction of the effect, or a bound derived by hand (the docstrings derive
+each). No bound is built around servesim's own earlier output; the figures servesim
+measured are printed and quoted in the docstrings, and the papers' headline figures are held
+in their own setups by ``servesim reproduce`` (tests/test_reproduce.py, docs/papers.md).
+Capacities are found by a geometric bisection over the arrival rate with the arrival pattern
+held fixed (common random numbers).
 """
 
 from __future__ import annotations
@@ -29,8 +28,6 @@ from servesim.perf.memory import plan_memory
 from servesim.perf.roofline import RooflinePerfModel
 from servesim.sim import run_engine
 from servesim.workload.base import Workload
-
-pytestmark = pytest.mark.characterization
 
 
 def lognormal_lengths(
@@ -127,13 +124,13 @@ def trace_like_lengths(
 
 
 @pytest.mark.parametrize(
-    ("trace", "n", "lo", "hi", "gain_lo", "gain_hi"),
+    ("trace", "n", "lo", "hi"),
     [
-        ("openchat_sharegpt4", 400, 0.25, 8.0, 2.6, 3.5),  # measured 3.3x; the paper ~2.6x
-        ("arxiv_summarization", 200, 0.1, 4.0, 1.5, 2.25),  # measured 1.8x
+        ("openchat_sharegpt4", 400, 0.25, 8.0),  # measured 3.3x; the paper 2.6x (its own setup: reproduce)
+        ("arxiv_summarization", 200, 0.1, 4.0),  # measured 1.8x
     ],
 )
-def test_chunked_prefill_raises_capacity_under_strict_tbt_slo(trace, n, lo, hi, gain_lo, gain_hi):
+def test_chunked_prefill_raises_capacity_under_strict_tbt_slo(trace, n, lo, hi):
     """Sarathi-Serve (Agrawal et al., OSDI'24), Sec. 5.1 and Fig. 10: Mistral-7B on one
     A100, Sarathi-Serve (token budget 512) serves ~2.6x the load of vLLM (prefill-
     prioritizing) under the strict SLO, because vLLM's prefill-only iterations stall every
@@ -151,8 +148,11 @@ def test_chunked_prefill_raises_capacity_under_strict_tbt_slo(trace, n, lo, hi, 
     converges to 2.8x and arxiv to 1.9-2.0x (a short run lets Sarathi-Serve, whose
     capacity is throughput-bound, overrun its service rate longer before the median
     scheduling delay passes 2 s; vLLM's is bound by P99 TBT and does not move). The
-    assertion: the measured gain to within 25% (each capacity is bisected to ~12%), cut to
-    the paper's 2.0-3.5x (openchat) and 1.5-3.0x (arxiv) bands.
+    assertions are the paper's mechanism, not these figures: at Sarathi-Serve's capacity
+    vLLM misses the P99 TBT SLO (generation stalls) while Sarathi-Serve meets it, so
+    Sarathi-Serve's capacity is the higher. The paper's 2.6x is held in the paper's own setup
+    (the artifact's trace, search and time limit) by ``servesim reproduce sarathi-serve``
+    (tests/test_reproduce.py).
     """
     prompt_q, output_q, mml = SARATHI_TRACES[trace]
     model = load_model("Mistral-7B")
@@ -200,7 +200,7 @@ def test_chunked_prefill_raises_capacity_under_strict_tbt_slo(trace, n, lo, hi, 
         f"sarathi {tbt['sarathi'] * 1e3:.0f} ms"
     )
     assert tbt["sarathi"] <= 0.1 < tbt["vllm_v0"]  # V0 fails the SLO on stalls, not on queueing
-    assert gain_lo * v0 <= sarathi <= gain_hi * v0
+    assert sarathi > v0
 
 
 # --------------------------------------------------------------------------- BurstGPT
@@ -251,10 +251,8 @@ def test_burstgpt_gamma_arrivals_keep_the_rate_and_raise_the_tail():
 # --------------------------------------------------------------------------- memory-aware admission
 
 
-def test_characterization_mcsf_memory_aware_admission_avoids_preemptions():
-    """Characterization: pins servesim's own output (the "Measured" below).
-
-    Memory-constrained scheduling (Jaillet et al. 2025, "Online Scheduling for LLM
+def test_mcsf_memory_aware_admission_avoids_preemptions():
+    """Memory-constrained scheduling (Jaillet et al. 2025, "Online Scheduling for LLM
     Inference with KV Cache Constraints", arXiv 2502.07115): MC-SF admits, shortest
     predicted output first, only what the KV cache can hold until the batch's predicted
     completions. That avoids the preemptions (and recomputation) of greedy admission, and
@@ -270,7 +268,12 @@ def test_characterization_mcsf_memory_aware_admission_avoids_preemptions():
     with the true length and with the noisy prediction.
     Measured: the projection alone removes the preemptions but cuts mean latency only ~6%
     (at this load latency is mostly service time, and FCFS order is kept); adding the
-    shortest-first order gives ~16%.
+    shortest-first order gives ~16% (a 200-request transient: ``servesim reproduce mc-sf``
+    runs 1,000 and is held to the paper's 31% +-25%, tests/test_reproduce.py). The assertions
+    are the mechanism the paper argues, not these figures: admission that projects the true
+    lengths never overflows the cache (no preemption), greedy admission does, a noisy
+    projection overflows less often than greedy, and each step (projection, then the
+    shortest-first order) lowers the mean latency.
     """
     model = load_model("meta-llama/Llama-3.1-8B")
     perf = RooflinePerfModel(model, get_gpu("A100-80GB"))
@@ -301,13 +304,11 @@ def test_characterization_mcsf_memory_aware_admission_avoids_preemptions():
     print("preemptions / mean e2e: " + ", ".join(f"{k} {p} / {e:.2f} s" for k, (p, e) in res.items()))
     # Measured: preemptions v1 240, exact 0, noisy 149 (0.62x); mean e2e against v1: exact
     # 0.935, noisy 0.976, MC-SF 0.839, MC-SF noisy 0.963 (0.987 of noisy FCFS).
-    assert res["exact"][0] == 0 and res["mc-sf"][0] == 0 and 200 <= res["v1"][0] <= 280
-    assert 0.5 <= res["noisy"][0] / res["v1"][0] <= 0.75  # a noisy projection removes ~40%
-    assert 0.91 <= res["exact"][1] / res["v1"][1] <= 0.96
-    assert 0.95 <= res["noisy"][1] / res["v1"][1] <= 0.995
-    assert 0.80 <= res["mc-sf"][1] / res["v1"][1] <= 0.88  # the paper: ~30% below its baselines
-    assert res["mc-sf"][1] < 0.92 * res["exact"][1]  # the order, not only the projection
-    assert 0.97 <= res["mc-sf noisy"][1] / res["noisy"][1] <= 0.995  # a small gain with noisy lengths
+    assert res["exact"][0] == 0 and res["mc-sf"][0] == 0  # true lengths: the projection never overflows
+    assert 0 < res["noisy"][0] < res["v1"][0]  # under-predicted outputs overflow, less than greedy
+    assert res["exact"][1] < res["v1"][1]  # no recomputation
+    assert res["mc-sf"][1] < res["exact"][1]  # the order, not only the projection
+    assert res["mc-sf noisy"][1] < res["noisy"][1]
 
 
 # --------------------------------------------------------------------------- speculative decoding
@@ -324,8 +325,11 @@ def test_speculative_decoding_helps_at_low_load_less_at_high_load():
     tokens per step expected), a draft step at 5% of the target's; 40 requests at 0.5 req/s
     (low) and 200 at 40 req/s (high), prompt 100-1000, output 100-400.
 
-    Measured: 2.42x at low load (2.77 tokens per step, less the draft steps' 4 x 5% and the
-    slightly longer verification), 1.62x at high load.
+    Measured: 2.42x at low load, 1.62x at high load. Leviathan et al.'s Theorem 3.8 gives the
+    expected walltime improvement of a lone request, when verifying k + 1 tokens costs one
+    target step: (1 - a^(k+1)) / ((1 - a)(k c + 1)) = (1 - 0.7^5) / (0.3 x 1.2) = 2.31 (a = 0.7,
+    k = 4, c = 0.05); at low load the gain is held to it (+-10%: requests overlap a little, and
+    a faster request leaves a smaller batch); at high load it must fall below it.
     """
     model = load_model("meta-llama/Llama-3.1-8B")
     perf = RooflinePerfModel(model, get_gpu("H100-SXM"))
@@ -349,5 +353,7 @@ def test_speculative_decoding_helps_at_low_load_less_at_high_load():
         print(
             f"{load} load: TPOT {tpot[0] * 1e3:.1f} ms -> {tpot[1] * 1e3:.1f} ms with k=4 ({gain[load]:.2f}x)"
         )
-    assert 2.2 <= gain["low"] <= 2.6  # below the 2.77 tokens per step by the draft cost
-    assert 1.4 <= gain["high"] <= 1.85 and gain["high"] < 0.8 * gain["low"]
+    a, k, c = 0.7, 4, 0.05
+    theorem = (1 - a ** (k + 1)) / ((1 - a) * (k * c + 1))  # 2.311
+    assert gain["low"] == pytest.approx(theorem, rel=0.10)
+    assert 1.0 < gain["high"] < gain["low"]

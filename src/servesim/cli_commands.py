@@ -381,7 +381,9 @@ def reproduce(
             "--output",
             "-o",
             file_okay=False,
-            help="Directory to write reproduce.json, figures.csv and rows.csv into.",
+            help="Directory to write reproduce.json, figures.csv and rows.csv into, and with plotly "
+            "installed (the report extra) plot.html: the paper's range beside servesim's figure, and "
+            "the paper's plot redrawn from the rows.",
         ),
     ] = None,
     strict: Annotated[

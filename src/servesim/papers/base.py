@@ -46,6 +46,21 @@ class Outcome:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Curve:
+    """The paper's plot, redrawn from the run's rows (``--output`` with plotly installed): ``y``
+    against ``x``, one line per distinct value of the ``series`` fields, over the rows that
+    hold both."""
+
+    title: str
+    x: str
+    y: str
+    series: tuple[str, ...]
+    xlabel: str
+    ylabel: str
+    log_y: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Paper:
     """One serving system of the literature and its headline experiment."""
 
@@ -61,6 +76,8 @@ class Paper:
     run: Callable[[bool], Outcome] | None = None
     #: Why servesim's figure is where it is (known gaps, what is not modelled).
     note: str = ""
+    #: The paper's plot redrawn from the rows, where its rows hold one.
+    curve: Curve | None = None
 
     @property
     def runnable(self) -> bool:

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from servesim.papers.base import Outcome, Paper, around
+from servesim.papers.base import Curve, Outcome, Paper, around
 from servesim.papers.common import capacity
 
 A30 = {
@@ -164,4 +164,13 @@ PAPER = Paper(
     "over Llumnix- at P99 TTFT <= 3 s (31.1 and 32.0 against 30.6-30.7 QPS; 13.8% at 24 sequences "
     "a batch): the paper's up to 16.7% is not this setup's gain over its best heuristic in the "
     "artifact's data either.",
+    curve=Curve(
+        "P99 TTFT against the load (the capacity search's probes)",
+        "qps",
+        "p99_ttft_s",
+        ("router",),
+        "load (QPS)",
+        "P99 TTFT (s)",
+        log_y=True,
+    ),
 )

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from servesim.papers.base import Figure, Outcome, Paper
+from servesim.papers.base import Curve, Figure, Outcome, Paper
 from servesim.perf.base import BatchStats
 
 #: The artifact's chatbot runs: (TTFT, TPOT) SLO, vLLM's TP, DistServe's prefill and decode TP
@@ -377,4 +377,12 @@ PAPER = Paper(
     "OPT-175B lands below both ranges, timed by the roofline for both systems: a decode token "
     "crosses DistServe's three pipeline stages, so its TPOT is over twice vLLM's on TP8 "
     "(docs/papers.md).",
+    curve=Curve(
+        "Fig. 8 (upper row): SLO attainment against the per-GPU rate",
+        "rate_per_gpu",
+        "attainment",
+        ("model", "system"),
+        "rate (req/s/GPU)",
+        "SLO attainment",
+    ),
 )

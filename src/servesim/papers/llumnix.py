@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from servesim.papers.base import Outcome, Paper, around
+from servesim.papers.base import Curve, Outcome, Paper, around
 
 #: NVIDIA A10 (24 GB GDDR6, 600 GB/s, 125 dense BF16 TFLOP/s, 150 W, PCIe Gen4 x16) from its
 #: spec sheet: Llumnix's GPU, not in servesim's catalog (the priority and cost runs use it).
@@ -125,4 +125,13 @@ PAPER = Paper(
     "(the priority and cost runs, llumnix-priority and llumnix-cost, use an A10 from its spec "
     "sheet). The ratio is steep in the rate: migration helps only past the baseline's knee "
     "(0.35-0.4 req/s per instance).",
+    curve=Curve(
+        "P99 TTFT against the request rate",
+        "rate_req_s",
+        "ttft_p99_s",
+        ("system",),
+        "request rate (req/s)",
+        "P99 TTFT (s)",
+        log_y=True,
+    ),
 )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from servesim.papers.base import Outcome, Paper, around
+from servesim.papers.base import Curve, Outcome, Paper, around
 
 RATES = (0.5, 1.0, 1.5, 2.0, 2.5)
 FRACTIONS = (0.1, 0.2, 0.3, 0.4)
@@ -106,4 +106,12 @@ PAPER = Paper(
     run,
     "Model, engines, lengths and rates are servesim's choice, not the paper's (not encoded here); the "
     "cut grows with load, so the 'up to' figure depends on the highest rate swept.",
+    curve=Curve(
+        "P99 job completion time against the request rate",
+        "rate_req_s",
+        "jct_p99_s",
+        ("system",),
+        "request rate (req/s)",
+        "P99 JCT (s)",
+    ),
 )

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from servesim.papers.base import Outcome, Paper, around
+from servesim.papers.base import Curve, Outcome, Paper, around
 from servesim.papers.common import capacity
 
 ORCA_BATCHES = (8, 16, 32, 128)
@@ -134,4 +134,13 @@ PAPER = Paper(
     "FasterTransformer's best batch stays small while Orca's grows (19.4x, 31.9x, 22.9x at 1.25x, 1.5x, "
     "2x in the quick run, Orca's batches two in flight on the PP2 stages, a static batch alone): the "
     "figure is the largest over servesim's three levels (docs/papers.md).",
+    curve=Curve(
+        "Fig. 10: median normalized latency against the request rate",
+        "rate_req_s",
+        "median_norm_latency_s",
+        ("policy", "max_batch"),
+        "request rate (req/s)",
+        "median normalized latency (s/token)",
+        log_y=True,
+    ),
 )

@@ -95,9 +95,12 @@ def write(output: Path, paper: Paper, quick: bool, outcome: Outcome, wall_s: flo
                 default=float,
             )
         )
+        from servesim.papers.plots import write_plot
+
+        plot = write_plot(output, paper, outcome)
     except OSError as err:
         raise ServesimError(f"{output}: cannot write: {err.strerror or err}") from None
-    return [res, figs_csv, rows_csv]
+    return [res, figs_csv, rows_csv, *plot[:1]]
 
 
 def run_paper(name: str, quick: bool) -> tuple[Paper, Outcome, float]:

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from servesim.metrics.stats import weighted_percentile
-from servesim.papers.base import Outcome, Paper, around
+from servesim.papers.base import Curve, Outcome, Paper, around
 
 if TYPE_CHECKING:
     from servesim.catalog.gpus import GpuSpec
@@ -382,4 +382,13 @@ PAPER = Paper(
     "Yi-34B lands 0.02x below its range (2.94x), Falcon-180B (PP2: two micro-batches in flight, "
     "as the artifact's scheduler allows, its 10 ms timer aside) 8% below; docs/papers.md gives "
     "what was ruled out and what they are sensitive to.",
+    curve=Curve(
+        "P99 TBT against the request rate (the capacity search's trials)",
+        "rate_req_s",
+        "p99_tbt_s",
+        ("model", "system"),
+        "request rate (req/s)",
+        "P99 TBT (s)",
+        log_y=True,
+    ),
 )

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from servesim.papers.base import Figure, Outcome, Paper
+from servesim.papers.base import Curve, Figure, Outcome, Paper
 from servesim.papers.common import capacity, lognormal_lengths
 
 if TYPE_CHECKING:
@@ -163,4 +163,13 @@ PAPER = Paper(
     "(up to 3.0, 1.8 and 1.25 req/s) put the paper's figures for it at the low end of its ranges; "
     "the artifact's host time a step (Ray calls) and a request (its Python sampler), not measured, "
     "move it either way (docs/papers.md).",
+    curve=Curve(
+        "Fig. 12: normalized latency against the request rate",
+        "rate_req_s",
+        "normalized_latency_s_per_token",
+        ("model", "system"),
+        "request rate (req/s)",
+        "normalized latency (s/token)",
+        log_y=True,
+    ),
 )
