@@ -106,5 +106,5 @@ def test_a_step_model_built_at_another_host_floor_is_not_reused():
     floors = []
     for f in (0.8e-3, 0.5e-3, 0.8e-3):
         with host_floor(f):
-            floors.append(build_step_model(*args, engine=engine).eager_floor)  # type: ignore[union-attr]
+            floors.append(build_step_model(*args, engine=engine).eager_floor)
     assert floors == pytest.approx([0.064, 0.040, 0.064])
