@@ -86,6 +86,8 @@ def test_eager_1k_rows_are_asked_and_graph_captured_ones_are_not():
     ]
     assert out[0].kernel_ratio == pytest.approx((13 + (60 * 11 + 4) / 61) / 11)
     assert set(out[0].median_err) == {0.0, 0.8e-3}
+    # the 1k prefill is GPU-bound without a floor (44.5 ms) and floor-bound at 0.8 ms (106 ms)
+    assert out[0].median_err[0.8e-3] > out[0].median_err[0.0]
 
 
 def test_a_step_model_built_at_another_host_floor_is_not_reused():

@@ -12,7 +12,7 @@ _EAGER_H100 = (
     "alone, carried by kernel count: 62 layers x 1.31 ms) puts it at 81 ms; the H100 rows "
     "of Qwen3-32B, another cluster, measure 0.84 of their floor-bound predictions too, "
     "the H200 rows of this model 0.94-0.97; its own 1k runs imply 0.51 ms a reference layer "
-    "for that floor, the same model on H200 with the same vLLM 0.18.0 image 0.80 "
+    "for that floor, the same model on H200 with the same vLLM 0.18.0 image 0.78 "
     "(validate/silicon_floor.py): a property of the machine, which the rows do not record"
 )
 #: Known misses, by (group or "all runs", metric), measured by this suite (median |error|,
