@@ -8,7 +8,7 @@ from __future__ import annotations
 from servesim.catalog.gpus import GpuSpec, LinkSpec
 from servesim.catalog.models import ModelSpec, resolve_kv_dtype_bytes
 from servesim.config import EngineConfig, HardwareConfig, ModelConfig, ParallelConfig
-from servesim.perf import execution_path
+from servesim.perf import execution_path, kernel_model
 from servesim.perf.cuda_graphs import GraphPlan, graph_plan, version_tuple
 from servesim.perf.kernel_model import KernelPerfModel, kernel_perf_model
 from servesim.perf.kernels import kernel_versions
@@ -74,8 +74,13 @@ def build_step_model(
     links: LinkSpec | None = None,
     engine: EngineConfig | None = None,
 ) -> RooflinePerfModel | PipelinedPerfModel | KernelPerfModel:
-    """``_build_step_model``'s model, reused when built before in this process from equal inputs."""
-    key = repr((model, gpu, parallel, hardware, model_cfg, links, engine))
+    """``_build_step_model``'s model, reused when built before in this process from equal inputs.
+    The host floor a measured-kernel model reads when it is built
+    (``kernel_model.EAGER_HOST_S_PER_LAYER``, which the silicon suite's cross-group check sets
+    to each value of its grid) is one of them: a model built at another floor is not reused."""
+    key = repr(
+        (model, gpu, parallel, hardware, model_cfg, links, engine, kernel_model.EAGER_HOST_S_PER_LAYER)
+    )
     perf = _BUILT.get(key)
     if perf is None:
         perf = _build_step_model(model, gpu, parallel, hardware, model_cfg, links, engine)
