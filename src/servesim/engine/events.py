@@ -15,7 +15,9 @@ transfer, a control tick, a failure, any other replica's step end). Every event 
 unless scheduled quiet, so with no quiet events ``next_loud_time`` is ``next_time``.
 The loud events are a subset of the heap kept in a second heap of ``(time, priority,
 seq)``; both pop in the same order, so the loud heap's top is dropped when the main loop
-pops the event with its ``seq``.
+pops the event with its ``seq``. Until the first quiet event every event is loud and the
+second heap is not kept (a lone replica never has one): the first ``at_quiet`` makes it of
+the pending events, in the main heap's order, which is a heap's.
 
 **Cancelling.** ``at`` and ``at_quiet`` return the event's ``seq``; ``cancel(seq)`` takes a
 pending event out of both heaps (a replica whose run of decode steps was cut short moves
@@ -42,13 +44,14 @@ _heappop: Final = heapq.heappop
 class EventLoop:
     """Discrete-event loop owned by one simulation (no global state)."""
 
-    __slots__ = ("now", "_heap", "_seq", "_loud")
+    __slots__ = ("now", "_heap", "_seq", "_loud", "_all_loud")
 
     def __init__(self) -> None:
         self.now = 0.0
         self._heap: list[tuple[float, int, int, Callable[[Any], None], Any]] = []
         self._seq = 0
         self._loud: list[tuple[float, int, int]] = []  # the events not scheduled quiet
+        self._all_loud = True  # no event was ever scheduled quiet: ``_loud`` is not kept
 
     def at(self, time: float, callback: Callable[[Any], None], arg: Any = None, priority: int = WAKE) -> int:
         """Run ``callback(arg)`` at ``time`` (never earlier than now); returns its ``seq``."""
@@ -56,7 +59,8 @@ class EventLoop:
             raise ValueError(f"event at {time} is before now ({self.now})")
         self._seq += 1
         _heappush(self._heap, (time, priority, self._seq, callback, arg))
-        _heappush(self._loud, (time, priority, self._seq))
+        if not self._all_loud:
+            _heappush(self._loud, (time, priority, self._seq))
         return self._seq
 
     def at_quiet(
@@ -66,6 +70,9 @@ class EventLoop:
         docstring): it does not bound ``next_loud_time``."""
         if time < self.now:
             raise ValueError(f"event at {time} is before now ({self.now})")
+        if self._all_loud:  # the loud heap from now on: the pending events, a heap already
+            self._all_loud = False
+            self._loud.extend([(t, p, s) for t, p, s, _, _ in self._heap])
         self._seq += 1
         _heappush(self._heap, (time, priority, self._seq, callback, arg))
         return self._seq
@@ -97,6 +104,8 @@ class EventLoop:
 
     def next_loud_time(self) -> float:
         """Time of the next pending event not scheduled quiet (inf when none)."""
+        if self._all_loud:
+            return self._heap[0][0] if self._heap else inf
         return self._loud[0][0] if self._loud else inf
 
     def run(self, until: float = inf) -> float:
