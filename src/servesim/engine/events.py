@@ -11,7 +11,7 @@ order, that of the tuples ``(time, priority, seq)``. It is this module's own (``
 ``_pop``) on ``Event`` objects rather than ``heapq`` on tuples: compiled (mypyc), comparing
 two events reads two C doubles, where a tuple comparison goes through the interpreter's
 generic rich comparison twice per element (equal, then less) and each ``heapq`` call is a
-call by vector; about 1,300 fewer instructions an event. In the Python build it is about
+call by vector; about 800 fewer instructions an event in a run. In the Python build it is about
 0.3 us an event slower than ``heapq``.
 
 **Quiet events.** A replica's run of decode steps (``engine/decode_runs.py``) must end
