@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_right
-from collections.abc import Callable
 from dataclasses import dataclass
 from math import exp, inf, log
-from struct import Struct
-from struct import error as struct_error
 from types import FunctionType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -174,8 +171,6 @@ class DecodePool(Scheduler):
         # Pooled requests by (num_computed_tokens - lazy_it) mod block_size: at step j the
         # new token of those in phase (-j) mod block_size starts a new KV block.
         self.phase = [0] * kv.block_size
-        # ``bytes(phase)`` as ``struct`` packs it, about half the instructions (``_record_segment``)
-        self._pack_phase: Callable[..., bytes] = Struct(f"{kv.block_size}B").pack
         self._finishes: dict[int, list[tuple[Request, int]]] = {}
         self._finish_heap: list[int] = []
         self._run_finished: list[Request] = []  # finished inside a run, not reported yet
@@ -533,8 +528,8 @@ class DecodePool(Scheduler):
             rows.append(base_used)
             phase = self.phase
             try:
-                counts: bytes | list[int] = self._pack_phase(*phase)
-            except struct_error:  # a count of 256 or more
+                counts: bytes | list[int] = bytes(phase)
+            except ValueError:  # a count of 256 or more
                 counts = list(phase)
             run.phases.append(counts)
         run.segment_gpu_s.append(gpu_s)
