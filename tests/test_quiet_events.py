@@ -57,6 +57,29 @@ def test_next_loud_time_skips_quiet_events() -> None:
         loop.at_quiet(1.0, seen.append, "late")
 
 
+def test_first_quiet_event_after_loud_ones() -> None:
+    """Until an event is scheduled quiet the loop keeps no loud heap; the first quiet one
+    makes it of the loud events then pending, which still bound ``next_loud_time``."""
+    loop = EventLoop()
+    seen: list[str] = []
+    loop.at(2.0, seen.append, "loud2")
+    loop.at(1.0, seen.append, "loud1")
+    loop.at(4.0, seen.append, "loud4")
+    loop.at(3.0, seen.append, "loud3")
+    assert loop.next_loud_time() == 1.0
+    loop.run(until=1.0)
+    assert seen == ["loud1"] and loop.next_loud_time() == 2.0
+    loop.at_quiet(1.5, seen.append, "q1.5")
+    loop.at_quiet(2.5, seen.append, "q2.5")
+    assert loop.next_time() == 1.5 and loop.next_loud_time() == 2.0
+    loop.run(until=2.6)
+    assert seen == ["loud1", "q1.5", "loud2", "q2.5"] and loop.next_loud_time() == 3.0
+    loop.at(2.8, seen.append, "loud2.8")
+    assert loop.next_loud_time() == 2.8
+    loop.run()
+    assert seen[4:] == ["loud2.8", "loud3", "loud4"] and loop.next_loud_time() == float("inf")
+
+
 def _runs(monkeypatch: pytest.MonkeyPatch, quiet: bool, pools: list[PoolSpec], cfg: ClusterConfig):  # noqa: ANN202
     rng = np.random.default_rng(7)
     n = 600

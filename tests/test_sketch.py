@@ -100,6 +100,27 @@ def test_itl_gaps_on_bucket_edges_get_the_sketchs_keys() -> None:
     assert sk.count == ref.count == gaps.size
 
 
+def test_itl_gaps_counted_in_bulk_as_one_by_one() -> None:
+    """A run's gaps counted into the buckets in one pass (``extend``) give the buckets and
+    the sums, to the last bit, of the same gaps counted one at a time (``add``): zeros,
+    negative gaps, runs of gaps in one bucket and jumps between buckets."""
+    rng = np.random.default_rng(5)
+    gaps = np.concatenate(
+        [rng.lognormal(-4, 0.3, 3000), [0.0, -0.002, 1e-310, 0.5], rng.normal(0.02, 1e-4, 500)]
+    )
+    bulk, single = ItlSamples(exact_max_pairs=0), ItlSamples(exact_max_pairs=0)
+    for i in range(0, len(gaps), 97):
+        part = [float(g) for g in gaps[i : i + 97]]
+        bulk.extend(part, 5)
+        for g in part:
+            single.add(g, 5)
+    a, b = bulk.sketched(), single.sketched()
+    for x, y in zip(a._buckets(), b._buckets()):
+        assert np.array_equal(x, y)
+    assert (a.count, a.sum, a.min, a.max) == (b.count, b.sum, b.min, b.max)
+    assert (bulk._sum_sq, bulk._zeros, bulk._neg_bins) == (single._sum_sq, single._zeros, single._neg_bins)
+
+
 @pytest.fixture(scope="module")
 def small_run() -> servesim.Result:
     return servesim.simulate(

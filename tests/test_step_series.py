@@ -17,7 +17,7 @@ from servesim.engine.decode_runs import Run
 from servesim.engine.run_rows import RunRows
 from servesim.metrics.flat_runs import FlatRuns
 from servesim.metrics.records import STEP_COLUMNS, StepSeries
-from servesim.metrics.step_arrays import PackedGroup
+from servesim.metrics.step_arrays import PackedGroup, _array
 
 
 def _run() -> Run:
@@ -106,3 +106,20 @@ def test_run_step_times_go_in_as_the_same_doubles() -> None:
         want.fromlist(durs)
     assert len(flat.durations) == len(want) == 1 + 3 + 3 + 5000 + 2 + 4096 + 4097
     assert flat.durations.tobytes() == want.tobytes()
+
+
+def test_lists_become_the_arrays_fromiter_makes() -> None:
+    """``step_arrays._array`` packs a list with ``struct``: the values and dtypes
+    ``np.fromiter`` gives, a writable array; a list ``struct`` refuses (a float among
+    integers) goes through numpy as before."""
+    rng = np.random.default_rng(3)
+    floats = [float(x) for x in rng.exponential(0.02, 1000)] + [0.1 + 0.2, 1e-300, -0.0, 7]
+    ints = [int(x) for x in rng.integers(-(1 << 62), 1 << 62, 1000)] + [0, -1, True, 1 << 40]
+    for values, dtype in ((floats, np.float64), (ints, np.int64), ([], np.int64), ([2.5], np.float64)):
+        got = _array(values, dtype)
+        want = np.fromiter(values, dtype, len(values))
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+        assert got.flags.writeable
+    mixed = [1, 2, 3.0]  # struct's "q" takes no float: numpy's conversion, the same values
+    assert _array(mixed, np.int64).tolist() == [1, 2, 3]
+    assert _array(array("q", [4, 5]), np.int64).tolist() == [4, 5]

@@ -34,12 +34,13 @@ def _probe() -> None:
     """A module function: a plain Python function unless this module is compiled."""
 
 
-COMPILED = not isinstance(_probe, FunctionType)
+COMPILED: Final = not isinstance(_probe, FunctionType)
 # Run steps timed one by one before switching to numpy chunks. Compiled, a step costs tens
 # of ns and numpy's per-call overhead never pays; in Python (~0.5 us a step) chunks pay only
 # on long runs (measured on the Azure hour: 32 was 7% slower than 1024 and than no chunks,
-# as most chunks are cut short by the next arrival).
-SCALAR_STEPS = 1 << 62 if COMPILED else 1024
+# as most chunks are cut short by the next arrival). Compiled, 2**50: past any run, and
+# ``j + SCALAR_STEPS`` stays a C integer (from 2**62 on, mypyc boxes an int).
+SCALAR_STEPS = 1 << 50 if COMPILED else 1024
 # Final: compiled, C statics (a module's attribute or global would be looked up by name)
 _heappush: Final = heapq.heappush
 _heappop: Final = heapq.heappop
@@ -123,6 +124,19 @@ class Run:
         self.pending_pops = other.pending_pops
 
 
+def _bisect_floats(xs: list[float], x: float) -> int:
+    """``bisect_right(xs, x)`` for floats, compiled natively (the same comparisons; the
+    ``bisect`` call is a call by vector with the floats compared through the interpreter)."""
+    lo, hi = 0, len(xs)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if x < xs[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 def _row_piece(
     xs: list[float], ys: list[float], i: int
 ) -> tuple[float, bool, float, float, float, float, float]:
@@ -160,10 +174,9 @@ class DecodePool(Scheduler):
         self._finishes: dict[int, list[tuple[Request, int]]] = {}
         self._finish_heap: list[int] = []
         self._run_finished: list[Request] = []  # finished inside a run, not reported yet
-        # pool size -> perf.decode_affine(pool size), and perf.decode_terms(pool size)
-        self._affine: dict[int, tuple[float, float, float, float] | None] = {}
-        self._affine_perf: Any = None
-        self._rows: dict[int, tuple[float, Row] | None] = {}
+        # pool size -> (perf.decode_affine(pool size), else perf.decode_terms(pool size))
+        self._terms: dict[int, tuple[tuple[float, float, float, float] | None, tuple[float, Row] | None]] = {}
+        self._terms_perf: Any = None
 
     # ----------------------------------------------------------------- pool bookkeeping
 
@@ -383,7 +396,8 @@ class DecodePool(Scheduler):
         elif rc is not None:
             rest, row = rc
             xs, ys = row
-            i_row = _bisect_right(xs, log((pool_off + n * (j + 1)) / n))
+            lx = log((pool_off + n * (j + 1)) / n)
+            i_row = _bisect_floats(xs, lx) if COMPILED else _bisect_right(xs, lx)
             x_next, lin, y0, dy, x0, dx, edge = _row_piece(xs, ys, i_row)
         stats = BatchStats(num_decode_reqs=n) if coef is None and row is None else None
         done = False
@@ -529,33 +543,26 @@ class DecodePool(Scheduler):
     def share_decode_terms(self, other: DecodePool, perf: PerfModel) -> None:
         """Keep ``_decode_terms``' cache of ``perf`` in ``other``'s (replicas of one pool, on
         one perf model: each would compute the same terms for each pool size)."""
-        other._affine_perf = self._affine_perf = perf
-        self._affine = other._affine
-        self._rows = other._rows
+        other._terms_perf = self._terms_perf = perf
+        self._terms = other._terms
 
     def _decode_terms(
         self, perf: PerfModel, n: int
     ) -> tuple[tuple[float, float, float, float] | None, tuple[float, Row] | None]:
         """The perf model's pure-decode step of ``n`` requests in closed form, cached per
-        pool size: ``decode_affine(n)`` where offered (else None), and where not,
+        pool size (one lookup): ``decode_affine(n)`` where offered (else None), and where not,
         ``decode_terms(n)`` (else None: ``batch_time`` every step)."""
-        if perf is not self._affine_perf:
-            self._affine_perf = perf
-            self._affine.clear()
-            self._rows.clear()
-        affine = self._affine
-        if n in affine:
-            coef = affine[n]
-        else:
-            coef = affine[n] = perf.decode_affine(n) if isinstance(perf, AffineDecode) else None
-        if coef is not None:
-            return coef, None
-        rows = self._rows
-        if n in rows:
-            rc = rows[n]
-        else:
-            rc = rows[n] = perf.decode_terms(n) if isinstance(perf, DecodeTerms) else None
-        return None, rc
+        if perf is not self._terms_perf:
+            self._terms_perf = perf
+            self._terms.clear()
+        terms = self._terms.get(n)
+        if terms is None:
+            coef = perf.decode_affine(n) if isinstance(perf, AffineDecode) else None
+            rc = None
+            if coef is None and isinstance(perf, DecodeTerms):
+                rc = perf.decode_terms(n)
+            terms = self._terms[n] = (coef, rc)
+        return terms
 
     def _extend_vectorized(
         self,

@@ -63,8 +63,11 @@ class RunStream:
             last_i = self.seg_i0 + k - 1  # the segment's last step
             t = self.t
             i = self.i
-            while i < last_i and t + durations[i] <= upto:
-                t += durations[i]
+            while i < last_i:
+                d = durations[i]  # read once (compiled, each read unboxes a float)
+                if t + d > upto:
+                    break
+                t += d
                 i += 1
             if i > self.i:
                 fe.after_steps(self.t, durations, self.i, i, n)

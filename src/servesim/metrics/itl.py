@@ -97,9 +97,7 @@ class ItlSamples:
         """One pair per gap, each covering ``count`` tokens (a run of pure-decode steps)."""
         if count > 0:
             if not self.is_exact:
-                w = float(count)
-                for g in gaps_s:
-                    self._bin(g, w)
+                self._bin_all(gaps_s, float(count))
                 return
             self.gap_s.extend(gaps_s)
             self.count.extend([count] * len(gaps_s))
@@ -125,6 +123,29 @@ class ItlSamples:
             self._min = gap
         if gap > self._max:
             self._max = gap
+
+    def _bin_all(self, gaps: list[float], w: float) -> None:
+        """``_bin(gap, w)`` for each of ``gaps`` in order, the sums kept in locals (compiled,
+        C doubles) and written back once: the same additions in the same order."""
+        lo, hi, cur_w = self._lo, self._hi, self._cur_w
+        total, s, sq, mn, mx = self._total, self._sum, self._sum_sq, self._min, self._max
+        for gap in gaps:
+            if lo <= gap <= hi:
+                cur_w += w
+            else:
+                self._cur_w = cur_w
+                self._new_bucket(gap, w)
+                lo, hi, cur_w = self._lo, self._hi, self._cur_w
+            total += w
+            gw = gap * w
+            s += gw
+            sq += gw * gap
+            if gap < mn:
+                mn = gap
+            if gap > mx:
+                mx = gap
+        self._cur_w = cur_w
+        self._total, self._sum, self._sum_sq, self._min, self._max = total, s, sq, mn, mx
 
     def _new_bucket(self, gap: float, w: float) -> None:
         if gap > TINY:

@@ -24,6 +24,8 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from itertools import chain
+from struct import Struct
+from struct import error as struct_error
 from typing import Any
 
 import numpy as np
@@ -53,15 +55,29 @@ def event_arrays(cols: dict[str, Any]) -> dict[str, np.ndarray]:
     return {name: _array(cols[name], _dtype(name)) for name in STEP_COLUMNS}
 
 
+# The ``struct`` codes of the dtypes ``_array`` packs lists into (native order, standard sizes)
+_CODES: dict[type, str] = {np.float64: "d", np.int64: "q"}
+
+
 def _array(values: list[Any] | np.ndarray | array[Any], dtype: type) -> np.ndarray:
-    """``values`` as an array of ``dtype`` (a list through ``np.fromiter``: it skips the type
-    discovery ``np.array`` does for each element, a fifth faster; an ``array.array`` through
-    its buffer)."""
+    """``values`` as an array of ``dtype``: a list packed by ``struct`` into the array's
+    buffer (about 100 instructions a value, where ``np.fromiter`` takes about 200 in numpy's
+    generic ``PyArray_Pack`` and ``np.array`` nearly 300 with its type discovery; the same
+    doubles and integers), an ``array.array`` through its buffer."""
     if isinstance(values, np.ndarray):
         return values.astype(dtype, copy=False)
     if isinstance(values, array):
         return np.frombuffer(values, np.dtype(values.typecode)).astype(dtype)  # a copy
-    return np.fromiter(values, dtype, len(values))
+    n = len(values)
+    code = _CODES.get(dtype)
+    if n == 0 or code is None:
+        return np.fromiter(values, dtype, n)
+    out: np.ndarray = np.empty(n, dtype)
+    try:
+        Struct(f"={n}{code}").pack_into(out.data, 0, *values)
+    except struct_error:  # a value ``struct`` does not take (a float among integers): numpy's
+        return np.fromiter(values, dtype, n)
+    return out
 
 
 def rows_to_arrays(

@@ -6,12 +6,24 @@ is still in flight at the end of the run.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from servesim.metrics.records import RequestRecords, RequestStatus
-from servesim.metrics.req_status import ReqStatus
+from servesim.metrics.req_status import OUTCOME_FIELDS, ReqStatus
+
+# ``req_status.OUTCOME``'s layout, as numpy reads a batch of outcomes
+OUTCOME_DTYPE = np.dtype(
+    list(zip(OUTCOME_FIELDS, ("=i8",) + ("=f8",) * 4 + ("=i8",) * 4 + ("?", "i1"), strict=True))
+)
+
+
+def _never_as_nan(a: np.ndarray) -> np.ndarray:
+    """Times as records keep them: a copy with NaN for the negative ones (never)."""
+    a = a.copy()
+    a[a < 0] = np.nan
+    return a
 
 
 class Outcome(Protocol):
@@ -21,11 +33,11 @@ class Outcome(Protocol):
     @property
     def idx(self) -> int: ...  # its row
 
-    def outcome(self) -> tuple[Any, ...]:
-        """(idx, arrival_s, first_scheduled_s, first_token_s, finished_s, num_output_tokens,
-        num_cached_tokens, num_preemptions, replica, finished_length, status): one call a
-        request (compiled, each field read by name would be a lookup). Typed loosely: the
-        values stay the tuple's objects, not converted and boxed again."""
+    def outcome(self) -> bytes:
+        """Its record's fields packed as ``metrics.req_status.OUTCOME`` (idx, arrival_s,
+        first_scheduled_s, first_token_s, finished_s, num_output_tokens, num_cached_tokens,
+        num_preemptions, replica, finished_length, status): one call a request (compiled,
+        each field read by name would be a lookup), a batch read by numpy as one buffer."""
         ...
 
 
@@ -53,37 +65,18 @@ class RecordWriter:
             return
         self.buf = []
         rec = self.records
-        n = len(buf)
-        (
-            idx_v,
-            arrival_s,
-            first_scheduled_s,
-            first_token_s,
-            finished_s,
-            num_output_tokens,
-            num_cached_tokens,
-            num_preemptions,
-            replica,
-            finished_length,
-            status_v,
-        ) = zip(*[r.outcome() for r in buf])
-        idx = np.fromiter(idx_v, np.int64, n)
-
-        def times(values: tuple[float, ...]) -> np.ndarray:
-            a = np.array(values, np.float64)
-            a[a < 0] = np.nan
-            return a
-
-        rec.arrival_s[idx] = arrival_s  # when sent, for closed-loop clients
-        rec.first_scheduled_s[idx] = times(first_scheduled_s)
-        rec.first_token_s[idx] = times(first_token_s)
-        rec.finished_s[idx] = times(finished_s)
-        rec.num_output_tokens[idx] = num_output_tokens
-        rec.num_cached_tokens[idx] = np.maximum(np.fromiter(num_cached_tokens, np.int64, n), 0)
-        rec.num_preemptions[idx] = num_preemptions
-        rec.replica[idx] = replica
-        rec.finished_length[idx] = finished_length
-        status = np.fromiter(status_v, np.int64, n)  # as record_status, for the batch
+        out = np.frombuffer(b"".join([r.outcome() for r in buf]), OUTCOME_DTYPE)
+        idx = out["idx"]
+        rec.arrival_s[idx] = out["arrival_s"]  # when sent, for closed-loop clients
+        rec.first_scheduled_s[idx] = _never_as_nan(out["first_scheduled_s"])
+        rec.first_token_s[idx] = _never_as_nan(out["first_token_s"])
+        rec.finished_s[idx] = _never_as_nan(out["finished_s"])
+        rec.num_output_tokens[idx] = out["num_output_tokens"]
+        rec.num_cached_tokens[idx] = np.maximum(out["num_cached_tokens"], 0)
+        rec.num_preemptions[idx] = out["num_preemptions"]
+        rec.replica[idx] = out["replica"]
+        rec.finished_length[idx] = out["finished_length"]
+        status = out["status"]  # as record_status, for the batch
         rec.status[idx] = np.where(
             status == ReqStatus.FINISHED,
             RequestStatus.FINISHED,
