@@ -249,7 +249,7 @@ def main() -> None:
         m = {k: statistics.median(r[k] for r in runs) for k in ("wall_s", "cpu_s", "peak_rss_mb")}
         print(
             f"{name:>28} {len(runs):>4} {runs[0]['requests']:>10,} {m['wall_s']:>7.2f} {m['cpu_s']:>7.2f} "
-            f"{m['cpu_s'] / base_cpu:>7.1f} {runs[0]['steps']:>11,} {m['peak_rss_mb']:>8.0f}  "
+            f"{m['cpu_s'] / base_cpu:>7.2f} {runs[0]['steps']:>11,} {m['peak_rss_mb']:>8.0f}  "
             f"{runs[0]['method']}"
         )
 
