@@ -10,7 +10,12 @@ from servesim.catalog import get_gpu, load_model
 from servesim.config import EngineConfig, ParallelConfig
 from servesim.deployment import resolved_engine
 from servesim.errors import ConfigError, DoesNotFitError
-from servesim.perf.memory import NON_TORCH_RESERVE_BYTES, plan_memory
+from servesim.perf.memory import (
+    NON_TORCH_RESERVE_BYTES,
+    fp32_router_extra_bytes,
+    plan_memory,
+    weights_bytes_per_gpu,
+)
 
 GIB = 2**30
 
@@ -219,3 +224,23 @@ def test_does_not_fit_hint_names_a_layout_that_fits(name: str, tp: int) -> None:
             resolved_engine(EngineConfig(max_model_len=int(max_len) if max_len else None), m, l4, par),
             par,
         )
+
+
+def test_fp32_router_adds_two_bytes_a_weight_on_every_rank() -> None:
+    # MiniMax-M2's gate is fp32 in vLLM (MiniMaxM2MoE, params_dtype=torch.float32) and
+    # replicated: 62 MoE layers x 3,072 x 256 x (4 - 2) bytes on each GPU, at any TP or PP 1.
+    m = load_model("MiniMaxAI/MiniMax-M2.5")
+    extra = 62 * 3072 * 256 * 2
+    assert extra == 97_517_568
+    assert fp32_router_extra_bytes(m) == fp32_router_extra_bytes(m, 1) == extra
+    assert fp32_router_extra_bytes(m, pp=2) == 31 * 3072 * 256 * 2  # the stage's 31 MoE layers
+    for tp in (1, 4):
+        assert (
+            weights_bytes_per_gpu(m, tp)
+            == m.linear_weight_bytes(tp)
+            + extra
+            + (m.embedding_params(tp) + m.lm_head_params(tp) + 125 * 3072) * 2
+        )
+    # 16-bit routers (Qwen3-MoE, DeepSeek-V3, gpt-oss...) and dense models add nothing
+    assert fp32_router_extra_bytes(load_model("Qwen/Qwen3-235B-A22B-FP8")) == 0.0
+    assert fp32_router_extra_bytes(load_model("Llama-3.1-8B")) == 0.0

@@ -218,14 +218,16 @@ def test_minimax_m25() -> None:
     assert m.num_params() == pytest.approx(228.7e9, rel=0.001)
     assert m.num_active_params() == pytest.approx(11.0e9, rel=0.01)
     assert m.kv_bytes_per_token(1) == 62 * 2 * 8 * 128 * 2 == 253_952
-    want = 62 * (attn + 256 * expert) // 4 + 62 * router * 2 + _embed_and_norms(200064, h, 62, tp=4)
+    # the router replicated on every rank, fp32 as vLLM's MiniMaxM2MoE builds it (4 bytes a weight)
+    want = 62 * (attn + 256 * expert) // 4 + 62 * router * 4 + _embed_and_norms(200064, h, 62, tp=4)
     assert weights_bytes_per_gpu(m, tp=4) == want
 
 
 def test_nvidia_nvfp4_checkpoints() -> None:
     """NVIDIA's NVFP4 MiniMax-M2.5 and Kimi-K2.5: routed experts in NVFP4 (4 bits and an fp8
-    scale per 16), attention (and MiniMax's router, Kimi's shared experts and dense MLP,
-    which servesim keeps 16-bit: see models.md) in bf16, an FP8 KV cache."""
+    scale per 16), attention (and Kimi's shared experts and dense MLP, which servesim keeps
+    16-bit: see models.md) in bf16, MiniMax's router in fp32 (vLLM's MiniMaxM2MoE), an FP8
+    KV cache."""
     mm = load_model("nvidia/MiniMax-M2.5-NVFP4")
     assert mm.dtype == "bfloat16" and mm.expert_dtype_bytes == NVFP4_BYTES == 0.5625
     assert mm.kv_cache_dtype == "fp8" and resolve_kv_dtype_bytes("auto", mm) == 1.0
@@ -235,7 +237,8 @@ def test_nvidia_nvfp4_checkpoints() -> None:
     expert, router = 3 * h * 1536, h * 256
     want = (
         62 * 256 * expert // 4 * 0.5625
-        + (62 * attn // 4 + 62 * router) * 2
+        + 62 * attn // 4 * 2
+        + 62 * router * 4  # fp32 router (vLLM's MiniMaxM2MoE), whatever the checkpoint
         + _embed_and_norms(200064, h, 62, tp=4)
     )
     assert weights_bytes_per_gpu(mm, tp=4) == want
@@ -478,6 +481,7 @@ def test_attention_data_parallel_spreads_only_the_experts() -> None:
     h = 3072
     attn = h * (48 * 128 + 2 * 8 * 128) + 48 * 128 * h
     expert, router = 3 * h * 1536, h * 256
-    want = 62 * attn // 4 + 62 * 256 * expert // 16 + 62 * router * 2 + _embed_and_norms(200064, h, 62, tp=4)
+    # the fp32 router (vLLM's MiniMaxM2MoE) replicated on every rank: 4 bytes a weight
+    want = 62 * attn // 4 + 62 * 256 * expert // 16 + 62 * router * 4 + _embed_and_norms(200064, h, 62, tp=4)
     assert weights_bytes_per_gpu(m, tp=4, attention_dp=4) == want
     assert weights_bytes_per_gpu(m, tp=4, attention_dp=4) < weights_bytes_per_gpu(m, tp=4) / 3

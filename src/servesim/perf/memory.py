@@ -88,12 +88,30 @@ def weights_bytes_per_gpu(model: ModelSpec, tp: int = 1, pp: int = 1, attention_
     matrix. Embeddings, norms and routers stay 16-bit when the linear layers are quantized,
     as in vLLM's fp8, MXFP4, int4 and NVFP4 checkpoints (``ModelSpec.linear_weight_bytes``).
     ``attention_dp`` > 1: vLLM's data-parallel ranks (``parallel.data_parallel_size``) of an
-    MoE model, its experts over all ``attention_dp x tp`` GPUs.
+    MoE model, its experts over all ``attention_dp x tp`` GPUs. An fp32 router
+    (``ModelSpec.router_fp32``: MiniMax-M2's ``MiniMaxM2MoE`` builds its replicated gate with
+    ``params_dtype=torch.float32`` in vLLM 0.18's ``models/minimax_m2.py``) holds 4 bytes a
+    weight on every rank, not the 16-bit ``linear_weight_bytes`` counts (``fp32_router_extra_bytes``).
     """
     layers = model.layers_per_stage(pp)
     vocab = model.embedding_params(tp) + (model.lm_head_params(tp) if pp == 1 else 0)
     norms = (2 * layers + 1) * model.hidden_size
-    return model.linear_weight_bytes(tp, pp, attention_dp) + (vocab + norms) * model.activation_dtype_bytes
+    return (
+        model.linear_weight_bytes(tp, pp, attention_dp)
+        + (vocab + norms) * model.activation_dtype_bytes
+        + fp32_router_extra_bytes(model, pp)
+    )
+
+
+def fp32_router_extra_bytes(model: ModelSpec, pp: int = 1) -> float:
+    """Bytes an fp32 router adds on one GPU of the largest pipeline stage over the 16-bit
+    router ``ModelSpec.linear_weight_bytes`` counts: (4 - 2) bytes x hidden x experts for each
+    MoE layer of the stage (replicated, not sharded by TP or EP); 0 for a 16-bit router or a
+    dense model. MiniMax-M2.5: 62 x 3,072 x 256 x 2 = 97.5 MB a GPU."""
+    if not (model.is_moe and model.router_fp32):
+        return 0.0
+    moe_layers = min(model.layers_per_stage(pp), model.num_moe_layers)
+    return moe_layers * model.router_params() * (4 - model.activation_dtype_bytes)
 
 
 def served_weights_bytes(
