@@ -124,6 +124,7 @@ class Operations:
         slo: SloConfig | None,
         num_requests: int,
         seed: int = 0,
+        series: TimeSeries | None = None,
     ) -> None:
         a, f = cfg.autoscaling, cfg.failures
         if cfg.power is not None:
@@ -142,7 +143,10 @@ class Operations:
         )
         self.pools = pools
         self.rng = np.random.default_rng(seed + 0x5EED)
-        self.series = TimeSeries()
+        # The rows (``series``: e.g. a ``StreamedTimeSeries`` that writes them to a file as the
+        # run goes and holds the last interval's) and each interval's power over the pools.
+        self.series = series if series is not None else TimeSeries()
+        self.interval_power_w: list[float] = []
         self.rules = {s.pool: s for s in a.pools} if a else {}
         self.below_since: dict[str, float | None] = {p.name: None for p in pools}
         self.cap_level = 0  # 0 none, 1 low-priority pools capped, 2 every pool
@@ -324,6 +328,7 @@ class Operations:
         finishes are kept (``_interval_done``) and counted afresh."""
         c, fleet = self.cluster, self.fleet
         front_pool = c.pool_of[c.front[0]].name if c.front else None
+        self.interval_power_w.append(sum(energy[p.name] / dt if dt > 0 else 0.0 for p in self.pools))
         for p in self.pools:
             s, d = stats[p.name], self._done[p.name]
             fronts = p.name == front_pool or (front_pool is None and p.role != "decode")
@@ -363,7 +368,7 @@ class Operations:
     def _desired(self, rule: PoolScaling, now: float) -> int:
         fleet, name = self.fleet, rule.pool
         current = fleet.count(name, ReplicaPhase.STARTING, ReplicaPhase.SERVING)
-        row = len(self.series) - len(self.pools) + [p.name for p in self.pools].index(name)  # this tick's
+        row = [p.name for p in self.pools].index(name) - len(self.pools)  # this tick's, from the end
         serving = max(fleet.count(name, ReplicaPhase.SERVING), 1)
         queue = self.series.queue_len[row]
         if rule.metric == "freeness":
@@ -534,7 +539,7 @@ class Operations:
             "mean_gpus": every["mean_gpus"],
             "num_cap_changes": self.num_cap_changes,
             "capped_s": dict(self.capped_s),
-            "max_interval_power_w": float(max(self.series_power())) if len(self.series) else 0.0,
+            "max_interval_power_w": float(max(self.interval_power_w)) if self.interval_power_w else 0.0,
         }
         if self.cfg.power is not None:
             out.update(
@@ -546,9 +551,3 @@ class Operations:
                 }
             )
         return out
-
-    def series_power(self) -> list[float]:
-        """Total power of each interval (all pools)."""
-        n = len(self.pools)
-        p = self.series.power_w
-        return [sum(p[k : k + n]) for k in range(0, len(p), n)]

@@ -39,6 +39,7 @@ from servesim.workload.base import Workload, workload_stats
 if TYPE_CHECKING:
     from servesim.engine.tenants import TenantSetup
     from servesim.metrics.step_stream import StreamedStepSeries
+    from servesim.metrics.timeseries import StreamedTimeSeries
     from servesim.perf.profiled import HardwareProfile
 
 
@@ -111,6 +112,9 @@ def simulate_cluster(
     engine = deps[0].engine
     vtc = any(d.engine.scheduling_policy == "vtc" for d in deps)
     series = _streamed_series(sc, len(wl), stream_steps_to, steps_format)
+    timeseries = None
+    if cluster.operations is not None:
+        timeseries = _streamed_timeseries(len(wl), len(pools), stream_steps_to, steps_format)
     try:
         with progress_bar(progress, len(wl), t0) as report:
             run = run_cluster(
@@ -125,10 +129,12 @@ def simulate_cluster(
                 tenants=tenants if tenants is not None and (sc.tenants or vtc) else None,
                 step_series=series,
                 default_model=default_model_name(sc, deps),
+                timeseries=timeseries,
             )
     except BaseException:
-        if series is not None:
-            series.discard()
+        for stream in (series, timeseries):
+            if stream is not None:
+                stream.discard()
         raise
     result = Result(
         scenario=resolved_scenario(sc, deps),
@@ -170,6 +176,19 @@ def _streamed_series(
     return StreamedStepSeries(
         Path(stream_steps_to) / f".steps.{os.getpid()}.{steps_format}.tmp", format=steps_format
     )
+
+
+def _streamed_timeseries(
+    num_requests: int, num_pools: int, stream_to: Path | None, fmt: str
+) -> StreamedTimeSeries | None:
+    """The operations' time series streamed to a temporary file in ``stream_to``, as the step
+    series is, for a run of ``STREAM_STEPS_FROM_REQUESTS`` requests or more (None: in memory)."""
+    if stream_to is None or fmt not in ("parquet", "csv") or num_requests < STREAM_STEPS_FROM_REQUESTS:
+        return None
+    from servesim.metrics.timeseries import StreamedTimeSeries
+
+    path = Path(stream_to) / f".timeseries.{os.getpid()}.{fmt}.tmp"
+    return StreamedTimeSeries(path, format=fmt, keep=num_pools)
 
 
 def note_adapters_without_lora(wl: Workload, deps: list[Deployment]) -> None:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # features a plain run does not use, imported where they run
     from servesim.cluster.operations import Operations
     from servesim.engine.dependencies import DependencyFeeder
     from servesim.engine.tenants import TenantSetup
+    from servesim.metrics.timeseries import TimeSeries
 
 
 def _closed_loop(cluster: Cluster, wl: Workload) -> ClosedLoopFeeder | DependencyFeeder:
@@ -109,12 +110,14 @@ def run_cluster(
     tenants: TenantSetup | None = None,
     step_series: StepSeries | None = None,
     default_model: str = "",
+    timeseries: TimeSeries | None = None,
 ) -> ClusterRun:
     """Run ``wl`` on a cluster of ``pools`` (no catalog needed: tests use this): the one
     driver of every scenario (a plain one is a pool of one replica).
 
     ``record_steps=False`` drops the per-step series (long runs); ``step_series`` replaces the
-    in-memory one (``metrics.step_stream.StreamedStepSeries``); ``progress(num_done)``
+    in-memory one (``metrics.step_stream.StreamedStepSeries``), ``timeseries`` the operations'
+    (``metrics.timeseries.StreamedTimeSeries``); ``progress(num_done)``
     is called about 200 times over the run when given. With ``cfg.operations`` the fleet
     changes over time (``servesim.cluster.operations``; ``slo`` is what its SLO attainment
     counts). ``tenants``: the weights and admission control of ``wl``'s tenants (None:
@@ -163,7 +166,7 @@ def run_cluster(
     )
     ops = None
     if ops_cfg is not None:
-        ops = cluster.ops = Operations(cluster, pools, ops_cfg, slo, len(wl), seed)
+        ops = cluster.ops = Operations(cluster, pools, ops_cfg, slo, len(wl), seed, timeseries)
         ops.start()
     if closed:
         _closed_loop(cluster, wl).start()

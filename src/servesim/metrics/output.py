@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import os
 import secrets
 from collections.abc import Callable
@@ -20,6 +19,8 @@ from typing import Any, Literal
 import numpy as np
 
 from servesim.metrics.records import Result
+from servesim.metrics.table_files import arrow_table, csv_cell
+from servesim.metrics.timeseries import StreamedTimeSeries, TimeSeries
 
 RecordsFormat = Literal["parquet", "csv"]
 
@@ -53,19 +54,9 @@ def _write_json(path: Path, doc: dict[str, Any]) -> None:
 
 
 def _write_parquet(path: Path, cols: dict[str, np.ndarray]) -> None:
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.table(
-        {name: pa.array(col.tolist() if col.dtype == object else col) for name, col in cols.items()}
-    )
-    pq.write_table(table, path)
-
-
-def _csv_cell(x: Any) -> Any:
-    if isinstance(x, float) and math.isnan(x):
-        return ""
-    return x
+    pq.write_table(arrow_table(cols), path)
 
 
 def _write_csv(path: Path, cols: dict[str, np.ndarray]) -> None:
@@ -75,7 +66,7 @@ def _write_csv(path: Path, cols: dict[str, np.ndarray]) -> None:
         w.writerow(names)
         # tolist() gives Python ints/floats, whose str() is the shortest exact repr.
         for row in zip(*(cols[n].tolist() for n in names), strict=True):
-            w.writerow([_csv_cell(x) for x in row])
+            w.writerow([csv_cell(x) for x in row])
 
 
 def write_outputs(
@@ -98,7 +89,9 @@ def write_outputs(
     ]
     ts = result.timeseries  # a cluster with operations: per pool and interval
     if ts is not None and len(ts):
-        jobs.append((f"timeseries.{records_format}", lambda p: write_table(p, ts.columns())))
+        jobs.append(
+            (f"timeseries.{records_format}", lambda p: _write_timeseries(p, ts, records_format, write_table))
+        )
     return write_files(out_dir, jobs)
 
 
@@ -116,6 +109,19 @@ def _write_steps(
         steps.move_to(path)
     else:
         write_table(path, steps.columns())
+
+
+def _write_timeseries(
+    path: Path,
+    ts: TimeSeries,
+    records_format: str,
+    write_table: Callable[[Path, dict[str, np.ndarray]], None],
+) -> None:
+    """timeseries.<fmt>: a series streamed to a file as the run went is moved there, else written."""
+    if isinstance(ts, StreamedTimeSeries) and ts.format == records_format:
+        ts.move_to(path)
+    else:
+        write_table(path, ts.columns())
 
 
 def write_json(path: Path, doc: dict[str, Any]) -> None:
