@@ -222,7 +222,9 @@ def test_timeseries_written_beside_the_other_outputs(tmp_path) -> None:  # noqa:
     assert all(90 <= float(r["power_w"]) <= 400 for r in rows if r["pool"] == "b")
 
 
-def test_prefill_follows_the_decode_pool_at_the_ratio() -> None:
+def disagg_autoscaled():  # noqa: ANN201
+    """400 requests on a prefill and a decode pool, the decode pool autoscaled on its running
+    requests and the prefill pool following it at half its desired count: (workload, pools, config)."""
     wl = make_workload(list(np.arange(400) / 200), 256, 200)
     ops = OperationsConfig(
         interval_s=0.2,
@@ -241,7 +243,11 @@ def test_prefill_follows_the_decode_pool_at_the_ratio() -> None:
         router="least_outstanding",
         operations=ops,
     )
-    run = run_cluster(wl, [pool("p", 1, "prefill"), pool("d", 1, "decode")], cfg)
+    return wl, [pool("p", 1, "prefill"), pool("d", 1, "decode")], cfg
+
+
+def test_prefill_follows_the_decode_pool_at_the_ratio() -> None:
+    run = run_cluster(*disagg_autoscaled())
     ts = run.timeseries
     pre, dec = ts.of_pool("p")["replicas"], ts.of_pool("d")["replicas"]
     assert dec.max() > 1  # the decode pool scaled out

@@ -8,12 +8,9 @@ import math
 
 import numpy as np
 import pytest
-from conftest import make_workload
-from test_operations import outcome, pool
+from test_operations import disagg_autoscaled, outcome
 
 from servesim.cluster.run import run_cluster
-from servesim.config import ClusterConfig, PoolConfig
-from servesim.config.operations import AutoscalingConfig, OperationsConfig, PoolScaling
 from servesim.metrics.timeseries import COLUMNS, StreamedTimeSeries, TimeSeries
 
 ROWS = [
@@ -68,27 +65,10 @@ def test_discard_removes_the_file(tmp_path) -> None:
 def test_an_autoscaled_disaggregated_run_streams_the_same_series(tmp_path) -> None:
     """Two pools, the prefill pool following the decode pool's desired count: the
     autoscaler reads each interval's rows while earlier ones are already on disk."""
-    wl = make_workload(list(np.arange(400) / 200), 256, 200)
-    ops = OperationsConfig(
-        interval_s=0.2,
-        autoscaling=AutoscalingConfig(
-            pools=[
-                PoolScaling(
-                    pool="d", metric="running", target=8, min_replicas=1, max_replicas=6, scale_in_grace_s=0.4
-                )
-            ],
-            prefill_decode_ratio=0.5,
-            startup_s=0.1,
-        ),
-    )
-    cfg = ClusterConfig(
-        pools=[PoolConfig(name="p", role="prefill"), PoolConfig(name="d", role="decode")],
-        router="least_outstanding",
-        operations=ops,
-    )
+    wl, pools, cfg = disagg_autoscaled()
 
     def run(timeseries: TimeSeries | None):  # noqa: ANN202
-        return run_cluster(wl, [pool("p", 1, "prefill"), pool("d", 1, "decode")], cfg, timeseries=timeseries)
+        return run_cluster(wl, pools, cfg, timeseries=timeseries)
 
     base = run(None)
     streamed = StreamedTimeSeries(tmp_path / "ts.parquet", group_rows=3, keep=2)
