@@ -256,19 +256,11 @@ def run_capacity(
     When even the lowest rate misses, the probes are printed and ``CapacityNotFound``
     propagates (the command prints its one line and exits 1).
     """
-    import json
-
     from servesim.config import load_scenario
-    from servesim.errors import CatalogError, ConfigError, DoesNotFitError, ServesimError, WorkloadError
+    from servesim.errors import CatalogError, ConfigError, DoesNotFitError, WorkloadError
     from servesim.planner.capacity import CapacityNotFound, find_capacity, seed_spread, stabilize
-    from servesim.planner.spread import MAX_SEEDS
 
-    if not 1 <= seeds <= MAX_SEEDS:
-        raise ConfigError(f"--seeds: expected 1 to {MAX_SEEDS} seeds, found {seeds}")
-    if max_requests is not None and stable is None:
-        raise ConfigError("--max-requests caps --stable's growth of the run; give --stable too")
-    if max_requests is not None and max_requests < 1:
-        raise ConfigError(f"--max-requests: expected at least 1 request, found {max_requests}")
+    _check_flags(seeds, stable, max_requests)
     scenario = load_scenario(scenario_path, overrides)
     console = console or Console(highlight=False)
     try:
@@ -307,8 +299,32 @@ def run_capacity(
         if not (quiet or json_out):
             console.print(probes_table(err.probes, "the workload's rate", err.unit))
         raise
+    _report(cap, output, json_out, quiet, console)
+    return cap
+
+
+def _check_flags(seeds: int, stable: float | None, max_requests: int | None) -> None:
+    """``servesim capacity``'s flags that only make sense together or in a range."""
+    from servesim.errors import ConfigError
+    from servesim.planner.spread import MAX_SEEDS
+
+    if not 1 <= seeds <= MAX_SEEDS:
+        raise ConfigError(f"--seeds: expected 1 to {MAX_SEEDS} seeds, found {seeds}")
+    if max_requests is not None and stable is None:
+        raise ConfigError("--max-requests caps --stable's growth of the run; give --stable too")
+    if max_requests is not None and max_requests < 1:
+        raise ConfigError(f"--max-requests: expected at least 1 request, found {max_requests}")
+
+
+def _report(cap: Capacity, output: Path | None, json_out: bool, quiet: bool, console: Console) -> None:
+    """Write the files (first: a closed stdout, ``| head``, must not lose them), then print
+    the JSON or the table."""
+    import json
+
+    from servesim.errors import ServesimError
+
     paths: list[Path] = []
-    if output is not None:  # files first: a closed stdout (| head) must not lose them
+    if output is not None:
         try:
             paths = write_capacity(cap, output)
         except OSError as err:
@@ -319,4 +335,3 @@ def run_capacity(
         print_capacity(cap, console)
         if paths:
             console.print(f"wrote {', '.join(str(p) for p in paths)}", soft_wrap=True)
-    return cap
