@@ -115,7 +115,7 @@ SERVESIM_BACKEND = {
 @dataclass(frozen=True)
 class DeepGemmRun:
     """How vLLM runs DeepGEMM's contiguous grouped GEMM on a step's routed rows, by version
-    (``deep_gemm_run``; the step-time model reads it, ``perf.kernel_moe.deep_gemm_curve``).
+    (``deep_gemm_run``; the step-time model reads it, ``perf.kernel_moe_deep_gemm.deep_gemm_curve``).
 
     ``every_step``: the GEMMs use E8M0 (power-of-two) scales, and then
     ``fused_experts(allow_deep_gemm=True)`` (``fused_moe/fused_moe.py``, through v0.13.x) and

@@ -367,7 +367,7 @@ class KernelLayerOps:
     def _block_fp8_gemm(self) -> tuple[Callable[[np.ndarray, int, int], np.ndarray] | None, str]:
         """Seconds of a dense block-FP8 GEMM at every m of an array, (m x k) @ (k x n), from
         the table the linear layers read (``_gemm_table``; None: the GPU has none), and which
-        table: what DeepGEMM's MoE is timed from (``kernel_moe.deep_gemm_curve``)."""
+        table: what DeepGEMM's MoE is timed from (``kernel_moe_deep_gemm.deep_gemm_curve``)."""
         table, note = self._gemm_table("fp8_block")
         if table is None or self.db is None:
             return None, ""
