@@ -15,8 +15,8 @@ from servesim.catalog.hf_config import load_model
 from servesim.perf.base import BatchStats
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.kernel_model import KernelPerfModel
-from servesim.perf.kernel_moe_tables import DECODE_TOKENS, transferred_curve
 from servesim.perf.kernel_moe_served import SERVED_MATH
+from servesim.perf.kernel_moe_tables import DECODE_TOKENS, transferred_curve
 from servesim.perf.kernels import load_database
 from servesim.perf.moe_shapes import SERVED_PAD, moe_roofline, padded_experts, rescaled
 

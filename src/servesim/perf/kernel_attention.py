@@ -46,16 +46,8 @@ from servesim.catalog.gpus import GpuSpec, get_gpu
 from servesim.catalog.models import ModelSpec
 from servesim.config.vllm_version import version_tuple
 from servesim.perf.efficiencies import Efficiencies
-from servesim.perf.kernels import (
-    DTYPES,
-    SIBLINGS,
-    KernelDatabase,
-    ext_grid,
-    extended_axis,
-    kernel_versions,
-    load_database,
-    roof_time,
-)
+from servesim.perf.kernel_curves import ext_grid, extended_axis, roof_time
+from servesim.perf.kernels import DTYPES, SIBLINGS, KernelDatabase, kernel_versions, load_database
 
 #: (log batch axis, length axis, log seconds [batch, length]) of all layers.
 Grid = tuple[np.ndarray, np.ndarray, np.ndarray]

@@ -19,19 +19,15 @@ from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.execution_path import DeepGemmRun
 from servesim.perf.kernel_attention import attention_grid
 from servesim.perf.kernel_comm import allreduce_curve, gather_scatter_curve
+from servesim.perf.kernel_curves import MAX_TOKENS, LogCurve, extended_axis, gemm_m_curve, roof_time
 from servesim.perf.kernels import (
     ACTIVATION_QUANT_BYTES_MAX,
     FP8_COMPUTE_BOUND_RATIO_MAX,
-    MAX_TOKENS,
     SM100_GPUS,
     KernelDatabase,
-    LogCurve,
-    extended_axis,
-    gemm_m_curve,
     kernel_versions,
     load_database,
     load_served_gemm,
-    roof_time,
 )
 from servesim.perf.sustained import SustainedClocks
 

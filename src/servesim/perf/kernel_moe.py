@@ -69,6 +69,7 @@ from servesim.catalog.gpus import GpuSpec, get_gpu
 from servesim.catalog.models import ModelSpec
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.execution_path import DeepGemmRun
+from servesim.perf.kernel_curves import MAX_TOKENS, LogCurve, extended_axis
 from servesim.perf.kernel_moe_deep_gemm import (
     DEEP_GEMM_BLOCK,
     DEFAULT_DEEP_GEMM_RUN,
@@ -86,15 +87,7 @@ from servesim.perf.kernel_moe_tables import (
     transferred_curve,
     unserved_reason,
 )
-from servesim.perf.kernels import (
-    MAX_TOKENS,
-    SIBLINGS,
-    KernelDatabase,
-    LogCurve,
-    extended_axis,
-    kernel_versions,
-    load_database,
-)
+from servesim.perf.kernels import SIBLINGS, KernelDatabase, kernel_versions, load_database
 from servesim.perf.moe_shapes import (
     NO_PAD,
     SM100_MXFP4,

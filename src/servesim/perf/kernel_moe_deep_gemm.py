@@ -14,7 +14,7 @@ from servesim.catalog.gpus import GpuSpec
 from servesim.catalog.models import ModelSpec
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.execution_path import DeepGemmRun, deep_gemm_run
-from servesim.perf.kernels import LogCurve, roof_time
+from servesim.perf.kernel_curves import LogCurve, roof_time
 
 #: DeepGEMM's grouped GEMM (``TritonOrDeepGemmExperts``) runs steps of at least this many tokens
 #: (vLLM's ``_valid_deep_gemm``: M >= 128), each expert's rows padded to a multiple of it.

@@ -21,14 +21,13 @@ from servesim.catalog.gpus import GpuSpec, get_gpu
 from servesim.catalog.models import ModelSpec
 from servesim.config.vllm_version import version_tuple
 from servesim.perf.efficiencies import Efficiencies
+from servesim.perf.kernel_curves import LogCurve, RoofFn
 from servesim.perf.kernels import (
     DTYPES,
     GPU_TABLES,
     SIBLINGS,
     SM100_GPUS,
     KernelDatabase,
-    LogCurve,
-    RoofFn,
     kernel_versions,
     load_database,
 )
