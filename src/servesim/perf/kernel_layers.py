@@ -16,7 +16,6 @@ from servesim.catalog.gpus import GpuSpec, LinkSpec
 from servesim.catalog.models import ModelSpec
 from servesim.config.vllm_version import version_tuple
 from servesim.perf.efficiencies import Efficiencies
-from servesim.perf.execution_path import DeepGemmRun
 from servesim.perf.kernel_attention import attention_grid
 from servesim.perf.kernel_comm import allreduce_curve, gather_scatter_curve
 from servesim.perf.kernel_curves import MAX_TOKENS, LogCurve, extended_axis, gemm_m_curve, roof_time
@@ -29,6 +28,7 @@ from servesim.perf.kernels import (
     load_database,
     load_served_gemm,
 )
+from servesim.perf.moe_backend import DeepGemmRun
 from servesim.perf.sustained import SustainedClocks
 
 #: Fixed time of one memory-bound elementwise kernel (a fused residual add and RMSNorm, the

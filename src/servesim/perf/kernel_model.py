@@ -58,10 +58,10 @@ from servesim.errors import ConfigError
 from servesim.perf.base import BatchStats
 from servesim.perf.cuda_graphs import EAGER_PLAN, GraphPlan, eager_kernels_per_layer, reference_kernels
 from servesim.perf.efficiencies import KERNELS_PER_LAYER, Efficiencies
-from servesim.perf.execution_path import DeepGemmRun, deep_gemm_run
 from servesim.perf.kernel_layers import MEM_OP_LATENCY_S, KernelLayerOps, mem_ops_per_step
 from servesim.perf.kernel_step import KernelStepTime, Row, past_onset, row_time
 from servesim.perf.kernels import KernelDatabase, kernel_versions, load_database
+from servesim.perf.moe_backend import DeepGemmRun, deep_gemm_run
 from servesim.perf.pipelined import MicroBatchShare
 from servesim.perf.roofline import RooflinePerfModel, RooflineWork
 from servesim.perf.sustained import SustainedClocks, sustained_clocks
@@ -116,7 +116,7 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         on the tokens of all ``dp`` ranks (each taken to hold a batch like this one) over the
         ``dp x tp`` GPUs, the tokens gathered and scattered back around each. ``moe_backend``:
         ``engine.moe_backend``; ``deep_gemm``: how the engine's version runs DeepGEMM's MoE
-        (``perf.execution_path.deep_gemm_run``; None: the default version's). ``sustained``:
+        (``perf.moe_backend.deep_gemm_run``; None: the default version's). ``sustained``:
         a step's compute-bound work past the GPU's onset runs at its sustained clocks where
         they are measured (``perf.sustained``; ``hardware.sustained_clocks``). ``fp32_matmul``:
         ``engine.float32_matmul_precision`` (an fp32 router on the CUDA cores, or TF32). Other

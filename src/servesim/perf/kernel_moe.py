@@ -68,7 +68,6 @@ import numpy as np
 from servesim.catalog.gpus import GpuSpec, get_gpu
 from servesim.catalog.models import ModelSpec
 from servesim.perf.efficiencies import Efficiencies
-from servesim.perf.execution_path import DeepGemmRun
 from servesim.perf.kernel_curves import MAX_TOKENS, LogCurve, extended_axis
 from servesim.perf.kernel_moe_deep_gemm import (
     DEEP_GEMM_BLOCK,
@@ -88,6 +87,7 @@ from servesim.perf.kernel_moe_tables import (
     unserved_reason,
 )
 from servesim.perf.kernels import SIBLINGS, KernelDatabase, kernel_versions, load_database
+from servesim.perf.moe_backend import DeepGemmRun
 from servesim.perf.moe_shapes import (
     NO_PAD,
     SM100_MXFP4,

@@ -13,13 +13,13 @@ import numpy as np
 from servesim.catalog.gpus import GpuSpec
 from servesim.catalog.models import ModelSpec
 from servesim.perf.efficiencies import Efficiencies
-from servesim.perf.execution_path import DeepGemmRun, deep_gemm_run
 from servesim.perf.kernel_curves import LogCurve, roof_time
+from servesim.perf.moe_backend import DeepGemmRun, deep_gemm_run
 
 #: DeepGEMM's grouped GEMM (``TritonOrDeepGemmExperts``) runs steps of at least this many tokens
 #: (vLLM's ``_valid_deep_gemm``: M >= 128), each expert's rows padded to a multiple of it.
 DEEP_GEMM_BLOCK = 128
-#: How DeepGEMM runs where no engine says (``perf.execution_path.deep_gemm_run`` of the default
+#: How DeepGEMM runs where no engine says (``perf.moe_backend.deep_gemm_run`` of the default
 #: vLLM version on Hopper).
 DEFAULT_DEEP_GEMM_RUN = deep_gemm_run(None, "H200")
 #: Seconds of one dense block-FP8 GEMM, (m x k) @ (k x n), at every m of an array: the served
