@@ -144,6 +144,27 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         self.links, self.cuda_graph_max_tokens = links, cuda_graph_max_tokens
         self.kv_dtype_bytes = self.roofline.kv_dtype_bytes
         self.eff = Efficiencies()
+        self._load_tables(version, sustained)
+        self._layers = model.num_layers
+        self._token_ops = self._build_token_ops()
+        self._req_ops = self._build_request_ops()
+        self._prefill = self._attention("ctx", "attn_prefill")
+        self._decode = self._attention("gen", "attn_decode")
+        self._elementwise_and_sampling()
+        self._launch_costs()
+        self._build_step(eager_host_s_per_layer, floored=graphs is not None and pp == 1)
+        if pp == 1:
+            # Whole-count steps go straight to the (compiled) step function: the engine calls
+            # it without an interpreted frame. (A pipeline micro-batch's fractional share
+            # needs the method below; PipelinedPerfModel only wraps models with pp > 1.)
+            self.batch_time = self.step.batch_time  # type: ignore[method-assign]
+
+    # ------------------------------------------------------------------ construction
+
+    def _load_tables(self, version: str | None, sustained: bool) -> None:
+        """The kernel tables of ``version`` on this GPU (None: the newest it has; none at all:
+        every operator on the roofline) and its sustained clocks."""
+        gpu = self.gpu
         versions = kernel_versions(gpu.name)
         if version is not None and version not in versions:
             raise ValueError(
@@ -154,17 +175,16 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         self.sources: dict[str, str] = {}
         self.clocks = sustained_clocks(gpu.name) if sustained and self.db is not None else None
         self.hot = {}
-        self._layers = L = model.num_layers
-        self._token_ops = self._build_token_ops()
-        self._req_ops = self._build_request_ops()
-        self._prefill = self._attention("ctx", "attn_prefill")
-        self._decode = self._attention("gen", "attn_decode")
+
+    def _elementwise_and_sampling(self) -> None:
+        """The classes no table times: elementwise kernels (the roofline's bytes plus a fixed
+        time per memory-bound op) and sampling (the roofline's)."""
         one = self.roofline.breakdown(BatchStats(num_prefill_tokens=1, num_prefill_reqs=1))
         # The default roofline's elementwise class is linear in T; the MoE layers' activation
         # is left to the fused-MoE tables, which time vLLM's whole op (activation included).
         r = self.roofline
         self._el_tok = one["elementwise"] * (1.0 - r._work["moe_act_tok"] / r._work["el_tok"])
-        ops = mem_ops_per_step(model)
+        ops = mem_ops_per_step(self.model)
         self._el_const = MEM_OP_LATENCY_S * ops
         self._samp_req = one["sampling"]
         self.sources["elementwise"] = (
@@ -172,9 +192,11 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
             f"memory ops x {MEM_OP_LATENCY_S * 1e6:g} us"
         )
         self.sources["sampling"] = "roofline"
-        e = self.eff
-        # Launch costs (the tables hold kernel time): every kernel of every layer when eager,
-        # attention only between piecewise graphs, one launch for a full graph.
+
+    def _launch_costs(self) -> None:
+        """Launch costs (the tables hold kernel time): every kernel of every layer when eager,
+        attention only between piecewise graphs, one launch for a full graph."""
+        e, L = self.eff, self._layers
         self._c_eager = e.launch_overhead_s + L * KERNELS_PER_LAYER * e.kernel_overhead_s
         self._c_piece = e.launch_overhead_s + L * e.kernel_overhead_s if self.graphs.mixed else self._c_eager
         self._c_full = e.launch_overhead_s if self.graphs.full_decode else self._c_piece
@@ -190,6 +212,13 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
             if self.graphs.max_size
             else "launches: eager"
         )
+
+    def _build_step(self, eager_host_s_per_layer: float | None, floored: bool) -> None:
+        """The compiled step function (``perf.kernel_step``) on this model's tables, launches
+        and graphs; with ``floored`` (the engine has a plan, one stage) a step without graphs
+        lasts at least the host's launches (``eager_host_s_per_layer``, None:
+        ``EAGER_HOST_S_PER_LAYER``); its twin at
+        sustained clocks where they are measured."""
         self.step = KernelStepTime(
             [0.0],
             [0.0],
@@ -201,9 +230,10 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         self.step.graph_max = self.graphs.max_size
         self.step.mixed_max = self.graphs.mixed_max_size
         self.step.c_full, self.step.c_piece, self.step.c_eager = self._c_full, self._c_piece, self._c_eager
+        L = self._layers
         host = EAGER_HOST_S_PER_LAYER if eager_host_s_per_layer is None else eager_host_s_per_layer
-        per_layer = host * eager_kernels_per_layer(model, tp, self.dp) / reference_kernels(tp)
-        self.step.eager_floor = L * per_layer if graphs is not None and pp == 1 else 0.0
+        per_layer = host * eager_kernels_per_layer(self.model, self.tp, self.dp) / reference_kernels(self.tp)
+        self.step.eager_floor = L * per_layer if floored else 0.0
         if self.eager_floor:
             self.sources["overhead"] += (
                 f"; a step without graphs lasts at least {L} layers x "
@@ -213,13 +243,6 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         self.step.req = self._request_table(255)
         if self.clocks is not None and self.hot:
             self._build_sustained(self.clocks)
-        if pp == 1:
-            # Whole-count steps go straight to the (compiled) step function: the engine calls
-            # it without an interpreted frame. (A pipeline micro-batch's fractional share
-            # needs the method below; PipelinedPerfModel only wraps models with pp > 1.)
-            self.batch_time = self.step.batch_time  # type: ignore[method-assign]
-
-    # ------------------------------------------------------------------ construction
 
     def _build_sustained(self, clocks: SustainedClocks) -> None:
         """The step's twin at the GPU's sustained clocks (``perf.sustained``): the operators'
