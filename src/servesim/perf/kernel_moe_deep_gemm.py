@@ -23,7 +23,7 @@ DEEP_GEMM_BLOCK = 128
 #: vLLM version on Hopper).
 DEFAULT_DEEP_GEMM_RUN = deep_gemm_run(None, "H200")
 #: Seconds of one dense block-FP8 GEMM, (m x k) @ (k x n), at every m of an array: the served
-#: block-FP8 GEMM table (``KernelLayerOps._gemm_table``), read as the linear layers read it.
+#: block-FP8 GEMM table (``KernelGemms._gemm_table``), read as the linear layers read it.
 GemmFn = Callable[[np.ndarray, int, int], np.ndarray]
 #: The memory-bound kernels of DeepGEMM's MoE besides its two GEMMs (vLLM's ``DeepGemmExperts``,
 #: ``fused_moe/deep_gemm_moe.py``): ``count_expert_num_tokens``, the two ``ep_scatter`` kernels
