@@ -107,7 +107,11 @@ def format_validation_error(err: Any, source: str, root: type[BaseModel], prefix
         raw_loc = [str(p) for p in e["loc"]]
         if e["type"] == "missing" and tuple(raw_loc) in renamed_to:
             continue  # given under its old name, which the line about the rename says
-        loc = ".".join([prefix] * bool(prefix) + [p for p in raw_loc if p not in _WORKLOAD_TYPES])
+        # union tags (workload types) are dropped from the dotted name, except where the last
+        # part is an unknown key that happens to be named like one (``workload: {trace: ...}``)
+        key = raw_loc[-1:] if e["type"] == "extra_forbidden" else []
+        parts = [p for p in raw_loc[: len(raw_loc) - len(key)] if p not in _WORKLOAD_TYPES] + key
+        loc = ".".join([prefix] * bool(prefix) + parts)
         msg = e["msg"]
         if e["type"] == "value_error" and "error" in e.get("ctx", {}):
             msg = str(e["ctx"]["error"])  # our own validators' messages, without "Value error, "
