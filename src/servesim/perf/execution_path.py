@@ -419,6 +419,8 @@ def _attention(v: tuple[int, ...], sm: int | None, model: ModelSpec, env: dict[s
     if sm is None:
         return Choice("flash_attn", "not an NVIDIA GPU of the catalog: FlashAttention assumed")
     sm100 = 100 <= sm < 110 if v > V0_11_0 else sm == 100
+    if model.index_topk and sm >= 90:  # DeepSeek sparse attention (catalog.sparse_attention)
+        return Choice("flashmla_sparse", f"{src}: sparse MLA (index_topk) on SM{sm} -> FLASHMLA_SPARSE")
     if model.is_mla:
         if sm100:
             if v >= V0_16_0:

@@ -1,0 +1,281 @@
+"""The step time of DeepSeek sparse attention (DSA: DeepSeek-V3.2, GLM-5), on top of any step model.
+
+A DSA layer is MLA whose queries each attend to at most ``index_topk`` (K = 2,048) tokens,
+picked by a lightning indexer that scores every context token. vLLM v0.19.0 runs it as
+(``model_executor/models/deepseek_v2.py`` ``Indexer``, ``model_executor/layers/
+sparse_attn_indexer.py``, ``v1/attention/backends/mla/flashmla_sparse.py``):
+
+1. the indexer's projections, whole on every TP rank: ``wq_b`` (query latent to
+   ``index_n_heads x index_head_dim``), ``wk`` and ``weights_proj``; its queries are
+   quantized to fp8 and its key (with a scale) is written to its own fp8 cache;
+2. its scores (DeepGEMM ``fp8_mqa_logits`` at prefill, ``fp8_paged_mqa_logits`` at decode):
+   ``index_n_heads x index_head_dim`` fp8 multiply-adds for every (query, context token)
+   pair, reading every context token's indexer key, into one fp32 logit per pair that a
+   top-k kernel (``top_k_per_row_prefill`` / ``_decode``) reads back;
+3. the main attention over the K chosen tokens, prefill and decode alike, in MLA's
+   absorbed (multi-query) form over the latent: FlashMLA's sparse kernel
+   (``flash_mla_sparse_fwd``; with an fp8 cache and fewer than 32 heads per rank, its fp8
+   decode kernel for every token) with the query heads padded to 64 (Hopper; 128 on
+   Blackwell, and 128 for more than 64 heads), gathering each query's own K latents.
+
+``SparseAttentionPerfModel`` wraps the model's ordinary step model (roofline, measured
+kernels or a calibrated profile), which times everything but attention as for DeepSeek-V3,
+and:
+
+- decode: gives it each decode's context cut to K, so that its dense-MLA decode attention
+  (the same absorbed kernel reading the same latent per key) is timed over the tokens a
+  sparse decode reads. The batch carries only the sum of contexts, so the cut is
+  ``min(sum, decodes x K)``: exact when every decode is past K or none is, an upper bound
+  for a batch that mixes both;
+- prefill: gives it one key per prompt token (its attention kernel's floor) in place of
+  dense MLA's causal prefill, which runs non-absorbed with real heads, and adds the sparse
+  prefill on the roofline: ``min(work, prompt tokens x K)`` (query, key) pairs (the same
+  bound), ``2 x padded heads x (2 kv_lora_rank + qk_rope_head_dim)`` FLOPs each in 16 bits,
+  and the context's latents read from HBM once per chunk: neighbouring queries pick
+  overlapping tokens and their gathers are served from L2 (one layer's latent of a 32k
+  context is 38 MB, under an H100's or H200's 50 MB of L2);
+- adds the indexer on the roofline: its projections as GEMMs (FLOPs per token, weights
+  read once a step), its scores (FLOPs per pair in fp8, each context token's key read once
+  per request, 8 bytes of fp32 logit per pair written and read by the top-k), its queries'
+  fp8 quantization, and ``INDEXER_KERNELS_PER_LAYER`` kernels' fixed cost.
+
+The roofline terms use ``Efficiencies``' defaults: linear roofs for the projections, the
+attention-prefill roofs for prefill scores and attention, the attention-decode roofs for
+decode scores. Simplified: the measured kernel tables hold no sparse or indexer kernel;
+the sparse decode's padded heads are not charged (at one query token per request it reads
+as the dense decode does and stays memory-bound); speculative decoding's extra query tokens
+are counted as decodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from servesim.catalog import sparse_attention as dsa
+from servesim.catalog.gpus import GpuSpec
+from servesim.catalog.models import ModelSpec
+from servesim.perf.base import BatchStats, PerfModel
+from servesim.perf.capabilities import decode_step_times
+from servesim.perf.efficiencies import Efficiencies
+from servesim.perf.execution_path import sm_of
+from servesim.perf.pipelined import stage_head_s
+
+#: Kernels of one layer's indexer: wq_b, wk and weights_proj GEMMs, k_norm, rotary, the
+#: queries' fp8 quantization, the key's quantize-and-cache write, the logits, the top-k.
+INDEXER_KERNELS_PER_LAYER = 9
+#: Bytes per pair of the indexer's logits: an fp32 written by the logits kernel, read by the top-k.
+LOGIT_BYTES_PER_PAIR = 8
+#: FlashMLA's sparse kernels' query heads: the heads per rank are padded up to one of these.
+_PADDED_HEADS_HOPPER = 64
+_PADDED_HEADS_BLACKWELL = 128
+
+
+def padded_heads(heads_per_rank: int, sm: int | None) -> int:
+    """Query heads FlashMLA's sparse kernel computes (``FlashMLASparseImpl``: the bf16 kernel
+    pads to 64 on SM90, 128 on SM100; the fp8 decode kernel to 64 up to 64 heads, else 128)."""
+    floor = _PADDED_HEADS_BLACKWELL if sm is not None and sm >= 100 else _PADDED_HEADS_HOPPER
+    if heads_per_rank > _PADDED_HEADS_HOPPER:
+        floor = _PADDED_HEADS_BLACKWELL
+    return max(floor, heads_per_rank)
+
+
+@dataclass(frozen=True, slots=True)
+class SparseAttentionWork:
+    """What DSA adds to a step on one GPU, summed over the layers of its (largest) stage.
+
+    Units: FLOPs and bytes. ``topk``: K; ``proj_f``: indexer projection FLOPs per token;
+    ``proj_w``: indexer weight bytes (read once a step); ``quant_b``: bytes per token of the
+    indexer queries' bf16 write and read and fp8 write and read; ``score_f``: indexer FLOPs
+    per (query, context token) pair; ``key_b``: indexer key bytes per context token;
+    ``logit_b``: logit bytes per pair; ``attn_f``: sparse attention FLOPs per (query,
+    chosen token) pair at the padded heads; ``attn_b``: latent bytes per context token;
+    ``kernels``: indexer kernels of the stage.
+    """
+
+    topk: int
+    proj_f: float
+    proj_w: float
+    quant_b: float
+    score_f: float
+    key_b: float
+    logit_b: float
+    attn_f: float
+    attn_b: float
+    kernels: int
+
+
+def sparse_attention_work(
+    m: ModelSpec, tp: int = 1, kv_dtype_bytes: float | None = None, pp: int = 1, sm: int | None = 90
+) -> SparseAttentionWork:
+    """The model's DSA work on one GPU of ``tp`` x ``pp``, its latent cache ``kv_dtype_bytes``
+    per element (None: the model's default), on a GPU of compute capability ``sm`` x 10."""
+    kv_b = m.default_kv_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
+    layers = m.layers_per_stage(pp)
+    quantized, plain = dsa.indexer_params(m)
+    index_width = m.index_n_heads * m.index_head_dim
+    heads = padded_heads(m.num_attention_heads // tp, sm)
+    return SparseAttentionWork(
+        topk=m.index_topk,
+        proj_f=layers * 2.0 * (quantized + plain),
+        proj_w=layers * dsa.indexer_weight_bytes(m),
+        quant_b=layers * (2 * 2 + 2 * 1) * index_width,
+        score_f=layers * 2.0 * index_width,
+        key_b=layers * dsa.indexer_key_bytes(m),
+        logit_b=layers * float(LOGIT_BYTES_PER_PAIR),
+        attn_f=layers * 2.0 * heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim),
+        attn_b=layers * dsa.sparse_latent_bytes(m, kv_b),
+        kernels=layers * INDEXER_KERNELS_PER_LAYER,
+    )
+
+
+def _roof(flops: float, peak: float, nbytes: float, bw: float) -> float:
+    return max(flops / peak, nbytes / bw)
+
+
+@dataclass(slots=True)
+class SparseAttentionPerfModel:
+    """A DSA model's step time: ``base`` (the ordinary step model) at the sparse statistics,
+    plus the indexer and the sparse prefill on the roofline (see the module's docstring)."""
+
+    base: PerfModel
+    work: SparseAttentionWork
+    gpu: GpuSpec
+    linear_dtype: str = "bfloat16"
+    eff: Efficiencies = Efficiencies()
+
+    def sparse_stats(self, stats: BatchStats) -> BatchStats:
+        """The statistics the base model times: decode contexts cut to K, prefill attention
+        at one key per prompt token."""
+        k = self.work.topk
+        return BatchStats(
+            num_prefill_tokens=stats.num_prefill_tokens,
+            prefill_attn_work=float(stats.num_prefill_tokens),
+            num_prefill_reqs=stats.num_prefill_reqs,
+            num_decode_reqs=stats.num_decode_reqs,
+            sum_decode_context=min(stats.sum_decode_context, stats.num_decode_reqs * k),
+            sum_prefill_context=stats.sum_prefill_context,
+            swap_bytes=stats.swap_bytes,
+            num_spec_reqs=stats.num_spec_reqs,
+            sum_spec_context=stats.sum_spec_context,
+            num_draft_steps=stats.num_draft_steps,
+            num_lora_tokens=stats.num_lora_tokens,
+            num_loras=stats.num_loras,
+            lora_load_s=stats.lora_load_s,
+        )
+
+    # ------------------------------------------------------------------ the added terms
+
+    def terms_s(self, stats: BatchStats) -> dict[str, float]:
+        """Seconds of each added term of a step: indexer projections, indexer scores at
+        prefill and at decode, sparse prefill attention, the indexer's kernels' fixed cost."""
+        w, g, e = self.work, self.gpu, self.eff
+        tokens = stats.num_prefill_tokens + stats.num_decode_reqs
+        if not tokens:
+            return {}
+        bw = g.mem_bw
+        fp8, bf16 = g.flops_for("fp8"), g.flops_for("bfloat16")
+        lin = g.flops_for(self.linear_dtype)
+        out = {
+            "indexer_proj": _roof(
+                w.proj_f * tokens, lin * e.linear_compute, w.proj_w + w.quant_b * tokens, bw * e.linear_memory
+            ),
+            "indexer_kernels": w.kernels * e.kernel_overhead_s,
+        }
+        if stats.num_prefill_tokens:
+            pairs = stats.prefill_attn_work
+            keys = stats.sum_prefill_context + stats.num_prefill_tokens
+            # keys: read from the cache, written to and read from the gather workspace
+            out["indexer_prefill"] = _roof(
+                w.score_f * pairs,
+                fp8 * e.attn_prefill_compute,
+                3 * w.key_b * keys + w.logit_b * pairs,
+                bw * e.attn_prefill_memory,
+            )
+            chosen = min(pairs, stats.num_prefill_tokens * w.topk)
+            out["sparse_prefill"] = _roof(
+                w.attn_f * chosen,
+                bf16 * e.attn_prefill_compute,
+                w.attn_b * keys,
+                bw * e.attn_prefill_memory,
+            )
+        if stats.num_decode_reqs:
+            s = stats.sum_decode_context
+            out["indexer_decode"] = _roof(
+                w.score_f * s,
+                fp8 * e.attn_decode_compute,
+                (w.key_b + w.logit_b) * s,
+                bw * e.attn_decode_memory,
+            )
+        return out
+
+    def _decode_added_s(self, n: int, s: np.ndarray) -> np.ndarray:
+        """``terms_s``' sum for pure-decode steps of ``n`` requests, one per context sum."""
+        w, g, e = self.work, self.gpu, self.eff
+        lin = g.flops_for(self.linear_dtype)
+        fixed = _roof(
+            w.proj_f * n, lin * e.linear_compute, w.proj_w + w.quant_b * n, g.mem_bw * e.linear_memory
+        )
+        score = np.maximum(
+            w.score_f * s / (g.flops_for("fp8") * e.attn_decode_compute),
+            (w.key_b + w.logit_b) * s / (g.mem_bw * e.attn_decode_memory),
+        )
+        return fixed + w.kernels * e.kernel_overhead_s + score
+
+    # ------------------------------------------------------------------ PerfModel
+
+    def batch_time(self, stats: BatchStats) -> float:
+        return self.base.batch_time(self.sparse_stats(stats)) + sum(self.terms_s(stats).values())
+
+    def decode_step_times(self, num_decode_reqs: int, sum_decode_context: np.ndarray) -> np.ndarray:
+        """``batch_time`` of pure-decode steps, vectorized over their context sums."""
+        s = np.asarray(sum_decode_context, np.float64)
+        cut = np.minimum(s, num_decode_reqs * self.work.topk)
+        return decode_step_times(self.base, num_decode_reqs, cut) + self._decode_added_s(num_decode_reqs, s)
+
+    def added_work(self, stats: BatchStats) -> tuple[float, float]:
+        """(FLOPs, bytes) the added terms move on one GPU."""
+        w = self.work
+        tokens = stats.num_prefill_tokens + stats.num_decode_reqs
+        if not tokens:
+            return 0.0, 0.0
+        pairs = stats.prefill_attn_work + stats.sum_decode_context
+        chosen = min(stats.prefill_attn_work, stats.num_prefill_tokens * w.topk)
+        keys = stats.sum_prefill_context + stats.num_prefill_tokens
+        flops = w.proj_f * tokens + w.score_f * pairs + w.attn_f * chosen
+        nbytes = (
+            w.proj_w
+            + w.quant_b * tokens
+            + w.logit_b * pairs
+            + w.key_b * (3 * keys + stats.sum_decode_context)
+            + w.attn_b * keys
+        )
+        return flops, nbytes
+
+    def batch_flops(self, stats: BatchStats) -> float:
+        return self.base.batch_flops(self.sparse_stats(stats)) + self.added_work(stats)[0]
+
+    def batch_bytes(self, stats: BatchStats) -> float:
+        return self.base.batch_bytes(self.sparse_stats(stats)) + self.added_work(stats)[1]
+
+    def last_stage_s(self, stats: BatchStats) -> float:
+        """The base model's last-stage share (``perf.pipelined.stage_times``)."""
+        return stage_head_s(self.base, self.sparse_stats(stats))
+
+    def note(self) -> str:
+        """What it adds, for the run's description of its step model (``perf.describe``)."""
+        return (
+            f"plus DeepSeek sparse attention: decode attention over at most {self.work.topk} "
+            f"tokens, the indexer and the sparse prefill on the roofline"
+        )
+
+
+def sparse_attention_perf_model(
+    model: ModelSpec, gpu: GpuSpec, perf: PerfModel, tp: int, pp: int, kv_dtype_bytes: float
+) -> PerfModel:
+    """``perf`` wrapped in ``SparseAttentionPerfModel`` for a DSA model; else ``perf``."""
+    if not model.index_topk:
+        return perf
+    work = sparse_attention_work(model, tp, kv_dtype_bytes, pp, sm_of(gpu))
+    return SparseAttentionPerfModel(perf, work, gpu, model.linear_compute_dtype)
