@@ -23,8 +23,10 @@ from servesim.perf.memory import plan_memory
 from servesim.perf.sparse_attention import (
     SparseAttentionPerfModel,
     padded_heads,
+    served_kv_bytes_per_token,
     sparse_attention_perf_model,
     sparse_attention_work,
+    sparse_backend,
 )
 
 CONFIGS = Path(__file__).parent / "fixtures" / "hf_configs"
@@ -120,6 +122,38 @@ def test_memory_plan_blocks_hold_both_caches() -> None:
     assert plan.num_gpu_blocks == int(plan.kv_cache_bytes // (16 * 78_324))
 
 
+@pytest.mark.parametrize(
+    ("sm", "version", "tp", "kv_b", "name", "latent", "heads"),
+    [
+        (90, "0.19.0", 8, 1.0, "flashmla_sparse", 656, 64),  # Hopper: fp8_ds_mla, 16 heads padded
+        (90, "0.19.0", 1, 2.0, "flashmla_sparse", 1152, 128),
+        (100, "0.19.0", 8, 2.0, "flashinfer_mla_sparse", 1152, 16),  # <= 16 heads: FlashInfer
+        (100, "0.19.0", 4, 2.0, "flashmla_sparse", 1152, 128),  # bf16, 32 heads: FlashMLA, padded
+        (100, "0.19.0", 4, 1.0, "flashinfer_mla_sparse", 576, 32),  # v0.19: fp8 cache -> FlashInfer
+        (100, "0.18.0", 4, 1.0, "flashmla_sparse", 656, 128),  # not before v0.19.0
+        (100, "0.16.0", 8, 2.0, "flashmla_sparse", 1152, 128),  # no FlashInfer sparse MLA yet
+    ],
+)
+def test_sparse_backend_follows_vllms_priorities(
+    sm: int, version: str, tp: int, kv_b: float, name: str, latent: int, heads: int
+) -> None:
+    """vLLM's cuda.py: on SM 10.x from v0.17.0 FlashInfer's sparse MLA (standard cache
+    layout, heads as they are) for 16 heads per rank or fewer and, from v0.19.0, for an fp8
+    cache; FlashMLA's sparse kernels (fp8_ds_mla, padded heads) otherwise."""
+    m = _model("DeepSeek-V3.2")
+    b = sparse_backend(m, sm, version, tp, kv_b)
+    assert (b.name, b.latent_bytes, b.heads) == (name, latent, heads)
+    assert served_kv_bytes_per_token(m, sm, version, tp, kv_b) == 61 * (latent + 132)
+
+
+def test_memory_plan_on_blackwell_takes_flashinfers_fp8_layout() -> None:
+    """The NVFP4 checkpoint (FP8 KV cache) at TP 4 on a B200 with vLLM 0.19.0: FlashInfer's
+    sparse MLA keeps the latent as 576 fp8 values, so 61 x (576 + 132) bytes a token."""
+    m, gpu, par = _model("DeepSeek-V3.2-NVFP4"), get_gpu("B200"), ParallelConfig(tensor_parallel_size=4)
+    plan = plan_memory(m, gpu, resolved_engine(EngineConfig(version="0.19.0"), m, gpu, par), par)
+    assert plan.kv_bytes_per_token == 61 * 708 == 43_188
+
+
 # ---------------------------------------------------------------------- parsing
 
 
@@ -159,7 +193,10 @@ def test_work_coefficients_by_hand() -> None:
     """DeepSeek-V3.2, TP 8 on an H200 (SM90), bf16 latent cache: per layer the indexer scores
     2 x 64 x 128 FLOPs per pair, reads 132 key bytes per context token; the sparse attention
     computes 2 x 64 padded heads x (2 x 512 + 64) FLOPs per chosen pair."""
-    w = sparse_attention_work(_model("DeepSeek-V3.2"), tp=8, kv_dtype_bytes=2.0, sm=90)
+    m = _model("DeepSeek-V3.2")
+    backend = sparse_backend(m, 90, "0.19.0", 8, 2.0)
+    assert (backend.name, backend.heads, backend.latent_bytes) == ("flashmla_sparse", 64, 1152)
+    w = sparse_attention_work(m, backend, tp=8)
     assert w.topk == 2048
     assert w.score_f == 61 * 2 * 64 * 128
     assert w.key_b == 61 * 132
@@ -173,7 +210,7 @@ def _v32(perf_model: Literal["roofline", "kernels"]) -> SparseAttentionPerfModel
     m, gpu = _model("DeepSeek-V3.2"), get_gpu("H200-SXM")
     par = ParallelConfig(tensor_parallel_size=8)
     base = build_step_model(m, gpu, par, HardwareConfig(gpu="H200-SXM", perf_model=perf_model))
-    perf = sparse_attention_perf_model(m, gpu, base, 8, 1, 2.0)
+    perf = sparse_attention_perf_model(m, gpu, base, 90, "0.19.0", 8, 1, 2.0)
     assert isinstance(perf, SparseAttentionPerfModel)
     return perf
 
@@ -235,7 +272,7 @@ def test_prefill_terms_by_hand(ctx: int) -> None:
 def test_a_dense_model_is_not_wrapped() -> None:
     m, gpu = load_model("Llama-3.1-8B"), get_gpu("H100-SXM")
     base = build_step_model(m, gpu, ParallelConfig(), HardwareConfig(gpu="H100-SXM", perf_model="roofline"))
-    assert sparse_attention_perf_model(m, gpu, base, 1, 1, 2.0) is base
+    assert sparse_attention_perf_model(m, gpu, base, 90, "0.19.0") is base
 
 
 # ---------------------------------------------------------------------- end to end

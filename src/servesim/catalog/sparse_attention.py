@@ -22,7 +22,10 @@ these models) ``kv_lora_rank + qk_rope_head_dim`` bf16 values (1,152 bytes); wit
 KV cache vLLM switches to ``fp8_ds_mla``: the 512-value latent in fp8, one fp32 scale per
 128 of them and the 64 rope values in bf16 (656 bytes). vLLM puts both caches of every
 layer in one KV-cache group (``UniformTypeKVCacheSpecs``: a block's page is the sum of the
-layers' pages, no padding), so a token costs the sum on every GPU.
+layers' pages, no padding), so a token costs the sum on every GPU. On Blackwell vLLM may run
+FlashInfer's sparse MLA instead, whose fp8 cache keeps the standard layout (576 bytes):
+the memory plan asks ``perf.sparse_attention.served_kv_bytes_per_token``, which knows the
+backend; ``ModelSpec.kv_bytes_per_token`` gives FlashMLA's layout.
 
 Not modelled: GLM-5.2's ``indexer_types`` (layers that reuse an earlier layer's top-k
 instead of running their own indexer); vLLM v0.19.0 does not read that field, and

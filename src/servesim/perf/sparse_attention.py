@@ -13,10 +13,12 @@ sparse_attn_indexer.py``, ``v1/attention/backends/mla/flashmla_sparse.py``):
    pair, reading every context token's indexer key, into one fp32 logit per pair that a
    top-k kernel (``top_k_per_row_prefill`` / ``_decode``) reads back;
 3. the main attention over the K chosen tokens, prefill and decode alike, in MLA's
-   absorbed (multi-query) form over the latent: FlashMLA's sparse kernel
-   (``flash_mla_sparse_fwd``; with an fp8 cache and fewer than 32 heads per rank, its fp8
-   decode kernel for every token) with the query heads padded to 64 (Hopper; 128 on
-   Blackwell, and 128 for more than 64 heads), gathering each query's own K latents.
+   absorbed (multi-query) form over the latent (``sparse_backend``): FlashMLA's sparse
+   kernel (``flash_mla_sparse_fwd``; with an fp8 cache and fewer than 32 heads per rank,
+   its fp8 decode kernel for every token) with the query heads padded to 64 (Hopper; 128
+   on Blackwell, and 128 for more than 64 heads), or on Blackwell from v0.17.0
+   FlashInfer's (``v1/attention/backends/mla/flashinfer_mla_sparse.py``: TRT-LLM's
+   kernel, heads unpadded), gathering each query's own K latents.
 
 ``SparseAttentionPerfModel`` wraps the model's ordinary step model (roofline, measured
 kernels or a calibrated profile), which times everything but attention as for DeepSeek-V3,
@@ -59,7 +61,6 @@ from servesim.catalog.models import ModelSpec
 from servesim.perf.base import BatchStats, PerfModel
 from servesim.perf.capabilities import decode_step_times
 from servesim.perf.efficiencies import Efficiencies
-from servesim.perf.execution_path import sm_of
 from servesim.perf.pipelined import stage_head_s
 
 #: Kernels of one layer's indexer: wq_b, wk and weights_proj GEMMs, k_norm, rotary, the
@@ -70,6 +71,9 @@ LOGIT_BYTES_PER_PAIR = 8
 #: FlashMLA's sparse kernels' query heads: the heads per rank are padded up to one of these.
 _PADDED_HEADS_HOPPER = 64
 _PADDED_HEADS_BLACKWELL = 128
+#: FlashInfer's sparse MLA backend: vLLM v0.17.0 and later, SM 10.x only.
+_FLASHINFER_SPARSE_FROM = (0, 17, 0)
+_FP8_FIRST_FROM = (0, 19, 0)
 
 
 def padded_heads(heads_per_rank: int, sm: int | None) -> int:
@@ -79,6 +83,69 @@ def padded_heads(heads_per_rank: int, sm: int | None) -> int:
     if heads_per_rank > _PADDED_HEADS_HOPPER:
         floor = _PADDED_HEADS_BLACKWELL
     return max(floor, heads_per_rank)
+
+
+@dataclass(frozen=True, slots=True)
+class SparseBackend:
+    """The sparse-MLA kernel vLLM runs and what it implies: ``latent_bytes`` of one token's
+    latent in one layer's cache, the query ``heads`` it computes per rank, the dtype of its
+    math (``math``), and why it was chosen."""
+
+    name: str
+    latent_bytes: float
+    heads: int
+    math: str
+    why: str
+
+
+def _version(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
+
+
+def sparse_backend(
+    m: ModelSpec, sm: int | None, version: str, tp: int, kv_dtype_bytes: float
+) -> SparseBackend:
+    """vLLM's sparse-MLA backend for ``m`` at TP ``tp`` on a GPU of compute capability
+    ``sm`` x 10 (``vllm/platforms/cuda.py`` ``_get_backend_priorities``, v0.17.0-v0.19.0).
+
+    On SM 10.x from v0.17.0 FlashInfer's sparse MLA (TRT-LLM's kernel, the heads as they
+    are, the standard cache layout: ``kv_lora_rank + qk_rope_head_dim`` elements, fp8 math
+    with an fp8 cache) comes first for 16 heads per rank or fewer, and from v0.19.0 also
+    for any fp8 cache; everywhere else FlashMLA's sparse kernels (``FLASHMLA_SPARSE``: an
+    fp8 cache in ``fp8_ds_mla``'s 656-byte layout, the heads padded, bf16 math)."""
+    heads = m.num_attention_heads // tp
+    fp8 = kv_dtype_bytes == 1
+    v = _version(version)
+    if sm is not None and 100 <= sm < 110 and v >= _FLASHINFER_SPARSE_FROM:
+        if heads <= 16 or (fp8 and v >= _FP8_FIRST_FROM):
+            why = "fp8 KV cache" if fp8 and heads > 16 else f"{heads} heads per rank (<= 16)"
+            return SparseBackend(
+                "flashinfer_mla_sparse",
+                (m.kv_lora_rank + m.qk_rope_head_dim) * kv_dtype_bytes,
+                heads,
+                "fp8" if fp8 else "bfloat16",
+                f"vllm/platforms/cuda.py, v0.17.0+: SM{sm} sparse MLA, {why} -> FLASHINFER_MLA_SPARSE",
+            )
+    return SparseBackend(
+        "flashmla_sparse",
+        dsa.sparse_latent_bytes(m, kv_dtype_bytes),
+        padded_heads(heads, sm),
+        "bfloat16",
+        f"vllm/platforms/cuda.py: SM{sm} sparse MLA -> FLASHMLA_SPARSE "
+        f"({heads} heads per rank padded to {padded_heads(heads, sm)})",
+    )
+
+
+def served_kv_bytes_per_token(
+    m: ModelSpec, sm: int | None, version: str, tp: int, kv_dtype_bytes: float | None, pp: int = 1
+) -> float:
+    """KV bytes of one token on one GPU as vLLM ``version`` lays the cache out on this GPU:
+    ``m.kv_bytes_per_token`` but for a DSA model, whose latent takes its backend's layout."""
+    if not m.index_topk:
+        return m.kv_bytes_per_token(tp, kv_dtype_bytes, pp)
+    kv_b = m.default_kv_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
+    latent = sparse_backend(m, sm, version, tp, kv_b).latent_bytes
+    return m.layers_per_stage(pp) * (latent + dsa.indexer_key_bytes(m))
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,15 +174,12 @@ class SparseAttentionWork:
 
 
 def sparse_attention_work(
-    m: ModelSpec, tp: int = 1, kv_dtype_bytes: float | None = None, pp: int = 1, sm: int | None = 90
+    m: ModelSpec, backend: SparseBackend, tp: int = 1, pp: int = 1
 ) -> SparseAttentionWork:
-    """The model's DSA work on one GPU of ``tp`` x ``pp``, its latent cache ``kv_dtype_bytes``
-    per element (None: the model's default), on a GPU of compute capability ``sm`` x 10."""
-    kv_b = m.default_kv_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
+    """The model's DSA work on one GPU of ``tp`` x ``pp`` with this sparse-MLA ``backend``."""
     layers = m.layers_per_stage(pp)
     quantized, plain = dsa.indexer_params(m)
     index_width = m.index_n_heads * m.index_head_dim
-    heads = padded_heads(m.num_attention_heads // tp, sm)
     return SparseAttentionWork(
         topk=m.index_topk,
         proj_f=layers * 2.0 * (quantized + plain),
@@ -124,8 +188,8 @@ def sparse_attention_work(
         score_f=layers * 2.0 * index_width,
         key_b=layers * dsa.indexer_key_bytes(m),
         logit_b=layers * float(LOGIT_BYTES_PER_PAIR),
-        attn_f=layers * 2.0 * heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim),
-        attn_b=layers * dsa.sparse_latent_bytes(m, kv_b),
+        attn_f=layers * 2.0 * backend.heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim),
+        attn_b=layers * backend.latent_bytes,
         kernels=layers * INDEXER_KERNELS_PER_LAYER,
     )
 
@@ -143,6 +207,7 @@ class SparseAttentionPerfModel:
     work: SparseAttentionWork
     gpu: GpuSpec
     linear_dtype: str = "bfloat16"
+    attention_dtype: str = "bfloat16"
     eff: Efficiencies = Efficiencies()
 
     def sparse_stats(self, stats: BatchStats) -> BatchStats:
@@ -175,7 +240,7 @@ class SparseAttentionPerfModel:
         if not tokens:
             return {}
         bw = g.mem_bw
-        fp8, bf16 = g.flops_for("fp8"), g.flops_for("bfloat16")
+        fp8, attn = g.flops_for("fp8"), g.flops_for(self.attention_dtype)
         lin = g.flops_for(self.linear_dtype)
         out = {
             "indexer_proj": _roof(
@@ -196,7 +261,7 @@ class SparseAttentionPerfModel:
             chosen = min(pairs, stats.num_prefill_tokens * w.topk)
             out["sparse_prefill"] = _roof(
                 w.attn_f * chosen,
-                bf16 * e.attn_prefill_compute,
+                attn * e.attn_prefill_compute,
                 w.attn_b * keys,
                 bw * e.attn_prefill_memory,
             )
@@ -272,10 +337,19 @@ class SparseAttentionPerfModel:
 
 
 def sparse_attention_perf_model(
-    model: ModelSpec, gpu: GpuSpec, perf: PerfModel, tp: int, pp: int, kv_dtype_bytes: float
+    model: ModelSpec,
+    gpu: GpuSpec,
+    perf: PerfModel,
+    sm: int | None,
+    version: str,
+    tp: int = 1,
+    pp: int = 1,
+    kv_dtype_bytes: float = 2.0,
 ) -> PerfModel:
-    """``perf`` wrapped in ``SparseAttentionPerfModel`` for a DSA model; else ``perf``."""
+    """``perf`` wrapped in ``SparseAttentionPerfModel`` for a DSA model served by vLLM
+    ``version`` on a GPU of compute capability ``sm`` x 10; else ``perf``."""
     if not model.index_topk:
         return perf
-    work = sparse_attention_work(model, tp, kv_dtype_bytes, pp, sm_of(gpu))
-    return SparseAttentionPerfModel(perf, work, gpu, model.linear_compute_dtype)
+    backend = sparse_backend(model, sm, version, tp, kv_dtype_bytes)
+    work = sparse_attention_work(model, backend, tp, pp)
+    return SparseAttentionPerfModel(perf, work, gpu, model.linear_compute_dtype, backend.math)
