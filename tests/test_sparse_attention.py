@@ -269,6 +269,22 @@ def test_prefill_terms_by_hand(ctx: int) -> None:
         assert pairs / chosen == 8
 
 
+def test_work_counts_add_the_terms_to_the_base() -> None:
+    """MFU/MBU: the base model's FLOPs and bytes at the sparse statistics plus the added
+    terms' (for a 4k decode: the indexer's 2 x 64 x 128 FLOPs and 132 + 8 bytes per context
+    token and layer, its projections, its queries' quantization)."""
+    perf = _v32("roofline")
+    st = BatchStats(num_decode_reqs=1, sum_decode_context=4096)
+    w = perf.work
+    flops, nbytes = perf.batch_work(st)
+    assert flops == pytest.approx(perf.base.batch_flops(perf.sparse_stats(st)) + w.proj_f + w.score_f * 4096)
+    assert nbytes == pytest.approx(
+        perf.base.batch_bytes(perf.sparse_stats(st)) + w.proj_w + w.quant_b + (w.key_b + w.logit_b) * 4096
+    )
+    assert (perf.batch_flops(st), perf.batch_bytes(st)) == pytest.approx((flops, nbytes))
+    assert perf.pp == 1 and perf.bubble_fraction(st) == 0.0
+
+
 def test_a_dense_model_is_not_wrapped() -> None:
     m, gpu = load_model("Llama-3.1-8B"), get_gpu("H100-SXM")
     base = build_step_model(m, gpu, ParallelConfig(), HardwareConfig(gpu="H100-SXM", perf_model="roofline"))

@@ -59,7 +59,7 @@ from servesim.catalog import sparse_attention as dsa
 from servesim.catalog.gpus import GpuSpec
 from servesim.catalog.models import ModelSpec
 from servesim.perf.base import BatchStats, PerfModel
-from servesim.perf.capabilities import decode_step_times
+from servesim.perf.capabilities import BatchWork, PipelineStages, decode_step_times
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.pipelined import stage_head_s
 
@@ -317,6 +317,27 @@ class SparseAttentionPerfModel:
             + w.attn_b * keys
         )
         return flops, nbytes
+
+    def batch_work(self, stats: BatchStats) -> tuple[float, float]:
+        """(FLOPs, bytes) on one GPU: the base model's at the sparse statistics, plus the added."""
+        sparse = self.sparse_stats(stats)
+        if isinstance(self.base, BatchWork):
+            flops, nbytes = self.base.batch_work(sparse)
+        else:
+            flops, nbytes = self.base.batch_flops(sparse), self.base.batch_bytes(sparse)
+        f, b = self.added_work(stats)
+        return flops + f, nbytes + b
+
+    @property
+    def pp(self) -> int:
+        """The base model's pipeline stages (1: none)."""
+        return self.base.pp if isinstance(self.base, PipelineStages) else 1
+
+    def bubble_fraction(self, stats: BatchStats) -> float:
+        """The base model's pipeline bubbles (the added terms run on every stage alike)."""
+        if isinstance(self.base, PipelineStages):
+            return self.base.bubble_fraction(self.sparse_stats(stats))
+        return 0.0
 
     def batch_flops(self, stats: BatchStats) -> float:
         return self.base.batch_flops(self.sparse_stats(stats)) + self.added_work(stats)[0]
