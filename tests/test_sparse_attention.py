@@ -204,6 +204,20 @@ def test_work_coefficients_by_hand() -> None:
     assert w.attn_b == 61 * 1152
     assert w.proj_f == 61 * 2 * (1536 * 8192 + 7168 * 128 + 7168 * 64 + 256)
     assert w.kernels == 61 * 9
+    # wq_b and wk in fp8 (1 byte), weights_proj and k_norm in bf16, whole on every rank
+    assert w.proj_w == 61 * ((1536 * 8192 + 7168 * 128) + 2 * (7168 * 64 + 256))
+
+
+def test_indexer_projections_stream_their_weights_at_decode() -> None:
+    """At a decode of 32 requests the indexer's projections (2 x 13,959,424 FLOPs per token
+    and layer) are memory-bound on an H200: 61 x 14.4 MB of weights read once a step."""
+    perf, gpu = _v32("roofline"), get_gpu("H200-SXM")
+    st = BatchStats(num_decode_reqs=32, sum_decode_context=32 * 4096)
+    weights = 61 * ((1536 * 8192 + 7168 * 128) + 2 * (7168 * 64 + 256))
+    queries = 32 * 61 * 6 * 64 * 128  # bf16 written and read, fp8 written and read
+    flops = 32 * 61 * 2 * 13_959_424
+    assert flops / (gpu.flops_for("fp8") * 0.7) < (weights + queries) / (gpu.mem_bw * 0.8)
+    assert perf.terms_s(st)["indexer_proj"] == pytest.approx((weights + queries) / (gpu.mem_bw * 0.8))
 
 
 def _v32(perf_model: Literal["roofline", "kernels"]) -> SparseAttentionPerfModel:
