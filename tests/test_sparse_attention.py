@@ -27,6 +27,7 @@ from servesim.perf.sparse_attention import (
     sparse_attention_perf_model,
     sparse_attention_work,
     sparse_backend,
+    sparse_prefill_pairs,
 )
 
 CONFIGS = Path(__file__).parent / "fixtures" / "hf_configs"
@@ -265,7 +266,9 @@ def test_prefill_terms_by_hand(ctx: int) -> None:
     st = BatchStats(num_prefill_tokens=ctx, prefill_attn_work=ctx * ctx / 2, num_prefill_reqs=1)
     terms = perf.terms_s(st)
     pairs = ctx * ctx / 2
-    chosen = min(pairs, ctx * 2048)
+    # query x attends to min(x, 2048) keys: 2048^2 / 2 for the first 2,048, 2,048 each after
+    chosen = 2048 * 2048 / 2 + (ctx - 2048) * 2048
+    assert sparse_prefill_pairs(st, 2048) == chosen
     attn = max(
         chosen * 61 * 2 * 64 * 1088 / (gpu.flops_for("bfloat16") * 0.55),
         ctx * 61 * 1152 / (gpu.mem_bw * 0.7),
@@ -277,10 +280,25 @@ def test_prefill_terms_by_hand(ctx: int) -> None:
     )
     assert terms["indexer_prefill"] == pytest.approx(scores)
     assert perf.sparse_stats(st).prefill_attn_work == ctx
-    if ctx == 4096:  # 4096^2 / 2 = 4096 x 2048: the causal prompt chooses every earlier token
-        assert chosen == pairs
-    else:  # past 2,048 tokens a query attends to 2,048 of them: 8x fewer pairs than dense
-        assert pairs / chosen == 8
+    # by hand: 6,291,456 of the 8,388,608 causal pairs at 4k, 65,011,712 of 536,870,912 at 32k
+    assert chosen == {4096: 6_291_456, 32768: 65_011_712}[ctx]
+    assert pairs == {4096: 8_388_608, 32768: 536_870_912}[ctx]
+
+
+@pytest.mark.parametrize(
+    ("chunk", "before", "pairs"),
+    [
+        (1000, 0, 1000 * 500),  # within the first 2,048 tokens: causal, c (p + c / 2)
+        (1000, 5000, 1000 * 2048),  # past them: K each
+        (2048, 1024, (2048**2 - 1024**2) / 2 + 1024 * 2048),  # across: causal, then K
+    ],
+)
+def test_sparse_prefill_pairs_of_a_chunk(chunk: int, before: int, pairs: float) -> None:
+    st = BatchStats()
+    st.add_chunk(chunk, before)
+    assert sparse_prefill_pairs(st, 2048) == pairs
+    st.add_chunk(chunk, before)  # two equal chunks: twice the pairs
+    assert sparse_prefill_pairs(st, 2048) == 2 * pairs
 
 
 def test_work_counts_add_the_terms_to_the_base() -> None:

@@ -31,8 +31,9 @@ and:
   for a batch that mixes both;
 - prefill: gives it one key per prompt token (its attention kernel's floor) in place of
   dense MLA's causal prefill, which runs non-absorbed with real heads, and adds the sparse
-  prefill on the roofline: ``min(work, prompt tokens x K)`` (query, key) pairs (the same
-  bound), ``2 x padded heads x (2 kv_lora_rank + qk_rope_head_dim)`` FLOPs each in 16 bits,
+  prefill on the roofline: ``sparse_prefill_pairs`` (query, key) pairs (each query's
+  earlier tokens up to K; a step's chunks taken as equal),
+  ``2 x heads x (2 kv_lora_rank + qk_rope_head_dim)`` FLOPs each at the kernel's heads,
   and the context's latents read from HBM once per chunk: neighbouring queries pick
   overlapping tokens and their gathers are served from L2 (one layer's latent of a 32k
   context is 38 MB, under an H100's or H200's 50 MB of L2);
@@ -194,6 +195,28 @@ def sparse_attention_work(
     )
 
 
+def sparse_prefill_pairs(stats: BatchStats, topk: int) -> float:
+    """(query, key) pairs of the step's prefill chunks when each query attends to at most
+    ``topk`` keys: for a chunk of c tokens on p computed ones, the integral of min(x, K)
+    from p to p + c (the same continuous count as ``prefill_attn_work``' c (p + c / 2)):
+
+        p + c <= K:  c (p + c / 2)          every earlier token
+        p >= K:      c K                    K each
+        otherwise:   (K^2 - p^2) / 2 + (p + c - K) K
+
+    The batch carries only sums, so a step's chunks are taken as equal: its prefill requests
+    times the pairs of the mean chunk on the mean context (exact for one chunk a step)."""
+    r = stats.num_prefill_reqs
+    if not r:
+        return 0.0
+    c, p, k = stats.num_prefill_tokens / r, stats.sum_prefill_context / r, float(topk)
+    if p + c <= k:
+        return r * c * (p + c / 2)
+    if p >= k:
+        return r * c * k
+    return r * ((k * k - p * p) / 2 + (p + c - k) * k)
+
+
 def _roof(flops: float, peak: float, nbytes: float, bw: float) -> float:
     return max(flops / peak, nbytes / bw)
 
@@ -258,7 +281,7 @@ class SparseAttentionPerfModel:
                 3 * w.key_b * keys + w.logit_b * pairs,
                 bw * e.attn_prefill_memory,
             )
-            chosen = min(pairs, stats.num_prefill_tokens * w.topk)
+            chosen = sparse_prefill_pairs(stats, w.topk)
             out["sparse_prefill"] = _roof(
                 w.attn_f * chosen,
                 attn * e.attn_prefill_compute,
@@ -306,7 +329,7 @@ class SparseAttentionPerfModel:
         if not tokens:
             return 0.0, 0.0
         pairs = stats.prefill_attn_work + stats.sum_decode_context
-        chosen = min(stats.prefill_attn_work, stats.num_prefill_tokens * w.topk)
+        chosen = sparse_prefill_pairs(stats, w.topk) if stats.num_prefill_tokens else 0.0
         keys = stats.sum_prefill_context + stats.num_prefill_tokens
         flops = w.proj_f * tokens + w.score_f * pairs + w.attn_f * chosen
         nbytes = (
