@@ -144,14 +144,11 @@ def _language_model_type(cfg: dict[str, Any]) -> str:
 
 
 #: Configs of a family servesim models that it still refuses, with the refusal's words:
-#: GLM-5.2's layers that share an earlier layer's sparse-attention indexer (``indexer_types``),
-#: and GLM-5.1-NVFP4, whose ``ignore`` list leaves all of layer 1 unquantized, which the
-#: quantization parser reads (from layer 1's module names) as nothing quantized.
+#: GLM-5.2's layers that share an earlier layer's sparse-attention indexer (``indexer_types``).
 _REFUSED_IN_SUPPORTED_FAMILY = {
     "zai-org--GLM-5.2_config.json": "indexer_types has 57 layers",
     "zai-org--GLM-5.2-FP8_config.json": "indexer_types has 57 layers",
     "nvidia--GLM-5.2-NVFP4_config.json": "indexer_types has 57 layers",
-    "nvidia--GLM-5.1-NVFP4_config.json": "leaves attention, MLPs and experts unquantized",
 }
 
 

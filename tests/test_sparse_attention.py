@@ -82,6 +82,15 @@ def test_fp8_and_nvfp4_checkpoints_count_the_same_parameters() -> None:
     assert _model("DeepSeek-V3.2-NVFP4").num_params() == _model("DeepSeek-V3.2").num_params()
 
 
+def test_glm51_nvfp4_quantizes_the_experts_only() -> None:
+    """nvidia/GLM-5.1-NVFP4's config.json names its ModelOpt NVFP4 block itself and leaves
+    all of layers 0 and 1 and every layer's attention and shared experts unquantized: the
+    routed experts take 4.5 bits a weight, the rest bf16."""
+    m = _model("GLM-5.1-NVFP4")
+    assert (m.dtype, m.dtype_bytes, m.expert_dtype_bytes) == ("bfloat16", 2.0, 4.5 / 8)
+    assert m.num_params() == _model("GLM-5").num_params()
+
+
 def test_indexer_weights_are_whole_on_every_tp_rank() -> None:
     """vLLM builds wq_b, wk and weights_proj as ReplicatedLinear: TP does not split them.
     wq_b and wk take the checkpoint's fp8 (1 byte), weights_proj and k_norm stay bf16."""
@@ -102,6 +111,7 @@ def test_indexer_weights_are_whole_on_every_tp_rank() -> None:
         ("GLM-5-FP8", 78, (512 + 64) * 2),  # fp8 weights, bf16 activations and cache
         ("DeepSeek-V3.2-NVFP4", 61, 512 + 4 * 4 + 64 * 2),  # kv_cache_quant_algo FP8: fp8_ds_mla
         ("GLM-5-NVFP4", 78, 512 + 4 * 4 + 64 * 2),
+        ("GLM-5.1-NVFP4", 78, 512 + 4 * 4 + 64 * 2),  # its own ModelOpt block: 8-bit float KV
     ],
 )
 def test_kv_bytes_per_token_are_vllms_pages(name: str, layers: int, latent: int) -> None:
