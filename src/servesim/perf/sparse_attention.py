@@ -52,7 +52,7 @@ are counted as decodes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -60,7 +60,7 @@ from servesim.catalog import sparse_attention as dsa
 from servesim.catalog.gpus import GpuSpec
 from servesim.catalog.models import ModelSpec
 from servesim.perf.base import BatchStats, PerfModel
-from servesim.perf.capabilities import BatchWork, PipelineStages, decode_step_times
+from servesim.perf.capabilities import BatchWork, PipelineStages, VectorDecode, decode_step_times
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.pipelined import stage_head_s
 
@@ -232,95 +232,102 @@ class SparseAttentionPerfModel:
     linear_dtype: str = "bfloat16"
     attention_dtype: str = "bfloat16"
     eff: Efficiencies = Efficiencies()
+    # The roofs the terms divide by (FLOP/s and bytes/s at their efficiencies), and the base
+    # model's optional capabilities, resolved once (a protocol check per step is slow).
+    _lin: float = field(init=False)
+    _lin_bw: float = field(init=False)
+    _pf_fp8: float = field(init=False)
+    _pf_attn: float = field(init=False)
+    _pf_bw: float = field(init=False)
+    _dec_fp8: float = field(init=False)
+    _dec_bw: float = field(init=False)
+    _base_work: BatchWork | None = field(init=False)
+    _base_vector: VectorDecode | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        g, e = self.gpu, self.eff
+        fp8 = g.flops_for("fp8")
+        self._lin = g.flops_for(self.linear_dtype) * e.linear_compute
+        self._lin_bw = g.mem_bw * e.linear_memory
+        self._pf_fp8 = fp8 * e.attn_prefill_compute
+        self._pf_attn = g.flops_for(self.attention_dtype) * e.attn_prefill_compute
+        self._pf_bw = g.mem_bw * e.attn_prefill_memory
+        self._dec_fp8 = fp8 * e.attn_decode_compute
+        self._dec_bw = g.mem_bw * e.attn_decode_memory
+        self._base_work = self.base if isinstance(self.base, BatchWork) else None
+        self._base_vector = self.base if isinstance(self.base, VectorDecode) else None
 
     def sparse_stats(self, stats: BatchStats) -> BatchStats:
         """The statistics the base model times: decode contexts cut to K, prefill attention
-        at one key per prompt token."""
-        k = self.work.topk
+        at one key per prompt token (the policy and LoRA fields are for the wrappers outside)."""
         return BatchStats(
             num_prefill_tokens=stats.num_prefill_tokens,
             prefill_attn_work=float(stats.num_prefill_tokens),
             num_prefill_reqs=stats.num_prefill_reqs,
             num_decode_reqs=stats.num_decode_reqs,
-            sum_decode_context=min(stats.sum_decode_context, stats.num_decode_reqs * k),
+            sum_decode_context=min(stats.sum_decode_context, stats.num_decode_reqs * self.work.topk),
             sum_prefill_context=stats.sum_prefill_context,
-            swap_bytes=stats.swap_bytes,
-            num_spec_reqs=stats.num_spec_reqs,
-            sum_spec_context=stats.sum_spec_context,
-            num_draft_steps=stats.num_draft_steps,
-            num_lora_tokens=stats.num_lora_tokens,
-            num_loras=stats.num_loras,
-            lora_load_s=stats.lora_load_s,
         )
 
     # ------------------------------------------------------------------ the added terms
 
-    def terms_s(self, stats: BatchStats) -> dict[str, float]:
-        """Seconds of each added term of a step: indexer projections, indexer scores at
-        prefill and at decode, sparse prefill attention, the indexer's kernels' fixed cost."""
-        w, g, e = self.work, self.gpu, self.eff
+    def _terms(self, stats: BatchStats) -> tuple[float, float, float, float, float]:
+        """Seconds of the indexer's projections, its kernels' fixed cost, its prefill scores,
+        the sparse prefill and the indexer's decode scores (0 where the step has none)."""
+        w = self.work
         tokens = stats.num_prefill_tokens + stats.num_decode_reqs
         if not tokens:
-            return {}
-        bw = g.mem_bw
-        fp8, attn = g.flops_for("fp8"), g.flops_for(self.attention_dtype)
-        lin = g.flops_for(self.linear_dtype)
-        out = {
-            "indexer_proj": _roof(
-                w.proj_f * tokens, lin * e.linear_compute, w.proj_w + w.quant_b * tokens, bw * e.linear_memory
-            ),
-            "indexer_kernels": w.kernels * e.kernel_overhead_s,
-        }
+            return 0.0, 0.0, 0.0, 0.0, 0.0
+        proj = _roof(w.proj_f * tokens, self._lin, w.proj_w + w.quant_b * tokens, self._lin_bw)
+        scores = attn = decode = 0.0
         if stats.num_prefill_tokens:
             pairs = stats.prefill_attn_work
             keys = stats.sum_prefill_context + stats.num_prefill_tokens
             # keys: read from the cache, written to and read from the gather workspace
-            out["indexer_prefill"] = _roof(
-                w.score_f * pairs,
-                fp8 * e.attn_prefill_compute,
-                3 * w.key_b * keys + w.logit_b * pairs,
-                bw * e.attn_prefill_memory,
+            scores = _roof(
+                w.score_f * pairs, self._pf_fp8, 3 * w.key_b * keys + w.logit_b * pairs, self._pf_bw
             )
             chosen = sparse_prefill_pairs(stats, w.topk)
-            out["sparse_prefill"] = _roof(
-                w.attn_f * chosen,
-                attn * e.attn_prefill_compute,
-                w.attn_b * keys,
-                bw * e.attn_prefill_memory,
-            )
+            attn = _roof(w.attn_f * chosen, self._pf_attn, w.attn_b * keys, self._pf_bw)
         if stats.num_decode_reqs:
             s = stats.sum_decode_context
-            out["indexer_decode"] = _roof(
-                w.score_f * s,
-                fp8 * e.attn_decode_compute,
-                (w.key_b + w.logit_b) * s,
-                bw * e.attn_decode_memory,
-            )
+            decode = _roof(w.score_f * s, self._dec_fp8, (w.key_b + w.logit_b) * s, self._dec_bw)
+        return proj, w.kernels * self.eff.kernel_overhead_s, scores, attn, decode
+
+    def terms_s(self, stats: BatchStats) -> dict[str, float]:
+        """Seconds of each added term of a step, by name (the step's own terms only)."""
+        if not stats.num_prefill_tokens + stats.num_decode_reqs:
+            return {}
+        proj, kernels, scores, attn, decode = self._terms(stats)
+        out = {"indexer_proj": proj, "indexer_kernels": kernels}
+        if stats.num_prefill_tokens:
+            out.update(indexer_prefill=scores, sparse_prefill=attn)
+        if stats.num_decode_reqs:
+            out["indexer_decode"] = decode
         return out
 
     def _decode_added_s(self, n: int, s: np.ndarray) -> np.ndarray:
-        """``terms_s``' sum for pure-decode steps of ``n`` requests, one per context sum."""
-        w, g, e = self.work, self.gpu, self.eff
-        lin = g.flops_for(self.linear_dtype)
-        fixed = _roof(
-            w.proj_f * n, lin * e.linear_compute, w.proj_w + w.quant_b * n, g.mem_bw * e.linear_memory
-        )
-        score = np.maximum(
-            w.score_f * s / (g.flops_for("fp8") * e.attn_decode_compute),
-            (w.key_b + w.logit_b) * s / (g.mem_bw * e.attn_decode_memory),
-        )
-        return fixed + w.kernels * e.kernel_overhead_s + score
+        """``_terms``' sum for pure-decode steps of ``n`` requests, one per context sum."""
+        w = self.work
+        fixed = _roof(w.proj_f * n, self._lin, w.proj_w + w.quant_b * n, self._lin_bw)
+        score = np.maximum(w.score_f * s / self._dec_fp8, (w.key_b + w.logit_b) * s / self._dec_bw)
+        return fixed + w.kernels * self.eff.kernel_overhead_s + score
 
     # ------------------------------------------------------------------ PerfModel
 
     def batch_time(self, stats: BatchStats) -> float:
-        return self.base.batch_time(self.sparse_stats(stats)) + sum(self.terms_s(stats).values())
+        return self.base.batch_time(self.sparse_stats(stats)) + sum(self._terms(stats))
 
     def decode_step_times(self, num_decode_reqs: int, sum_decode_context: np.ndarray) -> np.ndarray:
         """``batch_time`` of pure-decode steps, vectorized over their context sums."""
         s = np.asarray(sum_decode_context, np.float64)
         cut = np.minimum(s, num_decode_reqs * self.work.topk)
-        return decode_step_times(self.base, num_decode_reqs, cut) + self._decode_added_s(num_decode_reqs, s)
+        base = (
+            self._base_vector.decode_step_times(num_decode_reqs, cut)
+            if self._base_vector is not None
+            else decode_step_times(self.base, num_decode_reqs, cut)
+        )
+        return base + self._decode_added_s(num_decode_reqs, s)
 
     def added_work(self, stats: BatchStats) -> tuple[float, float]:
         """(FLOPs, bytes) the added terms move on one GPU."""
@@ -344,8 +351,8 @@ class SparseAttentionPerfModel:
     def batch_work(self, stats: BatchStats) -> tuple[float, float]:
         """(FLOPs, bytes) on one GPU: the base model's at the sparse statistics, plus the added."""
         sparse = self.sparse_stats(stats)
-        if isinstance(self.base, BatchWork):
-            flops, nbytes = self.base.batch_work(sparse)
+        if self._base_work is not None:
+            flops, nbytes = self._base_work.batch_work(sparse)
         else:
             flops, nbytes = self.base.batch_flops(sparse), self.base.batch_bytes(sparse)
         f, b = self.added_work(stats)
