@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from servesim.catalog.architectures import MOE_TYPES, check_architecture
 from servesim.catalog.models import _TIED_BY_DEFAULT, DTYPE_BYTES, ModelSpec, normalize_dtype
 from servesim.catalog.quantization import parse_quantization
+from servesim.catalog.sparse_attention import sparse_attention_fields
 from servesim.errors import CatalogError
 
 #: Architectures whose MoE router vLLM runs in fp32 (``ModelSpec.router_fp32``): MiniMax-M2's
@@ -178,6 +179,7 @@ def from_hf_config(
         qk_norm_allreduce=bool(cfg.get("use_qk_norm")) and cfg.get("qk_norm_type") == "per_layer",
         router_fp32=model_type in _FP32_ROUTER,
         **mla,
+        **sparse_attention_fields(cfg, src),
     )
 
 
