@@ -1,15 +1,15 @@
 """Which Hugging Face architectures servesim can model, and why it refuses the others.
 
 servesim models decoder-only transformers whose every layer is softmax attention (GQA or
-MLA, optionally gpt-oss's alternating sliding window) followed by a dense MLP or routed
-experts. A config that parses is not enough: a Mamba or linear-attention model would be
-run as a transformer of the same width and give numbers with no meaning. So, as vLLM
-refuses an architecture it does not know, ``check_architecture`` refuses every
-``model_type`` outside ``SUPPORTED``, naming the field and, where known, the part of the
-model servesim cannot simulate. A config that names no ``model_type`` (a hand-written
-one) is read from its keys, but still refused when those keys describe layers servesim
-cannot model (``layer_types`` other than full and sliding attention, Mamba's
-``hybrid_override_pattern``, per-layer ``block_configs``).
+MLA, optionally gpt-oss's alternating sliding window or Llama 4's chunked local attention,
+``catalog.llama4``) followed by a dense MLP or routed experts. A config that parses is not
+enough: a Mamba or linear-attention model would be run as a transformer of the same width
+and give numbers with no meaning. So, as vLLM refuses an architecture it does not know,
+``check_architecture`` refuses every ``model_type`` outside ``SUPPORTED``, naming the field
+and, where known, the part of the model servesim cannot simulate. A config that names no
+``model_type`` (a hand-written one) is read from its keys, but still refused when those
+keys describe layers servesim cannot model (``layer_types`` other than full and sliding
+attention, Mamba's ``hybrid_override_pattern``, per-layer ``block_configs``).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ SUPPORTED: dict[str, str] = {
     "kimi_k2": "Kimi-K2",
     "gpt_oss": "gpt-oss",
     "minimax_m2": "MiniMax-M2",
+    "llama4_text": "Llama 4",
 }
 
 #: Of those, the mixture-of-experts families: their expert count and top-k must be given.
@@ -53,10 +54,11 @@ MOE_TYPES = {
     "kimi_k2",
     "gpt_oss",
     "minimax_m2",
+    "llama4_text",
 }
 
 #: Multimodal wrappers whose language model is read from ``text_config``.
-WRAPPERS = {"llava", "qwen3_vl", "qwen3_vl_moe", "kimi_k25"}
+WRAPPERS = {"llava", "qwen3_vl", "qwen3_vl_moe", "kimi_k25", "llama4"}
 
 _MAMBA = "state-space (Mamba) layers"
 _HYBRID = "hybrid Mamba and attention layers"
@@ -82,7 +84,6 @@ REFUSED: dict[str, str] = {
     "qwen3_5_moe_text": _LINEAR,
     "kimi_linear": _LINEAR,
     "minimax": "lightning (linear) attention layers",
-    "llama4_text": "chunked local attention (attention_chunk_size) and interleaved MoE layers",
     "gemma4_text": "global layers with their own head size and KV heads (global_head_dim)",
     "nemotron-nas": "layers of different shapes (block_configs)",
 }

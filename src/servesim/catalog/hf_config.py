@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import difflib
 import json
+from dataclasses import replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from servesim.catalog.architectures import MOE_TYPES, check_architecture
+from servesim.catalog.llama4 import llama4_layout
 from servesim.catalog.models import _TIED_BY_DEFAULT, DTYPE_BYTES, ModelSpec, normalize_dtype
 from servesim.catalog.quantization import parse_quantization
 from servesim.catalog.sparse_attention import sparse_attention_fields
@@ -116,7 +118,7 @@ def from_hf_config(
     hf_quant_config: dict[str, Any] | None = None,
 ) -> ModelSpec:
     """Build a ModelSpec from a Hugging Face config dict (Llama/Mistral/Qwen2/Qwen3/Mixtral/OPT,
-    Qwen3-MoE, DeepSeek-V3/Kimi-K2 (MLA), gpt-oss and MiniMax-M2 keys).
+    Qwen3-MoE, DeepSeek-V3/Kimi-K2 (MLA), gpt-oss, MiniMax-M2 and Llama 4 keys).
 
     ``source`` (default ``name``) is the file named in error messages. Multimodal configs
     that nest the language model under ``text_config`` are read from there.
@@ -152,7 +154,8 @@ def from_hf_config(
     window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
     layer_types = cfg.get("layer_types") or []
     sliding_layers = sum(1 for t in layer_types if t == "sliding_attention") if window else 0
-    return ModelSpec(
+    fields = llama4_layout(cfg, layers, src) if model_type == "llama4_text" else {}
+    spec = ModelSpec(
         name=name,
         num_layers=layers,
         hidden_size=hidden,
@@ -181,6 +184,7 @@ def from_hf_config(
         **mla,
         **sparse_attention_fields(cfg, src),
     )
+    return replace(spec, **fields) if fields else spec
 
 
 def _language_config(cfg: dict[str, Any], src: str) -> tuple[dict[str, Any], dict[str, Any]]:
