@@ -13,6 +13,7 @@ from servesim.config import (
     scenario_from_dict,
 )
 from servesim.config.files import load_toml_text, load_yaml_text
+from servesim.config.hardware import ParallelConfig
 from servesim.config.messages import RENAMED
 from servesim.errors import ConfigError
 
@@ -101,3 +102,15 @@ def test_unknown_key_suggests_the_field_meant() -> None:
         scenario_from_dict({"workload": {**SMALL, "arrival": {"rte": 2}}}, "s")
     with pytest.raises(ConfigError, match=r"^s: engine.zzz: unknown key$"):
         scenario_from_dict({"engine": {"zzz": 1}}, "s")
+
+
+def test_unknown_key_names_the_field_another_tool_calls_so_or_the_section_s_fields() -> None:
+    with pytest.raises(
+        ConfigError, match=r"^s: parallel.pp: unknown key; did you mean pipeline_parallel_size\?$"
+    ):
+        scenario_from_dict({"parallel": {"pp": 2}}, "s")
+    # a short section lists its fields where nothing is close
+    fields = ", ".join(sorted(ParallelConfig.model_fields))
+    with pytest.raises(ConfigError) as err:
+        scenario_from_dict({"parallel": {"zzz": 2}}, "s")
+    assert str(err.value) == f"s: parallel.zzz: unknown key (known: {fields})"

@@ -260,6 +260,14 @@ def test_command_short_form_and_an_impossible_request(tmp_path):
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     assert "best by energy" in res.output and "vllm serve" in res.output
+    # piped (not a terminal): the table keeps each row on one line, and every `vllm serve`
+    # line is whole, as written to best_vllm.sh, for a shell to take
+    table_rows = [line for line in res.output.splitlines() if line.startswith("│")]
+    assert table_rows and all(line.rstrip().endswith("│") for line in table_rows)
+    assert len(table_rows) == len({line.split("│")[2] for line in table_rows})  # one line a candidate
+    script = [ln for ln in (tmp_path / "ok" / "best_vllm.sh").read_text().splitlines() if "vllm serve" in ln]
+    printed = [line for line in res.output.splitlines() if line.startswith("vllm serve")]
+    assert printed == script
     from servesim.config import load_scenario
 
     best = load_scenario(tmp_path / "ok" / "best.yaml")

@@ -24,6 +24,7 @@ from servesim.perf.memory import plan_memory, served_weights_bytes, weights_byte
 from servesim.perf.roofline import RooflinePerfModel
 
 HF_CONFIGS = "models/hf_configs"  # under the public data sets (conftest.shared_data)
+MODELS = Path(servesim.__file__).parent / "data" / "models"  # the presets' bundled config.json
 
 
 def _embed_and_norms(vocab: int, hidden: int, layers: int, tp: int = 1, tied: bool = False) -> float:
@@ -432,6 +433,38 @@ def test_related_public_configs_parse(stem: str) -> None:
     assert m.num_params() > 1e9 and m.kv_bytes_per_token() > 0
     if "NVFP4" in stem:
         assert NVFP4_BYTES in (m.dtype_bytes, m.expert_dtype_bytes)
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("stem", sorted(PRESET_SOURCES))
+def test_a_copied_config_reads_with_its_own_quant_file_under_its_repository_id(stem: str) -> None:
+    """A config copied as ``<org>--<name>_config.json`` (this layout's and the hub cache's
+    spelling) reads its ``<org>--<name>_hf_quant_config.json`` and is named ``org/name``, the
+    id `vllm serve` takes, not the path its ``_name_or_path`` recorded on another machine."""
+    configs = shared_data(HF_CONFIGS)
+    user, preset = load_model(str(configs / f"{stem}_config.json")), load_model(PRESET_SOURCES[stem])
+    assert user.name == stem.replace("--", "/")
+    fields = [f for f in preset.__dataclass_fields__ if f not in ("name", "max_position_embeddings")]
+    assert {f: getattr(user, f) for f in fields} == {f: getattr(preset, f) for f in fields}
+
+
+def test_a_config_s_name_is_a_repository_id_never_a_saved_path(tmp_path: Path) -> None:
+    cfg = json.loads((MODELS / "Llama-3.1-8B.json").read_text())
+    folder = tmp_path / "Llama-3.1-8B-Instruct"
+    folder.mkdir()
+    for saved, name in (
+        ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-Instruct"),
+        ("/opt/ckpts/Llama-3.1-8B-Instruct/", "Llama-3.1-8B-Instruct"),
+        ("", "Llama-3.1-8B-Instruct"),
+    ):
+        # a fine-tune saved under a preset's name is read from its own config, not the preset's
+        (folder / "config.json").write_text(
+            json.dumps({**cfg, "_name_or_path": saved, "num_hidden_layers": 2})
+        )
+        assert load_model(str(folder)).name == name
+        assert load_model(str(folder / "config.json")).name == name
+        assert load_model(str(folder)).num_layers == 2
+    assert load_model("Llama-3.1-8B-Instruct").num_layers == cfg["num_hidden_layers"]  # no such folder here
 
 
 # ---------------------------------------------------------------------- each preset runs

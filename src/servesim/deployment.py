@@ -307,6 +307,13 @@ def step_model(
         if profile
         else build_step_model(model, gpu, par, sc.hardware, sc.model, links=links, engine=engine)
     )
+    if model.index_topk:  # DeepSeek sparse attention: the indexer, sparse attention
+        from servesim.perf.execution_path import sm_of
+        from servesim.perf.sparse_attention import sparse_attention_perf_model
+
+        kv_b = resolve_kv_dtype_bytes(sc.model.kv_cache_dtype, model)
+        tp, pp = par.tensor_parallel_size, par.pipeline_parallel_size
+        perf = sparse_attention_perf_model(model, gpu, perf, sm_of(gpu), engine.version, tp, pp, kv_b)
     if engine.lora.enabled:  # the LoRA kernels and loads on top
         from servesim.perf.lora import lora_perf_model
 

@@ -1,15 +1,15 @@
 """Which Hugging Face architectures servesim can model, and why it refuses the others.
 
 servesim models decoder-only transformers whose every layer is softmax attention (GQA or
-MLA, optionally gpt-oss's alternating sliding window) followed by a dense MLP or routed
-experts. A config that parses is not enough: a Mamba or linear-attention model would be
-run as a transformer of the same width and give numbers with no meaning. So, as vLLM
-refuses an architecture it does not know, ``check_architecture`` refuses every
-``model_type`` outside ``SUPPORTED``, naming the field and, where known, the part of the
-model servesim cannot simulate. A config that names no ``model_type`` (a hand-written
-one) is read from its keys, but still refused when those keys describe layers servesim
-cannot model (``layer_types`` other than full and sliding attention, Mamba's
-``hybrid_override_pattern``, per-layer ``block_configs``).
+MLA, optionally gpt-oss's alternating sliding window or Llama 4's chunked local attention,
+``catalog.llama4``) followed by a dense MLP or routed experts. A config that parses is not
+enough: a Mamba or linear-attention model would be run as a transformer of the same width
+and give numbers with no meaning. So, as vLLM refuses an architecture it does not know,
+``check_architecture`` refuses every ``model_type`` outside ``SUPPORTED``, naming the field
+and, where known, the part of the model servesim cannot simulate. A config that names no
+``model_type`` (a hand-written one) is read from its keys, but still refused when those
+keys describe layers servesim cannot model (``layer_types`` other than full and sliding
+attention, Mamba's ``hybrid_override_pattern``, per-layer ``block_configs``).
 """
 
 from __future__ import annotations
@@ -33,9 +33,12 @@ SUPPORTED: dict[str, str] = {
     "qwen3_vl_moe_text": "Qwen3-VL-MoE",
     "deepseek_v2": "DeepSeek-V2",
     "deepseek_v3": "DeepSeek-V3",
+    "deepseek_v32": "DeepSeek-V3.2",
+    "glm_moe_dsa": "GLM-5",
     "kimi_k2": "Kimi-K2",
     "gpt_oss": "gpt-oss",
     "minimax_m2": "MiniMax-M2",
+    "llama4_text": "Llama 4",
 }
 
 #: Of those, the mixture-of-experts families: their expert count and top-k must be given.
@@ -46,13 +49,16 @@ MOE_TYPES = {
     "qwen3_vl_moe_text",
     "deepseek_v2",
     "deepseek_v3",
+    "deepseek_v32",
+    "glm_moe_dsa",
     "kimi_k2",
     "gpt_oss",
     "minimax_m2",
+    "llama4_text",
 }
 
 #: Multimodal wrappers whose language model is read from ``text_config``.
-WRAPPERS = {"llava", "qwen3_vl", "qwen3_vl_moe", "kimi_k25"}
+WRAPPERS = {"llava", "qwen3_vl", "qwen3_vl_moe", "kimi_k25", "llama4"}
 
 _MAMBA = "state-space (Mamba) layers"
 _HYBRID = "hybrid Mamba and attention layers"
@@ -78,9 +84,6 @@ REFUSED: dict[str, str] = {
     "qwen3_5_moe_text": _LINEAR,
     "kimi_linear": _LINEAR,
     "minimax": "lightning (linear) attention layers",
-    "deepseek_v32": "DeepSeek sparse attention (index_topk)",
-    "glm_moe_dsa": "DeepSeek sparse attention (index_topk)",
-    "llama4_text": "chunked local attention (attention_chunk_size) and interleaved MoE layers",
     "gemma4_text": "global layers with their own head size and KV heads (global_head_dim)",
     "nemotron-nas": "layers of different shapes (block_configs)",
 }
@@ -119,17 +122,21 @@ def check_architecture(cfg: dict[str, Any], outer: dict[str, Any], src: str) -> 
 
 
 def _check_layers(cfg: dict[str, Any], src: str) -> None:
+    indexers = cfg.get("indexer_types") if cfg.get("index_topk") else None
+    shared = [str(t) for t in indexers if t != "full"] if isinstance(indexers, list) else []
+    if shared:  # GLM-5.2: layers that reuse an earlier layer's top-k (catalog.sparse_attention)
+        raise CatalogError(
+            f"{src}: indexer_types has {len(shared)} layers that reuse another layer's "
+            f"sparse-attention indexer ({shared[0]!r}), which servesim does not model "
+            f"(vLLM v0.19.0 does not read indexer_types); it models DeepSeek sparse "
+            f"attention with one indexer per layer"
+        )
     layer_types = cfg.get("layer_types") or []
     other = sorted({str(t) for t in layer_types} - _ATTENTION_LAYERS) if isinstance(layer_types, list) else []
     if other:
         raise CatalogError(
             f"{src}: layer_types holds {', '.join(map(repr, other))}; servesim models "
             f"only 'full_attention' and 'sliding_attention' layers"
-        )
-    if cfg.get("index_topk"):
-        raise CatalogError(
-            f"{src}: index_topk gives sparse attention (each query attends to "
-            f"{cfg['index_topk']!r} chosen tokens), which servesim does not model"
         )
     pattern = cfg.get("hybrid_override_pattern")
     if isinstance(pattern, str) and "M" in pattern:

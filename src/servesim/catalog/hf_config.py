@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import difflib
 import json
+from dataclasses import replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from servesim.catalog.architectures import MOE_TYPES, check_architecture
+from servesim.catalog.llama4 import llama4_layout
 from servesim.catalog.models import _TIED_BY_DEFAULT, DTYPE_BYTES, ModelSpec, normalize_dtype
 from servesim.catalog.quantization import parse_quantization
+from servesim.catalog.sparse_attention import sparse_attention_fields
 from servesim.errors import CatalogError
 
 #: Architectures whose MoE router vLLM runs in fp32 (``ModelSpec.router_fp32``): MiniMax-M2's
@@ -115,7 +118,7 @@ def from_hf_config(
     hf_quant_config: dict[str, Any] | None = None,
 ) -> ModelSpec:
     """Build a ModelSpec from a Hugging Face config dict (Llama/Mistral/Qwen2/Qwen3/Mixtral/OPT,
-    Qwen3-MoE, DeepSeek-V3/Kimi-K2 (MLA), gpt-oss and MiniMax-M2 keys).
+    Qwen3-MoE, DeepSeek-V3/Kimi-K2 (MLA), gpt-oss, MiniMax-M2 and Llama 4 keys).
 
     ``source`` (default ``name``) is the file named in error messages. Multimodal configs
     that nest the language model under ``text_config`` are read from there.
@@ -151,7 +154,8 @@ def from_hf_config(
     window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
     layer_types = cfg.get("layer_types") or []
     sliding_layers = sum(1 for t in layer_types if t == "sliding_attention") if window else 0
-    return ModelSpec(
+    fields = llama4_layout(cfg, layers, src) if model_type == "llama4_text" else {}
+    spec = ModelSpec(
         name=name,
         num_layers=layers,
         hidden_size=hidden,
@@ -178,7 +182,9 @@ def from_hf_config(
         qk_norm_allreduce=bool(cfg.get("use_qk_norm")) and cfg.get("qk_norm_type") == "per_layer",
         router_fp32=model_type in _FP32_ROUTER,
         **mla,
+        **sparse_attention_fields(cfg, src),
     )
+    return replace(spec, **fields) if fields else spec
 
 
 def _language_config(cfg: dict[str, Any], src: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -316,23 +322,55 @@ def _read_config(path: Path) -> dict[str, Any]:
     return cfg
 
 
+#: A copied config named for its Hugging Face repository, ``<org>--<name>_config.json`` (the
+#: hub cache's ``--`` for the ``/`` a repository id cannot otherwise hold in a file name).
+_COPIED_SUFFIX = "_config.json"
+
+
+def _label(cfg: dict[str, Any], path: Path) -> str:
+    """The model's name, as `vllm serve` would be given it: the repository id a copied
+    config's file name spells (``Qwen--Qwen3-8B_config.json``: ``Qwen/Qwen3-8B``), else the
+    config's ``_name_or_path`` where it is a repository id (not the path of the machine that
+    saved it), else the folder holding ``config.json``."""
+    name = path.name
+    if path.is_file() and name.endswith(_COPIED_SUFFIX) and "--" in name:
+        return name[: -len(_COPIED_SUFFIX)].replace("--", "/", 1)
+    saved = str(cfg.get("_name_or_path") or "")
+    if saved and not saved.startswith(("/", ".", "~")) and "\\" not in saved and saved.count("/") <= 1:
+        return saved
+    return (path.name if path.is_dir() else path.parent.name) or str(path)
+
+
+def _quant_sidecar(cfg_path: Path) -> Path | None:
+    """ModelOpt's ``hf_quant_config.json`` beside ``config.json``, or for a copied
+    ``<stem>_config.json`` its ``<stem>_hf_quant_config.json``."""
+    if cfg_path.name.endswith(_COPIED_SUFFIX) and cfg_path.name != "config.json":
+        own = cfg_path.with_name(cfg_path.name[: -len(_COPIED_SUFFIX)] + "_hf_quant_config.json")
+        if own.is_file():
+            return own
+    beside = cfg_path.parent / "hf_quant_config.json"
+    return beside if beside.is_file() else None
+
+
 def load_model(name_or_path: str, dtype: str = "auto") -> ModelSpec:
     """A preset by name (case-insensitive; 'meta-llama/Llama-3.1-8B' or 'Llama-3.1-8B'),
-    or a path to a ``config.json`` or a directory holding one."""
-    canon = _lookup_preset(name_or_path)
+    or a path to a ``config.json`` or a directory holding one. A local model wins over a
+    preset of the same name (a fine-tune saved as ``Llama-3.1-8B-Instruct/``), as a local
+    folder does for `vllm serve`."""
+    path = Path(name_or_path).expanduser()
+    local = path.is_file() or (path / "config.json").is_file()  # a local model wins, as in `vllm serve`
+    canon = None if local else _lookup_preset(name_or_path)
     if canon is not None:
         cfg = _presets()[canon]
         return from_hf_config(
             cfg, canon, dtype, source=f"preset {canon}", hf_quant_config=cfg.get("_servesim_hf_quant_config")
         )
-    path = Path(name_or_path).expanduser()
     if path.exists() or name_or_path.endswith(".json"):
         cfg = _read_config(path)
         cfg_path = path / "config.json" if path.is_dir() else path
-        label = cfg.get("_name_or_path") or (path.name if path.is_dir() else path.parent.name) or str(path)
-        quant_path = cfg_path.parent / "hf_quant_config.json"  # ModelOpt's, beside config.json
-        quant = _read_config(quant_path) if quant_path.is_file() else None
-        return from_hf_config(cfg, str(label), dtype, source=str(cfg_path), hf_quant_config=quant)
+        quant_path = _quant_sidecar(cfg_path)
+        quant = _read_config(quant_path) if quant_path is not None else None
+        return from_hf_config(cfg, _label(cfg, path), dtype, source=str(cfg_path), hf_quant_config=quant)
     choices = sorted({*list_models(), *(c["_servesim_short"] for c in _presets().values())})
     close = difflib.get_close_matches(name_or_path, choices, n=4, cutoff=0.4)
     hint = f"; did you mean {', '.join(close)}?" if close else ""

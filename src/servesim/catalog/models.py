@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from servesim.catalog import sparse_attention as dsa
 from servesim.errors import CatalogError
 
 #: Bytes per element of each dtype name servesim accepts.
@@ -122,6 +123,11 @@ class ModelSpec:
     # before it (vLLM's ``MiniMaxM2MoE``: ``params_dtype=torch.float32``,
     # ``self.gate(hidden_states.to(torch.float32))``), one cast kernel and an fp32 GEMM a layer.
     router_fp32: bool = False
+    # DeepSeek sparse attention (DeepSeek-V3.2, GLM-5): ``index_topk`` > 0 tokens per query,
+    # chosen by an indexer of ``index_n_heads`` x ``index_head_dim`` (``catalog.sparse_attention``).
+    index_topk: int = 0
+    index_n_heads: int = 0
+    index_head_dim: int = 0
 
     # ------------------------------------------------------------------ shapes per TP rank
 
@@ -253,6 +259,7 @@ class ModelSpec:
             + self.embedding_params()
             + self.lm_head_params()
             + h
+            + layers * sum(dsa.indexer_params(self))
         )
         if not self.is_moe:
             return total + layers * self.expert_params()
@@ -271,7 +278,7 @@ class ModelSpec:
         holding the most MoE layers.
         """
         layers, b = self.layers_per_stage(pp), self.dtype_bytes
-        attn = layers * self.attn_params_per_layer(tp) * b
+        attn = layers * (self.attn_params_per_layer(tp) * b + dsa.indexer_weight_bytes(self))
         if not self.is_moe:
             return attn + layers * self.expert_params(tp) * b
         moe = min(layers, self.num_moe_layers)
@@ -307,6 +314,8 @@ class ModelSpec:
         Sliding-window layers keep only a window per request (``kv_window_bytes_per_request``).
         """
         kv_b = self.default_kv_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
+        if self.index_topk:  # the latent in vLLM's sparse-MLA format and the indexer's key
+            return dsa.kv_bytes_per_token(self, kv_b, pp)
         return math.ceil(self.num_full_attention_layers / pp) * self.kv_elems_per_layer(tp) * kv_b
 
     def kv_window_bytes_per_request(

@@ -39,7 +39,12 @@ _PART_NAMES = {
     "attention": ("model.layers.1.self_attn.q_proj", "model.layers.1.self_attn.o_proj"),
     "dense": ("model.layers.0.mlp.gate_proj", "model.layers.0.mlp.down_proj"),
     "shared": ("model.layers.1.mlp.shared_experts.gate_proj", "model.layers.1.mlp.shared_expert.gate_proj"),
-    "experts": ("model.layers.1.mlp.experts.0.gate_proj", "model.layers.1.block_sparse_moe.experts.0.w1"),
+    # and of a layer past the dense ones: nvidia/GLM-5.1-NVFP4 leaves all of layer 1 unquantized
+    "experts": (
+        "model.layers.1.mlp.experts.0.gate_proj",
+        "model.layers.1.block_sparse_moe.experts.0.w1",
+        "model.layers.10.mlp.experts.0.gate_proj",
+    ),
 }
 
 MXFP4_BYTES = 4.25 / 8  # 4-bit e2m1 values, one 8-bit e8m0 scale per 32

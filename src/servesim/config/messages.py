@@ -34,6 +34,20 @@ RENAMED = {
     "mem_bw_tbps": ("mem_bw_tb_per_s", "TB/s"),
     "swap_space_gb": ("swap_space_gib", "GiB, 2^30 bytes, as vLLM's --swap-space"),
 }
+#: Short names other tools give a field (vLLM's ``-tp``/``-pp``/``-dp``, Ray and DeepSpeed
+#: configs' ``tp_size``): the field they mean, suggested where that field exists.
+ALIASES = {
+    "tp": "tensor_parallel_size",
+    "tp_size": "tensor_parallel_size",
+    "pp": "pipeline_parallel_size",
+    "pp_size": "pipeline_parallel_size",
+    "dp": "data_parallel_size",
+    "dp_size": "data_parallel_size",
+    "ep": "expert_parallel_size",
+    "ep_size": "expert_parallel_size",
+}
+#: Past this many fields a section's unknown-key message names none of them.
+_LIST_KNOWN_UP_TO = 12
 _WORKLOAD_TYPES: dict[str, type[BaseModel]] = {
     "synthetic": SyntheticWorkload,
     "trace": TraceWorkload,
@@ -93,7 +107,11 @@ def format_validation_error(err: Any, source: str, root: type[BaseModel], prefix
         raw_loc = [str(p) for p in e["loc"]]
         if e["type"] == "missing" and tuple(raw_loc) in renamed_to:
             continue  # given under its old name, which the line about the rename says
-        loc = ".".join([prefix] * bool(prefix) + [p for p in raw_loc if p not in _WORKLOAD_TYPES])
+        # union tags (workload types) are dropped from the dotted name, except where the last
+        # part is an unknown key that happens to be named like one (``workload: {trace: ...}``)
+        key = raw_loc[-1:] if e["type"] == "extra_forbidden" else []
+        parts = [p for p in raw_loc[: len(raw_loc) - len(key)] if p not in _WORKLOAD_TYPES] + key
+        loc = ".".join([prefix] * bool(prefix) + parts)
         msg = e["msg"]
         if e["type"] == "value_error" and "error" in e.get("ctx", {}):
             msg = str(e["ctx"]["error"])  # our own validators' messages, without "Value error, "
@@ -131,9 +149,15 @@ def _unknown_key_message(loc: list[str], root: type[BaseModel]) -> str:
                 f"a field of {other} workloads, and this workload is a {loc[1]} one; "
                 f"set workload.type: {other} (--set workload.type={other}) to switch"
             )
-    known = set(getattr(model_at(root, loc[:-1]), "model_fields", {}))
-    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6) if known else []
-    return f"unknown key; did you mean {close[0]}?" if close else "unknown key"
+    known = sorted(getattr(model_at(root, loc[:-1]), "model_fields", {}))
+    if ALIASES.get(key) in known:
+        return f"unknown key; did you mean {ALIASES[key]}?"
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6) if known else []
+    if close:
+        return f"unknown key; did you mean {close[0]}?"
+    if known and len(known) <= _LIST_KNOWN_UP_TO:
+        return f"unknown key (known: {', '.join(known)})"
+    return "unknown key"
 
 
 def model_at(root: type[BaseModel], loc: list[str]) -> Any:

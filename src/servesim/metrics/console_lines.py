@@ -136,7 +136,7 @@ def trust_lines(s: dict[str, Any], grid: Table) -> None:
     """Memory plan, headroom, saturation and notices (what a user needs to trust the numbers),
     as rows of ``grid``."""
     _memory_rows(grid, s.get("memory", []))
-    _headroom_row(grid, s.get("headroom"))
+    _headroom_row(grid, s.get("headroom"), s.get("saturation"))
     _saturation_row(grid, s.get("saturation"))
     for n in s.get("notices", []):
         count = n.get("count")
@@ -164,8 +164,10 @@ def _memory_rows(grid: Table, plans: list[dict[str, Any]]) -> None:
         )
 
 
-def _headroom_row(grid: Table, h: dict[str, Any] | None) -> None:
-    """Where the time went (GPU, CPU, idle, API server) and the load against the rate sustained."""
+def _headroom_row(grid: Table, h: dict[str, Any] | None, sat: dict[str, Any] | None = None) -> None:
+    """Where the time went (GPU, CPU, idle, API server) and the load against the rate sustained:
+    the load served, and in a saturated run the arrivals too (what was served is then capped
+    by the deployment, so it alone would read as headroom)."""
     if not (h and h["gpu_fraction"] is not None):
         return
     text = (
@@ -184,8 +186,13 @@ def _headroom_row(grid: Table, h: dict[str, Any] | None) -> None:
         text += " sustainable, each model on its own pools"
     elif h["load_fraction"] is not None:
         limits = sorted({p["limited_by"].replace("_", " ") for p in h["per_replica"]})
+        cap = h["capacity_requests_per_s"]
+        arrivals = (
+            (sat or {}).get("evidence", {}).get("arrival_rate_rps") if (sat or {}).get("saturated") else None
+        )
+        offered = f"arrivals {pct(arrivals / cap)}, served " if arrivals and cap else ""
         text += (
-            f"; load {pct(h['load_fraction'])} of ~{num(h['capacity_requests_per_s'])} req/s "
+            f"; {offered or 'load '}{pct(h['load_fraction'])} of ~{num(cap)} req/s "
             f"sustainable ({', '.join(limits)} bound)"
         )
     elif h.get("capacity_note"):

@@ -39,7 +39,7 @@ def _loaded(module: str) -> bool:
 
 
 def _unwrap(perf: PerfModel) -> tuple[PerfModel, list[str]]:
-    """The model under the wrappers that add costs on top (policy costs, micro-batches)."""
+    """The model under the wrappers that add costs on top (policy costs, micro-batches, sparse attention)."""
     notes = []
     while True:
         if _loaded("policy_costs"):
@@ -54,6 +54,13 @@ def _unwrap(perf: PerfModel) -> tuple[PerfModel, list[str]]:
 
             if isinstance(perf, LoraCostModel):
                 notes.append("plus the LoRA shrink/expand kernels and adapter loads (engine.lora)")
+                perf = perf.base
+                continue
+        if _loaded("sparse_attention"):
+            from servesim.perf.sparse_attention import SparseAttentionPerfModel
+
+            if isinstance(perf, SparseAttentionPerfModel):
+                notes.append(perf.note())
                 perf = perf.base
                 continue
         if isinstance(perf, PipelinedPerfModel):

@@ -35,6 +35,7 @@ from servesim.config.engine import EngineConfig
 from servesim.config.engine_defaults import async_default
 from servesim.config.vllm_version import version_tuple
 from servesim.perf.moe_backend import moe_choice
+from servesim.perf.sparse_attention import sparse_backend
 from servesim.perf.vllm_rules import V0_11_0, V0_16_0, Choice, sm_of
 
 #: Catalog models whose attention has sinks (one learned logit per head): FlashAttention 2
@@ -151,6 +152,12 @@ def _graphs(engine: EngineConfig) -> Choice:
     return Choice(mode, f"{src}: cudagraph_mode {mode} ({why}); {cap} (_set_cudagraph_sizes)")
 
 
+def _sparse(model: ModelSpec, sm: int | None, engine: EngineConfig, tp: int) -> Choice:
+    """DeepSeek sparse attention's backend, at the checkpoint's KV-cache dtype."""
+    backend = sparse_backend(model, sm, engine.version, tp, model.default_kv_dtype_bytes)
+    return Choice(backend.name, backend.why)
+
+
 def execution_path(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -190,7 +197,7 @@ def execution_path(
         sm=sm,
         weight_format=fmt,
         moe=moe,
-        attention=_attention(v, sm, model, env),
+        attention=_attention(v, sm, model, env) if not model.index_topk else _sparse(model, sm, engine, tp),
         async_scheduling=Choice(value, why),
         cuda_graphs=_graphs(engine),
         env=env,

@@ -88,6 +88,7 @@ from servesim.perf.kernel_moe_tables import (
 )
 from servesim.perf.kernels import SIBLINGS, KernelDatabase, kernel_versions, load_database
 from servesim.perf.moe_backend import DeepGemmRun
+from servesim.perf.moe_nearest import nearest_shape_curve
 from servesim.perf.moe_shapes import (
     NO_PAD,
     SM100_MXFP4,
@@ -237,4 +238,7 @@ def _moe_curve(
                     table_curve(base[0], rescaled(base[0], base[1], roof, ref), roof),
                     f"table moe bfloat16 tp={moe_tp} ep={ep} (roofline-scaled to {dtype} weights{skipped})",
                 )
+        carried = nearest_shape_curve(db, m, gpu, eff, moe_tp, ep, dtype, roof) if why is None else None
+        if carried is not None:
+            return carried
     return LogCurve(ts, np.log(roof(ts))), f"roofline (no fused-MoE table for this shape{skipped})"

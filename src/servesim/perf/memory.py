@@ -32,6 +32,8 @@ from servesim.config import EngineConfig, ParallelConfig
 from servesim.config.engine_defaults import ResolvedEngine
 from servesim.config.layout import check_gpu_blocks_override
 from servesim.errors import ConfigError, DoesNotFitError
+from servesim.perf.sparse_attention import served_kv_bytes_per_token
+from servesim.perf.vllm_rules import sm_of
 
 #: Memory outside PyTorch's allocator that grows during vLLM's profiling run (cuBLAS
 #: workspaces, NCCL / custom all-reduce buffers). vLLM logs it as "non_torch_memory",
@@ -257,7 +259,10 @@ def _kv_tokens(
         - activation_peak_bytes(model, engine, tp)
         - NON_TORCH_RESERVE_BYTES
     )
-    per_block = model.kv_bytes_per_token(tp, kv_dtype_bytes, pp) * engine.block_size
+    per_block = (
+        served_kv_bytes_per_token(model, sm_of(gpu), engine.version, tp, kv_dtype_bytes, pp)
+        * engine.block_size
+    )
     return max(0, math.floor(available / per_block)) * engine.block_size
 
 
@@ -320,7 +325,7 @@ def plan_memory(
     lora = lora_buffer_bytes(model, gpu, engine, parallel)
     activation = activation_peak_bytes(model, engine, tp)
     reserve = NON_TORCH_RESERVE_BYTES
-    kv_per_token = model.kv_bytes_per_token(tp, kv_dtype_bytes, pp)
+    kv_per_token = served_kv_bytes_per_token(model, sm_of(gpu), engine.version, tp, kv_dtype_bytes, pp)
     kv_per_block = kv_per_token * engine.block_size
     window = model.kv_window_bytes_per_request(tp, kv_dtype_bytes, pp, engine.block_size)
     if window:

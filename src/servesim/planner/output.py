@@ -17,7 +17,9 @@ meeting the SLOs (all simulated ones when none does).
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -228,8 +230,20 @@ def write_plan(result: PlanResult, out_dir: str | Path) -> list[Path]:
     return write_files(out, jobs)
 
 
+#: Columns of the ranked table when the output is a file or a pipe (rich would take 80 and
+#: fold every row of the 12-column table); a terminal and COLUMNS keep their own width.
+PIPED_WIDTH = 160
+
+
+def report_width() -> int | None:
+    """The console width for the plan's report: the terminal's (None: rich finds it), or
+    ``PIPED_WIDTH`` when standard output is not a terminal and COLUMNS is not set."""
+    return None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPED_WIDTH
+
+
 def console_report(result: PlanResult, top: int = 10) -> Any:
-    """The ranked table (or, when nothing meets the SLOs, the closest candidates) as rich renderables."""
+    """The ranked table (or, when nothing meets the SLOs, the closest candidates) as rich
+    renderables; the best candidate's `vllm serve` lines are printed after it, unfolded."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -281,10 +295,7 @@ def console_report(result: PlanResult, top: int = 10) -> Any:
             _f(m["tokens_per_s_per_user"], "{:.1f}"),
             _f(m["j_per_output_token"], "{:.2f}"),
         )
-    parts: list[Any] = [head, table]
-    if ranked:
-        parts.append(Text("\n".join(vllm_serve_lines(ranked[0]))))
-    return Group(*parts)
+    return Group(head, table)
 
 
 #: The percentiles a summary stores (metrics.summary), lowest first.
@@ -430,8 +441,10 @@ def plan_command(
         }
         print(json.dumps(doc, indent=1, default=str))
     else:
-        console = Console(highlight=False)
+        console = Console(highlight=False, width=report_width())
         console.print(console_report(result, top))
+        if result.ranked():  # never folded: a `vllm serve` line is copied whole into a shell
+            console.print("\n".join(vllm_serve_lines(result.ranked()[0])), soft_wrap=True, markup=False)
         if paths:
             console.print(f"wrote {', '.join(p.name for p in paths)} to {output}")
     if not result.ranked():
