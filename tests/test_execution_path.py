@@ -23,8 +23,8 @@ from servesim.config.hardware import ParallelConfig
 from servesim.metrics.console import print_summary
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.execution_path import ExecutionPath, execution_path, moe_backend_for
-from servesim.perf.kernel_moe import DEEP_GEMM_BLOCK, padded_triton_curve
-from servesim.perf.kernels import LogCurve, roof_time
+from servesim.perf.kernel_curves import LogCurve, roof_time
+from servesim.perf.kernel_moe_deep_gemm import DEEP_GEMM_BLOCK, padded_triton_curve
 from servesim.perf.memory import served_weights_bytes
 from servesim.report.tables import run_rows
 

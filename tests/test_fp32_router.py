@@ -1,4 +1,4 @@
-"""MiniMax-M2's fp32 MoE router (``ModelSpec.router_fp32``, ``KernelLayerOps._router``)."""
+"""MiniMax-M2's fp32 MoE router (``ModelSpec.router_fp32``, ``KernelGemms._router``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from servesim.catalog.gpus import get_gpu
 from servesim.catalog.hf_config import load_model
-from servesim.perf.kernel_layers import FP32_ROUTER_SM100, FP32_ROUTER_SM100_K
+from servesim.perf.kernel_gemms import FP32_ROUTER_SM100, FP32_ROUTER_SM100_K
 from servesim.perf.kernel_model import KernelPerfModel
 
 

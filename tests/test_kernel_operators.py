@@ -15,8 +15,8 @@ from servesim.catalog.hf_config import load_model
 from servesim.perf.base import BatchStats
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.kernel_model import KernelPerfModel
-from servesim.perf.kernel_moe import DECODE_TOKENS, _transferred
 from servesim.perf.kernel_moe_served import SERVED_MATH
+from servesim.perf.kernel_moe_tables import DECODE_TOKENS, transferred_curve
 from servesim.perf.kernels import load_database
 from servesim.perf.moe_shapes import SERVED_PAD, moe_roofline, padded_experts, rescaled
 
@@ -314,7 +314,7 @@ def test_int4_table_vllm_does_not_serve_is_carried_from_h200_by_the_measured_rat
     h14 = load_database("H200", "0.14.0")
     tq, lq = b19.moe(*KIMI, 8, 1, "int4_wo")
     roof = moe_roofline(m, g, E, 8, 1, "int4_wo")
-    hit = _transferred(b19, m, g, E, 8, 1, "int4_wo", roof)
+    hit = transferred_curve(b19, m, g, E, 8, 1, "int4_wo", roof)
     assert hit is not None
     curve, where = hit
     assert where == (
@@ -416,7 +416,7 @@ def test_prefill_table_faster_than_the_gpu_is_replaced_by_the_siblings():
     # (an 8k causal prefill of 64 heads in 0.14 ms: 7.7 PFLOP/s); no other packed table
     # has one. Llama-3.1-70B's prefill on H200 at 0.19.0 takes H100's table of that version
     # (one die; compute-bound at 8k, so the roofline ratio of the two GPUs is 1).
-    from servesim.perf.kernel_moe import CANONICAL
+    from servesim.perf.kernel_moe_tables import CANONICAL
     from servesim.perf.kernels import kernel_versions
 
     for name in CANONICAL:

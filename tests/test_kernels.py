@@ -17,6 +17,7 @@ from servesim.config import HardwareConfig, ParallelConfig, load_scenario
 from servesim.errors import ConfigError
 from servesim.perf.base import BatchStats
 from servesim.perf.factory import build_step_model
+from servesim.perf.kernel_curves import gemm_m_curve, log_curve, without_dips
 from servesim.perf.kernel_model import KernelPerfModel
 from servesim.perf.kernels import (
     ACTIVATION_QUANT_BYTES_MAX,
@@ -24,12 +25,9 @@ from servesim.perf.kernels import (
     FP8_COMPUTE_BOUND_RATIO_MAX,
     GPU_TABLES,
     KernelDatabase,
-    gemm_m_curve,
     kernel_versions,
     load_database,
     load_served_gemm,
-    log_curve,
-    without_dips,
 )
 from servesim.perf.roofline import RooflinePerfModel
 

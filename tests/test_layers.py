@@ -62,6 +62,7 @@ LAYERS = {
     "cli_catalog": 6,
     "cli_commands": 6,
     "cli_measured": 6,
+    "cli_options": 6,
     "__main__": 6,
     "": 6,  # "": servesim/__init__.py
 }

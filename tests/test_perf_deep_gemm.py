@@ -1,5 +1,5 @@
 """DeepGEMM's MoE as vLLM runs it on block-FP8 experts, by version (``perf.execution_path``
-``DeepGemmRun``, ``perf.kernel_moe.deep_gemm_curve``).
+``DeepGemmRun``, ``perf.kernel_moe_deep_gemm.deep_gemm_curve``).
 
 Every expected figure below is read in vLLM's source of the tag named or computed by hand
 from the packed, measured block-FP8 GEMM table (AIConfigurator's vLLM 0.19.0 collection of
@@ -18,11 +18,12 @@ from servesim.catalog.hf_config import load_model
 from servesim.config.engine import EngineConfig
 from servesim.config.hardware import HardwareConfig, ParallelConfig
 from servesim.perf.efficiencies import Efficiencies
-from servesim.perf.execution_path import DeepGemmRun, deep_gemm_run
 from servesim.perf.factory import build_step_model
+from servesim.perf.kernel_curves import LogCurve
 from servesim.perf.kernel_model import KernelPerfModel, kernel_perf_model
-from servesim.perf.kernel_moe import DEEP_GEMM_MEM_KERNELS, deep_gemm_rows
-from servesim.perf.kernels import LogCurve, load_database
+from servesim.perf.kernel_moe_deep_gemm import DEEP_GEMM_MEM_KERNELS, deep_gemm_rows
+from servesim.perf.kernels import load_database
+from servesim.perf.moe_backend import DeepGemmRun, deep_gemm_run
 
 QWEN_FP8 = "Qwen/Qwen3-235B-A22B-FP8"  # hidden 4096, 128 experts of 1536, top-8, 94 layers
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from servesim.papers import splitwise
+from servesim.papers import splitwise, splitwise_perf
 from servesim.perf.base import BatchStats
 
 
@@ -81,8 +81,8 @@ def test_artifacts_token_lookup_leaves_a_decode_batch_at_the_batch_1_time():
     import numpy as np
 
     art = splitwise.perf_models(token_lookup=True)
-    rows = splitwise.measurements()
-    for gpu, hw in splitwise.HW.items():
+    rows = splitwise_perf.measurements()
+    for gpu, hw in splitwise_perf.HW.items():
 
         def median(bt: int, hw: str = hw) -> float:
             return float(

@@ -15,6 +15,43 @@ import typer
 from rich.console import Console
 
 from servesim.cli_base import check_output, user_errors
+from servesim.cli_options import (
+    CapacityJsonOut,
+    CapacityMaxRate,
+    CapacityMaxRequests,
+    CapacityMinRate,
+    CapacityNoEarlyStop,
+    CapacityNoProgress,
+    CapacityOutput,
+    CapacityOverrides,
+    CapacityPrecision,
+    CapacityQuiet,
+    CapacityScenario,
+    CapacitySeeds,
+    CapacityStable,
+    PlanAddress,
+    PlanBackend,
+    PlanCache,
+    PlanConfidence,
+    PlanFile,
+    PlanGpus,
+    PlanIsl,
+    PlanJsonOut,
+    PlanModel,
+    PlanNoProgress,
+    PlanNumRequests,
+    PlanObjective,
+    PlanOsl,
+    PlanOutput,
+    PlanOverrides,
+    PlanRate,
+    PlanTop,
+    PlanTotalGpus,
+    PlanTpot,
+    PlanTrace,
+    PlanTtft,
+    PlanWorkers,
+)
 from servesim.errors import ServesimError
 
 _FORMAT = Annotated[
@@ -155,59 +192,19 @@ def compare(
 
 
 def capacity(
-    scenario: Annotated[
-        Path | None,
-        typer.Argument(
-            help="Scenario file (YAML or TOML); omit for the built-in default.", show_default=False
-        ),
-    ] = None,
-    overrides: Annotated[
-        list[str] | None,
-        typer.Option("--set", metavar="KEY=VALUE", help="Override one scenario field (repeatable)."),
-    ] = None,
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "--output", "-o", file_okay=False, help="Directory to write capacity.json and probes.csv into."
-        ),
-    ] = None,
-    precision: Annotated[
-        float, typer.Option(help="Stop when the bracket's width is at most this share of its low end.")
-    ] = 0.05,
-    max_rate: Annotated[
-        float | None,
-        typer.Option(
-            help="Highest rate to try, requests/s (sessions, tasks or questions/s for those workloads)."
-        ),
-    ] = None,
-    min_rate: Annotated[
-        float | None,
-        typer.Option(help="Lowest rate to try, in --max-rate's unit (default: the scenario's rate / 1024)."),
-    ] = None,
-    no_early_stop: Annotated[
-        bool, typer.Option("--no-early-stop", help="Run every probe whole (no cut on a prefix's clear miss).")
-    ] = False,
-    seeds: Annotated[
-        int,
-        typer.Option(
-            help="Search again at this many seeds in all and report the answer's 95% prediction "
-            "interval (1: not measured)."
-        ),
-    ] = 5,
-    stable: Annotated[
-        float | None,
-        typer.Option(
-            help="Double the workload's request count until the interval's half-width is at most "
-            "this share of the answer (e.g. 0.1), up to --max-requests."
-        ),
-    ] = None,
-    max_requests: Annotated[
-        int | None,
-        typer.Option(help="The most requests --stable grows a run to (default: 16 times the scenario's)."),
-    ] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
-    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
+    scenario: CapacityScenario = None,
+    overrides: CapacityOverrides = None,
+    output: CapacityOutput = None,
+    precision: CapacityPrecision = 0.05,
+    max_rate: CapacityMaxRate = None,
+    min_rate: CapacityMinRate = None,
+    no_early_stop: CapacityNoEarlyStop = False,
+    seeds: CapacitySeeds = 5,
+    stable: CapacityStable = None,
+    max_requests: CapacityMaxRequests = None,
+    json_out: CapacityJsonOut = False,
+    quiet: CapacityQuiet = False,
+    no_progress: CapacityNoProgress = False,
     report: _REPORT = False,
 ) -> None:
     """Find the highest arrival rate the deployment sustains while meeting its SLO targets.
@@ -246,57 +243,28 @@ def capacity(
 
 
 def plan(
-    plan_file: Annotated[
-        Path | None,
-        typer.Argument(
-            help="Plan file: a scenario with a plan: section of ranges (docs/planning.md). Omit for the "
-            "short form (--model, --gpus, ...).",
-            show_default=False,
-        ),
-    ] = None,
-    overrides: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--set",
-            metavar="KEY=VALUE",
-            help=("Override a scenario field, or a range with plan.X (repeatable)."),
-        ),
-    ] = None,
-    model: Annotated[str | None, typer.Option(help="Short form: model preset or config.json.")] = None,
-    gpus: Annotated[str, typer.Option(help="Short form: GPU names to try, comma-separated.")] = "H100-SXM",
-    total_gpus: Annotated[int, typer.Option(help="Short form: GPUs a deployment may use at most.")] = 8,
-    isl: Annotated[int | None, typer.Option(help="Short form: prompt tokens of each request.")] = None,
-    osl: Annotated[int | None, typer.Option(help="Short form: output tokens of each request.")] = None,
-    trace: Annotated[str | None, typer.Option(help="Short form: a trace instead of --isl/--osl.")] = None,
-    rate: Annotated[float, typer.Option(help="Short form: target arrival rate, requests/s.")] = 1.0,
-    ttft: Annotated[float | None, typer.Option(help="Short form: TTFT limit, seconds.")] = None,
-    tpot: Annotated[float | None, typer.Option(help="Short form: TPOT limit, seconds.")] = None,
-    confidence: Annotated[
-        float | None,
-        typer.Option(
-            help="Short form: hold the SLO at the high end of the predictions' calibrated interval of this "
-            "level (0.8; slo.confidence in a plan file)."
-        ),
-    ] = None,
-    num_requests: Annotated[int, typer.Option(help="Short form: requests simulated per candidate.")] = 400,
-    backend: Annotated[str, typer.Option(help="inprocess, process (all cores) or ray.")] = "process",
-    workers: Annotated[int | None, typer.Option(help="Processes / Ray CPUs (default: all cores).")] = None,
-    address: Annotated[
-        str | None, typer.Option(help="--backend ray: the cluster (default: a local one).")
-    ] = None,
-    output: Annotated[
-        Path | None,
-        typer.Option("--output", "-o", file_okay=False, help="Directory for the plan's files and cache."),
-    ] = None,
-    cache: Annotated[Path | None, typer.Option(help="Result cache directory (default: --output).")] = None,
-    objective: Annotated[
-        str | None, typer.Option(help="Rank by cost ($/hour), gpus or energy (J/token).")
-    ] = None,
-    top: Annotated[int, typer.Option(help="Rows of the ranked table.")] = 10,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print counts, best and Pareto fronts as JSON.")
-    ] = False,
-    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
+    plan_file: PlanFile = None,
+    overrides: PlanOverrides = None,
+    model: PlanModel = None,
+    gpus: PlanGpus = "H100-SXM",
+    total_gpus: PlanTotalGpus = 8,
+    isl: PlanIsl = None,
+    osl: PlanOsl = None,
+    trace: PlanTrace = None,
+    rate: PlanRate = 1.0,
+    ttft: PlanTtft = None,
+    tpot: PlanTpot = None,
+    confidence: PlanConfidence = None,
+    num_requests: PlanNumRequests = 400,
+    backend: PlanBackend = "process",
+    workers: PlanWorkers = None,
+    address: PlanAddress = None,
+    output: PlanOutput = None,
+    cache: PlanCache = None,
+    objective: PlanObjective = None,
+    top: PlanTop = 10,
+    json_out: PlanJsonOut = False,
+    no_progress: PlanNoProgress = False,
     report: _REPORT = False,
 ) -> None:
     """Search deployments (GPU, TP/PP/EP/DP, replicas, disaggregation, engine knobs) for the cheapest

@@ -7,7 +7,6 @@ them on its app; like every command they only parse options and call one typed f
 from __future__ import annotations
 
 import math
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -16,68 +15,49 @@ from rich.console import Console
 
 from servesim.cli_base import EXIT_INTERRUPTED, check_output
 from servesim.cli_base import user_errors as _user_errors
+from servesim.cli_options import (
+    CalibrateFitParams,
+    CalibrateGpu,
+    CalibrateHardware,
+    CalibrateKind,
+    CalibrateKindOption,
+    CalibrateModel,
+    CalibrateName,
+    CalibrateNetwork,
+    CalibrateOutput,
+    CalibrateSources,
+    CalibrateTables,
+    CalibrateTp,
+    ValidateBench,
+    ValidateCrossFit,
+    ValidateCrossGroup,
+    ValidateDataDir,
+    ValidateOpenLoop,
+    ValidateOutput,
+    ValidateOverrides,
+    ValidateRecordings,
+    ValidateScenario,
+    ValidateSuite,
+    ValidateThreshold,
+)
 from servesim.errors import ServesimError
 
 if TYPE_CHECKING:
     from servesim.calibration.fitting import FitResult
 
 
-class CalibrateKind(StrEnum):
-    auto = "auto"
-    operators = "operators"
-    splitwise = "splitwise"
-    engine_log = "engine-log"
-
-
 def calibrate(
-    sources: Annotated[
-        list[Path],
-        typer.Argument(
-            help="Measurements: a Vidur profiling tree (compute/, network/), Splitwise's perf_model.csv, "
-            "or record.py step logs (JSON) / step CSVs (several are fitted together).",
-            show_default=False,
-        ),
-    ],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Profile JSON to write.")],
-    kind: Annotated[
-        CalibrateKind, typer.Option(help="Kind of measurements (auto: from the file).")
-    ] = CalibrateKind.auto,
-    gpu: Annotated[
-        str | None,
-        typer.Option(
-            help="GPU the measurements were taken on (operators: h100/a100; splitwise: A100-80GB/H100-SXM; "
-            "engine-log: a catalog name)."
-        ),
-    ] = None,
-    hardware: Annotated[
-        Path | None,
-        typer.Option(
-            help="engine-log: YAML/JSON of a custom accelerator (hardware.gpu fields: name, bf16_tflops, "
-            "mem_gb, mem_bw_tb_per_s, ...), stored in the profile."
-        ),
-    ] = None,
-    fit_params: Annotated[
-        str | None,
-        typer.Option("--fit", help="Comma-separated parameters to fit instead of the kind's default set."),
-    ] = None,
-    tables: Annotated[
-        bool,
-        typer.Option(
-            "--tables", help="operators: embed the measured tables (the profiled model interpolates in them)."
-        ),
-    ] = False,
-    name: Annotated[str | None, typer.Option(help="Name stored in the profile.")] = None,
-    network: Annotated[
-        bool, typer.Option(help="operators: fit the link to network/<gpu>_dgx/all_reduce.csv when present.")
-    ] = True,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            help="engine-log: the model the steps ran (a preset name or a config.json); required for a "
-            "step CSV, overrides a record.py log's own."
-        ),
-    ] = None,
-    tp: Annotated[int, typer.Option(min=1, help="engine-log: the engine's tensor-parallel degree.")] = 1,
+    sources: CalibrateSources,
+    output: CalibrateOutput,
+    kind: CalibrateKindOption = CalibrateKind.auto,
+    gpu: CalibrateGpu = None,
+    hardware: CalibrateHardware = None,
+    fit_params: CalibrateFitParams = None,
+    tables: CalibrateTables = False,
+    name: CalibrateName = None,
+    network: CalibrateNetwork = True,
+    model: CalibrateModel = None,
+    tp: CalibrateTp = 1,
 ) -> None:
     """Fit the roofline's efficiencies to measurements; print the fit quality; write a profile.
 
@@ -142,101 +122,17 @@ def _print_fit(console: Console, r: FitResult) -> None:
 
 
 def validate(
-    data_dir: Annotated[
-        Path | None,
-        typer.Option(
-            help="A folder of measurement sets laid out as measurements/splitwise, measurements/distserve, "
-            "measurements/vidur_profiling (for example the full public sets). Default: the subsets "
-            "bundled with servesim."
-        ),
-    ] = None,
-    recordings: Annotated[
-        Path | None,
-        typer.Option(
-            help="Real vLLM CPU recordings, one session per folder (the folder and each subfolder "
-            "holding a rate1.json). Default: the recordings bundled with servesim."
-        ),
-    ] = None,
-    suite: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Suites to run (repeatable): operators, splitwise, distserve, vllm-cpu, silicon. Default: "
-            "all but silicon (it simulates 1,064 measured GPU runs: a few minutes)."
-        ),
-    ] = None,
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "--output",
-            "-o",
-            file_okay=False,
-            help="A folder for report files (silicon: silicon_runs.csv, silicon_groups.json and .md).",
-        ),
-    ] = None,
-    threshold: Annotated[
-        float | None,
-        typer.Option(
-            help="Fail when any row's mean absolute error exceeds this percentage "
-            "(default: each row's goal; rows known to miss theirs are reported, not failed)."
-        ),
-    ] = None,
-    cross_fit: Annotated[
-        bool,
-        typer.Option(
-            "--cross-fit",
-            help="vllm-cpu: also fit on each recording of a session in turn and report its "
-            "held-out error on the others (needs scipy; ~30 s more).",
-        ),
-    ] = False,
-    cross_group: Annotated[
-        bool,
-        typer.Option(
-            "--cross-group",
-            help="silicon: also predict each (model, GPU) group with the host floor refitted "
-            "without it, beside the in-sample errors (the suite about 3x as long; "
-            "--output also writes silicon_cross_group.json and .md).",
-        ),
-    ] = False,
-    bench: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--bench",
-            dir_okay=False,
-            help="Instead of the bundled sets: a result file of your own `vllm bench serve --save-result` "
-            "run, or an inference-perf stage_N_lifecycle_metrics.json or summary_lifecycle_metrics.json "
-            "(the config.yaml beside it gives the load) (repeatable), replayed on --scenario and compared "
-            "figure by figure.",
-        ),
-    ] = None,
-    open_loop: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--open-loop",
-            file_okay=False,
-            help="Instead of the bundled sets: a folder of real open-loop runs of inference-perf against "
-            "vllm serve (repeatable; each run a folder of exp-config.yaml, config.yaml, replay.json, "
-            "ground_truth.json and model_config.json, docs/fidelity.md), replayed on --scenario's GPU "
-            "and vLLM version.",
-        ),
-    ] = None,
-    scenario: Annotated[
-        Path | None,
-        typer.Option(
-            "--scenario",
-            dir_okay=False,
-            help="With --bench: the scenario of the deployment the benchmark ran against (model, GPU, "
-            "parallelism, engine, vLLM version); its workload is replaced by the run's. With "
-            "--open-loop: the GPU and vLLM version (the run folder gives the rest).",
-        ),
-    ] = None,
-    overrides: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--set",
-            metavar="KEY=VALUE",
-            help="With --bench or --open-loop: override one scenario field (repeatable).",
-        ),
-    ] = None,
+    data_dir: ValidateDataDir = None,
+    recordings: ValidateRecordings = None,
+    suite: ValidateSuite = None,
+    output: ValidateOutput = None,
+    threshold: ValidateThreshold = None,
+    cross_fit: ValidateCrossFit = False,
+    cross_group: ValidateCrossGroup = False,
+    bench: ValidateBench = None,
+    open_loop: ValidateOpenLoop = None,
+    scenario: ValidateScenario = None,
+    overrides: ValidateOverrides = None,
 ) -> None:
     """Predict every bundled measurement set and print predicted vs measured errors.
 

@@ -79,7 +79,7 @@ def check_moe_backend(model: ModelSpec, gpu: GpuSpec, engine: ResolvedEngine, wh
     on = f"{gpu.name} (SM {sm / 10:.1f})" if sm is not None else f"{gpu.name} (not an NVIDIA GPU)"
     why = ""
     # per-tensor FP8 on SM 9.0 keeps it: the FP8 selection before vLLM 0.16 sends
-    # VLLM_USE_FLASHINFER_MOE_FP8=1 with the latency backend there (execution_path._fp8)
+    # VLLM_USE_FLASHINFER_MOE_FP8=1 with the latency backend there (moe_backend._fp8_switches)
     hopper_fp8 = backend == "flashinfer_trtllm" and fmt == "fp8" and sm == 90
     if (
         backend in ("flashinfer_trtllm", "flashinfer_mxfp4_mxfp8")

@@ -4,22 +4,12 @@ each pool's state, prices the interval's energy, writes the series rows, then de
 scaling and capping; failures at given times are events of their own. No second loop.
 
 **Autoscaling** (Kubernetes HPA's rule, HeteroScale's coordinated prefill:decode scaling,
-ByteDance 2025): per pool, desired = ceil(current x metric / target) over its serving
-replicas, kept while metric / target is within ``tolerance`` of 1 (HPA's default 0.1),
-within [floor, max_replicas] where the floor is ``min_replicas`` raised by the
-time-of-day ``schedule``; scale out at once (cold start: ``startup_s`` plus the weight
-shard at ``load_gb_per_s``), scale in only after ``scale_in_grace_s`` below, by draining.
-With ``prefill_decode_ratio`` the prefill pool follows the decode pool's count.
+SLO attainment, Llumnix's freeness): ``cluster.autoscaling.Autoscaling``, whose decisions
+each tick acts on.
 
-**Power capping** (POLCA, Patel et al., ASPLOS'24): the row's GPU power over the last
-interval is compared with ``budget_w``: above ``cap_low_at`` the low-priority pools run
-at ``capped_clock``, above ``cap_all_at`` every pool does; a cap is lifted, one level an
-interval, when the power the row would draw with it lifted (the last interval's work at the
-full clock) is ``hysteresis`` (the band, 0.1 of the budget by default) below its
-threshold; the intervals over the budget are counted (``num_intervals_over_budget``,
-``over_budget_s``). The clock slows compute-bound work and draws less power as
-``servesim.perf.power`` models it. Simplification: POLCA reacts within seconds
-through the GPU's power brake as well; here the capper acts once per interval.
+**Power capping** (POLCA, Patel et al., ASPLOS'24): the row's GPU power over the last interval
+against ``budget_w``, the low-priority pools capped first: ``cluster.power_capping``; the
+intervals over the budget are counted (``num_intervals_over_budget``, ``over_budget_s``).
 
 **Failures**: ``Fleet.fail`` at the configured times (a notice when the replica named is
 gone by then, was never started, or the run ended first), and with ``rate_per_hour`` each
@@ -35,67 +25,16 @@ from typing import Any
 
 import numpy as np
 
+from servesim.cluster.autoscaling import Autoscaling
 from servesim.cluster.fleet import ClusterHost, Fleet, ReplicaPhase
-from servesim.cluster.freeness import virtual_blocks
+from servesim.cluster.power_capping import check_power_budget, interval_energy, next_cap_level
 from servesim.cluster.spec import PoolSpec
 from servesim.config import SloConfig
-from servesim.config.operations import OperationsConfig, PoolScaling
+from servesim.config.operations import OperationsConfig
 from servesim.engine.request import Request
-from servesim.errors import ConfigError
 from servesim.metrics.timeseries import TimeSeries
 from servesim.perf.capabilities import Clocked
-from servesim.perf.power import ClockedPerf, PowerCoefficients, bundled_coefficients, busy_energy_j
-
-
-def clocked_pools(pools: list[PoolSpec], cfg: OperationsConfig) -> list[PoolSpec]:
-    """``pools`` with perf models whose clock the power capper sets (when there is a budget)."""
-    from dataclasses import replace
-
-    if cfg.power is None:
-        return pools
-    out = []
-    for p in pools:
-        peak = p.gpu.flops_for("bfloat16") if p.gpu is not None else float("inf")
-        out.append(replace(p, perf=ClockedPerf(p.perf, peak)))
-    return out
-
-
-def check_power_budget(budget_w: float, pools: list[PoolSpec]) -> None:
-    """Refuse a budget below the idle power of every pool's replica: capping slows the clock
-    but cannot take a GPU below idle, so no replica could ever run within it."""
-    floors = {p.name: p.num_gpus * p.gpu.idle_power_w for p in pools if p.gpu is not None}
-    if floors and budget_w < min(floors.values()):
-        name = min(floors, key=floors.__getitem__)
-        raise ConfigError(
-            f"cluster.operations.power.budget_w ({budget_w:g} W) is below the idle power of "
-            f"one replica of any pool (pool {name!r}: {floors[name]:,.0f} W idle); capping "
-            f"cannot go below idle, so no replica can run within it"
-        )
-
-
-def _interval_energy(
-    pool: PoolSpec, held: float, busy: float, flops: float, nbytes: float, coef: PowerCoefficients
-) -> tuple[float, float]:
-    """Energy (J) of a replica of ``pool`` held ``held`` seconds of an interval, ``busy`` of
-    them stepping through ``flops`` and ``nbytes``: at its clock, and the same work at the
-    full clock (what a power cap saves)."""
-    if pool.gpu is None or held <= 0:
-        return 0.0, 0.0
-    clock = pool.perf.clock if isinstance(pool.perf, Clocked) else 1.0
-    e = pool.num_gpus * (
-        busy_energy_j(pool.gpu, busy, flops, nbytes, coef, clock=clock)
-        + pool.gpu.idle_power_w * (held - busy)
-    )
-    if not (clock < 1.0 and isinstance(pool.perf, ClockedPerf)):
-        return e, e
-    # At the full clock the compute-bound part of each step takes clock x its time
-    # (ClockedPerf): flops / peak x (1 / clock - 1) seconds less in all.
-    busy1 = busy - flops / pool.perf.peak_flops * (1 / clock - 1)
-    busy1 = busy1 if busy1 > 0 else busy * clock
-    e1 = pool.num_gpus * (
-        busy_energy_j(pool.gpu, busy1, flops, nbytes, coef) + pool.gpu.idle_power_w * (held - busy1)
-    )
-    return e, e1
+from servesim.perf.power import bundled_coefficients
 
 
 @dataclass(slots=True)
@@ -113,7 +52,7 @@ class _PoolInterval:
     num_util: int = 0  # replicas in gpu_util
 
 
-class Operations:
+class Operations(Autoscaling):
     """The periodic controller of one cluster run (see the module docstring)."""
 
     def __init__(
@@ -295,7 +234,7 @@ class Operations:
             # is priced in the next ones.
             share = min(1.0, held / cg) if cg > 0 else 0.0
             busy = cg * share
-            e, e1 = _interval_energy(pool, held, busy, cf * share, cb * share, coef)
+            e, e1 = interval_energy(pool, held, busy, cf * share, cb * share, coef)
             uncapped[pool.name] += e1
             self._carry[i] = (cg - busy, cf * (1 - share), cb * (1 - share))
             t.energy_j += e
@@ -348,143 +287,12 @@ class Operations:
         self._interval_done = {k: list(v) for k, v in self._done.items()}
         self._done = {p.name: [0, 0, 0] for p in self.pools}
 
-    # ----------------------------------------------------------------- autoscaling
-
-    def _autoscale(self, now: float) -> None:
-        a = self.cfg.autoscaling
-        assert a is not None
-        desired = {name: self._desired(rule, now) for name, rule in self.rules.items()}
-        if a.prefill_decode_ratio is not None:
-            dec = next((p.name for p in self.pools if p.role == "decode"), None)
-            pre = next((p.name for p in self.pools if p.role == "prefill"), None)
-            if dec is not None and pre is not None:
-                n_dec = desired.get(dec, self.fleet.count(dec, ReplicaPhase.STARTING, ReplicaPhase.SERVING))
-                n = max(1, math.ceil(a.prefill_decode_ratio * n_dec))
-                rule = self.rules.get(pre)
-                desired[pre] = min(max(n, rule.min_replicas), rule.max_replicas) if rule else n
-        for name, n in desired.items():
-            self._scale_to(name, n, now)
-
-    def _desired(self, rule: PoolScaling, now: float) -> int:
-        fleet, name = self.fleet, rule.pool
-        current = fleet.count(name, ReplicaPhase.STARTING, ReplicaPhase.SERVING)
-        row = [p.name for p in self.pools].index(name) - len(self.pools)  # this tick's, from the end
-        serving = max(fleet.count(name, ReplicaPhase.SERVING), 1)
-        queue = self.series.queue_len[row]
-        if rule.metric == "freeness":
-            want = current + self._freeness_step(rule)
-        elif rule.metric == "slo_attainment":
-            att = self.series.slo_attainment[row]
-            if math.isnan(att):
-                want = current if queue == 0 else current + 1
-            elif att < rule.target:
-                want = math.ceil(current * (1 - att) / (1 - rule.target)) if rule.target < 1 else current + 1
-            else:
-                want = current - 1 if queue == 0 else current
-        else:
-            value = {
-                "queue_len": queue / serving,
-                "running": self.series.running[row] / serving,
-                "kv_util": 0.0 if math.isnan(self.series.kv_util[row]) else self.series.kv_util[row],
-                "decode_tokens_per_s": self._interval_done[name][2] / self.cfg.interval_s / serving,
-                "gpu_util": self._gpu_util.get(name, 0.0),
-            }[rule.metric]
-            ratio = value / rule.target
-            # HPA's tolerance: within it the count stays (else a steady load flaps around a boundary).
-            if current > 0 and abs(ratio - 1) <= rule.tolerance:
-                want = current
-            else:
-                want = math.ceil(max(current, 1) * ratio - 1e-9)
-            if current == 0 and queue > 0:
-                want = max(want, 1)
-        floor = max(rule.min_replicas, self._scheduled_floor(name, now))
-        return min(max(want, floor), rule.max_replicas)
-
-    def _freeness_step(self, rule: PoolScaling) -> int:
-        """Llumnix's scaling (the artifact's ``avg_load`` policy, llumnix at 37d8e5ea,
-        ``global_scheduler/scale_scheduler.py``, on ``cluster.freeness``): the pool's freeness
-        is the free blocks less the virtual usages over all its serving replicas, per request
-        of their batches. Below ``target``: one more replica; else, when that freeness with the
-        replica that would drain taken away (its blocks gone, its requests kept) stays above
-        ``scale_in_above``: one fewer; else none; and none while a replica is starting."""
-        c, fleet = self.cluster, self.fleet
-        ids = fleet.serving_ids(rule.pool)
-        # The artifact decides nothing until every instance reports (``check_scale``): a
-        # starting replica holds the decision back.
-        if not ids or fleet.count(rule.pool, ReplicaPhase.STARTING):
-            return 0
-        free = virtual = batch = 0
-        for i in ids:
-            rep = c.replicas[i]
-            free += rep.kv.num_free_blocks
-            virtual += virtual_blocks(rep, c.headroom_of(i))
-            batch += len(rep.scheduler.running) + (1 if rep.scheduler.waiting else 0)
-        if batch == 0:
-            return -1 if len(ids) > 1 else 0
-        if (free - virtual) / batch < rule.target:
-            return 1
-        assert rule.scale_in_above is not None
-        out = c.outstanding
-        victim = min(reversed(ids), key=lambda j: out[j])  # Fleet.drain's choice
-        total = c.replicas[victim].kv.num_gpu_blocks - 1
-        if len(ids) > 1 and (free - total - virtual) / batch > rule.scale_in_above:
-            return -1
-        return 0
-
-    def _scheduled_floor(self, name: str, now: float) -> int:
-        a = self.cfg.autoscaling
-        assert a is not None
-        entries = a.schedule.get(name, [])
-        t = now % a.day_s
-        active = [e for e in entries if e.at_s <= t] or entries[-1:]  # before the first: the day's last
-        return max(active, key=lambda e: e.at_s).min_replicas if active else 0
-
-    def _scale_to(self, name: str, n: int, now: float) -> None:
-        fleet = self.fleet
-        current = fleet.count(name, ReplicaPhase.STARTING, ReplicaPhase.SERVING)
-        if n > current:
-            self.below_since[name] = None
-            for _ in range(n - current):
-                fleet.start(name)
-        elif n < current:
-            since = self.below_since[name]
-            rule = self.rules.get(name)
-            grace = rule.scale_in_grace_s if rule else 0.0
-            if since is None:
-                self.below_since[name] = since = now
-            if now - since >= grace:
-                for _ in range(current - n):
-                    fleet.drain(name)
-                self.below_since[name] = None
-        else:
-            self.below_since[name] = None
-
     # ----------------------------------------------------------------- power capping
 
     def _cap(self) -> None:
         pw = self.cfg.power
         assert pw is not None
-        frac = self.power_w / pw.budget_w
-        level = self.cap_level
-        if frac > pw.cap_all_at:
-            level = 2
-        elif frac > pw.cap_low_at:
-            level = max(level, 1)
-        if level == self.cap_level and level > 0:
-            # Lift one level an interval, when the power the row would draw with it lifted (the
-            # last interval's work at the full clock, ``_account``) is the band below its
-            # threshold: judged on the capped power, the cap would come off at every peak
-            # interval and go on again at the next.
-            low = set(pw.low_priority_pools)
-            lifted = (
-                sum(
-                    self.uncapped_w[n] if (level == 1 or n not in low) else self.pool_power_w[n]
-                    for n in self.uncapped_w
-                )
-                / pw.budget_w
-            )
-            if lifted < (pw.cap_all_at if level == 2 else pw.cap_low_at) - pw.hysteresis:
-                level -= 1
+        level = next_cap_level(pw, self.cap_level, self.power_w, self.uncapped_w, self.pool_power_w)
         if level != self.cap_level:
             self.num_cap_changes += 1
             self.cap_level = level

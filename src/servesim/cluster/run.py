@@ -135,7 +135,8 @@ def run_cluster(
             "this workload's requests are sent as others finish"
         )
     if ops_cfg is not None:  # imported only then: a fixed fleet's run does without it
-        from servesim.cluster.operations import Operations, clocked_pools
+        from servesim.cluster.operations import Operations
+        from servesim.cluster.power_capping import clocked_pools
 
         pools = clocked_pools(pools, ops_cfg)
     loop = EventLoop()

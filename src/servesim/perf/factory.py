@@ -8,7 +8,7 @@ from __future__ import annotations
 from servesim.catalog.gpus import GpuSpec, LinkSpec
 from servesim.catalog.models import ModelSpec, resolve_kv_dtype_bytes
 from servesim.config import EngineConfig, HardwareConfig, ModelConfig, ParallelConfig
-from servesim.perf import execution_path, kernel_model
+from servesim.perf import execution_path, kernel_model, moe_backend
 from servesim.perf.cuda_graphs import GraphPlan, graph_plan, version_tuple
 from servesim.perf.kernel_model import KernelPerfModel, kernel_perf_model
 from servesim.perf.kernels import kernel_versions
@@ -128,7 +128,7 @@ def _build_step_model(
             parallel.tensor_parallel_size * parallel.data_parallel_size,
             parallel.expert_parallel_size,
         ),
-        deep_gemm=execution_path.deep_gemm_run(engine, gpu),
+        deep_gemm=moe_backend.deep_gemm_run(engine, gpu),
         sustained=hardware.sustained_clocks,
         fp32_matmul=(engine.float32_matmul_precision if engine is not None else "highest"),
     )

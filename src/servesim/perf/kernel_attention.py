@@ -46,16 +46,8 @@ from servesim.catalog.gpus import GpuSpec, get_gpu
 from servesim.catalog.models import ModelSpec
 from servesim.config.vllm_version import version_tuple
 from servesim.perf.efficiencies import Efficiencies
-from servesim.perf.kernels import (
-    DTYPES,
-    SIBLINGS,
-    KernelDatabase,
-    ext_grid,
-    extended_axis,
-    kernel_versions,
-    load_database,
-    roof_time,
-)
+from servesim.perf.kernel_curves import ext_grid, extended_axis, roof_time
+from servesim.perf.kernels import DTYPES, SIBLINGS, KernelDatabase, kernel_versions, load_database
 
 #: (log batch axis, length axis, log seconds [batch, length]) of all layers.
 Grid = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -213,31 +205,12 @@ def _sibling_bound(
     136 us.
     ``split_kv`` False (an MLA decode priced from the class, another kernel): only the
     sibling's table of the same version bounds it."""
-    sib = SIBLINGS.get(gpu.name)
-    newer = [v for v in kernel_versions(gpu.name) if version_tuple(v) > version_tuple(db.version)]
-    others = [(gpu.name, v) for v in newer] if split_kv else []
-    if sib is not None and get_gpu(sib).mem_bw < gpu.mem_bw:
-        others += [
-            (sib, v)
-            for v in kernel_versions(sib)
-            if v == db.version or (split_kv and version_tuple(v) > version_tuple(db.version))
-        ]
-    # Where FA3 splits: its ``num_splits_heuristic`` (flash-attention ``hopper/heuristics.h``)
-    # keeps one split once the (batch x KV heads) tiles of a decode fill 80% of the SMs, so
-    # only the rows below that, for the model's KV heads per rank (``model_kv_heads``; 0:
-    # the class's), take a newer split-KV table's bound; the sibling's table of the same
-    # version bounds every row (more bandwidth, same kernel).
-    num_sms = gpu.num_sms
-    splits = (
-        (np.asarray(batch, np.float64) * (model_kv_heads or kv_heads) < 0.8 * num_sms)[:, None]
-        if num_sms
-        else np.ones((len(batch), 1), bool)
-    )
+    splits = _split_rows(gpu, batch, model_kv_heads or kv_heads)
     out, names = lat, []
     eff = eff if eff is not None else Efficiencies()
     kvb = 1.0 if kv_dtype == "fp8" else 2.0
     bb, ss = np.meshgrid(np.asarray(batch, np.float64), np.asarray(lens, np.float64), indexing="ij")
-    for name, version in others:
+    for name, version in _bounding_tables(db, gpu, split_kv):
         other = load_database(name, version).attention_class("gen", kv_dtype, hd, heads, kv_heads, window)
         if (
             other is None
@@ -247,15 +220,14 @@ def _sibling_bound(
             continue
         theirs, label = other[2].astype(np.float64), f"its {version}"
         if name != gpu.name:  # the sibling's times on this GPU, above their fixed time
-            floor = float(np.nanmin(theirs))
             carry = sibling_decode_ratio(gpu.name, name, version, kv_dtype, hd)
             if carry is None:  # no pair of tables to measure it: the rooflines' ratio
                 here = gqa_roof("gen", gpu, eff, kvb, hd)(bb, ss, float(heads), float(kv_heads))
                 there = gqa_roof("gen", get_gpu(name), eff, kvb, hd)(bb, ss, float(heads), float(kv_heads))
-                theirs = floor + (theirs - floor) * here / there
+                theirs = _above_fixed_time(theirs, here, there)
                 label = f"{name} {version} (carried by the rooflines)"
             else:
-                theirs = floor + (theirs - floor) * carry
+                theirs = _above_fixed_time(theirs, carry)
                 label = f"{name} {version} (x{carry:.2f} above its fixed time)"
         with np.errstate(invalid="ignore"):
             slower = np.isfinite(out) & np.isfinite(theirs) & (out > theirs)
@@ -274,6 +246,45 @@ def _sibling_bound(
         f" (bounded by the split-KV tables of {', '.join(names)} at {n} points where it was up to "
         f"{worst:.1f}x slower)",
     )
+
+
+def _bounding_tables(db: KernelDatabase, gpu: GpuSpec, split_kv: bool) -> list[tuple[str, str]]:
+    """(GPU, vLLM version) of the tables that may bound ``db``'s decode class
+    (``_sibling_bound``): with ``split_kv``, this GPU's newer versions; the sibling's (where
+    it has less bandwidth) of the same version, and with ``split_kv`` of newer ones too."""
+    sib = SIBLINGS.get(gpu.name)
+    newer = [v for v in kernel_versions(gpu.name) if version_tuple(v) > version_tuple(db.version)]
+    others = [(gpu.name, v) for v in newer] if split_kv else []
+    if sib is not None and get_gpu(sib).mem_bw < gpu.mem_bw:
+        others += [
+            (sib, v)
+            for v in kernel_versions(sib)
+            if v == db.version or (split_kv and version_tuple(v) > version_tuple(db.version))
+        ]
+    return others
+
+
+def _split_rows(gpu: GpuSpec, batch: np.ndarray, kv_heads: int) -> np.ndarray:
+    """The batch rows (a column, to broadcast over lengths) where FA3 splits the KV: its
+    ``num_splits_heuristic`` (flash-attention ``hopper/heuristics.h``) keeps one split once
+    the (batch x KV heads) tiles of a decode fill 80% of the SMs, so only the rows below
+    that, for the model's KV heads per rank, take a newer split-KV table's bound; the
+    sibling's table of the same version bounds every row (more bandwidth, same kernel)."""
+    num_sms = gpu.num_sms
+    return (
+        (np.asarray(batch, np.float64) * kv_heads < 0.8 * num_sms)[:, None]
+        if num_sms
+        else np.ones((len(batch), 1), bool)
+    )
+
+
+def _above_fixed_time(
+    theirs: np.ndarray, here: np.ndarray | float, there: np.ndarray | float = 1.0
+) -> np.ndarray:
+    """A sibling's latencies carried to this GPU: its smallest (the kernel's fixed time)
+    kept, the part above it times ``here / there``."""
+    floor = float(np.nanmin(theirs))
+    return floor + (theirs - floor) * here / there
 
 
 @cache

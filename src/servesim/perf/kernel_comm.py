@@ -19,7 +19,8 @@ import numpy as np
 
 from servesim.catalog.gpus import GpuSpec
 from servesim.perf.efficiencies import Efficiencies
-from servesim.perf.kernels import MAX_TOKENS, KernelDatabase, LogCurve, extended_axis, log_curve
+from servesim.perf.kernel_curves import MAX_TOKENS, LogCurve, extended_axis, log_curve
+from servesim.perf.kernels import KernelDatabase
 
 #: vLLM's custom all-reduce handles messages below this size (``CustomAllreduce.max_size``);
 #: larger ones go to NCCL.

@@ -39,7 +39,8 @@ from servesim.catalog.gpus import GpuSpec
 from servesim.catalog.models import ModelSpec
 from servesim.perf.efficiencies import Efficiencies
 from servesim.perf.kernel_attention import MAX_BATCH, MAX_LENGTH, Grid, gqa_roof
-from servesim.perf.kernels import ext_grid, extended_axis, sm100_folder
+from servesim.perf.kernel_curves import ext_grid, extended_axis
+from servesim.perf.kernels import sm100_folder
 
 MLA_FILE = "mla_context.json"
 #: The model fields that must equal the measured module's for its table to time the model.

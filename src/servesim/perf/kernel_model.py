@@ -42,7 +42,7 @@ table they take. Every operator without a table (GPU, dtype, shape class, MoE sh
 size) is timed by the roofline formula for that operator; ``sources`` says where each
 operator's time comes from and ``fallbacks`` lists the ones on the roofline. The T-dependent
 terms are tabulated per token count (grown by doubling on demand) and the attention rows per batch size, so a
-step costs a few list reads and two 1-D interpolations.
+step costs a few list reads and two 1-D interpolations (``perf.kernel_step_tables``, mixed in).
 """
 
 from __future__ import annotations
@@ -58,10 +58,11 @@ from servesim.errors import ConfigError
 from servesim.perf.base import BatchStats
 from servesim.perf.cuda_graphs import EAGER_PLAN, GraphPlan, eager_kernels_per_layer, reference_kernels
 from servesim.perf.efficiencies import KERNELS_PER_LAYER, Efficiencies
-from servesim.perf.execution_path import DeepGemmRun, deep_gemm_run
 from servesim.perf.kernel_layers import MEM_OP_LATENCY_S, KernelLayerOps, mem_ops_per_step
 from servesim.perf.kernel_step import KernelStepTime, Row, past_onset, row_time
+from servesim.perf.kernel_step_tables import KernelStepTables
 from servesim.perf.kernels import KernelDatabase, kernel_versions, load_database
+from servesim.perf.moe_backend import DeepGemmRun, deep_gemm_run
 from servesim.perf.pipelined import MicroBatchShare
 from servesim.perf.roofline import RooflinePerfModel, RooflineWork
 from servesim.perf.sustained import SustainedClocks, sustained_clocks
@@ -80,7 +81,7 @@ CUDA_GRAPH_MAX_TOKENS = 512
 EAGER_HOST_S_PER_LAYER = 0.8e-3
 
 
-class KernelPerfModel(KernelLayerOps, RooflineWork):
+class KernelPerfModel(KernelLayerOps, KernelStepTables, RooflineWork):
     """Step time of ``model`` on ``tp`` x ``pp`` GPUs from measured vLLM kernels (PerfModel)."""
 
     def __init__(
@@ -116,7 +117,7 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         on the tokens of all ``dp`` ranks (each taken to hold a batch like this one) over the
         ``dp x tp`` GPUs, the tokens gathered and scattered back around each. ``moe_backend``:
         ``engine.moe_backend``; ``deep_gemm``: how the engine's version runs DeepGEMM's MoE
-        (``perf.execution_path.deep_gemm_run``; None: the default version's). ``sustained``:
+        (``perf.moe_backend.deep_gemm_run``; None: the default version's). ``sustained``:
         a step's compute-bound work past the GPU's onset runs at its sustained clocks where
         they are measured (``perf.sustained``; ``hardware.sustained_clocks``). ``fp32_matmul``:
         ``engine.float32_matmul_precision`` (an fp32 router on the CUDA cores, or TF32). Other
@@ -144,6 +145,27 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         self.links, self.cuda_graph_max_tokens = links, cuda_graph_max_tokens
         self.kv_dtype_bytes = self.roofline.kv_dtype_bytes
         self.eff = Efficiencies()
+        self._load_tables(version, sustained)
+        self._layers = model.num_layers
+        self._token_ops = self._build_token_ops()
+        self._req_ops = self._build_request_ops()
+        self._prefill = self._attention("ctx", "attn_prefill")
+        self._decode = self._attention("gen", "attn_decode")
+        self._elementwise_and_sampling()
+        self._launch_costs()
+        self._build_step(eager_host_s_per_layer, floored=graphs is not None and pp == 1)
+        if pp == 1:
+            # Whole-count steps go straight to the (compiled) step function: the engine calls
+            # it without an interpreted frame. (A pipeline micro-batch's fractional share
+            # needs the method below; PipelinedPerfModel only wraps models with pp > 1.)
+            self.batch_time = self.step.batch_time  # type: ignore[method-assign]
+
+    # ------------------------------------------------------------------ construction
+
+    def _load_tables(self, version: str | None, sustained: bool) -> None:
+        """The kernel tables of ``version`` on this GPU (None: the newest it has; none at all:
+        every operator on the roofline) and its sustained clocks."""
+        gpu = self.gpu
         versions = kernel_versions(gpu.name)
         if version is not None and version not in versions:
             raise ValueError(
@@ -154,17 +176,16 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         self.sources: dict[str, str] = {}
         self.clocks = sustained_clocks(gpu.name) if sustained and self.db is not None else None
         self.hot = {}
-        self._layers = L = model.num_layers
-        self._token_ops = self._build_token_ops()
-        self._req_ops = self._build_request_ops()
-        self._prefill = self._attention("ctx", "attn_prefill")
-        self._decode = self._attention("gen", "attn_decode")
+
+    def _elementwise_and_sampling(self) -> None:
+        """The classes no table times: elementwise kernels (the roofline's bytes plus a fixed
+        time per memory-bound op) and sampling (the roofline's)."""
         one = self.roofline.breakdown(BatchStats(num_prefill_tokens=1, num_prefill_reqs=1))
         # The default roofline's elementwise class is linear in T; the MoE layers' activation
         # is left to the fused-MoE tables, which time vLLM's whole op (activation included).
         r = self.roofline
         self._el_tok = one["elementwise"] * (1.0 - r._work["moe_act_tok"] / r._work["el_tok"])
-        ops = mem_ops_per_step(model)
+        ops = mem_ops_per_step(self.model)
         self._el_const = MEM_OP_LATENCY_S * ops
         self._samp_req = one["sampling"]
         self.sources["elementwise"] = (
@@ -172,9 +193,11 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
             f"memory ops x {MEM_OP_LATENCY_S * 1e6:g} us"
         )
         self.sources["sampling"] = "roofline"
-        e = self.eff
-        # Launch costs (the tables hold kernel time): every kernel of every layer when eager,
-        # attention only between piecewise graphs, one launch for a full graph.
+
+    def _launch_costs(self) -> None:
+        """Launch costs (the tables hold kernel time): every kernel of every layer when eager,
+        attention only between piecewise graphs, one launch for a full graph."""
+        e, L = self.eff, self._layers
         self._c_eager = e.launch_overhead_s + L * KERNELS_PER_LAYER * e.kernel_overhead_s
         self._c_piece = e.launch_overhead_s + L * e.kernel_overhead_s if self.graphs.mixed else self._c_eager
         self._c_full = e.launch_overhead_s if self.graphs.full_decode else self._c_piece
@@ -190,6 +213,13 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
             if self.graphs.max_size
             else "launches: eager"
         )
+
+    def _build_step(self, eager_host_s_per_layer: float | None, floored: bool) -> None:
+        """The compiled step function (``perf.kernel_step``) on this model's tables, launches
+        and graphs; with ``floored`` (the engine has a plan, one stage) a step without graphs
+        lasts at least the host's launches (``eager_host_s_per_layer``, None:
+        ``EAGER_HOST_S_PER_LAYER``); its twin at
+        sustained clocks where they are measured."""
         self.step = KernelStepTime(
             [0.0],
             [0.0],
@@ -201,9 +231,10 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         self.step.graph_max = self.graphs.max_size
         self.step.mixed_max = self.graphs.mixed_max_size
         self.step.c_full, self.step.c_piece, self.step.c_eager = self._c_full, self._c_piece, self._c_eager
+        L = self._layers
         host = EAGER_HOST_S_PER_LAYER if eager_host_s_per_layer is None else eager_host_s_per_layer
-        per_layer = host * eager_kernels_per_layer(model, tp, self.dp) / reference_kernels(tp)
-        self.step.eager_floor = L * per_layer if graphs is not None and pp == 1 else 0.0
+        per_layer = host * eager_kernels_per_layer(self.model, self.tp, self.dp) / reference_kernels(self.tp)
+        self.step.eager_floor = L * per_layer if floored else 0.0
         if self.eager_floor:
             self.sources["overhead"] += (
                 f"; a step without graphs lasts at least {L} layers x "
@@ -213,13 +244,6 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
         self.step.req = self._request_table(255)
         if self.clocks is not None and self.hot:
             self._build_sustained(self.clocks)
-        if pp == 1:
-            # Whole-count steps go straight to the (compiled) step function: the engine calls
-            # it without an interpreted frame. (A pipeline micro-batch's fractional share
-            # needs the method below; PipelinedPerfModel only wraps models with pp > 1.)
-            self.batch_time = self.step.batch_time  # type: ignore[method-assign]
-
-    # ------------------------------------------------------------------ construction
 
     def _build_sustained(self, clocks: SustainedClocks) -> None:
         """The step's twin at the GPU's sustained clocks (``perf.sustained``): the operators'
@@ -252,91 +276,6 @@ class KernelPerfModel(KernelLayerOps, RooflineWork):
             for k, v in self.sources.items()
             if v.startswith("roofline") and k not in ("elementwise", "sampling", "logits_gather", "pipeline")
         )
-
-    # ------------------------------------------------------------------ tables on demand
-
-    def _token_seconds(self, t: np.ndarray, hot: bool = False) -> np.ndarray:
-        """Seconds of everything that depends on the token count ``t`` (> 0) alone (``hot``:
-        at sustained clocks)."""
-        t = self._padded(np.asarray(t, np.float64))
-        total = self._el_tok * t + self._el_const
-        for _name, curve, mult in self._hot_token_ops if hot else self._token_ops:
-            total += mult * curve.at_many(t)
-        if self.pp > 1:  # hidden states and residual between stages
-            g = self.gpu
-            total += (self.pp - 1) * (
-                2 * self.model.hidden_size * 2.0 * t / (g.interconnect_bw * self.eff.comm)
-                + g.interconnect_latency_s
-            )
-        return total
-
-    def _padded(self, t: np.ndarray) -> np.ndarray:
-        """Token counts as the CUDA graphs run them: the next capture size up to the largest."""
-        pad = self._pad
-        if len(pad) < 2:
-            return t
-        inside = t < len(pad)
-        return np.where(inside, pad[np.where(inside, t, 0).astype(np.int64)], t)
-
-    def _const_for(self, t: float, pt: float) -> float:
-        """Launch costs of a step of ``t`` tokens (``pt`` of them prefill)."""
-        if t <= (self.graphs.mixed_max_size if pt else self.graphs.max_size):
-            return self._c_piece if pt else self._c_full
-        return self._c_eager
-
-    def _request_seconds(self, r: np.ndarray) -> np.ndarray:
-        r = np.asarray(r, np.float64)
-        total = self._samp_req * r
-        for _name, curve, mult in self._req_ops:
-            total += mult * curve.at_many(r)
-        if self.tp > 1:  # logits gather to the first rank
-            total += (self.tp - 1) / self.tp * self.model.vocab_size * 2.0 * r / (
-                self.gpu.interconnect_bw * self.eff.comm
-            ) + self.eff.allreduce_latency_s
-        return total
-
-    def _token_table(self, n: int, hot: bool = False) -> list[float]:
-        """Seconds of the per-T terms for T = 0 .. at least n (twice the current table; ``hot``:
-        at sustained clocks, the twin step's)."""
-        step = self.step.hot if hot else self.step
-        assert step is not None
-        size = max(n + 1, 2 * len(step.tok))
-        return [0.0, *self._token_seconds(np.arange(1, size), hot).tolist()]
-
-    def _hot_grid(
-        self, grid: tuple[np.ndarray, np.ndarray, np.ndarray] | None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """The prefill-attention grid at sustained clocks: each (batch, length) point slowed
-        at its utilization of the bf16 peak (causal pairs of the full layers, the windowed
-        layers' at most ``s W - W^2 / 2``)."""
-        if grid is None or self.clocks is None or self.sources.get("attn_prefill", "").startswith("roofline"):
-            return grid
-        lb, ls, g = grid
-        m = self.model
-        b, s = np.exp(lb)[:, None], ls[None, :]
-        w = float(m.sliding_window or 0)
-        pairs = m.num_full_attention_layers * s * s / 2
-        if m.num_sliding_layers and w:
-            pairs = pairs + m.num_sliding_layers * np.where(s > w, s * w - w * w / 2, s * s / 2)
-        flops = b * pairs * m.attn_flops_per_pair(self.tp)
-        return lb, ls, np.log(self.clocks.slowed(np.exp(g), flops, self.gpu.flops_for("bfloat16")))
-
-    def _request_table(self, n: int) -> list[float]:
-        size = max(n + 1, 2 * len(self.step.req))
-        return [0.0, *self._request_seconds(np.arange(1, size)).tolist()]
-
-    @staticmethod
-    def _row(
-        att: tuple[np.ndarray, np.ndarray, np.ndarray] | None, b: float
-    ) -> tuple[list[float], list[float]]:
-        """(log length, log seconds) of the attention grid at batch ``b`` (log-linear in batch)."""
-        assert att is not None
-        lb, ls, grid = att
-        x = log(b)
-        i = min(max(int(np.searchsorted(lb, x, side="right")) - 1, 0), len(lb) - 2)
-        w = min(max((x - lb[i]) / (lb[i + 1] - lb[i]), 0.0), 1.0)
-        row = grid[i] if w == 0.0 else (1.0 - w) * grid[i] + w * grid[i + 1]
-        return np.log(ls).tolist(), row.tolist()
 
     # ------------------------------------------------------------------ hot path
 

@@ -18,10 +18,8 @@ import numpy as np
 from servesim.catalog.gpus import GpuSpec
 from servesim.catalog.models import ModelSpec
 from servesim.perf.efficiencies import Efficiencies
-from servesim.perf.kernels import (
-    LogCurve,
-    sm100_folder,
-)
+from servesim.perf.kernel_curves import LogCurve
+from servesim.perf.kernels import sm100_folder
 from servesim.perf.moe_shapes import (
     NO_PAD,
     moe_roofline,

@@ -32,8 +32,8 @@ from servesim.config import EngineConfig, ParallelConfig
 from servesim.config.engine_defaults import ResolvedEngine
 from servesim.config.layout import check_gpu_blocks_override
 from servesim.errors import ConfigError, DoesNotFitError
-from servesim.perf.execution_path import sm_of
 from servesim.perf.sparse_attention import served_kv_bytes_per_token
+from servesim.perf.vllm_rules import sm_of
 
 #: Memory outside PyTorch's allocator that grows during vLLM's profiling run (cuBLAS
 #: workspaces, NCCL / custom all-reduce buffers). vLLM logs it as "non_torch_memory",
@@ -317,12 +317,7 @@ def plan_memory(
     (``suggest_layout``), when one is found.
     """
     tp, pp = parallel.tensor_parallel_size, parallel.pipeline_parallel_size
-    max_model_len = engine.max_model_len or model.max_position_embeddings
-    if max_model_len > model.max_position_embeddings:
-        raise ConfigError(
-            f"engine.max_model_len ({max_model_len}) exceeds {model.name}'s "
-            f"max_position_embeddings ({model.max_position_embeddings}); vLLM rejects it too"
-        )
+    max_model_len = _max_model_len(model, engine)
     check_gpu_blocks_override(engine, max_model_len)
     _, max_num_seqs, utilization = resolved_batch_knobs(engine)
     usable = utilization * gpu.mem_bytes
@@ -332,22 +327,10 @@ def plan_memory(
     reserve = NON_TORCH_RESERVE_BYTES
     kv_per_token = served_kv_bytes_per_token(model, sm_of(gpu), engine.version, tp, kv_dtype_bytes, pp)
     kv_per_block = kv_per_token * engine.block_size
-    # Sliding-window layers (gpt-oss): vLLM's hybrid allocator keeps each running request's
-    # window blocks in the same pool as the full-attention layers' blocks. A servesim block
-    # holds the full-attention layers only, and the windows are set aside in the reserve:
-    # those of max_num_seqs requests, or of as many requests as the memory could hold at
-    # once, each with a whole window in every layer, if fewer (conservative: requests longer
-    # than the window leave fewer windows and more room for full-attention blocks), but
-    # never so many that one max_model_len request no longer fits (vLLM's start-up check).
     window = model.kv_window_bytes_per_request(tp, kv_dtype_bytes, pp, engine.block_size)
     if window:
         room = max(0.0, usable - weights - lora - activation - reserve)
-        bs = engine.block_size
-        w = model.sliding_window or 1
-        window_tokens = (-(-(w - 1) // bs) + 1) * bs  # the tokens of one request's window blocks
-        most = room / (window + window_tokens * kv_per_token)
-        longest = -(-max_model_len // bs) * kv_per_block  # one max_model_len request
-        reserve += min(min(max_num_seqs, most) * window, max(window, room - longest))
+        reserve += _window_reserve(model, engine, window, room, max_num_seqs, max_model_len, kv_per_token)
     where = (
         f"{model.name} on {gpu.name} (TP={tp}, PP={pp}, gpu_memory_utilization="
         f"{engine.gpu_memory_utilization})"
@@ -385,3 +368,43 @@ def plan_memory(
         usable_bytes=usable,
         lora_bytes=lora,
     )
+
+
+def _max_model_len(model: ModelSpec, engine: ResolvedEngine) -> int:
+    """``engine.max_model_len`` (None: the model's ``max_position_embeddings``), refused past
+    the model's positions as vLLM refuses it."""
+    max_model_len = engine.max_model_len or model.max_position_embeddings
+    if max_model_len > model.max_position_embeddings:
+        raise ConfigError(
+            f"engine.max_model_len ({max_model_len}) exceeds {model.name}'s "
+            f"max_position_embeddings ({model.max_position_embeddings}); vLLM rejects it too"
+        )
+    return max_model_len
+
+
+def _window_reserve(
+    model: ModelSpec,
+    engine: ResolvedEngine,
+    window: float,
+    room: float,
+    max_num_seqs: int,
+    max_model_len: int,
+    kv_per_token: float,
+) -> float:
+    """Bytes set aside for the sliding-window layers' blocks (gpt-oss), ``window`` bytes a
+    request, in ``room`` bytes left after the weights, LoRA, activations and reserve.
+
+    vLLM's hybrid allocator keeps each running request's window blocks in the same pool as
+    the full-attention layers' blocks. A servesim block holds the full-attention layers only,
+    and the windows are set aside in the reserve: those of max_num_seqs requests, or of as
+    many requests as the memory could hold at once, each with a whole window in every layer,
+    if fewer (conservative: requests longer than the window leave fewer windows and more room
+    for full-attention blocks), but never so many that one max_model_len request no longer
+    fits (vLLM's start-up check)."""
+    bs = engine.block_size
+    kv_per_block = kv_per_token * bs
+    w = model.sliding_window or 1
+    window_tokens = (-(-(w - 1) // bs) + 1) * bs  # the tokens of one request's window blocks
+    most = room / (window + window_tokens * kv_per_token)
+    longest = -(-max_model_len // bs) * kv_per_block  # one max_model_len request
+    return min(min(max_num_seqs, most) * window, max(window, room - longest))

@@ -24,7 +24,8 @@ from dataclasses import replace
 from servesim.catalog.gpus import GpuSpec
 from servesim.catalog.models import ModelSpec
 from servesim.perf.efficiencies import Efficiencies
-from servesim.perf.kernels import DTYPES, KernelDatabase, LogCurve, RoofFn
+from servesim.perf.kernel_curves import LogCurve, RoofFn
+from servesim.perf.kernels import DTYPES, KernelDatabase
 from servesim.perf.moe_shapes import moe_roofline, rescaled, shape_distance, table_curve
 
 

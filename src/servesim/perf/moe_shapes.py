@@ -14,15 +14,8 @@ import numpy as np
 from servesim.catalog.gpus import GpuSpec
 from servesim.catalog.models import ModelSpec
 from servesim.perf.efficiencies import Efficiencies
-from servesim.perf.kernels import (
-    MAX_TOKENS,
-    SM100_GPUS,
-    LogCurve,
-    RoofFn,
-    extended_axis,
-    log_curve,
-    roof_time,
-)
+from servesim.perf.kernel_curves import MAX_TOKENS, LogCurve, RoofFn, extended_axis, log_curve, roof_time
+from servesim.perf.kernels import SM100_GPUS
 
 #: Weight-only expert dtypes (16-bit activations and math).
 WEIGHT_ONLY = ("int4_wo", "w4a16_mxfp4")
