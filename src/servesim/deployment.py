@@ -55,6 +55,7 @@ from servesim.deployment_checks import (  # noqa: F401 (check_budget re-exported
 )
 from servesim.errors import CatalogError, ConfigError, ServesimError
 from servesim.perf.base import PerfModel
+from servesim.perf.linear_attention import hybrid_engine
 from servesim.perf.memory import MemoryPlan
 
 if TYPE_CHECKING:
@@ -204,6 +205,7 @@ def resolve_deployment(
     engine = resolved_engine(eng, model, gpu, par)
     engine = resolve_kv_offload(engine, gpu.host_bw)  # offload tiers: the GPU's host link
     kv_b = resolve_kv_dtype_bytes(sc.model.kv_cache_dtype, model)
+    engine = hybrid_engine(engine, model, par.tensor_parallel_size, kv_b)  # Qwen3.5: block size
     plan = check_pool_starts(sc, pool, model, gpu, engine, par, kv_b)
     links = pool_links(gpu, pool.links)
     return Deployment(

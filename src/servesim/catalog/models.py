@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from servesim.catalog.hybrid import GatedDeltaNet
 from servesim.errors import CatalogError
 
 #: Bytes per element of each dtype name servesim accepts.
@@ -122,6 +123,12 @@ class ModelSpec:
     # before it (vLLM's ``MiniMaxM2MoE``: ``params_dtype=torch.float32``,
     # ``self.gate(hidden_states.to(torch.float32))``), one cast kernel and an fp32 GEMM a layer.
     router_fp32: bool = False
+    # Hybrid linear-attention models (Qwen3.5): the Gated DeltaNet layers, which keep a
+    # constant state per request and no KV (``catalog.hybrid``; None: every layer attends),
+    # and the full attention's sigmoid output gate (``attn_output_gate``: the query
+    # projection twice as wide, vLLM's ``Qwen3NextAttention``).
+    linear_attention: GatedDeltaNet | None = None
+    attn_output_gate: bool = False
 
     # ------------------------------------------------------------------ shapes per TP rank
 
@@ -166,9 +173,20 @@ class ModelSpec:
         return self.num_layers - self.num_dense_layers if self.is_moe else 0
 
     @property
+    def num_linear_layers(self) -> int:
+        """Linear-attention (Gated DeltaNet) layers of a hybrid model; 0 otherwise."""
+        return self.linear_attention.num_layers if self.linear_attention else 0
+
+    @property
+    def num_attention_layers(self) -> int:
+        """Softmax-attention layers (full or sliding-window)."""
+        return self.num_layers - self.num_linear_layers
+
+    @property
     def num_full_attention_layers(self) -> int:
-        """Layers attending to the whole context (the others keep a sliding window)."""
-        return self.num_layers - self.num_sliding_layers
+        """Layers attending to the whole context (the others keep a sliding window or, in a
+        hybrid model, a linear-attention state)."""
+        return self.num_attention_layers - self.num_sliding_layers
 
     def kv_heads_per_rank(self, tp: int = 1) -> int:
         """KV heads held by one TP rank: split, or one replica when ``num_kv_heads < tp`` (vLLM)."""
@@ -201,7 +219,18 @@ class ModelSpec:
             return q + kv + heads * self.v_head_dim * h // tp
         q = heads * self.head_dim // tp
         kv = self.kv_heads_per_rank(tp) * self.head_dim
-        return h * (q + 2 * kv) + q * h
+        gate = q if self.attn_output_gate else 0
+        return h * (q + gate + 2 * kv) + q * h
+
+    def mixer_params(self, tp: int = 1, pp: int = 1) -> int:
+        """Token-mixing weights (attention and linear attention) of the layers of the
+        largest pipeline stage on one TP rank: the linear layers' share of a stage is taken
+        in proportion (ceil of each kind's layers / pp), a simplification of vLLM's split."""
+        attn = math.ceil(self.num_attention_layers / pp) * self.attn_params_per_layer(tp)
+        la = self.linear_attention
+        if la is None:
+            return attn
+        return attn + math.ceil(la.num_layers / pp) * la.params_per_layer(self.hidden_size, tp)
 
     def expert_params(self, tp: int = 1) -> int:
         """Weights of one MLP (dense) or one routed expert (MoE) on one TP rank."""
@@ -248,12 +277,7 @@ class ModelSpec:
 
     def _count_params(self, experts: int) -> int:
         h, layers = self.hidden_size, self.num_layers
-        total = (
-            layers * (self.attn_params_per_layer() + 2 * h)
-            + self.embedding_params()
-            + self.lm_head_params()
-            + h
-        )
+        total = self.mixer_params() + layers * 2 * h + self.embedding_params() + self.lm_head_params() + h
         if not self.is_moe:
             return total + layers * self.expert_params()
         moe = experts * self.expert_params() + self.shared_expert_params() + self.router_params()
@@ -271,7 +295,11 @@ class ModelSpec:
         holding the most MoE layers.
         """
         layers, b = self.layers_per_stage(pp), self.dtype_bytes
-        attn = layers * self.attn_params_per_layer(tp) * b
+        attn = (
+            self.mixer_params(tp, pp) * b
+            if self.linear_attention
+            else layers * self.attn_params_per_layer(tp) * b
+        )
         if not self.is_moe:
             return attn + layers * self.expert_params(tp) * b
         moe = min(layers, self.num_moe_layers)

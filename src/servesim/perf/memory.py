@@ -32,6 +32,7 @@ from servesim.config import EngineConfig, ParallelConfig
 from servesim.config.engine_defaults import ResolvedEngine
 from servesim.config.layout import check_gpu_blocks_override
 from servesim.errors import ConfigError, DoesNotFitError
+from servesim.perf.linear_attention import state_reserve_bytes
 
 #: Memory outside PyTorch's allocator that grows during vLLM's profiling run (cuBLAS
 #: workspaces, NCCL / custom all-reduce buffers). vLLM logs it as "non_torch_memory",
@@ -343,6 +344,10 @@ def plan_memory(
         most = room / (window + window_tokens * kv_per_token)
         longest = -(-max_model_len // bs) * kv_per_block  # one max_model_len request
         reserve += min(min(max_num_seqs, most) * window, max(window, room - longest))
+    # Linear-attention layers (Qwen3.5): each running request's states, set aside alike.
+    room = max(0.0, usable - weights - lora - activation - reserve)
+    args = (kv_per_block, engine.block_size, max_num_seqs, max_model_len)
+    reserve += state_reserve_bytes(model, tp, pp, kv_dtype_bytes, room, *args)
     where = (
         f"{model.name} on {gpu.name} (TP={tp}, PP={pp}, gpu_memory_utilization="
         f"{engine.gpu_memory_utilization})"
