@@ -26,7 +26,7 @@ The hybrid KV cache (vLLM 0.19.0 ``model_executor/models/config.py``,
 ``HybridAttentionMambaModelConfig``) gives every layer pages of one size: the attention
 block size is raised to the smallest multiple of 16 tokens whose page (all KV heads of one
 layer) holds one linear layer's state (``attention_block_size``), and each state is padded
-to that page (``state_page_bytes``). Without prefix caching (vLLM's default for hybrid
+to that page (``perf.linear_attention.state_page_bytes``). Without prefix caching (vLLM's default for hybrid
 models: ``ModelConfig.is_prefix_caching_supported`` is False for them) a running request
 holds one page per linear layer (``v1/core/single_type_kv_cache_manager.py``,
 ``MambaManager``, ``mamba_cache_mode`` 'none') beside the blocks of its tokens in the full
@@ -37,12 +37,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from servesim.errors import CatalogError
-
-if TYPE_CHECKING:
-    from servesim.catalog.models import ModelSpec
 
 #: Language-model ``model_type``s with Gated DeltaNet layers that servesim models.
 GATED_DELTANET_TYPES = {"qwen3_5_text": "Qwen3.5", "qwen3_5_moe_text": "Qwen3.5-MoE"}
@@ -145,37 +142,6 @@ def attention_block_size(state_bytes: float, attn_bytes_per_token: float) -> int
     (``HybridAttentionMambaModelConfig.verify_and_update_config``, vLLM 0.19.0)."""
     a = ATTENTION_BLOCK_ALIGN
     return a * math.ceil(state_bytes / (a * attn_bytes_per_token))
-
-
-def hybrid_block_size(model: ModelSpec, tp: int = 1, kv_dtype_bytes: float | None = None) -> int:
-    """The attention block size vLLM gives ``model`` at TP ``tp`` (``attention_block_size``
-    of one linear layer's state and one attention layer's KV a token); 0 for a model without
-    linear-attention layers."""
-    la = model.linear_attention
-    if la is None:
-        return 0
-    kv_b = model.default_kv_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
-    state = la.state_bytes_per_layer(tp, model.activation_dtype_bytes)
-    return attention_block_size(state, model.kv_elems_per_layer(tp) * kv_b)
-
-
-def state_page_bytes(model: ModelSpec, tp: int = 1, kv_dtype_bytes: float | None = None) -> float:
-    """Bytes one linear layer's state takes in vLLM's hybrid cache: one attention page of
-    ``hybrid_block_size`` tokens (the state padded to it)."""
-    kv_b = model.default_kv_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
-    return hybrid_block_size(model, tp, kv_b) * model.kv_elems_per_layer(tp) * kv_b
-
-
-def state_bytes_per_request(
-    model: ModelSpec, tp: int = 1, kv_dtype_bytes: float | None = None, pp: int = 1
-) -> float:
-    """Cache bytes one running request holds in the linear layers of the largest pipeline
-    stage on one GPU: a padded page (``state_page_bytes``) per layer (``MambaManager`` with
-    ``mamba_cache_mode`` 'none' allocates one block per request in each of its groups)."""
-    la = model.linear_attention
-    if la is None:
-        return 0.0
-    return math.ceil(la.num_layers / pp) * state_page_bytes(model, tp, kv_dtype_bytes)
 
 
 def has_gated_deltanet(cfg: dict[str, Any]) -> bool:

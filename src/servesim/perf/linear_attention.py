@@ -2,7 +2,7 @@
 as vLLM 0.19.0 runs them.
 
 Engine: vLLM raises a hybrid model's attention block size until an attention page holds one
-linear layer's state (``catalog.hybrid.hybrid_block_size``; ``HybridAttentionMambaModelConfig``
+linear layer's state (``hybrid_block_size``; ``HybridAttentionMambaModelConfig``
 in ``model_executor/models/config.py``, "even if the user has explicitly set it") and does
 not enable prefix caching for it by default (``ModelConfig.is_prefix_caching_supported``:
 False for hybrid models), so ``hybrid_engine`` runs such a model with that block size and
@@ -35,7 +35,7 @@ from collections.abc import Callable
 import numpy as np
 
 from servesim.catalog.gpus import GpuSpec
-from servesim.catalog.hybrid import hybrid_block_size, state_bytes_per_request
+from servesim.catalog.hybrid import attention_block_size
 from servesim.catalog.models import ModelSpec
 from servesim.config.engine_defaults import ResolvedEngine
 from servesim.errors import ConfigError
@@ -44,6 +44,37 @@ from servesim.perf.kernels import MAX_TOKENS, LogCurve, extended_axis, roof_time
 
 #: ``name, n, k, dtype -> seconds-vs-m curve`` of one GEMM (``KernelLayerOps._gemm``).
 GemmCurve = Callable[[str, int, int, "str | None"], LogCurve]
+
+
+def hybrid_block_size(model: ModelSpec, tp: int = 1, kv_dtype_bytes: float | None = None) -> int:
+    """The attention block size vLLM gives ``model`` at TP ``tp`` (``attention_block_size``
+    of one linear layer's state and one attention layer's KV a token); 0 for a model without
+    linear-attention layers."""
+    la = model.linear_attention
+    if la is None:
+        return 0
+    kv_b = model.default_kv_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
+    state = la.state_bytes_per_layer(tp, model.activation_dtype_bytes)
+    return attention_block_size(state, model.kv_elems_per_layer(tp) * kv_b)
+
+
+def state_page_bytes(model: ModelSpec, tp: int = 1, kv_dtype_bytes: float | None = None) -> float:
+    """Bytes one linear layer's state takes in vLLM's hybrid cache: one attention page of
+    ``hybrid_block_size`` tokens (the state padded to it)."""
+    kv_b = model.default_kv_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
+    return hybrid_block_size(model, tp, kv_b) * model.kv_elems_per_layer(tp) * kv_b
+
+
+def state_bytes_per_request(
+    model: ModelSpec, tp: int = 1, kv_dtype_bytes: float | None = None, pp: int = 1
+) -> float:
+    """Cache bytes one running request holds in the linear layers of the largest pipeline
+    stage on one GPU: a padded page (``state_page_bytes``) per layer (``MambaManager`` with
+    ``mamba_cache_mode`` 'none' allocates one block per request in each of its groups)."""
+    la = model.linear_attention
+    if la is None:
+        return 0.0
+    return math.ceil(la.num_layers / pp) * state_page_bytes(model, tp, kv_dtype_bytes)
 
 
 def hybrid_engine(engine: ResolvedEngine, model: ModelSpec, tp: int, kv_dtype_bytes: float) -> ResolvedEngine:
