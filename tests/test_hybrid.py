@@ -157,18 +157,33 @@ def _scenario(**engine: object) -> servesim.Scenario:
 
 def test_memory_plan_sets_a_state_aside_for_each_request_it_can_hold() -> None:
     """Block size 784; the states of as many requests as the memory holds with one block of
-    tokens each are set aside, so the blocks left number exactly that many requests:
-    floor(room / (state + block)), room being what weights, activations and the fixed
-    reserve leave."""
+    tokens each, floor(room / (state + block)), are set aside (room: what weights,
+    activations and the fixed reserve leave), and the rest is token blocks."""
     dep = resolve_deployment(_scenario())
     plan, state, block = dep.plan, 48 * 3_211_264, 784 * 65_536
     assert dep.engine.block_size == 784 and not dep.engine.enable_prefix_caching
     assert (plan.block_size, plan.kv_bytes_per_block) == (784, block)
     room = plan.usable_bytes - plan.weights_bytes - plan.activation_bytes - NON_TORCH_RESERVE_BYTES
-    most = room / (state + block)
-    assert plan.reserve_bytes - NON_TORCH_RESERVE_BYTES == pytest.approx(most * state)
-    assert plan.num_gpu_blocks == math.floor(most)
-    assert 60 < plan.num_gpu_blocks < 120  # ~12 GB of cache: 90 requests of <= 784 tokens
+    n = math.floor(room / (state + block))
+    assert plan.reserve_bytes - NON_TORCH_RESERVE_BYTES == n * state
+    assert plan.num_gpu_blocks == math.floor((room - n * state) / block)
+    assert 60 < n <= plan.num_gpu_blocks < 120  # ~12 GB: 90 requests of <= 784 tokens
+    assert dep.engine.max_num_seqs == n  # never more running than states set aside
+    assert not dep.notices  # the blocks bound the running requests as tightly
+
+
+def test_a_long_max_model_len_leaves_room_for_few_states() -> None:
+    """At the config's 262,144 positions one request needs 335 blocks (17.2 GB): the states
+    set aside are those the rest holds, and the engine runs at most that many requests,
+    saying so."""
+    dep = resolve_deployment(scenario_from_dict({"model": {"name": Q27}, "hardware": {"gpu": "H100"}}))
+    plan, state, block = dep.plan, 48 * 3_211_264, 784 * 65_536
+    room = plan.usable_bytes - plan.weights_bytes - plan.activation_bytes - NON_TORCH_RESERVE_BYTES
+    n = math.floor((room - math.ceil(262_144 / 784) * block) / state)
+    assert plan.reserve_bytes - NON_TORCH_RESERVE_BYTES == n * state
+    assert dep.engine.max_num_seqs == n < plan.num_gpu_blocks
+    assert [x["code"] for x in dep.notices] == ["hybrid_state_cap"]
+    assert f"at most {n} run at once" in dep.notices[0]["message"]
 
 
 def test_prefix_caching_set_explicitly_is_refused_for_a_hybrid_model() -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -111,16 +112,59 @@ def state_reserve_bytes(
     max_model_len: int,
 ) -> float:
     """Bytes of the linear layers' states set aside from ``room`` (the memory left for the
-    cache): ``max_num_seqs`` requests' states, or those of as many requests as ``room``
-    holds with one ``kv_per_block`` block of tokens each, if fewer, but never more than
-    leaves one ``max_model_len`` request its blocks (at least one state). 0 for a model
-    without linear layers."""
+    cache): a whole number of requests' states, ``max_num_seqs`` of them, or as many as
+    ``room`` holds with one ``kv_per_block`` block of tokens each, if fewer, but never more
+    than leaves one ``max_model_len`` request its blocks (at least one). 0 for a model
+    without linear layers. ``running_cap`` recovers the count from the plan."""
     state = state_bytes_per_request(model, tp, kv_dtype_bytes, pp)
     if not state:
         return 0.0
-    most = room / (state + kv_per_block)
+    n = math.floor(min(max_num_seqs, room / (state + kv_per_block)))
     longest = math.ceil(max_model_len / block_size) * kv_per_block
-    return min(min(max_num_seqs, most) * state, max(state, room - longest))
+    if room - n * state < longest:
+        n = math.floor((room - longest) / state)
+    return max(1, n) * state
+
+
+def running_cap(
+    engine: ResolvedEngine,
+    model: ModelSpec,
+    states_bytes: float,
+    num_blocks: int,
+    kv_per_block: float,
+    tp: int,
+    pp: int,
+    kv_dtype_bytes: float,
+) -> tuple[ResolvedEngine, list[dict[str, Any]]]:
+    """``engine`` running at most as many requests as the memory plan set states aside for
+    (``states_bytes`` of them, ``state_reserve_bytes``'s): a request the engine runs needs
+    its states, which servesim's KV cache does not count (vLLM's hybrid pool does: see the
+    module docstring); and a notice where the memory would have held more requests with a
+    block each (the plan's ``num_blocks`` blocks of ``kv_per_block`` bytes past those of n
+    requests hold another's state and block: ``engine.max_model_len`` bounded the states).
+    ``engine`` itself for a model without linear layers or when ``max_num_seqs`` is no
+    larger."""
+    state = state_bytes_per_request(model, tp, kv_dtype_bytes, pp)
+    if not state:
+        return engine, []
+    n = max(1, round(states_bytes / state))
+    seqs = engine.max_num_seqs
+    if seqs is not None and seqs <= n:
+        return engine, []
+    capped = ResolvedEngine(engine.model_copy(update={"max_num_seqs": n}))
+    if (num_blocks - n - 1) * kv_per_block < state:
+        return capped, []
+    note = {  # workload.notices.notice's shape
+        "code": "hybrid_state_cap",
+        "source": "",
+        "count": None,
+        "message": f"{model.name} keeps {state / 1e6:.1f} MB of linear-attention state a running "
+        f"request: beside the blocks of one engine.max_model_len request the memory holds {n} "
+        f"requests' states, so at most {n} run at once (engine.max_num_seqs {seqs} lowered; "
+        "vLLM shares one pool between states and tokens); a smaller engine.max_model_len "
+        "leaves room for more",
+    }
+    return capped, [note]
 
 
 def state_traffic_bytes(model: ModelSpec, tp: int = 1) -> float:
