@@ -169,7 +169,7 @@ def test_memory_plan_sets_a_state_aside_for_each_request_it_can_hold() -> None:
     assert plan.num_gpu_blocks == math.floor((room - n * state) / block)
     assert 60 < n <= plan.num_gpu_blocks < 120  # ~12 GB: 90 requests of <= 784 tokens
     assert dep.engine.max_num_seqs == n  # never more running than states set aside
-    assert not dep.notices  # the blocks bound the running requests as tightly
+    assert [x["code"] for x in dep.notices] == ["hybrid_no_prefix_caching"]  # no cap notice
 
 
 def test_a_long_max_model_len_leaves_room_for_few_states() -> None:
@@ -182,14 +182,17 @@ def test_a_long_max_model_len_leaves_room_for_few_states() -> None:
     n = math.floor((room - math.ceil(262_144 / 784) * block) / state)
     assert plan.reserve_bytes - NON_TORCH_RESERVE_BYTES == n * state
     assert dep.engine.max_num_seqs == n < plan.num_gpu_blocks
-    assert [x["code"] for x in dep.notices] == ["hybrid_state_cap"]
-    assert f"at most {n} run at once" in dep.notices[0]["message"]
+    assert [x["code"] for x in dep.notices] == ["hybrid_no_prefix_caching", "hybrid_state_cap"]
+    assert f"at most {n} run at once" in dep.notices[1]["message"]
 
 
-def test_prefix_caching_set_explicitly_is_refused_for_a_hybrid_model() -> None:
-    with pytest.raises(ConfigError, match="engine.enable_prefix_caching"):
-        resolve_deployment(_scenario(enable_prefix_caching=True))
-    assert not resolve_deployment(_scenario(enable_prefix_caching=False)).engine.enable_prefix_caching
+def test_prefix_caching_is_off_for_a_hybrid_model_as_in_vllm() -> None:
+    dep = resolve_deployment(_scenario(enable_prefix_caching=True))
+    assert not dep.engine.enable_prefix_caching
+    assert [x["code"] for x in dep.notices] == ["hybrid_no_prefix_caching"]
+    assert not resolve_deployment(_scenario(enable_prefix_caching=False)).notices
+    with pytest.raises(ConfigError, match="engine.kv_offload"):
+        resolve_deployment(_scenario(enable_prefix_caching=True, kv_offload={"cpu_size_gib": 50}))
 
 
 def test_simulate_finishes_every_request() -> None:

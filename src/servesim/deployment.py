@@ -205,7 +205,7 @@ def resolve_deployment(
     engine = resolved_engine(eng, model, gpu, par)
     engine = resolve_kv_offload(engine, gpu.host_bw)  # offload tiers: the GPU's host link
     kv_b = resolve_kv_dtype_bytes(sc.model.kv_cache_dtype, model)
-    engine = hybrid_engine(engine, model, par.tensor_parallel_size, kv_b)  # Qwen3.5: block size
+    engine, hybrid = hybrid_engine(engine, model, par.tensor_parallel_size, kv_b)  # Qwen3.5
     plan = check_pool_starts(sc, pool, model, gpu, engine, par, kv_b)
     states = plan.reserve_bytes - NON_TORCH_RESERVE_BYTES  # Qwen3.5: the running requests' states
     tp, pp = par.tensor_parallel_size, par.pipeline_parallel_size
@@ -226,7 +226,7 @@ def resolve_deployment(
         perf=step_model(sc, model, gpu, par, engine, links, profile),
         kv_dtype_bytes=kv_b,
         profile=profile,
-        notices=notices + capped,
+        notices=notices + hybrid + capped,
         served_model=served_model(sc, pool),
     )
 

@@ -6,8 +6,8 @@ linear layer's state (``hybrid_block_size``; ``HybridAttentionMambaModelConfig``
 in ``model_executor/models/config.py``, "even if the user has explicitly set it") and does
 not enable prefix caching for it by default (``ModelConfig.is_prefix_caching_supported``:
 False for hybrid models), so ``hybrid_engine`` runs such a model with that block size and
-without prefix caching; an explicit ``enable_prefix_caching: true`` (vLLM's experimental
-``mamba_cache_mode`` 'align'/'all') is refused as not modelled.
+without prefix caching, saying so where it was on (vLLM's experimental ``mamba_cache_mode``
+'align'/'all' is not modelled).
 
 Memory: each running request holds one padded state page per linear layer beside the
 blocks of its tokens in the full-attention layers, all from one pool
@@ -15,8 +15,10 @@ blocks of its tokens in the full-attention layers, all from one pool
 token blocks only, so ``state_reserve_bytes`` sets the states aside as the sliding-window
 layers' windows are (``perf.memory.plan_memory``): those of ``max_num_seqs`` requests, or
 of as many requests as the memory holds each with one block of tokens, if fewer, but never
-so many that one ``max_model_len`` request no longer fits. Conservative: vLLM lends the
-pages of requests that are not running to other requests' tokens.
+so many that one ``max_model_len`` request no longer fits; and the engine runs at most as
+many requests as it holds states for (``running_cap``). A simplification, conservative:
+vLLM's pool hands out states and token blocks as requests come and go, so where
+``max_model_len`` bounds the states, or requests are long, it runs more requests at once.
 
 Step time: the linear layers' projections (``in_proj_qkvz``, ``in_proj_ba``, ``out_proj``)
 are GEMMs, timed from the kernel tables like the attention projections; the recurrent
@@ -78,26 +80,34 @@ def state_bytes_per_request(
     return math.ceil(la.num_layers / pp) * state_page_bytes(model, tp, kv_dtype_bytes)
 
 
-def hybrid_engine(engine: ResolvedEngine, model: ModelSpec, tp: int, kv_dtype_bytes: float) -> ResolvedEngine:
-    """``engine`` as vLLM runs a hybrid model: the attention block size raised to hold a
-    linear layer's state, prefix caching off (see the module docstring); ``engine``
-    itself for any other model."""
+def hybrid_engine(
+    engine: ResolvedEngine, model: ModelSpec, tp: int, kv_dtype_bytes: float
+) -> tuple[ResolvedEngine, list[dict[str, Any]]]:
+    """``engine`` as vLLM runs a hybrid model, the attention block size raised to hold a
+    linear layer's state and prefix caching off (see the module docstring), with a notice
+    when prefix caching was on; ``engine`` itself for any other model."""
     if model.linear_attention is None:
-        return engine
-    if engine.enable_prefix_caching and "enable_prefix_caching" in engine.model_fields_set:
-        raise ConfigError(
-            f"engine.enable_prefix_caching: {model.name} has linear_attention layers, whose "
-            "prefix caching (vLLM's experimental mamba_cache_mode) servesim does not model; "
-            "vLLM leaves it off for hybrid models: remove the setting or set it to false"
-        )
+        return engine, []
     if engine.kv_offload.enabled:
         raise ConfigError(
             f"engine.kv_offload: {model.name} has linear_attention layers, whose KV offload "
             "servesim does not model (it needs prefix caching, off for hybrid models)"
         )
     block = max(engine.block_size, hybrid_block_size(model, tp, kv_dtype_bytes))
+    notes = []
+    if engine.enable_prefix_caching:
+        notes.append(
+            {  # workload.notices.notice's shape
+                "code": "hybrid_no_prefix_caching",
+                "source": "",
+                "count": None,
+                "message": f"{model.name} has linear_attention layers: run without prefix "
+                "caching, as vLLM runs hybrid models by default (its experimental "
+                "mamba_cache_mode is not modelled)",
+            }
+        )
     upd = {"block_size": block, "enable_prefix_caching": False}
-    return ResolvedEngine(engine.model_copy(update=upd))
+    return ResolvedEngine(engine.model_copy(update=upd)), notes
 
 
 def state_reserve_bytes(
