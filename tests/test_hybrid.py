@@ -218,3 +218,13 @@ def test_quantized_exports_and_unknown_layer_kinds_are_refused(tmp_path: Path) -
     path.write_text(json.dumps(cfg))
     with pytest.raises(CatalogError, match="layer_types holds 'linear_attention'"):
         load_model(str(path))
+
+
+def test_a_tp_size_that_does_not_split_the_linear_heads_is_refused() -> None:
+    """vLLM splits the 16 key and 48 value heads of the linear layers evenly: TP 12 divides
+    the 24 attention heads and replicates the 4 KV heads, but does not divide 16."""
+    sc = scenario_from_dict(
+        {"model": {"name": Q27}, "hardware": {"gpu": "H100"}, "parallel": {"tensor_parallel_size": 12}}
+    )
+    with pytest.raises(ConfigError, match="tensor_parallel_size: 12 does not divide the 16 linear-attention"):
+        resolve_deployment(sc)
