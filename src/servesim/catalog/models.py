@@ -11,7 +11,8 @@ has and how many KV-cache bytes a token takes on one GPU, counted the way vLLM s
 Beyond dense GQA transformers it reads multi-head latent attention (DeepSeek-V3, Kimi-K2:
 one compressed latent per token and layer in the KV cache), shared experts and dense layers
 of MoE models (``first_k_dense_replace``, ``mlp_only_layers``), gpt-oss's alternating
-sliding-window layers (``layer_types``) and quantized checkpoints (``quantization.py``).
+sliding-window layers (``layer_types``), Qwen3.5's Gated DeltaNet linear-attention layers
+and gated attention (``hybrid.py``) and quantized checkpoints (``quantization.py``).
 
 Presets live in ``servesim/data/models/*.json`` as subsets of the public config files and
 go through the same parser (``catalog.hf_config.from_hf_config``) as a user's own
