@@ -228,3 +228,15 @@ def test_a_tp_size_that_does_not_split_the_linear_heads_is_refused() -> None:
     )
     with pytest.raises(ConfigError, match="tensor_parallel_size: 12 does not divide the 16 linear-attention"):
         resolve_deployment(sc)
+
+
+def test_catalog_lists_the_architectures_modelled_and_refused() -> None:
+    from typer.testing import CliRunner
+
+    from servesim.cli import app
+
+    res = CliRunner().invoke(app, ["catalog", "architectures"])
+    assert res.exit_code == 0, res.output
+    rows = {line.split()[0]: line for line in res.output.splitlines() if line.strip()}
+    assert "modelled: Gated DeltaNet" in rows["qwen3_5_text"] and "Qwen3.5-MoE" in rows["qwen3_5_moe_text"]
+    assert "refused: hybrid Mamba and attention layers" in rows["nemotron_h"]
