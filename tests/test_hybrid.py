@@ -184,6 +184,11 @@ def test_a_long_max_model_len_leaves_room_for_few_states() -> None:
     assert dep.engine.max_num_seqs == n < plan.num_gpu_blocks
     assert [x["code"] for x in dep.notices] == ["hybrid_no_prefix_caching", "hybrid_state_cap"]
     assert f"at most {n} run at once" in dep.notices[1]["message"]
+    wl = {"type": "synthetic", "num_requests": 20, "prompt_len": {"kind": "constant", "value": 1000}}
+    run = servesim.simulate({"model": {"name": Q27}, "hardware": {"gpu": "H100"}, "workload": wl})
+    mem = run.summary["memory"][0]
+    assert mem["max_num_seqs"] == mem["num_mean_requests_fit"] == n  # not the 168 the blocks hold
+    assert run.summary["counts"]["num_finished"] == 20
 
 
 def test_prefix_caching_is_off_for_a_hybrid_model_as_in_vllm() -> None:
