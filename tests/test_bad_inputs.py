@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 from servesim.catalog.architectures import REFUSED, SUPPORTED
 from servesim.catalog.hf_config import load_model
+from servesim.catalog.hybrid import GATED_DELTANET_TYPES
 from servesim.cli import app
 from servesim.config import EngineConfig
 from servesim.errors import CatalogError
@@ -152,6 +153,11 @@ _REFUSED_IN_SUPPORTED_FAMILY = {
 }
 
 
+def _quantized(cfg: dict[str, Any]) -> bool:
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    return bool(cfg.get("quantization_config") or text.get("quantization_config"))
+
+
 @pytest.mark.shared_data
 def test_every_public_config_loads_or_is_refused_for_its_architecture() -> None:
     """Each public config.json either loads (its family is one servesim models) or is refused
@@ -163,6 +169,12 @@ def test_every_public_config_loads_or_is_refused_for_its_architecture() -> None:
     for path in paths:
         cfg = json.loads(path.read_text())
         kind = _language_model_type(cfg)
+        if kind in GATED_DELTANET_TYPES and _quantized(cfg):
+            # NVIDIA's NVFP4 Qwen3.5/3.6 exports set each linear layer's precision by name
+            with pytest.raises(CatalogError, match="quant") as err:
+                load_model(str(path))
+            assert str(err.value).startswith(str(path)), err.value
+            continue
         if kind in SUPPORTED and path.name not in _REFUSED_IN_SUPPORTED_FAMILY:
             model = load_model(str(path))
             assert model.num_params() > 1e8 and model.kv_bytes_per_token() > 0, path.name

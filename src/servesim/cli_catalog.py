@@ -1,4 +1,5 @@
-"""``servesim catalog``: the built-in models, GPUs and hardware profiles, as tables.
+"""``servesim catalog``: the built-in models, GPUs and hardware profiles, and the
+architectures (``model_type``s) servesim models or refuses, as tables.
 ``servesim.cli`` registers it on its app; like every command it only parses options and
 calls one typed function.
 """
@@ -20,13 +21,15 @@ class CatalogKind(StrEnum):
     models = "models"
     gpus = "gpus"
     profiles = "profiles"
+    architectures = "architectures"
     all = "all"
 
 
 def catalog(
     kind: Annotated[CatalogKind, typer.Argument(help="Which presets to list.")] = CatalogKind.all,
 ) -> None:
-    """List the built-in models, GPUs and hardware profiles (names usable in a scenario)."""
+    """List the built-in models, GPUs and hardware profiles (names usable in a scenario), and
+    the architectures a config.json may have."""
     with _user_errors():
         console = Console(highlight=False)
         if kind in (CatalogKind.models, CatalogKind.all):
@@ -35,6 +38,8 @@ def catalog(
             console.print(_gpus_table())
         if kind in (CatalogKind.profiles, CatalogKind.all):
             console.print(_profiles_table())
+        if kind in (CatalogKind.architectures, CatalogKind.all):
+            console.print(_architectures_table())
 
 
 def _call(x: Any) -> Any:
@@ -117,4 +122,27 @@ def _profiles_table() -> Table:
     table.add_column("fitted on")
     for name, path in sorted(bundled_profiles().items()):
         table.add_row(name, HardwareProfile.load(path).name)
+    return table
+
+
+def _architectures_table() -> Table:
+    from servesim.catalog.architectures import REFUSED, SUPPORTED
+    from servesim.catalog.hybrid import GATED_DELTANET_TYPES
+
+    table = Table(
+        title="Architectures (a config.json's model_type; a multimodal one's text_config's; docs/models.md)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    table.add_column("model_type", no_wrap=True)
+    table.add_column("family")
+    table.add_column("servesim")
+    for t, family in SUPPORTED.items():
+        how = (
+            "modelled: Gated DeltaNet + gated attention (hybrid)" if t in GATED_DELTANET_TYPES else "modelled"
+        )
+        table.add_row(t, family, how)
+    for t, lacks in REFUSED.items():
+        table.add_row(t, "", f"refused: {lacks}")
     return table

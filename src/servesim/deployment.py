@@ -55,7 +55,8 @@ from servesim.deployment_checks import (  # noqa: F401 (check_budget re-exported
 )
 from servesim.errors import CatalogError, ConfigError, ServesimError
 from servesim.perf.base import PerfModel
-from servesim.perf.memory import MemoryPlan
+from servesim.perf.linear_attention import hybrid_engine, running_cap
+from servesim.perf.memory import NON_TORCH_RESERVE_BYTES, MemoryPlan
 
 if TYPE_CHECKING:
     from servesim.perf.profiled import HardwareProfile
@@ -204,7 +205,13 @@ def resolve_deployment(
     engine = resolved_engine(eng, model, gpu, par)
     engine = resolve_kv_offload(engine, gpu.host_bw)  # offload tiers: the GPU's host link
     kv_b = resolve_kv_dtype_bytes(sc.model.kv_cache_dtype, model)
+    engine, hybrid = hybrid_engine(engine, model, par.tensor_parallel_size, kv_b)  # Qwen3.5
     plan = check_pool_starts(sc, pool, model, gpu, engine, par, kv_b)
+    states = plan.reserve_bytes - NON_TORCH_RESERVE_BYTES  # Qwen3.5: the running requests' states
+    tp, pp = par.tensor_parallel_size, par.pipeline_parallel_size
+    engine, capped = running_cap(
+        engine, model, states, plan.num_gpu_blocks, plan.kv_bytes_per_block, tp, pp, kv_b
+    )
     links = pool_links(gpu, pool.links)
     return Deployment(
         name=pool.name,
@@ -219,7 +226,7 @@ def resolve_deployment(
         perf=step_model(sc, model, gpu, par, engine, links, profile),
         kv_dtype_bytes=kv_b,
         profile=profile,
-        notices=notices,
+        notices=notices + hybrid + capped,
         served_model=served_model(sc, pool),
     )
 

@@ -2,20 +2,28 @@
 
 servesim models decoder-only transformers whose every layer is softmax attention (GQA or
 MLA, optionally gpt-oss's alternating sliding window or Llama 4's chunked local attention,
-``catalog.llama4``) followed by a dense MLP or routed experts. A config that parses is not
-enough: a Mamba or linear-attention model would be run as a transformer of the same width
-and give numbers with no meaning. So, as vLLM refuses an architecture it does not know,
+``catalog.llama4``) or, in Qwen3.5, Gated DeltaNet linear attention (``catalog.hybrid``),
+followed by a dense MLP or routed experts. A config that parses is not enough: a Mamba or
+other linear-attention model would be run as a transformer of the same width and give
+numbers with no meaning. So, as vLLM refuses an architecture it does not know,
 ``check_architecture`` refuses every ``model_type`` outside ``SUPPORTED``, naming the field
 and, where known, the part of the model servesim cannot simulate. A config that names no
 ``model_type`` (a hand-written one) is read from its keys, but still refused when those
 keys describe layers servesim cannot model (``layer_types`` other than full and sliding
-attention, Mamba's ``hybrid_override_pattern``, per-layer ``block_configs``).
+attention and Gated DeltaNet, Mamba's ``hybrid_override_pattern``, per-layer
+``block_configs``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from servesim.catalog.hybrid import (
+    GATED_DELTANET_TYPES,
+    GATED_DELTANET_WRAPPERS,
+    LINEAR_ATTENTION,
+    has_gated_deltanet,
+)
 from servesim.errors import CatalogError
 
 #: Language-model ``model_type``s servesim reads, and the families they stand for.
@@ -39,6 +47,7 @@ SUPPORTED: dict[str, str] = {
     "gpt_oss": "gpt-oss",
     "minimax_m2": "MiniMax-M2",
     "llama4_text": "Llama 4",
+    **GATED_DELTANET_TYPES,
 }
 
 #: Of those, the mixture-of-experts families: their expert count and top-k must be given.
@@ -55,10 +64,11 @@ MOE_TYPES = {
     "gpt_oss",
     "minimax_m2",
     "llama4_text",
+    "qwen3_5_moe_text",
 }
 
 #: Multimodal wrappers whose language model is read from ``text_config``.
-WRAPPERS = {"llava", "qwen3_vl", "qwen3_vl_moe", "kimi_k25", "llama4"}
+WRAPPERS = {"llava", "qwen3_vl", "qwen3_vl_moe", "kimi_k25", "llama4", *GATED_DELTANET_WRAPPERS}
 
 _MAMBA = "state-space (Mamba) layers"
 _HYBRID = "hybrid Mamba and attention layers"
@@ -78,10 +88,6 @@ REFUSED: dict[str, str] = {
     "nemotron_h": _HYBRID,
     "granitemoehybrid": _HYBRID,
     "qwen3_next": _LINEAR,
-    "qwen3_5": _LINEAR,
-    "qwen3_5_text": _LINEAR,
-    "qwen3_5_moe": _LINEAR,
-    "qwen3_5_moe_text": _LINEAR,
     "kimi_linear": _LINEAR,
     "minimax": "lightning (linear) attention layers",
     "gemma4_text": "global layers with their own head size and KV heads (global_head_dim)",
@@ -132,11 +138,13 @@ def _check_layers(cfg: dict[str, Any], src: str) -> None:
             f"attention with one indexer per layer"
         )
     layer_types = cfg.get("layer_types") or []
-    other = sorted({str(t) for t in layer_types} - _ATTENTION_LAYERS) if isinstance(layer_types, list) else []
+    known = _ATTENTION_LAYERS | ({LINEAR_ATTENTION} if has_gated_deltanet(cfg) else set())
+    other = sorted({str(t) for t in layer_types} - known) if isinstance(layer_types, list) else []
     if other:
         raise CatalogError(
             f"{src}: layer_types holds {', '.join(map(repr, other))}; servesim models "
-            f"only 'full_attention' and 'sliding_attention' layers"
+            f"only 'full_attention' and 'sliding_attention' layers, and 'linear_attention' "
+            f"layers with Gated DeltaNet's linear_* keys (Qwen3.5)"
         )
     pattern = cfg.get("hybrid_override_pattern")
     if isinstance(pattern, str) and "M" in pattern:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from servesim.catalog.architectures import MOE_TYPES, check_architecture
+from servesim.catalog.hybrid import check_unquantized, parse_gated_deltanet
 from servesim.catalog.llama4 import llama4_layout
 from servesim.catalog.models import _TIED_BY_DEFAULT, DTYPE_BYTES, ModelSpec, normalize_dtype
 from servesim.catalog.quantization import parse_quantization
@@ -140,7 +141,8 @@ def from_hf_config(
     head_dim = (
         mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"] if mla else num(("head_dim",), hidden // heads)
     )
-    inter = num(("intermediate_size", "ffn_dim", "n_inner"))
+    # Qwen3.5-MoE gives no dense width (every layer has experts): the experts'.
+    inter = num(("intermediate_size", "ffn_dim", "n_inner"), cfg.get("moe_intermediate_size") or ...)
     vocab = num(("vocab_size",))
     # vLLM falls back to 2048 when a config gives no maximum length.
     max_pos = num(("max_position_embeddings", "max_seq_len", "seq_length", "n_positions"), 2048)
@@ -155,6 +157,8 @@ def from_hf_config(
     layer_types = cfg.get("layer_types") or []
     sliding_layers = sum(1 for t in layer_types if t == "sliding_attention") if window else 0
     fields = llama4_layout(cfg, layers, src) if model_type == "llama4_text" else {}
+    linear = parse_gated_deltanet(cfg, layer_types, src)
+    check_unquantized(linear, prec.quant_method, src)
     spec = ModelSpec(
         name=name,
         num_layers=layers,
@@ -181,6 +185,8 @@ def from_hf_config(
         kv_cache_dtype=prec.kv_cache_dtype,
         qk_norm_allreduce=bool(cfg.get("use_qk_norm")) and cfg.get("qk_norm_type") == "per_layer",
         router_fp32=model_type in _FP32_ROUTER,
+        linear_attention=linear,
+        attn_output_gate=bool(cfg.get("attn_output_gate")),
         **mla,
         **sparse_attention_fields(cfg, src),
     )

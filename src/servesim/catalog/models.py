@@ -11,7 +11,8 @@ has and how many KV-cache bytes a token takes on one GPU, counted the way vLLM s
 Beyond dense GQA transformers it reads multi-head latent attention (DeepSeek-V3, Kimi-K2:
 one compressed latent per token and layer in the KV cache), shared experts and dense layers
 of MoE models (``first_k_dense_replace``, ``mlp_only_layers``), gpt-oss's alternating
-sliding-window layers (``layer_types``) and quantized checkpoints (``quantization.py``).
+sliding-window layers (``layer_types``), Qwen3.5's Gated DeltaNet linear-attention layers
+and gated attention (``hybrid.py``) and quantized checkpoints (``quantization.py``).
 
 Presets live in ``servesim/data/models/*.json`` as subsets of the public config files and
 go through the same parser (``catalog.hf_config.from_hf_config``) as a user's own
@@ -31,6 +32,7 @@ import math
 from dataclasses import dataclass
 
 from servesim.catalog import sparse_attention as dsa
+from servesim.catalog.hybrid import GatedDeltaNet
 from servesim.errors import CatalogError
 
 #: Bytes per element of each dtype name servesim accepts.
@@ -128,6 +130,12 @@ class ModelSpec:
     index_topk: int = 0
     index_n_heads: int = 0
     index_head_dim: int = 0
+    # Hybrid linear-attention models (Qwen3.5): the Gated DeltaNet layers, which keep a
+    # constant state per request and no KV (``catalog.hybrid``; None: every layer attends),
+    # and the full attention's sigmoid output gate (``attn_output_gate``: the query
+    # projection twice as wide, vLLM's ``Qwen3NextAttention``).
+    linear_attention: GatedDeltaNet | None = None
+    attn_output_gate: bool = False
 
     # ------------------------------------------------------------------ shapes per TP rank
 
@@ -172,9 +180,20 @@ class ModelSpec:
         return self.num_layers - self.num_dense_layers if self.is_moe else 0
 
     @property
+    def num_linear_layers(self) -> int:
+        """Linear-attention (Gated DeltaNet) layers of a hybrid model; 0 otherwise."""
+        return self.linear_attention.num_layers if self.linear_attention else 0
+
+    @property
+    def num_attention_layers(self) -> int:
+        """Softmax-attention layers (full or sliding-window)."""
+        return self.num_layers - self.num_linear_layers
+
+    @property
     def num_full_attention_layers(self) -> int:
-        """Layers attending to the whole context (the others keep a sliding window)."""
-        return self.num_layers - self.num_sliding_layers
+        """Layers attending to the whole context (the others keep a sliding window or, in a
+        hybrid model, a linear-attention state)."""
+        return self.num_attention_layers - self.num_sliding_layers
 
     def kv_heads_per_rank(self, tp: int = 1) -> int:
         """KV heads held by one TP rank: split, or one replica when ``num_kv_heads < tp`` (vLLM)."""
@@ -207,7 +226,18 @@ class ModelSpec:
             return q + kv + heads * self.v_head_dim * h // tp
         q = heads * self.head_dim // tp
         kv = self.kv_heads_per_rank(tp) * self.head_dim
-        return h * (q + 2 * kv) + q * h
+        gate = q if self.attn_output_gate else 0
+        return h * (q + gate + 2 * kv) + q * h
+
+    def mixer_params(self, tp: int = 1, pp: int = 1) -> int:
+        """Token-mixing weights (attention and linear attention) of the layers of the
+        largest pipeline stage on one TP rank: the linear layers' share of a stage is taken
+        in proportion (ceil of each kind's layers / pp), a simplification of vLLM's split."""
+        attn = math.ceil(self.num_attention_layers / pp) * self.attn_params_per_layer(tp)
+        la = self.linear_attention
+        if la is None:
+            return attn
+        return attn + math.ceil(la.num_layers / pp) * la.params_per_layer(self.hidden_size, tp)
 
     def expert_params(self, tp: int = 1) -> int:
         """Weights of one MLP (dense) or one routed expert (MoE) on one TP rank."""
@@ -255,7 +285,8 @@ class ModelSpec:
     def _count_params(self, experts: int) -> int:
         h, layers = self.hidden_size, self.num_layers
         total = (
-            layers * (self.attn_params_per_layer() + 2 * h)
+            self.mixer_params()
+            + layers * 2 * h
             + self.embedding_params()
             + self.lm_head_params()
             + h
@@ -278,7 +309,11 @@ class ModelSpec:
         holding the most MoE layers.
         """
         layers, b = self.layers_per_stage(pp), self.dtype_bytes
-        attn = layers * (self.attn_params_per_layer(tp) * b + dsa.indexer_weight_bytes(self))
+        attn = (
+            self.mixer_params(tp, pp) * b
+            if self.linear_attention
+            else layers * self.attn_params_per_layer(tp) * b
+        ) + layers * dsa.indexer_weight_bytes(self)
         if not self.is_moe:
             return attn + layers * self.expert_params(tp) * b
         moe = min(layers, self.num_moe_layers)

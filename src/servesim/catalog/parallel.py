@@ -52,6 +52,13 @@ def check_parallel(model: ModelSpec, parallel: ParallelConfig, field: str = "par
             f"nor is a multiple of them (vLLM splits KV heads evenly over the ranks or replicates "
             f"each on a whole number of ranks)"
         )
+    la = model.linear_attention  # Gated DeltaNet: key and value heads split by TP (vLLM's divide)
+    if la is not None and (la.num_key_heads % tp or la.num_value_heads % tp):
+        raise ConfigError(
+            f"{field}.tensor_parallel_size: {tp} does not divide the {la.num_key_heads} linear-attention "
+            f"key heads and {la.num_value_heads} value heads of {model.name} (vLLM splits both); "
+            f"expected one of {_divisors(la.num_key_heads)}"
+        )
     if ep > 1 and not model.is_moe:
         raise ConfigError(f"{field}.expert_parallel_size: {ep}, but {model.name} has no experts; expected 1")
     if ep > 1 and model.num_experts % ep:

@@ -17,6 +17,8 @@ def memory_plan(dep: PoolDeployment, mean_request_tokens: float | None) -> dict[
     fit = None
     if mean_request_tokens and mean_request_tokens > 0:
         fit = p.num_gpu_blocks // max(1, math.ceil(mean_request_tokens / p.block_size))
+        if dep.model.linear_attention is not None and eng.max_num_seqs:  # as many as hold states
+            fit = min(fit, eng.max_num_seqs)
     return {
         "pool": dep.name,
         "gpu": dep.gpu.name,

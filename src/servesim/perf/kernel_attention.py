@@ -425,7 +425,7 @@ def attention_grid(
     ls = np.log(s)
     n_full, n_win, window = m.num_full_attention_layers, m.num_sliding_layers, m.sliding_window or 0
     if not (n_win and window):
-        return (np.log(b), s, g + log(m.num_layers)), src
+        return (np.log(b), s, g + log(n_full)), src
     win = _layer_grid(prefix, m, gpu, db, tp, kvb, eff, window, table_gpu)
     if win is not None and np.array_equal(win[0], b) and np.array_equal(win[1], s):
         gw, wsrc = win[2], f"{n_win} layers {win[3]}"

@@ -21,6 +21,7 @@ from servesim.perf.kernels import (
     kernel_versions,
     load_database,
 )
+from servesim.perf.linear_attention import kernel_request_ops, kernel_token_ops
 from servesim.perf.moe_backend import DeepGemmRun
 
 #: Fixed time of one memory-bound elementwise kernel (a fused residual add and RMSNorm, the
@@ -68,14 +69,16 @@ class KernelLayerOps(KernelGemms):
         H = m.hidden_size
         q = m.num_attention_heads // tp * m.head_dim
         kv = m.kv_heads_per_rank(tp) * m.head_dim
+        qg, La = (2 * q if m.attn_output_gate else q), m.num_attention_layers  # gated: q and its gate
         ops: list[tuple[str, LogCurve, float]] = (
             self._mla_ops(dt)
             if m.is_mla
             else [
-                ("gemm_qkv", self._gemm("gemm_qkv", q + 2 * kv, H, dt), L),
-                ("gemm_o_proj", self._gemm("gemm_o_proj", H, q, dt), L),
+                ("gemm_qkv", self._gemm("gemm_qkv", qg + 2 * kv, H, dt), La),
+                ("gemm_o_proj", self._gemm("gemm_o_proj", H, q, dt), La),
             ]
         )
+        ops += kernel_token_ops(m, tp, self.gpu, self.eff, self._gemm, dt, self.sources)
         gate = 2 if m.mlp_gated else 1
         dense_layers = L - m.num_moe_layers
         if m.is_moe:
@@ -197,7 +200,8 @@ class KernelLayerOps(KernelGemms):
     def _build_request_ops(self) -> list[tuple[str, LogCurve, float]]:
         m = self.model
         vt = -(-m.vocab_size // self.tp)
-        return [("lm_head", self._gemm("lm_head", vt, m.hidden_size, "bfloat16"), 1.0)]
+        lm = [("lm_head", self._gemm("lm_head", vt, m.hidden_size, "bfloat16"), 1.0)]
+        return lm + kernel_request_ops(m, self.tp, self.gpu, self.eff, self.sources)
 
     def _attention(self, prefix: str, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """(log batch axis, length axis, log seconds [batch, length]) of all layers' attention

@@ -32,6 +32,7 @@ from servesim.config import EngineConfig, ParallelConfig
 from servesim.config.engine_defaults import ResolvedEngine
 from servesim.config.layout import check_gpu_blocks_override
 from servesim.errors import ConfigError, DoesNotFitError
+from servesim.perf.linear_attention import state_reserve_bytes
 from servesim.perf.sparse_attention import served_kv_bytes_per_token
 from servesim.perf.vllm_rules import sm_of
 
@@ -331,6 +332,10 @@ def plan_memory(
     if window:
         room = max(0.0, usable - weights - lora - activation - reserve)
         reserve += _window_reserve(model, engine, window, room, max_num_seqs, max_model_len, kv_per_token)
+    # Linear-attention layers (Qwen3.5): each running request's states, set aside alike.
+    room = max(0.0, usable - weights - lora - activation - reserve)
+    args = (kv_per_block, engine.block_size, max_num_seqs, max_model_len)
+    reserve += state_reserve_bytes(model, tp, pp, kv_dtype_bytes, room, *args)
     where = (
         f"{model.name} on {gpu.name} (TP={tp}, PP={pp}, gpu_memory_utilization="
         f"{engine.gpu_memory_utilization})"

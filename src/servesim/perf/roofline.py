@@ -201,7 +201,9 @@ class RooflinePerfModel(RooflineCoefficients):
             )
             if pt
             else (0.0, 0.0),
-            "attn_decode": (w["dec_f"] * s, w["kv_tok"] * (s + d) + w["qo_tok"] * d) if d else (0.0, 0.0),
+            "attn_decode": (w["dec_f"] * s, w["kv_tok"] * (s + d) + (w["qo_tok"] + w["state_req"]) * d)
+            if d
+            else (0.0, 0.0),
             "elementwise": (0.0, w["el_tok"] * t),
             "lm_head": (w["lm_f"] * r, (w["lm_w"] if r else 0.0) + w["lm_req"] * r),
             "sampling": (0.0, w["samp_req"] * r),

@@ -164,7 +164,7 @@ class RooflineCoefficients:
         self._pf_tok = (2 * w["kv_tok"] + w["qo_tok"]) * pf_m  # per new token: KV read+write, Q, O
         self._dec_f = w["dec_f"] * dec_f
         self._dec_kv = w["kv_tok"] * dec_m
-        self._dec_req = (w["kv_tok"] + w["qo_tok"]) * dec_m  # KV write, Q, O of the new token
+        self._dec_req = (w["kv_tok"] + w["qo_tok"] + w["state_req"]) * dec_m  # KV write, Q, O, states
         self._el_tok = w["el_tok"] * el_m
         self._el_floor = w["el_rows"] * e.row_pass_s
         self._lm_f, self._lm_w, self._lm_req = w["lm_f"] * act_f, w["lm_w"] * lm_mem, w["lm_req"] * lm_mem

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from servesim.catalog.models import ModelSpec
 from servesim.perf.efficiencies import ROW_THREADS
+from servesim.perf.linear_attention import state_traffic_bytes, token_work
 
 
 def activation_dtype(model: ModelSpec) -> str:
@@ -25,7 +26,10 @@ def work_coefficients(
     weights every token passes through in an MoE model (shared experts, dense layers; timed
     with the router), full-attention layers (MLA: latent KV, absorbed decode) and
     sliding-window layers (a window of keys per new token: FLOPs booked with the
-    projections, KV reads with each new token's attention bytes). Routed experts are split
+    projections, KV reads with each new token's attention bytes) and linear-attention
+    layers (``perf.linear_attention``: the recurrence's FLOPs booked with the projections,
+    each decode request's state read and written with its attention bytes; a prefill
+    request's state, once a chunk, is left out). Routed experts are split
     over ``ep`` groups of the ``dp x tp`` GPUs their layers span (``dp`` data-parallel ranks).
     """
     bwe = bw_ if bwe is None else bwe
@@ -39,9 +43,10 @@ def work_coefficients(
     Le, Lf = (m.num_moe_layers if m.is_moe else L), m.num_full_attention_layers
     every_tok = m.every_token_mlp_params(tp)
     win_f, win_kv = m.window_attn_per_token(tp, bkv)
+    la_f, _ = token_work(m, tp)  # linear attention's recurrence, booked like the windows
     return {
-        "proj_f": 2.0 * m.attn_params_per_layer(tp) * L + win_f,  # per token
-        "proj_w": m.attn_params_per_layer(tp) * L * bw_,  # weight bytes
+        "proj_f": 2.0 * m.mixer_params(tp) + win_f + la_f,  # per token
+        "proj_w": m.mixer_params(tp) * bw_,  # weight bytes
         "proj_a": L * ba * (H + (q + 2 * kv) + q + H),  # per token in/out
         "mlp_f": 2.0 * m.expert_params(moe_tp) * Le / ep,  # per token-expert pair
         "mlp_w": m.expert_params(moe_tp) * Le * (bwe if m.is_moe else bw_),  # per expert touched
@@ -52,6 +57,7 @@ def work_coefficients(
         "kv_tok": m.kv_bytes_per_token(tp, bkv),  # KV bytes per token
         "qo_tok": 2.0 * q * ba * L + win_kv,  # Q read + O write
         "dec_f": m.attn_flops_per_pair(tp, decode=True) * Lf,  # per context token
+        "state_req": state_traffic_bytes(m, tp),  # per decode request: linear layers' states
         "el_tok": L * ba * (8 * H + 2 * (q + kv) + max(1, m.num_experts_per_tok) * (up + width))
         + 6 * H * ba,  # + embedding, final norm
         # Of el_tok, the MoE layers' gated activation (gate/up output read, activation written):

@@ -27,6 +27,7 @@ class WorkCounter:
     pf_f: float
     kv_tok: float
     qo_tok: float
+    state_req: float  # per decode request: the linear-attention layers' states
     dec_f: float
     lm_f: float
     lm_w: float
@@ -43,6 +44,7 @@ class WorkCounter:
         self.router_f, self.router_w = w["router_f"], w["router_w"]
         self.pf_f, self.kv_tok, self.qo_tok, self.dec_f = w["pf_f"], w["kv_tok"], w["qo_tok"], w["dec_f"]
         self.lm_f, self.lm_w = w["lm_f"], w["lm_w"]
+        self.state_req = w["state_req"]
         self.lm_req_samp = w["lm_req"] + w["samp_req"]
         self.num_experts, self.top_k, self.miss, self.pp = num_experts, top_k, miss, pp
 
@@ -94,5 +96,5 @@ class WorkCounter:
         if d:
             s = sum_decode_context
             f += self.dec_f * s
-            b += self.kv_tok * (s + d) + self.qo_tok * d
+            b += self.kv_tok * (s + d) + (self.qo_tok + self.state_req) * d
         return f / self.pp, b / self.pp
