@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from math import inf
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -59,22 +59,17 @@ from servesim.engine.batch_queue import BatchQueue, own_output
 from servesim.engine.decode_runs import DecodePool, LazyOutput, Run
 from servesim.engine.events import ARRIVAL, BATCH_DONE, WAKE, EventLoop
 from servesim.engine.frontend import Frontend
-from servesim.engine.kv_counting import CountingKVCache
 from servesim.engine.request import ReqStatus, Request
-from servesim.engine.run_rows import RunRows
 from servesim.engine.run_stream import RunStream
 from servesim.engine.scheduler import Scheduler, SchedulerOutput
+from servesim.engine.step_accounts import StepAccounts
 from servesim.metrics.records import ItlSamples, ReplicaTotals, StepSeries
-from servesim.perf.base import BatchStats, PerfModel, step_wall_s
-from servesim.perf.capabilities import BatchWork, CountsWork, PipelineStages
+from servesim.perf.base import PerfModel, step_wall_s
 from servesim.perf.kernel_model import KernelPerfModel
 from servesim.perf.kernel_step import KernelStepTime
-from servesim.perf.work_step import WorkCounter
 
 if TYPE_CHECKING:
     from servesim.engine.lockstep import LockstepGroup
-
-_sum: Final = sum  # compiled, a C static (``sum`` is looked up in the builtins module each call)
 
 
 class Replica:
@@ -104,9 +99,6 @@ class Replica:
         self.loop = loop
         self.scheduler = scheduler
         self.kv = scheduler.kv
-        # The same cache where it is the counting one (the lazy engine's): compiled, its
-        # fields read natively, where ``kv`` (a protocol) is read by name
-        self._ckv = scheduler.kv if isinstance(scheduler.kv, CountingKVCache) else None
         self.perf = perf
         # The kernel model's compiled step times where it is the kernel one (the default): a
         # native call a step, where ``perf`` (a protocol) has its method looked up by name and
@@ -121,17 +113,13 @@ class Replica:
         if isinstance(scheduler, DecodePool):  # the lazy engine's decode runs add it per step
             scheduler.cpu_per_req_s = cpu_per_req_s
         self.steps = steps  # None: no per-step series (streaming runs)
+        self.accounts = StepAccounts(replica_id, scheduler, perf, steps, totals)  # totals, series
         self.on_finish = on_finish  # called once per finished request (its record is final)
         self.itl = itl
         self.totals = totals
         self.check_invariants = check_invariants
         self.skip_ahead = isinstance(scheduler, DecodePool) and not check_invariants  # decode runs
         self.run: Run | None = None  # the run of pure-decode steps in flight, if any
-        self.run_rows: RunRows | None = None  # its step-series rows (steps recorded)
-        # Waiting requests integrated over the recorded steps (``ReplicaTotals.waiting_s``):
-        # each finished run's share, in order, until ``finish_waiting`` folds them in after
-        # the event steps', as ``StepSeries.waiting_s_by_replica`` sums them.
-        self._run_waiting_s: list[float] = []
         self._run_prev_start_s = 0.0  # start of the step that started the run in flight
         # A finish inside a run is only seen at the run's end (on_finish is called then):
         # right for a lone replica, not where a router watches the finishes.
@@ -152,7 +140,6 @@ class Replica:
         self._to_engine_s: list[float] = []
         self._run_out: LazyOutput | None = None  # the step that started the run in flight
         self._run_done_seq = 0  # the event of its end (EventLoop.cancel)
-        self._run_totals: tuple[float, float, int, int, int, float, int, float, float, float] | None = None
         self.run_first_end_s = 0.0
         self.run_waiting0 = 0
         self._run_stream: RunStream | None = None  # the API server's streaming of the run in flight
@@ -169,24 +156,10 @@ class Replica:
         self.on_step_end: Callable[[Replica], None] | None = None
         # The data-parallel ranks this replica steps in lockstep with (engine.lockstep).
         self.group: LockstepGroup | None = None
-        self._run_work: dict[int, tuple[float, float, float, float]] = {}  # see _account_run
         # Async scheduling: arrivals not yet seen by the scheduler, in arrival order; a step
         # admits those that arrived before the step before it started (the module's docstring).
         self._staged: list[Request] = []
         self._prev_start_s = 0.0  # start of the last step scheduled
-        # (FLOPs, bytes) in one call where offered
-        self._work: Callable[[BatchStats], tuple[float, float]] = (
-            perf.batch_work
-            if isinstance(perf, BatchWork)
-            else lambda st: (perf.batch_flops(st), perf.batch_bytes(st))
-        )
-        # The roofline's count itself where the model offers it: a compiled call, no frame.
-        counter = perf.work_counter if isinstance(perf, CountsWork) else None
-        self._counter: WorkCounter | None = counter if isinstance(counter, WorkCounter) else None
-        # Pipeline bubbles, for utilization (only perf models with stages report them).
-        self._bubble: Callable[[BatchStats], float] | None = (
-            perf.bubble_fraction if isinstance(perf, PipelineStages) and perf.pp > 1 else None
-        )
         # Pipeline parallelism (pp > 1 stages): the batch queue (the module's docstring).
         # ``chunks``: whether a prompt's next chunk may be scheduled while its previous one
         # is in flight (vLLM V1), or a request in flight is not scheduled at all (the
@@ -338,9 +311,10 @@ class Replica:
         sched = self.scheduler
         self._prev_start_s = now
         self.busy = True
-        self._account(out, now, dt, gpu_s)
+        acc = self.accounts
+        acc.step(out, now, dt, gpu_s)
         self.run = None
-        self.run_rows = None
+        acc.run_rows = None
         self._run_out = None
         self._run_prev_start_s = now
         end = now + dt
@@ -383,20 +357,8 @@ class Replica:
                 self.run_waiting0 = len(sched.waiting)
                 if run.deferred:
                     self._run_out = out
-                    t = self.totals
-                    self._run_totals = (
-                        t.busy_s,
-                        t.gpu_s,
-                        t.num_steps,
-                        t.num_run_steps,
-                        t.num_batched_tokens,
-                        t.kv_block_s,
-                        t.peak_kv_blocks,
-                        t.flops,
-                        t.bytes,
-                        t.bubble_s,
-                    )
-                self._account_run(run)
+                    acc.save()
+                acc.run(run)
                 end = run.end_s  # summed step by step, as the reference engine's clock does
                 self._prev_start_s = end - run.durations[-1]
         self.step_end_s = end
@@ -432,41 +394,24 @@ class Replica:
         if i == k or now >= run.bound_s:
             sched.commit_run(run)
             return
-        rows = self.run_rows
         new = sched.cut_run(
             out, run, now, self.perf, self.cpu_overhead_s, self.steps is not None, self.async_scheduling
         )
         run.become(new)
         sched.commit_run(run)
-        t = self.totals
-        saved = self._run_totals
-        assert saved is not None
-        (
-            t.busy_s,
-            t.gpu_s,
-            t.num_steps,
-            t.num_run_steps,
-            t.num_batched_tokens,
-            t.kv_block_s,
-            t.peak_kv_blocks,
-            t.flops,
-            t.bytes,
-            t.bubble_s,
-        ) = saved
+        acc = self.accounts
+        acc.restore()
+        acc.cut_rows(len(durations), k - len(durations))
         if new is None:  # not one step after the first: no run
             end = self.run_first_end_s
             self.run = None
-            self.run_rows = None
+            acc.run_rows = None
             self._run_stream = None
             self._prev_start_s = self._run_prev_start_s
         else:
-            self._account_run_totals(run)
+            acc.run_totals(run)
             end = run.end_s
             self._prev_start_s = end - run.durations[-1]
-        if rows is not None:
-            rows.num_rows = len(durations)
-            assert self.steps is not None
-            self.steps.rows_cut(k - rows.num_rows)
         self.loop.cancel(self._run_done_seq)
         self.step_end_s = end
         self._run_done_seq = self._at(end, self.on_batch_done, out, BATCH_DONE)
@@ -493,8 +438,11 @@ class Replica:
             sched = self.scheduler
             assert run is not None and isinstance(sched, DecodePool)
             sched.commit_run(run)
+        acc = self.accounts
         if self.failed:
-            self._close_run_rows()  # as the series keeps them: waiting as of the run's start
+            acc.close_run_rows(
+                self._run_prev_start_s
+            )  # as the series keeps them: waiting as of the run's start
             return
         now = self.loop.now
         produced, finished = self.scheduler.update_from_output(
@@ -514,9 +462,9 @@ class Replica:
                 itl.add(now - req.last_token_s, 1)
             req.last_token_s = now
         run = self.run
-        if run is not None and self.run_rows is not None:
-            self._count_waiting_during_run(self.run_rows)
-            self._close_run_rows()
+        if run is not None and acc.run_rows is not None:
+            acc.count_waiting_during_run(self.run_waiting0, self._staged)
+            acc.close_run_rows(self._run_prev_start_s)
         if run is None:
             itl.add(now - last, n_same + out.num_pool)
         else:  # a run of pure-decode steps: one gap per step for the whole pool
@@ -565,7 +513,7 @@ class Replica:
         st = out.stats
         cpu_s = self.cpu_overhead_s + self.cpu_per_req_s * (st.num_decode_reqs + st.num_prefill_reqs)
         end, busy_new, gpu_new, bubble_s = q.submit(self.perf, out, gpu_s, now, cpu_s)
-        self._account(out, now, busy_new, gpu_new, bubble_s)
+        self.accounts.step(out, now, busy_new, gpu_new, bubble_s)
         self.busy = True
         if self.check_invariants:
             q.check()
@@ -626,118 +574,19 @@ class Replica:
 
     # ----------------------------------------------------------------- accounting
 
-    def _account(
-        self, out: SchedulerOutput, now: float, dt: float, gpu_s: float, bubble_s: float = -1.0
-    ) -> None:
-        """Count the step in the totals and the step series (``bubble_s`` >= 0: the batch
-        queue's own count of pipeline bubbles, else the perf model's share of ``gpu_s``)."""
-        st = out.stats
-        t = self.totals
-        ckv = self._ckv
-        used = ckv.num_used_blocks if ckv is not None else self.kv.num_used_blocks
-        t.busy_s += dt
-        t.gpu_s += gpu_s
-        f, b = self._work(st) if self._counter is None else self._counter.batch_work(st)
-        t.flops += f
-        t.bytes += b
-        t.num_steps += 1
-        t.num_batched_tokens += st.num_prefill_tokens + st.num_decode_reqs
-        t.num_preemptions += len(out.preempted)
-        t.kv_block_s += used * dt
-        if bubble_s >= 0.0:
-            t.bubble_s += bubble_s
-        elif self._bubble is not None:
-            t.bubble_s += gpu_s * self._bubble(st)
-        if used > t.peak_kv_blocks:
-            t.peak_kv_blocks = used
-        if self.steps is not None:
-            num_waiting = len(self.scheduler.waiting)
-            t.waiting_s += num_waiting * dt
-            self.steps.add_step(
-                self.id,
-                now,
-                dt,
-                st.num_prefill_tokens,
-                st.num_decode_reqs,
-                len(self.scheduler.running),
-                num_waiting,
-                used,
-                len(out.preempted),
-            )
-
     def share_caches(self, other: Replica) -> None:
         """Keep the per-pool-size caches (a run's work, the decode step's terms) in
         ``other``'s: a replica of the same pool, on the same perf model."""
         assert self.perf is other.perf
-        self._run_work = other._run_work
+        self.accounts.share(other.accounts)
         sched, theirs = self.scheduler, other.scheduler
         if isinstance(sched, DecodePool) and isinstance(theirs, DecodePool):
             sched.share_decode_terms(theirs, self.perf)
 
-    def _account_run(self, run: Run) -> None:
-        """Account the extra steps of a run of pure-decode steps, segment by segment."""
-        self._account_run_totals(run)
-        if self.steps is not None:  # rows written when read; waiting as of the run's start
-            ckv = self._ckv
-            bs = ckv.block_size if ckv is not None else self.kv.block_size
-            self.run_rows = RunRows(self.id, run, len(self.scheduler.waiting), bs)
-            self.steps.add_rows(self.run_rows)
-
-    def _account_run_totals(self, run: Run) -> None:
-        """``_account_run``'s part in the replica's totals."""
-        durations = run.durations
-        k_all = len(durations)
-        total = run.total_s
-        t = self.totals
-        t.busy_s += total
-        t.gpu_s += _sum(run.segment_gpu_s)
-        t.num_steps += k_all
-        t.num_run_steps += k_all
-        t.kv_block_s += run.kv_block_s
-        if run.peak_used > t.peak_kv_blocks:
-            t.peak_kv_blocks = run.peak_used
-        tokens = 0  # one a pooled request and step (a loop: compiled, a generator is an object)
-        for seg, (n, k, s_first) in enumerate(run.segments):
-            tokens += n * k
-            # FLOPs and bytes are affine in the decode context, which grows by n per step:
-            # k steps do k * work(their mean context).
-            aff = self._run_work.get(n)
-            if aff is None:
-                f0, b0 = self._work(BatchStats(num_decode_reqs=n))
-                f1, b1 = self._work(BatchStats(num_decode_reqs=n, sum_decode_context=1 << 20))
-                aff = self._run_work[n] = (f0, (f1 - f0) / (1 << 20), b0, (b1 - b0) / (1 << 20))
-            mean_s = s_first + n * (k - 1) / 2
-            t.flops += k * (aff[0] + aff[1] * mean_s)
-            t.bytes += k * (aff[2] + aff[3] * mean_s)
-            if self._bubble is not None:
-                t.bubble_s += run.segment_gpu_s[seg] * self._bubble(BatchStats(num_decode_reqs=n))
-        t.num_batched_tokens += tokens
-
-    def _close_run_rows(self) -> None:
-        """The run's rows are final: keep their waiting seconds (``finish_waiting``)."""
-        if self.run_rows is not None:
-            self._run_waiting_s.append(self.run_rows.seal(self._run_prev_start_s))
-            self.run_rows = None
-
     def finish_waiting(self) -> None:
-        """The end of the run: add the runs' waiting seconds to the event steps' in
-        ``totals.waiting_s`` (a run still in flight with the rows it has), in the order
-        ``StepSeries.waiting_s_by_replica`` adds them, so that the figure is the same."""
-        self._close_run_rows()
-        t = self.totals
-        for w in self._run_waiting_s:
-            t.waiting_s += w
-        self._run_waiting_s = []
-
-    def _count_waiting_during_run(self, rows: RunRows) -> None:
-        """The run's rows hold the waiting queue as of its start: add the requests queued
-        during the run, and with async scheduling those staged during it (``RunRows``)."""
-        waiting = self.scheduler.waiting
-        if len(waiting) > self.run_waiting0 or self._staged:
-            rows.add_waiting(
-                sorted(waiting[i].queued_s for i in range(self.run_waiting0, len(waiting))),
-                [r.queued_s for r in self._staged],
-            )
+        """The end of the run: the runs' waiting seconds join the event steps' in
+        ``totals.waiting_s`` (``StepAccounts.finish_waiting``)."""
+        self.accounts.finish_waiting(self._run_prev_start_s)
 
     def _check(self) -> None:
         sched = self.scheduler
