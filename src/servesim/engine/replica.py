@@ -42,8 +42,9 @@ replica's run. With ``cut_runs`` (set by the cluster) arrivals are quiet events 
 replica's run goes on past them; a request that reaches this replica, or a router that reads
 its state, first cuts the run in flight at that instant (``cut_run``): the run is made again
 without the steps that start from then on (``DecodePool.cut_run``), its step end moves
-earlier, and what it counted is counted again. Until it ends or is cut, the run's KV blocks
-stay on the free queue (taken at once when it is cut or ends), so a cut undoes nothing there.
+earlier, and what it counted is counted again (``StepAccounts.restore``). Until it ends or is
+cut, the run's KV blocks stay on the free queue (taken at once when it is cut or ends), so a
+cut undoes nothing there.
 """
 
 from __future__ import annotations
@@ -324,45 +325,62 @@ class Replica:
             and isinstance(out, LazyOutput)
             and (out.num_pool or out.reqs)
         ):
-            next_event_s = now if self._staged else self.loop.next_loud_time()  # staged: no run
-            own = self.own_arrival_s
-            if own is not None:
-                k = self.totals.num_routed
-                if k < len(own):
-                    own_s = float(own[k])
-                    if own_s < next_event_s:
-                        next_event_s = own_s
-            if self._to_engine_s and self._to_engine_s[0] < next_event_s:
-                next_event_s = self._to_engine_s[0]
-            run = sched.extend_run(
-                out,
-                now,
-                dt,
-                next_event_s,
-                self.perf,
-                self.cpu_overhead_s,
-                self.finishes_in_runs,
-                self.steps is not None,
-                self.async_scheduling,
-                self.cut_runs,
-            )
-            if out.first_tokens_done:
-                for req in out.reqs:  # the run produced their first tokens, at this step's end
-                    req.first_token_s = end
-            if run is not None:
-                self.run = run
-                self.run_first_end_s = end
-                if self.frontend is not None and self.frontend.streams:
-                    self._run_stream = RunStream(self.frontend, out, run, end)
-                self.run_waiting0 = len(sched.waiting)
-                if run.deferred:
-                    self._run_out = out
-                    acc.save()
-                acc.run(run)
-                end = run.end_s  # summed step by step, as the reference engine's clock does
-                self._prev_start_s = end - run.durations[-1]
+            end = self._launch_run(sched, out, now, dt)
         self.step_end_s = end
         self._run_done_seq = self._at(end, self.on_batch_done, out, BATCH_DONE)
+
+    def _launch_run(self, sched: DecodePool, out: LazyOutput, now: float, dt: float) -> float:
+        """Go on from the step just launched with pure-decode steps while nothing can change
+        the schedule (``DecodePool.extend_run``, up to ``_run_bound_s``): the end of
+        the run's last step, or the step's own where there is no run."""
+        end = now + dt
+        run = sched.extend_run(
+            out,
+            now,
+            dt,
+            self._run_bound_s(),
+            self.perf,
+            self.cpu_overhead_s,
+            self.finishes_in_runs,
+            self.steps is not None,
+            self.async_scheduling,
+            self.cut_runs,
+        )
+        if out.first_tokens_done:
+            for req in out.reqs:  # the run produced their first tokens, at this step's end
+                req.first_token_s = end
+        if run is None:
+            return end
+        self.run = run
+        self.run_first_end_s = end
+        if self.frontend is not None and self.frontend.streams:
+            self._run_stream = RunStream(self.frontend, out, run, end)
+        self.run_waiting0 = len(sched.waiting)
+        acc = self.accounts
+        if run.deferred:
+            self._run_out = out
+            acc.save()
+        acc.run(run)
+        end = run.end_s  # summed step by step, as the reference engine's clock does
+        self._prev_start_s = end - run.durations[-1]
+        return end
+
+    def _run_bound_s(self) -> float:
+        """The instant from which a run starting now may start no step: the next event that
+        could bring a request (now, with requests staged: no run), this replica's own next
+        arrival where the cluster knows it (``own_arrival_s``), the next request its front end
+        hands on."""
+        bound_s = self.loop.now if self._staged else self.loop.next_loud_time()
+        own = self.own_arrival_s
+        if own is not None:
+            k = self.totals.num_routed
+            if k < len(own):
+                own_s = float(own[k])
+                if own_s < bound_s:
+                    bound_s = own_s
+        if self._to_engine_s and self._to_engine_s[0] < bound_s:
+            bound_s = self._to_engine_s[0]
+        return bound_s
 
     def _at(self, time: float, callback: Callable[[Any], None], arg: Any, priority: int) -> int:
         """``loop.at``, or ``loop.at_quiet`` for a replica whose events are quiet (compiled,
@@ -439,42 +457,20 @@ class Replica:
             assert run is not None and isinstance(sched, DecodePool)
             sched.commit_run(run)
         acc = self.accounts
-        if self.failed:
-            acc.close_run_rows(
-                self._run_prev_start_s
-            )  # as the series keeps them: waiting as of the run's start
+        if self.failed:  # the rows as the series keeps them: waiting as of the run's start
+            acc.close_run_rows(self._run_prev_start_s)
             return
         now = self.loop.now
         produced, finished = self.scheduler.update_from_output(
             own_output(out, flight) if flight else out, now
         )
-        last = self.last_step_end_s
-        n_same = 0
-        itl = self.itl
-        fe = self.frontend
-        streams = fe is not None and fe.streams
-        for req in produced:
-            if req.first_token_s < 0:
-                req.first_token_s = now
-            elif req.last_token_s == last:
-                n_same += 1
-            else:
-                itl.add(now - req.last_token_s, 1)
-            req.last_token_s = now
-        run = self.run
-        if run is not None and acc.run_rows is not None:
+        if self.run is not None and acc.run_rows is not None:
             acc.count_waiting_during_run(self.run_waiting0, self._staged)
             acc.close_run_rows(self._run_prev_start_s)
-        if run is None:
-            itl.add(now - last, n_same + out.num_pool)
-        else:  # a run of pure-decode steps: one gap per step for the whole pool
-            itl.add(self.run_first_end_s - last, out.num_pool)
-            i = 0
-            for n, k, _ in run.segments:
-                itl.extend(run.durations[i : i + k] if len(run.segments) > 1 else run.durations, n)
-                i += k
+        self._token_times(out, produced, now)
         self.last_step_end_s = now
-        if streams:
+        fe = self.frontend
+        if fe is not None and fe.streams:
             self._stream(out, produced, finished, now)
         self.num_finished += len(finished)
         if self.on_finish is not None:
@@ -492,6 +488,31 @@ class Replica:
                 self.step()
         else:
             self.step()
+
+    def _token_times(self, out: SchedulerOutput, produced: list[Request], now: float) -> None:
+        """The tokens of the step that ended ``now``: each request's first or last token time,
+        and the inter-token gaps in the ITL samples (the pool's and those whose last token
+        came with the step before as one count; a run's, one a step for the whole pool)."""
+        last = self.last_step_end_s
+        n_same = 0
+        itl = self.itl
+        for req in produced:
+            if req.first_token_s < 0:
+                req.first_token_s = now
+            elif req.last_token_s == last:
+                n_same += 1
+            else:
+                itl.add(now - req.last_token_s, 1)
+            req.last_token_s = now
+        run = self.run
+        if run is None:
+            itl.add(now - last, n_same + out.num_pool)
+        else:  # a run of pure-decode steps: one gap per step for the whole pool
+            itl.add(self.run_first_end_s - last, out.num_pool)
+            i = 0
+            for n, k, _ in run.segments:
+                itl.extend(run.durations[i : i + k] if len(run.segments) > 1 else run.durations, n)
+                i += k
 
     # ----------------------------------------------------------------- pipeline
 
