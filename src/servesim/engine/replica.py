@@ -20,7 +20,7 @@ keeps two batches in flight, so step k+1 is scheduled (and submitted) while step
 and the inputs drained when step k ends go into step k+2 (vLLM 0.14-0.19; an idle engine
 schedules an arrival at once). Token times are the end of the step that produced them.
 
-**Pipeline parallelism.** With pp > 1 stages (``pipeline_stages``) up to pp batches are in
+**Pipeline parallelism.** With pp > 1 stages (``batches``) up to pp batches are in
 flight, as in vLLM V1's batch queue (``_pipeline_step``): a new batch is scheduled while
 earlier ones are on later stages, requests in flight are not scheduled again until their
 batch's output is back, each stage takes its share of the batch's forward, and the batch's
@@ -73,7 +73,40 @@ if TYPE_CHECKING:
     from servesim.engine.lockstep import LockstepGroup
 
 
+def kernel_step_time(perf: PerfModel) -> KernelStepTime | None:
+    """The kernel model's compiled step times where ``perf`` is the kernel one (the default): a
+    native call a step, where ``perf`` (a protocol) has its method looked up by name and
+    ``KernelPerfModel.batch_time`` (interpreted) hands a step's whole counts to ``step``."""
+    if type(perf) is KernelPerfModel:
+        return perf.step
+    return perf if isinstance(perf, KernelStepTime) else None
+
+
 class Replica:
+    """One engine instance on ``loop`` (the module's docstring).
+
+    A cluster sets these after building it:
+
+    - ``quiet``: its step ends give no replica a request (its finishes route nothing), so
+      they are quiet events and do not cut other replicas' runs (``engine.events``);
+    - ``cut_runs``: arrivals are quiet events, and a request that reaches this replica, or a
+      router that reads it, cuts its run in flight (``cut_run``);
+    - ``own_arrival_s``: where the cluster knows when this replica's requests come (round
+      robin over a fixed set), the arrival times of those routed to it, in order: no request
+      reaches it before ``own_arrival_s[totals.num_routed]`` and its runs stop there rather
+      than at the cluster's next arrival;
+    - ``failed``: the cluster's operations failed it; its pending events do nothing (its
+      requests were moved on by the cluster);
+    - ``on_step_end``: a hook at the instant between two steps, when no batch is in flight
+      (live migration takes running requests out of the scheduler there);
+    - ``group``: the data-parallel ranks it steps in lockstep with (``engine.lockstep``).
+
+    ``batches``: pipeline parallelism's batch queue (pp > 1 stages; the module's docstring),
+    None for one stage. A finish inside a run is only seen at the run's end
+    (``finishes_in_runs``; ``on_finish`` is called then): right for a lone replica, not where a
+    router watches the finishes.
+    """
+
     def __init__(
         self,
         replica_id: int,
@@ -90,25 +123,17 @@ class Replica:
         async_scheduling: bool = False,
         frontend: Frontend | None = None,
         cpu_per_req_s: float = 0.0,
-        pipeline_stages: int = 1,
-        pipeline_chunks: bool = True,
-        pipeline_wakes: bool = False,
+        batches: BatchQueue | None = None,
     ) -> None:
         self.id = replica_id
         self.frontend = frontend  # vLLM's API server before the scheduler (None: arrivals go straight in)
-        self.async_scheduling = async_scheduling  # CPU work overlaps the GPU's (step_wall_s)
+        # CPU work overlaps the GPU's (step_wall_s); not with the synchronous batch queue
+        self.async_scheduling = async_scheduling and batches is None
         self.loop = loop
         self.scheduler = scheduler
         self.kv = scheduler.kv
         self.perf = perf
-        # The kernel model's compiled step times where it is the kernel one (the default): a
-        # native call a step, where ``perf`` (a protocol) has its method looked up by name and
-        # ``KernelPerfModel.batch_time`` (interpreted) hands a step's whole counts to ``step``
-        self._kst: KernelStepTime | None = None
-        if type(perf) is KernelPerfModel:
-            self._kst = perf.step
-        elif isinstance(perf, KernelStepTime):
-            self._kst = perf
+        self._kst = kernel_step_time(perf)
         self.cpu_overhead_s = cpu_overhead_s
         self.cpu_per_req_s = cpu_per_req_s  # host time per scheduled request and step
         if isinstance(scheduler, DecodePool):  # the lazy engine's decode runs add it per step
@@ -120,61 +145,38 @@ class Replica:
         self.totals = totals
         self.check_invariants = check_invariants
         self.skip_ahead = isinstance(scheduler, DecodePool) and not check_invariants  # decode runs
-        self.run: Run | None = None  # the run of pure-decode steps in flight, if any
-        self._run_prev_start_s = 0.0  # start of the step that started the run in flight
-        # A finish inside a run is only seen at the run's end (on_finish is called then):
-        # right for a lone replica, not where a router watches the finishes.
         self.finishes_in_runs = finishes_in_runs
-        # Set by a cluster when this replica's step ends give no replica a request (its
-        # finishes route nothing): they are then quiet events and do not cut other
-        # replicas' runs (``engine.events``).
-        self.quiet = False
-        # Set by a cluster whose arrivals are quiet events: a request that reaches this
-        # replica, or a router that reads it, cuts its run in flight (``cut_run``).
-        self.cut_runs = False
-        # Set by a cluster that knows when this replica's requests come (round robin over a
-        # fixed set): the arrival times of those routed to it, in order, so that no request
-        # reaches it before ``own_arrival_s[totals.num_routed]`` and its runs stop there
-        # rather than at the cluster's next arrival.
-        self.own_arrival_s: npt.NDArray[np.float64] | None = None
-        # With ``cut_runs``: when the requests the front end holds reach the engine (in order).
-        self._to_engine_s: list[float] = []
-        self._run_out: LazyOutput | None = None  # the step that started the run in flight
-        self._run_done_seq = 0  # the event of its end (EventLoop.cancel)
+        # The run of pure-decode steps in flight, if any: the step that started it (while its
+        # blocks are deferred), that step's start, the event of its end (EventLoop.cancel), the
+        # end of its first step, the waiting queue's length then, its streaming by the API server
+        self.run: Run | None = None
+        self._run_out: LazyOutput | None = None
+        self._run_prev_start_s = 0.0
+        self._run_done_seq = 0
         self.run_first_end_s = 0.0
         self.run_waiting0 = 0
-        self._run_stream: RunStream | None = None  # the API server's streaming of the run in flight
+        self._run_stream: RunStream | None = None
+        self.quiet = False  # set by the cluster (the class's docstring), as the five below
+        self.cut_runs = False
+        self.own_arrival_s: npt.NDArray[np.float64] | None = None
+        self.failed = False
+        self.on_step_end: Callable[[Replica], None] | None = None
+        self.group: LockstepGroup | None = None
+        # With ``cut_runs``: when the requests the front end holds reach the engine (in order).
+        self._to_engine_s: list[float] = []
         self.busy = False
         self.wake_pending = False
         self.last_step_end_s = -1.0
         self.step_end_s = 0.0  # end of the batch in flight (routers predict with it)
         self.num_finished = 0
-        # Set when the cluster's operations fail this replica: its pending events do nothing
-        # (its requests were moved on by the cluster).
-        self.failed = False
-        # Cluster hook: the instant between two steps, when no batch is in flight (live
-        # migration takes running requests out of the scheduler there).
-        self.on_step_end: Callable[[Replica], None] | None = None
-        # The data-parallel ranks this replica steps in lockstep with (engine.lockstep).
-        self.group: LockstepGroup | None = None
         # Async scheduling: arrivals not yet seen by the scheduler, in arrival order; a step
         # admits those that arrived before the step before it started (the module's docstring).
         self._staged: list[Request] = []
         self._prev_start_s = 0.0  # start of the last step scheduled
-        # Pipeline parallelism (pp > 1 stages): the batch queue (the module's docstring).
-        # ``chunks``: whether a prompt's next chunk may be scheduled while its previous one
-        # is in flight (vLLM V1), or a request in flight is not scheduled at all (the
-        # Sarathi-Serve artifact's scheduler, the ``sarathi`` policy).
-        self.pp = pipeline_stages
-        self.batches: BatchQueue | None = (
-            BatchQueue(pipeline_stages, pipeline_chunks, pipeline_wakes) if pipeline_stages > 1 else None
-        )
+        self.batches = batches
+        self.pp = 1 if batches is None else batches.pp
         # The batches in flight, oldest first (the queue's own list; always empty when pp = 1).
-        self._flight: list[tuple[SchedulerOutput, float]] = (
-            [] if self.batches is None else self.batches.flight
-        )
-        if pipeline_stages > 1:
-            self.async_scheduling = False  # the synchronous batch queue (the docstring)
+        self._flight: list[tuple[SchedulerOutput, float]] = [] if batches is None else batches.flight
 
     # ----------------------------------------------------------------- events
 
