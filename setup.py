@@ -23,6 +23,7 @@ COMPILED = [
     "servesim/engine/decode_runs.py",
     "servesim/engine/lazy.py",
     "servesim/engine/run_rows.py",
+    "servesim/engine/step_accounts.py",
     "servesim/engine/replica.py",
     "servesim/engine/batch_queue.py",
     "servesim/engine/frontend.py",

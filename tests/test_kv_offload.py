@@ -14,7 +14,8 @@ from servesim.catalog.hf_config import load_model
 from servesim.config import EngineConfig, KVOffloadConfig
 from servesim.engine.events import EventLoop
 from servesim.engine.kv_cache import KVCacheManager
-from servesim.engine.kv_offload import INF, ARCTier, LRUTier, OffloadScheduler
+from servesim.engine.kv_offload import OffloadScheduler
+from servesim.engine.kv_tiers import INF, ARCTier, LRUTier
 from servesim.engine.request import ReqStatus, Request
 from servesim.engine.scheduler import SchedulerConfig
 from servesim.metrics.records import OffloadTotals

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from servesim.config import EngineConfig, ResolvedEngine
 from servesim.engine.arrivals import ClosedLoopFeeder
+from servesim.engine.batch_queue import BatchQueue
 from servesim.engine.events import WAKE, EventLoop
 from servesim.engine.frontend import Frontend
 from servesim.engine.kv_cache import KVCacheManager
@@ -216,6 +217,45 @@ def build_replica(
     reference = reference or pp > 1
     lazy = not reference and uses_lazy_engine(engine, wl, tenant_weights is not None)
     kv = make_kv_cache(engine, num_gpu_blocks, max_model_len, lazy)
+    scheduler = _replica_scheduler(
+        engine, kv, max_model_len, wl, loop, perf, totals, reference, kv_bytes_per_block, tenant_weights
+    )
+    replica = Replica(
+        replica_id,
+        loop,
+        scheduler,
+        policy_perf_model(engine, perf),
+        engine.cpu_overhead_s,
+        steps,
+        itl,
+        totals,
+        check_invariants=check_invariants,
+        on_finish=on_finish,
+        finishes_in_runs=finishes_in_runs,
+        async_scheduling=bool(engine.async_scheduling),
+        frontend=_frontend(engine),
+        cpu_per_req_s=engine.cpu_overhead_per_req_s or 0.0,
+        batches=_batch_queue(engine, pp),
+    )
+    if engine.kv_offload.enabled:
+        _wake_on_loads(scheduler, replica, loop)
+    return replica
+
+
+def _replica_scheduler(
+    engine: ResolvedEngine,
+    kv: KVCacheManager | CountingKVCache,
+    max_model_len: int,
+    wl: Workload | None,
+    loop: EventLoop,
+    perf: PerfModel,
+    totals: ReplicaTotals,
+    reference: bool,
+    kv_bytes_per_block: float,
+    tenant_weights: list[float] | None,
+) -> Scheduler:
+    """``build_replica``'s scheduler on ``kv``: the offloading one where KV offload is on,
+    else ``make_scheduler``'s; a LoRA scheduler's adapter figures go into ``totals``."""
     scheduler: Scheduler
     if engine.kv_offload.enabled:
         if tenant_weights is not None and wl is not None and wl.tenant is not None:
@@ -239,52 +279,46 @@ def build_replica(
 
         assert isinstance(scheduler, LoraScheduler)
         totals.lora = scheduler.totals  # its adapters' figures, for the summary
+    return scheduler
+
+
+def _frontend(engine: ResolvedEngine) -> Frontend | None:
+    """vLLM's API server in front of the engine, where ``engine.frontend`` is on."""
     fe = engine.frontend
-    frontend = (
-        Frontend(
-            fe.per_request_s,
-            fe.per_prompt_token_s,
-            fe.per_output_token_s,
-            fe.per_chunk_s,
-            engine.stream_interval,
-        )
-        if fe.enabled
-        else None
+    if not fe.enabled:
+        return None
+    return Frontend(
+        fe.per_request_s,
+        fe.per_prompt_token_s,
+        fe.per_output_token_s,
+        fe.per_chunk_s,
+        engine.stream_interval,
     )
-    replica = Replica(
-        replica_id,
-        loop,
-        scheduler,
-        policy_perf_model(engine, perf),
-        engine.cpu_overhead_s,
-        steps,
-        itl,
-        totals,
-        check_invariants=check_invariants,
-        on_finish=on_finish,
-        finishes_in_runs=finishes_in_runs,
-        async_scheduling=bool(engine.async_scheduling),
-        frontend=frontend,
-        cpu_per_req_s=engine.cpu_overhead_per_req_s or 0.0,
-        pipeline_stages=pp,
-        # the Sarathi-Serve artifact's scheduler skips a prompt chunk in flight
-        # (engine.batch_queue.BatchQueue.hide_in_flight); the other policies run whole
-        # prompts or vLLM V1's chunks
-        pipeline_chunks=engine.policy != "sarathi",
-        pipeline_wakes=engine.pipeline_wakes
-        if engine.pipeline_wakes is not None
-        else engine.policy == "orca",
-    )
-    if engine.kv_offload.enabled:  # an idle engine polls for the end of a load (OffloadScheduler)
-        from servesim.engine.kv_offload import OffloadScheduler
 
-        assert isinstance(scheduler, OffloadScheduler)
 
-        def wake(at_s: float) -> None:
-            loop.at(at_s, replica.on_wake, None, WAKE)
+def _batch_queue(engine: ResolvedEngine, pp: int) -> BatchQueue | None:
+    """Pipeline parallelism's batch queue for ``pp`` > 1 stages (``engine.batch_queue``), None
+    for one. ``chunks``: whether a prompt's next chunk may be scheduled while its previous one
+    is in flight (vLLM V1), or a request in flight is not scheduled at all (the Sarathi-Serve
+    artifact's scheduler, the ``sarathi`` policy: ``BatchQueue.hide_in_flight``); the other
+    policies run whole prompts or vLLM V1's chunks. ``wakes``: Orca's loop takes new work
+    while it waits, unless ``engine.pipeline_wakes`` says otherwise."""
+    if pp <= 1:
+        return None
+    wakes = engine.pipeline_wakes if engine.pipeline_wakes is not None else engine.policy == "orca"
+    return BatchQueue(pp, engine.policy != "sarathi", wakes)
 
-        scheduler.wake = wake
-    return replica
+
+def _wake_on_loads(scheduler: Scheduler, replica: Replica, loop: EventLoop) -> None:
+    """An idle engine polls for the end of a load (``OffloadScheduler.wake``)."""
+    from servesim.engine.kv_offload import OffloadScheduler
+
+    assert isinstance(scheduler, OffloadScheduler)
+
+    def wake(at_s: float) -> None:
+        loop.at(at_s, replica.on_wake, None, WAKE)
+
+    scheduler.wake = wake
 
 
 def closed_loop_feeder(

@@ -20,7 +20,7 @@ keeps two batches in flight, so step k+1 is scheduled (and submitted) while step
 and the inputs drained when step k ends go into step k+2 (vLLM 0.14-0.19; an idle engine
 schedules an arrival at once). Token times are the end of the step that produced them.
 
-**Pipeline parallelism.** With pp > 1 stages (``pipeline_stages``) up to pp batches are in
+**Pipeline parallelism.** With pp > 1 stages (``batches``) up to pp batches are in
 flight, as in vLLM V1's batch queue (``_pipeline_step``): a new batch is scheduled while
 earlier ones are on later stages, requests in flight are not scheduled again until their
 batch's output is back, each stage takes its share of the batch's forward, and the batch's
@@ -42,15 +42,16 @@ replica's run. With ``cut_runs`` (set by the cluster) arrivals are quiet events 
 replica's run goes on past them; a request that reaches this replica, or a router that reads
 its state, first cuts the run in flight at that instant (``cut_run``): the run is made again
 without the steps that start from then on (``DecodePool.cut_run``), its step end moves
-earlier, and what it counted is counted again. Until it ends or is cut, the run's KV blocks
-stay on the free queue (taken at once when it is cut or ends), so a cut undoes nothing there.
+earlier, and what it counted is counted again (``StepAccounts.restore``). Until it ends or is
+cut, the run's KV blocks stay on the free queue (taken at once when it is cut or ends), so a
+cut undoes nothing there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from math import inf
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -59,25 +60,53 @@ from servesim.engine.batch_queue import BatchQueue, own_output
 from servesim.engine.decode_runs import DecodePool, LazyOutput, Run
 from servesim.engine.events import ARRIVAL, BATCH_DONE, WAKE, EventLoop
 from servesim.engine.frontend import Frontend
-from servesim.engine.kv_counting import CountingKVCache
 from servesim.engine.request import ReqStatus, Request
-from servesim.engine.run_rows import RunRows
 from servesim.engine.run_stream import RunStream
 from servesim.engine.scheduler import Scheduler, SchedulerOutput
+from servesim.engine.step_accounts import StepAccounts
 from servesim.metrics.records import ItlSamples, ReplicaTotals, StepSeries
-from servesim.perf.base import BatchStats, PerfModel, step_wall_s
-from servesim.perf.capabilities import BatchWork, CountsWork, PipelineStages
+from servesim.perf.base import PerfModel, step_wall_s
 from servesim.perf.kernel_model import KernelPerfModel
 from servesim.perf.kernel_step import KernelStepTime
-from servesim.perf.work_step import WorkCounter
 
 if TYPE_CHECKING:
     from servesim.engine.lockstep import LockstepGroup
 
-_sum: Final = sum  # compiled, a C static (``sum`` is looked up in the builtins module each call)
+
+def kernel_step_time(perf: PerfModel) -> KernelStepTime | None:
+    """The kernel model's compiled step times where ``perf`` is the kernel one (the default): a
+    native call a step, where ``perf`` (a protocol) has its method looked up by name and
+    ``KernelPerfModel.batch_time`` (interpreted) hands a step's whole counts to ``step``."""
+    if type(perf) is KernelPerfModel:
+        return perf.step
+    return perf if isinstance(perf, KernelStepTime) else None
 
 
 class Replica:
+    """One engine instance on ``loop`` (the module's docstring).
+
+    A cluster sets these after building it:
+
+    - ``quiet``: its step ends give no replica a request (its finishes route nothing), so
+      they are quiet events and do not cut other replicas' runs (``engine.events``);
+    - ``cut_runs``: arrivals are quiet events, and a request that reaches this replica, or a
+      router that reads it, cuts its run in flight (``cut_run``);
+    - ``own_arrival_s``: where the cluster knows when this replica's requests come (round
+      robin over a fixed set), the arrival times of those routed to it, in order: no request
+      reaches it before ``own_arrival_s[totals.num_routed]`` and its runs stop there rather
+      than at the cluster's next arrival;
+    - ``failed``: the cluster's operations failed it; its pending events do nothing (its
+      requests were moved on by the cluster);
+    - ``on_step_end``: a hook at the instant between two steps, when no batch is in flight
+      (live migration takes running requests out of the scheduler there);
+    - ``group``: the data-parallel ranks it steps in lockstep with (``engine.lockstep``).
+
+    ``batches``: pipeline parallelism's batch queue (pp > 1 stages; the module's docstring),
+    None for one stage. A finish inside a run is only seen at the run's end
+    (``finishes_in_runs``; ``on_finish`` is called then): right for a lone replica, not where a
+    router watches the finishes.
+    """
+
     def __init__(
         self,
         replica_id: int,
@@ -94,113 +123,60 @@ class Replica:
         async_scheduling: bool = False,
         frontend: Frontend | None = None,
         cpu_per_req_s: float = 0.0,
-        pipeline_stages: int = 1,
-        pipeline_chunks: bool = True,
-        pipeline_wakes: bool = False,
+        batches: BatchQueue | None = None,
     ) -> None:
         self.id = replica_id
         self.frontend = frontend  # vLLM's API server before the scheduler (None: arrivals go straight in)
-        self.async_scheduling = async_scheduling  # CPU work overlaps the GPU's (step_wall_s)
+        # CPU work overlaps the GPU's (step_wall_s); not with the synchronous batch queue
+        self.async_scheduling = async_scheduling and batches is None
         self.loop = loop
         self.scheduler = scheduler
         self.kv = scheduler.kv
-        # The same cache where it is the counting one (the lazy engine's): compiled, its
-        # fields read natively, where ``kv`` (a protocol) is read by name
-        self._ckv = scheduler.kv if isinstance(scheduler.kv, CountingKVCache) else None
         self.perf = perf
-        # The kernel model's compiled step times where it is the kernel one (the default): a
-        # native call a step, where ``perf`` (a protocol) has its method looked up by name and
-        # ``KernelPerfModel.batch_time`` (interpreted) hands a step's whole counts to ``step``
-        self._kst: KernelStepTime | None = None
-        if type(perf) is KernelPerfModel:
-            self._kst = perf.step
-        elif isinstance(perf, KernelStepTime):
-            self._kst = perf
+        self._kst = kernel_step_time(perf)
         self.cpu_overhead_s = cpu_overhead_s
         self.cpu_per_req_s = cpu_per_req_s  # host time per scheduled request and step
         if isinstance(scheduler, DecodePool):  # the lazy engine's decode runs add it per step
             scheduler.cpu_per_req_s = cpu_per_req_s
         self.steps = steps  # None: no per-step series (streaming runs)
+        self.accounts = StepAccounts(replica_id, scheduler, perf, steps, totals)  # totals, series
         self.on_finish = on_finish  # called once per finished request (its record is final)
         self.itl = itl
         self.totals = totals
         self.check_invariants = check_invariants
         self.skip_ahead = isinstance(scheduler, DecodePool) and not check_invariants  # decode runs
-        self.run: Run | None = None  # the run of pure-decode steps in flight, if any
-        self.run_rows: RunRows | None = None  # its step-series rows (steps recorded)
-        # Waiting requests integrated over the recorded steps (``ReplicaTotals.waiting_s``):
-        # each finished run's share, in order, until ``finish_waiting`` folds them in after
-        # the event steps', as ``StepSeries.waiting_s_by_replica`` sums them.
-        self._run_waiting_s: list[float] = []
-        self._run_prev_start_s = 0.0  # start of the step that started the run in flight
-        # A finish inside a run is only seen at the run's end (on_finish is called then):
-        # right for a lone replica, not where a router watches the finishes.
         self.finishes_in_runs = finishes_in_runs
-        # Set by a cluster when this replica's step ends give no replica a request (its
-        # finishes route nothing): they are then quiet events and do not cut other
-        # replicas' runs (``engine.events``).
-        self.quiet = False
-        # Set by a cluster whose arrivals are quiet events: a request that reaches this
-        # replica, or a router that reads it, cuts its run in flight (``cut_run``).
-        self.cut_runs = False
-        # Set by a cluster that knows when this replica's requests come (round robin over a
-        # fixed set): the arrival times of those routed to it, in order, so that no request
-        # reaches it before ``own_arrival_s[totals.num_routed]`` and its runs stop there
-        # rather than at the cluster's next arrival.
-        self.own_arrival_s: npt.NDArray[np.float64] | None = None
-        # With ``cut_runs``: when the requests the front end holds reach the engine (in order).
-        self._to_engine_s: list[float] = []
-        self._run_out: LazyOutput | None = None  # the step that started the run in flight
-        self._run_done_seq = 0  # the event of its end (EventLoop.cancel)
-        self._run_totals: tuple[float, float, int, int, int, float, int, float, float, float] | None = None
+        # The run of pure-decode steps in flight, if any: the step that started it (while its
+        # blocks are deferred), that step's start, the event of its end (EventLoop.cancel), the
+        # end of its first step, the waiting queue's length then, its streaming by the API server
+        self.run: Run | None = None
+        self._run_out: LazyOutput | None = None
+        self._run_prev_start_s = 0.0
+        self._run_done_seq = 0
         self.run_first_end_s = 0.0
         self.run_waiting0 = 0
-        self._run_stream: RunStream | None = None  # the API server's streaming of the run in flight
+        self._run_stream: RunStream | None = None
+        self.quiet = False  # set by the cluster (the class's docstring), as the five below
+        self.cut_runs = False
+        self.own_arrival_s: npt.NDArray[np.float64] | None = None
+        self.failed = False
+        self.on_step_end: Callable[[Replica], None] | None = None
+        self.group: LockstepGroup | None = None
+        # With ``cut_runs``: when the requests the front end holds reach the engine (in order).
+        self._to_engine_s: list[float] = []
         self.busy = False
         self.wake_pending = False
         self.last_step_end_s = -1.0
         self.step_end_s = 0.0  # end of the batch in flight (routers predict with it)
         self.num_finished = 0
-        # Set when the cluster's operations fail this replica: its pending events do nothing
-        # (its requests were moved on by the cluster).
-        self.failed = False
-        # Cluster hook: the instant between two steps, when no batch is in flight (live
-        # migration takes running requests out of the scheduler there).
-        self.on_step_end: Callable[[Replica], None] | None = None
-        # The data-parallel ranks this replica steps in lockstep with (engine.lockstep).
-        self.group: LockstepGroup | None = None
-        self._run_work: dict[int, tuple[float, float, float, float]] = {}  # see _account_run
         # Async scheduling: arrivals not yet seen by the scheduler, in arrival order; a step
         # admits those that arrived before the step before it started (the module's docstring).
         self._staged: list[Request] = []
         self._prev_start_s = 0.0  # start of the last step scheduled
-        # (FLOPs, bytes) in one call where offered
-        self._work: Callable[[BatchStats], tuple[float, float]] = (
-            perf.batch_work
-            if isinstance(perf, BatchWork)
-            else lambda st: (perf.batch_flops(st), perf.batch_bytes(st))
-        )
-        # The roofline's count itself where the model offers it: a compiled call, no frame.
-        counter = perf.work_counter if isinstance(perf, CountsWork) else None
-        self._counter: WorkCounter | None = counter if isinstance(counter, WorkCounter) else None
-        # Pipeline bubbles, for utilization (only perf models with stages report them).
-        self._bubble: Callable[[BatchStats], float] | None = (
-            perf.bubble_fraction if isinstance(perf, PipelineStages) and perf.pp > 1 else None
-        )
-        # Pipeline parallelism (pp > 1 stages): the batch queue (the module's docstring).
-        # ``chunks``: whether a prompt's next chunk may be scheduled while its previous one
-        # is in flight (vLLM V1), or a request in flight is not scheduled at all (the
-        # Sarathi-Serve artifact's scheduler, the ``sarathi`` policy).
-        self.pp = pipeline_stages
-        self.batches: BatchQueue | None = (
-            BatchQueue(pipeline_stages, pipeline_chunks, pipeline_wakes) if pipeline_stages > 1 else None
-        )
+        self.batches = batches
+        self.pp = 1 if batches is None else batches.pp
         # The batches in flight, oldest first (the queue's own list; always empty when pp = 1).
-        self._flight: list[tuple[SchedulerOutput, float]] = (
-            [] if self.batches is None else self.batches.flight
-        )
-        if pipeline_stages > 1:
-            self.async_scheduling = False  # the synchronous batch queue (the docstring)
+        self._flight: list[tuple[SchedulerOutput, float]] = [] if batches is None else batches.flight
 
     # ----------------------------------------------------------------- events
 
@@ -338,9 +314,10 @@ class Replica:
         sched = self.scheduler
         self._prev_start_s = now
         self.busy = True
-        self._account(out, now, dt, gpu_s)
+        acc = self.accounts
+        acc.step(out, now, dt, gpu_s)
         self.run = None
-        self.run_rows = None
+        acc.run_rows = None
         self._run_out = None
         self._run_prev_start_s = now
         end = now + dt
@@ -350,57 +327,62 @@ class Replica:
             and isinstance(out, LazyOutput)
             and (out.num_pool or out.reqs)
         ):
-            next_event_s = now if self._staged else self.loop.next_loud_time()  # staged: no run
-            own = self.own_arrival_s
-            if own is not None:
-                k = self.totals.num_routed
-                if k < len(own):
-                    own_s = float(own[k])
-                    if own_s < next_event_s:
-                        next_event_s = own_s
-            if self._to_engine_s and self._to_engine_s[0] < next_event_s:
-                next_event_s = self._to_engine_s[0]
-            run = sched.extend_run(
-                out,
-                now,
-                dt,
-                next_event_s,
-                self.perf,
-                self.cpu_overhead_s,
-                self.finishes_in_runs,
-                self.steps is not None,
-                self.async_scheduling,
-                self.cut_runs,
-            )
-            if out.first_tokens_done:
-                for req in out.reqs:  # the run produced their first tokens, at this step's end
-                    req.first_token_s = end
-            if run is not None:
-                self.run = run
-                self.run_first_end_s = end
-                if self.frontend is not None and self.frontend.streams:
-                    self._run_stream = RunStream(self.frontend, out, run, end)
-                self.run_waiting0 = len(sched.waiting)
-                if run.deferred:
-                    self._run_out = out
-                    t = self.totals
-                    self._run_totals = (
-                        t.busy_s,
-                        t.gpu_s,
-                        t.num_steps,
-                        t.num_run_steps,
-                        t.num_batched_tokens,
-                        t.kv_block_s,
-                        t.peak_kv_blocks,
-                        t.flops,
-                        t.bytes,
-                        t.bubble_s,
-                    )
-                self._account_run(run)
-                end = run.end_s  # summed step by step, as the reference engine's clock does
-                self._prev_start_s = end - run.durations[-1]
+            end = self._launch_run(sched, out, now, dt)
         self.step_end_s = end
         self._run_done_seq = self._at(end, self.on_batch_done, out, BATCH_DONE)
+
+    def _launch_run(self, sched: DecodePool, out: LazyOutput, now: float, dt: float) -> float:
+        """Go on from the step just launched with pure-decode steps while nothing can change
+        the schedule (``DecodePool.extend_run``, up to ``_run_bound_s``): the end of
+        the run's last step, or the step's own where there is no run."""
+        end = now + dt
+        run = sched.extend_run(
+            out,
+            now,
+            dt,
+            self._run_bound_s(),
+            self.perf,
+            self.cpu_overhead_s,
+            self.finishes_in_runs,
+            self.steps is not None,
+            self.async_scheduling,
+            self.cut_runs,
+        )
+        if out.first_tokens_done:
+            for req in out.reqs:  # the run produced their first tokens, at this step's end
+                req.first_token_s = end
+        if run is None:
+            return end
+        self.run = run
+        self.run_first_end_s = end
+        if self.frontend is not None and self.frontend.streams:
+            self._run_stream = RunStream(self.frontend, out, run, end)
+        self.run_waiting0 = len(sched.waiting)
+        acc = self.accounts
+        if run.deferred:
+            self._run_out = out
+            acc.save()
+        acc.run(run)
+        end = run.end_s  # summed step by step, as the reference engine's clock does
+        self._prev_start_s = end - run.durations[-1]
+        return end
+
+    def _run_bound_s(self) -> float:
+        """The instant from which a run starting now may start no step: the next event that
+        could bring a request (now, with requests staged: no run), this replica's own next
+        arrival where the cluster knows it (``own_arrival_s``), the next request its front end
+        hands on."""
+        bound_s = self.loop.now if self._staged else self.loop.next_loud_time()
+        own = self.own_arrival_s
+        if own is not None:
+            k = self.totals.num_routed
+            if k < len(own):
+                own_s = float(own[k])
+                if own_s < bound_s:
+                    bound_s = own_s
+        if self._to_engine_s and self._to_engine_s[0] < bound_s:
+            bound_s = self._to_engine_s[0]
+        return bound_s
 
     def _at(self, time: float, callback: Callable[[Any], None], arg: Any, priority: int) -> int:
         """``loop.at``, or ``loop.at_quiet`` for a replica whose events are quiet (compiled,
@@ -432,41 +414,24 @@ class Replica:
         if i == k or now >= run.bound_s:
             sched.commit_run(run)
             return
-        rows = self.run_rows
         new = sched.cut_run(
             out, run, now, self.perf, self.cpu_overhead_s, self.steps is not None, self.async_scheduling
         )
         run.become(new)
         sched.commit_run(run)
-        t = self.totals
-        saved = self._run_totals
-        assert saved is not None
-        (
-            t.busy_s,
-            t.gpu_s,
-            t.num_steps,
-            t.num_run_steps,
-            t.num_batched_tokens,
-            t.kv_block_s,
-            t.peak_kv_blocks,
-            t.flops,
-            t.bytes,
-            t.bubble_s,
-        ) = saved
+        acc = self.accounts
+        acc.restore()
+        acc.cut_rows(len(durations), k - len(durations))
         if new is None:  # not one step after the first: no run
             end = self.run_first_end_s
             self.run = None
-            self.run_rows = None
+            acc.run_rows = None
             self._run_stream = None
             self._prev_start_s = self._run_prev_start_s
         else:
-            self._account_run_totals(run)
+            acc.run_totals(run)
             end = run.end_s
             self._prev_start_s = end - run.durations[-1]
-        if rows is not None:
-            rows.num_rows = len(durations)
-            assert self.steps is not None
-            self.steps.rows_cut(k - rows.num_rows)
         self.loop.cancel(self._run_done_seq)
         self.step_end_s = end
         self._run_done_seq = self._at(end, self.on_batch_done, out, BATCH_DONE)
@@ -493,40 +458,21 @@ class Replica:
             sched = self.scheduler
             assert run is not None and isinstance(sched, DecodePool)
             sched.commit_run(run)
-        if self.failed:
-            self._close_run_rows()  # as the series keeps them: waiting as of the run's start
+        acc = self.accounts
+        if self.failed:  # the rows as the series keeps them: waiting as of the run's start
+            acc.close_run_rows(self._run_prev_start_s)
             return
         now = self.loop.now
         produced, finished = self.scheduler.update_from_output(
             own_output(out, flight) if flight else out, now
         )
-        last = self.last_step_end_s
-        n_same = 0
-        itl = self.itl
-        fe = self.frontend
-        streams = fe is not None and fe.streams
-        for req in produced:
-            if req.first_token_s < 0:
-                req.first_token_s = now
-            elif req.last_token_s == last:
-                n_same += 1
-            else:
-                itl.add(now - req.last_token_s, 1)
-            req.last_token_s = now
-        run = self.run
-        if run is not None and self.run_rows is not None:
-            self._count_waiting_during_run(self.run_rows)
-            self._close_run_rows()
-        if run is None:
-            itl.add(now - last, n_same + out.num_pool)
-        else:  # a run of pure-decode steps: one gap per step for the whole pool
-            itl.add(self.run_first_end_s - last, out.num_pool)
-            i = 0
-            for n, k, _ in run.segments:
-                itl.extend(run.durations[i : i + k] if len(run.segments) > 1 else run.durations, n)
-                i += k
+        if self.run is not None and acc.run_rows is not None:
+            acc.count_waiting_during_run(self.run_waiting0, self._staged)
+            acc.close_run_rows(self._run_prev_start_s)
+        self._token_times(out, produced, now)
         self.last_step_end_s = now
-        if streams:
+        fe = self.frontend
+        if fe is not None and fe.streams:
             self._stream(out, produced, finished, now)
         self.num_finished += len(finished)
         if self.on_finish is not None:
@@ -544,6 +490,31 @@ class Replica:
                 self.step()
         else:
             self.step()
+
+    def _token_times(self, out: SchedulerOutput, produced: list[Request], now: float) -> None:
+        """The tokens of the step that ended ``now``: each request's first or last token time,
+        and the inter-token gaps in the ITL samples (the pool's and those whose last token
+        came with the step before as one count; a run's, one a step for the whole pool)."""
+        last = self.last_step_end_s
+        n_same = 0
+        itl = self.itl
+        for req in produced:
+            if req.first_token_s < 0:
+                req.first_token_s = now
+            elif req.last_token_s == last:
+                n_same += 1
+            else:
+                itl.add(now - req.last_token_s, 1)
+            req.last_token_s = now
+        run = self.run
+        if run is None:
+            itl.add(now - last, n_same + out.num_pool)
+        else:  # a run of pure-decode steps: one gap per step for the whole pool
+            itl.add(self.run_first_end_s - last, out.num_pool)
+            i = 0
+            for n, k, _ in run.segments:
+                itl.extend(run.durations[i : i + k] if len(run.segments) > 1 else run.durations, n)
+                i += k
 
     # ----------------------------------------------------------------- pipeline
 
@@ -565,7 +536,7 @@ class Replica:
         st = out.stats
         cpu_s = self.cpu_overhead_s + self.cpu_per_req_s * (st.num_decode_reqs + st.num_prefill_reqs)
         end, busy_new, gpu_new, bubble_s = q.submit(self.perf, out, gpu_s, now, cpu_s)
-        self._account(out, now, busy_new, gpu_new, bubble_s)
+        self.accounts.step(out, now, busy_new, gpu_new, bubble_s)
         self.busy = True
         if self.check_invariants:
             q.check()
@@ -626,118 +597,19 @@ class Replica:
 
     # ----------------------------------------------------------------- accounting
 
-    def _account(
-        self, out: SchedulerOutput, now: float, dt: float, gpu_s: float, bubble_s: float = -1.0
-    ) -> None:
-        """Count the step in the totals and the step series (``bubble_s`` >= 0: the batch
-        queue's own count of pipeline bubbles, else the perf model's share of ``gpu_s``)."""
-        st = out.stats
-        t = self.totals
-        ckv = self._ckv
-        used = ckv.num_used_blocks if ckv is not None else self.kv.num_used_blocks
-        t.busy_s += dt
-        t.gpu_s += gpu_s
-        f, b = self._work(st) if self._counter is None else self._counter.batch_work(st)
-        t.flops += f
-        t.bytes += b
-        t.num_steps += 1
-        t.num_batched_tokens += st.num_prefill_tokens + st.num_decode_reqs
-        t.num_preemptions += len(out.preempted)
-        t.kv_block_s += used * dt
-        if bubble_s >= 0.0:
-            t.bubble_s += bubble_s
-        elif self._bubble is not None:
-            t.bubble_s += gpu_s * self._bubble(st)
-        if used > t.peak_kv_blocks:
-            t.peak_kv_blocks = used
-        if self.steps is not None:
-            num_waiting = len(self.scheduler.waiting)
-            t.waiting_s += num_waiting * dt
-            self.steps.add_step(
-                self.id,
-                now,
-                dt,
-                st.num_prefill_tokens,
-                st.num_decode_reqs,
-                len(self.scheduler.running),
-                num_waiting,
-                used,
-                len(out.preempted),
-            )
-
     def share_caches(self, other: Replica) -> None:
         """Keep the per-pool-size caches (a run's work, the decode step's terms) in
         ``other``'s: a replica of the same pool, on the same perf model."""
         assert self.perf is other.perf
-        self._run_work = other._run_work
+        self.accounts.share(other.accounts)
         sched, theirs = self.scheduler, other.scheduler
         if isinstance(sched, DecodePool) and isinstance(theirs, DecodePool):
             sched.share_decode_terms(theirs, self.perf)
 
-    def _account_run(self, run: Run) -> None:
-        """Account the extra steps of a run of pure-decode steps, segment by segment."""
-        self._account_run_totals(run)
-        if self.steps is not None:  # rows written when read; waiting as of the run's start
-            ckv = self._ckv
-            bs = ckv.block_size if ckv is not None else self.kv.block_size
-            self.run_rows = RunRows(self.id, run, len(self.scheduler.waiting), bs)
-            self.steps.add_rows(self.run_rows)
-
-    def _account_run_totals(self, run: Run) -> None:
-        """``_account_run``'s part in the replica's totals."""
-        durations = run.durations
-        k_all = len(durations)
-        total = run.total_s
-        t = self.totals
-        t.busy_s += total
-        t.gpu_s += _sum(run.segment_gpu_s)
-        t.num_steps += k_all
-        t.num_run_steps += k_all
-        t.kv_block_s += run.kv_block_s
-        if run.peak_used > t.peak_kv_blocks:
-            t.peak_kv_blocks = run.peak_used
-        tokens = 0  # one a pooled request and step (a loop: compiled, a generator is an object)
-        for seg, (n, k, s_first) in enumerate(run.segments):
-            tokens += n * k
-            # FLOPs and bytes are affine in the decode context, which grows by n per step:
-            # k steps do k * work(their mean context).
-            aff = self._run_work.get(n)
-            if aff is None:
-                f0, b0 = self._work(BatchStats(num_decode_reqs=n))
-                f1, b1 = self._work(BatchStats(num_decode_reqs=n, sum_decode_context=1 << 20))
-                aff = self._run_work[n] = (f0, (f1 - f0) / (1 << 20), b0, (b1 - b0) / (1 << 20))
-            mean_s = s_first + n * (k - 1) / 2
-            t.flops += k * (aff[0] + aff[1] * mean_s)
-            t.bytes += k * (aff[2] + aff[3] * mean_s)
-            if self._bubble is not None:
-                t.bubble_s += run.segment_gpu_s[seg] * self._bubble(BatchStats(num_decode_reqs=n))
-        t.num_batched_tokens += tokens
-
-    def _close_run_rows(self) -> None:
-        """The run's rows are final: keep their waiting seconds (``finish_waiting``)."""
-        if self.run_rows is not None:
-            self._run_waiting_s.append(self.run_rows.seal(self._run_prev_start_s))
-            self.run_rows = None
-
     def finish_waiting(self) -> None:
-        """The end of the run: add the runs' waiting seconds to the event steps' in
-        ``totals.waiting_s`` (a run still in flight with the rows it has), in the order
-        ``StepSeries.waiting_s_by_replica`` adds them, so that the figure is the same."""
-        self._close_run_rows()
-        t = self.totals
-        for w in self._run_waiting_s:
-            t.waiting_s += w
-        self._run_waiting_s = []
-
-    def _count_waiting_during_run(self, rows: RunRows) -> None:
-        """The run's rows hold the waiting queue as of its start: add the requests queued
-        during the run, and with async scheduling those staged during it (``RunRows``)."""
-        waiting = self.scheduler.waiting
-        if len(waiting) > self.run_waiting0 or self._staged:
-            rows.add_waiting(
-                sorted(waiting[i].queued_s for i in range(self.run_waiting0, len(waiting))),
-                [r.queued_s for r in self._staged],
-            )
+        """The end of the run: the runs' waiting seconds join the event steps' in
+        ``totals.waiting_s`` (``StepAccounts.finish_waiting``)."""
+        self.accounts.finish_waiting(self._run_prev_start_s)
 
     def _check(self) -> None:
         sched = self.scheduler

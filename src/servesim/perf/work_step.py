@@ -4,7 +4,7 @@ compiles it.
 ``RooflinePerfModel`` (``perf/roofline.py``) derives the coefficients from the model
 (``perf.work.work_coefficients``); this class only multiplies them by a batch's
 statistics. Compiled (``setup.py``), the replica calls it for every event step without an
-interpreted frame (``Replica._account``); as Python it computes the same sums, in the
+interpreted frame (``StepAccounts.step``); as Python it computes the same sums, in the
 same order, so the totals are identical either way.
 """
 
