@@ -68,7 +68,7 @@ import numpy as np
 from servesim.catalog.gpus import GpuSpec, get_gpu
 from servesim.catalog.models import ModelSpec
 from servesim.perf.efficiencies import Efficiencies
-from servesim.perf.kernel_curves import MAX_TOKENS, LogCurve, extended_axis
+from servesim.perf.kernel_curves import MAX_TOKENS, LogCurve, RoofFn, extended_axis
 from servesim.perf.kernel_moe_deep_gemm import (
     DEEP_GEMM_BLOCK,
     DEFAULT_DEEP_GEMM_RUN,
@@ -160,6 +160,31 @@ def moe_curve(
     return curve, where
 
 
+def _weight_bytes_scaled(
+    db: KernelDatabase,
+    m: ModelSpec,
+    gpu: GpuSpec,
+    eff: Efficiencies,
+    moe_tp: int,
+    ep: int,
+    dtype: str,
+    roof: RoofFn,
+    skipped: str,
+) -> tuple[LogCurve, str] | None:
+    """Weight-only experts: the 16-bit table of their shape, scaled by the roofline ratio of
+    the weight bytes (its fixed latency kept); None where that shape has none."""
+    base = db.moe(
+        m.hidden_size, m.moe_intermediate_size, m.num_experts_per_tok, m.num_experts, moe_tp, ep, "bfloat16"
+    )
+    if base is None:
+        return None
+    ref = moe_roofline(m, gpu, eff, moe_tp, ep, "bfloat16", weight_bytes=2.0)
+    return (
+        table_curve(base[0], rescaled(base[0], base[1], roof, ref), roof),
+        f"table moe bfloat16 tp={moe_tp} ep={ep} (roofline-scaled to {dtype} weights{skipped})",
+    )
+
+
 def _moe_curve(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -220,25 +245,10 @@ def _moe_curve(
             found = transferred_curve(db, m, gpu, eff, moe_tp, ep, dtype, roof)
         if found is None and why is None and dtype in SAME_KERNEL_ACROSS_VERSIONS:
             found = other_version_curve(db, m, gpu, eff, moe_tp, ep, dtype, roof)
+        if found is None and dtype in WEIGHT_ONLY:
+            found = _weight_bytes_scaled(db, m, gpu, eff, moe_tp, ep, dtype, roof, skipped)
+        if found is None and why is None:
+            found = nearest_shape_curve(db, m, gpu, eff, moe_tp, ep, dtype, roof)
         if found is not None:
             return found
-        if dtype in WEIGHT_ONLY:
-            base = db.moe(
-                m.hidden_size,
-                m.moe_intermediate_size,
-                m.num_experts_per_tok,
-                m.num_experts,
-                moe_tp,
-                ep,
-                "bfloat16",
-            )
-            if base is not None:
-                ref = moe_roofline(m, gpu, eff, moe_tp, ep, "bfloat16", weight_bytes=2.0)
-                return (
-                    table_curve(base[0], rescaled(base[0], base[1], roof, ref), roof),
-                    f"table moe bfloat16 tp={moe_tp} ep={ep} (roofline-scaled to {dtype} weights{skipped})",
-                )
-        carried = nearest_shape_curve(db, m, gpu, eff, moe_tp, ep, dtype, roof) if why is None else None
-        if carried is not None:
-            return carried
     return LogCurve(ts, np.log(roof(ts))), f"roofline (no fused-MoE table for this shape{skipped})"
